@@ -1,0 +1,352 @@
+//! Realistic "Batch Job State Change" events, shaped like AWS Batch's (full JobDetail), for the
+//! Batch simulator and for tests.
+
+use serde_json::{json, Value};
+
+/// How one Batch attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptEnd {
+    Success,
+    /// Spot reclaim: no exit code, "Host EC2 (instance i-…) terminated."
+    SpotInterruption {
+        instance: String,
+    },
+    /// The application exited non-zero.
+    AppFailure {
+        exit_code: i64,
+    },
+    /// Killed at the job definition's attempt timeout.
+    Timeout,
+    /// The image could not be pulled.
+    PullError,
+}
+
+impl AttemptEnd {
+    fn status_reason(&self) -> String {
+        match self {
+            AttemptEnd::Success | AttemptEnd::AppFailure { .. } => {
+                "Essential container in task exited".into()
+            }
+            AttemptEnd::SpotInterruption { instance } => {
+                format!("Host EC2 (instance {instance}) terminated.")
+            }
+            AttemptEnd::Timeout => "Job attempt duration exceeded timeout".into(),
+            AttemptEnd::PullError => "Task failed to start".into(),
+        }
+    }
+
+    fn container(&self, log_stream: &str) -> Value {
+        let mut c = json!({
+            "containerInstanceArn": "arn:aws:ecs:us-east-1:000000000000:container-instance/granary/0f1e2d3c",
+            "taskArn": "arn:aws:ecs:us-east-1:000000000000:task/granary/9a8b7c6d",
+            "logStreamName": log_stream,
+            "networkInterfaces": []
+        });
+        match self {
+            AttemptEnd::Success => c["exitCode"] = json!(0),
+            AttemptEnd::AppFailure { exit_code } => c["exitCode"] = json!(exit_code),
+            AttemptEnd::Timeout => c["exitCode"] = json!(137),
+            AttemptEnd::PullError => {
+                c["reason"] = json!("CannotPullContainerError: pull image manifest has been retried 5 time(s): failed to resolve ref")
+            }
+            AttemptEnd::SpotInterruption { .. } => {}
+        }
+        c
+    }
+}
+
+/// What Batch knows about a job when it emits an event.
+#[derive(Debug, Clone)]
+pub struct JobFacts {
+    pub job_id: String,
+    pub job_name: String,
+    pub job_arn: String,
+    pub job_queue_arn: String,
+    pub job_definition_arn: String,
+    pub granule_id: String,
+    pub attempt: u32,
+    /// The job definition's retryStrategy, as JSON ({"attempts": n, "evaluateOnExit": [...]}).
+    pub retry_strategy: Value,
+    pub created_at_ms: i64,
+    pub account: String,
+    pub region: String,
+}
+
+/// The full event for a job whose attempts ended as `ends` (oldest first); `final_status` is
+/// SUCCEEDED or FAILED (or RUNNABLE for an intermediate retry notice).
+pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &str) -> Value {
+    let mut t = facts.created_at_ms + 5_000;
+    let attempts: Vec<Value> = ends
+        .iter()
+        .enumerate()
+        .map(|(i, end)| {
+            let started = t;
+            t += 60_000;
+            let stream = format!(
+                "granary/default/{}-{i}",
+                &facts.job_id.chars().take(8).collect::<String>()
+            );
+            json!({
+                "container": end.container(&stream),
+                "startedAt": started,
+                "stoppedAt": t,
+                "statusReason": end.status_reason(),
+            })
+        })
+        .collect();
+    let last = ends.last().cloned().unwrap_or(AttemptEnd::Success);
+    let last_container = attempts
+        .last()
+        .map(|a| a["container"].clone())
+        .unwrap_or(json!({}));
+    let mut container = json!({
+        "image": "public.ecr.aws/docker/library/busybox:latest",
+        "command": ["process-granule"],
+        "jobRoleArn": format!("arn:aws:iam::{}:role/granary-job", facts.account),
+        "volumes": [], "mountPoints": [], "ulimits": [],
+        "environment": [
+            {"name": "GRANULE_ID", "value": facts.granule_id},
+            {"name": "ATTEMPT", "value": facts.attempt.to_string()}
+        ],
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+        "logStreamName": last_container["logStreamName"],
+        "networkInterfaces": []
+    });
+    if let Some(code) = last_container.get("exitCode") {
+        container["exitCode"] = code.clone();
+    }
+    if let Some(reason) = last_container.get("reason") {
+        container["reason"] = reason.clone();
+    }
+    json!({
+        "version": "0",
+        "id": format!("{}-{}-{}", facts.job_id, ends.len(), final_status.to_lowercase()),
+        "detail-type": "Batch Job State Change",
+        "source": "aws.batch",
+        "account": facts.account,
+        "time": chrono::DateTime::from_timestamp_millis(t).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": facts.region,
+        "resources": [facts.job_arn],
+        "detail": {
+            "jobArn": facts.job_arn,
+            "jobName": facts.job_name,
+            "jobId": facts.job_id,
+            "jobQueue": facts.job_queue_arn,
+            "status": final_status,
+            "statusReason": last.status_reason(),
+            "attempts": attempts,
+            "createdAt": facts.created_at_ms,
+            "retryStrategy": facts.retry_strategy,
+            "startedAt": facts.created_at_ms + 5_000,
+            "stoppedAt": t,
+            "dependsOn": [],
+            "jobDefinition": facts.job_definition_arn,
+            "parameters": {"granule_id": facts.granule_id, "attempt": facts.attempt.to_string()},
+            "container": container,
+            "timeout": {"attemptDurationSeconds": 3600},
+            "tags": {},
+            "propagateTags": false,
+            "platformCapabilities": ["EC2"],
+            "eksAttempts": []
+        }
+    })
+}
+
+/// The retryStrategy granary's stack registers: Batch retries Spot and pull errors, `attempts` total.
+pub fn default_retry_strategy(attempts: u32) -> Value {
+    json!({
+        "attempts": attempts,
+        "evaluateOnExit": [
+            {"onStatusReason": "Host EC2*", "action": "retry"},
+            {"onReason": "CannotPullContainerError*", "action": "retry"},
+            {"onReason": "*", "action": "exit"}
+        ]
+    })
+}
+
+/// Reads what Batch knows about jobs (DescribeJobs, 100 ids a call) as [`JobFacts`]. Jobs without
+/// granary's granule_id/attempt parameters are skipped: they are not ours.
+pub async fn describe_facts(
+    batch: &aws_sdk_batch::Client,
+    job_ids: &[String],
+) -> anyhow::Result<Vec<JobFacts>> {
+    use anyhow::Context;
+    let mut out = Vec::with_capacity(job_ids.len());
+    // A job inherits its definition's retryStrategy; not every Batch (moto) echoes it per job.
+    let mut definitions: std::collections::HashMap<
+        String,
+        Option<aws_sdk_batch::types::RetryStrategy>,
+    > = std::collections::HashMap::new();
+    for chunk in job_ids.chunks(100) {
+        let resp = batch
+            .describe_jobs()
+            .set_jobs(Some(chunk.to_vec()))
+            .send()
+            .await
+            .context("DescribeJobs")?;
+        for j in resp.jobs.unwrap_or_default() {
+            let params = j.parameters.clone().unwrap_or_default();
+            let env: Vec<(String, String)> = j
+                .container
+                .as_ref()
+                .and_then(|c| c.environment.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|kv| Some((kv.name?, kv.value?)))
+                .collect();
+            let lookup = |param: &str, var: &str| {
+                params
+                    .get(param)
+                    .cloned()
+                    .or_else(|| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
+            };
+            let (Some(granule_id), Some(attempt)) = (
+                lookup("granule_id", "GRANULE_ID"),
+                lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()),
+            ) else {
+                continue;
+            };
+            let (Some(job_id), Some(job_name), Some(job_arn)) =
+                (j.job_id.clone(), j.job_name.clone(), j.job_arn.clone())
+            else {
+                continue;
+            };
+            // arn:aws:batch:REGION:ACCOUNT:job/ID
+            let parts: Vec<&str> = job_arn.split(':').collect();
+            let region = parts.get(3).copied().unwrap_or("us-east-1").to_owned();
+            let account = parts.get(4).copied().unwrap_or("000000000000").to_owned();
+            let retry_strategy = match j.retry_strategy.as_ref() {
+                Some(r) => Some(r.clone()),
+                None => match j.job_definition.as_deref() {
+                    Some(def) => match definitions.get(def) {
+                        Some(cached) => cached.clone(),
+                        None => {
+                            let found = definition_retry_strategy(batch, def).await?;
+                            definitions.insert(def.to_owned(), found.clone());
+                            found
+                        }
+                    },
+                    None => None,
+                },
+            };
+            let retry_strategy = retry_strategy
+                .as_ref()
+                .map(|r| {
+                    json!({
+                        "attempts": r.attempts.unwrap_or(1),
+                        "evaluateOnExit": r.evaluate_on_exit.clone().unwrap_or_default().iter().map(|e| {
+                            let mut v = json!({"action": e.action.as_ref().map(|a| a.as_str().to_lowercase()).unwrap_or_default()});
+                            if let Some(s) = &e.on_status_reason { v["onStatusReason"] = json!(s); }
+                            if let Some(s) = &e.on_reason { v["onReason"] = json!(s); }
+                            if let Some(s) = &e.on_exit_code { v["onExitCode"] = json!(s); }
+                            v
+                        }).collect::<Vec<_>>()
+                    })
+                })
+                .unwrap_or_else(|| json!({"attempts": 1, "evaluateOnExit": []}));
+            out.push(JobFacts {
+                job_id,
+                job_name,
+                job_arn,
+                job_queue_arn: j.job_queue.clone().unwrap_or_default(),
+                job_definition_arn: j.job_definition.clone().unwrap_or_default(),
+                granule_id,
+                attempt,
+                retry_strategy,
+                created_at_ms: j
+                    .created_at
+                    .unwrap_or_else(|| chrono::Utc::now().timestamp_millis()),
+                account,
+                region,
+            });
+        }
+    }
+    Ok(out)
+}
+
+async fn definition_retry_strategy(
+    batch: &aws_sdk_batch::Client,
+    definition: &str,
+) -> anyhow::Result<Option<aws_sdk_batch::types::RetryStrategy>> {
+    use anyhow::Context;
+    let resp = batch
+        .describe_job_definitions()
+        .job_definitions(definition)
+        .send()
+        .await
+        .with_context(|| format!("DescribeJobDefinitions {definition}"))?;
+    Ok(resp
+        .job_definitions
+        .unwrap_or_default()
+        .into_iter()
+        .find_map(|d| d.retry_strategy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary::domain::batch_event::BatchJobStateChange;
+    use granary::domain::classify::{classify, Route};
+
+    fn facts(batch_attempts: u32) -> JobFacts {
+        JobFacts {
+            job_id: "4c7599ae-0a82-49aa-ba5a-4727fcce14a8".into(),
+            job_name: "g-a1-0123456789".into(),
+            job_arn: "arn:aws:batch:us-east-1:123456789012:job/4c7599ae".into(),
+            job_queue_arn: "arn:aws:batch:us-east-1:123456789012:job-queue/q".into(),
+            job_definition_arn: "arn:aws:batch:us-east-1:123456789012:job-definition/d:1".into(),
+            granule_id: "HLS.S30.T01GBH.2022226T214921.v2.0".into(),
+            attempt: 1,
+            retry_strategy: default_retry_strategy(batch_attempts),
+            created_at_ms: 1_700_000_000_000,
+            account: "123456789012".into(),
+            region: "us-east-1".into(),
+        }
+    }
+
+    fn route(ends: &[AttemptEnd], status: &str, batch_attempts: u32) -> Route {
+        let e = BatchJobStateChange::from_value(state_change_event(
+            &facts(batch_attempts),
+            ends,
+            status,
+        ))
+        .unwrap();
+        classify(&e.detail).unwrap().route()
+    }
+
+    #[test]
+    fn generated_events_classify_as_intended() {
+        let spot = AttemptEnd::SpotInterruption {
+            instance: "i-0abc".into(),
+        };
+        assert_eq!(route(&[AttemptEnd::Success], "SUCCEEDED", 2), Route::Done);
+        assert_eq!(
+            route(&[spot.clone(), AttemptEnd::Success], "SUCCEEDED", 2),
+            Route::Done
+        );
+        assert_eq!(
+            route(std::slice::from_ref(&spot), "FAILED", 2),
+            Route::BatchRetries
+        );
+        assert_eq!(
+            route(&[spot.clone(), spot.clone()], "FAILED", 2),
+            Route::RetryQueue
+        );
+        assert_eq!(
+            route(&[AttemptEnd::AppFailure { exit_code: 1 }], "FAILED", 2),
+            Route::FailureDlq
+        );
+        assert_eq!(
+            route(&[AttemptEnd::Timeout], "FAILED", 2),
+            Route::FailureDlq
+        );
+        assert_eq!(
+            route(&[AttemptEnd::PullError], "FAILED", 1),
+            Route::RetryQueue
+        );
+        assert_eq!(
+            route(&[AttemptEnd::PullError], "FAILED", 2),
+            Route::BatchRetries
+        );
+    }
+}

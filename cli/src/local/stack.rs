@@ -1,0 +1,341 @@
+//! Creates granary's resources on an emulator (or any endpoint): bucket, queues, the EventBridge
+//! rule that buffers Batch events in SQS, and a Batch compute environment, job queue and job
+//! definition. Names are unique per stack so tests can share one emulator.
+
+use anyhow::{Context, Result};
+use aws_sdk_batch::types::{
+    CeState, CeType, ComputeEnvironmentOrder, ContainerProperties, EvaluateOnExit,
+    JobDefinitionType, JobTimeout, JqState, ResourceRequirement, ResourceType, RetryAction,
+    RetryStrategy,
+};
+use aws_sdk_sqs::types::QueueAttributeName;
+use granary::adapters::aws::AwsClients;
+use granary::config::Config;
+use std::collections::HashMap;
+
+/// What the job definition's RetryStrategy says: Batch's own retries before granary's.
+#[derive(Debug, Clone)]
+pub struct StackOptions {
+    /// RetryStrategy.attempts of the job definition (1 = Batch never retries).
+    pub batch_attempts: i32,
+    /// Extra/overriding config variables (GRANARY_MAX_RETRIES, GRANARY_CLAIM_LEASE_SECS, ...).
+    pub env: HashMap<String, String>,
+}
+
+impl Default for StackOptions {
+    fn default() -> Self {
+        Self {
+            batch_attempts: 2,
+            env: HashMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EmulatorStack {
+    pub name: String,
+    pub bucket: String,
+    pub retry_queue_url: String,
+    pub failure_dlq_url: String,
+    /// The Batch-events buffer queue (EventBridge rule target) and its own DLQ.
+    pub events_queue_url: String,
+    pub events_dlq_url: String,
+    pub rule_name: String,
+    pub job_queue: String,
+    pub job_queue_arn: String,
+    pub job_definition: String,
+    /// False when the endpoint has no Batch (LocalStack's free edition): Batch tests step aside.
+    pub batch: bool,
+    pub env: HashMap<String, String>,
+}
+
+/// Capability probe: does this endpoint answer Batch calls?
+pub async fn batch_available(clients: &AwsClients) -> bool {
+    clients
+        .batch
+        .describe_compute_environments()
+        .send()
+        .await
+        .is_ok()
+}
+
+async fn queue(
+    clients: &AwsClients,
+    name: &str,
+    attrs: &[(QueueAttributeName, String)],
+) -> Result<(String, String)> {
+    let mut req = clients.sqs.create_queue().queue_name(name);
+    for (k, v) in attrs {
+        req = req.attributes(k.clone(), v);
+    }
+    let url = req
+        .send()
+        .await
+        .with_context(|| format!("creating SQS queue {name}"))?
+        .queue_url
+        .unwrap_or_default();
+    let arn = clients
+        .sqs
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .context("reading queue ARN")?
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .context("queue has no ARN")?;
+    Ok((url, arn))
+}
+
+impl EmulatorStack {
+    /// Provisions a stack named `name` (lowercase letters, digits, hyphens).
+    pub async fn provision(
+        clients: &AwsClients,
+        iam: &aws_sdk_iam::Client,
+        name: &str,
+        options: StackOptions,
+    ) -> Result<Self> {
+        let bucket = format!("{name}-data");
+        clients
+            .s3
+            .create_bucket()
+            .bucket(&bucket)
+            .send()
+            .await
+            .with_context(|| {
+                format!(
+                    "creating bucket {bucket} (is the endpoint reachable? AWS_ENDPOINT_URL={:?})",
+                    std::env::var("AWS_ENDPOINT_URL").ok()
+                )
+            })?;
+        let fourteen_days = (14 * 24 * 3600).to_string();
+        let (failure_dlq_url, _) = queue(
+            clients,
+            &format!("{name}-failure-dlq"),
+            &[(
+                QueueAttributeName::MessageRetentionPeriod,
+                fourteen_days.clone(),
+            )],
+        )
+        .await?;
+        let (retry_queue_url, _) = queue(
+            clients,
+            &format!("{name}-retry"),
+            &[(QueueAttributeName::VisibilityTimeout, "60".into())],
+        )
+        .await?;
+        let (events_dlq_url, events_dlq_arn) = queue(
+            clients,
+            &format!("{name}-events-dlq"),
+            &[(QueueAttributeName::MessageRetentionPeriod, fourteen_days)],
+        )
+        .await?;
+        let redrive =
+            serde_json::json!({"deadLetterTargetArn": events_dlq_arn, "maxReceiveCount": 5})
+                .to_string();
+        let (events_queue_url, events_queue_arn) = queue(
+            clients,
+            &format!("{name}-batch-events"),
+            &[
+                (QueueAttributeName::VisibilityTimeout, "60".into()),
+                (QueueAttributeName::RedrivePolicy, redrive),
+            ],
+        )
+        .await?;
+
+        let batch = batch_available(clients).await;
+        let (job_queue, job_queue_arn, job_definition) = if batch {
+            provision_batch(clients, iam, name, &options).await?
+        } else {
+            (
+                format!("{name}-jobs"),
+                format!("arn:aws:batch:::job-queue/{name}-jobs"),
+                format!("{name}-job"),
+            )
+        };
+
+        // Batch → EventBridge → SQS buffer: only our queue's terminal states.
+        let rule_name = format!("{name}-batch-state");
+        let pattern = serde_json::json!({
+            "source": ["aws.batch"],
+            "detail-type": ["Batch Job State Change"],
+            "detail": {"jobQueue": [job_queue_arn], "status": ["SUCCEEDED", "FAILED"]}
+        });
+        let rule_arn = clients
+            .events
+            .put_rule()
+            .name(&rule_name)
+            .event_pattern(pattern.to_string())
+            .send()
+            .await
+            .context("creating the Batch state-change rule")?
+            .rule_arn
+            .unwrap_or_default();
+        let policy = serde_json::json!({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sqs:SendMessage", "Resource": events_queue_arn,
+                "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}}}]
+        });
+        clients
+            .sqs
+            .set_queue_attributes()
+            .queue_url(&events_queue_url)
+            .attributes(QueueAttributeName::Policy, policy.to_string())
+            .send()
+            .await
+            .context("allowing EventBridge to send to the events queue")?;
+        clients
+            .events
+            .put_targets()
+            .rule(&rule_name)
+            .targets(
+                aws_sdk_eventbridge::types::Target::builder()
+                    .id("batch-events-buffer")
+                    .arn(&events_queue_arn)
+                    .build()?,
+            )
+            .send()
+            .await
+            .context("targeting the events queue")?;
+
+        let mut env = HashMap::from([
+            ("GRANARY_BUCKET".to_owned(), bucket.clone()),
+            ("GRANARY_JOB_QUEUE".to_owned(), job_queue.clone()),
+            ("GRANARY_JOB_DEFINITION".to_owned(), job_definition.clone()),
+            (
+                "GRANARY_RETRY_QUEUE_URL".to_owned(),
+                retry_queue_url.clone(),
+            ),
+            (
+                "GRANARY_FAILURE_DLQ_URL".to_owned(),
+                failure_dlq_url.clone(),
+            ),
+        ]);
+        env.extend(options.env);
+        Ok(Self {
+            name: name.to_owned(),
+            bucket,
+            retry_queue_url,
+            failure_dlq_url,
+            events_queue_url,
+            events_dlq_url,
+            rule_name,
+            job_queue,
+            job_queue_arn,
+            job_definition,
+            batch,
+            env,
+        })
+    }
+
+    pub fn config(&self) -> Result<Config> {
+        Config::from_lookup(|k| self.env.get(k).cloned().or_else(|| std::env::var(k).ok()))
+            .context("stack configuration")
+    }
+}
+
+async fn provision_batch(
+    clients: &AwsClients,
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+    options: &StackOptions,
+) -> Result<(String, String, String)> {
+    let trust = serde_json::json!({
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": "batch.amazonaws.com"}, "Action": "sts:AssumeRole"}]
+    });
+    let role_arn = iam
+        .create_role()
+        .role_name(format!("{name}-batch-service"))
+        .assume_role_policy_document(trust.to_string())
+        .send()
+        .await
+        .context("creating the Batch service role")?
+        .role
+        .map(|r| r.arn)
+        .context("no role in CreateRole response")?;
+    let ce = clients
+        .batch
+        .create_compute_environment()
+        .compute_environment_name(format!("{name}-ce"))
+        .r#type(CeType::Unmanaged)
+        .state(CeState::Enabled)
+        .service_role(&role_arn)
+        .send()
+        .await
+        .context("creating the compute environment")?;
+    let ce_arn = ce
+        .compute_environment_arn
+        .context("no compute environment ARN")?;
+    let job_queue = format!("{name}-jobs");
+    let jq = clients
+        .batch
+        .create_job_queue()
+        .job_queue_name(&job_queue)
+        .state(JqState::Enabled)
+        .priority(1)
+        .compute_environment_order(
+            ComputeEnvironmentOrder::builder()
+                .order(1)
+                .compute_environment(ce_arn)
+                .build(),
+        )
+        .send()
+        .await
+        .context("creating the job queue")?;
+    let job_queue_arn = jq.job_queue_arn.context("no job queue ARN")?;
+    // Batch retries Spot reclaims and image-pull failures itself; everything else exits to granary.
+    let retry = RetryStrategy::builder()
+        .attempts(options.batch_attempts)
+        .evaluate_on_exit(
+            EvaluateOnExit::builder()
+                .on_status_reason("Host EC2*")
+                .action(RetryAction::Retry)
+                .build(),
+        )
+        .evaluate_on_exit(
+            EvaluateOnExit::builder()
+                .on_reason("CannotPullContainerError*")
+                .action(RetryAction::Retry)
+                .build(),
+        )
+        .evaluate_on_exit(
+            EvaluateOnExit::builder()
+                .on_reason("*")
+                .action(RetryAction::Exit)
+                .build(),
+        )
+        .build();
+    let job_definition = format!("{name}-job");
+    clients
+        .batch
+        .register_job_definition()
+        .job_definition_name(&job_definition)
+        .r#type(JobDefinitionType::Container)
+        .container_properties(
+            ContainerProperties::builder()
+                .image("public.ecr.aws/docker/library/busybox:latest")
+                .command("process-granule")
+                .resource_requirements(
+                    ResourceRequirement::builder()
+                        .r#type(ResourceType::Vcpu)
+                        .value("1")
+                        .build(),
+                )
+                .resource_requirements(
+                    ResourceRequirement::builder()
+                        .r#type(ResourceType::Memory)
+                        .value("2048")
+                        .build(),
+                )
+                .build(),
+        )
+        .retry_strategy(retry)
+        .timeout(JobTimeout::builder().attempt_duration_seconds(3600).build())
+        .send()
+        .await
+        .context("registering the job definition")?;
+    Ok((job_queue, job_queue_arn, job_definition))
+}

@@ -1,0 +1,158 @@
+use super::describe;
+use crate::domain::batch_event::JobStatus;
+use crate::ports::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
+use async_trait::async_trait;
+use aws_sdk_batch::types::{
+    ContainerOverrides, JobStatus as SdkStatus, KeyValuePair, KeyValuesPair,
+};
+
+/// AWS Batch bound to one job queue and job definition.
+#[derive(Clone, Debug)]
+pub struct BatchJobRunner {
+    client: aws_sdk_batch::Client,
+    job_queue: String,
+    job_definition: String,
+}
+
+impl BatchJobRunner {
+    pub fn new(
+        client: aws_sdk_batch::Client,
+        job_queue: impl Into<String>,
+        job_definition: impl Into<String>,
+    ) -> Self {
+        Self {
+            client,
+            job_queue: job_queue.into(),
+            job_definition: job_definition.into(),
+        }
+    }
+}
+
+pub(crate) fn from_sdk_status(s: &SdkStatus) -> Option<JobStatus> {
+    Some(match s {
+        SdkStatus::Submitted => JobStatus::Submitted,
+        SdkStatus::Pending => JobStatus::Pending,
+        SdkStatus::Runnable => JobStatus::Runnable,
+        SdkStatus::Starting => JobStatus::Starting,
+        SdkStatus::Running => JobStatus::Running,
+        SdkStatus::Succeeded => JobStatus::Succeeded,
+        SdkStatus::Failed => JobStatus::Failed,
+        _ => return None,
+    })
+}
+
+#[async_trait]
+impl JobRunner for BatchJobRunner {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        let env = request
+            .environment
+            .iter()
+            .map(|(k, v)| KeyValuePair::builder().name(k).value(v).build())
+            .collect::<Vec<_>>();
+        let out = self
+            .client
+            .submit_job()
+            .job_name(&request.job_name)
+            .job_queue(&self.job_queue)
+            .job_definition(&self.job_definition)
+            .container_overrides(
+                ContainerOverrides::builder()
+                    .set_environment(Some(env))
+                    .build(),
+            )
+            .set_parameters(Some(request.parameters.into_iter().collect()))
+            .send()
+            .await
+            .map_err(|e| {
+                JobRunnerError(format!("SubmitJob {}: {}", request.job_name, describe(&e)))
+            })?;
+        let job_id = out.job_id.ok_or_else(|| {
+            JobRunnerError(format!(
+                "SubmitJob {}: response has no job id",
+                request.job_name
+            ))
+        })?;
+        Ok(JobSummary {
+            job_id,
+            job_name: out.job_name.unwrap_or(request.job_name),
+            status: JobStatus::Submitted,
+        })
+    }
+
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        let mut active = ActiveJobs::default();
+        for status in JobStatus::ACTIVE {
+            if active.total >= stop_at {
+                break;
+            }
+            let mut pages = self
+                .client
+                .list_jobs()
+                .job_queue(&self.job_queue)
+                .job_status(SdkStatus::from(status.as_str()))
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page =
+                    page.map_err(|e| JobRunnerError(format!("ListJobs: {}", describe(&e))))?;
+                let n = page.job_summary_list.map_or(0, |l| l.len()) as u64;
+                if n > 0 {
+                    *active
+                        .by_status
+                        .entry(status.as_str().to_owned())
+                        .or_default() += n;
+                    active.total += n;
+                }
+                if active.total >= stop_at {
+                    break;
+                }
+            }
+        }
+        Ok(active)
+    }
+
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        let filter = KeyValuesPair::builder()
+            .name("JOB_NAME")
+            .values(job_name)
+            .build();
+        let mut pages = self
+            .client
+            .list_jobs()
+            .job_queue(&self.job_queue)
+            .filters(filter)
+            .into_paginator()
+            .send();
+        let mut newest: Option<(i64, JobSummary)> = None;
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                JobRunnerError(format!("ListJobs JOB_NAME={job_name}: {}", describe(&e)))
+            })?;
+            // Batch's name filter is case-insensitive; our names are exact.
+            let summaries = page.job_summary_list.unwrap_or_default();
+            for j in summaries
+                .into_iter()
+                .filter(|j| j.job_name.as_deref() == Some(job_name))
+            {
+                let (Some(job_id), Some(job_name)) = (j.job_id.clone(), j.job_name.clone()) else {
+                    continue;
+                };
+                let Some(status) = j.status.as_ref().and_then(from_sdk_status) else {
+                    continue;
+                };
+                let created = j.created_at.unwrap_or(0);
+                if newest.as_ref().is_none_or(|(c, _)| created >= *c) {
+                    newest = Some((
+                        created,
+                        JobSummary {
+                            job_id,
+                            job_name,
+                            status,
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(newest.map(|(_, s)| s))
+    }
+}

@@ -1,0 +1,11 @@
+//! In-memory twins of every port, for unit tests of handlers.
+
+mod bus;
+mod jobs;
+mod queue;
+mod store;
+
+pub use bus::MemoryEventBus;
+pub use jobs::MemoryJobRunner;
+pub use queue::MemoryQueue;
+pub use store::MemoryStore;

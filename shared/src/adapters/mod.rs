@@ -1,0 +1,2 @@
+pub mod aws;
+pub mod memory;

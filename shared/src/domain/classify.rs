@@ -1,0 +1,385 @@
+//! What a finished Batch job means for granary: success, a failure the cloud caused (retry it),
+//! or a failure our code caused (dead-letter it for a human). Also: whether Batch itself will
+//! retry, in which case the event is logged and nothing is routed.
+
+use super::batch_event::{JobDetail, JobStatus};
+use super::retry_strategy::{batch_retry_decision, BatchRetryDecision};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Outcome {
+    Success,
+    Retryable,
+    NonRetryable,
+}
+
+/// Where the monitor sends the granule after logging the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// Succeeded: nothing more to do.
+    Done,
+    /// Batch's own RetryStrategy will run another attempt: log only.
+    BatchRetries,
+    RetryQueue,
+    FailureDlq,
+}
+
+/// The cause of a failure, as precisely as the event tells it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum FailureKind {
+    SpotInterruption,
+    ContainerStartup { error: String },
+    ApplicationExit { exit_code: i64 },
+    AttemptTimeout,
+    Cancelled,
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Classification {
+    pub outcome: Outcome,
+    pub failure: Option<FailureKind>,
+    pub batch_will_retry: bool,
+    pub reason: String,
+}
+
+impl Classification {
+    pub fn route(&self) -> Route {
+        match (self.outcome, self.batch_will_retry) {
+            (Outcome::Success, _) => Route::Done,
+            (_, true) => Route::BatchRetries,
+            (Outcome::Retryable, false) => Route::RetryQueue,
+            (Outcome::NonRetryable, false) => Route::FailureDlq,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job {job_id} is {status:?}, not finished: nothing to classify")]
+pub struct NotTerminal {
+    pub job_id: String,
+    pub status: JobStatus,
+}
+
+/// Errors that mean the cloud, not our code, failed to run the container.
+const CONTAINER_STARTUP_ERRORS: [&str; 5] = [
+    "CannotPullContainerError",
+    "CannotStartContainerError",
+    "CannotInspectContainerError",
+    "ResourceInitializationError",
+    "DockerTimeoutError",
+];
+
+const TASK_FAILED_TO_START: &str = "task failed to start";
+const ATTEMPT_TIMEOUT: &str = "Job attempt duration exceeded timeout";
+
+/// "Host EC2 (instance i-0123456789abcdef0) terminated." — the Spot reclaim signature.
+pub fn is_spot_interruption(status_reason: &str) -> bool {
+    status_reason
+        .strip_prefix("Host EC2 (instance i-")
+        .and_then(|rest| rest.strip_suffix(") terminated."))
+        .is_some_and(|id| !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
+fn container_startup_error(text: &str) -> Option<String> {
+    if let Some(name) = CONTAINER_STARTUP_ERRORS.iter().find(|e| text.contains(*e)) {
+        return Some((*name).to_owned());
+    }
+    text.to_ascii_lowercase()
+        .contains(TASK_FAILED_TO_START)
+        .then(|| "TaskFailedToStart".to_owned())
+}
+
+fn is_cancellation(text: &str) -> bool {
+    let lower = text.to_ascii_lowercase();
+    lower.contains("cancel")
+        || lower.contains("terminated by user")
+        || lower.contains("terminatejob")
+}
+
+/// Classify one finished job. Order matters: cloud causes are recognised before exit codes, since
+/// a Spot kill can leave an arbitrary exit code behind; anything unrecognised is non-retryable so
+/// a human looks at it instead of it looping.
+pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
+    match job.status {
+        JobStatus::Succeeded => {
+            return Ok(Classification {
+                outcome: Outcome::Success,
+                failure: None,
+                batch_will_retry: false,
+                reason: "job succeeded".to_owned(),
+            })
+        }
+        JobStatus::Failed => {}
+        status => {
+            return Err(NotTerminal {
+                job_id: job.job_id.clone(),
+                status,
+            })
+        }
+    }
+    let status_reason = job.attempt_status_reason().unwrap_or("");
+    let job_reason = job.status_reason.as_deref().unwrap_or("");
+    let container_reason = job.container_reason().unwrap_or("");
+
+    let (outcome, failure, reason) = if is_spot_interruption(status_reason)
+        || is_spot_interruption(job_reason)
+    {
+        let why = if is_spot_interruption(status_reason) {
+            status_reason
+        } else {
+            job_reason
+        };
+        (
+            Outcome::Retryable,
+            FailureKind::SpotInterruption,
+            format!("spot interruption: {why}"),
+        )
+    } else if let Some(error) = container_startup_error(container_reason)
+        .or_else(|| container_startup_error(status_reason))
+        .or_else(|| container_startup_error(job_reason))
+    {
+        let detail = [container_reason, status_reason, job_reason]
+            .into_iter()
+            .find(|s| !s.is_empty())
+            .unwrap_or("");
+        let reason = format!("container failed to start ({error}): {detail}");
+        (
+            Outcome::Retryable,
+            FailureKind::ContainerStartup { error },
+            reason,
+        )
+    } else if status_reason.starts_with(ATTEMPT_TIMEOUT) || job_reason.starts_with(ATTEMPT_TIMEOUT)
+    {
+        (
+            Outcome::NonRetryable,
+            FailureKind::AttemptTimeout,
+            "attempt timed out".to_owned(),
+        )
+    } else if let Some(code) = job.exit_code().filter(|c| *c != 0) {
+        (
+            Outcome::NonRetryable,
+            FailureKind::ApplicationExit { exit_code: code },
+            format!("application exited with code {code}"),
+        )
+    } else if is_cancellation(job_reason) || is_cancellation(status_reason) {
+        (
+            Outcome::NonRetryable,
+            FailureKind::Cancelled,
+            format!("cancelled: {job_reason}"),
+        )
+    } else {
+        let detail = if job_reason.is_empty() {
+            "no status reason"
+        } else {
+            job_reason
+        };
+        (
+            Outcome::NonRetryable,
+            FailureKind::Unknown,
+            format!("unrecognised failure: {detail}"),
+        )
+    };
+
+    let batch_will_retry = matches!(
+        batch_retry_decision(job),
+        BatchRetryDecision::WillRetry { .. }
+    );
+    Ok(Classification {
+        outcome,
+        failure: Some(failure),
+        batch_will_retry,
+        reason,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::batch_event::{AttemptContainer, EvaluateOnExit, JobAttempt, RetryStrategy};
+
+    fn failed(
+        status_reason: &str,
+        container_reason: Option<&str>,
+        exit_code: Option<i64>,
+    ) -> JobDetail {
+        JobDetail {
+            job_name: "n".into(),
+            job_id: "id".into(),
+            job_queue: "q".into(),
+            status: JobStatus::Failed,
+            status_reason: Some(status_reason.into()),
+            attempts: vec![JobAttempt {
+                container: Some(AttemptContainer {
+                    exit_code,
+                    reason: container_reason.map(Into::into),
+                    ..Default::default()
+                }),
+                status_reason: Some(status_reason.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn route_of(job: &JobDetail) -> Route {
+        classify(job).unwrap().route()
+    }
+
+    const SPOT: &str = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+
+    #[test]
+    fn success() {
+        let job = JobDetail {
+            status: JobStatus::Succeeded,
+            ..Default::default()
+        };
+        let c = classify(&job).unwrap();
+        assert_eq!(c.outcome, Outcome::Success);
+        assert_eq!(c.route(), Route::Done);
+    }
+
+    #[test]
+    fn spot_is_retryable() {
+        let c = classify(&failed(SPOT, None, None)).unwrap();
+        assert_eq!(c.outcome, Outcome::Retryable);
+        assert_eq!(c.failure, Some(FailureKind::SpotInterruption));
+        assert_eq!(c.route(), Route::RetryQueue);
+        // a Spot kill wins over whatever exit code the dying container left
+        assert_eq!(route_of(&failed(SPOT, None, Some(137))), Route::RetryQueue);
+    }
+
+    #[test]
+    fn spot_signature_is_exact() {
+        assert!(is_spot_interruption(SPOT));
+        assert!(!is_spot_interruption("Host EC2 (instance i-) terminated."));
+        assert!(!is_spot_interruption(
+            "Host EC2 (instance i-0abc) terminated"
+        ));
+        assert!(!is_spot_interruption(
+            "Host EC2 (instance i-0 abc) terminated."
+        ));
+        assert!(!is_spot_interruption("Essential container in task exited"));
+    }
+
+    #[test]
+    fn container_startup_errors_are_retryable() {
+        for e in CONTAINER_STARTUP_ERRORS {
+            let job = failed(
+                "Essential container in task exited",
+                Some(&format!("{e}: boom")),
+                None,
+            );
+            let c = classify(&job).unwrap();
+            assert_eq!(c.outcome, Outcome::Retryable, "{e}");
+            assert_eq!(
+                c.failure,
+                Some(FailureKind::ContainerStartup {
+                    error: e.to_owned()
+                })
+            );
+        }
+        let c = classify(&failed("Task failed to start", None, None)).unwrap();
+        assert_eq!(c.outcome, Outcome::Retryable);
+    }
+
+    #[test]
+    fn exit_codes_are_non_retryable() {
+        let c = classify(&failed("Essential container in task exited", None, Some(1))).unwrap();
+        assert_eq!(c.outcome, Outcome::NonRetryable);
+        assert_eq!(
+            c.failure,
+            Some(FailureKind::ApplicationExit { exit_code: 1 })
+        );
+        assert_eq!(c.reason, "application exited with code 1");
+        assert_eq!(c.route(), Route::FailureDlq);
+    }
+
+    #[test]
+    fn timeouts_cancels_and_unknowns_are_non_retryable() {
+        let t = classify(&failed(
+            "Job attempt duration exceeded timeout",
+            None,
+            Some(137),
+        ))
+        .unwrap();
+        assert_eq!(t.failure, Some(FailureKind::AttemptTimeout));
+        assert_eq!(t.route(), Route::FailureDlq);
+        let mut cancelled = failed("", None, None);
+        cancelled.status_reason = Some("Cancelled by operator".into());
+        cancelled.attempts.clear();
+        assert_eq!(
+            classify(&cancelled).unwrap().failure,
+            Some(FailureKind::Cancelled)
+        );
+        let unknown = classify(&failed("Something odd", None, Some(0))).unwrap();
+        assert_eq!(unknown.failure, Some(FailureKind::Unknown));
+        assert_eq!(unknown.outcome, Outcome::NonRetryable);
+    }
+
+    #[test]
+    fn non_terminal_is_an_error() {
+        let job = JobDetail {
+            status: JobStatus::Running,
+            ..Default::default()
+        };
+        assert!(classify(&job).is_err());
+    }
+
+    #[test]
+    fn batch_will_retry_follows_evaluate_on_exit() {
+        let mut job = failed(SPOT, None, None);
+        job.retry_strategy = Some(RetryStrategy {
+            attempts: Some(3),
+            evaluate_on_exit: vec![
+                EvaluateOnExit {
+                    on_status_reason: Some("Host EC2*".into()),
+                    action: "RETRY".into(),
+                    ..Default::default()
+                },
+                EvaluateOnExit {
+                    on_reason: Some("*".into()),
+                    action: "EXIT".into(),
+                    ..Default::default()
+                },
+            ],
+        });
+        let c = classify(&job).unwrap();
+        assert!(c.batch_will_retry);
+        assert_eq!(c.route(), Route::BatchRetries);
+
+        // application failure: rule 1 matches the reason and exits
+        let mut app = failed("Essential container in task exited", Some("exit"), Some(2));
+        app.retry_strategy = job.retry_strategy.clone();
+        assert_eq!(route_of(&app), Route::FailureDlq);
+
+        // third Spot kill: Batch's attempts are spent, so we retry it ourselves
+        job.attempts = vec![job.attempts[0].clone(); 3];
+        assert_eq!(route_of(&job), Route::RetryQueue);
+    }
+
+    #[test]
+    fn a_string_prefix_is_not_enough() {
+        // A status reason merely *starting* like a Spot reason, under a rule that needs the exact text.
+        let mut job = failed("Host EC2 (instance i-1) terminated. extra", None, None);
+        job.retry_strategy = Some(RetryStrategy {
+            attempts: Some(2),
+            evaluate_on_exit: vec![
+                EvaluateOnExit {
+                    on_status_reason: Some("Host EC2 (instance i-1) terminated.".into()),
+                    action: "RETRY".into(),
+                    ..Default::default()
+                },
+                EvaluateOnExit {
+                    on_status_reason: Some("*".into()),
+                    action: "EXIT".into(),
+                    ..Default::default()
+                },
+            ],
+        });
+        assert!(!classify(&job).unwrap().batch_will_retry);
+    }
+}

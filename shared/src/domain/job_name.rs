@@ -1,0 +1,96 @@
+//! Deterministic AWS Batch job names. The name is how a half-finished submission is found again
+//! (ListJobs by name), so the same (granule, attempt) must always give the same name, and two
+//! different granules must never share one.
+//!
+//! Batch allows up to 128 characters from [A-Za-z0-9_-], starting with a letter or digit. Ids are
+//! mapped into that alphabet (which can merge distinct ids, e.g. `a.b` and `a_b`), so a short hash
+//! of the exact id is always appended.
+
+use super::granule::GranuleId;
+use sha2::{Digest, Sha256};
+
+pub const MAX_JOB_NAME: usize = 128;
+const HASH_CHARS: usize = 10;
+
+pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
+    let digest = Sha256::digest(granule_id.as_str().as_bytes());
+    let hash: String = digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()[..HASH_CHARS]
+        .to_owned();
+    let suffix = format!("-a{attempt}-{hash}");
+    let mut stem: String = granule_id
+        .as_str()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if !stem.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        stem.insert(0, 'g');
+    }
+    stem.truncate(MAX_JOB_NAME - suffix.len());
+    stem + &suffix
+}
+
+/// True when `name` is a job name AWS Batch accepts.
+pub fn is_valid_batch_job_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_JOB_NAME
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn id(s: &str) -> GranuleId {
+        GranuleId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn hls_name() {
+        let n = job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1);
+        assert!(
+            n.starts_with("HLS_S30_T01GBH_2022226T214921_v2_0-a1-"),
+            "{n}"
+        );
+        assert!(is_valid_batch_job_name(&n));
+        assert_eq!(n, job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1));
+        assert_ne!(n, job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 2));
+    }
+
+    #[test]
+    fn merged_stems_still_differ() {
+        assert_ne!(job_name(&id("a.b"), 1), job_name(&id("a_b"), 1));
+    }
+
+    #[test]
+    fn odd_starts_and_long_ids() {
+        assert!(is_valid_batch_job_name(&job_name(&id(".hidden"), 1)));
+        assert!(is_valid_batch_job_name(&job_name(&id("-x"), 1)));
+        let long = job_name(&id(&"y".repeat(200)), 4_000_000_000);
+        assert!(is_valid_batch_job_name(&long));
+        assert_eq!(long.len(), MAX_JOB_NAME);
+    }
+
+    proptest! {
+        #[test]
+        fn every_valid_id_gives_a_valid_deterministic_name(raw in "[!-~]{1,200}", attempt in 1u32..1000) {
+            if let Ok(g) = GranuleId::parse(&raw) {
+                let n = job_name(&g, attempt);
+                prop_assert!(is_valid_batch_job_name(&n), "{}", n);
+                prop_assert_eq!(n, job_name(&g, attempt));
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Where an outcome log lives. The key itself carries outcome, platform, acquisition date, granule
+//! and attempt (hive partitions), so Athena and a plain prefix listing can answer most questions
+//! without reading a single object.
+
+use super::granule::{GranuleFacts, GranuleId};
+use chrono::NaiveDate;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogOutcome {
+    Success,
+    Failure,
+}
+
+impl LogOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogOutcome::Success => "success",
+            LogOutcome::Failure => "failure",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LogKey {
+    pub outcome: LogOutcome,
+    pub platform: String,
+    /// `None` when the id does not tell; written as `unknown`.
+    pub acquisition_date: Option<NaiveDate>,
+    pub granule_id: GranuleId,
+    pub attempt: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a granary log key: {key:?} ({why})")]
+pub struct BadLogKey {
+    pub key: String,
+    pub why: &'static str,
+}
+
+impl LogKey {
+    pub fn new(
+        outcome: LogOutcome,
+        facts: &GranuleFacts,
+        granule_id: &GranuleId,
+        attempt: u32,
+    ) -> Self {
+        Self {
+            outcome,
+            platform: facts.platform_label().to_owned(),
+            acquisition_date: facts.acquisition_date,
+            granule_id: granule_id.clone(),
+            attempt,
+        }
+    }
+
+    fn date_label(&self) -> String {
+        self.acquisition_date
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .unwrap_or_else(|| GranuleFacts::UNKNOWN.to_owned())
+    }
+
+    /// The full key under `prefix` (e.g. `logs/`).
+    pub fn to_key(&self, prefix: &str) -> String {
+        format!(
+            "{}attempt={}.json",
+            self.granule_prefix(prefix),
+            self.attempt
+        )
+    }
+
+    /// The folder holding every attempt of this granule under this key's outcome.
+    pub fn granule_prefix(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}outcome={}/platform={}/acquisition_date={}/granule_id={}/",
+            self.outcome.as_str(),
+            self.platform,
+            self.date_label(),
+            self.granule_id
+        )
+    }
+
+    pub fn with_outcome(&self, outcome: LogOutcome) -> Self {
+        Self {
+            outcome,
+            ..self.clone()
+        }
+    }
+
+    pub fn parse(prefix: &str, key: &str) -> Result<Self, BadLogKey> {
+        let bad = |why| BadLogKey {
+            key: key.to_owned(),
+            why,
+        };
+        let rest = key
+            .strip_prefix(prefix)
+            .ok_or_else(|| bad("wrong prefix"))?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        let [outcome, platform, date, granule, attempt] = parts.as_slice() else {
+            return Err(bad("expected five path segments"));
+        };
+        let field = |seg: &'static str, part: &str| -> Result<String, BadLogKey> {
+            part.strip_prefix(seg)
+                .and_then(|v| v.strip_prefix('='))
+                .map(str::to_owned)
+                .ok_or_else(|| bad("segment out of order"))
+        };
+        let outcome = match field("outcome", outcome)?.as_str() {
+            "success" => LogOutcome::Success,
+            "failure" => LogOutcome::Failure,
+            _ => return Err(bad("outcome must be success or failure")),
+        };
+        let platform = field("platform", platform)?;
+        let date = field("acquisition_date", date)?;
+        let acquisition_date = if date == GranuleFacts::UNKNOWN {
+            None
+        } else {
+            Some(NaiveDate::parse_from_str(&date, "%Y-%m-%d").map_err(|_| bad("bad date"))?)
+        };
+        let granule_id =
+            GranuleId::parse(&field("granule_id", granule)?).map_err(|_| bad("bad granule id"))?;
+        let attempt = field("attempt", attempt)?
+            .strip_suffix(".json")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| bad("bad attempt"))?;
+        Ok(Self {
+            outcome,
+            platform,
+            acquisition_date,
+            granule_id,
+            attempt,
+        })
+    }
+}
+
+impl fmt::Display for LogKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_key(""))
+    }
+}
+
+/// Set on a failure log that was moved under outcome=success because a later attempt succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Supersession {
+    pub by_attempt: u32,
+    pub by_job_id: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// The body of one outcome log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogRecord {
+    pub granule_id: GranuleId,
+    pub attempt: u32,
+    pub outcome: LogOutcome,
+    pub classification: super::classify::Classification,
+    pub route: super::classify::Route,
+    pub job_id: String,
+    pub job_name: String,
+    pub logged_at: chrono::DateTime<chrono::Utc>,
+    /// When the granule was put on its queue; `None` until then (or for successes).
+    #[serde(default)]
+    pub routed_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default)]
+    pub superseded: Option<Supersession>,
+    /// The Batch JobDetail exactly as the event carried it.
+    pub job: serde_json::Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::granule::IdParser;
+
+    #[test]
+    fn key_layout() {
+        let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
+        let facts = IdParser::hls().facts(&id);
+        let key = LogKey::new(LogOutcome::Failure, &facts, &id, 2);
+        assert_eq!(
+            key.to_key("logs/"),
+            "logs/outcome=failure/platform=S30/acquisition_date=2022-08-14/granule_id=HLS.S30.T01GBH.2022226T214921.v2.0/attempt=2.json"
+        );
+        assert_eq!(LogKey::parse("logs/", &key.to_key("logs/")).unwrap(), key);
+    }
+
+    #[test]
+    fn unknown_facts_round_trip() {
+        let id = GranuleId::parse("granule-7").unwrap();
+        let key = LogKey::new(LogOutcome::Success, &IdParser::hls().facts(&id), &id, 1);
+        let s = key.to_key("p/");
+        assert_eq!(s, "p/outcome=success/platform=unknown/acquisition_date=unknown/granule_id=granule-7/attempt=1.json");
+        assert_eq!(LogKey::parse("p/", &s).unwrap(), key);
+    }
+
+    #[test]
+    fn rejects_foreign_keys() {
+        for k in [
+            "other/outcome=success/platform=S30/acquisition_date=2022-01-01/granule_id=a/attempt=1.json",
+            "logs/outcome=maybe/platform=S30/acquisition_date=2022-01-01/granule_id=a/attempt=1.json",
+            "logs/platform=S30/outcome=success/acquisition_date=2022-01-01/granule_id=a/attempt=1.json",
+            "logs/outcome=success/platform=S30/acquisition_date=2022-13-01/granule_id=a/attempt=1.json",
+            "logs/outcome=success/platform=S30/acquisition_date=2022-01-01/granule_id=a/attempt=x.json",
+            "logs/outcome=success/platform=S30/acquisition_date=2022-01-01/granule_id=a/attempt=1",
+            "logs/outcome=success/platform=S30/granule_id=a/attempt=1.json",
+        ] {
+            assert!(LogKey::parse("logs/", k).is_err(), "{k}");
+        }
+    }
+
+    #[test]
+    fn moving_outcome_keeps_the_rest() {
+        let id = GranuleId::parse("g").unwrap();
+        let key = LogKey::new(LogOutcome::Failure, &IdParser::hls().facts(&id), &id, 3);
+        let moved = key.with_outcome(LogOutcome::Success);
+        assert_eq!(moved.attempt, 3);
+        assert!(moved.to_key("logs/").starts_with("logs/outcome=success/"));
+    }
+}

@@ -1,0 +1,10 @@
+//! Pure rules: no I/O, no AWS. Everything here is unit-tested on its own.
+
+pub mod batch_event;
+pub mod claim;
+pub mod classify;
+pub mod granule;
+pub mod job_name;
+pub mod log_key;
+pub mod retry_strategy;
+pub mod tracker;

@@ -1,0 +1,200 @@
+//! The granule tracker: how far the feeder has got through an ordered list of inventories.
+//! Pure data and rules here; reading and writing it with ETags lives in `state::tracker_store`.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InventoryProgress {
+    /// Object key of the Parquet inventory.
+    pub key: String,
+    /// Row count, learnt from the file's footer the first time the feeder opens it.
+    #[serde(default)]
+    pub total_rows: Option<u64>,
+    pub rows_submitted: u64,
+}
+
+impl InventoryProgress {
+    pub fn is_complete(&self) -> bool {
+        self.total_rows.is_some_and(|t| self.rows_submitted >= t)
+    }
+
+    pub fn remaining(&self) -> Option<u64> {
+        self.total_rows
+            .map(|t| t.saturating_sub(self.rows_submitted))
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Tracker {
+    pub inventories: Vec<InventoryProgress>,
+    #[serde(default)]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrackerError {
+    #[error("inventory {0:?} is not in the tracker")]
+    UnknownInventory(String),
+    #[error("inventory {key:?}: cannot move from row {from} to row {to} (total {total:?}); the tracker only moves forward")]
+    BadAdvance {
+        key: String,
+        from: u64,
+        to: u64,
+        total: Option<u64>,
+    },
+    #[error("inventory {key:?} was recorded with {recorded} rows but its file now has {found}; inventories must not change once fed")]
+    TotalChanged {
+        key: String,
+        recorded: u64,
+        found: u64,
+    },
+}
+
+impl Tracker {
+    /// Adds inventories not yet tracked, in key order, after the ones already there. Returns how
+    /// many were added. Known inventories keep their place and progress.
+    pub fn add_inventories<I: IntoIterator<Item = String>>(&mut self, keys: I) -> usize {
+        let mut new: Vec<String> = keys
+            .into_iter()
+            .filter(|k| !self.inventories.iter().any(|i| &i.key == k))
+            .collect();
+        new.sort();
+        new.dedup();
+        let added = new.len();
+        self.inventories
+            .extend(new.into_iter().map(|key| InventoryProgress {
+                key,
+                total_rows: None,
+                rows_submitted: 0,
+            }));
+        added
+    }
+
+    /// The first inventory not yet fully submitted.
+    pub fn current(&self) -> Option<&InventoryProgress> {
+        self.inventories.iter().find(|i| !i.is_complete())
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.current().is_none()
+    }
+
+    fn find_mut(&mut self, key: &str) -> Result<&mut InventoryProgress, TrackerError> {
+        self.inventories
+            .iter_mut()
+            .find(|i| i.key == key)
+            .ok_or_else(|| TrackerError::UnknownInventory(key.to_owned()))
+    }
+
+    pub fn set_total_rows(&mut self, key: &str, total: u64) -> Result<(), TrackerError> {
+        let inv = self.find_mut(key)?;
+        match inv.total_rows {
+            Some(recorded) if recorded != total => Err(TrackerError::TotalChanged {
+                key: key.to_owned(),
+                recorded,
+                found: total,
+            }),
+            _ => {
+                inv.total_rows = Some(total);
+                Ok(())
+            }
+        }
+    }
+
+    /// Moves an inventory's position forward to `to` rows submitted.
+    pub fn advance_to(&mut self, key: &str, to: u64) -> Result<(), TrackerError> {
+        let inv = self.find_mut(key)?;
+        let ok = to >= inv.rows_submitted && inv.total_rows.is_none_or(|t| to <= t);
+        if !ok {
+            return Err(TrackerError::BadAdvance {
+                key: key.to_owned(),
+                from: inv.rows_submitted,
+                to,
+                total: inv.total_rows,
+            });
+        }
+        inv.rows_submitted = to;
+        Ok(())
+    }
+
+    pub fn rows_submitted(&self) -> u64 {
+        self.inventories.iter().map(|i| i.rows_submitted).sum()
+    }
+
+    /// Total rows over all inventories whose size is known.
+    pub fn rows_known(&self) -> u64 {
+        self.inventories.iter().filter_map(|i| i.total_rows).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracker() -> Tracker {
+        let mut t = Tracker::default();
+        t.add_inventories(["inv/b.parquet".to_owned(), "inv/a.parquet".to_owned()]);
+        t
+    }
+
+    #[test]
+    fn inventories_are_taken_in_key_order_and_kept_in_place() {
+        let mut t = tracker();
+        assert_eq!(t.current().unwrap().key, "inv/a.parquet");
+        assert_eq!(
+            t.add_inventories(["inv/0.parquet".to_owned(), "inv/a.parquet".to_owned()]),
+            1
+        );
+        // a late arrival goes to the back, it does not jump the queue
+        assert_eq!(t.inventories.last().unwrap().key, "inv/0.parquet");
+        assert_eq!(t.current().unwrap().key, "inv/a.parquet");
+    }
+
+    #[test]
+    fn advance_moves_forward_within_total() {
+        let mut t = tracker();
+        t.set_total_rows("inv/a.parquet", 10).unwrap();
+        t.advance_to("inv/a.parquet", 4).unwrap();
+        assert!(matches!(
+            t.advance_to("inv/a.parquet", 3),
+            Err(TrackerError::BadAdvance { .. })
+        ));
+        assert!(matches!(
+            t.advance_to("inv/a.parquet", 11),
+            Err(TrackerError::BadAdvance { .. })
+        ));
+        t.advance_to("inv/a.parquet", 10).unwrap();
+        assert_eq!(t.current().unwrap().key, "inv/b.parquet");
+        assert!(
+            !t.is_complete(),
+            "b's size is unknown, so it is not complete"
+        );
+        t.set_total_rows("inv/b.parquet", 0).unwrap();
+        assert!(t.is_complete());
+        assert_eq!(t.rows_submitted(), 10);
+    }
+
+    #[test]
+    fn unknown_inventory_and_changed_total_are_errors() {
+        let mut t = tracker();
+        assert!(matches!(
+            t.advance_to("nope", 1),
+            Err(TrackerError::UnknownInventory(_))
+        ));
+        t.set_total_rows("inv/a.parquet", 10).unwrap();
+        t.set_total_rows("inv/a.parquet", 10).unwrap();
+        assert!(matches!(
+            t.set_total_rows("inv/a.parquet", 11),
+            Err(TrackerError::TotalChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn serde_round_trip() {
+        let mut t = tracker();
+        t.set_total_rows("inv/a.parquet", 5).unwrap();
+        let back: Tracker = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
+        assert_eq!(back, t);
+    }
+}

@@ -1,0 +1,270 @@
+//! The queue feeder: meters work from the inventories into Batch.
+
+use super::Ctx;
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::tracker::Tracker;
+use crate::inventory::{Inventory, InventoryError};
+use crate::ports::{OutgoingMessage, QueueError, StoreError};
+use crate::state::{load_tracker, save_tracker, submit_once, StateError, SubmitOutcome, Versioned};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// The scheduled event: how many granules to submit this tick.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FeederEvent {
+    pub granule_submit_count: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FeederError {
+    #[error("granule_submit_count must be at least 1")]
+    ZeroCount,
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Inventory(#[from] InventoryError),
+    #[error(transparent)]
+    Tracker(#[from] crate::domain::tracker::TrackerError),
+    #[error("sending an invalid inventory row to the failure DLQ: {0}")]
+    Dlq(#[from] QueueError),
+    #[error("counting active jobs: {0}")]
+    Jobs(#[from] crate::ports::JobRunnerError),
+}
+
+/// What one feeder run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FeederSummary {
+    pub submitted: u64,
+    /// Rows whose job an earlier run had already submitted (a rerun after a crash).
+    pub already_submitted: u64,
+    /// Half-done claims whose job was found in Batch and recorded.
+    pub recovered: u64,
+    /// Rows with an unusable granule id, sent to the failure DLQ.
+    pub rejected: u64,
+    pub active_jobs: u64,
+    /// Why the run submitted nothing at all (threshold, done, ...).
+    pub early_exit: Option<String>,
+    /// Why the run stopped before its count (a claim in flight, a submit error, a tracker conflict).
+    pub stopped: Option<String>,
+    pub rows_submitted_total: u64,
+    pub rows_known_total: u64,
+    pub inventories_complete: bool,
+}
+
+pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederError> {
+    if event.granule_submit_count == 0 {
+        return Err(FeederError::ZeroCount);
+    }
+    let mut summary = FeederSummary::default();
+    let active = ctx.jobs.count_active(ctx.config.max_active_jobs).await?;
+    summary.active_jobs = active.total;
+    if active.total >= ctx.config.max_active_jobs {
+        summary.early_exit = Some(format!(
+            "{} active jobs, at or over the threshold of {}",
+            active.total, ctx.config.max_active_jobs
+        ));
+        tracing::info!(
+            active = active.total,
+            threshold = ctx.config.max_active_jobs,
+            "feeder exiting early"
+        );
+        return Ok(summary);
+    }
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key).await?;
+    feed(ctx, event.granule_submit_count, tracker, summary).await
+}
+
+/// Feeds up to `count` rows starting where `tracker` says, then advances it with If-Match.
+/// Public so tests can hand it a stale tracker.
+pub async fn feed(
+    ctx: &Ctx,
+    count: u64,
+    mut tracker: Versioned<Tracker>,
+    mut summary: FeederSummary,
+) -> Result<FeederSummary, FeederError> {
+    let listed = ctx.store.list(&ctx.config.inventory_prefix).await?;
+    let added = tracker.value.add_inventories(
+        listed
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| k.ends_with(".parquet")),
+    );
+    let mut changed = added > 0 || tracker.etag.is_none();
+    let mut remaining = count;
+    while remaining > 0 {
+        let Some(current) = tracker.value.current().cloned() else {
+            break;
+        };
+        let inventory = Inventory::open(
+            ctx.store.clone(),
+            &current.key,
+            &ctx.config.inventory_id_column,
+        )
+        .await?;
+        if current.total_rows.is_none() {
+            tracker
+                .value
+                .set_total_rows(&current.key, inventory.num_rows())?;
+            changed = true;
+        }
+        let start = current.rows_submitted;
+        let ids = inventory.read_ids(start, remaining).await?;
+        let (done, stop) = submit_rows(ctx, &current.key, start, &ids, &mut summary).await?;
+        if done > 0 {
+            tracker.value.advance_to(&current.key, start + done)?;
+            changed = true;
+        }
+        if let Some(why) = stop {
+            summary.stopped = Some(why);
+            break;
+        }
+        remaining -= ids.len() as u64;
+        if ids.is_empty() {
+            break;
+        }
+    }
+    if summary.submitted + summary.already_submitted + summary.recovered + summary.rejected == 0
+        && summary.stopped.is_none()
+    {
+        summary.early_exit = Some(if tracker.value.is_complete() {
+            "every inventory is fully submitted".to_owned()
+        } else {
+            "nothing to submit".to_owned()
+        });
+    }
+    if changed {
+        match save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut tracker).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict { .. }) => {
+                tracing::warn!("tracker changed under us: another feeder ran; stopping");
+                summary.stopped =
+                    Some("tracker changed by another feeder run; not advancing".to_owned());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    summary.rows_submitted_total = tracker.value.rows_submitted();
+    summary.rows_known_total = tracker.value.rows_known();
+    summary.inventories_complete = tracker.value.is_complete();
+    tracing::info!(?summary, "feeder run finished");
+    Ok(summary)
+}
+
+enum RowResult {
+    Done(SubmitOutcome),
+    Rejected,
+}
+
+/// Submits rows concurrently; returns how many leading rows are settled (so the tracker can move
+/// past them) and why it stopped short, if it did.
+async fn submit_rows(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    ids: &[Option<String>],
+    summary: &mut FeederSummary,
+) -> Result<(u64, Option<String>), FeederError> {
+    let results: Vec<Result<RowResult, FeederError>> =
+        futures::stream::iter(ids.iter().enumerate())
+            .map(|(i, raw)| async move {
+                let row = start + i as u64;
+                let id = match raw.as_deref().map(GranuleId::parse) {
+                    Some(Ok(id)) => id,
+                    Some(Err(e)) => {
+                        return reject(ctx, inventory_key, row, raw.as_deref(), &e.to_string())
+                            .await
+                    }
+                    None => {
+                        return reject(ctx, inventory_key, row, None, "granule id is null").await
+                    }
+                };
+                let event = GranuleProcessingEvent::first(id);
+                let outcome = submit_once(
+                    ctx.store.as_ref(),
+                    ctx.jobs.as_ref(),
+                    &ctx.config.claim_prefix,
+                    ctx.config.claim_lease,
+                    &event,
+                    "queue-feeder",
+                )
+                .await?;
+                Ok(RowResult::Done(outcome))
+            })
+            .buffered(ctx.config.submit_concurrency)
+            .collect()
+            .await;
+    let mut settled = 0u64;
+    let mut stop = None;
+    for (i, r) in results.into_iter().enumerate() {
+        let ok = match r {
+            Ok(RowResult::Rejected) => {
+                summary.rejected += 1;
+                true
+            }
+            Ok(RowResult::Done(SubmitOutcome::Submitted { .. })) => {
+                summary.submitted += 1;
+                true
+            }
+            Ok(RowResult::Done(SubmitOutcome::AlreadySubmitted { .. })) => {
+                summary.already_submitted += 1;
+                true
+            }
+            Ok(RowResult::Done(SubmitOutcome::Recovered { .. })) => {
+                summary.recovered += 1;
+                true
+            }
+            Ok(RowResult::Done(SubmitOutcome::InFlight)) => {
+                stop.get_or_insert_with(|| {
+                    format!(
+                        "row {} of {inventory_key} is claimed by a run still in flight",
+                        start + i as u64
+                    )
+                });
+                false
+            }
+            Err(e) => {
+                tracing::error!(row = start + i as u64, error = %e, "row not submitted");
+                stop.get_or_insert_with(|| {
+                    format!("row {} of {inventory_key}: {e}", start + i as u64)
+                });
+                false
+            }
+        };
+        // Rows after the first unsettled one may be done too; their claims make the rerun skip them.
+        if ok && stop.is_none() {
+            settled += 1;
+        }
+    }
+    Ok((settled, stop))
+}
+
+async fn reject(
+    ctx: &Ctx,
+    inventory_key: &str,
+    row: u64,
+    raw: Option<&str>,
+    why: &str,
+) -> Result<RowResult, FeederError> {
+    tracing::warn!(
+        inventory = inventory_key,
+        row,
+        raw,
+        why,
+        "invalid inventory row sent to the failure DLQ"
+    );
+    let body = serde_json::json!({
+        "raw_granule_id": raw,
+        "inventory_key": inventory_key,
+        "row": row,
+    });
+    ctx.failure_dlq
+        .send(
+            OutgoingMessage::new(body.to_string())
+                .with_attribute("outcome", "INVALID_INPUT")
+                .with_attribute("reason", format!("invalid granule id: {why}")),
+        )
+        .await?;
+    Ok(RowResult::Rejected)
+}

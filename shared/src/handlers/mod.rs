@@ -1,0 +1,85 @@
+//! The Lambda handlers. Each is a plain async function over [`Ctx`] (ports + config), so the same
+//! code runs in Lambda, in the local runtime and in tests.
+
+pub mod feeder;
+pub mod monitor;
+pub mod requeuer;
+
+use crate::adapters::aws::{AwsClients, BatchJobRunner, S3Store, SqsQueue};
+use crate::config::Config;
+use crate::ports::{JobRunner, ObjectStore, Queue};
+use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
+use std::future::Future;
+use std::sync::Arc;
+
+/// Everything a handler needs: configuration and the ports.
+#[derive(Clone)]
+pub struct Ctx {
+    pub config: Config,
+    pub store: Arc<dyn ObjectStore>,
+    pub jobs: Arc<dyn JobRunner>,
+    pub retry_queue: Arc<dyn Queue>,
+    pub failure_dlq: Arc<dyn Queue>,
+}
+
+impl Ctx {
+    /// Wires the AWS adapters from the config.
+    pub fn aws(config: Config, clients: &AwsClients) -> Self {
+        Self {
+            store: Arc::new(S3Store::new(clients.s3.clone(), &config.bucket)),
+            jobs: Arc::new(BatchJobRunner::new(
+                clients.batch.clone(),
+                &config.job_queue,
+                &config.job_definition,
+            )),
+            retry_queue: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.retry_queue_url)),
+            failure_dlq: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.failure_dlq_url)),
+            config,
+        }
+    }
+}
+
+/// Runs `handle` on every record of an SQS batch, each on its own: a record whose handling fails
+/// is reported in `batchItemFailures` (and comes back after its visibility timeout), the others are
+/// deleted by Lambda. Records are handled concurrently, up to `concurrency` at once.
+pub async fn for_each_record<F, Fut, E>(
+    event: SqsEvent,
+    concurrency: usize,
+    handle: F,
+) -> SqsBatchResponse
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    use futures::StreamExt;
+    let results: Vec<(Option<String>, Result<(), String>)> =
+        futures::stream::iter(event.records.into_iter().map(|r| {
+            let id = r.message_id.clone();
+            let body = r.body.unwrap_or_default();
+            let fut = handle(body);
+            async move { (id, fut.await.map_err(|e| e.to_string())) }
+        }))
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut response = SqsBatchResponse::default();
+    for (id, result) in results {
+        if let Err(e) = result {
+            tracing::error!(message_id = id.as_deref().unwrap_or("?"), error = %e, "record failed; SQS will redeliver it");
+            match id {
+                Some(id) => {
+                    let mut failure = BatchItemFailure::default();
+                    failure.item_identifier = id;
+                    response.batch_item_failures.push(failure);
+                }
+                // Without an id the record cannot be reported alone: fail the batch's delete by
+                // reporting an empty identifier, which Lambda treats as a whole-batch failure.
+                None => response
+                    .batch_item_failures
+                    .push(BatchItemFailure::default()),
+            }
+        }
+    }
+    response
+}

@@ -1,0 +1,107 @@
+//! The requeuer: a retryable failure in, the next attempt submitted (exactly once), or the DLQ
+//! once the attempt budget is spent.
+
+use super::Ctx;
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::ports::{OutgoingMessage, QueueError};
+use crate::state::{submit_once, StateError, SubmitOutcome};
+use serde::Serialize;
+
+pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RequeueError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("attempt {attempt} of {granule_id} is claimed by a run still in flight; retry later")]
+    InFlight { granule_id: String, attempt: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "action")]
+pub enum RequeueOutcome {
+    Resubmitted {
+        attempt: u32,
+        job_id: String,
+    },
+    /// The next attempt was already submitted (a duplicate retry message).
+    AlreadySubmitted {
+        attempt: u32,
+    },
+    DeadLettered {
+        reason: String,
+    },
+}
+
+pub async fn handle_sqs(
+    ctx: &Ctx,
+    event: aws_lambda_events::event::sqs::SqsEvent,
+) -> aws_lambda_events::event::sqs::SqsBatchResponse {
+    // One message at a time: each is reported on its own, and Batch's SubmitJob rate is the limit anyway.
+    super::for_each_record(event, 1, |body| async move {
+        handle_message(ctx, &body).await.map(|_| ())
+    })
+    .await
+}
+
+pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, RequeueError> {
+    let event: GranuleProcessingEvent = match serde_json::from_str(body) {
+        Ok(e) => e,
+        Err(e) => {
+            let reason = format!("malformed retry message: {e}");
+            dead_letter(ctx, body.to_owned(), &reason, None).await?;
+            return Ok(RequeueOutcome::DeadLettered { reason });
+        }
+    };
+    let next = event.next_attempt();
+    if next.attempt > ctx.config.max_attempt() {
+        let body = serde_json::to_string(&event).unwrap_or_default();
+        dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, Some(event.attempt)).await?;
+        tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
+        return Ok(RequeueOutcome::DeadLettered {
+            reason: ATTEMPTS_EXHAUSTED.to_owned(),
+        });
+    }
+    let outcome = submit_once(
+        ctx.store.as_ref(),
+        ctx.jobs.as_ref(),
+        &ctx.config.claim_prefix,
+        ctx.config.claim_lease,
+        &next,
+        "requeuer",
+    )
+    .await?;
+    match outcome {
+        SubmitOutcome::Submitted { job_id } | SubmitOutcome::Recovered { job_id } => {
+            tracing::info!(granule_id = %next.granule_id, attempt = next.attempt, job_id, "resubmitted");
+            Ok(RequeueOutcome::Resubmitted {
+                attempt: next.attempt,
+                job_id,
+            })
+        }
+        SubmitOutcome::AlreadySubmitted { .. } => Ok(RequeueOutcome::AlreadySubmitted {
+            attempt: next.attempt,
+        }),
+        SubmitOutcome::InFlight => Err(RequeueError::InFlight {
+            granule_id: next.granule_id.to_string(),
+            attempt: next.attempt,
+        }),
+    }
+}
+
+async fn dead_letter(
+    ctx: &Ctx,
+    body: String,
+    reason: &str,
+    attempt: Option<u32>,
+) -> Result<(), QueueError> {
+    let mut message = OutgoingMessage::new(body)
+        .with_attribute("outcome", "NON_RETRYABLE")
+        .with_attribute("reason", reason);
+    if let Some(a) = attempt {
+        message = message.with_attribute("attempt", a.to_string());
+    }
+    ctx.failure_dlq.send(message).await
+}

@@ -1,0 +1,529 @@
+//! Parquet granule inventories: read a window of rows touching only the bytes that hold it, and
+//! write inventories laid out so that such windows are cheap.
+//!
+//! Reading: the footer comes with one suffix GET (64 KiB, more only if the footer is larger);
+//! then only the row groups overlapping the window and only the id column are fetched, and when the
+//! file has an offset index only the pages holding the window. Nearby ranges are merged into one
+//! GET, since a request costs more than a few wasted kilobytes.
+
+use crate::ports::{ObjectStore, StoreError};
+use arrow::array::{Array, AsArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{FutureExt, TryStreamExt};
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
+use parquet::arrow::async_reader::{AsyncFileReader, MetadataFetch, MetadataSuffixFetch};
+use parquet::arrow::{ArrowWriter, ParquetRecordBatchStreamBuilder, ProjectionMask};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use std::ops::Range;
+use std::sync::Arc;
+
+pub const DEFAULT_ID_COLUMN: &str = "granule_id";
+const FOOTER_PREFETCH: usize = 64 * 1024;
+/// Ranges closer than this are fetched with one GET.
+const COALESCE_GAP: u64 = 1024 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InventoryError {
+    #[error("inventory {key}: {source}")]
+    Store {
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+    #[error("inventory {key} is not a readable Parquet file (truncated or corrupt?): {source}")]
+    Parquet {
+        key: String,
+        #[source]
+        source: ParquetError,
+    },
+    #[error("inventory {key} has no column {column:?} (columns: {found})")]
+    NoIdColumn {
+        key: String,
+        column: String,
+        found: String,
+    },
+    #[error("inventory {key}: column {column:?} is {found}, not a string column")]
+    IdColumnType {
+        key: String,
+        column: String,
+        found: String,
+    },
+    #[error("inventory {key}: rows {start}..{end} are past its end ({total} rows)")]
+    OutOfRange {
+        key: String,
+        start: u64,
+        end: u64,
+        total: u64,
+    },
+}
+
+/// Adapts the object-store port to parquet's async reader traits.
+#[derive(Clone)]
+struct StoreReader {
+    store: Arc<dyn ObjectStore>,
+    key: String,
+    metadata: Option<Arc<ParquetMetaData>>,
+}
+
+impl StoreReader {
+    fn map_err(&self, e: StoreError) -> ParquetError {
+        ParquetError::External(Box::new(e))
+    }
+}
+
+impl MetadataFetch for StoreReader {
+    fn fetch(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_range(&self.key, range)
+                .await
+                .map_err(|e| self.map_err(e))
+        }
+        .boxed()
+    }
+}
+
+impl MetadataSuffixFetch for StoreReader {
+    fn fetch_suffix(&mut self, suffix: usize) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move {
+            self.store
+                .get_suffix(&self.key, suffix as u64)
+                .await
+                .map(|(b, _)| b)
+                .map_err(|e| self.map_err(e))
+        }
+        .boxed()
+    }
+}
+
+impl AsyncFileReader for StoreReader {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        self.fetch(range)
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            let spans = coalesce(&ranges, COALESCE_GAP);
+            let mut fetched = Vec::with_capacity(spans.len());
+            for span in &spans {
+                fetched.push(
+                    self.store
+                        .get_range(&self.key, span.clone())
+                        .await
+                        .map_err(|e| self.map_err(e))?,
+                );
+            }
+            ranges
+                .iter()
+                .map(|r| {
+                    let (span, bytes) = spans
+                        .iter()
+                        .zip(&fetched)
+                        .find(|(s, _)| s.start <= r.start && r.end <= s.end)
+                        .ok_or_else(|| {
+                            ParquetError::General("range outside fetched spans".into())
+                        })?;
+                    let (a, b) = (
+                        (r.start - span.start) as usize,
+                        (r.end - span.start) as usize,
+                    );
+                    if b > bytes.len() {
+                        return Err(ParquetError::EOF(format!(
+                            "wanted bytes {r:?}, object ended first"
+                        )));
+                    }
+                    Ok(bytes.slice(a..b))
+                })
+                .collect()
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            match &self.metadata {
+                Some(m) => Ok(m.clone()),
+                None => Err(ParquetError::General("metadata not loaded".into())),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// Merges ranges (in any order) whose gaps are at most `gap` bytes.
+pub fn coalesce(ranges: &[Range<u64>], gap: u64) -> Vec<Range<u64>> {
+    let mut sorted: Vec<Range<u64>> = ranges.to_vec();
+    sorted.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for r in sorted {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end.saturating_add(gap) => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// An opened inventory: its footer is read, rows can be taken by position.
+pub struct Inventory {
+    reader: StoreReader,
+    key: String,
+    id_column: String,
+    arrow_metadata: ArrowReaderMetadata,
+}
+
+impl Inventory {
+    pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        key: &str,
+        id_column: &str,
+    ) -> Result<Self, InventoryError> {
+        let mut reader = StoreReader {
+            store,
+            key: key.to_owned(),
+            metadata: None,
+        };
+        let parquet_err = |source| InventoryError::Parquet {
+            key: key.to_owned(),
+            source,
+        };
+        let metadata = ParquetMetaDataReader::new()
+            .with_prefetch_hint(Some(FOOTER_PREFETCH))
+            .with_page_index_policy(PageIndexPolicy::Optional)
+            .load_via_suffix_and_finish(reader.clone())
+            .await
+            .map_err(|e| match e {
+                ParquetError::External(inner) => match inner.downcast::<StoreError>() {
+                    Ok(se) => InventoryError::Store {
+                        key: key.to_owned(),
+                        source: *se,
+                    },
+                    Err(other) => parquet_err(ParquetError::External(other)),
+                },
+                other => parquet_err(other),
+            })?;
+        let metadata = Arc::new(metadata);
+        reader.metadata = Some(metadata.clone());
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let arrow_metadata =
+            ArrowReaderMetadata::try_new(metadata, options).map_err(parquet_err)?;
+        let schema = arrow_metadata.schema();
+        let field = schema
+            .field_with_name(id_column)
+            .map_err(|_| InventoryError::NoIdColumn {
+                key: key.to_owned(),
+                column: id_column.to_owned(),
+                found: schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        if !matches!(
+            field.data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            return Err(InventoryError::IdColumnType {
+                key: key.to_owned(),
+                column: id_column.to_owned(),
+                found: field.data_type().to_string(),
+            });
+        }
+        Ok(Self {
+            reader,
+            key: key.to_owned(),
+            id_column: id_column.to_owned(),
+            arrow_metadata,
+        })
+    }
+
+    pub fn num_rows(&self) -> u64 {
+        self.arrow_metadata
+            .metadata()
+            .file_metadata()
+            .num_rows()
+            .max(0) as u64
+    }
+
+    pub fn num_row_groups(&self) -> usize {
+        self.arrow_metadata.metadata().num_row_groups()
+    }
+
+    /// The ids of rows `start .. start + n` (clamped to the end). `None` for a null id.
+    pub async fn read_ids(
+        &self,
+        start: u64,
+        n: u64,
+    ) -> Result<Vec<Option<String>>, InventoryError> {
+        let total = self.num_rows();
+        let end = start.saturating_add(n).min(total);
+        if start > total {
+            return Err(InventoryError::OutOfRange {
+                key: self.key.clone(),
+                start,
+                end: start + n,
+                total,
+            });
+        }
+        if start == end {
+            return Ok(Vec::new());
+        }
+        // Row groups overlapping [start, end), and where the first one begins.
+        let mut groups = Vec::new();
+        let mut first_group_start = None;
+        let mut offset = 0u64;
+        for (i, rg) in self
+            .arrow_metadata
+            .metadata()
+            .row_groups()
+            .iter()
+            .enumerate()
+        {
+            let rows = rg.num_rows().max(0) as u64;
+            if offset < end && offset + rows > start {
+                groups.push(i);
+                first_group_start.get_or_insert(offset);
+            }
+            offset += rows;
+        }
+        let group_start = first_group_start.unwrap_or(0);
+        let selection = RowSelection::from(vec![
+            RowSelector::skip((start - group_start) as usize),
+            RowSelector::select((end - start) as usize),
+        ]);
+        let parquet_err = |source| InventoryError::Parquet {
+            key: self.key.clone(),
+            source,
+        };
+        let mask = ProjectionMask::columns(
+            self.arrow_metadata
+                .metadata()
+                .file_metadata()
+                .schema_descr(),
+            [self.id_column.as_str()],
+        );
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
+            self.reader.clone(),
+            self.arrow_metadata.clone(),
+        )
+        .with_row_groups(groups)
+        .with_row_selection(selection)
+        .with_projection(mask)
+        .with_batch_size(8192)
+        .build()
+        .map_err(parquet_err)?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(parquet_err)?;
+        let mut ids = Vec::with_capacity((end - start) as usize);
+        for batch in &batches {
+            let col = batch.column(0);
+            let push =
+                |ids: &mut Vec<Option<String>>, v: Option<&str>| ids.push(v.map(str::to_owned));
+            match col.data_type() {
+                DataType::Utf8 => col
+                    .as_string::<i32>()
+                    .iter()
+                    .for_each(|v| push(&mut ids, v)),
+                DataType::LargeUtf8 => col
+                    .as_string::<i64>()
+                    .iter()
+                    .for_each(|v| push(&mut ids, v)),
+                DataType::Utf8View => col.as_string_view().iter().for_each(|v| push(&mut ids, v)),
+                other => {
+                    return Err(InventoryError::IdColumnType {
+                        key: self.key.clone(),
+                        column: self.id_column.clone(),
+                        found: other.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(ids)
+    }
+}
+
+/// How granary writes inventories: row groups and pages sized so that a feeder window touches
+/// little, with an offset index so the reader can fetch single pages.
+#[derive(Debug, Clone)]
+pub struct InventoryLayout {
+    pub row_group_rows: usize,
+    pub page_rows: usize,
+    pub offset_index: bool,
+}
+
+impl InventoryLayout {
+    /// granary's layout: 128k-row groups, ~1,000-row pages, page index on.
+    pub fn granary() -> Self {
+        Self {
+            row_group_rows: 128 * 1024,
+            page_rows: 1024,
+            offset_index: true,
+        }
+    }
+
+    fn properties(&self) -> WriterProperties {
+        WriterProperties::builder()
+            .set_max_row_group_row_count(Some(self.row_group_rows))
+            .set_data_page_row_count_limit(self.page_rows)
+            .set_offset_index_disabled(!self.offset_index)
+            .set_statistics_enabled(if self.offset_index {
+                EnabledStatistics::Page
+            } else {
+                EnabledStatistics::Chunk
+            })
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build()
+    }
+}
+
+/// One inventory row: an id and when the granule was acquired (ISO-8601).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryRow {
+    pub granule_id: String,
+    pub start_datetime: String,
+}
+
+/// Writes rows (already in feed order, newest first) as a Parquet inventory.
+pub fn write_inventory(
+    rows: &[InventoryRow],
+    layout: &InventoryLayout,
+) -> Result<Bytes, ParquetError> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(DEFAULT_ID_COLUMN, DataType::Utf8, false),
+        Field::new("start_datetime", DataType::Utf8, false),
+    ]));
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(layout.properties()))?;
+    for chunk in rows.chunks(layout.row_group_rows.max(1)) {
+        let ids = StringArray::from_iter_values(chunk.iter().map(|r| r.granule_id.as_str()));
+        let dates = StringArray::from_iter_values(chunk.iter().map(|r| r.start_datetime.as_str()));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(dates)])
+            .map_err(|e| ParquetError::General(e.to_string()))?;
+        writer.write(&batch)?;
+    }
+    writer.close()?;
+    Ok(Bytes::from(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+    use crate::ports::PutCondition;
+
+    fn rows(n: usize) -> Vec<InventoryRow> {
+        (0..n)
+            .map(|i| InventoryRow {
+                granule_id: format!("g{i:06}"),
+                start_datetime: "2022-01-01T00:00:00Z".into(),
+            })
+            .collect()
+    }
+
+    async fn store_with(n: usize, layout: InventoryLayout) -> Arc<dyn ObjectStore> {
+        let store = Arc::new(MemoryStore::new());
+        let bytes = write_inventory(&rows(n), &layout).unwrap();
+        store
+            .put("inv.parquet", bytes, PutCondition::Overwrite)
+            .await
+            .unwrap();
+        store
+    }
+
+    #[test]
+    fn coalescing() {
+        assert_eq!(coalesce(&[10..20, 0..5, 6..8], 1), vec![0..8, 10..20]);
+        assert_eq!(coalesce(&[0..5, 100..110], 1000), vec![0..110]);
+        assert!(coalesce(&[], 10).is_empty());
+    }
+
+    #[tokio::test]
+    async fn windows_across_row_groups() {
+        let layout = InventoryLayout {
+            row_group_rows: 1000,
+            page_rows: 100,
+            offset_index: true,
+        };
+        let store = store_with(3500, layout).await;
+        let inv = Inventory::open(store, "inv.parquet", DEFAULT_ID_COLUMN)
+            .await
+            .unwrap();
+        assert_eq!(inv.num_rows(), 3500);
+        assert_eq!(inv.num_row_groups(), 4);
+        for (start, n) in [
+            (0u64, 10u64),
+            (995, 10),
+            (1000, 1000),
+            (2999, 2),
+            (3490, 100),
+            (0, 3500),
+            (3500, 5),
+        ] {
+            let ids = inv.read_ids(start, n).await.unwrap();
+            let end = (start + n).min(3500);
+            let want: Vec<Option<String>> =
+                (start..end).map(|i| Some(format!("g{i:06}"))).collect();
+            assert_eq!(ids, want, "window {start}+{n}");
+        }
+        assert!(matches!(
+            inv.read_ids(3501, 1).await,
+            Err(InventoryError::OutOfRange { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn truncated_and_wrong_files_are_clear_errors() {
+        let store = Arc::new(MemoryStore::new());
+        let bytes = write_inventory(&rows(100), &InventoryLayout::granary()).unwrap();
+        store
+            .put(
+                "trunc.parquet",
+                bytes.slice(..bytes.len() / 2),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        store
+            .put(
+                "json.parquet",
+                Bytes::from_static(b"{\"not\": \"parquet\"}"),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let s: Arc<dyn ObjectStore> = store.clone();
+        assert!(matches!(
+            Inventory::open(s.clone(), "trunc.parquet", "granule_id").await,
+            Err(InventoryError::Parquet { .. })
+        ));
+        assert!(matches!(
+            Inventory::open(s.clone(), "json.parquet", "granule_id").await,
+            Err(InventoryError::Parquet { .. })
+        ));
+        assert!(matches!(
+            Inventory::open(s.clone(), "missing.parquet", "granule_id").await,
+            Err(InventoryError::Store { .. })
+        ));
+        store
+            .put("ok.parquet", bytes, PutCondition::Overwrite)
+            .await
+            .unwrap();
+        assert!(matches!(
+            Inventory::open(s.clone(), "ok.parquet", "nope").await,
+            Err(InventoryError::NoIdColumn { .. })
+        ));
+    }
+}

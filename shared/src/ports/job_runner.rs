@@ -1,0 +1,42 @@
+//! The compute service (AWS Batch), bound to granary's job queue and job definition.
+
+use crate::domain::batch_event::JobStatus;
+use async_trait::async_trait;
+use std::collections::BTreeMap;
+
+#[derive(Debug, thiserror::Error)]
+#[error("job runner: {0}")]
+pub struct JobRunnerError(pub String);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRequest {
+    pub job_name: String,
+    /// Container environment overrides (GRANULE_ID, ATTEMPT).
+    pub environment: BTreeMap<String, String>,
+    /// Job parameters, visible in DescribeJobs and in the state-change event.
+    pub parameters: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSummary {
+    pub job_id: String,
+    pub job_name: String,
+    pub status: JobStatus,
+}
+
+/// Counts of unfinished jobs by status. Counting stops early at the caller's limit, so `total` is
+/// exact below it and "at least the limit" at it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ActiveJobs {
+    pub by_status: BTreeMap<String, u64>,
+    pub total: u64,
+}
+
+#[async_trait]
+pub trait JobRunner: Send + Sync {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError>;
+    /// Jobs in SUBMITTED..RUNNING, counting until `stop_at` is reached.
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError>;
+    /// The newest job with exactly this name, in any status.
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
+}

@@ -1,0 +1,12 @@
+//! What the domain needs from the world. Each port has an AWS adapter and an in-memory twin
+//! (`crate::adapters`).
+
+pub mod event_bus;
+pub mod job_runner;
+pub mod object_store;
+pub mod queue;
+
+pub use event_bus::{BusEvent, EventBus, EventBusError};
+pub use job_runner::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
+pub use object_store::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
+pub use queue::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};

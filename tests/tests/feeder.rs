@@ -1,0 +1,373 @@
+//! queue-feeder against the emulator.
+
+use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
+use granary::handlers::Ctx;
+use granary::inventory::InventoryLayout;
+use granary::state::load_tracker;
+use granary_tests::*;
+use std::sync::Arc;
+
+fn small_layout() -> InventoryLayout {
+    InventoryLayout {
+        row_group_rows: 100,
+        page_rows: 20,
+        offset_index: true,
+    }
+}
+
+#[tokio::test]
+async fn submits_exactly_the_window_and_advances_the_tracker() {
+    let s = stack("window", 2, &[]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    let first = ids(250, "AA");
+    let second = ids(30, "BB");
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/2024-01.parquet",
+        &first,
+        &small_layout(),
+    )
+    .await;
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/2024-02.parquet",
+        &second,
+        &small_layout(),
+    )
+    .await;
+
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 120,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.submitted, 120);
+    assert_eq!(out.early_exit, None);
+    let jobs = all_jobs(&s).await;
+    assert_eq!(jobs.len(), 120);
+    let want: Vec<String> = first[..120]
+        .iter()
+        .map(|g| {
+            granary::domain::job_name::job_name(
+                &granary::domain::granule::GranuleId::parse(g).unwrap(),
+                1,
+            )
+        })
+        .collect();
+    let mut got: Vec<String> = jobs.iter().map(|(n, _)| n.clone()).collect();
+    let mut want_sorted = want.clone();
+    want_sorted.sort();
+    got.sort();
+    assert_eq!(
+        got, want_sorted,
+        "exactly rows 0..120 of the first inventory"
+    );
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(t.value.inventories[0].rows_submitted, 120);
+    assert_eq!(t.value.inventories[0].total_rows, Some(250));
+
+    // The next window crosses into the second inventory, in order.
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 150,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.submitted, 150);
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(t.value.inventories[0].rows_submitted, 250);
+    assert_eq!(t.value.inventories[1].rows_submitted, 20);
+    assert_eq!(all_jobs(&s).await.len(), 270);
+
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 100,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.submitted, 10);
+    assert!(out.inventories_complete);
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 100,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.submitted, 0);
+    assert_eq!(
+        out.early_exit.as_deref(),
+        Some("every inventory is fully submitted")
+    );
+    assert_eq!(all_jobs(&s).await.len(), 280);
+}
+
+#[tokio::test]
+async fn exits_early_at_the_active_job_threshold() {
+    // moto finishes every job inside SubmitJob, so nothing is ever active there: a threshold of 0
+    // is "at the threshold" with zero jobs. (The in-memory runner's unit test covers real counts.)
+    let s = stack("threshold", 2, &[("GRANARY_MAX_ACTIVE_JOBS", "0")]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &ids(10, "CC"),
+        &small_layout(),
+    )
+    .await;
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 5,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.submitted, 0);
+    assert!(
+        out.early_exit
+            .as_deref()
+            .unwrap_or("")
+            .contains("threshold of 0"),
+        "{out:?}"
+    );
+    assert!(all_jobs(&s).await.is_empty());
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(
+        t.etag, None,
+        "an early exit does not even touch the tracker"
+    );
+}
+
+#[tokio::test]
+async fn a_feeder_with_a_stale_etag_submits_nothing() {
+    let s = stack("stale", 2, &[]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &ids(100, "DD"),
+        &small_layout(),
+    )
+    .await;
+    // Create the tracker, then take a snapshot that will go stale.
+    feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 10,
+        },
+    )
+    .await
+    .unwrap();
+    let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    // Another feeder run moves on.
+    let other = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 40,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.submitted, 40);
+    let before = all_jobs(&s).await.len();
+
+    let out = feeder::feed(&s.ctx, 40, stale, FeederSummary::default())
+        .await
+        .unwrap();
+    assert_eq!(out.submitted, 0, "{out:?}");
+    assert_eq!(out.already_submitted, 40);
+    assert!(
+        out.stopped
+            .as_deref()
+            .unwrap_or("")
+            .contains("another feeder"),
+        "{out:?}"
+    );
+    assert_eq!(all_jobs(&s).await.len(), before);
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(
+        t.value.inventories[0].rows_submitted, 50,
+        "the stale run did not move the tracker"
+    );
+}
+
+#[tokio::test]
+async fn a_feeder_killed_before_advancing_does_not_resubmit() {
+    let s = stack("killed", 2, &[("GRANARY_CLAIM_LEASE_SECS", "0")]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &ids(60, "EE"),
+        &small_layout(),
+    )
+    .await;
+    feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 10,
+        },
+    )
+    .await
+    .unwrap();
+
+    // Run 1 dies writing the tracker: every job of its window was submitted and recorded.
+    let dying = Ctx {
+        store: Arc::new(FailingStore::new(
+            s.ctx.store.clone(),
+            &s.ctx.config.tracker_key,
+            true,
+            1,
+        )),
+        ..s.ctx.clone()
+    };
+    assert!(feeder::run(
+        &dying,
+        FeederEvent {
+            granule_submit_count: 20
+        }
+    )
+    .await
+    .is_err());
+    assert_eq!(all_jobs(&s).await.len(), 30);
+
+    // Run 2 dies recording job ids in the claims (after SubmitJob): claims are left half-done.
+    let dying = Ctx {
+        store: Arc::new(FailingStore::new(s.ctx.store.clone(), "claims/", true, 5)),
+        ..s.ctx.clone()
+    };
+    let _ = feeder::run(
+        &dying,
+        FeederEvent {
+            granule_submit_count: 25,
+        },
+    )
+    .await;
+    let after_two = all_jobs(&s).await.len();
+
+    // The next healthy run resubmits nothing it already submitted.
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 50,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.submitted,
+        (60 - after_two) as u64,
+        "only rows never submitted are submitted: {out:?}"
+    );
+    assert_eq!(
+        out.recovered, 5,
+        "half-done claims were found by job name: {out:?}"
+    );
+    let jobs = all_jobs(&s).await;
+    assert_eq!(jobs.len(), 60, "one job per granule, never two");
+    let mut names: Vec<&String> = jobs.iter().map(|(n, _)| n).collect();
+    names.dedup();
+    assert_eq!(names.len(), 60);
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(t.value.inventories[0].rows_submitted, 60);
+}
+
+#[tokio::test]
+async fn invalid_rows_go_to_the_dlq_not_to_batch() {
+    let s = stack("invalid", 2, &[]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    let mut rows = ids(5, "FF");
+    rows[2] = "bad/id".into();
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &rows,
+        &small_layout(),
+    )
+    .await;
+    let out = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 10,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!((out.submitted, out.rejected), (4, 1));
+    let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    assert!(dlq[0].body.contains("bad/id"));
+    assert!(
+        dlq[0].attributes["reason"].contains("'/'"),
+        "{:?}",
+        dlq[0].attributes
+    );
+}
+
+#[tokio::test]
+async fn a_truncated_inventory_is_a_clear_error() {
+    let s = stack("trunc", 2, &[]).await;
+    if lacks_batch(&s) {
+        return;
+    }
+    let bytes = granary::inventory::write_inventory(
+        &[granary::inventory::InventoryRow {
+            granule_id: "a".into(),
+            start_datetime: "x".into(),
+        }],
+        &small_layout(),
+    )
+    .unwrap();
+    s.ctx
+        .store
+        .put(
+            "inventories/a.parquet",
+            bytes.slice(..bytes.len() - 10),
+            granary::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let err = feeder::run(
+        &s.ctx,
+        FeederEvent {
+            granule_submit_count: 10,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("not a readable Parquet file"),
+        "{err}"
+    );
+}
