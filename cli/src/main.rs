@@ -1,6 +1,7 @@
 //! `granary`: the operator's command line, and the local runtime that runs granary on an emulator.
 
 mod classify_cmd;
+mod demo_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,6 +24,11 @@ enum Command {
     /// Example: granary classify event.json
     ///          aws events ... | granary classify - --json
     Classify(classify_cmd::Args),
+    /// Run a whole campaign locally on the AWS emulator, with faults, and print what happened.
+    ///
+    /// Example: granary demo --granules 2000 --seed 7
+    ///          granary demo --endpoint http://127.0.0.1:5000 --json
+    Demo(demo_cmd::Args),
 }
 
 #[tokio::main]
@@ -30,6 +36,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Classify(args) => classify_cmd::run(args),
+        Command::Demo(args) => demo_cmd::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -22,6 +22,16 @@ pub enum AttemptEnd {
 }
 
 impl AttemptEnd {
+    /// (attempt statusReason, container reason, exit code) as Batch reports them.
+    pub fn summary(&self) -> (String, Option<String>, Option<i64>) {
+        let c = self.container("");
+        (
+            self.status_reason(),
+            c.get("reason").and_then(|r| r.as_str()).map(str::to_owned),
+            c.get("exitCode").and_then(|e| e.as_i64()),
+        )
+    }
+
     fn status_reason(&self) -> String {
         match self {
             AttemptEnd::Success | AttemptEnd::AppFailure { .. } => {

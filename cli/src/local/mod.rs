@@ -1,4 +1,9 @@
 //! The local runtime: what AWS would do around granary's Lambdas, done on an emulator.
 
+pub mod campaign;
+pub mod emulator;
 pub mod events;
+pub mod fault_plan;
+pub mod runner;
+pub mod simulator;
 pub mod stack;

@@ -1,2 +1,3 @@
 pub mod aws;
+pub mod counting;
 pub mod memory;

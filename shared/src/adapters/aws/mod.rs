@@ -28,6 +28,22 @@ pub async fn load_sdk_config() -> SdkConfig {
         .await
 }
 
+/// The SDK config for an explicit endpoint (an emulator): region and credentials fall back to
+/// `us-east-1` and dummy keys when the environment has none, since emulators accept any.
+pub async fn load_sdk_config_for(endpoint: &str) -> SdkConfig {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .build_https();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http).endpoint_url(endpoint);
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+        loader = loader.region(aws_config::Region::new("us-east-1"));
+    }
+    if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new("testing", "testing", None, None, "emulator"));
+    }
+    loader.load().await
+}
+
 /// One client per service, built once per process (Lambda init) and shared.
 #[derive(Clone, Debug)]
 pub struct AwsClients {
@@ -40,7 +56,8 @@ pub struct AwsClients {
 impl AwsClients {
     pub fn new(config: &SdkConfig) -> Self {
         // Emulators serve buckets by path; virtual-host names like bucket.localhost don't resolve.
-        let path_style = std::env::var_os("AWS_ENDPOINT_URL").is_some()
+        let path_style = config.endpoint_url().is_some()
+            || std::env::var_os("AWS_ENDPOINT_URL").is_some()
             || std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
         let s3_config = aws_sdk_s3::config::Builder::from(config)
             .force_path_style(path_style)

@@ -1,0 +1,238 @@
+//! A whole campaign on the emulator: stack, sample inventory, local runtime, and the accounting
+//! at the end ("did anything get lost").
+
+use super::fault_plan::FaultPlan;
+use super::runner::{LocalRuntime, RunnerOptions};
+use super::simulator::BatchSimulator;
+use super::stack::{EmulatorStack, StackOptions};
+use anyhow::{Context, Result};
+use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
+use granary::adapters::counting::{CountingQueue, CountingStore, RequestCounts};
+use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+use granary::domain::log_key::{LogKey, LogOutcome};
+use granary::handlers::Ctx;
+use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
+use granary::ports::{PutCondition, Queue};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct CampaignSpec {
+    pub granules: usize,
+    pub inventories: usize,
+    pub plan: FaultPlan,
+    pub runner: RunnerOptions,
+    /// The job definition's RetryStrategy.attempts.
+    pub batch_attempts: i32,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for CampaignSpec {
+    fn default() -> Self {
+        Self {
+            granules: 10_000,
+            inventories: 2,
+            plan: FaultPlan::default(),
+            runner: RunnerOptions::default(),
+            batch_attempts: 2,
+            env: Vec::new(),
+        }
+    }
+}
+
+/// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
+pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut t = chrono::NaiveDate::from_ymd_opt(2025, 2, 8).and_then(|d| d.and_hms_opt(23, 59, 59)).unwrap_or_default();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        t -= chrono::Duration::seconds(rng.random_range(30..900));
+        let platform = if rng.random_bool(0.55) { "S30" } else { "L30" };
+        let letters: String = (0..3).map(|_| char::from(b'A' + rng.random_range(0..26u8))).collect();
+        let tile = format!("{:02}{letters}", rng.random_range(1..=60));
+        out.push(InventoryRow {
+            granule_id: format!("HLS.{platform}.T{tile}.{}.v2.0", t.format("%Y%jT%H%M%S")),
+            start_datetime: t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        });
+    }
+    out
+}
+
+pub struct Campaign {
+    pub stack: EmulatorStack,
+    pub clients: AwsClients,
+    pub runtime: LocalRuntime,
+    pub counts: Arc<RequestCounts>,
+    pub granules: Vec<String>,
+}
+
+impl Campaign {
+    pub async fn setup(clients: &AwsClients, iam: &aws_sdk_iam::Client, name: &str, spec: &CampaignSpec) -> Result<Self> {
+        let mut env: std::collections::HashMap<String, String> = spec.env.iter().cloned().collect();
+        // Locally, a delivery that dies is retried within seconds, not minutes.
+        env.entry("GRANARY_ROUTE_LEASE_SECS".into()).or_insert_with(|| "10".into());
+        let options = StackOptions { batch_attempts: spec.batch_attempts, env };
+        let stack = EmulatorStack::provision(clients, iam, name, options).await?;
+        anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
+        let counts = Arc::new(RequestCounts::default());
+        let aws = Ctx::aws(stack.config()?, clients);
+        let ctx = Ctx {
+            store: Arc::new(CountingStore { inner: aws.store.clone(), counts: counts.clone() }),
+            retry_queue: Arc::new(CountingQueue { inner: aws.retry_queue.clone(), counts: counts.clone() }),
+            failure_dlq: Arc::new(CountingQueue { inner: aws.failure_dlq.clone(), counts: counts.clone() }),
+            ..aws
+        };
+        let rows = sample_granules(spec.granules, spec.plan.seed);
+        let per = rows.len().div_ceil(spec.inventories.max(1)).max(1);
+        for (i, chunk) in rows.chunks(per).enumerate() {
+            let bytes = write_inventory(chunk, &InventoryLayout::granary()).context("writing the sample inventory")?;
+            // Inventory keys sort in feed order: newest first.
+            ctx.store.put(&format!("{}{:04}.parquet", ctx.config.inventory_prefix, i + 1), bytes, PutCondition::Overwrite).await?;
+        }
+        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
+            inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
+            counts: counts.clone(),
+        });
+        let bus = Arc::new(EventBridgeBus::new(clients.events.clone(), "default"));
+        let simulator = BatchSimulator::new(clients.batch.clone(), bus, &stack.job_queue, spec.plan.clone());
+        let runtime = LocalRuntime::new(ctx, events_queue, simulator, spec.runner.clone());
+        Ok(Self {
+            stack,
+            clients: clients.clone(),
+            runtime,
+            counts,
+            granules: rows.into_iter().map(|r| r.granule_id).collect(),
+        })
+    }
+
+    pub async fn summarize(&self, wall: Duration) -> Result<Summary> {
+        let ctx = &self.runtime.ctx;
+        let prefix = &ctx.config.log_prefix;
+        let mut success_attempt: BTreeMap<String, u32> = BTreeMap::new();
+        let mut platform_of: BTreeMap<String, String> = BTreeMap::new();
+        let mut still_failing = BTreeSet::new();
+        let mut logs = 0u64;
+        for meta in ctx.store.list(prefix).await? {
+            let Ok(key) = LogKey::parse(prefix, &meta.key) else { continue };
+            logs += 1;
+            let id = key.granule_id.to_string();
+            platform_of.insert(id.clone(), key.platform.clone());
+            match key.outcome {
+                LogOutcome::Success => {
+                    let e = success_attempt.entry(id).or_insert(0);
+                    *e = (*e).max(key.attempt);
+                }
+                LogOutcome::Failure => {
+                    still_failing.insert(id);
+                }
+            }
+        }
+        let dlq = peek_all(ctx.failure_dlq.as_ref()).await?;
+        let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
+        let mut dead: BTreeSet<String> = BTreeSet::new();
+        for m in &dlq {
+            *dlq_by_reason.entry(m.attributes.get("reason").cloned().unwrap_or_else(|| "(no reason)".into())).or_default() += 1;
+            if let Ok(e) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) {
+                dead.insert(e.granule_id.to_string());
+            }
+        }
+        let mut per_platform: BTreeMap<String, PlatformCounts> = BTreeMap::new();
+        let mut attempts_histogram: BTreeMap<u32, u64> = BTreeMap::new();
+        for (id, attempt) in &success_attempt {
+            per_platform.entry(platform_of[id].clone()).or_default().succeeded += 1;
+            *attempts_histogram.entry(*attempt).or_default() += 1;
+        }
+        for id in &dead {
+            let platform = GranuleId::parse(id).map(|g| ctx.config.id_parser.facts(&g).platform_label().to_owned()).unwrap_or_default();
+            per_platform.entry(platform).or_default().dead_lettered += 1;
+        }
+        let unaccounted = self.granules.iter().filter(|g| !success_attempt.contains_key(*g) && !dead.contains(*g)).count() as u64;
+        let events_dlq = SqsQueue::new(self.clients.sqs.clone(), &self.stack.events_dlq_url).depth().await?;
+        let n = self.granules.len().max(1) as f64;
+        let secs = wall.as_secs_f64().max(1e-9);
+        let sim = &self.runtime.simulator.stats;
+        Ok(Summary {
+            granules: self.granules.len() as u64,
+            succeeded: success_attempt.len() as u64,
+            dead_lettered: dead.len() as u64,
+            dlq_messages: dlq.len() as u64,
+            still_failing_logs: still_failing.len() as u64,
+            unaccounted,
+            per_platform,
+            attempts_histogram,
+            dlq_by_reason,
+            events_dlq: events_dlq.visible + events_dlq.in_flight,
+            log_objects: logs,
+            batch_jobs: sim.jobs,
+            batch_internal_retries: sim.batch_internal_retries,
+            events_emitted: sim.events,
+            duplicate_events: sim.duplicates,
+            delayed_events: sim.delayed,
+            wall_secs: secs,
+            granules_per_sec: n / secs,
+            s3_requests: self.counts.s3_total(),
+            sqs_requests: self.counts.sqs_total(),
+            s3_per_granule: self.counts.s3_total() as f64 / n,
+            sqs_per_granule: self.counts.sqs_total() as f64 / n,
+            dlq,
+        })
+    }
+}
+
+/// Reads every message on a queue without consuming it (they reappear after the timeout).
+pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedMessage>> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..10_000 {
+        let got = queue.receive(10, 30, 0).await?;
+        if got.is_empty() {
+            break;
+        }
+        for m in got {
+            seen.entry(m.message_id.clone()).or_insert(m);
+        }
+    }
+    Ok(seen.into_values().collect())
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct PlatformCounts {
+    pub succeeded: u64,
+    pub dead_lettered: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub granules: u64,
+    pub succeeded: u64,
+    pub dead_lettered: u64,
+    pub dlq_messages: u64,
+    /// Granules with logs under outcome=failure (should equal the dead-lettered ones).
+    pub still_failing_logs: u64,
+    /// Granules neither succeeded nor dead-lettered: lost work. Must be 0.
+    pub unaccounted: u64,
+    pub per_platform: BTreeMap<String, PlatformCounts>,
+    /// The attempt at which each successful granule succeeded.
+    pub attempts_histogram: BTreeMap<u32, u64>,
+    pub dlq_by_reason: BTreeMap<String, u64>,
+    /// Events that failed the monitor five times (should be 0).
+    pub events_dlq: u64,
+    pub log_objects: u64,
+    pub batch_jobs: u64,
+    pub batch_internal_retries: u64,
+    pub events_emitted: u64,
+    pub duplicate_events: u64,
+    pub delayed_events: u64,
+    pub wall_secs: f64,
+    pub granules_per_sec: f64,
+    pub s3_requests: u64,
+    pub sqs_requests: u64,
+    pub s3_per_granule: f64,
+    pub sqs_per_granule: f64,
+    /// The DLQ's messages as read for this summary (reading hides them for a while, so callers
+    /// use these rather than reading again).
+    #[serde(skip)]
+    pub dlq: Vec<granary::ports::ReceivedMessage>,
+}

@@ -1,0 +1,217 @@
+//! The local Lambda runner: fires the feeder on its schedule and polls each SQS event source,
+//! calling the same handlers Lambda would with the same event JSON, honouring batch size,
+//! visibility timeout and batchItemFailures.
+
+use super::simulator::BatchSimulator;
+use anyhow::{Context, Result};
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
+use granary::handlers::{monitor, requeuer, Ctx};
+use granary::ports::{Queue, ReceivedMessage};
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// The feeder schedule's period.
+    pub feeder_interval: Duration,
+    pub granule_submit_count: u64,
+    /// SQS event-source batch size (Lambda's BatchSize).
+    pub batch_size: u32,
+    pub visibility_timeout_secs: u32,
+    /// Concurrent invocations per event source.
+    pub concurrency: usize,
+    /// Give up if the campaign has not settled by then.
+    pub deadline: Duration,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        Self {
+            feeder_interval: Duration::from_millis(200),
+            granule_submit_count: 200,
+            batch_size: 10,
+            visibility_timeout_secs: 2,
+            concurrency: 4,
+            deadline: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// Live figures for progress display.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub retrying: u64,
+    pub dead_lettered: u64,
+    pub feeder_runs: u64,
+    pub monitor_invocations: u64,
+    pub requeuer_invocations: u64,
+    pub failed_records: u64,
+    pub inventories_complete: bool,
+    /// Wall time spent in each phase, for finding the bottleneck.
+    pub feeder_time: Duration,
+    pub simulator_time: Duration,
+    pub monitor_time: Duration,
+    pub requeuer_time: Duration,
+}
+
+pub struct LocalRuntime {
+    pub ctx: Ctx,
+    pub events_queue: Arc<dyn Queue>,
+    pub simulator: BatchSimulator,
+    pub options: RunnerOptions,
+    pub progress: Progress,
+    pub last_feed: Option<FeederSummary>,
+}
+
+/// The JSON Lambda sends for an SQS batch, parsed the way Lambda's runtime would parse it.
+pub fn lambda_sqs_event(queue_name: &str, messages: &[ReceivedMessage]) -> Result<SqsEvent> {
+    let records: Vec<serde_json::Value> = messages
+        .iter()
+        .map(|m| {
+            let attrs: serde_json::Map<String, serde_json::Value> = m
+                .attributes
+                .iter()
+                .map(|(k, v)| (k.clone(), json!({"stringValue": v, "dataType": "String", "stringListValues": [], "binaryListValues": []})))
+                .collect();
+            json!({
+                "messageId": m.message_id,
+                "receiptHandle": m.receipt_handle,
+                "body": m.body,
+                "attributes": {
+                    "ApproximateReceiveCount": m.receive_count.to_string(),
+                    "SentTimestamp": m.sent_at_ms.unwrap_or(0).to_string(),
+                },
+                "messageAttributes": attrs,
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": queue_name,
+                "awsRegion": "us-east-1",
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "Records": records })).context("building the Lambda SQS event")
+}
+
+#[derive(Clone, Copy)]
+enum Source {
+    Monitor,
+    Requeuer,
+}
+
+impl LocalRuntime {
+    pub fn new(ctx: Ctx, events_queue: Arc<dyn Queue>, simulator: BatchSimulator, options: RunnerOptions) -> Self {
+        Self {
+            ctx,
+            events_queue,
+            simulator,
+            options,
+            progress: Progress::default(),
+            last_feed: None,
+        }
+    }
+
+    /// Polls one event source until it has nothing visible; returns how many records it handled.
+    async fn drain(&mut self, source: Source) -> Result<u64> {
+        let queue = match source {
+            Source::Monitor => self.events_queue.clone(),
+            Source::Requeuer => self.ctx.retry_queue.clone(),
+        };
+        let mut handled = 0;
+        loop {
+            // `concurrency` pollers, each one receive + one invocation, as Lambda scales out.
+            let mut batches = Vec::new();
+            for _ in 0..self.options.concurrency {
+                let got = queue.receive(self.options.batch_size, self.options.visibility_timeout_secs, 0).await?;
+                if got.is_empty() {
+                    break;
+                }
+                batches.push(got);
+            }
+            if batches.is_empty() {
+                return Ok(handled);
+            }
+            let ctx = &self.ctx;
+            let queue = &queue;
+            let invocations = batches.iter().map(|batch| async move {
+                let event = lambda_sqs_event(queue.name(), batch)?;
+                let response: SqsBatchResponse = match source {
+                    Source::Monitor => monitor::handle_sqs(ctx, event).await,
+                    Source::Requeuer => requeuer::handle_sqs(ctx, event).await,
+                };
+                // Lambda deletes every record not reported as failed; failed ones reappear later.
+                let failed: HashSet<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+                for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
+                    queue.delete(&m.receipt_handle).await?;
+                }
+                anyhow::Ok((batch.len() as u64, failed.len() as u64))
+            });
+            for r in futures::future::join_all(invocations).await {
+                let (n, failed) = r?;
+                handled += n;
+                self.progress.failed_records += failed;
+                match source {
+                    Source::Monitor => self.progress.monitor_invocations += 1,
+                    Source::Requeuer => self.progress.requeuer_invocations += 1,
+                }
+            }
+        }
+    }
+
+    /// Runs until every inventory is submitted and nothing is left in flight anywhere.
+    pub async fn run_to_quiescence(&mut self, mut on_progress: impl FnMut(&Progress)) -> Result<()> {
+        let started = Instant::now();
+        let mut next_feed = Instant::now();
+        let mut quiet_rounds = 0;
+        loop {
+            anyhow::ensure!(started.elapsed() < self.options.deadline, "campaign did not settle within {:?}", self.options.deadline);
+            let mut activity = 0u64;
+            let phase = Instant::now();
+            if Instant::now() >= next_feed {
+                next_feed = Instant::now() + self.options.feeder_interval;
+                let summary = feeder::run(&self.ctx, FeederEvent { granule_submit_count: self.options.granule_submit_count }).await.context("queue-feeder")?;
+                self.progress.feeder_runs += 1;
+                self.progress.inventories_complete = summary.inventories_complete;
+                activity += summary.submitted;
+                self.last_feed = Some(summary);
+            }
+            self.progress.feeder_time += phase.elapsed();
+            let phase = Instant::now();
+            activity += self.simulator.tick().await.context("batch simulator")? as u64;
+            self.progress.simulator_time += phase.elapsed();
+            let phase = Instant::now();
+            activity += self.drain(Source::Monitor).await.context("job-monitor")?;
+            self.progress.monitor_time += phase.elapsed();
+            let phase = Instant::now();
+            activity += self.drain(Source::Requeuer).await.context("requeuer")?;
+            self.progress.requeuer_time += phase.elapsed();
+
+            let events = self.events_queue.depth().await?;
+            let retry = self.ctx.retry_queue.depth().await?;
+            let dlq = self.ctx.failure_dlq.depth().await?;
+            self.progress.submitted = self.simulator.stats.jobs;
+            self.progress.succeeded = self.simulator.stats.succeeded;
+            self.progress.retrying = retry.visible + retry.in_flight;
+            self.progress.dead_lettered = dlq.visible + dlq.in_flight;
+            on_progress(&self.progress);
+
+            let idle = activity == 0
+                && self.progress.inventories_complete
+                && self.simulator.pending() == 0
+                && events.visible + events.in_flight == 0
+                && retry.visible + retry.in_flight == 0;
+            quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
+            // Two quiet rounds: a job submitted in the last drain is seen by the next tick.
+            if quiet_rounds >= 2 {
+                return Ok(());
+            }
+            if activity == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}

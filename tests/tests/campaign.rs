@@ -1,0 +1,140 @@
+//! The end-to-end campaign: inventory in, every granule accounted for out.
+
+use granary::domain::classify::Route;
+use granary::domain::granule::GranuleProcessingEvent;
+use granary::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use granary::state::{load_tracker, read_json};
+use granary_cli::local::campaign::{Campaign, CampaignSpec};
+use granary_cli::local::fault_plan::FaultPlan;
+use granary_tests::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_granule_is_accounted_for() {
+    let (clients, iam) = clients().await;
+    if !granary_cli::local::stack::batch_available(&clients).await {
+        eprintln!("SKIP: the endpoint has no AWS Batch; the campaign needs it");
+        return;
+    }
+    let mut spec = CampaignSpec {
+        granules: 2_000,
+        plan: FaultPlan {
+            seed: 7,
+            spot_rate: 0.12,
+            app_failure_rate: 0.03,
+            app_exit_code: 2,
+            timeout_rate: 0.01,
+            pull_error_rate: 0.01,
+            intermediate_events: true,
+            duplicate_rate: 0.05,
+            delay_rate: 0.05,
+            delay_ticks: 2,
+        },
+        batch_attempts: 2,
+        env: vec![("GRANARY_MAX_RETRIES".into(), "2".into())],
+        ..CampaignSpec::default()
+    };
+    spec.runner.deadline = Duration::from_secs(1200);
+    let mut c = Campaign::setup(&clients, &iam, &unique_name("campaign"), &spec).await.unwrap();
+    let started = Instant::now();
+    c.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let summary = c.summarize(started.elapsed()).await.unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&summary).unwrap());
+    let ctx = &c.runtime.ctx;
+    let planned = &c.runtime.simulator.planned;
+
+    // The plan exercised what it should.
+    let sim = &c.runtime.simulator.stats;
+    assert!(sim.batch_internal_retries > 0 && sim.duplicates > 0 && sim.delayed > 0 && sim.intermediate > 0, "{sim:?}");
+    assert!(sim.retryable > 0 && sim.dead_letter_bound > 0, "{sim:?}");
+
+    // No (granule, attempt) was submitted twice: one Batch job per name, one name per planned job.
+    let jobs = all_jobs(&TestStack { stack: c.stack.clone(), clients: c.clients.clone(), ctx: ctx.clone() }).await;
+    let names: BTreeSet<&String> = jobs.iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), jobs.len(), "a job name was submitted twice");
+    assert_eq!(jobs.len(), planned.len());
+
+    // What each granule's final job was meant to end as, by the plan.
+    let mut last: BTreeMap<&str, &granary_cli::local::simulator::PlannedJob> = BTreeMap::new();
+    let mut successes: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in planned {
+        let e = last.entry(p.granule_id.as_str()).or_insert(p);
+        if p.attempt > e.attempt {
+            *e = p;
+        }
+        if p.route == Route::Done {
+            *successes.entry(p.granule_id.as_str()).or_default() += 1;
+        }
+    }
+    assert_eq!(last.len(), c.granules.len(), "every granule reached Batch");
+    assert!(successes.values().all(|n| *n == 1), "no granule succeeded twice");
+
+    // The DLQ holds exactly the granules that should be there, once each, with the right reason.
+    let dlq = &summary.dlq;
+    let mut dead: BTreeMap<String, String> = BTreeMap::new();
+    for m in dlq {
+        let e: GranuleProcessingEvent = serde_json::from_str(&m.body).unwrap();
+        assert!(dead.insert(e.granule_id.to_string(), m.attributes["reason"].clone()).is_none(), "two DLQ messages for {}", e.granule_id);
+    }
+    let max_attempt = ctx.config.max_attempt();
+    for (granule, p) in &last {
+        match p.route {
+            Route::Done => assert!(!dead.contains_key(*granule), "{granule} succeeded but is in the DLQ"),
+            Route::FailureDlq => assert_eq!(
+                dead.get(*granule),
+                Some(&p.reason),
+                "{granule}: planned {:?}; logs {:?}",
+                planned.iter().filter(|q| q.granule_id == *granule).collect::<Vec<_>>(),
+                keys(ctx.store.as_ref(), "logs/").await.into_iter().filter(|k| k.contains(*granule)).collect::<Vec<_>>()
+            ),
+            Route::RetryQueue => {
+                assert_eq!(p.attempt, max_attempt, "{granule}: a retryable failure below the budget was not retried");
+                assert_eq!(dead.get(*granule).map(String::as_str), Some("attempts exhausted"), "{granule}");
+            }
+            Route::BatchRetries => panic!("a final event cannot be a Batch retry"),
+        }
+    }
+
+    // Logs: one per finished job, successes un-superseded, failures of later successes relocated.
+    let mut logs = 0;
+    let mut failing: BTreeSet<String> = BTreeSet::new();
+    let mut success_attempt: BTreeMap<String, u32> = BTreeMap::new();
+    for meta in ctx.store.list("logs/").await.unwrap() {
+        let key = LogKey::parse("logs/", &meta.key).unwrap();
+        logs += 1;
+        match key.outcome {
+            LogOutcome::Failure => {
+                failing.insert(key.granule_id.to_string());
+            }
+            LogOutcome::Success => {
+                let a = success_attempt.entry(key.granule_id.to_string()).or_default();
+                *a = (*a).max(key.attempt);
+            }
+        }
+    }
+    assert_eq!(logs, planned.len(), "one log per finished job, no more, no less");
+    let dead_set: BTreeSet<String> = dead.keys().cloned().collect();
+    assert_eq!(failing, dead_set, "outcome=failure holds exactly the granules still failing");
+    for (granule, p) in last.iter().filter(|(_, p)| p.route == Route::Done) {
+        assert_eq!(success_attempt.get(*granule), Some(&p.attempt), "{granule}");
+    }
+    // Spot-check relocated failure logs are marked superseded by the winning attempt.
+    let relocated: Vec<(&str, u32)> = last.iter().filter(|(_, p)| p.route == Route::Done && p.attempt > 1).map(|(g, p)| (*g, p.attempt)).take(20).collect();
+    assert!(!relocated.is_empty());
+    for (granule, attempt) in relocated {
+        let prefix = format!("logs/outcome=success/");
+        let keys: Vec<String> = keys(ctx.store.as_ref(), &prefix).await.into_iter().filter(|k| k.contains(&format!("granule_id={granule}/"))).collect();
+        assert_eq!(keys.len() as u32, attempt, "{granule}: {keys:?}");
+        for k in keys.iter().filter(|k| !k.ends_with(&format!("attempt={attempt}.json"))) {
+            let r: LogRecord = read_json(ctx.store.as_ref(), k).await.unwrap().unwrap().value;
+            assert_eq!(r.superseded.map(|s| s.by_attempt), Some(attempt), "{k}");
+        }
+    }
+
+    assert_eq!(summary.unaccounted, 0);
+    assert_eq!(summary.events_dlq, 0, "no event failed the monitor for good");
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key).await.unwrap();
+    assert!(tracker.value.is_complete());
+    assert_eq!(tracker.value.rows_submitted(), 2_000);
+}
