@@ -8,6 +8,11 @@ GRANULES ?= 10000
 
 all: build
 
+# A whole campaign on the local emulator (granary starts and stops moto itself).
+demo:
+	scripts/emulator.sh install
+	$(CARGO) run --locked -q -p granary-cli --bin granary -- demo --granules $(GRANULES)
+
 build:
 	$(CARGO) build --workspace --locked
 

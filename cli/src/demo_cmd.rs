@@ -52,27 +52,49 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let clients = AwsClients::new(&config);
     let iam = aws_sdk_iam::Client::new(&config);
     let name = format!("granary-demo-{}", chrono::Utc::now().format("%H%M%S"));
-    let mut spec = CampaignSpec { granules: args.granules, plan, ..CampaignSpec::default() };
+    let mut spec = CampaignSpec {
+        granules: args.granules,
+        plan,
+        ..CampaignSpec::default()
+    };
     spec.runner.granule_submit_count = args.submit_count;
     if !args.json {
-        eprintln!("emulator {endpoint}; stack {name}; {} granules; fault plan seed {}", spec.granules, spec.plan.seed);
+        eprintln!(
+            "emulator {endpoint}; stack {name}; {} granules; fault plan seed {}",
+            spec.granules, spec.plan.seed
+        );
     }
-    let mut campaign = Campaign::setup(&clients, &iam, &name, &spec).await.context("setting up the campaign")?;
-    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new(spec.granules as u64) };
-    bar.set_style(ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} succeeded  {msg}").unwrap_or_else(|_| ProgressStyle::default_bar()));
+    let mut campaign = Campaign::setup(&clients, &iam, &name, &spec)
+        .await
+        .context("setting up the campaign")?;
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(spec.granules as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} succeeded  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
     let started = Instant::now();
     campaign
         .runtime
         .run_to_quiescence(|p| {
             bar.set_position(p.succeeded);
-            bar.set_message(format!("submitted {}  retrying {}  dead-lettered {}", p.submitted, p.retrying, p.dead_lettered));
+            bar.set_message(format!(
+                "submitted {}  retrying {}  dead-lettered {}",
+                p.submitted, p.retrying, p.dead_lettered
+            ));
         })
         .await?;
     bar.finish();
     let p = &campaign.runtime.progress;
     tracing::debug!(feeder = ?p.feeder_time, simulator = ?p.simulator_time, monitor = ?p.monitor_time, requeuer = ?p.requeuer_time, "phase times");
     if std::env::var_os("GRANARY_DEMO_TIMINGS").is_some() {
-        eprintln!("phase times: feeder {:?}, simulator {:?}, monitor {:?}, requeuer {:?}", p.feeder_time, p.simulator_time, p.monitor_time, p.requeuer_time);
+        eprintln!(
+            "phase times: feeder {:?}, simulator {:?}, monitor {:?}, requeuer {:?}",
+            p.feeder_time, p.simulator_time, p.monitor_time, p.requeuer_time
+        );
     }
     let summary = campaign.summarize(started.elapsed()).await?;
     if args.json {
@@ -80,35 +102,56 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     } else {
         print_summary(&summary);
         if _emulator.is_none() {
-            eprintln!("\nThe emulator at {endpoint} keeps the stack's state: bucket {}, DLQ {}", campaign.stack.bucket, campaign.stack.failure_dlq_url);
+            eprintln!(
+                "\nThe emulator at {endpoint} keeps the stack's state: bucket {}, DLQ {}",
+                campaign.stack.bucket, campaign.stack.failure_dlq_url
+            );
         }
     }
-    Ok(if summary.unaccounted == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if summary.unaccounted == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn print_summary(s: &Summary) {
-    println!("\nCampaign: {} granules in {:.1} s ({:.1} granules/s)", s.granules, s.wall_secs, s.granules_per_sec);
+    println!(
+        "\nCampaign: {} granules in {:.1} s ({:.1} granules/s)",
+        s.granules, s.wall_secs, s.granules_per_sec
+    );
     println!(
         "  succeeded {}, dead-lettered {}, unaccounted {}{}",
         s.succeeded,
         s.dead_lettered,
         s.unaccounted,
-        if s.unaccounted == 0 { " — nothing lost" } else { " — WORK WAS LOST" }
+        if s.unaccounted == 0 {
+            " — nothing lost"
+        } else {
+            " — WORK WAS LOST"
+        }
     );
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["platform", "succeeded", "dead-lettered"]);
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["platform", "succeeded", "dead-lettered"]);
     for (p, c) in &s.per_platform {
-        t.add_row([p.clone(), c.succeeded.to_string(), c.dead_lettered.to_string()]);
+        t.add_row([
+            p.clone(),
+            c.succeeded.to_string(),
+            c.dead_lettered.to_string(),
+        ]);
     }
     println!("\nOutcomes per platform\n{t}");
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["succeeded at attempt", "granules"]);
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["succeeded at attempt", "granules"]);
     for (a, n) in &s.attempts_histogram {
         t.add_row([a.to_string(), n.to_string()]);
     }
     println!("\nAttempts\n{t}");
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["DLQ reason", "messages"]);
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["DLQ reason", "messages"]);
     for (r, n) in &s.dlq_by_reason {
         t.add_row([r.clone(), n.to_string()]);
     }
@@ -117,5 +160,8 @@ fn print_summary(s: &Summary) {
         "\nBatch: {} jobs, {} Batch-internal retries; {} events ({} duplicated, {} delayed); events DLQ {}",
         s.batch_jobs, s.batch_internal_retries, s.events_emitted, s.duplicate_events, s.delayed_events, s.events_dlq
     );
-    println!("Requests per granule: S3 {:.2}, SQS {:.2} ({} S3, {} SQS in all)", s.s3_per_granule, s.sqs_per_granule, s.s3_requests, s.sqs_requests);
+    println!(
+        "Requests per granule: S3 {:.2}, SQS {:.2} ({} S3, {} SQS in all)",
+        s.s3_per_granule, s.sqs_per_granule, s.s3_requests, s.sqs_requests
+    );
 }

@@ -36,7 +36,9 @@ async fn every_granule_is_accounted_for() {
         ..CampaignSpec::default()
     };
     spec.runner.deadline = Duration::from_secs(1200);
-    let mut c = Campaign::setup(&clients, &iam, &unique_name("campaign"), &spec).await.unwrap();
+    let mut c = Campaign::setup(&clients, &iam, &unique_name("campaign"), &spec)
+        .await
+        .unwrap();
     let started = Instant::now();
     c.runtime.run_to_quiescence(|_| {}).await.unwrap();
     let summary = c.summarize(started.elapsed()).await.unwrap();
@@ -46,11 +48,22 @@ async fn every_granule_is_accounted_for() {
 
     // The plan exercised what it should.
     let sim = &c.runtime.simulator.stats;
-    assert!(sim.batch_internal_retries > 0 && sim.duplicates > 0 && sim.delayed > 0 && sim.intermediate > 0, "{sim:?}");
+    assert!(
+        sim.batch_internal_retries > 0
+            && sim.duplicates > 0
+            && sim.delayed > 0
+            && sim.intermediate > 0,
+        "{sim:?}"
+    );
     assert!(sim.retryable > 0 && sim.dead_letter_bound > 0, "{sim:?}");
 
     // No (granule, attempt) was submitted twice: one Batch job per name, one name per planned job.
-    let jobs = all_jobs(&TestStack { stack: c.stack.clone(), clients: c.clients.clone(), ctx: ctx.clone() }).await;
+    let jobs = all_jobs(&TestStack {
+        stack: c.stack.clone(),
+        clients: c.clients.clone(),
+        ctx: ctx.clone(),
+    })
+    .await;
     let names: BTreeSet<&String> = jobs.iter().map(|(n, _)| n).collect();
     assert_eq!(names.len(), jobs.len(), "a job name was submitted twice");
     assert_eq!(jobs.len(), planned.len());
@@ -68,29 +81,54 @@ async fn every_granule_is_accounted_for() {
         }
     }
     assert_eq!(last.len(), c.granules.len(), "every granule reached Batch");
-    assert!(successes.values().all(|n| *n == 1), "no granule succeeded twice");
+    assert!(
+        successes.values().all(|n| *n == 1),
+        "no granule succeeded twice"
+    );
 
     // The DLQ holds exactly the granules that should be there, once each, with the right reason.
     let dlq = &summary.dlq;
     let mut dead: BTreeMap<String, String> = BTreeMap::new();
     for m in dlq {
         let e: GranuleProcessingEvent = serde_json::from_str(&m.body).unwrap();
-        assert!(dead.insert(e.granule_id.to_string(), m.attributes["reason"].clone()).is_none(), "two DLQ messages for {}", e.granule_id);
+        assert!(
+            dead.insert(e.granule_id.to_string(), m.attributes["reason"].clone())
+                .is_none(),
+            "two DLQ messages for {}",
+            e.granule_id
+        );
     }
     let max_attempt = ctx.config.max_attempt();
     for (granule, p) in &last {
         match p.route {
-            Route::Done => assert!(!dead.contains_key(*granule), "{granule} succeeded but is in the DLQ"),
+            Route::Done => assert!(
+                !dead.contains_key(*granule),
+                "{granule} succeeded but is in the DLQ"
+            ),
             Route::FailureDlq => assert_eq!(
                 dead.get(*granule),
                 Some(&p.reason),
                 "{granule}: planned {:?}; logs {:?}",
-                planned.iter().filter(|q| q.granule_id == *granule).collect::<Vec<_>>(),
-                keys(ctx.store.as_ref(), "logs/").await.into_iter().filter(|k| k.contains(*granule)).collect::<Vec<_>>()
+                planned
+                    .iter()
+                    .filter(|q| q.granule_id == *granule)
+                    .collect::<Vec<_>>(),
+                keys(ctx.store.as_ref(), "logs/")
+                    .await
+                    .into_iter()
+                    .filter(|k| k.contains(*granule))
+                    .collect::<Vec<_>>()
             ),
             Route::RetryQueue => {
-                assert_eq!(p.attempt, max_attempt, "{granule}: a retryable failure below the budget was not retried");
-                assert_eq!(dead.get(*granule).map(String::as_str), Some("attempts exhausted"), "{granule}");
+                assert_eq!(
+                    p.attempt, max_attempt,
+                    "{granule}: a retryable failure below the budget was not retried"
+                );
+                assert_eq!(
+                    dead.get(*granule).map(String::as_str),
+                    Some("attempts exhausted"),
+                    "{granule}"
+                );
             }
             Route::BatchRetries => panic!("a final event cannot be a Batch retry"),
         }
@@ -108,33 +146,63 @@ async fn every_granule_is_accounted_for() {
                 failing.insert(key.granule_id.to_string());
             }
             LogOutcome::Success => {
-                let a = success_attempt.entry(key.granule_id.to_string()).or_default();
+                let a = success_attempt
+                    .entry(key.granule_id.to_string())
+                    .or_default();
                 *a = (*a).max(key.attempt);
             }
         }
     }
-    assert_eq!(logs, planned.len(), "one log per finished job, no more, no less");
+    assert_eq!(
+        logs,
+        planned.len(),
+        "one log per finished job, no more, no less"
+    );
     let dead_set: BTreeSet<String> = dead.keys().cloned().collect();
-    assert_eq!(failing, dead_set, "outcome=failure holds exactly the granules still failing");
+    assert_eq!(
+        failing, dead_set,
+        "outcome=failure holds exactly the granules still failing"
+    );
     for (granule, p) in last.iter().filter(|(_, p)| p.route == Route::Done) {
         assert_eq!(success_attempt.get(*granule), Some(&p.attempt), "{granule}");
     }
     // Spot-check relocated failure logs are marked superseded by the winning attempt.
-    let relocated: Vec<(&str, u32)> = last.iter().filter(|(_, p)| p.route == Route::Done && p.attempt > 1).map(|(g, p)| (*g, p.attempt)).take(20).collect();
+    let relocated: Vec<(&str, u32)> = last
+        .iter()
+        .filter(|(_, p)| p.route == Route::Done && p.attempt > 1)
+        .map(|(g, p)| (*g, p.attempt))
+        .take(20)
+        .collect();
     assert!(!relocated.is_empty());
     for (granule, attempt) in relocated {
-        let prefix = format!("logs/outcome=success/");
-        let keys: Vec<String> = keys(ctx.store.as_ref(), &prefix).await.into_iter().filter(|k| k.contains(&format!("granule_id={granule}/"))).collect();
+        let prefix = "logs/outcome=success/";
+        let keys: Vec<String> = keys(ctx.store.as_ref(), prefix)
+            .await
+            .into_iter()
+            .filter(|k| k.contains(&format!("granule_id={granule}/")))
+            .collect();
         assert_eq!(keys.len() as u32, attempt, "{granule}: {keys:?}");
-        for k in keys.iter().filter(|k| !k.ends_with(&format!("attempt={attempt}.json"))) {
-            let r: LogRecord = read_json(ctx.store.as_ref(), k).await.unwrap().unwrap().value;
+        for k in keys
+            .iter()
+            .filter(|k| !k.ends_with(&format!("attempt={attempt}.json")))
+        {
+            let r: LogRecord = read_json(ctx.store.as_ref(), k)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
             assert_eq!(r.superseded.map(|s| s.by_attempt), Some(attempt), "{k}");
         }
     }
 
     assert_eq!(summary.unaccounted, 0);
-    assert_eq!(summary.events_dlq, 0, "no event failed the monitor for good");
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key).await.unwrap();
+    assert_eq!(
+        summary.events_dlq, 0,
+        "no event failed the monitor for good"
+    );
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key)
+        .await
+        .unwrap();
     assert!(tracker.value.is_complete());
     assert_eq!(tracker.value.rows_submitted(), 2_000);
 }

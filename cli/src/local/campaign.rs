@@ -46,12 +46,16 @@ impl Default for CampaignSpec {
 /// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
 pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut t = chrono::NaiveDate::from_ymd_opt(2025, 2, 8).and_then(|d| d.and_hms_opt(23, 59, 59)).unwrap_or_default();
+    let mut t = chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
+        .and_then(|d| d.and_hms_opt(23, 59, 59))
+        .unwrap_or_default();
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         t -= chrono::Duration::seconds(rng.random_range(30..900));
         let platform = if rng.random_bool(0.55) { "S30" } else { "L30" };
-        let letters: String = (0..3).map(|_| char::from(b'A' + rng.random_range(0..26u8))).collect();
+        let letters: String = (0..3)
+            .map(|_| char::from(b'A' + rng.random_range(0..26u8)))
+            .collect();
         let tile = format!("{:02}{letters}", rng.random_range(1..=60));
         out.push(InventoryRow {
             granule_id: format!("HLS.{platform}.T{tile}.{}.v2.0", t.format("%Y%jT%H%M%S")),
@@ -70,34 +74,64 @@ pub struct Campaign {
 }
 
 impl Campaign {
-    pub async fn setup(clients: &AwsClients, iam: &aws_sdk_iam::Client, name: &str, spec: &CampaignSpec) -> Result<Self> {
+    pub async fn setup(
+        clients: &AwsClients,
+        iam: &aws_sdk_iam::Client,
+        name: &str,
+        spec: &CampaignSpec,
+    ) -> Result<Self> {
         let mut env: std::collections::HashMap<String, String> = spec.env.iter().cloned().collect();
         // Locally, a delivery that dies is retried within seconds, not minutes.
-        env.entry("GRANARY_ROUTE_LEASE_SECS".into()).or_insert_with(|| "10".into());
-        let options = StackOptions { batch_attempts: spec.batch_attempts, env };
+        env.entry("GRANARY_ROUTE_LEASE_SECS".into())
+            .or_insert_with(|| "10".into());
+        let options = StackOptions {
+            batch_attempts: spec.batch_attempts,
+            env,
+        };
         let stack = EmulatorStack::provision(clients, iam, name, options).await?;
         anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
         let counts = Arc::new(RequestCounts::default());
         let aws = Ctx::aws(stack.config()?, clients);
         let ctx = Ctx {
-            store: Arc::new(CountingStore { inner: aws.store.clone(), counts: counts.clone() }),
-            retry_queue: Arc::new(CountingQueue { inner: aws.retry_queue.clone(), counts: counts.clone() }),
-            failure_dlq: Arc::new(CountingQueue { inner: aws.failure_dlq.clone(), counts: counts.clone() }),
+            store: Arc::new(CountingStore {
+                inner: aws.store.clone(),
+                counts: counts.clone(),
+            }),
+            retry_queue: Arc::new(CountingQueue {
+                inner: aws.retry_queue.clone(),
+                counts: counts.clone(),
+            }),
+            failure_dlq: Arc::new(CountingQueue {
+                inner: aws.failure_dlq.clone(),
+                counts: counts.clone(),
+            }),
             ..aws
         };
         let rows = sample_granules(spec.granules, spec.plan.seed);
         let per = rows.len().div_ceil(spec.inventories.max(1)).max(1);
         for (i, chunk) in rows.chunks(per).enumerate() {
-            let bytes = write_inventory(chunk, &InventoryLayout::granary()).context("writing the sample inventory")?;
+            let bytes = write_inventory(chunk, &InventoryLayout::granary())
+                .context("writing the sample inventory")?;
             // Inventory keys sort in feed order: newest first.
-            ctx.store.put(&format!("{}{:04}.parquet", ctx.config.inventory_prefix, i + 1), bytes, PutCondition::Overwrite).await?;
+            ctx.store
+                .put(
+                    &format!("{}{:04}.parquet", ctx.config.inventory_prefix, i + 1),
+                    bytes,
+                    PutCondition::Overwrite,
+                )
+                .await?;
         }
         let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
             inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
             counts: counts.clone(),
         });
         let bus = Arc::new(EventBridgeBus::new(clients.events.clone(), "default"));
-        let simulator = BatchSimulator::new(clients.batch.clone(), bus, &stack.job_queue, spec.plan.clone());
+        let simulator = BatchSimulator::new(
+            clients.batch.clone(),
+            bus,
+            &stack.job_queue,
+            spec.plan.clone(),
+        );
         let runtime = LocalRuntime::new(ctx, events_queue, simulator, spec.runner.clone());
         Ok(Self {
             stack,
@@ -116,7 +150,9 @@ impl Campaign {
         let mut still_failing = BTreeSet::new();
         let mut logs = 0u64;
         for meta in ctx.store.list(prefix).await? {
-            let Ok(key) = LogKey::parse(prefix, &meta.key) else { continue };
+            let Ok(key) = LogKey::parse(prefix, &meta.key) else {
+                continue;
+            };
             logs += 1;
             let id = key.granule_id.to_string();
             platform_of.insert(id.clone(), key.platform.clone());
@@ -134,7 +170,14 @@ impl Campaign {
         let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut dead: BTreeSet<String> = BTreeSet::new();
         for m in &dlq {
-            *dlq_by_reason.entry(m.attributes.get("reason").cloned().unwrap_or_else(|| "(no reason)".into())).or_default() += 1;
+            *dlq_by_reason
+                .entry(
+                    m.attributes
+                        .get("reason")
+                        .cloned()
+                        .unwrap_or_else(|| "(no reason)".into()),
+                )
+                .or_default() += 1;
             if let Ok(e) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) {
                 dead.insert(e.granule_id.to_string());
             }
@@ -142,15 +185,26 @@ impl Campaign {
         let mut per_platform: BTreeMap<String, PlatformCounts> = BTreeMap::new();
         let mut attempts_histogram: BTreeMap<u32, u64> = BTreeMap::new();
         for (id, attempt) in &success_attempt {
-            per_platform.entry(platform_of[id].clone()).or_default().succeeded += 1;
+            per_platform
+                .entry(platform_of[id].clone())
+                .or_default()
+                .succeeded += 1;
             *attempts_histogram.entry(*attempt).or_default() += 1;
         }
         for id in &dead {
-            let platform = GranuleId::parse(id).map(|g| ctx.config.id_parser.facts(&g).platform_label().to_owned()).unwrap_or_default();
+            let platform = GranuleId::parse(id)
+                .map(|g| ctx.config.id_parser.facts(&g).platform_label().to_owned())
+                .unwrap_or_default();
             per_platform.entry(platform).or_default().dead_lettered += 1;
         }
-        let unaccounted = self.granules.iter().filter(|g| !success_attempt.contains_key(*g) && !dead.contains(*g)).count() as u64;
-        let events_dlq = SqsQueue::new(self.clients.sqs.clone(), &self.stack.events_dlq_url).depth().await?;
+        let unaccounted = self
+            .granules
+            .iter()
+            .filter(|g| !success_attempt.contains_key(*g) && !dead.contains(*g))
+            .count() as u64;
+        let events_dlq = SqsQueue::new(self.clients.sqs.clone(), &self.stack.events_dlq_url)
+            .depth()
+            .await?;
         let n = self.granules.len().max(1) as f64;
         let secs = wall.as_secs_f64().max(1e-9);
         let sim = &self.runtime.simulator.stats;

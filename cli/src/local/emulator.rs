@@ -23,13 +23,18 @@ fn http(addr: &str, method: &str, path: &str, body: &str) -> Result<u16> {
     )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;
-    resp.split_whitespace().nth(1).and_then(|c| c.parse().ok()).context("no HTTP status from the emulator")
+    resp.split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("no HTTP status from the emulator")
 }
 
 impl Emulator {
     /// Starts `moto_server` (from GRANARY_MOTO_SERVER, else .venv/bin/moto_server) on a free port.
     pub fn start() -> Result<Self> {
-        let bin = std::env::var_os("GRANARY_MOTO_SERVER").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".venv/bin/moto_server"));
+        let bin = std::env::var_os("GRANARY_MOTO_SERVER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(".venv/bin/moto_server"));
         if !bin.exists() {
             bail!("{} not found: run `scripts/emulator.sh install` (or `make demo`), or pass --endpoint URL of a running emulator", bin.display());
         }
@@ -41,7 +46,10 @@ impl Emulator {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let emulator = Self { child, endpoint: format!("http://{addr}") };
+        let emulator = Self {
+            child,
+            endpoint: format!("http://{addr}"),
+        };
         let started = Instant::now();
         while http(&addr, "GET", "/moto-api/", "").is_err() {
             if started.elapsed() > Duration::from_secs(20) {
@@ -49,8 +57,16 @@ impl Emulator {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let status = http(&addr, "POST", "/moto-api/config", r#"{"batch":{"use_docker":false},"lambda":{"use_docker":false}}"#)?;
-        anyhow::ensure!((200..300).contains(&status), "configuring moto returned HTTP {status}");
+        let status = http(
+            &addr,
+            "POST",
+            "/moto-api/config",
+            r#"{"batch":{"use_docker":false},"lambda":{"use_docker":false}}"#,
+        )?;
+        anyhow::ensure!(
+            (200..300).contains(&status),
+            "configuring moto returned HTTP {status}"
+        );
         Ok(emulator)
     }
 }

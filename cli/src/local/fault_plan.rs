@@ -63,8 +63,10 @@ pub struct JobFate {
 impl FaultPlan {
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
         use anyhow::Context;
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading fault plan {}", path.display()))?;
-        let plan: Self = serde_json::from_str(&text).with_context(|| format!("fault plan {} (fields: see README)", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading fault plan {}", path.display()))?;
+        let plan: Self = serde_json::from_str(&text)
+            .with_context(|| format!("fault plan {} (fields: see README)", path.display()))?;
         plan.validate()?;
         Ok(plan)
     }
@@ -78,9 +80,15 @@ impl FaultPlan {
             ("duplicate_rate", self.duplicate_rate),
             ("delay_rate", self.delay_rate),
         ] {
-            anyhow::ensure!((0.0..=1.0).contains(&p), "fault plan: {name} must be between 0 and 1, not {p}");
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&p),
+                "fault plan: {name} must be between 0 and 1, not {p}"
+            );
         }
-        anyhow::ensure!(self.spot_rate + self.timeout_rate + self.pull_error_rate <= 1.0, "fault plan: per-attempt rates add up to more than 1");
+        anyhow::ensure!(
+            self.spot_rate + self.timeout_rate + self.pull_error_rate <= 1.0,
+            "fault plan: per-attempt rates add up to more than 1"
+        );
         Ok(())
     }
 
@@ -91,7 +99,8 @@ impl FaultPlan {
 
     /// The fate of a job, given its job definition's retry strategy.
     pub fn fate(&self, job_name: &str, granule_id: &str, retry: &RetryStrategy) -> JobFate {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(stable_hash(self.seed, job_name.as_bytes()));
+        let mut rng =
+            rand::rngs::StdRng::seed_from_u64(stable_hash(self.seed, job_name.as_bytes()));
         let poisoned = self.is_poisoned(granule_id);
         let mut ends = Vec::new();
         loop {
@@ -105,7 +114,9 @@ impl FaultPlan {
             } else if r < self.spot_rate + self.pull_error_rate + self.timeout_rate {
                 AttemptEnd::Timeout
             } else if poisoned {
-                AttemptEnd::AppFailure { exit_code: self.app_exit_code }
+                AttemptEnd::AppFailure {
+                    exit_code: self.app_exit_code,
+                }
             } else {
                 AttemptEnd::Success
             };
@@ -126,9 +137,14 @@ impl FaultPlan {
 
 /// Batch's own decision after these attempts, by granary's implementation of its rules.
 fn batch_retries(retry: &RetryStrategy, ends: &[AttemptEnd]) -> bool {
-    let Some(last) = ends.last() else { return false };
+    let Some(last) = ends.last() else {
+        return false;
+    };
     let (status_reason, reason, exit) = last.summary();
-    matches!(retry.decide(ends.len(), Some(&status_reason), reason.as_deref(), exit), BatchRetryDecision::WillRetry { .. })
+    matches!(
+        retry.decide(ends.len(), Some(&status_reason), reason.as_deref(), exit),
+        BatchRetryDecision::WillRetry { .. }
+    )
 }
 
 /// Parses the JSON retryStrategy carried in events into the domain type.
@@ -167,7 +183,10 @@ mod tests {
 
     #[test]
     fn fates_are_reproducible_and_respect_batch_retries() {
-        let plan = FaultPlan { spot_rate: 0.5, ..FaultPlan::default() };
+        let plan = FaultPlan {
+            spot_rate: 0.5,
+            ..FaultPlan::default()
+        };
         let retry = retry_strategy_of(&default_retry_strategy(3));
         let mut batch_retried = 0;
         for i in 0..500 {
@@ -177,7 +196,13 @@ mod tests {
             assert!(a.ends.len() <= 3);
             // Batch retries Spot (and only Spot or pull errors) until its 3 attempts are used.
             for e in &a.ends[..a.ends.len() - 1] {
-                assert!(matches!(e, AttemptEnd::SpotInterruption { .. } | AttemptEnd::PullError), "{a:?}");
+                assert!(
+                    matches!(
+                        e,
+                        AttemptEnd::SpotInterruption { .. } | AttemptEnd::PullError
+                    ),
+                    "{a:?}"
+                );
             }
             batch_retried += usize::from(a.ends.len() > 1);
         }
@@ -186,9 +211,16 @@ mod tests {
 
     #[test]
     fn poisoned_granules_fail_every_time() {
-        let plan = FaultPlan { spot_rate: 0.0, pull_error_rate: 0.0, app_failure_rate: 0.3, ..FaultPlan::default() };
+        let plan = FaultPlan {
+            spot_rate: 0.0,
+            pull_error_rate: 0.0,
+            app_failure_rate: 0.3,
+            ..FaultPlan::default()
+        };
         let retry = retry_strategy_of(&default_retry_strategy(2));
-        let poisoned: Vec<usize> = (0..200).filter(|i| plan.is_poisoned(&format!("g{i}"))).collect();
+        let poisoned: Vec<usize> = (0..200)
+            .filter(|i| plan.is_poisoned(&format!("g{i}")))
+            .collect();
         assert!((30..90).contains(&poisoned.len()), "{}", poisoned.len());
         for i in poisoned {
             for attempt in 1..4 {
@@ -201,8 +233,19 @@ mod tests {
 
     #[test]
     fn bad_plans_are_refused() {
-        assert!(FaultPlan { spot_rate: 1.5, ..FaultPlan::default() }.validate().is_err());
-        assert!(FaultPlan { spot_rate: 0.6, pull_error_rate: 0.6, ..FaultPlan::default() }.validate().is_err());
+        assert!(FaultPlan {
+            spot_rate: 1.5,
+            ..FaultPlan::default()
+        }
+        .validate()
+        .is_err());
+        assert!(FaultPlan {
+            spot_rate: 0.6,
+            pull_error_rate: 0.6,
+            ..FaultPlan::default()
+        }
+        .validate()
+        .is_err());
         assert!(FaultPlan::default().validate().is_ok());
     }
 }

@@ -104,7 +104,12 @@ enum Source {
 }
 
 impl LocalRuntime {
-    pub fn new(ctx: Ctx, events_queue: Arc<dyn Queue>, simulator: BatchSimulator, options: RunnerOptions) -> Self {
+    pub fn new(
+        ctx: Ctx,
+        events_queue: Arc<dyn Queue>,
+        simulator: BatchSimulator,
+        options: RunnerOptions,
+    ) -> Self {
         Self {
             ctx,
             events_queue,
@@ -126,7 +131,13 @@ impl LocalRuntime {
             // `concurrency` pollers, each one receive + one invocation, as Lambda scales out.
             let mut batches = Vec::new();
             for _ in 0..self.options.concurrency {
-                let got = queue.receive(self.options.batch_size, self.options.visibility_timeout_secs, 0).await?;
+                let got = queue
+                    .receive(
+                        self.options.batch_size,
+                        self.options.visibility_timeout_secs,
+                        0,
+                    )
+                    .await?;
                 if got.is_empty() {
                     break;
                 }
@@ -144,7 +155,11 @@ impl LocalRuntime {
                     Source::Requeuer => requeuer::handle_sqs(ctx, event).await,
                 };
                 // Lambda deletes every record not reported as failed; failed ones reappear later.
-                let failed: HashSet<String> = response.batch_item_failures.into_iter().map(|f| f.item_identifier).collect();
+                let failed: HashSet<String> = response
+                    .batch_item_failures
+                    .into_iter()
+                    .map(|f| f.item_identifier)
+                    .collect();
                 for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
                     queue.delete(&m.receipt_handle).await?;
                 }
@@ -163,17 +178,31 @@ impl LocalRuntime {
     }
 
     /// Runs until every inventory is submitted and nothing is left in flight anywhere.
-    pub async fn run_to_quiescence(&mut self, mut on_progress: impl FnMut(&Progress)) -> Result<()> {
+    pub async fn run_to_quiescence(
+        &mut self,
+        mut on_progress: impl FnMut(&Progress),
+    ) -> Result<()> {
         let started = Instant::now();
         let mut next_feed = Instant::now();
         let mut quiet_rounds = 0;
         loop {
-            anyhow::ensure!(started.elapsed() < self.options.deadline, "campaign did not settle within {:?}", self.options.deadline);
+            anyhow::ensure!(
+                started.elapsed() < self.options.deadline,
+                "campaign did not settle within {:?}",
+                self.options.deadline
+            );
             let mut activity = 0u64;
             let phase = Instant::now();
             if Instant::now() >= next_feed {
                 next_feed = Instant::now() + self.options.feeder_interval;
-                let summary = feeder::run(&self.ctx, FeederEvent { granule_submit_count: self.options.granule_submit_count }).await.context("queue-feeder")?;
+                let summary = feeder::run(
+                    &self.ctx,
+                    FeederEvent {
+                        granule_submit_count: self.options.granule_submit_count,
+                    },
+                )
+                .await
+                .context("queue-feeder")?;
                 self.progress.feeder_runs += 1;
                 self.progress.inventories_complete = summary.inventories_complete;
                 activity += summary.submitted;

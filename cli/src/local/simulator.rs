@@ -55,13 +55,25 @@ fn bus_event(value: serde_json::Value) -> BusEvent {
     BusEvent {
         source: "aws.batch".into(),
         detail_type: "Batch Job State Change".into(),
-        resources: value["resources"].as_array().map(|a| a.iter().filter_map(|r| r.as_str().map(str::to_owned)).collect()).unwrap_or_default(),
+        resources: value["resources"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| r.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
         detail: value["detail"].clone(),
     }
 }
 
 impl BatchSimulator {
-    pub fn new(batch: aws_sdk_batch::Client, bus: Arc<dyn EventBus>, job_queue: &str, plan: FaultPlan) -> Self {
+    pub fn new(
+        batch: aws_sdk_batch::Client,
+        bus: Arc<dyn EventBus>,
+        job_queue: &str,
+        plan: FaultPlan,
+    ) -> Self {
         Self {
             batch,
             bus,
@@ -85,9 +97,19 @@ impl BatchSimulator {
         let mut new_ids = Vec::new();
         // The emulator finishes jobs inside SubmitJob; real Batch would have them RUNNING first.
         for status in [JobStatus::Succeeded, JobStatus::Failed] {
-            let mut pages = self.batch.list_jobs().job_queue(&self.job_queue).job_status(status).into_paginator().send();
+            let mut pages = self
+                .batch
+                .list_jobs()
+                .job_queue(&self.job_queue)
+                .job_status(status)
+                .into_paginator()
+                .send();
             while let Some(page) = pages.next().await {
-                for j in page.context("ListJobs")?.job_summary_list.unwrap_or_default() {
+                for j in page
+                    .context("ListJobs")?
+                    .job_summary_list
+                    .unwrap_or_default()
+                {
                     if let Some(id) = j.job_id {
                         if !self.seen.contains(&id) {
                             new_ids.push(id);
@@ -108,13 +130,21 @@ impl BatchSimulator {
             self.stats.batch_internal_retries += fate.ends.len() as u64 - 1;
             if self.plan.intermediate_events {
                 for k in 1..fate.ends.len() {
-                    out.push((0, bus_event(state_change_event(f, &fate.ends[..k], "FAILED"))));
+                    out.push((
+                        0,
+                        bus_event(state_change_event(f, &fate.ends[..k], "FAILED")),
+                    ));
                     self.stats.intermediate += 1;
                 }
             }
-            let status = if fate.succeeded { "SUCCEEDED" } else { "FAILED" };
+            let status = if fate.succeeded {
+                "SUCCEEDED"
+            } else {
+                "FAILED"
+            };
             let event = state_change_event(f, &fate.ends, status);
-            let parsed = BatchJobStateChange::from_value(event.clone()).context("simulator built an unparsable event")?;
+            let parsed = BatchJobStateChange::from_value(event.clone())
+                .context("simulator built an unparsable event")?;
             let c = classify(&parsed.detail).context("simulator built a non-terminal event")?;
             match c.route() {
                 Route::Done => self.stats.succeeded += 1,
@@ -156,7 +186,10 @@ impl BatchSimulator {
         }
         self.stats.events += due.len() as u64;
         if !due.is_empty() {
-            self.bus.put_events(due).await.context("putting Batch events on the bus")?;
+            self.bus
+                .put_events(due)
+                .await
+                .context("putting Batch events on the bus")?;
         }
         Ok(new_ids.len())
     }

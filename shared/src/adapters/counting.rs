@@ -1,6 +1,9 @@
 //! Decorators that count requests at the port, for the demo's and benchmarks' figures.
 
-use crate::ports::{ObjectMeta, ObjectStore, OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage, StoreError, StoredObject};
+use crate::ports::{
+    ObjectMeta, ObjectStore, OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError,
+    ReceivedMessage, StoreError, StoredObject,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::ops::Range;
@@ -23,11 +26,22 @@ pub struct RequestCounts {
 
 impl RequestCounts {
     pub fn s3_total(&self) -> u64 {
-        [&self.s3_get, &self.s3_put, &self.s3_list, &self.s3_other].iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        [&self.s3_get, &self.s3_put, &self.s3_list, &self.s3_other]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     pub fn sqs_total(&self) -> u64 {
-        [&self.sqs_send, &self.sqs_receive, &self.sqs_delete, &self.sqs_other].iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        [
+            &self.sqs_send,
+            &self.sqs_receive,
+            &self.sqs_delete,
+            &self.sqs_other,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
     }
 }
 
@@ -46,30 +60,43 @@ impl ObjectStore for CountingStore {
         bump(&self.counts.s3_get);
         let r = self.inner.get(key).await?;
         if let Some(o) = &r {
-            self.counts.s3_bytes_read.fetch_add(o.body.len() as u64, Ordering::Relaxed);
+            self.counts
+                .s3_bytes_read
+                .fetch_add(o.body.len() as u64, Ordering::Relaxed);
         }
         Ok(r)
     }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         bump(&self.counts.s3_get);
         let b = self.inner.get_range(key, range).await?;
-        self.counts.s3_bytes_read.fetch_add(b.len() as u64, Ordering::Relaxed);
+        self.counts
+            .s3_bytes_read
+            .fetch_add(b.len() as u64, Ordering::Relaxed);
         Ok(b)
     }
     async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
         bump(&self.counts.s3_get);
         let r = self.inner.get_suffix(key, len).await?;
-        self.counts.s3_bytes_read.fetch_add(r.0.len() as u64, Ordering::Relaxed);
+        self.counts
+            .s3_bytes_read
+            .fetch_add(r.0.len() as u64, Ordering::Relaxed);
         Ok(r)
     }
-    async fn put(&self, key: &str, body: Bytes, condition: PutCondition) -> Result<String, StoreError> {
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: PutCondition,
+    ) -> Result<String, StoreError> {
         bump(&self.counts.s3_put);
         self.inner.put(key, body, condition).await
     }
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         // One request per 1,000 keys, as S3 pages them.
         let r = self.inner.list(prefix).await?;
-        self.counts.s3_list.fetch_add((r.len() as u64).div_ceil(1000).max(1), Ordering::Relaxed);
+        self.counts
+            .s3_list
+            .fetch_add((r.len() as u64).div_ceil(1000).max(1), Ordering::Relaxed);
         Ok(r)
     }
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
@@ -96,9 +123,16 @@ impl Queue for CountingQueue {
         bump(&self.counts.sqs_send);
         self.inner.send(message).await
     }
-    async fn receive(&self, max: u32, visibility_timeout_secs: u32, wait_secs: u32) -> Result<Vec<ReceivedMessage>, QueueError> {
+    async fn receive(
+        &self,
+        max: u32,
+        visibility_timeout_secs: u32,
+        wait_secs: u32,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
         bump(&self.counts.sqs_receive);
-        self.inner.receive(max, visibility_timeout_secs, wait_secs).await
+        self.inner
+            .receive(max, visibility_timeout_secs, wait_secs)
+            .await
     }
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
         bump(&self.counts.sqs_delete);

@@ -268,3 +268,121 @@ async fn reject(
         .await?;
     Ok(RowResult::Rejected)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+    use crate::config::Config;
+    use crate::domain::batch_event::JobStatus;
+    use crate::inventory::{write_inventory, InventoryLayout, InventoryRow};
+    use crate::ports::{ObjectStore, PutCondition};
+    use std::sync::Arc;
+
+    async fn ctx(max_active: &str, jobs: Arc<MemoryJobRunner>) -> Ctx {
+        let env = [
+            ("GRANARY_BUCKET", "b"),
+            ("GRANARY_JOB_QUEUE", "q"),
+            ("GRANARY_JOB_DEFINITION", "d"),
+            ("GRANARY_RETRY_QUEUE_URL", "r"),
+            ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ("GRANARY_MAX_ACTIVE_JOBS", max_active),
+        ];
+        let config = Config::from_lookup(|k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let rows: Vec<InventoryRow> = (0..50)
+            .map(|i| InventoryRow {
+                granule_id: format!("g{i:03}"),
+                start_datetime: String::new(),
+            })
+            .collect();
+        let bytes = write_inventory(&rows, &InventoryLayout::granary()).unwrap();
+        store
+            .put("inventories/a.parquet", bytes, PutCondition::Overwrite)
+            .await
+            .unwrap();
+        Ctx {
+            config,
+            store,
+            jobs,
+            retry_queue: Arc::new(MemoryQueue::new("retry")),
+            failure_dlq: Arc::new(MemoryQueue::new("dlq")),
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_feeding_at_the_active_job_threshold_and_resumes_below_it() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+        let ctx = ctx("25", jobs.clone()).await;
+        let first = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 20,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((first.submitted, first.early_exit), (20, None));
+        // 20 active < 25: feeds again, now 40 active
+        assert_eq!(
+            run(
+                &ctx,
+                FeederEvent {
+                    granule_submit_count: 20
+                }
+            )
+            .await
+            .unwrap()
+            .submitted,
+            20
+        );
+        let held = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 20,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(held.submitted, 0);
+        assert_eq!(held.active_jobs, 25, "counting stops at the threshold");
+        assert!(held.early_exit.unwrap().contains("threshold of 25"));
+        // jobs finish: feeding resumes where it stopped
+        for (i, _) in jobs.submitted().iter().enumerate() {
+            jobs.set_status(&format!("job-{}", i + 1), JobStatus::Succeeded);
+        }
+        let resumed = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 20,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(resumed.submitted, 10);
+        assert!(resumed.inventories_complete);
+        let names: std::collections::BTreeSet<String> =
+            jobs.submitted().into_iter().map(|r| r.job_name).collect();
+        assert_eq!(names.len(), 50);
+    }
+
+    #[tokio::test]
+    async fn zero_count_is_an_error() {
+        let ctx = ctx("10", Arc::new(MemoryJobRunner::default())).await;
+        assert!(matches!(
+            run(
+                &ctx,
+                FeederEvent {
+                    granule_submit_count: 0
+                }
+            )
+            .await,
+            Err(FeederError::ZeroCount)
+        ));
+    }
+}

@@ -32,14 +32,21 @@ pub async fn load_sdk_config() -> SdkConfig {
 /// `us-east-1` and dummy keys when the environment has none, since emulators accept any.
 pub async fn load_sdk_config_for(endpoint: &str) -> SdkConfig {
     let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
         .build_https();
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).http_client(http).endpoint_url(endpoint);
-    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none() {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
+        .endpoint_url(endpoint);
+    if std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+    {
         loader = loader.region(aws_config::Region::new("us-east-1"));
     }
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-        loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new("testing", "testing", None, None, "emulator"));
+        loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+            "testing", "testing", None, None, "emulator",
+        ));
     }
     loader.load().await
 }
