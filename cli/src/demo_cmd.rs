@@ -27,6 +27,9 @@ pub struct Args {
     /// Without it (and without AWS_ENDPOINT_URL), granary starts moto itself.
     #[arg(long, env = "AWS_ENDPOINT_URL")]
     endpoint: Option<String>,
+    /// The feeder schedule's period, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    tick_ms: u64,
     /// Granules the feeder submits per schedule tick.
     #[arg(long, default_value_t = 200)]
     submit_count: u64,
@@ -58,6 +61,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         ..CampaignSpec::default()
     };
     spec.runner.granule_submit_count = args.submit_count;
+    spec.runner.feeder_interval = std::time::Duration::from_millis(args.tick_ms);
     if !args.json {
         eprintln!(
             "emulator {endpoint}; stack {name}; {} granules; fault plan seed {}",

@@ -21,13 +21,17 @@ struct Cli {
 enum Command {
     /// Explain what the job monitor does with one Batch Job State Change event.
     ///
-    /// Example: granary classify event.json
-    ///          aws events ... | granary classify - --json
+    /// Examples:
+    ///   granary classify event.json
+    ///   granary classify - --json < event.json
+    #[command(verbatim_doc_comment)]
     Classify(classify_cmd::Args),
     /// Run a whole campaign locally on the AWS emulator, with faults, and print what happened.
     ///
-    /// Example: granary demo --granules 2000 --seed 7
-    ///          granary demo --endpoint http://127.0.0.1:5000 --json
+    /// Examples:
+    ///   granary demo --granules 2000 --seed 7
+    ///   granary demo --endpoint http://127.0.0.1:5000 --json
+    #[command(verbatim_doc_comment)]
     Demo(demo_cmd::Args),
 }
 

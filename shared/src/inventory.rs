@@ -21,6 +21,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -365,7 +366,7 @@ pub struct InventoryLayout {
 }
 
 impl InventoryLayout {
-    /// granary's layout: 128k-row groups, ~1,000-row pages, page index on.
+    /// granary's layout: 128k-row groups, ~1,000-row pages, page index on, no dictionary for ids.
     pub fn granary() -> Self {
         Self {
             row_group_rows: 128 * 1024,
@@ -385,6 +386,8 @@ impl InventoryLayout {
                 EnabledStatistics::Chunk
             })
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            // Ids are unique: a dictionary only adds a large page every window read must fetch.
+            .set_column_dictionary_enabled(ColumnPath::from(DEFAULT_ID_COLUMN), false)
             .build()
     }
 }
@@ -482,6 +485,40 @@ mod tests {
             inv.read_ids(3501, 1).await,
             Err(InventoryError::OutOfRange { .. })
         ));
+    }
+
+    /// The feeder must not read a large inventory whole to take a window: count what it fetches.
+    #[tokio::test]
+    async fn a_window_fetches_only_its_pages() {
+        use crate::adapters::counting::{CountingStore, RequestCounts};
+        use std::sync::atomic::Ordering;
+        let layout = InventoryLayout {
+            row_group_rows: 50_000,
+            page_rows: 1024,
+            offset_index: true,
+        };
+        let memory = store_with(300_000, layout).await;
+        let size = memory.get("inv.parquet").await.unwrap().unwrap().body.len() as u64;
+        let counts = Arc::new(RequestCounts::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(CountingStore {
+            inner: memory,
+            counts: counts.clone(),
+        });
+        let inv = Inventory::open(store, "inv.parquet", DEFAULT_ID_COLUMN)
+            .await
+            .unwrap();
+        let footer_bytes = counts.s3_bytes_read.load(Ordering::Relaxed);
+        let ids = inv.read_ids(175_500, 1000).await.unwrap();
+        assert_eq!(ids.first().cloned().flatten().as_deref(), Some("g175500"));
+        assert_eq!(ids.len(), 1000);
+        let window_bytes = counts.s3_bytes_read.load(Ordering::Relaxed) - footer_bytes;
+        let requests = counts.s3_get.load(Ordering::Relaxed);
+        assert!(requests <= 3, "{requests} GETs");
+        // two or three ~1,000-row pages of one column, out of a 300,000-row file
+        assert!(
+            window_bytes * 20 < size,
+            "window read {window_bytes} of {size} bytes"
+        );
     }
 
     #[tokio::test]

@@ -120,6 +120,50 @@ pub async fn put_inventory(
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Runs the feeder once for `count` granules; panics on error.
+pub async fn feed(ctx: &Ctx, count: u64) -> granary::handlers::feeder::FeederSummary {
+    granary::handlers::feeder::run(
+        ctx,
+        granary::handlers::feeder::FeederEvent {
+            granule_submit_count: count,
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("feeder: {e}"))
+}
+
+/// A small-row-group layout so test inventories have several row groups and pages.
+pub fn small_layout() -> InventoryLayout {
+    InventoryLayout {
+        row_group_rows: 100,
+        page_rows: 20,
+        offset_index: true,
+    }
+}
+
+/// A stack (with Batch) holding one inventory `inventories/a.parquet` of `n` generated ids;
+/// `None` when the endpoint has no Batch.
+pub async fn stack_with_inventory(
+    tag: &str,
+    env: &[(&str, &str)],
+    n: usize,
+    id_prefix: &str,
+) -> Option<(TestStack, Vec<String>)> {
+    let s = stack(tag, 2, env).await;
+    if lacks_batch(&s) {
+        return None;
+    }
+    let granules = ids(n, id_prefix);
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &granules,
+        &small_layout(),
+    )
+    .await;
+    Some((s, granules))
+}
+
 /// Every job on the stack's queue, in any status: (job name, job id).
 pub async fn all_jobs(s: &TestStack) -> Vec<(String, String)> {
     use aws_sdk_batch::types::JobStatus;

@@ -2,18 +2,9 @@
 
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::Ctx;
-use granary::inventory::InventoryLayout;
 use granary::state::load_tracker;
 use granary_tests::*;
 use std::sync::Arc;
-
-fn small_layout() -> InventoryLayout {
-    InventoryLayout {
-        row_group_rows: 100,
-        page_rows: 20,
-        offset_index: true,
-    }
-}
 
 #[tokio::test]
 async fn submits_exactly_the_window_and_advances_the_tracker() {
@@ -38,14 +29,7 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
     )
     .await;
 
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 120,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 120).await;
     assert_eq!(out.submitted, 120);
     assert_eq!(out.early_exit, None);
     let jobs = all_jobs(&s).await;
@@ -74,14 +58,7 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
     assert_eq!(t.value.inventories[0].total_rows, Some(250));
 
     // The next window crosses into the second inventory, in order.
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 150,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 150).await;
     assert_eq!(out.submitted, 150);
     let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
         .await
@@ -90,24 +67,10 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
     assert_eq!(t.value.inventories[1].rows_submitted, 20);
     assert_eq!(all_jobs(&s).await.len(), 270);
 
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 100,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 100).await;
     assert_eq!(out.submitted, 10);
     assert!(out.inventories_complete);
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 100,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 100).await;
     assert_eq!(out.submitted, 0);
     assert_eq!(
         out.early_exit.as_deref(),
@@ -120,25 +83,12 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
 async fn exits_early_at_the_active_job_threshold() {
     // moto finishes every job inside SubmitJob, so nothing is ever active there: a threshold of 0
     // is "at the threshold" with zero jobs. (The in-memory runner's unit test covers real counts.)
-    let s = stack("threshold", 2, &[("GRANARY_MAX_ACTIVE_JOBS", "0")]).await;
-    if lacks_batch(&s) {
+    let Some((s, _)) =
+        stack_with_inventory("threshold", &[("GRANARY_MAX_ACTIVE_JOBS", "0")], 10, "CC").await
+    else {
         return;
-    }
-    put_inventory(
-        s.ctx.store.as_ref(),
-        "inventories/a.parquet",
-        &ids(10, "CC"),
-        &small_layout(),
-    )
-    .await;
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 5,
-        },
-    )
-    .await
-    .unwrap();
+    };
+    let out = feed(&s.ctx, 5).await;
     assert_eq!(out.submitted, 0);
     assert!(
         out.early_exit
@@ -159,38 +109,16 @@ async fn exits_early_at_the_active_job_threshold() {
 
 #[tokio::test]
 async fn a_feeder_with_a_stale_etag_submits_nothing() {
-    let s = stack("stale", 2, &[]).await;
-    if lacks_batch(&s) {
+    let Some((s, _)) = stack_with_inventory("stale", &[], 100, "DD").await else {
         return;
-    }
-    put_inventory(
-        s.ctx.store.as_ref(),
-        "inventories/a.parquet",
-        &ids(100, "DD"),
-        &small_layout(),
-    )
-    .await;
+    };
     // Create the tracker, then take a snapshot that will go stale.
-    feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 10,
-        },
-    )
-    .await
-    .unwrap();
+    feed(&s.ctx, 10).await;
     let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
         .await
         .unwrap();
     // Another feeder run moves on.
-    let other = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 40,
-        },
-    )
-    .await
-    .unwrap();
+    let other = feed(&s.ctx, 40).await;
     assert_eq!(other.submitted, 40);
     let before = all_jobs(&s).await.len();
 
@@ -218,25 +146,12 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
 
 #[tokio::test]
 async fn a_feeder_killed_before_advancing_does_not_resubmit() {
-    let s = stack("killed", 2, &[("GRANARY_CLAIM_LEASE_SECS", "0")]).await;
-    if lacks_batch(&s) {
+    let Some((s, _)) =
+        stack_with_inventory("killed", &[("GRANARY_CLAIM_LEASE_SECS", "0")], 60, "EE").await
+    else {
         return;
-    }
-    put_inventory(
-        s.ctx.store.as_ref(),
-        "inventories/a.parquet",
-        &ids(60, "EE"),
-        &small_layout(),
-    )
-    .await;
-    feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 10,
-        },
-    )
-    .await
-    .unwrap();
+    };
+    feed(&s.ctx, 10).await;
 
     // Run 1 dies writing the tracker: every job of its window was submitted and recorded.
     let dying = Ctx {
@@ -273,14 +188,7 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
     let after_two = all_jobs(&s).await.len();
 
     // The next healthy run resubmits nothing it already submitted.
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 50,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 50).await;
     assert_eq!(
         out.submitted,
         (60 - after_two) as u64,
@@ -316,14 +224,7 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
         &small_layout(),
     )
     .await;
-    let out = feeder::run(
-        &s.ctx,
-        FeederEvent {
-            granule_submit_count: 10,
-        },
-    )
-    .await
-    .unwrap();
+    let out = feed(&s.ctx, 10).await;
     assert_eq!((out.submitted, out.rejected), (4, 1));
     let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
     assert_eq!(dlq.len(), 1);

@@ -5,7 +5,7 @@ use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::tracker::Tracker;
 use crate::inventory::{Inventory, InventoryError};
 use crate::ports::{OutgoingMessage, QueueError, StoreError};
-use crate::state::{load_tracker, save_tracker, submit_once, StateError, SubmitOutcome, Versioned};
+use crate::state::{load_tracker, save_tracker, StateError, SubmitOutcome, Versioned};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -181,15 +181,7 @@ async fn submit_rows(
                     }
                 };
                 let event = GranuleProcessingEvent::first(id);
-                let outcome = submit_once(
-                    ctx.store.as_ref(),
-                    ctx.jobs.as_ref(),
-                    &ctx.config.claim_prefix,
-                    ctx.config.claim_lease,
-                    &event,
-                    "queue-feeder",
-                )
-                .await?;
+                let outcome = ctx.submit_once(&event, "queue-feeder").await?;
                 Ok(RowResult::Done(outcome))
             })
             .buffered(ctx.config.submit_concurrency)

@@ -37,6 +37,29 @@ impl Ctx {
             config,
         }
     }
+
+    /// What a Lambda main does at init: config from the environment, AWS clients, adapters.
+    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
+        let config = Config::from_env()?;
+        Ok(Self::aws(config, &AwsClients::from_env().await))
+    }
+
+    /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
+    pub async fn submit_once(
+        &self,
+        event: &crate::domain::granule::GranuleProcessingEvent,
+        claimed_by: &str,
+    ) -> Result<crate::state::SubmitOutcome, crate::state::StateError> {
+        crate::state::submit_once(
+            self.store.as_ref(),
+            self.jobs.as_ref(),
+            &self.config.claim_prefix,
+            self.config.claim_lease,
+            event,
+            claimed_by,
+        )
+        .await
+    }
 }
 
 /// Runs `handle` on every record of an SQS batch, each on its own: a record whose handling fails

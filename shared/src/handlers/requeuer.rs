@@ -4,7 +4,7 @@
 use super::Ctx;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::ports::{OutgoingMessage, QueueError};
-use crate::state::{submit_once, StateError, SubmitOutcome};
+use crate::state::{StateError, SubmitOutcome};
 use serde::Serialize;
 
 pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
@@ -64,15 +64,7 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
             reason: ATTEMPTS_EXHAUSTED.to_owned(),
         });
     }
-    let outcome = submit_once(
-        ctx.store.as_ref(),
-        ctx.jobs.as_ref(),
-        &ctx.config.claim_prefix,
-        ctx.config.claim_lease,
-        &next,
-        "requeuer",
-    )
-    .await?;
+    let outcome = ctx.submit_once(&next, "requeuer").await?;
     match outcome {
         SubmitOutcome::Submitted { job_id } | SubmitOutcome::Recovered { job_id } => {
             tracing::info!(granule_id = %next.granule_id, attempt = next.attempt, job_id, "resubmitted");

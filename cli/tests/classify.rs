@@ -1,0 +1,101 @@
+//! `granary classify` as an operator runs it: a file in, the route and the reason out.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn event(
+    status: &str,
+    status_reason: &str,
+    exit_code: Option<i64>,
+    batch_attempts: u32,
+    attempts: usize,
+) -> String {
+    let container = match exit_code {
+        Some(c) => serde_json::json!({"exitCode": c, "logStreamName": "s"}),
+        None => serde_json::json!({"logStreamName": "s"}),
+    };
+    let attempt = serde_json::json!({"container": container, "statusReason": status_reason});
+    serde_json::json!({
+        "detail-type": "Batch Job State Change", "source": "aws.batch",
+        "detail": {
+            "jobName": "g-a1-x", "jobId": "j-1", "jobQueue": "arn:q", "status": status,
+            "statusReason": status_reason, "attempts": vec![attempt; attempts],
+            "retryStrategy": {"attempts": batch_attempts, "evaluateOnExit": [
+                {"onStatusReason": "Host EC2*", "action": "retry"}, {"onReason": "*", "action": "exit"}]},
+            "container": {"environment": [{"name": "GRANULE_ID", "value": "HLS.S30.T01GBH.2022226T214921.v2.0"}, {"name": "ATTEMPT", "value": "1"}]}
+        }
+    })
+    .to_string()
+}
+
+fn classify(input: &str, json: bool) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+    cmd.args(["classify", "-"]);
+    if json {
+        cmd.arg("--json");
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn routes_and_reasons() {
+    let spot = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+    let (code, out) = classify(&event("FAILED", spot, None, 2, 1), true);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["route"], "batch_retries");
+    assert_eq!(v["granule_id"], "HLS.S30.T01GBH.2022226T214921.v2.0");
+
+    let (_, out) = classify(&event("FAILED", spot, None, 2, 2), true);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["route"].as_str(), v["classification"].as_str()),
+        (Some("retry_queue"), Some("RETRYABLE"))
+    );
+
+    let (_, out) = classify(
+        &event(
+            "FAILED",
+            "Essential container in task exited",
+            Some(3),
+            2,
+            1,
+        ),
+        false,
+    );
+    assert!(out.contains("application exited with code 3"), "{out}");
+    assert!(out.contains("failure DLQ"), "{out}");
+    assert!(
+        out.contains("Batch will not retry: evaluateOnExit rule 1 says exit"),
+        "{out}"
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let (code, out) = classify("{not json", false);
+    assert_eq!(code, 2);
+    assert!(out.contains("the event is not JSON"), "{out}");
+    let (code, out) = classify(
+        r#"{"detail-type":"x","source":"aws.ec2","detail":{}}"#,
+        false,
+    );
+    assert_eq!(code, 2);
+    assert!(out.contains("not a Batch Job State Change event"), "{out}");
+}
