@@ -11,7 +11,7 @@ all: build
 # A whole campaign on the local emulator (granary starts and stops moto itself).
 demo:
 	scripts/emulator.sh install
-	$(CARGO) run --locked -q -p granary-cli --bin granary -- demo --granules $(GRANULES)
+	$(CARGO) run --locked -p granary-cli --bin granary -- demo --granules $(GRANULES)
 
 build:
 	$(CARGO) build --workspace --locked

@@ -77,7 +77,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         ProgressBar::new(spec.granules as u64)
     };
     bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} succeeded  {msg}")
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} settled  {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let started = Instant::now();
