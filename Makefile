@@ -4,7 +4,7 @@ CARGO ?= cargo
 export CARGO_INCREMENTAL ?= 0
 GRANULES ?= 10000
 
-.PHONY: all build demo test unit lint fmt emulator clean
+.PHONY: all build demo test unit lint fmt emulator infra-lint package deploy clean
 
 all: build
 
@@ -16,16 +16,13 @@ demo:
 build:
 	$(CARGO) build --workspace --locked
 
-# The whole suite (unit + integration + campaign) against a fresh moto server on a free port.
+# The whole suite (unit + integration + campaign + the template deployed into the emulator),
+# against a fresh moto server on a free port. The template must pass cfn-lint and checkov first.
 # Set AWS_ENDPOINT_URL to run it against an emulator you started (e.g. LocalStack).
 test:
 	scripts/emulator.sh install
-	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
-	  scripts/emulator.sh run $(CARGO) nextest run --workspace --locked --no-fail-fast; \
-	else \
-	  echo "cargo-nextest not found: using cargo test"; \
-	  scripts/emulator.sh run $(CARGO) test --workspace --locked --no-fail-fast; \
-	fi
+	scripts/infra.sh lint
+	scripts/emulator.sh run scripts/test-suite.sh
 
 # Unit tests only: no emulator needed.
 unit:
@@ -41,6 +38,17 @@ fmt:
 emulator:
 	scripts/emulator.sh install
 
+infra-lint:
+	scripts/infra.sh lint
+
+# Lambda zips (arm64) with cargo-lambda; sizes printed.
+package:
+	scripts/package.sh
+
+# Deploy to a real AWS account (needs the AWS SAM CLI, cargo-lambda and credentials; not run in CI).
+deploy:
+	cd infra && sam build --beta-features && sam deploy --guided
+
 clean:
 	$(CARGO) clean
-	rm -rf .venv .emulator
+	rm -rf .venv .venv-infra .venv-package .emulator

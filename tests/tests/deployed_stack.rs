@@ -1,0 +1,202 @@
+//! infra/template.yaml and granary's code agree: `make test` deploys the template into the
+//! emulator (scripts/infra.sh deploy) and this test drives the deployed resources with granary's
+//! handlers — the feeder submits to the deployed job queue and definition, Batch events put on the
+//! bus reach the deployed events queue through the deployed rule, and the monitor and requeuer
+//! write and route through the deployed bucket and queues.
+
+use granary::adapters::aws::{EventBridgeBus, SqsQueue};
+use granary::handlers::{monitor, requeuer, Ctx};
+use granary::ports::{BusEvent, EventBus, Queue};
+use granary_cli::local::runner::lambda_sqs_event;
+use granary_tests::*;
+use std::time::Duration;
+
+fn outputs() -> Option<serde_json::Value> {
+    let path = std::env::var("GRANARY_DEPLOYED_STACK")
+        .unwrap_or_else(|_| panic!("GRANARY_DEPLOYED_STACK is not set: run `make test`, which deploys infra/template.yaml into the emulator first"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    let v: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+    if let Some(why) = v.get("skipped") {
+        eprintln!("SKIP: {why}");
+        return None;
+    }
+    assert_eq!(v["status"], "CREATE_COMPLETE");
+    Some(v["outputs"].clone())
+}
+
+fn bus_event(value: serde_json::Value) -> BusEvent {
+    BusEvent {
+        source: "aws.batch".into(),
+        detail_type: "Batch Job State Change".into(),
+        resources: vec![],
+        detail: value["detail"].clone(),
+    }
+}
+
+/// Receives from the deployed events queue until `n` messages arrived (EventBridge delivery is async).
+async fn receive_n(q: &SqsQueue, n: usize) -> Vec<granary::ports::ReceivedMessage> {
+    let mut got = Vec::new();
+    for _ in 0..50 {
+        got.extend(q.receive(10, 30, 1).await.unwrap());
+        if got.len() >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    got
+}
+
+#[tokio::test]
+async fn the_deployed_stack_runs_granary() {
+    let Some(out) = outputs() else { return };
+    let (clients, _) = clients().await;
+    let get = |k: &str| {
+        out[k]
+            .as_str()
+            .unwrap_or_else(|| panic!("stack output {k} missing: {out}"))
+            .to_owned()
+    };
+    let env = [
+        ("GRANARY_BUCKET", get("DataBucketName")),
+        ("GRANARY_JOB_QUEUE", get("JobQueueArn")),
+        ("GRANARY_JOB_DEFINITION", get("JobDefinitionArn")),
+        ("GRANARY_RETRY_QUEUE_URL", get("RetryQueueUrl")),
+        ("GRANARY_FAILURE_DLQ_URL", get("FailureDlqUrl")),
+    ];
+    let config = granary::config::Config::from_lookup(|k| {
+        env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
+    })
+    .unwrap();
+    let ctx = Ctx::aws(config, &clients);
+
+    // The feeder submits to the deployed job queue with the deployed job definition.
+    let granules = ids(3, "ST");
+    put_inventory(
+        ctx.store.as_ref(),
+        "inventories/a.parquet",
+        &granules,
+        &small_layout(),
+    )
+    .await;
+    let fed = feed(&ctx, 3).await;
+    assert_eq!(fed.submitted, 3, "{fed:?}");
+    let jobs = clients
+        .batch
+        .list_jobs()
+        .job_queue(get("JobQueueArn"))
+        .job_status("SUCCEEDED".into())
+        .send()
+        .await
+        .unwrap();
+    let job_ids: Vec<String> = jobs
+        .job_summary_list
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|j| j.job_id)
+        .collect();
+    assert_eq!(job_ids.len(), 3);
+    let mut facts = describe_facts(&clients.batch, &job_ids).await.unwrap();
+    facts.sort_by_key(|f| granules.iter().position(|g| *g == f.granule_id));
+    // The job carries the deployed definition's RetryStrategy (3 attempts, Spot retried by Batch).
+    assert_eq!(
+        facts[0].retry_strategy["attempts"], 3,
+        "{}",
+        facts[0].retry_strategy
+    );
+
+    // Events on the default bus reach the deployed events queue through the deployed rule...
+    let spot = || AttemptEnd::SpotInterruption {
+        instance: "i-0123456789abcdef0".into(),
+    };
+    let bus = EventBridgeBus::new(clients.events.clone(), "default");
+    bus.put_events(vec![
+        bus_event(state_change_event(
+            &facts[0],
+            &[AttemptEnd::Success],
+            "SUCCEEDED",
+        )),
+        bus_event(state_change_event(
+            &facts[1],
+            &[spot(), spot(), spot()],
+            "FAILED",
+        )),
+        bus_event(state_change_event(
+            &facts[2],
+            &[AttemptEnd::AppFailure { exit_code: 4 }],
+            "FAILED",
+        )),
+    ])
+    .await
+    .unwrap();
+    // ...but not a job of another queue, nor a non-terminal state.
+    let other = JobFacts {
+        job_queue_arn: format!("{}-other", facts[0].job_queue_arn),
+        ..facts[0].clone()
+    };
+    bus.put_events(vec![
+        bus_event(state_change_event(
+            &other,
+            &[AttemptEnd::Success],
+            "SUCCEEDED",
+        )),
+        bus_event(state_change_event(&facts[0], &[], "RUNNING")),
+    ])
+    .await
+    .unwrap();
+    let events_queue = SqsQueue::new(clients.sqs.clone(), get("BatchEventsQueueUrl"));
+    let received = receive_n(&events_queue, 3).await;
+    assert_eq!(
+        received.len(),
+        3,
+        "exactly our three terminal events pass the rule"
+    );
+    assert!(events_queue.receive(10, 30, 1).await.unwrap().is_empty());
+
+    // The monitor handles them as Lambda would hand them over, writing to the deployed bucket and
+    // routing to the deployed queues.
+    let response = monitor::handle_sqs(
+        &ctx,
+        lambda_sqs_event(&get("BatchEventsQueueUrl"), &received).unwrap(),
+    )
+    .await;
+    assert!(response.batch_item_failures.is_empty());
+    assert_eq!(
+        keys(ctx.store.as_ref(), "logs/outcome=success/")
+            .await
+            .len(),
+        1
+    );
+    assert_eq!(
+        keys(ctx.store.as_ref(), "logs/outcome=failure/")
+            .await
+            .len(),
+        2
+    );
+    let retry = SqsQueue::new(clients.sqs.clone(), get("RetryQueueUrl"));
+    let retries = retry.receive(10, 30, 0).await.unwrap();
+    assert_eq!(retries.len(), 1);
+    let dlq = drain(&clients, &get("FailureDlqUrl")).await;
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(
+        dlq[0].attributes["reason"],
+        "application exited with code 4"
+    );
+
+    // The requeuer resubmits the Spot victim's attempt 2 to the deployed queue.
+    let response = requeuer::handle_sqs(
+        &ctx,
+        lambda_sqs_event(&get("RetryQueueUrl"), &retries).unwrap(),
+    )
+    .await;
+    assert!(response.batch_item_failures.is_empty());
+    let after = clients
+        .batch
+        .list_jobs()
+        .job_queue(get("JobQueueArn"))
+        .job_status("SUCCEEDED".into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.job_summary_list.unwrap_or_default().len(), 4);
+}
