@@ -166,6 +166,11 @@ pub async fn stack_with_inventory(
 
 /// Every job on the stack's queue, in any status: (job name, job id).
 pub async fn all_jobs(s: &TestStack) -> Vec<(String, String)> {
+    all_jobs_on(&s.clients, &s.stack.job_queue).await
+}
+
+/// Every job on a job queue (name or ARN), in any status: (job name, job id), sorted.
+pub async fn all_jobs_on(clients: &AwsClients, job_queue: &str) -> Vec<(String, String)> {
     use aws_sdk_batch::types::JobStatus;
     let mut out = Vec::new();
     for status in [
@@ -177,11 +182,10 @@ pub async fn all_jobs(s: &TestStack) -> Vec<(String, String)> {
         "SUCCEEDED",
         "FAILED",
     ] {
-        let resp = s
-            .clients
+        let resp = clients
             .batch
             .list_jobs()
-            .job_queue(&s.stack.job_queue)
+            .job_queue(job_queue)
             .job_status(JobStatus::from(status))
             .send()
             .await

@@ -81,19 +81,10 @@ async fn the_deployed_stack_runs_granary() {
     .await;
     let fed = feed(&ctx, 3).await;
     assert_eq!(fed.submitted, 3, "{fed:?}");
-    let jobs = clients
-        .batch
-        .list_jobs()
-        .job_queue(get("JobQueueArn"))
-        .job_status("SUCCEEDED".into())
-        .send()
+    let job_ids: Vec<String> = all_jobs_on(&clients, &get("JobQueueArn"))
         .await
-        .unwrap();
-    let job_ids: Vec<String> = jobs
-        .job_summary_list
-        .unwrap_or_default()
         .into_iter()
-        .filter_map(|j| j.job_id)
+        .map(|(_, id)| id)
         .collect();
     assert_eq!(job_ids.len(), 3);
     let mut facts = describe_facts(&clients.batch, &job_ids).await.unwrap();
@@ -190,13 +181,5 @@ async fn the_deployed_stack_runs_granary() {
     )
     .await;
     assert!(response.batch_item_failures.is_empty());
-    let after = clients
-        .batch
-        .list_jobs()
-        .job_queue(get("JobQueueArn"))
-        .job_status("SUCCEEDED".into())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(after.job_summary_list.unwrap_or_default().len(), 4);
+    assert_eq!(all_jobs_on(&clients, &get("JobQueueArn")).await.len(), 4);
 }
