@@ -128,7 +128,12 @@ pub async fn feed(
     if summary.submitted + summary.already_submitted + summary.recovered + summary.rejected == 0
         && summary.stopped.is_none()
     {
-        summary.early_exit = Some(if tracker.value.is_complete() {
+        summary.early_exit = Some(if tracker.value.inventories.is_empty() {
+            format!(
+                "no inventories (*.parquet) under {}",
+                ctx.config.inventory_prefix
+            )
+        } else if tracker.value.is_complete() {
             "every inventory is fully submitted".to_owned()
         } else {
             "nothing to submit".to_owned()
@@ -361,6 +366,24 @@ mod tests {
         let names: std::collections::BTreeSet<String> =
             jobs.submitted().into_iter().map(|r| r.job_name).collect();
         assert_eq!(names.len(), 50);
+    }
+
+    #[tokio::test]
+    async fn says_so_when_there_are_no_inventories() {
+        let ctx = ctx("10", Arc::new(MemoryJobRunner::default())).await;
+        ctx.store.delete("inventories/a.parquet").await.unwrap();
+        let out = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 5,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            out.early_exit.as_deref(),
+            Some("no inventories (*.parquet) under inventories/")
+        );
     }
 
     #[tokio::test]
