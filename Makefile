@@ -4,7 +4,7 @@ CARGO ?= cargo
 export CARGO_INCREMENTAL ?= 0
 GRANULES ?= 10000
 
-.PHONY: all build demo test unit lint fmt emulator infra-lint package deploy clean
+.PHONY: all build demo test unit lint fmt emulator infra-lint package deploy bench clean
 
 all: build
 
@@ -23,6 +23,12 @@ test:
 	scripts/emulator.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
+
+# Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
+bench:
+	scripts/emulator.sh install
+	$(CARGO) build --release --locked -p granary-cli --bin granary-bench
+	scripts/emulator.sh run target/release/granary-bench window
 
 # Unit tests only: no emulator needed.
 unit:

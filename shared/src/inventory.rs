@@ -375,7 +375,8 @@ impl InventoryLayout {
         }
     }
 
-    fn properties(&self) -> WriterProperties {
+    /// The writer settings for this layout.
+    pub fn properties(&self) -> WriterProperties {
         WriterProperties::builder()
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_data_page_row_count_limit(self.page_rows)
@@ -390,6 +391,21 @@ impl InventoryLayout {
             .set_column_dictionary_enabled(ColumnPath::from(DEFAULT_ID_COLUMN), false)
             .build()
     }
+}
+
+/// What `pyarrow.parquet.write_table` writes by default — the inventories operators already have:
+/// 1,048,576-row groups, ~1 MiB pages with no row limit, dictionary encoding, Snappy, chunk-level
+/// statistics and no page index.
+pub fn pyarrow_default_properties() -> WriterProperties {
+    WriterProperties::builder()
+        .set_max_row_group_row_count(Some(1024 * 1024))
+        .set_data_page_size_limit(1024 * 1024)
+        .set_data_page_row_count_limit(usize::MAX)
+        .set_dictionary_enabled(true)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_offset_index_disabled(true)
+        .set_compression(Compression::SNAPPY)
+        .build()
 }
 
 /// One inventory row: an id and when the granule was acquired (ISO-8601).

@@ -1,0 +1,476 @@
+//! granary's benchmarks: figures printed, never asserted. See BENCHMARKS.md.
+//!
+//!   granary-bench window [--rows 1000000 --rows 10000000] [--reps 5] [--n 1000]
+//!
+//! The feeder's window read: inventories shaped like HLS inventories, written the way pyarrow
+//! writes by default and the way granary writes them, uploaded to the emulator's S3; then N rows
+//! are read at the start, middle and end, each measurement in a fresh child process so its peak
+//! RSS is its own. Requests and bytes are counted at granary's object-store port.
+
+use anyhow::{Context, Result};
+use arrow::array::{RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use clap::{Parser, Subcommand};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use granary::adapters::aws::{load_sdk_config, AwsClients, S3Store};
+use granary::adapters::counting::{CountingStore, RequestCounts};
+use granary::inventory::{
+    pyarrow_default_properties, Inventory, InventoryLayout, DEFAULT_ID_COLUMN,
+};
+use granary::ports::{ObjectStore, PutCondition};
+use parquet::arrow::ArrowWriter;
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "granary-bench",
+    about = "granary benchmarks (figures, not assertions)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Feeder window read over two inventory layouts.
+    Window {
+        /// Inventory sizes in rows.
+        #[arg(long = "rows", default_values_t = [1_000_000u64, 10_000_000])]
+        rows: Vec<u64>,
+        /// Repetitions per window (the median is reported).
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        /// Window size in rows.
+        #[arg(long, default_value_t = 1000)]
+        n: u64,
+    },
+    /// job-monitor and requeuer: records per second per invocation, requests per record.
+    Handlers {
+        /// SQS batch sizes to measure.
+        #[arg(long = "batch", default_values_t = [10usize, 100])]
+        batches: Vec<usize>,
+        /// Invocations per batch size.
+        #[arg(long, default_value_t = 20)]
+        invocations: usize,
+    },
+    /// (internal) One measurement, in its own process: prints a JSON line.
+    WindowRead {
+        #[arg(long)]
+        bucket: String,
+        #[arg(long)]
+        key: String,
+        #[arg(long)]
+        start: u64,
+        #[arg(long)]
+        n: u64,
+        #[arg(long)]
+        reps: usize,
+    },
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WindowFigures {
+    median_ms: f64,
+    requests: u64,
+    bytes: u64,
+    peak_rss_kib: u64,
+}
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// HLS-like rows, newest first: granule_id, start_datetime, status, published.
+fn write_inventory(rows: u64, props: WriterProperties) -> Result<Vec<u8>> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new(DEFAULT_ID_COLUMN, DataType::Utf8, false),
+        Field::new("start_datetime", DataType::Utf8, false),
+        Field::new("status", DataType::Utf8, false),
+        Field::new("published", DataType::Utf8, false),
+    ]));
+    let mut out = Vec::new();
+    let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(props))?;
+    let start = chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
+        .and_then(|d| d.and_hms_opt(23, 59, 59))
+        .context("date")?;
+    let chunk = 262_144u64;
+    let mut i = 0u64;
+    while i < rows {
+        let end = (i + chunk).min(rows);
+        let (mut ids, mut starts, mut statuses, mut published) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in i..end {
+            // ~20 granules per minute over the archive, newest first; tiles and platforms vary.
+            let t = start - chrono::Duration::seconds((r * 3) as i64);
+            let platform = if r % 5 < 3 { "S30" } else { "L30" };
+            let zone = 1 + (r * 7919) % 60;
+            let letters: String = [(r * 31) % 26, (r * 17) % 26, (r * 13) % 26]
+                .iter()
+                .map(|x| char::from(b'A' + *x as u8))
+                .collect();
+            ids.push(format!(
+                "HLS.{platform}.T{zone:02}{letters}.{}.v2.0",
+                t.format("%Y%jT%H%M%S")
+            ));
+            starts.push(t.format("%Y-%m-%dT%H:%M:%SZ").to_string());
+            statuses.push(if r % 97 == 0 { "reprocess" } else { "ok" });
+            published.push(
+                (t + chrono::Duration::days(2))
+                    .format("%Y-%m-%d")
+                    .to_string(),
+            );
+        }
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(ids)),
+                Arc::new(StringArray::from(starts)),
+                Arc::new(StringArray::from(statuses)),
+                Arc::new(StringArray::from(published)),
+            ],
+        )?;
+        writer.write(&batch)?;
+        i = end;
+    }
+    writer.close()?;
+    Ok(out)
+}
+
+async fn window_read(
+    bucket: &str,
+    key: &str,
+    start: u64,
+    n: u64,
+    reps: usize,
+) -> Result<WindowFigures> {
+    let clients = AwsClients::new(&load_sdk_config().await);
+    let s3: Arc<dyn ObjectStore> = Arc::new(S3Store::new(clients.s3.clone(), bucket));
+    let mut times = Vec::new();
+    let mut last = (0, 0);
+    for _ in 0..reps.max(1) {
+        let counts = Arc::new(RequestCounts::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(CountingStore {
+            inner: s3.clone(),
+            counts: counts.clone(),
+        });
+        let t = Instant::now();
+        // A feeder run opens the inventory afresh each time: footer included in the cost.
+        let inv = Inventory::open(store, key, DEFAULT_ID_COLUMN).await?;
+        let ids = inv.read_ids(start, n).await?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+        anyhow::ensure!(
+            ids.len() as u64 == n.min(inv.num_rows() - start),
+            "short window"
+        );
+        last = (
+            counts.s3_get.load(Ordering::Relaxed),
+            counts.s3_bytes_read.load(Ordering::Relaxed),
+        );
+    }
+    times.sort_by(|a, b| a.total_cmp(b));
+    Ok(WindowFigures {
+        median_ms: times[times.len() / 2],
+        requests: last.0,
+        bytes: last.1,
+        peak_rss_kib: peak_rss_kib(),
+    })
+}
+
+async fn window(rows: Vec<u64>, reps: usize, n: u64) -> Result<()> {
+    let clients = AwsClients::new(&load_sdk_config().await);
+    let bucket = format!("granary-bench-{}", std::process::id());
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .context("creating the bench bucket (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    let s3 = S3Store::new(clients.s3.clone(), &bucket);
+    let me = std::env::current_exe()?;
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "layout",
+        "rows",
+        "file MB",
+        "row groups",
+        "window at",
+        "median ms",
+        "GETs",
+        "bytes fetched",
+        "peak RSS MiB",
+    ]);
+    for &size in &rows {
+        for (layout, props) in [
+            ("pyarrow default", pyarrow_default_properties()),
+            ("granary", InventoryLayout::granary().properties()),
+        ] {
+            let t = Instant::now();
+            let bytes = write_inventory(size, props)?;
+            let file_mb = bytes.len() as f64 / 1e6;
+            let key = format!("inventories/{}-{size}.parquet", layout.replace(' ', "-"));
+            s3.put(&key, bytes.into(), PutCondition::Overwrite).await?;
+            eprintln!(
+                "wrote {key}: {file_mb:.1} MB in {:.1} s",
+                t.elapsed().as_secs_f64()
+            );
+            let inv = Inventory::open(Arc::new(s3.clone()), &key, DEFAULT_ID_COLUMN).await?;
+            let groups = inv.num_row_groups();
+            for (label, start) in [
+                ("start", 0),
+                ("middle", size / 2),
+                ("end", size.saturating_sub(n)),
+            ] {
+                let out = std::process::Command::new(&me)
+                    .args(["window-read", "--bucket", &bucket, "--key", &key])
+                    .args([
+                        "--start",
+                        &start.to_string(),
+                        "--n",
+                        &n.to_string(),
+                        "--reps",
+                        &reps.to_string(),
+                    ])
+                    .output()?;
+                anyhow::ensure!(
+                    out.status.success(),
+                    "window-read failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let f: WindowFigures = serde_json::from_slice(&out.stdout)?;
+                table.add_row([
+                    layout.to_owned(),
+                    size.to_string(),
+                    format!("{file_mb:.1}"),
+                    groups.to_string(),
+                    label.to_owned(),
+                    format!("{:.1}", f.median_ms),
+                    f.requests.to_string(),
+                    f.bytes.to_string(),
+                    format!("{:.1}", f.peak_rss_kib as f64 / 1024.0),
+                ]);
+            }
+        }
+    }
+    println!("Feeder window read: {n} rows, median of {reps}, each in a fresh process\n{table}");
+    Ok(())
+}
+
+/// Counts as (S3 PUTs, S3 requests, SQS requests).
+fn snapshot(c: &RequestCounts) -> (u64, u64, u64) {
+    (
+        c.s3_put.load(Ordering::Relaxed),
+        c.s3_total(),
+        c.sqs_total(),
+    )
+}
+
+async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
+    use granary::adapters::counting::CountingQueue;
+    use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+    use granary::handlers::{monitor, requeuer, Ctx};
+    use granary::ports::ReceivedMessage;
+    use granary_cli::local::events::{
+        default_retry_strategy, state_change_event, AttemptEnd, JobFacts,
+    };
+    use granary_cli::local::runner::lambda_sqs_event;
+    use granary_cli::local::stack::{EmulatorStack, StackOptions};
+
+    let config = load_sdk_config().await;
+    let clients = AwsClients::new(&config);
+    let iam = aws_sdk_iam::Client::new(&config);
+    let stack = EmulatorStack::provision(
+        &clients,
+        &iam,
+        &format!("granary-bench-h{}", std::process::id()),
+        StackOptions::default(),
+    )
+    .await
+    .context("provisioning the bench stack (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    let counts = Arc::new(RequestCounts::default());
+    let aws = Ctx::aws(stack.config()?, &clients);
+    let ctx = Ctx {
+        store: Arc::new(CountingStore {
+            inner: aws.store.clone(),
+            counts: counts.clone(),
+        }),
+        retry_queue: Arc::new(CountingQueue {
+            inner: aws.retry_queue.clone(),
+            counts: counts.clone(),
+        }),
+        failure_dlq: Arc::new(CountingQueue {
+            inner: aws.failure_dlq.clone(),
+            counts: counts.clone(),
+        }),
+        ..aws
+    };
+    let message = |i: usize, body: String| ReceivedMessage {
+        message_id: format!("m{i}"),
+        receipt_handle: format!("r{i}"),
+        body,
+        attributes: Default::default(),
+        receive_count: 1,
+        sent_at_ms: None,
+    };
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "handler",
+        "batch",
+        "invocations",
+        "records/s per invocation",
+        "median ms",
+        "S3 PUT/record",
+        "S3 req/record",
+        "SQS req/record",
+    ]);
+    let mut serial = 0usize;
+    for &batch in &batches {
+        // job-monitor: 90% successes, 5% Spot past Batch's retries, 5% application failures.
+        let mut times = Vec::new();
+        let before = snapshot(&counts);
+        for _ in 0..invocations {
+            let records: Vec<ReceivedMessage> = (0..batch)
+                .map(|i| {
+                    serial += 1;
+                    let facts = JobFacts {
+                        job_id: format!("bench-job-{serial}"),
+                        job_name: format!("bench-{serial}"),
+                        job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/bench-{serial}"),
+                        job_queue_arn: stack.job_queue_arn.clone(),
+                        job_definition_arn: stack.job_definition.clone(),
+                        granule_id: format!(
+                            "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
+                            serial % 60,
+                            1 + serial % 365,
+                            serial % 1_000_000
+                        ),
+                        attempt: 1,
+                        retry_strategy: default_retry_strategy(2),
+                        created_at_ms: 1_700_000_000_000,
+                        account: "000000000000".into(),
+                        region: "us-east-1".into(),
+                    };
+                    let spot = AttemptEnd::SpotInterruption {
+                        instance: "i-0123456789abcdef0".into(),
+                    };
+                    let (ends, status) = match serial % 20 {
+                        0 => (vec![spot.clone(), spot], "FAILED"),
+                        1 => (vec![AttemptEnd::AppFailure { exit_code: 1 }], "FAILED"),
+                        _ => (vec![AttemptEnd::Success], "SUCCEEDED"),
+                    };
+                    message(i, state_change_event(&facts, &ends, status).to_string())
+                })
+                .collect();
+            let event = lambda_sqs_event(&stack.events_queue_url, &records)?;
+            let t = Instant::now();
+            let response = monitor::handle_sqs(&ctx, event).await;
+            times.push(t.elapsed().as_secs_f64());
+            anyhow::ensure!(
+                response.batch_item_failures.is_empty(),
+                "monitor reported failures"
+            );
+        }
+        add_row(
+            &mut table,
+            "job-monitor",
+            batch,
+            &times,
+            before,
+            snapshot(&counts),
+        );
+
+        // requeuer: retry messages for attempt 1 → attempt 2 submitted to Batch.
+        let mut times = Vec::new();
+        let before = snapshot(&counts);
+        for _ in 0..invocations {
+            let records: Vec<ReceivedMessage> = (0..batch)
+                .map(|i| {
+                    serial += 1;
+                    let e = GranuleProcessingEvent {
+                        granule_id: GranuleId::parse(&format!("bench-granule-{serial}"))
+                            .unwrap_or_else(|e| panic!("{e}")),
+                        attempt: 1,
+                    };
+                    message(i, serde_json::to_string(&e).unwrap_or_default())
+                })
+                .collect();
+            let event = lambda_sqs_event(&stack.retry_queue_url, &records)?;
+            let t = Instant::now();
+            let response = requeuer::handle_sqs(&ctx, event).await;
+            times.push(t.elapsed().as_secs_f64());
+            anyhow::ensure!(
+                response.batch_item_failures.is_empty(),
+                "requeuer reported failures"
+            );
+        }
+        add_row(
+            &mut table,
+            "requeuer",
+            batch,
+            &times,
+            before,
+            snapshot(&counts),
+        );
+    }
+    println!("Handlers against the emulator (requests counted at granary's ports)\n{table}");
+    Ok(())
+}
+
+fn add_row(
+    table: &mut Table,
+    name: &str,
+    batch: usize,
+    times: &[f64],
+    before: (u64, u64, u64),
+    after: (u64, u64, u64),
+) {
+    let mut sorted = times.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let median = sorted[sorted.len() / 2];
+    let records = (batch * times.len()) as f64;
+    table.add_row([
+        name.to_owned(),
+        batch.to_string(),
+        times.len().to_string(),
+        format!("{:.0}", batch as f64 / median),
+        format!("{:.1}", median * 1000.0),
+        format!("{:.2}", (after.0 - before.0) as f64 / records),
+        format!("{:.2}", (after.1 - before.1) as f64 / records),
+        format!("{:.2}", (after.2 - before.2) as f64 / records),
+    ]);
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Window { rows, reps, n } => window(rows, reps, n).await,
+        Command::Handlers {
+            batches,
+            invocations,
+        } => handlers(batches, invocations).await,
+        Command::WindowRead {
+            bucket,
+            key,
+            start,
+            n,
+            reps,
+        } => {
+            let f = window_read(&bucket, &key, start, n, reps).await?;
+            println!("{}", serde_json::to_string(&f)?);
+            Ok(())
+        }
+    }
+}
