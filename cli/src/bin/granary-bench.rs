@@ -58,6 +58,14 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         invocations: usize,
     },
+    /// Every Lambda binary against a local Runtime API: init time and RSS after N events.
+    Lambdas {
+        #[arg(long, default_value_t = 1000)]
+        events: usize,
+        /// Where the function binaries are (build them with --release first).
+        #[arg(long, default_value = "target/release")]
+        bin_dir: std::path::PathBuf,
+    },
     /// (internal) One measurement, in its own process: prints a JSON line.
     WindowRead {
         #[arg(long)]
@@ -429,6 +437,188 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     Ok(())
 }
 
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
+    use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+    use granary::ports::ReceivedMessage;
+    use granary_cli::local::events::{
+        default_retry_strategy, state_change_event, AttemptEnd, JobFacts,
+    };
+    use granary_cli::local::runner::lambda_sqs_event;
+    use granary_cli::local::runtime_api::RuntimeApi;
+    use granary_cli::local::stack::{EmulatorStack, StackOptions};
+
+    let config = load_sdk_config().await;
+    let clients = AwsClients::new(&config);
+    let iam = aws_sdk_iam::Client::new(&config);
+    let stack = EmulatorStack::provision(
+        &clients,
+        &iam,
+        &format!("granary-bench-l{}", std::process::id()),
+        StackOptions::default(),
+    )
+    .await
+    .context("provisioning the bench stack (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    // The feeder takes one granule per invocation from this inventory.
+    let rows: Vec<granary::inventory::InventoryRow> =
+        granary_cli::local::campaign::sample_granules(events, 1);
+    let bytes = granary::inventory::write_inventory(&rows, &InventoryLayout::granary())?;
+    S3Store::new(clients.s3.clone(), &stack.bucket)
+        .put("inventories/0001.parquet", bytes, PutCondition::Overwrite)
+        .await?;
+
+    let one = |body: String| -> Result<String> {
+        let m = ReceivedMessage {
+            message_id: "m0".into(),
+            receipt_handle: "r0".into(),
+            body,
+            attributes: Default::default(),
+            receive_count: 1,
+            sent_at_ms: None,
+        };
+        Ok(serde_json::to_string(&lambda_sqs_event(
+            "arn:aws:sqs:us-east-1:000000000000:bench",
+            &[m],
+        )?)?)
+    };
+    let feeder_events: Vec<String> = (0..events)
+        .map(|_| r#"{"granule_submit_count": 1}"#.to_owned())
+        .collect();
+    let mut monitor_events = Vec::new();
+    let mut requeuer_events = Vec::new();
+    for i in 0..events {
+        let facts = JobFacts {
+            job_id: format!("lambda-bench-{i}"),
+            job_name: format!("lambda-bench-{i}"),
+            job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/lambda-bench-{i}"),
+            job_queue_arn: stack.job_queue_arn.clone(),
+            job_definition_arn: stack.job_definition.clone(),
+            granule_id: rows[i].granule_id.clone(),
+            attempt: 1,
+            retry_strategy: default_retry_strategy(2),
+            created_at_ms: 1_700_000_000_000,
+            account: "000000000000".into(),
+            region: "us-east-1".into(),
+        };
+        let ends = if i % 10 == 0 {
+            vec![AttemptEnd::AppFailure { exit_code: 1 }]
+        } else {
+            vec![AttemptEnd::Success]
+        };
+        let status = if i % 10 == 0 { "FAILED" } else { "SUCCEEDED" };
+        monitor_events.push(one(state_change_event(&facts, &ends, status).to_string())?);
+        let retry = GranuleProcessingEvent {
+            granule_id: GranuleId::parse(&format!("lambda-bench-granule-{i}"))?,
+            attempt: 1,
+        };
+        requeuer_events.push(one(serde_json::to_string(&retry)?)?);
+    }
+
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "function",
+        "init ms",
+        "events",
+        "errors",
+        "events/s",
+        "RSS MiB after",
+        "peak RSS MiB",
+    ]);
+    for (name, evs) in [
+        ("queue-feeder", feeder_events),
+        ("job-monitor", monitor_events),
+        ("requeuer", requeuer_events),
+    ] {
+        let bin = bin_dir.join(name);
+        anyhow::ensure!(
+            bin.exists(),
+            "{} not found: build it with `cargo build --release -p {name}`",
+            bin.display()
+        );
+        let n = evs.len() as u64;
+        let api = RuntimeApi::start(evs).await?;
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(&bin)
+            .envs(stack.env.iter())
+            .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+            .env("AWS_LAMBDA_FUNCTION_NAME", name)
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let pid = child.id().context("no pid")?;
+        let deadline = Instant::now() + std::time::Duration::from_secs(900);
+        let init = loop {
+            if let Some(t) = api.lock().first_poll {
+                break t.duration_since(started);
+            }
+            anyhow::ensure!(
+                api.lock().init_errors.is_empty(),
+                "{name} failed to start: {:?}",
+                api.lock().init_errors
+            );
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{name} never polled for an event"
+            );
+            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+        };
+        let serving = Instant::now();
+        loop {
+            let (done, errors) = {
+                let st = api.lock();
+                (st.responses + st.errors, st.errors)
+            };
+            if done >= n {
+                let secs = serving.elapsed().as_secs_f64();
+                table.add_row([
+                    name.to_owned(),
+                    format!("{:.1}", init.as_secs_f64() * 1000.0),
+                    n.to_string(),
+                    errors.to_string(),
+                    format!("{:.0}", n as f64 / secs),
+                    format!("{:.1}", proc_status_kib(pid, "VmRSS:") as f64 / 1024.0),
+                    format!("{:.1}", proc_status_kib(pid, "VmHWM:") as f64 / 1024.0),
+                ]);
+                if errors > 0 {
+                    eprintln!(
+                        "{name}: last error: {}",
+                        api.lock().last_error.clone().unwrap_or_default()
+                    );
+                }
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "{name} did not finish {n} events"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        child.kill().await.ok();
+    }
+    println!(
+        "Lambda binaries against a local Runtime API (init = process start to first poll)\n{table}"
+    );
+    Ok(())
+}
+
 fn add_row(
     table: &mut Table,
     name: &str,
@@ -461,6 +651,7 @@ async fn main() -> Result<()> {
             batches,
             invocations,
         } => handlers(batches, invocations).await,
+        Command::Lambdas { events, bin_dir } => lambdas(events, &bin_dir).await,
         Command::WindowRead {
             bucket,
             key,

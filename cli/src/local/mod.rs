@@ -5,5 +5,6 @@ pub mod emulator;
 pub mod events;
 pub mod fault_plan;
 pub mod runner;
+pub mod runtime_api;
 pub mod simulator;
 pub mod stack;
