@@ -497,14 +497,14 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
         .collect();
     let mut monitor_events = Vec::new();
     let mut requeuer_events = Vec::new();
-    for i in 0..events {
+    for (i, row) in rows.iter().enumerate() {
         let facts = JobFacts {
             job_id: format!("lambda-bench-{i}"),
             job_name: format!("lambda-bench-{i}"),
             job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/lambda-bench-{i}"),
             job_queue_arn: stack.job_queue_arn.clone(),
             job_definition_arn: stack.job_definition.clone(),
-            granule_id: rows[i].granule_id.clone(),
+            granule_id: row.granule_id.clone(),
             attempt: 1,
             retry_strategy: default_retry_strategy(2),
             created_at_ms: 1_700_000_000_000,
