@@ -27,8 +27,8 @@ test:
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
 bench:
 	scripts/emulator.sh install
-	$(CARGO) build --release --locked -p granary-cli --bin granary-bench
-	scripts/emulator.sh run target/release/granary-bench window
+	$(CARGO) build --release --locked -p granary-cli -p queue-feeder -p job-monitor -p requeuer
+	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas'
 
 # Unit tests only: no emulator needed.
 unit:

@@ -201,9 +201,12 @@ impl Inventory {
             key: key.to_owned(),
             source,
         };
+        // Only the offset index (where each page starts) is needed to fetch single pages; the
+        // column index (per-page min/max of every column) can be larger than the window itself.
         let metadata = ParquetMetaDataReader::new()
             .with_prefetch_hint(Some(FOOTER_PREFETCH))
-            .with_page_index_policy(PageIndexPolicy::Optional)
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_offset_index_policy(PageIndexPolicy::Optional)
             .load_via_suffix_and_finish(reader.clone())
             .await
             .map_err(|e| match e {
@@ -218,7 +221,9 @@ impl Inventory {
             })?;
         let metadata = Arc::new(metadata);
         reader.metadata = Some(metadata.clone());
-        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let options = ArrowReaderOptions::new()
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_offset_index_policy(PageIndexPolicy::Optional);
         let arrow_metadata =
             ArrowReaderMetadata::try_new(metadata, options).map_err(parquet_err)?;
         let schema = arrow_metadata.schema();
@@ -380,12 +385,10 @@ impl InventoryLayout {
         WriterProperties::builder()
             .set_max_row_group_row_count(Some(self.row_group_rows))
             .set_data_page_row_count_limit(self.page_rows)
+            // Window reads need the offset index (page locations); page-level statistics would
+            // add a column index that no reader of ours fetches.
             .set_offset_index_disabled(!self.offset_index)
-            .set_statistics_enabled(if self.offset_index {
-                EnabledStatistics::Page
-            } else {
-                EnabledStatistics::Chunk
-            })
+            .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_compression(Compression::ZSTD(ZstdLevel::default()))
             // Ids are unique: a dictionary only adds a large page every window read must fetch.
             .set_column_dictionary_enabled(ColumnPath::from(DEFAULT_ID_COLUMN), false)
