@@ -287,44 +287,15 @@ fn snapshot(c: &RequestCounts) -> (u64, u64, u64) {
 }
 
 async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
-    use granary::adapters::counting::CountingQueue;
     use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
     use granary::handlers::{monitor, requeuer, Ctx};
     use granary::ports::ReceivedMessage;
-    use granary_cli::local::events::{
-        default_retry_strategy, state_change_event, AttemptEnd, JobFacts,
-    };
+    use granary_cli::local::events::{state_change_event, AttemptEnd};
     use granary_cli::local::runner::lambda_sqs_event;
-    use granary_cli::local::stack::{EmulatorStack, StackOptions};
 
-    let config = load_sdk_config().await;
-    let clients = AwsClients::new(&config);
-    let iam = aws_sdk_iam::Client::new(&config);
-    let stack = EmulatorStack::provision(
-        &clients,
-        &iam,
-        &format!("granary-bench-h{}", std::process::id()),
-        StackOptions::default(),
-    )
-    .await
-    .context("provisioning the bench stack (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    let (clients, stack) = bench_stack("h").await?;
     let counts = Arc::new(RequestCounts::default());
-    let aws = Ctx::aws(stack.config()?, &clients);
-    let ctx = Ctx {
-        store: Arc::new(CountingStore {
-            inner: aws.store.clone(),
-            counts: counts.clone(),
-        }),
-        retry_queue: Arc::new(CountingQueue {
-            inner: aws.retry_queue.clone(),
-            counts: counts.clone(),
-        }),
-        failure_dlq: Arc::new(CountingQueue {
-            inner: aws.failure_dlq.clone(),
-            counts: counts.clone(),
-        }),
-        ..aws
-    };
+    let ctx = Ctx::aws(stack.config()?, &clients).counted(&counts);
     let message = |i: usize, body: String| ReceivedMessage {
         message_id: format!("m{i}"),
         receipt_handle: format!("r{i}"),
@@ -353,24 +324,16 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
             let records: Vec<ReceivedMessage> = (0..batch)
                 .map(|i| {
                     serial += 1;
-                    let facts = JobFacts {
-                        job_id: format!("bench-job-{serial}"),
-                        job_name: format!("bench-{serial}"),
-                        job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/bench-{serial}"),
-                        job_queue_arn: stack.job_queue_arn.clone(),
-                        job_definition_arn: stack.job_definition.clone(),
-                        granule_id: format!(
+                    let facts = bench_facts(
+                        &stack,
+                        &format!("bench-job-{serial}"),
+                        format!(
                             "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
                             serial % 60,
                             1 + serial % 365,
                             serial % 1_000_000
                         ),
-                        attempt: 1,
-                        retry_strategy: default_retry_strategy(2),
-                        created_at_ms: 1_700_000_000_000,
-                        account: "000000000000".into(),
-                        region: "us-east-1".into(),
-                    };
+                    );
                     let spot = AttemptEnd::SpotInterruption {
                         instance: "i-0123456789abcdef0".into(),
                     };
@@ -437,6 +400,44 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     Ok(())
 }
 
+/// A fresh stack on the emulator for one benchmark.
+async fn bench_stack(tag: &str) -> Result<(AwsClients, granary_cli::local::stack::EmulatorStack)> {
+    use granary_cli::local::stack::{EmulatorStack, StackOptions};
+    let config = load_sdk_config().await;
+    let clients = AwsClients::new(&config);
+    let iam = aws_sdk_iam::Client::new(&config);
+    let stack = EmulatorStack::provision(
+        &clients,
+        &iam,
+        &format!("granary-bench-{tag}{}", std::process::id()),
+        StackOptions::default(),
+    )
+    .await
+    .context("provisioning the bench stack (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    Ok((clients, stack))
+}
+
+/// What Batch would report for a bench job on the stack's queue, attempt 1.
+fn bench_facts(
+    stack: &granary_cli::local::stack::EmulatorStack,
+    job: &str,
+    granule_id: String,
+) -> granary_cli::local::events::JobFacts {
+    granary_cli::local::events::JobFacts {
+        job_id: job.to_owned(),
+        job_name: job.to_owned(),
+        job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/{job}"),
+        job_queue_arn: stack.job_queue_arn.clone(),
+        job_definition_arn: stack.job_definition.clone(),
+        granule_id,
+        attempt: 1,
+        retry_strategy: granary_cli::local::events::default_retry_strategy(2),
+        created_at_ms: 1_700_000_000_000,
+        account: "000000000000".into(),
+        region: "us-east-1".into(),
+    }
+}
+
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -452,24 +453,11 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
     use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
     use granary::ports::ReceivedMessage;
-    use granary_cli::local::events::{
-        default_retry_strategy, state_change_event, AttemptEnd, JobFacts,
-    };
+    use granary_cli::local::events::{state_change_event, AttemptEnd};
     use granary_cli::local::runner::lambda_sqs_event;
     use granary_cli::local::runtime_api::RuntimeApi;
-    use granary_cli::local::stack::{EmulatorStack, StackOptions};
 
-    let config = load_sdk_config().await;
-    let clients = AwsClients::new(&config);
-    let iam = aws_sdk_iam::Client::new(&config);
-    let stack = EmulatorStack::provision(
-        &clients,
-        &iam,
-        &format!("granary-bench-l{}", std::process::id()),
-        StackOptions::default(),
-    )
-    .await
-    .context("provisioning the bench stack (is AWS_ENDPOINT_URL set? use `make bench`)")?;
+    let (clients, stack) = bench_stack("l").await?;
     // The feeder takes one granule per invocation from this inventory.
     let rows: Vec<granary::inventory::InventoryRow> =
         granary_cli::local::campaign::sample_granules(events, 1);
@@ -498,19 +486,7 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
     let mut monitor_events = Vec::new();
     let mut requeuer_events = Vec::new();
     for (i, row) in rows.iter().enumerate() {
-        let facts = JobFacts {
-            job_id: format!("lambda-bench-{i}"),
-            job_name: format!("lambda-bench-{i}"),
-            job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/lambda-bench-{i}"),
-            job_queue_arn: stack.job_queue_arn.clone(),
-            job_definition_arn: stack.job_definition.clone(),
-            granule_id: row.granule_id.clone(),
-            attempt: 1,
-            retry_strategy: default_retry_strategy(2),
-            created_at_ms: 1_700_000_000_000,
-            account: "000000000000".into(),
-            region: "us-east-1".into(),
-        };
+        let facts = bench_facts(&stack, &format!("lambda-bench-{i}"), row.granule_id.clone());
         let ends = if i % 10 == 0 {
             vec![AttemptEnd::AppFailure { exit_code: 1 }]
         } else {

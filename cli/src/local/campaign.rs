@@ -7,7 +7,7 @@ use super::simulator::BatchSimulator;
 use super::stack::{EmulatorStack, StackOptions};
 use anyhow::{Context, Result};
 use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
-use granary::adapters::counting::{CountingQueue, CountingStore, RequestCounts};
+use granary::adapters::counting::{CountingQueue, RequestCounts};
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::log_key::{LogKey, LogOutcome};
 use granary::handlers::Ctx;
@@ -91,22 +91,7 @@ impl Campaign {
         let stack = EmulatorStack::provision(clients, iam, name, options).await?;
         anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
         let counts = Arc::new(RequestCounts::default());
-        let aws = Ctx::aws(stack.config()?, clients);
-        let ctx = Ctx {
-            store: Arc::new(CountingStore {
-                inner: aws.store.clone(),
-                counts: counts.clone(),
-            }),
-            retry_queue: Arc::new(CountingQueue {
-                inner: aws.retry_queue.clone(),
-                counts: counts.clone(),
-            }),
-            failure_dlq: Arc::new(CountingQueue {
-                inner: aws.failure_dlq.clone(),
-                counts: counts.clone(),
-            }),
-            ..aws
-        };
+        let ctx = Ctx::aws(stack.config()?, clients).counted(&counts);
         let rows = sample_granules(spec.granules, spec.plan.seed);
         let per = rows.len().div_ceil(spec.inventories.max(1)).max(1);
         for (i, chunk) in rows.chunks(per).enumerate() {

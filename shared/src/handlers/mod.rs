@@ -44,6 +44,26 @@ impl Ctx {
         Ok(Self::aws(config, &AwsClients::from_env().await))
     }
 
+    /// The same context with its store and queues counting requests into `counts`.
+    pub fn counted(&self, counts: &Arc<crate::adapters::counting::RequestCounts>) -> Self {
+        use crate::adapters::counting::{CountingQueue, CountingStore};
+        Self {
+            store: Arc::new(CountingStore {
+                inner: self.store.clone(),
+                counts: counts.clone(),
+            }),
+            retry_queue: Arc::new(CountingQueue {
+                inner: self.retry_queue.clone(),
+                counts: counts.clone(),
+            }),
+            failure_dlq: Arc::new(CountingQueue {
+                inner: self.failure_dlq.clone(),
+                counts: counts.clone(),
+            }),
+            ..self.clone()
+        }
+    }
+
     /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
     pub async fn submit_once(
         &self,
