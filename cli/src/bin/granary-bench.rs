@@ -318,83 +318,63 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     let mut serial = 0usize;
     for &batch in &batches {
         // job-monitor: 90% successes, 5% Spot past Batch's retries, 5% application failures.
-        let mut times = Vec::new();
-        let before = snapshot(&counts);
-        for _ in 0..invocations {
-            let records: Vec<ReceivedMessage> = (0..batch)
-                .map(|i| {
-                    serial += 1;
-                    let facts = bench_facts(
-                        &stack,
-                        &format!("bench-job-{serial}"),
-                        format!(
-                            "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
-                            serial % 60,
-                            1 + serial % 365,
-                            serial % 1_000_000
-                        ),
-                    );
-                    let spot = AttemptEnd::SpotInterruption {
-                        instance: "i-0123456789abcdef0".into(),
-                    };
-                    let (ends, status) = match serial % 20 {
-                        0 => (vec![spot.clone(), spot], "FAILED"),
-                        1 => (vec![AttemptEnd::AppFailure { exit_code: 1 }], "FAILED"),
-                        _ => (vec![AttemptEnd::Success], "SUCCEEDED"),
-                    };
-                    message(i, state_change_event(&facts, &ends, status).to_string())
-                })
-                .collect();
-            let event = lambda_sqs_event(&stack.events_queue_url, &records)?;
-            let t = Instant::now();
-            let response = monitor::handle_sqs(&ctx, event).await;
-            times.push(t.elapsed().as_secs_f64());
-            anyhow::ensure!(
-                response.batch_item_failures.is_empty(),
-                "monitor reported failures"
+        let spot = AttemptEnd::SpotInterruption {
+            instance: "i-0123456789abcdef0".into(),
+        };
+        let mut monitor_bodies = Vec::new();
+        for _ in 0..invocations * batch {
+            serial += 1;
+            let granule = format!(
+                "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
+                serial % 60,
+                1 + serial % 365,
+                serial % 1_000_000
             );
+            let facts = bench_facts(&stack, &format!("bench-job-{serial}"), granule);
+            let (ends, status) = match serial % 20 {
+                0 => (vec![spot.clone(), spot.clone()], "FAILED"),
+                1 => (vec![AttemptEnd::AppFailure { exit_code: 1 }], "FAILED"),
+                _ => (vec![AttemptEnd::Success], "SUCCEEDED"),
+            };
+            monitor_bodies.push(state_change_event(&facts, &ends, status).to_string());
         }
-        add_row(
-            &mut table,
-            "job-monitor",
-            batch,
-            &times,
-            before,
-            snapshot(&counts),
-        );
-
         // requeuer: retry messages for attempt 1 → attempt 2 submitted to Batch.
-        let mut times = Vec::new();
-        let before = snapshot(&counts);
-        for _ in 0..invocations {
-            let records: Vec<ReceivedMessage> = (0..batch)
-                .map(|i| {
-                    serial += 1;
-                    let e = GranuleProcessingEvent {
-                        granule_id: GranuleId::parse(&format!("bench-granule-{serial}"))
-                            .unwrap_or_else(|e| panic!("{e}")),
-                        attempt: 1,
-                    };
-                    message(i, serde_json::to_string(&e).unwrap_or_default())
-                })
-                .collect();
-            let event = lambda_sqs_event(&stack.retry_queue_url, &records)?;
-            let t = Instant::now();
-            let response = requeuer::handle_sqs(&ctx, event).await;
-            times.push(t.elapsed().as_secs_f64());
-            anyhow::ensure!(
-                response.batch_item_failures.is_empty(),
-                "requeuer reported failures"
-            );
+        let mut requeuer_bodies = Vec::new();
+        for _ in 0..invocations * batch {
+            serial += 1;
+            let e = GranuleProcessingEvent {
+                granule_id: GranuleId::parse(&format!("bench-granule-{serial}"))?,
+                attempt: 1,
+            };
+            requeuer_bodies.push(serde_json::to_string(&e)?);
         }
-        add_row(
-            &mut table,
-            "requeuer",
-            batch,
-            &times,
-            before,
-            snapshot(&counts),
-        );
+        for (name, queue_url, bodies) in [
+            ("job-monitor", &stack.events_queue_url, monitor_bodies),
+            ("requeuer", &stack.retry_queue_url, requeuer_bodies),
+        ] {
+            let before = snapshot(&counts);
+            let mut times = Vec::new();
+            for chunk in bodies.chunks(batch) {
+                let records: Vec<ReceivedMessage> = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, b)| message(i, b.clone()))
+                    .collect();
+                let event = lambda_sqs_event(queue_url, &records)?;
+                let t = Instant::now();
+                let response = if name == "job-monitor" {
+                    monitor::handle_sqs(&ctx, event).await
+                } else {
+                    requeuer::handle_sqs(&ctx, event).await
+                };
+                times.push(t.elapsed().as_secs_f64());
+                anyhow::ensure!(
+                    response.batch_item_failures.is_empty(),
+                    "{name} reported failures"
+                );
+            }
+            add_row(&mut table, name, batch, &times, before, snapshot(&counts));
+        }
     }
     println!("Handlers against the emulator (requests counted at granary's ports)\n{table}");
     Ok(())
