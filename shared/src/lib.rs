@@ -4,6 +4,7 @@
 //! - [`ports`]: what the rules need from the world; [`adapters`] implement them for AWS and in memory.
 //! - [`state`]: the tracker and exactly-once claims, over the object-store port.
 //! - [`inventory`]: Parquet inventories, read by window.
+//! - [`items`]: the item lifecycle engine: records with compare-and-swap, history, in-flight index.
 //! - [`handlers`]: the Lambda handlers (queue feeder, job monitor, requeuer) over ports.
 
 pub mod adapters;
@@ -11,6 +12,7 @@ pub mod config;
 pub mod domain;
 pub mod handlers;
 pub mod inventory;
+pub mod items;
 pub mod ports;
 pub mod state;
 pub mod telemetry;

@@ -1,0 +1,437 @@
+//! The item record (one per item: where it is now) and its history entries (one per transition,
+//! written once), with the keys both live under. Pure: storing them is `crate::items`.
+
+use super::granule::GranuleId;
+use super::lifecycle::{check_transition, Attempts, IllegalTransition, ItemState};
+use chrono::{DateTime, NaiveDate, Utc};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+/// Log messages kept on the record; the history keeps every one.
+pub const MAX_LOG_MESSAGES: usize = 50;
+
+/// The current-status record of one item.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRecord {
+    /// Key-safe identity: the granule id for backfill items, a content-hash id for discovered files.
+    pub id: GranuleId,
+    /// Human name: the file name at the source, or the granule id.
+    pub name: String,
+    pub state: ItemState,
+    /// The state before the last transition (`None` right after creation).
+    pub previous_state: Option<ItemState>,
+    /// Why the last transition happened.
+    pub reason: String,
+    /// Transitions applied so far; the history entry of the current state has this number.
+    pub seq: u32,
+    /// True once the item is in a terminal state: nothing more will happen to it by itself.
+    pub workflow_complete: bool,
+    pub log_messages: Vec<String>,
+    #[serde(flatten)]
+    pub attempts: Attempts,
+    pub last_updated: DateTime<Utc>,
+    /// Never changes after creation.
+    pub created: DateTime<Utc>,
+    /// Identity of the raw file as its source describes it; unique across items.
+    pub raw_file_hash: Option<String>,
+    pub size: Option<u64>,
+    /// Digest of the stored raw file, `sha256:<hex>` (or the source's published digest).
+    pub checksum: Option<String>,
+    /// Where the item came from: an http(s) URL, an s3:// URL, or an inventory key.
+    pub source: Option<String>,
+    /// Where granary stored the raw file in its bucket.
+    pub stored_key: Option<String>,
+    /// The Batch job of the current processing attempt.
+    pub job_id: Option<String>,
+    /// Who made the last change (a handler name, or `operator`).
+    pub updated_by: String,
+}
+
+/// What a caller wants changed besides the state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Change {
+    pub to: Option<ItemState>,
+    pub reason: String,
+    pub size: Option<u64>,
+    pub checksum: Option<String>,
+    pub stored_key: Option<String>,
+    pub job_id: Option<String>,
+}
+
+impl Change {
+    pub fn to(to: ItemState, reason: impl Into<String>) -> Self {
+        Self {
+            to: Some(to),
+            reason: reason.into(),
+            ..Self::default()
+        }
+    }
+}
+
+/// A new record in its first state; the creation is history entry 0.
+#[derive(Debug, Clone)]
+pub struct NewItem {
+    pub id: GranuleId,
+    pub name: String,
+    pub state: ItemState,
+    pub reason: String,
+    pub raw_file_hash: Option<String>,
+    pub size: Option<u64>,
+    pub checksum: Option<String>,
+    pub source: Option<String>,
+}
+
+impl NewItem {
+    pub fn into_record(self, now: DateTime<Utc>, by: &str) -> ItemRecord {
+        let mut record = ItemRecord {
+            id: self.id,
+            name: self.name,
+            state: self.state,
+            previous_state: None,
+            reason: self.reason.clone(),
+            seq: 0,
+            workflow_complete: self.state.is_terminal(),
+            log_messages: Vec::new(),
+            attempts: Attempts::default(),
+            last_updated: now,
+            created: now,
+            raw_file_hash: self.raw_file_hash,
+            size: self.size,
+            checksum: self.checksum,
+            source: self.source,
+            stored_key: None,
+            job_id: None,
+            updated_by: by.to_owned(),
+        };
+        record.attempts.begin(self.state, now);
+        record.log(format!("created {}: {}", self.state, self.reason), now);
+        record
+    }
+}
+
+impl ItemRecord {
+    fn log(&mut self, message: String, now: DateTime<Utc>) {
+        self.log_messages
+            .push(format!("{} {message}", now.format("%Y-%m-%dT%H:%M:%SZ")));
+        let excess = self.log_messages.len().saturating_sub(MAX_LOG_MESSAGES);
+        self.log_messages.drain(..excess);
+    }
+
+    /// The record after `change`, checked against the transition table. A change without a
+    /// target state only updates fields and logs the reason (no history entry is owed for it).
+    pub fn apply(
+        &self,
+        change: &Change,
+        now: DateTime<Utc>,
+        by: &str,
+    ) -> Result<ItemRecord, IllegalTransition> {
+        let mut next = self.clone();
+        if let Some(to) = change.to {
+            check_transition(self.state, to)?;
+            next.previous_state = Some(self.state);
+            next.state = to;
+            next.seq += 1;
+            next.reason = change.reason.clone();
+            next.workflow_complete = to.is_terminal();
+            next.attempts.begin(to, now);
+            next.log(format!("{} → {to}: {}", self.state, change.reason), now);
+        } else {
+            next.log(change.reason.clone(), now);
+        }
+        if change.size.is_some() {
+            next.size = change.size;
+        }
+        if change.checksum.is_some() {
+            next.checksum = change.checksum.clone();
+        }
+        if change.stored_key.is_some() {
+            next.stored_key = change.stored_key.clone();
+        }
+        if change.job_id.is_some() {
+            next.job_id = change.job_id.clone();
+        }
+        next.last_updated = now;
+        next.updated_by = by.to_owned();
+        Ok(next)
+    }
+
+    /// The attempt number that matters in the current state.
+    pub fn current_attempt(&self) -> u32 {
+        match self.state {
+            ItemState::Discovered
+            | ItemState::Downloading
+            | ItemState::Downloaded
+            | ItemState::DownloadingFailed
+            | ItemState::Ignore
+            | ItemState::Skipped => self.attempts.download,
+            _ => self.attempts.processing,
+        }
+    }
+}
+
+/// One transition, written once under the history prefix and never rewritten. It carries the
+/// record as it was after the transition, so the latest entry of an item rebuilds its record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub item_id: GranuleId,
+    pub seq: u32,
+    pub from: Option<ItemState>,
+    pub to: ItemState,
+    pub reason: String,
+    /// The attempt number of the kind of work the transition belongs to.
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
+    pub by: String,
+    pub record: ItemRecord,
+}
+
+impl HistoryEntry {
+    /// The entry for the record's latest transition (or its creation).
+    pub fn of(record: &ItemRecord) -> Self {
+        Self {
+            item_id: record.id.clone(),
+            seq: record.seq,
+            from: record.previous_state,
+            to: record.state,
+            reason: record.reason.clone(),
+            attempt: record.current_attempt(),
+            at: record.last_updated,
+            by: record.updated_by.clone(),
+            record: record.clone(),
+        }
+    }
+
+    /// `history/date=YYYY-MM-DD/state=TO/<id>.<seq>.json`: partitioned for Athena by day and
+    /// the state entered; the sequence number makes each transition its own object.
+    pub fn key(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}date={}/state={}/{}.{:05}.json",
+            self.at.format("%Y-%m-%d"),
+            self.to,
+            self.item_id,
+            self.seq
+        )
+    }
+}
+
+/// `items/<id>.json`: the one object that holds an item's current record.
+pub fn record_key(prefix: &str, id: &GranuleId) -> String {
+    format!("{prefix}{id}.json")
+}
+
+/// `inflight/<STATE>/<id>`: present while an item is in a timed state (DOWNLOADING, PROCESSING),
+/// so the sweeper looks only at those items, never at all of them.
+pub fn inflight_key(prefix: &str, state: ItemState, id: &GranuleId) -> String {
+    format!("{prefix}{state}/{id}")
+}
+
+pub fn is_timed(state: ItemState) -> bool {
+    matches!(state, ItemState::Downloading | ItemState::Processing)
+}
+
+/// The id of a discovered file: a prefix of its raw_file_hash, so a second discovery of the same
+/// file lands on the same record (and its conditional create loses).
+pub fn id_from_hash(raw_file_hash: &str) -> Result<GranuleId, super::granule::InvalidGranuleId> {
+    let digest = raw_file_hash.rsplit(':').next().unwrap_or(raw_file_hash);
+    let hex: String = digest
+        .chars()
+        .filter(|c| c.is_ascii_hexdigit())
+        .take(32)
+        .collect();
+    GranuleId::parse(&format!("f{hex}"))
+}
+
+/// The finders over item records. Every field set must match.
+#[derive(Debug, Clone, Default)]
+pub struct ItemQuery {
+    pub name: Option<String>,
+    pub state: Option<ItemState>,
+    pub workflow_complete: Option<bool>,
+    pub updated_after: Option<DateTime<Utc>>,
+    pub log_message: Option<Regex>,
+    pub created_on: Option<NaiveDate>,
+}
+
+impl ItemQuery {
+    pub fn matches(&self, r: &ItemRecord) -> bool {
+        self.name.as_ref().is_none_or(|n| &r.name == n)
+            && self.state.is_none_or(|s| r.state == s)
+            && self
+                .workflow_complete
+                .is_none_or(|w| r.workflow_complete == w)
+            && self.updated_after.is_none_or(|t| r.last_updated > t)
+            && self
+                .log_message
+                .as_ref()
+                .is_none_or(|re| r.log_messages.iter().any(|m| re.is_match(m)))
+            && self.created_on.is_none_or(|d| r.created.date_naive() == d)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::Duration;
+    use ItemState::*;
+
+    fn new(state: ItemState) -> ItemRecord {
+        NewItem {
+            id: GranuleId::parse("g1").unwrap(),
+            name: "file one.h5".into(),
+            state,
+            reason: "found".into(),
+            raw_file_hash: Some("ab".into()),
+            size: Some(5),
+            checksum: None,
+            source: Some("https://example/x".into()),
+        }
+        .into_record(Utc::now(), "discover")
+    }
+
+    #[test]
+    fn applying_a_listed_transition_updates_state_seq_attempts_and_log() {
+        let r = new(Discovered);
+        assert_eq!((r.seq, r.attempts.download), (0, 0));
+        let t = r.created + Duration::seconds(5);
+        let n = r
+            .apply(&Change::to(Downloading, "begin"), t, "download")
+            .unwrap();
+        assert_eq!(n.state, Downloading);
+        assert_eq!(n.previous_state, Some(Discovered));
+        assert_eq!((n.seq, n.attempts.download), (1, 1));
+        assert_eq!(n.attempts.download_started_at, Some(t));
+        assert_eq!(n.created, r.created, "created never changes");
+        assert_eq!(n.last_updated, t);
+        assert!(n
+            .log_messages
+            .last()
+            .unwrap()
+            .ends_with("DISCOVERED → DOWNLOADING: begin"));
+        assert!(!n.workflow_complete);
+        let e = HistoryEntry::of(&n);
+        assert_eq!(
+            (e.from, e.to, e.seq, e.attempt),
+            (Some(Discovered), Downloading, 1, 1)
+        );
+        assert_eq!(e.record, n);
+    }
+
+    #[test]
+    fn an_illegal_change_is_refused_and_names_both_states() {
+        let r = new(Discovered);
+        let err = r
+            .apply(&Change::to(Processed, "?"), Utc::now(), "x")
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "illegal item transition DISCOVERED → PROCESSED"
+        );
+    }
+
+    #[test]
+    fn terminal_states_complete_the_workflow_and_corruption_reopens_it() {
+        let mut r = new(Ready);
+        for (to, complete) in [
+            (Processing, false),
+            (Processed, true),
+            (ProcessingFailed, false),
+        ] {
+            r = r.apply(&Change::to(to, "x"), Utc::now(), "t").unwrap();
+            assert_eq!(r.workflow_complete, complete, "{to}");
+        }
+        assert_eq!(r.attempts.processing, 1);
+    }
+
+    #[test]
+    fn a_field_only_change_keeps_state_and_seq() {
+        let r = new(Downloaded);
+        let n = r
+            .apply(
+                &Change {
+                    reason: "waiting for ancillary data".into(),
+                    ..Change::default()
+                },
+                Utc::now(),
+                "admit",
+            )
+            .unwrap();
+        assert_eq!((n.state, n.seq), (Downloaded, 0));
+        assert_eq!(n.log_messages.len(), 2);
+    }
+
+    #[test]
+    fn log_messages_are_capped_keeping_the_newest() {
+        let mut r = new(Downloaded);
+        for i in 0..(MAX_LOG_MESSAGES + 7) {
+            r = r
+                .apply(
+                    &Change {
+                        reason: format!("note {i}"),
+                        ..Change::default()
+                    },
+                    Utc::now(),
+                    "t",
+                )
+                .unwrap();
+        }
+        assert_eq!(r.log_messages.len(), MAX_LOG_MESSAGES);
+        assert!(r
+            .log_messages
+            .last()
+            .unwrap()
+            .ends_with(&format!("note {}", MAX_LOG_MESSAGES + 6)));
+    }
+
+    #[test]
+    fn keys_are_hive_partitioned_and_unique_per_transition() {
+        let r = new(Discovered);
+        let e = HistoryEntry::of(&r);
+        let day = r.created.format("%Y-%m-%d");
+        assert_eq!(
+            e.key("history/"),
+            format!("history/date={day}/state=DISCOVERED/g1.00000.json")
+        );
+        assert_eq!(record_key("items/", &r.id), "items/g1.json");
+        assert_eq!(
+            inflight_key("inflight/", Processing, &r.id),
+            "inflight/PROCESSING/g1"
+        );
+    }
+
+    #[test]
+    fn ids_from_hashes_are_key_safe_and_stable() {
+        let a = id_from_hash("sha256:0123456789abcdef0123456789abcdef0123456789").unwrap();
+        assert_eq!(a.as_str(), "f0123456789abcdef0123456789abcdef");
+        assert_eq!(
+            a,
+            id_from_hash("sha256:0123456789abcdef0123456789abcdef0123456789").unwrap()
+        );
+    }
+
+    #[test]
+    fn finders_match_on_every_field_given() {
+        let r = new(Downloaded);
+        let all = ItemQuery::default();
+        assert!(all.matches(&r));
+        let q = |f: &dyn Fn(&mut ItemQuery)| {
+            let mut q = ItemQuery::default();
+            f(&mut q);
+            q.matches(&r)
+        };
+        assert!(q(&|q| q.name = Some("file one.h5".into())));
+        assert!(!q(&|q| q.name = Some("file".into())));
+        assert!(q(&|q| q.state = Some(Downloaded)));
+        assert!(!q(&|q| q.state = Some(Ready)));
+        assert!(q(&|q| q.workflow_complete = Some(false)));
+        assert!(q(
+            &|q| q.updated_after = Some(r.last_updated - Duration::seconds(1))
+        ));
+        assert!(!q(&|q| q.updated_after = Some(r.last_updated)));
+        assert!(q(
+            &|q| q.log_message = Some(Regex::new("created DOWN").unwrap())
+        ));
+        assert!(!q(&|q| q.log_message = Some(Regex::new("^nope").unwrap())));
+        assert!(q(&|q| q.created_on = Some(r.created.date_naive())));
+        assert!(!q(&|q| q.created_on = r.created.date_naive().pred_opt()));
+    }
+}
