@@ -2,6 +2,8 @@
 //! Every variable, its default and meaning is listed in the README.
 
 use crate::domain::granule::{IdParser, IdParserError};
+use crate::domain::lifecycle::{ActiveSlots, RetryPolicy};
+use regex::Regex;
 use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,34 @@ pub struct Config {
     /// the monitor's Lambda timeout. A duplicate arriving inside it is retried later, not routed.
     pub route_lease: Duration,
     pub id_parser: IdParser,
+    /// Where item records, their history and the in-flight index live.
+    pub item_prefixes: crate::items::ItemPrefixes,
+    /// Whether the backfill loop keeps an item record per granule (costs ~3 S3 PUTs per transition).
+    pub track_items: bool,
+    pub retry_policy: RetryPolicy,
+    pub importer: ImporterConfig,
+}
+
+/// Settings of the importer steps (discover, download, admit) and the sweeper.
+#[derive(Debug, Clone)]
+pub struct ImporterConfig {
+    /// What discover lists: `s3://bucket/prefix/` or an http(s) directory index URL.
+    pub source_url: Option<String>,
+    /// Where downloaded raw files are stored in granary's bucket.
+    pub raw_prefix: String,
+    /// The SQS queue that carries item ids between importer steps.
+    pub import_queue_url: Option<String>,
+    pub active_slots: ActiveSlots,
+    /// A regex whose first capture group is an item's slot (taken from its name).
+    pub slot_pattern: Regex,
+    /// Names that do not match are SKIPPED as ineligible.
+    pub eligible_pattern: Regex,
+    /// Files last modified before this are SKIPPED as outdated.
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Keys (with `{id}` / `{name}` placeholders) that must exist before an item is READY.
+    pub prerequisites: Vec<String>,
+    /// Concurrent HEAD requests while discovering.
+    pub discover_concurrency: usize,
 }
 
 impl Config {
@@ -95,7 +125,82 @@ impl Config {
                 why: "must be at least 1".into(),
             });
         }
+        let max_retries: u32 = number("GRANARY_MAX_RETRIES", or("GRANARY_MAX_RETRIES", "3"))?;
+        let secs = |var: &'static str, default: &str| -> Result<chrono::Duration, ConfigError> {
+            let n: u32 = number(var, or(var, default))?;
+            Ok(chrono::Duration::seconds(i64::from(n)))
+        };
+        let regex = |var: &'static str, default: &str| -> Result<Regex, ConfigError> {
+            let raw = or(var, default);
+            Regex::new(&raw).map_err(|e| ConfigError::Invalid {
+                var,
+                value: raw.clone(),
+                why: e.to_string(),
+            })
+        };
+        let max_download_attempts: u32 = number(
+            "GRANARY_MAX_DOWNLOAD_ATTEMPTS",
+            or("GRANARY_MAX_DOWNLOAD_ATTEMPTS", "3"),
+        )?;
+        let not_before = match get("GRANARY_NOT_BEFORE").filter(|v| !v.is_empty()) {
+            None => None,
+            Some(raw) => Some(
+                chrono::DateTime::parse_from_rfc3339(&raw)
+                    .map_err(|e| ConfigError::Invalid {
+                        var: "GRANARY_NOT_BEFORE",
+                        value: raw.clone(),
+                        why: format!("{e}; use RFC 3339, e.g. 2024-01-01T00:00:00Z"),
+                    })?
+                    .with_timezone(&chrono::Utc),
+            ),
+        };
+        let flag = |var: &'static str, default: bool| -> Result<bool, ConfigError> {
+            match get(var).filter(|v| !v.is_empty()) {
+                None => Ok(default),
+                Some(v) => match v.to_ascii_lowercase().as_str() {
+                    "1" | "true" | "on" | "yes" => Ok(true),
+                    "0" | "false" | "off" | "no" => Ok(false),
+                    _ => Err(ConfigError::Invalid {
+                        var,
+                        value: v,
+                        why: "use on or off".into(),
+                    }),
+                },
+            }
+        };
+        let importer = ImporterConfig {
+            source_url: get("GRANARY_SOURCE_URL").filter(|v| !v.is_empty()),
+            raw_prefix: prefix("GRANARY_RAW_PREFIX", "raw/")?,
+            import_queue_url: get("GRANARY_IMPORT_QUEUE_URL").filter(|v| !v.is_empty()),
+            active_slots: ActiveSlots::parse(&or("GRANARY_ACTIVE_SLOTS", "*")),
+            slot_pattern: regex("GRANARY_SLOT_PATTERN", r"^[^.]+\.([^.]+)\.")?,
+            eligible_pattern: regex("GRANARY_ELIGIBLE_PATTERN", ".")?,
+            not_before,
+            prerequisites: or("GRANARY_PREREQUISITES", "")
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            discover_concurrency: number(
+                "GRANARY_DISCOVER_CONCURRENCY",
+                or("GRANARY_DISCOVER_CONCURRENCY", "8"),
+            )?,
+        };
         Ok(Self {
+            item_prefixes: crate::items::ItemPrefixes {
+                items: prefix("GRANARY_ITEM_PREFIX", "items/")?,
+                history: prefix("GRANARY_HISTORY_PREFIX", "history/")?,
+                inflight: prefix("GRANARY_INFLIGHT_PREFIX", "inflight/")?,
+            },
+            track_items: flag("GRANARY_ITEM_RECORDS", true)?,
+            retry_policy: RetryPolicy {
+                max_download_attempts: max_download_attempts.max(1),
+                max_processing_attempts: max_retries.saturating_add(1),
+                download_timeout: secs("GRANARY_DOWNLOAD_TIMEOUT_SECS", "240")?,
+                processing_timeout: secs("GRANARY_PROCESSING_TIMEOUT_SECS", "21600")?,
+            },
+            importer,
             bucket: required(
                 "GRANARY_BUCKET",
                 "the S3 bucket holding inventories, tracker, claims and logs",
@@ -122,7 +227,7 @@ impl Config {
                 "GRANARY_MAX_ACTIVE_JOBS",
                 or("GRANARY_MAX_ACTIVE_JOBS", "10000"),
             )?,
-            max_retries: number("GRANARY_MAX_RETRIES", or("GRANARY_MAX_RETRIES", "3"))?,
+            max_retries,
             submit_concurrency,
             claim_lease: Duration::from_secs(number(
                 "GRANARY_CLAIM_LEASE_SECS",
@@ -171,6 +276,13 @@ mod tests {
         assert_eq!(c.max_attempt(), 4);
         assert_eq!(c.log_prefix, "logs/");
         assert_eq!(c.claim_lease, Duration::from_secs(900));
+        assert!(c.track_items);
+        assert_eq!(c.retry_policy.max_processing_attempts, 4);
+        assert_eq!(c.retry_policy.max_download_attempts, 3);
+        assert_eq!(c.importer.active_slots, ActiveSlots::All);
+        let slot = c.importer.slot_pattern.captures("HLS.S30.T01GBH.2022226T214921.v2.0");
+        assert_eq!(slot.and_then(|c| c.get(1)).map(|m| m.as_str()), Some("S30"));
+        assert_eq!(c.item_prefixes.history, "history/");
     }
 
     #[test]
@@ -191,5 +303,11 @@ mod tests {
         let mut m = base();
         m.insert("GRANARY_ID_PATTERN", "(?P<platform>x)");
         assert!(matches!(load(&m), Err(ConfigError::IdParser(_))));
+        let mut m = base();
+        m.insert("GRANARY_ITEM_RECORDS", "maybe");
+        assert!(load(&m).unwrap_err().to_string().contains("use on or off"));
+        let mut m = base();
+        m.insert("GRANARY_NOT_BEFORE", "yesterday");
+        assert!(load(&m).unwrap_err().to_string().contains("RFC 3339"));
     }
 }

@@ -31,6 +31,8 @@ pub enum FeederError {
     Dlq(#[from] QueueError),
     #[error("counting active jobs: {0}")]
     Jobs(#[from] crate::ports::JobRunnerError),
+    #[error("updating the item record: {0}")]
+    Items(#[from] crate::items::ItemError),
 }
 
 /// What one feeder run did.
@@ -187,6 +189,14 @@ async fn submit_rows(
                 };
                 let event = GranuleProcessingEvent::first(id);
                 let outcome = ctx.submit_once(&event, "queue-feeder").await?;
+                if let SubmitOutcome::Submitted { job_id }
+                | SubmitOutcome::AlreadySubmitted { job_id }
+                | SubmitOutcome::Recovered { job_id } = &outcome
+                {
+                    let source = Some(format!("{inventory_key}#row={row}"));
+                    super::item_sync::submitted(ctx, &event, job_id, source, "queue-feeder")
+                        .await?;
+                }
                 Ok(RowResult::Done(outcome))
             })
             .buffered(ctx.config.submit_concurrency)

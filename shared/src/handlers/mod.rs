@@ -2,6 +2,7 @@
 //! code runs in Lambda, in the local runtime and in tests.
 
 pub mod feeder;
+pub mod item_sync;
 pub mod monitor;
 pub mod requeuer;
 
@@ -62,6 +63,11 @@ impl Ctx {
             }),
             ..self.clone()
         }
+    }
+
+    /// The item records, their history and the in-flight index.
+    pub fn items(&self) -> crate::items::Items {
+        crate::items::Items::new(self.store.clone(), self.config.item_prefixes.clone())
     }
 
     /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.

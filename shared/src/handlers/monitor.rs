@@ -22,6 +22,8 @@ pub enum MonitorError {
     State(#[from] StateError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error("updating the item record: {0}")]
+    Items(#[from] crate::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is being routed by another delivery; retry later")]
     RoutingInFlight { granule_id: String, attempt: u32 },
 }
@@ -91,14 +93,26 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
         job: raw.get("detail").cloned().unwrap_or_default(),
     };
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
-    match route {
+    let reason = classification.reason.clone();
+    let outcome = match route {
         // The log line above is the record; the final event for this job will come.
-        Route::BatchRetries => Ok(MonitorOutcome::BatchRetries),
-        Route::Done => log_success(ctx, &key, &record).await,
+        Route::BatchRetries => return Ok(MonitorOutcome::BatchRetries),
+        Route::Done => log_success(ctx, &key, &record).await?,
         Route::RetryQueue | Route::FailureDlq => {
-            log_and_route_failure(ctx, &key, record, &classification).await
+            log_and_route_failure(ctx, &key, record, &classification).await?
         }
+    };
+    // The log is the evidence and the route is the action; the item record follows them, also on
+    // a duplicate delivery (the first may have died before getting here).
+    let to = match (route, &outcome) {
+        (_, MonitorOutcome::AlreadySucceeded) => None,
+        (Route::Done, _) => Some(crate::domain::lifecycle::ItemState::Processed),
+        _ => Some(crate::domain::lifecycle::ItemState::ProcessingFailed),
+    };
+    if let Some(to) = to {
+        super::item_sync::finished(ctx, &granule, to, &reason).await?;
     }
+    Ok(outcome)
 }
 
 /// The granule and attempt a job was submitted for: its container environment, else its parameters.

@@ -15,6 +15,8 @@ pub enum RequeueError {
     State(#[from] StateError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error("updating the item record: {0}")]
+    Items(#[from] crate::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is claimed by a run still in flight; retry later")]
     InFlight { granule_id: String, attempt: u32 },
 }
@@ -59,12 +61,19 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
     if next.attempt > ctx.config.max_attempt() {
         let body = serde_json::to_string(&event).unwrap_or_default();
         dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, Some(event.attempt)).await?;
+        super::item_sync::abandoned(ctx, &event).await?;
         tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
         return Ok(RequeueOutcome::DeadLettered {
             reason: ATTEMPTS_EXHAUSTED.to_owned(),
         });
     }
     let outcome = ctx.submit_once(&next, "requeuer").await?;
+    if let SubmitOutcome::Submitted { job_id }
+    | SubmitOutcome::AlreadySubmitted { job_id }
+    | SubmitOutcome::Recovered { job_id } = &outcome
+    {
+        super::item_sync::submitted(ctx, &next, job_id, None, "requeuer").await?;
+    }
     match outcome {
         SubmitOutcome::Submitted { job_id } | SubmitOutcome::Recovered { job_id } => {
             tracing::info!(granule_id = %next.granule_id, attempt = next.attempt, job_id, "resubmitted");

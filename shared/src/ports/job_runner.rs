@@ -39,4 +39,6 @@ pub trait JobRunner: Send + Sync {
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError>;
     /// The newest job with exactly this name, in any status.
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
+    /// The job with this id, or `None` when Batch no longer (or never) knew it.
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError>;
 }

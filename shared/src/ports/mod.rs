@@ -5,8 +5,12 @@ pub mod event_bus;
 pub mod job_runner;
 pub mod object_store;
 pub mod queue;
+pub mod source;
 
 pub use event_bus::{BusEvent, EventBus, EventBusError};
 pub use job_runner::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
-pub use object_store::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
+pub use object_store::{
+    ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,
+};
 pub use queue::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
+pub use source::{Source, SourceError, SourceFile, SourceStream};

@@ -69,4 +69,50 @@ pub trait ObjectStore: Send + Sync {
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError>;
     /// Deleting an absent object succeeds (as in S3).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
+
+    /// Starts writing a large object part by part (every part but the last at least
+    /// [`MIN_PART_BYTES`]). Nothing is visible under `key` until `finish`. The default buffers the
+    /// parts and writes them with one `put`; S3 streams them as a multipart upload.
+    async fn begin_upload<'a>(&'a self, key: &str) -> Result<Box<dyn Upload + 'a>, StoreError> {
+        Ok(Box::new(BufferedUpload {
+            store: self,
+            key: key.to_owned(),
+            buffer: Vec::new(),
+        }))
+    }
+}
+
+/// S3's smallest multipart part (except the last).
+pub const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// An object being written in parts.
+#[async_trait]
+pub trait Upload: Send {
+    async fn write_part(&mut self, part: Bytes) -> Result<(), StoreError>;
+    /// Makes the object visible; returns its size.
+    async fn finish(self: Box<Self>) -> Result<u64, StoreError>;
+    /// Drops what was written so far (S3 frees the parts).
+    async fn abort(self: Box<Self>);
+}
+
+struct BufferedUpload<'a, S: ?Sized> {
+    store: &'a S,
+    key: String,
+    buffer: Vec<u8>,
+}
+
+#[async_trait]
+impl<S: ObjectStore + ?Sized> Upload for BufferedUpload<'_, S> {
+    async fn write_part(&mut self, part: Bytes) -> Result<(), StoreError> {
+        self.buffer.extend_from_slice(&part);
+        Ok(())
+    }
+    async fn finish(self: Box<Self>) -> Result<u64, StoreError> {
+        let len = self.buffer.len() as u64;
+        self.store
+            .put(&self.key, Bytes::from(self.buffer), PutCondition::Overwrite)
+            .await?;
+        Ok(len)
+    }
+    async fn abort(self: Box<Self>) {}
 }

@@ -155,4 +155,21 @@ impl JobRunner for BatchJobRunner {
         }
         Ok(newest.map(|(_, s)| s))
     }
+
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        let out = self
+            .client
+            .describe_jobs()
+            .jobs(job_id)
+            .send()
+            .await
+            .map_err(|e| JobRunnerError(format!("DescribeJobs {job_id}: {}", describe(&e))))?;
+        Ok(out.jobs.unwrap_or_default().into_iter().find_map(|j| {
+            Some(JobSummary {
+                status: j.status.as_ref().and_then(from_sdk_status)?,
+                job_id: j.job_id?,
+                job_name: j.job_name?,
+            })
+        }))
+    }
 }

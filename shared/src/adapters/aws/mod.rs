@@ -4,11 +4,13 @@
 mod batch;
 mod eventbridge;
 mod s3;
+mod s3_source;
 mod sqs;
 
 pub use batch::BatchJobRunner;
 pub use eventbridge::EventBridgeBus;
 pub use s3::S3Store;
+pub use s3_source::S3PrefixSource;
 pub use sqs::SqsQueue;
 
 use aws_config::{BehaviorVersion, SdkConfig};

@@ -76,4 +76,12 @@ impl JobRunner for MemoryJobRunner {
             .find(|(_, s)| s.job_name == job_name)
             .map(|(_, s)| s.clone()))
     }
+
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        Ok(self
+            .lock()
+            .iter()
+            .find(|(_, s)| s.job_id == job_id)
+            .map(|(_, s)| s.clone()))
+    }
 }

@@ -3,9 +3,11 @@
 mod bus;
 mod jobs;
 mod queue;
+mod source;
 mod store;
 
 pub use bus::MemoryEventBus;
 pub use jobs::MemoryJobRunner;
 pub use queue::MemoryQueue;
+pub use source::MemorySource;
 pub use store::MemoryStore;

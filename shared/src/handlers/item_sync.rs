@@ -1,0 +1,116 @@
+//! Keeps each granule's item record in step with the backfill loop: PROCESSING when its attempt
+//! is submitted, PROCESSED / PROCESSING_FAILED when the monitor sees the job end, ABANDONED when
+//! the requeuer spends the last attempt. Backfill items enter at READY: the inventory vouches for
+//! them. Every step is guarded by the attempt number, so duplicate and late events change nothing.
+
+use super::Ctx;
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::item::{Change, NewItem};
+use crate::domain::lifecycle::ItemState::{self, *};
+use crate::items::{Advanced, ItemError};
+
+/// The attempt was submitted as `job_id`: READY (or PROCESSING_FAILED, for a retry) → PROCESSING.
+pub async fn submitted(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    job_id: &str,
+    source: Option<String>,
+    by: &str,
+) -> Result<(), ItemError> {
+    if !ctx.config.track_items {
+        return Ok(());
+    }
+    let items = ctx.items();
+    let id = &event.granule_id;
+    if items.get(id).await?.is_none() {
+        items
+            .create(
+                NewItem {
+                    id: id.clone(),
+                    name: id.to_string(),
+                    state: Ready,
+                    reason: "listed in an inventory".into(),
+                    raw_file_hash: None,
+                    size: None,
+                    checksum: None,
+                    source,
+                },
+                by,
+            )
+            .await?;
+    }
+    let attempt = event.attempt;
+    // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
+    let begun = |r: &crate::domain::item::ItemRecord| r.attempts.processing >= attempt;
+    items
+        .advance(id, by, |r| {
+            (r.state == ProcessingFailed && !begun(r))
+                .then(|| Change::to(Ready, format!("retrying as attempt {attempt}")))
+        })
+        .await?;
+    let moved = items
+        .advance(id, by, |r| {
+            (r.state == Ready && !begun(r)).then(|| Change {
+                job_id: Some(job_id.to_owned()),
+                ..Change::to(Processing, format!("attempt {attempt} submitted as job {job_id}"))
+            })
+        })
+        .await?;
+    warn_if_lagging(&moved, event, Processing);
+    Ok(())
+}
+
+/// The monitor saw attempt `event.attempt` end: PROCESSING → `to` (PROCESSED or PROCESSING_FAILED).
+pub async fn finished(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    to: ItemState,
+    reason: &str,
+) -> Result<(), ItemError> {
+    if !ctx.config.track_items {
+        return Ok(());
+    }
+    let attempt = event.attempt;
+    let moved = ctx
+        .items()
+        .advance(&event.granule_id, "job-monitor", |r| {
+            (r.state == Processing && r.attempts.processing == attempt)
+                .then(|| Change::to(to, format!("attempt {attempt}: {reason}")))
+        })
+        .await?;
+    warn_if_lagging(&moved, event, to);
+    Ok(())
+}
+
+/// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
+pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), ItemError> {
+    if !ctx.config.track_items {
+        return Ok(());
+    }
+    let attempt = event.attempt;
+    ctx.items()
+        .advance(&event.granule_id, "requeuer", |r| {
+            (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
+                Change::to(
+                    Abandoned,
+                    format!("attempt {attempt} was the last of {}", ctx.config.max_attempt()),
+                )
+            })
+        })
+        .await?;
+    Ok(())
+}
+
+fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: ItemState) {
+    match moved {
+        Advanced::Missing => tracing::warn!(
+            granule_id = %event.granule_id, attempt = event.attempt,
+            "no item record: it was submitted before item records were kept"
+        ),
+        Advanced::Unchanged(r) if r.state != wanted => tracing::info!(
+            granule_id = %event.granule_id, attempt = event.attempt, state = %r.state,
+            record_attempt = r.attempts.processing, "item record already past this event"
+        ),
+        _ => {}
+    }
+}
