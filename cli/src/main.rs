@@ -2,6 +2,7 @@
 
 mod classify_cmd;
 mod demo_cmd;
+mod items_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +34,14 @@ enum Command {
     ///   granary demo --endpoint http://127.0.0.1:5000 --json
     #[command(verbatim_doc_comment)]
     Demo(demo_cmd::Args),
+    /// Find item records and read their history (bucket from GRANARY_BUCKET or --bucket).
+    ///
+    /// Examples:
+    ///   granary items find --state PROCESSING_FAILED
+    ///   granary items get HLS.S30.T01GBH.2022226T214921.v2.0 --json
+    ///   granary items history HLS.S30.T01GBH.2022226T214921.v2.0
+    #[command(verbatim_doc_comment)]
+    Items(items_cmd::Args),
 }
 
 #[tokio::main]
@@ -41,6 +50,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Classify(args) => classify_cmd::run(args),
         Command::Demo(args) => demo_cmd::run(args).await,
+        Command::Items(args) => items_cmd::run(args).await,
     };
     match result {
         Ok(code) => code,

@@ -72,6 +72,8 @@ pub struct ImporterConfig {
     pub not_before: Option<chrono::DateTime<chrono::Utc>>,
     /// Keys (with `{id}` / `{name}` placeholders) that must exist before an item is READY.
     pub prerequisites: Vec<String>,
+    /// Keys (with `{id}` / `{name}`) of a processed item's products, checked by re-validation.
+    pub product_keys: Vec<String>,
     /// Concurrent HEAD requests while discovering.
     pub discover_concurrency: usize,
 }
@@ -182,6 +184,12 @@ impl Config {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            product_keys: or("GRANARY_PRODUCT_KEYS", "")
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
             discover_concurrency: number(
                 "GRANARY_DISCOVER_CONCURRENCY",
                 or("GRANARY_DISCOVER_CONCURRENCY", "8"),
@@ -280,7 +288,10 @@ mod tests {
         assert_eq!(c.retry_policy.max_processing_attempts, 4);
         assert_eq!(c.retry_policy.max_download_attempts, 3);
         assert_eq!(c.importer.active_slots, ActiveSlots::All);
-        let slot = c.importer.slot_pattern.captures("HLS.S30.T01GBH.2022226T214921.v2.0");
+        let slot = c
+            .importer
+            .slot_pattern
+            .captures("HLS.S30.T01GBH.2022226T214921.v2.0");
         assert_eq!(slot.and_then(|c| c.get(1)).map(|m| m.as_str()), Some("S30"));
         assert_eq!(c.item_prefixes.history, "history/");
     }

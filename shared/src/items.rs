@@ -310,6 +310,7 @@ mod tests {
             size: None,
             checksum: None,
             source: None,
+            source_modified: None,
         }
     }
 

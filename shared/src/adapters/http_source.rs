@@ -28,14 +28,20 @@ pub struct HttpIndexSource {
 
 impl HttpIndexSource {
     /// `index_url` is the directory page; `timeout` bounds each request (a body read included).
-    pub fn new(index_url: &str, timeout: Duration, concurrency: usize) -> Result<Self, SourceError> {
+    pub fn new(
+        index_url: &str,
+        timeout: Duration,
+        concurrency: usize,
+    ) -> Result<Self, SourceError> {
         let permanent = |message: String| SourceError::Permanent {
             url: index_url.to_owned(),
             message,
         };
         let mut index = Url::parse(index_url).map_err(|e| permanent(e.to_string()))?;
         if !matches!(index.scheme(), "http" | "https") {
-            return Err(permanent("only http and https directory indexes are supported".into()));
+            return Err(permanent(
+                "only http and https directory indexes are supported".into(),
+            ));
         }
         // Relative links resolve against the directory, so the index URL must end with '/'.
         if !index.path().ends_with('/') {
@@ -255,7 +261,10 @@ mod tests {
             parse_sidecar("sha256", &format!("{sha}  a.h5\n")),
             Some(format!("sha256:{}", "a".repeat(64)))
         );
-        assert_eq!(parse_sidecar("md5", "d41d8cd98f00b204e9800998ecf8427e"), Some("md5:d41d8cd98f00b204e9800998ecf8427e".into()));
+        assert_eq!(
+            parse_sidecar("md5", "d41d8cd98f00b204e9800998ecf8427e"),
+            Some("md5:d41d8cd98f00b204e9800998ecf8427e".into())
+        );
         assert_eq!(parse_sidecar("md5", "not a digest"), None);
         assert_eq!(parse_sidecar("sha256", ""), None);
     }

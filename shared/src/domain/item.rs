@@ -39,6 +39,9 @@ pub struct ItemRecord {
     pub checksum: Option<String>,
     /// Where the item came from: an http(s) URL, an s3:// URL, or an inventory key.
     pub source: Option<String>,
+    /// When the source last modified the file (admission skips outdated files).
+    #[serde(default)]
+    pub source_modified: Option<DateTime<Utc>>,
     /// Where granary stored the raw file in its bucket.
     pub stored_key: Option<String>,
     /// The Batch job of the current processing attempt.
@@ -79,6 +82,7 @@ pub struct NewItem {
     pub size: Option<u64>,
     pub checksum: Option<String>,
     pub source: Option<String>,
+    pub source_modified: Option<DateTime<Utc>>,
 }
 
 impl NewItem {
@@ -99,6 +103,7 @@ impl NewItem {
             size: self.size,
             checksum: self.checksum,
             source: self.source,
+            source_modified: self.source_modified,
             stored_key: None,
             job_id: None,
             updated_by: by.to_owned(),
@@ -284,6 +289,7 @@ mod tests {
             size: Some(5),
             checksum: None,
             source: Some("https://example/x".into()),
+            source_modified: None,
         }
         .into_record(Utc::now(), "discover")
     }

@@ -34,6 +34,7 @@ pub async fn submitted(
                     size: None,
                     checksum: None,
                     source,
+                    source_modified: None,
                 },
                 by,
             )
@@ -52,7 +53,10 @@ pub async fn submitted(
         .advance(id, by, |r| {
             (r.state == Ready && !begun(r)).then(|| Change {
                 job_id: Some(job_id.to_owned()),
-                ..Change::to(Processing, format!("attempt {attempt} submitted as job {job_id}"))
+                ..Change::to(
+                    Processing,
+                    format!("attempt {attempt} submitted as job {job_id}"),
+                )
             })
         })
         .await?;
@@ -93,7 +97,10 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
             (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
                 Change::to(
                     Abandoned,
-                    format!("attempt {attempt} was the last of {}", ctx.config.max_attempt()),
+                    format!(
+                        "attempt {attempt} was the last of {}",
+                        ctx.config.max_attempt()
+                    ),
                 )
             })
         })

@@ -2,6 +2,7 @@
 //! code runs in Lambda, in the local runtime and in tests.
 
 pub mod feeder;
+pub mod importer;
 pub mod item_sync;
 pub mod monitor;
 pub mod requeuer;

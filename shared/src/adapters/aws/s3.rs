@@ -242,7 +242,10 @@ impl S3Upload<'_> {
             self.multipart = Some((id, Vec::new()));
         }
         let Some((id, parts)) = self.multipart.as_mut() else {
-            return Err(StoreError::backend(&self.key, "multipart upload not started"));
+            return Err(StoreError::backend(
+                &self.key,
+                "multipart upload not started",
+            ));
         };
         let number = parts.len() as i32 + 1;
         let out = s

@@ -15,10 +15,12 @@ pub struct S3PrefixSource {
 impl S3PrefixSource {
     /// From `s3://bucket/prefix/`.
     pub fn from_url(client: aws_sdk_s3::Client, url: &str) -> Result<Self, SourceError> {
-        let rest = url.strip_prefix("s3://").ok_or_else(|| SourceError::Permanent {
-            url: url.to_owned(),
-            message: "an S3 source must look like s3://bucket/prefix/".into(),
-        })?;
+        let rest = url
+            .strip_prefix("s3://")
+            .ok_or_else(|| SourceError::Permanent {
+                url: url.to_owned(),
+                message: "an S3 source must look like s3://bucket/prefix/".into(),
+            })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(SourceError::Permanent {

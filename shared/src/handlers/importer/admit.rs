@@ -1,0 +1,103 @@
+//! Admit: a DOWNLOADED item becomes READY when its file validates, it is eligible (name, not
+//! outdated), it belongs to an ACTIVE slot and its prerequisites are there; SKIPPED when it is
+//! ineligible or its slot inactive; back to DOWNLOADING_FAILED when its file is corrupt. Missing
+//! prerequisites leave it DOWNLOADED, and the message comes back later.
+
+use super::validate::check_stored;
+use super::{ImportError, Importer, Step};
+use crate::domain::granule::GranuleId;
+use crate::domain::item::{Change, ItemRecord};
+use crate::domain::lifecycle::{decide_admission, Admission, AdmissionFacts, ItemState};
+use crate::items::Advanced;
+
+const BY: &str = "importer-admit";
+
+/// What the item's metadata says about eligibility.
+pub fn eligibility(imp: &Importer, record: &ItemRecord) -> Result<(), String> {
+    let cfg = &imp.ctx.config.importer;
+    if !cfg.eligible_pattern.is_match(&record.name) {
+        return Err(format!(
+            "name {:?} does not match GRANARY_ELIGIBLE_PATTERN {}",
+            record.name,
+            cfg.eligible_pattern.as_str()
+        ));
+    }
+    if let (Some(not_before), Some(modified)) = (cfg.not_before, record.source_modified) {
+        if modified < not_before {
+            return Err(format!(
+                "outdated: modified {} before GRANARY_NOT_BEFORE {}",
+                modified.to_rfc3339(),
+                not_before.to_rfc3339()
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn slot_of(imp: &Importer, record: &ItemRecord) -> Option<String> {
+    imp.ctx
+        .config
+        .importer
+        .slot_pattern
+        .captures(&record.name)
+        .and_then(|c| c.get(1))
+        .map(|m| m.as_str().to_owned())
+}
+
+pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportError> {
+    let items = imp.ctx.items();
+    let Some(current) = items.get(id).await? else {
+        return Ok(ItemState::Discovered);
+    };
+    let record = current.value;
+    if record.state != ItemState::Downloaded {
+        return Ok(record.state);
+    }
+    let validation = match &record.stored_key {
+        Some(key) => check_stored(imp.ctx.store.as_ref(), key, &record)
+            .await
+            .map(|_| ()),
+        None => Err("no stored file is recorded".to_owned()),
+    };
+    let facts = AdmissionFacts {
+        validation,
+        eligibility: eligibility(imp, &record),
+        slot: slot_of(imp, &record),
+        prerequisites: imp.prerequisites.check(&record).await,
+    };
+    let admission = decide_admission(&facts, &imp.ctx.config.importer.active_slots);
+    let Some(to) = admission.target() else {
+        let Admission::Wait(why) = admission else {
+            return Ok(record.state);
+        };
+        return Err(ImportError::Waiting {
+            id: id.to_string(),
+            why,
+        });
+    };
+    let reason = match &admission {
+        Admission::Ready => match &facts.slot {
+            Some(s) => format!("validated; slot {s} is ACTIVE; prerequisites present"),
+            None => "validated; prerequisites present".to_owned(),
+        },
+        Admission::Skip(why) => why.clone(),
+        Admission::Corrupt(why) => format!("validation failed: {why}"),
+        Admission::Wait(why) => why.clone(),
+    };
+    let seq = record.seq;
+    let moved = items
+        .advance(id, BY, |r| {
+            (r.state == ItemState::Downloaded && r.seq == seq)
+                .then(|| Change::to(to, reason.clone()))
+        })
+        .await?;
+    let Advanced::Moved(r) = moved else {
+        return Ok(moved.record().map_or(ItemState::Downloaded, |r| r.state));
+    };
+    match r.state {
+        ItemState::Ready => imp.hand_to_processing(&r).await?,
+        ItemState::DownloadingFailed => imp.enqueue(id, Some(Step::Download)).await?,
+        _ => {}
+    }
+    Ok(r.state)
+}

@@ -1,0 +1,202 @@
+//! Download: stream the file from its source into granary's bucket, part by part, hashing as it
+//! goes; verify the size (announced and registered) and the published digest; retry at once
+//! while attempts remain, IGNORE after. A file already stored and intact skips straight to
+//! DOWNLOADED.
+
+use super::validate::{check_stored, Digests, Found};
+use super::{ImportError, Importer};
+use crate::domain::granule::GranuleId;
+use crate::domain::item::{Change, ItemRecord};
+use crate::domain::lifecycle::ItemState::{self, *};
+use crate::items::Advanced;
+use crate::ports::{SourceError, MIN_PART_BYTES};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+
+/// Parts sent to S3 while streaming (S3's minimum is 5 MiB).
+const PART_BYTES: usize = 8 * 1024 * 1024;
+
+const BY: &str = "importer-download";
+
+/// Where an item's raw file is stored.
+pub fn stored_key(imp: &Importer, record: &ItemRecord) -> String {
+    format!(
+        "{}{}/{}",
+        imp.ctx.config.importer.raw_prefix,
+        record.id,
+        key_safe(&record.name)
+    )
+}
+
+fn key_safe(name: &str) -> String {
+    let cleaned: String = name
+        .chars()
+        .map(|c| if c.is_control() || c == '/' { '_' } else { c })
+        .collect();
+    if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
+        "file".to_owned()
+    } else {
+        cleaned
+    }
+}
+
+/// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's.
+/// Returns the state the item is left in.
+pub async fn download(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportError> {
+    let items = imp.ctx.items();
+    let policy = imp.ctx.config.retry_policy;
+    loop {
+        let Some(current) = items.get(id).await? else {
+            return Ok(Discovered);
+        };
+        let record = current.value;
+        let key = stored_key(imp, &record);
+        // The operational scenario: the file is already stored and intact.
+        if record.state == Discovered {
+            if let Ok(found) = check_stored(imp.ctx.store.as_ref(), &key, &record).await {
+                let moved = items
+                    .advance(id, BY, |r| {
+                        (r.state == Discovered).then(|| Change {
+                            stored_key: Some(key.clone()),
+                            size: Some(found.size),
+                            checksum: Some(found.sha256.clone()),
+                            ..Change::to(Downloaded, format!("already stored at {key}"))
+                        })
+                    })
+                    .await?;
+                return Ok(state_of(&moved));
+            }
+        }
+        // Begin an attempt (or give up): only one runner wins this compare-and-swap.
+        let begun = items
+            .advance(id, BY, |r| match r.state {
+                Discovered => Some(Change::to(Downloading, "download attempt 1")),
+                DownloadingFailed => match policy.after_download_failure(r.attempts.download) {
+                    Downloading => Some(Change::to(
+                        Downloading,
+                        format!("download attempt {}", r.attempts.download + 1),
+                    )),
+                    _ => Some(Change::to(
+                        Ignore,
+                        format!("{} download attempts failed", r.attempts.download),
+                    )),
+                },
+                _ => None,
+            })
+            .await?;
+        let record = match begun {
+            Advanced::Moved(r) if r.state == Downloading => r,
+            other => return Ok(state_of(&other)),
+        };
+        let attempt = record.attempts.download;
+        let result = fetch_into_store(imp, &record, &key).await;
+        let ours = |r: &ItemRecord| r.state == Downloading && r.attempts.download == attempt;
+        let moved = match result {
+            Ok(digests) => {
+                items
+                    .advance(id, BY, |r| {
+                        ours(r).then(|| Change {
+                            stored_key: Some(key.clone()),
+                            size: Some(digests.size),
+                            checksum: Some(digests.sha256.clone()),
+                            ..Change::to(
+                                Downloaded,
+                                format!(
+                                    "attempt {attempt}: {} bytes stored at {key}",
+                                    digests.size
+                                ),
+                            )
+                        })
+                    })
+                    .await?
+            }
+            Err(why) => {
+                tracing::warn!(item_id = %id, attempt, error = %why, "download attempt failed");
+                items
+                    .advance(id, BY, |r| {
+                        ours(r).then(|| {
+                            Change::to(DownloadingFailed, format!("attempt {attempt}: {why}"))
+                        })
+                    })
+                    .await?
+            }
+        };
+        match moved {
+            Advanced::Moved(r) if r.state == DownloadingFailed => {
+                // Retry at once (the loop), after a short pause so a flapping server can recover.
+                let pause = std::time::Duration::from_millis(200 * u64::from(attempt));
+                tokio::time::sleep(pause).await;
+            }
+            other => return Ok(state_of(&other)),
+        }
+    }
+}
+
+fn state_of(a: &Advanced) -> ItemState {
+    a.record().map(|r| r.state).unwrap_or(Discovered)
+}
+
+/// One attempt: source → store, under the attempt timeout. Any failure aborts the upload.
+async fn fetch_into_store(imp: &Importer, record: &ItemRecord, key: &str) -> Result<Found, String> {
+    let source = imp.source().map_err(|e| e.to_string())?;
+    let url = record
+        .source
+        .as_deref()
+        .ok_or_else(|| "the item names no source URL".to_owned())?;
+    let timeout = super::timeout(&imp.ctx);
+    let store = imp.ctx.store.as_ref();
+    let mut upload = store.begin_upload(key).await.map_err(|e| e.to_string())?;
+    let copy = async {
+        let (mut stream, announced) = source.open(url).await.map_err(describe)?;
+        let mut digests = Digests::new(record.checksum.as_deref());
+        let mut buffer = BytesMut::with_capacity(PART_BYTES);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(describe)?;
+            digests.update(&chunk);
+            buffer.extend_from_slice(&chunk);
+            if buffer.len() >= PART_BYTES.max(MIN_PART_BYTES) {
+                let part: Bytes = buffer.split().freeze();
+                upload.write_part(part).await.map_err(|e| e.to_string())?;
+            }
+        }
+        if !buffer.is_empty() {
+            upload
+                .write_part(buffer.split().freeze())
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let digests = digests.finish();
+        if let Some(n) = announced.filter(|n| *n != digests.size) {
+            return Err(format!(
+                "truncated: the source announced {n} bytes and sent {}",
+                digests.size
+            ));
+        }
+        if let Some(n) = record.size.filter(|n| *n != digests.size) {
+            return Err(format!(
+                "size mismatch: the source listed {n} bytes and sent {}",
+                digests.size
+            ));
+        }
+        digests.verify(record.checksum.as_deref())?;
+        Ok(digests)
+    };
+    let outcome = match tokio::time::timeout(timeout, copy).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
+    };
+    match outcome {
+        Ok(d) => {
+            upload.finish().await.map_err(|e| e.to_string())?;
+            Ok(d)
+        }
+        Err(e) => {
+            upload.abort().await;
+            Err(e)
+        }
+    }
+}
+
+fn describe(e: SourceError) -> String {
+    e.to_string()
+}

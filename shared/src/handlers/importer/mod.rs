@@ -1,0 +1,249 @@
+//! The importer steps: discover files at a source, download them into S3, admit them for
+//! processing, re-validate what is stored; and the sweeper that recovers timed-out items. They
+//! share one engine (`crate::items`) with the backfill loop, and hand READY items to it through
+//! the retry queue, where the requeuer submits them to Batch like any other granule.
+
+pub mod admit;
+pub mod discover;
+pub mod download;
+pub mod sweeper;
+pub mod validate;
+
+use super::Ctx;
+use crate::adapters::aws::{AwsClients, S3PrefixSource, SqsQueue};
+use crate::adapters::http_source::HttpIndexSource;
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::item::ItemRecord;
+use crate::domain::lifecycle::ItemState;
+use crate::items::ItemError;
+use crate::ports::{ObjectStore, OutgoingMessage, Queue, QueueError, Source, SourceError};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error(transparent)]
+    Items(#[from] ItemError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("listing the source: {0}")]
+    Source(#[from] SourceError),
+    #[error("malformed import message {body:?}: {why}")]
+    Malformed { body: String, why: String },
+    #[error("item {id} waits for its prerequisites: {why}")]
+    Waiting { id: String, why: String },
+    #[error("no importer source configured: set GRANARY_SOURCE_URL to s3://bucket/prefix/ or an http(s) directory URL")]
+    NoSource,
+    #[error("no import queue configured: set GRANARY_IMPORT_QUEUE_URL")]
+    NoQueue,
+}
+
+/// What travels on the import queue: an item, and optionally the step wanted (otherwise the
+/// item's state picks it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportMessage {
+    pub item_id: GranuleId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Step {
+    Download,
+    Admit,
+    Revalidate,
+}
+
+/// Processing prerequisites: pluggable, since they depend on the algorithm.
+#[async_trait]
+pub trait Prerequisites: Send + Sync {
+    /// `Err(what is missing)` while the item cannot be processed yet.
+    async fn check(&self, record: &ItemRecord) -> Result<(), String>;
+}
+
+/// The default check: objects that must exist in granary's bucket, named by templates with
+/// `{id}` and `{name}` placeholders (`GRANARY_PREREQUISITES`). No templates: always satisfied.
+pub struct ObjectsExist {
+    pub store: Arc<dyn ObjectStore>,
+    pub templates: Vec<String>,
+}
+
+#[async_trait]
+impl Prerequisites for ObjectsExist {
+    async fn check(&self, record: &ItemRecord) -> Result<(), String> {
+        for template in &self.templates {
+            let key = template
+                .replace("{id}", record.id.as_str())
+                .replace("{name}", &record.name);
+            let listed = self.store.list(&key).await.map_err(|e| e.to_string())?;
+            if !listed.iter().any(|m| m.key == key) {
+                return Err(format!("{key} does not exist yet"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The importer's context: the shared one plus its source, its queue and its prerequisites.
+#[derive(Clone)]
+pub struct Importer {
+    pub ctx: Ctx,
+    pub source: Option<Arc<dyn Source>>,
+    pub import_queue: Option<Arc<dyn Queue>>,
+    pub prerequisites: Arc<dyn Prerequisites>,
+}
+
+impl Importer {
+    /// Wires the AWS adapters from the config (the source from `GRANARY_SOURCE_URL`).
+    pub fn aws(ctx: Ctx, clients: &AwsClients) -> Result<Self, SourceError> {
+        let cfg = &ctx.config.importer;
+        let source: Option<Arc<dyn Source>> = match cfg.source_url.as_deref() {
+            None => None,
+            Some(url) if url.starts_with("s3://") => {
+                Some(Arc::new(S3PrefixSource::from_url(clients.s3.clone(), url)?))
+            }
+            Some(url) => Some(Arc::new(HttpIndexSource::new(
+                url,
+                timeout(&ctx),
+                cfg.discover_concurrency,
+            )?)),
+        };
+        let import_queue: Option<Arc<dyn Queue>> = cfg
+            .import_queue_url
+            .as_deref()
+            .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>);
+        let prerequisites = Arc::new(ObjectsExist {
+            store: ctx.store.clone(),
+            templates: cfg.prerequisites.clone(),
+        });
+        Ok(Self {
+            ctx,
+            source,
+            import_queue,
+            prerequisites,
+        })
+    }
+
+    pub async fn from_env() -> Result<Self, InitError> {
+        let config = crate::config::Config::from_env()?;
+        let clients = AwsClients::from_env().await;
+        Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
+    }
+
+    fn source(&self) -> Result<&dyn Source, ImportError> {
+        self.source.as_deref().ok_or(ImportError::NoSource)
+    }
+
+    /// Puts the item on the import queue for its next step.
+    pub async fn enqueue(&self, id: &GranuleId, step: Option<Step>) -> Result<(), ImportError> {
+        let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
+        let body = serde_json::to_string(&ImportMessage {
+            item_id: id.clone(),
+            step,
+        })
+        .unwrap_or_default();
+        queue.send(OutgoingMessage::new(body)).await?;
+        Ok(())
+    }
+
+    /// Hands a READY item to the processing path: the requeuer submits its next attempt.
+    pub async fn hand_to_processing(&self, record: &ItemRecord) -> Result<(), ImportError> {
+        let event = GranuleProcessingEvent {
+            granule_id: record.id.clone(),
+            attempt: record.attempts.processing,
+        };
+        self.ctx
+            .retry_queue
+            .send(
+                OutgoingMessage::new(serde_json::to_string(&event).unwrap_or_default())
+                    .with_attribute("outcome", "READY")
+                    .with_attribute("reason", "admitted for processing"),
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Per-attempt download timeout (also the HTTP client's request timeout).
+fn timeout(ctx: &Ctx) -> std::time::Duration {
+    ctx.config
+        .retry_policy
+        .download_timeout
+        .to_std()
+        .unwrap_or(std::time::Duration::from_secs(240))
+}
+
+/// What can stop an importer Lambda at init.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// What one import-queue message led to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepReport {
+    pub item_id: String,
+    pub final_state: Option<ItemState>,
+    pub steps: Vec<String>,
+}
+
+/// The import-queue Lambda: each message's item does the step its state (or the message) asks.
+pub async fn handle_sqs(
+    imp: &Importer,
+    event: aws_lambda_events::event::sqs::SqsEvent,
+) -> aws_lambda_events::event::sqs::SqsBatchResponse {
+    super::for_each_record(event, 4, |body| async move {
+        handle_message(imp, &body).await.map(|_| ())
+    })
+    .await
+}
+
+pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, ImportError> {
+    let message: ImportMessage =
+        serde_json::from_str(body).map_err(|e| ImportError::Malformed {
+            body: body.chars().take(200).collect(),
+            why: e.to_string(),
+        })?;
+    run_steps(imp, &message.item_id, message.step).await
+}
+
+/// Runs the item forward as far as it goes now: download, then admission.
+pub async fn run_steps(
+    imp: &Importer,
+    id: &GranuleId,
+    step: Option<Step>,
+) -> Result<StepReport, ImportError> {
+    let mut report = StepReport {
+        item_id: id.to_string(),
+        final_state: None,
+        steps: Vec::new(),
+    };
+    if step == Some(Step::Revalidate) {
+        let state = validate::revalidate(imp, id).await?;
+        report.steps.push("revalidate".into());
+        report.final_state = state;
+        return Ok(report);
+    }
+    let Some(record) = imp.ctx.items().get(id).await? else {
+        tracing::warn!(item_id = %id, "import message for an unknown item: dropped");
+        return Ok(report);
+    };
+    let mut state = record.value.state;
+    if matches!(state, ItemState::Discovered | ItemState::DownloadingFailed)
+        && step != Some(Step::Admit)
+    {
+        state = download::download(imp, id).await?;
+        report.steps.push("download".into());
+    }
+    if state == ItemState::Downloaded && step != Some(Step::Download) {
+        state = admit::admit(imp, id).await?;
+        report.steps.push("admit".into());
+    }
+    report.final_state = Some(state);
+    Ok(report)
+}

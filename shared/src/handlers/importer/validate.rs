@@ -1,0 +1,239 @@
+//! File validation (size and digest) and the re-validation step: a stored raw file that no longer
+//! validates sends its item back to the download path, a processed item whose products are
+//! missing or empty back to the processing path.
+
+use super::{ImportError, Importer, Step};
+use crate::domain::granule::GranuleId;
+use crate::domain::item::{Change, ItemRecord};
+use crate::domain::lifecycle::ItemState::{self, *};
+use crate::items::Advanced;
+use crate::ports::ObjectStore;
+use md5::Md5;
+use sha2::{Digest, Sha256};
+
+/// Chunk size when re-reading a stored file to hash it.
+const READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Running digests of a file: always sha256 (what granary records), md5 too when the source
+/// published an md5.
+pub struct Digests {
+    sha256: Sha256,
+    md5: Option<Md5>,
+    size: u64,
+}
+
+/// A file's size and digests, once read to the end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    pub size: u64,
+    pub sha256: String,
+    pub md5: Option<String>,
+}
+
+impl Found {
+    /// Checks `expected` (`sha256:<hex>` or `md5:<hex>`; `None` checks nothing).
+    pub fn verify(&self, expected: Option<&str>) -> Result<(), String> {
+        let Some(expected) = expected else {
+            return Ok(());
+        };
+        let actual = if expected.starts_with("md5:") {
+            self.md5.as_deref()
+        } else {
+            Some(self.sha256.as_str())
+        };
+        match actual {
+            Some(a) if a.eq_ignore_ascii_case(expected) => Ok(()),
+            Some(a) => Err(format!("digest mismatch: expected {expected}, got {a}")),
+            None => Err(format!("cannot check {expected}: unsupported digest")),
+        }
+    }
+}
+
+impl Digests {
+    pub fn new(expected: Option<&str>) -> Self {
+        Self {
+            sha256: Sha256::new(),
+            md5: expected
+                .is_some_and(|d| d.starts_with("md5:"))
+                .then(Md5::new),
+            size: 0,
+        }
+    }
+
+    pub fn update(&mut self, chunk: &[u8]) {
+        self.sha256.update(chunk);
+        if let Some(m) = self.md5.as_mut() {
+            m.update(chunk);
+        }
+        self.size += chunk.len() as u64;
+    }
+
+    pub fn finish(self) -> Found {
+        Found {
+            size: self.size,
+            sha256: format!("sha256:{:x}", self.sha256.finalize()),
+            md5: self.md5.map(|m| format!("md5:{:x}", m.finalize())),
+        }
+    }
+}
+
+/// Whether the object at `key` is the item's file: present, the registered size, the recorded
+/// digest. Read in ranges, so a large file never sits in memory whole.
+pub async fn check_stored(
+    store: &dyn ObjectStore,
+    key: &str,
+    record: &ItemRecord,
+) -> Result<Found, String> {
+    let listed = store.list(key).await.map_err(|e| e.to_string())?;
+    let meta = listed
+        .into_iter()
+        .find(|m| m.key == key)
+        .ok_or_else(|| format!("{key} is missing"))?;
+    if let Some(n) = record.size.filter(|n| *n != meta.size) {
+        return Err(format!("{key} holds {} bytes, expected {n}", meta.size));
+    }
+    if meta.size == 0 {
+        return Err(format!("{key} is empty"));
+    }
+    let mut digests = Digests::new(record.checksum.as_deref());
+    let mut offset = 0;
+    while offset < meta.size {
+        let end = (offset + READ_BYTES).min(meta.size);
+        let chunk = store
+            .get_range(key, offset..end)
+            .await
+            .map_err(|e| e.to_string())?;
+        if chunk.is_empty() {
+            return Err(format!("{key} ended at byte {offset} of {}", meta.size));
+        }
+        offset += chunk.len() as u64;
+        digests.update(&chunk);
+    }
+    let found = digests.finish();
+    found.verify(record.checksum.as_deref())?;
+    Ok(found)
+}
+
+const BY: &str = "importer-revalidate";
+
+/// Re-validates a DOWNLOADED or PROCESSED item; returns its state afterwards.
+pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemState>, ImportError> {
+    let items = imp.ctx.items();
+    let Some(current) = items.get(id).await? else {
+        return Ok(None);
+    };
+    let record = current.value;
+    let store = imp.ctx.store.as_ref();
+    let verdict = match record.state {
+        Downloaded => match &record.stored_key {
+            Some(key) => check_stored(store, key, &record).await.map(|_| ()),
+            None => Err("no stored file is recorded".to_owned()),
+        },
+        Processed => check_products(imp, &record).await,
+        other => {
+            tracing::info!(item_id = %id, state = %other, "nothing to re-validate in this state");
+            return Ok(Some(other));
+        }
+    };
+    let Err(why) = verdict else {
+        return Ok(Some(record.state));
+    };
+    let was = record.state;
+    let to = if was == Downloaded {
+        DownloadingFailed
+    } else {
+        ProcessingFailed
+    };
+    let moved = items
+        .advance(id, BY, |r| {
+            (r.state == was && r.seq == record.seq)
+                .then(|| Change::to(to, format!("re-validation failed: {why}")))
+        })
+        .await?;
+    let Advanced::Moved(failed) = moved else {
+        return Ok(moved.record().map(|r| r.state));
+    };
+    // Back on the path the failure belongs to, under the usual attempt budget.
+    let policy = imp.ctx.config.retry_policy;
+    if to == DownloadingFailed {
+        imp.enqueue(id, Some(Step::Download)).await?;
+        return Ok(Some(failed.state));
+    }
+    match policy.after_processing_failure(failed.attempts.processing) {
+        Ready => {
+            imp.hand_to_processing(&failed).await?;
+            Ok(Some(failed.state))
+        }
+        _ => {
+            let done = items
+                .advance(id, BY, |r| {
+                    (r.state == ProcessingFailed).then(|| {
+                        Change::to(
+                            Abandoned,
+                            format!("{} processing attempts spent", r.attempts.processing),
+                        )
+                    })
+                })
+                .await?;
+            Ok(done.record().map(|r| r.state))
+        }
+    }
+}
+
+/// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.
+/// Without templates, the stored raw file (if any) is what is checked.
+async fn check_products(imp: &Importer, record: &ItemRecord) -> Result<(), String> {
+    let templates = &imp.ctx.config.importer.product_keys;
+    if templates.is_empty() {
+        return match &record.stored_key {
+            Some(key) => check_stored(imp.ctx.store.as_ref(), key, record)
+                .await
+                .map(|_| ()),
+            None => Ok(()),
+        };
+    }
+    for t in templates {
+        let key = t
+            .replace("{id}", record.id.as_str())
+            .replace("{name}", &record.name);
+        let listed = imp.ctx.store.list(&key).await.map_err(|e| e.to_string())?;
+        match listed.iter().find(|m| m.key == key) {
+            None => return Err(format!("product {key} is missing")),
+            Some(m) if m.size == 0 => return Err(format!("product {key} is empty")),
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_verify_sha256_and_md5() {
+        let mut d = Digests::new(Some("md5:900150983cd24fb0d6963f7d28e17f72"));
+        d.update(b"ab");
+        d.update(b"c");
+        let f = d.finish();
+        assert_eq!(f.size, 3);
+        assert_eq!(
+            f.sha256,
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(f
+            .verify(Some("md5:900150983cd24fb0d6963f7d28e17f72"))
+            .is_ok());
+        assert!(f
+            .verify(Some(&f.sha256.to_uppercase().replace("SHA256", "sha256")))
+            .is_ok());
+        assert!(f.verify(None).is_ok());
+        let bad = f.verify(Some("sha256:00")).unwrap_err();
+        assert!(bad.starts_with("digest mismatch"), "{bad}");
+        let plain = Digests::new(None).finish();
+        assert!(plain
+            .verify(Some("md5:00"))
+            .unwrap_err()
+            .contains("unsupported"));
+    }
+}
