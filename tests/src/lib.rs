@@ -2,6 +2,8 @@
 //! (moto started by `make test`, LocalStack, ...). Every test provisions its own uniquely named
 //! stack, so tests run in parallel on one emulator and never depend on account ids or ARNs.
 
+pub mod http_source;
+
 use anyhow::Result;
 use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};

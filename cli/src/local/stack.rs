@@ -40,6 +40,8 @@ pub struct EmulatorStack {
     /// The Batch-events buffer queue (EventBridge rule target) and its own DLQ.
     pub events_queue_url: String,
     pub events_dlq_url: String,
+    /// Item ids between importer steps.
+    pub import_queue_url: String,
     pub rule_name: String,
     pub job_queue: String,
     pub job_queue_arn: String,
@@ -122,6 +124,12 @@ impl EmulatorStack {
         let (retry_queue_url, _) = queue(
             clients,
             &format!("{name}-retry"),
+            &[(QueueAttributeName::VisibilityTimeout, "60".into())],
+        )
+        .await?;
+        let (import_queue_url, _) = queue(
+            clients,
+            &format!("{name}-import"),
             &[(QueueAttributeName::VisibilityTimeout, "60".into())],
         )
         .await?;
@@ -212,6 +220,10 @@ impl EmulatorStack {
                 "GRANARY_FAILURE_DLQ_URL".to_owned(),
                 failure_dlq_url.clone(),
             ),
+            (
+                "GRANARY_IMPORT_QUEUE_URL".to_owned(),
+                import_queue_url.clone(),
+            ),
         ]);
         env.extend(options.env);
         Ok(Self {
@@ -221,6 +233,7 @@ impl EmulatorStack {
             failure_dlq_url,
             events_queue_url,
             events_dlq_url,
+            import_queue_url,
             rule_name,
             job_queue,
             job_queue_arn,

@@ -146,10 +146,22 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn transient(url: &str, e: impl std::fmt::Display) -> SourceError {
+/// reqwest's own message hides the cause ("error decoding response body"): name a timeout as
+/// one and append the source chain.
+fn transient(url: &str, e: reqwest::Error) -> SourceError {
+    let mut message = if e.is_timeout() {
+        "timed out".to_owned()
+    } else {
+        e.to_string()
+    };
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        message.push_str(&format!(": {s}"));
+        source = s.source();
+    }
     SourceError::Transient {
         url: url.to_owned(),
-        message: e.to_string(),
+        message,
     }
 }
 

@@ -240,7 +240,7 @@ pub async fn run_steps(
         state = download::download(imp, id).await?;
         report.steps.push("download".into());
     }
-    if state == ItemState::Downloaded && step != Some(Step::Download) {
+    if state == ItemState::Downloaded {
         state = admit::admit(imp, id).await?;
         report.steps.push("admit".into());
     }

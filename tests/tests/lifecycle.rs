@@ -1,0 +1,712 @@
+//! The item lifecycle against the emulator, one test per scenario of the lifecycle design: the
+//! normal workflow, Failure1–Failure8 and the operational scenario, plus re-validation and a race.
+//! Files come from a real HTTP server on loopback (`granary_tests::http_source`); processing runs
+//! through the requeuer, the emulator's Batch and the job monitor.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{Duration, Utc};
+use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+use granary::domain::item::{Change, ItemRecord};
+use granary::domain::lifecycle::ItemState::{self, *};
+use granary::handlers::importer::{self, discover, download, sweeper, Importer, Step};
+use granary::handlers::{item_sync, monitor, requeuer};
+use granary::items::{Advanced, Items};
+use granary::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
+use granary_tests::http_source::{self, ArchiveServer, Behaviour};
+use granary_tests::*;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+struct World {
+    s: TestStack,
+    imp: Importer,
+    server: ArchiveServer,
+}
+
+/// A stack whose importer reads the loopback archive. Download attempts: 3, timeout 2 s;
+/// processing attempts: 2.
+async fn world(tag: &str, env: &[(&str, &str)]) -> World {
+    let server = http_source::start().await;
+    let mut all = vec![
+        ("GRANARY_SOURCE_URL", server.index_url.as_str()),
+        ("GRANARY_MAX_DOWNLOAD_ATTEMPTS", "3"),
+        ("GRANARY_DOWNLOAD_TIMEOUT_SECS", "2"),
+        ("GRANARY_MAX_RETRIES", "1"),
+        ("GRANARY_PROCESSING_TIMEOUT_SECS", "600"),
+    ];
+    all.extend_from_slice(env);
+    let s = stack(tag, 1, &all).await;
+    let imp = Importer::aws(s.ctx.clone(), &s.clients).unwrap_or_else(|e| panic!("{e}"));
+    World { s, imp, server }
+}
+
+impl World {
+    fn items(&self) -> Items {
+        self.s.ctx.items()
+    }
+
+    /// Runs every import message until the queue is empty; returns how many were handled.
+    async fn run_import_queue(&self) -> usize {
+        let mut n = 0;
+        loop {
+            let msgs = drain(&self.s.clients, &self.s.stack.import_queue_url).await;
+            if msgs.is_empty() {
+                return n;
+            }
+            for m in msgs {
+                n += 1;
+                match importer::handle_message(&self.imp, &m.body).await {
+                    Ok(_) | Err(importer::ImportError::Waiting { .. }) => {}
+                    Err(e) => panic!("import step failed: {e}"),
+                }
+            }
+        }
+    }
+
+    /// Runs every retry-queue message through the requeuer.
+    async fn run_requeuer(&self) -> usize {
+        let msgs = drain(&self.s.clients, &self.s.stack.retry_queue_url).await;
+        for m in &msgs {
+            requeuer::handle_message(&self.s.ctx, &m.body)
+                .await
+                .unwrap_or_else(|e| panic!("requeuer: {e}"));
+        }
+        msgs.len()
+    }
+
+    /// Ends the item's current Batch job with `end`, as the monitor would see it.
+    async fn end_job(&self, id: &GranuleId, end: AttemptEnd) -> monitor::MonitorOutcome {
+        let record = self.record(id).await;
+        let job_id = record.job_id.clone().expect("the item has a job");
+        let facts = describe_facts(&self.s.clients.batch, &[job_id])
+            .await
+            .unwrap();
+        let status = if matches!(end, AttemptEnd::Success) {
+            "SUCCEEDED"
+        } else {
+            "FAILED"
+        };
+        let body = state_change_event(&facts[0], &[end], status).to_string();
+        monitor::handle_message(&self.s.ctx, &body)
+            .await
+            .unwrap_or_else(|e| panic!("monitor: {e}"))
+    }
+
+    async fn record(&self, id: &GranuleId) -> ItemRecord {
+        self.items()
+            .get(id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no record for {id}"))
+            .value
+    }
+
+    /// The one item discovery registered.
+    async fn only_item(&self) -> GranuleId {
+        let all = self.items().find(&Default::default()).await.unwrap();
+        assert_eq!(all.len(), 1, "{all:?}");
+        all[0].id.clone()
+    }
+
+    async fn path(&self, id: &GranuleId) -> Vec<(Option<ItemState>, ItemState)> {
+        self.items()
+            .history(id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| (e.from, e.to))
+            .collect()
+    }
+}
+
+/// Turns a chain of states into the history it must leave: creation, then each step.
+fn chain(states: &[ItemState]) -> Vec<(Option<ItemState>, ItemState)> {
+    let mut out = vec![(None, states[0])];
+    out.extend(states.windows(2).map(|w| (Some(w[0]), w[1])));
+    out
+}
+
+const BODY: &[u8] = b"HDF5 pretend granule payload 0123456789";
+
+fn spot() -> AttemptEnd {
+    AttemptEnd::SpotInterruption {
+        instance: "i-0abc".into(),
+    }
+}
+
+#[tokio::test]
+async fn normal_workflow() {
+    let w = world("lcnormal", &[]).await;
+    if lacks_batch(&w.s) {
+        return;
+    }
+    w.server.archive.put(
+        "HLS.S30.T01GBH.2022226T214921.v2.0.h5",
+        BODY,
+        vec![Behaviour::Serve],
+    );
+    let found = discover::discover(&w.imp).await.unwrap();
+    assert_eq!((found.listed, found.new), (1, 1));
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    assert_eq!(w.record(&id).await.state, Ready);
+    assert_eq!(w.run_requeuer().await, 1, "READY items go to processing");
+    assert_eq!(w.record(&id).await.state, Processing);
+    w.end_job(&id, AttemptEnd::Success).await;
+    let r = w.record(&id).await;
+    assert_eq!(r.state, Processed);
+    assert!(r.workflow_complete);
+    assert_eq!((r.attempts.download, r.attempts.processing), (1, 1));
+    assert_eq!(r.size, Some(BODY.len() as u64));
+    assert!(r.checksum.as_deref().unwrap().starts_with("sha256:"));
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            Ready,
+            Processing,
+            Processed
+        ])
+    );
+    // the raw file is in the bucket, byte for byte
+    let stored =
+        w.s.ctx
+            .store
+            .get(r.stored_key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(&stored.body[..], BODY);
+}
+
+#[tokio::test]
+async fn failure1_download_fails_until_the_limit_then_ignore() {
+    let w = world("lcfail1", &[]).await;
+    w.server.archive.put("a.h5", BODY, vec![Behaviour::Fail]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ignore, 3));
+    assert!(r.workflow_complete);
+    assert_eq!(w.server.archive.gets("a.h5"), 3);
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            DownloadingFailed,
+            Downloading,
+            DownloadingFailed,
+            Downloading,
+            DownloadingFailed,
+            Ignore
+        ])
+    );
+    let history = w.items().history(&id).await.unwrap();
+    assert!(
+        history[2].reason.contains("HTTP 500"),
+        "{}",
+        history[2].reason
+    );
+}
+
+#[tokio::test]
+async fn failure2_ineligible_files_are_skipped() {
+    let w = world(
+        "lcfail2",
+        &[
+            ("GRANARY_ELIGIBLE_PATTERN", r"\.h5$"),
+            ("GRANARY_ACTIVE_SLOTS", "S30"),
+        ],
+    )
+    .await;
+    w.server
+        .archive
+        .put("readme.txt", b"not a granule", vec![Behaviour::Serve]);
+    w.server.archive.put(
+        "HLS.L30.T18TYN.2020001T153012.v2.0.h5",
+        BODY,
+        vec![Behaviour::Serve],
+    );
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let all = w.items().find(&Default::default()).await.unwrap();
+    assert_eq!(all.len(), 2);
+    for r in &all {
+        assert_eq!(r.state, Skipped, "{}", r.name);
+        assert_eq!(
+            w.path(&r.id).await,
+            chain(&[Discovered, Downloading, Downloaded, Skipped])
+        );
+    }
+    let why: Vec<&str> = all.iter().map(|r| r.reason.as_str()).collect();
+    assert!(
+        why.iter().any(|w| w.contains("GRANARY_ELIGIBLE_PATTERN")),
+        "{why:?}"
+    );
+    assert!(
+        why.iter().any(|w| w.contains("slot L30 is not ACTIVE")),
+        "{why:?}"
+    );
+}
+
+#[tokio::test]
+async fn failure3_processing_fails_until_the_limit_then_abandoned() {
+    let w = world("lcfail3", &[]).await;
+    if lacks_batch(&w.s) {
+        return;
+    }
+    w.server.archive.put("b.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    for attempt in 1..=2 {
+        assert_eq!(w.run_requeuer().await, 1);
+        let r = w.record(&id).await;
+        assert_eq!((r.state, r.attempts.processing), (Processing, attempt));
+        w.end_job(&id, spot()).await;
+        assert_eq!(w.record(&id).await.state, ProcessingFailed);
+    }
+    // the retry message of attempt 2 finds the budget spent
+    assert_eq!(w.run_requeuer().await, 1);
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (Abandoned, 2));
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Abandoned
+        ])
+    );
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+}
+
+#[tokio::test]
+async fn failure4_a_slow_download_times_out_and_is_retried() {
+    let w = world("lcfail4", &[]).await;
+    w.server.archive.put(
+        "c.h5",
+        BODY,
+        vec![
+            Behaviour::Slow(std::time::Duration::from_secs(5)),
+            Behaviour::Serve,
+        ],
+    );
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ready, 2));
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            DownloadingFailed,
+            Downloading,
+            Downloaded,
+            Ready
+        ])
+    );
+    let failed = &w.items().history(&id).await.unwrap()[2];
+    assert!(failed.reason.contains("timed out"), "{}", failed.reason);
+}
+
+#[tokio::test]
+async fn a_truncated_download_is_detected_and_retried() {
+    let w = world("lctrunc", &[]).await;
+    w.server.archive.put(
+        "d.h5",
+        BODY,
+        vec![Behaviour::Truncate(10), Behaviour::Serve],
+    );
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ready, 2));
+    assert_eq!(r.size, Some(BODY.len() as u64));
+    let history = w.items().history(&id).await.unwrap();
+    assert_eq!(history[2].to, DownloadingFailed);
+    let stored =
+        w.s.ctx
+            .store
+            .get(r.stored_key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(
+        &stored.body[..],
+        BODY,
+        "the truncated body never became the stored file"
+    );
+}
+
+#[tokio::test]
+async fn failure5_a_processing_timeout_fails_the_item() {
+    let w = world("lcfail5", &[]).await;
+    if lacks_batch(&w.s) {
+        return;
+    }
+    w.server.archive.put("e.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    w.run_requeuer().await;
+    // Batch killed the attempt at the job definition's timeout: not retried by granary.
+    w.end_job(&id, AttemptEnd::Timeout).await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (ProcessingFailed, 1));
+    assert!(r.reason.contains("timed out"), "{}", r.reason);
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            Ready,
+            Processing,
+            ProcessingFailed
+        ])
+    );
+    assert_eq!(
+        w.run_requeuer().await,
+        0,
+        "timeouts go to the DLQ, not the retry queue"
+    );
+}
+
+#[tokio::test]
+async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
+    let w = world("lcfail6", &[]).await;
+    w.server.archive.put("f.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+    let id = w.only_item().await;
+    // A worker began the download and died.
+    w.items()
+        .advance(&id, "crashed-worker", |r| {
+            (r.state == Discovered).then(|| Change::to(Downloading, "download attempt 1"))
+        })
+        .await
+        .unwrap();
+    // Within the timeout the sweeper leaves it alone.
+    let early = sweeper::sweep(&w.imp, Utc::now()).await.unwrap();
+    assert_eq!((early.examined, early.within_time), (1, 1));
+    let late = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(3))
+        .await
+        .unwrap();
+    assert_eq!(late.retried, 1);
+    assert_eq!(w.record(&id).await.state, DownloadingFailed);
+    w.run_import_queue().await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ready, 2));
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            DownloadingFailed,
+            Downloading,
+            Downloaded,
+            Ready
+        ])
+    );
+    assert!(w.items().inflight().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn failure7_a_crash_during_processing_is_recovered_by_the_sweeper() {
+    let w = world("lcfail7", &[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]).await;
+    if lacks_batch(&w.s) {
+        return;
+    }
+    w.server.archive.put("g.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    drain(&w.s.clients, &w.s.stack.retry_queue_url).await;
+    // Attempt 1 went to a job Batch no longer knows (its host crashed; no event will come).
+    let event = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt: 1,
+    };
+    item_sync::submitted(&w.s.ctx, &event, "job-lost-in-crash", None, "test")
+        .await
+        .unwrap();
+    let swept = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(61))
+        .await
+        .unwrap();
+    assert_eq!(swept.retried, 1, "{swept:?}");
+    assert_eq!(w.record(&id).await.state, ProcessingFailed);
+    assert_eq!(w.run_requeuer().await, 1);
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (Processing, 2));
+    w.end_job(&id, AttemptEnd::Success).await;
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Ready,
+            Processing,
+            Processed
+        ])
+    );
+    let timed_out = &w.items().history(&id).await.unwrap()[5];
+    assert!(
+        timed_out.reason.contains("timed out"),
+        "{}",
+        timed_out.reason
+    );
+}
+
+#[tokio::test]
+async fn failure8_a_duplicate_discovery_is_ignored() {
+    let w = world("lcfail8", &[]).await;
+    // Two links to the same content, with the same published digest: one file.
+    let sha = {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(BODY))
+    };
+    for name in ["h.h5", "mirror-of-h.h5"] {
+        w.server.archive.put(name, BODY, vec![Behaviour::Serve]);
+        w.server.archive.put(
+            &format!("{name}.sha256"),
+            format!("{sha}  {name}\n").as_bytes(),
+            vec![Behaviour::Serve],
+        );
+    }
+    let first = discover::discover(&w.imp).await.unwrap();
+    assert_eq!((first.listed, first.new, first.duplicates), (2, 1, 1));
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    assert_eq!(
+        w.record(&id).await.raw_file_hash,
+        Some(format!("sha256:{sha}"))
+    );
+    let again = discover::discover(&w.imp).await.unwrap();
+    assert_eq!((again.new, again.duplicates), (0, 2));
+    assert_eq!(
+        w.run_import_queue().await,
+        0,
+        "a finished item is not queued again"
+    );
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[Discovered, Downloading, Downloaded, Ready])
+    );
+    assert_eq!(
+        w.server.archive.gets("h.h5") + w.server.archive.gets("mirror-of-h.h5"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn operational_a_file_already_stored_goes_straight_to_downloaded() {
+    let w = world("lcoper", &[]).await;
+    w.server.archive.put("i.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+    let id = w.only_item().await;
+    let record = w.record(&id).await;
+    let key = download::stored_key(&w.imp, &record);
+    w.s.ctx
+        .store
+        .put(&key, Bytes::from_static(BODY), PutCondition::Overwrite)
+        .await
+        .unwrap();
+    importer::run_steps(&w.imp, &id, None).await.unwrap();
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ready, 0));
+    assert_eq!(w.server.archive.gets("i.h5"), 0, "nothing downloaded");
+    assert_eq!(w.path(&id).await, chain(&[Discovered, Downloaded, Ready]));
+}
+
+#[tokio::test]
+async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admission() {
+    let w = world(
+        "lcreval",
+        &[("GRANARY_PREREQUISITES", "ancillary/{name}.met")],
+    )
+    .await;
+    w.server.archive.put("j.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    let r = w.record(&id).await;
+    assert_eq!(r.state, Downloaded, "waits for its prerequisite");
+    let waiting = importer::run_steps(&w.imp, &id, None).await.unwrap_err();
+    assert!(
+        waiting
+            .to_string()
+            .contains("ancillary/j.h5.met does not exist yet"),
+        "{waiting}"
+    );
+    // The stored file is damaged: re-validation sends the item back to downloading.
+    w.s.ctx
+        .store
+        .put(
+            r.stored_key.as_deref().unwrap(),
+            Bytes::from_static(b"corrupt"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let after = importer::run_steps(&w.imp, &id, Some(Step::Revalidate))
+        .await
+        .unwrap();
+    assert_eq!(after.final_state, Some(DownloadingFailed));
+    w.s.ctx
+        .store
+        .put(
+            "ancillary/j.h5.met",
+            Bytes::from_static(b"ok"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    w.run_import_queue().await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ready, 2));
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            DownloadingFailed,
+            Downloading,
+            Downloaded,
+            Ready
+        ])
+    );
+}
+
+/// Holds the first two reads of one key until both have happened, so two handlers act on the
+/// same version of the record.
+struct BarrierStore {
+    inner: Arc<dyn ObjectStore>,
+    key: String,
+    barrier: tokio::sync::Barrier,
+    reads: AtomicUsize,
+}
+
+#[async_trait]
+impl ObjectStore for BarrierStore {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
+        let got = self.inner.get(key).await;
+        if key == self.key && self.reads.fetch_add(1, Ordering::SeqCst) < 2 {
+            self.barrier.wait().await;
+        }
+        got
+    }
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        self.inner.get_range(key, range).await
+    }
+    async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
+        self.inner.get_suffix(key, len).await
+    }
+    async fn put(&self, key: &str, body: Bytes, c: PutCondition) -> Result<String, StoreError> {
+        self.inner.put(key, body, c).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        self.inner.copy(from, to).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
+}
+
+#[tokio::test]
+async fn racing_handlers_make_exactly_one_transition() {
+    let s = stack("lcrace", 1, &[]).await;
+    let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
+    let plain = s.ctx.items();
+    plain
+        .create(
+            granary::domain::item::NewItem {
+                id: id.clone(),
+                name: id.to_string(),
+                state: Ready,
+                reason: "listed in an inventory".into(),
+                raw_file_hash: None,
+                size: None,
+                checksum: None,
+                source: None,
+                source_modified: None,
+            },
+            "test",
+        )
+        .await
+        .unwrap();
+    let store = Arc::new(BarrierStore {
+        inner: s.ctx.store.clone(),
+        key: format!("items/{id}.json"),
+        barrier: tokio::sync::Barrier::new(2),
+        reads: AtomicUsize::new(0),
+    });
+    let racing = Items::new(store, plain.prefixes.clone());
+    let go = |who: &'static str| {
+        let racing = racing.clone();
+        let id = id.clone();
+        async move {
+            racing
+                .advance(&id, who, |r| {
+                    (r.state == Ready)
+                        .then(|| Change::to(Processing, format!("submitted by {who}")))
+                })
+                .await
+                .unwrap()
+        }
+    };
+    let (a, b) = tokio::join!(go("feeder"), go("requeuer"));
+    let moved = [&a, &b]
+        .iter()
+        .filter(|x| matches!(x, Advanced::Moved(_)))
+        .count();
+    assert_eq!(moved, 1, "{a:?} / {b:?}");
+    assert!(
+        [&a, &b]
+            .iter()
+            .any(|x| matches!(x, Advanced::Unchanged(r) if r.state == Processing)),
+        "the loser re-read and found nothing left to do"
+    );
+    let history = plain.history(&id).await.unwrap();
+    assert_eq!(
+        history.iter().map(|e| (e.from, e.to)).collect::<Vec<_>>(),
+        chain(&[Ready, Processing])
+    );
+    assert_eq!(
+        plain
+            .get(&id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+            .attempts
+            .processing,
+        1
+    );
+}
