@@ -195,6 +195,32 @@ async fn every_granule_is_accounted_for() {
         }
     }
 
+    // Item records agree with the plan: each granule's lifecycle ended where its last job did.
+    let records = ctx.items().find(&Default::default()).await.unwrap();
+    assert_eq!(
+        records.len(),
+        c.granules.len(),
+        "one item record per granule"
+    );
+    for r in &records {
+        let p = last[r.id.as_str()];
+        let want = match p.route {
+            Route::Done => granary::domain::lifecycle::ItemState::Processed,
+            Route::FailureDlq => granary::domain::lifecycle::ItemState::ProcessingFailed,
+            _ => granary::domain::lifecycle::ItemState::Abandoned,
+        };
+        assert_eq!(
+            (r.state, r.attempts.processing),
+            (want, p.attempt),
+            "{}",
+            r.id
+        );
+    }
+    assert!(
+        ctx.items().inflight().await.unwrap().is_empty(),
+        "no item is left in flight"
+    );
+
     assert_eq!(summary.unaccounted, 0);
     assert_eq!(
         summary.events_dlq, 0,

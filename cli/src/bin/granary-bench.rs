@@ -295,7 +295,6 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
 
     let (clients, stack) = bench_stack("h").await?;
     let counts = Arc::new(RequestCounts::default());
-    let ctx = Ctx::aws(stack.config()?, &clients).counted(&counts);
     let message = |i: usize, body: String| ReceivedMessage {
         message_id: format!("m{i}"),
         receipt_handle: format!("r{i}"),
@@ -307,6 +306,7 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
         "handler",
+        "item records",
         "batch",
         "invocations",
         "records/s per invocation",
@@ -316,64 +316,98 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
         "SQS req/record",
     ]);
     let mut serial = 0usize;
-    for &batch in &batches {
-        // job-monitor: 90% successes, 5% Spot past Batch's retries, 5% application failures.
-        let spot = AttemptEnd::SpotInterruption {
-            instance: "i-0123456789abcdef0".into(),
-        };
-        let mut monitor_bodies = Vec::new();
-        for _ in 0..invocations * batch {
-            serial += 1;
-            let granule = format!(
-                "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
-                serial % 60,
-                1 + serial % 365,
-                serial % 1_000_000
-            );
-            let facts = bench_facts(&stack, &format!("bench-job-{serial}"), granule);
-            let (ends, status) = match serial % 20 {
-                0 => (vec![spot.clone(), spot.clone()], "FAILED"),
-                1 => (vec![AttemptEnd::AppFailure { exit_code: 1 }], "FAILED"),
-                _ => (vec![AttemptEnd::Success], "SUCCEEDED"),
+    for records_on in [false, true] {
+        let mut config = stack.config()?;
+        config.track_items = records_on;
+        // Setup (item records as the feeder would have left them) is not counted.
+        let setup = Ctx::aws(config, &clients);
+        let ctx = setup.counted(&counts);
+        for &batch in &batches {
+            // job-monitor: 90% successes, 5% Spot past Batch's retries, 5% application failures.
+            let spot = AttemptEnd::SpotInterruption {
+                instance: "i-0123456789abcdef0".into(),
             };
-            monitor_bodies.push(state_change_event(&facts, &ends, status).to_string());
-        }
-        // requeuer: retry messages for attempt 1 → attempt 2 submitted to Batch.
-        let mut requeuer_bodies = Vec::new();
-        for _ in 0..invocations * batch {
-            serial += 1;
-            let e = GranuleProcessingEvent {
-                granule_id: GranuleId::parse(&format!("bench-granule-{serial}"))?,
-                attempt: 1,
-            };
-            requeuer_bodies.push(serde_json::to_string(&e)?);
-        }
-        for (name, queue_url, bodies) in [
-            ("job-monitor", &stack.events_queue_url, monitor_bodies),
-            ("requeuer", &stack.retry_queue_url, requeuer_bodies),
-        ] {
-            let before = snapshot(&counts);
-            let mut times = Vec::new();
-            for chunk in bodies.chunks(batch) {
-                let records: Vec<ReceivedMessage> = chunk
-                    .iter()
-                    .enumerate()
-                    .map(|(i, b)| message(i, b.clone()))
-                    .collect();
-                let event = lambda_sqs_event(queue_url, &records)?;
-                let t = Instant::now();
-                let response = if name == "job-monitor" {
-                    monitor::handle_sqs(&ctx, event).await
-                } else {
-                    requeuer::handle_sqs(&ctx, event).await
+            let mut monitor_bodies = Vec::new();
+            for _ in 0..invocations * batch {
+                serial += 1;
+                let granule = format!(
+                    "HLS.S30.T{:02}ABC.2022{:03}T{:06}.v2.0",
+                    serial % 60,
+                    1 + serial % 365,
+                    serial % 1_000_000
+                );
+                let job = format!("bench-job-{serial}");
+                if records_on {
+                    let event = GranuleProcessingEvent::first(GranuleId::parse(&granule)?);
+                    granary::handlers::item_sync::submitted(&setup, &event, &job, None, "bench")
+                        .await?;
+                }
+                let facts = bench_facts(&stack, &job, granule);
+                let (ends, status) = match serial % 20 {
+                    0 => (vec![spot.clone(), spot.clone()], "FAILED"),
+                    1 => (vec![AttemptEnd::AppFailure { exit_code: 1 }], "FAILED"),
+                    _ => (vec![AttemptEnd::Success], "SUCCEEDED"),
                 };
-                times.push(t.elapsed().as_secs_f64());
-                anyhow::ensure!(
-                    response.batch_item_failures.is_empty(),
-                    "{name} reported failures"
+                monitor_bodies.push(state_change_event(&facts, &ends, status).to_string());
+            }
+            // requeuer: retry messages for attempt 1 → attempt 2 submitted to Batch.
+            let mut requeuer_bodies = Vec::new();
+            for _ in 0..invocations * batch {
+                serial += 1;
+                let e = GranuleProcessingEvent {
+                    granule_id: GranuleId::parse(&format!("bench-granule-{serial}"))?,
+                    attempt: 1,
+                };
+                if records_on {
+                    let job = format!("bench-failed-{serial}");
+                    granary::handlers::item_sync::submitted(&setup, &e, &job, None, "bench")
+                        .await?;
+                    granary::handlers::item_sync::finished(
+                        &setup,
+                        &e,
+                        granary::domain::lifecycle::ItemState::ProcessingFailed,
+                        "Spot",
+                    )
+                    .await?;
+                }
+                requeuer_bodies.push(serde_json::to_string(&e)?);
+            }
+            for (name, queue_url, bodies) in [
+                ("job-monitor", &stack.events_queue_url, monitor_bodies),
+                ("requeuer", &stack.retry_queue_url, requeuer_bodies),
+            ] {
+                let before = snapshot(&counts);
+                let mut times = Vec::new();
+                for chunk in bodies.chunks(batch) {
+                    let records: Vec<ReceivedMessage> = chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(i, b)| message(i, b.clone()))
+                        .collect();
+                    let event = lambda_sqs_event(queue_url, &records)?;
+                    let t = Instant::now();
+                    let response = if name == "job-monitor" {
+                        monitor::handle_sqs(&ctx, event).await
+                    } else {
+                        requeuer::handle_sqs(&ctx, event).await
+                    };
+                    times.push(t.elapsed().as_secs_f64());
+                    anyhow::ensure!(
+                        response.batch_item_failures.is_empty(),
+                        "{name} reported failures"
+                    );
+                }
+                let records = if records_on { "on" } else { "off" };
+                add_row(
+                    &mut table,
+                    name,
+                    records,
+                    batch,
+                    &times,
+                    before,
+                    snapshot(&counts),
                 );
             }
-            add_row(&mut table, name, batch, &times, before, snapshot(&counts));
         }
     }
     println!("Handlers against the emulator (requests counted at granary's ports)\n{table}");
@@ -578,6 +612,7 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
 fn add_row(
     table: &mut Table,
     name: &str,
+    item_records: &str,
     batch: usize,
     times: &[f64],
     before: (u64, u64, u64),
@@ -589,6 +624,7 @@ fn add_row(
     let records = (batch * times.len()) as f64;
     table.add_row([
         name.to_owned(),
+        item_records.to_owned(),
         batch.to_string(),
         times.len().to_string(),
         format!("{:.0}", batch as f64 / median),

@@ -152,3 +152,143 @@ async fn dead_letter(
         .await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+    use crate::config::Config;
+    use crate::domain::batch_event::JobStatus;
+    use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+    use crate::domain::item::NewItem;
+    use crate::handlers::Ctx;
+    use crate::ports::{JobRequest, JobRunner, Queue};
+    use std::sync::Arc;
+
+    async fn importer(jobs: Arc<MemoryJobRunner>) -> (Importer, Arc<MemoryQueue>) {
+        let env = [
+            ("GRANARY_BUCKET", "b"),
+            ("GRANARY_JOB_QUEUE", "q"),
+            ("GRANARY_JOB_DEFINITION", "d"),
+            ("GRANARY_RETRY_QUEUE_URL", "r"),
+            ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ("GRANARY_PROCESSING_TIMEOUT_SECS", "60"),
+            ("GRANARY_MAX_RETRIES", "0"),
+        ];
+        let config = Config::from_lookup(|k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+        .unwrap();
+        let store = Arc::new(MemoryStore::new());
+        let dlq = Arc::new(MemoryQueue::new("dlq"));
+        let ctx = Ctx {
+            config,
+            store: store.clone(),
+            jobs,
+            retry_queue: Arc::new(MemoryQueue::new("retry")),
+            failure_dlq: dlq.clone(),
+        };
+        let imp = Importer {
+            ctx,
+            source: None,
+            import_queue: Some(Arc::new(MemoryQueue::new("import"))),
+            prerequisites: Arc::new(super::super::ObjectsExist {
+                store,
+                templates: vec![],
+            }),
+        };
+        (imp, dlq)
+    }
+
+    async fn processing(imp: &Importer, id: &str, job_id: &str) -> GranuleId {
+        let id = GranuleId::parse(id).unwrap();
+        imp.ctx
+            .items()
+            .create(
+                NewItem {
+                    id: id.clone(),
+                    name: id.to_string(),
+                    state: Ready,
+                    reason: "t".into(),
+                    raw_file_hash: None,
+                    size: None,
+                    checksum: None,
+                    source: None,
+                    source_modified: None,
+                },
+                "t",
+            )
+            .await
+            .unwrap();
+        let event = GranuleProcessingEvent {
+            granule_id: id.clone(),
+            attempt: 1,
+        };
+        crate::handlers::item_sync::submitted(&imp.ctx, &event, job_id, None, "t")
+            .await
+            .unwrap();
+        id
+    }
+
+    async fn state(imp: &Importer, id: &GranuleId) -> ItemState {
+        imp.ctx.items().get(id).await.unwrap().unwrap().value.state
+    }
+
+    #[tokio::test]
+    async fn asks_batch_before_failing_a_processing_item() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let (imp, dlq) = importer(jobs.clone()).await;
+        let request = |n: &str| JobRequest {
+            job_name: n.into(),
+            environment: Default::default(),
+            parameters: Default::default(),
+        };
+        let alive = jobs.submit(request("alive")).await.unwrap().job_id;
+        let done = jobs.submit(request("done")).await.unwrap().job_id;
+        jobs.set_status(&done, JobStatus::Succeeded);
+        let a = processing(&imp, "alive-item", &alive).await;
+        let d = processing(&imp, "done-item", &done).await;
+        let lost = processing(&imp, "lost-item", "no-such-job").await;
+        let late = Utc::now() + chrono::Duration::seconds(61);
+        let s = sweep(&imp, late).await.unwrap();
+        assert_eq!(
+            (s.examined, s.job_alive, s.completed_by_batch, s.gave_up),
+            (3, 1, 1, 1),
+            "{s:?}"
+        );
+        assert_eq!(state(&imp, &a).await, Processing);
+        assert_eq!(state(&imp, &d).await, Processed);
+        // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
+        assert_eq!(state(&imp, &lost).await, Abandoned);
+        assert_eq!(dlq.depth().await.unwrap().visible, 1);
+        // only the live job's item is still indexed
+        let left = imp.ctx.items().inflight().await.unwrap();
+        assert_eq!(left, vec![(Processing, a)]);
+    }
+
+    #[tokio::test]
+    async fn leaves_items_within_their_time_and_clears_stale_markers() {
+        let (imp, _) = importer(Arc::new(MemoryJobRunner::default())).await;
+        let id = processing(&imp, "fresh", "job-x").await;
+        let s = sweep(&imp, Utc::now()).await.unwrap();
+        assert_eq!((s.examined, s.within_time), (1, 1));
+        // a marker left behind by a crash after the record moved on
+        imp.ctx
+            .store
+            .put(
+                "inflight/DOWNLOADING/fresh",
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let s = sweep(&imp, Utc::now()).await.unwrap();
+        assert_eq!(s.stale_markers, 1);
+        assert_eq!(
+            imp.ctx.items().inflight().await.unwrap(),
+            vec![(Processing, id)]
+        );
+    }
+}
