@@ -2,3 +2,4 @@
 //! AWS emulator (stack provisioning, Batch simulator, Lambda runner).
 
 pub mod local;
+pub mod ops;

@@ -3,6 +3,7 @@
 mod classify_cmd;
 mod demo_cmd;
 mod items_cmd;
+mod ops_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -42,6 +43,45 @@ enum Command {
     ///   granary items history HLS.S30.T01GBH.2022226T214921.v2.0
     #[command(verbatim_doc_comment)]
     Items(items_cmd::Args),
+    /// What is left and when it will finish: inventories, active jobs, queues, hold, throughput, ETA.
+    ///
+    /// Example: granary status
+    #[command(verbatim_doc_comment)]
+    Status(ops_cmd::StatusArgs),
+    /// The report queries' numbers (platform × outcome, acquisition year, failures by reason,
+    /// successes per day), from a scan of the logs or from Athena; table, CSV or JSON, and a chart.
+    ///
+    /// Examples:
+    ///   granary report --scan
+    ///   granary report --scan --format csv --chart successes.svg
+    ///   granary report --athena --workgroup granary-operators --database granary
+    #[command(verbatim_doc_comment)]
+    Report(ops_cmd::ReportArgs),
+    /// Failure-DLQ messages back to the retry queue: all, or by reason, attempt or granule.
+    ///
+    /// Examples:
+    ///   granary redrive --reason 'exit code 137' --dry-run
+    ///   granary redrive --granule '^HLS\.S30\.T18' --attempt 1 --rate 20
+    ///   granary redrive --all --max 500
+    #[command(verbatim_doc_comment)]
+    Redrive(ops_cmd::RedriveArgs),
+    /// Hold the feeder: it submits nothing, and keeps its place, until `granary release`.
+    ///
+    /// Example: granary hold --reason "new container image rolling out"
+    #[command(verbatim_doc_comment)]
+    Hold(ops_cmd::HoldArgs),
+    /// Release the feeder's hold: the next run resumes at the row it stopped at.
+    ///
+    /// Example: granary release
+    #[command(verbatim_doc_comment)]
+    Release,
+    /// Failed items back to their last successful state, their next attempt granted.
+    ///
+    /// Examples:
+    ///   granary resume HLS.S30.T01GBH.2022226T214921.v2.0
+    ///   granary resume --state PROCESSING_FAILED --dry-run
+    #[command(verbatim_doc_comment)]
+    Resume(ops_cmd::ResumeArgs),
 }
 
 #[tokio::main]
@@ -51,6 +91,12 @@ async fn main() -> ExitCode {
         Command::Classify(args) => classify_cmd::run(args),
         Command::Demo(args) => demo_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
+        Command::Status(args) => ops_cmd::status(args).await,
+        Command::Report(args) => ops_cmd::report(args).await,
+        Command::Redrive(args) => ops_cmd::redrive(args).await,
+        Command::Hold(args) => ops_cmd::hold(args).await,
+        Command::Release => ops_cmd::release().await,
+        Command::Resume(args) => ops_cmd::resume(args).await,
     };
     match result {
         Ok(code) => code,

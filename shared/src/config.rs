@@ -29,6 +29,8 @@ pub struct Config {
     pub inventory_prefix: String,
     pub inventory_id_column: String,
     pub tracker_key: String,
+    /// While this object exists the feeder submits nothing (`granary hold` / `granary release`).
+    pub hold_key: String,
     pub log_prefix: String,
     pub claim_prefix: String,
     pub job_queue: String,
@@ -219,6 +221,7 @@ impl Config {
                 crate::inventory::DEFAULT_ID_COLUMN,
             ),
             tracker_key: or("GRANARY_TRACKER_KEY", "tracker/tracker.json"),
+            hold_key: or("GRANARY_HOLD_KEY", "holds/feeder.json"),
             log_prefix: prefix("GRANARY_LOG_PREFIX", "logs/")?,
             claim_prefix: prefix("GRANARY_CLAIM_PREFIX", "claims/")?,
             job_queue: required("GRANARY_JOB_QUEUE", "the AWS Batch job queue (name or ARN)")?,

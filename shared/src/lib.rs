@@ -14,5 +14,7 @@ pub mod handlers;
 pub mod inventory;
 pub mod items;
 pub mod ports;
+pub mod redrive;
+pub mod report_scan;
 pub mod state;
 pub mod telemetry;

@@ -138,6 +138,10 @@ impl Queue for CountingQueue {
         bump(&self.counts.sqs_delete);
         self.inner.delete(receipt_handle).await
     }
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        bump(&self.counts.sqs_other);
+        self.inner.release(receipt_handle).await
+    }
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
         bump(&self.counts.sqs_other);
         self.inner.depth().await

@@ -30,6 +30,10 @@ pub struct Tracker {
     pub inventories: Vec<InventoryProgress>,
     #[serde(default)]
     pub updated_at: Option<DateTime<Utc>>,
+    /// (time, rows submitted in all) after feeder runs that moved: what `granary status`
+    /// measures throughput and the ETA from.
+    #[serde(default)]
+    pub samples: Vec<crate::domain::progress::Sample>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,6 +124,12 @@ impl Tracker {
 
     pub fn rows_submitted(&self) -> u64 {
         self.inventories.iter().map(|i| i.rows_submitted).sum()
+    }
+
+    /// Records the current position at `at` (see [`crate::domain::progress::record_sample`]).
+    pub fn sample(&mut self, at: DateTime<Utc>) {
+        let rows = self.rows_submitted();
+        crate::domain::progress::record_sample(&mut self.samples, at, rows);
     }
 
     /// Total rows over all inventories whose size is known.

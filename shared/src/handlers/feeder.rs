@@ -60,6 +60,15 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         return Err(FeederError::ZeroCount);
     }
     let mut summary = FeederSummary::default();
+    if let Some(hold) = crate::state::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
+        summary.early_exit = Some(hold.describe());
+        tracing::info!(
+            reason = hold.reason,
+            held_by = hold.held_by,
+            "feeder held: exiting early"
+        );
+        return Ok(summary);
+    }
     let active = ctx.jobs.count_active(ctx.config.max_active_jobs).await?;
     summary.active_jobs = active.total;
     if active.total >= ctx.config.max_active_jobs {
@@ -142,6 +151,10 @@ pub async fn feed(
         });
     }
     if changed {
+        if summary.submitted + summary.already_submitted + summary.recovered + summary.rejected > 0
+        {
+            tracker.value.sample(chrono::Utc::now());
+        }
         match save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut tracker).await {
             Ok(()) => {}
             Err(StoreError::Conflict { .. }) => {

@@ -6,6 +6,7 @@ pub mod importer;
 pub mod item_sync;
 pub mod monitor;
 pub mod requeuer;
+pub mod resume;
 
 use crate::adapters::aws::{AwsClients, BatchJobRunner, S3Store, SqsQueue};
 use crate::config::Config;

@@ -2,7 +2,6 @@
 //! once the attempt budget is spent.
 
 use super::Ctx;
-use crate::domain::granule::GranuleProcessingEvent;
 use crate::ports::{OutgoingMessage, QueueError};
 use crate::state::{StateError, SubmitOutcome};
 use serde::Serialize;
@@ -49,16 +48,18 @@ pub async fn handle_sqs(
 }
 
 pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, RequeueError> {
-    let event: GranuleProcessingEvent = match serde_json::from_str(body) {
-        Ok(e) => e,
+    let message: crate::redrive::RetryMessage = match serde_json::from_str(body) {
+        Ok(m) => m,
         Err(e) => {
             let reason = format!("malformed retry message: {e}");
             dead_letter(ctx, body.to_owned(), &reason, None).await?;
             return Ok(RequeueOutcome::DeadLettered { reason });
         }
     };
+    let event = message.event;
     let next = event.next_attempt();
-    if next.attempt > ctx.config.max_attempt() {
+    // A redrive (an operator's decision) grants the next attempt past the budget.
+    if next.attempt > ctx.config.max_attempt() && !message.redrive {
         let body = serde_json::to_string(&event).unwrap_or_default();
         dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, Some(event.attempt)).await?;
         super::item_sync::abandoned(ctx, &event).await?;

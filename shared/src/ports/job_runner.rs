@@ -26,7 +26,7 @@ pub struct JobSummary {
 
 /// Counts of unfinished jobs by status. Counting stops early at the caller's limit, so `total` is
 /// exact below it and "at least the limit" at it.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ActiveJobs {
     pub by_status: BTreeMap<String, u64>,
     pub total: u64,

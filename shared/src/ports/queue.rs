@@ -51,7 +51,7 @@ pub struct ReceivedMessage {
     pub sent_at_ms: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct QueueDepth {
     pub visible: u64,
     pub in_flight: u64,
@@ -69,5 +69,7 @@ pub trait Queue: Send + Sync {
         wait_secs: u32,
     ) -> Result<Vec<ReceivedMessage>, QueueError>;
     async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError>;
+    /// Makes a received message visible again at once (visibility timeout 0).
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError>;
     async fn depth(&self) -> Result<QueueDepth, QueueError>;
 }

@@ -106,6 +106,18 @@ impl Queue for SqsQueue {
             .map_err(|e| QueueError::new(&self.url, describe(&e)))
     }
 
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt_handle)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| QueueError::new(&self.url, describe(&e)))
+    }
+
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
         let out = self
             .client

@@ -97,6 +97,16 @@ impl Queue for MemoryQueue {
         Ok(())
     }
 
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for h in st.1.iter_mut() {
+            if h.receipt.as_deref() == Some(receipt_handle) {
+                h.invisible_until = None;
+            }
+        }
+        Ok(())
+    }
+
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
         let now = Instant::now();
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());

@@ -40,11 +40,17 @@ fn key_safe(name: &str) -> String {
     }
 }
 
-/// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's.
-/// Returns the state the item is left in.
-pub async fn download(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportError> {
+/// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's. `resume`
+/// (an operator's) grants the first attempt even past the budget. Returns the state the item is
+/// left in.
+pub async fn download(
+    imp: &Importer,
+    id: &GranuleId,
+    resume: bool,
+) -> Result<ItemState, ImportError> {
     let items = imp.ctx.items();
     let policy = imp.ctx.config.retry_policy;
+    let mut granted = resume;
     loop {
         let Some(current) = items.get(id).await? else {
             return Ok(Discovered);
@@ -72,6 +78,13 @@ pub async fn download(imp: &Importer, id: &GranuleId) -> Result<ItemState, Impor
             .advance(id, BY, |r| match r.state {
                 Discovered => Some(Change::to(Downloading, "download attempt 1")),
                 DownloadingFailed => match policy.after_download_failure(r.attempts.download) {
+                    _ if granted => Some(Change::to(
+                        Downloading,
+                        format!(
+                            "download attempt {} (resumed by an operator)",
+                            r.attempts.download + 1
+                        ),
+                    )),
                     Downloading => Some(Change::to(
                         Downloading,
                         format!("download attempt {}", r.attempts.download + 1),
@@ -88,6 +101,7 @@ pub async fn download(imp: &Importer, id: &GranuleId) -> Result<ItemState, Impor
             Advanced::Moved(r) if r.state == Downloading => r,
             other => return Ok(state_of(&other)),
         };
+        granted = false;
         let attempt = record.attempts.download;
         let result = fetch_into_store(imp, &record, &key).await;
         let ours = |r: &ItemRecord| r.state == Downloading && r.attempts.download == attempt;

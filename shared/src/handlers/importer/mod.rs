@@ -46,6 +46,9 @@ pub struct ImportMessage {
     pub item_id: GranuleId,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<Step>,
+    /// An operator's resume: the next download attempt is granted even past the budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resume: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,12 +141,17 @@ impl Importer {
 
     /// Puts the item on the import queue for its next step.
     pub async fn enqueue(&self, id: &GranuleId, step: Option<Step>) -> Result<(), ImportError> {
-        let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
-        let body = serde_json::to_string(&ImportMessage {
+        self.send(ImportMessage {
             item_id: id.clone(),
             step,
+            resume: false,
         })
-        .unwrap_or_default();
+        .await
+    }
+
+    pub async fn send(&self, message: ImportMessage) -> Result<(), ImportError> {
+        let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
+        let body = serde_json::to_string(&message).unwrap_or_default();
         queue.send(OutgoingMessage::new(body)).await?;
         Ok(())
     }
@@ -209,7 +217,7 @@ pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, Im
             body: body.chars().take(200).collect(),
             why: e.to_string(),
         })?;
-    run_steps(imp, &message.item_id, message.step).await
+    run(imp, &message).await
 }
 
 /// Runs the item forward as far as it goes now: download, then admission.
@@ -218,6 +226,16 @@ pub async fn run_steps(
     id: &GranuleId,
     step: Option<Step>,
 ) -> Result<StepReport, ImportError> {
+    let message = ImportMessage {
+        item_id: id.clone(),
+        step,
+        resume: false,
+    };
+    run(imp, &message).await
+}
+
+async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, ImportError> {
+    let (id, step) = (&message.item_id, message.step);
     let mut report = StepReport {
         item_id: id.to_string(),
         final_state: None,
@@ -237,7 +255,7 @@ pub async fn run_steps(
     if matches!(state, ItemState::Discovered | ItemState::DownloadingFailed)
         && step != Some(Step::Admit)
     {
-        state = download::download(imp, id).await?;
+        state = download::download(imp, id, message.resume).await?;
         report.steps.push("download".into());
     }
     if state == ItemState::Downloaded {

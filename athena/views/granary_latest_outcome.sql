@@ -1,0 +1,30 @@
+-- Each granule's latest attempt: the highest attempt among its logs not superseded by a later
+-- success (a success relocates earlier failure logs under outcome=success, marked superseded).
+CREATE OR REPLACE VIEW granary_latest_outcome AS
+SELECT
+  granule_id,
+  attempt,
+  outcome,
+  platform,
+  acquisition_date,
+  reason,
+  job_id,
+  logged_at
+FROM (
+  SELECT
+    l.granule_id,
+    l.attempt,
+    l.outcome,
+    l.platform,
+    l.acquisition_date,
+    l.classification.reason AS reason,
+    l.job_id,
+    l.logged_at,
+    row_number() OVER (
+      PARTITION BY l.granule_id
+      ORDER BY l.attempt DESC, l.outcome DESC
+    ) AS rn
+  FROM granary_logs AS l
+  WHERE l.superseded IS NULL
+) AS ranked
+WHERE rn = 1;

@@ -1,0 +1,183 @@
+//! `granary status`: what is left and when it will finish.
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Duration, Utc};
+use granary::domain::hold::Hold;
+use granary::domain::progress::{eta, rate, Eta, Rate};
+use granary::handlers::Ctx;
+use granary::ports::{ActiveJobs, QueueDepth};
+use granary::state::{load_tracker, read_hold};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InventoryStatus {
+    pub key: String,
+    pub submitted: u64,
+    /// Known once the feeder has opened the file.
+    pub total: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub at: DateTime<Utc>,
+    pub inventories: Vec<InventoryStatus>,
+    pub rows_submitted: u64,
+    /// Rows in inventories the feeder has opened; inventories not yet opened count as unknown.
+    pub rows_known: u64,
+    pub inventories_unopened: usize,
+    pub active_jobs: ActiveJobs,
+    pub retry_queue: QueueDepth,
+    pub failure_dlq: QueueDepth,
+    pub hold: Option<Hold>,
+    /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
+    pub rates: Vec<Rate>,
+    /// When the known rows will all have been submitted, at the rate of the longest window with
+    /// movement; the last jobs then need their own run time on top.
+    pub eta: Option<Eta>,
+}
+
+/// Active jobs are counted up to this many (ListJobs pages of 100).
+const COUNT_JOBS_UP_TO: u64 = 100_000;
+
+pub async fn gather(ctx: &Ctx, now: DateTime<Utc>) -> Result<Status> {
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key)
+        .await
+        .context("reading the tracker")?
+        .value;
+    let active_jobs = ctx
+        .jobs
+        .count_active(COUNT_JOBS_UP_TO)
+        .await
+        .context("counting active Batch jobs")?;
+    let retry_queue = ctx.retry_queue.depth().await.context("retry queue depth")?;
+    let failure_dlq = ctx.failure_dlq.depth().await.context("failure DLQ depth")?;
+    let hold = read_hold(ctx.store.as_ref(), &ctx.config.hold_key)
+        .await
+        .context("reading the hold")?;
+    Ok(assemble(
+        &tracker,
+        now,
+        active_jobs,
+        retry_queue,
+        failure_dlq,
+        hold,
+    ))
+}
+
+/// The pure part: everything but the reads.
+pub fn assemble(
+    tracker: &granary::domain::tracker::Tracker,
+    now: DateTime<Utc>,
+    active_jobs: ActiveJobs,
+    retry_queue: QueueDepth,
+    failure_dlq: QueueDepth,
+    hold: Option<Hold>,
+) -> Status {
+    let rates: Vec<Rate> = [1, 6, 24]
+        .into_iter()
+        .filter_map(|h| rate(&tracker.samples, now, Duration::hours(h)))
+        .collect();
+    let rows_submitted = tracker.rows_submitted();
+    let rows_known = tracker.rows_known();
+    let remaining: u64 = tracker
+        .inventories
+        .iter()
+        .filter_map(|i| i.remaining())
+        .sum();
+    let unopened = tracker
+        .inventories
+        .iter()
+        .filter(|i| i.total_rows.is_none())
+        .count();
+    let best = rates.iter().rev().find(|r| r.per_hour > 0.0);
+    let eta = match best {
+        Some(r) => eta(remaining, r.per_hour, now),
+        None => eta(remaining, 0.0, now),
+    };
+    Status {
+        at: now,
+        inventories: tracker
+            .inventories
+            .iter()
+            .map(|i| InventoryStatus {
+                key: i.key.clone(),
+                submitted: i.rows_submitted,
+                total: i.total_rows,
+            })
+            .collect(),
+        rows_submitted,
+        rows_known,
+        inventories_unopened: unopened,
+        active_jobs,
+        retry_queue,
+        failure_dlq,
+        hold,
+        rates,
+        eta,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary::domain::progress::Sample;
+    use granary::domain::tracker::{InventoryProgress, Tracker};
+
+    #[test]
+    fn eta_uses_the_longest_window_with_movement() {
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        // 2,000 rows/h for 6 h, then stalled for the last hour
+        let mut samples: Vec<Sample> = (0..=6)
+            .map(|h| Sample {
+                at: t0 + Duration::hours(h),
+                rows: 2_000 * h as u64,
+            })
+            .collect();
+        samples.push(Sample {
+            at: t0 + Duration::hours(7),
+            rows: 12_000,
+        });
+        let tracker = Tracker {
+            inventories: vec![
+                InventoryProgress {
+                    key: "a".into(),
+                    total_rows: Some(10_000),
+                    rows_submitted: 10_000,
+                },
+                InventoryProgress {
+                    key: "b".into(),
+                    total_rows: Some(20_000),
+                    rows_submitted: 2_000,
+                },
+                InventoryProgress {
+                    key: "c".into(),
+                    total_rows: None,
+                    rows_submitted: 0,
+                },
+            ],
+            updated_at: None,
+            samples,
+        };
+        let now = t0 + Duration::hours(7);
+        let s = assemble(
+            &tracker,
+            now,
+            ActiveJobs::default(),
+            QueueDepth::default(),
+            QueueDepth::default(),
+            None,
+        );
+        assert_eq!(s.rates.len(), 3);
+        assert_eq!(s.rates[0].per_hour, 0.0, "the last hour stalled");
+        // 24 h window: 12,000 rows over 7 h
+        let per_hour = 12_000.0 / 7.0;
+        let e = s.eta.unwrap();
+        assert_eq!(e.remaining_rows, 18_000);
+        assert!((e.per_hour - per_hour).abs() < 1e-9);
+        assert!((e.hours - 18_000.0 / per_hour).abs() < 1e-9);
+        assert_eq!(
+            (s.rows_submitted, s.rows_known, s.inventories_unopened),
+            (12_000, 30_000, 1)
+        );
+    }
+}

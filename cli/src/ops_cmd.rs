@@ -1,0 +1,400 @@
+//! The operators' commands: status, report, redrive, hold, release, resume. They read the same
+//! GRANARY_* variables as the Lambdas (README, Configuration); AWS_ENDPOINT_URL points them at an
+//! emulator.
+
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use granary::domain::granule::GranuleId;
+use granary::domain::hold::Hold;
+use granary::domain::lifecycle::ItemState;
+use granary::handlers::importer::Importer;
+use granary::handlers::Ctx;
+use granary::redrive::{RedriveFilter, RedriveOptions};
+use granary_cli::ops::{chart, report, status};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+async fn ctx() -> Result<Ctx> {
+    Ctx::from_env().await.context(
+        "granary's configuration (export the GRANARY_* variables of your stack; see README, Configuration)",
+    )
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {what}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    b
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn status(args: StatusArgs) -> Result<ExitCode> {
+    let ctx = ctx().await?;
+    let s = status::gather(&ctx, chrono::Utc::now()).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["inventory", "submitted", "total", "done"]);
+    for i in &s.inventories {
+        t.add_row([
+            i.key.clone(),
+            i.submitted.to_string(),
+            i.total.map_or("not opened yet".into(), |n| n.to_string()),
+            i.total.map_or("-".into(), |n| {
+                format!("{:.1}%", 100.0 * i.submitted as f64 / n.max(1) as f64)
+            }),
+        ]);
+    }
+    println!("{t}");
+    println!(
+        "submitted {} of {} known rows ({} inventories not opened yet)",
+        s.rows_submitted, s.rows_known, s.inventories_unopened
+    );
+    let jobs: Vec<String> = s
+        .active_jobs
+        .by_status
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "active Batch jobs: {} ({})",
+        s.active_jobs.total,
+        if jobs.is_empty() {
+            "none".into()
+        } else {
+            jobs.join(", ")
+        }
+    );
+    println!(
+        "retry queue: {} waiting, {} in flight; failure DLQ: {} waiting, {} in flight",
+        s.retry_queue.visible,
+        s.retry_queue.in_flight,
+        s.failure_dlq.visible,
+        s.failure_dlq.in_flight
+    );
+    match &s.hold {
+        Some(h) => println!("feeder: HELD — {}", h.describe()),
+        None => println!("feeder: running (no hold)"),
+    }
+    for r in &s.rates {
+        println!(
+            "throughput over the last {:>2} h: {:.0} granules/h ({} submitted)",
+            r.window_hours, r.per_hour, r.rows
+        );
+    }
+    match &s.eta {
+        Some(e) if e.remaining_rows == 0 => println!("every known row is submitted"),
+        Some(e) => println!(
+            "ETA: {} rows left at {:.0}/h → {:.1} h, around {}",
+            e.remaining_rows,
+            e.per_hour,
+            e.hours,
+            e.at.format("%Y-%m-%d %H:%M UTC")
+        ),
+        None => println!("ETA: unknown — nothing was submitted in the last 24 h (held, or at the active-job threshold?)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+#[derive(clap::Args)]
+pub struct ReportArgs {
+    /// Compute from the log objects in S3 (LIST + one GET per log; works on an emulator).
+    #[arg(long, conflicts_with = "athena")]
+    scan: bool,
+    /// Run the athena/ queries on Athena (workgroup, database and output from the options below).
+    #[arg(long)]
+    athena: bool,
+    #[arg(long, env = "GRANARY_ATHENA_WORKGROUP", default_value = "primary")]
+    workgroup: String,
+    #[arg(long, env = "GRANARY_ATHENA_DATABASE", default_value = "granary")]
+    database: String,
+    /// Query results location (s3://…/); default: the workgroup's.
+    #[arg(long, env = "GRANARY_ATHENA_OUTPUT")]
+    output: Option<String>,
+    /// Where granary's athena/ SQL lives.
+    #[arg(long, default_value = "athena")]
+    sql_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Also draw successes per acquisition month by platform into this SVG file.
+    #[arg(long)]
+    chart: Option<PathBuf>,
+}
+
+pub async fn report(args: ReportArgs) -> Result<ExitCode> {
+    if !args.scan && !args.athena {
+        bail!("say where the numbers come from: --scan (read the logs in S3) or --athena");
+    }
+    let ctx = ctx().await?;
+    let reports = if args.scan {
+        let b = bar(0, "logs read");
+        let r = report::scan(
+            ctx.store.as_ref(),
+            &ctx.config.log_prefix,
+            &|done, total| {
+                b.set_length(total);
+                b.set_position(done);
+            },
+        )
+        .await?;
+        b.finish_and_clear();
+        r
+    } else {
+        let config = granary::adapters::aws::load_sdk_config().await;
+        let client = aws_sdk_athena::Client::new(&config);
+        let target = report::AthenaTarget {
+            workgroup: args.workgroup.clone(),
+            database: args.database.clone(),
+            output: args.output.clone(),
+        };
+        report::athena(&client, &target, &args.sql_dir).await?
+    };
+    match args.format {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+        Format::Csv => print!("{}", report::to_csv(&reports)?),
+        Format::Table => {
+            for s in report::sections(&reports) {
+                let mut t = Table::new();
+                t.load_preset(UTF8_FULL_CONDENSED)
+                    .set_header(s.header.clone());
+                for row in &s.rows {
+                    t.add_row(row.clone());
+                }
+                println!("{}\n{t}\n", s.title);
+            }
+        }
+    }
+    if let Some(path) = &args.chart {
+        chart::successes_per_month(&reports, path)?;
+        eprintln!("chart written to {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct RedriveArgs {
+    /// Redrive every granule message (otherwise at least one filter is required).
+    #[arg(long)]
+    all: bool,
+    /// Only messages whose reason matches this regex.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Only messages of this failed attempt.
+    #[arg(long)]
+    attempt: Option<u32>,
+    /// Only granules whose id matches this regex.
+    #[arg(long)]
+    granule: Option<String>,
+    /// List what would be redriven; move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Stop after this many.
+    #[arg(long)]
+    max: Option<u64>,
+    /// At most this many messages per second.
+    #[arg(long, default_value_t = 50.0)]
+    rate: f64,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
+    let regex = |r: &Option<String>, what: &str| -> Result<Option<regex::Regex>> {
+        r.as_deref()
+            .map(|p| {
+                regex::Regex::new(p).with_context(|| format!("--{what} {p:?} is not a valid regex"))
+            })
+            .transpose()
+    };
+    let filter = RedriveFilter {
+        reason: regex(&args.reason, "reason")?,
+        attempt: args.attempt,
+        granule: regex(&args.granule, "granule")?,
+    };
+    if !args.all && filter.reason.is_none() && filter.attempt.is_none() && filter.granule.is_none()
+    {
+        bail!("choose what to redrive: --all, or --reason / --attempt / --granule (try --dry-run first)");
+    }
+    if args.rate <= 0.0 {
+        bail!("--rate must be above 0");
+    }
+    let ctx = ctx().await?;
+    let depth = ctx.failure_dlq.depth().await?;
+    let b = bar(
+        depth.visible,
+        if args.dry_run { "examined" } else { "redriven" },
+    );
+    let opts = RedriveOptions {
+        dry_run: args.dry_run,
+        max: args.max,
+        per_second: args.rate,
+        ..RedriveOptions::default()
+    };
+    let s = granary::redrive::redrive(
+        ctx.failure_dlq.as_ref(),
+        ctx.retry_queue.as_ref(),
+        &filter,
+        &opts,
+        &|s| b.set_position(s.redriven),
+    )
+    .await
+    .context("redrive stopped (nothing is lost: a message leaves the DLQ only once it is on the retry queue; run it again)")?;
+    b.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        if args.dry_run {
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED)
+                .set_header(["granule", "attempt", "reason"]);
+            for m in &s.matched {
+                t.add_row([
+                    m.granule_id.clone(),
+                    m.attempt.to_string(),
+                    m.reason.clone(),
+                ]);
+            }
+            println!("{t}");
+            println!("dry run: {} would be redriven", s.matched.len());
+        } else {
+            println!("redriven {} to the retry queue", s.redriven);
+        }
+        println!(
+            "examined {}; not matching {}; not granules (need a human) {}",
+            s.examined, s.not_matching, s.not_granules
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct HoldArgs {
+    /// Why (shown by status and in the feeder's log).
+    #[arg(long)]
+    reason: String,
+    /// Who holds it (default: $USER).
+    #[arg(long, env = "USER", default_value = "operator")]
+    by: String,
+}
+
+pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
+    let ctx = ctx().await?;
+    let hold = Hold {
+        reason: args.reason,
+        held_by: args.by,
+        at: chrono::Utc::now(),
+    };
+    match granary::state::place_hold(ctx.store.as_ref(), &ctx.config.hold_key, &hold).await? {
+        None => {
+            println!("feeder held: it submits nothing until `granary release`; its place is kept")
+        }
+        Some(existing) => println!("already {}", existing.describe()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn release() -> Result<ExitCode> {
+    let ctx = ctx().await?;
+    match granary::state::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
+        None => println!("the feeder is not held"),
+        Some(h) => {
+            ctx.store.delete(&ctx.config.hold_key).await?;
+            println!(
+                "released (was {}); the next feeder run resumes where it stopped",
+                h.describe()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct ResumeArgs {
+    /// Items to resume (ids).
+    ids: Vec<String>,
+    /// Resume every item in this failed state (PROCESSING_FAILED or DOWNLOADING_FAILED).
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
+    let ctx = ctx().await?;
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let imp = Importer::aws(ctx.clone(), &clients)?;
+    let mut ids: Vec<GranuleId> = args
+        .ids
+        .iter()
+        .map(|i| GranuleId::parse(i).map_err(anyhow::Error::from))
+        .collect::<Result<_>>()?;
+    if let Some(state) = &args.state {
+        let state: ItemState = state.parse()?;
+        if !matches!(
+            state,
+            ItemState::ProcessingFailed | ItemState::DownloadingFailed
+        ) {
+            bail!("--state must be PROCESSING_FAILED or DOWNLOADING_FAILED: only those have a way back");
+        }
+        let query = granary::domain::item::ItemQuery {
+            state: Some(state),
+            ..Default::default()
+        };
+        ids.extend(ctx.items().find(&query).await?.into_iter().map(|r| r.id));
+    }
+    if ids.is_empty() {
+        bail!("name items to resume, or --state PROCESSING_FAILED");
+    }
+    let s = granary::handlers::resume::resume(&imp, &ids, args.dry_run).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        for r in &s.resumed {
+            println!(
+                "{} {}: from {} — attempt {} next",
+                if args.dry_run {
+                    "would resume"
+                } else {
+                    "resumed"
+                },
+                r.item_id,
+                r.from,
+                r.next_attempt
+            );
+        }
+        for (id, state) in &s.not_failed {
+            println!("left alone {id}: it is {state}, not failed");
+        }
+        for id in &s.missing {
+            println!("no item {id}");
+        }
+    }
+    Ok(if s.missing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

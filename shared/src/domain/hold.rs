@@ -1,0 +1,24 @@
+//! A hold: an operator's "stop feeding" that keeps the feeder's place. While it exists the feeder
+//! exits at once without touching the tracker; releasing it resumes at the same row.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub reason: String,
+    pub held_by: String,
+    pub at: DateTime<Utc>,
+}
+
+impl Hold {
+    /// The feeder's early-exit message: what, since when, and how to undo it.
+    pub fn describe(&self) -> String {
+        format!(
+            "held by {} since {}: {} (run `granary release` to resume)",
+            self.held_by,
+            self.at.format("%Y-%m-%d %H:%M:%S UTC"),
+            self.reason
+        )
+    }
+}

@@ -1,0 +1,279 @@
+//! The operators' reports, computed from outcome logs. Same definitions as the Athena SQL in
+//! `athena/` (the tests hold the two to identical numbers): a granule's latest outcome is its
+//! highest attempt among logs not superseded, success first on a tie.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a report needs from one log object: its key's partitions and three body fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogFact {
+    pub granule_id: String,
+    pub attempt: u32,
+    /// `success` or `failure`.
+    pub outcome: String,
+    pub platform: String,
+    /// `YYYY-MM-DD` or `unknown`.
+    pub acquisition_date: String,
+    pub reason: String,
+    /// RFC 3339, as the monitor wrote it.
+    pub logged_at: String,
+    pub superseded: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformOutcome {
+    pub platform: String,
+    pub outcome: String,
+    pub granules: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct YearOutcome {
+    pub acquisition_year: String,
+    pub outcome: String,
+    pub granules: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonCount {
+    pub reason: String,
+    pub granules: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DayCount {
+    pub day: String,
+    pub granules: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonthPlatform {
+    pub acquisition_month: String,
+    pub platform: String,
+    pub granules: u64,
+}
+
+/// Every report, named as its SQL file in `athena/reports/`, rows in the SQL's order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reports {
+    pub granules_by_platform_outcome: Vec<PlatformOutcome>,
+    pub granules_by_acquisition_year: Vec<YearOutcome>,
+    pub failures_by_reason: Vec<ReasonCount>,
+    pub successes_per_day: Vec<DayCount>,
+    pub successes_per_acquisition_month: Vec<MonthPlatform>,
+}
+
+/// Each granule's latest non-superseded log.
+pub fn latest_outcomes(facts: &[LogFact]) -> Vec<&LogFact> {
+    let mut latest: BTreeMap<&str, &LogFact> = BTreeMap::new();
+    for f in facts.iter().filter(|f| !f.superseded) {
+        let better = |old: &LogFact| (f.attempt, &f.outcome) > (old.attempt, &old.outcome);
+        latest
+            .entry(f.granule_id.as_str())
+            .and_modify(|old| {
+                if better(old) {
+                    *old = f;
+                }
+            })
+            .or_insert(f);
+    }
+    latest.into_values().collect()
+}
+
+fn year(date: &str) -> String {
+    if date == "unknown" {
+        "unknown".to_owned()
+    } else {
+        date.chars().take(4).collect()
+    }
+}
+
+pub fn compute(facts: &[LogFact]) -> Reports {
+    let latest = latest_outcomes(facts);
+    let mut platform_outcome: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut year_outcome: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
+    let mut days: BTreeMap<String, u64> = BTreeMap::new();
+    let mut months: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for f in &latest {
+        *platform_outcome
+            .entry((f.platform.clone(), f.outcome.clone()))
+            .or_default() += 1;
+        *year_outcome
+            .entry((year(&f.acquisition_date), f.outcome.clone()))
+            .or_default() += 1;
+        if f.outcome == "failure" {
+            *reasons.entry(f.reason.clone()).or_default() += 1;
+        } else {
+            *days
+                .entry(f.logged_at.chars().take(10).collect())
+                .or_default() += 1;
+            if f.acquisition_date != "unknown" {
+                *months
+                    .entry((
+                        f.acquisition_date.chars().take(7).collect(),
+                        f.platform.clone(),
+                    ))
+                    .or_default() += 1;
+            }
+        }
+    }
+    let mut failures: Vec<ReasonCount> = reasons
+        .into_iter()
+        .map(|(reason, granules)| ReasonCount { reason, granules })
+        .collect();
+    // ORDER BY granules DESC, reason
+    failures.sort_by(|a, b| b.granules.cmp(&a.granules).then(a.reason.cmp(&b.reason)));
+    Reports {
+        granules_by_platform_outcome: platform_outcome
+            .into_iter()
+            .map(|((platform, outcome), granules)| PlatformOutcome {
+                platform,
+                outcome,
+                granules,
+            })
+            .collect(),
+        granules_by_acquisition_year: year_outcome
+            .into_iter()
+            .map(|((acquisition_year, outcome), granules)| YearOutcome {
+                acquisition_year,
+                outcome,
+                granules,
+            })
+            .collect(),
+        failures_by_reason: failures,
+        successes_per_day: days
+            .into_iter()
+            .map(|(day, granules)| DayCount { day, granules })
+            .collect(),
+        successes_per_acquisition_month: months
+            .into_iter()
+            .map(|((acquisition_month, platform), granules)| MonthPlatform {
+                acquisition_month,
+                platform,
+                granules,
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(g: &str, attempt: u32, outcome: &str, superseded: bool) -> LogFact {
+        LogFact {
+            granule_id: g.into(),
+            attempt,
+            outcome: outcome.into(),
+            platform: if g.starts_with('s') { "S30" } else { "L30" }.into(),
+            acquisition_date: if g.ends_with('u') {
+                "unknown"
+            } else {
+                "2022-08-14"
+            }
+            .into(),
+            reason: if outcome == "success" {
+                "succeeded"
+            } else {
+                "exit 2"
+            }
+            .into(),
+            logged_at: format!("2026-11-2{attempt}T10:00:00.123Z"),
+            superseded,
+        }
+    }
+
+    #[test]
+    fn the_latest_non_superseded_attempt_wins() {
+        let facts = vec![
+            fact("s1", 1, "failure", true),
+            fact("s1", 2, "success", false),
+            // a late failure of an earlier attempt, filed as superseded
+            fact("s1", 1, "failure", true),
+            fact("l2", 1, "failure", false),
+            fact("l2", 2, "failure", false),
+            fact("s3u", 1, "success", false),
+        ];
+        let latest = latest_outcomes(&facts);
+        let got: Vec<(&str, u32, &str)> = latest
+            .iter()
+            .map(|f| (f.granule_id.as_str(), f.attempt, f.outcome.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("l2", 2, "failure"),
+                ("s1", 2, "success"),
+                ("s3u", 1, "success")
+            ]
+        );
+        let r = compute(&facts);
+        assert_eq!(
+            r.granules_by_platform_outcome,
+            vec![
+                PlatformOutcome {
+                    platform: "L30".into(),
+                    outcome: "failure".into(),
+                    granules: 1
+                },
+                PlatformOutcome {
+                    platform: "S30".into(),
+                    outcome: "success".into(),
+                    granules: 2
+                },
+            ]
+        );
+        assert_eq!(
+            r.granules_by_acquisition_year
+                .iter()
+                .map(|y| (y.acquisition_year.as_str(), y.granules))
+                .collect::<Vec<_>>(),
+            vec![("2022", 1), ("2022", 1), ("unknown", 1)]
+        );
+        assert_eq!(
+            r.failures_by_reason,
+            vec![ReasonCount {
+                reason: "exit 2".into(),
+                granules: 1
+            }]
+        );
+        assert_eq!(
+            r.successes_per_day,
+            vec![
+                DayCount {
+                    day: "2026-11-21".into(),
+                    granules: 1
+                },
+                DayCount {
+                    day: "2026-11-22".into(),
+                    granules: 1
+                }
+            ]
+        );
+        // unknown acquisition dates are not charted
+        assert_eq!(r.successes_per_acquisition_month.len(), 1);
+        assert_eq!(
+            r.successes_per_acquisition_month[0].acquisition_month,
+            "2022-08"
+        );
+    }
+
+    #[test]
+    fn failure_reasons_sort_by_count_then_name() {
+        let mut facts = Vec::new();
+        for (i, reason) in ["b", "a", "b", "c", "a", "b"].iter().enumerate() {
+            let mut f = fact(&format!("l{i}"), 1, "failure", false);
+            f.reason = (*reason).into();
+            facts.push(f);
+        }
+        let r = compute(&facts);
+        let got: Vec<(&str, u64)> = r
+            .failures_by_reason
+            .iter()
+            .map(|c| (c.reason.as_str(), c.granules))
+            .collect();
+        assert_eq!(got, vec![("b", 3), ("a", 2), ("c", 1)]);
+    }
+}

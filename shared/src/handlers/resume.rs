@@ -1,0 +1,115 @@
+//! Admin resume: failed items back to their last successful state, their next attempt granted
+//! even past the budget. PROCESSING_FAILED → READY and a redrive-flagged retry message (the
+//! requeuer submits attempt n + 1); DOWNLOADING_FAILED → its next download attempt through the
+//! import queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
+
+use super::importer::{ImportMessage, Importer, Step};
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::item::Change;
+use crate::domain::lifecycle::ItemState::*;
+use crate::items::{Advanced, ItemError};
+use crate::ports::{OutgoingMessage, QueueError};
+use crate::redrive::RetryMessage;
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    #[error(transparent)]
+    Items(#[from] ItemError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Import(#[from] super::importer::ImportError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resumed {
+    pub item_id: String,
+    pub from: String,
+    /// The attempt the item will make next.
+    pub next_attempt: u32,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ResumeSummary {
+    pub resumed: Vec<Resumed>,
+    /// Items not in a failed state (id, state): nothing to resume.
+    pub not_failed: Vec<(String, String)>,
+    pub missing: Vec<String>,
+}
+
+/// Resumes each item in `ids`; `dry_run` reports what would happen and changes nothing.
+pub async fn resume(
+    imp: &Importer,
+    ids: &[GranuleId],
+    dry_run: bool,
+) -> Result<ResumeSummary, ResumeError> {
+    let items = imp.ctx.items();
+    let mut summary = ResumeSummary::default();
+    for id in ids {
+        let Some(current) = items.get(id).await? else {
+            summary.missing.push(id.to_string());
+            continue;
+        };
+        let r = current.value;
+        let (next_attempt, from) = match r.state {
+            ProcessingFailed => (r.attempts.processing + 1, r.state),
+            DownloadingFailed => (r.attempts.download + 1, r.state),
+            other => {
+                summary.not_failed.push((id.to_string(), other.to_string()));
+                continue;
+            }
+        };
+        if !dry_run {
+            if from == ProcessingFailed {
+                let seq = r.seq;
+                let moved = items
+                    .advance(id, "operator", |x| {
+                        (x.state == ProcessingFailed && x.seq == seq).then(|| {
+                            Change::to(
+                                Ready,
+                                format!("resumed by an operator: attempt {next_attempt} next"),
+                            )
+                        })
+                    })
+                    .await?;
+                let Advanced::Moved(ready) = moved else {
+                    let state = moved
+                        .record()
+                        .map(|x| x.state.to_string())
+                        .unwrap_or_default();
+                    summary.not_failed.push((id.to_string(), state));
+                    continue;
+                };
+                let message = RetryMessage {
+                    event: GranuleProcessingEvent {
+                        granule_id: id.clone(),
+                        attempt: ready.attempts.processing,
+                    },
+                    redrive: true,
+                };
+                imp.ctx
+                    .retry_queue
+                    .send(
+                        OutgoingMessage::new(serde_json::to_string(&message).unwrap_or_default())
+                            .with_attribute("outcome", "RESUMED")
+                            .with_attribute("reason", "resumed by an operator"),
+                    )
+                    .await?;
+            } else {
+                imp.send(ImportMessage {
+                    item_id: id.clone(),
+                    step: Some(Step::Download),
+                    resume: true,
+                })
+                .await?;
+            }
+        }
+        summary.resumed.push(Resumed {
+            item_id: id.to_string(),
+            from: from.to_string(),
+            next_attempt,
+        });
+    }
+    Ok(summary)
+}
