@@ -4,7 +4,7 @@
 
 use crate::domain::log_key::{LogKey, LogRecord};
 use crate::domain::report::LogFact;
-use crate::ports::{ObjectStore, StoreError};
+use crate::ports::ObjectStore;
 use crate::state::{read_json, StateError};
 use futures::StreamExt;
 
@@ -15,7 +15,7 @@ pub async fn scan_log_facts(
     prefix: &str,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Vec<LogFact>, StateError> {
-    let listed = store.list(prefix).await.map_err(StoreError::from)?;
+    let listed = store.list(prefix).await?;
     let total = listed.len() as u64;
     let mut done = 0u64;
     let mut facts = Vec::with_capacity(listed.len());

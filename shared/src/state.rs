@@ -228,6 +228,27 @@ async fn submit_claimed(
     }
 }
 
+/// The hold on the feeder, if one is placed.
+pub async fn read_hold(
+    store: &dyn ObjectStore,
+    key: &str,
+) -> Result<Option<crate::domain::hold::Hold>, StateError> {
+    Ok(read_json(store, key).await?.map(|v| v.value))
+}
+
+/// Places a hold; `Ok(Some(existing))` when one is already there (it is left as it is).
+pub async fn place_hold(
+    store: &dyn ObjectStore,
+    key: &str,
+    hold: &crate::domain::hold::Hold,
+) -> Result<Option<crate::domain::hold::Hold>, StateError> {
+    match write_json(store, key, hold, PutCondition::IfAbsent).await {
+        Ok(_) => Ok(None),
+        Err(StoreError::Conflict { .. }) => read_hold(store, key).await,
+        Err(e) => Err(e.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -368,26 +389,5 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out, SubmitOutcome::AlreadySubmitted { job_id: job.job_id });
-    }
-}
-
-/// The hold on the feeder, if one is placed.
-pub async fn read_hold(
-    store: &dyn ObjectStore,
-    key: &str,
-) -> Result<Option<crate::domain::hold::Hold>, StateError> {
-    Ok(read_json(store, key).await?.map(|v| v.value))
-}
-
-/// Places a hold; `Ok(Some(existing))` when one is already there (it is left as it is).
-pub async fn place_hold(
-    store: &dyn ObjectStore,
-    key: &str,
-    hold: &crate::domain::hold::Hold,
-) -> Result<Option<crate::domain::hold::Hold>, StateError> {
-    match write_json(store, key, hold, PutCondition::IfAbsent).await {
-        Ok(_) => Ok(None),
-        Err(StoreError::Conflict { .. }) => read_hold(store, key).await,
-        Err(e) => Err(e.into()),
     }
 }
