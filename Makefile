@@ -21,6 +21,7 @@ build:
 # Set AWS_ENDPOINT_URL to run it against an emulator you started (e.g. LocalStack).
 test:
 	scripts/emulator.sh install
+	scripts/sql.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
 
@@ -57,4 +58,4 @@ deploy:
 
 clean:
 	$(CARGO) clean
-	rm -rf .venv .venv-infra .venv-package .emulator
+	rm -rf .venv .venv-infra .venv-package .venv-sql .emulator

@@ -87,16 +87,29 @@ pub async fn redrive(
     opts: &RedriveOptions,
     progress: &(dyn Fn(&RedriveSummary) + Sync),
 ) -> Result<RedriveSummary, QueueError> {
-    let mut summary = RedriveSummary::default();
-    let mut held: Vec<ReceivedMessage> = Vec::new();
-    let result = walk(dlq, retry, filter, opts, progress, &mut summary, &mut held).await;
-    // Whatever happened, what we looked at and kept goes back on view now, not at its timeout.
-    for m in &held {
+    let mut walk_state = Walk::default();
+    let result = walk(dlq, retry, filter, opts, progress, &mut walk_state).await;
+    let Walk {
+        summary,
+        held,
+        moved,
+    } = walk_state;
+    // Whatever happened (an error included), every message received and not moved goes back on
+    // view now, not at its visibility timeout.
+    for m in held.iter().filter(|m| !moved.contains(&m.receipt_handle)) {
         if let Err(e) = dlq.release(&m.receipt_handle).await {
             tracing::warn!(error = %e, "a kept message stays hidden until its visibility timeout");
         }
     }
     result.map(|()| summary)
+}
+
+/// What a walk over the DLQ has seen: the summary, every message received, those moved.
+#[derive(Default)]
+struct Walk {
+    summary: RedriveSummary,
+    held: Vec<ReceivedMessage>,
+    moved: std::collections::HashSet<String>,
 }
 
 async fn walk(
@@ -105,9 +118,13 @@ async fn walk(
     filter: &RedriveFilter,
     opts: &RedriveOptions,
     progress: &(dyn Fn(&RedriveSummary) + Sync),
-    summary: &mut RedriveSummary,
-    held: &mut Vec<ReceivedMessage>,
+    state: &mut Walk,
 ) -> Result<(), QueueError> {
+    let Walk {
+        summary,
+        held,
+        moved,
+    } = state;
     let spacing = Duration::from_secs_f64(1.0 / opts.per_second.max(0.001));
     let mut next_send = Instant::now();
     loop {
@@ -115,24 +132,22 @@ async fn walk(
         if batch.is_empty() {
             return Ok(());
         }
+        held.extend(batch.iter().cloned());
         for m in batch {
             if opts
                 .max
                 .is_some_and(|max| summary.matched.len() as u64 >= max)
             {
-                held.push(m);
                 continue;
             }
             summary.examined += 1;
             let Ok(event) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) else {
                 summary.not_granules += 1;
-                held.push(m);
                 continue;
             };
             let reason = m.attributes.get("reason").cloned().unwrap_or_default();
             if !filter.matches(&event, &reason) {
                 summary.not_matching += 1;
-                held.push(m);
                 continue;
             }
             summary.matched.push(Redriven {
@@ -141,7 +156,6 @@ async fn walk(
                 reason: reason.clone(),
             });
             if opts.dry_run {
-                held.push(m);
                 continue;
             }
             let now = Instant::now();
@@ -163,6 +177,7 @@ async fn walk(
                 .await?;
             // Only now does it leave the DLQ.
             dlq.delete(&m.receipt_handle).await?;
+            moved.insert(m.receipt_handle);
             summary.redriven += 1;
             progress(summary);
         }
