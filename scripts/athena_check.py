@@ -48,13 +48,24 @@ def run(logs_dir):
     import duckdb
 
     con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
     pattern = str(pathlib.Path(logs_dir) / "**" / "*.json")
     # Partition values stay strings, as Athena's projected string partitions are.
     con.execute(
-        "CREATE VIEW granary_logs AS SELECT * FROM read_json("
+        "CREATE VIEW granary_logs_raw AS SELECT * FROM read_json("
         f"'{pattern}', format='auto', hive_partitioning=true, hive_types_autocast=false, "
         "union_by_name=true)"
     )
+    # The Athena table declares the timestamps as strings; DuckDB detects them as timestamps.
+    # Turn them back into the RFC 3339 text granary wrote, so substr() means the same thing.
+    types = {name: kind for name, kind, *_ in con.execute("DESCRIBE granary_logs_raw").fetchall()}
+    as_text = [
+        f"strftime({c}, '%Y-%m-%dT%H:%M:%S.%nZ') AS {c}"
+        for c in ("logged_at", "routed_at")
+        if "TIMESTAMP" in types.get(c, "")
+    ]
+    replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
+    con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
     for view in sorted((ROOT / "views").glob("*.sql")):
         for statement in to_duckdb(view.read_text()):
             con.execute(statement)

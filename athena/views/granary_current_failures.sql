@@ -1,6 +1,7 @@
 -- Granules still failing, with what an operator needs to look: the latest attempt's exit code,
 -- Batch's status reason, the CloudWatch log stream, and when the attempt started and stopped
--- (epoch milliseconds, as Batch reports them).
+-- (epoch milliseconds, as Batch reports them). The reason has its EC2 instance id masked, so
+-- Spot interruptions count as one reason; the full text stays in status_reason.
 CREATE OR REPLACE VIEW granary_current_failures AS
 SELECT
   granule_id,
@@ -22,7 +23,7 @@ FROM (
     l.outcome,
     l.platform,
     l.acquisition_date,
-    l.classification.reason AS reason,
+    regexp_replace(l.classification.reason, 'i-[0-9a-f]+', 'i-*') AS reason,
     l.job.container.exitcode AS exit_code,
     l.job.statusreason AS status_reason,
     l.job.container.logstreamname AS log_stream,

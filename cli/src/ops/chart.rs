@@ -79,3 +79,34 @@ pub fn successes_per_month(r: &Reports, path: &std::path::Path) -> Result<()> {
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary::domain::report::MonthPlatform;
+
+    #[test]
+    fn draws_one_line_per_platform_as_svg() {
+        let mut r = Reports::default();
+        for (m, p, n) in [
+            ("2022-01", "L30", 5),
+            ("2022-02", "L30", 7),
+            ("2022-02", "S30", 3),
+        ] {
+            r.successes_per_acquisition_month.push(MonthPlatform {
+                acquisition_month: m.into(),
+                platform: p.into(),
+                granules: n,
+            });
+        }
+        let path = std::env::temp_dir().join(format!("granary-chart-{}.svg", std::process::id()));
+        successes_per_month(&r, &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert!(svg.starts_with("<svg"), "{}", &svg[..80.min(svg.len())]);
+        assert!(svg.contains("L30") && svg.contains("S30") && svg.contains("2022-02"));
+        // one colour per platform: the first two of the palette, each on a line and its legend
+        assert!(svg.contains("#1F77B4") && svg.contains("#FF7F0E"), "{svg}");
+        assert!(!svg.contains("#2CA02C"), "only two series");
+    }
+}

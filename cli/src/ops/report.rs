@@ -241,3 +241,24 @@ pub fn to_csv(r: &Reports) -> Result<String> {
     }
     Ok(String::from_utf8(out)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use granary::domain::report::ReasonCount;
+
+    #[test]
+    fn csv_has_a_section_per_report_and_quotes_commas() {
+        let mut r = Reports::default();
+        r.failures_by_reason.push(ReasonCount {
+            reason: "exit 2, then retried".into(),
+            granules: 4,
+        });
+        let csv = to_csv(&r).unwrap();
+        assert_eq!(csv.matches("# ").count(), 5);
+        assert!(
+            csv.contains("# failures_by_reason\nreason,granules\n\"exit 2, then retried\",4\n"),
+            "{csv}"
+        );
+    }
+}

@@ -81,6 +81,17 @@ pub fn latest_outcomes(facts: &[LogFact]) -> Vec<&LogFact> {
     latest.into_values().collect()
 }
 
+/// Spot reasons name the reclaimed instance; masked, they count as one reason (as the
+/// `granary_current_failures` view does with `regexp_replace`).
+pub fn mask_instance(reason: &str) -> String {
+    static INSTANCE: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new("i-[0-9a-f]+").ok());
+    match INSTANCE.as_ref() {
+        Some(re) => re.replace_all(reason, "i-*").into_owned(),
+        None => reason.to_owned(),
+    }
+}
+
 fn year(date: &str) -> String {
     if date == "unknown" {
         "unknown".to_owned()
@@ -104,7 +115,7 @@ pub fn compute(facts: &[LogFact]) -> Reports {
             .entry((year(&f.acquisition_date), f.outcome.clone()))
             .or_default() += 1;
         if f.outcome == "failure" {
-            *reasons.entry(f.reason.clone()).or_default() += 1;
+            *reasons.entry(mask_instance(&f.reason)).or_default() += 1;
         } else {
             *days
                 .entry(f.logged_at.chars().take(10).collect())
@@ -257,6 +268,24 @@ mod tests {
         assert_eq!(
             r.successes_per_acquisition_month[0].acquisition_month,
             "2022-08"
+        );
+    }
+
+    #[test]
+    fn spot_reasons_are_one_reason_whatever_the_instance() {
+        let mut facts = Vec::new();
+        for (i, inst) in ["i-0abc", "i-0def12"].iter().enumerate() {
+            let mut f = fact(&format!("l{i}"), 1, "failure", false);
+            f.reason = format!("spot interruption: Host EC2 (instance {inst}) terminated.");
+            facts.push(f);
+        }
+        let r = compute(&facts);
+        assert_eq!(
+            r.failures_by_reason,
+            vec![ReasonCount {
+                reason: "spot interruption: Host EC2 (instance i-*) terminated.".into(),
+                granules: 2
+            }]
         );
     }
 

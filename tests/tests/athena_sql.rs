@@ -1,0 +1,119 @@
+//! athena/ checked by real engines: every file parses as Athena SQL (sqlglot), and the views and
+//! report queries, transpiled to DuckDB and run over the logs a campaign left in the emulator,
+//! give exactly the numbers `granary report --scan` gives for the same logs.
+//! The engines come from PyPI into .venv-sql (`scripts/sql.sh install`, run by `make test`).
+
+use granary_cli::local::campaign::{Campaign, CampaignSpec};
+use granary_cli::local::fault_plan::FaultPlan;
+use granary_cli::ops::report;
+use granary_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python() -> PathBuf {
+    let p = std::env::var_os("GRANARY_SQL_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv-sql/bin/python"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `scripts/sql.sh install` (make test does)",
+        p.display()
+    );
+    p
+}
+
+fn check(args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg(root().join("scripts/athena_check.py"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running athena_check.py: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "athena_check.py {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn every_athena_file_parses_as_athena_sql() {
+    let out = check(&["parse"]);
+    let files = out.lines().filter(|l| l.starts_with("ok")).count();
+    assert!(files >= 11, "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
+    let (clients, iam) = clients().await;
+    if !granary_cli::local::stack::batch_available(&clients).await {
+        eprintln!("SKIP: the endpoint has no AWS Batch; the campaign needs it");
+        return;
+    }
+    let mut spec = CampaignSpec {
+        granules: 400,
+        inventories: 1,
+        plan: FaultPlan {
+            seed: 11,
+            spot_rate: 0.2,
+            app_failure_rate: 0.08,
+            app_exit_code: 3,
+            timeout_rate: 0.02,
+            ..FaultPlan::default()
+        },
+        batch_attempts: 1,
+        env: vec![("GRANARY_MAX_RETRIES".into(), "1".into())],
+        ..CampaignSpec::default()
+    };
+    spec.runner.deadline = Duration::from_secs(600);
+    let mut c = Campaign::setup(&clients, &iam, &unique_name("sql"), &spec)
+        .await
+        .unwrap();
+    c.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let store = c.runtime.ctx.store.clone();
+    let prefix = c.runtime.ctx.config.log_prefix.clone();
+
+    // A local copy of logs/, three partition levels deep like the table's partitions.
+    let dir = std::env::temp_dir().join(unique_name("logs"));
+    let mut copied = 0;
+    for meta in store.list(&prefix).await.unwrap() {
+        let key = granary::domain::log_key::LogKey::parse(&prefix, &meta.key).unwrap();
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        let rel = &meta.key[prefix.len()..];
+        let parts: Vec<&str> = rel.split('/').collect();
+        let folder = dir.join(parts[0]).join(parts[1]).join(parts[2]);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(
+            folder.join(format!("{}__a{}.json", key.granule_id, key.attempt)),
+            &body,
+        )
+        .unwrap();
+        copied += 1;
+    }
+    assert!(copied >= 400, "{copied} logs");
+
+    let scanned = report::scan(store.as_ref(), &prefix, &|_, _| {})
+        .await
+        .unwrap();
+    let engine: serde_json::Value =
+        serde_json::from_str(&check(&["run", dir.to_str().unwrap()])).unwrap();
+    let ours = serde_json::to_value(&scanned).unwrap();
+    // Something to compare: successes, failures for more than one reason, several years.
+    assert!(
+        scanned.failures_by_reason.len() >= 2,
+        "{:?}",
+        scanned.failures_by_reason
+    );
+    assert!(scanned.granules_by_platform_outcome.len() >= 3);
+    for name in ours.as_object().unwrap().keys() {
+        assert_eq!(ours[name], engine[name], "report {name}: scan vs DuckDB");
+    }
+    assert_eq!(ours, engine);
+    std::fs::remove_dir_all(&dir).ok();
+}
