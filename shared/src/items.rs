@@ -23,6 +23,11 @@ use std::sync::Arc;
 /// How often a transition re-reads and re-decides after losing a race before giving up.
 const MAX_CAS_ROUNDS: usize = 16;
 
+/// A record changed this recently may still owe its history entry (its writer may have died
+/// between the two writes, and SQS redelivers within minutes): a no-op decision on it pays the
+/// entry. Older records had their redeliveries long ago; paying again would cost a PUT per no-op.
+const HISTORY_REPAIR_WINDOW_SECS: i64 = 3600;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ItemError {
     #[error("item {id}: {source}")]
@@ -116,6 +121,48 @@ impl Items {
         }
     }
 
+    /// Creates the record already moved along `changes` (each checked against the table), with one
+    /// conditional PUT, and writes a history entry for the creation and for each change. Used
+    /// where the first transitions follow at once (a backfill granule is READY and submitted in
+    /// the same breath). `Existing` when a record with the id exists: nothing is written.
+    pub async fn create_along(
+        &self,
+        new: NewItem,
+        changes: &[Change],
+        by: &str,
+    ) -> Result<Created, ItemError> {
+        let now = Utc::now();
+        let mut steps = vec![new.into_record(now, by)];
+        for change in changes {
+            let last = &steps[steps.len() - 1];
+            let next = last
+                .apply(change, now, by)
+                .map_err(|source| ItemError::Illegal {
+                    id: last.id.to_string(),
+                    source,
+                })?;
+            steps.push(next);
+        }
+        let record = steps[steps.len() - 1].clone();
+        if is_timed(record.state) {
+            self.mark_inflight(&record).await?;
+        }
+        let key = record_key(&self.prefixes.items, &record.id);
+        match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+            Ok(_) => {
+                for step in &steps {
+                    self.write_history(step).await?;
+                }
+                Ok(Created::New(record))
+            }
+            Err(StoreError::Conflict { .. }) => match self.get(&record.id).await? {
+                Some(existing) => Ok(Created::Existing(existing.value)),
+                None => Err(ItemError::Contended(record.id.to_string())),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Reads the record, asks `decide` what to change, and writes the result with If-Match. On a
     /// lost race it re-reads and asks again, so `decide` must look only at the record it is given.
     pub async fn advance<F>(
@@ -134,7 +181,10 @@ impl Items {
             };
             let Some(change) = decide(&current.value) else {
                 // Pay any history entry a crashed writer owed before reporting "nothing to do".
-                self.write_history(&current.value).await?;
+                let age = Utc::now().signed_duration_since(current.value.last_updated);
+                if age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS {
+                    self.write_history(&current.value).await?;
+                }
                 return Ok(Advanced::Unchanged(current.value));
             };
             let next = current

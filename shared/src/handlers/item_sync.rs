@@ -7,7 +7,7 @@ use super::Ctx;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::item::{Change, NewItem};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::{Advanced, ItemError};
+use crate::items::{Advanced, Created, ItemError};
 
 /// The attempt was submitted as `job_id`: READY (or PROCESSING_FAILED, for a retry) → PROCESSING.
 pub async fn submitted(
@@ -22,25 +22,35 @@ pub async fn submitted(
     }
     let items = ctx.items();
     let id = &event.granule_id;
-    if items.get(id).await?.is_none() {
-        items
-            .create(
-                NewItem {
-                    id: id.clone(),
-                    name: id.to_string(),
-                    state: Ready,
-                    reason: "listed in an inventory".into(),
-                    raw_file_hash: None,
-                    size: None,
-                    checksum: None,
-                    source,
-                    source_modified: None,
-                },
-                by,
-            )
-            .await?;
-    }
     let attempt = event.attempt;
+    let submit = Change {
+        job_id: Some(job_id.to_owned()),
+        ..Change::to(
+            Processing,
+            format!("attempt {attempt} submitted as job {job_id}"),
+        )
+    };
+    // The common case, a granule's first attempt: READY and PROCESSING in one PUT. Later
+    // attempts find their record (one without, from before records were kept, stays without).
+    let new = NewItem {
+        id: id.clone(),
+        name: id.to_string(),
+        state: Ready,
+        reason: "listed in an inventory".into(),
+        raw_file_hash: None,
+        size: None,
+        checksum: None,
+        source,
+        source_modified: None,
+    };
+    if attempt == 1 {
+        let created = items
+            .create_along(new, std::slice::from_ref(&submit), by)
+            .await?;
+        if let Created::New(_) = created {
+            return Ok(());
+        }
+    }
     // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
     let begun = |r: &crate::domain::item::ItemRecord| r.attempts.processing >= attempt;
     items
@@ -51,13 +61,7 @@ pub async fn submitted(
         .await?;
     let moved = items
         .advance(id, by, |r| {
-            (r.state == Ready && !begun(r)).then(|| Change {
-                job_id: Some(job_id.to_owned()),
-                ..Change::to(
-                    Processing,
-                    format!("attempt {attempt} submitted as job {job_id}"),
-                )
-            })
+            (r.state == Ready && !begun(r)).then(|| submit.clone())
         })
         .await?;
     warn_if_lagging(&moved, event, Processing);
