@@ -3,6 +3,8 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_INCREMENTAL ?= 0
 GRANULES ?= 10000
+# Campaign sizes `make bench` runs (each a whole campaign on the emulator; 100000 takes hours on moto).
+BENCH_CAMPAIGN ?= 10000
 
 .PHONY: all build demo test unit lint fmt emulator infra-lint package deploy bench clean
 
@@ -29,7 +31,7 @@ test:
 bench:
 	scripts/emulator.sh install
 	$(CARGO) build --release --locked -p granary-cli -p queue-feeder -p job-monitor -p requeuer
-	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas'
+	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas && target/release/granary-bench campaign $(addprefix --granules ,$(BENCH_CAMPAIGN))'
 
 # Unit tests only: no emulator needed.
 unit:

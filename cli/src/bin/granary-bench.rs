@@ -49,6 +49,12 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         n: u64,
     },
+    /// A whole campaign in the local runtime: granules/s, requests per granule, and the
+    /// orchestration cost per million granules at public AWS prices.
+    Campaign {
+        #[arg(long = "granules", default_values_t = [10_000usize])]
+        granules: Vec<usize>,
+    },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
         /// SQS batch sizes to measure.
@@ -414,6 +420,105 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     Ok(())
 }
 
+/// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses.
+mod prices {
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// arm64, per GB-second.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    pub const LAMBDA_MEMORY_GB: f64 = 0.25;
+    /// PUT, COPY, POST, LIST per request.
+    pub const S3_PUT: f64 = 0.005 / 1e3;
+    pub const S3_GET: f64 = 0.0004 / 1e3;
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+}
+
+async fn campaign(sizes: Vec<usize>) -> Result<()> {
+    use granary_cli::local::campaign::{Campaign, CampaignSpec};
+    let config = load_sdk_config().await;
+    let clients = AwsClients::new(&config);
+    let iam = aws_sdk_iam::Client::new(&config);
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "granules",
+        "item records",
+        "wall s",
+        "granules/s",
+        "S3 GET",
+        "S3 PUT+LIST",
+        "S3 DELETE",
+        "SQS",
+        "Batch",
+        "Lambda invocations",
+        "Lambda GB-s",
+        "$ per million granules",
+    ]);
+    for n in sizes {
+        let spec = CampaignSpec {
+            granules: n,
+            ..CampaignSpec::default()
+        };
+        let name = format!("granary-bench-c{}-{n}", std::process::id());
+        let mut c = Campaign::setup(&clients, &iam, &name, &spec).await?;
+        let before = snapshot_all(&c.counts);
+        let started = Instant::now();
+        c.runtime.run_to_quiescence(|_| {}).await?;
+        let wall = started.elapsed().as_secs_f64();
+        let after = snapshot_all(&c.counts);
+        let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
+        let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
+        let p = &c.runtime.progress;
+        let invocations =
+            (p.feeder_runs + p.monitor_invocations + p.requeuer_invocations) as f64 / n as f64;
+        // Lambda time ≈ the time the runner spent inside each handler (against the emulator).
+        let handler_secs =
+            (p.feeder_time + p.monitor_time + p.requeuer_time).as_secs_f64() / n as f64;
+        let gb_s = handler_secs * prices::LAMBDA_MEMORY_GB;
+        let batch = d(6);
+        let per_granule = invocations * prices::LAMBDA_REQUEST
+            + gb_s * prices::LAMBDA_GB_SECOND
+            + (put + list + copy) * prices::S3_PUT
+            + get * prices::S3_GET
+            + sqs * prices::SQS_REQUEST;
+        table.add_row([
+            n.to_string(),
+            if c.runtime.ctx.config.track_items {
+                "on"
+            } else {
+                "off"
+            }
+            .to_owned(),
+            format!("{wall:.0}"),
+            format!("{:.1}", n as f64 / wall),
+            format!("{get:.2}"),
+            format!("{:.2}", put + list + copy),
+            format!("{delete:.2}"),
+            format!("{sqs:.2}"),
+            format!("{batch:.2}"),
+            format!("{invocations:.3}"),
+            format!("{gb_s:.4}"),
+            format!("{:.2}", per_granule * 1e6),
+        ]);
+        eprintln!("campaign of {n}: {wall:.0} s");
+    }
+    println!(
+        "Campaign in the local runtime (requests counted at granary's ports, per granule)\n{table}"
+    );
+    println!("Prices: Lambda $0.20/M requests + $0.0000133334/GB-s (arm64, 256 MB); S3 $0.005/1k PUT/COPY/LIST, $0.0004/1k GET, DELETE free; SQS $0.40/M; Batch API and Batch events on the default bus cost nothing.");
+    Ok(())
+}
+
+fn snapshot_all(c: &RequestCounts) -> [u64; 7] {
+    [
+        c.s3_get.load(Ordering::Relaxed),
+        c.s3_put.load(Ordering::Relaxed),
+        c.s3_list.load(Ordering::Relaxed),
+        c.s3_other.load(Ordering::Relaxed),
+        c.s3_delete.load(Ordering::Relaxed),
+        c.sqs_total(),
+        c.batch_calls.load(Ordering::Relaxed),
+    ]
+}
+
 /// A fresh stack on the emulator for one benchmark.
 async fn bench_stack(tag: &str) -> Result<(AwsClients, granary_cli::local::stack::EmulatorStack)> {
     use granary_cli::local::stack::{EmulatorStack, StackOptions};
@@ -644,6 +749,7 @@ async fn main() -> Result<()> {
             invocations,
         } => handlers(batches, invocations).await,
         Command::Lambdas { events, bin_dir } => lambdas(events, &bin_dir).await,
+        Command::Campaign { granules } => campaign(granules).await,
         Command::WindowRead {
             bucket,
             key,

@@ -1,8 +1,9 @@
 //! Decorators that count requests at the port, for the demo's and benchmarks' figures.
 
 use crate::ports::{
-    ObjectMeta, ObjectStore, OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError,
-    ReceivedMessage, StoreError, StoredObject,
+    ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta, ObjectStore,
+    OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage, StoreError,
+    StoredObject,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -16,20 +17,31 @@ pub struct RequestCounts {
     pub s3_get: AtomicU64,
     pub s3_put: AtomicU64,
     pub s3_list: AtomicU64,
+    /// Copies (billed as PUTs).
     pub s3_other: AtomicU64,
+    /// Deletes (free in S3).
+    pub s3_delete: AtomicU64,
     pub s3_bytes_read: AtomicU64,
     pub sqs_send: AtomicU64,
     pub sqs_receive: AtomicU64,
     pub sqs_delete: AtomicU64,
     pub sqs_other: AtomicU64,
+    /// Batch API calls (SubmitJob, ListJobs, DescribeJobs; a paginated listing counts once).
+    pub batch_calls: AtomicU64,
 }
 
 impl RequestCounts {
     pub fn s3_total(&self) -> u64 {
-        [&self.s3_get, &self.s3_put, &self.s3_list, &self.s3_other]
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .sum()
+        [
+            &self.s3_get,
+            &self.s3_put,
+            &self.s3_list,
+            &self.s3_other,
+            &self.s3_delete,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
     }
 
     pub fn sqs_total(&self) -> u64 {
@@ -104,7 +116,7 @@ impl ObjectStore for CountingStore {
         self.inner.copy(from, to).await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        bump(&self.counts.s3_other);
+        bump(&self.counts.s3_delete);
         self.inner.delete(key).await
     }
 }
@@ -145,5 +157,30 @@ impl Queue for CountingQueue {
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
         bump(&self.counts.sqs_other);
         self.inner.depth().await
+    }
+}
+
+pub struct CountingJobs {
+    pub inner: Arc<dyn JobRunner>,
+    pub counts: Arc<RequestCounts>,
+}
+
+#[async_trait]
+impl JobRunner for CountingJobs {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        bump(&self.counts.batch_calls);
+        self.inner.submit(request).await
+    }
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        bump(&self.counts.batch_calls);
+        self.inner.count_active(stop_at).await
+    }
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        bump(&self.counts.batch_calls);
+        self.inner.find_by_name(job_name).await
+    }
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        bump(&self.counts.batch_calls);
+        self.inner.describe(job_id).await
     }
 }

@@ -49,8 +49,12 @@ impl Ctx {
 
     /// The same context with its store and queues counting requests into `counts`.
     pub fn counted(&self, counts: &Arc<crate::adapters::counting::RequestCounts>) -> Self {
-        use crate::adapters::counting::{CountingQueue, CountingStore};
+        use crate::adapters::counting::{CountingJobs, CountingQueue, CountingStore};
         Self {
+            jobs: Arc::new(CountingJobs {
+                inner: self.jobs.clone(),
+                counts: counts.clone(),
+            }),
             store: Arc::new(CountingStore {
                 inner: self.store.clone(),
                 counts: counts.clone(),
