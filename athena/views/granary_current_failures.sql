@@ -8,7 +8,7 @@ SELECT
   attempt,
   platform,
   acquisition_date,
-  reason,
+  regexp_replace(reason, 'i-[0-9a-f]+', 'i-*') AS reason,
   exit_code,
   status_reason,
   log_stream,
@@ -16,26 +16,5 @@ SELECT
   stopped_at_ms,
   job_id,
   logged_at
-FROM (
-  SELECT
-    l.granule_id,
-    l.attempt,
-    l.outcome,
-    l.platform,
-    l.acquisition_date,
-    regexp_replace(l.classification.reason, 'i-[0-9a-f]+', 'i-*') AS reason,
-    l.job.container.exitcode AS exit_code,
-    l.job.statusreason AS status_reason,
-    l.job.container.logstreamname AS log_stream,
-    l.job.startedat AS started_at_ms,
-    l.job.stoppedat AS stopped_at_ms,
-    l.job_id,
-    l.logged_at,
-    row_number() OVER (
-      PARTITION BY l.granule_id
-      ORDER BY l.attempt DESC, l.outcome DESC
-    ) AS rn
-  FROM granary_logs AS l
-  WHERE l.superseded IS NULL
-) AS ranked
-WHERE rn = 1 AND outcome = 'failure';
+FROM granary_latest_outcome
+WHERE outcome = 'failure';

@@ -1,5 +1,6 @@
 -- Each granule's latest attempt: the highest attempt among its logs not superseded by a later
--- success (a success relocates earlier failure logs under outcome=success, marked superseded).
+-- success (a success relocates earlier failure logs under outcome=success, marked superseded),
+-- with what that attempt's Batch job reported.
 CREATE OR REPLACE VIEW granary_latest_outcome AS
 SELECT
   granule_id,
@@ -8,6 +9,11 @@ SELECT
   platform,
   acquisition_date,
   reason,
+  exit_code,
+  status_reason,
+  log_stream,
+  started_at_ms,
+  stopped_at_ms,
   job_id,
   logged_at
 FROM (
@@ -18,6 +24,11 @@ FROM (
     l.platform,
     l.acquisition_date,
     l.classification.reason AS reason,
+    l.job.container.exitcode AS exit_code,
+    l.job.statusreason AS status_reason,
+    l.job.container.logstreamname AS log_stream,
+    l.job.startedat AS started_at_ms,
+    l.job.stoppedat AS stopped_at_ms,
     l.job_id,
     l.logged_at,
     row_number() OVER (

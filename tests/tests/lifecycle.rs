@@ -646,17 +646,7 @@ async fn racing_handlers_make_exactly_one_transition() {
     let plain = s.ctx.items();
     plain
         .create(
-            granary::domain::item::NewItem {
-                id: id.clone(),
-                name: id.to_string(),
-                state: Ready,
-                reason: "listed in an inventory".into(),
-                raw_file_hash: None,
-                size: None,
-                checksum: None,
-                source: None,
-                source_modified: None,
-            },
+            granary::domain::item::NewItem::ready(id.clone(), "listed in an inventory", None),
             "test",
         )
         .await

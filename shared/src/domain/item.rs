@@ -86,6 +86,21 @@ pub struct NewItem {
 }
 
 impl NewItem {
+    /// A backfill granule: READY, named by its id, vouched for by `source` (an inventory row).
+    pub fn ready(id: GranuleId, reason: impl Into<String>, source: Option<String>) -> Self {
+        Self {
+            name: id.to_string(),
+            id,
+            state: ItemState::Ready,
+            reason: reason.into(),
+            raw_file_hash: None,
+            size: None,
+            checksum: None,
+            source,
+            source_modified: None,
+        }
+    }
+
     pub fn into_record(self, now: DateTime<Utc>, by: &str) -> ItemRecord {
         let mut record = ItemRecord {
             id: self.id,

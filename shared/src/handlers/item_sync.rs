@@ -32,17 +32,7 @@ pub async fn submitted(
     };
     // The common case, a granule's first attempt: READY and PROCESSING in one PUT. Later
     // attempts find their record (one without, from before records were kept, stays without).
-    let new = NewItem {
-        id: id.clone(),
-        name: id.to_string(),
-        state: Ready,
-        reason: "listed in an inventory".into(),
-        raw_file_hash: None,
-        size: None,
-        checksum: None,
-        source,
-        source_modified: None,
-    };
+    let new = NewItem::ready(id.clone(), "listed in an inventory", source);
     if attempt == 1 {
         let created = items
             .create_along(new, std::slice::from_ref(&submit), by)

@@ -206,20 +206,7 @@ mod tests {
         let id = GranuleId::parse(id).unwrap();
         imp.ctx
             .items()
-            .create(
-                NewItem {
-                    id: id.clone(),
-                    name: id.to_string(),
-                    state: Ready,
-                    reason: "t".into(),
-                    raw_file_hash: None,
-                    size: None,
-                    checksum: None,
-                    source: None,
-                    source_modified: None,
-                },
-                "t",
-            )
+            .create(NewItem::ready(id.clone(), "t", None), "t")
             .await
             .unwrap();
         let event = GranuleProcessingEvent {
