@@ -66,9 +66,19 @@ def run(logs_dir):
     ]
     replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
-    for view in sorted((ROOT / "views").glob("*.sql")):
-        for statement in to_duckdb(view.read_text()):
-            con.execute(statement)
+    # Views build on each other: create them in whatever order succeeds.
+    pending = sorted((ROOT / "views").glob("*.sql"))
+    while pending:
+        failed = []
+        for view in pending:
+            try:
+                for statement in to_duckdb(view.read_text()):
+                    con.execute(statement)
+            except duckdb.CatalogException:
+                failed.append(view)
+        if len(failed) == len(pending):
+            sys.exit(f"views that cannot be created: {[v.name for v in failed]}")
+        pending = failed
     out = {}
     for report in sorted((ROOT / "reports").glob("*.sql")):
         if "granary_logs_inventory" in report.read_text():

@@ -700,3 +700,65 @@ async fn racing_handlers_make_exactly_one_transition() {
         1
     );
 }
+
+#[tokio::test]
+async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
+    let source_bucket = unique_name("src");
+    let (clients, _) = clients().await;
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&source_bucket)
+        .send()
+        .await
+        .unwrap();
+    // 9 MiB: more than one 8 MiB part, so the download is a real multipart upload.
+    let big: Vec<u8> = (0..9 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    for (key, body) in [
+        ("granules/big.h5", big.clone()),
+        ("granules/small.h5", BODY.to_vec()),
+    ] {
+        clients
+            .s3
+            .put_object()
+            .bucket(&source_bucket)
+            .key(key)
+            .body(body.into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let url = format!("s3://{source_bucket}/granules/");
+    let s = stack("lcs3", 1, &[("GRANARY_SOURCE_URL", url.as_str())]).await;
+    let imp = Importer::aws(s.ctx.clone(), &s.clients).unwrap();
+    let found = discover::discover(&imp).await.unwrap();
+    assert_eq!((found.listed, found.new), (2, 2));
+    loop {
+        let msgs = drain(&s.clients, &s.stack.import_queue_url).await;
+        if msgs.is_empty() {
+            break;
+        }
+        for m in msgs {
+            importer::handle_message(&imp, &m.body).await.unwrap();
+        }
+    }
+    let records = s.ctx.items().find(&Default::default()).await.unwrap();
+    assert_eq!(records.len(), 2);
+    for r in records {
+        assert_eq!(r.state, Ready, "{}", r.name);
+        let stored = s
+            .ctx
+            .store
+            .get(r.stored_key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let want: &[u8] = if r.name == "big.h5" { &big } else { BODY };
+        assert_eq!(stored.body.len(), want.len());
+        assert!(stored.body[..] == *want, "{} stored byte for byte", r.name);
+        assert_eq!(
+            r.source.as_deref(),
+            Some(format!("{url}{}", r.name).as_str())
+        );
+    }
+}
