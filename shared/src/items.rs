@@ -174,28 +174,51 @@ impl Items {
     where
         F: Fn(&ItemRecord) -> Option<Change>,
     {
+        self.advance_steps(id, by, |r| decide(r).into_iter().collect())
+            .await
+    }
+
+    /// Like [`Items::advance`], for a decision of several transitions in a row (PROCESSING_FAILED
+    /// → READY → PROCESSING on a retry): each is checked against the table and gets its history
+    /// entry, and the record is written once. An empty decision means nothing to do.
+    pub async fn advance_steps<F>(
+        &self,
+        id: &GranuleId,
+        by: &str,
+        decide: F,
+    ) -> Result<Advanced, ItemError>
+    where
+        F: Fn(&ItemRecord) -> Vec<Change>,
+    {
         let key = record_key(&self.prefixes.items, id);
         for _ in 0..MAX_CAS_ROUNDS {
             let Some(current) = self.get(id).await? else {
                 return Ok(Advanced::Missing);
             };
-            let Some(change) = decide(&current.value) else {
+            let changes = decide(&current.value);
+            if changes.is_empty() {
                 // Pay any history entry a crashed writer owed before reporting "nothing to do".
                 let age = Utc::now().signed_duration_since(current.value.last_updated);
                 if age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS {
                     self.write_history(&current.value).await?;
                 }
                 return Ok(Advanced::Unchanged(current.value));
-            };
-            let next = current
-                .value
-                .apply(&change, Utc::now(), by)
-                .map_err(|source| ItemError::Illegal {
-                    id: id.to_string(),
-                    source,
-                })?;
-            let entering_timed = is_timed(next.state) && next.seq != current.value.seq;
-            if entering_timed {
+            }
+            let now = Utc::now();
+            let mut steps: Vec<ItemRecord> = Vec::with_capacity(changes.len());
+            for change in &changes {
+                let from = steps.last().unwrap_or(&current.value);
+                let next = from
+                    .apply(change, now, by)
+                    .map_err(|source| ItemError::Illegal {
+                        id: id.to_string(),
+                        source,
+                    })?;
+                steps.push(next);
+            }
+            let next = steps[steps.len() - 1].clone();
+            let moved = next.seq != current.value.seq;
+            if moved && is_timed(next.state) {
                 self.mark_inflight(&next).await?;
             }
             match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
@@ -203,8 +226,14 @@ impl Items {
                 Err(StoreError::Conflict { .. }) => continue,
                 Err(e) => return Err(e.into()),
             }
-            if next.seq != current.value.seq {
-                self.write_history(&next).await?;
+            if moved {
+                let mut seen = current.value.seq;
+                for step in &steps {
+                    if step.seq != seen {
+                        self.write_history(step).await?;
+                        seen = step.seq;
+                    }
+                }
                 let left = current.value.state;
                 if is_timed(left) && left != next.state {
                     self.store
@@ -215,26 +244,6 @@ impl Items {
             return Ok(Advanced::Moved(next));
         }
         Err(ItemError::Contended(id.to_string()))
-    }
-
-    /// Moves the item along `path` (each step only if the item is in the step's `from` state):
-    /// e.g. PROCESSING_FAILED → READY → PROCESSING. Steps already taken are skipped.
-    pub async fn advance_path(
-        &self,
-        id: &GranuleId,
-        by: &str,
-        path: &[(ItemState, Change)],
-    ) -> Result<Advanced, ItemError> {
-        let mut last = Advanced::Missing;
-        for (from, change) in path {
-            last = self
-                .advance(id, by, |r| (r.state == *from).then(|| change.clone()))
-                .await?;
-            if matches!(last, Advanced::Missing) {
-                break;
-            }
-        }
-        Ok(last)
     }
 
     async fn write_history(&self, record: &ItemRecord) -> Result<(), ItemError> {
@@ -433,19 +442,62 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_path_skips_the_steps_already_taken() {
+    async fn several_steps_are_one_write_with_a_history_entry_each() {
         let items = items();
         let id = GranuleId::parse("a").unwrap();
         items.create(new_item("a", Ready), "t").await.unwrap();
-        let path = [
-            (ProcessingFailed, Change::to(Ready, "retry")),
-            (Ready, Change::to(Processing, "submit")),
-        ];
-        let out = items.advance_path(&id, "t", &path).await.unwrap();
-        assert_eq!(out.record().unwrap().state, Processing);
+        items
+            .advance(&id, "t", |_| Some(Change::to(Processing, "submit 1")))
+            .await
+            .unwrap();
+        items
+            .advance(&id, "t", |_| Some(Change::to(ProcessingFailed, "spot")))
+            .await
+            .unwrap();
+        let retry = |r: &ItemRecord| {
+            if r.state == ProcessingFailed {
+                vec![
+                    Change::to(Ready, "retry"),
+                    Change::to(Processing, "submit 2"),
+                ]
+            } else {
+                Vec::new()
+            }
+        };
+        let out = items.advance_steps(&id, "t", retry).await.unwrap();
+        let r = out.record().unwrap();
+        assert_eq!((r.state, r.seq, r.attempts.processing), (Processing, 4, 2));
         // again: nothing to do, nothing written twice
-        let again = items.advance_path(&id, "t", &path).await.unwrap();
+        let again = items.advance_steps(&id, "t", retry).await.unwrap();
         assert!(matches!(again, Advanced::Unchanged(_)));
-        assert_eq!(items.history(&id).await.unwrap().len(), 2);
+        let path: Vec<_> = items
+            .history(&id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| (e.seq, e.to))
+            .collect();
+        assert_eq!(
+            path,
+            vec![
+                (0, Ready),
+                (1, Processing),
+                (2, ProcessingFailed),
+                (3, Ready),
+                (4, Processing)
+            ]
+        );
+        // an illegal step anywhere refuses the whole decision
+        let err = items
+            .advance_steps(&id, "t", |_| {
+                vec![Change::to(Processed, "ok"), Change::to(Ready, "?")]
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("PROCESSED → READY"), "{err}");
+        assert_eq!(
+            items.get(&id).await.unwrap().unwrap().value.state,
+            Processing
+        );
     }
 }

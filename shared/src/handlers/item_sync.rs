@@ -42,16 +42,20 @@ pub async fn submitted(
         }
     }
     // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
-    let begun = |r: &crate::domain::item::ItemRecord| r.attempts.processing >= attempt;
-    items
-        .advance(id, by, |r| {
-            (r.state == ProcessingFailed && !begun(r))
-                .then(|| Change::to(Ready, format!("retrying as attempt {attempt}")))
-        })
-        .await?;
+    // A retry goes PROCESSING_FAILED → READY → PROCESSING in one write.
     let moved = items
-        .advance(id, by, |r| {
-            (r.state == Ready && !begun(r)).then(|| submit.clone())
+        .advance_steps(id, by, |r| {
+            if r.attempts.processing >= attempt {
+                return Vec::new();
+            }
+            match r.state {
+                ProcessingFailed => vec![
+                    Change::to(Ready, format!("retrying as attempt {attempt}")),
+                    submit.clone(),
+                ],
+                Ready => vec![submit.clone()],
+                _ => Vec::new(),
+            }
         })
         .await?;
     warn_if_lagging(&moved, event, Processing);
