@@ -30,7 +30,7 @@ test:
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
 bench:
 	scripts/emulator.sh install
-	$(CARGO) build --release --locked -p granary-cli -p queue-feeder -p job-monitor -p requeuer
+	$(CARGO) build --release --locked -p granary-cli -p queue-feeder -p job-monitor -p requeuer -p importer
 	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas && target/release/granary-bench campaign $(addprefix --granules ,$(BENCH_CAMPAIGN))'
 
 # Unit tests only: no emulator needed.

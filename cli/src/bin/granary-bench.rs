@@ -17,7 +17,7 @@ use granary::adapters::counting::{CountingStore, RequestCounts};
 use granary::inventory::{
     pyarrow_default_properties, Inventory, InventoryLayout, DEFAULT_ID_COLUMN,
 };
-use granary::ports::{ObjectStore, PutCondition};
+use granary::ports::{ObjectStore, PutCondition, Queue};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
@@ -420,6 +420,89 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     Ok(())
 }
 
+/// Runs one Lambda binary against a local Runtime API until it has handled `evs`; returns its
+/// table row (init ms, events, errors, events/s, RSS after, peak RSS).
+async fn measure_lambda(
+    bin_dir: &std::path::Path,
+    env: &[(String, String)],
+    name: &str,
+    evs: Vec<String>,
+) -> Result<Vec<String>> {
+    use granary_cli::local::runtime_api::RuntimeApi;
+    let bin = bin_dir.join(name);
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found: build it with `cargo build --release -p {name}`",
+        bin.display()
+    );
+    let n = evs.len() as u64;
+    let api = RuntimeApi::start(evs).await?;
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&bin)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
+        .env("AWS_LAMBDA_FUNCTION_NAME", name)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let pid = child.id().context("no pid")?;
+    let deadline = Instant::now() + std::time::Duration::from_secs(900);
+    let init = loop {
+        if let Some(t) = api.lock().first_poll {
+            break t.duration_since(started);
+        }
+        anyhow::ensure!(
+            api.lock().init_errors.is_empty(),
+            "{name} failed to start: {:?}",
+            api.lock().init_errors
+        );
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{name} never polled for an event"
+        );
+        tokio::time::sleep(std::time::Duration::from_micros(200)).await;
+    };
+    let serving = Instant::now();
+    loop {
+        let (done, errors) = {
+            let st = api.lock();
+            (st.responses + st.errors, st.errors)
+        };
+        if done >= n {
+            if errors > 0 {
+                eprintln!(
+                    "{name}: last error: {}",
+                    api.lock().last_error.clone().unwrap_or_default()
+                );
+            }
+            let secs = serving.elapsed().as_secs_f64();
+            let row = vec![
+                name.to_owned(),
+                format!("{:.1}", init.as_secs_f64() * 1000.0),
+                n.to_string(),
+                errors.to_string(),
+                format!("{:.0}", n as f64 / secs),
+                format!("{:.1}", proc_status_kib(pid, "VmRSS:") as f64 / 1024.0),
+                format!("{:.1}", proc_status_kib(pid, "VmHWM:") as f64 / 1024.0),
+            ];
+            child.kill().await.ok();
+            return Ok(row);
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{name} did not finish {n} events"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses.
 mod prices {
     pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
@@ -574,7 +657,6 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
     use granary::ports::ReceivedMessage;
     use granary_cli::local::events::{state_change_event, AttemptEnd};
     use granary_cli::local::runner::lambda_sqs_event;
-    use granary_cli::local::runtime_api::RuntimeApi;
 
     let (clients, stack) = bench_stack("l").await?;
     // The feeder takes one granule per invocation from this inventory.
@@ -630,84 +712,55 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
         "RSS MiB after",
         "peak RSS MiB",
     ]);
+    let env: Vec<(String, String)> = stack
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .chain([(
+            "GRANARY_SOURCE_URL".to_owned(),
+            format!("s3://{}/sources/", stack.bucket),
+        )])
+        .collect();
     for (name, evs) in [
         ("queue-feeder", feeder_events),
         ("job-monitor", monitor_events),
         ("requeuer", requeuer_events),
     ] {
-        let bin = bin_dir.join(name);
-        anyhow::ensure!(
-            bin.exists(),
-            "{} not found: build it with `cargo build --release -p {name}`",
-            bin.display()
-        );
-        let n = evs.len() as u64;
-        let api = RuntimeApi::start(evs).await?;
-        let started = Instant::now();
-        let mut child = tokio::process::Command::new(&bin)
-            .envs(stack.env.iter())
-            .env("AWS_LAMBDA_RUNTIME_API", &api.addr)
-            .env("AWS_LAMBDA_FUNCTION_NAME", name)
-            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
-            .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_LAMBDA_LOG_STREAM_NAME", "bench")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{name}"))
-            .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let pid = child.id().context("no pid")?;
-        let deadline = Instant::now() + std::time::Duration::from_secs(900);
-        let init = loop {
-            if let Some(t) = api.lock().first_poll {
-                break t.duration_since(started);
-            }
-            anyhow::ensure!(
-                api.lock().init_errors.is_empty(),
-                "{name} failed to start: {:?}",
-                api.lock().init_errors
-            );
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{name} never polled for an event"
-            );
-            tokio::time::sleep(std::time::Duration::from_micros(200)).await;
-        };
-        let serving = Instant::now();
-        loop {
-            let (done, errors) = {
-                let st = api.lock();
-                (st.responses + st.errors, st.errors)
-            };
-            if done >= n {
-                let secs = serving.elapsed().as_secs_f64();
-                table.add_row([
-                    name.to_owned(),
-                    format!("{:.1}", init.as_secs_f64() * 1000.0),
-                    n.to_string(),
-                    errors.to_string(),
-                    format!("{:.0}", n as f64 / secs),
-                    format!("{:.1}", proc_status_kib(pid, "VmRSS:") as f64 / 1024.0),
-                    format!("{:.1}", proc_status_kib(pid, "VmHWM:") as f64 / 1024.0),
-                ]);
-                if errors > 0 {
-                    eprintln!(
-                        "{name}: last error: {}",
-                        api.lock().last_error.clone().unwrap_or_default()
-                    );
-                }
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "{name} did not finish {n} events"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        child.kill().await.ok();
+        table.add_row(measure_lambda(bin_dir, &env, name, evs).await?);
     }
+    // The importer: files to discover under sources/, then each binary in turn.
+    let store = S3Store::new(clients.s3.clone(), &stack.bucket);
+    for i in 0..events {
+        store
+            .put(
+                &format!("sources/HLS.S30.T{i:05}.2024001T000000.v2.0.h5"),
+                bytes::Bytes::from(vec![b'x'; 4096]),
+                PutCondition::Overwrite,
+            )
+            .await?;
+    }
+    // Discovery lists all files each run: a few runs, the first registering every file.
+    let discover_events = vec!["{}".to_owned(); 3];
+    table.add_row(measure_lambda(bin_dir, &env, "importer-discover", discover_events).await?);
+    let import_queue =
+        granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &stack.import_queue_url);
+    let mut step_events = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    loop {
+        let got = import_queue.receive(10, 60, 0).await?;
+        if got.is_empty() {
+            break;
+        }
+        for m in got {
+            import_queue.delete(&m.receipt_handle).await?;
+            if seen.insert(m.body.clone()) {
+                step_events.push(one(m.body)?);
+            }
+        }
+    }
+    table.add_row(measure_lambda(bin_dir, &env, "importer-step", step_events).await?);
+    let sweeps = vec!["{}".to_owned(); events];
+    table.add_row(measure_lambda(bin_dir, &env, "item-sweeper", sweeps).await?);
     println!(
         "Lambda binaries against a local Runtime API (init = process start to first poll)\n{table}"
     );
