@@ -182,4 +182,43 @@ async fn the_deployed_stack_runs_granary() {
     .await;
     assert!(response.batch_item_failures.is_empty());
     assert_eq!(all_jobs_on(&clients, &get("JobQueueArn")).await.len(), 4);
+
+    // Every granule has its item record in the deployed bucket.
+    assert_eq!(
+        ctx.items().find(&Default::default()).await.unwrap().len(),
+        3
+    );
+
+    // The importer: a file under sources/ is discovered onto the deployed import queue, the step
+    // handler downloads and admits it, and the READY item lands on the deployed retry queue.
+    ctx.store
+        .put(
+            "sources/HLS.S30.T01GBH.2022226T214921.v2.0.h5",
+            bytes::Bytes::from_static(b"granule bytes"),
+            granary::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let mut config = ctx.config.clone();
+    config.importer.import_queue_url = Some(get("ImportQueueUrl"));
+    config.importer.source_url = Some(format!("s3://{}/sources/", get("DataBucketName")));
+    let imp =
+        granary::handlers::importer::Importer::aws(Ctx::aws(config, &clients), &clients).unwrap();
+    let found = granary::handlers::importer::discover::discover(&imp)
+        .await
+        .unwrap();
+    assert_eq!(found.new, 1);
+    let steps = receive_n(
+        &SqsQueue::new(clients.sqs.clone(), get("ImportQueueUrl")),
+        1,
+    )
+    .await;
+    let response = granary::handlers::importer::handle_sqs(
+        &imp,
+        lambda_sqs_event(&get("ImportQueueUrl"), &steps).unwrap(),
+    )
+    .await;
+    assert!(response.batch_item_failures.is_empty());
+    let ready = drain(&clients, &get("RetryQueueUrl")).await;
+    assert_eq!(ready.len(), 1, "the admitted item is handed to processing");
 }
