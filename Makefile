@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_INCREMENTAL ?= 0
-GRANULES ?= 10000
+GRANULES ?= 5000
 # Campaign sizes `make bench` runs (each a whole campaign on the emulator; 100000 takes hours on moto).
 BENCH_CAMPAIGN ?= 10000
 
