@@ -105,10 +105,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         print_summary(&summary);
-        if _emulator.is_none() {
+        if let (None, Some(stack)) = (&_emulator, &campaign.stack) {
             eprintln!(
                 "\nThe emulator at {endpoint} keeps the stack's state: bucket {}, DLQ {}",
-                campaign.stack.bucket, campaign.stack.failure_dlq_url
+                stack.bucket, stack.failure_dlq_url
             );
         }
     }

@@ -4,19 +4,14 @@ use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::log_key::{LogKey, LogOutcome, LogRecord};
 use granary::state::{load_tracker, read_json};
-use granary_cli::local::campaign::{Campaign, CampaignSpec};
+use granary_cli::local::campaign::{Campaign, CampaignSpec, Summary};
 use granary_cli::local::fault_plan::FaultPlan;
 use granary_tests::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_granule_is_accounted_for() {
-    let (clients, iam) = clients().await;
-    if !granary_cli::local::stack::batch_available(&clients).await {
-        eprintln!("SKIP: the endpoint has no AWS Batch; the campaign needs it");
-        return;
-    }
+/// A small campaign with every fault the plan knows, often enough that each shows up.
+fn spec() -> CampaignSpec {
     let mut spec = CampaignSpec {
         granules: 2_000,
         plan: FaultPlan {
@@ -36,13 +31,50 @@ async fn every_granule_is_accounted_for() {
         ..CampaignSpec::default()
     };
     spec.runner.deadline = Duration::from_secs(1200);
-    let mut c = Campaign::setup(&clients, &iam, &unique_name("campaign"), &spec)
+    spec
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_granule_is_accounted_for() {
+    let (clients, iam) = clients().await;
+    if !granary_cli::local::stack::batch_available(&clients).await {
+        eprintln!("SKIP: the endpoint has no AWS Batch; the campaign needs it");
+        return;
+    }
+    let mut c = Campaign::setup(&clients, &iam, &unique_name("campaign"), &spec())
         .await
         .unwrap();
     let started = Instant::now();
     c.runtime.run_to_quiescence(|_| {}).await.unwrap();
     let summary = c.summarize(started.elapsed()).await.unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&summary).unwrap());
+
+    // No (granule, attempt) was submitted twice: one Batch job per name, one name per planned job.
+    let jobs = all_jobs(&TestStack {
+        stack: c.stack.clone().expect("an emulator campaign has a stack"),
+        clients: clients.clone(),
+        ctx: c.runtime.ctx.clone(),
+    })
+    .await;
+    let names: BTreeSet<&String> = jobs.iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), jobs.len(), "a job name was submitted twice");
+    assert_eq!(jobs.len(), c.runtime.simulator.planned.len());
+
+    assert_accounted_for(&c, &summary).await;
+}
+
+/// The same campaign on the in-memory twins: the same handlers, runner and simulator, no emulator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_granule_is_accounted_for_on_the_in_memory_twins() {
+    let mut c = Campaign::in_memory(&spec()).await.unwrap();
+    let started = Instant::now();
+    c.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let summary = c.summarize(started.elapsed()).await.unwrap();
+    assert_accounted_for(&c, &summary).await;
+}
+
+/// What every settled campaign must show, whatever it ran on.
+async fn assert_accounted_for(c: &Campaign, summary: &Summary) {
     let ctx = &c.runtime.ctx;
     let planned = &c.runtime.simulator.planned;
 
@@ -56,17 +88,11 @@ async fn every_granule_is_accounted_for() {
         "{sim:?}"
     );
     assert!(sim.retryable > 0 && sim.dead_letter_bound > 0, "{sim:?}");
-
-    // No (granule, attempt) was submitted twice: one Batch job per name, one name per planned job.
-    let jobs = all_jobs(&TestStack {
-        stack: c.stack.clone(),
-        clients: c.clients.clone(),
-        ctx: ctx.clone(),
-    })
-    .await;
-    let names: BTreeSet<&String> = jobs.iter().map(|(n, _)| n).collect();
-    assert_eq!(names.len(), jobs.len(), "a job name was submitted twice");
-    assert_eq!(jobs.len(), planned.len());
+    // Every job reached the simulator through the submission tap; the settling sweep found none.
+    assert_eq!(sim.swept, 0, "{sim:?}");
+    // Each (granule, attempt) went to Batch once: one job name per planned job.
+    let names: BTreeSet<&str> = planned.iter().map(|p| p.job_name.as_str()).collect();
+    assert_eq!(names.len(), planned.len(), "a job name was submitted twice");
 
     // What each granule's final job was meant to end as, by the plan.
     let mut last: BTreeMap<&str, &granary_cli::local::simulator::PlannedJob> = BTreeMap::new();

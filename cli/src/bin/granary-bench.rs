@@ -23,7 +23,7 @@ use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -54,6 +54,10 @@ enum Command {
     Campaign {
         #[arg(long = "granules", default_values_t = [10_000usize])]
         granules: Vec<usize>,
+        /// Run on the in-memory twins of every port instead of the emulator: granary's own
+        /// cost, with no emulator in the loop (request counts are the same).
+        #[arg(long)]
+        in_memory: bool,
     },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
@@ -515,7 +519,7 @@ mod prices {
     pub const SQS_REQUEST: f64 = 0.40 / 1e6;
 }
 
-async fn campaign(sizes: Vec<usize>) -> Result<()> {
+async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
     use granary_cli::local::campaign::{Campaign, CampaignSpec};
     let config = load_sdk_config().await;
     let clients = AwsClients::new(&config);
@@ -523,6 +527,7 @@ async fn campaign(sizes: Vec<usize>) -> Result<()> {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
         "granules",
+        "ports",
         "item records",
         "wall s",
         "granules/s",
@@ -536,16 +541,40 @@ async fn campaign(sizes: Vec<usize>) -> Result<()> {
         "$ per million granules",
     ]);
     for n in sizes {
-        let spec = CampaignSpec {
+        let mut spec = CampaignSpec {
             granules: n,
             ..CampaignSpec::default()
         };
-        let name = format!("granary-bench-c{}-{n}", std::process::id());
-        let mut c = Campaign::setup(&clients, &iam, &name, &spec).await?;
+        // The emulator settles ~25 granules/s: allow a large campaign the time it needs.
+        spec.runner.deadline = spec.runner.deadline.max(Duration::from_secs(n as u64 / 5));
+        let mut c = if in_memory {
+            Campaign::in_memory(&spec).await?
+        } else {
+            let name = format!("granary-bench-c{}-{n}", std::process::id());
+            Campaign::setup(&clients, &iam, &name, &spec).await?
+        };
+        let cpu_before = process_cpu_secs();
         let before = snapshot_all(&c.counts);
         let started = Instant::now();
-        c.runtime.run_to_quiescence(|_| {}).await?;
+        let mut last_report = Instant::now();
+        c.runtime
+            .run_to_quiescence(|p| {
+                // Long campaigns run for an hour: say how far along they are twice a minute.
+                if last_report.elapsed() >= Duration::from_secs(30) {
+                    last_report = Instant::now();
+                    eprintln!(
+                        "campaign of {n}: {:.0} s, {} jobs submitted, {} succeeded, {} retrying, {} dead-lettered",
+                        started.elapsed().as_secs_f64(),
+                        p.submitted,
+                        p.succeeded,
+                        p.retrying,
+                        p.dead_lettered
+                    );
+                }
+            })
+            .await?;
         let wall = started.elapsed().as_secs_f64();
+        let cpu = process_cpu_secs() - cpu_before;
         let after = snapshot_all(&c.counts);
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
@@ -564,6 +593,7 @@ async fn campaign(sizes: Vec<usize>) -> Result<()> {
             + sqs * prices::SQS_REQUEST;
         table.add_row([
             n.to_string(),
+            if in_memory { "in-memory" } else { "emulator" }.to_owned(),
             if c.runtime.ctx.config.track_items {
                 "on"
             } else {
@@ -581,13 +611,41 @@ async fn campaign(sizes: Vec<usize>) -> Result<()> {
             format!("{gb_s:.4}"),
             format!("{:.2}", per_granule * 1e6),
         ]);
-        eprintln!("campaign of {n}: {wall:.0} s");
+        eprintln!(
+            "campaign of {n}: {wall:.1} s, {cpu:.1} s of granary-bench CPU ({:.2} ms per granule); feeder {:.1} s, Batch simulator {:.1} s, job-monitor {:.1} s, requeuer {:.1} s; {} jobs swept up at the end",
+            cpu * 1000.0 / n as f64,
+            p.feeder_time.as_secs_f64(),
+            p.simulator_time.as_secs_f64(),
+            p.monitor_time.as_secs_f64(),
+            p.requeuer_time.as_secs_f64(),
+            c.runtime.simulator.stats.swept
+        );
     }
     println!(
         "Campaign in the local runtime (requests counted at granary's ports, per granule)\n{table}"
     );
     println!("Prices: Lambda $0.20/M requests + $0.0000133334/GB-s (arm64, 256 MB); S3 $0.005/1k PUT/COPY/LIST, $0.0004/1k GET, DELETE free; SQS $0.40/M; Batch API and Batch events on the default bus cost nothing.");
     Ok(())
+}
+
+/// User + system CPU seconds this process has used (all threads), from /proc/self/stat.
+fn process_cpu_secs() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Linux reports these in clock ticks of 1/100 s (USER_HZ) on every architecture we build for.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 fn snapshot_all(c: &RequestCounts) -> [u64; 7] {
@@ -802,7 +860,10 @@ async fn main() -> Result<()> {
             invocations,
         } => handlers(batches, invocations).await,
         Command::Lambdas { events, bin_dir } => lambdas(events, &bin_dir).await,
-        Command::Campaign { granules } => campaign(granules).await,
+        Command::Campaign {
+            granules,
+            in_memory,
+        } => campaign(granules, in_memory).await,
         Command::WindowRead {
             bucket,
             key,

@@ -1,13 +1,17 @@
-//! A whole campaign on the emulator: stack, sample inventory, local runtime, and the accounting
-//! at the end ("did anything get lost").
+//! A whole campaign on the emulator (or on the in-memory twins): stack, sample inventory, local
+//! runtime, and the accounting at the end ("did anything get lost").
 
+use super::events::default_retry_strategy;
 use super::fault_plan::FaultPlan;
+use super::in_memory::{InMemoryBatch, RuleToQueue};
 use super::runner::{LocalRuntime, RunnerOptions};
-use super::simulator::BatchSimulator;
+use super::simulator::{BatchSimulator, EndpointBatch};
 use super::stack::{EmulatorStack, StackOptions};
 use anyhow::{Context, Result};
 use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
 use granary::adapters::counting::{CountingQueue, RequestCounts};
+use granary::adapters::memory::{MemoryQueue, MemoryStore};
+use granary::config::Config;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::log_key::{LogKey, LogOutcome};
 use granary::handlers::Ctx;
@@ -15,7 +19,7 @@ use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
 use granary::ports::{PutCondition, Queue};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +47,15 @@ impl Default for CampaignSpec {
     }
 }
 
+/// The spec's configuration overrides, with the local runtime's defaults.
+fn campaign_env(spec: &CampaignSpec) -> HashMap<String, String> {
+    let mut env: HashMap<String, String> = spec.env.iter().cloned().collect();
+    // Locally, a delivery that dies is retried within seconds, not minutes.
+    env.entry("GRANARY_ROUTE_LEASE_SECS".into())
+        .or_insert_with(|| "10".into());
+    env
+}
+
 /// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
 pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -66,32 +79,107 @@ pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
 }
 
 pub struct Campaign {
-    pub stack: EmulatorStack,
-    pub clients: AwsClients,
+    /// The emulator stack it runs on; `None` for a campaign on the in-memory twins.
+    pub stack: Option<EmulatorStack>,
     pub runtime: LocalRuntime,
     pub counts: Arc<RequestCounts>,
     pub granules: Vec<String>,
+    /// Where the events queue's redrive policy puts events that failed the monitor five times.
+    events_dlq: Arc<dyn Queue>,
 }
 
 impl Campaign {
+    /// A campaign on the emulator (or any endpoint with Batch): provisions a stack named `name`.
     pub async fn setup(
         clients: &AwsClients,
         iam: &aws_sdk_iam::Client,
         name: &str,
         spec: &CampaignSpec,
     ) -> Result<Self> {
-        let mut env: std::collections::HashMap<String, String> = spec.env.iter().cloned().collect();
-        // Locally, a delivery that dies is retried within seconds, not minutes.
-        env.entry("GRANARY_ROUTE_LEASE_SECS".into())
-            .or_insert_with(|| "10".into());
         let options = StackOptions {
             batch_attempts: spec.batch_attempts,
-            env,
+            env: campaign_env(spec),
         };
         let stack = EmulatorStack::provision(clients, iam, name, options).await?;
         anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
         let counts = Arc::new(RequestCounts::default());
         let ctx = Ctx::aws(stack.config()?, clients).counted(&counts);
+        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
+            inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
+            counts: counts.clone(),
+        });
+        let events_dlq = Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_dlq_url));
+        let simulator = BatchSimulator::new(
+            Arc::new(EndpointBatch::new(clients.batch.clone(), &stack.job_queue)),
+            Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
+            spec.plan.clone(),
+        );
+        Self::assemble(
+            Some(stack),
+            ctx,
+            counts,
+            events_queue,
+            events_dlq,
+            simulator,
+            spec,
+        )
+        .await
+    }
+
+    /// The same campaign on the in-memory twins of every port (store, queues, Batch, the
+    /// EventBridge rule): granary's own cost, with no emulator in the loop. The events queue has
+    /// no redrive here, so an event that keeps failing the monitor shows as a campaign that does
+    /// not settle rather than in an events DLQ.
+    pub async fn in_memory(spec: &CampaignSpec) -> Result<Self> {
+        let mut env = campaign_env(spec);
+        for (k, v) in [
+            ("GRANARY_BUCKET", "granary-in-memory"),
+            ("GRANARY_JOB_QUEUE", "granary-jobs"),
+            ("GRANARY_JOB_DEFINITION", "granary-job"),
+            ("GRANARY_RETRY_QUEUE_URL", "retry"),
+            ("GRANARY_FAILURE_DLQ_URL", "failure-dlq"),
+            ("GRANARY_IMPORT_QUEUE_URL", "import"),
+        ] {
+            env.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+        }
+        let config = Config::from_lookup(|k| env.get(k).cloned().or_else(|| std::env::var(k).ok()))
+            .context("campaign configuration")?;
+        let attempts = u32::try_from(spec.batch_attempts).unwrap_or(1).max(1);
+        let batch = Arc::new(InMemoryBatch::new(
+            &config.job_queue,
+            &config.job_definition,
+            default_retry_strategy(attempts),
+        ));
+        let counts = Arc::new(RequestCounts::default());
+        let ctx = Ctx {
+            store: Arc::new(MemoryStore::new()),
+            jobs: batch.clone(),
+            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
+            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
+            config,
+        }
+        .counted(&counts);
+        let events = Arc::new(MemoryQueue::new("batch-events"));
+        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
+            inner: events.clone(),
+            counts: counts.clone(),
+        });
+        let rule = Arc::new(RuleToQueue::new(events, batch.job_queue_arn()));
+        let simulator = BatchSimulator::new(batch, rule, spec.plan.clone());
+        let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
+        Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await
+    }
+
+    /// The sample inventories in the store, and the runtime around the handlers.
+    async fn assemble(
+        stack: Option<EmulatorStack>,
+        mut ctx: Ctx,
+        counts: Arc<RequestCounts>,
+        events_queue: Arc<dyn Queue>,
+        events_dlq: Arc<dyn Queue>,
+        simulator: BatchSimulator,
+        spec: &CampaignSpec,
+    ) -> Result<Self> {
         let rows = sample_granules(spec.granules, spec.plan.seed);
         let per = rows.len().div_ceil(spec.inventories.max(1)).max(1);
         for (i, chunk) in rows.chunks(per).enumerate() {
@@ -106,24 +194,15 @@ impl Campaign {
                 )
                 .await?;
         }
-        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
-            inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
-            counts: counts.clone(),
-        });
-        let bus = Arc::new(EventBridgeBus::new(clients.events.clone(), "default"));
-        let simulator = BatchSimulator::new(
-            clients.batch.clone(),
-            bus,
-            &stack.job_queue,
-            spec.plan.clone(),
-        );
+        // Batch learns of a job when it is submitted; so does the simulator.
+        ctx.jobs = simulator.watch(ctx.jobs.clone());
         let runtime = LocalRuntime::new(ctx, events_queue, simulator, spec.runner.clone());
         Ok(Self {
             stack,
-            clients: clients.clone(),
             runtime,
             counts,
             granules: rows.into_iter().map(|r| r.granule_id).collect(),
+            events_dlq,
         })
     }
 
@@ -187,9 +266,7 @@ impl Campaign {
             .iter()
             .filter(|g| !success_attempt.contains_key(*g) && !dead.contains(*g))
             .count() as u64;
-        let events_dlq = SqsQueue::new(self.clients.sqs.clone(), &self.stack.events_dlq_url)
-            .depth()
-            .await?;
+        let events_dlq = self.events_dlq.depth().await?;
         let n = self.granules.len().max(1) as f64;
         let secs = wall.as_secs_f64().max(1e-9);
         let sim = &self.runtime.simulator.stats;

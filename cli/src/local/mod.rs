@@ -4,6 +4,7 @@ pub mod campaign;
 pub mod emulator;
 pub mod events;
 pub mod fault_plan;
+pub mod in_memory;
 pub mod runner;
 pub mod runtime_api;
 pub mod simulator;

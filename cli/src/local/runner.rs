@@ -228,11 +228,16 @@ impl LocalRuntime {
             self.progress.dead_lettered = dlq.visible + dlq.in_flight;
             on_progress(&self.progress);
 
-            let idle = activity == 0
+            let mut idle = activity == 0
                 && self.progress.inventories_complete
                 && self.simulator.pending() == 0
                 && events.visible + events.in_flight == 0
                 && retry.visible + retry.in_flight == 0;
+            // Before calling it settled, make sure Batch holds no job the simulator never saw.
+            if idle && self.simulator.sweep().await.context("batch simulator")? > 0 {
+                idle = false;
+                activity += 1;
+            }
             quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
             // Two quiet rounds: a job submitted in the last drain is seen by the next tick.
             if quiet_rounds >= 2 {

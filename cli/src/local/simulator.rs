@@ -2,15 +2,122 @@
 //! fate from the fault plan, and puts "Batch Job State Change" events on the EventBridge bus, from
 //! where the stack's rule delivers them to the events queue — the path real Batch events take.
 
-use super::events::{describe_facts, state_change_event};
+use super::events::{describe_facts, state_change_event, JobFacts};
 use super::fault_plan::{retry_strategy_of, FaultPlan};
 use anyhow::{Context, Result};
+use async_trait::async_trait;
 use aws_sdk_batch::types::JobStatus;
 use granary::domain::batch_event::BatchJobStateChange;
 use granary::domain::classify::{classify, Route};
-use granary::ports::{BusEvent, EventBus};
+use granary::ports::{
+    ActiveJobs, BusEvent, EventBus, JobRequest, JobRunner, JobRunnerError, JobSummary,
+};
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+/// The ids SubmitJob returned, in order, not yet seen by the simulator.
+///
+/// Real Batch knows every job it accepted; the simulator learns them the same way, from the
+/// submissions, instead of listing every finished job on each tick. moto's ListJobs has no
+/// pagination and returns the whole job list on every call, so listing made a tick cost
+/// O(jobs so far) and a campaign quadratic. A full listing is still taken before the runtime
+/// declares a campaign settled ([`BatchSimulator::sweep`]), so a job submitted some other way
+/// is not missed.
+#[derive(Debug, Default, Clone)]
+pub struct Submissions(Arc<Mutex<Vec<String>>>);
+
+impl Submissions {
+    fn push(&self, job_id: String) {
+        // A poisoned lock only means another submitter panicked; the list itself is whole.
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(job_id);
+    }
+
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// A [`JobRunner`] that tells the simulator about every job it submits.
+pub struct SubmissionTap {
+    inner: Arc<dyn JobRunner>,
+    submissions: Submissions,
+}
+
+#[async_trait]
+impl JobRunner for SubmissionTap {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        let job = self.inner.submit(request).await?;
+        self.submissions.push(job.job_id.clone());
+        Ok(job)
+    }
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        self.inner.count_active(stop_at).await
+    }
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        self.inner.find_by_name(job_name).await
+    }
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        self.inner.describe(job_id).await
+    }
+}
+
+/// What the simulator reads about jobs from the Batch it stands beside.
+#[async_trait]
+pub trait JobLedger: Send + Sync {
+    /// What Batch knows about these jobs; ids without granary's parameters are skipped.
+    async fn facts(&self, job_ids: &[String]) -> Result<Vec<JobFacts>>;
+    /// Every finished job on the job queue (for the settling sweep).
+    async fn finished(&self) -> Result<Vec<String>>;
+}
+
+/// The emulator's (or any endpoint's) Batch: DescribeJobs and ListJobs.
+pub struct EndpointBatch {
+    batch: aws_sdk_batch::Client,
+    job_queue: String,
+}
+
+impl EndpointBatch {
+    pub fn new(batch: aws_sdk_batch::Client, job_queue: &str) -> Self {
+        Self {
+            batch,
+            job_queue: job_queue.to_owned(),
+        }
+    }
+}
+
+#[async_trait]
+impl JobLedger for EndpointBatch {
+    async fn facts(&self, job_ids: &[String]) -> Result<Vec<JobFacts>> {
+        describe_facts(&self.batch, job_ids).await
+    }
+
+    async fn finished(&self) -> Result<Vec<String>> {
+        let mut ids = Vec::new();
+        // The emulator finishes jobs inside SubmitJob; real Batch would have them RUNNING first.
+        for status in [JobStatus::Succeeded, JobStatus::Failed] {
+            let mut pages = self
+                .batch
+                .list_jobs()
+                .job_queue(&self.job_queue)
+                .job_status(status)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.context("ListJobs")?;
+                ids.extend(
+                    page.job_summary_list
+                        .unwrap_or_default()
+                        .into_iter()
+                        .filter_map(|j| j.job_id),
+                );
+            }
+        }
+        Ok(ids)
+    }
+}
 
 /// What the simulator decided for one job, for the campaign's accounting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,14 +142,16 @@ pub struct SimulatorStats {
     pub succeeded: u64,
     pub retryable: u64,
     pub dead_letter_bound: u64,
+    /// Jobs found only by a full listing, not through the submission tap.
+    pub swept: u64,
 }
 
 pub struct BatchSimulator {
-    batch: aws_sdk_batch::Client,
+    ledger: Arc<dyn JobLedger>,
     bus: Arc<dyn EventBus>,
-    job_queue: String,
     plan: FaultPlan,
     seen: HashSet<String>,
+    submissions: Submissions,
     held: Vec<(u32, BusEvent)>,
     /// At most this many events are delivered per tick; the rest wait for the next. Real jobs end
     /// spread over time, and the emulator's ReceiveMessage slows with queue length.
@@ -68,18 +177,13 @@ fn bus_event(value: serde_json::Value) -> BusEvent {
 }
 
 impl BatchSimulator {
-    pub fn new(
-        batch: aws_sdk_batch::Client,
-        bus: Arc<dyn EventBus>,
-        job_queue: &str,
-        plan: FaultPlan,
-    ) -> Self {
+    pub fn new(ledger: Arc<dyn JobLedger>, bus: Arc<dyn EventBus>, plan: FaultPlan) -> Self {
         Self {
-            batch,
+            ledger,
             bus,
-            job_queue: job_queue.to_owned(),
             plan,
             seen: HashSet::new(),
+            submissions: Submissions::default(),
             held: Vec::new(),
             max_events_per_tick: 100,
             planned: Vec::new(),
@@ -92,33 +196,36 @@ impl BatchSimulator {
         self.held.len()
     }
 
-    /// One pass: finish every new job and deliver what is due. Returns how many new jobs it saw.
-    pub async fn tick(&mut self) -> Result<usize> {
-        let mut new_ids = Vec::new();
-        // The emulator finishes jobs inside SubmitJob; real Batch would have them RUNNING first.
-        for status in [JobStatus::Succeeded, JobStatus::Failed] {
-            let mut pages = self
-                .batch
-                .list_jobs()
-                .job_queue(&self.job_queue)
-                .job_status(status)
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                for j in page
-                    .context("ListJobs")?
-                    .job_summary_list
-                    .unwrap_or_default()
-                {
-                    if let Some(id) = j.job_id {
-                        if !self.seen.contains(&id) {
-                            new_ids.push(id);
-                        }
-                    }
-                }
+    /// `jobs` with every submission reported to this simulator: give the handlers this runner.
+    pub fn watch(&self, jobs: Arc<dyn JobRunner>) -> Arc<dyn JobRunner> {
+        Arc::new(SubmissionTap {
+            inner: jobs,
+            submissions: self.submissions.clone(),
+        })
+    }
+
+    /// Lists every finished job on the queue and queues the ones the simulator has not seen (jobs
+    /// not submitted through [`Self::watch`]). O(jobs) on the emulator: the runtime calls it only
+    /// when it is about to call a campaign settled. Returns how many it found.
+    pub async fn sweep(&mut self) -> Result<usize> {
+        let mut found = 0;
+        for id in self.ledger.finished().await? {
+            if !self.seen.contains(&id) {
+                self.submissions.push(id);
+                found += 1;
             }
         }
-        let facts = describe_facts(&self.batch, &new_ids).await?;
+        self.stats.swept += found as u64;
+        Ok(found)
+    }
+
+    /// One pass: finish every newly submitted job and deliver what is due. Returns how many new
+    /// jobs it saw.
+    pub async fn tick(&mut self) -> Result<usize> {
+        let mut new_ids = self.submissions.take();
+        let mut fresh = HashSet::new();
+        new_ids.retain(|id| !self.seen.contains(id) && fresh.insert(id.clone()));
+        let facts = self.ledger.facts(&new_ids).await?;
         let mut out = Vec::new();
         for id in &new_ids {
             self.seen.insert(id.clone());

@@ -1,0 +1,354 @@
+//! Batch and the EventBridge rule as in-memory twins, for a campaign that runs granary's handlers
+//! over the in-memory store and queues instead of an emulator.
+//!
+//! What it is for: measuring granary's own cost per granule. The emulator is one Python process
+//! that answers ~150–200 requests a second, so a campaign on it measures the emulator. On the
+//! twins the same handlers, the same runner and the same Batch simulator run with nothing slower
+//! than granary itself in the loop. Request counts are the same either way (they are counted at
+//! granary's ports); only the time changes.
+
+use super::events::JobFacts;
+use super::simulator::JobLedger;
+use anyhow::Result;
+use async_trait::async_trait;
+use granary::domain::batch_event::JobStatus;
+use granary::ports::{
+    ActiveJobs, BusEvent, EventBus, EventBusError, JobRequest, JobRunner, JobRunnerError,
+    JobSummary, OutgoingMessage, Queue,
+};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+const ACCOUNT: &str = "000000000000";
+const REGION: &str = "us-east-1";
+
+struct Job {
+    summary: JobSummary,
+    request: JobRequest,
+    created_at_ms: i64,
+}
+
+#[derive(Default)]
+struct Jobs {
+    all: Vec<Job>,
+    by_id: HashMap<String, usize>,
+    /// The newest job of each name (a name is submitted again only by a bug; the newest wins).
+    by_name: HashMap<String, usize>,
+}
+
+/// AWS Batch as the emulator behaves: a job is finished as soon as it is submitted (the
+/// [`super::simulator::BatchSimulator`] decides how it ended and emits the events). Lookups by id
+/// and by name are indexed, so a 100,000-job campaign does not slow down as it grows.
+pub struct InMemoryBatch {
+    jobs: Mutex<Jobs>,
+    job_queue_arn: String,
+    job_definition_arn: String,
+    /// The job definition's retryStrategy, as DescribeJobs would echo it.
+    retry_strategy: Value,
+}
+
+impl InMemoryBatch {
+    pub fn new(job_queue: &str, job_definition: &str, retry_strategy: Value) -> Self {
+        Self {
+            jobs: Mutex::new(Jobs::default()),
+            job_queue_arn: format!("arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{job_queue}"),
+            job_definition_arn: format!(
+                "arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{job_definition}:1"
+            ),
+            retry_strategy,
+        }
+    }
+
+    pub fn job_queue_arn(&self) -> &str {
+        &self.job_queue_arn
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Jobs> {
+        // A poisoned lock only means another caller panicked; the job list itself is whole.
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl JobRunner for InMemoryBatch {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        let mut jobs = self.lock();
+        let n = jobs.all.len();
+        // Shaped like Batch's UUIDs: log streams and event ids take their first characters.
+        let job_id = format!("{:08x}-0000-4000-8000-{:012x}", n + 1, n + 1);
+        let summary = JobSummary {
+            job_id: job_id.clone(),
+            job_name: request.job_name.clone(),
+            status: JobStatus::Succeeded,
+        };
+        jobs.by_id.insert(job_id, n);
+        jobs.by_name.insert(request.job_name.clone(), n);
+        jobs.all.push(Job {
+            summary: summary.clone(),
+            request,
+            created_at_ms: chrono::Utc::now().timestamp_millis(),
+        });
+        Ok(summary)
+    }
+
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        let mut active = ActiveJobs::default();
+        for job in self.lock().all.iter() {
+            if active.total >= stop_at {
+                break;
+            }
+            if !job.summary.status.is_terminal() {
+                *active
+                    .by_status
+                    .entry(job.summary.status.as_str().to_owned())
+                    .or_default() += 1;
+                active.total += 1;
+            }
+        }
+        Ok(active)
+    }
+
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        let jobs = self.lock();
+        Ok(jobs
+            .by_name
+            .get(job_name)
+            .and_then(|&i| jobs.all.get(i))
+            .map(|j| j.summary.clone()))
+    }
+
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        let jobs = self.lock();
+        Ok(jobs
+            .by_id
+            .get(job_id)
+            .and_then(|&i| jobs.all.get(i))
+            .map(|j| j.summary.clone()))
+    }
+}
+
+#[async_trait]
+impl JobLedger for InMemoryBatch {
+    async fn facts(&self, job_ids: &[String]) -> Result<Vec<JobFacts>> {
+        let jobs = self.lock();
+        let mut out = Vec::with_capacity(job_ids.len());
+        for id in job_ids {
+            let Some(job) = jobs.by_id.get(id).and_then(|&i| jobs.all.get(i)) else {
+                continue;
+            };
+            let lookup = |param: &str, var: &str| {
+                job.request
+                    .parameters
+                    .get(param)
+                    .or_else(|| job.request.environment.get(var))
+                    .cloned()
+            };
+            // Jobs without granary's parameters are not ours, as with DescribeJobs.
+            let (Some(granule_id), Some(attempt)) = (
+                lookup("granule_id", "GRANULE_ID"),
+                lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()),
+            ) else {
+                continue;
+            };
+            out.push(JobFacts {
+                job_id: id.clone(),
+                job_name: job.summary.job_name.clone(),
+                job_arn: format!("arn:aws:batch:{REGION}:{ACCOUNT}:job/{id}"),
+                job_queue_arn: self.job_queue_arn.clone(),
+                job_definition_arn: self.job_definition_arn.clone(),
+                granule_id,
+                attempt,
+                retry_strategy: self.retry_strategy.clone(),
+                created_at_ms: job.created_at_ms,
+                account: ACCOUNT.into(),
+                region: REGION.into(),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn finished(&self) -> Result<Vec<String>> {
+        Ok(self
+            .lock()
+            .all
+            .iter()
+            .filter(|j| j.summary.status.is_terminal())
+            .map(|j| j.summary.job_id.clone())
+            .collect())
+    }
+}
+
+/// The EventBridge rule that buffers Batch events in SQS: terminal state changes of one job
+/// queue, delivered as the full event envelope, which is what the job monitor reads.
+pub struct RuleToQueue {
+    queue: Arc<dyn Queue>,
+    job_queue_arn: String,
+    serial: AtomicU64,
+}
+
+impl RuleToQueue {
+    pub fn new(queue: Arc<dyn Queue>, job_queue_arn: &str) -> Self {
+        Self {
+            queue,
+            job_queue_arn: job_queue_arn.to_owned(),
+            serial: AtomicU64::new(0),
+        }
+    }
+
+    /// The rule's pattern: source aws.batch, "Batch Job State Change", this queue, terminal.
+    fn matches(&self, e: &BusEvent) -> bool {
+        e.source == "aws.batch"
+            && e.detail_type == "Batch Job State Change"
+            && e.detail["jobQueue"] == self.job_queue_arn.as_str()
+            && matches!(e.detail["status"].as_str(), Some("SUCCEEDED" | "FAILED"))
+    }
+}
+
+#[async_trait]
+impl EventBus for RuleToQueue {
+    async fn put_events(&self, events: Vec<BusEvent>) -> Result<(), EventBusError> {
+        for e in events.into_iter().filter(|e| self.matches(e)) {
+            let n = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
+            let envelope = json!({
+                "version": "0",
+                "id": format!("{n:08x}-0000-4000-8000-000000000000"),
+                "detail-type": e.detail_type,
+                "source": e.source,
+                "account": ACCOUNT,
+                "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                "region": REGION,
+                "resources": e.resources,
+                "detail": e.detail,
+            });
+            self.queue
+                .send(OutgoingMessage::new(envelope.to_string()))
+                .await
+                .map_err(|err| EventBusError(err.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::local::events::{default_retry_strategy, state_change_event, AttemptEnd};
+    use granary::adapters::memory::MemoryQueue;
+    use granary::domain::batch_event::BatchJobStateChange;
+    use std::collections::BTreeMap;
+
+    fn request(name: &str, granule: &str, attempt: u32) -> JobRequest {
+        JobRequest {
+            job_name: name.into(),
+            environment: BTreeMap::new(),
+            parameters: BTreeMap::from([
+                ("granule_id".to_owned(), granule.to_owned()),
+                ("attempt".to_owned(), attempt.to_string()),
+            ]),
+        }
+    }
+
+    #[tokio::test]
+    async fn submitted_jobs_are_found_by_id_and_name_and_described_for_the_simulator() {
+        let batch = InMemoryBatch::new("q", "d", default_retry_strategy(2));
+        let a = batch.submit(request("g-a1", "G1", 1)).await.unwrap();
+        let b = batch.submit(request("g-a2", "G1", 2)).await.unwrap();
+        assert_ne!(a.job_id, b.job_id);
+        assert_eq!(batch.describe(&b.job_id).await.unwrap(), Some(b.clone()));
+        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), Some(a.clone()));
+        assert_eq!(batch.find_by_name("nope").await.unwrap(), None);
+        // Finished at submission, as on the emulator: nothing counts as active.
+        assert_eq!(batch.count_active(10).await.unwrap().total, 0);
+        assert_eq!(
+            batch.finished().await.unwrap(),
+            vec![a.job_id.clone(), b.job_id.clone()]
+        );
+        let facts = batch
+            .facts(&[b.job_id.clone(), "unknown".into()])
+            .await
+            .unwrap();
+        assert_eq!(facts.len(), 1);
+        assert_eq!((facts[0].granule_id.as_str(), facts[0].attempt), ("G1", 2));
+        assert_eq!(facts[0].job_queue_arn, batch.job_queue_arn());
+    }
+
+    #[tokio::test]
+    async fn a_job_without_granary_parameters_is_not_described() {
+        let batch = InMemoryBatch::new("q", "d", default_retry_strategy(2));
+        let mut r = request("other", "G", 1);
+        r.parameters.clear();
+        let job = batch.submit(r).await.unwrap();
+        assert!(batch.facts(&[job.job_id]).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_rule_delivers_terminal_events_of_its_queue_as_envelopes() {
+        let batch = InMemoryBatch::new("q", "d", default_retry_strategy(2));
+        let job = batch.submit(request("g-a1", "G1", 1)).await.unwrap();
+        let facts = batch.facts(&[job.job_id]).await.unwrap().remove(0);
+        let queue = Arc::new(MemoryQueue::new("events"));
+        let rule = RuleToQueue::new(queue.clone(), batch.job_queue_arn());
+        let event = |status: &str, queue_arn: &str| {
+            let mut v = state_change_event(&facts, &[AttemptEnd::Success], status);
+            v["detail"]["jobQueue"] = json!(queue_arn);
+            BusEvent {
+                source: "aws.batch".into(),
+                detail_type: "Batch Job State Change".into(),
+                resources: vec![],
+                detail: v["detail"].clone(),
+            }
+        };
+        let arn = batch.job_queue_arn().to_owned();
+        rule.put_events(vec![
+            event("SUCCEEDED", &arn),
+            event("RUNNABLE", &arn),
+            event(
+                "SUCCEEDED",
+                "arn:aws:batch:us-east-1:000000000000:job-queue/other",
+            ),
+        ])
+        .await
+        .unwrap();
+        let bodies = queue.bodies();
+        assert_eq!(bodies.len(), 1, "only the terminal event of this queue");
+        let parsed: Value = serde_json::from_str(&bodies[0]).unwrap();
+        let e = BatchJobStateChange::from_value(parsed).unwrap();
+        assert_eq!(e.detail_type, "Batch Job State Change");
+    }
+
+    #[tokio::test]
+    async fn the_simulator_learns_jobs_from_submissions_and_sweeps_up_the_rest() {
+        use crate::local::fault_plan::FaultPlan;
+        use crate::local::simulator::BatchSimulator;
+        let batch = Arc::new(InMemoryBatch::new("q", "d", default_retry_strategy(2)));
+        let events = Arc::new(MemoryQueue::new("events"));
+        let rule = Arc::new(RuleToQueue::new(events.clone(), batch.job_queue_arn()));
+        let plan = FaultPlan {
+            duplicate_rate: 0.0,
+            delay_rate: 0.0,
+            ..FaultPlan::default()
+        };
+        let mut sim = BatchSimulator::new(batch.clone(), rule, plan);
+        let tapped = sim.watch(batch.clone());
+        tapped.submit(request("g-a1", "G1", 1)).await.unwrap();
+        // Submitted around the tap: only a full listing finds it.
+        batch.submit(request("g-b1", "G2", 1)).await.unwrap();
+        assert_eq!(sim.tick().await.unwrap(), 1);
+        assert_eq!(sim.sweep().await.unwrap(), 1);
+        assert_eq!(sim.tick().await.unwrap(), 1);
+        assert_eq!(sim.sweep().await.unwrap(), 0, "nothing left unseen");
+        assert_eq!(sim.tick().await.unwrap(), 0, "a job is finished once");
+        assert_eq!((sim.stats.jobs, sim.stats.swept), (2, 1));
+        let granules: Vec<String> = events
+            .bodies()
+            .iter()
+            .map(|b| {
+                let e = BatchJobStateChange::from_value(serde_json::from_str(b).unwrap()).unwrap();
+                e.detail.parameters["granule_id"].clone()
+            })
+            .collect();
+        assert!(granules.contains(&"G1".to_owned()) && granules.contains(&"G2".to_owned()));
+    }
+}
