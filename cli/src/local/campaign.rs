@@ -6,12 +6,11 @@ use super::fault_plan::FaultPlan;
 use super::in_memory::{InMemoryBatch, RuleToQueue};
 use super::runner::{LocalRuntime, RunnerOptions};
 use super::simulator::{BatchSimulator, EndpointBatch};
-use super::stack::{EmulatorStack, StackOptions};
+use super::stack::{config_from, EmulatorStack, StackOptions};
 use anyhow::{Context, Result};
 use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
 use granary::adapters::counting::{CountingQueue, RequestCounts};
 use granary::adapters::memory::{MemoryQueue, MemoryStore};
-use granary::config::Config;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::log_key::{LogKey, LogOutcome};
 use granary::handlers::Ctx;
@@ -142,8 +141,7 @@ impl Campaign {
         ] {
             env.entry(k.to_owned()).or_insert_with(|| v.to_owned());
         }
-        let config = Config::from_lookup(|k| env.get(k).cloned().or_else(|| std::env::var(k).ok()))
-            .context("campaign configuration")?;
+        let config = config_from(&env)?;
         let attempts = u32::try_from(spec.batch_attempts).unwrap_or(1).max(1);
         let batch = Arc::new(InMemoryBatch::new(
             &config.job_queue,

@@ -38,6 +38,14 @@ struct Jobs {
     by_name: HashMap<String, usize>,
 }
 
+impl Jobs {
+    fn summary(&self, index: Option<&usize>) -> Option<JobSummary> {
+        index
+            .and_then(|&i| self.all.get(i))
+            .map(|j| j.summary.clone())
+    }
+}
+
 /// AWS Batch as the emulator behaves: a job is finished as soon as it is submitted (the
 /// [`super::simulator::BatchSimulator`] decides how it ended and emits the events). Lookups by id
 /// and by name are indexed, so a 100,000-job campaign does not slow down as it grows.
@@ -112,20 +120,12 @@ impl JobRunner for InMemoryBatch {
 
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         let jobs = self.lock();
-        Ok(jobs
-            .by_name
-            .get(job_name)
-            .and_then(|&i| jobs.all.get(i))
-            .map(|j| j.summary.clone()))
+        Ok(jobs.summary(jobs.by_name.get(job_name)))
     }
 
     async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         let jobs = self.lock();
-        Ok(jobs
-            .by_id
-            .get(job_id)
-            .and_then(|&i| jobs.all.get(i))
-            .map(|j| j.summary.clone()))
+        Ok(jobs.summary(jobs.by_id.get(job_id)))
     }
 }
 

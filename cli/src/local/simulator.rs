@@ -223,13 +223,10 @@ impl BatchSimulator {
     /// jobs it saw.
     pub async fn tick(&mut self) -> Result<usize> {
         let mut new_ids = self.submissions.take();
-        let mut fresh = HashSet::new();
-        new_ids.retain(|id| !self.seen.contains(id) && fresh.insert(id.clone()));
+        // `seen` both skips jobs already finished and drops repeats within this batch.
+        new_ids.retain(|id| self.seen.insert(id.clone()));
         let facts = self.ledger.facts(&new_ids).await?;
         let mut out = Vec::new();
-        for id in &new_ids {
-            self.seen.insert(id.clone());
-        }
         for f in &facts {
             let retry = retry_strategy_of(&f.retry_strategy);
             let fate = self.plan.fate(&f.job_name, &f.granule_id, &retry);

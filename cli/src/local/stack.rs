@@ -244,9 +244,15 @@ impl EmulatorStack {
     }
 
     pub fn config(&self) -> Result<Config> {
-        Config::from_lookup(|k| self.env.get(k).cloned().or_else(|| std::env::var(k).ok()))
-            .context("stack configuration")
+        config_from(&self.env)
     }
+}
+
+/// granary's configuration from `env`, falling back to the process environment (so
+/// `GRANARY_ITEM_RECORDS=off` and the like apply to a local stack too).
+pub fn config_from(env: &HashMap<String, String>) -> Result<Config> {
+    Config::from_lookup(|k| env.get(k).cloned().or_else(|| std::env::var(k).ok()))
+        .context("stack configuration")
 }
 
 async fn provision_batch(
