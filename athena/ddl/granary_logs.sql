@@ -8,7 +8,7 @@
 CREATE EXTERNAL TABLE IF NOT EXISTS granary_logs (
   granule_id string,
   attempt int,
-  classification struct<outcome: string, batch_will_retry: boolean, reason: string>,
+  classification struct<outcome: string, batch_rules: string, reason: string>,
   route string,
   job_id string,
   job_name string,

@@ -1,7 +1,7 @@
 use anyhow::{Context, Result};
-use granary::domain::batch_event::{BatchJobStateChange, JobDetail};
-use granary::domain::classify::{classify, Route};
-use granary::domain::retry_strategy::{batch_retry_decision, BatchRetryDecision};
+use granary::domain::batch_event::{DETAIL_TYPE, SOURCE};
+use granary::domain::classify::Route;
+use granary::domain::job_end::{on_job_event, JobEnd};
 use std::io::Read;
 use std::process::ExitCode;
 
@@ -26,43 +26,42 @@ pub fn run(args: Args) -> Result<ExitCode> {
         std::fs::read_to_string(&args.event).with_context(|| format!("reading {}", args.event))?
     };
     let value: serde_json::Value = serde_json::from_str(&text).context("the event is not JSON")?;
-    let job: JobDetail = if value.get("detail").is_some() {
-        BatchJobStateChange::from_value(value)
-            .context("not a Batch Job State Change event (expected source aws.batch)")?
-            .detail
+    // A bare JobDetail (as DescribeJobs returns it) is classified as the rule would deliver it.
+    let event = if value.get("detail").is_some() {
+        value
     } else {
-        serde_json::from_value(value)
-            .context("not a Batch JobDetail (need jobId, jobName, jobQueue, status)")?
+        serde_json::json!({"detail-type": DETAIL_TYPE, "source": SOURCE, "detail": value})
     };
-    let Ok(c) = classify(&job) else {
-        let msg = format!(
-            "job {} is {}: not finished, the monitor ignores it",
-            job.job_id,
-            job.status.as_str()
-        );
-        if args.json {
-            println!(
-                "{}",
-                serde_json::json!({"job_id": job.job_id, "status": job.status, "route": "ignored", "reason": msg})
+    // Exactly the monitor's decision: what it rejects, this command rejects, with its reason.
+    let (event, end) = on_job_event(event).map_err(|rejection| {
+        anyhow::anyhow!(
+            "the job monitor rejects this event ({}): {rejection}; it would be recorded under the \
+             reject prefix and sent to the failure DLQ",
+            rejection.kind().as_str()
+        )
+    })?;
+    let job = &event.detail;
+    let finished = match end {
+        JobEnd::NotFinished { job_id, status } => {
+            let msg = format!(
+                "job {job_id} is {}: not finished, the monitor ignores it",
+                status.as_str()
             );
-        } else {
-            println!("{msg}");
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"job_id": job_id, "status": status, "route": "ignored", "reason": msg})
+                );
+            } else {
+                println!("{msg}");
+            }
+            return Ok(ExitCode::SUCCESS);
         }
-        return Ok(ExitCode::SUCCESS);
+        JobEnd::Finished(f) => f,
     };
-    let route = c.route();
-    let batch = match batch_retry_decision(&job) {
-        BatchRetryDecision::WillRetry { rule: Some(i) } => {
-            format!("Batch will retry (evaluateOnExit rule {i} says RETRY)")
-        }
-        BatchRetryDecision::WillRetry { rule: None } => {
-            "Batch will retry (no evaluateOnExit rule matched)".to_owned()
-        }
-        BatchRetryDecision::Exit { why } => format!("Batch will not retry: {why}"),
-    };
-    let route_text = match route {
+    let c = &finished.classification;
+    let route_text = match finished.route {
         Route::Done => "log under outcome=success; relocate earlier failure logs",
-        Route::BatchRetries => "log only: Batch's RetryStrategy runs another attempt",
         Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
         Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
     };
@@ -70,27 +69,24 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let out = serde_json::json!({
             "job_id": job.job_id,
             "job_name": job.job_name,
-            "granule_id": job.env("GRANULE_ID").or(job.parameters.get("granule_id").map(String::as_str)),
-            "attempt": job.env("ATTEMPT").or(job.parameters.get("attempt").map(String::as_str)),
+            "granule_id": finished.granule.granule_id,
+            "attempt": finished.granule.attempt,
             "classification": c.outcome,
             "failure": c.failure,
-            "batch_will_retry": c.batch_will_retry,
-            "batch_decision": batch,
-            "route": route,
+            "batch_rules": c.batch_rules,
+            "route": finished.route,
             "reason": c.reason,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         println!("job:            {} ({})", job.job_id, job.job_name);
-        if let Some(g) = job.env("GRANULE_ID") {
-            println!(
-                "granule:        {g} attempt {}",
-                job.env("ATTEMPT").unwrap_or("?")
-            );
-        }
+        println!(
+            "granule:        {} attempt {}",
+            finished.granule.granule_id, finished.granule.attempt
+        );
         println!("classification: {:?}", c.outcome);
         println!("reason:         {}", c.reason);
-        println!("batch:          {batch}");
+        println!("batch rules:    {}", c.batch_rules);
         println!("route:          {route_text}");
     }
     Ok(ExitCode::SUCCESS)

@@ -56,11 +56,20 @@ fn classify(input: &str, json: bool) -> (i32, String) {
 #[test]
 fn routes_and_reasons() {
     let spot = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+    // FAILED is final: with a Batch attempt left and a RETRY rule matching, the job still failed
+    // (Batch does not retry a timed-out or terminated job), so granary routes it.
     let (code, out) = classify(&event("FAILED", spot, None, 2, 1), true);
     assert_eq!(code, 0, "{out}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["route"], "batch_retries");
+    assert_eq!(v["route"], "retry_queue");
     assert_eq!(v["granule_id"], "HLS.S30.T01GBH.2022226T214921.v2.0");
+    assert!(
+        v["batch_rules"]
+            .as_str()
+            .unwrap()
+            .contains("evaluateOnExit rule 0 says RETRY"),
+        "{out}"
+    );
 
     let (_, out) = classify(&event("FAILED", spot, None, 2, 2), true);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -82,7 +91,7 @@ fn routes_and_reasons() {
     assert!(out.contains("application exited with code 3"), "{out}");
     assert!(out.contains("failure DLQ"), "{out}");
     assert!(
-        out.contains("Batch will not retry: evaluateOnExit rule 1 says exit"),
+        out.contains("1 of 2 Batch attempts used; evaluateOnExit rule 1 says exit"),
         "{out}"
     );
 }
@@ -97,5 +106,25 @@ fn bad_input_is_a_clear_error() {
         false,
     );
     assert_eq!(code, 2);
-    assert!(out.contains("not a Batch Job State Change event"), "{out}");
+    assert!(out.contains("the job monitor rejects this event"), "{out}");
+}
+
+#[test]
+fn events_the_monitor_rejects_exit_non_zero_with_the_reason() {
+    let bad_attempt = event(
+        "FAILED",
+        "Essential container in task exited",
+        Some(1),
+        1,
+        1,
+    )
+    .replace(r#""value":"1""#, r#""value":"-1""#);
+    let (code, out) = classify(&bad_attempt, true);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("event_without_granule"), "{out}");
+    assert!(out.contains("\"-1\" is not a positive integer"), "{out}");
+    let bad_id = event("SUCCEEDED", "", Some(0), 1, 1).replace("HLS.S30", "HLS/S30");
+    let (code, out) = classify(&bad_id, false);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("contains '/'"), "{out}");
 }

@@ -33,6 +33,9 @@ pub struct Config {
     pub hold_key: String,
     pub log_prefix: String,
     pub claim_prefix: String,
+    /// Where poison inputs (unusable rows, events, messages, records) are kept, each with its
+    /// reason, before they are dead-lettered: SQS keeps a message 14 days at most, S3 for good.
+    pub reject_prefix: String,
     pub job_queue: String,
     pub job_definition: String,
     pub retry_queue_url: String,
@@ -224,6 +227,7 @@ impl Config {
             hold_key: or("GRANARY_HOLD_KEY", "holds/feeder.json"),
             log_prefix: prefix("GRANARY_LOG_PREFIX", "logs/")?,
             claim_prefix: prefix("GRANARY_CLAIM_PREFIX", "claims/")?,
+            reject_prefix: prefix("GRANARY_REJECT_PREFIX", "rejects/")?,
             job_queue: required("GRANARY_JOB_QUEUE", "the AWS Batch job queue (name or ARN)")?,
             job_definition: required(
                 "GRANARY_JOB_DEFINITION",

@@ -15,6 +15,7 @@ pub mod inventory;
 pub mod items;
 pub mod ports;
 pub mod redrive;
+pub mod rejects;
 pub mod report_scan;
 pub mod state;
 pub mod telemetry;

@@ -217,6 +217,8 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     }
     let mut rows = ids(5, "FF");
     rows[2] = "bad/id".into();
+    // Larger than an SQS message may be: quoting it whole would wedge the feeder at this row.
+    rows[3] = "x".repeat(300_000);
     put_inventory(
         s.ctx.store.as_ref(),
         "inventories/a.parquet",
@@ -225,14 +227,36 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     )
     .await;
     let out = feed(&s.ctx, 10).await;
-    assert_eq!((out.submitted, out.rejected), (4, 1));
-    let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
-    assert_eq!(dlq.len(), 1);
+    assert_eq!((out.submitted, out.rejected), (3, 2));
+    let mut dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
+    dlq.sort_by_key(|m| m.body.contains("300000 bytes"));
+    assert_eq!(dlq.len(), 2);
     assert!(dlq[0].body.contains("bad/id"));
     assert!(
         dlq[0].attributes["reason"].contains("'/'"),
         "{:?}",
         dlq[0].attributes
+    );
+    assert!(dlq[1].body.len() < 2_000, "{}", dlq[1].body.len());
+    assert!(dlq[1].attributes["reason"].contains("300000 bytes long"));
+    // Each is also kept in S3, with its reason and where it came from, for longer than SQS keeps it.
+    for m in &dlq {
+        let key = &m.attributes["record_key"];
+        let record: granary::rejects::RejectRecord =
+            granary::state::read_json(s.ctx.store.as_ref(), key)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
+        assert_eq!(record.reason, m.attributes["reason"]);
+        assert!(record.source.starts_with("inventories/a.parquet#row="));
+    }
+    let t = granary::state::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+        .await
+        .unwrap();
+    assert_eq!(
+        t.value.inventories[0].rows_submitted, 5,
+        "the feed went past both"
     );
 }
 

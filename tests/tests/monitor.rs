@@ -91,11 +91,22 @@ async fn routes_each_outcome_and_writes_the_keys() {
             route: Route::FailureDlq
         }
     );
-    // Spot with a Batch attempt left: Batch retries, nothing is routed or written.
+    // When Batch retries an attempt it sends RUNNABLE (the rule filters it; if one gets through,
+    // the monitor ignores it). A FAILED event is final even with a Batch attempt and a RETRY rule
+    // left (a terminated or timed-out job): it is logged and routed, never dropped.
+    let out = monitor::handle_message(ctx, &body(&f[3], &[SPOT()], "RUNNABLE"))
+        .await
+        .unwrap();
+    assert_eq!(out, MonitorOutcome::Ignored);
     let out = monitor::handle_message(ctx, &body(&f[3], &[SPOT()], "FAILED"))
         .await
         .unwrap();
-    assert_eq!(out, MonitorOutcome::BatchRetries);
+    assert_eq!(
+        out,
+        MonitorOutcome::Routed {
+            route: Route::RetryQueue
+        }
+    );
 
     let logs = keys(ctx.store.as_ref(), "logs/").await;
     let key_of = |i: usize, outcome: &str| {
@@ -114,10 +125,10 @@ async fn routes_each_outcome_and_writes_the_keys() {
     assert!(key_of(1, "failure").unwrap().1);
     assert!(key_of(2, "failure").unwrap().1);
     assert!(
-        key_of(3, "failure").is_none(),
-        "Batch-will-retry writes no log"
+        key_of(3, "failure").unwrap().1,
+        "a FAILED event is always logged"
     );
-    assert_eq!(logs.len(), 3);
+    assert_eq!(logs.len(), 4);
     assert!(logs.iter().all(|k| k.ends_with("/attempt=1.json")));
 
     let record: LogRecord = read_json(ctx.store.as_ref(), &key_of(2, "failure").unwrap().0)
@@ -220,7 +231,7 @@ async fn a_delivery_that_died_after_logging_is_finished_by_the_next() {
 }
 
 #[tokio::test]
-async fn a_malformed_message_fails_alone() {
+async fn permanent_errors_are_recorded_and_dead_lettered_at_once_the_rest_goes_on() {
     let Some((s, f)) = fed("malformed", 2, 1).await else {
         return;
     };
@@ -239,18 +250,32 @@ async fn a_malformed_message_fails_alone() {
         good[1].clone(),
     ];
     let resp = monitor::handle_sqs(&s.ctx, sqs_event(&batch)).await;
-    let failed: Vec<&str> = resp
-        .batch_item_failures
-        .iter()
-        .map(|f| f.item_identifier.as_str())
-        .collect();
-    assert_eq!(failed, vec!["m1", "m2", "m3"]);
+    // No redelivery for what can never be handled: nothing is reported back to SQS.
+    assert!(resp.batch_item_failures.is_empty());
     assert_eq!(
         keys(s.ctx.store.as_ref(), "logs/outcome=success/")
             .await
             .len(),
         2
     );
+    let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
+    let mut kinds: Vec<&str> = dlq.iter().map(|m| m.attributes["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(
+        kinds,
+        [
+            "event_without_granule",
+            "unreadable_event",
+            "unreadable_event"
+        ]
+    );
+    assert!(dlq.iter().all(|m| !m.attributes["reason"].is_empty()));
+    let no_granule_notice = dlq
+        .iter()
+        .find(|m| m.attributes["kind"] == "event_without_granule")
+        .unwrap();
+    assert!(no_granule_notice.attributes["reason"].contains("neither GRANULE_ID"));
+    assert_eq!(keys(s.ctx.store.as_ref(), "rejects/").await.len(), 3);
 }
 
 #[tokio::test]

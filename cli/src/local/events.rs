@@ -83,7 +83,9 @@ pub struct JobFacts {
 }
 
 /// The full event for a job whose attempts ended as `ends` (oldest first); `final_status` is
-/// SUCCEEDED or FAILED (or RUNNABLE for an intermediate retry notice).
+/// SUCCEEDED or FAILED, or RUNNABLE for the event Batch sends when it puts a job back in the queue
+/// for another attempt (job states: a failed attempt with attempts left moves to RUNNABLE). A
+/// RUNNABLE job has not stopped: no job-level stoppedAt, statusReason or exit code.
 pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &str) -> Value {
     let mut t = facts.created_at_ms + 5_000;
     let attempts: Vec<Value> = ends
@@ -128,7 +130,7 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
     if let Some(reason) = last_container.get("reason") {
         container["reason"] = reason.clone();
     }
-    json!({
+    let mut event = json!({
         "version": "0",
         "id": format!("{}-{}-{}", facts.job_id, ends.len(), final_status.to_lowercase()),
         "detail-type": "Batch Job State Change",
@@ -159,7 +161,18 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
             "platformCapabilities": ["EC2"],
             "eksAttempts": []
         }
-    })
+    });
+    if final_status == "RUNNABLE" {
+        if let Some(detail) = event["detail"].as_object_mut() {
+            detail.remove("statusReason");
+            detail.remove("stoppedAt");
+            if let Some(c) = detail.get_mut("container").and_then(Value::as_object_mut) {
+                c.remove("exitCode");
+                c.remove("reason");
+            }
+        }
+    }
+    event
 }
 
 /// The retryStrategy granary's stack registers: Batch retries Spot and pull errors, `attempts` total.
@@ -334,9 +347,10 @@ mod tests {
             route(&[spot.clone(), AttemptEnd::Success], "SUCCEEDED", 2),
             Route::Done
         );
+        // FAILED is final whatever the retry strategy (a terminated or timed-out job).
         assert_eq!(
             route(std::slice::from_ref(&spot), "FAILED", 2),
-            Route::BatchRetries
+            Route::RetryQueue
         );
         assert_eq!(
             route(&[spot.clone(), spot.clone()], "FAILED", 2),
@@ -356,7 +370,23 @@ mod tests {
         );
         assert_eq!(
             route(&[AttemptEnd::PullError], "FAILED", 2),
-            Route::BatchRetries
+            Route::RetryQueue
         );
+    }
+
+    #[test]
+    fn a_retried_attempt_is_a_runnable_event_the_monitor_ignores() {
+        let spot = AttemptEnd::SpotInterruption {
+            instance: "i-0abc".into(),
+        };
+        let e = BatchJobStateChange::from_value(state_change_event(
+            &facts(2),
+            std::slice::from_ref(&spot),
+            "RUNNABLE",
+        ))
+        .unwrap();
+        assert_eq!(e.detail.attempts.len(), 1, "the failed attempt is listed");
+        assert!(e.detail.status_reason.is_none());
+        assert!(classify(&e.detail).is_err(), "not terminal");
     }
 }

@@ -24,7 +24,9 @@ pub struct FaultPlan {
     pub timeout_rate: f64,
     /// Chance an attempt cannot pull its image.
     pub pull_error_rate: f64,
-    /// Also emit a FAILED event for each attempt Batch retries itself (as a noisy source would).
+    /// Also emit the RUNNABLE event Batch sends when it retries an attempt itself (the failed
+    /// attempt appended to `attempts`). granary's rule forwards only SUCCEEDED and FAILED, so these
+    /// must be filtered out on the way; Batch never sends FAILED for an attempt it retries.
     pub intermediate_events: bool,
     /// Chance the final event is delivered twice.
     pub duplicate_rate: f64,
@@ -135,11 +137,17 @@ impl FaultPlan {
     }
 }
 
-/// Batch's own decision after these attempts, by granary's implementation of its rules.
+/// Batch's own decision after these attempts, by granary's implementation of its rules. A job
+/// terminated at its attempt timeout is never retried, whatever attempts and rules remain (AWS
+/// Batch user guide, "Job timeouts": "If a job is terminated for exceeding the timeout duration,
+/// it isn't retried").
 fn batch_retries(retry: &RetryStrategy, ends: &[AttemptEnd]) -> bool {
     let Some(last) = ends.last() else {
         return false;
     };
+    if *last == AttemptEnd::Timeout {
+        return false;
+    }
     let (status_reason, reason, exit) = last.summary();
     matches!(
         retry.decide(ends.len(), Some(&status_reason), reason.as_deref(), exit),

@@ -236,7 +236,7 @@ impl BatchSimulator {
                 for k in 1..fate.ends.len() {
                     out.push((
                         0,
-                        bus_event(state_change_event(f, &fate.ends[..k], "FAILED")),
+                        bus_event(state_change_event(f, &fate.ends[..k], "RUNNABLE")),
                     ));
                     self.stats.intermediate += 1;
                 }
@@ -254,7 +254,6 @@ impl BatchSimulator {
                 Route::Done => self.stats.succeeded += 1,
                 Route::RetryQueue => self.stats.retryable += 1,
                 Route::FailureDlq => self.stats.dead_letter_bound += 1,
-                Route::BatchRetries => {}
             }
             self.planned.push(PlannedJob {
                 job_id: f.job_id.clone(),

@@ -36,6 +36,9 @@ pub struct JobDetail {
     pub job_arn: Option<String>,
     pub job_name: String,
     pub job_id: String,
+    /// Every event and JobDetail has it; a ListJobs summary does not, and the rule already
+    /// filters on it, so an absent queue is tolerated rather than rejected.
+    #[serde(default)]
     pub job_queue: String,
     pub status: JobStatus,
     #[serde(default)]
@@ -107,12 +110,25 @@ impl JobStatus {
 pub struct JobAttempt {
     #[serde(default)]
     pub container: Option<AttemptContainer>,
+    /// ECS-properties and multi-node jobs report the exit code here, not under `container`.
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// ECS-properties jobs: one entry per task, each with its containers' exit codes and reasons.
+    #[serde(default)]
+    pub task_properties: Vec<AttemptTaskProperties>,
     #[serde(default)]
     pub started_at: Option<i64>,
     #[serde(default)]
     pub stopped_at: Option<i64>,
     #[serde(default)]
     pub status_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptTaskProperties {
+    #[serde(default)]
+    pub containers: Vec<AttemptContainer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -225,19 +241,45 @@ impl JobDetail {
         self.attempts.last()
     }
 
-    /// The exit code of the last attempt, falling back to the job's container.
+    /// The containers of the last attempt: `container` for classic jobs, every container of every
+    /// task for ECS-properties jobs (which have no `container`; see the published events 01, 15).
+    fn last_attempt_containers(&self) -> impl Iterator<Item = &AttemptContainer> {
+        self.last_attempt().into_iter().flat_map(|a| {
+            a.container
+                .iter()
+                .chain(a.task_properties.iter().flat_map(|t| t.containers.iter()))
+        })
+    }
+
+    /// The exit code of the last attempt — its container's, the attempt's own (multi-node and
+    /// ECS-properties jobs), the first non-zero of its task containers — falling back to the job's
+    /// container. Meaningful only for a finished job: a running one may show 0.
     pub fn exit_code(&self) -> Option<i64> {
+        let codes: Vec<i64> = self
+            .last_attempt_containers()
+            .filter_map(|c| c.exit_code)
+            .collect();
         self.last_attempt()
-            .and_then(|a| a.container.as_ref())
-            .and_then(|c| c.exit_code)
+            .and_then(|a| {
+                a.container
+                    .as_ref()
+                    .and_then(|c| c.exit_code)
+                    .or(a.exit_code)
+            })
+            .or_else(|| {
+                codes
+                    .iter()
+                    .copied()
+                    .find(|c| *c != 0)
+                    .or(codes.first().copied())
+            })
             .or_else(|| self.container.as_ref().and_then(|c| c.exit_code))
     }
 
     /// The container-level reason (e.g. "CannotPullContainerError: ...") of the last attempt.
     pub fn container_reason(&self) -> Option<&str> {
-        self.last_attempt()
-            .and_then(|a| a.container.as_ref())
-            .and_then(|c| c.reason.as_deref())
+        self.last_attempt_containers()
+            .find_map(|c| c.reason.as_deref())
             .or_else(|| self.container.as_ref().and_then(|c| c.reason.as_deref()))
     }
 

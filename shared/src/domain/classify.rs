@@ -1,9 +1,15 @@
 //! What a finished Batch job means for granary: success, a failure the cloud caused (retry it),
-//! or a failure our code caused (dead-letter it for a human). Also: whether Batch itself will
-//! retry, in which case the event is logged and nothing is routed.
+//! or a failure our code caused (dead-letter it for a human).
+//!
+//! A FAILED event is always final. AWS Batch user guide, "Job states": FAILED means the job "has
+//! failed all available attempts"; "Automated job retries": a failed attempt with attempts left
+//! moves the job back to RUNNABLE (an event granary's rule filters out), and "Job timeouts": a
+//! job that timed out, or was terminated or cancelled, is not retried whatever attempts remain.
+//! So what the job's `retryStrategy` says about the last attempt is an explanation kept in the
+//! log (`batch_rules`), never a reason to leave a FAILED event unrouted.
 
 use super::batch_event::{JobDetail, JobStatus};
-use super::retry_strategy::{batch_retry_decision, BatchRetryDecision};
+use super::retry_strategy::explain_batch_rules;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -14,14 +20,23 @@ pub enum Outcome {
     NonRetryable,
 }
 
+impl Outcome {
+    /// As serialised (the `outcome` attribute of retry and DLQ messages).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "SUCCESS",
+            Outcome::Retryable => "RETRYABLE",
+            Outcome::NonRetryable => "NON_RETRYABLE",
+        }
+    }
+}
+
 /// Where the monitor sends the granule after logging the outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Route {
     /// Succeeded: nothing more to do.
     Done,
-    /// Batch's own RetryStrategy will run another attempt: log only.
-    BatchRetries,
     RetryQueue,
     FailureDlq,
 }
@@ -42,17 +57,19 @@ pub enum FailureKind {
 pub struct Classification {
     pub outcome: Outcome,
     pub failure: Option<FailureKind>,
-    pub batch_will_retry: bool,
+    /// How the job's `retryStrategy` reads on its last attempt (attempts used, the rule that
+    /// matched): why Batch stopped retrying, for the operator. Never changes the route.
+    #[serde(default)]
+    pub batch_rules: String,
     pub reason: String,
 }
 
 impl Classification {
     pub fn route(&self) -> Route {
-        match (self.outcome, self.batch_will_retry) {
-            (Outcome::Success, _) => Route::Done,
-            (_, true) => Route::BatchRetries,
-            (Outcome::Retryable, false) => Route::RetryQueue,
-            (Outcome::NonRetryable, false) => Route::FailureDlq,
+        match self.outcome {
+            Outcome::Success => Route::Done,
+            Outcome::Retryable => Route::RetryQueue,
+            Outcome::NonRetryable => Route::FailureDlq,
         }
     }
 }
@@ -97,6 +114,7 @@ fn is_cancellation(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
     lower.contains("cancel")
         || lower.contains("terminated by user")
+        || lower.contains("terminated by the user")
         || lower.contains("terminatejob")
 }
 
@@ -109,7 +127,7 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             return Ok(Classification {
                 outcome: Outcome::Success,
                 failure: None,
-                batch_will_retry: false,
+                batch_rules: explain_batch_rules(job),
                 reason: "job succeeded".to_owned(),
             })
         }
@@ -159,17 +177,19 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             FailureKind::AttemptTimeout,
             "attempt timed out".to_owned(),
         )
+    } else if is_cancellation(job_reason) || is_cancellation(status_reason) {
+        // Before exit codes: a terminated job's container shows the 137 of its SIGKILL (published
+        // event 14), which is the user's doing, not the application's (nor an out-of-memory kill).
+        (
+            Outcome::NonRetryable,
+            FailureKind::Cancelled,
+            format!("cancelled or terminated: {job_reason}"),
+        )
     } else if let Some(code) = job.exit_code().filter(|c| *c != 0) {
         (
             Outcome::NonRetryable,
             FailureKind::ApplicationExit { exit_code: code },
             format!("application exited with code {code}"),
-        )
-    } else if is_cancellation(job_reason) || is_cancellation(status_reason) {
-        (
-            Outcome::NonRetryable,
-            FailureKind::Cancelled,
-            format!("cancelled: {job_reason}"),
         )
     } else {
         let detail = if job_reason.is_empty() {
@@ -184,14 +204,10 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
         )
     };
 
-    let batch_will_retry = matches!(
-        batch_retry_decision(job),
-        BatchRetryDecision::WillRetry { .. }
-    );
     Ok(Classification {
         outcome,
         failure: Some(failure),
-        batch_will_retry,
+        batch_rules: explain_batch_rules(job),
         reason,
     })
 }
@@ -330,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn batch_will_retry_follows_evaluate_on_exit() {
+    fn a_failed_event_is_routed_whatever_the_retry_strategy_says() {
         let mut job = failed(SPOT, None, None);
         job.retry_strategy = Some(RetryStrategy {
             attempts: Some(3),
@@ -347,18 +363,31 @@ mod tests {
                 },
             ],
         });
+        // A timed-out or terminated Spot job with attempts left and a RETRY rule is still FAILED:
+        // Batch did not retry it, so granary must.
         let c = classify(&job).unwrap();
-        assert!(c.batch_will_retry);
-        assert_eq!(c.route(), Route::BatchRetries);
+        assert_eq!(c.route(), Route::RetryQueue);
+        assert!(
+            c.batch_rules.contains("rule 0 says RETRY"),
+            "{}",
+            c.batch_rules
+        );
+        assert!(c.batch_rules.contains("1 of 3"), "{}", c.batch_rules);
 
         // application failure: rule 1 matches the reason and exits
         let mut app = failed("Essential container in task exited", Some("exit"), Some(2));
         app.retry_strategy = job.retry_strategy.clone();
         assert_eq!(route_of(&app), Route::FailureDlq);
 
+        assert!(classify(&app)
+            .unwrap()
+            .batch_rules
+            .contains("rule 1 says EXIT"));
+
         // third Spot kill: Batch's attempts are spent, so we retry it ourselves
         job.attempts = vec![job.attempts[0].clone(); 3];
         assert_eq!(route_of(&job), Route::RetryQueue);
+        assert!(classify(&job).unwrap().batch_rules.contains("3 of 3"));
     }
 
     #[test]
@@ -380,6 +409,7 @@ mod tests {
                 },
             ],
         });
-        assert!(!classify(&job).unwrap().batch_will_retry);
+        let rules = classify(&job).unwrap().batch_rules;
+        assert!(rules.contains("rule 1 says EXIT"), "{rules}");
     }
 }

@@ -1,5 +1,6 @@
-//! AWS Batch's own retry decision, evaluated exactly as Batch documents it, so the monitor can tell
-//! "Batch will retry this attempt itself" from "this job is finished".
+//! AWS Batch's own retry decision, evaluated exactly as Batch documents it. The local Batch
+//! simulator decides with it whether a failed attempt goes back to RUNNABLE; the monitor only
+//! quotes it (`explain_batch_rules`) — a FAILED event is final whatever the rules say.
 //!
 //! Rules: a failed attempt is retried only while attempts used < `attempts`. The `evaluateOnExit`
 //! entries are checked in order and the first whose every given condition matches decides (RETRY or
@@ -92,6 +93,33 @@ pub fn batch_retry_decision(job: &JobDetail) -> BatchRetryDecision {
         job.container_reason(),
         job.exit_code(),
     )
+}
+
+/// How the job's retry strategy reads on its last attempt, for the log and `granary classify`.
+pub fn explain_batch_rules(job: &JobDetail) -> String {
+    let strategy = job.retry_strategy.clone().unwrap_or_default();
+    let allowed = strategy.attempts.unwrap_or(1).max(1);
+    let used = job.attempts.len();
+    let prefix = format!("{used} of {allowed} Batch attempts used");
+    if job.status == super::batch_event::JobStatus::Succeeded {
+        return prefix;
+    }
+    match batch_retry_decision(job) {
+        BatchRetryDecision::Exit { why } if why.starts_with("evaluateOnExit") => {
+            format!("{prefix}; {why}")
+        }
+        BatchRetryDecision::Exit { .. } => format!("{prefix}; Batch's retries are spent"),
+        BatchRetryDecision::WillRetry { rule } => {
+            let rule = match rule {
+                Some(i) => format!("evaluateOnExit rule {i} says RETRY"),
+                None => "no evaluateOnExit rule matched (Batch's default is RETRY)".to_owned(),
+            };
+            format!(
+                "{prefix}; {rule}, yet the job FAILED: Batch does not retry a job that timed out or \
+                 was terminated or cancelled"
+            )
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@ use super::Ctx;
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::tracker::Tracker;
 use crate::inventory::{Inventory, InventoryError};
-use crate::ports::{OutgoingMessage, QueueError, StoreError};
+use crate::ports::StoreError;
+use crate::rejects::RejectKind;
 use crate::state::{load_tracker, save_tracker, StateError, SubmitOutcome, Versioned};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -27,8 +28,8 @@ pub enum FeederError {
     Inventory(#[from] InventoryError),
     #[error(transparent)]
     Tracker(#[from] crate::domain::tracker::TrackerError),
-    #[error("sending an invalid inventory row to the failure DLQ: {0}")]
-    Dlq(#[from] QueueError),
+    #[error("setting aside an invalid inventory row: {0}")]
+    Reject(#[from] crate::rejects::RejectError),
     #[error("counting active jobs: {0}")]
     Jobs(#[from] crate::ports::JobRunnerError),
     #[error("updating the item record: {0}")]
@@ -260,6 +261,8 @@ async fn submit_rows(
     Ok((settled, stop))
 }
 
+/// An unusable row is recorded and dead-lettered (quoted by start, length and hash however long
+/// it is, so the notice always fits in a message), and the feed goes on past it.
 async fn reject(
     ctx: &Ctx,
     inventory_key: &str,
@@ -267,25 +270,15 @@ async fn reject(
     raw: Option<&str>,
     why: &str,
 ) -> Result<RowResult, FeederError> {
-    tracing::warn!(
-        inventory = inventory_key,
-        row,
-        raw,
-        why,
-        "invalid inventory row sent to the failure DLQ"
-    );
-    let body = serde_json::json!({
-        "raw_granule_id": raw,
-        "inventory_key": inventory_key,
-        "row": row,
-    });
-    ctx.failure_dlq
-        .send(
-            OutgoingMessage::new(body.to_string())
-                .with_attribute("outcome", "INVALID_INPUT")
-                .with_attribute("reason", format!("invalid granule id: {why}")),
-        )
-        .await?;
+    let source = format!("{inventory_key}#row={row}");
+    let reason = format!("invalid granule id: {why}");
+    ctx.reject(
+        RejectKind::InvalidInventoryRow,
+        &reason,
+        &source,
+        raw.unwrap_or(""),
+    )
+    .await?;
     Ok(RowResult::Rejected)
 }
 

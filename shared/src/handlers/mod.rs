@@ -76,6 +76,26 @@ impl Ctx {
         crate::items::Items::new(self.store.clone(), self.config.item_prefixes.clone())
     }
 
+    /// Records a poison input under the reject prefix and dead-letters a notice of it.
+    pub async fn reject(
+        &self,
+        kind: crate::rejects::RejectKind,
+        reason: &str,
+        source: &str,
+        input: &str,
+    ) -> Result<String, crate::rejects::RejectError> {
+        crate::rejects::reject(
+            self.store.as_ref(),
+            self.failure_dlq.as_ref(),
+            &self.config.reject_prefix,
+            kind,
+            reason,
+            source,
+            input,
+        )
+        .await
+    }
+
     /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
     pub async fn submit_once(
         &self,

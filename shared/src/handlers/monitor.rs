@@ -1,11 +1,13 @@
 //! The job monitor: one Batch Job State Change event in, the outcome logged, then routed.
 
 use super::Ctx;
-use crate::domain::batch_event::{BatchEventError, BatchJobStateChange};
-use crate::domain::classify::{classify, Classification, Route};
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::batch_event::BatchEventError;
+use crate::domain::classify::{Classification, Route};
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord, Supersession};
 use crate::ports::{OutgoingMessage, PutCondition, QueueError, StoreError};
+use crate::rejects::RejectError;
 use crate::state::{read_json, write_json, StateError};
 use chrono::Utc;
 use serde::Serialize;
@@ -13,15 +15,15 @@ use serde::Serialize;
 #[derive(Debug, thiserror::Error)]
 pub enum MonitorError {
     #[error(transparent)]
-    Event(#[from] BatchEventError),
-    #[error("job {job_id} carries no usable granule: {why}")]
-    NoGranule { job_id: String, why: String },
-    #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
     State(#[from] StateError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error(transparent)]
+    Reject(#[from] RejectError),
+    #[error("serialising the retry message: {0}")]
+    Json(#[from] serde_json::Error),
     #[error("updating the item record: {0}")]
     Items(#[from] crate::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is being routed by another delivery; retry later")]
@@ -36,14 +38,15 @@ pub enum MonitorOutcome {
     Succeeded { relocated: usize },
     /// Failure logged and sent to the retry queue or the DLQ.
     Routed { route: Route },
-    /// Batch's RetryStrategy will retry: logged, not routed.
-    BatchRetries,
     /// This event was already handled (a duplicate delivery).
     Duplicate,
     /// A failure for a granule that has already succeeded (a late or reordered event).
     AlreadySucceeded,
     /// Not a terminal state: nothing to do.
     Ignored,
+    /// An event no delivery could ever handle: recorded under the reject prefix and
+    /// dead-lettered with its reason at once, instead of being redelivered until SQS parks it.
+    Rejected { reason: String },
 }
 
 pub async fn handle_sqs(
@@ -56,24 +59,65 @@ pub async fn handle_sqs(
     .await
 }
 
-/// Handles one SQS message body: an EventBridge event as delivered by the rule.
+/// Handles one SQS message body: an EventBridge event as delivered by the rule. Transient errors
+/// (S3, SQS) are returned, so SQS redelivers the message; permanent ones are rejected here.
 pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, MonitorError> {
-    let raw: serde_json::Value = serde_json::from_str(body).map_err(BatchEventError::from)?;
-    let event = BatchJobStateChange::from_value(raw.clone())?;
-    let job = &event.detail;
-    let classification = match classify(job) {
-        Ok(c) => c,
-        Err(not_terminal) => {
-            tracing::info!(job_id = job.job_id, status = ?not_terminal.status, "non-terminal event ignored");
-            return Ok(MonitorOutcome::Ignored);
+    let decided = serde_json::from_str::<serde_json::Value>(body)
+        .map_err(|e| EventRejection::from(BatchEventError::from(e)))
+        .and_then(|raw| {
+            let detail = raw
+                .get("detail")
+                .cloned()
+                .unwrap_or(serde_json::Value::Null);
+            on_job_event(raw).map(|(_, end)| (end, detail))
+        });
+    match decided {
+        Err(rejection) => {
+            let reason = rejection.to_string();
+            ctx.reject(rejection.kind(), &reason, "batch events queue", body)
+                .await?;
+            Ok(MonitorOutcome::Rejected { reason })
         }
-    };
-    let granule = granule_of(job)?;
+        Ok((JobEnd::NotFinished { job_id, status }, _)) => {
+            tracing::info!(
+                job_id,
+                status = status.as_str(),
+                "non-terminal event ignored"
+            );
+            Ok(MonitorOutcome::Ignored)
+        }
+        Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail).await,
+    }
+}
+
+/// Logs a finished job's outcome, then routes its granule. `detail` is the whole JobDetail as
+/// Batch gave it (the log keeps it, `attempts[]` included, so Spot reclaims Batch absorbed stay
+/// countable). Also called for jobs found finished by other means than an event.
+pub async fn job_finished(
+    ctx: &Ctx,
+    finished: FinishedJob,
+    detail: serde_json::Value,
+) -> Result<MonitorOutcome, MonitorError> {
+    let FinishedJob {
+        granule,
+        classification,
+        route,
+    } = finished;
     let facts = ctx.config.id_parser.facts(&granule.granule_id);
-    let route = classification.route();
+    let job_id = detail
+        .get("jobId")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
+    let job_name = detail
+        .get("jobName")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
     tracing::info!(
-        granule_id = %granule.granule_id, attempt = granule.attempt, job_id = job.job_id,
-        outcome = ?classification.outcome, ?route, reason = classification.reason, "job finished"
+        granule_id = %granule.granule_id, attempt = granule.attempt, job_id,
+        outcome = ?classification.outcome, ?route, reason = classification.reason,
+        batch_rules = classification.batch_rules, "job finished"
     );
     let record = LogRecord {
         granule_id: granule.granule_id.clone(),
@@ -85,18 +129,16 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
         },
         classification: classification.clone(),
         route,
-        job_id: job.job_id.clone(),
-        job_name: job.job_name.clone(),
+        job_id,
+        job_name,
         logged_at: Utc::now(),
         routed_at: None,
         superseded: None,
-        job: raw.get("detail").cloned().unwrap_or_default(),
+        job: detail,
     };
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
     let reason = classification.reason.clone();
     let outcome = match route {
-        // The log line above is the record; the final event for this job will come.
-        Route::BatchRetries => return Ok(MonitorOutcome::BatchRetries),
         Route::Done => log_success(ctx, &key, &record).await?,
         Route::RetryQueue | Route::FailureDlq => {
             log_and_route_failure(ctx, &key, record, &classification).await?
@@ -113,36 +155,6 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
         super::item_sync::finished(ctx, &granule, to, &reason).await?;
     }
     Ok(outcome)
-}
-
-/// The granule and attempt a job was submitted for: its container environment, else its parameters.
-fn granule_of(
-    job: &crate::domain::batch_event::JobDetail,
-) -> Result<GranuleProcessingEvent, MonitorError> {
-    let no = |why: String| MonitorError::NoGranule {
-        job_id: job.job_id.clone(),
-        why,
-    };
-    let id = job
-        .env("GRANULE_ID")
-        .or(job.parameters.get("granule_id").map(String::as_str))
-        .ok_or_else(|| {
-            no("neither GRANULE_ID in the environment nor a granule_id parameter".into())
-        })?;
-    let attempt = job
-        .env("ATTEMPT")
-        .or(job.parameters.get("attempt").map(String::as_str))
-        .ok_or_else(|| no("neither ATTEMPT in the environment nor an attempt parameter".into()))?;
-    let granule_id = GranuleId::parse(id).map_err(|e| no(e.to_string()))?;
-    let attempt = attempt
-        .parse::<u32>()
-        .ok()
-        .filter(|a| *a >= 1)
-        .ok_or_else(|| no(format!("attempt {attempt:?} is not a positive integer")))?;
-    Ok(GranuleProcessingEvent {
-        granule_id,
-        attempt,
-    })
 }
 
 async fn log_success(
@@ -290,14 +302,10 @@ async fn log_and_route_failure(
         granule_id: record.granule_id.clone(),
         attempt: record.attempt,
     };
-    let outcome = serde_json::to_value(classification.outcome)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
     queue
         .send(
-            OutgoingMessage::new(serde_json::to_string(&message).unwrap_or_default())
-                .with_attribute("outcome", outcome)
+            OutgoingMessage::new(serde_json::to_string(&message)?)
+                .with_attribute("outcome", classification.outcome.as_str())
                 .with_attribute("reason", record.classification.reason.clone())
                 .with_attribute("job_id", record.job_id.clone())
                 .with_attribute("attempt", record.attempt.to_string()),

@@ -1,0 +1,174 @@
+//! The decision one Batch "Job State Change" event causes: ignore it (not finished), or log and
+//! route a finished job's granule — or reject the event as unusable. The job monitor acts on it and
+//! `granary classify` prints it; both call [`on_job_event`], so the two can never disagree.
+
+use super::batch_event::{BatchEventError, BatchJobStateChange, JobDetail, JobStatus};
+use super::classify::{classify, Classification, Route};
+use super::granule::{GranuleId, GranuleProcessingEvent};
+use super::poison::{RawText, RejectKind};
+
+/// The job contract: the container environment (and, for jobs submitted by hand, the parameters)
+/// granary sets on every job it submits. Written by `state::submit_once`, read here.
+pub const GRANULE_ID_ENV: &str = "GRANULE_ID";
+pub const ATTEMPT_ENV: &str = "ATTEMPT";
+pub const GRANULE_ID_PARAM: &str = "granule_id";
+pub const ATTEMPT_PARAM: &str = "attempt";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobEnd {
+    /// SUBMITTED..RUNNING: granary's rule forwards only SUCCEEDED and FAILED, so this is a stray.
+    NotFinished {
+        job_id: String,
+        status: JobStatus,
+    },
+    Finished(FinishedJob),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedJob {
+    pub granule: GranuleProcessingEvent,
+    pub classification: Classification,
+    pub route: Route,
+}
+
+/// Why an event can never be handled, however often it is delivered: a permanent error. The
+/// monitor records it and dead-letters it at once instead of letting SQS redeliver it.
+#[derive(Debug, thiserror::Error)]
+pub enum EventRejection {
+    #[error(transparent)]
+    Unreadable(#[from] BatchEventError),
+    #[error("job {job_id} carries no usable granule: {why}")]
+    NoGranule { job_id: String, why: String },
+}
+
+impl EventRejection {
+    pub fn kind(&self) -> RejectKind {
+        match self {
+            EventRejection::Unreadable(_) => RejectKind::UnreadableEvent,
+            EventRejection::NoGranule { .. } => RejectKind::EventWithoutGranule,
+        }
+    }
+}
+
+/// Parses an EventBridge event as the rule delivers it and decides what it causes.
+pub fn on_job_event(
+    raw: serde_json::Value,
+) -> Result<(BatchJobStateChange, JobEnd), EventRejection> {
+    let event = BatchJobStateChange::from_value(raw)?;
+    let end = on_job_detail(&event.detail)?;
+    Ok((event, end))
+}
+
+/// The decision for one JobDetail (the event's detail, or what DescribeJobs returns).
+pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
+    let classification = match classify(job) {
+        Ok(c) => c,
+        Err(not_terminal) => {
+            return Ok(JobEnd::NotFinished {
+                job_id: not_terminal.job_id,
+                status: not_terminal.status,
+            })
+        }
+    };
+    let granule = granule_of(job)?;
+    let route = classification.route();
+    Ok(JobEnd::Finished(FinishedJob {
+        granule,
+        classification,
+        route,
+    }))
+}
+
+/// The granule and attempt a job was submitted for: its container environment, else its parameters.
+pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventRejection> {
+    let no = |why: String| EventRejection::NoGranule {
+        job_id: RawText::of(&job.job_id).shown(),
+        why,
+    };
+    let id = job
+        .env(GRANULE_ID_ENV)
+        .or(job.parameters.get(GRANULE_ID_PARAM).map(String::as_str))
+        .ok_or_else(|| {
+            no(format!(
+                "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
+            ))
+        })?;
+    let attempt = job
+        .env(ATTEMPT_ENV)
+        .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
+        .ok_or_else(|| {
+            no(format!(
+                "neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter"
+            ))
+        })?;
+    let granule_id = GranuleId::parse(id).map_err(|e| no(e.to_string()))?;
+    let attempt = attempt
+        .parse::<u32>()
+        .ok()
+        .filter(|a| *a >= 1)
+        .ok_or_else(|| {
+            no(format!(
+                "attempt {} is not a positive integer",
+                RawText::of(attempt)
+            ))
+        })?;
+    Ok(GranuleProcessingEvent {
+        granule_id,
+        attempt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(status: &str, env: serde_json::Value) -> serde_json::Value {
+        json!({"detail-type": "Batch Job State Change", "source": "aws.batch",
+               "detail": {"jobName": "n", "jobId": "j-1", "jobQueue": "q", "status": status,
+                          "statusReason": "Essential container in task exited",
+                          "attempts": [{"container": {"exitCode": 3}}],
+                          "container": {"environment": env}}})
+    }
+
+    fn env(id: &str, attempt: &str) -> serde_json::Value {
+        json!([{"name": "GRANULE_ID", "value": id}, {"name": "ATTEMPT", "value": attempt}])
+    }
+
+    #[test]
+    fn a_failed_job_is_finished_and_routed() {
+        let (_, end) = on_job_event(event("FAILED", env("G.1", "2"))).unwrap();
+        let JobEnd::Finished(f) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(f.granule.attempt, 2);
+        assert_eq!(f.route, Route::FailureDlq);
+    }
+
+    #[test]
+    fn unfinished_jobs_are_ignored_even_without_a_granule() {
+        let (_, end) = on_job_event(event("RUNNABLE", json!([]))).unwrap();
+        assert!(matches!(
+            end,
+            JobEnd::NotFinished {
+                status: JobStatus::Runnable,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn permanent_errors_are_rejections_with_a_reason() {
+        let no_env = on_job_event(event("FAILED", json!([]))).unwrap_err();
+        assert_eq!(no_env.kind(), RejectKind::EventWithoutGranule);
+        let bad_attempt = on_job_event(event("FAILED", env("G.1", "-1"))).unwrap_err();
+        assert!(bad_attempt.to_string().contains("not a positive integer"));
+        let bad_id = on_job_event(event("SUCCEEDED", env("a/b", "1"))).unwrap_err();
+        assert!(bad_id.to_string().contains("'/'"));
+        let long = "x".repeat(100_000);
+        let long_attempt = on_job_event(event("FAILED", env("G.1", &long))).unwrap_err();
+        assert!(long_attempt.to_string().len() < 400, "reasons stay short");
+        let wrong = on_job_event(json!({"detail-type": "x", "source": "aws.ec2", "detail": {}}));
+        assert_eq!(wrong.unwrap_err().kind(), RejectKind::UnreadableEvent);
+    }
+}
