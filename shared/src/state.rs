@@ -197,14 +197,24 @@ async fn submit_claimed(
     };
     let job = match jobs.submit(request).await {
         Ok(job) => job,
-        Err(e) => {
-            // Release the claim so the next caller need not wait out the lease; it will still look
-            // the job up by name first, in case SubmitJob did go through.
+        Err(e) if !e.may_have_taken_effect => {
+            // Refused (4xx, throttled) or never sent: no job exists, so the claim may be taken
+            // over at once by the next delivery.
             let released = Claim {
                 claimed_at: chrono::DateTime::<Utc>::UNIX_EPOCH,
                 ..claim
             };
-            let _ = write_json(store, key, &released, PutCondition::IfMatch(etag)).await;
+            if let Err(release) =
+                write_json(store, key, &released, PutCondition::IfMatch(etag)).await
+            {
+                tracing::warn!(claim = key, error = %release, "claim not released; it waits for its lease");
+            }
+            return Err(e.into());
+        }
+        Err(e) => {
+            // The answer was lost: Batch may have created the job. The claim keeps its lease, and
+            // whoever takes it over afterwards looks the job up by name before submitting.
+            tracing::warn!(claim = key, job_name = claim.job_name, error = %e, "SubmitJob's outcome is unknown; the claim keeps its lease");
             return Err(e.into());
         }
     };
@@ -335,6 +345,87 @@ mod tests {
         let env = &jobs.submitted()[0].environment;
         assert_eq!(env["GRANULE_ID"], "HLS.S30.T01GBH.2022226T214921.v2.0");
         assert_eq!(env["ATTEMPT"], "1");
+    }
+
+    /// Batch that creates the job and then loses the answer (or refuses the call outright).
+    struct LostAnswer {
+        inner: MemoryJobRunner,
+        created_then_lost: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl JobRunner for LostAnswer {
+        async fn submit(
+            &self,
+            request: JobRequest,
+        ) -> Result<crate::ports::JobSummary, JobRunnerError> {
+            if self.created_then_lost {
+                self.inner.submit(request).await?;
+                Err(JobRunnerError::ambiguous("read timeout"))
+            } else {
+                Err(JobRunnerError::refused("TooManyRequestsException"))
+            }
+        }
+        async fn count_active(&self, n: u64) -> Result<crate::ports::ActiveJobs, JobRunnerError> {
+            self.inner.count_active(n).await
+        }
+        async fn find_by_name(
+            &self,
+            name: &str,
+        ) -> Result<Option<crate::ports::JobSummary>, JobRunnerError> {
+            self.inner.find_by_name(name).await
+        }
+        async fn describe(
+            &self,
+            id: &str,
+        ) -> Result<Option<crate::ports::JobSummary>, JobRunnerError> {
+            self.inner.describe(id).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_submit_answer_keeps_the_lease_and_is_found_by_name_not_resubmitted() {
+        let store = MemoryStore::new();
+        let lost = LostAnswer {
+            inner: MemoryJobRunner::default(),
+            created_then_lost: true,
+        };
+        let e = event();
+        let long = Duration::from_secs(900);
+        assert!(submit_once(&store, &lost, "c/", long, &e, "t")
+            .await
+            .is_err());
+        // A redelivery inside the lease waits.
+        let again = submit_once(&store, &lost.inner, "c/", long, &e, "t").await;
+        assert_eq!(again.unwrap(), SubmitOutcome::InFlight);
+        // After the lease, the job Batch did create is found by its name and recorded.
+        let after = submit_once(&store, &lost.inner, "c/", Duration::ZERO, &e, "t")
+            .await
+            .unwrap();
+        assert!(
+            matches!(after, SubmitOutcome::Recovered { .. }),
+            "{after:?}"
+        );
+        assert_eq!(lost.inner.submitted().len(), 1, "never submitted twice");
+    }
+
+    #[tokio::test]
+    async fn a_refused_submit_releases_the_claim_at_once() {
+        let store = MemoryStore::new();
+        let refused = LostAnswer {
+            inner: MemoryJobRunner::default(),
+            created_then_lost: false,
+        };
+        let e = event();
+        let long = Duration::from_secs(900);
+        assert!(submit_once(&store, &refused, "c/", long, &e, "t")
+            .await
+            .is_err());
+        let next = submit_once(&store, &refused.inner, "c/", long, &e, "t")
+            .await
+            .unwrap();
+        assert!(matches!(next, SubmitOutcome::Submitted { .. }), "{next:?}");
+        assert_eq!(refused.inner.submitted().len(), 1);
     }
 
     #[tokio::test]

@@ -5,8 +5,33 @@ use async_trait::async_trait;
 use std::collections::BTreeMap;
 
 #[derive(Debug, thiserror::Error)]
-#[error("job runner: {0}")]
-pub struct JobRunnerError(pub String);
+#[error("job runner: {message}")]
+pub struct JobRunnerError {
+    pub message: String,
+    /// Whether the call may have taken effect although it failed: the request may have reached
+    /// the service and only its answer was lost (a timeout, a dropped connection, a 5xx). A
+    /// rejected call (4xx, throttling included, or one never sent) did not take effect. Decides
+    /// whether a failed SubmitJob may be resubmitted at once or only after a lookup by name.
+    pub may_have_taken_effect: bool,
+}
+
+impl JobRunnerError {
+    /// The call was refused or never sent: nothing happened.
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            may_have_taken_effect: false,
+        }
+    }
+
+    /// The call's answer is unknown: it may have happened.
+    pub fn ambiguous(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            may_have_taken_effect: true,
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRequest {

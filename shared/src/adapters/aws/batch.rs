@@ -1,4 +1,4 @@
-use super::describe;
+use super::{describe, may_have_taken_effect, submit_job_retry_config};
 use crate::domain::batch_event::JobStatus;
 use crate::ports::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
 use async_trait::async_trait;
@@ -61,13 +61,20 @@ impl JobRunner for BatchJobRunner {
                     .build(),
             )
             .set_parameters(Some(request.parameters.into_iter().collect()))
+            // SubmitJob has no idempotency token: an SDK retry after a lost answer would create a
+            // second job. One attempt only; granary decides what follows (see `state::submit_once`).
+            .customize()
+            .config_override(
+                aws_sdk_batch::config::Builder::default().retry_config(submit_job_retry_config()),
+            )
             .send()
             .await
-            .map_err(|e| {
-                JobRunnerError(format!("SubmitJob {}: {}", request.job_name, describe(&e)))
+            .map_err(|e| JobRunnerError {
+                message: format!("SubmitJob {}: {}", request.job_name, describe(&e)),
+                may_have_taken_effect: may_have_taken_effect(&e),
             })?;
         let job_id = out.job_id.ok_or_else(|| {
-            JobRunnerError(format!(
+            JobRunnerError::ambiguous(format!(
                 "SubmitJob {}: response has no job id",
                 request.job_name
             ))
@@ -93,8 +100,8 @@ impl JobRunner for BatchJobRunner {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
-                let page =
-                    page.map_err(|e| JobRunnerError(format!("ListJobs: {}", describe(&e))))?;
+                let page = page
+                    .map_err(|e| JobRunnerError::refused(format!("ListJobs: {}", describe(&e))))?;
                 let n = page.job_summary_list.map_or(0, |l| l.len()) as u64;
                 if n > 0 {
                     *active
@@ -126,7 +133,7 @@ impl JobRunner for BatchJobRunner {
         let mut newest: Option<(i64, JobSummary)> = None;
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| {
-                JobRunnerError(format!("ListJobs JOB_NAME={job_name}: {}", describe(&e)))
+                JobRunnerError::refused(format!("ListJobs JOB_NAME={job_name}: {}", describe(&e)))
             })?;
             // Batch's name filter is case-insensitive; our names are exact.
             let summaries = page.job_summary_list.unwrap_or_default();
@@ -163,7 +170,9 @@ impl JobRunner for BatchJobRunner {
             .jobs(job_id)
             .send()
             .await
-            .map_err(|e| JobRunnerError(format!("DescribeJobs {job_id}: {}", describe(&e))))?;
+            .map_err(|e| {
+                JobRunnerError::refused(format!("DescribeJobs {job_id}: {}", describe(&e)))
+            })?;
         Ok(out.jobs.unwrap_or_default().into_iter().find_map(|j| {
             Some(JobSummary {
                 status: j.status.as_ref().and_then(from_sdk_status)?,
