@@ -11,7 +11,7 @@ use granary::domain::classify::{FailureKind, Route};
 use granary::domain::job_end::{on_job_event, JobEnd};
 use granary::handlers::monitor::{self, MonitorOutcome};
 use granary::handlers::Ctx;
-use granary::ports::{ObjectStore, Queue};
+use granary::ports::Queue;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

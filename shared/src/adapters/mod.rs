@@ -1,4 +1,5 @@
 pub mod aws;
 pub mod counting;
+pub mod faults;
 pub mod http_source;
 pub mod memory;

@@ -71,6 +71,31 @@ impl Ctx {
         }
     }
 
+    /// The same context with every external call passing through `faults` (crash-point harness,
+    /// `granary chaos`).
+    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
+        use crate::adapters::faults::{FaultyJobs, FaultyQueue, FaultyStore};
+        Self {
+            store: Arc::new(FaultyStore {
+                inner: self.store.clone(),
+                faults: faults.clone(),
+            }),
+            jobs: Arc::new(FaultyJobs {
+                inner: self.jobs.clone(),
+                faults: faults.clone(),
+            }),
+            retry_queue: Arc::new(FaultyQueue {
+                inner: self.retry_queue.clone(),
+                faults: faults.clone(),
+            }),
+            failure_dlq: Arc::new(FaultyQueue {
+                inner: self.failure_dlq.clone(),
+                faults: faults.clone(),
+            }),
+            ..self.clone()
+        }
+    }
+
     /// The item records, their history and the in-flight index.
     pub fn items(&self) -> crate::items::Items {
         crate::items::Items::new(self.store.clone(), self.config.item_prefixes.clone())

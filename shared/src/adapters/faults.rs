@@ -1,0 +1,352 @@
+//! Port decorators that make the cloud misbehave on purpose, for the crash-point harness and
+//! `granary chaos`: every external call of one handler invocation passes through one [`Faults`].
+//!
+//! - **Crash at call N.** The invocation dies at its Nth external call: either the call is never
+//!   made ([`CrashMode::Before`]) or it is made and its answer lost ([`CrashMode::After`]). From
+//!   then on every call of that invocation fails too — a dead process makes no more calls — and
+//!   [`Faults::crashed`] tells the platform (the local runner) to treat the invocation as lost:
+//!   Lambda deletes none of its SQS messages, the schedule simply fires again.
+//! - **Throttling at a rate.** A call is refused before it is made, as S3 (503 SlowDown), SQS and
+//!   Batch (TooManyRequestsException) refuse calls over their rates once the SDK's own retries are
+//!   spent. A refused SubmitJob did nothing.
+
+use crate::ports::{
+    ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta, ObjectStore,
+    OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage, StoreError,
+    StoredObject,
+};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// The process dies just before the call: it is never made.
+    Before,
+    /// The call is made, then the process dies before it sees the answer.
+    After,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CrashPoint {
+    /// 1-based index of the external call at which the invocation dies.
+    pub at_call: u64,
+    pub mode: CrashMode,
+}
+
+/// Totals across every invocation of a run.
+#[derive(Debug, Default)]
+pub struct FaultCounts {
+    pub calls: AtomicU64,
+    pub crashes: AtomicU64,
+    pub throttles: AtomicU64,
+}
+
+/// The faults of one handler invocation.
+pub struct Faults {
+    crash: Option<CrashPoint>,
+    throttle_rate: f64,
+    totals: Arc<FaultCounts>,
+    state: Mutex<State>,
+}
+
+struct State {
+    calls: u64,
+    crashed: bool,
+    /// splitmix64: a seeded, reproducible stream (no rand crate in the Lambdas for this).
+    rng: u64,
+}
+
+enum Injected {
+    Crash,
+    Throttle,
+}
+
+impl Faults {
+    pub fn new(
+        crash: Option<CrashPoint>,
+        throttle_rate: f64,
+        seed: u64,
+        totals: Arc<FaultCounts>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            crash,
+            throttle_rate,
+            totals,
+            state: Mutex::new(State {
+                calls: 0,
+                crashed: false,
+                rng: seed,
+            }),
+        })
+    }
+
+    /// Whether this invocation died (its caller must behave as the platform does after a crash).
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// External calls this invocation attempted (the crashing one included).
+    pub fn calls(&self) -> u64 {
+        self.lock().calls
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decides the fate of the next call: `Err` to fail it unmade, `Ok(lose_answer)` to make it.
+    fn enter(&self) -> Result<bool, Injected> {
+        let mut s = self.lock();
+        if s.crashed {
+            return Err(Injected::Crash);
+        }
+        s.calls += 1;
+        self.totals.calls.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = self.crash.filter(|c| c.at_call == s.calls) {
+            s.crashed = true;
+            self.totals.crashes.fetch_add(1, Ordering::Relaxed);
+            return match c.mode {
+                CrashMode::Before => Err(Injected::Crash),
+                CrashMode::After => Ok(true),
+            };
+        }
+        if self.throttle_rate > 0.0 && unit(&mut s.rng) < self.throttle_rate {
+            self.totals.throttles.fetch_add(1, Ordering::Relaxed);
+            return Err(Injected::Throttle);
+        }
+        Ok(false)
+    }
+
+    async fn call<T, E, F>(&self, call: F, error: impl Fn(&str, bool) -> E) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+    {
+        match self.enter() {
+            Err(Injected::Crash) => Err(error("injected crash: the invocation died", true)),
+            Err(Injected::Throttle) => Err(error("injected throttling: slow down", false)),
+            Ok(lose_answer) => {
+                let result = call.await;
+                if lose_answer {
+                    drop(result);
+                    Err(error("injected crash: the answer was lost", true))
+                } else {
+                    result
+                }
+            }
+        }
+    }
+}
+
+/// The next number of a splitmix64 stream, as a fraction in [0, 1).
+fn unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+pub struct FaultyStore {
+    pub inner: Arc<dyn ObjectStore>,
+    pub faults: Arc<Faults>,
+}
+
+fn store_error(key: &str) -> impl Fn(&str, bool) -> StoreError + '_ {
+    move |why, _| StoreError::backend(key, why)
+}
+
+#[async_trait]
+impl ObjectStore for FaultyStore {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
+        self.faults.call(self.inner.get(key), store_error(key)).await
+    }
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        self.faults
+            .call(self.inner.get_range(key, range), store_error(key))
+            .await
+    }
+    async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
+        self.faults
+            .call(self.inner.get_suffix(key, len), store_error(key))
+            .await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: PutCondition,
+    ) -> Result<String, StoreError> {
+        self.faults
+            .call(self.inner.put(key, body, condition), store_error(key))
+            .await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        self.faults
+            .call(self.inner.list(prefix), store_error(prefix))
+            .await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        self.faults
+            .call(self.inner.copy(from, to), store_error(to))
+            .await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.faults.call(self.inner.delete(key), store_error(key)).await
+    }
+}
+
+pub struct FaultyQueue {
+    pub inner: Arc<dyn Queue>,
+    pub faults: Arc<Faults>,
+}
+
+#[async_trait]
+impl Queue for FaultyQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn send(&self, message: OutgoingMessage) -> Result<(), QueueError> {
+        let name = self.inner.name();
+        self.faults
+            .call(self.inner.send(message), |why, _| QueueError::new(name, why))
+            .await
+    }
+    async fn receive(
+        &self,
+        max: u32,
+        visibility_timeout_secs: u32,
+        wait_secs: u32,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        let name = self.inner.name();
+        self.faults
+            .call(
+                self.inner.receive(max, visibility_timeout_secs, wait_secs),
+                |why, _| QueueError::new(name, why),
+            )
+            .await
+    }
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let name = self.inner.name();
+        self.faults
+            .call(self.inner.delete(receipt_handle), |why, _| {
+                QueueError::new(name, why)
+            })
+            .await
+    }
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let name = self.inner.name();
+        self.faults
+            .call(self.inner.release(receipt_handle), |why, _| {
+                QueueError::new(name, why)
+            })
+            .await
+    }
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        let name = self.inner.name();
+        self.faults
+            .call(self.inner.depth(), |why, _| QueueError::new(name, why))
+            .await
+    }
+}
+
+pub struct FaultyJobs {
+    pub inner: Arc<dyn JobRunner>,
+    pub faults: Arc<Faults>,
+}
+
+fn jobs_error(why: &str, crashed: bool) -> JobRunnerError {
+    if crashed {
+        JobRunnerError::ambiguous(why)
+    } else {
+        JobRunnerError::refused(why)
+    }
+}
+
+#[async_trait]
+impl JobRunner for FaultyJobs {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        self.faults.call(self.inner.submit(request), jobs_error).await
+    }
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        self.faults
+            .call(self.inner.count_active(stop_at), jobs_error)
+            .await
+    }
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        self.faults
+            .call(self.inner.find_by_name(job_name), jobs_error)
+            .await
+    }
+    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        self.faults
+            .call(self.inner.describe(job_id), jobs_error)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+
+    fn store(crash: Option<CrashPoint>, rate: f64) -> (FaultyStore, Arc<MemoryStore>, Arc<Faults>) {
+        let inner = Arc::new(MemoryStore::new());
+        let faults = Faults::new(crash, rate, 7, Arc::default());
+        (
+            FaultyStore {
+                inner: inner.clone(),
+                faults: faults.clone(),
+            },
+            inner,
+            faults,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_crash_before_the_call_leaves_no_trace_and_kills_the_rest() {
+        let crash = CrashPoint {
+            at_call: 2,
+            mode: CrashMode::Before,
+        };
+        let (s, inner, faults) = store(Some(crash), 0.0);
+        s.put("a", Bytes::from_static(b"1"), PutCondition::Overwrite)
+            .await
+            .unwrap();
+        assert!(s.put("b", Bytes::new(), PutCondition::Overwrite).await.is_err());
+        assert!(s.put("c", Bytes::new(), PutCondition::Overwrite).await.is_err());
+        assert!(faults.crashed());
+        let keys: Vec<String> = inner.list("").await.unwrap().into_iter().map(|m| m.key).collect();
+        assert_eq!(keys, ["a"]);
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_the_call_keeps_its_effect_but_loses_the_answer() {
+        let crash = CrashPoint {
+            at_call: 1,
+            mode: CrashMode::After,
+        };
+        let (s, inner, faults) = store(Some(crash), 0.0);
+        assert!(s.put("a", Bytes::new(), PutCondition::Overwrite).await.is_err());
+        assert!(faults.crashed());
+        assert!(inner.get("a").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn throttling_refuses_about_the_rate_of_calls() {
+        let (s, inner, faults) = store(None, 0.25);
+        let mut refused = 0;
+        for i in 0..2000 {
+            if s.put(&format!("k{i}"), Bytes::new(), PutCondition::Overwrite).await.is_err() {
+                refused += 1;
+            }
+        }
+        assert!((400..600).contains(&refused), "{refused}");
+        assert!(!faults.crashed());
+        assert_eq!(inner.list("").await.unwrap().len(), 2000 - refused);
+    }
+}
