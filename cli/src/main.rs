@@ -1,5 +1,6 @@
 //! `granary`: the operator's command line, and the local runtime that runs granary on an emulator.
 
+mod chaos_cmd;
 mod classify_cmd;
 mod demo_cmd;
 mod items_cmd;
@@ -28,6 +29,15 @@ enum Command {
     ///   granary classify - --json < event.json
     #[command(verbatim_doc_comment)]
     Classify(classify_cmd::Args),
+    /// Prove "nothing lost, nothing twice": a campaign on the in-memory twins with crashes at random
+    /// external calls, throttling, and duplicated and reordered events; exits 1 if anything was
+    /// lost, submitted twice or succeeded twice.
+    ///
+    /// Examples:
+    ///   granary chaos --granules 10000 --seed 7
+    ///   granary chaos --granules 100000 --json
+    #[command(verbatim_doc_comment)]
+    Chaos(chaos_cmd::Args),
     /// Run a whole campaign locally on the AWS emulator, with faults, and print what happened.
     ///
     /// Examples:
@@ -88,6 +98,7 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Chaos(args) => chaos_cmd::run(args).await,
         Command::Classify(args) => classify_cmd::run(args),
         Command::Demo(args) => demo_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,

@@ -85,6 +85,8 @@ pub struct Campaign {
     pub granules: Vec<String>,
     /// Where the events queue's redrive policy puts events that failed the monitor five times.
     events_dlq: Arc<dyn Queue>,
+    /// The in-memory Batch, for a campaign on the in-memory twins.
+    pub in_memory_batch: Option<Arc<InMemoryBatch>>,
 }
 
 impl Campaign {
@@ -163,9 +165,12 @@ impl Campaign {
             counts: counts.clone(),
         });
         let rule = Arc::new(RuleToQueue::new(events, batch.job_queue_arn()));
-        let simulator = BatchSimulator::new(batch, rule, spec.plan.clone());
+        let simulator = BatchSimulator::new(batch.clone(), rule, spec.plan.clone());
         let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
-        Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await
+        let mut campaign =
+            Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await?;
+        campaign.in_memory_batch = Some(batch);
+        Ok(campaign)
     }
 
     /// The sample inventories in the store, and the runtime around the handlers.
@@ -201,6 +206,7 @@ impl Campaign {
             counts,
             granules: rows.into_iter().map(|r| r.granule_id).collect(),
             events_dlq,
+            in_memory_batch: None,
         })
     }
 

@@ -73,6 +73,22 @@ impl InMemoryBatch {
         &self.job_queue_arn
     }
 
+    /// Job names submitted more than once: each is a (granule, attempt) that ran twice.
+    pub fn names_submitted_twice(&self) -> Vec<String> {
+        let jobs = self.lock();
+        let mut per_name: HashMap<&str, usize> = HashMap::new();
+        for j in &jobs.all {
+            *per_name.entry(j.request.job_name.as_str()).or_default() += 1;
+        }
+        let mut twice: Vec<String> = per_name
+            .into_iter()
+            .filter(|(_, n)| *n > 1)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        twice.sort();
+        twice
+    }
+
     fn lock(&self) -> MutexGuard<'_, Jobs> {
         // A poisoned lock only means another caller panicked; the job list itself is whole.
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())

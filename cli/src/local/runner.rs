@@ -5,9 +5,11 @@
 use super::simulator::BatchSimulator;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use granary::adapters::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::{monitor, requeuer, Ctx};
 use granary::ports::{Queue, ReceivedMessage};
+use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -25,6 +27,32 @@ pub struct RunnerOptions {
     pub concurrency: usize,
     /// Give up if the campaign has not settled by then.
     pub deadline: Duration,
+    /// Crashes and throttling injected into the handlers' external calls (`granary chaos`).
+    pub chaos: Option<ChaosOptions>,
+}
+
+/// What `granary chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
+#[derive(Debug, Clone)]
+pub struct ChaosOptions {
+    pub seed: u64,
+    /// Share of handler invocations that die at a random external call.
+    pub crash_rate: f64,
+    /// Share of external calls refused as throttled.
+    pub throttle_rate: f64,
+    /// A crash happens at a call chosen uniformly in 1..=this (an invocation making fewer calls
+    /// survives: only crashes that happened are counted).
+    pub max_crash_call: u64,
+}
+
+impl Default for ChaosOptions {
+    fn default() -> Self {
+        Self {
+            seed: 42,
+            crash_rate: 0.01,
+            throttle_rate: 0.05,
+            max_crash_call: 12,
+        }
+    }
 }
 
 impl Default for RunnerOptions {
@@ -36,6 +64,7 @@ impl Default for RunnerOptions {
             visibility_timeout_secs: 2,
             concurrency: 4,
             deadline: Duration::from_secs(3600),
+            chaos: None,
         }
     }
 }
@@ -48,6 +77,10 @@ pub struct Progress {
     pub retrying: u64,
     pub dead_lettered: u64,
     pub feeder_runs: u64,
+    /// Feeder runs that ended in an error (the schedule fires again, as on AWS).
+    pub feeder_errors: u64,
+    /// Invocations that died at an injected crash.
+    pub crashed_invocations: u64,
     pub monitor_invocations: u64,
     pub requeuer_invocations: u64,
     pub failed_records: u64,
@@ -66,6 +99,9 @@ pub struct LocalRuntime {
     pub options: RunnerOptions,
     pub progress: Progress,
     pub last_feed: Option<FeederSummary>,
+    /// Calls, crashes and throttles injected so far (all zero without chaos).
+    pub faults: Arc<FaultCounts>,
+    chaos_rng: rand::rngs::StdRng,
 }
 
 /// The JSON Lambda sends for an SQS batch, parsed the way Lambda's runtime would parse it.
@@ -114,10 +150,37 @@ impl LocalRuntime {
             ctx,
             events_queue,
             simulator,
+            chaos_rng: rand::rngs::StdRng::seed_from_u64(
+                options.chaos.as_ref().map_or(0, |c| c.seed),
+            ),
             options,
             progress: Progress::default(),
             last_feed: None,
+            faults: Arc::default(),
         }
+    }
+
+    /// The context one invocation sees: the runtime's, or under chaos one whose external calls
+    /// pass through a fresh [`Faults`] (and the handle to ask whether the invocation died).
+    fn invocation(&mut self) -> (Ctx, Option<Arc<Faults>>) {
+        let Some(chaos) = self.options.chaos.clone() else {
+            return (self.ctx.clone(), None);
+        };
+        let crash = (self.chaos_rng.random::<f64>() < chaos.crash_rate).then(|| CrashPoint {
+            at_call: self.chaos_rng.random_range(1..=chaos.max_crash_call.max(1)),
+            mode: if self.chaos_rng.random_bool(0.5) {
+                CrashMode::Before
+            } else {
+                CrashMode::After
+            },
+        });
+        let faults = Faults::new(
+            crash,
+            chaos.throttle_rate,
+            self.chaos_rng.random(),
+            self.faults.clone(),
+        );
+        (self.ctx.with_faults(&faults), Some(faults))
     }
 
     /// Polls one event source until it has nothing visible; returns how many records it handled.
@@ -146,29 +209,40 @@ impl LocalRuntime {
             if batches.is_empty() {
                 return Ok(handled);
             }
-            let ctx = &self.ctx;
+            let contexts: Vec<(Ctx, Option<Arc<Faults>>)> =
+                batches.iter().map(|_| self.invocation()).collect();
             let queue = &queue;
-            let invocations = batches.iter().map(|batch| async move {
-                let event = lambda_sqs_event(queue.name(), batch)?;
-                let response: SqsBatchResponse = match source {
-                    Source::Monitor => monitor::handle_sqs(ctx, event).await,
-                    Source::Requeuer => requeuer::handle_sqs(ctx, event).await,
-                };
-                // Lambda deletes every record not reported as failed; failed ones reappear later.
-                let failed: HashSet<String> = response
-                    .batch_item_failures
-                    .into_iter()
-                    .map(|f| f.item_identifier)
-                    .collect();
-                for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
-                    queue.delete(&m.receipt_handle).await?;
-                }
-                anyhow::Ok((batch.len() as u64, failed.len() as u64))
-            });
+            let invocations =
+                batches
+                    .iter()
+                    .zip(&contexts)
+                    .map(|(batch, (ctx, faults))| async move {
+                        let event = lambda_sqs_event(queue.name(), batch)?;
+                        let response: SqsBatchResponse = match source {
+                            Source::Monitor => monitor::handle_sqs(ctx, event).await,
+                            Source::Requeuer => requeuer::handle_sqs(ctx, event).await,
+                        };
+                        // A dead invocation returns nothing to Lambda: every message of its batch comes
+                        // back after the visibility timeout, handled or not.
+                        if faults.as_ref().is_some_and(|f| f.crashed()) {
+                            return anyhow::Ok((batch.len() as u64, batch.len() as u64, true));
+                        }
+                        // Lambda deletes every record not reported as failed; failed ones reappear later.
+                        let failed: HashSet<String> = response
+                            .batch_item_failures
+                            .into_iter()
+                            .map(|f| f.item_identifier)
+                            .collect();
+                        for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
+                            queue.delete(&m.receipt_handle).await?;
+                        }
+                        anyhow::Ok((batch.len() as u64, failed.len() as u64, false))
+                    });
             for r in futures::future::join_all(invocations).await {
-                let (n, failed) = r?;
+                let (n, failed, crashed) = r?;
                 handled += n;
                 self.progress.failed_records += failed;
+                self.progress.crashed_invocations += u64::from(crashed);
                 match source {
                     Source::Monitor => self.progress.monitor_invocations += 1,
                     Source::Requeuer => self.progress.requeuer_invocations += 1,
@@ -185,6 +259,7 @@ impl LocalRuntime {
         let started = Instant::now();
         let mut next_feed = Instant::now();
         let mut quiet_rounds = 0;
+        let mut feeder_errors_in_a_row = 0u32;
         loop {
             anyhow::ensure!(
                 started.elapsed() < self.options.deadline,
@@ -195,18 +270,37 @@ impl LocalRuntime {
             let phase = Instant::now();
             if Instant::now() >= next_feed {
                 next_feed = Instant::now() + self.options.feeder_interval;
-                let summary = feeder::run(
-                    &self.ctx,
+                let (ctx, faults) = self.invocation();
+                let run = feeder::run(
+                    &ctx,
                     FeederEvent {
                         granule_submit_count: self.options.granule_submit_count,
                     },
                 )
-                .await
-                .context("queue-feeder")?;
+                .await;
                 self.progress.feeder_runs += 1;
-                self.progress.inventories_complete = summary.inventories_complete;
-                activity += summary.submitted;
-                self.last_feed = Some(summary);
+                let crashed = faults.as_ref().is_some_and(|f| f.crashed());
+                self.progress.crashed_invocations += u64::from(crashed);
+                match run {
+                    Ok(summary) if !crashed => {
+                        feeder_errors_in_a_row = 0;
+                        self.progress.inventories_complete = summary.inventories_complete;
+                        activity += summary.submitted;
+                        self.last_feed = Some(summary);
+                    }
+                    // A dead run's answer is lost; the schedule fires again.
+                    Ok(_) => activity += 1,
+                    // A failed run is logged by Lambda and the schedule fires again. Only a run
+                    // that keeps failing with no chaos to blame stops the local runtime.
+                    Err(e) => {
+                        self.progress.feeder_errors += 1;
+                        feeder_errors_in_a_row += 1;
+                        activity += 1;
+                        if self.options.chaos.is_none() || feeder_errors_in_a_row > 1_000 {
+                            return Err(anyhow::Error::new(e).context("queue-feeder"));
+                        }
+                    }
+                }
             }
             self.progress.feeder_time += phase.elapsed();
             let phase = Instant::now();

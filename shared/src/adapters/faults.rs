@@ -163,7 +163,9 @@ fn store_error(key: &str) -> impl Fn(&str, bool) -> StoreError + '_ {
 #[async_trait]
 impl ObjectStore for FaultyStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
-        self.faults.call(self.inner.get(key), store_error(key)).await
+        self.faults
+            .call(self.inner.get(key), store_error(key))
+            .await
     }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         self.faults
@@ -196,7 +198,9 @@ impl ObjectStore for FaultyStore {
             .await
     }
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.faults.call(self.inner.delete(key), store_error(key)).await
+        self.faults
+            .call(self.inner.delete(key), store_error(key))
+            .await
     }
 }
 
@@ -213,7 +217,9 @@ impl Queue for FaultyQueue {
     async fn send(&self, message: OutgoingMessage) -> Result<(), QueueError> {
         let name = self.inner.name();
         self.faults
-            .call(self.inner.send(message), |why, _| QueueError::new(name, why))
+            .call(self.inner.send(message), |why, _| {
+                QueueError::new(name, why)
+            })
             .await
     }
     async fn receive(
@@ -270,7 +276,9 @@ fn jobs_error(why: &str, crashed: bool) -> JobRunnerError {
 #[async_trait]
 impl JobRunner for FaultyJobs {
     async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-        self.faults.call(self.inner.submit(request), jobs_error).await
+        self.faults
+            .call(self.inner.submit(request), jobs_error)
+            .await
     }
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         self.faults
@@ -317,10 +325,22 @@ mod tests {
         s.put("a", Bytes::from_static(b"1"), PutCondition::Overwrite)
             .await
             .unwrap();
-        assert!(s.put("b", Bytes::new(), PutCondition::Overwrite).await.is_err());
-        assert!(s.put("c", Bytes::new(), PutCondition::Overwrite).await.is_err());
+        assert!(s
+            .put("b", Bytes::new(), PutCondition::Overwrite)
+            .await
+            .is_err());
+        assert!(s
+            .put("c", Bytes::new(), PutCondition::Overwrite)
+            .await
+            .is_err());
         assert!(faults.crashed());
-        let keys: Vec<String> = inner.list("").await.unwrap().into_iter().map(|m| m.key).collect();
+        let keys: Vec<String> = inner
+            .list("")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
         assert_eq!(keys, ["a"]);
     }
 
@@ -331,7 +351,10 @@ mod tests {
             mode: CrashMode::After,
         };
         let (s, inner, faults) = store(Some(crash), 0.0);
-        assert!(s.put("a", Bytes::new(), PutCondition::Overwrite).await.is_err());
+        assert!(s
+            .put("a", Bytes::new(), PutCondition::Overwrite)
+            .await
+            .is_err());
         assert!(faults.crashed());
         assert!(inner.get("a").await.unwrap().is_some());
     }
@@ -341,7 +364,10 @@ mod tests {
         let (s, inner, faults) = store(None, 0.25);
         let mut refused = 0;
         for i in 0..2000 {
-            if s.put(&format!("k{i}"), Bytes::new(), PutCondition::Overwrite).await.is_err() {
+            if s.put(&format!("k{i}"), Bytes::new(), PutCondition::Overwrite)
+                .await
+                .is_err()
+            {
                 refused += 1;
             }
         }

@@ -173,6 +173,26 @@ pub async fn feed(
     Ok(summary)
 }
 
+/// How often one row is tried within a feeder run before the run stops at it.
+const ROW_TRIES: u32 = 5;
+
+/// Submits one valid row's granule (once, by its claim) and keeps its item record in step.
+async fn submit_row(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    source: &str,
+) -> Result<RowResult, FeederError> {
+    let outcome = ctx.submit_once(event, "queue-feeder").await?;
+    if let SubmitOutcome::Submitted { job_id }
+    | SubmitOutcome::AlreadySubmitted { job_id }
+    | SubmitOutcome::Recovered { job_id } = &outcome
+    {
+        super::item_sync::submitted(ctx, event, job_id, Some(source.to_owned()), "queue-feeder")
+            .await?;
+    }
+    Ok(RowResult::Done(outcome))
+}
+
 enum RowResult {
     Done(SubmitOutcome),
     Rejected,
@@ -187,35 +207,38 @@ async fn submit_rows(
     ids: &[Option<String>],
     summary: &mut FeederSummary,
 ) -> Result<(u64, Option<String>), FeederError> {
-    let results: Vec<Result<RowResult, FeederError>> =
-        futures::stream::iter(ids.iter().enumerate())
-            .map(|(i, raw)| async move {
-                let row = start + i as u64;
-                let id = match raw.as_deref().map(GranuleId::parse) {
-                    Some(Ok(id)) => id,
-                    Some(Err(e)) => {
-                        return reject(ctx, inventory_key, row, raw.as_deref(), &e.to_string())
-                            .await
-                    }
-                    None => {
-                        return reject(ctx, inventory_key, row, None, "granule id is null").await
-                    }
-                };
-                let event = GranuleProcessingEvent::first(id);
-                let outcome = ctx.submit_once(&event, "queue-feeder").await?;
-                if let SubmitOutcome::Submitted { job_id }
-                | SubmitOutcome::AlreadySubmitted { job_id }
-                | SubmitOutcome::Recovered { job_id } = &outcome
-                {
-                    let source = Some(format!("{inventory_key}#row={row}"));
-                    super::item_sync::submitted(ctx, &event, job_id, source, "queue-feeder")
-                        .await?;
+    let results: Vec<Result<RowResult, FeederError>> = futures::stream::iter(
+        ids.iter().enumerate(),
+    )
+    .map(|(i, raw)| async move {
+        let row = start + i as u64;
+        let id = match raw.as_deref().map(GranuleId::parse) {
+            Some(Ok(id)) => id,
+            Some(Err(e)) => {
+                return reject(ctx, inventory_key, row, raw.as_deref(), &e.to_string()).await
+            }
+            None => return reject(ctx, inventory_key, row, None, "granule id is null").await,
+        };
+        let event = GranuleProcessingEvent::first(id);
+        let source = format!("{inventory_key}#row={row}");
+        // A row that failed (a call throttled past the SDK's retries, a 5xx) is tried
+        // again within the run: the tracker only moves past settled rows, so one
+        // unlucky row would otherwise make the next run redo the whole window. Each try
+        // is idempotent (the claim decides).
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match submit_row(ctx, &event, &source).await {
+                Err(e) if tries < ROW_TRIES => {
+                    tracing::warn!(row, tries, error = %e, "row not submitted; trying again");
                 }
-                Ok(RowResult::Done(outcome))
-            })
-            .buffered(ctx.config.submit_concurrency)
-            .collect()
-            .await;
+                result => return result,
+            }
+        }
+    })
+    .buffered(ctx.config.submit_concurrency)
+    .collect()
+    .await;
     let mut settled = 0u64;
     let mut stop = None;
     for (i, r) in results.into_iter().enumerate() {

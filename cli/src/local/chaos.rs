@@ -1,0 +1,223 @@
+//! `granary chaos`: a campaign on the in-memory twins with everything going wrong at once — the
+//! fault plan's Spot kills, pull errors, timeouts and application failures, duplicated and
+//! reordered events, RUNNABLE events for the attempts Batch retries, throttled calls, and handler
+//! invocations that die at a random external call — then the audit of the promise: nothing lost,
+//! nothing submitted twice, nothing succeeded twice, every terminal failure dead-lettered with a
+//! reason and a log in S3.
+
+use super::campaign::{peek_all, Campaign, CampaignSpec};
+use super::fault_plan::FaultPlan;
+use super::runner::ChaosOptions;
+use anyhow::{Context, Result};
+use granary::domain::classify::Route;
+use granary::domain::granule::GranuleProcessingEvent;
+use granary::domain::log_key::{LogKey, LogOutcome};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ChaosSpec {
+    pub granules: usize,
+    pub seed: u64,
+    pub chaos: ChaosOptions,
+    pub granule_submit_count: u64,
+    pub feeder_interval: Duration,
+}
+
+impl Default for ChaosSpec {
+    fn default() -> Self {
+        Self {
+            granules: 10_000,
+            seed: 42,
+            chaos: ChaosOptions::default(),
+            granule_submit_count: 500,
+            feeder_interval: Duration::from_millis(50),
+        }
+    }
+}
+
+/// What a chaos run did and whether the promise held.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChaosReport {
+    pub granules: u64,
+    pub succeeded: u64,
+    pub dead_lettered: u64,
+    /// Granules neither succeeded nor dead-lettered. Must be 0.
+    pub unaccounted: u64,
+    /// (granule, attempt) pairs for which Batch ran more than one job. Must be 0.
+    pub duplicate_submissions: u64,
+    /// Granules with more than one successful job. Must be 0.
+    pub duplicate_successes: u64,
+    /// Dead-lettered granules with no failure log in S3, or DLQ messages without a reason. Must be 0.
+    pub failures_without_record: u64,
+    pub crashes_injected: u64,
+    pub throttles_injected: u64,
+    pub external_calls: u64,
+    pub handler_invocations: u64,
+    pub feeder_errors: u64,
+    pub batch_jobs: u64,
+    pub batch_internal_retries: u64,
+    pub events_emitted: u64,
+    pub duplicate_events: u64,
+    pub delayed_events: u64,
+    pub wall_secs: f64,
+    /// The first few offenders of each invariant, to start an investigation from.
+    pub examples: BTreeMap<String, Vec<String>>,
+}
+
+impl ChaosReport {
+    /// Whether every invariant held.
+    pub fn holds(&self) -> bool {
+        self.unaccounted == 0
+            && self.duplicate_submissions == 0
+            && self.duplicate_successes == 0
+            && self.failures_without_record == 0
+    }
+}
+
+/// The campaign a chaos run drives: short leases and visibility timeouts (the runtime's clock is
+/// real), every event noise the fault plan knows turned on.
+pub fn campaign_spec(spec: &ChaosSpec) -> CampaignSpec {
+    let mut c = CampaignSpec {
+        granules: spec.granules,
+        plan: FaultPlan {
+            seed: spec.seed,
+            intermediate_events: true,
+            duplicate_rate: 0.05,
+            delay_rate: 0.05,
+            timeout_rate: 0.01,
+            ..FaultPlan::default()
+        },
+        env: vec![
+            ("GRANARY_CLAIM_LEASE_SECS".into(), "1".into()),
+            ("GRANARY_ROUTE_LEASE_SECS".into(), "1".into()),
+        ],
+        ..CampaignSpec::default()
+    };
+    c.runner.visibility_timeout_secs = 1;
+    c.runner.granule_submit_count = spec.granule_submit_count;
+    c.runner.feeder_interval = spec.feeder_interval;
+    c.runner.deadline = Duration::from_secs(7_200);
+    c.runner.chaos = Some(ChaosOptions {
+        seed: spec.seed,
+        ..spec.chaos.clone()
+    });
+    c
+}
+
+pub async fn run(
+    spec: &ChaosSpec,
+    on_progress: impl FnMut(&super::runner::Progress),
+) -> Result<ChaosReport> {
+    let mut campaign = Campaign::in_memory(&campaign_spec(spec)).await?;
+    let started = Instant::now();
+    campaign
+        .runtime
+        .run_to_quiescence(on_progress)
+        .await
+        .context("the chaos campaign did not settle")?;
+    audit(&campaign, started.elapsed()).await
+}
+
+/// Checks the invariants on a settled campaign.
+pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
+    let summary = campaign.summarize(wall).await?;
+    let ctx = &campaign.runtime.ctx;
+    let mut examples: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut note = |what: &str, example: String| {
+        let list = examples.entry(what.to_owned()).or_default();
+        if list.len() < 5 {
+            list.push(example);
+        }
+    };
+
+    let twice = campaign
+        .in_memory_batch
+        .as_ref()
+        .map(|b| b.names_submitted_twice())
+        .unwrap_or_default();
+    for name in &twice {
+        note("duplicate_submissions", name.clone());
+    }
+
+    let mut successes: BTreeMap<&str, u32> = BTreeMap::new();
+    for job in &campaign.runtime.simulator.planned {
+        if job.route == Route::Done {
+            *successes.entry(job.granule_id.as_str()).or_default() += 1;
+        }
+    }
+    let succeeded_twice: Vec<&str> = successes
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(g, _)| *g)
+        .collect();
+    for g in &succeeded_twice {
+        note("duplicate_successes", (*g).to_owned());
+    }
+
+    // Every dead-lettered granule has its failure logged in S3, and every DLQ message a reason.
+    let prefix = &ctx.config.log_prefix;
+    let mut failing: BTreeSet<String> = BTreeSet::new();
+    for meta in ctx.store.list(prefix).await? {
+        if let Ok(k) = LogKey::parse(prefix, &meta.key) {
+            if k.outcome == LogOutcome::Failure {
+                failing.insert(k.granule_id.to_string());
+            }
+        }
+    }
+    let dlq = if summary.dlq.is_empty() {
+        peek_all(ctx.failure_dlq.as_ref()).await?
+    } else {
+        summary.dlq.clone()
+    };
+    let mut without_record = 0u64;
+    let mut dead: BTreeSet<String> = BTreeSet::new();
+    for m in &dlq {
+        let reason = m.attributes.get("reason").map(String::as_str).unwrap_or("");
+        let granule = serde_json::from_str::<GranuleProcessingEvent>(&m.body).ok();
+        if let Some(e) = &granule {
+            dead.insert(e.granule_id.to_string());
+        }
+        let logged = granule
+            .as_ref()
+            .is_none_or(|e| failing.contains(e.granule_id.as_str()));
+        if reason.is_empty() || !logged {
+            without_record += 1;
+            note("failures_without_record", m.body.clone());
+        }
+    }
+    for g in campaign
+        .granules
+        .iter()
+        .filter(|g| !dead.contains(*g) && !successes.contains_key(g.as_str()))
+    {
+        note("unaccounted", g.clone());
+    }
+
+    let p = &campaign.runtime.progress;
+    let faults = &campaign.runtime.faults;
+    let sim = &campaign.runtime.simulator.stats;
+    Ok(ChaosReport {
+        granules: summary.granules,
+        succeeded: summary.succeeded,
+        dead_lettered: summary.dead_lettered,
+        unaccounted: summary.unaccounted,
+        duplicate_submissions: twice.len() as u64,
+        duplicate_successes: succeeded_twice.len() as u64,
+        failures_without_record: without_record,
+        crashes_injected: faults.crashes.load(Ordering::Relaxed),
+        throttles_injected: faults.throttles.load(Ordering::Relaxed),
+        external_calls: faults.calls.load(Ordering::Relaxed),
+        handler_invocations: p.feeder_runs + p.monitor_invocations + p.requeuer_invocations,
+        feeder_errors: p.feeder_errors,
+        batch_jobs: sim.jobs,
+        batch_internal_retries: sim.batch_internal_retries,
+        events_emitted: sim.events,
+        duplicate_events: sim.duplicates,
+        delayed_events: sim.delayed,
+        wall_secs: wall.as_secs_f64(),
+        examples,
+    })
+}
