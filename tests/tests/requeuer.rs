@@ -83,6 +83,7 @@ async fn reports_failures_per_message() {
     let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
     assert_eq!(dlq.len(), 1);
     assert!(dlq[0].attributes["reason"].starts_with("malformed retry message"));
+    assert_eq!(dlq[0].attributes["kind"], "malformed_retry_message");
 
     // A message whose next attempt is claimed by a run in flight fails alone and comes back.
     let held = GranuleProcessingEvent {

@@ -14,6 +14,10 @@ pub enum RequeueError {
     State(#[from] StateError),
     #[error(transparent)]
     Queue(#[from] QueueError),
+    #[error(transparent)]
+    Reject(#[from] crate::rejects::RejectError),
+    #[error("serialising the DLQ message: {0}")]
+    Json(#[from] serde_json::Error),
     #[error("updating the item record: {0}")]
     Items(#[from] crate::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is claimed by a run still in flight; retry later")]
@@ -51,8 +55,15 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
     let message: crate::redrive::RetryMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
+            // Permanent: recorded and dead-lettered at once, never redelivered.
             let reason = format!("malformed retry message: {e}");
-            dead_letter(ctx, body.to_owned(), &reason, None).await?;
+            ctx.reject(
+                crate::rejects::RejectKind::MalformedRetryMessage,
+                &reason,
+                "retry queue",
+                body,
+            )
+            .await?;
             return Ok(RequeueOutcome::DeadLettered { reason });
         }
     };
@@ -60,8 +71,8 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
     let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.
     if next.attempt > ctx.config.max_attempt() && !message.redrive {
-        let body = serde_json::to_string(&event).unwrap_or_default();
-        dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, Some(event.attempt)).await?;
+        let body = serde_json::to_string(&event)?;
+        dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
         super::item_sync::abandoned(ctx, &event).await?;
         tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
         return Ok(RequeueOutcome::DeadLettered {
@@ -97,13 +108,11 @@ async fn dead_letter(
     ctx: &Ctx,
     body: String,
     reason: &str,
-    attempt: Option<u32>,
+    attempt: u32,
 ) -> Result<(), QueueError> {
-    let mut message = OutgoingMessage::new(body)
+    let message = OutgoingMessage::new(body)
         .with_attribute("outcome", "NON_RETRYABLE")
-        .with_attribute("reason", reason);
-    if let Some(a) = attempt {
-        message = message.with_attribute("attempt", a.to_string());
-    }
+        .with_attribute("reason", reason)
+        .with_attribute("attempt", attempt.to_string());
     ctx.failure_dlq.send(message).await
 }
