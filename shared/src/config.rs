@@ -88,6 +88,16 @@ impl Config {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
+    /// Builds the config from name/value pairs only (tests, local runs).
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> Result<Self, ConfigError> {
+        Self::from_lookup(|k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
     /// Builds the config from any lookup (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let required = |var: &'static str, what: &'static str| {

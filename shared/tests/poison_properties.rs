@@ -2,13 +2,11 @@
 //! body — the handlers answer with an outcome or a clear error, never a panic, and a permanent
 //! error is recorded and dead-lettered rather than left to redelivery.
 
-use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
 use granary::config::Config;
 use granary::domain::job_end::on_job_event;
 use granary::handlers::{monitor, requeuer, Ctx};
 use proptest::prelude::*;
 use serde_json::{json, Value};
-use std::sync::Arc;
 
 fn ctx() -> Ctx {
     let env = [
@@ -18,19 +16,7 @@ fn ctx() -> Ctx {
         ("GRANARY_RETRY_QUEUE_URL", "retry"),
         ("GRANARY_FAILURE_DLQ_URL", "dlq"),
     ];
-    let config = Config::from_lookup(|k| {
-        env.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| (*v).to_owned())
-    })
-    .expect("test config");
-    Ctx {
-        config,
-        store: Arc::new(MemoryStore::new()),
-        jobs: Arc::new(MemoryJobRunner::default()),
-        retry_queue: Arc::new(MemoryQueue::new("retry")),
-        failure_dlq: Arc::new(MemoryQueue::new("dlq")),
-    }
+    Ctx::in_memory(Config::from_pairs(&env).expect("test config"))
 }
 
 fn base_event() -> Value {

@@ -5,17 +5,14 @@
 //!
 //! Set GRANARY_REAL_EVENTS to read the corpus from elsewhere. A missing corpus fails the test.
 
-use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
 use granary::config::Config;
 use granary::domain::classify::{FailureKind, Route};
 use granary::domain::job_end::{on_job_event, JobEnd};
 use granary::handlers::monitor::{self, MonitorOutcome};
 use granary::handlers::Ctx;
-use granary::ports::Queue;
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 fn corpus_dir() -> PathBuf {
     match std::env::var_os("GRANARY_REAL_EVENTS") {
@@ -104,7 +101,7 @@ fn as_granary_event(name: &str, raw: Value) -> Value {
     event
 }
 
-fn memory_ctx() -> (Ctx, Arc<MemoryQueue>, Arc<MemoryQueue>) {
+fn memory_ctx() -> Ctx {
     let env = [
         ("GRANARY_BUCKET", "b"),
         ("GRANARY_JOB_QUEUE", "q"),
@@ -112,22 +109,7 @@ fn memory_ctx() -> (Ctx, Arc<MemoryQueue>, Arc<MemoryQueue>) {
         ("GRANARY_RETRY_QUEUE_URL", "retry"),
         ("GRANARY_FAILURE_DLQ_URL", "dlq"),
     ];
-    let config = Config::from_lookup(|k| {
-        env.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| (*v).to_owned())
-    })
-    .expect("test config");
-    let retry = Arc::new(MemoryQueue::new("retry"));
-    let dlq = Arc::new(MemoryQueue::new("dlq"));
-    let ctx = Ctx {
-        config,
-        store: Arc::new(MemoryStore::new()),
-        jobs: Arc::new(MemoryJobRunner::default()),
-        retry_queue: retry.clone(),
-        failure_dlq: dlq.clone(),
-    };
-    (ctx, retry, dlq)
+    Ctx::in_memory(Config::from_pairs(&env).expect("test config"))
 }
 
 #[tokio::test]
@@ -169,7 +151,8 @@ async fn every_published_event_gets_the_route_sources_md_gives_it() {
         assert_eq!(got, want, "{name}: decision {end:?}");
 
         // The monitor carries it out.
-        let (ctx, retry, dlq) = memory_ctx();
+        let ctx = memory_ctx();
+        let (retry, dlq) = (ctx.retry_queue.clone(), ctx.failure_dlq.clone());
         let out = monitor::handle_message(&ctx, &event.to_string())
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -41,6 +41,18 @@ impl Ctx {
         }
     }
 
+    /// A context on the in-memory twins of every port (tests, the local runtime).
+    pub fn in_memory(config: Config) -> Self {
+        use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+        Self {
+            store: Arc::new(MemoryStore::new()),
+            jobs: Arc::new(MemoryJobRunner::default()),
+            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
+            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
+            config,
+        }
+    }
+
     /// What a Lambda main does at init: config from the environment, AWS clients, adapters.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
