@@ -229,7 +229,7 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     let out = feed(&s.ctx, 10).await;
     assert_eq!((out.submitted, out.rejected), (3, 2));
     let mut dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
-    dlq.sort_by_key(|m| m.body.contains("300000 bytes"));
+    dlq.sort_by_key(|m| m.attributes["reason"].contains("300000 bytes"));
     assert_eq!(dlq.len(), 2);
     assert!(dlq[0].body.contains("bad/id"));
     assert!(
