@@ -33,6 +33,12 @@ pub struct Config {
     pub hold_key: String,
     pub log_prefix: String,
     pub claim_prefix: String,
+    /// The open-claims index: one empty marker per submitted attempt whose end is not yet logged
+    /// and routed. The reconciler reads only this, never every claim of a campaign.
+    pub open_claim_prefix: String,
+    /// How old an open claim must be before the reconciler asks Batch about its job: longer than
+    /// EventBridge normally takes to deliver an end, so it only catches events that were lost.
+    pub reconcile_after: Duration,
     /// Where poison inputs (unusable rows, events, messages, records) are kept, each with its
     /// reason, before they are dead-lettered: SQS keeps a message 14 days at most, S3 for good.
     pub reject_prefix: String,
@@ -237,6 +243,11 @@ impl Config {
             hold_key: or("GRANARY_HOLD_KEY", "holds/feeder.json"),
             log_prefix: prefix("GRANARY_LOG_PREFIX", "logs/")?,
             claim_prefix: prefix("GRANARY_CLAIM_PREFIX", "claims/")?,
+            open_claim_prefix: prefix("GRANARY_OPEN_CLAIM_PREFIX", "open-claims/")?,
+            reconcile_after: Duration::from_secs(number(
+                "GRANARY_RECONCILE_AFTER_SECS",
+                or("GRANARY_RECONCILE_AFTER_SECS", "3600"),
+            )?),
             reject_prefix: prefix("GRANARY_REJECT_PREFIX", "rejects/")?,
             job_queue: required("GRANARY_JOB_QUEUE", "the AWS Batch job queue (name or ARN)")?,
             job_definition: required(

@@ -58,6 +58,11 @@ pub fn to_json_bytes<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(serde_json::to_vec(value).unwrap_or_default())
 }
 
+/// The JSON text of one of granary's own messages (see [`to_json_bytes`] on why it cannot fail).
+pub fn to_json_string<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 /// Writes `value` under `condition`; Conflict when the condition fails.
 pub async fn write_json<T: Serialize>(
     store: &dyn ObjectStore,
@@ -114,14 +119,16 @@ pub async fn submit_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
     claim_prefix: &str,
+    open_prefix: &str,
     lease: Duration,
     event: &GranuleProcessingEvent,
     claimed_by: &str,
 ) -> Result<SubmitOutcome, StateError> {
     let key = claim_key(claim_prefix, event);
+    let open = claim_key(open_prefix, event);
     let claim = Claim::new(event, claimed_by, Utc::now());
     match write_json(store, &key, &claim, PutCondition::IfAbsent).await {
-        Ok(etag) => return submit_claimed(store, jobs, &key, claim, etag).await,
+        Ok(etag) => return submit_claimed(store, jobs, &key, &open, claim, etag).await,
         Err(StoreError::Conflict { .. }) => {}
         Err(e) => return Err(e.into()),
     }
@@ -137,6 +144,7 @@ pub async fn submit_once(
                 store,
                 jobs,
                 claim_prefix,
+                open_prefix,
                 lease,
                 event,
                 claimed_by,
@@ -152,6 +160,7 @@ pub async fn submit_once(
             return Ok(SubmitOutcome::InFlight);
         }
         if let Some(job) = jobs.find_by_name(&existing.job_name).await? {
+            mark_open(store, &open).await?;
             let recorded = Claim {
                 job_id: Some(job.job_id.clone()),
                 submitted_at: Some(Utc::now()),
@@ -169,7 +178,7 @@ pub async fn submit_once(
             ..existing
         };
         match write_json(store, &key, &takeover, PutCondition::IfMatch(etag)).await {
-            Ok(etag) => return submit_claimed(store, jobs, &key, takeover, etag).await,
+            Ok(etag) => return submit_claimed(store, jobs, &key, &open, takeover, etag).await,
             Err(StoreError::Conflict { .. }) => continue,
             Err(e) => return Err(e.into()),
         }
@@ -177,13 +186,25 @@ pub async fn submit_once(
     Ok(SubmitOutcome::InFlight)
 }
 
+/// Puts the attempt in the open-claims index, which the reconciler reads: written before SubmitJob,
+/// so every job granary may have created is indexed; the monitor removes it once the attempt's
+/// end is logged and routed. Overwriting is harmless (an empty marker).
+async fn mark_open(store: &dyn ObjectStore, open_key: &str) -> Result<(), StateError> {
+    store
+        .put(open_key, bytes::Bytes::new(), PutCondition::Overwrite)
+        .await?;
+    Ok(())
+}
+
 async fn submit_claimed(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
     key: &str,
+    open_key: &str,
     claim: Claim,
     etag: String,
 ) -> Result<SubmitOutcome, StateError> {
+    mark_open(store, open_key).await?;
     let request = JobRequest {
         job_name: claim.job_name.clone(),
         environment: BTreeMap::from([
@@ -331,12 +352,12 @@ mod tests {
     async fn submits_once_however_often_asked() {
         let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
         let lease = Duration::from_secs(900);
-        let first = submit_once(&store, &jobs, "c/", lease, &event(), "t")
+        let first = submit_once(&store, &jobs, "c/", "open/", lease, &event(), "t")
             .await
             .unwrap();
         assert!(matches!(first, SubmitOutcome::Submitted { .. }));
         for _ in 0..3 {
-            let again = submit_once(&store, &jobs, "c/", lease, &event(), "t")
+            let again = submit_once(&store, &jobs, "c/", "open/", lease, &event(), "t")
                 .await
                 .unwrap();
             assert!(matches!(again, SubmitOutcome::AlreadySubmitted { .. }));
@@ -378,7 +399,7 @@ mod tests {
         async fn describe(
             &self,
             id: &str,
-        ) -> Result<Option<crate::ports::JobSummary>, JobRunnerError> {
+        ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
             self.inner.describe(id).await
         }
     }
@@ -392,14 +413,14 @@ mod tests {
         };
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &lost, "c/", long, &e, "t")
+        assert!(submit_once(&store, &lost, "c/", "open/", long, &e, "t")
             .await
             .is_err());
         // A redelivery inside the lease waits.
-        let again = submit_once(&store, &lost.inner, "c/", long, &e, "t").await;
+        let again = submit_once(&store, &lost.inner, "c/", "open/", long, &e, "t").await;
         assert_eq!(again.unwrap(), SubmitOutcome::InFlight);
         // After the lease, the job Batch did create is found by its name and recorded.
-        let after = submit_once(&store, &lost.inner, "c/", Duration::ZERO, &e, "t")
+        let after = submit_once(&store, &lost.inner, "c/", "open/", Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert!(
@@ -418,10 +439,10 @@ mod tests {
         };
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &refused, "c/", long, &e, "t")
+        assert!(submit_once(&store, &refused, "c/", "open/", long, &e, "t")
             .await
             .is_err());
-        let next = submit_once(&store, &refused.inner, "c/", long, &e, "t")
+        let next = submit_once(&store, &refused.inner, "c/", "open/", long, &e, "t")
             .await
             .unwrap();
         assert!(matches!(next, SubmitOutcome::Submitted { .. }), "{next:?}");
@@ -437,12 +458,20 @@ mod tests {
         write_json(&store, &claim_key("c/", &e), &claim, PutCondition::IfAbsent)
             .await
             .unwrap();
-        let fresh = submit_once(&store, &jobs, "c/", Duration::from_secs(900), &e, "t")
-            .await
-            .unwrap();
+        let fresh = submit_once(
+            &store,
+            &jobs,
+            "c/",
+            "open/",
+            Duration::from_secs(900),
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert_eq!(fresh, SubmitOutcome::InFlight);
         assert!(jobs.submitted().is_empty());
-        let taken = submit_once(&store, &jobs, "c/", Duration::ZERO, &e, "t")
+        let taken = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert!(matches!(taken, SubmitOutcome::Submitted { .. }));
@@ -466,7 +495,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let out = submit_once(&store, &jobs, "c/", Duration::ZERO, &e, "t")
+        let out = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert_eq!(
@@ -476,7 +505,7 @@ mod tests {
             }
         );
         assert_eq!(jobs.submitted().len(), 1);
-        let out = submit_once(&store, &jobs, "c/", Duration::ZERO, &e, "t")
+        let out = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert_eq!(out, SubmitOutcome::AlreadySubmitted { job_id: job.job_id });

@@ -25,6 +25,9 @@ fn spec() -> CampaignSpec {
             duplicate_rate: 0.05,
             delay_rate: 0.05,
             delay_ticks: 2,
+            // The emulator's DescribeJobs answers from its own job records, not the simulator's
+            // fates, so lost events are exercised on the in-memory twins (`granary chaos`).
+            lost_rate: 0.0,
         },
         batch_attempts: 2,
         env: vec![("GRANARY_MAX_RETRIES".into(), "2".into())],

@@ -34,6 +34,10 @@ pub struct FaultPlan {
     pub delay_rate: f64,
     /// How many simulator ticks a delayed event waits.
     pub delay_ticks: u32,
+    /// Chance a job's final event is never delivered: EventBridge retries a failed delivery for
+    /// up to 24 hours and then drops it (EventBridge user guide, "Event retry policy and using
+    /// dead-letter queues"). Only granary's reconciler, asking DescribeJobs, learns such an end.
+    pub lost_rate: f64,
 }
 
 impl Default for FaultPlan {
@@ -49,6 +53,7 @@ impl Default for FaultPlan {
             duplicate_rate: 0.03,
             delay_rate: 0.02,
             delay_ticks: 3,
+            lost_rate: 0.0,
         }
     }
 }
@@ -60,6 +65,7 @@ pub struct JobFate {
     pub succeeded: bool,
     pub duplicate: bool,
     pub delayed: bool,
+    pub lost: bool,
 }
 
 impl FaultPlan {
@@ -81,6 +87,7 @@ impl FaultPlan {
             ("pull_error_rate", self.pull_error_rate),
             ("duplicate_rate", self.duplicate_rate),
             ("delay_rate", self.delay_rate),
+            ("lost_rate", self.lost_rate),
         ] {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&p),
@@ -133,6 +140,7 @@ impl FaultPlan {
             ends,
             duplicate: rng.random::<f64>() < self.duplicate_rate,
             delayed: rng.random::<f64>() < self.delay_rate,
+            lost: rng.random::<f64>() < self.lost_rate,
         }
     }
 }

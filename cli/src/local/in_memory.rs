@@ -13,8 +13,8 @@ use anyhow::Result;
 use async_trait::async_trait;
 use granary::domain::batch_event::JobStatus;
 use granary::ports::{
-    ActiveJobs, BusEvent, EventBus, EventBusError, JobRequest, JobRunner, JobRunnerError,
-    JobSummary, OutgoingMessage, Queue,
+    ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
+    JobRunnerError, JobSummary, OutgoingMessage, Queue,
 };
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -28,6 +28,8 @@ struct Job {
     summary: JobSummary,
     request: JobRequest,
     created_at_ms: i64,
+    /// How the simulator ended it: the JobDetail its final event carried.
+    settled: Option<Value>,
 }
 
 #[derive(Default)]
@@ -113,6 +115,7 @@ impl JobRunner for InMemoryBatch {
             summary: summary.clone(),
             request,
             created_at_ms: chrono::Utc::now().timestamp_millis(),
+            settled: None,
         });
         Ok(summary)
     }
@@ -139,9 +142,27 @@ impl JobRunner for InMemoryBatch {
         Ok(jobs.summary(jobs.by_name.get(job_name)))
     }
 
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+    /// DescribeJobs: the detail the simulator settled the job with; before that, the job is
+    /// RUNNABLE (queued, its fate not decided yet).
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         let jobs = self.lock();
-        Ok(jobs.summary(jobs.by_id.get(job_id)))
+        let Some(job) = jobs.by_id.get(job_id).and_then(|&i| jobs.all.get(i)) else {
+            return Ok(None);
+        };
+        Ok(Some(match &job.settled {
+            Some(detail) => JobDescription {
+                summary: job.summary.clone(),
+                detail: detail.clone(),
+            },
+            None => JobDescription::of_request(
+                JobSummary {
+                    status: JobStatus::Runnable,
+                    ..job.summary.clone()
+                },
+                &job.request,
+                &self.job_queue_arn,
+            ),
+        }))
     }
 }
 
@@ -183,6 +204,20 @@ impl JobLedger for InMemoryBatch {
             });
         }
         Ok(out)
+    }
+
+    async fn settle(&self, job_id: &str, status: JobStatus, detail: &Value) -> Result<()> {
+        let mut jobs = self.lock();
+        if let Some(job) = jobs
+            .by_id
+            .get(job_id)
+            .copied()
+            .and_then(|i| jobs.all.get_mut(i))
+        {
+            job.summary.status = status;
+            job.settled = Some(detail.clone());
+        }
+        Ok(())
     }
 
     async fn finished(&self) -> Result<Vec<String>> {
@@ -272,7 +307,21 @@ mod tests {
         let a = batch.submit(request("g-a1", "G1", 1)).await.unwrap();
         let b = batch.submit(request("g-a2", "G1", 2)).await.unwrap();
         assert_ne!(a.job_id, b.job_id);
-        assert_eq!(batch.describe(&b.job_id).await.unwrap(), Some(b.clone()));
+        // Before the simulator settles it, DescribeJobs shows it queued with its parameters.
+        let described = batch.describe(&b.job_id).await.unwrap().unwrap();
+        assert_eq!(described.summary.job_id, b.job_id);
+        assert_eq!(described.summary.status, JobStatus::Runnable);
+        assert_eq!(described.detail["parameters"]["granule_id"], "G1");
+        let detail = serde_json::json!({"jobId": b.job_id, "status": "FAILED"});
+        batch
+            .settle(&b.job_id, JobStatus::Failed, &detail)
+            .await
+            .unwrap();
+        let described = batch.describe(&b.job_id).await.unwrap().unwrap();
+        assert_eq!(
+            (described.summary.status, described.detail),
+            (JobStatus::Failed, detail)
+        );
         assert_eq!(batch.find_by_name("g-a1").await.unwrap(), Some(a.clone()));
         assert_eq!(batch.find_by_name("nope").await.unwrap(), None);
         // Finished at submission, as on the emulator: nothing counts as active.

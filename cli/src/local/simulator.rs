@@ -59,7 +59,10 @@ impl JobRunner for SubmissionTap {
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         self.inner.find_by_name(job_name).await
     }
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+    async fn describe(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<granary::ports::JobDescription>, JobRunnerError> {
         self.inner.describe(job_id).await
     }
 }
@@ -69,6 +72,14 @@ impl JobRunner for SubmissionTap {
 pub trait JobLedger: Send + Sync {
     /// What Batch knows about these jobs; ids without granary's parameters are skipped.
     async fn facts(&self, job_ids: &[String]) -> Result<Vec<JobFacts>>;
+    /// The simulator decided how the job ended: what DescribeJobs answers from now on. An
+    /// emulator's Batch keeps its own record of the job, which the simulator cannot change.
+    async fn settle(
+        &self,
+        job_id: &str,
+        status: granary::domain::batch_event::JobStatus,
+        detail: &serde_json::Value,
+    ) -> Result<()>;
     /// Every finished job on the job queue (for the settling sweep).
     async fn finished(&self) -> Result<Vec<String>>;
 }
@@ -92,6 +103,16 @@ impl EndpointBatch {
 impl JobLedger for EndpointBatch {
     async fn facts(&self, job_ids: &[String]) -> Result<Vec<JobFacts>> {
         describe_facts(&self.batch, job_ids).await
+    }
+
+    /// The emulator's Batch keeps its own job records; what it describes is its own.
+    async fn settle(
+        &self,
+        _job_id: &str,
+        _status: granary::domain::batch_event::JobStatus,
+        _detail: &serde_json::Value,
+    ) -> Result<()> {
+        Ok(())
     }
 
     async fn finished(&self) -> Result<Vec<String>> {
@@ -138,6 +159,8 @@ pub struct SimulatorStats {
     pub duplicates: u64,
     pub delayed: u64,
     pub intermediate: u64,
+    /// Final events never delivered (the fault plan's `lost_rate`).
+    pub lost: u64,
     pub batch_internal_retries: u64,
     pub succeeded: u64,
     pub retryable: u64,
@@ -250,6 +273,9 @@ impl BatchSimulator {
             let parsed = BatchJobStateChange::from_value(event.clone())
                 .context("simulator built an unparsable event")?;
             let c = classify(&parsed.detail).context("simulator built a non-terminal event")?;
+            self.ledger
+                .settle(&f.job_id, parsed.detail.status, &event["detail"])
+                .await?;
             match c.route() {
                 Route::Done => self.stats.succeeded += 1,
                 Route::RetryQueue => self.stats.retryable += 1,
@@ -270,6 +296,11 @@ impl BatchSimulator {
             } else {
                 0
             };
+            // EventBridge gave up delivering it: only DescribeJobs (the reconciler) can tell.
+            if fate.lost {
+                self.stats.lost += 1;
+                continue;
+            }
             if fate.duplicate {
                 self.stats.duplicates += 1;
                 out.push((delay + 1, bus_event(event.clone())));

@@ -179,7 +179,10 @@ impl JobRunner for CountingJobs {
         bump(&self.counts.batch_calls);
         self.inner.find_by_name(job_name).await
     }
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+    async fn describe(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
         bump(&self.counts.batch_calls);
         self.inner.describe(job_id).await
     }

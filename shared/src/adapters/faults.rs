@@ -290,7 +290,10 @@ impl JobRunner for FaultyJobs {
             .call(self.inner.find_by_name(job_name), jobs_error)
             .await
     }
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+    async fn describe(
+        &self,
+        job_id: &str,
+    ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
         self.faults
             .call(self.inner.describe(job_id), jobs_error)
             .await

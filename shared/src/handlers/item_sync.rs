@@ -54,6 +54,20 @@ pub async fn submitted(
                     submit.clone(),
                 ],
                 Ready => vec![submit.clone()],
+                // An earlier attempt still shows PROCESSING: the sweeper sent its retry before
+                // recording the timeout (and may have died before the write). The next
+                // attempt's submission proves the earlier one is over.
+                Processing => vec![
+                    Change::to(
+                        ProcessingFailed,
+                        format!(
+                            "attempt {} superseded: attempt {attempt} submitted",
+                            r.attempts.processing
+                        ),
+                    ),
+                    Change::to(Ready, format!("retrying as attempt {attempt}")),
+                    submit.clone(),
+                ],
                 _ => Vec::new(),
             }
         })

@@ -5,6 +5,7 @@ pub mod feeder;
 pub mod importer;
 pub mod item_sync;
 pub mod monitor;
+pub mod reconciler;
 pub mod requeuer;
 pub mod resume;
 
@@ -143,6 +144,7 @@ impl Ctx {
             self.store.as_ref(),
             self.jobs.as_ref(),
             &self.config.claim_prefix,
+            &self.config.open_claim_prefix,
             self.config.claim_lease,
             event,
             claimed_by,

@@ -154,6 +154,13 @@ pub async fn job_finished(
     if let Some(to) = to {
         super::item_sync::finished(ctx, &granule, to, &reason).await?;
     }
+    // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
+    ctx.store
+        .delete(&crate::domain::claim::claim_key(
+            &ctx.config.open_claim_prefix,
+            &granule,
+        ))
+        .await?;
     Ok(outcome)
 }
 

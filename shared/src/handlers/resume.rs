@@ -7,7 +7,7 @@ use super::importer::{ImportMessage, Importer, Step};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::item::Change;
 use crate::domain::lifecycle::ItemState::*;
-use crate::items::{Advanced, ItemError};
+use crate::items::ItemError;
 use crate::ports::{OutgoingMessage, QueueError};
 use crate::redrive::RetryMessage;
 use serde::Serialize;
@@ -62,8 +62,29 @@ pub async fn resume(
         };
         if !dry_run {
             if from == ProcessingFailed {
+                // The message first: the requeuer moves a PROCESSING_FAILED item on by itself
+                // (→ READY → PROCESSING), so a crash before the READY write below strands
+                // nothing, and a rerun of the command only repeats a message the requeuer's
+                // claim makes harmless.
+                let message = RetryMessage {
+                    event: GranuleProcessingEvent {
+                        granule_id: id.clone(),
+                        attempt: r.attempts.processing,
+                    },
+                    redrive: true,
+                };
+                imp.ctx
+                    .retry_queue
+                    .send(
+                        OutgoingMessage::new(crate::state::to_json_string(&message))
+                            .with_attribute("outcome", "RESUMED")
+                            .with_attribute("reason", "resumed by an operator"),
+                    )
+                    .await?;
                 let seq = r.seq;
-                let moved = items
+                // The history says who resumed it; if the requeuer got there first, its own
+                // entries say the same.
+                items
                     .advance(id, "operator", |x| {
                         (x.state == ProcessingFailed && x.seq == seq).then(|| {
                             Change::to(
@@ -72,29 +93,6 @@ pub async fn resume(
                             )
                         })
                     })
-                    .await?;
-                let Advanced::Moved(ready) = moved else {
-                    let state = moved
-                        .record()
-                        .map(|x| x.state.to_string())
-                        .unwrap_or_default();
-                    summary.not_failed.push((id.to_string(), state));
-                    continue;
-                };
-                let message = RetryMessage {
-                    event: GranuleProcessingEvent {
-                        granule_id: id.clone(),
-                        attempt: ready.attempts.processing,
-                    },
-                    redrive: true,
-                };
-                imp.ctx
-                    .retry_queue
-                    .send(
-                        OutgoingMessage::new(serde_json::to_string(&message).unwrap_or_default())
-                            .with_attribute("outcome", "RESUMED")
-                            .with_attribute("reason", "resumed by an operator"),
-                    )
                     .await?;
             } else {
                 imp.send(ImportMessage {

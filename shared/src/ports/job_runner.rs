@@ -49,6 +49,36 @@ pub struct JobSummary {
     pub status: JobStatus,
 }
 
+/// What DescribeJobs says about one job: its summary, and its whole JobDetail as JSON in the shape
+/// the job-state-change event's `detail` has (the same fields; the monitor reads either).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobDescription {
+    pub summary: JobSummary,
+    pub detail: serde_json::Value,
+}
+
+impl JobDescription {
+    /// What Batch would describe for a job known only by its request and status: no attempts
+    /// yet, the request's environment and parameters echoed (the in-memory twins start here).
+    pub fn of_request(summary: JobSummary, request: &JobRequest, job_queue: &str) -> Self {
+        let environment: Vec<serde_json::Value> = request
+            .environment
+            .iter()
+            .map(|(name, value)| serde_json::json!({ "name": name, "value": value }))
+            .collect();
+        let detail = serde_json::json!({
+            "jobId": summary.job_id,
+            "jobName": summary.job_name,
+            "jobQueue": job_queue,
+            "status": summary.status.as_str(),
+            "attempts": [],
+            "parameters": request.parameters,
+            "container": { "environment": environment },
+        });
+        Self { summary, detail }
+    }
+}
+
 /// Counts of unfinished jobs by status. Counting stops early at the caller's limit, so `total` is
 /// exact below it and "at least the limit" at it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -65,5 +95,5 @@ pub trait JobRunner: Send + Sync {
     /// The newest job with exactly this name, in any status.
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
     /// The job with this id, or `None` when Batch no longer (or never) knew it.
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError>;
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError>;
 }

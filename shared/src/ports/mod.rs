@@ -8,7 +8,9 @@ pub mod queue;
 pub mod source;
 
 pub use event_bus::{BusEvent, EventBus, EventBusError};
-pub use job_runner::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
+pub use job_runner::{
+    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary,
+};
 pub use object_store::{
     ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,
 };

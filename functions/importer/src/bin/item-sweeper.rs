@@ -1,7 +1,9 @@
-//! Lambda: item-sweeper. Invoked by an EventBridge schedule; recovers items stuck in DOWNLOADING
-//! or PROCESSING past their timeout.
+//! Lambda: item-sweeper. Invoked by an EventBridge schedule: first the reconciler (submitted
+//! attempts whose end never reached the monitor), then the sweeper (items stuck in DOWNLOADING or
+//! PROCESSING past their timeout).
 
 use granary::handlers::importer::{sweeper, Importer};
+use granary::handlers::reconciler;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -10,9 +12,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let imp = &Importer::from_env().await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            sweeper::sweep(imp, chrono::Utc::now())
-                .await
-                .map_err(lambda_runtime::Error::from)
+            let now = chrono::Utc::now();
+            let reconciled = reconciler::reconcile(&imp.ctx, now).await?;
+            let swept = sweeper::sweep(imp, now).await?;
+            Ok::<_, lambda_runtime::Error>(
+                serde_json::json!({ "reconcile": reconciled, "sweep": swept }),
+            )
         },
     ))
     .await

@@ -1,6 +1,6 @@
 use super::{describe, may_have_taken_effect, submit_job_retry_config};
 use crate::domain::batch_event::JobStatus;
-use crate::ports::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
+use crate::ports::{ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary};
 use async_trait::async_trait;
 use aws_sdk_batch::types::{
     ContainerOverrides, JobStatus as SdkStatus, KeyValuePair, KeyValuesPair,
@@ -39,6 +39,103 @@ pub(crate) fn from_sdk_status(s: &SdkStatus) -> Option<JobStatus> {
         SdkStatus::Failed => JobStatus::Failed,
         _ => return None,
     })
+}
+
+/// DescribeJobs' JobDetail as the JSON the job-state-change event carries in `detail`: the event's
+/// detail is "the same JobDetail DescribeJobs returns" (AWS Batch user guide, "Job state change
+/// events"), so the monitor reads both with one parser. Only the fields granary reads are copied.
+pub(crate) fn detail_json(j: &aws_sdk_batch::types::JobDetail) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let container_reason = |exit: Option<i32>, reason: Option<&str>, stream: Option<&str>| json!({ "exitCode": exit, "reason": reason, "logStreamName": stream });
+    let attempts: Vec<Value> = j
+        .attempts()
+        .iter()
+        .map(|a| {
+            let mut attempt = Map::new();
+            if let Some(c) = a.container() {
+                attempt.insert(
+                    "container".into(),
+                    container_reason(c.exit_code(), c.reason(), c.log_stream_name()),
+                );
+            }
+            let tasks: Vec<Value> = a
+                .task_properties()
+                .iter()
+                .map(|t| {
+                    let containers: Vec<Value> = t
+                        .containers()
+                        .iter()
+                        .map(|c| container_reason(c.exit_code(), c.reason(), c.log_stream_name()))
+                        .collect();
+                    json!({ "containers": containers })
+                })
+                .collect();
+            attempt.insert("taskProperties".into(), Value::Array(tasks));
+            attempt.insert("startedAt".into(), json!(a.started_at()));
+            attempt.insert("stoppedAt".into(), json!(a.stopped_at()));
+            attempt.insert("statusReason".into(), json!(a.status_reason()));
+            Value::Object(attempt)
+        })
+        .collect();
+    let retry_strategy = j.retry_strategy().map(|r| {
+        let rules: Vec<Value> = r
+            .evaluate_on_exit()
+            .iter()
+            // Batch requires an action on every rule; one without cannot be evaluated.
+            .filter_map(|e| {
+                Some(json!({
+                    "onStatusReason": e.on_status_reason(),
+                    "onReason": e.on_reason(),
+                    "onExitCode": e.on_exit_code(),
+                    "action": e.action()?.as_str(),
+                }))
+            })
+            .collect();
+        json!({ "attempts": r.attempts(), "evaluateOnExit": rules })
+    });
+    let container = j.container().map(|c| {
+        let environment: Vec<Value> = c
+            .environment()
+            .iter()
+            .filter_map(|kv| Some(json!({ "name": kv.name()?, "value": kv.value()? })))
+            .collect();
+        json!({
+            "image": c.image(),
+            "command": c.command(),
+            "environment": environment,
+            "exitCode": c.exit_code(),
+            "reason": c.reason(),
+            "logStreamName": c.log_stream_name(),
+        })
+    });
+    let mut detail = json!({
+        "jobArn": j.job_arn(),
+        "jobName": j.job_name(),
+        "jobId": j.job_id(),
+        "jobQueue": j.job_queue(),
+        "status": j.status().map(|s| s.as_str()),
+        "statusReason": j.status_reason(),
+        "attempts": attempts,
+        "createdAt": j.created_at(),
+        "startedAt": j.started_at(),
+        "stoppedAt": j.stopped_at(),
+        "jobDefinition": j.job_definition(),
+        "parameters": j.parameters().cloned().unwrap_or_default(),
+        "tags": j.tags().cloned().unwrap_or_default(),
+        "timeout": j.timeout().map(|t| json!({ "attemptDurationSeconds": t.attempt_duration_seconds() })),
+    });
+    if let (Some(obj), Some(c)) = (detail.as_object_mut(), container) {
+        obj.insert("container".into(), c);
+    }
+    if let (Some(obj), Some(r)) = (detail.as_object_mut(), retry_strategy) {
+        obj.insert("retryStrategy".into(), r);
+    }
+    // Absent, not null: the parser treats a missing field and a null the same only where the
+    // event itself may omit it.
+    if let Some(obj) = detail.as_object_mut() {
+        obj.retain(|_, v| !v.is_null());
+    }
+    detail
 }
 
 #[async_trait]
@@ -163,7 +260,7 @@ impl JobRunner for BatchJobRunner {
         Ok(newest.map(|(_, s)| s))
     }
 
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         let out = self
             .client
             .describe_jobs()
@@ -173,11 +270,14 @@ impl JobRunner for BatchJobRunner {
             .map_err(|e| {
                 JobRunnerError::refused(format!("DescribeJobs {job_id}: {}", describe(&e)))
             })?;
-        Ok(out.jobs.unwrap_or_default().into_iter().find_map(|j| {
-            Some(JobSummary {
-                status: j.status.as_ref().and_then(from_sdk_status)?,
-                job_id: j.job_id?,
-                job_name: j.job_name?,
+        Ok(out.jobs.unwrap_or_default().iter().find_map(|j| {
+            Some(JobDescription {
+                summary: JobSummary {
+                    status: j.status.as_ref().and_then(from_sdk_status)?,
+                    job_id: j.job_id.clone()?,
+                    job_name: j.job_name.clone()?,
+                },
+                detail: detail_json(j),
             })
         }))
     }

@@ -1,13 +1,15 @@
 use crate::domain::batch_event::JobStatus;
-use crate::ports::{ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary};
+use crate::ports::{ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary};
 use async_trait::async_trait;
 use std::sync::Mutex;
 
 /// In-memory job runner: records every submission; jobs stay in `initial_status` until
-/// `set_status` moves them.
+/// `set_status` moves them. DescribeJobs answers with the request echoed and no attempts, or with
+/// the detail a test gave through `finish`.
 #[derive(Debug)]
 pub struct MemoryJobRunner {
     jobs: Mutex<Vec<(JobRequest, JobSummary)>>,
+    details: Mutex<std::collections::HashMap<String, serde_json::Value>>,
     initial_status: JobStatus,
 }
 
@@ -21,6 +23,7 @@ impl MemoryJobRunner {
     pub fn new(initial_status: JobStatus) -> Self {
         Self {
             jobs: Mutex::new(Vec::new()),
+            details: Mutex::default(),
             initial_status,
         }
     }
@@ -31,6 +34,15 @@ impl MemoryJobRunner {
 
     pub fn submitted(&self) -> Vec<JobRequest> {
         self.lock().iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// The job ended as `detail` (a JobDetail as DescribeJobs returns it) says.
+    pub fn finish(&self, job_id: &str, status: JobStatus, detail: serde_json::Value) {
+        self.set_status(job_id, status);
+        self.details
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job_id.to_owned(), detail);
     }
 
     pub fn set_status(&self, job_id: &str, status: JobStatus) {
@@ -77,11 +89,24 @@ impl JobRunner for MemoryJobRunner {
             .map(|(_, s)| s.clone()))
     }
 
-    async fn describe(&self, job_id: &str) -> Result<Option<JobSummary>, JobRunnerError> {
-        Ok(self
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
+        let Some((request, summary)) = self
             .lock()
             .iter()
             .find(|(_, s)| s.job_id == job_id)
-            .map(|(_, s)| s.clone()))
+            .cloned()
+        else {
+            return Ok(None);
+        };
+        let given = self
+            .details
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(job_id)
+            .cloned();
+        Ok(Some(match given {
+            Some(detail) => JobDescription { summary, detail },
+            None => JobDescription::of_request(summary, &request, "memory"),
+        }))
     }
 }

@@ -40,6 +40,36 @@ fn key_safe(name: &str) -> String {
     }
 }
 
+/// A Download message found the item still DOWNLOADING: if its attempt is past the download
+/// timeout with attempts left, the attempt is recorded as failed here (DOWNLOADING_FAILED) so the
+/// download can start again. The sweeper sends that message before it writes the same change, so
+/// whichever of the two comes first makes it, and a sweeper that died between them strands
+/// nothing. Returns the state the item is left in.
+pub async fn record_timeout(
+    imp: &Importer,
+    id: &GranuleId,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<ItemState, ImportError> {
+    let policy = imp.ctx.config.retry_policy;
+    let timeout = policy.download_timeout.num_seconds();
+    let moved = imp
+        .ctx
+        .items()
+        .advance(id, BY, |r| {
+            (r.state == Downloading
+                && policy.timeout_recovery(Downloading, &r.attempts, now)
+                    == Some(vec![DownloadingFailed]))
+            .then(|| {
+                Change::to(
+                    DownloadingFailed,
+                    format!("timed out after {timeout}s (timeout recovery)"),
+                )
+            })
+        })
+        .await?;
+    Ok(state_of(&moved))
+}
+
 /// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's. `resume`
 /// (an operator's) grants the first attempt even past the budget. Returns the state the item is
 /// left in.

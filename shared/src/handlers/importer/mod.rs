@@ -37,6 +37,10 @@ pub enum ImportError {
     NoSource,
     #[error("no import queue configured: set GRANARY_IMPORT_QUEUE_URL")]
     NoQueue,
+    #[error("asking Batch: {0}")]
+    Batch(String),
+    #[error("recording a poison input: {0}")]
+    Reject(String),
 }
 
 /// What travels on the import queue: an item, and optionally the step wanted (otherwise the
@@ -151,7 +155,7 @@ impl Importer {
 
     pub async fn send(&self, message: ImportMessage) -> Result<(), ImportError> {
         let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
-        let body = serde_json::to_string(&message).unwrap_or_default();
+        let body = crate::state::to_json_string(&message);
         queue.send(OutgoingMessage::new(body)).await?;
         Ok(())
     }
@@ -165,7 +169,7 @@ impl Importer {
         self.ctx
             .retry_queue
             .send(
-                OutgoingMessage::new(serde_json::to_string(&event).unwrap_or_default())
+                OutgoingMessage::new(crate::state::to_json_string(&event))
                     .with_attribute("outcome", "READY")
                     .with_attribute("reason", "admitted for processing"),
             )
@@ -252,6 +256,21 @@ async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, Impo
         return Ok(report);
     };
     let mut state = record.value.state;
+    if state == ItemState::Downloading && step == Some(Step::Download) {
+        state = download::record_timeout(imp, id, chrono::Utc::now()).await?;
+    }
+    // READY and never processed: admitted by an earlier delivery of this message, which may have
+    // died between recording READY and handing the item on. Handing it on again is harmless (the
+    // requeuer claims each attempt once); not doing it could strand the item.
+    if state == ItemState::Ready
+        && record.value.attempts.processing == 0
+        && step != Some(Step::Download)
+    {
+        imp.hand_to_processing(&record.value).await?;
+        report.steps.push("hand to processing".into());
+        report.final_state = Some(state);
+        return Ok(report);
+    }
     if matches!(state, ItemState::Discovered | ItemState::DownloadingFailed)
         && step != Some(Step::Admit)
     {

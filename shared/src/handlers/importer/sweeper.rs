@@ -1,12 +1,21 @@
 //! The recovery sweeper (scheduled): items stuck in DOWNLOADING or PROCESSING past their timeout
 //! go to the failed state while attempts remain (and back on their path at once), or give up
-//! (IGNORE, ABANDONED) when none remain. Before touching a PROCESSING item it asks Batch whether
-//! the job is still alive. It looks only at the in-flight index, never at every item.
+//! (IGNORE, ABANDONED) when none remain. Before touching a PROCESSING item it asks Batch about the
+//! job: alive, it waits; finished, the job goes through the monitor's own handler (its end was
+//! never handled: same classification, log and route as its event). It looks only at the
+//! in-flight index, never at every item, and takes items one by one: one item's trouble is logged,
+//! counted and retried next sweep, never the end of the sweep.
+//!
+//! Order of effects, so a crash between two of them strands nothing: the message that moves the
+//! item on is sent before the state is written. If the write is lost, the item is still overdue in
+//! the index and the next sweep does it again (the receivers tolerate the duplicate: the requeuer
+//! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
 use super::{ImportError, Importer, Step};
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::item::Change;
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::Advanced;
+use crate::items::{Advanced, ItemError};
 use crate::ports::OutgoingMessage;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -19,127 +28,197 @@ pub struct SweepSummary {
     pub within_time: u64,
     /// PROCESSING items past their time whose Batch job is still queued or running.
     pub job_alive: u64,
-    /// PROCESSING items whose job Batch reports SUCCEEDED (its event never reached the monitor).
-    pub completed_by_batch: u64,
+    /// PROCESSING items whose job Batch reports finished (its event never reached the monitor):
+    /// handed to the monitor's handler.
+    pub finished_by_batch: u64,
     pub retried: u64,
     pub gave_up: u64,
     /// Index entries for items no longer in that state, removed.
     pub stale_markers: u64,
+    /// Item records that are not valid JSON: recorded under the reject prefix, dead-lettered.
+    pub corrupt_records: u64,
+    /// Items that could not be handled this time (an S3, SQS or Batch error); next sweep retries.
+    pub errors: u64,
 }
 
 pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, ImportError> {
-    let items = imp.ctx.items();
-    let policy = imp.ctx.config.retry_policy;
     let mut summary = SweepSummary::default();
-    for (marked, id) in items.inflight().await? {
+    for (marked, id) in imp.ctx.items().inflight().await? {
         summary.examined += 1;
-        let Some(current) = items.get(&id).await? else {
-            items.clear_inflight(marked, &id).await?;
-            summary.stale_markers += 1;
-            continue;
-        };
-        let record = current.value;
-        if record.state != marked {
-            items.clear_inflight(marked, &id).await?;
-            summary.stale_markers += 1;
-            continue;
-        }
-        let Some(path) = policy.timeout_recovery(record.state, &record.attempts, now) else {
-            summary.within_time += 1;
-            continue;
-        };
-        if record.state == Processing {
-            if let Some(job_id) = &record.job_id {
-                match imp.ctx.jobs.describe(job_id).await {
-                    Ok(Some(job)) if !job.status.is_terminal() => {
-                        tracing::info!(item_id = %id, job_id, status = ?job.status, "past its time but the job is alive");
-                        summary.job_alive += 1;
-                        continue;
-                    }
-                    Ok(Some(job))
-                        if job.status == crate::domain::batch_event::JobStatus::Succeeded =>
-                    {
-                        let seq = record.seq;
-                        items
-                            .advance(&id, BY, |r| {
-                                (r.state == Processing && r.seq == seq).then(|| {
-                                    Change::to(Processed, format!("Batch reports job {job_id} SUCCEEDED; its event never arrived"))
-                                })
-                            })
-                            .await?;
-                        summary.completed_by_batch += 1;
-                        continue;
-                    }
-                    Ok(_) => {}
-                    // Unsure whether the job lives: leave the item for the next sweep.
-                    Err(e) => {
-                        tracing::warn!(item_id = %id, job_id, error = %e, "cannot ask Batch about the job");
-                        continue;
-                    }
-                }
-            }
-        }
-        let state = record.state;
-        let seq = record.seq;
-        let timeout = if state == Downloading {
-            policy.download_timeout
-        } else {
-            policy.processing_timeout
-        };
-        let mut last = Advanced::Unchanged(record.clone());
-        let mut expected = (state, seq);
-        for to in path {
-            let reason = if to.is_terminal() {
-                format!(
-                    "timed out after {}s; no attempts left",
-                    timeout.num_seconds()
-                )
-            } else {
-                format!(
-                    "timed out after {}s (timeout recovery)",
-                    timeout.num_seconds()
-                )
-            };
-            let (from, at) = expected;
-            last = items
-                .advance(&id, BY, |r| {
-                    (r.state == from && r.seq == at).then(|| Change::to(to, reason.clone()))
-                })
-                .await?;
-            match &last {
-                Advanced::Moved(r) => expected = (r.state, r.seq),
-                _ => break,
-            }
-        }
-        let Advanced::Moved(after) = last else {
-            continue;
-        };
-        match after.state {
-            DownloadingFailed => {
-                imp.enqueue(&id, Some(Step::Download)).await?;
-                summary.retried += 1;
-            }
-            ProcessingFailed => {
-                // PROCESSING_FAILED → READY → PROCESSING happens in the requeuer, like any retry.
-                imp.hand_to_processing(&after).await?;
-                summary.retried += 1;
-            }
-            Ignore | Abandoned => {
-                summary.gave_up += 1;
-                dead_letter(imp, &after.id, after.state).await?;
-            }
-            _ => {}
+        if let Err(e) = sweep_one(imp, marked, &id, now, &mut summary).await {
+            tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
+            summary.errors += 1;
         }
     }
     tracing::info!(?summary, "sweep finished");
     Ok(summary)
 }
 
-/// Gave-up items are reported on the failure DLQ like any other failure an operator must see.
+async fn sweep_one(
+    imp: &Importer,
+    marked: ItemState,
+    id: &GranuleId,
+    now: DateTime<Utc>,
+    summary: &mut SweepSummary,
+) -> Result<(), ImportError> {
+    let items = imp.ctx.items();
+    let policy = imp.ctx.config.retry_policy;
+    let current = match items.get(id).await {
+        Ok(c) => c,
+        Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) => {
+            reject_corrupt(imp, &key, &why).await?;
+            items.clear_inflight(marked, id).await?;
+            summary.corrupt_records += 1;
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let Some(current) = current else {
+        items.clear_inflight(marked, id).await?;
+        summary.stale_markers += 1;
+        return Ok(());
+    };
+    let record = current.value;
+    if record.state != marked {
+        items.clear_inflight(marked, id).await?;
+        summary.stale_markers += 1;
+        return Ok(());
+    }
+    let Some(path) = policy.timeout_recovery(record.state, &record.attempts, now) else {
+        summary.within_time += 1;
+        return Ok(());
+    };
+    if record.state == Processing {
+        if let Some(job_id) = &record.job_id {
+            match job_end(imp, job_id).await? {
+                JobSeen::Alive => {
+                    tracing::info!(item_id = %id, job_id, "past its time but the job is alive");
+                    summary.job_alive += 1;
+                    return Ok(());
+                }
+                JobSeen::Finished => {
+                    summary.finished_by_batch += 1;
+                    return Ok(());
+                }
+                JobSeen::Unknown => {}
+            }
+        }
+    }
+    let (state, seq) = (record.state, record.seq);
+    let timeout = if state == Downloading {
+        policy.download_timeout
+    } else {
+        policy.processing_timeout
+    };
+    let gives_up = path.last().is_some_and(|s| s.is_terminal());
+    // The message first (see the module's note on order), then the state.
+    match (state, gives_up) {
+        (_, true) => {
+            let terminal = path.last().copied().unwrap_or(Abandoned);
+            dead_letter(imp, id, terminal, timeout).await?;
+        }
+        (Downloading, false) => imp.enqueue(id, Some(Step::Download)).await?,
+        (_, false) => {
+            // The requeuer submits the next attempt; it moves the item PROCESSING (n) →
+            // PROCESSING_FAILED → READY → PROCESSING (n + 1) itself if this write is lost.
+            retry_processing(imp, id, record.attempts.processing).await?
+        }
+    }
+    let mut expected = (state, seq);
+    for to in path {
+        let reason = if to.is_terminal() {
+            format!(
+                "timed out after {}s; no attempts left",
+                timeout.num_seconds()
+            )
+        } else {
+            format!(
+                "timed out after {}s (timeout recovery)",
+                timeout.num_seconds()
+            )
+        };
+        let (from, at) = expected;
+        let moved = items
+            .advance(id, BY, |r| {
+                (r.state == from && r.seq == at).then(|| Change::to(to, reason.clone()))
+            })
+            .await?;
+        match &moved {
+            Advanced::Moved(r) => expected = (r.state, r.seq),
+            _ => break,
+        }
+    }
+    if gives_up {
+        summary.gave_up += 1;
+    } else {
+        summary.retried += 1;
+    }
+    Ok(())
+}
+
+enum JobSeen {
+    Alive,
+    Finished,
+    /// Batch does not know the job (never created, or forgotten): the attempt timed out.
+    Unknown,
+}
+
+/// What Batch says about a PROCESSING item's job; a finished job is handled as its event would
+/// have been (the monitor's handler logs it, routes it and moves the item).
+async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, ImportError> {
+    let Some(description) = imp
+        .ctx
+        .jobs
+        .describe(job_id)
+        .await
+        .map_err(|e| ImportError::Batch(format!("DescribeJobs {job_id}: {e}")))?
+    else {
+        return Ok(JobSeen::Unknown);
+    };
+    if !description.summary.status.is_terminal() {
+        return Ok(JobSeen::Alive);
+    }
+    let finished =
+        serde_json::from_value::<crate::domain::batch_event::JobDetail>(description.detail.clone())
+            .map_err(|e| e.to_string())
+            .and_then(|d| crate::domain::job_end::on_job_detail(&d).map_err(|r| r.to_string()));
+    match finished {
+        Ok(crate::domain::job_end::JobEnd::Finished(f)) => {
+            crate::handlers::monitor::job_finished(&imp.ctx, f, description.detail)
+                .await
+                .map_err(|e| ImportError::Batch(format!("handling job {job_id}'s end: {e}")))?;
+            Ok(JobSeen::Finished)
+        }
+        Ok(crate::domain::job_end::JobEnd::NotFinished { .. }) => Ok(JobSeen::Alive),
+        Err(why) => Err(ImportError::Batch(format!(
+            "DescribeJobs answer for {job_id} unusable: {why}"
+        ))),
+    }
+}
+
+async fn retry_processing(imp: &Importer, id: &GranuleId, attempt: u32) -> Result<(), ImportError> {
+    let event = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt,
+    };
+    imp.ctx
+        .retry_queue
+        .send(
+            OutgoingMessage::new(crate::state::to_json_string(&event))
+                .with_attribute("outcome", "TIMED_OUT")
+                .with_attribute("reason", "processing timed out (timeout recovery)"),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Gave-up items are reported on the failure DLQ like any other failure an operator must see; the
+/// item record (state, history with the reason) is the durable record.
 async fn dead_letter(
     imp: &Importer,
-    id: &crate::domain::granule::GranuleId,
+    id: &GranuleId,
     state: ItemState,
+    timeout: chrono::Duration,
 ) -> Result<(), ImportError> {
     let body = serde_json::json!({ "item_id": id, "state": state }).to_string();
     imp.ctx
@@ -147,9 +226,38 @@ async fn dead_letter(
         .send(
             OutgoingMessage::new(body)
                 .with_attribute("outcome", "TIMED_OUT")
-                .with_attribute("reason", format!("timed out; attempts exhausted ({state})")),
+                .with_attribute(
+                    "reason",
+                    format!(
+                        "timed out after {}s; attempts exhausted ({state})",
+                        timeout.num_seconds()
+                    ),
+                ),
         )
         .await?;
+    Ok(())
+}
+
+/// A record no code can read: kept with its reason under the reject prefix and dead-lettered,
+/// so it is not retried every sweep for ever.
+async fn reject_corrupt(imp: &Importer, key: &str, why: &str) -> Result<(), ImportError> {
+    let raw = imp
+        .ctx
+        .store
+        .get(key)
+        .await
+        .map_err(|e| ImportError::Items(e.into()))?
+        .map(|o| String::from_utf8_lossy(&o.body).into_owned())
+        .unwrap_or_else(|| "(gone before it could be read)".to_owned());
+    imp.ctx
+        .reject(
+            crate::rejects::RejectKind::CorruptItemRecord,
+            &format!("item record {key} is not valid JSON: {why}"),
+            "item sweeper",
+            &raw,
+        )
+        .await
+        .map_err(|e| ImportError::Reject(e.to_string()))?;
     Ok(())
 }
 
@@ -227,13 +335,16 @@ mod tests {
     async fn asks_batch_before_failing_a_processing_item() {
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let (imp, dlq) = importer(jobs.clone()).await;
-        let request = |n: &str| JobRequest {
-            job_name: n.into(),
+        let request = |item: &str| JobRequest {
+            job_name: format!("{item}-1"),
             environment: Default::default(),
-            parameters: Default::default(),
+            parameters: [("granule_id", item), ("attempt", "1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
         };
-        let alive = jobs.submit(request("alive")).await.unwrap().job_id;
-        let done = jobs.submit(request("done")).await.unwrap().job_id;
+        let alive = jobs.submit(request("alive-item")).await.unwrap().job_id;
+        let done = jobs.submit(request("done-item")).await.unwrap().job_id;
         jobs.set_status(&done, JobStatus::Succeeded);
         let a = processing(&imp, "alive-item", &alive).await;
         let d = processing(&imp, "done-item", &done).await;
@@ -241,12 +352,20 @@ mod tests {
         let late = Utc::now() + chrono::Duration::seconds(61);
         let s = sweep(&imp, late).await.unwrap();
         assert_eq!(
-            (s.examined, s.job_alive, s.completed_by_batch, s.gave_up),
+            (s.examined, s.job_alive, s.finished_by_batch, s.gave_up),
             (3, 1, 1, 1),
             "{s:?}"
         );
         assert_eq!(state(&imp, &a).await, Processing);
+        // The finished job went through the monitor's handler: logged, and the item PROCESSED.
         assert_eq!(state(&imp, &d).await, Processed);
+        let logs = imp
+            .ctx
+            .store
+            .list(&imp.ctx.config.log_prefix)
+            .await
+            .unwrap();
+        assert_eq!(logs.len(), 1, "{logs:?}");
         // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
         assert_eq!(state(&imp, &lost).await, Abandoned);
         assert_eq!(dlq.depth().await.unwrap().visible, 1);

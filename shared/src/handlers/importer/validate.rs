@@ -116,7 +116,13 @@ pub async fn check_stored(
 
 const BY: &str = "importer-revalidate";
 
+const REVALIDATION_FAILED: &str = "re-validation failed";
+
 /// Re-validates a DOWNLOADED or PROCESSED item; returns its state afterwards.
+///
+/// A failure is recorded first (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
+/// If the run dies between the two, the message that asked for the re-validation comes back and
+/// finds the item failed by re-validation: it finishes the hand-off instead of stopping there.
 pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemState>, ImportError> {
     let items = imp.ctx.items();
     let Some(current) = items.get(id).await? else {
@@ -130,6 +136,9 @@ pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemSta
             None => Err("no stored file is recorded".to_owned()),
         },
         Processed => check_products(imp, &record).await,
+        DownloadingFailed | ProcessingFailed if record.reason.starts_with(REVALIDATION_FAILED) => {
+            return send_on(imp, &record).await;
+        }
         other => {
             tracing::info!(item_id = %id, state = %other, "nothing to re-validate in this state");
             return Ok(Some(other));
@@ -147,37 +156,50 @@ pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemSta
     let moved = items
         .advance(id, BY, |r| {
             (r.state == was && r.seq == record.seq)
-                .then(|| Change::to(to, format!("re-validation failed: {why}")))
+                .then(|| Change::to(to, format!("{REVALIDATION_FAILED}: {why}")))
         })
         .await?;
     let Advanced::Moved(failed) = moved else {
         return Ok(moved.record().map(|r| r.state));
     };
-    // Back on the path the failure belongs to, under the usual attempt budget.
-    let policy = imp.ctx.config.retry_policy;
-    if to == DownloadingFailed {
+    send_on(imp, &failed).await
+}
+
+/// Back on the path the failure belongs to, under the usual attempt budget; with none left the
+/// item is dead-lettered (the message first, then ABANDONED).
+async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState>, ImportError> {
+    let id = &failed.id;
+    if failed.state == DownloadingFailed {
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    match policy.after_processing_failure(failed.attempts.processing) {
-        Ready => {
-            imp.hand_to_processing(&failed).await?;
-            Ok(Some(failed.state))
-        }
-        _ => {
-            let done = items
-                .advance(id, BY, |r| {
-                    (r.state == ProcessingFailed).then(|| {
-                        Change::to(
-                            Abandoned,
-                            format!("{} processing attempts spent", r.attempts.processing),
-                        )
-                    })
-                })
-                .await?;
-            Ok(done.record().map(|r| r.state))
-        }
+    let policy = imp.ctx.config.retry_policy;
+    if policy.after_processing_failure(failed.attempts.processing) == Ready {
+        imp.hand_to_processing(failed).await?;
+        return Ok(Some(failed.state));
     }
+    let reason = format!(
+        "{}; {} processing attempts spent",
+        failed.reason, failed.attempts.processing
+    );
+    imp.ctx
+        .failure_dlq
+        .send(
+            crate::ports::OutgoingMessage::new(
+                serde_json::json!({ "item_id": id, "state": Abandoned }).to_string(),
+            )
+            .with_attribute("outcome", "NON_RETRYABLE")
+            .with_attribute("reason", reason.clone()),
+        )
+        .await?;
+    let done = imp
+        .ctx
+        .items()
+        .advance(id, BY, |r| {
+            (r.state == ProcessingFailed).then(|| Change::to(Abandoned, reason.clone()))
+        })
+        .await?;
+    Ok(done.record().map(|r| r.state))
 }
 
 /// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.

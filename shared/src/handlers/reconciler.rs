@@ -1,0 +1,282 @@
+//! The reconciler (run by the item sweeper's schedule): finds submitted attempts whose end never
+//! reached the monitor and hands them to the monitor's own handler.
+//!
+//! EventBridge retries a failed delivery to its target for up to 24 hours and 185 times, then drops
+//! the event (EventBridge user guide, "Event retry policy and using dead-letter queues"); a rule
+//! edited or disabled by mistake drops them at once. Without this, such a granule is never logged,
+//! retried or dead-lettered. The reconciler reads only the open-claims index (one marker per
+//! attempt submitted and not yet logged and routed), never the claims of a whole campaign, and asks
+//! DescribeJobs only about markers older than `GRANARY_RECONCILE_AFTER_SECS`. A finished job goes
+//! through `monitor::job_finished`: the same classification, log, route and item update as its
+//! event would have had, and the same duplicate protection if the event turns up after all.
+
+use super::monitor::{self, MonitorOutcome};
+use super::Ctx;
+use crate::domain::batch_event::JobDetail;
+use crate::domain::claim::{claim_key, parse_claim_key, Claim};
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::job_end::{on_job_detail, JobEnd};
+use crate::state::read_json;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReconcileSummary {
+    pub open_claims: u64,
+    /// Younger than the reconcile age: their events are presumably on the way.
+    pub young: u64,
+    /// Batch says the job is still queued or running.
+    pub still_running: u64,
+    /// Finished jobs whose end the monitor had not handled, handed to it now.
+    pub recovered: u64,
+    /// Markers whose end was already handled (the monitor died before removing them), or with no
+    /// claim behind them: removed.
+    pub closed: u64,
+    /// Claims with no job yet: the claim's owner (or the next delivery of its message) submits it.
+    pub not_submitted: u64,
+    /// Jobs Batch no longer knows (it keeps finished jobs for days, not for ever): left for an
+    /// operator, with a warning.
+    pub unknown_to_batch: u64,
+    /// Markers that could not be looked at this time (an S3 or Batch error); tried next run.
+    pub errors: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("listing the open-claims index: {0}")]
+    List(#[from] crate::ports::StoreError),
+}
+
+/// One pass over the open-claims index. One marker's trouble is logged and counted; the rest go on.
+pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, ReconcileError> {
+    let prefix = &ctx.config.open_claim_prefix;
+    let min_age =
+        chrono::Duration::from_std(ctx.config.reconcile_after).unwrap_or(chrono::Duration::MAX);
+    let mut summary = ReconcileSummary::default();
+    for meta in ctx.store.list(prefix).await? {
+        let Some(attempt) = parse_claim_key(prefix, &meta.key) else {
+            tracing::warn!(key = meta.key, "foreign object in the open-claims index");
+            continue;
+        };
+        summary.open_claims += 1;
+        // Without a modification time the marker counts as old: it is looked at.
+        let age = meta
+            .last_modified
+            .map_or(chrono::Duration::MAX, |t| now.signed_duration_since(t));
+        if age < min_age {
+            summary.young += 1;
+            continue;
+        }
+        match reconcile_one(ctx, &attempt).await {
+            Ok(Step::StillRunning) => summary.still_running += 1,
+            Ok(Step::Recovered) => summary.recovered += 1,
+            Ok(Step::Closed) => summary.closed += 1,
+            Ok(Step::NotSubmitted) => summary.not_submitted += 1,
+            Ok(Step::UnknownToBatch) => summary.unknown_to_batch += 1,
+            Err(e) => {
+                tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, error = %e, "cannot reconcile this attempt now");
+                summary.errors += 1;
+            }
+        }
+    }
+    tracing::info!(?summary, "reconcile finished");
+    Ok(summary)
+}
+
+enum Step {
+    StillRunning,
+    Recovered,
+    Closed,
+    NotSubmitted,
+    UnknownToBatch,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum OneError {
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error(transparent)]
+    Jobs(#[from] crate::ports::JobRunnerError),
+    #[error(transparent)]
+    Monitor(#[from] monitor::MonitorError),
+    #[error(transparent)]
+    Reject(#[from] crate::rejects::RejectError),
+}
+
+async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Step, OneError> {
+    let open_key = claim_key(&ctx.config.open_claim_prefix, attempt);
+    let Some(claim) = read_json::<Claim>(
+        ctx.store.as_ref(),
+        &claim_key(&ctx.config.claim_prefix, attempt),
+    )
+    .await?
+    else {
+        ctx.store.delete(&open_key).await?;
+        return Ok(Step::Closed);
+    };
+    let claim = claim.value;
+    // A claim completed with its job id, or one whose SubmitJob answer was lost: the job's
+    // deterministic name finds it.
+    let job_id = match claim.job_id {
+        Some(id) => id,
+        None => match ctx.jobs.find_by_name(&claim.job_name).await? {
+            Some(job) => job.job_id,
+            None => return Ok(Step::NotSubmitted),
+        },
+    };
+    let Some(description) = ctx.jobs.describe(&job_id).await? else {
+        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
+        return Ok(Step::UnknownToBatch);
+    };
+    if !description.summary.status.is_terminal() {
+        return Ok(Step::StillRunning);
+    }
+    let decided = serde_json::from_value::<JobDetail>(description.detail.clone())
+        .map_err(|e| e.to_string())
+        .and_then(|detail| on_job_detail(&detail).map_err(|r| r.to_string()));
+    match decided {
+        Ok(JobEnd::Finished(finished)) => {
+            let outcome = monitor::job_finished(ctx, finished, description.detail).await?;
+            tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
+            Ok(match outcome {
+                MonitorOutcome::Duplicate | MonitorOutcome::AlreadySucceeded => Step::Closed,
+                _ => Step::Recovered,
+            })
+        }
+        Ok(JobEnd::NotFinished { .. }) => Ok(Step::StillRunning),
+        Err(reason) => {
+            let reason = format!("DescribeJobs answer for {job_id} unusable: {reason}");
+            ctx.reject(
+                crate::rejects::RejectKind::UnreadableEvent,
+                &reason,
+                "reconciler (DescribeJobs)",
+                &description.detail.to_string(),
+            )
+            .await?;
+            ctx.store.delete(&open_key).await?;
+            Ok(Step::Closed)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryJobRunner;
+    use crate::config::Config;
+    use crate::domain::batch_event::JobStatus;
+    use crate::domain::granule::GranuleId;
+    use std::sync::Arc;
+
+    fn ctx(jobs: Arc<MemoryJobRunner>) -> Ctx {
+        let config = Config::from_pairs(&[
+            ("GRANARY_BUCKET", "b"),
+            ("GRANARY_JOB_QUEUE", "q"),
+            ("GRANARY_JOB_DEFINITION", "d"),
+            ("GRANARY_RETRY_QUEUE_URL", "r"),
+            ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ("GRANARY_RECONCILE_AFTER_SECS", "60"),
+        ])
+        .unwrap();
+        Ctx {
+            jobs,
+            ..Ctx::in_memory(config)
+        }
+    }
+
+    fn attempt(id: &str) -> GranuleProcessingEvent {
+        GranuleProcessingEvent {
+            granule_id: GranuleId::parse(id).unwrap(),
+            attempt: 1,
+        }
+    }
+
+    fn failed_detail(job_id: &str, granule: &str, exit_code: i64) -> serde_json::Value {
+        serde_json::json!({
+            "jobId": job_id, "jobName": format!("{granule}-1"), "jobQueue": "q",
+            "status": "FAILED", "statusReason": "Essential container in task exited",
+            "attempts": [{"container": {"exitCode": exit_code}}],
+            "parameters": {"granule_id": granule, "attempt": "1"},
+        })
+    }
+
+    #[tokio::test]
+    async fn a_finished_job_whose_event_was_lost_is_logged_and_routed_once() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = ctx(jobs.clone());
+        let lost = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+        let running = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
+        let mut ids = Vec::new();
+        for a in [&lost, &running] {
+            match ctx.submit_once(a, "t").await.unwrap() {
+                crate::state::SubmitOutcome::Submitted { job_id } => ids.push(job_id),
+                other => panic!("{other:?}"),
+            }
+        }
+        jobs.finish(
+            &ids[0],
+            JobStatus::Failed,
+            failed_detail(&ids[0], lost.granule_id.as_str(), 2),
+        );
+
+        // Young markers are left alone: their events are on the way.
+        let s = reconcile(&ctx, Utc::now()).await.unwrap();
+        assert_eq!((s.open_claims, s.young, s.recovered), (2, 2, 0));
+
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.recovered, s.still_running, s.errors), (1, 1, 0), "{s:?}");
+        let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+        assert_eq!(dlq.len(), 1);
+        assert_eq!(
+            dlq[0].attributes["reason"],
+            "application exited with code 2"
+        );
+        let logs = ctx.store.list(&ctx.config.log_prefix).await.unwrap();
+        assert_eq!(logs.len(), 1);
+
+        // The lost attempt left the index; a second pass, or its event turning up, does nothing.
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.open_claims, s.recovered), (1, 0));
+        assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+    }
+
+    #[tokio::test]
+    async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left() {
+        let ctx = ctx(Arc::new(MemoryJobRunner::default()));
+        let orphan = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+        let open = claim_key(&ctx.config.open_claim_prefix, &orphan);
+        ctx.store
+            .put(
+                &open,
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let half = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
+        let claim = Claim::new(&half, "t", Utc::now());
+        crate::state::write_json(
+            ctx.store.as_ref(),
+            &claim_key(&ctx.config.claim_prefix, &half),
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        ctx.store
+            .put(
+                &claim_key(&ctx.config.open_claim_prefix, &half),
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.closed, s.not_submitted), (1, 1), "{s:?}");
+        assert!(ctx.store.get(&open).await.unwrap().is_none());
+    }
+}
