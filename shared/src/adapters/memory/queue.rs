@@ -33,6 +33,15 @@ impl MemoryQueue {
         st.1.iter().map(|h| h.message.body.clone()).collect()
     }
 
+    /// Every visibility timeout runs out now: in-flight messages become visible again, as they do
+    /// on SQS once their timeout passes (the crash-point harness moves time on with this).
+    pub fn expire_visibility(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        for h in st.1.iter_mut() {
+            h.invisible_until = None;
+        }
+    }
+
     pub fn messages(&self) -> Vec<OutgoingMessage> {
         let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         st.1.iter().map(|h| h.message.clone()).collect()

@@ -139,6 +139,22 @@ impl Importer {
         Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
     }
 
+    /// The same importer with every S3, SQS and Batch call (its import queue's included) passing
+    /// through `faults`: the crash-point harness and `granary chaos`. The source is not wrapped:
+    /// a download that fails is the download step's own, tested failure.
+    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
+        Self {
+            ctx: self.ctx.with_faults(faults),
+            import_queue: self.import_queue.as_ref().map(|q| {
+                Arc::new(crate::adapters::faults::FaultyQueue {
+                    inner: q.clone(),
+                    faults: faults.clone(),
+                }) as Arc<dyn Queue>
+            }),
+            ..self.clone()
+        }
+    }
+
     fn source(&self) -> Result<&dyn Source, ImportError> {
         self.source.as_deref().ok_or(ImportError::NoSource)
     }
