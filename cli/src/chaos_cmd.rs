@@ -19,6 +19,10 @@ pub struct Args {
     /// Share of external calls refused as throttled (S3 SlowDown, SQS and Batch throttling).
     #[arg(long, default_value_t = 0.05)]
     throttle_rate: f64,
+    /// Share of final Batch events never delivered (EventBridge gave up): only the reconciler,
+    /// asking DescribeJobs, finds those ends.
+    #[arg(long, default_value_t = 0.01)]
+    lost_event_rate: f64,
     /// Granules the feeder takes per schedule tick.
     #[arg(long, default_value_t = 500)]
     submit_count: u64,
@@ -31,6 +35,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     for (name, rate) in [
         ("--crash-rate", args.crash_rate),
         ("--throttle-rate", args.throttle_rate),
+        ("--lost-event-rate", args.lost_event_rate),
     ] {
         anyhow::ensure!(
             (0.0..1.0).contains(&rate),
@@ -46,6 +51,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             ..ChaosOptions::default()
         },
         granule_submit_count: args.submit_count.max(1),
+        lost_rate: args.lost_event_rate,
         ..ChaosSpec::default()
     };
     let bar = ProgressBar::new(args.granules as u64);
@@ -84,6 +90,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!(
             "batch                   {} jobs, {} retried by Batch, {} events ({} duplicated, {} delayed)",
             r.batch_jobs, r.batch_internal_retries, r.events_emitted, r.duplicate_events, r.delayed_events
+        );
+        println!(
+            "lost events             {} never delivered, {} ends found by the reconciler",
+            r.events_lost, r.ends_reconciled
         );
         println!("wall                    {:.1} s", r.wall_secs);
         for (what, examples) in &r.examples {

@@ -56,6 +56,10 @@ pub enum InventoryError {
         column: String,
         found: String,
     },
+    /// The parquet crate asserts on some corrupt metadata (negative column offsets, lengths that
+    /// overflow) instead of returning an error; such a panic is caught and reported as this.
+    #[error("inventory {key} is corrupt: the Parquet reader gave up with {why:?}")]
+    Corrupt { key: String, why: String },
     #[error("inventory {key}: rows {start}..{end} are past its end ({total} rows)")]
     OutOfRange {
         key: String,
@@ -186,8 +190,36 @@ pub struct Inventory {
     arrow_metadata: ArrowReaderMetadata,
 }
 
+/// Runs one reading step, turning a panic inside the parquet crate into an error naming the file,
+/// so one corrupt inventory fails its feeder run with a reason instead of killing the process.
+async fn guarded<T>(
+    key: &str,
+    step: impl std::future::Future<Output = Result<T, InventoryError>>,
+) -> Result<T, InventoryError> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(step).catch_unwind().await {
+        Ok(result) => result,
+        Err(panic) => Err(InventoryError::Corrupt {
+            key: key.to_owned(),
+            why: panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned()),
+        }),
+    }
+}
+
 impl Inventory {
     pub async fn open(
+        store: Arc<dyn ObjectStore>,
+        key: &str,
+        id_column: &str,
+    ) -> Result<Self, InventoryError> {
+        guarded(key, Self::open_unguarded(store, key, id_column)).await
+    }
+
+    async fn open_unguarded(
         store: Arc<dyn ObjectStore>,
         key: &str,
         id_column: &str,
@@ -271,6 +303,14 @@ impl Inventory {
 
     /// The ids of rows `start .. start + n` (clamped to the end). `None` for a null id.
     pub async fn read_ids(
+        &self,
+        start: u64,
+        n: u64,
+    ) -> Result<Vec<Option<String>>, InventoryError> {
+        guarded(&self.key, self.read_ids_unguarded(start, n)).await
+    }
+
+    async fn read_ids_unguarded(
         &self,
         start: u64,
         n: u64,

@@ -24,6 +24,8 @@ pub struct ChaosSpec {
     pub chaos: ChaosOptions,
     pub granule_submit_count: u64,
     pub feeder_interval: Duration,
+    /// Share of final Batch events never delivered (the reconciler must find those ends).
+    pub lost_rate: f64,
 }
 
 impl Default for ChaosSpec {
@@ -34,6 +36,7 @@ impl Default for ChaosSpec {
             chaos: ChaosOptions::default(),
             granule_submit_count: 500,
             feeder_interval: Duration::from_millis(50),
+            lost_rate: 0.01,
         }
     }
 }
@@ -54,6 +57,9 @@ pub struct ChaosReport {
     pub failures_without_record: u64,
     pub crashes_injected: u64,
     pub throttles_injected: u64,
+    /// Final events the fault plan never delivered, and the job ends the reconciler found.
+    pub events_lost: u64,
+    pub ends_reconciled: u64,
     pub external_calls: u64,
     pub handler_invocations: u64,
     pub feeder_errors: u64,
@@ -88,11 +94,13 @@ pub fn campaign_spec(spec: &ChaosSpec) -> CampaignSpec {
             duplicate_rate: 0.05,
             delay_rate: 0.05,
             timeout_rate: 0.01,
+            lost_rate: spec.lost_rate,
             ..FaultPlan::default()
         },
         env: vec![
             ("GRANARY_CLAIM_LEASE_SECS".into(), "1".into()),
             ("GRANARY_ROUTE_LEASE_SECS".into(), "1".into()),
+            ("GRANARY_RECONCILE_AFTER_SECS".into(), "1".into()),
         ],
         ..CampaignSpec::default()
     };
@@ -209,8 +217,13 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         failures_without_record: without_record,
         crashes_injected: faults.crashes.load(Ordering::Relaxed),
         throttles_injected: faults.throttles.load(Ordering::Relaxed),
+        events_lost: sim.lost,
+        ends_reconciled: p.reconciled,
         external_calls: faults.calls.load(Ordering::Relaxed),
-        handler_invocations: p.feeder_runs + p.monitor_invocations + p.requeuer_invocations,
+        handler_invocations: p.feeder_runs
+            + p.monitor_invocations
+            + p.requeuer_invocations
+            + p.reconciler_runs,
         feeder_errors: p.feeder_errors,
         batch_jobs: sim.jobs,
         batch_internal_retries: sim.batch_internal_retries,

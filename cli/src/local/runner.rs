@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::adapters::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
-use granary::handlers::{monitor, requeuer, Ctx};
+use granary::handlers::{monitor, reconciler, requeuer, Ctx};
 use granary::ports::{Queue, ReceivedMessage};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -29,6 +29,9 @@ pub struct RunnerOptions {
     pub deadline: Duration,
     /// Crashes and throttling injected into the handlers' external calls (`granary chaos`).
     pub chaos: Option<ChaosOptions>,
+    /// The reconciler's schedule (in the stack, the item sweeper's). It acts only on open claims
+    /// older than GRANARY_RECONCILE_AFTER_SECS.
+    pub reconcile_interval: Duration,
 }
 
 /// What `granary chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -65,6 +68,7 @@ impl Default for RunnerOptions {
             concurrency: 4,
             deadline: Duration::from_secs(3600),
             chaos: None,
+            reconcile_interval: Duration::from_secs(1),
         }
     }
 }
@@ -83,6 +87,9 @@ pub struct Progress {
     pub crashed_invocations: u64,
     pub monitor_invocations: u64,
     pub requeuer_invocations: u64,
+    pub reconciler_runs: u64,
+    /// Finished jobs whose end only the reconciler saw (their event was lost).
+    pub reconciled: u64,
     pub failed_records: u64,
     pub inventories_complete: bool,
     /// Wall time spent in each phase, for finding the bottleneck.
@@ -258,6 +265,7 @@ impl LocalRuntime {
     ) -> Result<()> {
         let started = Instant::now();
         let mut next_feed = Instant::now();
+        let mut next_reconcile = Instant::now() + self.options.reconcile_interval;
         let mut quiet_rounds = 0;
         let mut feeder_errors_in_a_row = 0u32;
         loop {
@@ -313,6 +321,24 @@ impl LocalRuntime {
             activity += self.drain(Source::Requeuer).await.context("requeuer")?;
             self.progress.requeuer_time += phase.elapsed();
 
+            if Instant::now() >= next_reconcile {
+                next_reconcile = Instant::now() + self.options.reconcile_interval;
+                let (ctx, faults) = self.invocation();
+                let run = reconciler::reconcile(&ctx, chrono::Utc::now()).await;
+                self.progress.reconciler_runs += 1;
+                let crashed = faults.as_ref().is_some_and(|f| f.crashed());
+                self.progress.crashed_invocations += u64::from(crashed);
+                match run {
+                    Ok(summary) => {
+                        self.progress.reconciled += summary.recovered;
+                        activity += summary.recovered + summary.closed;
+                    }
+                    // A failed run is logged by Lambda; the schedule fires again.
+                    Err(_) if self.options.chaos.is_some() => activity += 1,
+                    Err(e) => return Err(anyhow::Error::new(e).context("reconciler")),
+                }
+            }
+
             let events = self.events_queue.depth().await?;
             let retry = self.ctx.retry_queue.depth().await?;
             let dlq = self.ctx.failure_dlq.depth().await?;
@@ -331,6 +357,18 @@ impl LocalRuntime {
             if idle && self.simulator.sweep().await.context("batch simulator")? > 0 {
                 idle = false;
                 activity += 1;
+            }
+            // Nor an attempt whose end was never handled (a lost event the reconciler has yet to
+            // find): the open-claims index is empty once every end is logged and routed.
+            if idle
+                && !self
+                    .ctx
+                    .store
+                    .list(&self.ctx.config.open_claim_prefix)
+                    .await?
+                    .is_empty()
+            {
+                idle = false;
             }
             quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
             // Two quiet rounds: a job submitted in the last drain is seen by the next tick.
