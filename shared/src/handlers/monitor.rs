@@ -90,6 +90,43 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
     }
 }
 
+/// A job as DescribeJobs describes it, handled as its event would have been (the reconciler and the
+/// sweeper find ends whose event never came). `Ok(None)` while the job has not ended; a
+/// description no code can read is recorded and dead-lettered like an unreadable event.
+pub async fn described_job(
+    ctx: &Ctx,
+    description: crate::ports::JobDescription,
+    found_by: &str,
+) -> Result<Option<MonitorOutcome>, MonitorError> {
+    if !description.summary.status.is_terminal() {
+        return Ok(None);
+    }
+    let decided =
+        serde_json::from_value::<crate::domain::batch_event::JobDetail>(description.detail.clone())
+            .map_err(|e| EventRejection::from(BatchEventError::from(e)))
+            .and_then(|detail| crate::domain::job_end::on_job_detail(&detail));
+    match decided {
+        Ok(JobEnd::Finished(finished)) => {
+            Ok(Some(job_finished(ctx, finished, description.detail).await?))
+        }
+        Ok(JobEnd::NotFinished { .. }) => Ok(None),
+        Err(rejection) => {
+            let reason = format!(
+                "DescribeJobs answer for job {}: {rejection}",
+                description.summary.job_id
+            );
+            ctx.reject(
+                rejection.kind(),
+                &reason,
+                found_by,
+                &description.detail.to_string(),
+            )
+            .await?;
+            Ok(Some(MonitorOutcome::Rejected { reason }))
+        }
+    }
+}
+
 /// Logs a finished job's outcome, then routes its granule. `detail` is the whole JobDetail as
 /// Batch gave it (the log keeps it, `attempts[]` included, so Spot reclaims Batch absorbed stay
 /// countable). Also called for jobs found finished by other means than an event.

@@ -12,10 +12,8 @@
 
 use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
-use crate::domain::batch_event::JobDetail;
 use crate::domain::claim::{claim_key, parse_claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::job_end::{on_job_detail, JobEnd};
 use crate::state::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -101,8 +99,6 @@ enum OneError {
     Jobs(#[from] crate::ports::JobRunnerError),
     #[error(transparent)]
     Monitor(#[from] monitor::MonitorError),
-    #[error(transparent)]
-    Reject(#[from] crate::rejects::RejectError),
 }
 
 async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Step, OneError> {
@@ -130,33 +126,18 @@ async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<St
         tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
         return Ok(Step::UnknownToBatch);
     };
-    if !description.summary.status.is_terminal() {
-        return Ok(Step::StillRunning);
-    }
-    let decided = serde_json::from_value::<JobDetail>(description.detail.clone())
-        .map_err(|e| e.to_string())
-        .and_then(|detail| on_job_detail(&detail).map_err(|r| r.to_string()));
-    match decided {
-        Ok(JobEnd::Finished(finished)) => {
-            let outcome = monitor::job_finished(ctx, finished, description.detail).await?;
+    match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+        None => Ok(Step::StillRunning),
+        Some(outcome) => {
             tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
             Ok(match outcome {
                 MonitorOutcome::Duplicate | MonitorOutcome::AlreadySucceeded => Step::Closed,
+                MonitorOutcome::Rejected { .. } => {
+                    ctx.store.delete(&open_key).await?;
+                    Step::Closed
+                }
                 _ => Step::Recovered,
             })
-        }
-        Ok(JobEnd::NotFinished { .. }) => Ok(Step::StillRunning),
-        Err(reason) => {
-            let reason = format!("DescribeJobs answer for {job_id} unusable: {reason}");
-            ctx.reject(
-                crate::rejects::RejectKind::UnreadableEvent,
-                &reason,
-                "reconciler (DescribeJobs)",
-                &description.detail.to_string(),
-            )
-            .await?;
-            ctx.store.delete(&open_key).await?;
-            Ok(Step::Closed)
         }
     }
 }

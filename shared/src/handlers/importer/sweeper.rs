@@ -175,25 +175,19 @@ async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, ImportError> {
     else {
         return Ok(JobSeen::Unknown);
     };
-    if !description.summary.status.is_terminal() {
-        return Ok(JobSeen::Alive);
-    }
-    let finished =
-        serde_json::from_value::<crate::domain::batch_event::JobDetail>(description.detail.clone())
-            .map_err(|e| e.to_string())
-            .and_then(|d| crate::domain::job_end::on_job_detail(&d).map_err(|r| r.to_string()));
-    match finished {
-        Ok(crate::domain::job_end::JobEnd::Finished(f)) => {
-            crate::handlers::monitor::job_finished(&imp.ctx, f, description.detail)
-                .await
-                .map_err(|e| ImportError::Batch(format!("handling job {job_id}'s end: {e}")))?;
-            Ok(JobSeen::Finished)
-        }
-        Ok(crate::domain::job_end::JobEnd::NotFinished { .. }) => Ok(JobSeen::Alive),
-        Err(why) => Err(ImportError::Batch(format!(
-            "DescribeJobs answer for {job_id} unusable: {why}"
-        ))),
-    }
+    let handled = crate::handlers::monitor::described_job(
+        &imp.ctx,
+        description,
+        "item sweeper (DescribeJobs)",
+    )
+    .await
+    .map_err(|e| ImportError::Batch(format!("handling job {job_id}'s end: {e}")))?;
+    Ok(match handled {
+        None => JobSeen::Alive,
+        // Recorded and dead-lettered as unreadable; the attempt itself is treated as timed out.
+        Some(crate::handlers::monitor::MonitorOutcome::Rejected { .. }) => JobSeen::Unknown,
+        Some(_) => JobSeen::Finished,
+    })
 }
 
 async fn retry_processing(imp: &Importer, id: &GranuleId, attempt: u32) -> Result<(), ImportError> {
