@@ -32,6 +32,7 @@ const BACKFILL: [&str; 2] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Scenario {
     Feeder,
+    Discover,
     ImportStep,
     Requeuer,
     MonitorSuccess,
@@ -44,8 +45,9 @@ enum Scenario {
     Redrive,
 }
 
-const ALL: [Scenario; 11] = [
+const ALL: [Scenario; 12] = [
     Scenario::Feeder,
+    Scenario::Discover,
     Scenario::ImportStep,
     Scenario::Requeuer,
     Scenario::MonitorSuccess,
@@ -71,6 +73,8 @@ struct World {
     lose_events: bool,
     /// Whether the feeder's schedule fires (the backfill scenarios).
     feeder: bool,
+    /// Whether the importer-discover schedule fires.
+    discover: bool,
 }
 
 fn world(scenario: Scenario) -> World {
@@ -133,6 +137,7 @@ fn world(scenario: Scenario) -> World {
         },
         lose_events: scenario == Scenario::Reconciler,
         feeder: scenario == Scenario::Feeder,
+        discover: scenario == Scenario::Discover,
     }
 }
 
@@ -225,6 +230,12 @@ async fn settle(w: &World) -> Result<(), String> {
             .map_err(|e| format!("feeder: {e}"))?;
             activity += run.submitted;
         }
+        if w.discover {
+            let run = discover::discover(&w.imp)
+                .await
+                .map_err(|e| format!("discover: {e}"))?;
+            activity += run.new;
+        }
         activity += drain(&w.import, |b| async move {
             importer::handle_message(&w.imp, &b).await
         })
@@ -280,6 +291,7 @@ async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
         }
+        Discover => {}
         SweeperProcessing => {
             // PROCESSING with a job Batch does not know, past its timeout.
             let id = GranuleId::parse("lost-job-item").unwrap();
@@ -379,6 +391,10 @@ async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         }
         Reconciler => {
             let _ = reconciler::reconcile(c, later).await;
+            return;
+        }
+        Discover => {
+            let _ = discover::discover(&imp).await;
             return;
         }
         SweeperProcessing | SweeperDownload => {
@@ -544,4 +560,21 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
     }
     println!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[tokio::test]
+async fn a_malformed_import_message_is_recorded_and_dead_lettered_at_once() {
+    let w = world(Scenario::ImportStep);
+    let report = importer::handle_message(&w.imp, "{\"item_id\": 42}")
+        .await
+        .expect("a poison message is handled, not redelivered");
+    assert!(report.steps[0].starts_with("rejected: malformed import message"));
+    let c = ctx(&w);
+    let rejects = c.store.list(&c.config.reject_prefix).await.unwrap();
+    assert_eq!(rejects.len(), 1);
+    assert!(rejects[0].key.contains("kind=malformed_import_message"));
+    assert_eq!(
+        w.dlq.messages()[0].attributes["kind"],
+        "malformed_import_message"
+    );
 }

@@ -20,6 +20,17 @@ pub async fn submitted(
     if !ctx.config.track_items {
         return Ok(());
     }
+    let result = record_submitted(ctx, event, job_id, source, by).await;
+    unless_corrupt(ctx, result).await
+}
+
+async fn record_submitted(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    job_id: &str,
+    source: Option<String>,
+    by: &str,
+) -> Result<(), ItemError> {
     let items = ctx.items();
     let id = &event.granule_id;
     let attempt = event.attempt;
@@ -93,9 +104,11 @@ pub async fn finished(
             (r.state == Processing && r.attempts.processing == attempt)
                 .then(|| Change::to(to, format!("attempt {attempt}: {reason}")))
         })
-        .await?;
-    warn_if_lagging(&moved, event, to);
-    Ok(())
+        .await;
+    if let Ok(moved) = &moved {
+        warn_if_lagging(moved, event, to);
+    }
+    unless_corrupt(ctx, moved.map(|_| ())).await
 }
 
 /// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
@@ -104,7 +117,8 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
         return Ok(());
     }
     let attempt = event.attempt;
-    ctx.items()
+    let moved = ctx
+        .items()
         .advance(&event.granule_id, "requeuer", |r| {
             (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
                 Change::to(
@@ -116,8 +130,48 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
                 )
             })
         })
-        .await?;
-    Ok(())
+        .await;
+    unless_corrupt(ctx, moved.map(|_| ())).await
+}
+
+/// Item records follow the backfill loop; they do not gate it. A record no code can read is
+/// recorded under the reject prefix and dead-lettered with its reason, and the loop goes on
+/// without it — rather than failing every feeder run or message that touches the granule.
+async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), ItemError> {
+    let Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) = result else {
+        return result;
+    };
+    let raw = match ctx.store.get(&key).await? {
+        Some(o) => String::from_utf8_lossy(&o.body).into_owned(),
+        None => "(gone before it could be read)".to_owned(),
+    };
+    let reason = format!("item record {key} is not valid JSON: {why}");
+    match ctx
+        .reject(
+            crate::rejects::RejectKind::CorruptItemRecord,
+            &reason,
+            "item records",
+            &raw,
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::error!(
+                key,
+                why,
+                "corrupt item record set aside; the backfill loop goes on"
+            );
+            Ok(())
+        }
+        // Not recorded: fail as before, so the work is retried rather than the record forgotten.
+        Err(e) => {
+            tracing::warn!(key, error = %e, "corrupt item record could not be recorded");
+            Err(ItemError::State(crate::state::StateError::Corrupt {
+                key,
+                why,
+            }))
+        }
+    }
 }
 
 fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: ItemState) {
@@ -131,5 +185,50 @@ fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: Ite
             record_attempt = r.attempts.processing, "item record already past this event"
         ),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::domain::granule::GranuleId;
+    use crate::domain::item::record_key;
+    use crate::ports::PutCondition;
+
+    #[tokio::test]
+    async fn a_corrupt_item_record_is_set_aside_and_the_loop_goes_on() {
+        let ctx = Ctx::in_memory(
+            Config::from_pairs(&[
+                ("GRANARY_BUCKET", "b"),
+                ("GRANARY_JOB_QUEUE", "q"),
+                ("GRANARY_JOB_DEFINITION", "d"),
+                ("GRANARY_RETRY_QUEUE_URL", "r"),
+                ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ])
+            .unwrap(),
+        );
+        let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();
+        let key = record_key(&ctx.config.item_prefixes.items, &id);
+        ctx.store
+            .put(
+                &key,
+                bytes::Bytes::from_static(b"{not json"),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let event = GranuleProcessingEvent {
+            granule_id: id,
+            attempt: 2,
+        };
+        submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
+        finished(&ctx, &event, Processed, "ok").await.unwrap();
+        let rejects = ctx.store.list(&ctx.config.reject_prefix).await.unwrap();
+        assert_eq!(rejects.len(), 1, "{rejects:?}");
+        assert!(rejects[0].key.contains("kind=corrupt_item_record"));
+        let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+        assert!(!dlq.is_empty());
+        assert!(dlq[0].attributes["reason"].contains("not valid JSON"));
     }
 }

@@ -29,8 +29,6 @@ pub enum ImportError {
     Queue(#[from] QueueError),
     #[error("listing the source: {0}")]
     Source(#[from] SourceError),
-    #[error("malformed import message {body:?}: {why}")]
-    Malformed { body: String, why: String },
     #[error("item {id} waits for its prerequisites: {why}")]
     Waiting { id: String, why: String },
     #[error("no importer source configured: set GRANARY_SOURCE_URL to s3://bucket/prefix/ or an http(s) directory URL")]
@@ -231,12 +229,30 @@ pub async fn handle_sqs(
     .await
 }
 
+/// Handles one import-queue message. A message no delivery could ever handle is recorded under
+/// the reject prefix and dead-lettered with its reason at once (the report names no state), not
+/// redelivered until the queue parks it; transient errors are returned, so SQS redelivers.
 pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, ImportError> {
-    let message: ImportMessage =
-        serde_json::from_str(body).map_err(|e| ImportError::Malformed {
-            body: body.chars().take(200).collect(),
-            why: e.to_string(),
-        })?;
+    let message: ImportMessage = match serde_json::from_str(body) {
+        Ok(m) => m,
+        Err(e) => {
+            let reason = format!("malformed import message: {e}");
+            imp.ctx
+                .reject(
+                    crate::rejects::RejectKind::MalformedImportMessage,
+                    &reason,
+                    "import queue",
+                    body,
+                )
+                .await
+                .map_err(|e| ImportError::Reject(e.to_string()))?;
+            return Ok(StepReport {
+                item_id: String::new(),
+                final_state: None,
+                steps: vec![format!("rejected: {reason}")],
+            });
+        }
+    };
     run(imp, &message).await
 }
 
