@@ -9,9 +9,7 @@ use std::sync::Arc;
 #[tokio::test]
 async fn submits_exactly_the_window_and_advances_the_tracker() {
     let s = stack("window", 2, &[]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let first = ids(250, "AA");
     let second = ids(30, "BB");
     put_inventory(
@@ -83,11 +81,8 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
 async fn exits_early_at_the_active_job_threshold() {
     // moto finishes every job inside SubmitJob, so nothing is ever active there: a threshold of 0
     // is "at the threshold" with zero jobs. (The in-memory runner's unit test covers real counts.)
-    let Some((s, _)) =
-        stack_with_inventory("threshold", &[("GRANARY_MAX_ACTIVE_JOBS", "0")], 10, "CC").await
-    else {
-        return;
-    };
+    let (s, _) =
+        stack_with_inventory("threshold", &[("GRANARY_MAX_ACTIVE_JOBS", "0")], 10, "CC").await;
     let out = feed(&s.ctx, 5).await;
     assert_eq!(out.submitted, 0);
     assert!(
@@ -109,9 +104,7 @@ async fn exits_early_at_the_active_job_threshold() {
 
 #[tokio::test]
 async fn a_feeder_with_a_stale_etag_submits_nothing() {
-    let Some((s, _)) = stack_with_inventory("stale", &[], 100, "DD").await else {
-        return;
-    };
+    let (s, _) = stack_with_inventory("stale", &[], 100, "DD").await;
     // Create the tracker, then take a snapshot that will go stale.
     feed(&s.ctx, 10).await;
     let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
@@ -146,11 +139,8 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
 
 #[tokio::test]
 async fn a_feeder_killed_before_advancing_does_not_resubmit() {
-    let Some((s, _)) =
-        stack_with_inventory("killed", &[("GRANARY_CLAIM_LEASE_SECS", "0")], 60, "EE").await
-    else {
-        return;
-    };
+    let (s, _) =
+        stack_with_inventory("killed", &[("GRANARY_CLAIM_LEASE_SECS", "0")], 60, "EE").await;
     feed(&s.ctx, 10).await;
 
     // Run 1 dies writing the tracker: every job of its window was submitted and recorded.
@@ -217,9 +207,7 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
 #[tokio::test]
 async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     let s = stack("invalid", 2, &[]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let mut rows = ids(5, "FF");
     rows[2] = "bad/id".into();
     // Larger than an SQS message may be: quoting it whole would wedge the feeder at this row.
@@ -268,9 +256,7 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
 #[tokio::test]
 async fn a_truncated_inventory_is_a_clear_error() {
     let s = stack("trunc", 2, &[]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let bytes = granary::inventory::write_inventory(
         &[granary::inventory::InventoryRow {
             granule_id: "a".into(),

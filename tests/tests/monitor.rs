@@ -13,7 +13,7 @@ const SPOT: fn() -> AttemptEnd = || AttemptEnd::SpotInterruption {
 };
 
 /// A stack with `n` granules fed to Batch; returns it with each job's facts, in row order.
-async fn fed(tag: &str, n: usize, batch_attempts: i32) -> Option<(TestStack, Vec<JobFacts>)> {
+async fn fed(tag: &str, n: usize, batch_attempts: i32) -> (TestStack, Vec<JobFacts>) {
     fed_with(tag, n, batch_attempts, &[]).await
 }
 
@@ -22,11 +22,9 @@ async fn fed_with(
     n: usize,
     batch_attempts: i32,
     env: &[(&str, &str)],
-) -> Option<(TestStack, Vec<JobFacts>)> {
+) -> (TestStack, Vec<JobFacts>) {
     let s = stack(tag, batch_attempts, env).await;
-    if lacks_batch(&s) {
-        return None;
-    }
+    require_batch(&s);
     let granules = ids(n, "MO");
     let layout = InventoryLayout {
         row_group_rows: 100,
@@ -52,7 +50,7 @@ async fn fed_with(
     let mut facts = describe_facts(&s.clients.batch, &job_ids).await.unwrap();
     facts.sort_by_key(|f| granules.iter().position(|g| *g == f.granule_id));
     assert_eq!(facts.len(), n);
-    Some((s, facts))
+    (s, facts)
 }
 
 fn body(facts: &JobFacts, ends: &[AttemptEnd], status: &str) -> String {
@@ -61,9 +59,7 @@ fn body(facts: &JobFacts, ends: &[AttemptEnd], status: &str) -> String {
 
 #[tokio::test]
 async fn routes_each_outcome_and_writes_the_keys() {
-    let Some((s, f)) = fed("routes", 4, 2).await else {
-        return;
-    };
+    let (s, f) = fed("routes", 4, 2).await;
     let ctx = &s.ctx;
     let out = monitor::handle_message(ctx, &body(&f[0], &[AttemptEnd::Success], "SUCCEEDED"))
         .await
@@ -173,9 +169,7 @@ async fn routes_each_outcome_and_writes_the_keys() {
 
 #[tokio::test]
 async fn a_duplicated_event_routes_once() {
-    let Some((s, f)) = fed("dupes", 2, 1).await else {
-        return;
-    };
+    let (s, f) = fed("dupes", 2, 1).await;
     let spot = body(&f[0], &[SPOT()], "FAILED");
     let exit = body(&f[1], &[AttemptEnd::AppFailure { exit_code: 3 }], "FAILED");
     let first = monitor::handle_message(&s.ctx, &spot).await.unwrap();
@@ -212,9 +206,7 @@ async fn a_duplicated_event_routes_once() {
 
 #[tokio::test]
 async fn a_delivery_that_died_after_logging_is_finished_by_the_next() {
-    let Some((s, f)) = fed_with("halfway", 1, 1, &[("GRANARY_ROUTE_LEASE_SECS", "0")]).await else {
-        return;
-    };
+    let (s, f) = fed_with("halfway", 1, 1, &[("GRANARY_ROUTE_LEASE_SECS", "0")]).await;
     let spot = body(&f[0], &[SPOT()], "FAILED");
     // The first delivery logs, then dies before sending to the retry queue.
     let broken = granary::handlers::Ctx {
@@ -242,9 +234,7 @@ async fn a_delivery_that_died_after_logging_is_finished_by_the_next() {
 
 #[tokio::test]
 async fn permanent_errors_are_recorded_and_dead_lettered_at_once_the_rest_goes_on() {
-    let Some((s, f)) = fed("malformed", 2, 1).await else {
-        return;
-    };
+    let (s, f) = fed("malformed", 2, 1).await;
     let good = [
         body(&f[0], &[AttemptEnd::Success], "SUCCEEDED"),
         body(&f[1], &[AttemptEnd::Success], "SUCCEEDED"),
@@ -290,9 +280,7 @@ async fn permanent_errors_are_recorded_and_dead_lettered_at_once_the_rest_goes_o
 
 #[tokio::test]
 async fn success_relocates_earlier_failure_logs() {
-    let Some((s, f)) = fed("relocate", 1, 1).await else {
-        return;
-    };
+    let (s, f) = fed("relocate", 1, 1).await;
     let ctx = &s.ctx;
     monitor::handle_message(ctx, &body(&f[0], &[SPOT()], "FAILED"))
         .await

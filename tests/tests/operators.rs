@@ -102,9 +102,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
 
 #[tokio::test]
 async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
-    let Some((s, granules)) = stack_with_inventory("hold", &[], 60, "HO").await else {
-        return;
-    };
+    let (s, granules) = stack_with_inventory("hold", &[], 60, "HO").await;
     let ctx = &s.ctx;
     assert_eq!(feed(ctx, 20).await.submitted, 20);
     place_hold(
@@ -317,9 +315,7 @@ async fn retry_granules(s: &TestStack) -> Vec<String> {
 #[tokio::test]
 async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
     let s = stack("redrivereq", 1, &[("GRANARY_MAX_RETRIES", "1")]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let g = "HLS.S30.T01FFF.2022001T000000.v2.0";
     let m = RetryMessage {
         event: GranuleProcessingEvent {
@@ -350,9 +346,7 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
 #[tokio::test]
 async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     let s = stack("resume", 1, &[("GRANARY_MAX_RETRIES", "0")]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let ctx = &s.ctx;
     let imp = Importer::aws(ctx.clone(), &s.clients).unwrap();
     let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();

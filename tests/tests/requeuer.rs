@@ -16,9 +16,7 @@ fn msg(id: &str, attempt: u32) -> String {
 #[tokio::test]
 async fn increments_the_attempt_and_submits_once() {
     let s = stack("requeue", 2, &[]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let id = "HLS.L30.T18TYN.2020001T153012.v2.0";
     let out = requeuer::handle_message(&s.ctx, &msg(id, 1)).await.unwrap();
     assert!(
@@ -40,9 +38,7 @@ async fn increments_the_attempt_and_submits_once() {
 #[tokio::test]
 async fn respects_the_attempt_budget() {
     let s = stack("budget", 2, &[("GRANARY_MAX_RETRIES", "2")]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let id = "HLS.S30.T01GBH.2022226T214921.v2.0";
     // attempts 1 and 2 failed: 3 is the last allowed (1 + 2 retries)
     assert!(matches!(
@@ -66,9 +62,7 @@ async fn respects_the_attempt_budget() {
 #[tokio::test]
 async fn reports_failures_per_message() {
     let s = stack("partial", 2, &[]).await;
-    if lacks_batch(&s) {
-        return;
-    }
+    require_batch(&s);
     let batch = vec![
         msg("HLS.S30.T01GBH.2022226T214921.v2.0", 1),
         "not json".to_owned(),
