@@ -141,20 +141,7 @@ async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), 
     let Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) = result else {
         return result;
     };
-    let raw = match ctx.store.get(&key).await? {
-        Some(o) => String::from_utf8_lossy(&o.body).into_owned(),
-        None => "(gone before it could be read)".to_owned(),
-    };
-    let reason = format!("item record {key} is not valid JSON: {why}");
-    match ctx
-        .reject(
-            crate::rejects::RejectKind::CorruptItemRecord,
-            &reason,
-            "item records",
-            &raw,
-        )
-        .await
-    {
+    match ctx.reject_corrupt_record(&key, &why, "item records").await {
         Ok(_) => {
             tracing::error!(
                 key,

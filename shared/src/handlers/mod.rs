@@ -134,6 +134,28 @@ impl Ctx {
         .await
     }
 
+    /// Sets aside an item record no code can read (`why`): recorded with its bytes under the
+    /// reject prefix and dead-lettered, so whoever found it can go on.
+    pub async fn reject_corrupt_record(
+        &self,
+        key: &str,
+        why: &str,
+        found_by: &str,
+    ) -> Result<(), crate::rejects::RejectError> {
+        let raw = match self.store.get(key).await? {
+            Some(o) => String::from_utf8_lossy(&o.body).into_owned(),
+            None => "(gone before it could be read)".to_owned(),
+        };
+        self.reject(
+            crate::rejects::RejectKind::CorruptItemRecord,
+            &format!("item record {key} is not valid JSON: {why}"),
+            found_by,
+            &raw,
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
     pub async fn submit_once(
         &self,

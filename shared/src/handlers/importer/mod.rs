@@ -176,16 +176,34 @@ impl Importer {
 
     /// Hands a READY item to the processing path: the requeuer submits its next attempt.
     pub async fn hand_to_processing(&self, record: &ItemRecord) -> Result<(), ImportError> {
+        self.send_retry(
+            &record.id,
+            record.attempts.processing,
+            "READY",
+            "admitted for processing",
+        )
+        .await
+    }
+
+    /// Puts (item, attempt) on the retry queue: the requeuer submits attempt + 1 (or
+    /// dead-letters it past the budget), moving the item record along.
+    pub async fn send_retry(
+        &self,
+        id: &GranuleId,
+        attempt: u32,
+        outcome: &str,
+        reason: &str,
+    ) -> Result<(), ImportError> {
         let event = GranuleProcessingEvent {
-            granule_id: record.id.clone(),
-            attempt: record.attempts.processing,
+            granule_id: id.clone(),
+            attempt,
         };
         self.ctx
             .retry_queue
             .send(
                 OutgoingMessage::new(crate::state::to_json_string(&event))
-                    .with_attribute("outcome", "READY")
-                    .with_attribute("reason", "admitted for processing"),
+                    .with_attribute("outcome", outcome)
+                    .with_attribute("reason", reason),
             )
             .await?;
         Ok(())

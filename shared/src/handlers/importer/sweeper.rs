@@ -12,7 +12,7 @@
 //! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
 use super::{ImportError, Importer, Step};
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::granule::GranuleId;
 use crate::domain::item::Change;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::items::{Advanced, ItemError};
@@ -66,7 +66,10 @@ async fn sweep_one(
     let current = match items.get(id).await {
         Ok(c) => c,
         Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) => {
-            reject_corrupt(imp, &key, &why).await?;
+            imp.ctx
+                .reject_corrupt_record(&key, &why, "item sweeper")
+                .await
+                .map_err(|e| ImportError::Reject(e.to_string()))?;
             items.clear_inflight(marked, id).await?;
             summary.corrupt_records += 1;
             return Ok(());
@@ -121,7 +124,13 @@ async fn sweep_one(
         (_, false) => {
             // The requeuer submits the next attempt; it moves the item PROCESSING (n) →
             // PROCESSING_FAILED → READY → PROCESSING (n + 1) itself if this write is lost.
-            retry_processing(imp, id, record.attempts.processing).await?
+            imp.send_retry(
+                id,
+                record.attempts.processing,
+                "TIMED_OUT",
+                "processing timed out (timeout recovery)",
+            )
+            .await?
         }
     }
     let mut expected = (state, seq);
@@ -190,22 +199,6 @@ async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, ImportError> {
     })
 }
 
-async fn retry_processing(imp: &Importer, id: &GranuleId, attempt: u32) -> Result<(), ImportError> {
-    let event = GranuleProcessingEvent {
-        granule_id: id.clone(),
-        attempt,
-    };
-    imp.ctx
-        .retry_queue
-        .send(
-            OutgoingMessage::new(crate::state::to_json_string(&event))
-                .with_attribute("outcome", "TIMED_OUT")
-                .with_attribute("reason", "processing timed out (timeout recovery)"),
-        )
-        .await?;
-    Ok(())
-}
-
 /// Gave-up items are reported on the failure DLQ like any other failure an operator must see; the
 /// item record (state, history with the reason) is the durable record.
 async fn dead_letter(
@@ -229,29 +222,6 @@ async fn dead_letter(
                 ),
         )
         .await?;
-    Ok(())
-}
-
-/// A record no code can read: kept with its reason under the reject prefix and dead-lettered,
-/// so it is not retried every sweep for ever.
-async fn reject_corrupt(imp: &Importer, key: &str, why: &str) -> Result<(), ImportError> {
-    let raw = imp
-        .ctx
-        .store
-        .get(key)
-        .await
-        .map_err(|e| ImportError::Items(e.into()))?
-        .map(|o| String::from_utf8_lossy(&o.body).into_owned())
-        .unwrap_or_else(|| "(gone before it could be read)".to_owned());
-    imp.ctx
-        .reject(
-            crate::rejects::RejectKind::CorruptItemRecord,
-            &format!("item record {key} is not valid JSON: {why}"),
-            "item sweeper",
-            &raw,
-        )
-        .await
-        .map_err(|e| ImportError::Reject(e.to_string()))?;
     Ok(())
 }
 
