@@ -549,7 +549,8 @@ mod tests {
     /// The feeder must not read a large inventory whole to take a window: count what it fetches.
     #[tokio::test]
     async fn a_window_fetches_only_its_pages() {
-        use crate::adapters::counting::{CountingStore, RequestCounts};
+        use crate::adapters::counting::RequestCounts;
+        use crate::adapters::tap::TappedStore;
         use std::sync::atomic::Ordering;
         let layout = InventoryLayout {
             row_group_rows: 50_000,
@@ -559,9 +560,9 @@ mod tests {
         let memory = store_with(300_000, layout).await;
         let size = memory.get("inv.parquet").await.unwrap().unwrap().body.len() as u64;
         let counts = Arc::new(RequestCounts::default());
-        let store: Arc<dyn ObjectStore> = Arc::new(CountingStore {
+        let store: Arc<dyn ObjectStore> = Arc::new(TappedStore {
             inner: memory,
-            counts: counts.clone(),
+            tap: counts.clone(),
         });
         let inv = Inventory::open(store, "inv.parquet", DEFAULT_ID_COLUMN)
             .await

@@ -120,7 +120,6 @@ fn world(scenario: Scenario) -> World {
         })),
         import_queue: Some(import.clone()),
         prerequisites: Arc::new(ObjectsExist {
-            store,
             templates: vec![],
         }),
     };

@@ -13,7 +13,8 @@ use arrow::datatypes::{DataType, Field, Schema};
 use clap::{Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::adapters::aws::{load_sdk_config, AwsClients, S3Store};
-use granary::adapters::counting::{CountingStore, RequestCounts};
+use granary::adapters::counting::RequestCounts;
+use granary::adapters::tap::TappedStore;
 use granary::inventory::{
     pyarrow_default_properties, Inventory, InventoryLayout, DEFAULT_ID_COLUMN,
 };
@@ -180,9 +181,9 @@ async fn window_read(
     let mut last = (0, 0);
     for _ in 0..reps.max(1) {
         let counts = Arc::new(RequestCounts::default());
-        let store: Arc<dyn ObjectStore> = Arc::new(CountingStore {
+        let store: Arc<dyn ObjectStore> = Arc::new(TappedStore {
             inner: s3.clone(),
-            counts: counts.clone(),
+            tap: counts.clone(),
         });
         let t = Instant::now();
         // A feeder run opens the inventory afresh each time: footer included in the cost.

@@ -9,7 +9,8 @@ use super::simulator::{BatchSimulator, EndpointBatch};
 use super::stack::{config_from, EmulatorStack, StackOptions};
 use anyhow::{Context, Result};
 use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
-use granary::adapters::counting::{CountingQueue, RequestCounts};
+use granary::adapters::counting::RequestCounts;
+use granary::adapters::tap::TappedQueue;
 use granary::adapters::memory::{MemoryQueue, MemoryStore};
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::log_key::{LogKey, LogOutcome};
@@ -105,9 +106,9 @@ impl Campaign {
         anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
         let counts = Arc::new(RequestCounts::default());
         let ctx = Ctx::aws(stack.config()?, clients).counted(&counts);
-        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
+        let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
             inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
-            counts: counts.clone(),
+            tap: counts.clone(),
         });
         let events_dlq = Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_dlq_url));
         let simulator = BatchSimulator::new(
@@ -160,9 +161,9 @@ impl Campaign {
         }
         .counted(&counts);
         let events = Arc::new(MemoryQueue::new("batch-events"));
-        let events_queue: Arc<dyn Queue> = Arc::new(CountingQueue {
+        let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
             inner: events.clone(),
-            counts: counts.clone(),
+            tap: counts.clone(),
         });
         let rule = Arc::new(RuleToQueue::new(events, batch.job_queue_arn()));
         let simulator = BatchSimulator::new(batch.clone(), rule, spec.plan.clone());

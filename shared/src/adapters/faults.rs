@@ -1,4 +1,4 @@
-//! Port decorators that make the cloud misbehave on purpose, for the crash-point harness and
+//! A [`Tap`] that makes the cloud misbehave on purpose, for the crash-point harness and
 //! `granary chaos`: every external call of one handler invocation passes through one [`Faults`].
 //!
 //! - **Crash at call N.** The invocation dies at its Nth external call: either the call is never
@@ -10,15 +10,7 @@
 //!   Batch (TooManyRequestsException) refuse calls over their rates once the SDK's own retries are
 //!   spent. A refused SubmitJob did nothing.
 
-use crate::ports::{
-    ActiveJobs, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta, ObjectStore,
-    OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage, StoreError,
-    StoredObject,
-};
-use async_trait::async_trait;
-use bytes::Bytes;
-use std::future::Future;
-use std::ops::Range;
+use super::tap::{Call, Fate, Refusal, Tap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -60,11 +52,6 @@ struct State {
     rng: u64,
 }
 
-enum Injected {
-    Crash,
-    Throttle,
-}
-
 impl Faults {
     pub fn new(
         crash: Option<CrashPoint>,
@@ -98,11 +85,19 @@ impl Faults {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Decides the fate of the next call: `Err` to fail it unmade, `Ok(lose_answer)` to make it.
-    fn enter(&self) -> Result<bool, Injected> {
+}
+
+/// Decides the fate of each call: refused unmade, made, or made with its answer lost. Calls to
+/// the importer's source are let through untouched: a download that fails is the download
+/// step's own, tested failure.
+impl Tap for Faults {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        if call.op.is_source() {
+            return Ok(Fate::Make);
+        }
         let mut s = self.lock();
         if s.crashed {
-            return Err(Injected::Crash);
+            return Err(CRASHED);
         }
         s.calls += 1;
         self.totals.calls.fetch_add(1, Ordering::Relaxed);
@@ -110,36 +105,25 @@ impl Faults {
             s.crashed = true;
             self.totals.crashes.fetch_add(1, Ordering::Relaxed);
             return match c.mode {
-                CrashMode::Before => Err(Injected::Crash),
-                CrashMode::After => Ok(true),
+                CrashMode::Before => Err(CRASHED),
+                CrashMode::After => Ok(Fate::MakeAndLoseAnswer),
             };
         }
         if self.throttle_rate > 0.0 && unit(&mut s.rng) < self.throttle_rate {
             self.totals.throttles.fetch_add(1, Ordering::Relaxed);
-            return Err(Injected::Throttle);
+            return Err(Refusal {
+                message: "injected throttling: slow down",
+                ambiguous: false,
+            });
         }
-        Ok(false)
-    }
-
-    async fn call<T, E, F>(&self, call: F, error: impl Fn(&str, bool) -> E) -> Result<T, E>
-    where
-        F: Future<Output = Result<T, E>>,
-    {
-        match self.enter() {
-            Err(Injected::Crash) => Err(error("injected crash: the invocation died", true)),
-            Err(Injected::Throttle) => Err(error("injected throttling: slow down", false)),
-            Ok(lose_answer) => {
-                let result = call.await;
-                if lose_answer {
-                    drop(result);
-                    Err(error("injected crash: the answer was lost", true))
-                } else {
-                    result
-                }
-            }
-        }
+        Ok(Fate::Make)
     }
 }
+
+const CRASHED: Refusal = Refusal {
+    message: "injected crash: the invocation died",
+    ambiguous: true,
+};
 
 /// The next number of a splitmix64 stream, as a fraction in [0, 1).
 fn unit(state: &mut u64) -> f64 {
@@ -151,167 +135,21 @@ fn unit(state: &mut u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
-pub struct FaultyStore {
-    pub inner: Arc<dyn ObjectStore>,
-    pub faults: Arc<Faults>,
-}
-
-fn store_error(key: &str) -> impl Fn(&str, bool) -> StoreError + '_ {
-    move |why, _| StoreError::backend(key, why)
-}
-
-#[async_trait]
-impl ObjectStore for FaultyStore {
-    async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
-        self.faults
-            .call(self.inner.get(key), store_error(key))
-            .await
-    }
-    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
-        self.faults
-            .call(self.inner.get_range(key, range), store_error(key))
-            .await
-    }
-    async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
-        self.faults
-            .call(self.inner.get_suffix(key, len), store_error(key))
-            .await
-    }
-    async fn put(
-        &self,
-        key: &str,
-        body: Bytes,
-        condition: PutCondition,
-    ) -> Result<String, StoreError> {
-        self.faults
-            .call(self.inner.put(key, body, condition), store_error(key))
-            .await
-    }
-    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
-        self.faults
-            .call(self.inner.list(prefix), store_error(prefix))
-            .await
-    }
-    async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
-        self.faults
-            .call(self.inner.copy(from, to), store_error(to))
-            .await
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.faults
-            .call(self.inner.delete(key), store_error(key))
-            .await
-    }
-}
-
-pub struct FaultyQueue {
-    pub inner: Arc<dyn Queue>,
-    pub faults: Arc<Faults>,
-}
-
-#[async_trait]
-impl Queue for FaultyQueue {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    async fn send(&self, message: OutgoingMessage) -> Result<(), QueueError> {
-        let name = self.inner.name();
-        self.faults
-            .call(self.inner.send(message), |why, _| {
-                QueueError::new(name, why)
-            })
-            .await
-    }
-    async fn receive(
-        &self,
-        max: u32,
-        visibility_timeout_secs: u32,
-        wait_secs: u32,
-    ) -> Result<Vec<ReceivedMessage>, QueueError> {
-        let name = self.inner.name();
-        self.faults
-            .call(
-                self.inner.receive(max, visibility_timeout_secs, wait_secs),
-                |why, _| QueueError::new(name, why),
-            )
-            .await
-    }
-    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
-        let name = self.inner.name();
-        self.faults
-            .call(self.inner.delete(receipt_handle), |why, _| {
-                QueueError::new(name, why)
-            })
-            .await
-    }
-    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
-        let name = self.inner.name();
-        self.faults
-            .call(self.inner.release(receipt_handle), |why, _| {
-                QueueError::new(name, why)
-            })
-            .await
-    }
-    async fn depth(&self) -> Result<QueueDepth, QueueError> {
-        let name = self.inner.name();
-        self.faults
-            .call(self.inner.depth(), |why, _| QueueError::new(name, why))
-            .await
-    }
-}
-
-pub struct FaultyJobs {
-    pub inner: Arc<dyn JobRunner>,
-    pub faults: Arc<Faults>,
-}
-
-fn jobs_error(why: &str, crashed: bool) -> JobRunnerError {
-    if crashed {
-        JobRunnerError::ambiguous(why)
-    } else {
-        JobRunnerError::refused(why)
-    }
-}
-
-#[async_trait]
-impl JobRunner for FaultyJobs {
-    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-        self.faults
-            .call(self.inner.submit(request), jobs_error)
-            .await
-    }
-    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
-        self.faults
-            .call(self.inner.count_active(stop_at), jobs_error)
-            .await
-    }
-    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
-        self.faults
-            .call(self.inner.find_by_name(job_name), jobs_error)
-            .await
-    }
-    async fn describe(
-        &self,
-        job_id: &str,
-    ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
-        self.faults
-            .call(self.inner.describe(job_id), jobs_error)
-            .await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::adapters::memory::MemoryStore;
+    use crate::adapters::tap::TappedStore;
+    use crate::ports::{ObjectStore, PutCondition};
+    use bytes::Bytes;
 
-    fn store(crash: Option<CrashPoint>, rate: f64) -> (FaultyStore, Arc<MemoryStore>, Arc<Faults>) {
+    fn store(crash: Option<CrashPoint>, rate: f64) -> (TappedStore, Arc<MemoryStore>, Arc<Faults>) {
         let inner = Arc::new(MemoryStore::new());
         let faults = Faults::new(crash, rate, 7, Arc::default());
         (
-            FaultyStore {
+            TappedStore {
                 inner: inner.clone(),
-                faults: faults.clone(),
+                tap: faults.clone(),
             },
             inner,
             faults,

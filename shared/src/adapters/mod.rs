@@ -3,3 +3,4 @@ pub mod counting;
 pub mod faults;
 pub mod http_source;
 pub mod memory;
+pub mod tap;

@@ -60,53 +60,39 @@ impl Ctx {
         Ok(Self::aws(config, &AwsClients::from_env().await))
     }
 
-    /// The same context with its store and queues counting requests into `counts`.
-    pub fn counted(&self, counts: &Arc<crate::adapters::counting::RequestCounts>) -> Self {
-        use crate::adapters::counting::{CountingJobs, CountingQueue, CountingStore};
+    /// The same context with every port's calls passing through `tap`.
+    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        use crate::adapters::tap::{TappedJobs, TappedQueue, TappedStore};
+        let queue = |q: &Arc<dyn Queue>| -> Arc<dyn Queue> {
+            Arc::new(TappedQueue {
+                inner: q.clone(),
+                tap: tap.clone(),
+            })
+        };
         Self {
-            jobs: Arc::new(CountingJobs {
-                inner: self.jobs.clone(),
-                counts: counts.clone(),
-            }),
-            store: Arc::new(CountingStore {
+            store: Arc::new(TappedStore {
                 inner: self.store.clone(),
-                counts: counts.clone(),
+                tap: tap.clone(),
             }),
-            retry_queue: Arc::new(CountingQueue {
-                inner: self.retry_queue.clone(),
-                counts: counts.clone(),
+            jobs: Arc::new(TappedJobs {
+                inner: self.jobs.clone(),
+                tap: tap.clone(),
             }),
-            failure_dlq: Arc::new(CountingQueue {
-                inner: self.failure_dlq.clone(),
-                counts: counts.clone(),
-            }),
-            ..self.clone()
+            retry_queue: queue(&self.retry_queue),
+            failure_dlq: queue(&self.failure_dlq),
+            config: self.config.clone(),
         }
+    }
+
+    /// The same context with its calls counted into `counts`.
+    pub fn counted(&self, counts: &Arc<crate::adapters::counting::RequestCounts>) -> Self {
+        self.tapped(counts.clone())
     }
 
     /// The same context with every external call passing through `faults` (crash-point harness,
     /// `granary chaos`).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
-        use crate::adapters::faults::{FaultyJobs, FaultyQueue, FaultyStore};
-        Self {
-            store: Arc::new(FaultyStore {
-                inner: self.store.clone(),
-                faults: faults.clone(),
-            }),
-            jobs: Arc::new(FaultyJobs {
-                inner: self.jobs.clone(),
-                faults: faults.clone(),
-            }),
-            retry_queue: Arc::new(FaultyQueue {
-                inner: self.retry_queue.clone(),
-                faults: faults.clone(),
-            }),
-            failure_dlq: Arc::new(FaultyQueue {
-                inner: self.failure_dlq.clone(),
-                faults: faults.clone(),
-            }),
-            ..self.clone()
-        }
+        self.tapped(faults.clone())
     }
 
     /// The item records, their history and the in-flight index.

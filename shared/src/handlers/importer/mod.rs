@@ -64,25 +64,24 @@ pub enum Step {
 /// Processing prerequisites: pluggable, since they depend on the algorithm.
 #[async_trait]
 pub trait Prerequisites: Send + Sync {
-    /// `Err(what is missing)` while the item cannot be processed yet.
-    async fn check(&self, record: &ItemRecord) -> Result<(), String>;
+    /// `Err(what is missing)` while the item cannot be processed yet. `store` is granary's bucket.
+    async fn check(&self, store: &dyn ObjectStore, record: &ItemRecord) -> Result<(), String>;
 }
 
 /// The default check: objects that must exist in granary's bucket, named by templates with
 /// `{id}` and `{name}` placeholders (`GRANARY_PREREQUISITES`). No templates: always satisfied.
 pub struct ObjectsExist {
-    pub store: Arc<dyn ObjectStore>,
     pub templates: Vec<String>,
 }
 
 #[async_trait]
 impl Prerequisites for ObjectsExist {
-    async fn check(&self, record: &ItemRecord) -> Result<(), String> {
+    async fn check(&self, store: &dyn ObjectStore, record: &ItemRecord) -> Result<(), String> {
         for template in &self.templates {
             let key = template
                 .replace("{id}", record.id.as_str())
                 .replace("{name}", &record.name);
-            let listed = self.store.list(&key).await.map_err(|e| e.to_string())?;
+            let listed = store.list(&key).await.map_err(|e| e.to_string())?;
             if !listed.iter().any(|m| m.key == key) {
                 return Err(format!("{key} does not exist yet"));
             }
@@ -120,7 +119,6 @@ impl Importer {
             .as_deref()
             .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>);
         let prerequisites = Arc::new(ObjectsExist {
-            store: ctx.store.clone(),
             templates: cfg.prerequisites.clone(),
         });
         Ok(Self {
@@ -137,20 +135,34 @@ impl Importer {
         Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
     }
 
-    /// The same importer with every S3, SQS and Batch call (its import queue's included) passing
-    /// through `faults`: the crash-point harness and `granary chaos`. The source is not wrapped:
-    /// a download that fails is the download step's own, tested failure.
-    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
+    /// The same importer with every call (its import queue's and its source's included) passing
+    /// through `tap`.
+    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        use crate::adapters::tap::{TappedQueue, TappedSource};
         Self {
-            ctx: self.ctx.with_faults(faults),
+            ctx: self.ctx.tapped(tap.clone()),
             import_queue: self.import_queue.as_ref().map(|q| {
-                Arc::new(crate::adapters::faults::FaultyQueue {
+                Arc::new(TappedQueue {
                     inner: q.clone(),
-                    faults: faults.clone(),
+                    tap: tap.clone(),
                 }) as Arc<dyn Queue>
             }),
-            ..self.clone()
+            source: self.source.as_ref().map(|s| {
+                Arc::new(TappedSource {
+                    inner: s.clone(),
+                    tap: tap.clone(),
+                    url: (self.ctx.config.importer.source_url.clone())
+                        .unwrap_or_else(|| "(unnamed source)".to_owned()),
+                }) as Arc<dyn Source>
+            }),
+            prerequisites: self.prerequisites.clone(),
         }
+    }
+
+    /// The same importer with its calls passing through `faults` (the crash-point harness and
+    /// `granary chaos`; the faults tap leaves the source alone).
+    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
+        self.tapped(faults.clone())
     }
 
     fn source(&self) -> Result<&dyn Source, ImportError> {

@@ -267,7 +267,6 @@ mod tests {
             source: None,
             import_queue: Some(Arc::new(MemoryQueue::new("import"))),
             prerequisites: Arc::new(super::super::ObjectsExist {
-                store,
                 templates: vec![],
             }),
         };

@@ -1,0 +1,382 @@
+//! One decorator for every port, and a [`Tap`] that sees each external call through it: before
+//! the call (to refuse it, or to let it happen and lose its answer) and after it (what came back).
+//! Request counting (`adapters::counting`), injected faults (`adapters::faults`) and the IAM
+//! access log (`adapters::access_log`) are taps; the decorators are written once, here.
+
+use crate::ports::{
+    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta,
+    ObjectStore, OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage,
+    Source, SourceError, SourceFile, SourceStream, StoreError, StoredObject, Upload,
+};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::future::Future;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What a port call does, as a tap needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Op {
+    /// GetObject (whole, a range or a suffix).
+    StoreGet,
+    StorePut,
+    StoreList,
+    StoreCopy,
+    StoreDelete,
+    /// One part of a multipart upload (CreateMultipartUpload and UploadPart).
+    StoreUploadPart,
+    /// CompleteMultipartUpload: the uploaded object becomes visible.
+    StoreUploadFinish,
+    /// AbortMultipartUpload: the parts written so far are dropped.
+    StoreUploadAbort,
+    QueueSend,
+    QueueReceive,
+    QueueDelete,
+    /// ChangeMessageVisibility to 0.
+    QueueRelease,
+    /// GetQueueAttributes (message counts).
+    QueueDepth,
+    JobSubmit,
+    /// ListJobs (counting active jobs, finding a job by name).
+    JobList,
+    JobDescribe,
+    SourceList,
+    SourceOpen,
+}
+
+impl Op {
+    /// Calls the importer makes to the place files come from (not granary's own state).
+    pub fn is_source(self) -> bool {
+        matches!(self, Op::SourceList | Op::SourceOpen)
+    }
+}
+
+/// One external call: its operation and what it names (an object key or prefix, a queue's name,
+/// a job's name or id, a source URL). A copy also names its source key.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub op: Op,
+    pub target: &'a str,
+    pub from: Option<&'a str>,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(op: Op, target: &'a str) -> Self {
+        Self {
+            op,
+            target,
+            from: None,
+        }
+    }
+}
+
+/// What came back from a call that was made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answer {
+    pub ok: bool,
+    /// A read of an object that does not exist (S3 tells this apart only to callers that may
+    /// list the bucket; see `adapters::access_log`).
+    pub absent: bool,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Entries listed or messages received.
+    pub items: u64,
+}
+
+impl Answer {
+    fn of<T, E>(result: &Result<T, E>) -> Self {
+        Self {
+            ok: result.is_ok(),
+            ..Self::default()
+        }
+    }
+}
+
+/// Why a tap refused a call before it was made.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub message: &'static str,
+    /// Whether the caller must treat the call as possibly made (its process died).
+    pub ambiguous: bool,
+}
+
+/// What happens to a call a tap lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    Make,
+    /// The call is made, then its answer is lost (the invocation died waiting for it).
+    MakeAndLoseAnswer,
+}
+
+pub trait Tap: Send + Sync {
+    fn enter(&self, _call: &Call<'_>) -> Result<Fate, Refusal> {
+        Ok(Fate::Make)
+    }
+    fn leave(&self, _call: &Call<'_>, _answer: &Answer) {}
+}
+
+const ANSWER_LOST: &str = "injected crash: the answer was lost";
+
+async fn through<T, E>(
+    tap: &dyn Tap,
+    call: Call<'_>,
+    request: impl Future<Output = Result<T, E>>,
+    answer: impl FnOnce(&Result<T, E>) -> Answer,
+    error: impl FnOnce(&str, bool) -> E,
+) -> Result<T, E> {
+    match tap.enter(&call) {
+        Err(refusal) => Err(error(refusal.message, refusal.ambiguous)),
+        Ok(fate) => {
+            let result = request.await;
+            tap.leave(&call, &answer(&result));
+            if fate == Fate::MakeAndLoseAnswer {
+                drop(result);
+                Err(error(ANSWER_LOST, true))
+            } else {
+                result
+            }
+        }
+    }
+}
+
+fn store_error(key: &str) -> impl FnOnce(&str, bool) -> StoreError + '_ {
+    move |why, _| StoreError::backend(key, why)
+}
+
+fn bytes_read<T>(result: &Result<T, StoreError>, len: impl Fn(&T) -> usize) -> Answer {
+    Answer {
+        ok: result.is_ok(),
+        bytes: result.as_ref().map_or(0, |v| len(v) as u64),
+        ..Answer::default()
+    }
+}
+
+/// An object store whose calls pass through a tap.
+pub struct TappedStore {
+    pub inner: Arc<dyn ObjectStore>,
+    pub tap: Arc<dyn Tap>,
+}
+
+#[async_trait]
+impl ObjectStore for TappedStore {
+    async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
+        let answer = |r: &Result<Option<StoredObject>, StoreError>| Answer {
+            ok: r.is_ok(),
+            absent: matches!(r, Ok(None)),
+            bytes: match r {
+                Ok(Some(o)) => o.body.len() as u64,
+                _ => 0,
+            },
+            items: 0,
+        };
+        let call = Call::new(Op::StoreGet, key);
+        through(&*self.tap, call, self.inner.get(key), answer, store_error(key)).await
+    }
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        let call = Call::new(Op::StoreGet, key);
+        let request = self.inner.get_range(key, range);
+        let answer = |r: &Result<Bytes, _>| bytes_read(r, Bytes::len);
+        through(&*self.tap, call, request, answer, store_error(key)).await
+    }
+    async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
+        let call = Call::new(Op::StoreGet, key);
+        let request = self.inner.get_suffix(key, len);
+        let answer = |r: &Result<(Bytes, u64), _>| bytes_read(r, |(b, _)| b.len());
+        through(&*self.tap, call, request, answer, store_error(key)).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: PutCondition,
+    ) -> Result<String, StoreError> {
+        let call = Call::new(Op::StorePut, key);
+        let request = self.inner.put(key, body, condition);
+        through(&*self.tap, call, request, Answer::of, store_error(key)).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        let answer = |r: &Result<Vec<ObjectMeta>, StoreError>| Answer {
+            ok: r.is_ok(),
+            items: r.as_ref().map_or(0, |v| v.len() as u64),
+            ..Answer::default()
+        };
+        let call = Call::new(Op::StoreList, prefix);
+        let request = self.inner.list(prefix);
+        through(&*self.tap, call, request, answer, store_error(prefix)).await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let call = Call {
+            op: Op::StoreCopy,
+            target: to,
+            from: Some(from),
+        };
+        let request = self.inner.copy(from, to);
+        through(&*self.tap, call, request, Answer::of, store_error(to)).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let call = Call::new(Op::StoreDelete, key);
+        let request = self.inner.delete(key);
+        through(&*self.tap, call, request, Answer::of, store_error(key)).await
+    }
+    async fn begin_upload<'a>(&'a self, key: &str) -> Result<Box<dyn Upload + 'a>, StoreError> {
+        Ok(Box::new(TappedUpload {
+            inner: self.inner.begin_upload(key).await?,
+            tap: self.tap.clone(),
+            key: key.to_owned(),
+        }))
+    }
+}
+
+struct TappedUpload<'a> {
+    inner: Box<dyn Upload + 'a>,
+    tap: Arc<dyn Tap>,
+    key: String,
+}
+
+#[async_trait]
+impl Upload for TappedUpload<'_> {
+    async fn write_part(&mut self, part: Bytes) -> Result<(), StoreError> {
+        let call = Call::new(Op::StoreUploadPart, &self.key);
+        let request = self.inner.write_part(part);
+        through(&*self.tap, call, request, Answer::of, store_error(&self.key)).await
+    }
+    async fn finish(self: Box<Self>) -> Result<u64, StoreError> {
+        let this = *self;
+        let call = Call::new(Op::StoreUploadFinish, &this.key);
+        let request = this.inner.finish();
+        through(&*this.tap, call, request, Answer::of, store_error(&this.key)).await
+    }
+    async fn abort(self: Box<Self>) {
+        let this = *self;
+        let call = Call::new(Op::StoreUploadAbort, &this.key);
+        let request = async {
+            this.inner.abort().await;
+            Ok::<(), StoreError>(())
+        };
+        // Abort reports nothing: a refused or lost abort leaves parts the lifecycle rule removes.
+        let _ = through(&*this.tap, call, request, Answer::of, store_error(&this.key)).await;
+    }
+}
+
+/// A queue whose calls pass through a tap.
+pub struct TappedQueue {
+    pub inner: Arc<dyn Queue>,
+    pub tap: Arc<dyn Tap>,
+}
+
+impl TappedQueue {
+    async fn call<T>(
+        &self,
+        op: Op,
+        request: impl Future<Output = Result<T, QueueError>>,
+        items: impl FnOnce(&T) -> u64,
+    ) -> Result<T, QueueError> {
+        let name = self.inner.name();
+        let answer = |r: &Result<T, QueueError>| Answer {
+            ok: r.is_ok(),
+            items: r.as_ref().map_or(0, items),
+            ..Answer::default()
+        };
+        let error = |why: &str, _| QueueError::new(name, why);
+        through(&*self.tap, Call::new(op, name), request, answer, error).await
+    }
+}
+
+#[async_trait]
+impl Queue for TappedQueue {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    async fn send(&self, message: OutgoingMessage) -> Result<(), QueueError> {
+        self.call(Op::QueueSend, self.inner.send(message), |_| 1)
+            .await
+    }
+    async fn receive(
+        &self,
+        max: u32,
+        visibility_timeout_secs: u32,
+        wait_secs: u32,
+    ) -> Result<Vec<ReceivedMessage>, QueueError> {
+        let request = self.inner.receive(max, visibility_timeout_secs, wait_secs);
+        self.call(Op::QueueReceive, request, |m| m.len() as u64)
+            .await
+    }
+    async fn delete(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let request = self.inner.delete(receipt_handle);
+        self.call(Op::QueueDelete, request, |_| 1).await
+    }
+    async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
+        let request = self.inner.release(receipt_handle);
+        self.call(Op::QueueRelease, request, |_| 1).await
+    }
+    async fn depth(&self) -> Result<QueueDepth, QueueError> {
+        self.call(Op::QueueDepth, self.inner.depth(), |_| 0).await
+    }
+}
+
+/// A job runner whose calls pass through a tap.
+pub struct TappedJobs {
+    pub inner: Arc<dyn JobRunner>,
+    pub tap: Arc<dyn Tap>,
+}
+
+fn jobs_error(why: &str, ambiguous: bool) -> JobRunnerError {
+    if ambiguous {
+        JobRunnerError::ambiguous(why)
+    } else {
+        JobRunnerError::refused(why)
+    }
+}
+
+#[async_trait]
+impl JobRunner for TappedJobs {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        let name = request.job_name.clone();
+        let call = Call::new(Op::JobSubmit, &name);
+        let submit = self.inner.submit(request);
+        through(&*self.tap, call, submit, Answer::of, jobs_error).await
+    }
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        let call = Call::new(Op::JobList, "");
+        let request = self.inner.count_active(stop_at);
+        through(&*self.tap, call, request, Answer::of, jobs_error).await
+    }
+    async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        let call = Call::new(Op::JobList, job_name);
+        let request = self.inner.find_by_name(job_name);
+        through(&*self.tap, call, request, Answer::of, jobs_error).await
+    }
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
+        let call = Call::new(Op::JobDescribe, job_id);
+        let request = self.inner.describe(job_id);
+        through(&*self.tap, call, request, Answer::of, jobs_error).await
+    }
+}
+
+/// A source whose calls pass through a tap. It names calls by URL: the source's own URL for a
+/// listing, the file's for an open.
+pub struct TappedSource {
+    pub inner: Arc<dyn Source>,
+    pub tap: Arc<dyn Tap>,
+    pub url: String,
+}
+
+fn source_error(url: &str) -> impl FnOnce(&str, bool) -> SourceError + '_ {
+    move |why, _| SourceError::Transient {
+        url: url.to_owned(),
+        message: why.to_owned(),
+    }
+}
+
+#[async_trait]
+impl Source for TappedSource {
+    async fn list(&self) -> Result<Vec<SourceFile>, SourceError> {
+        let call = Call::new(Op::SourceList, &self.url);
+        let request = self.inner.list();
+        through(&*self.tap, call, request, Answer::of, source_error(&self.url)).await
+    }
+    async fn open(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
+        let call = Call::new(Op::SourceOpen, url);
+        through(&*self.tap, call, self.inner.open(url), Answer::of, source_error(url)).await
+    }
+}
