@@ -84,7 +84,6 @@ impl Faults {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
-
 }
 
 /// Decides the fate of each call: refused unmade, made, or made with its answer lost. Calls to

@@ -1,3 +1,4 @@
+pub mod access_log;
 pub mod aws;
 pub mod counting;
 pub mod faults;

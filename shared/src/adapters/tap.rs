@@ -170,7 +170,14 @@ impl ObjectStore for TappedStore {
             items: 0,
         };
         let call = Call::new(Op::StoreGet, key);
-        through(&*self.tap, call, self.inner.get(key), answer, store_error(key)).await
+        through(
+            &*self.tap,
+            call,
+            self.inner.get(key),
+            answer,
+            store_error(key),
+        )
+        .await
     }
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         let call = Call::new(Op::StoreGet, key);
@@ -238,13 +245,27 @@ impl Upload for TappedUpload<'_> {
     async fn write_part(&mut self, part: Bytes) -> Result<(), StoreError> {
         let call = Call::new(Op::StoreUploadPart, &self.key);
         let request = self.inner.write_part(part);
-        through(&*self.tap, call, request, Answer::of, store_error(&self.key)).await
+        through(
+            &*self.tap,
+            call,
+            request,
+            Answer::of,
+            store_error(&self.key),
+        )
+        .await
     }
     async fn finish(self: Box<Self>) -> Result<u64, StoreError> {
         let this = *self;
         let call = Call::new(Op::StoreUploadFinish, &this.key);
         let request = this.inner.finish();
-        through(&*this.tap, call, request, Answer::of, store_error(&this.key)).await
+        through(
+            &*this.tap,
+            call,
+            request,
+            Answer::of,
+            store_error(&this.key),
+        )
+        .await
     }
     async fn abort(self: Box<Self>) {
         let this = *self;
@@ -254,7 +275,14 @@ impl Upload for TappedUpload<'_> {
             Ok::<(), StoreError>(())
         };
         // Abort reports nothing: a refused or lost abort leaves parts the lifecycle rule removes.
-        let _ = through(&*this.tap, call, request, Answer::of, store_error(&this.key)).await;
+        let _ = through(
+            &*this.tap,
+            call,
+            request,
+            Answer::of,
+            store_error(&this.key),
+        )
+        .await;
     }
 }
 
@@ -373,10 +401,24 @@ impl Source for TappedSource {
     async fn list(&self) -> Result<Vec<SourceFile>, SourceError> {
         let call = Call::new(Op::SourceList, &self.url);
         let request = self.inner.list();
-        through(&*self.tap, call, request, Answer::of, source_error(&self.url)).await
+        through(
+            &*self.tap,
+            call,
+            request,
+            Answer::of,
+            source_error(&self.url),
+        )
+        .await
     }
     async fn open(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
         let call = Call::new(Op::SourceOpen, url);
-        through(&*self.tap, call, self.inner.open(url), Answer::of, source_error(url)).await
+        through(
+            &*self.tap,
+            call,
+            self.inner.open(url),
+            Answer::of,
+            source_error(url),
+        )
+        .await
     }
 }

@@ -63,7 +63,10 @@ pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportEr
         validation,
         eligibility: eligibility(imp, &record),
         slot: slot_of(imp, &record),
-        prerequisites: imp.prerequisites.check(imp.ctx.store.as_ref(), &record).await,
+        prerequisites: imp
+            .prerequisites
+            .check(imp.ctx.store.as_ref(), &record)
+            .await,
     };
     let admission = decide_admission(&facts, &imp.ctx.config.importer.active_slots);
     let Some(to) = admission.target() else {

@@ -266,9 +266,7 @@ mod tests {
             ctx,
             source: None,
             import_queue: Some(Arc::new(MemoryQueue::new("import"))),
-            prerequisites: Arc::new(super::super::ObjectsExist {
-                templates: vec![],
-            }),
+            prerequisites: Arc::new(super::super::ObjectsExist { templates: vec![] }),
         };
         (imp, dlq)
     }

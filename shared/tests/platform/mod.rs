@@ -1,0 +1,739 @@
+//! The crash-point harness: every handler is stopped at each of its external calls in turn — the
+//! call never made, or made and its answer lost — and the platform then does what AWS does after
+//! a dead invocation (the SQS message comes back once its visibility timeout passes, the schedule
+//! fires again, an operator reruns an interrupted command) until nothing moves any more. After
+//! each run the promise is audited: no item stranded, no (granule, attempt) submitted twice, every
+//! failure that ends an item dead-lettered with a reason, every success logged.
+//!
+//! Everything runs on the in-memory twins; the handlers are the production ones, and each
+//! invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::faults`).
+
+//! The platform the handler tests run on: the in-memory twins of S3, SQS and Batch, the
+//! production handlers, and what AWS does around them (schedules fire, event sources deliver,
+//! visibility timeouts run out, Batch runs jobs and EventBridge delivers their ends). Each Lambda
+//! runs with the environment `infra/template.yaml` gives that function, resolved for a test
+//! stack, and its calls are recorded in that function's [`AccessLog`] (IAM by use).
+#![allow(dead_code)]
+
+use chrono::Utc;
+use granary::adapters::access_log::{AccessLog, AwsAccount};
+use granary::adapters::faults::{CrashPoint, FaultCounts, Faults};
+use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemorySource, MemoryStore};
+use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap};
+use granary::config::Config;
+use granary::domain::batch_event::JobStatus;
+use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+use granary::domain::item::{Change, ItemQuery, NewItem};
+use granary::domain::lifecycle::ItemState;
+use granary::handlers::importer::{self, discover, sweeper, Importer, ObjectsExist};
+use granary::handlers::{feeder, item_sync, monitor, reconciler, requeuer, resume, Ctx};
+use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
+use granary::ports::{JobRunner, PutCondition, Queue, SourceFile};
+use granary::redrive::{self, RedriveFilter, RedriveOptions};
+use granary_template::{Resolved, Stack, Template};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+
+pub const BACKFILL: [&str; 2] = [
+    "HLS.S30.T18TYN.2022002T153012.v2.0",
+    "HLS.L30.T18TYN.2022001T153012.v2.0",
+];
+
+/// Where the importer's files come from in the test stack: an S3 prefix outside granary's bucket,
+/// so the template's source grants are exercised.
+pub const SOURCE_URL: &str = "s3://granary-test-source/incoming/";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    Feeder,
+    Discover,
+    ImportStep,
+    Requeuer,
+    MonitorSuccess,
+    MonitorFailure,
+    Reconciler,
+    SweeperProcessing,
+    SweeperDownload,
+    Revalidate,
+    Resume,
+    Redrive,
+    /// A Spot reclaim: the monitor sends the granule back through the retry queue.
+    MonitorRetryable,
+    /// Events lost; attempt 1 reclaimed by Spot, attempt 2 succeeds: the reconciler routes the
+    /// retry and moves the superseded failure log.
+    ReconcilerRetryable,
+    /// Events lost and SubmitJob's answer lost: the reconciler finds the job by its name.
+    ReconcilerLostAnswer,
+    /// Poison inputs: recorded under rejects/ and dead-lettered, never retried.
+    PoisonEvent,
+    PoisonRetry,
+    PoisonImport,
+    PoisonRow,
+    /// An item record no code can read, found by the sweeper.
+    CorruptRecord,
+}
+
+pub const ALL: [Scenario; 20] = [
+    Scenario::Feeder,
+    Scenario::Discover,
+    Scenario::ImportStep,
+    Scenario::Requeuer,
+    Scenario::MonitorSuccess,
+    Scenario::MonitorFailure,
+    Scenario::Reconciler,
+    Scenario::SweeperProcessing,
+    Scenario::SweeperDownload,
+    Scenario::Revalidate,
+    Scenario::Resume,
+    Scenario::Redrive,
+    Scenario::MonitorRetryable,
+    Scenario::ReconcilerRetryable,
+    Scenario::ReconcilerLostAnswer,
+    Scenario::PoisonEvent,
+    Scenario::PoisonRetry,
+    Scenario::PoisonImport,
+    Scenario::PoisonRow,
+    Scenario::CorruptRecord,
+];
+
+/// A Spot reclaim as Batch reports it.
+pub const SPOT: &str = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+
+/// An inventory row no granule id can be made of.
+pub const POISON_ROW: &str = "HLS.S30.T18TYN/../2022003T153012";
+
+/// The stack's Lambda functions, by their logical ids in the template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Function {
+    Feeder,
+    Monitor,
+    Requeuer,
+    Discover,
+    ImportStep,
+    Sweeper,
+}
+
+impl Function {
+    pub const ALL: [Function; 6] = [
+        Function::Feeder,
+        Function::Monitor,
+        Function::Requeuer,
+        Function::Discover,
+        Function::ImportStep,
+        Function::Sweeper,
+    ];
+
+    pub fn logical_id(self) -> &'static str {
+        match self {
+            Function::Feeder => "QueueFeederFunction",
+            Function::Monitor => "JobMonitorFunction",
+            Function::Requeuer => "RequeuerFunction",
+            Function::Discover => "ImporterDiscoverFunction",
+            Function::ImportStep => "ImporterStepFunction",
+            Function::Sweeper => "ItemSweeperFunction",
+        }
+    }
+}
+
+/// The test stack: the template resolved with an S3 source and stand-ins for the parameters
+/// that name an account's network and image.
+pub fn stack() -> &'static (Stack, Resolved) {
+    static STACK: OnceLock<(Stack, Resolved)> = OnceLock::new();
+    STACK.get_or_init(|| {
+        let stack = Stack::new("granary-test")
+            .with("SubnetIds", "subnet-1,subnet-2")
+            .with("SecurityGroupIds", "sg-1")
+            .with(
+                "ContainerImage",
+                "123456789012.dkr.ecr.us-east-1.amazonaws.com/p:1",
+            )
+            .with("SourceUrl", SOURCE_URL);
+        let template = Template::granary().expect("infra/template.yaml reads");
+        let resolved = template.resolve(&stack).expect("the template resolves");
+        (stack, resolved)
+    })
+}
+
+pub fn account() -> AwsAccount {
+    let (s, _) = stack();
+    AwsAccount {
+        partition: s.partition.clone(),
+        region: s.region.clone(),
+        account: s.account.clone(),
+    }
+}
+
+/// What the harness changes in every function's environment: a smaller retry budget, and leases
+/// of 0 so a dead invocation's claim is taken over at its next delivery (time is moved on by
+/// expiring visibility timeouts, not by waiting).
+const HARNESS: [(&str, &str); 3] = [
+    ("GRANARY_MAX_RETRIES", "2"),
+    ("GRANARY_CLAIM_LEASE_SECS", "0"),
+    ("GRANARY_ROUTE_LEASE_SECS", "0"),
+];
+
+/// The configuration a function reads from the environment the template gives it (read once:
+/// compiling its patterns is most of a world's cost).
+pub fn function_config(f: Function) -> Config {
+    static CONFIGS: OnceLock<BTreeMap<Function, Config>> = OnceLock::new();
+    CONFIGS.get_or_init(|| {
+        Function::ALL
+            .into_iter()
+            .map(|f| (f, read_config(f)))
+            .collect()
+    })[&f]
+        .clone()
+}
+
+fn read_config(f: Function) -> Config {
+    let (_, resolved) = stack();
+    let mut env = resolved
+        .function(f.logical_id())
+        .and_then(|f| f.environment())
+        .expect("the function and its environment resolve");
+    for (k, v) in HARNESS {
+        env.insert(k.to_owned(), v.to_owned());
+    }
+    Config::from_lookup(|k| env.get(k).cloned())
+        .expect("the template's environment is a valid config")
+}
+
+pub struct World {
+    pub imp: Importer,
+    pub jobs: Arc<MemoryJobRunner>,
+    pub import: Arc<MemoryQueue>,
+    pub retry: Arc<MemoryQueue>,
+    pub dlq: Arc<MemoryQueue>,
+    pub events: Arc<MemoryQueue>,
+    /// Attempts whose job fails in the application (exit code 1: dead-lettered).
+    pub failing_attempts: BTreeSet<u32>,
+    /// Attempts whose instance Spot reclaims (retried by granary).
+    pub spot_attempts: BTreeSet<u32>,
+    /// Final events EventBridge never delivers: only the reconciler learns those ends.
+    pub lose_events: bool,
+    /// Whether the feeder's schedule fires (the backfill scenarios).
+    pub feeder: bool,
+    /// Whether the importer-discover schedule fires.
+    pub discover: bool,
+    /// Whether the scenario feeds a poison input (it must end under rejects/ and on the DLQ).
+    pub poison: bool,
+    /// What each function's calls needed.
+    pub logs: BTreeMap<Function, Arc<AccessLog>>,
+}
+
+pub fn world(scenario: Scenario) -> World {
+    let config = function_config(Function::Feeder);
+    let store = Arc::new(MemoryStore::new());
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let retry = Arc::new(MemoryQueue::new(&config.retry_queue_url));
+    let dlq = Arc::new(MemoryQueue::new(&config.failure_dlq_url));
+    let import_url = config
+        .importer
+        .import_queue_url
+        .clone()
+        .expect("the template sets the import queue");
+    let import = Arc::new(MemoryQueue::new(&import_url));
+    let ctx = Ctx {
+        config,
+        store: store.clone(),
+        jobs: jobs.clone(),
+        retry_queue: retry.clone(),
+        failure_dlq: dlq.clone(),
+    };
+    let body = bytes::Bytes::from_static(b"a raw granule file");
+    let file = SourceFile {
+        url: format!("{SOURCE_URL}granule-a.bin"),
+        name: "granule-a.bin".into(),
+        size: Some(body.len() as u64),
+        last_modified: Some(Utc::now()),
+        version: None,
+        digest: None,
+    };
+    let imp = Importer {
+        ctx,
+        source: Some(Arc::new(MemorySource {
+            files: vec![(file, body)],
+        })),
+        import_queue: Some(import.clone()),
+        prerequisites: Arc::new(ObjectsExist { templates: vec![] }),
+    };
+    let logs = Function::ALL
+        .into_iter()
+        .map(|f| {
+            let log = AccessLog::new(&function_config(f), account());
+            (f, Arc::new(log))
+        })
+        .collect();
+    World {
+        imp,
+        jobs,
+        import,
+        retry,
+        dlq,
+        events: Arc::new(MemoryQueue::new("batch-events")),
+        failing_attempts: match scenario {
+            Scenario::MonitorFailure | Scenario::Resume | Scenario::Redrive => BTreeSet::from([1]),
+            _ => BTreeSet::new(),
+        },
+        spot_attempts: match scenario {
+            Scenario::MonitorRetryable | Scenario::ReconcilerRetryable => BTreeSet::from([1]),
+            _ => BTreeSet::new(),
+        },
+        lose_events: matches!(
+            scenario,
+            Scenario::Reconciler | Scenario::ReconcilerRetryable | Scenario::ReconcilerLostAnswer
+        ),
+        feeder: matches!(scenario, Scenario::Feeder | Scenario::PoisonRow),
+        discover: scenario == Scenario::Discover,
+        poison: matches!(
+            scenario,
+            Scenario::PoisonEvent
+                | Scenario::PoisonRetry
+                | Scenario::PoisonImport
+                | Scenario::PoisonRow
+                | Scenario::CorruptRecord
+        ),
+        logs,
+    }
+}
+
+impl World {
+    /// The importer (and its context) as function `f` runs it: `f`'s configuration, its calls
+    /// recorded in `f`'s access log.
+    pub fn as_fn(&self, f: Function) -> Importer {
+        let mut imp = self.imp.clone();
+        imp.ctx.config = function_config(f);
+        imp.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
+    }
+}
+
+pub fn ctx(w: &World) -> &Ctx {
+    &w.imp.ctx
+}
+
+/// Handles every visible message of `queue` with `handle`; deletes the ones handled (as Lambda
+/// does with records not reported failed). Returns how many it handled.
+pub async fn drain<F, Fut, T, E>(queue: &MemoryQueue, handle: F) -> u64
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut handled = 0;
+    loop {
+        let got = queue.receive(10, 30, 0).await.unwrap();
+        if got.is_empty() {
+            return handled;
+        }
+        for m in got {
+            handled += 1;
+            if handle(m.body.clone()).await.is_ok() {
+                queue.delete(&m.receipt_handle).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Batch runs every RUNNING job to its end and, unless events are lost, EventBridge delivers the
+/// final event to the events queue.
+pub async fn finish_jobs(w: &World) -> u64 {
+    let mut finished = 0;
+    for request in w.jobs.submitted() {
+        let Some(job) = w.jobs.find_by_name(&request.job_name).await.unwrap() else {
+            continue;
+        };
+        if job.status != JobStatus::Running {
+            continue;
+        }
+        let attempt: u32 = request.parameters["attempt"].parse().unwrap();
+        let mut detail = w.jobs.describe(&job.job_id).await.unwrap().unwrap().detail;
+        let status = if w.spot_attempts.contains(&attempt) {
+            detail["statusReason"] = SPOT.into();
+            detail["attempts"] = serde_json::json!([{"container": {}, "statusReason": SPOT}]);
+            JobStatus::Failed
+        } else {
+            let fails = w.failing_attempts.contains(&attempt);
+            detail["statusReason"] = "Essential container in task exited".into();
+            detail["attempts"] = serde_json::json!([{"container": {"exitCode": i32::from(fails)}}]);
+            if fails {
+                JobStatus::Failed
+            } else {
+                JobStatus::Succeeded
+            }
+        };
+        detail["status"] = status.as_str().into();
+        w.jobs.finish(&job.job_id, status, detail.clone());
+        if !w.lose_events {
+            let event = serde_json::json!({
+                "version": "0", "id": format!("event-{}", job.job_id),
+                "detail-type": "Batch Job State Change", "source": "aws.batch",
+                "account": "000000000000", "time": Utc::now().to_rfc3339(),
+                "region": "us-east-1", "resources": [], "detail": detail,
+            });
+            w.events
+                .send(granary::ports::OutgoingMessage::new(event.to_string()))
+                .await
+                .unwrap();
+        }
+        finished += 1;
+    }
+    finished
+}
+
+/// The platform, fault-free, until nothing moves: the feeder's schedule, the import, retry and
+/// events queues' event sources, Batch, and the sweeper's schedule (reconciler, then sweeper) a
+/// day later. Between rounds every visibility timeout runs out, so what a dead invocation left
+/// behind is delivered again.
+pub async fn settle(w: &World) -> Result<(), String> {
+    let feeder_fn = w.as_fn(Function::Feeder);
+    let discover_fn = w.as_fn(Function::Discover);
+    let step_fn = &w.as_fn(Function::ImportStep);
+    let requeuer_fn = &w.as_fn(Function::Requeuer);
+    let monitor_fn = &w.as_fn(Function::Monitor);
+    let sweeper_fn = w.as_fn(Function::Sweeper);
+    for _ in 0..60 {
+        // The visibility timeout of whatever a dead invocation held has passed.
+        for q in [&w.import, &w.retry, &w.events, &w.dlq] {
+            q.expire_visibility();
+        }
+        let mut activity = 0;
+        if w.feeder {
+            let run = feeder::run(
+                &feeder_fn.ctx,
+                feeder::FeederEvent {
+                    granule_submit_count: 10,
+                },
+            )
+            .await
+            .map_err(|e| format!("feeder: {e}"))?;
+            activity += run.submitted;
+        }
+        if w.discover {
+            let run = discover::discover(&discover_fn)
+                .await
+                .map_err(|e| format!("discover: {e}"))?;
+            activity += run.new;
+        }
+        activity += drain(&w.import, |b| async move {
+            importer::handle_message(step_fn, &b).await
+        })
+        .await;
+        activity += drain(&w.retry, |b| async move {
+            requeuer::handle_message(&requeuer_fn.ctx, &b).await
+        })
+        .await;
+        activity += finish_jobs(w).await;
+        activity += drain(&w.events, |b| async move {
+            monitor::handle_message(&monitor_fn.ctx, &b).await
+        })
+        .await;
+        let later = Utc::now() + chrono::Duration::days(1);
+        let r = reconciler::reconcile(&sweeper_fn.ctx, later)
+            .await
+            .map_err(|e| e.to_string())?;
+        activity += r.recovered + r.closed;
+        let s = sweeper::sweep(&sweeper_fn, later)
+            .await
+            .map_err(|e| e.to_string())?;
+        activity += s.retried + s.gave_up + s.finished_by_batch + s.stale_markers;
+        if activity == 0 {
+            return Ok(());
+        }
+    }
+    Err("the platform did not settle in 60 rounds".into())
+}
+
+pub async fn only_item(w: &World) -> GranuleId {
+    let items = ctx(w).items().find(&ItemQuery::default()).await.unwrap();
+    assert_eq!(items.len(), 1, "{items:?}");
+    items[0].id.clone()
+}
+
+/// Brings the world to the moment just before the invocation under test.
+pub async fn prepare(w: &World, scenario: Scenario) {
+    let c = ctx(w);
+    use Scenario::*;
+    match scenario {
+        Feeder | PoisonRow => {
+            let poison = (scenario == PoisonRow).then_some(POISON_ROW);
+            let rows: Vec<InventoryRow> = BACKFILL
+                .iter()
+                .chain(poison.iter())
+                .map(|id| InventoryRow {
+                    granule_id: (*id).to_owned(),
+                    start_datetime: "2022-01-01T15:30:12Z".into(),
+                })
+                .collect();
+            let bytes = write_inventory(&rows, &InventoryLayout::granary()).unwrap();
+            let key = format!("{}0001.parquet", c.config.inventory_prefix);
+            c.store
+                .put(&key, bytes, PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        Discover => {}
+        PoisonEvent => {
+            poison(
+                &w.events,
+                "{\"detail-type\": \"Batch Job State Change\", \"detail\": 7}",
+            )
+            .await
+        }
+        PoisonRetry => poison(&w.retry, "{\"granule_id\": [\"not\", \"an id\"]}").await,
+        PoisonImport => poison(&w.import, "{\"item_id\": 42}").await,
+        SweeperProcessing | CorruptRecord => {
+            // PROCESSING with a job Batch does not know, past its timeout.
+            let id = GranuleId::parse("lost-job-item").unwrap();
+            c.items()
+                .create(NewItem::ready(id.clone(), "t", None), "t")
+                .await
+                .unwrap();
+            let event = GranuleProcessingEvent {
+                granule_id: id,
+                attempt: 1,
+            };
+            item_sync::submitted(c, &event, "no-such-job", None, "t")
+                .await
+                .unwrap();
+            if scenario == CorruptRecord {
+                let key = format!("{}lost-job-item.json", c.config.item_prefixes.items);
+                assert!(c.store.get(&key).await.unwrap().is_some(), "{key}");
+                c.store
+                    .put(
+                        &key,
+                        bytes::Bytes::from_static(b"{\"id\": tru"),
+                        PutCondition::Overwrite,
+                    )
+                    .await
+                    .unwrap();
+            }
+        }
+        _ => {
+            discover::discover(&w.as_fn(Function::Discover))
+                .await
+                .unwrap();
+            if scenario == ImportStep {
+                return;
+            }
+            if scenario == SweeperDownload {
+                // A download whose Lambda timed out again and again: its message went to the
+                // import queue's dead-letter queue, the item is left DOWNLOADING.
+                let id = only_item(w).await;
+                for m in w.import.receive(10, 30, 0).await.unwrap() {
+                    w.import.delete(&m.receipt_handle).await.unwrap();
+                }
+                c.items()
+                    .advance(&id, "t", |r| {
+                        (r.state == ItemState::Discovered)
+                            .then(|| Change::to(ItemState::Downloading, "download attempt 1"))
+                    })
+                    .await
+                    .unwrap();
+                return;
+            }
+            let step_fn = w.as_fn(Function::ImportStep);
+            let step_fn = &step_fn;
+            drain(&w.import, |b| async move {
+                importer::handle_message(step_fn, &b).await
+            })
+            .await;
+            if scenario == Requeuer {
+                return;
+            }
+            let requeuer_fn = w.as_fn(Function::Requeuer);
+            let requeuer_fn = &requeuer_fn;
+            if scenario == ReconcilerLostAnswer {
+                // SubmitJob is made and its answer lost; the retry message stays in flight
+                // (the invocation died), so the reconciler is the first to look for the job.
+                let lose = Arc::new(LoseSubmitAnswer) as Arc<dyn Tap>;
+                let lossy = requeuer_fn.tapped(lose);
+                let m = w.retry.receive(1, 30, 0).await.unwrap();
+                assert_eq!(m.len(), 1);
+                assert!(requeuer::handle_message(&lossy.ctx, &m[0].body)
+                    .await
+                    .is_err());
+                finish_jobs(w).await;
+                return;
+            }
+            drain(&w.retry, |b| async move {
+                requeuer::handle_message(&requeuer_fn.ctx, &b).await
+            })
+            .await;
+            finish_jobs(w).await;
+            if matches!(
+                scenario,
+                MonitorSuccess
+                    | MonitorFailure
+                    | MonitorRetryable
+                    | Reconciler
+                    | ReconcilerRetryable
+            ) {
+                return;
+            }
+            settle(w).await.unwrap();
+            if scenario == Revalidate {
+                // The stored file went bad after processing: re-validation fails it.
+                let record = c.items().get(&only_item(w).await).await.unwrap().unwrap();
+                let key = record.value.stored_key.clone().unwrap();
+                c.store
+                    .put(
+                        &key,
+                        bytes::Bytes::from_static(b"damaged"),
+                        PutCondition::Overwrite,
+                    )
+                    .await
+                    .unwrap();
+                let message = serde_json::json!({"item_id": record.value.id, "step": "revalidate"});
+                w.import
+                    .send(granary::ports::OutgoingMessage::new(message.to_string()))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// Runs the invocation under test with its external calls passing through `faults`, and does what
+/// the platform does with its answer (deletes the message it handled, if it lived).
+pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
+    use Scenario::*;
+    let function = match scenario {
+        Feeder | PoisonRow => Some(Function::Feeder),
+        Discover => Some(Function::Discover),
+        ImportStep | Revalidate | PoisonImport => Some(Function::ImportStep),
+        Requeuer | PoisonRetry => Some(Function::Requeuer),
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
+        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | SweeperProcessing
+        | SweeperDownload | CorruptRecord => Some(Function::Sweeper),
+        // Operator commands: run with the operator's credentials, not a function's role.
+        Resume | Redrive => None,
+    };
+    let imp = match function {
+        Some(f) => w.as_fn(f).with_faults(faults),
+        None => w.imp.with_faults(faults),
+    };
+    let c = &imp.ctx;
+    let later = Utc::now() + chrono::Duration::days(1);
+    let take = |q: Arc<MemoryQueue>| async move {
+        let got = q.receive(1, 30, 0).await.unwrap();
+        assert_eq!(
+            got.len(),
+            1,
+            "{scenario:?}: the scenario's message is not there"
+        );
+        got.into_iter().next().unwrap()
+    };
+    let (queue, message) = match scenario {
+        Feeder | PoisonRow => {
+            let _ = feeder::run(
+                c,
+                feeder::FeederEvent {
+                    granule_submit_count: 10,
+                },
+            )
+            .await;
+            return;
+        }
+        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer => {
+            let _ = reconciler::reconcile(c, later).await;
+            return;
+        }
+        Discover => {
+            let _ = discover::discover(&imp).await;
+            return;
+        }
+        SweeperProcessing | SweeperDownload | CorruptRecord => {
+            let _ = sweeper::sweep(&imp, later).await;
+            return;
+        }
+        Resume => {
+            let id = only_item(w).await;
+            if resume::resume(&imp, std::slice::from_ref(&id), false)
+                .await
+                .is_err()
+                || faults.crashed()
+            {
+                // An operator reruns a command that died.
+                resume::resume(&w.imp, &[id], false).await.unwrap();
+            }
+            return;
+        }
+        Redrive => {
+            let opts = RedriveOptions {
+                per_second: 10_000.0,
+                visibility_secs: 30,
+                ..RedriveOptions::default()
+            };
+            let run = redrive::redrive(
+                c.failure_dlq.as_ref(),
+                c.retry_queue.as_ref(),
+                &RedriveFilter::default(),
+                &opts,
+                &|_| {},
+            )
+            .await;
+            if run.is_err() || faults.crashed() {
+                w.dlq.expire_visibility();
+                redrive::redrive(
+                    w.dlq.as_ref(),
+                    w.retry.as_ref(),
+                    &RedriveFilter::default(),
+                    &opts,
+                    &|_| {},
+                )
+                .await
+                .unwrap();
+            }
+            return;
+        }
+        ImportStep | Revalidate | PoisonImport => (w.import.clone(), take(w.import.clone()).await),
+        Requeuer | PoisonRetry => (w.retry.clone(), take(w.retry.clone()).await),
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => {
+            (w.events.clone(), take(w.events.clone()).await)
+        }
+    };
+    let ok = match scenario {
+        ImportStep | Revalidate | PoisonImport => {
+            importer::handle_message(&imp, &message.body).await.is_ok()
+        }
+        Requeuer | PoisonRetry => requeuer::handle_message(c, &message.body).await.is_ok(),
+        _ => monitor::handle_message(c, &message.body).await.is_ok(),
+    };
+    if ok && !faults.crashed() {
+        queue.delete(&message.receipt_handle).await.unwrap();
+    }
+}
+
+/// One run of a scenario: the world prepared, the invocation under test made with `crash` (or
+/// none), then the platform left to settle. Returns the world, whether the invocation crashed,
+/// how many external calls it made, and how settling went.
+pub async fn run(
+    scenario: Scenario,
+    crash: Option<CrashPoint>,
+) -> (World, bool, u64, Result<(), String>) {
+    let w = world(scenario);
+    prepare(&w, scenario).await;
+    let faults = Faults::new(crash, 0.0, 0, Arc::new(FaultCounts::default()));
+    act(&w, scenario, &faults).await;
+    let settled = settle(&w).await;
+    (w, faults.crashed(), faults.calls(), settled)
+}
+
+async fn poison(queue: &MemoryQueue, body: &str) {
+    queue
+        .send(granary::ports::OutgoingMessage::new(body))
+        .await
+        .unwrap();
+}
+
+/// Lets SubmitJob happen and loses its answer (the invocation died waiting for it).
+struct LoseSubmitAnswer;
+
+impl Tap for LoseSubmitAnswer {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        Ok(if call.op == Op::JobSubmit {
+            Fate::MakeAndLoseAnswer
+        } else {
+            Fate::Make
+        })
+    }
+}
