@@ -101,7 +101,8 @@ async fn audit(w: &World) -> Vec<String> {
     problems
 }
 
-#[tokio::test]
+// Paused time: the download step's pauses between attempts pass at once.
+#[tokio::test(start_paused = true)]
 async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_twice() {
     let mut report = Vec::new();
     let mut failures = Vec::new();

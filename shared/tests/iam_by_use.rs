@@ -48,7 +48,8 @@ fn grants(s: &Statement) -> Vec<(String, String)> {
         .collect()
 }
 
-#[tokio::test]
+// Paused time: the download step's pauses between attempts pass at once.
+#[tokio::test(start_paused = true)]
 async fn every_call_is_granted_and_every_grant_is_used() {
     let used = accesses_by_function().await;
     let (_, resolved) = stack();
@@ -88,6 +89,28 @@ async fn every_call_is_granted_and_every_grant_is_used() {
                     ));
                 }
             }
+        }
+    }
+    if std::env::var_os("GRANARY_IAM_SHOW").is_some() {
+        for (f, accesses) in &used {
+            let patterns: BTreeSet<String> = accesses
+                .iter()
+                .map(|a| {
+                    let r = match a.resource.split_once(":::") {
+                        Some((_, path)) => match path.split_once('/') {
+                            Some((b, k)) => format!("{b}/{}/*", k.split('/').next().unwrap_or("")),
+                            None => path.to_owned(),
+                        },
+                        None => a.resource.clone(),
+                    };
+                    format!("{} {r}", a.action)
+                })
+                .collect();
+            println!(
+                "{}:\n  {}",
+                f.logical_id(),
+                patterns.into_iter().collect::<Vec<_>>().join("\n  ")
+            );
         }
     }
     let mut report: Vec<String> = used

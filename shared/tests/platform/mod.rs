@@ -71,9 +71,12 @@ pub enum Scenario {
     PoisonRow,
     /// An item record no code can read, found by the sweeper.
     CorruptRecord,
+    /// Every download attempt fails (the source sends less than it listed): uploads are
+    /// aborted, the item gives up after its attempts.
+    DownloadFails,
 }
 
-pub const ALL: [Scenario; 20] = [
+pub const ALL: [Scenario; 21] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -94,6 +97,7 @@ pub const ALL: [Scenario; 20] = [
     Scenario::PoisonImport,
     Scenario::PoisonRow,
     Scenario::CorruptRecord,
+    Scenario::DownloadFails,
 ];
 
 /// A Spot reclaim as Batch reports it.
@@ -241,10 +245,15 @@ pub fn world(scenario: Scenario) -> World {
         failure_dlq: dlq.clone(),
     };
     let body = bytes::Bytes::from_static(b"a raw granule file");
+    // A source whose listing promises more than it sends: every download attempt is aborted.
+    let listed_size = match scenario {
+        Scenario::DownloadFails => body.len() as u64 + 100,
+        _ => body.len() as u64,
+    };
     let file = SourceFile {
         url: format!("{SOURCE_URL}granule-a.bin"),
         name: "granule-a.bin".into(),
-        size: Some(body.len() as u64),
+        size: Some(listed_size),
         last_modified: Some(Utc::now()),
         version: None,
         digest: None,
@@ -511,7 +520,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             discover::discover(&w.as_fn(Function::Discover))
                 .await
                 .unwrap();
-            if scenario == ImportStep {
+            if matches!(scenario, ImportStep | DownloadFails) {
                 return;
             }
             if scenario == SweeperDownload {
@@ -599,7 +608,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     let function = match scenario {
         Feeder | PoisonRow => Some(Function::Feeder),
         Discover => Some(Function::Discover),
-        ImportStep | Revalidate | PoisonImport => Some(Function::ImportStep),
+        ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
         Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | SweeperProcessing
@@ -685,14 +694,16 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             }
             return;
         }
-        ImportStep | Revalidate | PoisonImport => (w.import.clone(), take(w.import.clone()).await),
+        ImportStep | Revalidate | PoisonImport | DownloadFails => {
+            (w.import.clone(), take(w.import.clone()).await)
+        }
         Requeuer | PoisonRetry => (w.retry.clone(), take(w.retry.clone()).await),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => {
             (w.events.clone(), take(w.events.clone()).await)
         }
     };
     let ok = match scenario {
-        ImportStep | Revalidate | PoisonImport => {
+        ImportStep | Revalidate | PoisonImport | DownloadFails => {
             importer::handle_message(&imp, &message.body).await.is_ok()
         }
         Requeuer | PoisonRetry => requeuer::handle_message(c, &message.body).await.is_ok(),

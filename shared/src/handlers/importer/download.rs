@@ -9,7 +9,7 @@ use crate::domain::granule::GranuleId;
 use crate::domain::item::{Change, ItemRecord};
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::items::Advanced;
-use crate::ports::{SourceError, MIN_PART_BYTES};
+use crate::ports::{OutgoingMessage, SourceError, MIN_PART_BYTES};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
@@ -103,6 +103,14 @@ pub async fn download(
                 return Ok(state_of(&moved));
             }
         }
+        // Giving up is reported on the failure DLQ like every failure an operator must see; sent
+        // before the record moves, so a crash between the two repeats the notice, never loses it.
+        if record.state == DownloadingFailed
+            && !granted
+            && policy.after_download_failure(record.attempts.download) == Ignore
+        {
+            dead_letter(imp, &record).await?;
+        }
         // Begin an attempt (or give up): only one runner wins this compare-and-swap.
         let begun = items
             .advance(id, BY, |r| match r.state {
@@ -178,6 +186,24 @@ pub async fn download(
 
 fn state_of(a: &Advanced) -> ItemState {
     a.record().map(|r| r.state).unwrap_or(Discovered)
+}
+
+/// Tells operators an item gave up downloading, and why (the last attempt's failure).
+async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), ImportError> {
+    let body = serde_json::json!({ "item_id": record.id, "state": Ignore }).to_string();
+    let reason = format!(
+        "{} download attempts failed; the last: {}",
+        record.attempts.download, record.reason
+    );
+    imp.ctx
+        .failure_dlq
+        .send(
+            OutgoingMessage::new(body)
+                .with_attribute("outcome", "DOWNLOAD_FAILED")
+                .with_attribute("reason", reason),
+        )
+        .await?;
+    Ok(())
 }
 
 /// One attempt: source → store, under the attempt timeout. Any failure aborts the upload.
