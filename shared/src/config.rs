@@ -63,6 +63,10 @@ pub struct Config {
     pub track_items: bool,
     pub retry_policy: RetryPolicy,
     pub importer: ImporterConfig,
+    /// The running function's timeout (`GRANARY_FUNCTION_TIMEOUT_SECS`, set per function by the
+    /// template). When set, both leases must outlast it: a lease that can expire while its holder
+    /// still runs lets a second invocation submit the same attempt or route the same end.
+    pub function_timeout: Option<Duration>,
 }
 
 /// Settings of the importer steps (discover, download, admit) and the sweeper.
@@ -216,7 +220,7 @@ impl Config {
                 or("GRANARY_DISCOVER_CONCURRENCY", "8"),
             )?,
         };
-        Ok(Self {
+        Self {
             item_prefixes: crate::items::ItemPrefixes {
                 items: prefix("GRANARY_ITEM_PREFIX", "items/")?,
                 history: prefix("GRANARY_HISTORY_PREFIX", "history/")?,
@@ -277,7 +281,39 @@ impl Config {
                 &or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
                 &or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
             )?,
-        })
+            function_timeout: match get("GRANARY_FUNCTION_TIMEOUT_SECS").filter(|v| !v.is_empty())
+            {
+                Some(v) => Some(Duration::from_secs(number(
+                    "GRANARY_FUNCTION_TIMEOUT_SECS",
+                    v,
+                )?)),
+                None => None,
+            },
+        }
+        .with_leases_checked()
+    }
+
+    /// Refuses leases that do not outlast the function holding them.
+    fn with_leases_checked(self) -> Result<Self, ConfigError> {
+        let Some(timeout) = self.function_timeout else {
+            return Ok(self);
+        };
+        for (var, lease) in [
+            ("GRANARY_CLAIM_LEASE_SECS", self.claim_lease),
+            ("GRANARY_ROUTE_LEASE_SECS", self.route_lease),
+        ] {
+            if lease <= timeout {
+                return Err(ConfigError::Invalid {
+                    var,
+                    value: lease.as_secs().to_string(),
+                    why: format!(
+                        "a lease must outlast the function's timeout ({}s, GRANARY_FUNCTION_TIMEOUT_SECS), or a second invocation can take over work the first is still doing",
+                        timeout.as_secs()
+                    ),
+                });
+            }
+        }
+        Ok(self)
     }
 
     /// The attempt number past which a granule is dead-lettered.
@@ -348,5 +384,26 @@ mod tests {
         let mut m = base();
         m.insert("GRANARY_NOT_BEFORE", "yesterday");
         assert!(load(&m).unwrap_err().to_string().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn leases_must_outlast_the_function_that_holds_them() {
+        let mut m = base();
+        m.insert("GRANARY_FUNCTION_TIMEOUT_SECS", "300");
+        m.insert("GRANARY_CLAIM_LEASE_SECS", "900");
+        m.insert("GRANARY_ROUTE_LEASE_SECS", "301");
+        assert_eq!(
+            load(&m).unwrap().function_timeout,
+            Some(Duration::from_secs(300))
+        );
+        m.insert("GRANARY_ROUTE_LEASE_SECS", "300");
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains("GRANARY_ROUTE_LEASE_SECS") && e.contains("outlast"), "{e}");
+        m.insert("GRANARY_ROUTE_LEASE_SECS", "900");
+        m.insert("GRANARY_CLAIM_LEASE_SECS", "0");
+        assert!(load(&m).unwrap_err().to_string().contains("GRANARY_CLAIM_LEASE_SECS"));
+        // Without a function timeout (tests, the CLI) any lease is taken as given.
+        m.remove("GRANARY_FUNCTION_TIMEOUT_SECS");
+        assert!(load(&m).is_ok());
     }
 }
