@@ -1,0 +1,242 @@
+//! What the deployed stack needs of `infra/template.yaml` beyond what cfn-lint and checkov check,
+//! each rule the check that would have caught a defect found in review (issue #15): a function
+//! whose failures no alarm sees, an alarm topic CloudWatch cannot publish to, event sources that
+//! throttle messages into their DLQ, a Batch rule that drops what it cannot deliver, queues that
+//! accept plain HTTP, logs kept forever, multipart parts billed forever, wildcard ARNs.
+//!
+//! The template is resolved for a stack with its parameter defaults (and an S3 source, so the
+//! conditional importer resources exist).
+
+use granary_template::{Resolved, Stack, Template};
+use serde_json::Value;
+
+fn resolved() -> (Template, Resolved) {
+    let template = Template::granary().unwrap();
+    let stack = Stack::new("rules")
+        .with("SubnetIds", "subnet-1")
+        .with("SecurityGroupIds", "sg-1")
+        .with("ContainerImage", "image")
+        .with("SourceUrl", "s3://source-bucket/in/");
+    let resolved = template.resolve(&stack).unwrap();
+    (template, resolved)
+}
+
+fn of_type<'a>(r: &'a Resolved, kind: &'a str) -> impl Iterator<Item = (&'a String, &'a Value)> {
+    r.resources.iter().filter(move |(_, v)| v["Type"] == kind)
+}
+
+fn number(v: &Value) -> u64 {
+    match v {
+        Value::Number(n) => n.as_u64().unwrap(),
+        Value::String(s) => s.parse().unwrap(),
+        other => panic!("{other} is not a number"),
+    }
+}
+
+/// A function's name in the stack (its Ref), as its alarm and log group name it.
+fn physical(logical: &str) -> String {
+    format!("rules-{logical}")
+}
+
+#[test]
+fn every_function_has_an_errors_alarm_that_notifies() {
+    let (_, r) = resolved();
+    for f in r.functions() {
+        let name = physical(f.logical_id);
+        let alarmed = of_type(&r, "AWS::CloudWatch::Alarm").any(|(_, a)| {
+            let p = &a["Properties"];
+            p["Namespace"] == "AWS/Lambda"
+                && p["MetricName"] == "Errors"
+                && p["Dimensions"][0]["Value"] == name.as_str()
+                && p["AlarmActions"].as_array().is_some_and(|x| !x.is_empty())
+        });
+        assert!(alarmed, "{} has no Errors alarm", f.logical_id);
+    }
+}
+
+#[test]
+fn the_alarm_topic_uses_a_key_cloudwatch_may_use() {
+    let (t, r) = resolved();
+    for (id, topic) in t.resources_of_type("AWS::SNS::Topic") {
+        let key = &topic["Properties"]["KmsMasterKeyId"];
+        let key_id = key["Ref"].as_str().unwrap_or_else(|| {
+            panic!("{id} is encrypted with {key}, not a key of this stack: CloudWatch cannot use AWS-managed keys")
+        });
+        let policy = &r.resources[key_id]["Properties"]["KeyPolicy"]["Statement"];
+        let allowed = policy.as_array().unwrap().iter().any(|s| {
+            s["Effect"] == "Allow"
+                && s["Principal"]["Service"] == "cloudwatch.amazonaws.com"
+                && s["Action"].to_string().contains("kms:Decrypt")
+                && s["Action"].to_string().contains("kms:GenerateDataKey")
+        });
+        assert!(allowed, "{key_id}'s policy does not let CloudWatch encrypt");
+    }
+}
+
+#[test]
+fn every_queue_event_source_is_capped_below_its_reserved_concurrency() {
+    let (_, r) = resolved();
+    for f in r.functions() {
+        for (name, event) in f.properties()["Events"].as_object().unwrap() {
+            if event["Type"] != "SQS" {
+                continue;
+            }
+            let cap = &event["Properties"]["ScalingConfig"]["MaximumConcurrency"];
+            assert!(
+                !cap.is_null(),
+                "{}.{name}: no ScalingConfig.MaximumConcurrency (throttles count as receives)",
+                f.logical_id
+            );
+            let reserved = number(&f.properties()["ReservedConcurrentExecutions"]);
+            assert!(
+                (2..=reserved).contains(&number(cap)),
+                "{}.{name}: MaximumConcurrency {cap} must be 2..={reserved}",
+                f.logical_id
+            );
+        }
+    }
+}
+
+#[test]
+fn a_queue_outlasts_the_longest_timeout_its_function_may_be_given() {
+    let (t, r) = resolved();
+    for f in r.functions() {
+        // The raw template names the timeout's parameter; its MaxValue bounds every deployment.
+        let raw = &t.doc["Resources"][f.logical_id]["Properties"]["Timeout"];
+        let longest = match raw["Ref"].as_str() {
+            Some(param) => number(&t.doc["Parameters"][param]["MaxValue"]),
+            None => number(raw),
+        };
+        for (name, event) in f.properties()["Events"].as_object().unwrap() {
+            if event["Type"] != "SQS" {
+                continue;
+            }
+            let queue_arn = event["Properties"]["Queue"].as_str().unwrap();
+            let (_, queue) = of_type(&r, "AWS::SQS::Queue")
+                .find(|(id, _)| queue_arn.ends_with(&format!(":rules-{id}")))
+                .unwrap();
+            let visibility = number(&queue["Properties"]["VisibilityTimeout"]);
+            assert!(
+                visibility >= longest,
+                "{}.{name}: queue visibility {visibility}s < the function's longest timeout {longest}s",
+                f.logical_id
+            );
+        }
+    }
+}
+
+#[test]
+fn the_batch_rule_keeps_what_it_cannot_deliver_and_says_so() {
+    let (_, r) = resolved();
+    for (id, rule) in of_type(&r, "AWS::Events::Rule") {
+        let p = &rule["Properties"];
+        if p["EventPattern"].is_null() {
+            continue; // schedules
+        }
+        for target in p["Targets"].as_array().unwrap() {
+            assert!(
+                !target["DeadLetterConfig"]["Arn"].is_null(),
+                "{id}: target without a DLQ"
+            );
+            assert!(
+                !target["RetryPolicy"].is_null(),
+                "{id}: target without a retry policy"
+            );
+        }
+        let name = format!("rules-{id}");
+        let alarmed = of_type(&r, "AWS::CloudWatch::Alarm").any(|(_, a)| {
+            a["Properties"]["MetricName"] == "FailedInvocations"
+                && a["Properties"]["Dimensions"][0]["Value"] == name.as_str()
+        });
+        assert!(alarmed, "{id}: no FailedInvocations alarm");
+    }
+}
+
+#[test]
+fn every_queue_refuses_plain_http() {
+    let (_, r) = resolved();
+    for (id, _) in of_type(&r, "AWS::SQS::Queue") {
+        let url_suffix = format!("/rules-{id}");
+        let covered = of_type(&r, "AWS::SQS::QueuePolicy").any(|(_, p)| {
+            let p = &p["Properties"];
+            p["Queues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|q| q.as_str().is_some_and(|u| u.ends_with(&url_suffix)))
+                && p["PolicyDocument"]["Statement"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| {
+                        s["Effect"] == "Deny"
+                            && s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+                    })
+        });
+        assert!(covered, "{id} has no TLS-only policy");
+    }
+}
+
+#[test]
+fn every_function_log_group_has_a_retention() {
+    let (_, r) = resolved();
+    for f in r.functions() {
+        let name = format!("/aws/lambda/{}", physical(f.logical_id));
+        let kept = of_type(&r, "AWS::Logs::LogGroup").any(|(_, g)| {
+            g["Properties"]["LogGroupName"] == name.as_str()
+                && !g["Properties"]["RetentionInDays"].is_null()
+        });
+        assert!(kept, "{}: no log group with a retention", f.logical_id);
+    }
+}
+
+#[test]
+fn incomplete_raw_uploads_are_cleaned_up() {
+    let (_, r) = resolved();
+    let bucket = &r.resources["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"];
+    let cleaned = bucket.as_array().unwrap().iter().any(|rule| {
+        rule["Prefix"] == "raw/"
+            && rule["Status"] == "Enabled"
+            && !rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"].is_null()
+    });
+    assert!(cleaned, "no AbortIncompleteMultipartUpload rule for raw/");
+}
+
+#[test]
+fn grants_name_exact_resources() {
+    let (_, r) = resolved();
+    for f in r.functions() {
+        for s in f.statements().unwrap() {
+            for a in &s.actions {
+                for res in &s.resources {
+                    if a == "batch:SubmitJob" {
+                        assert!(!res.contains('*'), "{}: SubmitJob on {res}", f.logical_id);
+                    }
+                    if a == "s3:ListBucket" {
+                        // ListBucket applies to a bucket; on an object ARN it grants nothing.
+                        let path = res.split(":::").nth(1).unwrap_or("");
+                        assert!(
+                            !path.contains('/'),
+                            "{}: s3:ListBucket on {res}",
+                            f.logical_id
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_event_bus_has_a_publisher() {
+    let (_, r) = resolved();
+    for (id, _) in of_type(&r, "AWS::Events::EventBus") {
+        let published = r.functions().any(|f| {
+            f.statements()
+                .unwrap()
+                .iter()
+                .any(|s| s.actions.iter().any(|a| a == "events:PutEvents"))
+        });
+        assert!(published, "{id}: nothing may publish to it");
+    }
+}

@@ -1,0 +1,79 @@
+//! Every setting granary reads is either a tunable the stack exposes as a parameter, or part of
+//! granary's bucket layout, which the roles' grants in `infra/template.yaml` are written for and
+//! the template therefore must not change. Asked of the code itself: the keys are the ones
+//! `Config::from_lookup` asks for.
+
+use granary::config::Config;
+use granary_template::Template;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
+/// Keys whose defaults the IAM grants are written for (items/, logs/, holds/feeder.json, ...).
+fn is_layout(key: &str) -> bool {
+    key.ends_with("_PREFIX") || key == "GRANARY_TRACKER_KEY" || key == "GRANARY_HOLD_KEY"
+}
+
+fn keys_config_reads() -> BTreeSet<String> {
+    let asked = RefCell::new(BTreeSet::new());
+    let _ = Config::from_lookup(|k| {
+        asked.borrow_mut().insert(k.to_owned());
+        // Enough for every required key to pass, so every later key is asked too.
+        Some(
+            match k {
+                "GRANARY_ITEM_RECORDS" => "on",
+                "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
+                "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
+                k if k.ends_with("_PREFIX") => "p/",
+                k if k.ends_with("_SECS")
+                    || k.ends_with("_CONCURRENCY")
+                    || k.ends_with("_ATTEMPTS")
+                    || k.ends_with("_RETRIES")
+                    || k.ends_with("_JOBS") =>
+                {
+                    "1"
+                }
+                _ => "x",
+            }
+            .to_owned(),
+        )
+    });
+    asked.into_inner()
+}
+
+#[test]
+fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
+    let template = Template::granary().unwrap();
+    let keys = keys_config_reads();
+    assert!(keys.len() > 30, "{keys:?}");
+    let globals = &template.doc["Globals"]["Function"]["Environment"]["Variables"];
+    let mut problems = Vec::new();
+    for key in &keys {
+        // Set per function (each function's own timeout), checked below.
+        if key == "GRANARY_FUNCTION_TIMEOUT_SECS" {
+            continue;
+        }
+        let value = &globals[key.as_str()];
+        if is_layout(key) {
+            if !value.is_null() {
+                problems.push(format!("{key} is layout the grants depend on; the template sets it"));
+            }
+            continue;
+        }
+        match value["Ref"].as_str() {
+            Some(name) if !template.doc["Parameters"][name].is_null() => {}
+            // Resources: the bucket, queues, job queue and definition of the stack itself.
+            Some(name) if !template.doc["Resources"][name].is_null() => {}
+            _ => problems.push(format!("{key} is not bound to a parameter or resource: {value}")),
+        }
+    }
+    for (id, f) in template.resources_of_type("AWS::Serverless::Function") {
+        let own = &f["Properties"]["Environment"]["Variables"]["GRANARY_FUNCTION_TIMEOUT_SECS"];
+        if own != &f["Properties"]["Timeout"] {
+            problems.push(format!(
+                "{id}: GRANARY_FUNCTION_TIMEOUT_SECS {own} is not its Timeout {}",
+                f["Properties"]["Timeout"]
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
