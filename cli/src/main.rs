@@ -75,6 +75,14 @@ enum Command {
     ///   granary redrive --all --max 500
     #[command(verbatim_doc_comment)]
     Redrive(ops_cmd::RedriveArgs),
+    /// Batch events parked in the events DLQ back to the events queue, unchanged, for the job
+    /// monitor (events it failed on repeatedly, and events EventBridge could not deliver).
+    ///
+    /// Examples:
+    ///   granary redrive-events --dry-run
+    ///   granary redrive-events --max 1000 --rate 20
+    #[command(verbatim_doc_comment)]
+    RedriveEvents(ops_cmd::RedriveEventsArgs),
     /// Hold the feeder: it submits nothing, and keeps its place, until `granary release`.
     ///
     /// Example: granary hold --reason "new container image rolling out"
@@ -105,6 +113,7 @@ async fn main() -> ExitCode {
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,
         Command::Redrive(args) => ops_cmd::redrive(args).await,
+        Command::RedriveEvents(args) => ops_cmd::redrive_events(args).await,
         Command::Hold(args) => ops_cmd::hold(args).await,
         Command::Release => ops_cmd::release().await,
         Command::Resume(args) => ops_cmd::resume(args).await,

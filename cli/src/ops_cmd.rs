@@ -289,6 +289,71 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
 }
 
 #[derive(clap::Args)]
+pub struct RedriveEventsArgs {
+    /// The events DLQ (the stack's BatchEventsDlqUrl output).
+    #[arg(long, env = "GRANARY_EVENTS_DLQ_URL")]
+    from: String,
+    /// The events queue the job monitor reads (the stack's BatchEventsQueueUrl output).
+    #[arg(long, env = "GRANARY_EVENTS_QUEUE_URL")]
+    to: String,
+    /// List what would be moved; move nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Stop after this many.
+    #[arg(long)]
+    max: Option<u64>,
+    /// At most this many messages per second.
+    #[arg(long, default_value_t = 50.0)]
+    rate: f64,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
+    if args.rate <= 0.0 {
+        bail!("--rate must be above 0");
+    }
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let from = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.from);
+    let to = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.to);
+    let depth = granary::ports::Queue::depth(&from).await?;
+    let b = bar(
+        depth.visible,
+        if args.dry_run { "examined" } else { "moved" },
+    );
+    let opts = RedriveOptions {
+        dry_run: args.dry_run,
+        max: args.max,
+        per_second: args.rate,
+        ..RedriveOptions::default()
+    };
+    let s = granary::redrive::redrive_events(&from, &to, &opts, &|s| b.set_position(s.redriven))
+        .await
+        .context("redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)")?;
+    b.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["job", "why it was parked"]);
+    for m in &s.matched {
+        t.add_row([m.granule_id.clone(), m.reason.clone()]);
+    }
+    println!("{t}");
+    if args.dry_run {
+        println!(
+            "dry run: {} would be moved to the events queue",
+            s.matched.len()
+        );
+    } else {
+        println!("moved {} to the events queue", s.redriven);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
 pub struct HoldArgs {
     /// Why (shown by status and in the feeder's log).
     #[arg(long)]

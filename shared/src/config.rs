@@ -281,8 +281,7 @@ impl Config {
                 &or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
                 &or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
             )?,
-            function_timeout: match get("GRANARY_FUNCTION_TIMEOUT_SECS").filter(|v| !v.is_empty())
-            {
+            function_timeout: match get("GRANARY_FUNCTION_TIMEOUT_SECS").filter(|v| !v.is_empty()) {
                 Some(v) => Some(Duration::from_secs(number(
                     "GRANARY_FUNCTION_TIMEOUT_SECS",
                     v,
@@ -398,10 +397,16 @@ mod tests {
         );
         m.insert("GRANARY_ROUTE_LEASE_SECS", "300");
         let e = load(&m).unwrap_err().to_string();
-        assert!(e.contains("GRANARY_ROUTE_LEASE_SECS") && e.contains("outlast"), "{e}");
+        assert!(
+            e.contains("GRANARY_ROUTE_LEASE_SECS") && e.contains("outlast"),
+            "{e}"
+        );
         m.insert("GRANARY_ROUTE_LEASE_SECS", "900");
         m.insert("GRANARY_CLAIM_LEASE_SECS", "0");
-        assert!(load(&m).unwrap_err().to_string().contains("GRANARY_CLAIM_LEASE_SECS"));
+        assert!(load(&m)
+            .unwrap_err()
+            .to_string()
+            .contains("GRANARY_CLAIM_LEASE_SECS"));
         // Without a function timeout (tests, the CLI) any lease is taken as given.
         m.remove("GRANARY_FUNCTION_TIMEOUT_SECS");
         assert!(load(&m).is_ok());

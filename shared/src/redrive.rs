@@ -87,8 +87,88 @@ pub async fn redrive(
     opts: &RedriveOptions,
     progress: &(dyn Fn(&RedriveSummary) + Sync),
 ) -> Result<RedriveSummary, QueueError> {
+    let pick = |m: &ReceivedMessage| -> Result<Pick, QueueError> {
+        let Ok(event) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) else {
+            return Ok(Pick::NotGranule);
+        };
+        let reason = m.attributes.get("reason").cloned().unwrap_or_default();
+        if !filter.matches(&event, &reason) {
+            return Ok(Pick::NotMatching);
+        }
+        let listed = Redriven {
+            granule_id: event.granule_id.to_string(),
+            attempt: event.attempt,
+            reason: reason.clone(),
+        };
+        let body = serde_json::to_string(&RetryMessage {
+            event,
+            redrive: true,
+        })
+        .map_err(|e| QueueError::new(retry.name(), format!("serialising a retry message: {e}")))?;
+        let message = OutgoingMessage::new(body)
+            .with_attribute("outcome", "REDRIVEN")
+            .with_attribute("reason", format!("redriven from the DLQ: {reason}"));
+        Ok(Pick::Move { listed, message })
+    };
+    walk_and_release(dlq, retry, &pick, opts, progress).await
+}
+
+/// Moves Batch events parked in the events DLQ back onto the events queue, unchanged, for the job
+/// monitor to handle again: events the monitor failed on five times (a bug since fixed, an
+/// outage) and events EventBridge could not deliver (it adds ERROR_CODE / ERROR_MESSAGE
+/// attributes, kept as they are). Listed by job name.
+pub async fn redrive_events(
+    events_dlq: &dyn Queue,
+    events_queue: &dyn Queue,
+    opts: &RedriveOptions,
+    progress: &(dyn Fn(&RedriveSummary) + Sync),
+) -> Result<RedriveSummary, QueueError> {
+    let pick = |m: &ReceivedMessage| -> Result<Pick, QueueError> {
+        let event: Option<serde_json::Value> = serde_json::from_str(&m.body).ok();
+        let job_name = event
+            .as_ref()
+            .and_then(|e| e["detail"]["jobName"].as_str())
+            .unwrap_or("(not a Batch event: the monitor will record and dead-letter it)");
+        let reason = m
+            .attributes
+            .get("ERROR_MESSAGE")
+            .map(|e| format!("EventBridge could not deliver it: {e}"))
+            .unwrap_or_else(|| "the job monitor failed on it repeatedly".to_owned());
+        let mut message = OutgoingMessage::new(m.body.clone());
+        message.attributes = m.attributes.clone();
+        Ok(Pick::Move {
+            listed: Redriven {
+                granule_id: job_name.to_owned(),
+                attempt: 0,
+                reason,
+            },
+            message,
+        })
+    };
+    walk_and_release(events_dlq, events_queue, &pick, opts, progress).await
+}
+
+/// What a redrive does with one message.
+enum Pick {
+    NotGranule,
+    NotMatching,
+    Move {
+        listed: Redriven,
+        message: OutgoingMessage,
+    },
+}
+
+type Picker<'a> = dyn Fn(&ReceivedMessage) -> Result<Pick, QueueError> + Sync + 'a;
+
+async fn walk_and_release(
+    from: &dyn Queue,
+    to: &dyn Queue,
+    pick: &Picker<'_>,
+    opts: &RedriveOptions,
+    progress: &(dyn Fn(&RedriveSummary) + Sync),
+) -> Result<RedriveSummary, QueueError> {
     let mut walk_state = Walk::default();
-    let result = walk(dlq, retry, filter, opts, progress, &mut walk_state).await;
+    let result = walk(from, to, pick, opts, progress, &mut walk_state).await;
     let Walk {
         summary,
         held,
@@ -97,14 +177,14 @@ pub async fn redrive(
     // Whatever happened (an error included), every message received and not moved goes back on
     // view now, not at its visibility timeout.
     for m in held.iter().filter(|m| !moved.contains(&m.receipt_handle)) {
-        if let Err(e) = dlq.release(&m.receipt_handle).await {
+        if let Err(e) = from.release(&m.receipt_handle).await {
             tracing::warn!(error = %e, "a kept message stays hidden until its visibility timeout");
         }
     }
     result.map(|()| summary)
 }
 
-/// What a walk over the DLQ has seen: the summary, every message received, those moved.
+/// What a walk over a DLQ has seen: the summary, every message received, those moved.
 #[derive(Default)]
 struct Walk {
     summary: RedriveSummary,
@@ -113,9 +193,9 @@ struct Walk {
 }
 
 async fn walk(
-    dlq: &dyn Queue,
-    retry: &dyn Queue,
-    filter: &RedriveFilter,
+    from: &dyn Queue,
+    to: &dyn Queue,
+    pick: &Picker<'_>,
     opts: &RedriveOptions,
     progress: &(dyn Fn(&RedriveSummary) + Sync),
     state: &mut Walk,
@@ -127,34 +207,30 @@ async fn walk(
     } = state;
     let spacing = Duration::from_secs_f64(1.0 / opts.per_second.max(0.001));
     let mut next_send = Instant::now();
+    let full = |s: &RedriveSummary| opts.max.is_some_and(|max| s.matched.len() as u64 >= max);
     loop {
-        let batch = dlq.receive(10, opts.visibility_secs, 0).await?;
+        let batch = from.receive(10, opts.visibility_secs, 0).await?;
         if batch.is_empty() {
             return Ok(());
         }
         held.extend(batch.iter().cloned());
         for m in batch {
-            if opts
-                .max
-                .is_some_and(|max| summary.matched.len() as u64 >= max)
-            {
+            if full(summary) {
                 continue;
             }
             summary.examined += 1;
-            let Ok(event) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) else {
-                summary.not_granules += 1;
-                continue;
+            let (listed, message) = match pick(&m)? {
+                Pick::NotGranule => {
+                    summary.not_granules += 1;
+                    continue;
+                }
+                Pick::NotMatching => {
+                    summary.not_matching += 1;
+                    continue;
+                }
+                Pick::Move { listed, message } => (listed, message),
             };
-            let reason = m.attributes.get("reason").cloned().unwrap_or_default();
-            if !filter.matches(&event, &reason) {
-                summary.not_matching += 1;
-                continue;
-            }
-            summary.matched.push(Redriven {
-                granule_id: event.granule_id.to_string(),
-                attempt: event.attempt,
-                reason: reason.clone(),
-            });
+            summary.matched.push(listed);
             if opts.dry_run {
                 continue;
             }
@@ -163,28 +239,14 @@ async fn walk(
                 tokio::time::sleep(next_send - now).await;
             }
             next_send = Instant::now().max(next_send) + spacing;
-            let body = serde_json::to_string(&RetryMessage {
-                event,
-                redrive: true,
-            })
-            .unwrap_or_default();
-            retry
-                .send(
-                    OutgoingMessage::new(body)
-                        .with_attribute("outcome", "REDRIVEN")
-                        .with_attribute("reason", format!("redriven from the DLQ: {reason}")),
-                )
-                .await?;
+            to.send(message).await?;
             // Only now does it leave the DLQ.
-            dlq.delete(&m.receipt_handle).await?;
+            from.delete(&m.receipt_handle).await?;
             moved.insert(m.receipt_handle);
             summary.redriven += 1;
             progress(summary);
         }
-        if opts
-            .max
-            .is_some_and(|max| summary.matched.len() as u64 >= max)
-        {
+        if full(summary) {
             return Ok(());
         }
     }
@@ -298,5 +360,38 @@ mod tests {
         })
         .unwrap();
         assert_eq!(plain, r#"{"granule_id":"G","attempt":2}"#);
+    }
+
+    #[tokio::test]
+    async fn parked_events_go_back_to_the_events_queue_unchanged() {
+        let dlq = MemoryQueue::new("events-dlq");
+        let event =
+            r#"{"detail-type":"Batch Job State Change","detail":{"jobName":"HLS_S30_A-a1-x"}}"#;
+        dlq.send(OutgoingMessage::new(event).with_attribute("ERROR_MESSAGE", "KMS access denied"))
+            .await
+            .unwrap();
+        dlq.send(OutgoingMessage::new("not json")).await.unwrap();
+        let events = MemoryQueue::new("events");
+        let dry = RedriveOptions {
+            dry_run: true,
+            ..RedriveOptions::default()
+        };
+        let s = redrive_events(&dlq, &events, &dry, &|_| {}).await.unwrap();
+        assert_eq!((s.examined, s.redriven, s.matched.len()), (2, 0, 2));
+        assert_eq!(
+            dlq.depth().await.unwrap().visible,
+            2,
+            "a dry run moves nothing"
+        );
+        let s = redrive_events(&dlq, &events, &RedriveOptions::default(), &|_| {})
+            .await
+            .unwrap();
+        assert_eq!(s.redriven, 2);
+        assert!(s.matched[0].reason.contains("KMS access denied"));
+        assert_eq!(dlq.depth().await.unwrap().visible, 0);
+        let moved = events.receive(10, 30, 0).await.unwrap();
+        assert_eq!(moved[0].body, event);
+        assert_eq!(moved[0].attributes["ERROR_MESSAGE"], "KMS access denied");
+        assert_eq!(moved[1].body, "not json");
     }
 }

@@ -55,7 +55,9 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
         let value = &globals[key.as_str()];
         if is_layout(key) {
             if !value.is_null() {
-                problems.push(format!("{key} is layout the grants depend on; the template sets it"));
+                problems.push(format!(
+                    "{key} is layout the grants depend on; the template sets it"
+                ));
             }
             continue;
         }
@@ -63,7 +65,9 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
             Some(name) if !template.doc["Parameters"][name].is_null() => {}
             // Resources: the bucket, queues, job queue and definition of the stack itself.
             Some(name) if !template.doc["Resources"][name].is_null() => {}
-            _ => problems.push(format!("{key} is not bound to a parameter or resource: {value}")),
+            _ => problems.push(format!(
+                "{key} is not bound to a parameter or resource: {value}"
+            )),
         }
     }
     for (id, f) in template.resources_of_type("AWS::Serverless::Function") {
