@@ -2,11 +2,16 @@
 """Checks athena/ with real engines.
 
   athena_check.py parse                 every athena/**/*.sql must parse as Athena SQL (sqlglot)
-  athena_check.py run LOGS_DIR          DuckDB runs the views and reports (transpiled from Athena)
-                                        over a local copy of the logs; prints {report: rows} as JSON
+  athena_check.py run LOGS_DIR INVENTORY_CSV
+                                        DuckDB runs the views and reports (transpiled from Athena)
+                                        over a local copy of the logs and of the S3 Inventory
+                                        reports of logs/; prints {report: rows} as JSON, the
+                                        reports over the inventory under "from_inventory"
 
 LOGS_DIR holds the logs as outcome=…/platform=…/acquisition_date=…/<file>.json, one JSON object per
-file, as granary writes them under logs/ (the test copies them out of the emulator).
+file, as granary writes them under logs/ (the test copies them out of the emulator). INVENTORY_CSV
+holds the rows S3 Inventory reports would hold (bucket, key, size, last_modified_date, dt), one
+report per dt.
 """
 import json
 import pathlib
@@ -44,11 +49,16 @@ def to_duckdb(sql):
     return [s for s in sqlglot.transpile(sql, read="athena", write="duckdb") if s.strip()]
 
 
-def run(logs_dir):
+def run(logs_dir, inventory_csv):
     import duckdb
 
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
+    con.execute(
+        "CREATE TABLE granary_logs_inventory AS SELECT * FROM read_csv("
+        f"'{inventory_csv}', header=true, columns={{'bucket': 'VARCHAR', 'key': 'VARCHAR', "
+        "'size': 'BIGINT', 'last_modified_date': 'TIMESTAMP', 'dt': 'VARCHAR'})"
+    )
     pattern = str(pathlib.Path(logs_dir) / "**" / "*.json")
     # Partition values stay strings, as Athena's projected string partitions are.
     con.execute(
@@ -79,21 +89,24 @@ def run(logs_dir):
         if len(failed) == len(pending):
             sys.exit(f"views that cannot be created: {[v.name for v in failed]}")
         pending = failed
-    out = {}
+    out = {"from_inventory": {}}
     for report in sorted((ROOT / "reports").glob("*.sql")):
-        if "granary_logs_inventory" in report.read_text():
-            continue  # needs an S3 Inventory report, which no emulator writes
-        (statement,) = to_duckdb(report.read_text())
+        sql = report.read_text()
+        (statement,) = to_duckdb(sql)
         cursor = con.execute(statement)
         names = [d[0] for d in cursor.description]
-        out[report.stem] = [dict(zip(names, row)) for row in cursor.fetchall()]
+        rows = [dict(zip(names, row)) for row in cursor.fetchall()]
+        if "granary_job_logs" in sql or "granary_logs_inventory" in sql:
+            out["from_inventory"][report.stem] = rows
+        else:
+            out[report.stem] = rows
     print(json.dumps(out, default=str, indent=1))
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "parse":
         parse_all()
-    elif len(sys.argv) == 3 and sys.argv[1] == "run":
-        run(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3])
     else:
         sys.exit(__doc__)

@@ -1,11 +1,12 @@
--- From the keys-only inventory table: log objects by outcome and platform on the latest report,
--- without reading a single log. Placeholder: ${REPORT_DT} (e.g. 2026-11-22-01-00).
+-- From the job logs table (the latest S3 Inventory report, keys only): log objects by outcome and
+-- platform, and the granules they belong to, without reading a single log. A failure superseded
+-- by a later success is moved under outcome=success, so the granule counts are the latest
+-- outcomes (as granules_by_platform_outcome counts them from the logs).
 SELECT
-  regexp_extract(key, 'outcome=([^/]+)', 1) AS outcome,
-  regexp_extract(key, 'platform=([^/]+)', 1) AS platform,
+  outcome,
+  platform,
   count(*) AS log_objects,
-  count(DISTINCT regexp_extract(key, 'granule_id=([^/]+)', 1)) AS granules
-FROM granary_logs_inventory
-WHERE dt = '${REPORT_DT}'
-GROUP BY 1, 2
-ORDER BY 1, 2;
+  count(DISTINCT granule_id) AS granules
+FROM granary_job_logs
+GROUP BY outcome, platform
+ORDER BY outcome, platform;

@@ -79,15 +79,53 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let store = c.runtime.ctx.store.clone();
     let prefix = c.runtime.ctx.config.log_prefix.clone();
 
-    // A local copy of logs/, three partition levels deep like the table's partitions.
+    // A local copy of logs/, three partition levels deep like the table's partitions, and the
+    // S3 Inventory reports of logs/ as S3 would write them: an older report holding half the
+    // keys, the latest holding all (the job logs table must read the latest only).
     let dir = std::env::temp_dir().join(unique_name("logs"));
     let mut copied = 0;
-    for meta in store.list(&prefix).await.unwrap() {
+    let listed = store.list(&prefix).await.unwrap();
+    let mut inventory = String::from("bucket,key,size,last_modified_date,dt\n");
+    for (i, meta) in listed.iter().enumerate() {
+        let modified = meta.last_modified.unwrap().format("%Y-%m-%d %H:%M:%S");
+        let row = |dt: &str| format!("b,{},{},{modified},{dt}\n", meta.key, meta.size);
+        inventory.push_str(&row("2026-11-23-01-00"));
+        if i % 2 == 0 {
+            inventory.push_str(&row("2026-11-22-01-00"));
+        }
+    }
+    // What the job logs table must say, from the listing itself: by (outcome, platform), log
+    // objects and distinct granules.
+    let mut by_key: std::collections::BTreeMap<
+        (String, String),
+        (u64, std::collections::BTreeSet<String>),
+    > = Default::default();
+    for meta in &listed {
+        let key = granary::domain::log_key::LogKey::parse(&prefix, &meta.key).unwrap();
+        let platform = meta
+            .key
+            .split("platform=")
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap();
+        let e = by_key
+            .entry((key.outcome.as_str().to_owned(), platform.to_owned()))
+            .or_default();
+        e.0 += 1;
+        e.1.insert(key.granule_id.to_string());
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let inventory_csv = dir.join("inventory.csv");
+    std::fs::write(&inventory_csv, inventory).unwrap();
+    let logs_dir = dir.join("logs");
+    for meta in &listed {
         let key = granary::domain::log_key::LogKey::parse(&prefix, &meta.key).unwrap();
         let body = store.get(&meta.key).await.unwrap().unwrap().body;
         let rel = &meta.key[prefix.len()..];
         let parts: Vec<&str> = rel.split('/').collect();
-        let folder = dir.join(parts[0]).join(parts[1]).join(parts[2]);
+        let folder = logs_dir.join(parts[0]).join(parts[1]).join(parts[2]);
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(
             folder.join(format!("{}__a{}.json", key.granule_id, key.attempt)),
@@ -101,8 +139,35 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let scanned = report::scan(store.as_ref(), &prefix, &|_, _| {})
         .await
         .unwrap();
-    let engine: serde_json::Value =
-        serde_json::from_str(&check(&["run", dir.to_str().unwrap()])).unwrap();
+    let mut engine: serde_json::Value = serde_json::from_str(&check(&[
+        "run",
+        logs_dir.to_str().unwrap(),
+        inventory_csv.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let from_inventory = engine
+        .as_object_mut()
+        .unwrap()
+        .remove("from_inventory")
+        .unwrap();
+    let want: Vec<serde_json::Value> = by_key
+        .iter()
+        .map(|((outcome, platform), (objects, granules))| {
+            serde_json::json!({"outcome": outcome, "platform": platform,
+                "log_objects": objects, "granules": granules.len()})
+        })
+        .collect();
+    assert_eq!(
+        from_inventory["log_keys_by_outcome"],
+        serde_json::Value::Array(want),
+        "the job logs table vs the listing of logs/"
+    );
+    assert!(
+        from_inventory["log_keys_by_acquisition_year"]
+            .as_array()
+            .is_some_and(|rows| rows.len() >= 2),
+        "{from_inventory}"
+    );
     let ours = serde_json::to_value(&scanned).unwrap();
     // Something to compare: successes, failures for more than one reason, several years.
     assert!(

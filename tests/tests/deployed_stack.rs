@@ -223,4 +223,26 @@ async fn the_deployed_stack_runs_granary() {
     assert!(response.batch_item_failures.is_empty());
     let ready = drain(&clients, &get("RetryQueueUrl")).await;
     assert_eq!(ready.len(), 1, "the admitted item is handed to processing");
+
+    // An event the monitor kept failing on (or EventBridge could not deliver) waits in the
+    // deployed events DLQ; `granary redrive-events` puts it back on the events queue unchanged.
+    let events_dlq = SqsQueue::new(clients.sqs.clone(), get("BatchEventsDlqUrl"));
+    let events_queue = SqsQueue::new(clients.sqs.clone(), get("BatchEventsQueueUrl"));
+    let parked = r#"{"detail-type":"Batch Job State Change","detail":{"jobName":"parked-a1"}}"#;
+    events_dlq
+        .send(granary::ports::OutgoingMessage::new(parked))
+        .await
+        .unwrap();
+    let moved = granary::redrive::redrive_events(
+        &events_dlq,
+        &events_queue,
+        &granary::redrive::RedriveOptions::default(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved.redriven, 1);
+    assert_eq!(moved.matched[0].granule_id, "parked-a1");
+    let back = receive_n(&events_queue, 1).await;
+    assert_eq!(back[0].body, parked);
 }

@@ -402,6 +402,13 @@ impl Resolver<'_> {
                 })
             }
             "Condition" => Value::Bool(self.condition(&text(arg)?)?),
+            "Fn::Base64" => {
+                use base64::Engine;
+                let plain = text(&self.resolved(arg)?)?;
+                base64::engine::general_purpose::STANDARD
+                    .encode(plain.as_bytes())
+                    .into()
+            }
             other if other.starts_with("Fn::") => {
                 return Err(invalid(format!("{other} is not modelled")))
             }
@@ -466,8 +473,8 @@ Resources:
 
     #[test]
     fn an_unmodelled_function_is_an_error_not_a_pass() {
-        let t =
-            Template::parse("Resources:\n  X: {Type: T, Properties: {A: !Base64 y}}\n").unwrap();
+        let t = Template::parse("Resources:\n  X: {Type: T, Properties: {A: !Cidr [x, 1, 2]}}\n")
+            .unwrap();
         assert!(t.resolve(&Stack::new("s")).is_err());
     }
 }

@@ -240,3 +240,67 @@ fn every_event_bus_has_a_publisher() {
         assert!(published, "{id}: nothing may publish to it");
     }
 }
+
+/// The seed's job logs table exists in a deployed stack: the view the template stores in Glue is
+/// the SQL in athena/views/granary_job_logs.sql (which the Athena SQL tests run on DuckDB), with
+/// the seed's seven columns.
+#[test]
+fn the_job_logs_view_is_the_athena_sql_with_the_seven_columns() {
+    use base64::Engine;
+    let (_, r) = resolved();
+    let input = &r.resources["JobLogsView"]["Properties"]["TableInput"];
+    assert_eq!(input["TableType"], "VIRTUAL_VIEW");
+    let text = input["ViewOriginalText"].as_str().unwrap();
+    let encoded = text
+        .strip_prefix("/* Presto View: ")
+        .and_then(|t| t.strip_suffix(" */"))
+        .unwrap();
+    let view: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .unwrap(),
+    )
+    .unwrap();
+    let file = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../athena/views/granary_job_logs.sql"),
+    )
+    .unwrap();
+    let select = file
+        .lines()
+        .filter(|l| !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let select = select
+        .split_once(" AS\n")
+        .unwrap()
+        .1
+        .trim()
+        .trim_end_matches(';');
+    assert_eq!(
+        view["originalSql"], select,
+        "the template's view is not athena/'s"
+    );
+    assert_eq!(
+        view["schema"],
+        r.resources["AnalyticsDatabase"]["Properties"]["DatabaseInput"]["Name"]
+    );
+    let names = |cols: &Value, key: &str| -> Vec<String> {
+        cols.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[key].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let seed = [
+        "outcome",
+        "platform",
+        "acquisition_date",
+        "granule_id",
+        "attempt",
+        "last_modified_date",
+        "key",
+    ];
+    assert_eq!(names(&view["columns"], "name"), seed);
+    assert_eq!(names(&input["StorageDescriptor"]["Columns"], "Name"), seed);
+}
