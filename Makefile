@@ -58,7 +58,7 @@ package:
 
 # Deploy to a real AWS account (needs the AWS SAM CLI, cargo-lambda and credentials; not run in CI).
 deploy:
-	cd infra && sam build --beta-features && sam deploy --guided
+	scripts/deploy.sh
 
 clean:
 	$(CARGO) clean
