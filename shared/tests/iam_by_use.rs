@@ -13,7 +13,7 @@ mod platform;
 
 use granary::adapters::access_log::Access;
 use granary::adapters::faults::{CrashMode, CrashPoint};
-use granary_template::{wildcard, Statement};
+use granary_template::{check_role, wildcard, Statement};
 use platform::{run, stack, Function, ALL};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -40,55 +40,26 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
     used
 }
 
-/// What one statement grants: each (action, resource pattern) pair.
-fn grants(s: &Statement) -> Vec<(String, String)> {
-    s.actions
-        .iter()
-        .flat_map(|a| s.resources.iter().map(move |r| (a.clone(), r.clone())))
-        .collect()
-}
-
-// Paused time: the download step's pauses between attempts pass at once.
 #[tokio::test(start_paused = true)]
 async fn every_call_is_granted_and_every_grant_is_used() {
     let used = accesses_by_function().await;
     let (_, resolved) = stack();
     let mut problems = Vec::new();
     for f in Function::ALL {
-        let function = resolved.function(f.logical_id()).unwrap();
-        let statements = function.statements().unwrap();
-        for s in &statements {
-            assert!(
-                s.condition.is_none() && s.allow,
-                "{}: a conditioned or Deny statement needs its own check here: {s:?}",
-                f.logical_id()
-            );
-        }
+        let statements = resolved
+            .function(f.logical_id())
+            .and_then(|f| f.statements())
+            .unwrap();
         let needed = used.get(&f).cloned().unwrap_or_default();
         assert!(!needed.is_empty(), "{f:?} made no call in any scenario");
-        for a in &needed {
-            if !statements.iter().any(|s| s.allows(a.action, &a.resource)) {
-                problems.push(format!(
-                    "{} needs {} on {} and its role does not grant it",
-                    f.logical_id(),
-                    a.action,
-                    a.resource
-                ));
-            }
+        let pairs = needed.iter().map(|a| (a.action, a.resource.as_str()));
+        let check = check_role(&statements, pairs).unwrap();
+        let id = f.logical_id();
+        for n in check.not_granted {
+            problems.push(format!("{id} needs {n} and its role does not grant it"));
         }
-        for s in &statements {
-            for (action, resource) in grants(s) {
-                let used = needed.iter().any(|a| {
-                    wildcard(&action.to_ascii_lowercase(), &a.action.to_ascii_lowercase())
-                        && wildcard(&resource, &a.resource)
-                });
-                if !used {
-                    problems.push(format!(
-                        "{} is granted {action} on {resource} and no call uses it",
-                        f.logical_id()
-                    ));
-                }
-            }
+        for u in check.unused {
+            problems.push(format!("{id} is granted {u} and no call uses it"));
         }
     }
     if std::env::var_os("GRANARY_IAM_SHOW").is_some() {
@@ -126,14 +97,30 @@ async fn every_call_is_granted_and_every_grant_is_used() {
 /// uses (the test above cannot pass by matching everything).
 #[test]
 fn the_check_catches_a_missing_and_an_unused_grant() {
-    let s = Statement {
+    let statement = |action: &str, resource: &str| Statement {
         allow: true,
-        actions: vec!["s3:GetObject".into()],
-        resources: vec!["arn:aws:s3:::b/logs/*".into()],
+        actions: vec![action.into()],
+        resources: vec![resource.into()],
         condition: None,
     };
-    assert!(s.allows("s3:GetObject", "arn:aws:s3:::b/logs/x"));
-    assert!(!s.allows("s3:GetObject", "arn:aws:s3:::b/holds/feeder.json"));
-    assert!(!s.allows("s3:ListBucket", "arn:aws:s3:::b"));
+    let role = [
+        statement("s3:GetObject", "arn:aws:s3:::b/logs/*"),
+        statement("s3:PutObject", "arn:aws:s3:::b/raw/*"),
+    ];
+    let used = [
+        ("s3:GetObject", "arn:aws:s3:::b/logs/x.json"),
+        ("s3:GetObject", "arn:aws:s3:::b/holds/feeder.json"),
+    ];
+    let check = check_role(&role, used.iter().copied()).unwrap();
+    assert_eq!(
+        check.not_granted,
+        ["s3:GetObject on arn:aws:s3:::b/holds/feeder.json"]
+    );
+    assert_eq!(check.unused, ["s3:PutObject on arn:aws:s3:::b/raw/*"]);
     assert!(!wildcard("arn:aws:s3:::b/raw/*", "arn:aws:s3:::b/logs/x"));
+    let conditioned = Statement {
+        condition: Some("{}".into()),
+        ..statement("s3:GetObject", "*")
+    };
+    assert!(check_role(&[conditioned], used.iter().copied()).is_err());
 }

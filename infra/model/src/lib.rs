@@ -286,6 +286,50 @@ impl Statement {
     }
 }
 
+/// A role held to the calls its function made: what was needed and not granted, and what is
+/// granted and was never needed (each as "action on resource").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoleCheck {
+    pub not_granted: Vec<String>,
+    pub unused: Vec<String>,
+}
+
+/// Checks `used` (action, resource ARN) pairs against a role's statements, both ways. Statements
+/// with a condition or a Deny are refused: they need a check of their own.
+pub fn check_role<'a>(
+    statements: &[Statement],
+    used: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
+) -> Result<RoleCheck, String> {
+    if let Some(s) = statements
+        .iter()
+        .find(|s| s.condition.is_some() || !s.allow)
+    {
+        return Err(format!(
+            "a conditioned or Deny statement is not modelled: {s:?}"
+        ));
+    }
+    let mut check = RoleCheck::default();
+    for (action, resource) in used.clone() {
+        if !statements.iter().any(|s| s.allows(action, resource)) {
+            check.not_granted.push(format!("{action} on {resource}"));
+        }
+    }
+    for s in statements {
+        for action in &s.actions {
+            for pattern in &s.resources {
+                let needed = used.clone().into_iter().any(|(a, r)| {
+                    wildcard(&action.to_ascii_lowercase(), &a.to_ascii_lowercase())
+                        && wildcard(pattern, r)
+                });
+                if !needed {
+                    check.unused.push(format!("{action} on {pattern}"));
+                }
+            }
+        }
+    }
+    Ok(check)
+}
+
 /// IAM's wildcard match: `*` any run of characters (also none), `?` exactly one.
 pub fn wildcard(pattern: &str, text: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
