@@ -6,6 +6,7 @@ use super::simulator::BatchSimulator;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::adapters::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::Tap;
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::{monitor, reconciler, requeuer, Ctx};
 use granary::ports::{Queue, ReceivedMessage};
@@ -99,8 +100,19 @@ pub struct Progress {
     pub requeuer_time: Duration,
 }
 
+/// The functions the local runtime plays (the reconciler runs in the item sweeper).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LambdaFunction {
+    Feeder,
+    Monitor,
+    Requeuer,
+    Sweeper,
+}
+
 pub struct LocalRuntime {
     pub ctx: Ctx,
+    /// A tap per function its invocations' calls also pass through (IAM by use records them).
+    pub function_taps: std::collections::BTreeMap<LambdaFunction, Arc<dyn Tap>>,
     pub events_queue: Arc<dyn Queue>,
     pub simulator: BatchSimulator,
     pub options: RunnerOptions,
@@ -162,6 +174,7 @@ impl LocalRuntime {
             ),
             options,
             progress: Progress::default(),
+            function_taps: Default::default(),
             last_feed: None,
             faults: Arc::default(),
         }
@@ -169,9 +182,13 @@ impl LocalRuntime {
 
     /// The context one invocation sees: the runtime's, or under chaos one whose external calls
     /// pass through a fresh [`Faults`] (and the handle to ask whether the invocation died).
-    fn invocation(&mut self) -> (Ctx, Option<Arc<Faults>>) {
+    fn invocation(&mut self, function: LambdaFunction) -> (Ctx, Option<Arc<Faults>>) {
+        let ctx = match self.function_taps.get(&function) {
+            Some(tap) => self.ctx.tapped(tap.clone()),
+            None => self.ctx.clone(),
+        };
         let Some(chaos) = self.options.chaos.clone() else {
-            return (self.ctx.clone(), None);
+            return (ctx, None);
         };
         let crash = (self.chaos_rng.random::<f64>() < chaos.crash_rate).then(|| CrashPoint {
             at_call: self.chaos_rng.random_range(1..=chaos.max_crash_call.max(1)),
@@ -187,7 +204,7 @@ impl LocalRuntime {
             self.chaos_rng.random(),
             self.faults.clone(),
         );
-        (self.ctx.with_faults(&faults), Some(faults))
+        (ctx.with_faults(&faults), Some(faults))
     }
 
     /// Polls one event source until it has nothing visible; returns how many records it handled.
@@ -216,8 +233,12 @@ impl LocalRuntime {
             if batches.is_empty() {
                 return Ok(handled);
             }
+            let function = match source {
+                Source::Monitor => LambdaFunction::Monitor,
+                Source::Requeuer => LambdaFunction::Requeuer,
+            };
             let contexts: Vec<(Ctx, Option<Arc<Faults>>)> =
-                batches.iter().map(|_| self.invocation()).collect();
+                batches.iter().map(|_| self.invocation(function)).collect();
             let queue = &queue;
             let invocations =
                 batches
@@ -278,7 +299,7 @@ impl LocalRuntime {
             let phase = Instant::now();
             if Instant::now() >= next_feed {
                 next_feed = Instant::now() + self.options.feeder_interval;
-                let (ctx, faults) = self.invocation();
+                let (ctx, faults) = self.invocation(LambdaFunction::Feeder);
                 let run = feeder::run(
                     &ctx,
                     FeederEvent {
@@ -323,7 +344,7 @@ impl LocalRuntime {
 
             if Instant::now() >= next_reconcile {
                 next_reconcile = Instant::now() + self.options.reconcile_interval;
-                let (ctx, faults) = self.invocation();
+                let (ctx, faults) = self.invocation(LambdaFunction::Sweeper);
                 let run = reconciler::reconcile(&ctx, chrono::Utc::now()).await;
                 self.progress.reconciler_runs += 1;
                 let crashed = faults.as_ref().is_some_and(|f| f.crashed());
