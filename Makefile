@@ -8,7 +8,7 @@ GRANULES ?= 5000
 BENCH_CAMPAIGN ?= 10000
 BENCH_CAMPAIGN_IN_MEMORY ?= 10000 100000
 
-.PHONY: all build demo test unit lint fmt emulator infra-lint package deploy bench clean
+.PHONY: all build demo test test-localstack unit lint fmt emulator infra-lint package deploy bench clean
 
 all: build
 
@@ -28,6 +28,16 @@ test:
 	scripts/sql.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
+
+# The same suite against LocalStack (core, on the host, loopback only; installed into
+# .venv-localstack with Python 3.13). It has no Batch: jobs go to granary's in-memory Batch, and
+# the Batch events travel LocalStack's EventBridge rule into its SQS queue.
+test-localstack:
+	scripts/emulator.sh install
+	scripts/sql.sh install
+	scripts/infra.sh install
+	scripts/localstack.sh install
+	scripts/localstack.sh run scripts/test-suite.sh
 
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
 bench:
@@ -62,4 +72,4 @@ deploy:
 
 clean:
 	$(CARGO) clean
-	rm -rf .venv .venv-infra .venv-package .venv-sql .emulator
+	rm -rf .venv .venv-infra .venv-deploy .venv-package .venv-sql .venv-localstack .emulator

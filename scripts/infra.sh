@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Infrastructure checks and emulator deployment for infra/template.yaml.
 #
-#   scripts/infra.sh install           .venv-infra with cfn-lint, checkov, aws-sam-translator (once)
+#   scripts/infra.sh install           .venv-infra with cfn-lint, checkov (once), and .venv-deploy
+#                                      with aws-sam-translator and a current boto3 (checkov pins an
+#                                      old botocore, whose S3 uploads LocalStack's gateway drops)
 #   scripts/infra.sh lint              cfn-lint and checkov must both be clean
 #   scripts/infra.sh deploy OUT.json   deploy to the emulator at AWS_ENDPOINT_URL, outputs to OUT.json
 set -euo pipefail
@@ -10,13 +12,24 @@ venv="$root/.venv-infra"
 stamp="$venv/.installed-1"
 template="$root/infra/template.yaml"
 
+deploy_venv="$root/.venv-deploy"
+deploy_stamp="$deploy_venv/.installed-1"
+
 install() {
-  if [ -f "$stamp" ]; then return 0; fi
-  echo "installing cfn-lint, checkov and aws-sam-translator into .venv-infra (once)..." >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check \
-    "cfn-lint==1.58.0" "checkov==3.3.30" "aws-sam-translator==1.115.0" boto3 pyyaml
-  touch "$stamp"
+  if [ ! -f "$stamp" ]; then
+    echo "installing cfn-lint, checkov and aws-sam-translator into .venv-infra (once)..." >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check \
+      "cfn-lint==1.58.0" "checkov==3.3.30" "aws-sam-translator==1.115.0" boto3 pyyaml
+    touch "$stamp"
+  fi
+  if [ ! -f "$deploy_stamp" ]; then
+    echo "installing aws-sam-translator and boto3 into .venv-deploy (once)..." >&2
+    python3 -m venv "$deploy_venv"
+    "$deploy_venv/bin/pip" install --quiet --disable-pip-version-check \
+      "aws-sam-translator==1.115.0" "boto3==1.42.*" pyyaml
+    touch "$deploy_stamp"
+  fi
 }
 
 lint() {
@@ -31,7 +44,7 @@ lint() {
 deploy() {
   install
   local out="$1"
-  "$venv/bin/python" "$root/infra/emulator_deploy.py" --stack-name "granary-$(date +%s)-$$" --outputs "$out"
+  "$deploy_venv/bin/python" "$root/infra/emulator_deploy.py" --stack-name "granary-$(date +%s)-$$" --outputs "$out"
 }
 
 case "${1:-}" in

@@ -4,8 +4,10 @@
 #
 # What the endpoint cannot do is decided here, once, and the tests that need it are left out
 # through the test runner, which reports them as skipped (never a test that returns early and
-# counts as passed): AWS Batch (tests/needs-batch.txt) when the endpoint answers that its API is
-# not implemented, the deployed-stack tests when the template could not be deployed.
+# counts as passed): the tests in tests/needs-batch.txt when the endpoint answers that Batch's API
+# is not implemented. Every other test runs there, with granary's in-memory Batch as the job
+# runner; the template is deployed with what the endpoint lacks stood in for
+# (infra/emulator_deploy.py), or the run stops.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$root/.emulator"
@@ -35,9 +37,6 @@ if [ "$batch" = no ]; then
   while read -r bin name; do
     [ -n "$bin" ] && [ "${bin:0:1}" != "#" ] && skips+=("$bin $name")
   done < "$root/tests/needs-batch.txt"
-fi
-if grep -q '"skipped"' "$GRANARY_DEPLOYED_STACK"; then
-  skips+=("deployed_stack *")
 fi
 
 if cargo nextest --version >/dev/null 2>&1; then

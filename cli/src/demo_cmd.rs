@@ -71,6 +71,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let mut campaign = Campaign::setup(&clients, &iam, &name, &spec)
         .await
         .context("setting up the campaign")?;
+    if campaign.in_memory_batch.is_some() && !args.json {
+        eprintln!(
+            "the endpoint has no AWS Batch: jobs go to granary's in-memory Batch; S3, SQS and the EventBridge rule are the endpoint's"
+        );
+    }
     let bar = if args.json {
         ProgressBar::hidden()
     } else {

@@ -41,7 +41,9 @@ pub struct StatusArgs {
 
 pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     let ctx = ctx().await?;
-    let s = status::gather(&ctx, chrono::Utc::now()).await?;
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let batch = granary_cli::local::stack::batch_available(&clients).await?;
+    let s = status::gather(&ctx, chrono::Utc::now(), batch).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);
@@ -64,21 +66,27 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         "submitted {} of {} known rows ({} inventories not opened yet)",
         s.rows_submitted, s.rows_known, s.inventories_unopened
     );
-    let jobs: Vec<String> = s
-        .active_jobs
-        .by_status
-        .iter()
-        .map(|(k, v)| format!("{k} {v}"))
-        .collect();
-    println!(
-        "active Batch jobs: {} ({})",
-        s.active_jobs.total,
-        if jobs.is_empty() {
-            "none".into()
-        } else {
-            jobs.join(", ")
+    match &s.active_jobs {
+        None => {
+            println!("active Batch jobs: unknown (AWS Batch is not available at this endpoint)")
         }
-    );
+        Some(active) => {
+            let jobs: Vec<String> = active
+                .by_status
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            println!(
+                "active Batch jobs: {} ({})",
+                active.total,
+                if jobs.is_empty() {
+                    "none".into()
+                } else {
+                    jobs.join(", ")
+                }
+            );
+        }
+    }
     println!(
         "retry queue: {} waiting, {} in flight; failure DLQ: {} waiting, {} in flight",
         s.retry_queue.visible,

@@ -14,17 +14,22 @@ use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
 use granary::ports::{
     ObjectMeta, ObjectStore, PutCondition, Queue, ReceivedMessage, StoreError, StoredObject,
 };
-use granary_cli::local::stack::{EmulatorStack, StackOptions};
+use granary_cli::local::simulator::JobLedger;
+use granary_cli::local::stack::{stack_batch, EmulatorStack, StackOptions};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use granary_cli::local::events::{describe_facts, state_change_event, AttemptEnd, JobFacts};
+pub use granary_cli::local::events::{state_change_event, AttemptEnd, JobFacts};
 
 pub struct TestStack {
     pub stack: EmulatorStack,
     pub clients: AwsClients,
+    /// The handlers' context: the endpoint's S3 and SQS, and its Batch or, at an endpoint without
+    /// one (LocalStack), granary's in-memory Batch.
     pub ctx: Ctx,
+    /// What Batch knows of the stack's jobs (the endpoint's, or the in-memory one).
+    pub ledger: Arc<dyn JobLedger>,
 }
 
 /// A name no other test (or run) uses: lowercase, short enough for buckets and IAM roles.
@@ -71,22 +76,15 @@ pub async fn stack(tag: &str, batch_attempts: i32, env: &[(&str, &str)]) -> Test
         .await
         .unwrap_or_else(|e| panic!("provisioning the test stack: {e:#}"));
     let config = stack.config().unwrap_or_else(|e| panic!("{e:#}"));
-    let ctx = Ctx::aws(config, &clients);
+    let batch = stack_batch(&stack, &clients);
+    let mut ctx = Ctx::aws(config, &clients);
+    ctx.jobs = batch.jobs;
     TestStack {
         stack,
         clients,
         ctx,
+        ledger: batch.ledger,
     }
-}
-
-/// Tests that need AWS Batch call this first. On an endpoint without Batch (LocalStack's free
-/// edition) scripts/test-suite.sh leaves them out through the test runner (tests/needs-batch.txt),
-/// so the summary counts them as skipped; run by hand there, they fail loudly rather than pass.
-pub fn require_batch(s: &TestStack) {
-    assert!(
-        s.stack.batch,
-        "this test needs AWS Batch, which the endpoint lacks; scripts/test-suite.sh skips it there"
-    );
 }
 
 pub fn ids(n: usize, prefix: &str) -> Vec<String> {
@@ -153,7 +151,6 @@ pub async fn stack_with_inventory(
     id_prefix: &str,
 ) -> (TestStack, Vec<String>) {
     let s = stack(tag, 2, env).await;
-    require_batch(&s);
     let granules = ids(n, id_prefix);
     put_inventory(
         s.ctx.store.as_ref(),
@@ -165,38 +162,20 @@ pub async fn stack_with_inventory(
     (s, granules)
 }
 
-/// Every job on the stack's queue, in any status: (job name, job id).
+/// Every job on the stack's queue, in any status: (job name, job id), sorted.
 pub async fn all_jobs(s: &TestStack) -> Vec<(String, String)> {
-    all_jobs_on(&s.clients, &s.stack.job_queue).await
+    s.ledger
+        .jobs()
+        .await
+        .unwrap_or_else(|e| panic!("listing jobs: {e:#}"))
 }
 
-/// Every job on a job queue (name or ARN), in any status: (job name, job id), sorted.
-pub async fn all_jobs_on(clients: &AwsClients, job_queue: &str) -> Vec<(String, String)> {
-    use aws_sdk_batch::types::JobStatus;
-    let mut out = Vec::new();
-    for status in [
-        "SUBMITTED",
-        "PENDING",
-        "RUNNABLE",
-        "STARTING",
-        "RUNNING",
-        "SUCCEEDED",
-        "FAILED",
-    ] {
-        let resp = clients
-            .batch
-            .list_jobs()
-            .job_queue(job_queue)
-            .job_status(JobStatus::from(status))
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("ListJobs: {e}"));
-        for j in resp.job_summary_list.unwrap_or_default() {
-            out.push((j.job_name.unwrap_or_default(), j.job_id.unwrap_or_default()));
-        }
-    }
-    out.sort();
-    out
+/// What Batch says of these jobs (the simulator's input).
+pub async fn facts(s: &TestStack, job_ids: &[String]) -> Vec<JobFacts> {
+    s.ledger
+        .facts(job_ids)
+        .await
+        .unwrap_or_else(|e| panic!("describing jobs: {e:#}"))
 }
 
 /// Receives until the queue is empty (deleting what it receives).

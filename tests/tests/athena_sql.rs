@@ -52,10 +52,6 @@ fn every_athena_file_parses_as_athena_sql() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let (clients, iam) = clients().await;
-    assert!(
-        granary_cli::local::stack::batch_available(&clients).await,
-        "the campaign needs AWS Batch; scripts/test-suite.sh leaves this test out on an endpoint without it"
-    );
     let mut spec = CampaignSpec {
         granules: 400,
         inventories: 1,

@@ -9,7 +9,6 @@ use std::sync::Arc;
 #[tokio::test]
 async fn submits_exactly_the_window_and_advances_the_tracker() {
     let s = stack("window", 2, &[]).await;
-    require_batch(&s);
     let first = ids(250, "AA");
     let second = ids(30, "BB");
     put_inventory(
@@ -207,7 +206,6 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
 #[tokio::test]
 async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     let s = stack("invalid", 2, &[]).await;
-    require_batch(&s);
     let mut rows = ids(5, "FF");
     rows[2] = "bad/id".into();
     // Larger than an SQS message may be: quoting it whole would wedge the feeder at this row.
@@ -256,7 +254,6 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
 #[tokio::test]
 async fn a_truncated_inventory_is_a_clear_error() {
     let s = stack("trunc", 2, &[]).await;
-    require_batch(&s);
     let bytes = granary::inventory::write_inventory(
         &[granary::inventory::InventoryRow {
             granule_id: "a".into(),

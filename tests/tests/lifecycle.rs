@@ -80,9 +80,7 @@ impl World {
     async fn end_job(&self, id: &GranuleId, end: AttemptEnd) -> monitor::MonitorOutcome {
         let record = self.record(id).await;
         let job_id = record.job_id.clone().expect("the item has a job");
-        let facts = describe_facts(&self.s.clients.batch, &[job_id])
-            .await
-            .unwrap();
+        let facts = facts(&self.s, &[job_id]).await;
         let status = if matches!(end, AttemptEnd::Success) {
             "SUCCEEDED"
         } else {
@@ -139,7 +137,6 @@ fn spot() -> AttemptEnd {
 #[tokio::test]
 async fn normal_workflow() {
     let w = world("lcnormal", &[]).await;
-    require_batch(&w.s);
     w.server.archive.put(
         "HLS.S30.T01GBH.2022226T214921.v2.0.h5",
         BODY,
@@ -256,7 +253,6 @@ async fn failure2_ineligible_files_are_skipped() {
 #[tokio::test]
 async fn failure3_processing_fails_until_the_limit_then_abandoned() {
     let w = world("lcfail3", &[]).await;
-    require_batch(&w.s);
     w.server.archive.put("b.h5", BODY, vec![Behaviour::Serve]);
     discover::discover(&w.imp).await.unwrap();
     w.run_import_queue().await;
@@ -355,7 +351,6 @@ async fn a_truncated_download_is_detected_and_retried() {
 #[tokio::test]
 async fn failure5_a_processing_timeout_fails_the_item() {
     let w = world("lcfail5", &[]).await;
-    require_batch(&w.s);
     w.server.archive.put("e.h5", BODY, vec![Behaviour::Serve]);
     discover::discover(&w.imp).await.unwrap();
     w.run_import_queue().await;
@@ -426,7 +421,6 @@ async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
 #[tokio::test]
 async fn failure7_a_crash_during_processing_is_recovered_by_the_sweeper() {
     let w = world("lcfail7", &[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]).await;
-    require_batch(&w.s);
     w.server.archive.put("g.h5", BODY, vec![Behaviour::Serve]);
     discover::discover(&w.imp).await.unwrap();
     w.run_import_queue().await;

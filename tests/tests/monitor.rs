@@ -24,7 +24,6 @@ async fn fed_with(
     env: &[(&str, &str)],
 ) -> (TestStack, Vec<JobFacts>) {
     let s = stack(tag, batch_attempts, env).await;
-    require_batch(&s);
     let granules = ids(n, "MO");
     let layout = InventoryLayout {
         row_group_rows: 100,
@@ -47,7 +46,7 @@ async fn fed_with(
     .await
     .unwrap();
     let job_ids: Vec<String> = all_jobs(&s).await.into_iter().map(|(_, id)| id).collect();
-    let mut facts = describe_facts(&s.clients.batch, &job_ids).await.unwrap();
+    let mut facts = facts(&s, &job_ids).await;
     facts.sort_by_key(|f| granules.iter().position(|g| *g == f.granule_id));
     assert_eq!(facts.len(), n);
     (s, facts)

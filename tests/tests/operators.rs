@@ -75,7 +75,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
     .unwrap();
 
     let now = t0 + Duration::hours(4);
-    let st = status::gather(ctx, now).await.unwrap();
+    let st = status::gather(ctx, now, true).await.unwrap();
     assert_eq!((st.rows_submitted, st.rows_known), (12_000, 20_000));
     assert_eq!(
         st.failure_dlq,
@@ -315,7 +315,6 @@ async fn retry_granules(s: &TestStack) -> Vec<String> {
 #[tokio::test]
 async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
     let s = stack("redrivereq", 1, &[("GRANARY_MAX_RETRIES", "1")]).await;
-    require_batch(&s);
     let g = "HLS.S30.T01FFF.2022001T000000.v2.0";
     let m = RetryMessage {
         event: GranuleProcessingEvent {
@@ -346,7 +345,6 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
 #[tokio::test]
 async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     let s = stack("resume", 1, &[("GRANARY_MAX_RETRIES", "0")]).await;
-    require_batch(&s);
     let ctx = &s.ctx;
     let imp = Importer::aws(ctx.clone(), &s.clients).unwrap();
     let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();

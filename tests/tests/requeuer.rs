@@ -16,7 +16,6 @@ fn msg(id: &str, attempt: u32) -> String {
 #[tokio::test]
 async fn increments_the_attempt_and_submits_once() {
     let s = stack("requeue", 2, &[]).await;
-    require_batch(&s);
     let id = "HLS.L30.T18TYN.2020001T153012.v2.0";
     let out = requeuer::handle_message(&s.ctx, &msg(id, 1)).await.unwrap();
     assert!(
@@ -29,16 +28,13 @@ async fn increments_the_attempt_and_submits_once() {
     let jobs = all_jobs(&s).await;
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].0, job_name(&GranuleId::parse(id).unwrap(), 2));
-    let facts = describe_facts(&s.clients.batch, &[jobs[0].1.clone()])
-        .await
-        .unwrap();
+    let facts = facts(&s, &[jobs[0].1.clone()]).await;
     assert_eq!((facts[0].granule_id.as_str(), facts[0].attempt), (id, 2));
 }
 
 #[tokio::test]
 async fn respects_the_attempt_budget() {
     let s = stack("budget", 2, &[("GRANARY_MAX_RETRIES", "2")]).await;
-    require_batch(&s);
     let id = "HLS.S30.T01GBH.2022226T214921.v2.0";
     // attempts 1 and 2 failed: 3 is the last allowed (1 + 2 retries)
     assert!(matches!(
@@ -62,7 +58,6 @@ async fn respects_the_attempt_budget() {
 #[tokio::test]
 async fn reports_failures_per_message() {
     let s = stack("partial", 2, &[]).await;
-    require_batch(&s);
     let batch = vec![
         msg("HLS.S30.T01GBH.2022226T214921.v2.0", 1),
         "not json".to_owned(),

@@ -5,7 +5,7 @@ use super::events::default_retry_strategy;
 use super::fault_plan::FaultPlan;
 use super::in_memory::{InMemoryBatch, RuleToQueue};
 use super::runner::{LocalRuntime, RunnerOptions};
-use super::simulator::{BatchSimulator, EndpointBatch};
+use super::simulator::BatchSimulator;
 use super::stack::{config_from, EmulatorStack, StackOptions};
 use anyhow::{Context, Result};
 use granary::adapters::aws::{AwsClients, EventBridgeBus, SqsQueue};
@@ -103,20 +103,27 @@ impl Campaign {
             env: campaign_env(spec),
         };
         let stack = EmulatorStack::provision(clients, iam, name, options).await?;
-        anyhow::ensure!(stack.batch, "the endpoint has no AWS Batch: the local campaign needs it (moto has it; LocalStack's free edition does not)");
         let counts = Arc::new(RequestCounts::default());
-        let ctx = Ctx::aws(stack.config()?, clients).counted(&counts);
+        // Without Batch at the endpoint (LocalStack), jobs go to granary's in-memory Batch; S3,
+        // SQS and EventBridge stay the endpoint's.
+        let batch = super::stack::stack_batch(&stack, clients);
+        let jobs = batch.jobs;
+        let ledger = batch.ledger;
+        let in_memory_batch = batch.in_memory;
+        let mut ctx = Ctx::aws(stack.config()?, clients);
+        ctx.jobs = jobs;
+        let ctx = ctx.counted(&counts);
         let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
             inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
             tap: counts.clone(),
         });
         let events_dlq = Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_dlq_url));
         let simulator = BatchSimulator::new(
-            Arc::new(EndpointBatch::new(clients.batch.clone(), &stack.job_queue)),
+            ledger,
             Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
             spec.plan.clone(),
         );
-        Self::assemble(
+        let mut campaign = Self::assemble(
             Some(stack),
             ctx,
             counts,
@@ -125,7 +132,9 @@ impl Campaign {
             simulator,
             spec,
         )
-        .await
+        .await?;
+        campaign.in_memory_batch = in_memory_batch;
+        Ok(campaign)
     }
 
     /// The same campaign on the in-memory twins of every port (store, queues, Batch, the

@@ -60,13 +60,19 @@ pub struct InMemoryBatch {
 }
 
 impl InMemoryBatch {
+    /// A Batch with one job queue and definition, each named or given as an ARN.
     pub fn new(job_queue: &str, job_definition: &str, retry_strategy: Value) -> Self {
+        let arn = |kind: &str, name: &str, revision: &str| {
+            if name.starts_with("arn:") {
+                name.to_owned()
+            } else {
+                format!("arn:aws:batch:{REGION}:{ACCOUNT}:{kind}/{name}{revision}")
+            }
+        };
         Self {
             jobs: Mutex::new(Jobs::default()),
-            job_queue_arn: format!("arn:aws:batch:{REGION}:{ACCOUNT}:job-queue/{job_queue}"),
-            job_definition_arn: format!(
-                "arn:aws:batch:{REGION}:{ACCOUNT}:job-definition/{job_definition}:1"
-            ),
+            job_queue_arn: arn("job-queue", job_queue, ""),
+            job_definition_arn: arn("job-definition", job_definition, ":1"),
             retry_strategy,
         }
     }
@@ -228,6 +234,17 @@ impl JobLedger for InMemoryBatch {
             .filter(|j| j.summary.status.is_terminal())
             .map(|j| j.summary.job_id.clone())
             .collect())
+    }
+
+    async fn jobs(&self) -> Result<Vec<(String, String)>> {
+        let mut all: Vec<(String, String)> = self
+            .lock()
+            .all
+            .iter()
+            .map(|j| (j.summary.job_name.clone(), j.summary.job_id.clone()))
+            .collect();
+        all.sort();
+        Ok(all)
     }
 }
 

@@ -82,6 +82,8 @@ pub trait JobLedger: Send + Sync {
     ) -> Result<()>;
     /// Every finished job on the job queue (for the settling sweep).
     async fn finished(&self) -> Result<Vec<String>>;
+    /// Every job on the job queue in any status, as (name, id), sorted.
+    async fn jobs(&self) -> Result<Vec<(String, String)>>;
 }
 
 /// The emulator's (or any endpoint's) Batch: DescribeJobs and ListJobs.
@@ -137,6 +139,35 @@ impl JobLedger for EndpointBatch {
             }
         }
         Ok(ids)
+    }
+
+    async fn jobs(&self) -> Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for status in [
+            JobStatus::Submitted,
+            JobStatus::Pending,
+            JobStatus::Runnable,
+            JobStatus::Starting,
+            JobStatus::Running,
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+        ] {
+            let mut pages = self
+                .batch
+                .list_jobs()
+                .job_queue(&self.job_queue)
+                .job_status(status)
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.context("ListJobs")?;
+                for j in page.job_summary_list.unwrap_or_default() {
+                    out.push((j.job_name.unwrap_or_default(), j.job_id.unwrap_or_default()));
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 }
 
@@ -200,6 +231,11 @@ fn bus_event(value: serde_json::Value) -> BusEvent {
 }
 
 impl BatchSimulator {
+    /// The Batch the simulator plays out (the endpoint's or the in-memory one).
+    pub fn ledger(&self) -> &Arc<dyn JobLedger> {
+        &self.ledger
+    }
+
     pub fn new(ledger: Arc<dyn JobLedger>, bus: Arc<dyn EventBus>, plan: FaultPlan) -> Self {
         Self {
             ledger,

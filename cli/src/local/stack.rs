@@ -46,19 +46,78 @@ pub struct EmulatorStack {
     pub job_queue: String,
     pub job_queue_arn: String,
     pub job_definition: String,
-    /// False when the endpoint has no Batch (LocalStack's free edition): Batch tests step aside.
+    /// False when the endpoint has no Batch (LocalStack's free edition): jobs go to granary's
+    /// in-memory Batch instead (`job_services`).
     pub batch: bool,
+    /// The job definition's RetryStrategy.attempts.
+    pub batch_attempts: i32,
     pub env: HashMap<String, String>,
 }
 
-/// Capability probe: does this endpoint answer Batch calls?
-pub async fn batch_available(clients: &AwsClients) -> bool {
-    clients
-        .batch
-        .describe_compute_environments()
-        .send()
-        .await
-        .is_ok()
+/// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
+/// implemented (HTTP 501, as LocalStack's free edition answers) means no; any other failure (the
+/// endpoint down, bad credentials) is an error, never read as "no Batch".
+pub async fn batch_available(clients: &AwsClients) -> Result<bool> {
+    match clients.batch.describe_compute_environments().send().await {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            let status = e.raw_response().map(|r| r.status().as_u16());
+            let text = aws_sdk_batch::error::DisplayErrorContext(&e)
+                .to_string()
+                .to_lowercase();
+            if status == Some(501)
+                || text.contains("not implemented")
+                || text.contains("not yet been emulated")
+            {
+                Ok(false)
+            } else {
+                Err(anyhow::anyhow!(
+                    "asking the endpoint whether it has AWS Batch: {text}"
+                ))
+            }
+        }
+    }
+}
+
+/// Where a stack's jobs go: the job-runner port the handlers submit to, the simulator's view of
+/// the same Batch, and the in-memory Batch when that is what it is.
+pub struct StackBatch {
+    pub jobs: std::sync::Arc<dyn granary::ports::JobRunner>,
+    pub ledger: std::sync::Arc<dyn super::simulator::JobLedger>,
+    pub in_memory: Option<std::sync::Arc<super::in_memory::InMemoryBatch>>,
+}
+
+/// The endpoint's Batch when it has one; otherwise granary's in-memory Batch with the stack's job
+/// queue ARN, so the events the simulator makes of its jobs still match the stack's EventBridge
+/// rule and travel the endpoint's EventBridge into its SQS queue.
+pub fn stack_batch(stack: &EmulatorStack, clients: &AwsClients) -> StackBatch {
+    use granary::adapters::aws::BatchJobRunner;
+    use std::sync::Arc;
+    if stack.batch {
+        return StackBatch {
+            jobs: Arc::new(BatchJobRunner::new(
+                clients.batch.clone(),
+                &stack.job_queue,
+                &stack.job_definition,
+            )),
+            ledger: Arc::new(super::simulator::EndpointBatch::new(
+                clients.batch.clone(),
+                &stack.job_queue,
+            )),
+            in_memory: None,
+        };
+    }
+    let attempts = u32::try_from(stack.batch_attempts).unwrap_or(1).max(1);
+    let batch = Arc::new(super::in_memory::InMemoryBatch::new(
+        &stack.job_queue_arn,
+        &stack.job_definition,
+        super::events::default_retry_strategy(attempts),
+    ));
+    StackBatch {
+        jobs: batch.clone(),
+        ledger: batch.clone(),
+        in_memory: Some(batch),
+    }
 }
 
 async fn queue(
@@ -98,6 +157,8 @@ impl EmulatorStack {
         name: &str,
         options: StackOptions,
     ) -> Result<Self> {
+        // Asked before anything is created, so an endpoint that is down leaves nothing behind.
+        let batch = batch_available(clients).await?;
         let bucket = format!("{name}-data");
         clients
             .s3
@@ -152,13 +213,13 @@ impl EmulatorStack {
         )
         .await?;
 
-        let batch = batch_available(clients).await;
         let (job_queue, job_queue_arn, job_definition) = if batch {
             provision_batch(clients, iam, name, &options).await?
         } else {
+            // The in-memory Batch's queue: its ARN is what the rule below matches.
             (
                 format!("{name}-jobs"),
-                format!("arn:aws:batch:::job-queue/{name}-jobs"),
+                format!("arn:aws:batch:us-east-1:000000000000:job-queue/{name}-jobs"),
                 format!("{name}-job"),
             )
         };
@@ -239,6 +300,7 @@ impl EmulatorStack {
             job_queue_arn,
             job_definition,
             batch,
+            batch_attempts: options.batch_attempts,
             env,
         })
     }

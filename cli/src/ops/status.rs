@@ -25,7 +25,8 @@ pub struct Status {
     /// Rows in inventories the feeder has opened; inventories not yet opened count as unknown.
     pub rows_known: u64,
     pub inventories_unopened: usize,
-    pub active_jobs: ActiveJobs,
+    /// `None` where the endpoint has no AWS Batch (it answered that the API is not implemented).
+    pub active_jobs: Option<ActiveJobs>,
     pub retry_queue: QueueDepth,
     pub failure_dlq: QueueDepth,
     pub hold: Option<Hold>,
@@ -39,16 +40,23 @@ pub struct Status {
 /// Active jobs are counted up to this many (ListJobs pages of 100).
 const COUNT_JOBS_UP_TO: u64 = 100_000;
 
-pub async fn gather(ctx: &Ctx, now: DateTime<Utc>) -> Result<Status> {
+/// Everything `granary status` shows. `batch` says whether the endpoint has AWS Batch to count
+/// active jobs on (see `local::stack::batch_available`).
+pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status> {
     let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key)
         .await
         .context("reading the tracker")?
         .value;
-    let active_jobs = ctx
-        .jobs
-        .count_active(COUNT_JOBS_UP_TO)
-        .await
-        .context("counting active Batch jobs")?;
+    let active_jobs = if batch {
+        Some(
+            ctx.jobs
+                .count_active(COUNT_JOBS_UP_TO)
+                .await
+                .context("counting active Batch jobs")?,
+        )
+    } else {
+        None
+    };
     let retry_queue = ctx.retry_queue.depth().await.context("retry queue depth")?;
     let failure_dlq = ctx.failure_dlq.depth().await.context("failure DLQ depth")?;
     let hold = read_hold(ctx.store.as_ref(), &ctx.config.hold_key)
@@ -68,7 +76,7 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>) -> Result<Status> {
 pub fn assemble(
     tracker: &granary::domain::tracker::Tracker,
     now: DateTime<Utc>,
-    active_jobs: ActiveJobs,
+    active_jobs: Option<ActiveJobs>,
     retry_queue: QueueDepth,
     failure_dlq: QueueDepth,
     hold: Option<Hold>,
@@ -162,7 +170,7 @@ mod tests {
         let s = assemble(
             &tracker,
             now,
-            ActiveJobs::default(),
+            Some(ActiveJobs::default()),
             QueueDepth::default(),
             QueueDepth::default(),
             None,
