@@ -57,6 +57,20 @@ exposed() {
   done
 }
 
+# SIGTERM first; a LocalStack that has run CloudFormation and EventBridge does not always finish
+# its shutdown, so after ten seconds its process group is killed.
+stop() {
+  [ -n "${ls_pid:-}" ] || return 0
+  kill -TERM -- "-$ls_pid" 2>/dev/null || kill -TERM "$ls_pid" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do
+    kill -0 "$ls_pid" 2>/dev/null || { wait "$ls_pid" 2>/dev/null || true; return 0; }
+    sleep 0.2
+  done
+  echo "LocalStack did not stop within 10 s of SIGTERM: killed" >&2
+  kill -KILL -- "-$ls_pid" 2>/dev/null || kill -KILL "$ls_pid" 2>/dev/null || true
+  wait "$ls_pid" 2>/dev/null || true
+}
+
 run() {
   export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}"
   export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
@@ -67,11 +81,12 @@ run() {
   port=$(free_port)
   mkdir -p "$root/.emulator"
   log="$root/.emulator/localstack-$port.log"
+  # Its own process group (setsid), so stopping it stops whatever it started.
   OVERRIDE_IN_DOCKER=0 GATEWAY_SERVER=hypercorn GATEWAY_LISTEN="127.0.0.1:$port" \
     LOCALSTACK_HOST="127.0.0.1:$port" DNS_ADDRESS=0 DISABLE_EVENTS=1 SKIP_SSL_CERT_DOWNLOAD=1 \
-    "$venv/bin/python" -m localstack.runtime.main >"$log" 2>&1 &
+    setsid "$venv/bin/python" -m localstack.runtime.main >"$log" 2>&1 &
   ls_pid=$!
-  trap 'kill $ls_pid 2>/dev/null || true; wait $ls_pid 2>/dev/null || true' EXIT INT TERM
+  trap stop EXIT INT TERM
   local url="http://127.0.0.1:$port"
   for _ in $(seq 1 300); do
     if curl -fsS "$url/_localstack/health" >/dev/null 2>&1; then break; fi
