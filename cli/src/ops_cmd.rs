@@ -214,7 +214,14 @@ pub struct RedriveArgs {
     /// Only granules whose id matches this regex.
     #[arg(long)]
     granule: Option<String>,
-    /// List what would be redriven; move nothing.
+    #[command(flatten)]
+    pace: Pace,
+}
+
+/// How a redrive moves messages: both redrive commands take these.
+#[derive(clap::Args)]
+pub struct Pace {
+    /// List what would be moved; move nothing.
     #[arg(long)]
     dry_run: bool,
     /// Stop after this many.
@@ -225,6 +232,20 @@ pub struct RedriveArgs {
     rate: f64,
     #[arg(long)]
     json: bool,
+}
+
+impl Pace {
+    fn options(&self) -> Result<RedriveOptions> {
+        if self.rate <= 0.0 {
+            bail!("--rate must be above 0");
+        }
+        Ok(RedriveOptions {
+            dry_run: self.dry_run,
+            max: self.max,
+            per_second: self.rate,
+            ..RedriveOptions::default()
+        })
+    }
 }
 
 pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
@@ -244,21 +265,13 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
     {
         bail!("choose what to redrive: --all, or --reason / --attempt / --granule (try --dry-run first)");
     }
-    if args.rate <= 0.0 {
-        bail!("--rate must be above 0");
-    }
+    let opts = args.pace.options()?;
     let ctx = ctx().await?;
     let depth = ctx.failure_dlq.depth().await?;
     let b = bar(
         depth.visible,
-        if args.dry_run { "examined" } else { "redriven" },
+        if opts.dry_run { "examined" } else { "redriven" },
     );
-    let opts = RedriveOptions {
-        dry_run: args.dry_run,
-        max: args.max,
-        per_second: args.rate,
-        ..RedriveOptions::default()
-    };
     let s = granary::redrive::redrive(
         ctx.failure_dlq.as_ref(),
         ctx.retry_queue.as_ref(),
@@ -269,10 +282,10 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
     .await
     .context("redrive stopped (nothing is lost: a message leaves the DLQ only once it is on the retry queue; run it again)")?;
     b.finish_and_clear();
-    if args.json {
+    if args.pace.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        if args.dry_run {
+        if opts.dry_run {
             let mut t = Table::new();
             t.load_preset(UTF8_FULL_CONDENSED)
                 .set_header(["granule", "attempt", "reason"]);
@@ -304,42 +317,25 @@ pub struct RedriveEventsArgs {
     /// The events queue the job monitor reads (the stack's BatchEventsQueueUrl output).
     #[arg(long, env = "GRANARY_EVENTS_QUEUE_URL")]
     to: String,
-    /// List what would be moved; move nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// Stop after this many.
-    #[arg(long)]
-    max: Option<u64>,
-    /// At most this many messages per second.
-    #[arg(long, default_value_t = 50.0)]
-    rate: f64,
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    pace: Pace,
 }
 
 pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
-    if args.rate <= 0.0 {
-        bail!("--rate must be above 0");
-    }
+    let opts = args.pace.options()?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
     let from = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.from);
     let to = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.to);
     let depth = granary::ports::Queue::depth(&from).await?;
     let b = bar(
         depth.visible,
-        if args.dry_run { "examined" } else { "moved" },
+        if opts.dry_run { "examined" } else { "moved" },
     );
-    let opts = RedriveOptions {
-        dry_run: args.dry_run,
-        max: args.max,
-        per_second: args.rate,
-        ..RedriveOptions::default()
-    };
     let s = granary::redrive::redrive_events(&from, &to, &opts, &|s| b.set_position(s.redriven))
         .await
         .context("redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)")?;
     b.finish_and_clear();
-    if args.json {
+    if args.pace.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -350,7 +346,7 @@ pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
         t.add_row([m.granule_id.clone(), m.reason.clone()]);
     }
     println!("{t}");
-    if args.dry_run {
+    if opts.dry_run {
         println!(
             "dry run: {} would be moved to the events queue",
             s.matched.len()

@@ -106,10 +106,11 @@ impl Campaign {
         let counts = Arc::new(RequestCounts::default());
         // Without Batch at the endpoint (LocalStack), jobs go to granary's in-memory Batch; S3,
         // SQS and EventBridge stay the endpoint's.
-        let batch = super::stack::stack_batch(&stack, clients);
-        let jobs = batch.jobs;
-        let ledger = batch.ledger;
-        let in_memory_batch = batch.in_memory;
+        let super::stack::StackBatch {
+            jobs,
+            ledger,
+            in_memory: in_memory_batch,
+        } = super::stack::stack_batch(&stack, clients);
         let mut ctx = Ctx::aws(stack.config()?, clients);
         ctx.jobs = jobs;
         let ctx = ctx.counted(&counts);

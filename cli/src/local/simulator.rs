@@ -118,45 +118,40 @@ impl JobLedger for EndpointBatch {
     }
 
     async fn finished(&self) -> Result<Vec<String>> {
-        let mut ids = Vec::new();
         // The emulator finishes jobs inside SubmitJob; real Batch would have them RUNNING first.
-        for status in [JobStatus::Succeeded, JobStatus::Failed] {
-            let mut pages = self
-                .batch
-                .list_jobs()
-                .job_queue(&self.job_queue)
-                .job_status(status)
-                .into_paginator()
-                .send();
-            while let Some(page) = pages.next().await {
-                let page = page.context("ListJobs")?;
-                ids.extend(
-                    page.job_summary_list
-                        .unwrap_or_default()
-                        .into_iter()
-                        .filter_map(|j| j.job_id),
-                );
-            }
-        }
-        Ok(ids)
+        let finished = self
+            .listed(&[JobStatus::Succeeded, JobStatus::Failed])
+            .await?;
+        Ok(finished.into_iter().map(|(_, id)| id).collect())
     }
 
     async fn jobs(&self) -> Result<Vec<(String, String)>> {
+        let mut all = self
+            .listed(&[
+                JobStatus::Submitted,
+                JobStatus::Pending,
+                JobStatus::Runnable,
+                JobStatus::Starting,
+                JobStatus::Running,
+                JobStatus::Succeeded,
+                JobStatus::Failed,
+            ])
+            .await?;
+        all.sort();
+        Ok(all)
+    }
+}
+
+impl EndpointBatch {
+    /// (name, id) of every job on the queue in one of `statuses`, through ListJobs' pages.
+    async fn listed(&self, statuses: &[JobStatus]) -> Result<Vec<(String, String)>> {
         let mut out = Vec::new();
-        for status in [
-            JobStatus::Submitted,
-            JobStatus::Pending,
-            JobStatus::Runnable,
-            JobStatus::Starting,
-            JobStatus::Running,
-            JobStatus::Succeeded,
-            JobStatus::Failed,
-        ] {
+        for status in statuses {
             let mut pages = self
                 .batch
                 .list_jobs()
                 .job_queue(&self.job_queue)
-                .job_status(status)
+                .job_status(status.clone())
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
@@ -166,7 +161,6 @@ impl JobLedger for EndpointBatch {
                 }
             }
         }
-        out.sort();
         Ok(out)
     }
 }
