@@ -8,7 +8,7 @@ use granary::adapters::aws::{AwsClients, S3Store};
 use granary::domain::granule::GranuleId;
 use granary::domain::item::{HistoryEntry, ItemQuery, ItemRecord};
 use granary::domain::lifecycle::ItemState;
-use granary::items::{ItemPrefixes, Items};
+use granary::repositories::items::{ItemPrefixes, Items};
 use std::process::ExitCode;
 use std::sync::Arc;
 

@@ -8,8 +8,8 @@ use granary::domain::granule::GranuleId;
 use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState;
 use granary::handlers::importer::Importer;
+use granary::handlers::redrive::{RedriveFilter, RedriveOptions};
 use granary::handlers::Ctx;
-use granary::redrive::{RedriveFilter, RedriveOptions};
 use granary_cli::ops::{chart, report, status};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -272,7 +272,7 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
         depth.visible,
         if opts.dry_run { "examined" } else { "redriven" },
     );
-    let s = granary::redrive::redrive(
+    let s = granary::handlers::redrive::redrive(
         ctx.failure_dlq.as_ref(),
         ctx.retry_queue.as_ref(),
         &filter,
@@ -331,7 +331,7 @@ pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
         depth.visible,
         if opts.dry_run { "examined" } else { "moved" },
     );
-    let s = granary::redrive::redrive_events(&from, &to, &opts, &|s| b.set_position(s.redriven))
+    let s = granary::handlers::redrive::redrive_events(&from, &to, &opts, &|s| b.set_position(s.redriven))
         .await
         .context("redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)")?;
     b.finish_and_clear();
@@ -374,7 +374,8 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
         held_by: args.by,
         at: chrono::Utc::now(),
     };
-    match granary::state::place_hold(ctx.store.as_ref(), &ctx.config.hold_key, &hold).await? {
+    match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.hold_key, &hold).await?
+    {
         None => {
             println!("feeder held: it submits nothing until `granary release`; its place is kept")
         }
@@ -385,7 +386,7 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
 
 pub async fn release() -> Result<ExitCode> {
     let ctx = ctx().await?;
-    match granary::state::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
+    match granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
         None => println!("the feeder is not held"),
         Some(h) => {
             ctx.store.delete(&ctx.config.hold_key).await?;

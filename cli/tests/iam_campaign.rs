@@ -4,7 +4,7 @@
 //! the functions; every call each makes must be allowed by its role in the template. (That every
 //! grant is used is checked over the handler scenarios: `shared/tests/iam_by_use.rs`.)
 
-use granary::adapters::access_log::{AccessLog, AwsAccount};
+use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
 use granary::adapters::tap::Tap;
 use granary_cli::local::campaign::{Campaign, CampaignSpec};
 use granary_cli::local::fault_plan::FaultPlan;

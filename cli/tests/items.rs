@@ -4,7 +4,7 @@ use granary::adapters::aws::{AwsClients, S3Store};
 use granary::domain::granule::GranuleId;
 use granary::domain::item::{Change, NewItem};
 use granary::domain::lifecycle::ItemState::*;
-use granary::items::{ItemPrefixes, Items};
+use granary::repositories::items::{ItemPrefixes, Items};
 use std::process::Command;
 use std::sync::Arc;
 

@@ -1,21 +1,22 @@
 //! granary: runs large data-processing campaigns on AWS Batch without losing work.
 //!
-//! - [`domain`]: pure rules (granule ids, Batch events, classification, log keys, tracker, claims).
-//! - [`ports`]: what the rules need from the world; [`adapters`] implement them for AWS and in memory.
-//! - [`state`]: the tracker and exactly-once claims, over the object-store port.
-//! - [`inventory`]: Parquet inventories, read by window.
-//! - [`items`]: the item lifecycle engine: records with compare-and-swap, history, in-flight index.
-//! - [`handlers`]: the Lambda handlers (queue feeder, job monitor, requeuer) over ports.
+//! - [`domain`]: pure rules — granule ids, Batch events, classification, the item lifecycle table
+//!   and the decisions beside it, log keys, the tracker, claims.
+//! - [`contracts`]: wire shapes written in one place and read in another (queue messages and their
+//!   outcomes, the Batch job contract).
+//! - [`ports`]: what the rules need from the world; [`adapters`] implement them (AWS, in memory,
+//!   Parquet inventories, HTTP sources, taps that count, fault or log calls).
+//! - [`repositories`]: state objects over the object store (JSON CAS, tracker, hold, claims, items,
+//!   logs, rejects).
+//! - [`handlers`]: the Lambda handlers and operator actions over ports.
+//! - [`config`]: settings from the environment, by section.
+//! - [`wiring`]: the one place that builds AWS adapters from the environment.
 
 pub mod adapters;
 pub mod config;
+pub mod contracts;
 pub mod domain;
 pub mod handlers;
-pub mod inventory;
-pub mod items;
 pub mod ports;
-pub mod redrive;
-pub mod rejects;
-pub mod report_scan;
-pub mod state;
-pub mod telemetry;
+pub mod repositories;
+pub mod wiring;

@@ -6,11 +6,11 @@
 //! failure that ends an item dead-lettered with a reason, every success logged.
 //!
 //! Everything runs on the in-memory twins (`platform`); the handlers are the production ones, and
-//! each invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::faults`).
+//! each invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::tap::faults`).
 
 mod platform;
 
-use granary::adapters::faults::{CrashMode, CrashPoint};
+use granary::adapters::tap::faults::{CrashMode, CrashPoint};
 use granary::domain::item::ItemQuery;
 use granary::domain::lifecycle::ItemState;
 use granary::handlers::importer;

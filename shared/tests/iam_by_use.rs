@@ -1,7 +1,7 @@
 //! IAM proven by use. Every handler path the crash-point harness drives (each scenario without a
 //! crash and with a crash at each of its calls, then the platform's recovery) runs with the
 //! environment `infra/template.yaml` gives each function, and every call is recorded as the IAM
-//! action and resource ARN AWS checks for it (`adapters::access_log`). Then both ways:
+//! action and resource ARN AWS checks for it (`adapters::tap::access_log`). Then both ways:
 //! - every access a function needed is allowed by its role's statements in the template, as IAM
 //!   matches them (wildcards, resources resolved for the stack) — what moto never checks;
 //! - every (action, resource) a statement grants is needed by some call: least privilege.
@@ -11,8 +11,8 @@
 
 mod platform;
 
-use granary::adapters::access_log::Access;
-use granary::adapters::faults::{CrashMode, CrashPoint};
+use granary::adapters::tap::access_log::Access;
+use granary::adapters::tap::faults::{CrashMode, CrashPoint};
 use granary_template::{check_role, wildcard, Statement};
 use platform::{run, stack, Function, ALL};
 use std::collections::{BTreeMap, BTreeSet};

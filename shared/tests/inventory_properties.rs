@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use granary::adapters::memory::MemoryStore;
-use granary::inventory::{write_inventory, Inventory, InventoryLayout, InventoryRow};
+use granary::adapters::parquet::{write_inventory, Inventory, InventoryLayout, InventoryRow};
 use granary::ports::{ObjectStore, PutCondition};
 use proptest::prelude::*;
 use std::sync::Arc;

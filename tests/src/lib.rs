@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
 use bytes::Bytes;
 use granary::adapters::aws::{AwsClients, SqsQueue};
+use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};
 use granary::handlers::Ctx;
-use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
 use granary::ports::{
     ObjectMeta, ObjectStore, PutCondition, Queue, ReceivedMessage, StoreError, StoredObject,
 };

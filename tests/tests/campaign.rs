@@ -3,7 +3,7 @@
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::log_key::{LogKey, LogOutcome, LogRecord};
-use granary::state::{load_tracker, read_json};
+use granary::repositories::{load_tracker, read_json};
 use granary_cli::local::campaign::{Campaign, CampaignSpec, Summary};
 use granary_cli::local::fault_plan::FaultPlan;
 use granary_tests::*;

@@ -276,10 +276,10 @@ async fn the_deployed_stack_runs_granary() {
         .send(granary::ports::OutgoingMessage::new(parked))
         .await
         .unwrap();
-    let moved = granary::redrive::redrive_events(
+    let moved = granary::handlers::redrive::redrive_events(
         &events_dlq,
         &events_queue,
-        &granary::redrive::RedriveOptions::default(),
+        &granary::handlers::redrive::RedriveOptions::default(),
         &|_| {},
     )
     .await

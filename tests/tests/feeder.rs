@@ -2,7 +2,7 @@
 
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::Ctx;
-use granary::state::load_tracker;
+use granary::repositories::load_tracker;
 use granary_tests::*;
 use std::sync::Arc;
 
@@ -233,8 +233,8 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
     // Each is also kept in S3, with its reason and where it came from, for longer than SQS keeps it.
     for m in &dlq {
         let key = &m.attributes["record_key"];
-        let record: granary::rejects::RejectRecord =
-            granary::state::read_json(s.ctx.store.as_ref(), key)
+        let record: granary::repositories::rejects::RejectRecord =
+            granary::repositories::read_json(s.ctx.store.as_ref(), key)
                 .await
                 .unwrap()
                 .unwrap()
@@ -242,7 +242,7 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
         assert_eq!(record.reason, m.attributes["reason"]);
         assert!(record.source.starts_with("inventories/a.parquet#row="));
     }
-    let t = granary::state::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = granary::repositories::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
         .await
         .unwrap();
     assert_eq!(
@@ -254,8 +254,8 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
 #[tokio::test]
 async fn a_truncated_inventory_is_a_clear_error() {
     let s = stack("trunc", 2, &[]).await;
-    let bytes = granary::inventory::write_inventory(
-        &[granary::inventory::InventoryRow {
+    let bytes = granary::adapters::parquet::write_inventory(
+        &[granary::adapters::parquet::InventoryRow {
             granule_id: "a".into(),
             start_datetime: "x".into(),
         }],

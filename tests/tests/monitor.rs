@@ -1,11 +1,11 @@
 //! job-monitor against the emulator: events built from real submitted jobs (DescribeJobs).
 
+use granary::adapters::parquet::InventoryLayout;
 use granary::domain::classify::Route;
 use granary::domain::log_key::LogRecord;
 use granary::handlers::feeder::{self, FeederEvent};
 use granary::handlers::monitor::{self, MonitorOutcome};
-use granary::inventory::InventoryLayout;
-use granary::state::read_json;
+use granary::repositories::read_json;
 use granary_tests::*;
 
 const SPOT: fn() -> AttemptEnd = || AttemptEnd::SpotInterruption {

@@ -4,16 +4,17 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use granary::adapters::aws::SqsQueue;
+use granary::contracts::messages::RetryMessage;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState::*;
 use granary::domain::progress::Sample;
 use granary::domain::tracker::{InventoryProgress, Tracker};
 use granary::handlers::importer::Importer;
+use granary::handlers::redrive::{redrive, RedriveFilter, RedriveOptions};
 use granary::handlers::{item_sync, requeuer, resume};
 use granary::ports::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
-use granary::redrive::{redrive, RedriveFilter, RedriveOptions, RetryMessage};
-use granary::state::{place_hold, Versioned};
+use granary::repositories::{place_hold, Versioned};
 use granary_cli::ops::status;
 use granary_tests::*;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,7 +50,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
         value: tracker,
         etag: None,
     };
-    granary::state::save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut v)
+    granary::repositories::save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut v)
         .await
         .unwrap();
     for i in 0..3 {

@@ -80,7 +80,7 @@ async fn reports_failures_per_message() {
         attempt: 2,
     };
     let claim = granary::domain::claim::Claim::new(&held, "someone", chrono::Utc::now());
-    granary::state::write_json(
+    granary::repositories::write_json(
         s.ctx.store.as_ref(),
         &granary::domain::claim::claim_key("claims/", &held),
         &claim,

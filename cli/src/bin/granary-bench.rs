@@ -13,11 +13,11 @@ use arrow::datatypes::{DataType, Field, Schema};
 use clap::{Parser, Subcommand};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::adapters::aws::{load_sdk_config, AwsClients, S3Store};
-use granary::adapters::counting::RequestCounts;
-use granary::adapters::tap::TappedStore;
-use granary::inventory::{
+use granary::adapters::parquet::{
     pyarrow_default_properties, Inventory, InventoryLayout, DEFAULT_ID_COLUMN,
 };
+use granary::adapters::tap::counting::RequestCounts;
+use granary::adapters::tap::TappedStore;
 use granary::ports::{ObjectStore, PutCondition, Queue};
 use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
@@ -719,9 +719,9 @@ async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
 
     let (clients, stack) = bench_stack("l").await?;
     // The feeder takes one granule per invocation from this inventory.
-    let rows: Vec<granary::inventory::InventoryRow> =
+    let rows: Vec<granary::adapters::parquet::InventoryRow> =
         granary_cli::local::campaign::sample_granules(events, 1);
-    let bytes = granary::inventory::write_inventory(&rows, &InventoryLayout::granary())?;
+    let bytes = granary::adapters::parquet::write_inventory(&rows, &InventoryLayout::granary())?;
     S3Store::new(clients.s3.clone(), &stack.bucket)
         .put("inventories/0001.parquet", bytes, PutCondition::Overwrite)
         .await?;

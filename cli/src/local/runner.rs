@@ -5,7 +5,7 @@
 use super::simulator::BatchSimulator;
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
-use granary::adapters::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
 use granary::adapters::tap::Tap;
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::{monitor, reconciler, requeuer, Ctx};

@@ -92,7 +92,7 @@ pub async fn scan(
     log_prefix: &str,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Reports> {
-    let facts = granary::report_scan::scan_log_facts(store, log_prefix, progress)
+    let facts = granary::repositories::logs::scan_log_facts(store, log_prefix, progress)
         .await
         .context("reading the logs")?;
     Ok(compute(&facts))

@@ -6,7 +6,7 @@ use granary::domain::hold::Hold;
 use granary::domain::progress::{eta, rate, Eta, Rate};
 use granary::handlers::Ctx;
 use granary::ports::{ActiveJobs, QueueDepth};
-use granary::state::{load_tracker, read_hold};
+use granary::repositories::{load_tracker, read_hold};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]

@@ -6,7 +6,7 @@ use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    granary::telemetry::init_lambda_tracing();
+    granary::wiring::init_lambda_tracing();
     let ctx = &Ctx::from_env().await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(monitor::handle_sqs(ctx, event.payload).await)

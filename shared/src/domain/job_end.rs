@@ -4,15 +4,8 @@
 
 use super::batch_event::{BatchEventError, BatchJobStateChange, JobDetail, JobStatus};
 use super::classify::{classify, Classification, Route};
-use super::granule::{GranuleId, GranuleProcessingEvent};
+use super::granule::GranuleProcessingEvent;
 use super::poison::{RawText, RejectKind};
-
-/// The job contract: the container environment (and, for jobs submitted by hand, the parameters)
-/// granary sets on every job it submits. Written by `state::submit_once`, read here.
-pub const GRANULE_ID_ENV: &str = "GRANULE_ID";
-pub const ATTEMPT_ENV: &str = "ATTEMPT";
-pub const GRANULE_ID_PARAM: &str = "granule_id";
-pub const ATTEMPT_PARAM: &str = "attempt";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum JobEnd {
@@ -79,42 +72,11 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
     }))
 }
 
-/// The granule and attempt a job was submitted for: its container environment, else its parameters.
+/// The granule and attempt a job was submitted for (the job contract, `contracts::job`).
 pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventRejection> {
-    let no = |why: String| EventRejection::NoGranule {
+    crate::contracts::job::granule_of(job).map_err(|why| EventRejection::NoGranule {
         job_id: RawText::of(&job.job_id).shown(),
         why,
-    };
-    let id = job
-        .env(GRANULE_ID_ENV)
-        .or(job.parameters.get(GRANULE_ID_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            no(format!(
-                "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
-            ))
-        })?;
-    let attempt = job
-        .env(ATTEMPT_ENV)
-        .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            no(format!(
-                "neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter"
-            ))
-        })?;
-    let granule_id = GranuleId::parse(id).map_err(|e| no(e.to_string()))?;
-    let attempt = attempt
-        .parse::<u32>()
-        .ok()
-        .filter(|a| *a >= 1)
-        .ok_or_else(|| {
-            no(format!(
-                "attempt {} is not a positive integer",
-                RawText::of(attempt)
-            ))
-        })?;
-    Ok(GranuleProcessingEvent {
-        granule_id,
-        attempt,
     })
 }
 

@@ -1,12 +1,12 @@
 //! The queue feeder: meters work from the inventories into Batch.
 
 use super::Ctx;
+use crate::adapters::parquet::{Inventory, InventoryError};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::tracker::Tracker;
-use crate::inventory::{Inventory, InventoryError};
 use crate::ports::StoreError;
-use crate::rejects::RejectKind;
-use crate::state::{load_tracker, save_tracker, StateError, SubmitOutcome, Versioned};
+use crate::repositories::rejects::RejectKind;
+use crate::repositories::{load_tracker, save_tracker, RepositoryError, SubmitOutcome, Versioned};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -21,7 +21,7 @@ pub enum FeederError {
     #[error("granule_submit_count must be at least 1")]
     ZeroCount,
     #[error(transparent)]
-    State(#[from] StateError),
+    State(#[from] RepositoryError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -29,11 +29,11 @@ pub enum FeederError {
     #[error(transparent)]
     Tracker(#[from] crate::domain::tracker::TrackerError),
     #[error("setting aside an invalid inventory row: {0}")]
-    Reject(#[from] crate::rejects::RejectError),
+    Reject(#[from] crate::repositories::rejects::RejectError),
     #[error("counting active jobs: {0}")]
     Jobs(#[from] crate::ports::JobRunnerError),
     #[error("updating the item record: {0}")]
-    Items(#[from] crate::items::ItemError),
+    Items(#[from] crate::repositories::items::ItemError),
 }
 
 /// What one feeder run did.
@@ -61,7 +61,9 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         return Err(FeederError::ZeroCount);
     }
     let mut summary = FeederSummary::default();
-    if let Some(hold) = crate::state::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
+    if let Some(hold) =
+        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await?
+    {
         summary.early_exit = Some(hold.describe());
         tracing::info!(
             reason = hold.reason,
@@ -158,7 +160,7 @@ pub async fn feed(
         }
         match save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut tracker).await {
             Ok(()) => {}
-            Err(StoreError::Conflict { .. }) => {
+            Err(e) if e.is_conflict() => {
                 tracing::warn!("tracker changed under us: another feeder ran; stopping");
                 summary.stopped =
                     Some("tracker changed by another feeder run; not advancing".to_owned());
@@ -309,9 +311,9 @@ async fn reject(
 mod tests {
     use super::*;
     use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+    use crate::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};
     use crate::config::Config;
     use crate::domain::batch_event::JobStatus;
-    use crate::inventory::{write_inventory, InventoryLayout, InventoryRow};
     use crate::ports::{ObjectStore, PutCondition};
     use std::sync::Arc;
 

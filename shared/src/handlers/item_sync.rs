@@ -7,7 +7,7 @@ use super::Ctx;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::item::{Change, NewItem};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::{Advanced, Created, ItemError};
+use crate::repositories::items::{Advanced, Created, ItemError};
 
 /// The attempt was submitted as `job_id`: READY (or PROCESSING_FAILED, for a retry) → PROCESSING.
 pub async fn submitted(
@@ -138,9 +138,12 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
 /// recorded under the reject prefix and dead-lettered with its reason, and the loop goes on
 /// without it — rather than failing every feeder run or message that touches the granule.
 async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), ItemError> {
-    let Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) = result else {
+    let Err(ItemError::State(crate::repositories::RepositoryError::Corrupt { key, source })) =
+        result
+    else {
         return result;
     };
+    let why = source.to_string();
     match ctx.reject_corrupt_record(&key, &why, "item records").await {
         Ok(_) => {
             tracing::error!(
@@ -153,10 +156,9 @@ async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), 
         // Not recorded: fail as before, so the work is retried rather than the record forgotten.
         Err(e) => {
             tracing::warn!(key, error = %e, "corrupt item record could not be recorded");
-            Err(ItemError::State(crate::state::StateError::Corrupt {
-                key,
-                why,
-            }))
+            Err(ItemError::State(
+                crate::repositories::RepositoryError::Corrupt { key, source },
+            ))
         }
     }
 }

@@ -6,10 +6,10 @@ pub mod importer;
 pub mod item_sync;
 pub mod monitor;
 pub mod reconciler;
+pub mod redrive;
 pub mod requeuer;
 pub mod resume;
 
-use crate::adapters::aws::{AwsClients, BatchJobRunner, S3Store, SqsQueue};
 use crate::config::Config;
 use crate::ports::{JobRunner, ObjectStore, Queue};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
@@ -27,88 +27,28 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Wires the AWS adapters from the config.
-    pub fn aws(config: Config, clients: &AwsClients) -> Self {
-        Self {
-            store: Arc::new(S3Store::new(clients.s3.clone(), &config.bucket)),
-            jobs: Arc::new(BatchJobRunner::new(
-                clients.batch.clone(),
-                &config.job_queue,
-                &config.job_definition,
-            )),
-            retry_queue: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.retry_queue_url)),
-            failure_dlq: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.failure_dlq_url)),
-            config,
-        }
-    }
-
-    /// A context on the in-memory twins of every port (tests, the local runtime).
-    pub fn in_memory(config: Config) -> Self {
-        use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
-        Self {
-            store: Arc::new(MemoryStore::new()),
-            jobs: Arc::new(MemoryJobRunner::default()),
-            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
-            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
-            config,
-        }
-    }
-
-    /// What a Lambda main does at init: config from the environment, AWS clients, adapters.
-    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
-        let config = Config::from_env()?;
-        Ok(Self::aws(config, &AwsClients::from_env().await))
-    }
-
-    /// The same context with every port's calls passing through `tap`.
-    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
-        use crate::adapters::tap::{TappedJobs, TappedQueue, TappedStore};
-        let queue = |q: &Arc<dyn Queue>| -> Arc<dyn Queue> {
-            Arc::new(TappedQueue {
-                inner: q.clone(),
-                tap: tap.clone(),
-            })
-        };
-        Self {
-            store: Arc::new(TappedStore {
-                inner: self.store.clone(),
-                tap: tap.clone(),
-            }),
-            jobs: Arc::new(TappedJobs {
-                inner: self.jobs.clone(),
-                tap: tap.clone(),
-            }),
-            retry_queue: queue(&self.retry_queue),
-            failure_dlq: queue(&self.failure_dlq),
-            config: self.config.clone(),
-        }
-    }
-
-    /// The same context with its calls counted into `counts`.
-    pub fn counted(&self, counts: &Arc<crate::adapters::counting::RequestCounts>) -> Self {
-        self.tapped(counts.clone())
-    }
-
-    /// The same context with every external call passing through `faults` (crash-point harness,
-    /// `granary chaos`).
-    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
-        self.tapped(faults.clone())
-    }
-
     /// The item records, their history and the in-flight index.
-    pub fn items(&self) -> crate::items::Items {
-        crate::items::Items::new(self.store.clone(), self.config.item_prefixes.clone())
+    pub fn items(&self) -> crate::repositories::items::Items {
+        crate::repositories::items::Items::new(
+            self.store.clone(),
+            self.config.item_prefixes.clone(),
+        )
+    }
+
+    /// The log objects and their protocol.
+    pub fn logs(&self) -> crate::repositories::logs::Logs<'_> {
+        crate::repositories::logs::Logs::new(self.store.as_ref(), &self.config.log_prefix)
     }
 
     /// Records a poison input under the reject prefix and dead-letters a notice of it.
     pub async fn reject(
         &self,
-        kind: crate::rejects::RejectKind,
+        kind: crate::repositories::rejects::RejectKind,
         reason: &str,
         source: &str,
         input: &str,
-    ) -> Result<String, crate::rejects::RejectError> {
-        crate::rejects::reject(
+    ) -> Result<String, crate::repositories::rejects::RejectError> {
+        crate::repositories::rejects::reject(
             self.store.as_ref(),
             self.failure_dlq.as_ref(),
             &self.config.reject_prefix,
@@ -127,13 +67,13 @@ impl Ctx {
         key: &str,
         why: &str,
         found_by: &str,
-    ) -> Result<(), crate::rejects::RejectError> {
+    ) -> Result<(), crate::repositories::rejects::RejectError> {
         let raw = match self.store.get(key).await? {
             Some(o) => String::from_utf8_lossy(&o.body).into_owned(),
             None => "(gone before it could be read)".to_owned(),
         };
         self.reject(
-            crate::rejects::RejectKind::CorruptItemRecord,
+            crate::repositories::rejects::RejectKind::CorruptItemRecord,
             &format!("item record {key} is not valid JSON: {why}"),
             found_by,
             &raw,
@@ -147,8 +87,8 @@ impl Ctx {
         &self,
         event: &crate::domain::granule::GranuleProcessingEvent,
         claimed_by: &str,
-    ) -> Result<crate::state::SubmitOutcome, crate::state::StateError> {
-        crate::state::submit_once(
+    ) -> Result<crate::repositories::SubmitOutcome, crate::repositories::RepositoryError> {
+        crate::repositories::submit_once(
             self.store.as_ref(),
             self.jobs.as_ref(),
             &self.config.claim_prefix,

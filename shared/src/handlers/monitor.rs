@@ -1,14 +1,15 @@
 //! The job monitor: one Batch Job State Change event in, the outcome logged, then routed.
 
 use super::Ctx;
+use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::batch_event::BatchEventError;
-use crate::domain::classify::{Classification, Route};
-use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::classify::Route;
 use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
-use crate::domain::log_key::{LogKey, LogOutcome, LogRecord, Supersession};
-use crate::ports::{OutgoingMessage, PutCondition, QueueError, StoreError};
-use crate::rejects::RejectError;
-use crate::state::{read_json, write_json, StateError};
+use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use crate::ports::{QueueError, StoreError};
+use crate::repositories::logs::FailureLogged;
+use crate::repositories::rejects::RejectError;
+use crate::repositories::RepositoryError;
 use chrono::Utc;
 use serde::Serialize;
 
@@ -17,15 +18,15 @@ pub enum MonitorError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    State(#[from] StateError),
+    State(#[from] RepositoryError),
     #[error(transparent)]
     Queue(#[from] QueueError),
     #[error(transparent)]
     Reject(#[from] RejectError),
-    #[error("serialising the retry message: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Encode(#[from] crate::contracts::EncodeError),
     #[error("updating the item record: {0}")]
-    Items(#[from] crate::items::ItemError),
+    Items(#[from] crate::repositories::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is being routed by another delivery; retry later")]
     RoutingInFlight { granule_id: String, attempt: u32 },
 }
@@ -177,9 +178,7 @@ pub async fn job_finished(
     let reason = classification.reason.clone();
     let outcome = match route {
         Route::Done => log_success(ctx, &key, &record).await?,
-        Route::RetryQueue | Route::FailureDlq => {
-            log_and_route_failure(ctx, &key, record, &classification).await?
-        }
+        Route::RetryQueue | Route::FailureDlq => log_and_route_failure(ctx, &key, record).await?,
     };
     // The log is the evidence and the route is the action; the item record follows them, also on
     // a duplicate delivery (the first may have died before getting here).
@@ -206,163 +205,59 @@ async fn log_success(
     key: &LogKey,
     record: &LogRecord,
 ) -> Result<MonitorOutcome, MonitorError> {
-    let prefix = &ctx.config.log_prefix;
-    let duplicate = match write_json(
-        ctx.store.as_ref(),
-        &key.to_key(prefix),
-        record,
-        PutCondition::IfAbsent,
-    )
-    .await
-    {
-        Ok(_) => false,
-        Err(StoreError::Conflict { .. }) => true,
-        Err(e) => return Err(e.into()),
-    };
-    // Attempt 1 has no earlier failures. On a duplicate, relocation still runs: the first delivery
-    // may have died half-way through it.
-    let relocated = if record.attempt > 1 {
-        relocate_failures(ctx, key, record).await?
-    } else {
-        0
-    };
-    Ok(if duplicate && relocated == 0 {
+    let logged = ctx.logs().log_success(key, record).await?;
+    Ok(if logged.duplicate && logged.relocated == 0 {
         MonitorOutcome::Duplicate
     } else {
-        MonitorOutcome::Succeeded { relocated }
+        MonitorOutcome::Succeeded {
+            relocated: logged.relocated,
+        }
     })
 }
 
-/// Moves the granule's failure logs under outcome=success, marked superseded, so that
-/// outcome=failure means "still failing". Copy first, delete after: a crash leaves a duplicate,
-/// never a loss.
-async fn relocate_failures(
-    ctx: &Ctx,
-    success_key: &LogKey,
-    success: &LogRecord,
-) -> Result<usize, MonitorError> {
-    let prefix = &ctx.config.log_prefix;
-    let failures = success_key
-        .with_outcome(LogOutcome::Failure)
-        .granule_prefix(prefix);
-    let mut moved = 0;
-    for meta in ctx.store.list(&failures).await? {
-        let Ok(old_key) = LogKey::parse(prefix, &meta.key) else {
-            tracing::warn!(
-                key = meta.key,
-                "foreign object under the failure logs left alone"
-            );
-            continue;
-        };
-        let Some(old) = read_json::<LogRecord>(ctx.store.as_ref(), &meta.key).await? else {
-            continue;
-        };
-        let mut record = old.value;
-        record.superseded = Some(Supersession {
-            by_attempt: success.attempt,
-            by_job_id: success.job_id.clone(),
-            at: Utc::now(),
-        });
-        let new_key = old_key.with_outcome(LogOutcome::Success).to_key(prefix);
-        write_json(
-            ctx.store.as_ref(),
-            &new_key,
-            &record,
-            PutCondition::Overwrite,
-        )
-        .await?;
-        ctx.store.delete(&meta.key).await?;
-        moved += 1;
-    }
-    Ok(moved)
-}
-
+/// Logs the failure, routes the granule (retry queue or DLQ), then marks the log routed: a crash
+/// after the send leaves an unrouted log that the next delivery routes again (the requeuer's
+/// claim absorbs the second message), never a granule with no message.
 async fn log_and_route_failure(
     ctx: &Ctx,
     key: &LogKey,
-    mut record: LogRecord,
-    classification: &Classification,
+    record: LogRecord,
 ) -> Result<MonitorOutcome, MonitorError> {
-    let prefix = &ctx.config.log_prefix;
-    let store = ctx.store.as_ref();
+    let logs = ctx.logs();
     // A late failure for a granule that already succeeded must not send it round again.
-    let successes = key.with_outcome(LogOutcome::Success).granule_prefix(prefix);
-    let succeeded = ctx
-        .store
-        .list(&successes)
-        .await?
-        .iter()
-        .filter_map(|m| read_attempt(prefix, &m.key))
-        .max();
-    if let Some(by_attempt) = succeeded {
-        let late_key = key.with_outcome(LogOutcome::Success).to_key(prefix);
-        if by_attempt != record.attempt {
-            record.superseded = Some(Supersession {
-                by_attempt,
-                by_job_id: String::new(),
-                at: Utc::now(),
-            });
-            // Keep the evidence, filed as superseded; never overwrite the success itself.
-            match write_json(store, &late_key, &record, PutCondition::IfAbsent).await {
-                Ok(_) | Err(StoreError::Conflict { .. }) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+    if let Some(by_attempt) = logs.succeeded_attempt(key).await? {
         tracing::warn!(granule_id = %record.granule_id, attempt = record.attempt, by_attempt, "failure for an already-succeeded granule: not routed");
+        logs.file_late_failure(key, record, by_attempt).await?;
         return Ok(MonitorOutcome::AlreadySucceeded);
     }
-
-    let log_key = key.to_key(prefix);
-    let etag = match write_json(store, &log_key, &record, PutCondition::IfAbsent).await {
-        Ok(etag) => etag,
-        Err(StoreError::Conflict { .. }) => {
-            let Some(existing) = read_json::<LogRecord>(store, &log_key).await? else {
-                return Err(StoreError::Conflict { key: log_key }.into());
-            };
-            if existing.value.routed_at.is_some() {
-                return Ok(MonitorOutcome::Duplicate);
-            }
-            // Logged but not routed: either a concurrent delivery is routing it right now (wait,
-            // SQS brings this message back) or one died before routing (finish its work).
-            let age = Utc::now().signed_duration_since(existing.value.logged_at);
+    let log = match logs.log_failure(key, record).await? {
+        FailureLogged::New(log) => log,
+        FailureLogged::AlreadyRouted => return Ok(MonitorOutcome::Duplicate),
+        FailureLogged::Unrouted(log) => {
+            // Either a concurrent delivery is routing it right now (wait: SQS brings this message
+            // back) or one died before routing (finish its work).
+            let age = Utc::now().signed_duration_since(log.value.logged_at);
             if age.to_std().unwrap_or_default() < ctx.config.route_lease {
                 return Err(MonitorError::RoutingInFlight {
-                    granule_id: existing.value.granule_id.to_string(),
-                    attempt: existing.value.attempt,
+                    granule_id: log.value.granule_id.to_string(),
+                    attempt: log.value.attempt,
                 });
             }
-            record = existing.value;
-            existing.etag.unwrap_or_default()
+            log
         }
-        Err(e) => return Err(e.into()),
     };
+    let record = &log.value;
     let route = record.route;
-    let queue = if route == Route::RetryQueue {
-        &ctx.retry_queue
-    } else {
-        &ctx.failure_dlq
+    let (queue, outcome) = match route {
+        Route::RetryQueue => (&ctx.retry_queue, Outcome::Retryable),
+        Route::FailureDlq | Route::Done => (&ctx.failure_dlq, Outcome::NonRetryable),
     };
-    let message = GranuleProcessingEvent {
-        granule_id: record.granule_id.clone(),
-        attempt: record.attempt,
-    };
-    queue
-        .send(
-            OutgoingMessage::new(serde_json::to_string(&message)?)
-                .with_attribute("outcome", classification.outcome.as_str())
-                .with_attribute("reason", record.classification.reason.clone())
-                .with_attribute("job_id", record.job_id.clone())
-                .with_attribute("attempt", record.attempt.to_string()),
-        )
-        .await?;
-    record.routed_at = Some(Utc::now());
-    match write_json(store, &log_key, &record, PutCondition::IfMatch(etag)).await {
-        // A concurrent duplicate marked it first; the requeuer's claim absorbs the second message.
-        Ok(_) | Err(StoreError::Conflict { .. }) => Ok(MonitorOutcome::Routed { route }),
-        Err(e) => Err(e.into()),
-    }
-}
-
-fn read_attempt(prefix: &str, key: &str) -> Option<u32> {
-    LogKey::parse(prefix, key).ok().map(|k| k.attempt)
+    let notice = Notice::new(outcome, record.classification.reason.clone())
+        .job(record.job_id.clone())
+        .attempt(record.attempt);
+    let message =
+        RetryMessage::ended(record.granule_id.clone(), record.attempt).to_message(&notice)?;
+    queue.send(message).await?;
+    logs.mark_routed(key, log).await?;
+    Ok(MonitorOutcome::Routed { route })
 }

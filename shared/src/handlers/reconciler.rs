@@ -14,7 +14,7 @@ use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
 use crate::domain::claim::{claim_key, parse_claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::state::read_json;
+use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -92,7 +92,7 @@ enum Step {
 #[derive(Debug, thiserror::Error)]
 enum OneError {
     #[error(transparent)]
-    State(#[from] crate::state::StateError),
+    State(#[from] crate::repositories::RepositoryError),
     #[error(transparent)]
     Store(#[from] crate::ports::StoreError),
     #[error(transparent)]
@@ -192,7 +192,7 @@ mod tests {
         let mut ids = Vec::new();
         for a in [&lost, &running] {
             match ctx.submit_once(a, "t").await.unwrap() {
-                crate::state::SubmitOutcome::Submitted { job_id } => ids.push(job_id),
+                crate::repositories::SubmitOutcome::Submitted { job_id } => ids.push(job_id),
                 other => panic!("{other:?}"),
             }
         }
@@ -239,7 +239,7 @@ mod tests {
             .unwrap();
         let half = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
         let claim = Claim::new(&half, "t", Utc::now());
-        crate::state::write_json(
+        crate::repositories::write_json(
             ctx.store.as_ref(),
             &claim_key(&ctx.config.claim_prefix, &half),
             &claim,

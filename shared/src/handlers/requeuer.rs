@@ -2,8 +2,9 @@
 //! once the attempt budget is spent.
 
 use super::Ctx;
-use crate::ports::{OutgoingMessage, QueueError};
-use crate::state::{StateError, SubmitOutcome};
+use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::ports::QueueError;
+use crate::repositories::{RepositoryError, SubmitOutcome};
 use serde::Serialize;
 
 pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
@@ -11,15 +12,15 @@ pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
 #[derive(Debug, thiserror::Error)]
 pub enum RequeueError {
     #[error(transparent)]
-    State(#[from] StateError),
+    State(#[from] RepositoryError),
     #[error(transparent)]
     Queue(#[from] QueueError),
     #[error(transparent)]
-    Reject(#[from] crate::rejects::RejectError),
+    Reject(#[from] crate::repositories::rejects::RejectError),
     #[error("serialising the DLQ message: {0}")]
     Json(#[from] serde_json::Error),
     #[error("updating the item record: {0}")]
-    Items(#[from] crate::items::ItemError),
+    Items(#[from] crate::repositories::items::ItemError),
     #[error("attempt {attempt} of {granule_id} is claimed by a run still in flight; retry later")]
     InFlight { granule_id: String, attempt: u32 },
 }
@@ -52,13 +53,13 @@ pub async fn handle_sqs(
 }
 
 pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, RequeueError> {
-    let message: crate::redrive::RetryMessage = match serde_json::from_str(body) {
+    let message: RetryMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
             // Permanent: recorded and dead-lettered at once, never redelivered.
             let reason = format!("malformed retry message: {e}");
             ctx.reject(
-                crate::rejects::RejectKind::MalformedRetryMessage,
+                crate::repositories::rejects::RejectKind::MalformedRetryMessage,
                 &reason,
                 "retry queue",
                 body,
@@ -110,9 +111,6 @@ async fn dead_letter(
     reason: &str,
     attempt: u32,
 ) -> Result<(), QueueError> {
-    let message = OutgoingMessage::new(body)
-        .with_attribute("outcome", "NON_RETRYABLE")
-        .with_attribute("reason", reason)
-        .with_attribute("attempt", attempt.to_string());
-    ctx.failure_dlq.send(message).await
+    let notice = Notice::new(Outcome::NonRetryable, reason).attempt(attempt);
+    ctx.failure_dlq.send(notice.on(body)).await
 }

@@ -4,12 +4,12 @@
 //! import queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
 
 use super::importer::{ImportMessage, Importer, Step};
+use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::item::Change;
 use crate::domain::lifecycle::ItemState::*;
-use crate::items::ItemError;
-use crate::ports::{OutgoingMessage, QueueError};
-use crate::redrive::RetryMessage;
+use crate::ports::QueueError;
+use crate::repositories::items::ItemError;
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,8 @@ pub enum ResumeError {
     Queue(#[from] QueueError),
     #[error(transparent)]
     Import(#[from] super::importer::ImportError),
+    #[error(transparent)]
+    Encode(#[from] crate::contracts::EncodeError),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -66,21 +68,12 @@ pub async fn resume(
                 // (→ READY → PROCESSING), so a crash before the READY write below strands
                 // nothing, and a rerun of the command only repeats a message the requeuer's
                 // claim makes harmless.
-                let message = RetryMessage {
-                    event: GranuleProcessingEvent {
-                        granule_id: id.clone(),
-                        attempt: r.attempts.processing,
-                    },
-                    redrive: true,
-                };
-                imp.ctx
-                    .retry_queue
-                    .send(
-                        OutgoingMessage::new(crate::state::to_json_string(&message))
-                            .with_attribute("outcome", "RESUMED")
-                            .with_attribute("reason", "resumed by an operator"),
-                    )
-                    .await?;
+                let message = RetryMessage::redriven(GranuleProcessingEvent {
+                    granule_id: id.clone(),
+                    attempt: r.attempts.processing,
+                })
+                .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
+                imp.ctx.retry_queue.send(message).await?;
                 let seq = r.seq;
                 // The history says who resumed it; if the requeuer got there first, its own
                 // entries say the same.

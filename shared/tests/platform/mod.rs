@@ -6,7 +6,7 @@
 //! failure that ends an item dead-lettered with a reason, every success logged.
 //!
 //! Everything runs on the in-memory twins; the handlers are the production ones, and each
-//! invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::faults`).
+//! invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::tap::faults`).
 
 //! The platform the handler tests run on: the in-memory twins of S3, SQS and Batch, the
 //! production handlers, and what AWS does around them (schedules fire, event sources deliver,
@@ -16,9 +16,10 @@
 #![allow(dead_code)]
 
 use chrono::Utc;
-use granary::adapters::access_log::{AccessLog, AwsAccount};
-use granary::adapters::faults::{CrashPoint, FaultCounts, Faults};
 use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemorySource, MemoryStore};
+use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};
+use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
+use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults};
 use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap};
 use granary::config::Config;
 use granary::domain::batch_event::JobStatus;
@@ -26,10 +27,9 @@ use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemQuery, NewItem};
 use granary::domain::lifecycle::ItemState;
 use granary::handlers::importer::{self, discover, sweeper, Importer, ObjectsExist};
+use granary::handlers::redrive::{self, RedriveFilter, RedriveOptions};
 use granary::handlers::{feeder, item_sync, monitor, reconciler, requeuer, resume, Ctx};
-use granary::inventory::{write_inventory, InventoryLayout, InventoryRow};
 use granary::ports::{JobRunner, PutCondition, Queue, SourceFile};
-use granary::redrive::{self, RedriveFilter, RedriveOptions};
 use granary_template::{Resolved, Stack, Template};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};

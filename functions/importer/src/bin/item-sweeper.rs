@@ -8,7 +8,7 @@ use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    granary::telemetry::init_lambda_tracing();
+    granary::wiring::init_lambda_tracing();
     let imp = &Importer::from_env().await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {

@@ -8,7 +8,7 @@ use super::{ImportError, Importer, Step};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{Change, ItemRecord};
 use crate::domain::lifecycle::{decide_admission, Admission, AdmissionFacts, ItemState};
-use crate::items::Advanced;
+use crate::repositories::items::Advanced;
 
 const BY: &str = "importer-admit";
 

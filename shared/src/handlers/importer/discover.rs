@@ -6,8 +6,8 @@
 use super::{ImportError, Importer};
 use crate::domain::item::{id_from_hash, NewItem};
 use crate::domain::lifecycle::ItemState;
-use crate::items::Created;
 use crate::ports::SourceFile;
+use crate::repositories::items::Created;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 

@@ -5,11 +5,12 @@
 
 use super::validate::{check_stored, Digests, Found};
 use super::{ImportError, Importer};
+use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{Change, ItemRecord};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::Advanced;
-use crate::ports::{OutgoingMessage, SourceError, MIN_PART_BYTES};
+use crate::ports::{SourceError, MIN_PART_BYTES};
+use crate::repositories::items::Advanced;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 
@@ -190,18 +191,17 @@ fn state_of(a: &Advanced) -> ItemState {
 
 /// Tells operators an item gave up downloading, and why (the last attempt's failure).
 async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), ImportError> {
-    let body = serde_json::json!({ "item_id": record.id, "state": Ignore }).to_string();
+    let notice = ItemNotice {
+        item_id: record.id.clone(),
+        state: Ignore,
+    };
     let reason = format!(
         "{} download attempts failed; the last: {}",
         record.attempts.download, record.reason
     );
     imp.ctx
         .failure_dlq
-        .send(
-            OutgoingMessage::new(body)
-                .with_attribute("outcome", "DOWNLOAD_FAILED")
-                .with_attribute("reason", reason),
-        )
+        .send(notice.to_message(&Notice::new(Outcome::DownloadFailed, reason))?)
         .await?;
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! The importer steps: discover files at a source, download them into S3, admit them for
 //! processing, re-validate what is stored; and the sweeper that recovers timed-out items. They
-//! share one engine (`crate::items`) with the backfill loop, and hand READY items to it through
+//! share one engine (`crate::repositories::items`) with the backfill loop, and hand READY items to it through
 //! the retry queue, where the requeuer submits them to Batch like any other granule.
 
 pub mod admit;
@@ -10,15 +10,14 @@ pub mod sweeper;
 pub mod validate;
 
 use super::Ctx;
-use crate::adapters::aws::{AwsClients, S3PrefixSource, SqsQueue};
-use crate::adapters::http_source::HttpIndexSource;
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::ItemState;
-use crate::items::ItemError;
-use crate::ports::{ObjectStore, OutgoingMessage, Queue, QueueError, Source, SourceError};
+use crate::ports::{ObjectStore, Queue, QueueError, Source, SourceError};
+use crate::repositories::items::ItemError;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::Arc;
 
 #[derive(Debug, thiserror::Error)]
@@ -37,29 +36,13 @@ pub enum ImportError {
     NoQueue,
     #[error("asking Batch: {0}")]
     Batch(String),
+    #[error(transparent)]
+    Encode(#[from] crate::contracts::EncodeError),
     #[error("recording a poison input: {0}")]
     Reject(String),
 }
 
-/// What travels on the import queue: an item, and optionally the step wanted (otherwise the
-/// item's state picks it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ImportMessage {
-    pub item_id: GranuleId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<Step>,
-    /// An operator's resume: the next download attempt is granted even past the budget.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub resume: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Step {
-    Download,
-    Admit,
-    Revalidate,
-}
+pub use crate::contracts::messages::{ImportMessage, Step};
 
 /// Processing prerequisites: pluggable, since they depend on the algorithm.
 #[async_trait]
@@ -100,71 +83,6 @@ pub struct Importer {
 }
 
 impl Importer {
-    /// Wires the AWS adapters from the config (the source from `GRANARY_SOURCE_URL`).
-    pub fn aws(ctx: Ctx, clients: &AwsClients) -> Result<Self, SourceError> {
-        let cfg = &ctx.config.importer;
-        let source: Option<Arc<dyn Source>> = match cfg.source_url.as_deref() {
-            None => None,
-            Some(url) if url.starts_with("s3://") => {
-                Some(Arc::new(S3PrefixSource::from_url(clients.s3.clone(), url)?))
-            }
-            Some(url) => Some(Arc::new(HttpIndexSource::new(
-                url,
-                timeout(&ctx),
-                cfg.discover_concurrency,
-            )?)),
-        };
-        let import_queue: Option<Arc<dyn Queue>> = cfg
-            .import_queue_url
-            .as_deref()
-            .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>);
-        let prerequisites = Arc::new(ObjectsExist {
-            templates: cfg.prerequisites.clone(),
-        });
-        Ok(Self {
-            ctx,
-            source,
-            import_queue,
-            prerequisites,
-        })
-    }
-
-    pub async fn from_env() -> Result<Self, InitError> {
-        let config = crate::config::Config::from_env()?;
-        let clients = AwsClients::from_env().await;
-        Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
-    }
-
-    /// The same importer with every call (its import queue's and its source's included) passing
-    /// through `tap`.
-    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
-        use crate::adapters::tap::{TappedQueue, TappedSource};
-        Self {
-            ctx: self.ctx.tapped(tap.clone()),
-            import_queue: self.import_queue.as_ref().map(|q| {
-                Arc::new(TappedQueue {
-                    inner: q.clone(),
-                    tap: tap.clone(),
-                }) as Arc<dyn Queue>
-            }),
-            source: self.source.as_ref().map(|s| {
-                Arc::new(TappedSource {
-                    inner: s.clone(),
-                    tap: tap.clone(),
-                    url: (self.ctx.config.importer.source_url.clone())
-                        .unwrap_or_else(|| "(unnamed source)".to_owned()),
-                }) as Arc<dyn Source>
-            }),
-            prerequisites: self.prerequisites.clone(),
-        }
-    }
-
-    /// The same importer with its calls passing through `faults` (the crash-point harness and
-    /// `granary chaos`; the faults tap leaves the source alone).
-    pub fn with_faults(&self, faults: &Arc<crate::adapters::faults::Faults>) -> Self {
-        self.tapped(faults.clone())
-    }
-
     fn source(&self) -> Result<&dyn Source, ImportError> {
         self.source.as_deref().ok_or(ImportError::NoSource)
     }
@@ -181,8 +99,7 @@ impl Importer {
 
     pub async fn send(&self, message: ImportMessage) -> Result<(), ImportError> {
         let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
-        let body = crate::state::to_json_string(&message);
-        queue.send(OutgoingMessage::new(body)).await?;
+        queue.send(message.to_message()?).await?;
         Ok(())
     }
 
@@ -191,7 +108,7 @@ impl Importer {
         self.send_retry(
             &record.id,
             record.attempts.processing,
-            "READY",
+            Outcome::Ready,
             "admitted for processing",
         )
         .await
@@ -203,41 +120,23 @@ impl Importer {
         &self,
         id: &GranuleId,
         attempt: u32,
-        outcome: &str,
+        outcome: Outcome,
         reason: &str,
     ) -> Result<(), ImportError> {
-        let event = GranuleProcessingEvent {
-            granule_id: id.clone(),
-            attempt,
-        };
-        self.ctx
-            .retry_queue
-            .send(
-                OutgoingMessage::new(crate::state::to_json_string(&event))
-                    .with_attribute("outcome", outcome)
-                    .with_attribute("reason", reason),
-            )
-            .await?;
+        let message =
+            RetryMessage::ended(id.clone(), attempt).to_message(&Notice::new(outcome, reason))?;
+        self.ctx.retry_queue.send(message).await?;
         Ok(())
     }
 }
 
 /// Per-attempt download timeout (also the HTTP client's request timeout).
-fn timeout(ctx: &Ctx) -> std::time::Duration {
+pub(crate) fn timeout(ctx: &Ctx) -> std::time::Duration {
     ctx.config
         .retry_policy
         .download_timeout
         .to_std()
         .unwrap_or(std::time::Duration::from_secs(240))
-}
-
-/// What can stop an importer Lambda at init.
-#[derive(Debug, thiserror::Error)]
-pub enum InitError {
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    #[error(transparent)]
-    Source(#[from] SourceError),
 }
 
 /// What one import-queue message led to.
@@ -269,7 +168,7 @@ pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, Im
             let reason = format!("malformed import message: {e}");
             imp.ctx
                 .reject(
-                    crate::rejects::RejectKind::MalformedImportMessage,
+                    crate::repositories::rejects::RejectKind::MalformedImportMessage,
                     &reason,
                     "import queue",
                     body,

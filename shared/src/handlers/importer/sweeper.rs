@@ -12,11 +12,11 @@
 //! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
 use super::{ImportError, Importer, Step};
+use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::Change;
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::{Advanced, ItemError};
-use crate::ports::OutgoingMessage;
+use crate::repositories::items::{Advanced, ItemError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -65,9 +65,9 @@ async fn sweep_one(
     let policy = imp.ctx.config.retry_policy;
     let current = match items.get(id).await {
         Ok(c) => c,
-        Err(ItemError::State(crate::state::StateError::Corrupt { key, why })) => {
+        Err(ItemError::State(crate::repositories::RepositoryError::Corrupt { key, source })) => {
             imp.ctx
-                .reject_corrupt_record(&key, &why, "item sweeper")
+                .reject_corrupt_record(&key, &source.to_string(), "item sweeper")
                 .await
                 .map_err(|e| ImportError::Reject(e.to_string()))?;
             items.clear_inflight(marked, id).await?;
@@ -127,7 +127,7 @@ async fn sweep_one(
             imp.send_retry(
                 id,
                 record.attempts.processing,
-                "TIMED_OUT",
+                Outcome::TimedOut,
                 "processing timed out (timeout recovery)",
             )
             .await?
@@ -207,20 +207,17 @@ async fn dead_letter(
     state: ItemState,
     timeout: chrono::Duration,
 ) -> Result<(), ImportError> {
-    let body = serde_json::json!({ "item_id": id, "state": state }).to_string();
+    let reason = format!(
+        "timed out after {}s; attempts exhausted ({state})",
+        timeout.num_seconds()
+    );
+    let notice = ItemNotice {
+        item_id: id.clone(),
+        state,
+    };
     imp.ctx
         .failure_dlq
-        .send(
-            OutgoingMessage::new(body)
-                .with_attribute("outcome", "TIMED_OUT")
-                .with_attribute(
-                    "reason",
-                    format!(
-                        "timed out after {}s; attempts exhausted ({state})",
-                        timeout.num_seconds()
-                    ),
-                ),
-        )
+        .send(notice.to_message(&Notice::new(Outcome::TimedOut, reason))?)
         .await?;
     Ok(())
 }

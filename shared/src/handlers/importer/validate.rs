@@ -3,11 +3,12 @@
 //! missing or empty back to the processing path.
 
 use super::{ImportError, Importer, Step};
+use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{Change, ItemRecord};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::items::Advanced;
 use crate::ports::ObjectStore;
+use crate::repositories::items::Advanced;
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
@@ -185,11 +186,11 @@ async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState
     imp.ctx
         .failure_dlq
         .send(
-            crate::ports::OutgoingMessage::new(
-                serde_json::json!({ "item_id": id, "state": Abandoned }).to_string(),
-            )
-            .with_attribute("outcome", "NON_RETRYABLE")
-            .with_attribute("reason", reason.clone()),
+            ItemNotice {
+                item_id: id.clone(),
+                state: Abandoned,
+            }
+            .to_message(&Notice::new(Outcome::NonRetryable, reason.clone()))?,
         )
         .await?;
     let done = imp

@@ -1,100 +1,12 @@
-//! Reading and writing granary's state objects with compare-and-swap: the tracker and claims.
+//! Exactly-once submission: the claim protocol over the object store and the job runner.
 
+use super::json::{read_json, write_json, RepositoryError, Versioned};
+use crate::contracts::job::job_request;
 use crate::domain::claim::{claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::tracker::Tracker;
-use crate::ports::{JobRequest, JobRunner, JobRunnerError, ObjectStore, PutCondition, StoreError};
-use bytes::Bytes;
+use crate::ports::{JobRunner, ObjectStore, PutCondition};
 use chrono::Utc;
-use serde::{de::DeserializeOwned, Serialize};
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-#[derive(Debug, thiserror::Error)]
-pub enum StateError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{key} is not valid JSON for granary ({why}); fix or remove it by hand")]
-    Corrupt { key: String, why: String },
-    #[error(transparent)]
-    Jobs(#[from] JobRunnerError),
-}
-
-/// A value with the ETag it was read at; `etag: None` means it is not stored yet.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Versioned<T> {
-    pub value: T,
-    pub etag: Option<String>,
-}
-
-impl<T> Versioned<T> {
-    pub fn condition(&self) -> PutCondition {
-        match &self.etag {
-            Some(etag) => PutCondition::IfMatch(etag.clone()),
-            None => PutCondition::IfAbsent,
-        }
-    }
-}
-
-pub async fn read_json<T: DeserializeOwned>(
-    store: &dyn ObjectStore,
-    key: &str,
-) -> Result<Option<Versioned<T>>, StateError> {
-    let Some(obj) = store.get(key).await? else {
-        return Ok(None);
-    };
-    let value = serde_json::from_slice(&obj.body).map_err(|e| StateError::Corrupt {
-        key: key.to_owned(),
-        why: e.to_string(),
-    })?;
-    Ok(Some(Versioned {
-        value,
-        etag: Some(obj.etag),
-    }))
-}
-
-pub fn to_json_bytes<T: Serialize>(value: &T) -> Bytes {
-    // Serializing our own plain structs cannot fail (no maps with non-string keys, no I/O).
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
-}
-
-/// The JSON text of one of granary's own messages (see [`to_json_bytes`] on why it cannot fail).
-pub fn to_json_string<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_default()
-}
-
-/// Writes `value` under `condition`; Conflict when the condition fails.
-pub async fn write_json<T: Serialize>(
-    store: &dyn ObjectStore,
-    key: &str,
-    value: &T,
-    condition: PutCondition,
-) -> Result<String, StoreError> {
-    store.put(key, to_json_bytes(value), condition).await
-}
-
-/// The tracker: created with If-None-Match, advanced with If-Match.
-pub async fn load_tracker(
-    store: &dyn ObjectStore,
-    key: &str,
-) -> Result<Versioned<Tracker>, StateError> {
-    Ok(read_json(store, key).await?.unwrap_or(Versioned {
-        value: Tracker::default(),
-        etag: None,
-    }))
-}
-
-/// Saves the tracker if nobody changed it since it was read. `StoreError::Conflict` otherwise.
-pub async fn save_tracker(
-    store: &dyn ObjectStore,
-    key: &str,
-    tracker: &mut Versioned<Tracker>,
-) -> Result<(), StoreError> {
-    tracker.value.updated_at = Some(Utc::now());
-    let etag = write_json(store, key, &tracker.value, tracker.condition()).await?;
-    tracker.etag = Some(etag);
-    Ok(())
-}
 
 /// What `submit_once` did for one (granule, attempt).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,14 +35,14 @@ pub async fn submit_once(
     lease: Duration,
     event: &GranuleProcessingEvent,
     claimed_by: &str,
-) -> Result<SubmitOutcome, StateError> {
+) -> Result<SubmitOutcome, RepositoryError> {
     let key = claim_key(claim_prefix, event);
     let open = claim_key(open_prefix, event);
     let claim = Claim::new(event, claimed_by, Utc::now());
     match write_json(store, &key, &claim, PutCondition::IfAbsent).await {
         Ok(etag) => return submit_claimed(store, jobs, &key, &open, claim, etag).await,
-        Err(StoreError::Conflict { .. }) => {}
-        Err(e) => return Err(e.into()),
+        Err(e) if e.is_conflict() => {}
+        Err(e) => return Err(e),
     }
     // Someone claimed it before. A handful of rounds covers every interleaving of one other writer.
     for _ in 0..4 {
@@ -168,8 +80,8 @@ pub async fn submit_once(
             };
             match write_json(store, &key, &recorded, PutCondition::IfMatch(etag)).await {
                 Ok(_) => return Ok(SubmitOutcome::Recovered { job_id: job.job_id }),
-                Err(StoreError::Conflict { .. }) => continue,
-                Err(e) => return Err(e.into()),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e),
             }
         }
         let takeover = Claim {
@@ -179,8 +91,8 @@ pub async fn submit_once(
         };
         match write_json(store, &key, &takeover, PutCondition::IfMatch(etag)).await {
             Ok(etag) => return submit_claimed(store, jobs, &key, &open, takeover, etag).await,
-            Err(StoreError::Conflict { .. }) => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e),
         }
     }
     Ok(SubmitOutcome::InFlight)
@@ -189,7 +101,7 @@ pub async fn submit_once(
 /// Puts the attempt in the open-claims index, which the reconciler reads: written before SubmitJob,
 /// so every job granary may have created is indexed; the monitor removes it once the attempt's
 /// end is logged and routed. Overwriting is harmless (an empty marker).
-async fn mark_open(store: &dyn ObjectStore, open_key: &str) -> Result<(), StateError> {
+async fn mark_open(store: &dyn ObjectStore, open_key: &str) -> Result<(), RepositoryError> {
     store
         .put(open_key, bytes::Bytes::new(), PutCondition::Overwrite)
         .await?;
@@ -203,19 +115,9 @@ async fn submit_claimed(
     open_key: &str,
     claim: Claim,
     etag: String,
-) -> Result<SubmitOutcome, StateError> {
+) -> Result<SubmitOutcome, RepositoryError> {
     mark_open(store, open_key).await?;
-    let request = JobRequest {
-        job_name: claim.job_name.clone(),
-        environment: BTreeMap::from([
-            ("GRANULE_ID".to_owned(), claim.granule_id.to_string()),
-            ("ATTEMPT".to_owned(), claim.attempt.to_string()),
-        ]),
-        parameters: BTreeMap::from([
-            ("granule_id".to_owned(), claim.granule_id.to_string()),
-            ("attempt".to_owned(), claim.attempt.to_string()),
-        ]),
-    };
+    let request = job_request(&claim.job_name, &claim.granule_id, claim.attempt);
     let job = match jobs.submit(request).await {
         Ok(job) => job,
         Err(e) if !e.may_have_taken_effect => {
@@ -247,7 +149,7 @@ async fn submit_claimed(
     match write_json(store, key, &recorded, PutCondition::IfMatch(etag)).await {
         Ok(_) => Ok(SubmitOutcome::Submitted { job_id: job.job_id }),
         // Only a taker after the lease could have changed it: it will find our job by name.
-        Err(StoreError::Conflict { .. }) => {
+        Err(e) if e.is_conflict() => {
             tracing::warn!(
                 claim = key,
                 job_id = job.job_id,
@@ -255,28 +157,7 @@ async fn submit_claimed(
             );
             Ok(SubmitOutcome::Submitted { job_id: job.job_id })
         }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// The hold on the feeder, if one is placed.
-pub async fn read_hold(
-    store: &dyn ObjectStore,
-    key: &str,
-) -> Result<Option<crate::domain::hold::Hold>, StateError> {
-    Ok(read_json(store, key).await?.map(|v| v.value))
-}
-
-/// Places a hold; `Ok(Some(existing))` when one is already there (it is left as it is).
-pub async fn place_hold(
-    store: &dyn ObjectStore,
-    key: &str,
-    hold: &crate::domain::hold::Hold,
-) -> Result<Option<crate::domain::hold::Hold>, StateError> {
-    match write_json(store, key, hold, PutCondition::IfAbsent).await {
-        Ok(_) => Ok(None),
-        Err(StoreError::Conflict { .. }) => read_hold(store, key).await,
-        Err(e) => Err(e.into()),
+        Err(e) => Err(e),
     }
 }
 
@@ -285,67 +166,13 @@ mod tests {
     use super::*;
     use crate::adapters::memory::{MemoryJobRunner, MemoryStore};
     use crate::domain::granule::GranuleId;
+    use crate::ports::{JobRequest, JobRunnerError};
+    use std::collections::BTreeMap;
 
     fn event() -> GranuleProcessingEvent {
         GranuleProcessingEvent::first(
             GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap(),
         )
-    }
-
-    #[tokio::test]
-    async fn tracker_create_advance_conflict() {
-        let store = MemoryStore::new();
-        let mut t = load_tracker(&store, "t.json").await.unwrap();
-        assert_eq!(t.etag, None);
-        t.value.add_inventories(["a".to_owned()]);
-        save_tracker(&store, "t.json", &mut t).await.unwrap();
-        // a second creator loses
-        let mut other = Versioned {
-            value: Tracker::default(),
-            etag: None,
-        };
-        assert!(matches!(
-            save_tracker(&store, "t.json", &mut other).await,
-            Err(StoreError::Conflict { .. })
-        ));
-        // a reader at the current etag advances; one holding the old etag then loses
-        let mut stale = load_tracker(&store, "t.json").await.unwrap();
-        let mut fresh = stale.clone();
-        fresh.value.set_total_rows("a", 10).unwrap();
-        fresh.value.advance_to("a", 5).unwrap();
-        save_tracker(&store, "t.json", &mut fresh).await.unwrap();
-        stale.value.set_total_rows("a", 10).unwrap();
-        stale.value.advance_to("a", 7).unwrap();
-        assert!(matches!(
-            save_tracker(&store, "t.json", &mut stale).await,
-            Err(StoreError::Conflict { .. })
-        ));
-        assert_eq!(
-            load_tracker(&store, "t.json")
-                .await
-                .unwrap()
-                .value
-                .inventories[0]
-                .rows_submitted,
-            5
-        );
-    }
-
-    #[tokio::test]
-    async fn corrupt_tracker_is_an_error() {
-        let store = MemoryStore::new();
-        store
-            .put(
-                "t.json",
-                Bytes::from_static(b"{oops"),
-                PutCondition::Overwrite,
-            )
-            .await
-            .unwrap();
-        assert!(matches!(
-            load_tracker(&store, "t.json").await,
-            Err(StateError::Corrupt { .. })
-        ));
     }
 
     #[tokio::test]

@@ -14,7 +14,7 @@ use crate::domain::item::{
 };
 use crate::domain::lifecycle::{IllegalTransition, ItemState};
 use crate::ports::{ObjectStore, PutCondition, StoreError};
-use crate::state::{read_json, write_json, StateError, Versioned};
+use crate::repositories::{read_json, write_json, RepositoryError, Versioned};
 use bytes::Bytes;
 use chrono::Utc;
 use futures::StreamExt;
@@ -36,7 +36,7 @@ pub enum ItemError {
         source: IllegalTransition,
     },
     #[error(transparent)]
-    State(#[from] StateError),
+    State(#[from] RepositoryError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("item {0} changed {MAX_CAS_ROUNDS} times while we tried to update it; retry later")]
@@ -112,7 +112,7 @@ impl Items {
                 self.write_history(&record).await?;
                 Ok(Created::New(record))
             }
-            Err(StoreError::Conflict { .. }) => match self.get(&record.id).await? {
+            Err(e) if e.is_conflict() => match self.get(&record.id).await? {
                 Some(existing) => Ok(Created::Existing(existing.value)),
                 // Deleted between our create and our read: an operator's doing; say so.
                 None => Err(ItemError::Contended(record.id.to_string())),
@@ -155,7 +155,7 @@ impl Items {
                 }
                 Ok(Created::New(record))
             }
-            Err(StoreError::Conflict { .. }) => match self.get(&record.id).await? {
+            Err(e) if e.is_conflict() => match self.get(&record.id).await? {
                 Some(existing) => Ok(Created::Existing(existing.value)),
                 None => Err(ItemError::Contended(record.id.to_string())),
             },
@@ -223,7 +223,7 @@ impl Items {
             }
             match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
                 Ok(_) => {}
-                Err(StoreError::Conflict { .. }) => continue,
+                Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e.into()),
             }
             if moved {
@@ -256,7 +256,8 @@ impl Items {
         )
         .await
         {
-            Ok(_) | Err(StoreError::Conflict { .. }) => Ok(()),
+            Ok(_) => Ok(()),
+            Err(e) if e.is_conflict() => Ok(()),
             Err(e) => Err(e.into()),
         }
     }
@@ -309,7 +310,7 @@ impl Items {
             .filter(|k| k.ends_with(".json"))
             .collect();
         let store = self.store.clone();
-        let records: Vec<Result<Option<Versioned<ItemRecord>>, StateError>> =
+        let records: Vec<Result<Option<Versioned<ItemRecord>>, RepositoryError>> =
             futures::stream::iter(keys)
                 .map(|k| {
                     let store = store.clone();

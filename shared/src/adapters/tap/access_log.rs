@@ -18,7 +18,7 @@
 //!   provide both", AWS Batch User Guide, Restrict to a job queue). ListJobs and DescribeJobs
 //!   support no resource-level permissions: `*`.
 
-use super::tap::{Answer, Call, Op, Tap};
+use super::{Answer, Call, Op, Tap};
 use crate::config::Config;
 use std::collections::BTreeSet;
 use std::sync::Mutex;

@@ -549,7 +549,7 @@ mod tests {
     /// The feeder must not read a large inventory whole to take a window: count what it fetches.
     #[tokio::test]
     async fn a_window_fetches_only_its_pages() {
-        use crate::adapters::counting::RequestCounts;
+        use crate::adapters::tap::counting::RequestCounts;
         use crate::adapters::tap::TappedStore;
         use std::sync::atomic::Ordering;
         let layout = InventoryLayout {

@@ -11,13 +11,10 @@
 
 pub use crate::domain::poison::RejectKind;
 use crate::domain::poison::{hex, RawText};
-use crate::ports::{ObjectStore, OutgoingMessage, PutCondition, Queue, QueueError, StoreError};
-use crate::state::write_json;
+use crate::ports::{ObjectStore, PutCondition, Queue, QueueError, StoreError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The DLQ message attribute `outcome` of every rejected input.
-pub const REJECTED: &str = "REJECTED";
 /// Inputs up to this size are kept whole in the record; larger ones by start, length and hash.
 pub const KEPT_WHOLE_BYTES: usize = 256 * 1024;
 
@@ -35,15 +32,7 @@ pub struct RejectRecord {
     pub input_whole: Option<String>,
 }
 
-/// The DLQ message body of a rejected input: small whatever the input's size.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RejectNotice {
-    pub rejected: RejectKind,
-    pub reason: String,
-    pub source: String,
-    pub record_key: String,
-    pub input: RawText,
-}
+pub use crate::contracts::messages::RejectNotice;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RejectError {
@@ -51,8 +40,8 @@ pub enum RejectError {
     Store(#[from] StoreError),
     #[error("dead-lettering a rejected input: {0}")]
     Queue(#[from] QueueError),
-    #[error("serialising the rejection notice: {0}")]
-    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Encode(#[from] crate::contracts::EncodeError),
 }
 
 /// Records `input` under the reject prefix and dead-letters a notice of it. Returns the record's key.
@@ -79,7 +68,8 @@ pub async fn reject(
         input: RawText::of(input),
         input_whole: (input.len() <= KEPT_WHOLE_BYTES).then(|| input.to_owned()),
     };
-    match write_json(store, &key, &record, PutCondition::IfAbsent).await {
+    let body = crate::contracts::encode("a reject record", &record)?;
+    match store.put(&key, body, PutCondition::IfAbsent).await {
         Ok(_) | Err(StoreError::Conflict { .. }) => {}
         Err(e) => return Err(e.into()),
     }
@@ -90,14 +80,7 @@ pub async fn reject(
         record_key: key.clone(),
         input: record.input,
     };
-    dlq.send(
-        OutgoingMessage::new(serde_json::to_string(&notice)?)
-            .with_attribute("outcome", REJECTED)
-            .with_attribute("kind", kind.as_str())
-            .with_attribute("reason", reason)
-            .with_attribute("record_key", key.clone()),
-    )
-    .await?;
+    dlq.send(notice.to_message()?).await?;
     tracing::warn!(
         kind = kind.as_str(),
         source,
@@ -112,7 +95,7 @@ pub async fn reject(
 mod tests {
     use super::*;
     use crate::adapters::memory::{MemoryQueue, MemoryStore};
-    use crate::state::read_json;
+    use crate::repositories::read_json;
 
     #[tokio::test]
     async fn a_huge_input_is_recorded_and_noticed_small_and_only_once_in_s3() {

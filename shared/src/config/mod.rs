@@ -58,7 +58,7 @@ pub struct Config {
     pub route_lease: Duration,
     pub id_parser: IdParser,
     /// Where item records, their history and the in-flight index live.
-    pub item_prefixes: crate::items::ItemPrefixes,
+    pub item_prefixes: crate::repositories::items::ItemPrefixes,
     /// Whether the backfill loop keeps an item record per granule (costs ~3 S3 PUTs per transition).
     pub track_items: bool,
     pub retry_policy: RetryPolicy,
@@ -221,7 +221,7 @@ impl Config {
             )?,
         };
         Self {
-            item_prefixes: crate::items::ItemPrefixes {
+            item_prefixes: crate::repositories::items::ItemPrefixes {
                 items: prefix("GRANARY_ITEM_PREFIX", "items/")?,
                 history: prefix("GRANARY_HISTORY_PREFIX", "history/")?,
                 inflight: prefix("GRANARY_INFLIGHT_PREFIX", "inflight/")?,
@@ -241,7 +241,7 @@ impl Config {
             inventory_prefix: prefix("GRANARY_INVENTORY_PREFIX", "inventories/")?,
             inventory_id_column: or(
                 "GRANARY_INVENTORY_ID_COLUMN",
-                crate::inventory::DEFAULT_ID_COLUMN,
+                crate::adapters::parquet::DEFAULT_ID_COLUMN,
             ),
             tracker_key: or("GRANARY_TRACKER_KEY", "tracker/tracker.json"),
             hold_key: or("GRANARY_HOLD_KEY", "holds/feeder.json"),

@@ -1,6 +1,6 @@
 //! Request counts at the port (a [`Tap`]), for the demo's and benchmarks' figures.
 
-use super::tap::{Answer, Call, Op, Tap};
+use super::{Answer, Call, Op, Tap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Request counters shared by every decorated port of one runtime.

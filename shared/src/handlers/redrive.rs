@@ -2,6 +2,7 @@
 //! A message leaves the DLQ only after it is on the retry queue, so an interrupted redrive loses
 //! nothing (at worst a message is on both, and the requeuer's claims absorb the duplicate).
 
+use crate::contracts::messages::{reason_of, Notice, Outcome, RetryMessage};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::ports::{OutgoingMessage, Queue, QueueError, ReceivedMessage};
 use regex::Regex;
@@ -59,16 +60,6 @@ pub struct RedriveSummary {
     pub not_matching: u64,
 }
 
-/// The retry message a redrive sends: the granule's event, flagged so the requeuer grants the
-/// next attempt even past the attempt budget (an operator asked for it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetryMessage {
-    #[serde(flatten)]
-    pub event: GranuleProcessingEvent,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub redrive: bool,
-}
-
 impl RedriveFilter {
     fn matches(&self, event: &GranuleProcessingEvent, reason: &str) -> bool {
         self.reason.as_ref().is_none_or(|r| r.is_match(reason))
@@ -91,7 +82,7 @@ pub async fn redrive(
         let Ok(event) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) else {
             return Ok(Pick::NotGranule);
         };
-        let reason = m.attributes.get("reason").cloned().unwrap_or_default();
+        let reason = reason_of(&m.attributes).to_owned();
         if !filter.matches(&event, &reason) {
             return Ok(Pick::NotMatching);
         }
@@ -100,14 +91,13 @@ pub async fn redrive(
             attempt: event.attempt,
             reason: reason.clone(),
         };
-        let body = serde_json::to_string(&RetryMessage {
-            event,
-            redrive: true,
-        })
-        .map_err(|e| QueueError::new(retry.name(), format!("serialising a retry message: {e}")))?;
-        let message = OutgoingMessage::new(body)
-            .with_attribute("outcome", "REDRIVEN")
-            .with_attribute("reason", format!("redriven from the DLQ: {reason}"));
+        let notice = Notice::new(
+            Outcome::Redriven,
+            format!("redriven from the DLQ: {reason}"),
+        );
+        let message = RetryMessage::redriven(event)
+            .to_message(&notice)
+            .map_err(|e| QueueError::new(retry.name(), e))?;
         Ok(Pick::Move { listed, message })
     };
     walk_and_release(dlq, retry, &pick, opts, progress).await
@@ -267,7 +257,7 @@ mod tests {
             };
             q.send(
                 OutgoingMessage::new(serde_json::to_string(&e).unwrap())
-                    .with_attribute("reason", *reason),
+                    .with_attribute(crate::contracts::messages::attribute::REASON, *reason),
             )
             .await
             .unwrap();
@@ -348,18 +338,6 @@ mod tests {
             .unwrap();
         assert_eq!(s.redriven, 1, "the other attempt-1 message");
         assert_eq!(retry.depth().await.unwrap().visible, 2);
-    }
-
-    #[test]
-    fn retry_messages_without_the_flag_read_as_plain_events() {
-        let m: RetryMessage = serde_json::from_str(r#"{"granule_id":"G","attempt":2}"#).unwrap();
-        assert!(!m.redrive);
-        let plain = serde_json::to_string(&RetryMessage {
-            event: m.event.clone(),
-            redrive: false,
-        })
-        .unwrap();
-        assert_eq!(plain, r#"{"granule_id":"G","attempt":2}"#);
     }
 
     #[tokio::test]

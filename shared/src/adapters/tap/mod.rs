@@ -1,7 +1,11 @@
 //! One decorator for every port, and a [`Tap`] that sees each external call through it: before
 //! the call (to refuse it, or to let it happen and lose its answer) and after it (what came back).
-//! Request counting (`adapters::counting`), injected faults (`adapters::faults`) and the IAM
-//! access log (`adapters::access_log`) are taps; the decorators are written once, here.
+//! Request counting ([`counting`]), injected faults ([`faults`]) and the IAM
+//! access log ([`access_log`]) are taps; the decorators are written once, here.
+
+pub mod access_log;
+pub mod counting;
+pub mod faults;
 
 use crate::ports::{
     ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta,
@@ -75,7 +79,7 @@ impl<'a> Call<'a> {
 pub struct Answer {
     pub ok: bool,
     /// A read of an object that does not exist (S3 tells this apart only to callers that may
-    /// list the bucket; see `adapters::access_log`).
+    /// list the bucket; see `adapters::tap::access_log`).
     pub absent: bool,
     /// Bytes read.
     pub bytes: u64,

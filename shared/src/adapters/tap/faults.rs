@@ -10,7 +10,7 @@
 //!   Batch (TooManyRequestsException) refuse calls over their rates once the SDK's own retries are
 //!   spent. A refused SubmitJob did nothing.
 
-use super::tap::{Call, Fate, Refusal, Tap};
+use super::{Call, Fate, Refusal, Tap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 

@@ -1,0 +1,26 @@
+//! The hold on the feeder (`granary hold` / `granary release`): while the object exists the
+//! feeder submits nothing. Placed with If-None-Match so a second hold keeps the first one's reason.
+
+use super::json::{read_json, write_json, RepositoryError};
+use crate::domain::hold::Hold;
+use crate::ports::{ObjectStore, PutCondition};
+
+pub async fn read_hold(
+    store: &dyn ObjectStore,
+    key: &str,
+) -> Result<Option<Hold>, RepositoryError> {
+    Ok(read_json(store, key).await?.map(|v| v.value))
+}
+
+/// Places a hold; `Ok(Some(existing))` when one is already there (it is left as it is).
+pub async fn place_hold(
+    store: &dyn ObjectStore,
+    key: &str,
+    hold: &Hold,
+) -> Result<Option<Hold>, RepositoryError> {
+    match write_json(store, key, hold, PutCondition::IfAbsent).await {
+        Ok(_) => Ok(None),
+        Err(e) if e.is_conflict() => read_hold(store, key).await,
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,23 @@
+//! Repositories: granary's state objects over the object-store port, each with its protocol.
+//!
+//! - [`json`]: read with ETag, write with If-Match / If-None-Match (the compare-and-swap all
+//!   others use).
+//! - [`tracker`]: the feeder's progress through its inventories.
+//! - [`hold`]: the feeder's hold.
+//! - [`claims`]: exactly-once submission of (granule, attempt), and the open-claims index.
+//! - [`items`]: item records, their history and the in-flight index.
+//! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
+//! - [`rejects`]: poison inputs, recorded and dead-lettered.
+
+pub mod claims;
+pub mod hold;
+pub mod items;
+pub mod json;
+pub mod logs;
+pub mod rejects;
+pub mod tracker;
+
+pub use claims::{submit_once, SubmitOutcome};
+pub use hold::{place_hold, read_hold};
+pub use json::{read_json, write_json, RepositoryError, Versioned};
+pub use tracker::{load_tracker, save_tracker};

@@ -1,0 +1,171 @@
+//! Wiring: the one module that builds adapters — AWS clients from the environment, the in-memory
+//! twins, and the taps that decorate them. Handlers see only ports; Lambda mains call
+//! [`Ctx::from_env`] / [`Importer::from_env`] and [`init_lambda_tracing`], nothing else.
+
+use crate::adapters::aws::{AwsClients, BatchJobRunner, S3PrefixSource, S3Store, SqsQueue};
+use crate::adapters::http::HttpIndexSource;
+use crate::config::Config;
+use crate::handlers::importer::{timeout, Importer, ObjectsExist};
+use crate::handlers::Ctx;
+use crate::ports::{Queue, Source, SourceError};
+use std::sync::Arc;
+
+impl Ctx {
+    /// Wires the AWS adapters from the config.
+    pub fn aws(config: Config, clients: &AwsClients) -> Self {
+        Self {
+            store: Arc::new(S3Store::new(clients.s3.clone(), &config.bucket)),
+            jobs: Arc::new(BatchJobRunner::new(
+                clients.batch.clone(),
+                &config.job_queue,
+                &config.job_definition,
+            )),
+            retry_queue: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.retry_queue_url)),
+            failure_dlq: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.failure_dlq_url)),
+            config,
+        }
+    }
+
+    /// A context on the in-memory twins of every port (tests, the local runtime).
+    pub fn in_memory(config: Config) -> Self {
+        use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+        Self {
+            store: Arc::new(MemoryStore::new()),
+            jobs: Arc::new(MemoryJobRunner::default()),
+            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
+            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
+            config,
+        }
+    }
+
+    /// What a Lambda main does at init: config from the environment, AWS clients, adapters.
+    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
+        let config = Config::from_env()?;
+        Ok(Self::aws(config, &AwsClients::from_env().await))
+    }
+
+    /// The same context with every port's calls passing through `tap`.
+    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        use crate::adapters::tap::{TappedJobs, TappedQueue, TappedStore};
+        let queue = |q: &Arc<dyn Queue>| -> Arc<dyn Queue> {
+            Arc::new(TappedQueue {
+                inner: q.clone(),
+                tap: tap.clone(),
+            })
+        };
+        Self {
+            store: Arc::new(TappedStore {
+                inner: self.store.clone(),
+                tap: tap.clone(),
+            }),
+            jobs: Arc::new(TappedJobs {
+                inner: self.jobs.clone(),
+                tap: tap.clone(),
+            }),
+            retry_queue: queue(&self.retry_queue),
+            failure_dlq: queue(&self.failure_dlq),
+            config: self.config.clone(),
+        }
+    }
+
+    /// The same context with its calls counted into `counts`.
+    pub fn counted(&self, counts: &Arc<crate::adapters::tap::counting::RequestCounts>) -> Self {
+        self.tapped(counts.clone())
+    }
+
+    /// The same context with every external call passing through `faults` (crash-point harness,
+    /// `granary chaos`).
+    pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
+        self.tapped(faults.clone())
+    }
+}
+
+impl Importer {
+    /// Wires the AWS adapters from the config (the source from `GRANARY_SOURCE_URL`).
+    pub fn aws(ctx: Ctx, clients: &AwsClients) -> Result<Self, SourceError> {
+        let cfg = &ctx.config.importer;
+        let source: Option<Arc<dyn Source>> = match cfg.source_url.as_deref() {
+            None => None,
+            Some(url) if url.starts_with("s3://") => {
+                Some(Arc::new(S3PrefixSource::from_url(clients.s3.clone(), url)?))
+            }
+            Some(url) => Some(Arc::new(HttpIndexSource::new(
+                url,
+                timeout(&ctx),
+                cfg.discover_concurrency,
+            )?)),
+        };
+        let import_queue: Option<Arc<dyn Queue>> = cfg
+            .import_queue_url
+            .as_deref()
+            .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>);
+        let prerequisites = Arc::new(ObjectsExist {
+            templates: cfg.prerequisites.clone(),
+        });
+        Ok(Self {
+            ctx,
+            source,
+            import_queue,
+            prerequisites,
+        })
+    }
+
+    pub async fn from_env() -> Result<Self, InitError> {
+        let config = crate::config::Config::from_env()?;
+        let clients = AwsClients::from_env().await;
+        Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
+    }
+
+    /// The same importer with every call (its import queue's and its source's included) passing
+    /// through `tap`.
+    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        use crate::adapters::tap::{TappedQueue, TappedSource};
+        Self {
+            ctx: self.ctx.tapped(tap.clone()),
+            import_queue: self.import_queue.as_ref().map(|q| {
+                Arc::new(TappedQueue {
+                    inner: q.clone(),
+                    tap: tap.clone(),
+                }) as Arc<dyn Queue>
+            }),
+            source: self.source.as_ref().map(|s| {
+                Arc::new(TappedSource {
+                    inner: s.clone(),
+                    tap: tap.clone(),
+                    url: (self.ctx.config.importer.source_url.clone())
+                        .unwrap_or_else(|| "(unnamed source)".to_owned()),
+                }) as Arc<dyn Source>
+            }),
+            prerequisites: self.prerequisites.clone(),
+        }
+    }
+
+    /// The same importer with its calls passing through `faults` (the crash-point harness and
+    /// `granary chaos`; the faults tap leaves the source alone).
+    pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
+        self.tapped(faults.clone())
+    }
+}
+
+/// What can stop an importer Lambda at init.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+}
+
+/// Logging setup shared by the Lambda binaries: JSON lines (CloudWatch Logs Insights parses them),
+/// level from RUST_LOG (default info).
+pub fn init_lambda_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .with_current_span(false)
+        .with_target(false)
+        .without_time() // CloudWatch stamps every line
+        .try_init();
+}
