@@ -5,7 +5,8 @@
 
 use super::Ctx;
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::item::{Change, NewItem};
+use crate::domain::item::NewItem;
+use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::repositories::items::{Advanced, Created, ItemError};
 
@@ -34,19 +35,12 @@ async fn record_submitted(
     let items = ctx.items();
     let id = &event.granule_id;
     let attempt = event.attempt;
-    let submit = Change {
-        job_id: Some(job_id.to_owned()),
-        ..Change::to(
-            Processing,
-            format!("attempt {attempt} submitted as job {job_id}"),
-        )
-    };
     // The common case, a granule's first attempt: READY and PROCESSING in one PUT. Later
     // attempts find their record (one without, from before records were kept, stays without).
     let new = NewItem::ready(id.clone(), "listed in an inventory", source);
     if attempt == 1 {
         let created = items
-            .create_along(new, std::slice::from_ref(&submit), by)
+            .create_along(new, &[decisions::first_submission(job_id)], by)
             .await?;
         if let Created::New(_) = created {
             return Ok(());
@@ -55,33 +49,7 @@ async fn record_submitted(
     // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
     // A retry goes PROCESSING_FAILED → READY → PROCESSING in one write.
     let moved = items
-        .advance_steps(id, by, |r| {
-            if r.attempts.processing >= attempt {
-                return Vec::new();
-            }
-            match r.state {
-                ProcessingFailed => vec![
-                    Change::to(Ready, format!("retrying as attempt {attempt}")),
-                    submit.clone(),
-                ],
-                Ready => vec![submit.clone()],
-                // An earlier attempt still shows PROCESSING: the sweeper sent its retry before
-                // recording the timeout (and may have died before the write). The next
-                // attempt's submission proves the earlier one is over.
-                Processing => vec![
-                    Change::to(
-                        ProcessingFailed,
-                        format!(
-                            "attempt {} superseded: attempt {attempt} submitted",
-                            r.attempts.processing
-                        ),
-                    ),
-                    Change::to(Ready, format!("retrying as attempt {attempt}")),
-                    submit.clone(),
-                ],
-                _ => Vec::new(),
-            }
-        })
+        .advance_steps(id, by, |r| decisions::on_submitted(r, attempt, job_id))
         .await?;
     warn_if_lagging(&moved, event, Processing);
     Ok(())
@@ -101,8 +69,7 @@ pub async fn finished(
     let moved = ctx
         .items()
         .advance(&event.granule_id, "job-monitor", |r| {
-            (r.state == Processing && r.attempts.processing == attempt)
-                .then(|| Change::to(to, format!("attempt {attempt}: {reason}")))
+            decisions::on_job_finished(r, attempt, to, reason)
         })
         .await;
     if let Ok(moved) = &moved {
@@ -120,15 +87,7 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
     let moved = ctx
         .items()
         .advance(&event.granule_id, "requeuer", |r| {
-            (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
-                Change::to(
-                    Abandoned,
-                    format!(
-                        "attempt {attempt} was the last of {}",
-                        ctx.config.max_attempt()
-                    ),
-                )
-            })
+            decisions::on_attempts_spent(r, attempt, ctx.config.max_attempt())
         })
         .await;
     unless_corrupt(ctx, moved.map(|_| ())).await

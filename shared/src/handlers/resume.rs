@@ -6,7 +6,7 @@
 use super::importer::{ImportMessage, Importer, Step};
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
-use crate::domain::item::Change;
+use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::*;
 use crate::ports::QueueError;
 use crate::repositories::items::ItemError;
@@ -79,12 +79,7 @@ pub async fn resume(
                 // entries say the same.
                 items
                     .advance(id, "operator", |x| {
-                        (x.state == ProcessingFailed && x.seq == seq).then(|| {
-                            Change::to(
-                                Ready,
-                                format!("resumed by an operator: attempt {next_attempt} next"),
-                            )
-                        })
+                        decisions::on_operator_resume(x, seq, next_attempt)
                     })
                     .await?;
             } else {

@@ -6,7 +6,8 @@
 use super::validate::check_stored;
 use super::{ImportError, Importer, Step};
 use crate::domain::granule::GranuleId;
-use crate::domain::item::{Change, ItemRecord};
+use crate::domain::item::ItemRecord;
+use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::{decide_admission, Admission, AdmissionFacts, ItemState};
 use crate::repositories::items::Advanced;
 
@@ -89,10 +90,7 @@ pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportEr
     };
     let seq = record.seq;
     let moved = items
-        .advance(id, BY, |r| {
-            (r.state == ItemState::Downloaded && r.seq == seq)
-                .then(|| Change::to(to, reason.clone()))
-        })
+        .advance(id, BY, |r| decisions::on_admission(r, seq, to, &reason))
         .await?;
     let Advanced::Moved(r) = moved else {
         return Ok(moved.record().map_or(ItemState::Downloaded, |r| r.state));

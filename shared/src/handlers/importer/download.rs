@@ -7,7 +7,8 @@ use super::validate::{check_stored, Digests, Found};
 use super::{ImportError, Importer};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
-use crate::domain::item::{Change, ItemRecord};
+use crate::domain::item::ItemRecord;
+use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::ports::{SourceError, MIN_PART_BYTES};
 use crate::repositories::items::Advanced;
@@ -52,20 +53,11 @@ pub async fn record_timeout(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<ItemState, ImportError> {
     let policy = imp.ctx.config.retry_policy;
-    let timeout = policy.download_timeout.num_seconds();
     let moved = imp
         .ctx
         .items()
         .advance(id, BY, |r| {
-            (r.state == Downloading
-                && policy.timeout_recovery(Downloading, &r.attempts, now)
-                    == Some(vec![DownloadingFailed]))
-            .then(|| {
-                Change::to(
-                    DownloadingFailed,
-                    format!("timed out after {timeout}s (timeout recovery)"),
-                )
-            })
+            decisions::on_download_timed_out(r, &policy, now)
         })
         .await?;
     Ok(state_of(&moved))
@@ -91,15 +83,13 @@ pub async fn download(
         // The operational scenario: the file is already stored and intact.
         if record.state == Discovered {
             if let Ok(found) = check_stored(imp.ctx.store.as_ref(), &key, &record).await {
+                let file = StoredFile {
+                    key: key.clone(),
+                    size: found.size,
+                    sha256: found.sha256,
+                };
                 let moved = items
-                    .advance(id, BY, |r| {
-                        (r.state == Discovered).then(|| Change {
-                            stored_key: Some(key.clone()),
-                            size: Some(found.size),
-                            checksum: Some(found.sha256.clone()),
-                            ..Change::to(Downloaded, format!("already stored at {key}"))
-                        })
-                    })
+                    .advance(id, BY, |r| decisions::on_found_stored(r, &file))
                     .await?;
                 return Ok(state_of(&moved));
             }
@@ -114,26 +104,8 @@ pub async fn download(
         }
         // Begin an attempt (or give up): only one runner wins this compare-and-swap.
         let begun = items
-            .advance(id, BY, |r| match r.state {
-                Discovered => Some(Change::to(Downloading, "download attempt 1")),
-                DownloadingFailed => match policy.after_download_failure(r.attempts.download) {
-                    _ if granted => Some(Change::to(
-                        Downloading,
-                        format!(
-                            "download attempt {} (resumed by an operator)",
-                            r.attempts.download + 1
-                        ),
-                    )),
-                    Downloading => Some(Change::to(
-                        Downloading,
-                        format!("download attempt {}", r.attempts.download + 1),
-                    )),
-                    _ => Some(Change::to(
-                        Ignore,
-                        format!("{} download attempts failed", r.attempts.download),
-                    )),
-                },
-                _ => None,
+            .advance(id, BY, |r| {
+                decisions::on_download_wanted(r, &policy, granted)
             })
             .await?;
         let record = match begun {
@@ -143,37 +115,22 @@ pub async fn download(
         granted = false;
         let attempt = record.attempts.download;
         let result = fetch_into_store(imp, &record, &key).await;
-        let ours = |r: &ItemRecord| r.state == Downloading && r.attempts.download == attempt;
-        let moved = match result {
-            Ok(digests) => {
-                items
-                    .advance(id, BY, |r| {
-                        ours(r).then(|| Change {
-                            stored_key: Some(key.clone()),
-                            size: Some(digests.size),
-                            checksum: Some(digests.sha256.clone()),
-                            ..Change::to(
-                                Downloaded,
-                                format!(
-                                    "attempt {attempt}: {} bytes stored at {key}",
-                                    digests.size
-                                ),
-                            )
-                        })
-                    })
-                    .await?
-            }
+        let result = match result {
+            Ok(digests) => DownloadResult::Stored(StoredFile {
+                key: key.clone(),
+                size: digests.size,
+                sha256: digests.sha256,
+            }),
             Err(why) => {
                 tracing::warn!(item_id = %id, attempt, error = %why, "download attempt failed");
-                items
-                    .advance(id, BY, |r| {
-                        ours(r).then(|| {
-                            Change::to(DownloadingFailed, format!("attempt {attempt}: {why}"))
-                        })
-                    })
-                    .await?
+                DownloadResult::Failed(why)
             }
         };
+        let moved = items
+            .advance(id, BY, |r| {
+                decisions::on_download_result(r, attempt, &result)
+            })
+            .await?;
         match moved {
             Advanced::Moved(r) if r.state == DownloadingFailed => {
                 // Retry at once (the loop), after a short pause so a flapping server can recover.

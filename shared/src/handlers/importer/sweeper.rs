@@ -14,7 +14,7 @@
 use super::{ImportError, Importer, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
-use crate::domain::item::Change;
+use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::repositories::items::{Advanced, ItemError};
 use chrono::{DateTime, Utc};
@@ -149,7 +149,7 @@ async fn sweep_one(
         let (from, at) = expected;
         let moved = items
             .advance(id, BY, |r| {
-                (r.state == from && r.seq == at).then(|| Change::to(to, reason.clone()))
+                decisions::on_timeout_step(r, from, at, to, &reason)
             })
             .await?;
         match &moved {

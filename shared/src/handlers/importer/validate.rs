@@ -5,7 +5,8 @@
 use super::{ImportError, Importer, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
-use crate::domain::item::{Change, ItemRecord};
+use crate::domain::item::ItemRecord;
+use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::ports::ObjectStore;
 use crate::repositories::items::Advanced;
@@ -148,16 +149,11 @@ pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemSta
     let Err(why) = verdict else {
         return Ok(Some(record.state));
     };
-    let was = record.state;
-    let to = if was == Downloaded {
-        DownloadingFailed
-    } else {
-        ProcessingFailed
-    };
+    let (was, seq) = (record.state, record.seq);
+    let reason = format!("{REVALIDATION_FAILED}: {why}");
     let moved = items
         .advance(id, BY, |r| {
-            (r.state == was && r.seq == record.seq)
-                .then(|| Change::to(to, format!("{REVALIDATION_FAILED}: {why}")))
+            decisions::on_revalidation_failed(r, was, seq, &reason)
         })
         .await?;
     let Advanced::Moved(failed) = moved else {
@@ -196,9 +192,7 @@ async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState
     let done = imp
         .ctx
         .items()
-        .advance(id, BY, |r| {
-            (r.state == ProcessingFailed).then(|| Change::to(Abandoned, reason.clone()))
-        })
+        .advance(id, BY, |r| decisions::on_no_attempts_left(r, &reason))
         .await?;
     Ok(done.record().map(|r| r.state))
 }

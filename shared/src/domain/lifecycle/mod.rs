@@ -1,6 +1,9 @@
 //! The item lifecycle: eleven states, the fifteen transitions between them, and the rules that
 //! pick a transition (attempt budgets, timeouts, admission). Pure: the engine that stores records
-//! and history lives in `crate::items`.
+//! and history lives in `crate::repositories::items`; the decision each event causes is a named
+//! function in [`decisions`].
+
+pub mod decisions;
 
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,410 @@
+//! Which change an event causes to an item record: one named pure function per event, beside the
+//! transition table ([`super::TRANSITIONS`]) that every change is checked against when it is
+//! applied. Each looks only at the record it is given — the items repository asks again after a
+//! lost compare-and-swap — and answers "no change" when the record has already moved past the
+//! event (a duplicate, a late delivery, a concurrent runner that got there first).
+
+use super::ItemState::{self, *};
+use super::RetryPolicy;
+use crate::domain::item::{Change, ItemRecord};
+use chrono::{DateTime, Utc};
+
+/// The change that submitting a job makes: PROCESSING with the job id.
+fn submit_change(attempt: u32, job_id: &str) -> Change {
+    Change {
+        job_id: Some(job_id.to_owned()),
+        ..Change::to(
+            Processing,
+            format!("attempt {attempt} submitted as job {job_id}"),
+        )
+    }
+}
+
+/// Attempt `attempt` was submitted as `job_id`. An attempt begins on entering PROCESSING, so a
+/// record already at this attempt or later changes nothing. A retry goes PROCESSING_FAILED →
+/// READY → PROCESSING in one write; a record still PROCESSING an earlier attempt (the sweeper sent
+/// its retry before recording the timeout, and may have died before the write) records that
+/// attempt as superseded first — the next attempt's submission proves the earlier one is over.
+pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
+    if r.attempts.processing >= attempt {
+        return Vec::new();
+    }
+    let retrying = || Change::to(Ready, format!("retrying as attempt {attempt}"));
+    let submit = submit_change(attempt, job_id);
+    match r.state {
+        ProcessingFailed => vec![retrying(), submit],
+        Ready => vec![submit],
+        Processing => vec![
+            Change::to(
+                ProcessingFailed,
+                format!(
+                    "attempt {} superseded: attempt {attempt} submitted",
+                    r.attempts.processing
+                ),
+            ),
+            retrying(),
+            submit,
+        ],
+        _ => Vec::new(),
+    }
+}
+
+/// The first attempt's submission for a record created along with it (READY, then PROCESSING).
+pub fn first_submission(job_id: &str) -> Change {
+    submit_change(1, job_id)
+}
+
+/// The monitor saw attempt `attempt` end: PROCESSING (that attempt) → `to` (PROCESSED or
+/// PROCESSING_FAILED). An end of any other attempt changes nothing.
+pub fn on_job_finished(
+    r: &ItemRecord,
+    attempt: u32,
+    to: ItemState,
+    reason: &str,
+) -> Option<Change> {
+    (r.state == Processing && r.attempts.processing == attempt)
+        .then(|| Change::to(to, format!("attempt {attempt}: {reason}")))
+}
+
+/// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
+/// ABANDONED (unless a later attempt has begun since).
+pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, max_attempt: u32) -> Option<Change> {
+    (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
+        Change::to(
+            Abandoned,
+            format!("attempt {attempt} was the last of {max_attempt}"),
+        )
+    })
+}
+
+/// An operator resumed a failed item read at `seq`: PROCESSING_FAILED → READY, if the record has
+/// not moved since (the requeuer may have got there first).
+pub fn on_operator_resume(r: &ItemRecord, seq: u32, next_attempt: u32) -> Option<Change> {
+    (r.state == ProcessingFailed && r.seq == seq).then(|| {
+        Change::to(
+            Ready,
+            format!("resumed by an operator: attempt {next_attempt} next"),
+        )
+    })
+}
+
+/// A download message found the item DOWNLOADING: past the download timeout with attempts left,
+/// the attempt is recorded as failed (DOWNLOADING_FAILED) so a download can begin again.
+pub fn on_download_timed_out(
+    r: &ItemRecord,
+    policy: &RetryPolicy,
+    now: DateTime<Utc>,
+) -> Option<Change> {
+    (r.state == Downloading
+        && policy.timeout_recovery(Downloading, &r.attempts, now) == Some(vec![DownloadingFailed]))
+    .then(|| {
+        Change::to(
+            DownloadingFailed,
+            format!(
+                "timed out after {}s (timeout recovery)",
+                policy.download_timeout.num_seconds()
+            ),
+        )
+    })
+}
+
+/// A file stored in granary's bucket, as checked or as just written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredFile {
+    pub key: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl StoredFile {
+    fn change(&self, reason: String) -> Change {
+        Change {
+            stored_key: Some(self.key.clone()),
+            size: Some(self.size),
+            checksum: Some(self.sha256.clone()),
+            ..Change::to(Downloaded, reason)
+        }
+    }
+}
+
+/// A DISCOVERED item's file is already stored and intact: DOWNLOADED without a download.
+pub fn on_found_stored(r: &ItemRecord, file: &StoredFile) -> Option<Change> {
+    (r.state == Discovered).then(|| file.change(format!("already stored at {}", file.key)))
+}
+
+/// A download is wanted: begin attempt 1 (DISCOVERED), the next attempt while the budget lasts or
+/// an operator `granted` one (DOWNLOADING_FAILED), or give up (IGNORE). Only one runner wins the
+/// compare-and-swap that writes it.
+pub fn on_download_wanted(r: &ItemRecord, policy: &RetryPolicy, granted: bool) -> Option<Change> {
+    let next = r.attempts.download + 1;
+    match r.state {
+        Discovered => Some(Change::to(Downloading, "download attempt 1")),
+        DownloadingFailed if granted => Some(Change::to(
+            Downloading,
+            format!("download attempt {next} (resumed by an operator)"),
+        )),
+        DownloadingFailed => match policy.after_download_failure(r.attempts.download) {
+            Downloading => Some(Change::to(Downloading, format!("download attempt {next}"))),
+            _ => Some(Change::to(
+                Ignore,
+                format!("{} download attempts failed", r.attempts.download),
+            )),
+        },
+        _ => None,
+    }
+}
+
+/// How one download attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DownloadResult {
+    Stored(StoredFile),
+    Failed(String),
+}
+
+/// Download attempt `attempt` ended: DOWNLOADED or DOWNLOADING_FAILED, if the record is still in
+/// that attempt (a timeout recovery may have moved it on meanwhile).
+pub fn on_download_result(r: &ItemRecord, attempt: u32, result: &DownloadResult) -> Option<Change> {
+    if r.state != Downloading || r.attempts.download != attempt {
+        return None;
+    }
+    Some(match result {
+        DownloadResult::Stored(file) => file.change(format!(
+            "attempt {attempt}: {} bytes stored at {}",
+            file.size, file.key
+        )),
+        DownloadResult::Failed(why) => {
+            Change::to(DownloadingFailed, format!("attempt {attempt}: {why}"))
+        }
+    })
+}
+
+/// Admission decided `to` (READY, SKIPPED, DOWNLOADING_FAILED…) for a DOWNLOADED record read at
+/// `seq`; written only if it has not moved since.
+pub fn on_admission(r: &ItemRecord, seq: u32, to: ItemState, reason: &str) -> Option<Change> {
+    (r.state == Downloaded && r.seq == seq).then(|| Change::to(to, reason))
+}
+
+/// What re-validation found wrong with an item read in state `was` at `seq`: its stored file
+/// (DOWNLOADED → DOWNLOADING_FAILED) or its products (PROCESSED → PROCESSING_FAILED).
+pub fn on_revalidation_failed(
+    r: &ItemRecord,
+    was: ItemState,
+    seq: u32,
+    reason: &str,
+) -> Option<Change> {
+    let to = if was == Downloaded {
+        DownloadingFailed
+    } else {
+        ProcessingFailed
+    };
+    (r.state == was && r.seq == seq).then(|| Change::to(to, reason))
+}
+
+/// A failed item with no processing attempts left: PROCESSING_FAILED → ABANDONED.
+pub fn on_no_attempts_left(r: &ItemRecord, reason: &str) -> Option<Change> {
+    (r.state == ProcessingFailed).then(|| Change::to(Abandoned, reason))
+}
+
+/// One step of a timeout recovery (the sweeper): `from` at `seq` → `to`, if the record has not
+/// moved since the sweeper read it.
+pub fn on_timeout_step(
+    r: &ItemRecord,
+    from: ItemState,
+    seq: u32,
+    to: ItemState,
+    reason: &str,
+) -> Option<Change> {
+    (r.state == from && r.seq == seq).then(|| Change::to(to, reason))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::granule::GranuleId;
+    use crate::domain::item::NewItem;
+    use chrono::TimeZone;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap()
+    }
+
+    fn item(state: ItemState) -> ItemRecord {
+        let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
+        let new = NewItem {
+            state,
+            ..NewItem::ready(id, "test", None)
+        };
+        new.into_record(t0(), "test")
+    }
+
+    /// Applies the decision's changes as the repository would: each checked against the table.
+    fn apply(r: &ItemRecord, changes: &[Change]) -> ItemRecord {
+        changes.iter().fold(r.clone(), |acc, c| {
+            acc.apply(c, t0(), "test")
+                .unwrap_or_else(|e| panic!("{e}: decision not allowed by the table"))
+        })
+    }
+
+    fn policy() -> RetryPolicy {
+        RetryPolicy::default()
+    }
+
+    #[test]
+    fn a_submission_moves_ready_to_processing_and_a_retry_goes_through_ready() {
+        let ready = item(Ready);
+        let first = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+        assert_eq!((first.state, first.attempts.processing), (Processing, 1));
+        assert_eq!(first.job_id.as_deref(), Some("j-1"));
+        let failed = apply(&first, &[Change::to(ProcessingFailed, "spot")]);
+        let second = apply(&failed, &on_submitted(&failed, 2, "j-2"));
+        assert_eq!((second.state, second.attempts.processing), (Processing, 2));
+    }
+
+    #[test]
+    fn a_duplicate_or_late_submission_changes_nothing() {
+        let ready = item(Ready);
+        let first = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+        assert!(on_submitted(&first, 1, "j-1").is_empty());
+        assert!(on_submitted(&item(Processed), 2, "j-2").is_empty());
+    }
+
+    #[test]
+    fn a_submission_while_an_earlier_attempt_shows_processing_supersedes_it() {
+        let ready = item(Ready);
+        let first = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+        let changes = on_submitted(&first, 2, "j-2");
+        assert_eq!(changes.len(), 3);
+        let second = apply(&first, &changes);
+        assert_eq!((second.state, second.attempts.processing), (Processing, 2));
+    }
+
+    #[test]
+    fn a_job_end_applies_only_to_its_own_attempt() {
+        let ready = item(Ready);
+        let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+        assert!(on_job_finished(&running, 2, Processed, "ok").is_none());
+        let done = apply(
+            &running,
+            &[on_job_finished(&running, 1, Processed, "ok").unwrap()],
+        );
+        assert_eq!(done.state, Processed);
+        assert!(on_job_finished(&done, 1, ProcessingFailed, "late").is_none());
+    }
+
+    #[test]
+    fn spent_attempts_abandon_only_a_failed_record_not_one_already_retried() {
+        let failed = item(ProcessingFailed);
+        let gone = apply(&failed, &[on_attempts_spent(&failed, 4, 4).unwrap()]);
+        assert_eq!(gone.state, Abandoned);
+        assert!(on_attempts_spent(&item(Processing), 4, 4).is_none());
+    }
+
+    #[test]
+    fn an_operator_resume_applies_only_to_the_record_as_read() {
+        let failed = item(ProcessingFailed);
+        assert_eq!(
+            apply(
+                &failed,
+                &[on_operator_resume(&failed, failed.seq, 3).unwrap()]
+            )
+            .state,
+            Ready
+        );
+        assert!(on_operator_resume(&failed, failed.seq + 1, 3).is_none());
+    }
+
+    #[test]
+    fn downloads_begin_retry_while_the_budget_lasts_then_give_up_unless_granted() {
+        let p = policy();
+        let discovered = item(Discovered);
+        let mut r = apply(
+            &discovered,
+            &[on_download_wanted(&discovered, &p, false).unwrap()],
+        );
+        assert_eq!((r.state, r.attempts.download), (Downloading, 1));
+        loop {
+            let attempt = r.attempts.download;
+            let failed = DownloadResult::Failed("reset".into());
+            r = apply(&r, &[on_download_result(&r, attempt, &failed).unwrap()]);
+            assert_eq!(r.state, DownloadingFailed);
+            r = apply(&r, &[on_download_wanted(&r, &p, false).unwrap()]);
+            if r.state == Ignore {
+                break;
+            }
+            assert!(r.attempts.download <= p.max_download_attempts);
+        }
+        assert_eq!(r.attempts.download, p.max_download_attempts);
+        let failed = apply(&item(Discovered), &[Change::to(Downloading, "1")]);
+        let failed = apply(&failed, &[Change::to(DownloadingFailed, "x")]);
+        let spent = ItemRecord {
+            attempts: crate::domain::lifecycle::Attempts {
+                download: p.max_download_attempts,
+                ..failed.attempts.clone()
+            },
+            ..failed
+        };
+        let granted = on_download_wanted(&spent, &p, true).unwrap();
+        assert_eq!(granted.to, Some(Downloading));
+    }
+
+    #[test]
+    fn a_download_result_counts_only_for_its_own_attempt() {
+        let r = apply(&item(Discovered), &[Change::to(Downloading, "1")]);
+        let file = StoredFile {
+            key: "raw/x".into(),
+            size: 3,
+            sha256: "abc".into(),
+        };
+        assert!(on_download_result(&r, 2, &DownloadResult::Stored(file.clone())).is_none());
+        let stored = apply(
+            &r,
+            &[on_download_result(&r, 1, &DownloadResult::Stored(file)).unwrap()],
+        );
+        assert_eq!(stored.state, Downloaded);
+        assert_eq!(stored.stored_key.as_deref(), Some("raw/x"));
+        assert_eq!(stored.size, Some(3));
+    }
+
+    #[test]
+    fn found_stored_admission_revalidation_and_timeouts_need_the_record_as_read() {
+        let discovered = item(Discovered);
+        let file = StoredFile {
+            key: "raw/x".into(),
+            size: 1,
+            sha256: "s".into(),
+        };
+        let stored = apply(&discovered, &[on_found_stored(&discovered, &file).unwrap()]);
+        assert_eq!(stored.state, Downloaded);
+        assert!(on_found_stored(&stored, &file).is_none());
+        assert!(on_admission(&stored, stored.seq + 1, Ready, "x").is_none());
+        let ready = apply(
+            &stored,
+            &[on_admission(&stored, stored.seq, Ready, "ok").unwrap()],
+        );
+        assert_eq!(ready.state, Ready);
+        let bad = on_revalidation_failed(&stored, Downloaded, stored.seq, "gone").unwrap();
+        assert_eq!(bad.to, Some(DownloadingFailed));
+        assert!(on_revalidation_failed(&ready, Downloaded, stored.seq, "gone").is_none());
+        assert!(on_timeout_step(&ready, Ready, ready.seq + 1, ProcessingFailed, "t").is_none());
+        let failed = item(ProcessingFailed);
+        assert_eq!(
+            on_no_attempts_left(&failed, "spent").unwrap().to,
+            Some(Abandoned)
+        );
+        assert!(on_no_attempts_left(&ready, "spent").is_none());
+    }
+
+    #[test]
+    fn a_download_past_its_timeout_is_recorded_failed_once() {
+        let p = policy();
+        let r = apply(&item(Discovered), &[Change::to(Downloading, "1")]);
+        assert!(
+            on_download_timed_out(&r, &p, t0()).is_none(),
+            "not yet timed out"
+        );
+        let late = t0() + p.download_timeout + chrono::Duration::seconds(1);
+        let failed = apply(&r, &[on_download_timed_out(&r, &p, late).unwrap()]);
+        assert_eq!(failed.state, DownloadingFailed);
+        assert!(on_download_timed_out(&failed, &p, late).is_none());
+    }
+}
