@@ -1,5 +1,4 @@
-//! The `granary` CLI's library: operator commands and the local runtime that runs granary on an
-//! AWS emulator (stack provisioning, Batch simulator, Lambda runner).
+//! The `granary` CLI's library: what the operator commands compute (status, report, chart), apart
+//! from how they print it.
 
-pub mod local;
 pub mod ops;

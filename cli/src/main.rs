@@ -1,8 +1,6 @@
-//! `granary`: the operator's command line, and the local runtime that runs granary on an emulator.
+//! `granary`: the operator's command line. The local runtime (demo, chaos) is `granary-local`.
 
-mod chaos_cmd;
 mod classify_cmd;
-mod demo_cmd;
 mod items_cmd;
 mod ops_cmd;
 
@@ -29,22 +27,6 @@ enum Command {
     ///   granary classify - --json < event.json
     #[command(verbatim_doc_comment)]
     Classify(classify_cmd::Args),
-    /// Prove "nothing lost, nothing twice": a campaign on the in-memory twins with crashes at random
-    /// external calls, throttling, and duplicated and reordered events; exits 1 if anything was
-    /// lost, submitted twice or succeeded twice.
-    ///
-    /// Examples:
-    ///   granary chaos --granules 10000 --seed 7
-    ///   granary chaos --granules 100000 --json
-    #[command(verbatim_doc_comment)]
-    Chaos(chaos_cmd::Args),
-    /// Run a whole campaign locally on the AWS emulator, with faults, and print what happened.
-    ///
-    /// Examples:
-    ///   granary demo --granules 2000 --seed 7
-    ///   granary demo --endpoint http://127.0.0.1:5000 --json
-    #[command(verbatim_doc_comment)]
-    Demo(demo_cmd::Args),
     /// Find item records and read their history (bucket from GRANARY_BUCKET or --bucket).
     ///
     /// Examples:
@@ -63,7 +45,7 @@ enum Command {
     ///
     /// Examples:
     ///   granary report --scan
-    ///   granary report --scan --format csv --chart successes.svg
+    ///   granary report --scan --csv --chart successes.svg
     ///   granary report --athena --workgroup granary-operators --database granary
     #[command(verbatim_doc_comment)]
     Report(ops_cmd::ReportArgs),
@@ -106,9 +88,7 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Chaos(args) => chaos_cmd::run(args).await,
         Command::Classify(args) => classify_cmd::run(args),
-        Command::Demo(args) => demo_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,

@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use granary::config::{Queues, Section};
 use granary::domain::granule::GranuleId;
 use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState;
@@ -15,10 +16,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-async fn ctx() -> Result<Ctx> {
-    Ctx::from_env().await.context(
-        "granary's configuration (export the GRANARY_* variables of your stack; see README, Configuration)",
-    )
+/// What the context of a command needs to explain when it cannot be built.
+const CONFIG_HINT: &str =
+    "granary's configuration (export the GRANARY_* variables of your stack; see README, Configuration)";
+
+/// The context a command works in: the bucket's layout plus the `sections` it uses, and nothing
+/// else — `report --scan` needs GRANARY_BUCKET alone.
+async fn ctx(sections: &[Section]) -> Result<Ctx> {
+    Ctx::for_sections_from_env(sections)
+        .await
+        .context(CONFIG_HINT)
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -40,9 +47,9 @@ pub struct StatusArgs {
 }
 
 pub async fn status(args: StatusArgs) -> Result<ExitCode> {
-    let ctx = ctx().await?;
+    let ctx = ctx(&[Section::Jobs, Section::Queues]).await?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
-    let batch = granary_cli::local::stack::batch_available(&clients).await?;
+    let batch = granary::adapters::aws::batch::endpoint_has_batch(&clients.batch).await?;
     let s = status::gather(&ctx, chrono::Utc::now(), batch).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
@@ -118,13 +125,6 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum Format {
-    Table,
-    Csv,
-    Json,
-}
-
 #[derive(clap::Args)]
 pub struct ReportArgs {
     /// Compute from the log objects in S3 (LIST + one GET per log; works on an emulator).
@@ -143,8 +143,12 @@ pub struct ReportArgs {
     /// Where granary's athena/ SQL lives.
     #[arg(long, default_value = "athena")]
     sql_dir: PathBuf,
-    #[arg(long, value_enum, default_value = "table")]
-    format: Format,
+    /// Print JSON instead of tables (every command's --json).
+    #[arg(long, conflicts_with = "csv")]
+    json: bool,
+    /// Print CSV instead of tables (one header row per section).
+    #[arg(long)]
+    csv: bool,
     /// Also draw successes per acquisition month by platform into this SVG file.
     #[arg(long)]
     chart: Option<PathBuf>,
@@ -154,12 +158,12 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
     if !args.scan && !args.athena {
         bail!("say where the numbers come from: --scan (read the logs in S3) or --athena");
     }
-    let ctx = ctx().await?;
     let reports = if args.scan {
+        let ctx = ctx(&[]).await?;
         let b = bar(0, "logs read");
         let r = report::scan(
             ctx.store.as_ref(),
-            &ctx.config.log_prefix,
+            &ctx.config.layout.log_prefix,
             &|done, total| {
                 b.set_length(total);
                 b.set_position(done);
@@ -178,10 +182,12 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         };
         report::athena(&client, &target, &args.sql_dir).await?
     };
-    match args.format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
-        Format::Csv => print!("{}", report::to_csv(&reports)?),
-        Format::Table => {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else if args.csv {
+        print!("{}", report::to_csv(&reports)?);
+    } else {
+        {
             for s in report::sections(&reports) {
                 let mut t = Table::new();
                 t.load_preset(UTF8_FULL_CONDENSED)
@@ -266,15 +272,18 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
         bail!("choose what to redrive: --all, or --reason / --attempt / --granule (try --dry-run first)");
     }
     let opts = args.pace.options()?;
-    let ctx = ctx().await?;
-    let depth = ctx.failure_dlq.depth().await?;
+    let queues = Queues::from_env().context(CONFIG_HINT)?;
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let failure_dlq = granary::wiring::sqs_queue(&clients, &queues.failure_dlq_url);
+    let retry_queue = granary::wiring::sqs_queue(&clients, &queues.retry_queue_url);
+    let depth = failure_dlq.depth().await?;
     let b = bar(
         depth.visible,
         if opts.dry_run { "examined" } else { "redriven" },
     );
     let s = granary::handlers::redrive::redrive(
-        ctx.failure_dlq.as_ref(),
-        ctx.retry_queue.as_ref(),
+        failure_dlq.as_ref(),
+        retry_queue.as_ref(),
         &filter,
         &opts,
         &|s| b.set_position(s.redriven),
@@ -324,14 +333,14 @@ pub struct RedriveEventsArgs {
 pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
     let opts = args.pace.options()?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
-    let from = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.from);
-    let to = granary::adapters::aws::SqsQueue::new(clients.sqs.clone(), &args.to);
-    let depth = granary::ports::Queue::depth(&from).await?;
+    let from = granary::wiring::sqs_queue(&clients, &args.from);
+    let to = granary::wiring::sqs_queue(&clients, &args.to);
+    let depth = from.depth().await?;
     let b = bar(
         depth.visible,
         if opts.dry_run { "examined" } else { "moved" },
     );
-    let s = granary::handlers::redrive::redrive_events(&from, &to, &opts, &|s| b.set_position(s.redriven))
+    let s = granary::handlers::redrive::redrive_events(from.as_ref(), to.as_ref(), &opts, &|s| b.set_position(s.redriven))
         .await
         .context("redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)")?;
     b.finish_and_clear();
@@ -368,13 +377,14 @@ pub struct HoldArgs {
 }
 
 pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
-    let ctx = ctx().await?;
+    let ctx = ctx(&[]).await?;
     let hold = Hold {
         reason: args.reason,
         held_by: args.by,
         at: chrono::Utc::now(),
     };
-    match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.hold_key, &hold).await?
+    match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
+        .await?
     {
         None => {
             println!("feeder held: it submits nothing until `granary release`; its place is kept")
@@ -385,11 +395,11 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
 }
 
 pub async fn release() -> Result<ExitCode> {
-    let ctx = ctx().await?;
-    match granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await? {
+    let ctx = ctx(&[]).await?;
+    match granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await? {
         None => println!("the feeder is not held"),
         Some(h) => {
-            ctx.store.delete(&ctx.config.hold_key).await?;
+            ctx.store.delete(&ctx.config.layout.hold_key).await?;
             println!(
                 "released (was {}); the next feeder run resumes where it stopped",
                 h.describe()
@@ -413,7 +423,7 @@ pub struct ResumeArgs {
 }
 
 pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
-    let ctx = ctx().await?;
+    let ctx = ctx(&[Section::Queues, Section::Retry, Section::Importer]).await?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
     let imp = Importer::aws(ctx.clone(), &clients)?;
     let mut ids: Vec<GranuleId> = args

@@ -4,24 +4,42 @@
 
 use crate::adapters::aws::{AwsClients, BatchJobRunner, S3PrefixSource, S3Store, SqsQueue};
 use crate::adapters::http::HttpIndexSource;
-use crate::config::Config;
+use crate::adapters::unset::{UnsetJobRunner, UnsetQueue};
+use crate::config::{Config, Function, Section};
 use crate::handlers::importer::{timeout, Importer, ObjectsExist};
 use crate::handlers::Ctx;
-use crate::ports::{Queue, Source, SourceError};
+use crate::ports::{JobRunner, Queue, Source, SourceError};
 use std::sync::Arc;
 
 impl Ctx {
-    /// Wires the AWS adapters from the config.
+    /// Wires the AWS adapters from the config; the ports of a section it lacks refuse every call.
     pub fn aws(config: Config, clients: &AwsClients) -> Self {
-        Self {
-            store: Arc::new(S3Store::new(clients.s3.clone(), &config.bucket)),
-            jobs: Arc::new(BatchJobRunner::new(
+        let jobs: Arc<dyn JobRunner> = match &config.jobs {
+            Some(j) => Arc::new(BatchJobRunner::new(
                 clients.batch.clone(),
-                &config.job_queue,
-                &config.job_definition,
+                &j.job_queue,
+                &j.job_definition,
             )),
-            retry_queue: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.retry_queue_url)),
-            failure_dlq: Arc::new(SqsQueue::new(clients.sqs.clone(), &config.failure_dlq_url)),
+            None => Arc::new(UnsetJobRunner),
+        };
+        let sqs = |url: Option<&str>, var: &'static str| -> Arc<dyn Queue> {
+            match url {
+                Some(url) => Arc::new(SqsQueue::new(clients.sqs.clone(), url)),
+                None => Arc::new(UnsetQueue { var }),
+            }
+        };
+        let queues = config.queues.as_ref();
+        Self {
+            store: Arc::new(S3Store::new(clients.s3.clone(), &config.layout.bucket)),
+            jobs,
+            retry_queue: sqs(
+                queues.map(|q| q.retry_queue_url.as_str()),
+                "GRANARY_RETRY_QUEUE_URL",
+            ),
+            failure_dlq: sqs(
+                queues.map(|q| q.failure_dlq_url.as_str()),
+                "GRANARY_FAILURE_DLQ_URL",
+            ),
             config,
         }
     }
@@ -29,18 +47,28 @@ impl Ctx {
     /// A context on the in-memory twins of every port (tests, the local runtime).
     pub fn in_memory(config: Config) -> Self {
         use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+        let (retry, dlq) = config.queue_names();
         Self {
             store: Arc::new(MemoryStore::new()),
             jobs: Arc::new(MemoryJobRunner::default()),
-            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
-            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
+            retry_queue: Arc::new(MemoryQueue::new(&retry)),
+            failure_dlq: Arc::new(MemoryQueue::new(&dlq)),
             config,
         }
     }
 
-    /// What a Lambda main does at init: config from the environment, AWS clients, adapters.
-    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
-        let config = Config::from_env()?;
+    /// What Lambda function `f` does at init: the sections it reads from the environment, AWS
+    /// clients, adapters.
+    pub async fn from_env(f: Function) -> Result<Self, crate::config::ConfigError> {
+        let config = Config::for_function_from_env(f)?;
+        Ok(Self::aws(config, &AwsClients::from_env().await))
+    }
+
+    /// What a command reads: the layout plus `sections`, from the environment.
+    pub async fn for_sections_from_env(
+        sections: &[Section],
+    ) -> Result<Self, crate::config::ConfigError> {
+        let config = Config::for_sections(sections, |k| std::env::var(k).ok())?;
         Ok(Self::aws(config, &AwsClients::from_env().await))
     }
 
@@ -80,6 +108,11 @@ impl Ctx {
     }
 }
 
+/// One SQS queue by URL (the operator's redrive commands, which need no bucket).
+pub fn sqs_queue(clients: &AwsClients, url: &str) -> Arc<dyn Queue> {
+    Arc::new(SqsQueue::new(clients.sqs.clone(), url))
+}
+
 impl Importer {
     /// Wires the AWS adapters from the config (the source from `GRANARY_SOURCE_URL`).
     pub fn aws(ctx: Ctx, clients: &AwsClients) -> Result<Self, SourceError> {
@@ -110,8 +143,9 @@ impl Importer {
         })
     }
 
-    pub async fn from_env() -> Result<Self, InitError> {
-        let config = crate::config::Config::from_env()?;
+    /// What importer function `f` does at init.
+    pub async fn from_env(f: Function) -> Result<Self, InitError> {
+        let config = Config::for_function_from_env(f)?;
         let clients = AwsClients::from_env().await;
         Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
     }

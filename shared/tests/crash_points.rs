@@ -38,7 +38,7 @@ async fn audit(w: &World) -> Vec<String> {
     }
     let logs: Vec<String> = c
         .store
-        .list(&c.config.log_prefix)
+        .list(&c.config.layout.log_prefix)
         .await
         .unwrap()
         .into_iter()
@@ -61,7 +61,7 @@ async fn audit(w: &World) -> Vec<String> {
         }
     };
     if w.poison {
-        let rejects = c.store.list(&c.config.reject_prefix).await.unwrap();
+        let rejects = c.store.list(&c.config.layout.reject_prefix).await.unwrap();
         if rejects.is_empty() {
             problems.push("the poison input is not recorded under rejects/".into());
         }
@@ -150,7 +150,7 @@ async fn a_malformed_import_message_is_recorded_and_dead_lettered_at_once() {
         .expect("a poison message is handled, not redelivered");
     assert!(report.steps[0].starts_with("rejected: malformed import message"));
     let c = ctx(&w);
-    let rejects = c.store.list(&c.config.reject_prefix).await.unwrap();
+    let rejects = c.store.list(&c.config.layout.reject_prefix).await.unwrap();
     assert_eq!(rejects.len(), 1);
     assert!(rejects[0].key.contains("kind=malformed_import_message"));
     assert_eq!(

@@ -14,13 +14,13 @@ use granary::handlers::Ctx;
 use granary::ports::{
     ObjectMeta, ObjectStore, PutCondition, Queue, ReceivedMessage, StoreError, StoredObject,
 };
-use granary_cli::local::simulator::JobLedger;
-use granary_cli::local::stack::{stack_batch, EmulatorStack, StackOptions};
+use granary_local::simulator::JobLedger;
+use granary_local::stack::{stack_batch, EmulatorStack, StackOptions};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub use granary_cli::local::events::{state_change_event, AttemptEnd, JobFacts};
+pub use granary_local::events::{state_change_event, AttemptEnd, JobFacts};
 
 pub struct TestStack {
     pub stack: EmulatorStack,

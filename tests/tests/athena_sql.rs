@@ -3,9 +3,9 @@
 //! give exactly the numbers `granary report --scan` gives for the same logs.
 //! The engines come from PyPI into .venv-sql (`scripts/sql.sh install`, run by `make test`).
 
-use granary_cli::local::campaign::{Campaign, CampaignSpec};
-use granary_cli::local::fault_plan::FaultPlan;
 use granary_cli::ops::report;
+use granary_local::campaign::{Campaign, CampaignSpec};
+use granary_local::fault_plan::FaultPlan;
 use granary_tests::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -73,7 +73,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         .unwrap();
     c.runtime.run_to_quiescence(|_| {}).await.unwrap();
     let store = c.runtime.ctx.store.clone();
-    let prefix = c.runtime.ctx.config.log_prefix.clone();
+    let prefix = c.runtime.ctx.config.layout.log_prefix.clone();
 
     // A local copy of logs/, three partition levels deep like the table's partitions, and the
     // S3 Inventory reports of logs/ as S3 would write them: an older report holding half the

@@ -4,8 +4,8 @@ use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::log_key::{LogKey, LogOutcome, LogRecord};
 use granary::repositories::{load_tracker, read_json};
-use granary_cli::local::campaign::{Campaign, CampaignSpec, Summary};
-use granary_cli::local::fault_plan::FaultPlan;
+use granary_local::campaign::{Campaign, CampaignSpec, Summary};
+use granary_local::fault_plan::FaultPlan;
 use granary_tests::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ async fn assert_accounted_for(c: &Campaign, summary: &Summary) {
     assert_eq!(names.len(), planned.len(), "a job name was submitted twice");
 
     // What each granule's final job was meant to end as, by the plan.
-    let mut last: BTreeMap<&str, &granary_cli::local::simulator::PlannedJob> = BTreeMap::new();
+    let mut last: BTreeMap<&str, &granary_local::simulator::PlannedJob> = BTreeMap::new();
     let mut successes: BTreeMap<&str, usize> = BTreeMap::new();
     for p in planned {
         let e = last.entry(p.granule_id.as_str()).or_insert(p);
@@ -245,7 +245,7 @@ async fn assert_accounted_for(c: &Campaign, summary: &Summary) {
         summary.events_dlq, 0,
         "no event failed the monitor for good"
     );
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key)
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert!(tracker.value.is_complete());

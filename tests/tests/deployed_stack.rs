@@ -7,7 +7,7 @@
 use granary::adapters::aws::{EventBridgeBus, SqsQueue};
 use granary::handlers::{monitor, requeuer, Ctx};
 use granary::ports::{BusEvent, EventBus, Queue};
-use granary_cli::local::runner::lambda_sqs_event;
+use granary_local::runner::lambda_sqs_event;
 use granary_tests::*;
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ fn deployed_batch(
     clients: &granary::adapters::aws::AwsClients,
 ) -> (
     std::sync::Arc<dyn granary::ports::JobRunner>,
-    std::sync::Arc<dyn granary_cli::local::simulator::JobLedger>,
+    std::sync::Arc<dyn granary_local::simulator::JobLedger>,
 ) {
     use std::sync::Arc;
     let out = &deployed["outputs"];
@@ -43,7 +43,7 @@ fn deployed_batch(
                 queue,
                 definition,
             )),
-            Arc::new(granary_cli::local::simulator::EndpointBatch::new(
+            Arc::new(granary_local::simulator::EndpointBatch::new(
                 clients.batch.clone(),
                 queue,
             )),
@@ -59,7 +59,7 @@ fn deployed_batch(
             "action": e["Action"].as_str().unwrap().to_lowercase(),
         })).collect::<Vec<_>>(),
     });
-    let batch = Arc::new(granary_cli::local::in_memory::InMemoryBatch::new(
+    let batch = Arc::new(granary_local::in_memory::InMemoryBatch::new(
         queue, definition, strategy,
     ));
     (batch.clone(), batch)

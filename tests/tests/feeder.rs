@@ -48,7 +48,7 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
         got, want_sorted,
         "exactly rows 0..120 of the first inventory"
     );
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 120);
@@ -57,7 +57,7 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
     // The next window crosses into the second inventory, in order.
     let out = feed(&s.ctx, 150).await;
     assert_eq!(out.submitted, 150);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 250);
@@ -92,7 +92,7 @@ async fn exits_early_at_the_active_job_threshold() {
         "{out:?}"
     );
     assert!(all_jobs(&s).await.is_empty());
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert_eq!(
@@ -106,7 +106,7 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
     let (s, _) = stack_with_inventory("stale", &[], 100, "DD").await;
     // Create the tracker, then take a snapshot that will go stale.
     feed(&s.ctx, 10).await;
-    let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     // Another feeder run moves on.
@@ -127,7 +127,7 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
         "{out:?}"
     );
     assert_eq!(all_jobs(&s).await.len(), before);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert_eq!(
@@ -146,7 +146,7 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
     let dying = Ctx {
         store: Arc::new(FailingStore::new(
             s.ctx.store.clone(),
-            &s.ctx.config.tracker_key,
+            &s.ctx.config.layout.tracker_key,
             true,
             1,
         )),
@@ -197,7 +197,7 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
     let mut names: Vec<&String> = jobs.iter().map(|(n, _)| n).collect();
     names.dedup();
     assert_eq!(names.len(), 60);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
+    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
         .await
         .unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 60);
@@ -242,9 +242,10 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
         assert_eq!(record.reason, m.attributes["reason"]);
         assert!(record.source.starts_with("inventories/a.parquet#row="));
     }
-    let t = granary::repositories::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.tracker_key)
-        .await
-        .unwrap();
+    let t =
+        granary::repositories::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
+            .await
+            .unwrap();
     assert_eq!(
         t.value.inventories[0].rows_submitted, 5,
         "the feed went past both"

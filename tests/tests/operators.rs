@@ -50,7 +50,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
         value: tracker,
         etag: None,
     };
-    granary::repositories::save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut v)
+    granary::repositories::save_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key, &mut v)
         .await
         .unwrap();
     for i in 0..3 {
@@ -65,7 +65,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
         .unwrap();
     place_hold(
         ctx.store.as_ref(),
-        &ctx.config.hold_key,
+        &ctx.config.layout.hold_key,
         &Hold {
             reason: "image rollout".into(),
             held_by: "ops".into(),
@@ -108,7 +108,7 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
     assert_eq!(feed(ctx, 20).await.submitted, 20);
     place_hold(
         ctx.store.as_ref(),
-        &ctx.config.hold_key,
+        &ctx.config.layout.hold_key,
         &Hold {
             reason: "quota".into(),
             held_by: "ops".into(),
@@ -124,7 +124,7 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
         "{held:?}"
     );
     assert_eq!(all_jobs(&s).await.len(), 20);
-    ctx.store.delete(&ctx.config.hold_key).await.unwrap();
+    ctx.store.delete(&ctx.config.layout.hold_key).await.unwrap();
     let resumed = feed(ctx, 20).await;
     assert_eq!((resumed.submitted, resumed.rows_submitted_total), (20, 40));
     // exactly rows 20..40 were submitted after the release

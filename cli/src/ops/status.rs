@@ -41,9 +41,9 @@ pub struct Status {
 const COUNT_JOBS_UP_TO: u64 = 100_000;
 
 /// Everything `granary status` shows. `batch` says whether the endpoint has AWS Batch to count
-/// active jobs on (see `local::stack::batch_available`).
+/// active jobs on (see `granary::adapters::aws::batch::endpoint_has_batch`).
 pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status> {
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key)
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
         .await
         .context("reading the tracker")?
         .value;
@@ -59,7 +59,7 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
     };
     let retry_queue = ctx.retry_queue.depth().await.context("retry queue depth")?;
     let failure_dlq = ctx.failure_dlq.depth().await.context("failure DLQ depth")?;
-    let hold = read_hold(ctx.store.as_ref(), &ctx.config.hold_key)
+    let hold = read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
         .await
         .context("reading the hold")?;
     Ok(assemble(

@@ -1,13 +1,14 @@
 //! Lambda: job monitor. Consumes the Batch-events buffer queue (SQS, ReportBatchItemFailures).
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use granary::config::Function;
 use granary::handlers::{monitor, Ctx};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ctx = &Ctx::from_env().await?;
+    let ctx = &Ctx::from_env(Function::JobMonitor).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(monitor::handle_sqs(ctx, event.payload).await)
     }))

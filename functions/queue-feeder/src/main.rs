@@ -1,17 +1,19 @@
 //! Lambda: queue feeder. Invoked by the EventBridge schedule with {"granule_submit_count": N}.
 
+use granary::config::Function;
+use granary::handlers::failure::LambdaFailure;
 use granary::handlers::{feeder, Ctx};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ctx = &Ctx::from_env().await?;
+    let ctx = &Ctx::from_env(Function::QueueFeeder).await?;
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<feeder::FeederEvent>| async move {
             feeder::run(ctx, event.payload)
                 .await
-                .map_err(lambda_runtime::Error::from)
+                .map_err(|e| LambdaFailure::of(&e))
         },
     ))
     .await

@@ -62,7 +62,7 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
     }
     let mut summary = FeederSummary::default();
     if let Some(hold) =
-        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.hold_key).await?
+        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await?
     {
         summary.early_exit = Some(hold.describe());
         tracing::info!(
@@ -72,21 +72,24 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         );
         return Ok(summary);
     }
-    let active = ctx.jobs.count_active(ctx.config.max_active_jobs).await?;
+    let active = ctx
+        .jobs
+        .count_active(ctx.config.feeder.max_active_jobs)
+        .await?;
     summary.active_jobs = active.total;
-    if active.total >= ctx.config.max_active_jobs {
+    if active.total >= ctx.config.feeder.max_active_jobs {
         summary.early_exit = Some(format!(
             "{} active jobs, at or over the threshold of {}",
-            active.total, ctx.config.max_active_jobs
+            active.total, ctx.config.feeder.max_active_jobs
         ));
         tracing::info!(
             active = active.total,
-            threshold = ctx.config.max_active_jobs,
+            threshold = ctx.config.feeder.max_active_jobs,
             "feeder exiting early"
         );
         return Ok(summary);
     }
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.tracker_key).await?;
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key).await?;
     feed(ctx, event.granule_submit_count, tracker, summary).await
 }
 
@@ -98,7 +101,7 @@ pub async fn feed(
     mut tracker: Versioned<Tracker>,
     mut summary: FeederSummary,
 ) -> Result<FeederSummary, FeederError> {
-    let listed = ctx.store.list(&ctx.config.inventory_prefix).await?;
+    let listed = ctx.store.list(&ctx.config.layout.inventory_prefix).await?;
     let added = tracker.value.add_inventories(
         listed
             .into_iter()
@@ -114,7 +117,7 @@ pub async fn feed(
         let inventory = Inventory::open(
             ctx.store.clone(),
             &current.key,
-            &ctx.config.inventory_id_column,
+            &ctx.config.feeder.inventory_id_column,
         )
         .await?;
         if current.total_rows.is_none() {
@@ -145,7 +148,7 @@ pub async fn feed(
         summary.early_exit = Some(if tracker.value.inventories.is_empty() {
             format!(
                 "no inventories (*.parquet) under {}",
-                ctx.config.inventory_prefix
+                ctx.config.layout.inventory_prefix
             )
         } else if tracker.value.is_complete() {
             "every inventory is fully submitted".to_owned()
@@ -158,7 +161,13 @@ pub async fn feed(
         {
             tracker.value.sample(chrono::Utc::now());
         }
-        match save_tracker(ctx.store.as_ref(), &ctx.config.tracker_key, &mut tracker).await {
+        match save_tracker(
+            ctx.store.as_ref(),
+            &ctx.config.layout.tracker_key,
+            &mut tracker,
+        )
+        .await
+        {
             Ok(()) => {}
             Err(e) if e.is_conflict() => {
                 tracing::warn!("tracker changed under us: another feeder ran; stopping");
@@ -238,7 +247,7 @@ async fn submit_rows(
             }
         }
     })
-    .buffered(ctx.config.submit_concurrency)
+    .buffered(ctx.config.feeder.submit_concurrency)
     .collect()
     .await;
     let mut settled = 0u64;

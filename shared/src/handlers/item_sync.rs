@@ -18,7 +18,7 @@ pub async fn submitted(
     source: Option<String>,
     by: &str,
 ) -> Result<(), ItemError> {
-    if !ctx.config.track_items {
+    if !ctx.config.layout.track_items {
         return Ok(());
     }
     let result = record_submitted(ctx, event, job_id, source, by).await;
@@ -62,7 +62,7 @@ pub async fn finished(
     to: ItemState,
     reason: &str,
 ) -> Result<(), ItemError> {
-    if !ctx.config.track_items {
+    if !ctx.config.layout.track_items {
         return Ok(());
     }
     let attempt = event.attempt;
@@ -80,7 +80,7 @@ pub async fn finished(
 
 /// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
 pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), ItemError> {
-    if !ctx.config.track_items {
+    if !ctx.config.layout.track_items {
         return Ok(());
     }
     let attempt = event.attempt;
@@ -157,7 +157,7 @@ mod tests {
             .unwrap(),
         );
         let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();
-        let key = record_key(&ctx.config.item_prefixes.items, &id);
+        let key = record_key(&ctx.config.layout.item_prefixes.items, &id);
         ctx.store
             .put(
                 &key,
@@ -172,7 +172,11 @@ mod tests {
         };
         submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
         finished(&ctx, &event, Processed, "ok").await.unwrap();
-        let rejects = ctx.store.list(&ctx.config.reject_prefix).await.unwrap();
+        let rejects = ctx
+            .store
+            .list(&ctx.config.layout.reject_prefix)
+            .await
+            .unwrap();
         assert_eq!(rejects.len(), 1, "{rejects:?}");
         assert!(rejects[0].key.contains("kind=corrupt_item_record"));
         let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();

@@ -1,6 +1,7 @@
 //! The Lambda handlers. Each is a plain async function over [`Ctx`] (ports + config), so the same
 //! code runs in Lambda, in the local runtime and in tests.
 
+pub mod failure;
 pub mod feeder;
 pub mod importer;
 pub mod item_sync;
@@ -31,13 +32,13 @@ impl Ctx {
     pub fn items(&self) -> crate::repositories::items::Items {
         crate::repositories::items::Items::new(
             self.store.clone(),
-            self.config.item_prefixes.clone(),
+            self.config.layout.item_prefixes.clone(),
         )
     }
 
     /// The log objects and their protocol.
     pub fn logs(&self) -> crate::repositories::logs::Logs<'_> {
-        crate::repositories::logs::Logs::new(self.store.as_ref(), &self.config.log_prefix)
+        crate::repositories::logs::Logs::new(self.store.as_ref(), &self.config.layout.log_prefix)
     }
 
     /// Records a poison input under the reject prefix and dead-letters a notice of it.
@@ -51,7 +52,7 @@ impl Ctx {
         crate::repositories::rejects::reject(
             self.store.as_ref(),
             self.failure_dlq.as_ref(),
-            &self.config.reject_prefix,
+            &self.config.layout.reject_prefix,
             kind,
             reason,
             source,
@@ -91,9 +92,9 @@ impl Ctx {
         crate::repositories::submit_once(
             self.store.as_ref(),
             self.jobs.as_ref(),
-            &self.config.claim_prefix,
-            &self.config.open_claim_prefix,
-            self.config.claim_lease,
+            &self.config.layout.claim_prefix,
+            &self.config.layout.open_claim_prefix,
+            self.config.leases.claim_lease,
             event,
             claimed_by,
         )

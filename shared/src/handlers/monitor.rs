@@ -141,7 +141,7 @@ pub async fn job_finished(
         classification,
         route,
     } = finished;
-    let facts = ctx.config.id_parser.facts(&granule.granule_id);
+    let facts = ctx.config.layout.id_parser.facts(&granule.granule_id);
     let job_id = detail
         .get("jobId")
         .and_then(|v| v.as_str())
@@ -193,7 +193,7 @@ pub async fn job_finished(
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
     ctx.store
         .delete(&crate::domain::claim::claim_key(
-            &ctx.config.open_claim_prefix,
+            &ctx.config.layout.open_claim_prefix,
             &granule,
         ))
         .await?;
@@ -237,7 +237,7 @@ async fn log_and_route_failure(
             // Either a concurrent delivery is routing it right now (wait: SQS brings this message
             // back) or one died before routing (finish its work).
             let age = Utc::now().signed_duration_since(log.value.logged_at);
-            if age.to_std().unwrap_or_default() < ctx.config.route_lease {
+            if age.to_std().unwrap_or_default() < ctx.config.leases.route_lease {
                 return Err(MonitorError::RoutingInFlight {
                     granule_id: log.value.granule_id.to_string(),
                     attempt: log.value.attempt,

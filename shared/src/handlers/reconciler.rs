@@ -47,9 +47,9 @@ pub enum ReconcileError {
 
 /// One pass over the open-claims index. One marker's trouble is logged and counted; the rest go on.
 pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, ReconcileError> {
-    let prefix = &ctx.config.open_claim_prefix;
-    let min_age =
-        chrono::Duration::from_std(ctx.config.reconcile_after).unwrap_or(chrono::Duration::MAX);
+    let prefix = &ctx.config.layout.open_claim_prefix;
+    let min_age = chrono::Duration::from_std(ctx.config.leases.reconcile_after)
+        .unwrap_or(chrono::Duration::MAX);
     let mut summary = ReconcileSummary::default();
     for meta in ctx.store.list(prefix).await? {
         let Some(attempt) = parse_claim_key(prefix, &meta.key) else {
@@ -102,10 +102,10 @@ enum OneError {
 }
 
 async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Step, OneError> {
-    let open_key = claim_key(&ctx.config.open_claim_prefix, attempt);
+    let open_key = claim_key(&ctx.config.layout.open_claim_prefix, attempt);
     let Some(claim) = read_json::<Claim>(
         ctx.store.as_ref(),
-        &claim_key(&ctx.config.claim_prefix, attempt),
+        &claim_key(&ctx.config.layout.claim_prefix, attempt),
     )
     .await?
     else {
@@ -215,7 +215,7 @@ mod tests {
             dlq[0].attributes["reason"],
             "application exited with code 2"
         );
-        let logs = ctx.store.list(&ctx.config.log_prefix).await.unwrap();
+        let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
         assert_eq!(logs.len(), 1);
 
         // The lost attempt left the index; a second pass, or its event turning up, does nothing.
@@ -228,7 +228,7 @@ mod tests {
     async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left() {
         let ctx = ctx(Arc::new(MemoryJobRunner::default()));
         let orphan = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
-        let open = claim_key(&ctx.config.open_claim_prefix, &orphan);
+        let open = claim_key(&ctx.config.layout.open_claim_prefix, &orphan);
         ctx.store
             .put(
                 &open,
@@ -241,7 +241,7 @@ mod tests {
         let claim = Claim::new(&half, "t", Utc::now());
         crate::repositories::write_json(
             ctx.store.as_ref(),
-            &claim_key(&ctx.config.claim_prefix, &half),
+            &claim_key(&ctx.config.layout.claim_prefix, &half),
             &claim,
             crate::ports::PutCondition::IfAbsent,
         )
@@ -249,7 +249,7 @@ mod tests {
         .unwrap();
         ctx.store
             .put(
-                &claim_key(&ctx.config.open_claim_prefix, &half),
+                &claim_key(&ctx.config.layout.open_claim_prefix, &half),
                 bytes::Bytes::new(),
                 crate::ports::PutCondition::Overwrite,
             )

@@ -13,6 +13,9 @@ pub struct JobRunnerError {
     /// rejected call (4xx, throttling included, or one never sent) did not take effect. Decides
     /// whether a failed SubmitJob may be resubmitted at once or only after a lookup by name.
     pub may_have_taken_effect: bool,
+    /// The SDK's error itself, when there is one.
+    #[source]
+    pub source: Option<super::BoxError>,
 }
 
 impl JobRunnerError {
@@ -21,6 +24,15 @@ impl JobRunnerError {
         Self {
             message: message.into(),
             may_have_taken_effect: false,
+            source: None,
+        }
+    }
+
+    /// The same error with the underlying error kept as its source.
+    pub fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            source: Some(Box::new(e)),
+            ..self
         }
     }
 
@@ -29,6 +41,7 @@ impl JobRunnerError {
         Self {
             message: message.into(),
             may_have_taken_effect: true,
+            source: None,
         }
     }
 }

@@ -1,6 +1,9 @@
 //! What the domain needs from the world. Each port has an AWS adapter and an in-memory twin
 //! (`crate::adapters`).
 
+/// An error kept as the cause of a port error (the SDK's own, typically).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 pub mod event_bus;
 pub mod job_runner;
 pub mod object_store;

@@ -12,8 +12,15 @@ pub enum StoreError {
     Conflict { key: String },
     #[error("object {key} does not exist")]
     NotFound { key: String },
+    /// The request failed: `message` says how (the service's code and message), `source` is
+    /// the SDK's error itself when there is one, for whoever walks the cause chain.
     #[error("object store request for {key} failed: {message}")]
-    Backend { key: String, message: String },
+    Backend {
+        key: String,
+        message: String,
+        #[source]
+        source: Option<super::BoxError>,
+    },
 }
 
 impl StoreError {
@@ -21,6 +28,19 @@ impl StoreError {
         StoreError::Backend {
             key: key.to_owned(),
             message: e.to_string(),
+            source: None,
+        }
+    }
+
+    /// The same error with the underlying error kept as its source.
+    pub fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            StoreError::Backend { key, message, .. } => StoreError::Backend {
+                key,
+                message,
+                source: Some(Box::new(e)),
+            },
+            other => other,
         }
     }
 }

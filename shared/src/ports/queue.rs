@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 pub struct QueueError {
     pub queue: String,
     pub message: String,
+    /// The SDK's error itself, when there is one.
+    #[source]
+    pub source: Option<super::BoxError>,
 }
 
 impl QueueError {
@@ -15,6 +18,15 @@ impl QueueError {
         Self {
             queue: queue.to_owned(),
             message: e.to_string(),
+            source: None,
+        }
+    }
+
+    /// The same error with the underlying error kept as its source.
+    pub fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            source: Some(Box::new(e)),
+            ..self
         }
     }
 }

@@ -232,8 +232,9 @@ pub fn world(scenario: Scenario) -> World {
     let config = function_config(Function::Feeder);
     let store = Arc::new(MemoryStore::new());
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let retry = Arc::new(MemoryQueue::new(&config.retry_queue_url));
-    let dlq = Arc::new(MemoryQueue::new(&config.failure_dlq_url));
+    let (retry_url, dlq_url) = config.queue_names();
+    let retry = Arc::new(MemoryQueue::new(&retry_url));
+    let dlq = Arc::new(MemoryQueue::new(&dlq_url));
     let import_url = config
         .importer
         .import_queue_url
@@ -476,7 +477,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 })
                 .collect();
             let bytes = write_inventory(&rows, &InventoryLayout::granary()).unwrap();
-            let key = format!("{}0001.parquet", c.config.inventory_prefix);
+            let key = format!("{}0001.parquet", c.config.layout.inventory_prefix);
             c.store
                 .put(&key, bytes, PutCondition::Overwrite)
                 .await
@@ -507,7 +508,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
             if scenario == CorruptRecord {
-                let key = format!("{}lost-job-item.json", c.config.item_prefixes.items);
+                let key = format!("{}lost-job-item.json", c.config.layout.item_prefixes.items);
                 assert!(c.store.get(&key).await.unwrap().is_some(), "{key}");
                 c.store
                     .put(

@@ -1,18 +1,20 @@
 //! Lambda: importer-discover. Invoked by an EventBridge schedule; lists GRANARY_SOURCE_URL and
 //! registers new files as DISCOVERED items on the import queue.
 
+use granary::config::Function;
+use granary::handlers::failure::LambdaFailure;
 use granary::handlers::importer::{discover, Importer};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Importer::from_env().await?;
+    let imp = &Importer::from_env(Function::ImporterDiscover).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             discover::discover(imp)
                 .await
-                .map_err(lambda_runtime::Error::from)
+                .map_err(|e| LambdaFailure::of(&e))
         },
     ))
     .await

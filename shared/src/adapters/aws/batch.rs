@@ -166,9 +166,13 @@ impl JobRunner for BatchJobRunner {
             )
             .send()
             .await
-            .map_err(|e| JobRunnerError {
-                message: format!("SubmitJob {}: {}", request.job_name, describe(&e)),
-                may_have_taken_effect: may_have_taken_effect(&e),
+            .map_err(|e| {
+                JobRunnerError {
+                    message: format!("SubmitJob {}: {}", request.job_name, describe(&e)),
+                    may_have_taken_effect: may_have_taken_effect(&e),
+                    source: None,
+                }
+                .with_source(e)
             })?;
         let job_id = out.job_id.ok_or_else(|| {
             JobRunnerError::ambiguous(format!(
@@ -197,8 +201,9 @@ impl JobRunner for BatchJobRunner {
                 .into_paginator()
                 .send();
             while let Some(page) = pages.next().await {
-                let page = page
-                    .map_err(|e| JobRunnerError::refused(format!("ListJobs: {}", describe(&e))))?;
+                let page = page.map_err(|e| {
+                    JobRunnerError::refused(format!("ListJobs: {}", describe(&e))).with_source(e)
+                })?;
                 let n = page.job_summary_list.map_or(0, |l| l.len()) as u64;
                 if n > 0 {
                     *active
@@ -231,6 +236,7 @@ impl JobRunner for BatchJobRunner {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| {
                 JobRunnerError::refused(format!("ListJobs JOB_NAME={job_name}: {}", describe(&e)))
+                    .with_source(e)
             })?;
             // Batch's name filter is case-insensitive; our names are exact.
             let summaries = page.job_summary_list.unwrap_or_default();
@@ -269,6 +275,7 @@ impl JobRunner for BatchJobRunner {
             .await
             .map_err(|e| {
                 JobRunnerError::refused(format!("DescribeJobs {job_id}: {}", describe(&e)))
+                    .with_source(e)
             })?;
         Ok(out.jobs.unwrap_or_default().iter().find_map(|j| {
             Some(JobDescription {
@@ -280,5 +287,31 @@ impl JobRunner for BatchJobRunner {
                 detail: detail_json(j),
             })
         }))
+    }
+}
+
+/// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
+/// implemented (HTTP 501, as LocalStack's free edition answers) means no; any other failure (the
+/// endpoint down, bad credentials) is an error, never read as "no Batch". Real AWS always has it;
+/// `granary status` asks so that it can still report on an emulator without Batch.
+pub async fn endpoint_has_batch(client: &aws_sdk_batch::Client) -> Result<bool, JobRunnerError> {
+    match client.describe_compute_environments().send().await {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            let status = e.raw_response().map(|r| r.status().as_u16());
+            let text = aws_sdk_batch::error::DisplayErrorContext(&e)
+                .to_string()
+                .to_lowercase();
+            if status == Some(501)
+                || text.contains("not implemented")
+                || text.contains("not yet been emulated")
+            {
+                Ok(false)
+            } else {
+                Err(JobRunnerError::refused(format!(
+                    "asking the endpoint whether it has AWS Batch: {text}"
+                )))
+            }
+        }
     }
 }

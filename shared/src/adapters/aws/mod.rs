@@ -1,7 +1,7 @@
 //! AWS adapters for every port (aws-sdk-*). Endpoint-agnostic: `AWS_ENDPOINT_URL` points the
 //! whole SDK at an emulator, and S3 then uses path-style addressing.
 
-mod batch;
+pub mod batch;
 mod eventbridge;
 mod s3;
 mod s3_source;

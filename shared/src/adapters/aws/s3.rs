@@ -65,7 +65,7 @@ impl ObjectStore for S3Store {
                 Ok(Some(StoredObject { body, etag }))
             }
             Err(e) if http_status(&e) == Some(404) => Ok(None),
-            Err(e) => Err(StoreError::backend(key, describe(&e))),
+            Err(e) => Err(StoreError::backend(key, describe(&e)).with_source(e)),
         }
     }
 
@@ -86,7 +86,7 @@ impl ObjectStore for S3Store {
             Err(e) if http_status(&e) == Some(404) => Err(StoreError::NotFound {
                 key: key.to_owned(),
             }),
-            Err(e) => Err(StoreError::backend(key, describe(&e))),
+            Err(e) => Err(StoreError::backend(key, describe(&e)).with_source(e)),
         }
     }
 
@@ -122,7 +122,7 @@ impl ObjectStore for S3Store {
             }),
             // An empty object cannot satisfy a range.
             Err(e) if http_status(&e) == Some(416) => Ok((Bytes::new(), 0)),
-            Err(e) => Err(StoreError::backend(key, describe(&e))),
+            Err(e) => Err(StoreError::backend(key, describe(&e)).with_source(e)),
         }
     }
 
@@ -149,7 +149,7 @@ impl ObjectStore for S3Store {
             Err(e) if matches!(http_status(&e), Some(412 | 409)) => Err(StoreError::Conflict {
                 key: key.to_owned(),
             }),
-            Err(e) => Err(StoreError::backend(key, describe(&e))),
+            Err(e) => Err(StoreError::backend(key, describe(&e)).with_source(e)),
         }
     }
 
@@ -163,7 +163,8 @@ impl ObjectStore for S3Store {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| StoreError::backend(prefix, describe(&e)))?;
+            let page =
+                page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
             for o in page.contents.unwrap_or_default() {
                 let Some(key) = o.key else { continue };
                 let last_modified = o
@@ -188,7 +189,7 @@ impl ObjectStore for S3Store {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| StoreError::backend(from, describe(&e)))
+            .map_err(|e| StoreError::backend(from, describe(&e)).with_source(e))
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
@@ -199,7 +200,7 @@ impl ObjectStore for S3Store {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| StoreError::backend(key, describe(&e)))
+            .map_err(|e| StoreError::backend(key, describe(&e)).with_source(e))
     }
 
     async fn begin_upload<'a>(&'a self, key: &str) -> Result<Box<dyn Upload + 'a>, StoreError> {
@@ -235,7 +236,7 @@ impl S3Upload<'_> {
                 .content_type("application/octet-stream")
                 .send()
                 .await
-                .map_err(|e| StoreError::backend(&self.key, describe(&e)))?;
+                .map_err(|e| StoreError::backend(&self.key, describe(&e)).with_source(e))?;
             let id = out.upload_id.ok_or_else(|| {
                 StoreError::backend(&self.key, "CreateMultipartUpload returned no upload id")
             })?;
@@ -258,7 +259,7 @@ impl S3Upload<'_> {
             .body(ByteStream::from(part))
             .send()
             .await
-            .map_err(|e| StoreError::backend(&self.key, describe(&e)))?;
+            .map_err(|e| StoreError::backend(&self.key, describe(&e)).with_source(e))?;
         parts.push(
             aws_sdk_s3::types::CompletedPart::builder()
                 .part_number(number)
@@ -297,7 +298,7 @@ impl Upload for S3Upload<'_> {
                     .body(ByteStream::from(body))
                     .send()
                     .await
-                    .map_err(|e| StoreError::backend(&self.key, describe(&e)))?;
+                    .map_err(|e| StoreError::backend(&self.key, describe(&e)).with_source(e))?;
             }
             Some((id, parts)) => {
                 s.client
@@ -312,7 +313,7 @@ impl Upload for S3Upload<'_> {
                     )
                     .send()
                     .await
-                    .map_err(|e| StoreError::backend(&self.key, describe(&e)))?;
+                    .map_err(|e| StoreError::backend(&self.key, describe(&e)).with_source(e))?;
             }
         }
         Ok(self.size)

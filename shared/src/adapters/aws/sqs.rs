@@ -42,7 +42,7 @@ impl Queue for SqsQueue {
         req.send()
             .await
             .map(|_| ())
-            .map_err(|e| QueueError::new(&self.url, describe(&e)))
+            .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))
     }
 
     async fn receive(
@@ -63,7 +63,7 @@ impl Queue for SqsQueue {
             .message_attribute_names("All")
             .send()
             .await
-            .map_err(|e| QueueError::new(&self.url, describe(&e)))?;
+            .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))?;
         let mut messages = Vec::new();
         for m in out.messages.unwrap_or_default() {
             let (Some(receipt_handle), Some(message_id)) = (m.receipt_handle, m.message_id) else {
@@ -103,7 +103,7 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| QueueError::new(&self.url, describe(&e)))
+            .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))
     }
 
     async fn release(&self, receipt_handle: &str) -> Result<(), QueueError> {
@@ -115,7 +115,7 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| QueueError::new(&self.url, describe(&e)))
+            .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))
     }
 
     async fn depth(&self) -> Result<QueueDepth, QueueError> {
@@ -127,7 +127,7 @@ impl Queue for SqsQueue {
             .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
             .send()
             .await
-            .map_err(|e| QueueError::new(&self.url, describe(&e)))?;
+            .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))?;
         let attrs = out.attributes.unwrap_or_default();
         let get = |n: QueueAttributeName| attrs.get(&n).and_then(|v| v.parse().ok()).unwrap_or(0);
         Ok(QueueDepth {

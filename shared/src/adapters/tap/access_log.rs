@@ -50,9 +50,20 @@ pub struct AccessLog {
 impl AccessLog {
     pub fn new(config: &Config, account: AwsAccount) -> Self {
         Self {
-            bucket: config.bucket.clone(),
-            job_queue: batch_arn(&account, "job-queue", &config.job_queue),
-            job_definition: batch_arn(&account, "job-definition", &config.job_definition),
+            bucket: config.layout.bucket.clone(),
+            job_queue: batch_arn(
+                &account,
+                "job-queue",
+                config.jobs.as_ref().map_or("", |j| j.job_queue.as_str()),
+            ),
+            job_definition: batch_arn(
+                &account,
+                "job-definition",
+                config
+                    .jobs
+                    .as_ref()
+                    .map_or("", |j| j.job_definition.as_str()),
+            ),
             account,
             seen: Mutex::new(BTreeSet::new()),
         }

@@ -320,7 +320,7 @@ mod tests {
         let logs = imp
             .ctx
             .store
-            .list(&imp.ctx.config.log_prefix)
+            .list(&imp.ctx.config.layout.log_prefix)
             .await
             .unwrap();
         assert_eq!(logs.len(), 1, "{logs:?}");

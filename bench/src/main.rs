@@ -301,8 +301,8 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
     use granary::handlers::{monitor, requeuer, Ctx};
     use granary::ports::ReceivedMessage;
-    use granary_cli::local::events::{state_change_event, AttemptEnd};
-    use granary_cli::local::runner::lambda_sqs_event;
+    use granary_local::events::{state_change_event, AttemptEnd};
+    use granary_local::runner::lambda_sqs_event;
 
     let (clients, stack) = bench_stack("h").await?;
     let counts = Arc::new(RequestCounts::default());
@@ -329,7 +329,7 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
     let mut serial = 0usize;
     for records_on in [false, true] {
         let mut config = stack.config()?;
-        config.track_items = records_on;
+        config.layout.track_items = records_on;
         // Setup (item records as the feeder would have left them) is not counted.
         let setup = Ctx::aws(config, &clients);
         let ctx = setup.counted(&counts);
@@ -433,7 +433,7 @@ async fn measure_lambda(
     name: &str,
     evs: Vec<String>,
 ) -> Result<Vec<String>> {
-    use granary_cli::local::runtime_api::RuntimeApi;
+    use granary_local::runtime_api::RuntimeApi;
     let bin = bin_dir.join(name);
     anyhow::ensure!(
         bin.exists(),
@@ -521,7 +521,7 @@ mod prices {
 }
 
 async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
-    use granary_cli::local::campaign::{Campaign, CampaignSpec};
+    use granary_local::campaign::{Campaign, CampaignSpec};
     let config = load_sdk_config().await;
     let clients = AwsClients::new(&config);
     let iam = aws_sdk_iam::Client::new(&config);
@@ -595,7 +595,7 @@ async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
         table.add_row([
             n.to_string(),
             if in_memory { "in-memory" } else { "emulator" }.to_owned(),
-            if c.runtime.ctx.config.track_items {
+            if c.runtime.ctx.config.layout.track_items {
                 "on"
             } else {
                 "off"
@@ -662,8 +662,8 @@ fn snapshot_all(c: &RequestCounts) -> [u64; 7] {
 }
 
 /// A fresh stack on the emulator for one benchmark.
-async fn bench_stack(tag: &str) -> Result<(AwsClients, granary_cli::local::stack::EmulatorStack)> {
-    use granary_cli::local::stack::{EmulatorStack, StackOptions};
+async fn bench_stack(tag: &str) -> Result<(AwsClients, granary_local::stack::EmulatorStack)> {
+    use granary_local::stack::{EmulatorStack, StackOptions};
     let config = load_sdk_config().await;
     let clients = AwsClients::new(&config);
     let iam = aws_sdk_iam::Client::new(&config);
@@ -680,11 +680,11 @@ async fn bench_stack(tag: &str) -> Result<(AwsClients, granary_cli::local::stack
 
 /// What Batch would report for a bench job on the stack's queue, attempt 1.
 fn bench_facts(
-    stack: &granary_cli::local::stack::EmulatorStack,
+    stack: &granary_local::stack::EmulatorStack,
     job: &str,
     granule_id: String,
-) -> granary_cli::local::events::JobFacts {
-    granary_cli::local::events::JobFacts {
+) -> granary_local::events::JobFacts {
+    granary_local::events::JobFacts {
         job_id: job.to_owned(),
         job_name: job.to_owned(),
         job_arn: format!("arn:aws:batch:us-east-1:000000000000:job/{job}"),
@@ -692,7 +692,7 @@ fn bench_facts(
         job_definition_arn: stack.job_definition.clone(),
         granule_id,
         attempt: 1,
-        retry_strategy: granary_cli::local::events::default_retry_strategy(2),
+        retry_strategy: granary_local::events::default_retry_strategy(2),
         created_at_ms: 1_700_000_000_000,
         account: "000000000000".into(),
         region: "us-east-1".into(),
@@ -714,13 +714,13 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 async fn lambdas(events: usize, bin_dir: &std::path::Path) -> Result<()> {
     use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
     use granary::ports::ReceivedMessage;
-    use granary_cli::local::events::{state_change_event, AttemptEnd};
-    use granary_cli::local::runner::lambda_sqs_event;
+    use granary_local::events::{state_change_event, AttemptEnd};
+    use granary_local::runner::lambda_sqs_event;
 
     let (clients, stack) = bench_stack("l").await?;
     // The feeder takes one granule per invocation from this inventory.
     let rows: Vec<granary::adapters::parquet::InventoryRow> =
-        granary_cli::local::campaign::sample_granules(events, 1);
+        granary_local::campaign::sample_granules(events, 1);
     let bytes = granary::adapters::parquet::write_inventory(&rows, &InventoryLayout::granary())?;
     S3Store::new(clients.s3.clone(), &stack.bucket)
         .put("inventories/0001.parquet", bytes, PutCondition::Overwrite)

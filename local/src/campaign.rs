@@ -156,17 +156,22 @@ impl Campaign {
         }
         let config = config_from(&env)?;
         let attempts = u32::try_from(spec.batch_attempts).unwrap_or(1).max(1);
+        let jobs = config
+            .jobs
+            .clone()
+            .context("the in-memory campaign's configuration names no job queue")?;
         let batch = Arc::new(InMemoryBatch::new(
-            &config.job_queue,
-            &config.job_definition,
+            &jobs.job_queue,
+            &jobs.job_definition,
             default_retry_strategy(attempts),
         ));
+        let (retry_url, dlq_url) = config.queue_names();
         let counts = Arc::new(RequestCounts::default());
         let ctx = Ctx {
             store: Arc::new(MemoryStore::new()),
             jobs: batch.clone(),
-            retry_queue: Arc::new(MemoryQueue::new(&config.retry_queue_url)),
-            failure_dlq: Arc::new(MemoryQueue::new(&config.failure_dlq_url)),
+            retry_queue: Arc::new(MemoryQueue::new(&retry_url)),
+            failure_dlq: Arc::new(MemoryQueue::new(&dlq_url)),
             config,
         }
         .counted(&counts);
@@ -202,7 +207,7 @@ impl Campaign {
             // Inventory keys sort in feed order: newest first.
             ctx.store
                 .put(
-                    &format!("{}{:04}.parquet", ctx.config.inventory_prefix, i + 1),
+                    &format!("{}{:04}.parquet", ctx.config.layout.inventory_prefix, i + 1),
                     bytes,
                     PutCondition::Overwrite,
                 )
@@ -223,7 +228,7 @@ impl Campaign {
 
     pub async fn summarize(&self, wall: Duration) -> Result<Summary> {
         let ctx = &self.runtime.ctx;
-        let prefix = &ctx.config.log_prefix;
+        let prefix = &ctx.config.layout.log_prefix;
         let mut success_attempt: BTreeMap<String, u32> = BTreeMap::new();
         let mut platform_of: BTreeMap<String, String> = BTreeMap::new();
         let mut still_failing = BTreeSet::new();
@@ -272,7 +277,14 @@ impl Campaign {
         }
         for id in &dead {
             let platform = GranuleId::parse(id)
-                .map(|g| ctx.config.id_parser.facts(&g).platform_label().to_owned())
+                .map(|g| {
+                    ctx.config
+                        .layout
+                        .id_parser
+                        .facts(&g)
+                        .platform_label()
+                        .to_owned()
+                })
                 .unwrap_or_default();
             per_platform.entry(platform).or_default().dead_lettered += 1;
         }

@@ -302,7 +302,7 @@ impl EventBus for RuleToQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local::events::{default_retry_strategy, state_change_event, AttemptEnd};
+    use crate::events::{default_retry_strategy, state_change_event, AttemptEnd};
     use granary::adapters::memory::MemoryQueue;
     use granary::domain::batch_event::BatchJobStateChange;
     use std::collections::BTreeMap;
@@ -402,8 +402,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_simulator_learns_jobs_from_submissions_and_sweeps_up_the_rest() {
-        use crate::local::fault_plan::FaultPlan;
-        use crate::local::simulator::BatchSimulator;
+        use crate::fault_plan::FaultPlan;
+        use crate::simulator::BatchSimulator;
         let batch = Arc::new(InMemoryBatch::new("q", "d", default_retry_strategy(2)));
         let events = Arc::new(MemoryQueue::new("events"));
         let rule = Arc::new(RuleToQueue::new(events.clone(), batch.job_queue_arn()));

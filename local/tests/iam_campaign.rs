@@ -6,9 +6,9 @@
 
 use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
 use granary::adapters::tap::Tap;
-use granary_cli::local::campaign::{Campaign, CampaignSpec};
-use granary_cli::local::fault_plan::FaultPlan;
-use granary_cli::local::runner::LambdaFunction;
+use granary_local::campaign::{Campaign, CampaignSpec};
+use granary_local::fault_plan::FaultPlan;
+use granary_local::runner::LambdaFunction;
 use granary_template::{check_role, Stack, Template};
 use std::sync::Arc;
 use std::time::Duration;

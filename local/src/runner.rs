@@ -385,7 +385,7 @@ impl LocalRuntime {
                 && !self
                     .ctx
                     .store
-                    .list(&self.ctx.config.open_claim_prefix)
+                    .list(&self.ctx.config.layout.open_claim_prefix)
                     .await?
                     .is_empty()
             {

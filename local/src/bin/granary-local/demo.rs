@@ -1,9 +1,9 @@
 use anyhow::{Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::adapters::aws::{load_sdk_config_for, AwsClients};
-use granary_cli::local::campaign::{Campaign, CampaignSpec, Summary};
-use granary_cli::local::emulator::Emulator;
-use granary_cli::local::fault_plan::FaultPlan;
+use granary_local::campaign::{Campaign, CampaignSpec, Summary};
+use granary_local::emulator::Emulator;
+use granary_local::fault_plan::FaultPlan;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -54,29 +54,10 @@ pub struct EmulatorStack {
     pub env: HashMap<String, String>,
 }
 
-/// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
-/// implemented (HTTP 501, as LocalStack's free edition answers) means no; any other failure (the
-/// endpoint down, bad credentials) is an error, never read as "no Batch".
+/// Capability probe: does this endpoint have AWS Batch? (See
+/// `granary::adapters::aws::batch::endpoint_has_batch`.)
 pub async fn batch_available(clients: &AwsClients) -> Result<bool> {
-    match clients.batch.describe_compute_environments().send().await {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let status = e.raw_response().map(|r| r.status().as_u16());
-            let text = aws_sdk_batch::error::DisplayErrorContext(&e)
-                .to_string()
-                .to_lowercase();
-            if status == Some(501)
-                || text.contains("not implemented")
-                || text.contains("not yet been emulated")
-            {
-                Ok(false)
-            } else {
-                Err(anyhow::anyhow!(
-                    "asking the endpoint whether it has AWS Batch: {text}"
-                ))
-            }
-        }
-    }
+    Ok(granary::adapters::aws::batch::endpoint_has_batch(&clients.batch).await?)
 }
 
 /// Where a stack's jobs go: the job-runner port the handlers submit to, the simulator's view of

@@ -166,7 +166,7 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     }
 
     // Every dead-lettered granule has its failure logged in S3, and every DLQ message a reason.
-    let prefix = &ctx.config.log_prefix;
+    let prefix = &ctx.config.layout.log_prefix;
     let mut failing: BTreeSet<String> = BTreeSet::new();
     for meta in ctx.store.list(prefix).await? {
         if let Ok(k) = LogKey::parse(prefix, &meta.key) {

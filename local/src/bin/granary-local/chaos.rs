@@ -1,6 +1,6 @@
 use anyhow::Result;
-use granary_cli::local::chaos::{self, ChaosSpec};
-use granary_cli::local::runner::ChaosOptions;
+use granary_local::chaos::{self, ChaosSpec};
+use granary_local::runner::ChaosOptions;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::process::ExitCode;
 use std::time::Duration;

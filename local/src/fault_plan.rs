@@ -195,7 +195,7 @@ fn stable_hash(seed: u64, bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::local::events::default_retry_strategy;
+    use crate::events::default_retry_strategy;
 
     #[test]
     fn fates_are_reproducible_and_respect_batch_retries() {

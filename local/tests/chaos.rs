@@ -3,8 +3,8 @@
 //! answer lost), one call in ten is throttled, events are duplicated, delayed and preceded by
 //! RUNNABLE notices, some final events never arrive (the reconciler finds those ends) — and still nothing is lost, submitted twice or succeeded twice.
 
-use granary_cli::local::chaos::{self, ChaosSpec};
-use granary_cli::local::runner::ChaosOptions;
+use granary_local::chaos::{self, ChaosSpec};
+use granary_local::runner::ChaosOptions;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,350 @@
+//! The configuration sections: each reads its own variables, and each setting's default is a
+//! constant here, used both when the variable is unset and when the section is not read at all.
+
+use super::{ConfigError, Vars};
+use crate::domain::granule::IdParser;
+use crate::domain::lifecycle::{ActiveSlots, RetryPolicy};
+use crate::repositories::items::ItemPrefixes;
+use regex::Regex;
+use std::time::Duration;
+
+pub const DEFAULT_MAX_ACTIVE_JOBS: u64 = 10_000;
+pub const DEFAULT_SUBMIT_CONCURRENCY: usize = 8;
+/// Retries after the first attempt: attempts go up to 1 + this.
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+pub const DEFAULT_MAX_DOWNLOAD_ATTEMPTS: u32 = 3;
+pub const DEFAULT_DOWNLOAD_TIMEOUT_SECS: u32 = 240;
+pub const DEFAULT_PROCESSING_TIMEOUT_SECS: u32 = 21_600;
+pub const DEFAULT_CLAIM_LEASE_SECS: u64 = 900;
+pub const DEFAULT_ROUTE_LEASE_SECS: u64 = 120;
+pub const DEFAULT_RECONCILE_AFTER_SECS: u64 = 3_600;
+pub const DEFAULT_DISCOVER_CONCURRENCY: usize = 8;
+pub const DEFAULT_SLOT_PATTERN: &str = r"^[^.]+\.([^.]+)\.";
+pub const DEFAULT_ELIGIBLE_PATTERN: &str = ".";
+
+/// The bucket and where everything lives in it; read by every function and command.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub bucket: String,
+    pub inventory_prefix: String,
+    pub tracker_key: String,
+    /// While this object exists the feeder submits nothing (`granary hold` / `granary release`).
+    pub hold_key: String,
+    pub log_prefix: String,
+    pub claim_prefix: String,
+    /// The open-claims index: one empty marker per submitted attempt whose end is not yet logged
+    /// and routed. The reconciler reads only this, never every claim of a campaign.
+    pub open_claim_prefix: String,
+    /// Where poison inputs (unusable rows, events, messages, records) are kept, each with its
+    /// reason, before they are dead-lettered: SQS keeps a message 14 days at most, S3 for good.
+    pub reject_prefix: String,
+    /// Where item records, their history and the in-flight index live.
+    pub item_prefixes: ItemPrefixes,
+    /// Whether the backfill loop keeps an item record per granule (costs ~3 S3 PUTs per transition).
+    pub track_items: bool,
+    /// Platform and acquisition date from a granule id (log keys, reports).
+    pub id_parser: IdParser,
+}
+
+impl Layout {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::read(&Vars {
+            get: &|k| std::env::var(k).ok(),
+        })
+    }
+
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        Ok(Self {
+            bucket: v.required(
+                "GRANARY_BUCKET",
+                "the S3 bucket holding inventories, tracker, claims and logs",
+            )?,
+            inventory_prefix: v.prefix("GRANARY_INVENTORY_PREFIX", "inventories/")?,
+            tracker_key: v.or("GRANARY_TRACKER_KEY", "tracker/tracker.json"),
+            hold_key: v.or("GRANARY_HOLD_KEY", "holds/feeder.json"),
+            log_prefix: v.prefix("GRANARY_LOG_PREFIX", "logs/")?,
+            claim_prefix: v.prefix("GRANARY_CLAIM_PREFIX", "claims/")?,
+            open_claim_prefix: v.prefix("GRANARY_OPEN_CLAIM_PREFIX", "open-claims/")?,
+            reject_prefix: v.prefix("GRANARY_REJECT_PREFIX", "rejects/")?,
+            item_prefixes: ItemPrefixes {
+                items: v.prefix("GRANARY_ITEM_PREFIX", "items/")?,
+                history: v.prefix("GRANARY_HISTORY_PREFIX", "history/")?,
+                inflight: v.prefix("GRANARY_INFLIGHT_PREFIX", "inflight/")?,
+            },
+            track_items: v.flag("GRANARY_ITEM_RECORDS", true)?,
+            id_parser: IdParser::new(
+                &v.or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
+                &v.or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
+            )?,
+        })
+    }
+}
+
+/// The queue feeder's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Feeder {
+    pub inventory_id_column: String,
+    /// The feeder submits nothing while this many jobs are unfinished.
+    pub max_active_jobs: u64,
+    pub submit_concurrency: usize,
+}
+
+impl Default for Feeder {
+    fn default() -> Self {
+        Self {
+            inventory_id_column: crate::adapters::parquet::DEFAULT_ID_COLUMN.to_owned(),
+            max_active_jobs: DEFAULT_MAX_ACTIVE_JOBS,
+            submit_concurrency: DEFAULT_SUBMIT_CONCURRENCY,
+        }
+    }
+}
+
+impl Feeder {
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        let d = Self::default();
+        let submit_concurrency = v.number("GRANARY_SUBMIT_CONCURRENCY", d.submit_concurrency)?;
+        if submit_concurrency == 0 {
+            return Err(ConfigError::Invalid {
+                var: "GRANARY_SUBMIT_CONCURRENCY",
+                value: "0".into(),
+                why: "must be at least 1".into(),
+            });
+        }
+        Ok(Self {
+            inventory_id_column: v.or("GRANARY_INVENTORY_ID_COLUMN", &d.inventory_id_column),
+            max_active_jobs: v.number("GRANARY_MAX_ACTIVE_JOBS", d.max_active_jobs)?,
+            submit_concurrency,
+        })
+    }
+}
+
+/// Where jobs are submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Jobs {
+    pub job_queue: String,
+    pub job_definition: String,
+}
+
+impl Jobs {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::read(&Vars {
+            get: &|k| std::env::var(k).ok(),
+        })
+    }
+
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        Ok(Self {
+            job_queue: v.required("GRANARY_JOB_QUEUE", "the AWS Batch job queue (name or ARN)")?,
+            job_definition: v.required(
+                "GRANARY_JOB_DEFINITION",
+                "the AWS Batch job definition (name, name:revision or ARN)",
+            )?,
+        })
+    }
+}
+
+/// The retry queue and the failure dead-letter queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queues {
+    pub retry_queue_url: String,
+    pub failure_dlq_url: String,
+}
+
+impl Queues {
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::read(&Vars {
+            get: &|k| std::env::var(k).ok(),
+        })
+    }
+
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        Ok(Self {
+            retry_queue_url: v.required("GRANARY_RETRY_QUEUE_URL", "the SQS retry queue URL")?,
+            failure_dlq_url: v.required(
+                "GRANARY_FAILURE_DLQ_URL",
+                "the SQS failure dead-letter queue URL",
+            )?,
+        })
+    }
+}
+
+/// Attempt budgets and state timeouts: GRANARY_MAX_RETRIES is the one knob for processing
+/// attempts (1 + retries).
+pub(crate) fn read_retry_policy(v: &Vars) -> Result<RetryPolicy, ConfigError> {
+    let retries: u32 = v.number("GRANARY_MAX_RETRIES", DEFAULT_MAX_RETRIES)?;
+    let attempts: u32 = v.number(
+        "GRANARY_MAX_DOWNLOAD_ATTEMPTS",
+        DEFAULT_MAX_DOWNLOAD_ATTEMPTS,
+    )?;
+    let secs = |var: &'static str, default: u32| -> Result<chrono::Duration, ConfigError> {
+        Ok(chrono::Duration::seconds(i64::from(
+            v.number::<u32>(var, default)?,
+        )))
+    };
+    Ok(RetryPolicy {
+        max_download_attempts: attempts.max(1),
+        max_processing_attempts: retries.saturating_add(1),
+        download_timeout: secs(
+            "GRANARY_DOWNLOAD_TIMEOUT_SECS",
+            DEFAULT_DOWNLOAD_TIMEOUT_SECS,
+        )?,
+        processing_timeout: secs(
+            "GRANARY_PROCESSING_TIMEOUT_SECS",
+            DEFAULT_PROCESSING_TIMEOUT_SECS,
+        )?,
+    })
+}
+
+pub(crate) fn default_retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_download_attempts: DEFAULT_MAX_DOWNLOAD_ATTEMPTS,
+        max_processing_attempts: DEFAULT_MAX_RETRIES + 1,
+        download_timeout: chrono::Duration::seconds(i64::from(DEFAULT_DOWNLOAD_TIMEOUT_SECS)),
+        processing_timeout: chrono::Duration::seconds(i64::from(DEFAULT_PROCESSING_TIMEOUT_SECS)),
+    }
+}
+
+/// Leases and the function's own timeout, which the leases must outlast.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leases {
+    /// How long a claim without a job id belongs to whoever made it; longer than any Lambda runs.
+    pub claim_lease: Duration,
+    /// How long a logged-but-unrouted failure belongs to the delivery that logged it; longer than
+    /// the monitor's Lambda timeout. A duplicate arriving inside it is retried later, not routed.
+    pub route_lease: Duration,
+    /// How old an open claim must be before the reconciler asks Batch about its job: longer than
+    /// EventBridge normally takes to deliver an end, so it only catches events that were lost.
+    pub reconcile_after: Duration,
+    /// The running function's timeout (`GRANARY_FUNCTION_TIMEOUT_SECS`, set per function by the
+    /// template). When set, both leases must outlast it: a lease that can expire while its holder
+    /// still runs lets a second invocation submit the same attempt or route the same end.
+    pub function_timeout: Option<Duration>,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Self {
+            claim_lease: Duration::from_secs(DEFAULT_CLAIM_LEASE_SECS),
+            route_lease: Duration::from_secs(DEFAULT_ROUTE_LEASE_SECS),
+            reconcile_after: Duration::from_secs(DEFAULT_RECONCILE_AFTER_SECS),
+            function_timeout: None,
+        }
+    }
+}
+
+impl Leases {
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        let secs = |var: &'static str, default: u64| -> Result<Duration, ConfigError> {
+            Ok(Duration::from_secs(v.number(var, default)?))
+        };
+        Ok(Self {
+            claim_lease: secs("GRANARY_CLAIM_LEASE_SECS", DEFAULT_CLAIM_LEASE_SECS)?,
+            route_lease: secs("GRANARY_ROUTE_LEASE_SECS", DEFAULT_ROUTE_LEASE_SECS)?,
+            reconcile_after: secs("GRANARY_RECONCILE_AFTER_SECS", DEFAULT_RECONCILE_AFTER_SECS)?,
+            function_timeout: match v.get("GRANARY_FUNCTION_TIMEOUT_SECS") {
+                Some(_) => Some(secs("GRANARY_FUNCTION_TIMEOUT_SECS", 0)?),
+                None => None,
+            },
+        })
+    }
+
+    /// Refuses leases that do not outlast the function holding them.
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
+        let Some(timeout) = self.function_timeout else {
+            return Ok(());
+        };
+        for (var, lease) in [
+            ("GRANARY_CLAIM_LEASE_SECS", self.claim_lease),
+            ("GRANARY_ROUTE_LEASE_SECS", self.route_lease),
+        ] {
+            if lease <= timeout {
+                return Err(ConfigError::Invalid {
+                    var,
+                    value: lease.as_secs().to_string(),
+                    why: format!(
+                        "a lease must outlast the function's timeout ({}s, GRANARY_FUNCTION_TIMEOUT_SECS), or a second invocation can take over work the first is still doing",
+                        timeout.as_secs()
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settings of the importer steps (discover, download, admit) and the sweeper.
+#[derive(Debug, Clone)]
+pub struct ImporterConfig {
+    /// What discover lists: `s3://bucket/prefix/` or an http(s) directory index URL.
+    pub source_url: Option<String>,
+    /// Where downloaded raw files are stored in granary's bucket.
+    pub raw_prefix: String,
+    /// The SQS queue that carries item ids between importer steps.
+    pub import_queue_url: Option<String>,
+    pub active_slots: ActiveSlots,
+    /// A regex whose first capture group is an item's slot (taken from its name).
+    pub slot_pattern: Regex,
+    /// Names that do not match are SKIPPED as ineligible.
+    pub eligible_pattern: Regex,
+    /// Files last modified before this are SKIPPED as outdated.
+    pub not_before: Option<chrono::DateTime<chrono::Utc>>,
+    /// Keys (with `{id}` / `{name}` placeholders) that must exist before an item is READY.
+    pub prerequisites: Vec<String>,
+    /// Keys (with `{id}` / `{name}`) of a processed item's products, checked by re-validation.
+    pub product_keys: Vec<String>,
+    /// Concurrent HEAD requests while discovering.
+    pub discover_concurrency: usize,
+}
+
+/// A pattern granary ships as a default: a constant, compiled by a unit test too
+/// (`config::tests::sections_not_read_keep_the_defaults_the_variables_have`).
+fn default_pattern(pattern: &'static str) -> Regex {
+    Regex::new(pattern).expect("granary's default patterns are valid regexes")
+}
+
+impl Default for ImporterConfig {
+    fn default() -> Self {
+        Self {
+            source_url: None,
+            raw_prefix: "raw/".to_owned(),
+            import_queue_url: None,
+            active_slots: ActiveSlots::All,
+            slot_pattern: default_pattern(DEFAULT_SLOT_PATTERN),
+            eligible_pattern: default_pattern(DEFAULT_ELIGIBLE_PATTERN),
+            not_before: None,
+            prerequisites: Vec::new(),
+            product_keys: Vec::new(),
+            discover_concurrency: DEFAULT_DISCOVER_CONCURRENCY,
+        }
+    }
+}
+
+impl ImporterConfig {
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        let not_before = match v.get("GRANARY_NOT_BEFORE") {
+            None => None,
+            Some(raw) => Some(
+                chrono::DateTime::parse_from_rfc3339(&raw)
+                    .map_err(|e| ConfigError::Invalid {
+                        var: "GRANARY_NOT_BEFORE",
+                        value: raw.clone(),
+                        why: format!("{e}; use RFC 3339, e.g. 2024-01-01T00:00:00Z"),
+                    })?
+                    .with_timezone(&chrono::Utc),
+            ),
+        };
+        Ok(Self {
+            source_url: v.get("GRANARY_SOURCE_URL"),
+            raw_prefix: v.prefix("GRANARY_RAW_PREFIX", "raw/")?,
+            import_queue_url: v.get("GRANARY_IMPORT_QUEUE_URL"),
+            active_slots: ActiveSlots::parse(&v.or("GRANARY_ACTIVE_SLOTS", "*")),
+            slot_pattern: v.regex("GRANARY_SLOT_PATTERN", DEFAULT_SLOT_PATTERN)?,
+            eligible_pattern: v.regex("GRANARY_ELIGIBLE_PATTERN", DEFAULT_ELIGIBLE_PATTERN)?,
+            not_before,
+            prerequisites: v.list("GRANARY_PREREQUISITES"),
+            product_keys: v.list("GRANARY_PRODUCT_KEYS"),
+            discover_concurrency: v
+                .number("GRANARY_DISCOVER_CONCURRENCY", DEFAULT_DISCOVER_CONCURRENCY)?,
+        })
+    }
+}
