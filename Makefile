@@ -2,7 +2,9 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 export CARGO_INCREMENTAL ?= 0
-GRANULES ?= 5000
+# `make demo`: a first look in about a minute; GRANULES=5000 for throughput, KEEP=1 to explore it.
+GRANULES ?= 300
+KEEP ?=
 # Campaign sizes `make bench` runs on the emulator (100000 takes about an hour on moto) and on the
 # in-memory twins (granary's own cost; 100000 takes minutes).
 BENCH_CAMPAIGN ?= 10000
@@ -12,10 +14,11 @@ BENCH_CAMPAIGN_IN_MEMORY ?= 10000 100000
 
 all: build
 
-# A whole campaign on the local emulator (granary starts and stops moto itself).
+# A whole campaign on the local emulator (granary-local starts and stops moto itself).
 demo:
 	scripts/emulator.sh install
-	$(CARGO) run --locked -p granary-cli --bin granary -- demo --granules $(GRANULES)
+	$(CARGO) build --locked -p granary-cli -p granary-local
+	target/debug/granary-local demo --granules $(GRANULES) $(if $(KEEP),--keep)
 
 build:
 	$(CARGO) build --workspace --locked
@@ -42,7 +45,7 @@ test-localstack:
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
 bench:
 	scripts/emulator.sh install
-	$(CARGO) build --release --locked -p granary-cli -p queue-feeder -p job-monitor -p requeuer -p importer
+	$(CARGO) build --release --locked -p granary-cli -p granary-local -p granary-bench -p queue-feeder -p job-monitor -p requeuer -p importer
 	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas && target/release/granary-bench campaign $(addprefix --granules ,$(BENCH_CAMPAIGN)) && target/release/granary-bench campaign --in-memory $(addprefix --granules ,$(BENCH_CAMPAIGN_IN_MEMORY))'
 
 # Unit tests only: no emulator needed.

@@ -325,7 +325,8 @@ impl Campaign {
     }
 }
 
-/// Reads every message on a queue without consuming it (they reappear after the timeout).
+/// Reads every message on a queue without consuming it: each is made visible again once read,
+/// so an operator exploring the campaign afterwards (`granary redrive --dry-run`) sees them all.
 pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedMessage>> {
     let mut seen = BTreeMap::new();
     for _ in 0..10_000 {
@@ -336,6 +337,9 @@ pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedM
         for m in got {
             seen.entry(m.message_id.clone()).or_insert(m);
         }
+    }
+    for m in seen.values() {
+        queue.release(&m.receipt_handle).await?;
     }
     Ok(seen.into_values().collect())
 }

@@ -1,4 +1,4 @@
-//! `granary chaos`: a campaign on the in-memory twins with everything going wrong at once — the
+//! `granary-local chaos`: a campaign on the in-memory twins with everything going wrong at once — the
 //! fault plan's Spot kills, pull errors, timeouts and application failures, duplicated and
 //! reordered events, RUNNABLE events for the attempts Batch retries, throttled calls, and handler
 //! invocations that die at a random external call — then the audit of the promise: nothing lost,

@@ -1,4 +1,4 @@
-//! Starts moto server for `granary demo` when no endpoint is given, and stops it on drop.
+//! Starts moto server for `granary-local demo` when no endpoint is given, and stops it on drop.
 
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};

@@ -28,14 +28,14 @@ pub struct RunnerOptions {
     pub concurrency: usize,
     /// Give up if the campaign has not settled by then.
     pub deadline: Duration,
-    /// Crashes and throttling injected into the handlers' external calls (`granary chaos`).
+    /// Crashes and throttling injected into the handlers' external calls (`granary-local chaos`).
     pub chaos: Option<ChaosOptions>,
     /// The reconciler's schedule (in the stack, the item sweeper's). It acts only on open claims
     /// older than GRANARY_RECONCILE_AFTER_SECS.
     pub reconcile_interval: Duration,
 }
 
-/// What `granary chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
+/// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
 #[derive(Debug, Clone)]
 pub struct ChaosOptions {
     pub seed: u64,

@@ -1,4 +1,4 @@
-//! The crash and throttling proof on a small campaign, through the library the `granary chaos`
+//! The crash and throttling proof on a small campaign, through the library the `granary-local chaos`
 //! command runs: many invocations die at a random external call (before it, or after it with the
 //! answer lost), one call in ten is throttled, events are duplicated, delayed and preceded by
 //! RUNNABLE notices, some final events never arrive (the reconciler finds those ends) — and still nothing is lost, submitted twice or succeeded twice.
@@ -14,7 +14,7 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
         seed: 11,
         chaos: ChaosOptions {
             seed: 11,
-            // Far above `granary chaos`'s default, so a small campaign crosses many crash points.
+            // Far above `granary-local chaos`'s default, so a small campaign crosses many crash points.
             crash_rate: 0.25,
             throttle_rate: 0.10,
             max_crash_call: 16,

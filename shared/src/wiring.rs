@@ -102,7 +102,7 @@ impl Ctx {
     }
 
     /// The same context with every external call passing through `faults` (crash-point harness,
-    /// `granary chaos`).
+    /// `granary-local chaos`).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
         self.tapped(faults.clone())
     }
@@ -175,7 +175,7 @@ impl Importer {
     }
 
     /// The same importer with its calls passing through `faults` (the crash-point harness and
-    /// `granary chaos`; the faults tap leaves the source alone).
+    /// `granary-local chaos`; the faults tap leaves the source alone).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
         self.tapped(faults.clone())
     }

@@ -26,7 +26,7 @@ fn spec() -> CampaignSpec {
             delay_rate: 0.05,
             delay_ticks: 2,
             // The emulator's DescribeJobs answers from its own job records, not the simulator's
-            // fates, so lost events are exercised on the in-memory twins (`granary chaos`).
+            // fates, so lost events are exercised on the in-memory twins (`granary-local chaos`).
             lost_rate: 0.0,
         },
         batch_attempts: 2,

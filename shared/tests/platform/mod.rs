@@ -137,6 +137,19 @@ impl Function {
             Function::Sweeper => "ItemSweeperFunction",
         }
     }
+
+    /// The deployed function this one plays, for the configuration sections it reads.
+    pub fn deployed(self) -> granary::config::Function {
+        use granary::config::Function as F;
+        match self {
+            Function::Feeder => F::QueueFeeder,
+            Function::Monitor => F::JobMonitor,
+            Function::Requeuer => F::Requeuer,
+            Function::Discover => F::ImporterDiscover,
+            Function::ImportStep => F::ImporterStep,
+            Function::Sweeper => F::ItemSweeper,
+        }
+    }
 }
 
 /// The test stack: the template resolved with an S3 source and stand-ins for the parameters
@@ -189,7 +202,8 @@ pub fn function_config(f: Function) -> Config {
         .clone()
 }
 
-fn read_config(f: Function) -> Config {
+/// The environment the template gives `f`, as the harness runs it.
+fn function_env(f: Function) -> BTreeMap<String, String> {
     let (_, resolved) = stack();
     let mut env = resolved
         .function(f.logical_id())
@@ -201,8 +215,20 @@ fn read_config(f: Function) -> Config {
     // Leases of 0 are refused next to a function timeout (a real invocation could still be
     // running); the harness has no clock that runs out, so it runs without one.
     env.remove("GRANARY_FUNCTION_TIMEOUT_SECS");
-    Config::from_lookup(|k| env.get(k).cloned())
-        .expect("the template's environment is a valid config")
+    env
+}
+
+/// What `f` reads at init: only the sections its deployed function reads.
+fn read_config(f: Function) -> Config {
+    let env = function_env(f);
+    Config::for_sections(f.deployed().sections(), |k| env.get(k).cloned())
+        .expect("the template's environment is a valid config for the function")
+}
+
+/// Every section, from every function's environment: what the world's shared ports are named by.
+fn world_config() -> Config {
+    let env: BTreeMap<String, String> = Function::ALL.into_iter().flat_map(function_env).collect();
+    Config::from_lookup(|k| env.get(k).cloned()).expect("the template's environments are valid")
 }
 
 pub struct World {
@@ -229,7 +255,7 @@ pub struct World {
 }
 
 pub fn world(scenario: Scenario) -> World {
-    let config = function_config(Function::Feeder);
+    let config = world_config();
     let store = Arc::new(MemoryStore::new());
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
     let (retry_url, dlq_url) = config.queue_names();
@@ -313,9 +339,25 @@ pub fn world(scenario: Scenario) -> World {
 impl World {
     /// The importer (and its context) as function `f` runs it: `f`'s configuration, its calls
     /// recorded in `f`'s access log.
+    /// The world as function `f` sees it: its own configuration, and — like the deployed
+    /// function — no job runner or queues unless it reads their sections (the ports refuse).
     pub fn as_fn(&self, f: Function) -> Importer {
         let mut imp = self.imp.clone();
         imp.ctx.config = function_config(f);
+        if imp.ctx.config.jobs.is_none() {
+            imp.ctx.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
+        }
+        if imp.ctx.config.queues.is_none() {
+            imp.ctx.retry_queue = Arc::new(granary::adapters::unset::UnsetQueue {
+                var: "GRANARY_RETRY_QUEUE_URL",
+            });
+            imp.ctx.failure_dlq = Arc::new(granary::adapters::unset::UnsetQueue {
+                var: "GRANARY_FAILURE_DLQ_URL",
+            });
+        }
+        if imp.ctx.config.importer.import_queue_url.is_none() {
+            imp.import_queue = None;
+        }
         imp.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
     }
 }

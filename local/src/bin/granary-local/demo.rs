@@ -4,6 +4,7 @@ use granary::adapters::aws::{load_sdk_config_for, AwsClients};
 use granary_local::campaign::{Campaign, CampaignSpec, Summary};
 use granary_local::emulator::Emulator;
 use granary_local::fault_plan::FaultPlan;
+use granary_local::stack::EmulatorStack;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,8 +12,9 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// How many granules the sample inventory holds.
-    #[arg(long, default_value_t = 10_000)]
+    /// How many granules the sample inventory holds. The default is a first look (about a minute
+    /// on moto); `--granules 5000` or more shows throughput and the ETA settling.
+    #[arg(long, default_value_t = 300)]
     granules: usize,
     /// Seed for the sample inventory and the fault plan.
     #[arg(long)]
@@ -33,6 +35,83 @@ pub struct Args {
     /// Granules the feeder submits per schedule tick.
     #[arg(long, default_value_t = 200)]
     submit_count: u64,
+    /// Keep the emulator this demo started running after the campaign, and print the commands
+    /// (with the variables set) to explore it with `granary status`, `report` and `redrive`;
+    /// Ctrl-C stops it.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// What the demo prints with --json: where the campaign ran, and what happened.
+#[derive(serde::Serialize)]
+struct DemoReport<'a> {
+    endpoint: &'a str,
+    /// The stack's resources (bucket, queues, job queue and definition), as the Lambdas see them.
+    stack: Option<StackNames<'a>>,
+    #[serde(flatten)]
+    summary: &'a Summary,
+}
+
+#[derive(serde::Serialize)]
+struct StackNames<'a> {
+    name: &'a str,
+    bucket: &'a str,
+    retry_queue_url: &'a str,
+    failure_dlq_url: &'a str,
+    events_queue_url: &'a str,
+    events_dlq_url: &'a str,
+    job_queue: &'a str,
+    job_definition: &'a str,
+}
+
+impl<'a> StackNames<'a> {
+    fn of(s: &'a EmulatorStack) -> Self {
+        Self {
+            name: &s.name,
+            bucket: &s.bucket,
+            retry_queue_url: &s.retry_queue_url,
+            failure_dlq_url: &s.failure_dlq_url,
+            events_queue_url: &s.events_queue_url,
+            events_dlq_url: &s.events_dlq_url,
+            job_queue: &s.job_queue,
+            job_definition: &s.job_definition,
+        }
+    }
+}
+
+/// How to run the operator's `granary`: the binary built next to this one (`make demo` builds
+/// both), else whatever `granary` is on PATH.
+fn granary_command() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|me| me.parent().map(|dir| dir.join("granary")))
+        .filter(|path| path.exists())
+        .map_or_else(|| "granary".to_owned(), |path| path.display().to_string())
+}
+
+/// The shell lines that point `granary` at the demo's stack, and what to try with it.
+fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
+    format!(
+        "export AWS_ENDPOINT_URL={endpoint} AWS_REGION=us-east-1 \\
+       AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing \\
+       GRANARY_BUCKET={} \\
+       GRANARY_JOB_QUEUE={} GRANARY_JOB_DEFINITION={} \\
+       GRANARY_RETRY_QUEUE_URL={} \\
+       GRANARY_FAILURE_DLQ_URL={} \\
+       GRANARY_EVENTS_QUEUE_URL={} GRANARY_EVENTS_DLQ_URL={}
+{granary} status
+{granary} report --scan
+{granary} redrive --all --dry-run
+{granary} items find --state ABANDONED",
+        s.bucket,
+        s.job_queue,
+        s.job_definition,
+        s.retry_queue_url,
+        s.failure_dlq_url,
+        s.events_queue_url,
+        s.events_dlq_url,
+        granary = granary_command(),
+    )
 }
 
 pub async fn run(args: Args) -> Result<ExitCode> {
@@ -43,7 +122,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     if let Some(seed) = args.seed {
         plan.seed = seed;
     }
-    let (_emulator, endpoint) = match &args.endpoint {
+    let (emulator, endpoint) = match &args.endpoint {
         Some(url) => (None, url.clone()),
         None => {
             let e = Emulator::start()?;
@@ -107,21 +186,45 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let summary = campaign.summarize(started.elapsed()).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
+        let report = DemoReport {
+            endpoint: &endpoint,
+            stack: campaign.stack.as_ref().map(StackNames::of),
+            summary: &summary,
+        };
+        println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_summary(&summary);
-        if let (None, Some(stack)) = (&_emulator, &campaign.stack) {
-            eprintln!(
-                "\nThe emulator at {endpoint} keeps the stack's state: bucket {}, DLQ {}",
-                stack.bucket, stack.failure_dlq_url
-            );
-        }
     }
-    Ok(if summary.unaccounted == 0 {
+    let code = if summary.unaccounted == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    };
+    let Some(stack) = &campaign.stack else {
+        return Ok(code);
+    };
+    // The commands go to stderr so that --json output stays one JSON document.
+    match (&emulator, args.keep) {
+        (Some(_), false) if !args.json => {
+            eprintln!("\n(--keep, or `make demo KEEP=1`, keeps the emulator running to explore the campaign with granary status, report and redrive.)")
+        }
+        (Some(_), false) => {}
+        (Some(_), true) => {
+            eprintln!(
+                "\nThe emulator keeps running with the campaign's state. In another shell:\n\n{}\n\nCtrl-C stops it.",
+                explore_commands(&endpoint, stack)
+            );
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
+            eprintln!("stopping the emulator");
+        }
+        (None, _) => eprintln!(
+            "\nThe emulator at {endpoint} keeps the campaign's state. To explore it:\n\n{}",
+            explore_commands(&endpoint, stack)
+        ),
+    }
+    Ok(code)
 }
 
 fn print_summary(s: &Summary) {

@@ -1,5 +1,5 @@
 //! A [`Tap`] that makes the cloud misbehave on purpose, for the crash-point harness and
-//! `granary chaos`: every external call of one handler invocation passes through one [`Faults`].
+//! `granary-local chaos`: every external call of one handler invocation passes through one [`Faults`].
 //!
 //! - **Crash at call N.** The invocation dies at its Nth external call: either the call is never
 //!   made ([`CrashMode::Before`]) or it is made and its answer lost ([`CrashMode::After`]). From
