@@ -4,13 +4,12 @@
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, NaiveDate, Utc};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use granary::adapters::aws::{AwsClients, S3Store};
+use granary::adapters::aws::AwsClients;
 use granary::domain::granule::GranuleId;
 use granary::domain::item::{HistoryEntry, ItemQuery, ItemRecord};
 use granary::domain::lifecycle::ItemState;
 use granary::repositories::items::{ItemPrefixes, Items};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -121,7 +120,7 @@ impl FindArgs {
 pub async fn run(args: Args) -> Result<ExitCode> {
     let clients = AwsClients::from_env().await;
     let items = Items::new(
-        Arc::new(S3Store::new(clients.s3.clone(), &args.bucket)),
+        granary::wiring::s3_store(&clients, &args.bucket),
         ItemPrefixes {
             items: args.item_prefix.clone(),
             history: args.history_prefix.clone(),

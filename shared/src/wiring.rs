@@ -108,6 +108,11 @@ impl Ctx {
     }
 }
 
+/// One bucket as an object store (`granary items`, which may name its bucket on the command line).
+pub fn s3_store(clients: &AwsClients, bucket: &str) -> Arc<dyn crate::ports::ObjectStore> {
+    Arc::new(S3Store::new(clients.s3.clone(), bucket))
+}
+
 /// One SQS queue by URL (the operator's redrive commands, which need no bucket).
 pub fn sqs_queue(clients: &AwsClients, url: &str) -> Arc<dyn Queue> {
     Arc::new(SqsQueue::new(clients.sqs.clone(), url))

@@ -26,6 +26,11 @@ pub mod attribute {
     pub const KIND: &str = "kind";
     /// Where a rejected input is recorded in S3.
     pub const RECORD_KEY: &str = "record_key";
+    /// Set by EventBridge (not granary) on an event it could not deliver to its target and sent
+    /// to the rule target's dead-letter queue instead, with ERROR_CODE, RULE_ARN, TARGET_ARN and
+    /// others (EventBridge User Guide, "Using dead-letter queues to process undelivered events",
+    /// https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-event-delivery.html#eb-rule-dlq).
+    pub const EVENTBRIDGE_ERROR_MESSAGE: &str = "ERROR_MESSAGE";
 }
 
 /// Why a message is on the retry queue or the failure DLQ (its `outcome` attribute).

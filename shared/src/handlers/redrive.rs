@@ -2,7 +2,7 @@
 //! A message leaves the DLQ only after it is on the retry queue, so an interrupted redrive loses
 //! nothing (at worst a message is on both, and the requeuer's claims absorb the duplicate).
 
-use crate::contracts::messages::{reason_of, Notice, Outcome, RetryMessage};
+use crate::contracts::messages::{attribute, reason_of, Notice, Outcome, RetryMessage};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::ports::{OutgoingMessage, Queue, QueueError, ReceivedMessage};
 use regex::Regex;
@@ -121,7 +121,7 @@ pub async fn redrive_events(
             .unwrap_or("(not a Batch event: the monitor will record and dead-letter it)");
         let reason = m
             .attributes
-            .get("ERROR_MESSAGE")
+            .get(attribute::EVENTBRIDGE_ERROR_MESSAGE)
             .map(|e| format!("EventBridge could not deliver it: {e}"))
             .unwrap_or_else(|| "the job monitor failed on it repeatedly".to_owned());
         let mut message = OutgoingMessage::new(m.body.clone());
@@ -257,7 +257,7 @@ mod tests {
             };
             q.send(
                 OutgoingMessage::new(serde_json::to_string(&e).unwrap())
-                    .with_attribute(crate::contracts::messages::attribute::REASON, *reason),
+                    .with_attribute(attribute::REASON, *reason),
             )
             .await
             .unwrap();
@@ -345,9 +345,12 @@ mod tests {
         let dlq = MemoryQueue::new("events-dlq");
         let event =
             r#"{"detail-type":"Batch Job State Change","detail":{"jobName":"HLS_S30_A-a1-x"}}"#;
-        dlq.send(OutgoingMessage::new(event).with_attribute("ERROR_MESSAGE", "KMS access denied"))
-            .await
-            .unwrap();
+        dlq.send(
+            OutgoingMessage::new(event)
+                .with_attribute(attribute::EVENTBRIDGE_ERROR_MESSAGE, "KMS access denied"),
+        )
+        .await
+        .unwrap();
         dlq.send(OutgoingMessage::new("not json")).await.unwrap();
         let events = MemoryQueue::new("events");
         let dry = RedriveOptions {
@@ -369,7 +372,10 @@ mod tests {
         assert_eq!(dlq.depth().await.unwrap().visible, 0);
         let moved = events.receive(10, 30, 0).await.unwrap();
         assert_eq!(moved[0].body, event);
-        assert_eq!(moved[0].attributes["ERROR_MESSAGE"], "KMS access denied");
+        assert_eq!(
+            moved[0].attributes[attribute::EVENTBRIDGE_ERROR_MESSAGE],
+            "KMS access denied"
+        );
         assert_eq!(moved[1].body, "not json");
     }
 }
