@@ -293,7 +293,7 @@ impl EventBus for RuleToQueue {
             self.queue
                 .send(OutgoingMessage::new(envelope.to_string()))
                 .await
-                .map_err(|err| EventBusError(err.to_string()))?;
+                .map_err(|err| EventBusError::new(err.to_string()).with_source(err))?;
         }
         Ok(())
     }

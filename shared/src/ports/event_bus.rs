@@ -3,8 +3,30 @@
 use async_trait::async_trait;
 
 #[derive(Debug, thiserror::Error)]
-#[error("event bus: {0}")]
-pub struct EventBusError(pub String);
+#[error("event bus: {message}")]
+pub struct EventBusError {
+    pub message: String,
+    /// The SDK's or the handler's own error, when there is one.
+    #[source]
+    pub source: Option<super::BoxError>,
+}
+
+impl EventBusError {
+    pub fn new(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// The same error with the underlying error kept as its source.
+    pub fn with_source(self, e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            source: Some(Box::new(e)),
+            ..self
+        }
+    }
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BusEvent {

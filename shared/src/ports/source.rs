@@ -10,10 +10,21 @@ use serde::{Deserialize, Serialize};
 pub enum SourceError {
     /// Worth another attempt: a timeout, a reset connection, a 5xx, a truncated body.
     #[error("{url}: {message}")]
-    Transient { url: String, message: String },
+    Transient {
+        url: String,
+        message: String,
+        /// The client's own error, when there is one.
+        #[source]
+        source: Option<super::BoxError>,
+    },
     /// Not worth another attempt: 404, 403, a malformed listing.
     #[error("{url}: {message} (not retried)")]
-    Permanent { url: String, message: String },
+    Permanent {
+        url: String,
+        message: String,
+        #[source]
+        source: Option<super::BoxError>,
+    },
 }
 
 /// One file as its source describes it.

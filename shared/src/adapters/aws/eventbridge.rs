@@ -44,7 +44,9 @@ impl EventBus for EventBridgeBus {
                 .set_entries(Some(entries))
                 .send()
                 .await
-                .map_err(|e| EventBusError(format!("PutEvents: {}", describe(&e))))?;
+                .map_err(|e| {
+                    EventBusError::new(format!("PutEvents: {}", describe(&e))).with_source(e)
+                })?;
             if out.failed_entry_count > 0 {
                 let why: Vec<String> = out
                     .entries
@@ -52,7 +54,7 @@ impl EventBus for EventBridgeBus {
                     .into_iter()
                     .filter_map(|e| e.error_message)
                     .collect();
-                return Err(EventBusError(format!(
+                return Err(EventBusError::new(format!(
                     "PutEvents: {} entries failed: {}",
                     out.failed_entry_count,
                     why.join("; ")

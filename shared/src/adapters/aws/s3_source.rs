@@ -20,12 +20,14 @@ impl S3PrefixSource {
             .ok_or_else(|| SourceError::Permanent {
                 url: url.to_owned(),
                 message: "an S3 source must look like s3://bucket/prefix/".into(),
+                source: None,
             })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
             return Err(SourceError::Permanent {
                 url: url.to_owned(),
                 message: "the S3 source names no bucket".into(),
+                source: None,
             });
         }
         Ok(Self {
@@ -42,10 +44,25 @@ impl S3PrefixSource {
     }
 }
 
-fn err(url: &str, e: impl std::fmt::Display) -> SourceError {
+fn err(url: &str, e: impl std::error::Error + Send + Sync + 'static) -> SourceError {
     SourceError::Transient {
         url: url.to_owned(),
         message: e.to_string(),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// A failed S3 call: the service's code and message, with the SDK's error as the source.
+fn sdk_err<E, R>(url: &str, e: aws_sdk_s3::error::SdkError<E, R>) -> SourceError
+where
+    E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let message = describe(&e);
+    SourceError::Transient {
+        url: url.to_owned(),
+        message,
+        source: Some(Box::new(e)),
     }
 }
 
@@ -62,7 +79,7 @@ impl Source for S3PrefixSource {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| err(&url, describe(&e)))?;
+            let page = page.map_err(|e| sdk_err(&url, e))?;
             for o in page.contents.unwrap_or_default() {
                 let Some(key) = o.key else { continue };
                 if key.ends_with('/') {
@@ -87,6 +104,7 @@ impl Source for S3PrefixSource {
         let key = self.split(url).ok_or_else(|| SourceError::Permanent {
             url: url.to_owned(),
             message: format!("not an object of s3://{}/", self.bucket),
+            source: None,
         })?;
         let out = self
             .client
@@ -95,7 +113,7 @@ impl Source for S3PrefixSource {
             .key(key)
             .send()
             .await
-            .map_err(|e| err(url, describe(&e)))?;
+            .map_err(|e| sdk_err(url, e))?;
         let len = out.content_length.and_then(|l| u64::try_from(l).ok());
         let owned = url.to_owned();
         let stream = futures::stream::unfold(Some(out.body), move |body| {

@@ -36,6 +36,7 @@ impl HttpIndexSource {
         let permanent = |message: String| SourceError::Permanent {
             url: index_url.to_owned(),
             message,
+            source: None,
         };
         let mut index = Url::parse(index_url).map_err(|e| permanent(e.to_string()))?;
         if !matches!(index.scheme(), "http" | "https") {
@@ -162,6 +163,7 @@ fn transient(url: &str, e: reqwest::Error) -> SourceError {
     SourceError::Transient {
         url: url.to_owned(),
         message,
+        source: Some(Box::new(e)),
     }
 }
 
@@ -174,11 +176,13 @@ fn check_status(url: &str, status: StatusCode) -> Result<(), SourceError> {
         Err(SourceError::Transient {
             url: url.to_owned(),
             message,
+            source: None,
         })
     } else {
         Err(SourceError::Permanent {
             url: url.to_owned(),
             message,
+            source: None,
         })
     }
 }

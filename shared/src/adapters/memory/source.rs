@@ -23,6 +23,7 @@ impl Source for MemorySource {
             .ok_or_else(|| SourceError::Permanent {
                 url: url.to_owned(),
                 message: "no such file".into(),
+                source: None,
             })?;
         let len = body.len() as u64;
         Ok((futures::stream::iter([Ok(body.clone())]).boxed(), Some(len)))

@@ -397,6 +397,7 @@ fn source_error(url: &str) -> impl FnOnce(&str, bool) -> SourceError + '_ {
     move |why, _| SourceError::Transient {
         url: url.to_owned(),
         message: why.to_owned(),
+        source: None,
     }
 }
 

@@ -231,7 +231,7 @@ mod tests {
     use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
     use crate::domain::item::NewItem;
     use crate::handlers::Ctx;
-    use crate::ports::{JobRequest, JobRunner, Queue};
+    use crate::ports::{JobRunner, Queue};
     use std::sync::Arc;
 
     async fn importer(jobs: Arc<MemoryJobRunner>) -> (Importer, Arc<MemoryQueue>) {
@@ -293,13 +293,9 @@ mod tests {
     async fn asks_batch_before_failing_a_processing_item() {
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let (imp, dlq) = importer(jobs.clone()).await;
-        let request = |item: &str| JobRequest {
-            job_name: format!("{item}-1"),
-            environment: Default::default(),
-            parameters: [("granule_id", item), ("attempt", "1")]
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect(),
+        let request = |item: &str| {
+            let id = GranuleId::parse(item).unwrap();
+            crate::contracts::job::job_request(&format!("{item}-1"), &id, 1)
         };
         let alive = jobs.submit(request("alive-item")).await.unwrap().job_id;
         let done = jobs.submit(request("done-item")).await.unwrap().job_id;
