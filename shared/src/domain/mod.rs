@@ -5,6 +5,7 @@ pub mod claim;
 pub mod classify;
 pub mod granule;
 pub mod hold;
+pub mod ingest;
 pub mod item;
 pub mod job_end;
 pub mod job_name;

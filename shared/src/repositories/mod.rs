@@ -11,6 +11,7 @@
 
 pub mod claims;
 pub mod hold;
+pub mod ingest;
 pub mod items;
 pub mod json;
 pub mod logs;

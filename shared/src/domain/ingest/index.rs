@@ -1,0 +1,248 @@
+//! Where the ingest queue's records and indexes live in S3, and the ids that name them.
+//!
+//! The design's ZooKeeper nodes become keys under one prefix:
+//!
+//! - `batches/<bid>.json`, `jobs/<jid>.json`: the records, changed only with If-Match;
+//! - `job-states/<state>/<PP>-<jid>`: the job queue. An empty marker per job; listing a state's
+//!   prefix returns keys in UTF-8 order, so two-digit priorities (00 first) list in priority
+//!   order, and the priority is the only thing the key adds to the record;
+//! - `batch-jobs/<bid>/<group>/<jid>`: the batch's own index (processing, completed, failed);
+//!   a batch with nothing under `batch-processing/` has no job left running;
+//! - `holds/collection=<c>.json`: a held collection;
+//! - `reports/<bid>/<n>.json`: a batch's reports, the first and each update.
+
+use super::job::{BatchGroup, JobState};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The priority every job starts with (lower runs first).
+pub const DEFAULT_PRIORITY: u8 = 5;
+/// The lowest priority a key can carry.
+pub const MAX_PRIORITY: u8 = 99;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {value:?} is not valid: {why}")]
+pub struct InvalidId {
+    pub what: &'static str,
+    pub value: String,
+    pub why: &'static str,
+}
+
+fn check(what: &'static str, raw: &str) -> Result<(), InvalidId> {
+    let bad = |why| InvalidId {
+        what,
+        value: raw.chars().take(80).collect(),
+        why,
+    };
+    if raw.is_empty() || raw.len() > 64 {
+        return Err(bad("1 to 64 characters"));
+    }
+    if !raw
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(bad("letters, digits, '-' and '_' only"));
+    }
+    Ok(())
+}
+
+/// A batch id: `b<yyyymmddHHMMSS>-<8 hex>`, sortable by submission time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct BatchId(String);
+
+impl BatchId {
+    pub fn parse(raw: &str) -> Result<Self, InvalidId> {
+        check("batch id", raw)?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The id of a batch submitted at `at` whose submission hashes to `digest` (hex).
+    pub fn new(at: chrono::DateTime<chrono::Utc>, digest: &str) -> Self {
+        let short: String = digest
+            .chars()
+            .filter(char::is_ascii_hexdigit)
+            .take(8)
+            .collect();
+        Self(format!("b{}-{short}", at.format("%Y%m%d%H%M%S")))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The `n`th job of this batch (1-based).
+    pub fn job(&self, n: usize) -> JobId {
+        JobId(format!("{}-j{n:05}", self.0))
+    }
+}
+
+impl TryFrom<String> for BatchId {
+    type Error = InvalidId;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<BatchId> for String {
+    fn from(b: BatchId) -> String {
+        b.0
+    }
+}
+
+impl fmt::Display for BatchId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A job id: its batch's id and its place in the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct JobId(String);
+
+impl JobId {
+    pub fn parse(raw: &str) -> Result<Self, InvalidId> {
+        check("job id", raw)?;
+        Ok(Self(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for JobId {
+    type Error = InvalidId;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<JobId> for String {
+    fn from(j: JobId) -> String {
+        j.0
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The ingest queue's keys under one prefix (`ingest/` by default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestKeys {
+    pub prefix: String,
+}
+
+impl IngestKeys {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub fn batch(&self, bid: &BatchId) -> String {
+        format!("{}batches/{bid}.json", self.prefix)
+    }
+
+    pub fn batches(&self) -> String {
+        format!("{}batches/", self.prefix)
+    }
+
+    pub fn job(&self, jid: &JobId) -> String {
+        format!("{}jobs/{jid}.json", self.prefix)
+    }
+
+    /// The job queue's marker for a job in `state` at `priority`.
+    pub fn job_state(&self, state: JobState, priority: u8, jid: &JobId) -> String {
+        format!(
+            "{}job-states/{state}/{:02}-{jid}",
+            self.prefix,
+            priority.min(MAX_PRIORITY)
+        )
+    }
+
+    /// Everything in the job queue's `state`, listed in priority order.
+    pub fn job_states(&self, state: JobState) -> String {
+        format!("{}job-states/{state}/", self.prefix)
+    }
+
+    /// (priority, job id) of a job-queue marker listed under `job_states(state)`.
+    pub fn parse_job_state(&self, state: JobState, key: &str) -> Option<(u8, JobId)> {
+        let rest = key.strip_prefix(&self.job_states(state))?;
+        let (priority, jid) = rest.split_once('-')?;
+        if priority.len() != 2 {
+            return None;
+        }
+        Some((priority.parse().ok()?, JobId::parse(jid).ok()?))
+    }
+
+    pub fn batch_group(&self, bid: &BatchId, group: BatchGroup, jid: &JobId) -> String {
+        format!("{}batch-jobs/{bid}/{}/{jid}", self.prefix, group.as_str())
+    }
+
+    pub fn batch_groups(&self, bid: &BatchId, group: BatchGroup) -> String {
+        format!("{}batch-jobs/{bid}/{}/", self.prefix, group.as_str())
+    }
+
+    pub fn collection_hold(&self, collection: &str) -> String {
+        format!("{}holds/collection={collection}.json", self.prefix)
+    }
+
+    pub fn report(&self, bid: &BatchId, n: u32) -> String {
+        format!("{}reports/{bid}/{n:03}.json", self.prefix)
+    }
+
+    pub fn reports(&self, bid: &BatchId) -> String {
+        format!("{}reports/{bid}/", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    #[test]
+    fn job_queue_keys_list_in_priority_order_and_read_back() {
+        let keys = IngestKeys::new("ingest/");
+        let bid = BatchId::new(
+            chrono::Utc.with_ymd_and_hms(2026, 11, 24, 3, 4, 5).unwrap(),
+            "abcdef0123",
+        );
+        assert_eq!(bid.as_str(), "b20261124030405-abcdef01");
+        let (a, b) = (bid.job(2), bid.job(10));
+        let mut listed = [
+            keys.job_state(JobState::Pending, 10, &a),
+            keys.job_state(JobState::Pending, 5, &b),
+            keys.job_state(JobState::Pending, 0, &a),
+        ];
+        listed.sort();
+        let order: Vec<_> = listed
+            .iter()
+            .map(|k| keys.parse_job_state(JobState::Pending, k).unwrap())
+            .collect();
+        assert_eq!(order, vec![(0, a.clone()), (5, b), (10, a.clone())]);
+        assert_eq!(keys.parse_job_state(JobState::Held, &listed[0]), None);
+        assert_eq!(
+            keys.job_state(JobState::Pending, 200, &a),
+            keys.job_state(JobState::Pending, 99, &a)
+        );
+    }
+
+    #[test]
+    fn ids_are_safe_in_keys() {
+        assert!(BatchId::parse("b1-x").is_ok());
+        assert!(BatchId::parse("../etc").is_err());
+        assert!(JobId::parse("").is_err());
+        assert!(JobId::parse(&"j".repeat(65)).is_err());
+        let bid = BatchId::parse("b1").unwrap();
+        assert_eq!(bid.job(3).as_str(), "b1-j00003");
+        let json = serde_json::to_string(&bid.job(3)).unwrap();
+        assert_eq!(serde_json::from_str::<JobId>(&json).unwrap(), bid.job(3));
+        assert!(serde_json::from_str::<JobId>("\"a/b\"").is_err());
+    }
+}

@@ -1,0 +1,207 @@
+//! The batch and job records, and the one way each changes: a transition the table allows,
+//! applied as a pure function (the repository writes it with If-Match).
+
+use super::batch::{check_batch_transition, BatchState, IllegalBatchTransition};
+use super::index::{BatchId, JobId};
+use super::job::{check_job_transition, last_successful_after, IllegalJobTransition, JobState};
+use super::manifest::{ManifestKind, ManifestObject};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// What a depositor (or a service) submits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    pub collection: String,
+    /// Where the manifest (or the single file) is: an http(s) URL or `s3://bucket/key`.
+    pub manifest_url: String,
+    pub kind: ManifestKind,
+    #[serde(default = "default_priority")]
+    pub priority: u8,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    pub submitter: String,
+}
+
+fn default_priority() -> u8 {
+    super::index::DEFAULT_PRIORITY
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchRecord {
+    pub id: BatchId,
+    pub state: BatchState,
+    pub submission: Submission,
+    /// Jobs spawned (set when the batch leaves pending).
+    pub jobs: usize,
+    /// Reports written so far (the first, then one per update-report).
+    pub reports: u32,
+    pub created_at: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+    /// Why it is in its state, in a few words.
+    pub reason: String,
+}
+
+impl BatchRecord {
+    pub fn new(id: BatchId, submission: Submission, now: DateTime<Utc>) -> Self {
+        Self {
+            id,
+            state: BatchState::Pending,
+            submission,
+            jobs: 0,
+            reports: 0,
+            created_at: now,
+            last_modified: now,
+            reason: "submitted".to_owned(),
+        }
+    }
+
+    /// The record after `self.state` → `to`, if the table allows it.
+    pub fn moved(
+        &self,
+        to: BatchState,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalBatchTransition> {
+        check_batch_transition(self.state, to)?;
+        Ok(Self {
+            state: to,
+            last_modified: now,
+            reason: reason.into(),
+            ..self.clone()
+        })
+    }
+}
+
+/// A file of a job as stored in granary's bucket.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredFile {
+    pub name: String,
+    pub key: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub batch: BatchId,
+    pub collection: String,
+    pub state: JobState,
+    pub last_successful_status: Option<JobState>,
+    pub retry_count: u32,
+    pub priority: u8,
+    /// Bytes the job needs (0 until estimated, or when the estimate could not be made).
+    pub space_needed: u64,
+    pub object: ManifestObject,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stored: Vec<StoredFile>,
+    /// The processing job's id, once submitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processing_job: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub last_modified: DateTime<Utc>,
+    pub reason: String,
+}
+
+impl JobRecord {
+    pub fn new(id: JobId, batch: &BatchRecord, object: ManifestObject, now: DateTime<Utc>) -> Self {
+        Self {
+            id,
+            batch: batch.id.clone(),
+            collection: batch.submission.collection.clone(),
+            state: JobState::Pending,
+            last_successful_status: None,
+            retry_count: 0,
+            priority: batch.submission.priority,
+            space_needed: 0,
+            object,
+            stored: Vec::new(),
+            processing_job: None,
+            created_at: now,
+            last_modified: now,
+            reason: "created from the batch's manifest".to_owned(),
+        }
+    }
+
+    /// The record after `self.state` → `to`, if the table allows it: `last_successful_status`
+    /// moves on only when a step hands on to the next, and a resume (failed → a step) counts a
+    /// retry.
+    pub fn moved(
+        &self,
+        to: JobState,
+        reason: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalJobTransition> {
+        check_job_transition(self.state, to)?;
+        let resumed = self.state == JobState::Failed && JobState::STEPS.contains(&to);
+        Ok(Self {
+            state: to,
+            last_successful_status: last_successful_after(
+                self.state,
+                to,
+                self.last_successful_status,
+            ),
+            retry_count: self.retry_count + u32::from(resumed),
+            last_modified: now,
+            reason: reason.into(),
+            ..self.clone()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ingest::manifest::single_file;
+
+    fn batch() -> BatchRecord {
+        BatchRecord::new(
+            BatchId::parse("b1").unwrap(),
+            Submission {
+                collection: "c".into(),
+                manifest_url: "http://h/m.checkm".into(),
+                kind: ManifestKind::Files,
+                priority: 5,
+                callback: None,
+                profile: None,
+                submitter: "me".into(),
+            },
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn a_job_keeps_its_last_success_through_a_failure_and_a_resume_counts_a_retry() {
+        let b = batch();
+        let now = Utc::now();
+        let mut j = JobRecord::new(b.id.job(1), &b, single_file("http://h/a", None), now);
+        for to in [
+            JobState::Estimating,
+            JobState::Provisioning,
+            JobState::Downloading,
+            JobState::Failed,
+        ] {
+            j = j.moved(to, "t", now).unwrap();
+        }
+        assert_eq!(j.last_successful_status, Some(JobState::Provisioning));
+        assert_eq!(j.retry_count, 0);
+        let again = j.moved(JobState::Downloading, "resumed", now).unwrap();
+        assert_eq!(again.retry_count, 1);
+        assert_eq!(again.last_successful_status, Some(JobState::Provisioning));
+        assert!(j.moved(JobState::Completed, "no", now).is_err());
+    }
+
+    #[test]
+    fn a_batch_moves_only_as_its_table_allows() {
+        let b = batch();
+        let now = Utc::now();
+        assert!(b.moved(BatchState::Reporting, "no", now).is_err());
+        let p = b
+            .moved(BatchState::Processing, "jobs created", now)
+            .unwrap();
+        assert_eq!(p.state, BatchState::Processing);
+        assert_eq!(p.submission, b.submission);
+    }
+}

@@ -1,0 +1,471 @@
+//! The ingest queue's records and indexes over the object store (layout: `domain::ingest::index`).
+//!
+//! A change to a job is written in the design's order — the job record first (If-Match: that is
+//! the lock), then the indexes — with one deliberate difference inside the index update: the new
+//! marker is created *before* the old one is deleted. The design deletes first; a crash between
+//! its two steps would leave a job with no marker at all, which nothing lists and so nothing
+//! repairs. Created first, a crash leaves a job listed twice at worst, and whoever lists the
+//! stale marker reads the record, sees it has moved, and repairs both indexes
+//! ([`Ingest::claim_listed`]). So for every job, the marker of the state its record names exists
+//! once the record is written and the next handler has looked.
+
+use super::json::{read_json, write_json, RepositoryError, Versioned};
+use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
+use crate::domain::ingest::job::{BatchGroup, JobState};
+use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::ports::{ObjectStore, PutCondition};
+use bytes::Bytes;
+use std::sync::Arc;
+
+/// How often a change is re-decided after losing a compare-and-swap before giving up.
+const CAS_ROUNDS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error("{0}")]
+    Illegal(String),
+    #[error("{what} {id} changed {CAS_ROUNDS} times while we tried to update it; retry later")]
+    Contended { what: &'static str, id: String },
+}
+
+/// What a change found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Changed<T> {
+    Moved(T),
+    /// The decision was "nothing to do" for the record as it is.
+    Unchanged(T),
+    Missing,
+}
+
+impl<T> Changed<T> {
+    pub fn record(&self) -> Option<&T> {
+        match self {
+            Changed::Moved(r) | Changed::Unchanged(r) => Some(r),
+            Changed::Missing => None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Ingest {
+    store: Arc<dyn ObjectStore>,
+    pub keys: IngestKeys,
+}
+
+impl Ingest {
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
+        Self {
+            store,
+            keys: IngestKeys::new(prefix),
+        }
+    }
+
+    // ---- batches ----
+
+    /// Creates the batch unless it exists; returns the stored one either way.
+    pub async fn create_batch(&self, record: &BatchRecord) -> Result<BatchRecord, IngestError> {
+        let key = self.keys.batch(&record.id);
+        match write_json(self.store.as_ref(), &key, record, PutCondition::IfAbsent).await {
+            Ok(_) => Ok(record.clone()),
+            Err(e) if e.is_conflict() => match self.batch(&record.id).await? {
+                Some(existing) => Ok(existing.value),
+                None => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn batch(&self, id: &BatchId) -> Result<Option<Versioned<BatchRecord>>, IngestError> {
+        Ok(read_json(self.store.as_ref(), &self.keys.batch(id)).await?)
+    }
+
+    /// Every batch id, oldest first (ids sort by submission time).
+    pub async fn batch_ids(&self) -> Result<Vec<BatchId>, IngestError> {
+        let prefix = self.keys.batches();
+        let mut ids: Vec<BatchId> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                let name = m.key.strip_prefix(&prefix)?.strip_suffix(".json")?;
+                BatchId::parse(name).ok()
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Reads the batch, asks `decide` for the next record, writes it with If-Match.
+    pub async fn change_batch<F>(
+        &self,
+        id: &BatchId,
+        decide: F,
+    ) -> Result<Changed<BatchRecord>, IngestError>
+    where
+        F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
+    {
+        let key = self.keys.batch(id);
+        for _ in 0..CAS_ROUNDS {
+            let Some(current) = self.batch(id).await? else {
+                return Ok(Changed::Missing);
+            };
+            let Some(next) = decide(&current.value).map_err(IngestError::Illegal)? else {
+                return Ok(Changed::Unchanged(current.value));
+            };
+            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
+                Ok(_) => return Ok(Changed::Moved(next)),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(IngestError::Contended {
+            what: "batch",
+            id: id.to_string(),
+        })
+    }
+
+    /// Removes a batch record (cleanup and deletion, after its jobs).
+    pub async fn remove_batch(&self, id: &BatchId) -> Result<(), IngestError> {
+        self.store.delete(&self.keys.batch(id)).await?;
+        Ok(())
+    }
+
+    /// The jobs the batch's own index lists under `group`.
+    pub async fn batch_jobs(
+        &self,
+        id: &BatchId,
+        group: BatchGroup,
+    ) -> Result<Vec<JobId>, IngestError> {
+        let prefix = self.keys.batch_groups(id, group);
+        Ok(self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| JobId::parse(m.key.strip_prefix(&prefix)?).ok())
+            .collect())
+    }
+
+    // ---- jobs ----
+
+    /// Creates the job unless it exists, then makes sure both indexes list it as its record says
+    /// (a creator that died between the record and the indexes is repaired by the next run).
+    pub async fn create_job(&self, record: &JobRecord) -> Result<JobRecord, IngestError> {
+        let key = self.keys.job(&record.id);
+        let stored =
+            match write_json(self.store.as_ref(), &key, record, PutCondition::IfAbsent).await {
+                Ok(_) => record.clone(),
+                Err(e) if e.is_conflict() => match self.job(&record.id).await? {
+                    Some(existing) => existing.value,
+                    None => return Err(e.into()),
+                },
+                Err(e) => return Err(e.into()),
+            };
+        self.index(&stored).await?;
+        Ok(stored)
+    }
+
+    pub async fn job(&self, id: &JobId) -> Result<Option<Versioned<JobRecord>>, IngestError> {
+        Ok(read_json(self.store.as_ref(), &self.keys.job(id)).await?)
+    }
+
+    /// Reads the job, asks `decide` for the next record (a transition made with
+    /// `JobRecord::moved`, or a change of priority or estimate), writes it with If-Match, then
+    /// moves its index markers.
+    pub async fn change_job<F>(
+        &self,
+        id: &JobId,
+        decide: F,
+    ) -> Result<Changed<JobRecord>, IngestError>
+    where
+        F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
+    {
+        let key = self.keys.job(id);
+        for _ in 0..CAS_ROUNDS {
+            let Some(current) = self.job(id).await? else {
+                return Ok(Changed::Missing);
+            };
+            let Some(next) = decide(&current.value).map_err(IngestError::Illegal)? else {
+                return Ok(Changed::Unchanged(current.value));
+            };
+            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+            self.index(&next).await?;
+            self.unindex(&current.value, &next).await?;
+            return Ok(Changed::Moved(next));
+        }
+        Err(IngestError::Contended {
+            what: "job",
+            id: id.to_string(),
+        })
+    }
+
+    /// Puts the markers `record` needs (idempotent: empty objects, overwritten).
+    async fn index(&self, record: &JobRecord) -> Result<(), IngestError> {
+        if record.state != JobState::Deleted {
+            self.marker(
+                &self
+                    .keys
+                    .job_state(record.state, record.priority, &record.id),
+            )
+            .await?;
+        }
+        if let Some(group) = BatchGroup::of(record.state) {
+            self.marker(&self.keys.batch_group(&record.batch, group, &record.id))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Removes the markers `old` had that `new` does not.
+    async fn unindex(&self, old: &JobRecord, new: &JobRecord) -> Result<(), IngestError> {
+        let old_state = self.keys.job_state(old.state, old.priority, &old.id);
+        if new.state == JobState::Deleted
+            || old_state != self.keys.job_state(new.state, new.priority, &new.id)
+        {
+            self.store.delete(&old_state).await?;
+        }
+        if let Some(group) = BatchGroup::of(old.state) {
+            if BatchGroup::of(new.state) != Some(group) {
+                self.store
+                    .delete(&self.keys.batch_group(&old.batch, group, &old.id))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn marker(&self, key: &str) -> Result<(), IngestError> {
+        self.store
+            .put(key, Bytes::new(), PutCondition::Overwrite)
+            .await?;
+        Ok(())
+    }
+
+    /// The jobs the job queue lists in `state`, in priority order (a job may be listed twice, or
+    /// in a state it has left, after a crash: see [`Ingest::claim_listed`]).
+    pub async fn listed(&self, state: JobState) -> Result<Vec<(u8, JobId)>, IngestError> {
+        let prefix = self.keys.job_states(state);
+        let mut listed: Vec<(u8, JobId)> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| self.keys.parse_job_state(state, &m.key))
+            .collect();
+        listed.sort();
+        Ok(listed)
+    }
+
+    /// The record behind a marker listed under `state` at `priority`, if it is still there. A
+    /// marker its record contradicts (a crash between the record and the indexes, or a lost race)
+    /// is repaired here: the record's own markers are put and the stale one removed.
+    pub async fn claim_listed(
+        &self,
+        state: JobState,
+        priority: u8,
+        id: &JobId,
+    ) -> Result<Option<JobRecord>, IngestError> {
+        let stale = self.keys.job_state(state, priority, id);
+        let Some(record) = self.job(id).await? else {
+            self.store.delete(&stale).await?;
+            return Ok(None);
+        };
+        let record = record.value;
+        if record.state == state && record.priority == priority {
+            return Ok(Some(record));
+        }
+        tracing::warn!(job = %id, listed = %state, is = %record.state, "stale job-queue marker repaired");
+        self.index(&record).await?;
+        self.store.delete(&stale).await?;
+        for group in BatchGroup::ALL {
+            if BatchGroup::of(record.state) != Some(group) {
+                self.store
+                    .delete(&self.keys.batch_group(&record.batch, group, id))
+                    .await?;
+            }
+        }
+        Ok(None)
+    }
+
+    /// Removes a job's record and markers (an operator's delete, or cleanup).
+    pub async fn remove_job(&self, record: &JobRecord) -> Result<(), IngestError> {
+        for state in JobState::ALL {
+            if state == record.state {
+                self.store
+                    .delete(&self.keys.job_state(state, record.priority, &record.id))
+                    .await?;
+            }
+        }
+        for group in BatchGroup::ALL {
+            self.store
+                .delete(&self.keys.batch_group(&record.batch, group, &record.id))
+                .await?;
+        }
+        self.store.delete(&self.keys.job(&record.id)).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+    use crate::domain::ingest::manifest::{single_file, ManifestKind};
+    use crate::domain::ingest::record::Submission;
+    use chrono::Utc;
+
+    fn repo() -> (Arc<MemoryStore>, Ingest) {
+        let store = Arc::new(MemoryStore::new());
+        (store.clone(), Ingest::new(store, "ingest/"))
+    }
+
+    fn batch() -> BatchRecord {
+        BatchRecord::new(
+            BatchId::parse("b1").unwrap(),
+            Submission {
+                collection: "c".into(),
+                manifest_url: "http://h/m".into(),
+                kind: ManifestKind::Files,
+                priority: 5,
+                callback: None,
+                profile: None,
+                submitter: "me".into(),
+            },
+            Utc::now(),
+        )
+    }
+
+    fn job(b: &BatchRecord, n: usize) -> JobRecord {
+        JobRecord::new(b.id.job(n), b, single_file("http://h/a", None), Utc::now())
+    }
+
+    fn to(state: JobState) -> impl Fn(&JobRecord) -> Result<Option<JobRecord>, String> {
+        move |r| {
+            r.moved(state, "test", Utc::now())
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    #[tokio::test]
+    async fn jobs_are_listed_in_their_state_by_priority_and_in_their_batch_group() {
+        let (_, ingest) = repo();
+        let b = ingest.create_batch(&batch()).await.unwrap();
+        let mut urgent = job(&b, 2);
+        urgent.priority = 1;
+        ingest.create_job(&job(&b, 1)).await.unwrap();
+        ingest.create_job(&urgent).await.unwrap();
+        let listed = ingest.listed(JobState::Pending).await.unwrap();
+        assert_eq!(listed, vec![(1, b.id.job(2)), (5, b.id.job(1))]);
+        ingest
+            .change_job(&b.id.job(1), to(JobState::Estimating))
+            .await
+            .unwrap();
+        assert_eq!(ingest.listed(JobState::Pending).await.unwrap().len(), 1);
+        assert_eq!(ingest.listed(JobState::Estimating).await.unwrap().len(), 1);
+        assert_eq!(
+            ingest
+                .batch_jobs(&b.id, BatchGroup::Processing)
+                .await
+                .unwrap()
+                .len(),
+            2
+        );
+        ingest
+            .change_job(&b.id.job(2), to(JobState::Failed))
+            .await
+            .unwrap();
+        assert_eq!(
+            ingest.batch_jobs(&b.id, BatchGroup::Failed).await.unwrap(),
+            vec![b.id.job(2)]
+        );
+        assert_eq!(
+            ingest
+                .batch_jobs(&b.id, BatchGroup::Processing)
+                .await
+                .unwrap(),
+            vec![b.id.job(1)]
+        );
+        // An illegal change is refused and changes nothing.
+        let refused = ingest
+            .change_job(&b.id.job(1), to(JobState::Completed))
+            .await;
+        assert!(matches!(refused, Err(IngestError::Illegal(_))));
+        assert_eq!(ingest.listed(JobState::Estimating).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_crash_between_the_record_and_the_indexes_is_repaired_by_the_next_lister() {
+        let (store, ingest) = repo();
+        let b = ingest.create_batch(&batch()).await.unwrap();
+        let created = ingest.create_job(&job(&b, 1)).await.unwrap();
+        // The record moves on; the process dies before touching the indexes.
+        let moved = created
+            .moved(JobState::Estimating, "t", Utc::now())
+            .unwrap();
+        let key = ingest.keys.job(&moved.id);
+        let body = crate::contracts::encode("job", &moved).unwrap();
+        store
+            .put(&key, body, PutCondition::Overwrite)
+            .await
+            .unwrap();
+        assert!(ingest
+            .listed(JobState::Estimating)
+            .await
+            .unwrap()
+            .is_empty());
+        // The pending handler lists the stale marker, and repairs instead of taking the job.
+        let (p, id) = ingest.listed(JobState::Pending).await.unwrap().remove(0);
+        assert_eq!(
+            ingest
+                .claim_listed(JobState::Pending, p, &id)
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(ingest.listed(JobState::Pending).await.unwrap().is_empty());
+        assert_eq!(
+            ingest.listed(JobState::Estimating).await.unwrap(),
+            vec![(5, id.clone())]
+        );
+        let found = ingest
+            .claim_listed(JobState::Estimating, 5, &id)
+            .await
+            .unwrap();
+        assert_eq!(found.map(|r| r.state), Some(JobState::Estimating));
+    }
+
+    #[tokio::test]
+    async fn a_crash_while_creating_a_job_is_repaired_by_creating_it_again() {
+        let (store, ingest) = repo();
+        let b = ingest.create_batch(&batch()).await.unwrap();
+        let j = job(&b, 1);
+        let body = crate::contracts::encode("job", &j).unwrap();
+        store
+            .put(&ingest.keys.job(&j.id), body, PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        assert!(ingest.listed(JobState::Pending).await.unwrap().is_empty());
+        ingest.create_job(&j).await.unwrap();
+        assert_eq!(ingest.listed(JobState::Pending).await.unwrap().len(), 1);
+        assert_eq!(
+            ingest
+                .batch_jobs(&b.id, BatchGroup::Processing)
+                .await
+                .unwrap(),
+            vec![j.id.clone()]
+        );
+        ingest.remove_job(&j).await.unwrap();
+        assert!(ingest.job(&j.id).await.unwrap().is_none());
+        assert!(ingest.listed(JobState::Pending).await.unwrap().is_empty());
+    }
+}
