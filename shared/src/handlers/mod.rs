@@ -10,6 +10,7 @@ pub mod reconciler;
 pub mod redrive;
 pub mod requeuer;
 pub mod resume;
+pub mod transfer;
 
 use crate::config::Config;
 use crate::ports::{JobRunner, ObjectStore, Queue};

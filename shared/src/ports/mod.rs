@@ -8,6 +8,7 @@ pub mod event_bus;
 pub mod job_runner;
 pub mod object_store;
 pub mod queue;
+pub mod remote;
 pub mod source;
 
 pub use event_bus::{BusEvent, EventBus, EventBusError};
@@ -18,4 +19,5 @@ pub use object_store::{
     ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,
 };
 pub use queue::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
+pub use remote::Remote;
 pub use source::{Source, SourceError, SourceFile, SourceStream};

@@ -3,11 +3,13 @@
 mod bus;
 mod jobs;
 mod queue;
+mod remote;
 mod source;
 mod store;
 
 pub use bus::MemoryEventBus;
 pub use jobs::MemoryJobRunner;
 pub use queue::MemoryQueue;
+pub use remote::MemoryRemote;
 pub use source::MemorySource;
 pub use store::MemoryStore;

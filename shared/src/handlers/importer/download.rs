@@ -3,20 +3,15 @@
 //! while attempts remain, IGNORE after. A file already stored and intact skips straight to
 //! DOWNLOADED.
 
-use super::validate::{check_stored, Digests, Found};
+use super::validate::{check_stored, Found};
+use crate::handlers::transfer::{copy_into_store, Expected};
 use super::{ImportError, Importer};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::ports::{SourceError, MIN_PART_BYTES};
 use crate::repositories::items::Advanced;
-use bytes::{Bytes, BytesMut};
-use futures::StreamExt;
-
-/// Parts sent to S3 while streaming (S3's minimum is 5 MiB).
-const PART_BYTES: usize = 8 * 1024 * 1024;
 
 const BY: &str = "importer-download";
 
@@ -170,60 +165,17 @@ async fn fetch_into_store(imp: &Importer, record: &ItemRecord, key: &str) -> Res
         .source
         .as_deref()
         .ok_or_else(|| "the item names no source URL".to_owned())?;
-    let timeout = super::timeout(&imp.ctx);
-    let store = imp.ctx.store.as_ref();
-    let mut upload = store.begin_upload(key).await.map_err(|e| e.to_string())?;
-    let copy = async {
-        let (mut stream, announced) = source.open(url).await.map_err(describe)?;
-        let mut digests = Digests::new(record.checksum.as_deref());
-        let mut buffer = BytesMut::with_capacity(PART_BYTES);
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(describe)?;
-            digests.update(&chunk);
-            buffer.extend_from_slice(&chunk);
-            if buffer.len() >= PART_BYTES.max(MIN_PART_BYTES) {
-                let part: Bytes = buffer.split().freeze();
-                upload.write_part(part).await.map_err(|e| e.to_string())?;
-            }
-        }
-        if !buffer.is_empty() {
-            upload
-                .write_part(buffer.split().freeze())
-                .await
-                .map_err(|e| e.to_string())?;
-        }
-        let digests = digests.finish();
-        if let Some(n) = announced.filter(|n| *n != digests.size) {
-            return Err(format!(
-                "truncated: the source announced {n} bytes and sent {}",
-                digests.size
-            ));
-        }
-        if let Some(n) = record.size.filter(|n| *n != digests.size) {
-            return Err(format!(
-                "size mismatch: the source listed {n} bytes and sent {}",
-                digests.size
-            ));
-        }
-        digests.verify(record.checksum.as_deref())?;
-        Ok(digests)
+    let expected = Expected {
+        size: record.size,
+        digest: record.checksum.as_deref(),
     };
-    let outcome = match tokio::time::timeout(timeout, copy).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
-    };
-    match outcome {
-        Ok(d) => {
-            upload.finish().await.map_err(|e| e.to_string())?;
-            Ok(d)
-        }
-        Err(e) => {
-            upload.abort().await;
-            Err(e)
-        }
-    }
+    copy_into_store(
+        imp.ctx.store.as_ref(),
+        key,
+        source.open(url),
+        &expected,
+        super::timeout(&imp.ctx),
+    )
+    .await
 }
 
-fn describe(e: SourceError) -> String {
-    e.to_string()
-}

@@ -1,0 +1,77 @@
+//! The depositors' servers over HTTP(S) (reqwest, rustls): HEAD for sizes, streaming GETs, JSON
+//! callbacks. Every request has a timeout; 5xx, 429 and transport failures are transient.
+
+use super::{check_status, transient};
+use crate::ports::{Remote, SourceError, SourceStream};
+use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
+use reqwest::Client;
+use std::time::Duration;
+
+pub struct HttpRemote {
+    client: Client,
+}
+
+impl HttpRemote {
+    pub fn new(timeout: Duration) -> Result<Self, SourceError> {
+        let client = Client::builder()
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .user_agent(concat!("granary/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| SourceError::Permanent {
+                url: "(http client)".to_owned(),
+                message: e.to_string(),
+                source: Some(Box::new(e)),
+            })?;
+        Ok(Self { client })
+    }
+}
+
+#[async_trait]
+impl Remote for HttpRemote {
+    async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
+        let resp = self
+            .client
+            .head(url)
+            .send()
+            .await
+            .map_err(|e| transient(url, e))?;
+        check_status(url, resp.status())?;
+        // reqwest reports a HEAD's Content-Length as the body it did not read: take the header.
+        Ok(resp
+            .headers()
+            .get(reqwest::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok()))
+    }
+
+    async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
+        let resp = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| transient(url, e))?;
+        check_status(url, resp.status())?;
+        let len = resp.content_length();
+        let owned = url.to_owned();
+        let stream = resp
+            .bytes_stream()
+            .map_err(move |e| transient(&owned, e))
+            .boxed();
+        Ok((stream, len))
+    }
+
+    async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
+        let resp = self
+            .client
+            .post(url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| transient(url, e))?;
+        check_status(url, resp.status())
+    }
+}
