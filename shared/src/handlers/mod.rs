@@ -4,6 +4,7 @@
 pub mod failure;
 pub mod feeder;
 pub mod importer;
+pub mod ingest;
 pub mod item_sync;
 pub mod monitor;
 pub mod reconciler;

@@ -8,7 +8,9 @@
 //!   order, and the priority is the only thing the key adds to the record;
 //! - `batch-jobs/<bid>/<group>/<jid>`: the batch's own index (processing, completed, failed);
 //!   a batch with nothing under `batch-processing/` has no job left running;
-//! - `holds/collection=<c>.json`: a held collection;
+//! - `holds/collection=<c>.json`, `holds/batch=<bid>.json`, `holds/job=<jid>.json`: holds;
+//! - `objects/<jid>/<name>`: a job's downloaded files; `inventory/collection=<c>/<jid>.json`: what
+//!   a job stored;
 //! - `reports/<bid>/<n>.json`: a batch's reports, the first and each update.
 
 use super::job::{BatchGroup, JobState};
@@ -190,6 +192,32 @@ impl IngestKeys {
 
     pub fn collection_hold(&self, collection: &str) -> String {
         format!("{}holds/collection={collection}.json", self.prefix)
+    }
+
+    pub fn batch_hold(&self, bid: &BatchId) -> String {
+        format!("{}holds/batch={bid}.json", self.prefix)
+    }
+
+    pub fn job_hold(&self, jid: &JobId) -> String {
+        format!("{}holds/job={jid}.json", self.prefix)
+    }
+
+    /// Where a job's downloaded files are kept until its batch is cleaned up.
+    pub fn objects(&self, jid: &JobId) -> String {
+        format!("{}objects/{jid}/", self.prefix)
+    }
+
+    /// The inventory record of what a job stored.
+    pub fn inventory(&self, collection: &str, jid: &JobId) -> String {
+        format!(
+            "{}inventory/collection={collection}/{jid}.json",
+            self.prefix
+        )
+    }
+
+    /// A submitted manifest kept in the bucket (`granary ingest submit` of a local file).
+    pub fn manifest(&self, name: &str) -> String {
+        format!("{}manifests/{name}", self.prefix)
     }
 
     pub fn report(&self, bid: &BatchId, n: u32) -> String {

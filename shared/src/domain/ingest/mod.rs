@@ -4,6 +4,7 @@
 //! `repositories::ingest`; the steps in `handlers::ingest`.
 
 pub mod batch;
+pub mod decisions;
 pub mod index;
 pub mod job;
 pub mod manifest;

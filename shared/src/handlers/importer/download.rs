@@ -4,13 +4,13 @@
 //! DOWNLOADED.
 
 use super::validate::{check_stored, Found};
-use crate::handlers::transfer::{copy_into_store, Expected};
 use super::{ImportError, Importer};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
+use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::repositories::items::Advanced;
 
 const BY: &str = "importer-download";
@@ -178,4 +178,3 @@ async fn fetch_into_store(imp: &Importer, record: &ItemRecord, key: &str) -> Res
     )
     .await
 }
-

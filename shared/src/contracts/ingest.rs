@@ -1,0 +1,85 @@
+//! What the ingest queue tells the world: the processing job it submits to AWS Batch, the events
+//! it publishes on the notification bus, and the JSON it posts to a depositor's callback.
+
+use crate::domain::ingest::index::{BatchId, JobId};
+use crate::ports::{BusEvent, JobRequest};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The `source` of every event the ingest queue publishes.
+pub const EVENT_SOURCE: &str = "granary.ingest";
+pub const JOB_COMPLETED: &str = "Ingest Job Completed";
+pub const BATCH_REPORTED: &str = "Ingest Batch Reported";
+
+/// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
+/// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
+/// The name carries the retry count, so a resumed job is a new Batch job, and a lost SubmitJob
+/// answer is found by name rather than submitted twice.
+pub fn processing_job(job: &JobId, retry: u32, object_prefix: &str) -> JobRequest {
+    let pairs = [
+        ("INGEST_JOB_ID", job.to_string()),
+        ("INGEST_OBJECT_PREFIX", object_prefix.to_owned()),
+    ];
+    JobRequest {
+        job_name: processing_job_name(job, retry),
+        environment: pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect(),
+        parameters: pairs
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    }
+}
+
+pub fn processing_job_name(job: &JobId, retry: u32) -> String {
+    format!("ingest-{job}-r{retry}")
+}
+
+/// A job's end, as announced.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobAnnouncement<'a> {
+    pub batch: &'a BatchId,
+    pub job: &'a JobId,
+    pub collection: &'a str,
+    pub local_id: Option<&'a str>,
+    pub primary_id: Option<&'a str>,
+    pub state: &'a str,
+    pub files: usize,
+    pub inventory_key: &'a str,
+}
+
+impl JobAnnouncement<'_> {
+    pub fn event(&self) -> BusEvent {
+        BusEvent {
+            source: EVENT_SOURCE.to_owned(),
+            detail_type: JOB_COMPLETED.to_owned(),
+            detail: serde_json::json!(self),
+            resources: Vec::new(),
+        }
+    }
+}
+
+/// A batch's report, as announced (the report itself is in S3 under `report_key`).
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchAnnouncement<'a> {
+    pub batch: &'a BatchId,
+    pub collection: &'a str,
+    pub state: &'a str,
+    pub report: u32,
+    pub report_key: &'a str,
+    pub completed: usize,
+    pub failed: usize,
+}
+
+impl BatchAnnouncement<'_> {
+    pub fn event(&self) -> BusEvent {
+        BusEvent {
+            source: EVENT_SOURCE.to_owned(),
+            detail_type: BATCH_REPORTED.to_owned(),
+            detail: serde_json::json!(self),
+            resources: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! Batch steps: spawning a pending batch's jobs, reporting a batch whose jobs have all ended
+//! (and again after an operator's update-report), and cleaning up a completed one.
+
+use super::{operator, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTES};
+use crate::contracts::ingest::BatchAnnouncement;
+use crate::domain::ingest::batch::{reported_state, BatchState};
+use crate::domain::ingest::index::{BatchId, JobId};
+use crate::domain::ingest::job::{BatchGroup, JobState};
+use crate::domain::ingest::manifest::{self, ManifestKind, ManifestObject, Payload};
+use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::repositories::ingest::Changed;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+/// The batches in `state`, oldest first.
+async fn batches_in(
+    ictx: &IngestCtx,
+    state: BatchState,
+) -> Result<Vec<BatchRecord>, IngestStepError> {
+    let mut out = Vec::new();
+    for id in ictx.ingest.batch_ids().await? {
+        if let Some(b) = ictx.ingest.batch(&id).await? {
+            if b.value.state == state {
+                out.push(b.value);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn moved(
+    to: BatchState,
+    reason: String,
+    now: DateTime<Utc>,
+) -> impl Fn(&BatchRecord) -> Result<Option<BatchRecord>, String> {
+    move |b| {
+        b.moved(to, reason.clone(), now)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Reads a manifest (or an object's manifest): `s3://<granary's bucket>/key` from the store,
+/// anything else from the depositor's server.
+async fn read_text(ictx: &IngestCtx, url: &str) -> Result<String, String> {
+    let bytes = if let Some(key) = url
+        .strip_prefix("s3://")
+        .and_then(|rest| rest.strip_prefix(ictx.bucket.as_str()))
+        .and_then(|rest| rest.strip_prefix('/'))
+    {
+        ictx.store
+            .get(key)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("{url} does not exist"))?
+            .body
+            .to_vec()
+    } else {
+        let (mut stream, _) = ictx.remote.fetch(url).await.map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            out.extend_from_slice(&chunk.map_err(|e| e.to_string())?);
+            if out.len() > MAX_MANIFEST_BYTES {
+                return Err(format!("{url} is larger than {MAX_MANIFEST_BYTES} bytes"));
+            }
+        }
+        out
+    };
+    String::from_utf8(bytes).map_err(|_| format!("{url} is not UTF-8 text"))
+}
+
+/// The objects a submission names, one per job. What cannot be read becomes one unreadable
+/// object (its job fails at once with the reason), so the batch always reports.
+async fn objects_of(ictx: &IngestCtx, batch: &BatchRecord) -> Vec<ManifestObject> {
+    let url = &batch.submission.manifest_url;
+    let unreadable = |why: String| ManifestObject {
+        local_id: None,
+        primary_id: None,
+        payload: Payload::Unreadable {
+            line: 0,
+            input: url.clone(),
+            why,
+        },
+    };
+    if batch.submission.kind == ManifestKind::File {
+        return vec![manifest::single_file(url, None)];
+    }
+    let text = match read_text(ictx, url).await {
+        Ok(t) => t,
+        Err(why) => return vec![unreadable(format!("the manifest cannot be read: {why}"))],
+    };
+    let objects = match manifest::parse(&text, batch.submission.kind) {
+        Ok(o) => o,
+        Err(why) => return vec![unreadable(format!("the manifest is corrupt: {why}"))],
+    };
+    let mut out = Vec::with_capacity(objects.len());
+    for object in objects {
+        let Payload::Manifest { url } = &object.payload else {
+            out.push(object);
+            continue;
+        };
+        // A manifest of manifests: each object's own files manifest is read now, so that a
+        // corrupt one fails its job at once, as the design asks.
+        let payload = match read_text(ictx, url).await {
+            Err(why) => Payload::Unreadable {
+                line: 0,
+                input: url.clone(),
+                why: format!("the object's manifest cannot be read: {why}"),
+            },
+            Ok(text) => match manifest::parse(&text, ManifestKind::Files) {
+                Err(why) => Payload::Unreadable {
+                    line: 0,
+                    input: url.clone(),
+                    why: format!("the object's manifest is corrupt: {why}"),
+                },
+                Ok(parts) => {
+                    let mut files = Vec::new();
+                    let mut bad = None;
+                    for part in parts {
+                        match part.payload {
+                            Payload::Files { files: f } => files.extend(f),
+                            Payload::Unreadable { line, why, input } if bad.is_none() => {
+                                bad = Some(Payload::Unreadable { line, input, why })
+                            }
+                            _ => {}
+                        }
+                    }
+                    bad.unwrap_or(Payload::Files { files })
+                }
+            },
+        };
+        out.push(ManifestObject { payload, ..object });
+    }
+    out
+}
+
+/// Pending batches: held while their collection is, else their jobs are created (idempotent: a
+/// crash half-way is finished by the next tick) and the batch moves to processing.
+pub async fn spawn(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for batch in batches_in(ictx, BatchState::Pending).await? {
+        if let Some(hold) = operator::batch_held_by(ictx, &batch).await? {
+            ictx.ingest
+                .change_batch(&batch.id, moved(BatchState::Held, hold, now))
+                .await?;
+            s.batches_held += 1;
+            continue;
+        }
+        let objects = objects_of(ictx, &batch).await;
+        for (n, object) in objects.iter().enumerate() {
+            let job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
+            ictx.ingest.create_job(&job).await?;
+            s.jobs_created += 1;
+        }
+        let count = objects.len();
+        let spawned = ictx
+            .ingest
+            .change_batch(&batch.id, |b| {
+                let mut next = b
+                    .moved(BatchState::Processing, format!("{count} jobs created"), now)
+                    .map_err(|e| e.to_string())?;
+                next.jobs = count;
+                Ok(Some(next))
+            })
+            .await?;
+        if matches!(spawned, Changed::Moved(_)) {
+            s.batches_spawned += 1;
+        }
+    }
+    Ok(())
+}
+
+/// A batch's report: every job that completed and every one that failed (with why), and, after
+/// the first, what changed since the previous report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchReport {
+    pub batch: BatchId,
+    pub collection: String,
+    pub number: u32,
+    pub written_at: DateTime<Utc>,
+    pub completed: Vec<JobId>,
+    pub failed: Vec<FailedJob>,
+    /// Jobs completed since the previous report (all completed jobs in the first).
+    pub newly_completed: Vec<JobId>,
+    /// Jobs failed in the previous report that are still failed.
+    pub still_failed: Vec<JobId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedJob {
+    pub job: JobId,
+    pub last_successful_status: Option<JobState>,
+    pub reason: String,
+}
+
+/// The jobs the batch's index names, read from their records.
+async fn ended_jobs(
+    ictx: &IngestCtx,
+    batch: &BatchRecord,
+) -> Result<Vec<JobRecord>, IngestStepError> {
+    let mut out = Vec::new();
+    for group in BatchGroup::ALL {
+        for id in ictx.ingest.batch_jobs(&batch.id, group).await? {
+            let Some(record) = ictx.ingest.job(&id).await? else {
+                continue;
+            };
+            out.push(record.value);
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out.dedup_by(|a, b| a.id == b.id);
+    Ok(out)
+}
+
+/// Processing batches with no job left running move to reporting; reporting and
+/// update-reporting batches write their report, announce it and become completed or failed.
+pub async fn report(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for batch in batches_in(ictx, BatchState::Processing).await? {
+        let jobs = ended_jobs(ictx, &batch).await?;
+        let running = jobs
+            .iter()
+            .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
+            .count();
+        if running > 0 || jobs.is_empty() {
+            continue;
+        }
+        ictx.ingest
+            .change_batch(
+                &batch.id,
+                moved(BatchState::Reporting, "every job has ended".to_owned(), now),
+            )
+            .await?;
+    }
+    for state in [BatchState::Reporting, BatchState::UpdateReporting] {
+        for batch in batches_in(ictx, state).await? {
+            write_report(ictx, &batch, now).await?;
+            s.batches_reported += 1;
+        }
+    }
+    Ok(())
+}
+
+async fn previous_report(
+    ictx: &IngestCtx,
+    batch: &BatchRecord,
+) -> Result<Option<BatchReport>, IngestStepError> {
+    if batch.reports == 0 {
+        return Ok(None);
+    }
+    let key = ictx.ingest.keys.report(&batch.id, batch.reports);
+    Ok(crate::repositories::read_json(ictx.store.as_ref(), &key)
+        .await
+        .map_err(crate::repositories::ingest::IngestError::from)?
+        .map(|v| v.value))
+}
+
+async fn write_report(
+    ictx: &IngestCtx,
+    batch: &BatchRecord,
+    now: DateTime<Utc>,
+) -> Result<(), IngestStepError> {
+    let jobs = ended_jobs(ictx, batch).await?;
+    let completed: Vec<JobId> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Completed)
+        .map(|j| j.id.clone())
+        .collect();
+    let failed: Vec<FailedJob> = jobs
+        .iter()
+        .filter(|j| j.state == JobState::Failed)
+        .map(|j| FailedJob {
+            job: j.id.clone(),
+            last_successful_status: j.last_successful_status,
+            reason: j.reason.clone(),
+        })
+        .collect();
+    let previous = previous_report(ictx, batch).await?;
+    let (newly_completed, still_failed) = match &previous {
+        None => (completed.clone(), Vec::new()),
+        Some(p) => (
+            completed
+                .iter()
+                .filter(|id| !p.completed.contains(id))
+                .cloned()
+                .collect(),
+            failed
+                .iter()
+                .filter(|f| p.failed.iter().any(|pf| pf.job == f.job))
+                .map(|f| f.job.clone())
+                .collect(),
+        ),
+    };
+    let number = batch.reports + 1;
+    let report = BatchReport {
+        batch: batch.id.clone(),
+        collection: batch.submission.collection.clone(),
+        number,
+        written_at: now,
+        completed,
+        failed,
+        newly_completed,
+        still_failed,
+    };
+    // Written under its number before the batch moves: a crash in between rewrites the same
+    // report and announces it again (at least once), never skips it.
+    let key = ictx.ingest.keys.report(&batch.id, number);
+    let body = crate::contracts::encode("a batch report", &report)?;
+    ictx.store
+        .put(&key, body, crate::ports::PutCondition::Overwrite)
+        .await?;
+    let to = reported_state(report.failed.len());
+    let announcement = BatchAnnouncement {
+        batch: &batch.id,
+        collection: &batch.submission.collection,
+        state: to.as_str(),
+        report: number,
+        report_key: &key,
+        completed: report.completed.len(),
+        failed: report.failed.len(),
+    };
+    ictx.bus.put_events(vec![announcement.event()]).await?;
+    if let Some(url) = &batch.submission.callback {
+        // The batch's callback is a courtesy: a failure is logged, the report stays in S3.
+        if let Err(e) = ictx
+            .remote
+            .call_back(url, &serde_json::json!(announcement))
+            .await
+        {
+            tracing::warn!(batch = %batch.id, error = %e, "batch report callback failed");
+        }
+    }
+    ictx.ingest
+        .change_batch(&batch.id, |b| {
+            if b.reports >= number {
+                return Ok(None);
+            }
+            let mut next = b
+                .moved(
+                    to,
+                    format!(
+                        "report {number}: {} completed, {} failed",
+                        report.completed.len(),
+                        report.failed.len()
+                    ),
+                    now,
+                )
+                .map_err(|e| e.to_string())?;
+            next.reports = number;
+            Ok(Some(next))
+        })
+        .await?;
+    Ok(())
+}
+
+/// Completed batches: their jobs' working files and index markers are removed (records and
+/// reports stay, for reports), each job and the batch move to deleted.
+pub async fn clean_up(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for batch in batches_in(ictx, BatchState::Completed).await? {
+        for job in ended_jobs(ictx, &batch).await? {
+            if job.state != JobState::Completed {
+                continue;
+            }
+            remove_files(ictx, &job.id).await?;
+            ictx.ingest
+                .change_job(&job.id, |j| {
+                    (j.state == JobState::Completed)
+                        .then(|| j.moved(JobState::Deleted, "batch cleaned up", now))
+                        .transpose()
+                        .map_err(|e| e.to_string())
+                })
+                .await?;
+        }
+        ictx.ingest
+            .change_batch(
+                &batch.id,
+                moved(
+                    BatchState::Deleted,
+                    "cleaned up after completion".to_owned(),
+                    now,
+                ),
+            )
+            .await?;
+        s.batches_cleaned += 1;
+    }
+    Ok(())
+}
+
+/// Deletes a job's downloaded files.
+pub async fn remove_files(ictx: &IngestCtx, job: &JobId) -> Result<(), IngestStepError> {
+    for meta in ictx.store.list(&ictx.ingest.keys.objects(job)).await? {
+        ictx.store.delete(&meta.key).await?;
+    }
+    Ok(())
+}

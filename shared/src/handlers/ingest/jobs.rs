@@ -1,0 +1,419 @@
+//! Job steps, in pipeline order. Each lists its state's index in priority order, takes each job
+//! whose record still says that state (`Ingest::claim_listed`, which repairs stale markers), and
+//! writes the transition its decision names with If-Match.
+
+use super::{batches, operator, IngestCtx, IngestStepError, TickSummary};
+use crate::contracts::ingest::{processing_job, processing_job_name, JobAnnouncement};
+use crate::domain::batch_event::JobStatus;
+use crate::domain::ingest::decisions;
+use crate::domain::ingest::job::JobState;
+use crate::domain::ingest::manifest::Payload;
+use crate::domain::ingest::record::{JobRecord, StoredFile};
+use crate::handlers::transfer::{copy_into_store, Expected};
+use crate::repositories::ingest::Changed;
+use chrono::{DateTime, Utc};
+
+/// The jobs whose records say `state`, in priority order.
+async fn taken(
+    ictx: &IngestCtx,
+    state: JobState,
+    s: &mut TickSummary,
+) -> Result<Vec<JobRecord>, IngestStepError> {
+    let mut out = Vec::new();
+    for (priority, id) in ictx.ingest.listed(state).await? {
+        match ictx.ingest.claim_listed(state, priority, &id).await? {
+            Some(job) => out.push(job),
+            None => s.repaired += 1,
+        }
+    }
+    Ok(out)
+}
+
+/// Moves `job` from the state it was taken in to `to`, with `edit` applied to the new record.
+/// `Ok(false)` when someone else moved it first.
+async fn advance(
+    ictx: &IngestCtx,
+    job: &JobRecord,
+    to: JobState,
+    reason: String,
+    now: DateTime<Utc>,
+    edit: impl Fn(&mut JobRecord),
+) -> Result<bool, IngestStepError> {
+    let from = job.state;
+    let changed = ictx
+        .ingest
+        .change_job(&job.id, |r| {
+            if r.state != from {
+                return Ok(None);
+            }
+            let mut next = r
+                .moved(to, reason.clone(), now)
+                .map_err(|e| e.to_string())?;
+            edit(&mut next);
+            Ok(Some(next))
+        })
+        .await?;
+    Ok(matches!(changed, Changed::Moved(_)))
+}
+
+/// Pending → failed (an unreadable manifest entry), held, or estimating.
+pub async fn dispatch(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Pending, s).await? {
+        let hold = operator::job_held_by(ictx, &job).await?;
+        let (to, reason) = decisions::on_dispatch(&job, hold.as_deref());
+        if advance(ictx, &job, to, reason, now, |_| {}).await? {
+            match to {
+                JobState::Failed => s.failed += 1,
+                JobState::Held => s.held += 1,
+                _ => s.dispatched += 1,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Estimating → provisioning: HEAD of every file (the manifest's size when it gives one). Never
+/// fails: a size that cannot be learnt makes the estimate 0 ("unknown").
+pub async fn estimate(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Estimating, s).await? {
+        let mut total = Some(0u64);
+        if let Payload::Files { files } = &job.object.payload {
+            for f in files {
+                let size = match f.size {
+                    Some(n) => Some(n),
+                    None => ictx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
+                        tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
+                        None
+                    }),
+                };
+                total = total.zip(size).map(|(a, b)| a.saturating_add(b));
+            }
+        }
+        let need = total.unwrap_or(0);
+        let priority =
+            decisions::priority_after_estimate(job.priority, need, ictx.settings.large_job_bytes);
+        let reason = if need == 0 {
+            "estimated: size unknown".to_owned()
+        } else {
+            format!("estimated: {need} bytes")
+        };
+        if advance(ictx, &job, JobState::Provisioning, reason, now, |r| {
+            r.space_needed = need;
+            r.priority = priority;
+        })
+        .await?
+        {
+            s.estimated += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Bytes of the jobs downloading or processing now.
+async fn in_flight(ictx: &IngestCtx) -> Result<u64, IngestStepError> {
+    let mut total = 0u64;
+    for state in [JobState::Downloading, JobState::Processing] {
+        for (_, id) in ictx.ingest.listed(state).await? {
+            if let Some(j) = ictx.ingest.job(&id).await? {
+                if j.value.state == state {
+                    total = total.saturating_add(j.value.space_needed);
+                }
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// Provisioning → downloading while the capacity allows. Every waiting job is evaluated, in
+/// priority order, on every tick: a small job may start while a large one ahead of it waits.
+pub async fn provision(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    let mut used = in_flight(ictx).await?;
+    for job in taken(ictx, JobState::Provisioning, s).await? {
+        if !decisions::admits(job.space_needed, used, ictx.settings.capacity_bytes) {
+            s.waiting_for_capacity += 1;
+            continue;
+        }
+        let reason = format!(
+            "room for {} bytes ({used} of {} in use)",
+            job.space_needed, ictx.settings.capacity_bytes
+        );
+        if advance(ictx, &job, JobState::Downloading, reason, now, |_| {}).await? {
+            used = used.saturating_add(job.space_needed);
+            s.provisioned += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One file, with bounded attempts for failures that may pass.
+async fn fetch_file(
+    ictx: &IngestCtx,
+    job: &JobRecord,
+    file: &crate::domain::ingest::manifest::ManifestFile,
+) -> Result<StoredFile, String> {
+    let key = format!("{}{}", ictx.ingest.keys.objects(&job.id), file.name);
+    let digest = file.digest.as_ref().map(decisions::expected_digest);
+    let expected = Expected {
+        size: file.size,
+        digest: digest.as_deref(),
+    };
+    let mut last = String::new();
+    for attempt in 1..=ictx.settings.download_attempts {
+        match copy_into_store(
+            ictx.store.as_ref(),
+            &key,
+            ictx.remote.fetch(&file.url),
+            &expected,
+            ictx.settings.timeout,
+        )
+        .await
+        {
+            Ok(found) => {
+                return Ok(StoredFile {
+                    name: file.name.clone(),
+                    key,
+                    size: found.size,
+                    sha256: found.sha256,
+                })
+            }
+            Err(why) if decisions::download_failure_is_final(&why) => {
+                return Err(format!("{}: {why}", file.url))
+            }
+            Err(why) => {
+                tracing::warn!(job = %job.id, url = file.url, attempt, error = %why, "download failed");
+                last = why;
+            }
+        }
+    }
+    Err(format!(
+        "{}: {} attempts failed; the last: {last}",
+        file.url, ictx.settings.download_attempts
+    ))
+}
+
+/// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
+pub async fn download(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Downloading, s).await? {
+        let Payload::Files { files } = &job.object.payload else {
+            advance(
+                ictx,
+                &job,
+                JobState::Failed,
+                "no files to download".to_owned(),
+                now,
+                |_| {},
+            )
+            .await?;
+            continue;
+        };
+        let mut stored = Vec::with_capacity(files.len());
+        let mut failure = None;
+        for f in files {
+            match fetch_file(ictx, &job, f).await {
+                Ok(file) => stored.push(file),
+                Err(why) => {
+                    failure = Some(why);
+                    break;
+                }
+            }
+        }
+        match failure {
+            Some(why) => {
+                if advance(ictx, &job, JobState::Failed, why, now, |_| {}).await? {
+                    s.failed += 1;
+                }
+            }
+            None => {
+                let size: u64 = stored.iter().map(|f| f.size).sum();
+                let reason = format!("{} files, {size} bytes stored", stored.len());
+                if advance(ictx, &job, JobState::Processing, reason, now, |r| {
+                    r.stored = stored.clone();
+                    r.space_needed = size;
+                })
+                .await?
+                {
+                    s.downloaded += 1;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Processing: the job's AWS Batch job is submitted once (found by its name if a SubmitJob
+/// answer was lost), then watched: succeeded → recording, failed → failed.
+pub async fn process(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Processing, s).await? {
+        let name = processing_job_name(&job.id, job.retry_count);
+        // A resume to processing clears the id, so each retry is a Batch job of its own.
+        let batch_job = match &job.processing_job {
+            Some(id) => id.clone(),
+            None => {
+                let id = match ictx.jobs.find_by_name(&name).await? {
+                    Some(found) => found.job_id,
+                    None => {
+                        let prefix =
+                            format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
+                        let request = processing_job(&job.id, job.retry_count, &prefix);
+                        ictx.jobs.submit(request).await?.job_id
+                    }
+                };
+                ictx.ingest
+                    .change_job(&job.id, |r| {
+                        (r.state == JobState::Processing
+                            && r.processing_job.as_deref() != Some(&id))
+                        .then(|| {
+                            let mut next = r.clone();
+                            next.processing_job = Some(id.clone());
+                            next
+                        })
+                        .map(Ok)
+                        .transpose()
+                    })
+                    .await?;
+                s.processing_submitted += 1;
+                continue;
+            }
+        };
+        let Some(described) = ictx.jobs.describe(&batch_job).await? else {
+            continue;
+        };
+        let (to, reason) = match described.summary.status {
+            JobStatus::Succeeded => (JobState::Recording, format!("job {batch_job} succeeded")),
+            JobStatus::Failed => {
+                let why = described.detail["statusReason"]
+                    .as_str()
+                    .unwrap_or("no reason given");
+                (JobState::Failed, format!("job {batch_job} failed: {why}"))
+            }
+            _ => continue,
+        };
+        if advance(ictx, &job, to, reason, now, |_| {}).await? {
+            if to == JobState::Failed {
+                s.failed += 1;
+            } else {
+                s.processed += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Recording → notify: the inventory record of what the job stored.
+pub async fn record(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Recording, s).await? {
+        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+        let entry = serde_json::json!({
+            "job": job.id, "batch": job.batch, "collection": job.collection,
+            "local_id": job.object.local_id, "primary_id": job.object.primary_id,
+            "files": job.stored, "processing_job": job.processing_job, "recorded_at": now,
+        });
+        let body = crate::contracts::encode("an inventory record", &entry)?;
+        ictx.store
+            .put(&key, body, crate::ports::PutCondition::Overwrite)
+            .await?;
+        if advance(
+            ictx,
+            &job,
+            JobState::Notify,
+            format!("recorded at {key}"),
+            now,
+            |_| {},
+        )
+        .await?
+        {
+            s.recorded += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Notify → completed: the job's event on the notification bus, then the depositor's callback
+/// (bounded attempts); a callback that keeps failing fails the job (resume retries the notify).
+pub async fn notify(
+    ictx: &IngestCtx,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), IngestStepError> {
+    for job in taken(ictx, JobState::Notify, s).await? {
+        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+        let announcement = JobAnnouncement {
+            batch: &job.batch,
+            job: &job.id,
+            collection: &job.collection,
+            local_id: job.object.local_id.as_deref(),
+            primary_id: job.object.primary_id.as_deref(),
+            state: JobState::Completed.as_str(),
+            files: job.stored.len(),
+            inventory_key: &key,
+        };
+        ictx.bus.put_events(vec![announcement.event()]).await?;
+        let callback = match ictx.ingest.batch(&job.batch).await? {
+            Some(b) => b.value.submission.callback,
+            None => None,
+        };
+        let mut failure = None;
+        if let Some(url) = callback {
+            failure = Some(String::new());
+            for attempt in 1..=ictx.settings.callback_attempts {
+                match ictx
+                    .remote
+                    .call_back(&url, &serde_json::json!(announcement))
+                    .await
+                {
+                    Ok(()) => {
+                        failure = None;
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::warn!(job = %job.id, attempt, error = %e, "callback failed");
+                        failure = Some(format!(
+                            "callback {url} failed {attempt} times; the last: {e}"
+                        ));
+                    }
+                }
+            }
+        }
+        let (to, reason) = match failure {
+            Some(why) => (JobState::Failed, why),
+            None => (JobState::Completed, "announced".to_owned()),
+        };
+        if advance(ictx, &job, to, reason, now, |_| {}).await? {
+            if to == JobState::Failed {
+                s.failed += 1;
+            } else {
+                s.notified += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes the downloaded files of a job that will not run again (deleted by an operator).
+pub async fn forget_files(ictx: &IngestCtx, job: &JobRecord) -> Result<(), IngestStepError> {
+    batches::remove_files(ictx, &job.id).await
+}

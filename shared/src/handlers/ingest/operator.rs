@@ -1,0 +1,444 @@
+//! What operators do to the ingest queue: hold and release a collection, a batch or a job;
+//! resume failed jobs where they failed; ask for an update report; delete failed or held work;
+//! and read where everything stands.
+
+use super::{batches, IngestCtx, IngestStepError};
+use crate::domain::ingest::batch::BatchState;
+use crate::domain::ingest::index::{BatchId, JobId};
+use crate::domain::ingest::job::{resume_target, BatchGroup, JobState};
+use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::ports::PutCondition;
+use crate::repositories::ingest::Changed;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Collection(String),
+    Batch(BatchId),
+    Job(JobId),
+}
+
+impl Target {
+    fn key(&self, ictx: &IngestCtx) -> String {
+        match self {
+            Target::Collection(c) => ictx.ingest.keys.collection_hold(c),
+            Target::Batch(b) => ictx.ingest.keys.batch_hold(b),
+            Target::Job(j) => ictx.ingest.keys.job_hold(j),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Collection(c) => write!(f, "collection {c}"),
+            Target::Batch(b) => write!(f, "batch {b}"),
+            Target::Job(j) => write!(f, "job {j}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestHold {
+    pub reason: String,
+    pub by: String,
+    pub at: DateTime<Utc>,
+}
+
+async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>, IngestStepError> {
+    Ok(
+        crate::repositories::read_json(ictx.store.as_ref(), &target.key(ictx))
+            .await
+            .map_err(crate::repositories::ingest::IngestError::from)?
+            .map(|v| v.value),
+    )
+}
+
+/// Places a hold (the first one's reason is kept if one is there). New batches of a held
+/// collection are held when they would spawn; pending jobs of a held collection, batch or job are
+/// held when they would be dispatched.
+pub async fn hold(
+    ictx: &IngestCtx,
+    target: &Target,
+    reason: &str,
+    by: &str,
+    now: DateTime<Utc>,
+) -> Result<IngestHold, IngestStepError> {
+    let hold = IngestHold {
+        reason: reason.to_owned(),
+        by: by.to_owned(),
+        at: now,
+    };
+    let body = crate::contracts::encode("a hold", &hold)?;
+    match ictx
+        .store
+        .put(&target.key(ictx), body, PutCondition::IfAbsent)
+        .await
+    {
+        Ok(_) => Ok(hold),
+        Err(crate::ports::StoreError::Conflict { .. }) => {
+            Ok(hold_of(ictx, target).await?.unwrap_or(hold))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What a release did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Released {
+    pub batches: Vec<BatchId>,
+    pub jobs: Vec<JobId>,
+}
+
+/// Removes the hold, then moves what it held back to pending: held batches of the collection (or
+/// the batch), held jobs of the collection, batch or the job — unless another hold still holds them.
+pub async fn release(
+    ictx: &IngestCtx,
+    target: &Target,
+    now: DateTime<Utc>,
+) -> Result<Released, IngestStepError> {
+    ictx.store.delete(&target.key(ictx)).await?;
+    let mut out = Released::default();
+    for id in ictx.ingest.batch_ids().await? {
+        let Some(b) = ictx.ingest.batch(&id).await? else {
+            continue;
+        };
+        let b = b.value;
+        let covered = match target {
+            Target::Collection(c) => &b.submission.collection == c,
+            Target::Batch(bid) => &b.id == bid,
+            Target::Job(_) => false,
+        };
+        if covered && b.state == BatchState::Held && batch_held_by(ictx, &b).await?.is_none() {
+            let changed = ictx
+                .ingest
+                .change_batch(&b.id, |r| {
+                    (r.state == BatchState::Held)
+                        .then(|| r.moved(BatchState::Pending, format!("{target} released"), now))
+                        .transpose()
+                        .map_err(|e| e.to_string())
+                })
+                .await?;
+            if matches!(changed, Changed::Moved(_)) {
+                out.batches.push(b.id.clone());
+            }
+        }
+    }
+    for (priority, id) in ictx.ingest.listed(JobState::Held).await? {
+        let Some(job) = ictx
+            .ingest
+            .claim_listed(JobState::Held, priority, &id)
+            .await?
+        else {
+            continue;
+        };
+        let covered = match target {
+            Target::Collection(c) => &job.collection == c,
+            Target::Batch(bid) => &job.batch == bid,
+            Target::Job(jid) => &job.id == jid,
+        };
+        if !covered || job_held_by(ictx, &job).await?.is_some() {
+            continue;
+        }
+        let changed = ictx
+            .ingest
+            .change_job(&job.id, |r| {
+                (r.state == JobState::Held)
+                    .then(|| r.moved(JobState::Pending, format!("{target} released"), now))
+                    .transpose()
+                    .map_err(|e| e.to_string())
+            })
+            .await?;
+        if matches!(changed, Changed::Moved(_)) {
+            out.jobs.push(job.id.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The hold a batch is under (its collection's or its own), if any.
+pub async fn batch_held_by(
+    ictx: &IngestCtx,
+    batch: &BatchRecord,
+) -> Result<Option<String>, IngestStepError> {
+    for target in [
+        Target::Collection(batch.submission.collection.clone()),
+        Target::Batch(batch.id.clone()),
+    ] {
+        if let Some(h) = hold_of(ictx, &target).await? {
+            return Ok(Some(format!("{target} held by {}: {}", h.by, h.reason)));
+        }
+    }
+    Ok(None)
+}
+
+/// The hold a job is under (its collection's, its batch's or its own), if any.
+pub async fn job_held_by(
+    ictx: &IngestCtx,
+    job: &JobRecord,
+) -> Result<Option<String>, IngestStepError> {
+    for target in [
+        Target::Collection(job.collection.clone()),
+        Target::Batch(job.batch.clone()),
+        Target::Job(job.id.clone()),
+    ] {
+        if let Some(h) = hold_of(ictx, &target).await? {
+            return Ok(Some(format!("{target} held by {}: {}", h.by, h.reason)));
+        }
+    }
+    Ok(None)
+}
+
+/// What a resume did to one job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Resumed {
+    pub job: JobId,
+    /// The state it restarts in, or why it cannot.
+    pub outcome: Result<JobState, String>,
+}
+
+/// Restarts failed jobs at the step after their last success (retry_count + 1). A job that failed
+/// before any step succeeded cannot resume: its manifest entry is the problem.
+pub async fn resume(
+    ictx: &IngestCtx,
+    jobs: &[JobId],
+    now: DateTime<Utc>,
+) -> Result<Vec<Resumed>, IngestStepError> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for id in jobs {
+        let outcome = match ictx.ingest.job(id).await? {
+            None => Err("no such job".to_owned()),
+            Some(j) if j.value.state != JobState::Failed => {
+                Err(format!("it is {}, not failed", j.value.state))
+            }
+            Some(j) => match resume_target(j.value.last_successful_status) {
+                None => Err(format!(
+                    "it failed before any step succeeded ({}): submit it again",
+                    j.value.reason
+                )),
+                Some(to) => {
+                    let changed = ictx
+                        .ingest
+                        .change_job(id, |r| {
+                            if r.state != JobState::Failed {
+                                return Ok(None);
+                            }
+                            let mut next = r
+                                .moved(to, "resumed by an operator", now)
+                                .map_err(|e| e.to_string())?;
+                            if to == JobState::Processing {
+                                next.processing_job = None;
+                            }
+                            Ok(Some(next))
+                        })
+                        .await?;
+                    match changed {
+                        Changed::Moved(_) => Ok(to),
+                        _ => Err("it changed meanwhile; look again".to_owned()),
+                    }
+                }
+            },
+        };
+        out.push(Resumed {
+            job: id.clone(),
+            outcome,
+        });
+    }
+    Ok(out)
+}
+
+/// The failed jobs of a batch (for `resume --batch`).
+pub async fn failed_jobs(ictx: &IngestCtx, batch: &BatchId) -> Result<Vec<JobId>, IngestStepError> {
+    Ok(ictx.ingest.batch_jobs(batch, BatchGroup::Failed).await?)
+}
+
+/// An operator finished resuming a failed batch's jobs: the batch writes a report of what changed
+/// (update-reporting) on the next tick.
+pub async fn update_report(
+    ictx: &IngestCtx,
+    batch: &BatchId,
+    now: DateTime<Utc>,
+) -> Result<BatchRecord, IngestStepError> {
+    let running = ictx
+        .ingest
+        .batch_jobs(batch, BatchGroup::Processing)
+        .await?;
+    if !running.is_empty() {
+        return Err(IngestStepError::Refused(format!(
+            "batch {batch} still has {} jobs running; report when they have ended",
+            running.len()
+        )));
+    }
+    match ictx
+        .ingest
+        .change_batch(batch, |b| {
+            b.moved(
+                BatchState::UpdateReporting,
+                "an operator asked for an update report",
+                now,
+            )
+            .map(Some)
+            .map_err(|e| e.to_string())
+        })
+        .await?
+    {
+        Changed::Moved(b) => Ok(b),
+        _ => Err(IngestStepError::Refused(format!("no batch {batch}"))),
+    }
+}
+
+/// Deletes a failed or held job (its files, markers and record). Refused while its batch has not
+/// reported unless `confirmed`: the depositor would never hear of the job.
+pub async fn delete_job(
+    ictx: &IngestCtx,
+    id: &JobId,
+    confirmed: bool,
+    now: DateTime<Utc>,
+) -> Result<JobRecord, IngestStepError> {
+    let job = ictx
+        .ingest
+        .job(id)
+        .await?
+        .ok_or_else(|| IngestStepError::Refused(format!("no job {id}")))?
+        .value;
+    if !matches!(job.state, JobState::Failed | JobState::Held) {
+        return Err(IngestStepError::Refused(format!(
+            "job {id} is {}: only failed or held jobs can be deleted",
+            job.state
+        )));
+    }
+    let batch = ictx.ingest.batch(&job.batch).await?.map(|b| b.value);
+    let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
+    if !reported && !confirmed {
+        return Err(IngestStepError::Refused(format!(
+            "batch {} has not reported yet: deleting job {id} means its depositor never hears of it; confirm to go on",
+            job.batch
+        )));
+    }
+    batches::remove_files(ictx, id).await?;
+    let changed = ictx
+        .ingest
+        .change_job(id, |r| {
+            matches!(r.state, JobState::Failed | JobState::Held)
+                .then(|| r.moved(JobState::Deleted, "deleted by an operator", now))
+                .transpose()
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+    match changed {
+        Changed::Moved(j) => Ok(j),
+        _ => Err(IngestStepError::Refused(format!(
+            "job {id} changed meanwhile"
+        ))),
+    }
+}
+
+/// Deletes a failed or held batch and every job it still has. Refused for a held batch unless
+/// `confirmed`: its depositor is not told.
+pub async fn delete_batch(
+    ictx: &IngestCtx,
+    id: &BatchId,
+    confirmed: bool,
+    now: DateTime<Utc>,
+) -> Result<BatchRecord, IngestStepError> {
+    let batch = ictx
+        .ingest
+        .batch(id)
+        .await?
+        .ok_or_else(|| IngestStepError::Refused(format!("no batch {id}")))?
+        .value;
+    match batch.state {
+        BatchState::Failed => {}
+        BatchState::Held if confirmed => {}
+        BatchState::Held => {
+            return Err(IngestStepError::Refused(format!(
+                "batch {id} is held: deleting it is not reported to its depositor; confirm to go on"
+            )))
+        }
+        other => {
+            return Err(IngestStepError::Refused(format!(
+                "batch {id} is {other}: only failed or held batches can be deleted"
+            )))
+        }
+    }
+    for group in BatchGroup::ALL {
+        for jid in ictx.ingest.batch_jobs(id, group).await? {
+            if let Some(job) = ictx.ingest.job(&jid).await? {
+                batches::remove_files(ictx, &jid).await?;
+                ictx.ingest.remove_job(&job.value).await?;
+            }
+        }
+    }
+    match ictx
+        .ingest
+        .change_batch(id, |b| {
+            b.moved(BatchState::Deleted, "deleted by an operator", now)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        })
+        .await?
+    {
+        Changed::Moved(b) => Ok(b),
+        _ => Err(IngestStepError::Refused(format!(
+            "batch {id} changed meanwhile"
+        ))),
+    }
+}
+
+/// Where a batch stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchStatus {
+    pub batch: BatchRecord,
+    /// Jobs per state.
+    pub jobs: BTreeMap<JobState, u64>,
+}
+
+/// Every batch (or one), with its jobs counted per state.
+pub async fn status(
+    ictx: &IngestCtx,
+    only: Option<&BatchId>,
+) -> Result<Vec<BatchStatus>, IngestStepError> {
+    let ids = match only {
+        Some(id) => vec![id.clone()],
+        None => ictx.ingest.batch_ids().await?,
+    };
+    let mut out = Vec::new();
+    for id in ids {
+        let Some(batch) = ictx.ingest.batch(&id).await? else {
+            continue;
+        };
+        let mut jobs = BTreeMap::new();
+        for group in BatchGroup::ALL {
+            for jid in ictx.ingest.batch_jobs(&id, group).await? {
+                if let Some(j) = ictx.ingest.job(&jid).await? {
+                    *jobs.entry(j.value.state).or_insert(0) += 1;
+                }
+            }
+        }
+        out.push(BatchStatus {
+            batch: batch.value,
+            jobs,
+        });
+    }
+    Ok(out)
+}
+
+/// A batch's reports, first to latest.
+pub async fn reports(
+    ictx: &IngestCtx,
+    batch: &BatchId,
+) -> Result<Vec<batches::BatchReport>, IngestStepError> {
+    let mut out = Vec::new();
+    for meta in ictx.store.list(&ictx.ingest.keys.reports(batch)).await? {
+        if let Some(r) = crate::repositories::read_json(ictx.store.as_ref(), &meta.key)
+            .await
+            .map_err(crate::repositories::ingest::IngestError::from)?
+        {
+            out.push(r.value);
+        }
+    }
+    Ok(out)
+}

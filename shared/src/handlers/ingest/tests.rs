@@ -1,0 +1,448 @@
+//! The ingest queue end to end on the in-memory twins: every step, holds, capacity, failures,
+//! resume, reports and cleanup.
+
+use super::operator::{self, Target};
+use super::*;
+use crate::adapters::memory::{MemoryEventBus, MemoryJobRunner, MemoryRemote, MemoryStore};
+use crate::domain::batch_event::JobStatus;
+use crate::domain::ingest::batch::BatchState;
+use crate::domain::ingest::index::{BatchId, JobId};
+use crate::domain::ingest::job::JobState;
+use crate::domain::ingest::manifest::ManifestKind;
+use crate::ports::PutCondition;
+use bytes::Bytes;
+use chrono::Utc;
+
+struct World {
+    ictx: IngestCtx,
+    remote: Arc<MemoryRemote>,
+    jobs: Arc<MemoryJobRunner>,
+    bus: Arc<MemoryEventBus>,
+    store: Arc<MemoryStore>,
+}
+
+fn world(settings: IngestSettings) -> World {
+    let store = Arc::new(MemoryStore::new());
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let remote = Arc::new(MemoryRemote::default());
+    let bus = Arc::new(MemoryEventBus::default());
+    let ictx = IngestCtx::new(
+        "bucket",
+        store.clone(),
+        jobs.clone(),
+        remote.clone(),
+        bus.clone(),
+        settings,
+    );
+    World {
+        ictx,
+        remote,
+        jobs,
+        bus,
+        store,
+    }
+}
+
+fn md5_hex(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("{:x}", Md5::digest(body))
+}
+
+impl World {
+    /// Serves `files` (name, body) and keeps a files manifest listing them in the bucket; the
+    /// names in `wrong_digest` are listed with a digest that does not match.
+    async fn manifest(&self, name: &str, files: &[(&str, &str)], wrong_digest: &[&str]) -> String {
+        let mut text = String::from(
+            "#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n",
+        );
+        for (file, body) in files {
+            let url = format!("http://archive/{file}");
+            self.remote.serve(&url, Bytes::from(body.to_string()));
+            let digest = if wrong_digest.contains(file) {
+                "0".repeat(32)
+            } else {
+                md5_hex(body.as_bytes())
+            };
+            text.push_str(&format!("{url} | md5 | {digest} | | {file} | {file}\n"));
+        }
+        let key = self.ictx.ingest.keys.manifest(name);
+        self.store
+            .put(&key, Bytes::from(text), PutCondition::Overwrite)
+            .await
+            .unwrap();
+        format!("s3://bucket/{key}")
+    }
+
+    async fn submit(
+        &self,
+        manifest_url: &str,
+        collection: &str,
+        callback: Option<&str>,
+    ) -> BatchId {
+        let submission = crate::domain::ingest::record::Submission {
+            collection: collection.into(),
+            manifest_url: manifest_url.into(),
+            kind: ManifestKind::Files,
+            priority: 5,
+            callback: callback.map(str::to_owned),
+            profile: None,
+            submitter: "test".into(),
+        };
+        submit(&self.ictx, submission, Utc::now()).await.unwrap().id
+    }
+
+    /// Ticks until nothing moves, finishing every Batch job as `succeed` says.
+    async fn run(&self, succeed: impl Fn(&str) -> bool) -> TickSummary {
+        let mut total = TickSummary::default();
+        for _ in 0..40 {
+            let s = tick(&self.ictx, Utc::now()).await.unwrap();
+            for request in self.jobs.submitted() {
+                let id = request.environment["INGEST_JOB_ID"].clone();
+                let status = if succeed(&id) {
+                    JobStatus::Succeeded
+                } else {
+                    JobStatus::Failed
+                };
+                if let Some(found) = self.jobs.find_by_name(&request.job_name).await.unwrap() {
+                    if found.status == JobStatus::Running {
+                        self.jobs.finish(
+                            &found.job_id,
+                            status,
+                            serde_json::json!({"statusReason": "Essential container in task exited"}),
+                        );
+                    }
+                }
+            }
+            let quiet = s == TickSummary::default();
+            total.failed += s.failed;
+            total.notified += s.notified;
+            total.batches_reported += s.batches_reported;
+            if quiet {
+                break;
+            }
+        }
+        total
+    }
+
+    async fn batch(&self, id: &BatchId) -> crate::domain::ingest::record::BatchRecord {
+        self.ictx.ingest.batch(id).await.unwrap().unwrap().value
+    }
+
+    async fn job(&self, id: &JobId) -> crate::domain::ingest::record::JobRecord {
+        self.ictx.ingest.job(id).await.unwrap().unwrap().value
+    }
+}
+
+#[tokio::test]
+async fn a_clean_batch_goes_all_the_way_and_is_cleaned_up() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest(
+            "m1",
+            &[("a.txt", "alpha"), ("b.txt", "bravo"), ("c.txt", "charlie")],
+            &[],
+        )
+        .await;
+    let id = w.submit(&m, "coll", Some("http://depositor/cb")).await;
+    assert_eq!(
+        w.batch(&id).await.state,
+        BatchState::Pending,
+        "submit returns at once"
+    );
+    let s = w.run(|_| true).await;
+    assert_eq!(s.notified, 3);
+    let batch = w.batch(&id).await;
+    assert_eq!(
+        batch.state,
+        BatchState::Deleted,
+        "completed, then cleaned up"
+    );
+    assert_eq!(batch.jobs, 3);
+    assert_eq!(batch.reports, 1);
+    let report = &operator::reports(&w.ictx, &id).await.unwrap()[0];
+    assert_eq!(report.completed.len(), 3);
+    assert!(report.failed.is_empty());
+    // Working files are gone; the inventory records and the report stay.
+    assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
+    assert_eq!(w.store.list("ingest/inventory/").await.unwrap().len(), 3);
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Deleted);
+    assert_eq!(job.last_successful_status, Some(JobState::Notify));
+    // Every job announced, the batch announced, the depositor called back for each and the batch.
+    let kinds: Vec<String> = w
+        .bus
+        .events()
+        .iter()
+        .map(|e| e.detail_type.clone())
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == "Ingest Job Completed")
+            .count(),
+        3
+    );
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| *k == "Ingest Batch Reported")
+            .count(),
+        1
+    );
+    assert_eq!(w.remote.calls().len(), 4);
+}
+
+#[tokio::test]
+async fn a_digest_mismatch_and_an_unreadable_line_fail_at_once_and_the_batch_reports_failed() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest(
+            "m2",
+            &[("ok.txt", "fine"), ("bad.txt", "tampered")],
+            &["bad.txt"],
+        )
+        .await;
+    let key = m.strip_prefix("s3://bucket/").unwrap();
+    let mut text =
+        String::from_utf8(w.store.get(key).await.unwrap().unwrap().body.to_vec()).unwrap();
+    text.push_str("ftp://nowhere/x | | | | x | x\n");
+    w.store
+        .put(key, Bytes::from(text), PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    let batch = w.batch(&id).await;
+    assert_eq!(batch.state, BatchState::Failed);
+    let report = &operator::reports(&w.ictx, &id).await.unwrap()[0];
+    assert_eq!(report.completed, vec![id.job(1)]);
+    assert_eq!(report.failed.len(), 2);
+    let mismatch = &report.failed[0];
+    assert!(
+        mismatch.reason.contains("digest mismatch"),
+        "{}",
+        mismatch.reason
+    );
+    assert_eq!(
+        mismatch.last_successful_status,
+        Some(JobState::Provisioning)
+    );
+    let unreadable = &report.failed[1];
+    assert!(
+        unreadable.reason.contains("line 5"),
+        "{}",
+        unreadable.reason
+    );
+    assert_eq!(unreadable.last_successful_status, None);
+    assert_eq!(
+        w.jobs.submitted().len(),
+        1,
+        "only the good object was processed"
+    );
+    // The unreadable one cannot resume; the mismatch can (it restarts downloading).
+    let resumed = operator::resume(&w.ictx, &[id.job(3), id.job(2)], Utc::now())
+        .await
+        .unwrap();
+    assert!(resumed[0]
+        .outcome
+        .as_ref()
+        .unwrap_err()
+        .contains("submit it again"));
+    assert_eq!(resumed[1].outcome, Ok(JobState::Downloading));
+    assert_eq!(w.job(&id.job(2)).await.retry_count, 1);
+}
+
+#[tokio::test]
+async fn a_held_collection_holds_new_batches_until_released() {
+    let w = world(IngestSettings::default());
+    operator::hold(
+        &w.ictx,
+        &Target::Collection("coll".into()),
+        "migration",
+        "ops",
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let m = w.manifest("m3", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Held);
+    assert!(w.jobs.submitted().is_empty());
+    let released = operator::release(&w.ictx, &Target::Collection("coll".into()), Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(released.batches, vec![id.clone()]);
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+}
+
+#[tokio::test]
+async fn a_held_job_waits_and_a_released_one_goes_on() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest("m4", &[("a.txt", "alpha"), ("b.txt", "bravo")], &[])
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    operator::hold(
+        &w.ictx,
+        &Target::Job(id.job(2)),
+        "check it",
+        "ops",
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    w.run(|_| true).await;
+    assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
+    assert_eq!(w.job(&id.job(2)).await.state, JobState::Held);
+    assert_eq!(
+        w.batch(&id).await.state,
+        BatchState::Processing,
+        "a held job keeps its batch open"
+    );
+    operator::release(&w.ictx, &Target::Job(id.job(2)), Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+}
+
+#[tokio::test]
+async fn provisioning_admits_only_what_fits_and_re_evaluates_every_tick() {
+    let w = world(IngestSettings {
+        capacity_bytes: 12,
+        ..IngestSettings::default()
+    });
+    let m = w
+        .manifest(
+            "m5",
+            &[
+                ("a.bin", "0123456789"),
+                ("b.bin", "0123456789"),
+                ("c.bin", "0123456789"),
+            ],
+            &[],
+        )
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    // Jobs are never finished: the first job holds the capacity.
+    for _ in 0..6 {
+        tick(&w.ictx, Utc::now()).await.unwrap();
+    }
+    let states: Vec<JobState> = futures::future::join_all((1..=3).map(|n| {
+        let jid = id.job(n);
+        let w = &w;
+        async move { w.job(&jid).await.state }
+    }))
+    .await;
+    assert_eq!(
+        states
+            .iter()
+            .filter(|s| **s == JobState::Provisioning)
+            .count(),
+        2,
+        "{states:?}"
+    );
+    // The running job ends: the next one is admitted, and so on until all are done.
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+}
+
+#[tokio::test]
+async fn a_failing_callback_fails_the_job_and_a_resume_retries_only_the_notify() {
+    let w = world(IngestSettings::default());
+    w.remote.fail_callbacks_to("http://depositor/down");
+    let m = w.manifest("m6", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", Some("http://depositor/down")).await;
+    w.run(|_| true).await;
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Failed);
+    assert!(job.reason.contains("callback"), "{}", job.reason);
+    assert_eq!(job.last_successful_status, Some(JobState::Recording));
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    // The depositor's server is back; the job resumes at notify, not from the start.
+    let w2 = World {
+        ictx: IngestCtx {
+            remote: Arc::new(MemoryRemote::default()),
+            ..w.ictx.clone()
+        },
+        ..w
+    };
+    let resumed = operator::resume(&w2.ictx, &[id.job(1)], Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(resumed[0].outcome, Ok(JobState::Notify));
+    w2.run(|_| true).await;
+    assert_eq!(w2.job(&id.job(1)).await.state, JobState::Completed);
+    assert_eq!(w2.jobs.submitted().len(), 1, "not processed again");
+    // Update report: what changed since the first.
+    operator::update_report(&w2.ictx, &id, Utc::now())
+        .await
+        .unwrap();
+    w2.run(|_| true).await;
+    let reports = operator::reports(&w2.ictx, &id).await.unwrap();
+    assert_eq!(reports.len(), 2);
+    assert_eq!(reports[1].newly_completed, vec![id.job(1)]);
+    assert!(reports[1].failed.is_empty());
+    assert_eq!(w2.batch(&id).await.state, BatchState::Deleted);
+}
+
+#[tokio::test]
+async fn a_failed_processing_job_resumes_with_a_new_batch_job_and_a_failed_batch_can_be_deleted() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest("m7", &[("a.txt", "alpha"), ("b.txt", "bravo")], &[])
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    let bad = id.job(2).to_string();
+    w.run(|job| job != bad).await;
+    let failed = w.job(&id.job(2)).await;
+    assert_eq!(failed.state, JobState::Failed);
+    assert!(
+        failed.reason.contains("Essential container"),
+        "{}",
+        failed.reason
+    );
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    let refused = operator::delete_batch(&w.ictx, &id, false, Utc::now()).await;
+    assert!(
+        refused.is_ok(),
+        "a failed batch may be deleted: {refused:?}"
+    );
+    assert!(w.ictx.ingest.job(&id.job(2)).await.unwrap().is_none());
+    assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
+    let w = world(IngestSettings::default());
+    let m = w.manifest("m8", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    operator::hold(
+        &w.ictx,
+        &Target::Job(id.job(1)),
+        "wrong object",
+        "ops",
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    w.run(|_| true).await;
+    let e = operator::delete_job(&w.ictx, &id.job(1), false, Utc::now()).await;
+    assert!(
+        matches!(e, Err(IngestStepError::Refused(ref why)) if why.contains("confirm")),
+        "{e:?}"
+    );
+    let deleted = operator::delete_job(&w.ictx, &id.job(1), true, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(deleted.state, JobState::Deleted);
+    w.run(|_| true).await;
+    let batch = w.batch(&id).await;
+    assert_eq!(
+        batch.state,
+        BatchState::Processing,
+        "nothing left to report on"
+    );
+}
