@@ -1,6 +1,7 @@
 //! `granary`: the operator's command line. The local runtime (demo, chaos) is `granary-local`.
 
 mod classify_cmd;
+mod ingest_cmd;
 mod items_cmd;
 mod ops_cmd;
 
@@ -27,6 +28,14 @@ enum Command {
     ///   granary classify - --json < event.json
     #[command(verbatim_doc_comment)]
     Classify(classify_cmd::Args),
+    /// The ingest queue: submit batches from a manifest, follow them, hold, resume, report, delete.
+    ///
+    /// Examples:
+    ///   granary ingest submit objects.checkm --collection maps
+    ///   granary ingest status --watch
+    ///   granary ingest resume --batch b20261124030405-abcdef01
+    #[command(verbatim_doc_comment)]
+    Ingest(ingest_cmd::Args),
     /// Find item records and read their history (bucket from GRANARY_BUCKET or --bucket).
     ///
     /// Examples:
@@ -89,6 +98,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Classify(args) => classify_cmd::run(args),
+        Command::Ingest(args) => ingest_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,

@@ -2,11 +2,14 @@
 //! twins, and the taps that decorate them. Handlers see only ports; Lambda mains call
 //! [`Ctx::from_env`] / [`Importer::from_env`] and [`init_lambda_tracing`], nothing else.
 
+use crate::adapters::aws::EventBridgeBus;
 use crate::adapters::aws::{AwsClients, BatchJobRunner, S3PrefixSource, S3Store, SqsQueue};
+use crate::adapters::http::remote::HttpRemote;
 use crate::adapters::http::HttpIndexSource;
 use crate::adapters::unset::{UnsetJobRunner, UnsetQueue};
 use crate::config::{Config, Function, Section};
 use crate::handlers::importer::{timeout, Importer, ObjectsExist};
+use crate::handlers::ingest::{IngestCtx, IngestSettings};
 use crate::handlers::Ctx;
 use crate::ports::{JobRunner, Queue, Source, SourceError};
 use std::sync::Arc;
@@ -105,6 +108,39 @@ impl Ctx {
     /// `granary-local chaos`).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
         self.tapped(faults.clone())
+    }
+}
+
+impl IngestCtx {
+    /// The ingest queue on AWS: the bucket's layout and the Jobs section from the environment,
+    /// `GRANARY_INGEST_*` settings, depositors' servers over HTTP(S), events on
+    /// `GRANARY_NOTIFICATION_BUS`.
+    pub async fn from_env() -> Result<Self, InitError> {
+        let get = |k: &str| std::env::var(k).ok();
+        let config = Config::for_sections(&[Section::Jobs], get)?;
+        let settings = IngestSettings::from_lookup(get)?;
+        Self::aws(&config, settings, &AwsClients::from_env().await)
+    }
+
+    pub fn aws(
+        config: &Config,
+        settings: IngestSettings,
+        clients: &AwsClients,
+    ) -> Result<Self, InitError> {
+        let ctx = Ctx::aws(config.clone(), clients);
+        let remote = Arc::new(HttpRemote::new(settings.timeout)?);
+        let bus = Arc::new(EventBridgeBus::new(
+            clients.events.clone(),
+            settings.bus_name.clone(),
+        ));
+        Ok(Self::new(
+            &config.layout.bucket,
+            ctx.store,
+            ctx.jobs,
+            remote,
+            bus,
+            settings,
+        ))
     }
 }
 

@@ -22,6 +22,7 @@ pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 pub const DEFAULT_DOWNLOAD_ATTEMPTS: u32 = 3;
 pub const DEFAULT_CALLBACK_ATTEMPTS: u32 = 3;
 pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
+pub const DEFAULT_BUS: &str = "default";
 /// A manifest larger than this is refused (it is read whole to spawn the batch's jobs).
 pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
 
@@ -38,6 +39,8 @@ pub struct IngestSettings {
     pub callback_attempts: u32,
     /// Per request (HEAD, GET of one file, callback).
     pub timeout: Duration,
+    /// The EventBridge bus job and batch events are published on.
+    pub bus_name: String,
 }
 
 impl Default for IngestSettings {
@@ -49,6 +52,7 @@ impl Default for IngestSettings {
             download_attempts: DEFAULT_DOWNLOAD_ATTEMPTS,
             callback_attempts: DEFAULT_CALLBACK_ATTEMPTS,
             timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
+            bus_name: DEFAULT_BUS.to_owned(),
         }
     }
 }
@@ -98,6 +102,9 @@ impl IngestSettings {
                 "GRANARY_INGEST_TIMEOUT_SECS",
                 d.timeout.as_secs(),
             )?),
+            bus_name: get("GRANARY_NOTIFICATION_BUS")
+                .filter(|v| !v.is_empty())
+                .unwrap_or(d.bus_name),
         })
     }
 }
