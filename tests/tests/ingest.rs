@@ -280,7 +280,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
     let b = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(b.state, BatchState::Failed);
     assert_eq!(
-        operator::resume(&ictx, &[job.id.clone()], chrono::Utc::now())
+        operator::resume(&ictx, std::slice::from_ref(&job.id), chrono::Utc::now())
             .await
             .unwrap()[0]
             .outcome,
