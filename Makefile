@@ -45,7 +45,7 @@ test-localstack:
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.
 bench:
 	scripts/emulator.sh install
-	$(CARGO) build --release --locked -p granary-cli -p granary-local -p granary-bench -p queue-feeder -p job-monitor -p requeuer -p importer
+	$(CARGO) build --release --locked -p granary-cli -p granary-local -p granary-bench -p queue-feeder -p job-monitor -p requeuer -p importer -p ingest
 	scripts/emulator.sh run bash -c 'target/release/granary-bench window && target/release/granary-bench handlers && target/release/granary-bench lambdas && target/release/granary-bench campaign $(addprefix --granules ,$(BENCH_CAMPAIGN)) && target/release/granary-bench campaign --in-memory $(addprefix --granules ,$(BENCH_CAMPAIGN_IN_MEMORY))'
 
 # Unit tests only: no emulator needed.

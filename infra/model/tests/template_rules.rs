@@ -143,10 +143,17 @@ fn the_batch_rule_keeps_what_it_cannot_deliver_and_says_so() {
                 "{id}: target without a retry policy"
             );
         }
-        let name = format!("rules-{id}");
+        // The alarm names the rule by its Ref, or, for a rule on a custom bus (whose Ref is
+        // "bus|rule"), by the Name the rule is given.
+        let names = [
+            format!("rules-{id}"),
+            p["Name"].as_str().unwrap_or("").to_owned(),
+        ];
         let alarmed = of_type(&r, "AWS::CloudWatch::Alarm").any(|(_, a)| {
             a["Properties"]["MetricName"] == "FailedInvocations"
-                && a["Properties"]["Dimensions"][0]["Value"] == name.as_str()
+                && a["Properties"]["Dimensions"][0]["Value"]
+                    .as_str()
+                    .is_some_and(|v| !v.is_empty() && names.iter().any(|n| n == v))
         });
         assert!(alarmed, "{id}: no FailedInvocations alarm");
     }

@@ -10,6 +10,21 @@ use std::collections::BTreeMap;
 pub const EVENT_SOURCE: &str = "granary.ingest";
 pub const JOB_COMPLETED: &str = "Ingest Job Completed";
 pub const BATCH_REPORTED: &str = "Ingest Batch Reported";
+/// The detail-type of a submission sent as an event on the notification bus.
+pub const SUBMISSION: &str = "Ingest Submission";
+
+/// A submission as a queue message carries it: the submission's JSON, or an EventBridge event
+/// (detail-type [`SUBMISSION`]) whose `detail` is.
+pub fn submission_of(body: &str) -> Result<crate::domain::ingest::record::Submission, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let inner = match value.get("detail-type").and_then(|t| t.as_str()) {
+        Some(SUBMISSION) => value.get("detail").cloned().unwrap_or_default(),
+        Some(other) => return Err(format!("an event of type {other:?}, not {SUBMISSION:?}")),
+        None => value,
+    };
+    serde_json::from_value(inner).map_err(|e| format!("not a submission: {e}"))
+}
 
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
 /// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
@@ -81,5 +96,27 @@ impl BatchAnnouncement<'_> {
             detail: serde_json::json!(self),
             resources: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_submission_arrives_bare_or_in_its_event() {
+        let bare = r#"{"collection":"maps","manifest_url":"https://h/m","kind":"files","submitter":"svc"}"#;
+        let s = submission_of(bare).unwrap();
+        assert_eq!((s.collection.as_str(), s.priority), ("maps", 5));
+        let event =
+            format!(r#"{{"detail-type":"Ingest Submission","source":"svc","detail":{bare}}}"#);
+        assert_eq!(submission_of(&event).unwrap(), s);
+        assert!(submission_of(r#"{"detail-type":"Other","detail":{}}"#)
+            .unwrap_err()
+            .contains("Other"));
+        assert!(submission_of("{").unwrap_err().contains("not JSON"));
+        assert!(submission_of(r#"{"collection":"maps"}"#)
+            .unwrap_err()
+            .contains("not a submission"));
     }
 }

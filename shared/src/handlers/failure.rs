@@ -81,6 +81,20 @@ impl FailureKind for super::importer::ImportError {
     }
 }
 
+impl FailureKind for super::ingest::IngestStepError {
+    fn kind(&self) -> &'static str {
+        use super::ingest::IngestStepError::*;
+        match self {
+            Records(_) => "Ingest.Records",
+            Store(_) => "Ingest.Store",
+            Batch(_) => "Ingest.Batch",
+            Bus(_) => "Ingest.Bus",
+            Encode(_) => "Ingest.Encode",
+            Refused(_) => "Ingest.Refused",
+        }
+    }
+}
+
 impl FailureKind for super::reconciler::ReconcileError {
     fn kind(&self) -> &'static str {
         match self {

@@ -164,6 +164,19 @@ pub async fn submit(
     submission: Submission,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<BatchRecord, IngestStepError> {
+    let body = crate::contracts::encode("a submission", &submission)?;
+    let key = format!("{}{}", String::from_utf8_lossy(&body), now.to_rfc3339());
+    submit_keyed(ictx, submission, now, &key).await
+}
+
+/// Like [`submit`], with the batch id derived from `key` (a queue message's id): the same message
+/// delivered twice creates one batch.
+pub async fn submit_keyed(
+    ictx: &IngestCtx,
+    submission: Submission,
+    now: chrono::DateTime<chrono::Utc>,
+    key: &str,
+) -> Result<BatchRecord, IngestStepError> {
     use sha2::{Digest, Sha256};
     if submission.collection.is_empty()
         || !submission
@@ -176,14 +189,46 @@ pub async fn submit(
             submission.collection
         )));
     }
-    let body = crate::contracts::encode("a submission", &submission)?;
-    let mut hash = Sha256::new();
-    hash.update(&body);
-    hash.update(now.to_rfc3339().as_bytes());
-    let digest = format!("{:x}", hash.finalize());
+    let digest = format!("{:x}", Sha256::digest(key.as_bytes()));
     let id = crate::domain::ingest::index::BatchId::new(now, &digest);
     let record = BatchRecord::new(id, submission, now);
     Ok(ictx.ingest.create_batch(&record).await?)
+}
+
+/// The ingest-submit Lambda: each SQS record is a submission — its JSON, or an EventBridge event
+/// whose `detail` is one (the notification bus's submission rule forwards them). A record that is
+/// not a submission is reported failed; SQS redelivers it and then parks it in the submissions
+/// DLQ, where its alarm fires. The batch id comes from the message id, so a redelivered message
+/// creates no second batch.
+pub async fn handle_submissions(
+    ictx: &IngestCtx,
+    event: aws_lambda_events::event::sqs::SqsEvent,
+    now: chrono::DateTime<chrono::Utc>,
+) -> aws_lambda_events::event::sqs::SqsBatchResponse {
+    use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse};
+    let mut response = SqsBatchResponse::default();
+    for record in event.records {
+        let id = record.message_id.clone().unwrap_or_default();
+        let body = record.body.as_deref().unwrap_or("");
+        let outcome = match crate::contracts::ingest::submission_of(body) {
+            Err(why) => Err(why),
+            Ok(submission) => submit_keyed(ictx, submission, now, &id)
+                .await
+                .map(|b| tracing::info!(batch = %b.id, message = id, "batch submitted"))
+                .map_err(|e| e.to_string()),
+        };
+        if let Err(why) = outcome {
+            tracing::error!(
+                message = id,
+                error = why,
+                "submission not taken; SQS will redeliver it"
+            );
+            let mut failure = BatchItemFailure::default();
+            failure.item_identifier = id;
+            response.batch_item_failures.push(failure);
+        }
+    }
+    response
 }
 
 /// What one tick of the dispatcher did, per step.

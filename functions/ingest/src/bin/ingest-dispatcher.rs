@@ -1,0 +1,20 @@
+//! Lambda: ingest-dispatcher. Invoked by an EventBridge schedule: one pass of every ingest step
+//! (batches spawn, jobs move on, batches report and are cleaned up).
+
+use granary::handlers::failure::LambdaFailure;
+use granary::handlers::ingest::{self, IngestCtx};
+use lambda_runtime::{service_fn, LambdaEvent};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    granary::wiring::init_lambda_tracing();
+    let ictx = &IngestCtx::from_env().await?;
+    lambda_runtime::run(service_fn(
+        move |_: LambdaEvent<serde_json::Value>| async move {
+            ingest::tick(ictx, chrono::Utc::now())
+                .await
+                .map_err(|e| LambdaFailure::of(&e))
+        },
+    ))
+    .await
+}
