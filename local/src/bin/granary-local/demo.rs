@@ -40,6 +40,13 @@ pub struct Args {
     /// Ctrl-C stops it.
     #[arg(long)]
     keep: bool,
+    /// Instead of a campaign, one batch through the ingest queue (S3 and EventBridge from the
+    /// emulator; the depositor's server and the processing jobs in memory).
+    #[arg(long)]
+    ingest: bool,
+    /// Objects in the --ingest batch.
+    #[arg(long, default_value_t = 60)]
+    objects: usize,
 }
 
 /// What the demo prints with --json: where the campaign ran, and what happened.
@@ -132,6 +139,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     };
     let config = load_sdk_config_for(&endpoint).await;
     let clients = AwsClients::new(&config);
+    if args.ingest {
+        return super::ingest_demo::run(&clients, args.objects, args.json).await;
+    }
     let iam = aws_sdk_iam::Client::new(&config);
     let name = format!("granary-demo-{}", chrono::Utc::now().format("%H%M%S"));
     let mut spec = CampaignSpec {

@@ -3,6 +3,7 @@
 
 mod chaos;
 mod demo;
+mod ingest_demo;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -26,6 +27,7 @@ enum Command {
     ///   granary-local demo
     ///   granary-local demo --granules 2000 --seed 7 --keep
     ///   granary-local demo --endpoint http://127.0.0.1:5000 --json
+    ///   granary-local demo --ingest
     #[command(verbatim_doc_comment)]
     Demo(demo::Args),
     /// Prove "nothing lost, nothing twice": a campaign on the in-memory twins with crashes at random

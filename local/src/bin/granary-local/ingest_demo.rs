@@ -1,0 +1,148 @@
+//! `granary-local demo --ingest`: one batch through the ingest queue on the emulator's S3 and
+//! EventBridge — a checkm manifest of objects, two of them altered in transit, a capacity that
+//! makes jobs wait in provisioning — printed tick by tick, then its report. The depositor's
+//! server is in memory (granary's `MemoryRemote`) and so is the job runner, whose processing
+//! jobs succeed one tick after they are submitted.
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use granary::adapters::aws::{AwsClients, EventBridgeBus, S3Store};
+use granary::adapters::memory::{MemoryJobRunner, MemoryRemote};
+use granary::domain::batch_event::JobStatus;
+use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::manifest::ManifestKind;
+use granary::domain::ingest::record::Submission;
+use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings};
+use granary::ports::{JobRunner, ObjectStore, PutCondition};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+fn md5_hex(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("{:x}", Md5::digest(body))
+}
+
+pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<ExitCode> {
+    let bucket = format!(
+        "granary-ingest-demo-{}",
+        chrono::Utc::now().format("%H%M%S")
+    );
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .context("creating the demo bucket")?;
+    let store: Arc<dyn ObjectStore> = Arc::new(S3Store::new(clients.s3.clone(), &bucket));
+    let remote = Arc::new(MemoryRemote::default());
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let mut manifest = String::from(
+        "#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n",
+    );
+    let mut total = 0u64;
+    for n in 0..objects {
+        let url = format!("https://depositor.example/scans/map-{n:04}.tif");
+        let body = format!("map sheet {n} ").repeat(200 + n * 13);
+        total += body.len() as u64;
+        let digest = md5_hex(body.as_bytes());
+        // Two objects arrive altered: their digests cannot match.
+        let served = if n % 25 == 11 {
+            body.replace('m', "M")
+        } else {
+            body.clone()
+        };
+        remote.serve(&url, Bytes::from(served));
+        manifest.push_str(&format!(
+            "{url} | md5 | {digest} | {} | map-{n:04}.tif | sheet-{n:04}\n",
+            body.len()
+        ));
+    }
+    let settings = IngestSettings {
+        // About a quarter of the batch at once: the rest waits in provisioning.
+        capacity_bytes: (total / 4).max(1),
+        ..IngestSettings::default()
+    };
+    let ictx = IngestCtx::new(
+        &bucket,
+        store.clone(),
+        jobs.clone(),
+        remote,
+        Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
+        settings,
+    );
+    let key = ictx.ingest.keys.manifest("maps.checkm");
+    store
+        .put(&key, Bytes::from(manifest), PutCondition::Overwrite)
+        .await?;
+    let batch = ingest::submit(
+        &ictx,
+        Submission {
+            collection: "maps".into(),
+            manifest_url: format!("s3://{bucket}/{key}"),
+            kind: ManifestKind::Files,
+            priority: 5,
+            callback: None,
+            profile: None,
+            submitter: "demo".into(),
+        },
+        chrono::Utc::now(),
+    )
+    .await?;
+    if !json {
+        eprintln!(
+            "bucket {bucket}: batch {} of {objects} objects ({total} bytes), capacity {} bytes",
+            batch.id, ictx.settings.capacity_bytes
+        );
+    }
+    for tick in 1..=200 {
+        ingest::tick(&ictx, chrono::Utc::now()).await?;
+        for request in jobs.submitted() {
+            if let Some(found) = jobs.find_by_name(&request.job_name).await? {
+                if found.status == JobStatus::Running {
+                    jobs.finish(&found.job_id, JobStatus::Succeeded, serde_json::json!({}));
+                }
+            }
+        }
+        let status = operator::status(&ictx, Some(&batch.id)).await?;
+        let Some(now) = status.first() else { break };
+        if !json {
+            let counts: Vec<String> = now.jobs.iter().map(|(s, n)| format!("{s} {n}")).collect();
+            println!(
+                "tick {tick:>3}  batch {:<16} {}",
+                now.batch.state.to_string(),
+                counts.join(", ")
+            );
+        }
+        if matches!(
+            now.batch.state,
+            BatchState::Completed | BatchState::Failed | BatchState::Deleted
+        ) {
+            break;
+        }
+    }
+    let reports = operator::reports(&ictx, &batch.id).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "bucket": bucket, "batch": batch.id, "reports": reports,
+            }))?
+        );
+    } else if let Some(r) = reports.last() {
+        println!(
+            "\nreport {}: {} completed, {} failed",
+            r.number,
+            r.completed.len(),
+            r.failed.len()
+        );
+        for f in &r.failed {
+            println!("  {}: {}", f.job, f.reason);
+        }
+        println!(
+            "\n`granary ingest resume --batch {}` would restart the failed jobs at downloading.",
+            batch.id
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
