@@ -446,3 +446,90 @@ async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
         "nothing left to report on"
     );
 }
+
+#[tokio::test]
+async fn a_job_resumed_at_processing_runs_a_new_batch_job_and_the_update_report_says_so() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest("m9", &[("a.txt", "alpha"), ("b.txt", "bravo")], &[])
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    let bad = id.job(2).to_string();
+    w.run(|job| job != bad).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    let resumed = operator::resume(&w.ictx, &[id.job(2)], Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(resumed[0].outcome, Ok(JobState::Processing));
+    // Still failing: the update report keeps the batch failed and says what is still failing.
+    w.run(|job| job != bad).await;
+    operator::update_report(&w.ictx, &id, Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    assert_eq!(reports[1].still_failed, vec![id.job(2)]);
+    let names: Vec<String> = w
+        .jobs
+        .submitted()
+        .iter()
+        .map(|r| r.job_name.clone())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with("j00002-r1")), "{names:?}");
+    // Fixed now: resumed again, it completes; the next update report completes the batch.
+    operator::resume(&w.ictx, &[id.job(2)], Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    operator::update_report(&w.ictx, &id, Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    assert_eq!(reports.len(), 3);
+    assert_eq!(reports[2].newly_completed, vec![id.job(2)]);
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+    assert_eq!(w.job(&id.job(2)).await.retry_count, 2);
+}
+
+#[tokio::test]
+async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
+    let w = world(IngestSettings::default());
+    operator::hold(
+        &w.ictx,
+        &Target::Collection("frozen".into()),
+        "legal",
+        "ops",
+        Utc::now(),
+    )
+    .await
+    .unwrap();
+    let m = w.manifest("m10", &[("a.txt", "alpha")], &[]).await;
+    let held = w.submit(&m, "frozen", None).await;
+    w.run(|_| true).await;
+    assert!(operator::delete_batch(&w.ictx, &held, false, Utc::now())
+        .await
+        .is_err());
+    let gone = operator::delete_batch(&w.ictx, &held, true, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(gone.state, BatchState::Deleted);
+
+    let m = w.manifest("m11", &[("b.txt", "bravo")], &["b.txt"]).await;
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    // Reported: no confirmation needed.
+    let deleted = operator::delete_job(&w.ictx, &id.job(1), false, Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(deleted.state, JobState::Deleted);
+    assert!(w
+        .ictx
+        .ingest
+        .listed(JobState::Failed)
+        .await
+        .unwrap()
+        .is_empty());
+}
