@@ -319,13 +319,42 @@ pub async fn process(
     Ok(())
 }
 
-/// Recording → notify: the inventory record of what the job stored.
+/// The first stored file that is not in the bucket as it was stored (missing, or another size).
+async fn changed_file(
+    ictx: &IngestCtx,
+    job: &JobRecord,
+) -> Result<Option<String>, IngestStepError> {
+    for file in &job.stored {
+        let listed = ictx.store.list(&file.key).await?;
+        match listed.iter().find(|m| m.key == file.key) {
+            None => return Ok(Some(format!("{} is missing", file.key))),
+            Some(m) if m.size != file.size => {
+                return Ok(Some(format!(
+                    "{} holds {} bytes, {} were stored",
+                    file.key, m.size, file.size
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(None)
+}
+
+/// Recording → notify: the inventory record of what the job stored, once every stored file is
+/// checked to be there as stored; a file that is not fails the job (resume records again).
 pub async fn record(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Recording, s).await? {
+        if let Some(why) = changed_file(ictx, &job).await? {
+            let reason = format!("not recorded: {why}");
+            if advance(ictx, &job, JobState::Failed, reason, now, |_| {}).await? {
+                s.failed += 1;
+            }
+            continue;
+        }
         let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
         let entry = serde_json::json!({
             "job": job.id, "batch": job.batch, "collection": job.collection,

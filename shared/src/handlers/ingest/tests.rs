@@ -96,6 +96,7 @@ impl World {
         let mut total = TickSummary::default();
         for _ in 0..40 {
             let s = tick(&self.ictx, Utc::now()).await.unwrap();
+            let mut finished = 0;
             for request in self.jobs.submitted() {
                 let id = request.environment["INGEST_JOB_ID"].clone();
                 let status = if succeed(&id) {
@@ -105,6 +106,7 @@ impl World {
                 };
                 if let Some(found) = self.jobs.find_by_name(&request.job_name).await.unwrap() {
                     if found.status == JobStatus::Running {
+                        finished += 1;
                         self.jobs.finish(
                             &found.job_id,
                             status,
@@ -113,7 +115,7 @@ impl World {
                     }
                 }
             }
-            let quiet = s == TickSummary::default();
+            let quiet = s == TickSummary::default() && finished == 0;
             total.failed += s.failed;
             total.notified += s.notified;
             total.batches_reported += s.batches_reported;
@@ -532,4 +534,44 @@ async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
         .await
         .unwrap()
         .is_empty());
+}
+
+#[tokio::test]
+async fn a_stored_file_lost_before_recording_fails_the_job_and_a_resume_records_it_again() {
+    let w = world(IngestSettings::default());
+    let m = w.manifest("m12", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    // Up to processing: the job's file is stored, its Batch job still runs.
+    for _ in 0..6 {
+        tick(&w.ictx, Utc::now()).await.unwrap();
+    }
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Processing);
+    let stored = job.stored[0].key.clone();
+    let kept = w.store.get(&stored).await.unwrap().unwrap().body;
+    w.store.delete(&stored).await.unwrap();
+    w.run(|_| true).await;
+    let failed = w.job(&id.job(1)).await;
+    assert_eq!(failed.state, JobState::Failed);
+    assert!(failed.reason.contains("is missing"), "{}", failed.reason);
+    assert_eq!(failed.last_successful_status, Some(JobState::Processing));
+    // The file is put back (the processing job's output restored); the resume records again.
+    w.store
+        .put(&stored, kept, PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let resumed = operator::resume(&w.ictx, &[id.job(1)], Utc::now())
+        .await
+        .unwrap();
+    assert_eq!(resumed[0].outcome, Ok(JobState::Recording));
+    w.run(|_| true).await;
+    assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
+    assert_eq!(w.jobs.submitted().len(), 1, "processing is not repeated");
+    // The batch had reported failed; its update report completes it, and cleanup follows.
+    operator::update_report(&w.ictx, &id, Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    assert_eq!(w.job(&id.job(1)).await.state, JobState::Deleted);
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
