@@ -151,6 +151,34 @@ impl Ingest {
             .collect())
     }
 
+    /// Every job the batch's index lists, read from its record, the index repaired on the way:
+    /// a job listed in a group its record contradicts (a crash between creating the new group
+    /// marker and deleting the old one) gets the right marker and loses the stale one. A marker
+    /// whose record is gone is removed.
+    pub async fn batch_job_records(&self, id: &BatchId) -> Result<Vec<JobRecord>, IngestError> {
+        let mut out: Vec<JobRecord> = Vec::new();
+        for group in BatchGroup::ALL {
+            for jid in self.batch_jobs(id, group).await? {
+                let marker = self.keys.batch_group(id, group, &jid);
+                let Some(record) = self.job(&jid).await? else {
+                    self.store.delete(&marker).await?;
+                    continue;
+                };
+                let record = record.value;
+                if BatchGroup::of(record.state) != Some(group) {
+                    tracing::warn!(job = %jid, listed = group.as_str(), is = %record.state, "stale batch index marker repaired");
+                    self.index(&record).await?;
+                    self.store.delete(&marker).await?;
+                }
+                if !out.iter().any(|r| r.id == record.id) {
+                    out.push(record);
+                }
+            }
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
     // ---- jobs ----
 
     /// Creates the job unless it exists, then makes sure both indexes list it as its record says

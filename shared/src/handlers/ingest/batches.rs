@@ -5,7 +5,7 @@ use super::{operator, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTE
 use crate::contracts::ingest::BatchAnnouncement;
 use crate::domain::ingest::batch::{reported_state, BatchState};
 use crate::domain::ingest::index::{BatchId, JobId};
-use crate::domain::ingest::job::{BatchGroup, JobState};
+use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::{self, ManifestKind, ManifestObject, Payload};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::repositories::ingest::Changed;
@@ -197,23 +197,12 @@ pub struct FailedJob {
     pub reason: String,
 }
 
-/// The jobs the batch's index names, read from their records.
+/// The jobs the batch's index names, read from their records (the index repaired on the way).
 async fn ended_jobs(
     ictx: &IngestCtx,
     batch: &BatchRecord,
 ) -> Result<Vec<JobRecord>, IngestStepError> {
-    let mut out = Vec::new();
-    for group in BatchGroup::ALL {
-        for id in ictx.ingest.batch_jobs(&batch.id, group).await? {
-            let Some(record) = ictx.ingest.job(&id).await? else {
-                continue;
-            };
-            out.push(record.value);
-        }
-    }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
-    out.dedup_by(|a, b| a.id == b.id);
-    Ok(out)
+    Ok(ictx.ingest.batch_job_records(&batch.id).await?)
 }
 
 /// Processing batches with no job left running move to reporting; reporting and

@@ -262,10 +262,13 @@ pub async fn update_report(
     batch: &BatchId,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, IngestStepError> {
-    let running = ictx
+    let running: Vec<_> = ictx
         .ingest
-        .batch_jobs(batch, BatchGroup::Processing)
-        .await?;
+        .batch_job_records(batch)
+        .await?
+        .into_iter()
+        .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
+        .collect();
     if !running.is_empty() {
         return Err(IngestStepError::Refused(format!(
             "batch {batch} still has {} jobs running; report when they have ended",

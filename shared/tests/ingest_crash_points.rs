@@ -1,0 +1,262 @@
+//! The ingest queue under crashes: one batch (three objects, one altered in transit, a callback)
+//! runs through the dispatcher, whose pass dies at each of its external calls in turn — the call
+//! never made, or made and its answer lost — and then the schedule fires again (clean passes)
+//! until nothing moves. Audited after each run: every job ended where it should, both indexes
+//! list each job exactly as its record says, no processing job was submitted twice, every
+//! completed job's files are in the bucket and it was announced, and the batch reported the
+//! right jobs.
+
+use bytes::Bytes;
+use granary::adapters::memory::{MemoryEventBus, MemoryJobRunner, MemoryRemote, MemoryStore};
+use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::{Tap, TappedJobs, TappedStore};
+use granary::domain::batch_event::JobStatus;
+use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::index::BatchId;
+use granary::domain::ingest::job::{BatchGroup, JobState};
+use granary::domain::ingest::manifest::ManifestKind;
+use granary::domain::ingest::record::Submission;
+use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings, TickSummary};
+use granary::ports::{JobRunner, ObjectStore, PutCondition};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+struct World {
+    store: Arc<MemoryStore>,
+    jobs: Arc<MemoryJobRunner>,
+    remote: Arc<MemoryRemote>,
+    bus: Arc<MemoryEventBus>,
+    batch: BatchId,
+}
+
+fn md5_hex(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("{:x}", Md5::digest(body))
+}
+
+fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
+    let (store, jobs): (Arc<dyn ObjectStore>, Arc<dyn JobRunner>) = match faults {
+        None => (w.store.clone(), w.jobs.clone()),
+        Some(f) => {
+            let tap = f as Arc<dyn Tap>;
+            (
+                Arc::new(TappedStore {
+                    inner: w.store.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedJobs {
+                    inner: w.jobs.clone(),
+                    tap,
+                }),
+            )
+        }
+    };
+    IngestCtx::new(
+        "bucket",
+        store,
+        jobs,
+        w.remote.clone(),
+        w.bus.clone(),
+        IngestSettings::default(),
+    )
+}
+
+async fn world() -> World {
+    let store = Arc::new(MemoryStore::new());
+    let remote = Arc::new(MemoryRemote::default());
+    let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
+    for n in 0..3 {
+        let url = format!("http://archive/{n}.dat");
+        let body = format!("object {n}");
+        let served = if n == 1 {
+            body.to_uppercase()
+        } else {
+            body.clone()
+        };
+        remote.serve(&url, Bytes::from(served));
+        text.push_str(&format!(
+            "{url} | md5 | {} | | {n}.dat | o{n}\n",
+            md5_hex(body.as_bytes())
+        ));
+    }
+    store
+        .put(
+            "ingest/manifests/m",
+            Bytes::from(text),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let mut w = World {
+        store,
+        jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
+        remote,
+        bus: Arc::new(MemoryEventBus::default()),
+        batch: BatchId::parse("placeholder").unwrap(),
+    };
+    let submitted = ingest::submit(
+        &ictx(&w, None),
+        Submission {
+            collection: "maps".into(),
+            manifest_url: "s3://bucket/ingest/manifests/m".into(),
+            kind: ManifestKind::Files,
+            priority: 5,
+            callback: Some("http://depositor/cb".into()),
+            profile: None,
+            submitter: "t".into(),
+        },
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    w.batch = submitted.id;
+    w
+}
+
+/// Batch finishes every running processing job successfully.
+async fn finish_jobs(w: &World) -> usize {
+    let mut finished = 0;
+    for request in w.jobs.submitted() {
+        if let Some(found) = w.jobs.find_by_name(&request.job_name).await.unwrap() {
+            if found.status == JobStatus::Running {
+                w.jobs
+                    .finish(&found.job_id, JobStatus::Succeeded, serde_json::json!({}));
+                finished += 1;
+            }
+        }
+    }
+    finished
+}
+
+/// Runs passes until quiet; the pass during which the run's `crash_at`th external call falls
+/// dies there. Returns the calls the passes made (the crashing pass's included).
+async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
+    let totals = Arc::new(FaultCounts::default());
+    let mut calls = 0u64;
+    let mut crashed = false;
+    for _ in 0..60 {
+        let point = match crash {
+            Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
+                at_call: c.at_call - calls,
+                mode: c.mode,
+            }),
+            _ => None,
+        };
+        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let result = ingest::tick(&ictx(w, Some(faults.clone())), chrono::Utc::now()).await;
+        calls += faults.calls();
+        if faults.crashed() {
+            crashed = true;
+            continue;
+        }
+        let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
+        let finished = finish_jobs(w).await;
+        if s == TickSummary::default() && finished == 0 {
+            return calls;
+        }
+    }
+    panic!("the ingest queue did not settle");
+}
+
+async fn audit(w: &World) -> Result<(), String> {
+    let ictx = ictx(w, None);
+    let batch = ictx.ingest.batch(&w.batch).await.unwrap().unwrap().value;
+    if batch.state != BatchState::Failed || batch.reports != 1 {
+        return Err(format!(
+            "batch {} with {} reports",
+            batch.state, batch.reports
+        ));
+    }
+    let reports = operator::reports(&ictx, &w.batch).await.unwrap();
+    let r = &reports[0];
+    if r.completed != vec![w.batch.job(1), w.batch.job(3)] || r.failed.len() != 1 {
+        return Err(format!("report {r:?}"));
+    }
+    let mut names = BTreeSet::new();
+    for request in w.jobs.submitted() {
+        if !names.insert(request.job_name.clone()) {
+            return Err(format!("{} submitted twice", request.job_name));
+        }
+    }
+    if names.len() != 2 {
+        return Err(format!("processing jobs {names:?}"));
+    }
+    let announced = w.bus.events().len();
+    if announced < 3 {
+        return Err(format!(
+            "{announced} announcements, want 2 jobs + 1 batch at least"
+        ));
+    }
+    for n in 1..=3 {
+        let jid = w.batch.job(n);
+        let job = ictx.ingest.job(&jid).await.unwrap().unwrap().value;
+        let want = if n == 2 {
+            JobState::Failed
+        } else {
+            JobState::Completed
+        };
+        if job.state != want {
+            return Err(format!("{jid} is {}", job.state));
+        }
+        // Exactly one job-queue marker and one batch marker, both as the record says.
+        let mut markers = Vec::new();
+        for state in JobState::ALL {
+            for (p, id) in ictx.ingest.listed(state).await.unwrap() {
+                if id == jid {
+                    markers.push((state, p));
+                }
+            }
+        }
+        if markers != vec![(job.state, job.priority)] {
+            return Err(format!("{jid} ({}) is listed as {markers:?}", job.state));
+        }
+        let groups: Vec<BatchGroup> = futures::future::join_all(BatchGroup::ALL.map(|g| {
+            let ictx = &ictx;
+            async move { (g, ictx.ingest.batch_jobs(&w.batch, g).await.unwrap()) }
+        }))
+        .await
+        .into_iter()
+        .filter(|(_, ids)| ids.contains(&jid))
+        .map(|(g, _)| g)
+        .collect();
+        if groups != vec![BatchGroup::of(job.state).unwrap()] {
+            return Err(format!("{jid} is in batch groups {groups:?}"));
+        }
+        if want == JobState::Completed {
+            for f in &job.stored {
+                if w.store.get(&f.key).await.unwrap().is_none() {
+                    return Err(format!("{} is missing", f.key));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_ingest_queue_recovers_from_a_crash_at_every_call() {
+    let clean = world().await;
+    let calls = run(&clean, None).await;
+    audit(&clean)
+        .await
+        .unwrap_or_else(|e| panic!("without a crash: {e}"));
+    assert!(calls > 50, "{calls} calls");
+    eprintln!("{calls} external calls in a clean run");
+    let mut failures = Vec::new();
+    for at_call in 1..=calls {
+        for mode in [CrashMode::Before, CrashMode::After] {
+            let w = world().await;
+            run(&w, Some(CrashPoint { at_call, mode })).await;
+            if let Err(e) = audit(&w).await {
+                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash runs failed:\n{}",
+        failures.len(),
+        2 * calls,
+        failures.join("\n")
+    );
+}
