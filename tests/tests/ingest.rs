@@ -9,6 +9,7 @@ use granary::adapters::http::remote::HttpRemote;
 use granary::adapters::memory::MemoryJobRunner;
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::index::BatchId;
 use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
@@ -286,4 +287,256 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
             .outcome,
         Ok(JobState::Notify)
     );
+}
+
+/// The context on the stack's S3 and EventBridge, the archive's HTTP, an in-memory job runner.
+fn ingest_on(s: &granary_tests::TestStack, jobs: Arc<MemoryJobRunner>) -> IngestCtx {
+    let settings = IngestSettings {
+        timeout: Duration::from_secs(10),
+        callback_attempts: 1,
+        ..IngestSettings::default()
+    };
+    IngestCtx::new(
+        &s.stack.bucket,
+        s.ctx.store.clone(),
+        jobs,
+        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
+        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
+        settings,
+    )
+}
+
+/// One pass; the processing jobs `fail` names fail, the others succeed.
+async fn pass(ictx: &IngestCtx, jobs: &MemoryJobRunner, fail: &[&str]) -> bool {
+    let s = ingest::tick(ictx, chrono::Utc::now()).await.unwrap();
+    let mut finished = 0;
+    for request in jobs.submitted() {
+        if let Some(found) = jobs.find_by_name(&request.job_name).await.unwrap() {
+            if found.status == JobStatus::Running {
+                let status = if fail.contains(&request.job_name.as_str()) {
+                    JobStatus::Failed
+                } else {
+                    JobStatus::Succeeded
+                };
+                jobs.finish(
+                    &found.job_id,
+                    status,
+                    serde_json::json!({"statusReason": "exit 1"}),
+                );
+                finished += 1;
+            }
+        }
+    }
+    s != TickSummary::default() || finished > 0
+}
+
+async fn settle(ictx: &IngestCtx, jobs: &MemoryJobRunner, fail: &[&str]) {
+    for _ in 0..60 {
+        if !pass(ictx, jobs, fail).await {
+            return;
+        }
+    }
+    panic!("did not settle");
+}
+
+#[tokio::test]
+async fn every_transition_of_both_tables_on_the_emulator() {
+    use granary::domain::ingest::index::JobId;
+    let s = granary_tests::stack("ingestall", 1, &[]).await;
+    let server = http_source::start().await;
+    let base = server.index_url.clone();
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ictx = ingest_on(&s, jobs.clone());
+    let now = chrono::Utc::now;
+    let put_manifest = |name: &str, lines: &[String]| {
+        let key = ictx.ingest.keys.manifest(name);
+        let text = format!(
+            "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n{}\n",
+            lines.join("\n")
+        );
+        let store = s.ctx.store.clone();
+        let bucket = s.stack.bucket.clone();
+        async move {
+            store
+                .put(&key, Bytes::from(text), PutCondition::Overwrite)
+                .await
+                .unwrap();
+            format!("s3://{bucket}/{key}")
+        }
+    };
+    let line = |name: &str, body: &str| {
+        server.archive.put(name, body.as_bytes(), vec![]);
+        format!(
+            "{base}{name} | md5 | {} | | {name} | {name}",
+            md5_hex(body.as_bytes())
+        )
+    };
+    let submit = |url: String, collection: &str| {
+        let ictx = &ictx;
+        let collection = collection.to_owned();
+        async move {
+            ingest::submit(
+                ictx,
+                Submission {
+                    collection,
+                    manifest_url: url,
+                    kind: ManifestKind::Files,
+                    priority: 5,
+                    callback: None,
+                    profile: None,
+                    submitter: "t".into(),
+                },
+                now(),
+            )
+            .await
+            .unwrap()
+            .id
+        }
+    };
+    let state = |id: JobId| {
+        let ictx = &ictx;
+        async move { ictx.ingest.job(&id).await.unwrap().unwrap().value }
+    };
+    let batch_state = |id: BatchId| {
+        let ictx = &ictx;
+        async move { ictx.ingest.batch(&id).await.unwrap().unwrap().value.state }
+    };
+
+    // Batch A: o1 fine; an unreadable line (pending → failed); o3's processing fails once
+    // (processing → failed → processing); o4's stored file is lost before recording
+    // (recording → failed → recording); o5 is held and deleted (held → deleted).
+    let lines = vec![
+        line("a1.dat", "one"),
+        "not-a-url | | | | x | x".to_owned(),
+        line("a3.dat", "three"),
+        line("a4.dat", "four"),
+        line("a5.dat", "five"),
+    ];
+    let a = submit(put_manifest("a.checkm", &lines).await, "c1").await;
+    let o3_first = format!("ingest-{}-r0", a.job(3));
+    operator::hold(&ictx, &Target::Job(a.job(5)), "check", "ops", now())
+        .await
+        .unwrap();
+    // Up to processing, then o4's file goes missing.
+    for _ in 0..6 {
+        ingest::tick(&ictx, now()).await.unwrap();
+    }
+    let o4 = state(a.job(4)).await;
+    assert_eq!(o4.state, JobState::Processing);
+    let lost = o4.stored[0].key.clone();
+    let kept = s.ctx.store.get(&lost).await.unwrap().unwrap().body;
+    s.ctx.store.delete(&lost).await.unwrap();
+    settle(&ictx, &jobs, &[&o3_first]).await;
+    assert_eq!(state(a.job(1)).await.state, JobState::Completed);
+    assert_eq!(state(a.job(2)).await.state, JobState::Failed);
+    assert_eq!(state(a.job(3)).await.state, JobState::Failed);
+    assert_eq!(state(a.job(4)).await.state, JobState::Failed);
+    assert_eq!(state(a.job(5)).await.state, JobState::Held);
+    assert_eq!(
+        batch_state(a.clone()).await,
+        BatchState::Processing,
+        "a held job keeps it open"
+    );
+    let deleted = operator::delete_job(&ictx, &a.job(5), true, now())
+        .await
+        .unwrap();
+    assert_eq!(deleted.state, JobState::Deleted);
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
+    // Resumes: o3 at processing (a new Batch job), o4 at recording once its file is back.
+    s.ctx
+        .store
+        .put(&lost, kept, PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let resumed = operator::resume(&ictx, &[a.job(3), a.job(4), a.job(2)], now())
+        .await
+        .unwrap();
+    assert_eq!(resumed[0].outcome, Ok(JobState::Processing));
+    assert_eq!(resumed[1].outcome, Ok(JobState::Recording));
+    assert!(
+        resumed[2].outcome.is_err(),
+        "an unreadable line cannot resume"
+    );
+    settle(&ictx, &jobs, &[]).await;
+    // The unreadable one is still failed: the update report keeps the batch failed.
+    operator::update_report(&ictx, &a, now()).await.unwrap();
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
+    // Deleted (reported, so no confirmation), the next update report completes the batch and
+    // cleanup follows.
+    operator::delete_job(&ictx, &a.job(2), false, now())
+        .await
+        .unwrap();
+    operator::update_report(&ictx, &a, now()).await.unwrap();
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(batch_state(a.clone()).await, BatchState::Deleted);
+    let reports = operator::reports(&ictx, &a).await.unwrap();
+    assert_eq!(reports.len(), 3);
+    assert_eq!(reports[2].failed.len(), 0);
+    for n in [1, 3, 4] {
+        assert_eq!(
+            state(a.job(n)).await.state,
+            JobState::Deleted,
+            "job {n} cleaned up"
+        );
+    }
+
+    // Batch B: its collection is held; it is deleted while held (confirmed).
+    operator::hold(
+        &ictx,
+        &Target::Collection("c2".into()),
+        "legal",
+        "ops",
+        now(),
+    )
+    .await
+    .unwrap();
+    let b = submit(
+        put_manifest("b.checkm", &[line("b1.dat", "bee")]).await,
+        "c2",
+    )
+    .await;
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(batch_state(b.clone()).await, BatchState::Held);
+    assert!(operator::delete_batch(&ictx, &b, false, now())
+        .await
+        .is_err());
+    operator::delete_batch(&ictx, &b, true, now())
+        .await
+        .unwrap();
+    assert_eq!(batch_state(b.clone()).await, BatchState::Deleted);
+
+    // Batch C: its job is held, then released (held → pending); then clean, straight from
+    // reporting to completed.
+    let c = submit(
+        put_manifest("c.checkm", &[line("c1.dat", "sea")]).await,
+        "c3",
+    )
+    .await;
+    operator::hold(&ictx, &Target::Job(c.job(1)), "look first", "ops", now())
+        .await
+        .unwrap();
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(state(c.job(1)).await.state, JobState::Held);
+    let released = operator::release(&ictx, &Target::Job(c.job(1)), now())
+        .await
+        .unwrap();
+    assert_eq!(released.jobs, vec![c.job(1)]);
+    settle(&ictx, &jobs, &[]).await;
+    let reports = operator::reports(&ictx, &c).await.unwrap();
+    assert_eq!((reports.len(), reports[0].completed.len()), (1, 1));
+    assert_eq!(batch_state(c).await, BatchState::Deleted);
+
+    // Batch D: a file served altered fails it; a failed batch is deleted with its jobs.
+    server.archive.put("d1.dat", b"DEE", vec![]);
+    let d_line = format!("{base}d1.dat | md5 | {} | | d1.dat | d1", md5_hex(b"dee"));
+    let d = submit(put_manifest("d.checkm", &[d_line]).await, "c4").await;
+    settle(&ictx, &jobs, &[]).await;
+    assert_eq!(batch_state(d.clone()).await, BatchState::Failed);
+    operator::delete_batch(&ictx, &d, false, now())
+        .await
+        .unwrap();
+    assert_eq!(batch_state(d.clone()).await, BatchState::Deleted);
+    assert!(ictx.ingest.job(&d.job(1)).await.unwrap().is_none());
 }
