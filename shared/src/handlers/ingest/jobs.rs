@@ -12,6 +12,10 @@ use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+/// Files of one job downloaded at once.
+const PARALLEL_DOWNLOADS: usize = 4;
 
 /// The jobs whose records say `state`, in priority order.
 async fn taken(
@@ -222,14 +226,20 @@ pub async fn download(
             .await?;
             continue;
         };
+        // The job's files download in parallel (in manifest order for the record); the first
+        // failure, in that order, is the job's reason.
+        let fetched: Vec<Result<StoredFile, String>> = futures::stream::iter(files)
+            .map(|f| fetch_file(ictx, &job, f))
+            .buffered(PARALLEL_DOWNLOADS)
+            .collect()
+            .await;
         let mut stored = Vec::with_capacity(files.len());
         let mut failure = None;
-        for f in files {
-            match fetch_file(ictx, &job, f).await {
+        for result in fetched {
+            match result {
                 Ok(file) => stored.push(file),
                 Err(why) => {
-                    failure = Some(why);
-                    break;
+                    failure.get_or_insert(why);
                 }
             }
         }

@@ -575,3 +575,38 @@ async fn a_stored_file_lost_before_recording_fails_the_job_and_a_resume_records_
     assert_eq!(w.job(&id.job(1)).await.state, JobState::Deleted);
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
+
+#[tokio::test]
+async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_bad_one() {
+    let w = world(IngestSettings::default());
+    let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
+    for (object, files) in [("good", ["p1", "p2", "p3"]), ("bad", ["q1", "q2", "q3"])] {
+        for f in files {
+            let url = format!("http://archive/{object}/{f}");
+            w.remote.serve(&url, Bytes::from(f.to_owned()));
+            let digest = if f == "q2" {
+                "0".repeat(32)
+            } else {
+                md5_hex(f.as_bytes())
+            };
+            text.push_str(&format!("{url} | md5 | {digest} | | {f} | {object}\n"));
+        }
+    }
+    let key = w.ictx.ingest.keys.manifest("multi");
+    w.store
+        .put(&key, Bytes::from(text), PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let id = w.submit(&format!("s3://bucket/{key}"), "coll", None).await;
+    w.run(|_| true).await;
+    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    assert_eq!(reports[0].completed, vec![id.job(1)]);
+    assert!(
+        reports[0].failed[0].reason.contains("bad/q2"),
+        "{:?}",
+        reports[0].failed
+    );
+    let good = w.job(&id.job(1)).await;
+    let names: Vec<&str> = good.stored.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["p1", "p2", "p3"], "stored in manifest order");
+}
