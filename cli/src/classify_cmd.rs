@@ -57,6 +57,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        JobEnd::IngestJob { job_id, ingest_job } => {
+            let msg = format!(
+                "job {job_id} processes ingest job {ingest_job}: the monitor leaves it to the ingest dispatcher"
+            );
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"job_id": job_id, "ingest_job": ingest_job, "route": "ignored", "reason": msg})
+                );
+            } else {
+                println!("{msg}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         JobEnd::Finished(f) => f,
     };
     let c = &finished.classification;

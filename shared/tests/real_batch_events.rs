@@ -146,6 +146,9 @@ async fn every_published_event_gets_the_route_sources_md_gives_it() {
         let (_, end) = on_job_event(event.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let got = match &end {
             JobEnd::NotFinished { .. } => None,
+            // The published events carry granule jobs' environments (as_granary_event), never
+            // an ingest job's.
+            JobEnd::IngestJob { .. } => panic!("{name}: read as an ingest job: {end:?}"),
             JobEnd::Finished(f) => Some(f.route),
         };
         assert_eq!(got, want, "{name}: decision {end:?}");

@@ -26,13 +26,22 @@ pub fn submission_of(body: &str) -> Result<crate::domain::ingest::record::Submis
     serde_json::from_value(inner).map_err(|e| format!("not a submission: {e}"))
 }
 
+/// The environment variable that marks a Batch job as an ingest job's processing job (the job
+/// monitor leaves those to the ingest dispatcher).
+pub const INGEST_JOB_ENV: &str = "INGEST_JOB_ID";
+
+/// The ingest job a Batch job processes, if it is one.
+pub fn ingest_job_of(job: &crate::domain::batch_event::JobDetail) -> Option<&str> {
+    job.env(INGEST_JOB_ENV)
+}
+
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
 /// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
 /// The name carries the retry count, so a resumed job is a new Batch job, and a lost SubmitJob
 /// answer is found by name rather than submitted twice.
 pub fn processing_job(job: &JobId, retry: u32, object_prefix: &str) -> JobRequest {
     let pairs = [
-        ("INGEST_JOB_ID", job.to_string()),
+        (INGEST_JOB_ENV, job.to_string()),
         ("INGEST_OBJECT_PREFIX", object_prefix.to_owned()),
     ];
     JobRequest {

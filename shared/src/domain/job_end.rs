@@ -15,6 +15,12 @@ pub enum JobEnd {
         status: JobStatus,
     },
     Finished(FinishedJob),
+    /// The processing job of an ingest job (`INGEST_JOB_ID`): the ingest dispatcher watches it
+    /// with DescribeJobs; it carries no granule and is not the monitor's.
+    IngestJob {
+        job_id: String,
+        ingest_job: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +69,12 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
             })
         }
     };
+    if let Some(ingest_job) = crate::contracts::ingest::ingest_job_of(job) {
+        return Ok(JobEnd::IngestJob {
+            job_id: job.job_id.clone(),
+            ingest_job: ingest_job.to_owned(),
+        });
+    }
     let granule = granule_of(job)?;
     let route = classification.route();
     Ok(JobEnd::Finished(FinishedJob {
@@ -83,6 +95,22 @@ pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventReject
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ingest_processing_job_is_left_to_the_ingest_dispatcher_not_rejected() {
+        let ev = event(
+            "FAILED",
+            json!([{"name": "INGEST_JOB_ID", "value": "b1-j00001"}]),
+        );
+        let (_, end) = on_job_event(ev).unwrap();
+        assert_eq!(
+            end,
+            JobEnd::IngestJob {
+                job_id: "j-1".into(),
+                ingest_job: "b1-j00001".into()
+            }
+        );
+    }
     use serde_json::json;
 
     fn event(status: &str, env: serde_json::Value) -> serde_json::Value {

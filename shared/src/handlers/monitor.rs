@@ -87,6 +87,14 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
             );
             Ok(MonitorOutcome::Ignored)
         }
+        Ok((JobEnd::IngestJob { job_id, ingest_job }, _)) => {
+            tracing::info!(
+                job_id,
+                ingest_job,
+                "an ingest job's processing job: the ingest dispatcher watches it"
+            );
+            Ok(MonitorOutcome::Ignored)
+        }
         Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail).await,
     }
 }
@@ -110,7 +118,7 @@ pub async fn described_job(
         Ok(JobEnd::Finished(finished)) => {
             Ok(Some(job_finished(ctx, finished, description.detail).await?))
         }
-        Ok(JobEnd::NotFinished { .. }) => Ok(None),
+        Ok(JobEnd::NotFinished { .. } | JobEnd::IngestJob { .. }) => Ok(None),
         Err(rejection) => {
             let reason = format!(
                 "DescribeJobs answer for job {}: {rejection}",

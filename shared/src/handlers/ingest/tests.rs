@@ -610,3 +610,45 @@ async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_ba
     let names: Vec<&str> = good.stored.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["p1", "p2", "p3"], "stored in manifest order");
 }
+
+#[tokio::test]
+async fn the_job_monitor_leaves_an_ingest_processing_job_to_the_dispatcher() {
+    let config = crate::config::Config::from_pairs(&[
+        ("GRANARY_BUCKET", "b"),
+        ("GRANARY_JOB_QUEUE", "q"),
+        ("GRANARY_JOB_DEFINITION", "d"),
+        ("GRANARY_RETRY_QUEUE_URL", "r"),
+        ("GRANARY_FAILURE_DLQ_URL", "f"),
+    ])
+    .unwrap();
+    let ctx = crate::handlers::Ctx::in_memory(config);
+    let request = crate::contracts::ingest::processing_job(
+        &BatchId::parse("b1").unwrap().job(1),
+        0,
+        "s3://b/ingest/objects/b1-j00001/",
+    );
+    let environment: Vec<serde_json::Value> = request
+        .environment
+        .iter()
+        .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
+        .collect();
+    let event = serde_json::json!({
+        "detail-type": "Batch Job State Change", "source": "aws.batch",
+        "detail": {"jobName": request.job_name, "jobId": "j-9", "jobQueue": "q",
+                   "status": "FAILED", "statusReason": "Essential container in task exited",
+                   "attempts": [{"container": {"exitCode": 1}}],
+                   "container": {"environment": environment}}});
+    let out = crate::handlers::monitor::handle_message(&ctx, &event.to_string())
+        .await
+        .unwrap();
+    assert_eq!(out, crate::handlers::monitor::MonitorOutcome::Ignored);
+    assert_eq!(
+        ctx.failure_dlq.depth().await.unwrap().visible,
+        0,
+        "not dead-lettered"
+    );
+    assert!(
+        ctx.store.list("").await.unwrap().is_empty(),
+        "nothing logged or rejected"
+    );
+}
