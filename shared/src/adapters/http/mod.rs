@@ -233,21 +233,29 @@ impl Source for HttpIndexSource {
     }
 
     async fn open(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
-        let resp = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| transient(url, e))?;
-        check_status(url, resp.status())?;
-        let len = resp.content_length();
-        let owned = url.to_owned();
-        let stream = resp
-            .bytes_stream()
-            .map_err(move |e| transient(&owned, e))
-            .boxed();
-        Ok((stream, len))
+        get_stream(&self.client, url).await
     }
+}
+
+/// A GET whose body is streamed as it arrives, with the length the server announced (the
+/// directory source and the ingest queue's depositors share it).
+async fn get_stream(
+    client: &Client,
+    url: &str,
+) -> Result<(SourceStream, Option<u64>), SourceError> {
+    let resp = client
+        .get(url)
+        .send()
+        .await
+        .map_err(|e| transient(url, e))?;
+    check_status(url, resp.status())?;
+    let len = resp.content_length();
+    let owned = url.to_owned();
+    let stream = resp
+        .bytes_stream()
+        .map_err(move |e| transient(&owned, e))
+        .boxed();
+    Ok((stream, len))
 }
 
 #[cfg(test)]

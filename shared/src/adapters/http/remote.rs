@@ -4,7 +4,6 @@
 use super::{check_status, transient};
 use crate::ports::{Remote, SourceError, SourceStream};
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
 use reqwest::Client;
 use std::time::Duration;
 
@@ -47,20 +46,7 @@ impl Remote for HttpRemote {
     }
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
-        let resp = self
-            .client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| transient(url, e))?;
-        check_status(url, resp.status())?;
-        let len = resp.content_length();
-        let owned = url.to_owned();
-        let stream = resp
-            .bytes_stream()
-            .map_err(move |e| transient(&owned, e))
-            .boxed();
-        Ok((stream, len))
+        super::get_stream(&self.client, url).await
     }
 
     async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
