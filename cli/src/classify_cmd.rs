@@ -57,14 +57,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        JobEnd::IngestJob { job_id, ingest_job } => {
+        JobEnd::IngestJob {
+            job_id,
+            ingest_job,
+            classification,
+            ..
+        } => {
+            let next = match classification.route() {
+                Route::Done => "the ingest job goes on to recording",
+                Route::RetryQueue => {
+                    "the ingest job's next processing attempt, while GRANARY_MAX_RETRIES lasts"
+                }
+                Route::FailureDlq => "the ingest job fails and is dead-lettered",
+            };
             let msg = format!(
-                "job {job_id} processes ingest job {ingest_job}: the monitor leaves it to the ingest dispatcher"
+                "job {job_id} processes ingest job {ingest_job}: {} ({}) → {next}",
+                classification.outcome.as_str(),
+                classification.reason
             );
             if args.json {
                 println!(
                     "{}",
-                    serde_json::json!({"job_id": job_id, "ingest_job": ingest_job, "route": "ignored", "reason": msg})
+                    serde_json::json!({"job_id": job_id, "ingest_job": ingest_job,
+                        "outcome": classification.outcome.as_str(), "route": classification.route(),
+                        "reason": classification.reason, "next": next})
                 );
             } else {
                 println!("{msg}");

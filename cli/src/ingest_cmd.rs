@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use granary::config::Function;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::{BatchId, JobId};
 use granary::domain::ingest::job::JobState;
@@ -130,14 +131,22 @@ impl TargetArgs {
     }
 }
 
-async fn ictx() -> Result<IngestCtx> {
-    IngestCtx::from_env().await.context(
-        "the ingest queue's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION; see README, Ingest batches)",
-    )
+/// What a command reads: `tick` does the dispatcher's work (Batch, the failure DLQ); the others
+/// read and change records in the bucket only.
+async fn ictx(command: &Command) -> Result<IngestCtx> {
+    if matches!(command, Command::Tick { .. }) {
+        IngestCtx::from_env(Function::IngestDispatcher).await.context(
+            "the ingest dispatcher's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION, GRANARY_RETRY_QUEUE_URL, GRANARY_FAILURE_DLQ_URL; see README, Ingest batches)",
+        )
+    } else {
+        IngestCtx::from_env(Function::IngestSubmit).await.context(
+            "the ingest queue's configuration (GRANARY_BUCKET; see README, Ingest batches)",
+        )
+    }
 }
 
 pub async fn run(args: Args) -> Result<ExitCode> {
-    let ictx = ictx().await?;
+    let ictx = ictx(&args.command).await?;
     let now = chrono::Utc::now;
     match args.command {
         Command::Submit {

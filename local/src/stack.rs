@@ -101,7 +101,8 @@ pub fn stack_batch(stack: &EmulatorStack, clients: &AwsClients) -> StackBatch {
     }
 }
 
-async fn queue(
+/// Creates (or finds) SQS queue `name` with `attrs`: its URL and ARN.
+pub async fn queue(
     clients: &AwsClients,
     name: &str,
     attrs: &[(QueueAttributeName, String)],

@@ -9,7 +9,7 @@ use crate::adapters::http::HttpIndexSource;
 use crate::adapters::unset::{UnsetJobRunner, UnsetQueue};
 use crate::config::{Config, Function, Section};
 use crate::handlers::importer::{timeout, Importer, ObjectsExist};
-use crate::handlers::ingest::{IngestCtx, IngestSettings};
+use crate::handlers::ingest::{IngestCtx, ProcessingRetries};
 use crate::handlers::Ctx;
 use crate::ports::{JobRunner, Queue, Source, SourceError};
 use std::sync::Arc;
@@ -115,18 +115,18 @@ impl IngestCtx {
     /// The ingest queue on AWS: the bucket's layout and the Jobs section from the environment,
     /// `GRANARY_INGEST_*` settings, depositors' servers over HTTP(S), events on
     /// `GRANARY_NOTIFICATION_BUS`.
-    pub async fn from_env() -> Result<Self, InitError> {
-        let get = |k: &str| std::env::var(k).ok();
-        let config = Config::for_sections(&[Section::Jobs], get)?;
-        let settings = IngestSettings::from_lookup(get)?;
-        Self::aws(&config, settings, &AwsClients::from_env().await)
+    pub async fn from_env(f: Function) -> Result<Self, InitError> {
+        Self::for_sections_from_env(f.sections()).await
     }
 
-    pub fn aws(
-        config: &Config,
-        settings: IngestSettings,
-        clients: &AwsClients,
-    ) -> Result<Self, InitError> {
+    /// Only `sections` read (an operator command that needs less than a function).
+    pub async fn for_sections_from_env(sections: &[Section]) -> Result<Self, InitError> {
+        let config = Config::for_sections(sections, |k| std::env::var(k).ok())?;
+        Self::aws(&config, &AwsClients::from_env().await)
+    }
+
+    pub fn aws(config: &Config, clients: &AwsClients) -> Result<Self, InitError> {
+        let settings = config.ingest.clone();
         let ctx = Ctx::aws(config.clone(), clients);
         let remote = Arc::new(HttpRemote::new(settings.timeout)?);
         let bus = Arc::new(EventBridgeBus::new(
@@ -139,6 +139,10 @@ impl IngestCtx {
             ctx.jobs,
             remote,
             bus,
+            ProcessingRetries {
+                failure_dlq: ctx.failure_dlq,
+                max_attempts: config.max_attempt(),
+            },
             settings,
         ))
     }

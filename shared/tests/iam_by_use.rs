@@ -6,6 +6,9 @@
 //!   matches them (wildcards, resources resolved for the stack) — what moto never checks;
 //! - every (action, resource) a statement grants is needed by some call: least privilege.
 //!
+//! The job monitor's calls for ingest jobs' processing ends come from the ingest run
+//! (`platform::ingest`), whose other functions `iam_ingest.rs` checks.
+//!
 //! Not covered here: the permissions Lambda itself uses for a function (its SQS event source's
 //! receive/delete, its log group), which SAM adds with the event source and the execution role.
 
@@ -37,6 +40,10 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
             }
         }
     }
+    let ingest = platform::ingest::ingest_needs().await;
+    used.entry(Function::Monitor)
+        .or_default()
+        .extend(ingest[platform::ingest::MONITOR].iter().cloned());
     used
 }
 

@@ -1,23 +1,32 @@
-//! The ingest queue under crashes: one batch (three objects, one altered in transit, a callback)
-//! runs through the dispatcher, whose pass dies at each of its external calls in turn — the call
-//! never made, or made and its answer lost — and then the schedule fires again (clean passes)
-//! until nothing moves. Audited after each run: every job ended where it should, both indexes
-//! list each job exactly as its record says, no processing job was submitted twice, every
-//! completed job's files are in the bucket and it was announced, and the batch reported the
-//! right jobs.
+//! The ingest queue under crashes: one batch (four objects: one altered in transit, one whose
+//! processing is reclaimed by Spot on its first attempt, one whose processing fails; a callback)
+//! runs through the dispatcher, and each processing job's end reaches the job monitor as Batch's
+//! event. Each pass (a dispatcher tick, then the monitor's deliveries) dies at one of its
+//! external calls in turn — the call never made, or made and its answer lost — and then the
+//! schedule fires again and SQS redelivers what the dead monitor held (clean passes) until
+//! nothing moves. Audited after each run: every job ended where it should, both indexes list
+//! each job exactly as its record says, no processing attempt was submitted twice, the failed
+//! processing job is on the failure DLQ, every completed job's files are in the bucket and it
+//! was announced, and the batch reported the right jobs.
 
 use bytes::Bytes;
-use granary::adapters::memory::{MemoryEventBus, MemoryJobRunner, MemoryRemote, MemoryStore};
+use granary::adapters::memory::{
+    job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
+    MemoryStore,
+};
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Tap, TappedJobs, TappedStore};
+use granary::adapters::tap::{Tap, TappedJobs, TappedQueue, TappedStore};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::BatchId;
 use granary::domain::ingest::job::{BatchGroup, JobState};
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
-use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings, TickSummary};
-use granary::ports::{JobRunner, ObjectStore, PutCondition};
+use granary::handlers::ingest::{
+    self, operator, IngestCtx, IngestSettings, ProcessingRetries, TickSummary,
+};
+use granary::handlers::monitor;
+use granary::ports::{JobRunner, ObjectStore, OutgoingMessage, PutCondition, Queue};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -26,7 +35,34 @@ struct World {
     jobs: Arc<MemoryJobRunner>,
     remote: Arc<MemoryRemote>,
     bus: Arc<MemoryEventBus>,
+    dlq: Arc<MemoryQueue>,
+    /// Batch's events, on their way to the job monitor.
+    events: Arc<MemoryQueue>,
     batch: BatchId,
+}
+
+const MAX_ATTEMPTS: u32 = 4;
+
+/// The job monitor on the world's bucket and failure DLQ, its calls through `faults`.
+fn monitor_ctx(w: &World, faults: &Arc<Faults>) -> granary::handlers::Ctx {
+    granary::handlers::Ctx {
+        config: granary::config::Config::for_sections(
+            granary::config::Function::JobMonitor.sections(),
+            |k| match k {
+                "GRANARY_BUCKET" => Some("bucket".into()),
+                "GRANARY_RETRY_QUEUE_URL" => Some("retry".into()),
+                "GRANARY_FAILURE_DLQ_URL" => Some("dlq".into()),
+                "GRANARY_MAX_RETRIES" => Some((MAX_ATTEMPTS - 1).to_string()),
+                _ => None,
+            },
+        )
+        .unwrap(),
+        store: w.store.clone(),
+        jobs: Arc::new(granary::adapters::unset::UnsetJobRunner),
+        retry_queue: Arc::new(MemoryQueue::new("retry")),
+        failure_dlq: w.dlq.clone(),
+    }
+    .tapped(faults.clone() as Arc<dyn Tap>)
 }
 
 fn md5_hex(body: &[u8]) -> String {
@@ -35,8 +71,9 @@ fn md5_hex(body: &[u8]) -> String {
 }
 
 fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
-    let (store, jobs): (Arc<dyn ObjectStore>, Arc<dyn JobRunner>) = match faults {
-        None => (w.store.clone(), w.jobs.clone()),
+    type Ports = (Arc<dyn ObjectStore>, Arc<dyn JobRunner>, Arc<dyn Queue>);
+    let (store, jobs, dlq): Ports = match faults {
+        None => (w.store.clone(), w.jobs.clone(), w.dlq.clone()),
         Some(f) => {
             let tap = f as Arc<dyn Tap>;
             (
@@ -46,6 +83,10 @@ fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
                 }),
                 Arc::new(TappedJobs {
                     inner: w.jobs.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedQueue {
+                    inner: w.dlq.clone(),
                     tap,
                 }),
             )
@@ -57,6 +98,10 @@ fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
         jobs,
         w.remote.clone(),
         w.bus.clone(),
+        ProcessingRetries {
+            failure_dlq: dlq,
+            max_attempts: MAX_ATTEMPTS,
+        },
         IngestSettings::default(),
     )
 }
@@ -65,7 +110,7 @@ async fn world() -> World {
     let store = Arc::new(MemoryStore::new());
     let remote = Arc::new(MemoryRemote::default());
     let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
-    for n in 0..3 {
+    for n in 0..4 {
         let url = format!("http://archive/{n}.dat");
         let body = format!("object {n}");
         let served = if n == 1 {
@@ -92,6 +137,8 @@ async fn world() -> World {
         jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
         remote,
         bus: Arc::new(MemoryEventBus::default()),
+        dlq: Arc::new(MemoryQueue::new("dlq")),
+        events: Arc::new(MemoryQueue::new("events")),
         batch: BatchId::parse("placeholder").unwrap(),
     };
     let submitted = ingest::submit(
@@ -113,19 +160,41 @@ async fn world() -> World {
     w
 }
 
-/// Batch finishes every running processing job successfully.
+/// Batch ends every running processing job — o3's first attempt is reclaimed by Spot, o4's
+/// application fails, the rest succeed — and EventBridge queues each end's event for the monitor.
 async fn finish_jobs(w: &World) -> usize {
     let mut finished = 0;
-    for request in w.jobs.submitted() {
-        if let Some(found) = w.jobs.find_by_name(&request.job_name).await.unwrap() {
-            if found.status == JobStatus::Running {
-                w.jobs
-                    .finish(&found.job_id, JobStatus::Succeeded, serde_json::json!({}));
-                finished += 1;
-            }
-        }
+    for (request, job) in w.jobs.running() {
+        let id = &request.environment["INGEST_JOB_ID"];
+        let ending = if *id == w.batch.job(3).to_string() && job.job_name.ends_with("-a1") {
+            Ending::SpotReclaimed
+        } else if *id == w.batch.job(4).to_string() {
+            Ending::Exited(1)
+        } else {
+            Ending::Succeeded
+        };
+        let detail = w.jobs.end(&job.job_id, ending).unwrap();
+        w.events
+            .send(OutgoingMessage::new(job_state_change(&detail).to_string()))
+            .await
+            .unwrap();
+        finished += 1;
     }
     finished
+}
+
+/// The monitor handles every visible event; those it handled are deleted (as Lambda does), the
+/// others come back once their visibility timeout passes. Whether it handled any.
+async fn deliver_events(w: &World, faults: &Arc<Faults>) -> bool {
+    let ctx = monitor_ctx(w, faults);
+    let mut handled = false;
+    for m in w.events.receive(10, 60, 0).await.unwrap() {
+        if monitor::handle_message(&ctx, &m.body).await.is_ok() {
+            w.events.delete(&m.receipt_handle).await.unwrap();
+            handled = true;
+        }
+    }
+    handled
 }
 
 /// Runs passes until quiet; the pass during which the run's `crash_at`th external call falls
@@ -142,8 +211,15 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
             }),
             _ => None,
         };
+        // A dead invocation's messages are visible again by the next pass.
+        w.events.expire_visibility();
         let faults = Faults::new(point, 0.0, 7, totals.clone());
         let result = ingest::tick(&ictx(w, Some(faults.clone())), chrono::Utc::now()).await;
+        let delivered = if faults.crashed() {
+            false
+        } else {
+            deliver_events(w, &faults).await
+        };
         calls += faults.calls();
         if faults.crashed() {
             crashed = true;
@@ -151,7 +227,7 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
         }
         let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
         let finished = finish_jobs(w).await;
-        if s == TickSummary::default() && finished == 0 {
+        if s == TickSummary::default() && finished == 0 && !delivered {
             return calls;
         }
     }
@@ -169,7 +245,7 @@ async fn audit(w: &World) -> Result<(), String> {
     }
     let reports = operator::reports(&ictx, &w.batch).await.unwrap();
     let r = &reports[0];
-    if r.completed != vec![w.batch.job(1), w.batch.job(3)] || r.failed.len() != 1 {
+    if r.completed != vec![w.batch.job(1), w.batch.job(3)] || r.failed.len() != 2 {
         return Err(format!("report {r:?}"));
     }
     let mut names = BTreeSet::new();
@@ -178,8 +254,24 @@ async fn audit(w: &World) -> Result<(), String> {
             return Err(format!("{} submitted twice", request.job_name));
         }
     }
-    if names.len() != 2 {
+    // o1 once, o3 twice (Spot), o4 once: o2 never got past downloading.
+    if names.len() != 4 {
         return Err(format!("processing jobs {names:?}"));
+    }
+    // o4's failure is dead-lettered (at least once: a crash between the send and the record
+    // sends it again); nothing else is.
+    let letters: BTreeSet<String> = w
+        .dlq
+        .messages()
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<granary::contracts::ingest::IngestNotice>(&m.body)
+                .map(|n| n.ingest_job.to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"))
+        })
+        .collect();
+    if letters != BTreeSet::from([w.batch.job(4).to_string()]) {
+        return Err(format!("dead-lettered {letters:?}"));
     }
     let announced = w.bus.events().len();
     if announced < 3 {
@@ -187,10 +279,10 @@ async fn audit(w: &World) -> Result<(), String> {
             "{announced} announcements, want 2 jobs + 1 batch at least"
         ));
     }
-    for n in 1..=3 {
+    for n in 1..=4 {
         let jid = w.batch.job(n);
         let job = ictx.ingest.job(&jid).await.unwrap().unwrap().value;
-        let want = if n == 2 {
+        let want = if n == 2 || n == 4 {
             JobState::Failed
         } else {
             JobState::Completed

@@ -1,12 +1,14 @@
 //! The ingest queue against the emulator: S3 (records, indexes, files, reports), the depositor's
-//! files and callbacks over real HTTP (the loopback archive), events on EventBridge. The
-//! processing jobs go to the in-memory job runner: what Batch does with them is the backfill
-//! loop's tests' business; here only their outcome matters.
+//! files and callbacks over real HTTP (the loopback archive), events on EventBridge, failures
+//! dead-lettered on the stack's SQS failure DLQ. The processing jobs go to the in-memory job
+//! runner, and each end reaches the job monitor as Batch's "Job State Change" event, as the
+//! stack's rule delivers it.
 
 use bytes::Bytes;
 use granary::adapters::aws::EventBridgeBus;
 use granary::adapters::http::remote::HttpRemote;
-use granary::adapters::memory::MemoryJobRunner;
+use granary::adapters::memory::{job_state_change, Ending, MemoryJobRunner};
+use granary::contracts::ingest as ingest_contract;
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::BatchId;
@@ -14,8 +16,9 @@ use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
 use granary::handlers::ingest::operator::{self, Target};
-use granary::handlers::ingest::{self, IngestCtx, IngestSettings, TickSummary};
-use granary::ports::{JobRunner, PutCondition};
+use granary::handlers::ingest::{self, IngestCtx, IngestSettings, ProcessingRetries, TickSummary};
+use granary::handlers::monitor::{self, MonitorOutcome};
+use granary::ports::PutCondition;
 use granary_tests::http_source::{self, Behaviour};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,22 +28,69 @@ fn md5_hex(body: &[u8]) -> String {
     format!("{:x}", Md5::digest(body))
 }
 
-/// Ticks until a pass changes nothing, finishing every processing job successfully.
-async fn run(ictx: &IngestCtx, jobs: &MemoryJobRunner) {
+/// The context on the stack's S3, EventBridge and failure DLQ, the archive's HTTP, an in-memory
+/// job runner.
+fn ingest_on(
+    s: &granary_tests::TestStack,
+    jobs: Arc<MemoryJobRunner>,
+    settings: IngestSettings,
+) -> IngestCtx {
+    IngestCtx::new(
+        &s.stack.bucket,
+        s.ctx.store.clone(),
+        jobs,
+        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
+        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
+        ProcessingRetries {
+            failure_dlq: s.ctx.failure_dlq.clone(),
+            max_attempts: s.ctx.config.max_attempt(),
+        },
+        settings,
+    )
+}
+
+/// One pass: a tick, then Batch ends every running processing job (those whose names `fail`
+/// lists exit 1, the others succeed) and the monitor handles each end's event. Whether anything
+/// moved.
+async fn pass(
+    s: &granary_tests::TestStack,
+    ictx: &IngestCtx,
+    jobs: &MemoryJobRunner,
+    fail: &[&str],
+) -> bool {
+    let summary = ingest::tick(ictx, chrono::Utc::now()).await.unwrap();
+    let mut finished = 0;
+    for (_, job) in jobs.running() {
+        let ending = if fail.contains(&job.job_name.as_str()) {
+            Ending::Exited(1)
+        } else {
+            Ending::Succeeded
+        };
+        let detail = jobs.end(&job.job_id, ending).unwrap();
+        let event = job_state_change(&detail).to_string();
+        let out = monitor::handle_message(&s.ctx, &event).await.unwrap();
+        assert!(
+            matches!(out, MonitorOutcome::IngestProcessing { .. }),
+            "{out:?}"
+        );
+        finished += 1;
+    }
+    summary != TickSummary::default() || finished > 0
+}
+
+/// Passes until nothing moves.
+async fn settle(
+    s: &granary_tests::TestStack,
+    ictx: &IngestCtx,
+    jobs: &MemoryJobRunner,
+    fail: &[&str],
+) {
     for _ in 0..60 {
-        let s = ingest::tick(ictx, chrono::Utc::now()).await.unwrap();
-        for request in jobs.submitted() {
-            if let Some(found) = jobs.find_by_name(&request.job_name).await.unwrap() {
-                if found.status == JobStatus::Running {
-                    jobs.finish(&found.job_id, JobStatus::Succeeded, serde_json::json!({}));
-                }
-            }
-        }
-        if s == TickSummary::default() {
+        if !pass(s, ictx, jobs, fail).await {
             return;
         }
     }
-    panic!("the ingest queue did not settle in 60 ticks");
+    panic!("the ingest queue did not settle in 60 passes");
 }
 
 #[tokio::test]
@@ -80,14 +130,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
         timeout: Duration::from_secs(10),
         ..IngestSettings::default()
     };
-    let ictx = IngestCtx::new(
-        &s.stack.bucket,
-        s.ctx.store.clone(),
-        jobs.clone(),
-        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
-        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
-        settings,
-    );
+    let ictx = ingest_on(&s, jobs.clone(), settings);
     let key = ictx.ingest.keys.manifest("two-hundred.checkm");
     s.ctx
         .store
@@ -119,7 +162,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     )
     .await
     .unwrap();
-    run(&ictx, &jobs).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     let held = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(held.state, BatchState::Held);
     assert!(jobs.submitted().is_empty());
@@ -130,7 +173,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     )
     .await
     .unwrap();
-    run(&ictx, &jobs).await;
+    settle(&s, &ictx, &jobs, &[]).await;
 
     let done = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(
@@ -185,11 +228,11 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     assert!(resumed
         .iter()
         .all(|r| r.outcome == Ok(JobState::Downloading)));
-    run(&ictx, &jobs).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     operator::update_report(&ictx, &batch.id, chrono::Utc::now())
         .await
         .unwrap();
-    run(&ictx, &jobs).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     let reports = operator::reports(&ictx, &batch.id).await.unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[1].newly_completed.len(), 5);
@@ -239,14 +282,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
         timeout: Duration::from_secs(10),
         ..IngestSettings::default()
     };
-    let ictx = IngestCtx::new(
-        &s.stack.bucket,
-        s.ctx.store.clone(),
-        jobs.clone(),
-        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
-        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
-        settings,
-    );
+    let ictx = ingest_on(&s, jobs.clone(), settings);
     let batch = ingest::submit(
         &ictx,
         Submission {
@@ -263,7 +299,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
     )
     .await
     .unwrap();
-    run(&ictx, &jobs).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     let job = ictx
         .ingest
         .job(&batch.id.job(1))
@@ -289,56 +325,6 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
     );
 }
 
-/// The context on the stack's S3 and EventBridge, the archive's HTTP, an in-memory job runner.
-fn ingest_on(s: &granary_tests::TestStack, jobs: Arc<MemoryJobRunner>) -> IngestCtx {
-    let settings = IngestSettings {
-        timeout: Duration::from_secs(10),
-        callback_attempts: 1,
-        ..IngestSettings::default()
-    };
-    IngestCtx::new(
-        &s.stack.bucket,
-        s.ctx.store.clone(),
-        jobs,
-        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
-        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
-        settings,
-    )
-}
-
-/// One pass; the processing jobs `fail` names fail, the others succeed.
-async fn pass(ictx: &IngestCtx, jobs: &MemoryJobRunner, fail: &[&str]) -> bool {
-    let s = ingest::tick(ictx, chrono::Utc::now()).await.unwrap();
-    let mut finished = 0;
-    for request in jobs.submitted() {
-        if let Some(found) = jobs.find_by_name(&request.job_name).await.unwrap() {
-            if found.status == JobStatus::Running {
-                let status = if fail.contains(&request.job_name.as_str()) {
-                    JobStatus::Failed
-                } else {
-                    JobStatus::Succeeded
-                };
-                jobs.finish(
-                    &found.job_id,
-                    status,
-                    serde_json::json!({"statusReason": "exit 1"}),
-                );
-                finished += 1;
-            }
-        }
-    }
-    s != TickSummary::default() || finished > 0
-}
-
-async fn settle(ictx: &IngestCtx, jobs: &MemoryJobRunner, fail: &[&str]) {
-    for _ in 0..60 {
-        if !pass(ictx, jobs, fail).await {
-            return;
-        }
-    }
-    panic!("did not settle");
-}
-
 #[tokio::test]
 async fn every_transition_of_both_tables_on_the_emulator() {
     use granary::domain::ingest::index::JobId;
@@ -346,7 +332,12 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let server = http_source::start().await;
     let base = server.index_url.clone();
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let ictx = ingest_on(&s, jobs.clone());
+    let settings = IngestSettings {
+        timeout: Duration::from_secs(10),
+        callback_attempts: 1,
+        ..IngestSettings::default()
+    };
+    let ictx = ingest_on(&s, jobs.clone(), settings);
     let now = chrono::Utc::now;
     let put_manifest = |name: &str, lines: &[String]| {
         let key = ictx.ingest.keys.manifest(name);
@@ -413,7 +404,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         line("a5.dat", "five"),
     ];
     let a = submit(put_manifest("a.checkm", &lines).await, "c1").await;
-    let o3_first = format!("ingest-{}-r0", a.job(3));
+    let o3_first = format!("ingest-{}-r0-a1", a.job(3));
     operator::hold(&ictx, &Target::Job(a.job(5)), "check", "ops", now())
         .await
         .unwrap();
@@ -426,10 +417,26 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let lost = o4.stored[0].key.clone();
     let kept = s.ctx.store.get(&lost).await.unwrap().unwrap().body;
     s.ctx.store.delete(&lost).await.unwrap();
-    settle(&ictx, &jobs, &[&o3_first]).await;
+    settle(&s, &ictx, &jobs, &[&o3_first]).await;
     assert_eq!(state(a.job(1)).await.state, JobState::Completed);
     assert_eq!(state(a.job(2)).await.state, JobState::Failed);
     assert_eq!(state(a.job(3)).await.state, JobState::Failed);
+    // Its processing failure is on the stack's failure DLQ, with its reason, as a granule's is.
+    let letters = s.ctx.failure_dlq.receive(10, 30, 1).await.unwrap();
+    let notice: Vec<ingest_contract::IngestNotice> = letters
+        .iter()
+        .filter_map(|m| serde_json::from_str(&m.body).ok())
+        .collect();
+    assert_eq!(notice.len(), 1, "{letters:?}");
+    assert_eq!(
+        (notice[0].ingest_job.clone(), notice[0].attempt),
+        (a.job(3), 1)
+    );
+    assert!(
+        letters[0].attributes["reason"].contains("exited with code 1"),
+        "{:?}",
+        letters[0].attributes
+    );
     assert_eq!(state(a.job(4)).await.state, JobState::Failed);
     assert_eq!(state(a.job(5)).await.state, JobState::Held);
     assert_eq!(
@@ -441,7 +448,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .await
         .unwrap();
     assert_eq!(deleted.state, JobState::Deleted);
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
     // Resumes: o3 at processing (a new Batch job), o4 at recording once its file is back.
     s.ctx
@@ -458,10 +465,10 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         resumed[2].outcome.is_err(),
         "an unreadable line cannot resume"
     );
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     // The unreadable one is still failed: the update report keeps the batch failed.
     operator::update_report(&ictx, &a, now()).await.unwrap();
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
     // Deleted (reported, so no confirmation), the next update report completes the batch and
     // cleanup follows.
@@ -469,7 +476,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .await
         .unwrap();
     operator::update_report(&ictx, &a, now()).await.unwrap();
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Deleted);
     let reports = operator::reports(&ictx, &a).await.unwrap();
     assert_eq!(reports.len(), 3);
@@ -497,7 +504,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         "c2",
     )
     .await;
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(b.clone()).await, BatchState::Held);
     assert!(operator::delete_batch(&ictx, &b, false, now())
         .await
@@ -517,13 +524,13 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     operator::hold(&ictx, &Target::Job(c.job(1)), "look first", "ops", now())
         .await
         .unwrap();
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(state(c.job(1)).await.state, JobState::Held);
     let released = operator::release(&ictx, &Target::Job(c.job(1)), now())
         .await
         .unwrap();
     assert_eq!(released.jobs, vec![c.job(1)]);
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     let reports = operator::reports(&ictx, &c).await.unwrap();
     assert_eq!((reports.len(), reports[0].completed.len()), (1, 1));
     assert_eq!(batch_state(c).await, BatchState::Deleted);
@@ -532,7 +539,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     server.archive.put("d1.dat", b"DEE", vec![]);
     let d_line = format!("{base}d1.dat | md5 | {} | | d1.dat | d1", md5_hex(b"dee"));
     let d = submit(put_manifest("d.checkm", &[d_line]).await, "c4").await;
-    settle(&ictx, &jobs, &[]).await;
+    settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(d.clone()).await, BatchState::Failed);
     operator::delete_batch(&ictx, &d, false, now())
         .await

@@ -3,6 +3,7 @@
 //! ([`Function::sections`], [`Config::for_sections`]), each setting has one default (a constant in
 //! its section's file), and every variable is listed in the README.
 
+pub mod ingest;
 mod sections;
 
 pub use sections::{
@@ -48,6 +49,8 @@ pub enum Section {
     Leases,
     /// The importer's source, import queue, slots, patterns, prerequisites.
     Importer,
+    /// The ingest queue: its prefix, capacity, attempts, timeouts, notification bus.
+    Ingest,
 }
 
 /// The Lambda functions, by what they read.
@@ -59,16 +62,20 @@ pub enum Function {
     ImporterDiscover,
     ImporterStep,
     ItemSweeper,
+    IngestDispatcher,
+    IngestSubmit,
 }
 
 impl Function {
-    pub const ALL: [Function; 6] = [
+    pub const ALL: [Function; 8] = [
         Function::QueueFeeder,
         Function::JobMonitor,
         Function::Requeuer,
         Function::ImporterDiscover,
         Function::ImporterStep,
         Function::ItemSweeper,
+        Function::IngestDispatcher,
+        Function::IngestSubmit,
     ];
 
     /// The sections the function reads. A section it does not read is never looked up: its
@@ -78,8 +85,8 @@ impl Function {
         match self {
             // Submits jobs, dead-letters unusable rows.
             Function::QueueFeeder => &[Layout, Feeder, Jobs, Queues, Retry, Leases],
-            // Logs and routes job ends; never submits.
-            Function::JobMonitor => &[Layout, Queues, Retry, Leases],
+            // Logs and routes job ends (an ingest job's processing job: its record); never submits.
+            Function::JobMonitor => &[Layout, Queues, Retry, Leases, Ingest],
             // Submits the next attempt or dead-letters.
             Function::Requeuer => &[Layout, Jobs, Queues, Retry, Leases],
             // Lists the source, registers items, dead-letters poison.
@@ -89,6 +96,10 @@ impl Function {
             // The reconciler (asks Batch about open claims) and the sweeper (asks Batch before
             // failing a PROCESSING item).
             Function::ItemSweeper => &[Layout, Jobs, Queues, Retry, Leases, Importer],
+            // Every ingest step; submits processing jobs, dead-letters the ones that fail.
+            Function::IngestDispatcher => &[Layout, Jobs, Queues, Retry, Ingest],
+            // Creates batches from submissions.
+            Function::IngestSubmit => &[Layout, Ingest],
         }
     }
 }
@@ -104,6 +115,7 @@ pub struct Config {
     pub retry_policy: RetryPolicy,
     pub leases: Leases,
     pub importer: ImporterConfig,
+    pub ingest: ingest::IngestSettings,
 }
 
 /// Reads variables through one lookup, with the parsing helpers every section shares.
@@ -215,7 +227,9 @@ impl Config {
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         use Section::*;
         Self::for_sections(
-            &[Layout, Feeder, Jobs, Queues, Retry, Leases, Importer],
+            &[
+                Layout, Feeder, Jobs, Queues, Retry, Leases, Importer, Ingest,
+            ],
             get,
         )
     }
@@ -255,6 +269,11 @@ impl Config {
                 ImporterConfig::read(&vars)?
             } else {
                 ImporterConfig::default()
+            },
+            ingest: if wants(Section::Ingest) {
+                ingest::IngestSettings::read(&vars)?
+            } else {
+                ingest::IngestSettings::default()
             },
         };
         config.leases.check()?;

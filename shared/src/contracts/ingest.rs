@@ -37,15 +37,16 @@ pub fn ingest_job_of(job: &crate::domain::batch_event::JobDetail) -> Option<&str
 
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
 /// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
-/// The name carries the retry count, so a resumed job is a new Batch job, and a lost SubmitJob
-/// answer is found by name rather than submitted twice.
-pub fn processing_job(job: &JobId, retry: u32, object_prefix: &str) -> JobRequest {
+/// The name carries the retry count and the attempt, so a resumed or retried job is a new Batch
+/// job, a lost SubmitJob answer is found by name rather than submitted twice, and an end is
+/// matched to the attempt the record waits for by name alone.
+pub fn processing_job(job: &JobId, retry: u32, attempt: u32, object_prefix: &str) -> JobRequest {
     let pairs = [
         (INGEST_JOB_ENV, job.to_string()),
         ("INGEST_OBJECT_PREFIX", object_prefix.to_owned()),
     ];
     JobRequest {
-        job_name: processing_job_name(job, retry),
+        job_name: processing_job_name(job, retry, attempt),
         environment: pairs
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.clone()))
@@ -57,8 +58,28 @@ pub fn processing_job(job: &JobId, retry: u32, object_prefix: &str) -> JobReques
     }
 }
 
-pub fn processing_job_name(job: &JobId, retry: u32) -> String {
-    format!("ingest-{job}-r{retry}")
+pub fn processing_job_name(job: &JobId, retry: u32, attempt: u32) -> String {
+    format!("ingest-{job}-r{retry}-a{attempt}")
+}
+
+/// The failure DLQ's message for an ingest job whose processing failed for good. `granary
+/// redrive` leaves it (it is not a granule); `granary ingest resume` restarts the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct IngestNotice {
+    pub ingest_job: JobId,
+    pub batch: BatchId,
+    pub collection: String,
+    pub processing_job: String,
+    pub attempt: u32,
+}
+
+impl IngestNotice {
+    pub fn to_message(
+        &self,
+        notice: &crate::contracts::messages::Notice,
+    ) -> Result<crate::ports::OutgoingMessage, crate::contracts::EncodeError> {
+        crate::contracts::messages::message("an ingest notice", self, notice)
+    }
 }
 
 /// A job's end, as announced.

@@ -15,11 +15,13 @@ pub enum JobEnd {
         status: JobStatus,
     },
     Finished(FinishedJob),
-    /// The processing job of an ingest job (`INGEST_JOB_ID`): the ingest dispatcher watches it
-    /// with DescribeJobs; it carries no granule and is not the monitor's.
+    /// The processing job of an ingest job (`INGEST_JOB_ID`): no granule; its end, classified
+    /// as a granule's would be, goes to the ingest job's record.
     IngestJob {
         job_id: String,
+        job_name: String,
         ingest_job: String,
+        classification: Classification,
     },
 }
 
@@ -72,7 +74,9 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
     if let Some(ingest_job) = crate::contracts::ingest::ingest_job_of(job) {
         return Ok(JobEnd::IngestJob {
             job_id: job.job_id.clone(),
+            job_name: job.job_name.clone(),
             ingest_job: ingest_job.to_owned(),
+            classification,
         });
     }
     let granule = granule_of(job)?;
@@ -97,19 +101,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_ingest_processing_job_is_left_to_the_ingest_dispatcher_not_rejected() {
+    fn an_ingest_processing_job_is_classified_for_its_ingest_job_not_rejected() {
         let ev = event(
             "FAILED",
             json!([{"name": "INGEST_JOB_ID", "value": "b1-j00001"}]),
         );
         let (_, end) = on_job_event(ev).unwrap();
-        assert_eq!(
-            end,
-            JobEnd::IngestJob {
-                job_id: "j-1".into(),
-                ingest_job: "b1-j00001".into()
-            }
-        );
+        let JobEnd::IngestJob {
+            job_id,
+            ingest_job,
+            classification,
+            ..
+        } = end
+        else {
+            panic!("{end:?}")
+        };
+        assert_eq!((job_id.as_str(), ingest_job.as_str()), ("j-1", "b1-j00001"));
+        assert_eq!(classification.route(), Route::FailureDlq, "exit code 3");
     }
     use serde_json::json;
 

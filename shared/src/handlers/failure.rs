@@ -89,6 +89,7 @@ impl FailureKind for super::ingest::IngestStepError {
             Store(_) => "Ingest.Store",
             Batch(_) => "Ingest.Batch",
             Bus(_) => "Ingest.Bus",
+            Queue(_) => "Ingest.Queue",
             Encode(_) => "Ingest.Encode",
             Refused(_) => "Ingest.Refused",
         }

@@ -6,7 +6,9 @@ use crate::domain::batch_event::BatchEventError;
 use crate::domain::classify::Route;
 use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
 use crate::ports::{QueueError, StoreError};
+use crate::repositories::ingest::Ingest;
 use crate::repositories::logs::FailureLogged;
 use crate::repositories::rejects::RejectError;
 use crate::repositories::RepositoryError;
@@ -27,6 +29,8 @@ pub enum MonitorError {
     Encode(#[from] crate::contracts::EncodeError),
     #[error("updating the item record: {0}")]
     Items(#[from] crate::repositories::items::ItemError),
+    #[error("an ingest job's processing end: {0}")]
+    Ingest(#[from] crate::handlers::ingest::IngestStepError),
     #[error("attempt {attempt} of {granule_id} is being routed by another delivery; retry later")]
     RoutingInFlight { granule_id: String, attempt: u32 },
 }
@@ -45,6 +49,11 @@ pub enum MonitorOutcome {
     AlreadySucceeded,
     /// Not a terminal state: nothing to do.
     Ignored,
+    /// An ingest job's processing job ended: its record moved on (or the end was stale).
+    IngestProcessing {
+        ingest_job: String,
+        outcome: ProcessingOutcome,
+    },
     /// An event no delivery could ever handle: recorded under the reject prefix and
     /// dead-lettered with its reason at once, instead of being redelivered until SQS parks it.
     Rejected { reason: String },
@@ -87,13 +96,48 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
             );
             Ok(MonitorOutcome::Ignored)
         }
-        Ok((JobEnd::IngestJob { job_id, ingest_job }, _)) => {
-            tracing::info!(
+        Ok((
+            JobEnd::IngestJob {
                 job_id,
+                job_name,
                 ingest_job,
-                "an ingest job's processing job: the ingest dispatcher watches it"
-            );
-            Ok(MonitorOutcome::Ignored)
+                classification,
+            },
+            _,
+        )) => {
+            let Ok(ingest_job) = crate::domain::ingest::index::JobId::parse(&ingest_job) else {
+                let reason = format!(
+                    "job {job_id} names ingest job {:?}, which is no ingest job id",
+                    crate::domain::poison::RawText::of(&ingest_job).shown()
+                );
+                ctx.reject(
+                    crate::domain::poison::RejectKind::EventWithoutGranule,
+                    &reason,
+                    "batch events queue",
+                    body,
+                )
+                .await?;
+                return Ok(MonitorOutcome::Rejected { reason });
+            };
+            let ended = EndedProcessing {
+                ingest_job,
+                batch_job_id: job_id,
+                batch_job_name: job_name,
+                classification,
+            };
+            let ingest = Ingest::new(ctx.store.clone(), &ctx.config.ingest.prefix);
+            let outcome = processing::on_end(
+                &ingest,
+                ctx.failure_dlq.as_ref(),
+                ctx.config.max_attempt(),
+                &ended,
+                Utc::now(),
+            )
+            .await?;
+            Ok(MonitorOutcome::IngestProcessing {
+                ingest_job: ended.ingest_job.to_string(),
+                outcome,
+            })
         }
         Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail).await,
     }

@@ -15,6 +15,8 @@
 //! stack, and its calls are recorded in that function's [`AccessLog`] (IAM by use).
 #![allow(dead_code)]
 
+pub mod ingest;
+
 use chrono::Utc;
 use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemorySource, MemoryStore};
 use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};

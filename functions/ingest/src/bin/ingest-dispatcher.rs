@@ -1,6 +1,7 @@
 //! Lambda: ingest-dispatcher. Invoked by an EventBridge schedule: one pass of every ingest step
 //! (batches spawn, jobs move on, batches report and are cleaned up).
 
+use granary::config::Function;
 use granary::handlers::failure::LambdaFailure;
 use granary::handlers::ingest::{self, IngestCtx};
 use lambda_runtime::{service_fn, LambdaEvent};
@@ -8,7 +9,7 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ictx = &IngestCtx::from_env().await?;
+    let ictx = &IngestCtx::from_env(Function::IngestDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             ingest::tick(ictx, chrono::Utc::now())

@@ -1,19 +1,22 @@
-//! `granary-local demo --ingest`: one batch through the ingest queue on the emulator's S3 and
-//! EventBridge — a checkm manifest of objects, two of them altered in transit, a capacity that
-//! makes jobs wait in provisioning — printed tick by tick, then its report. The depositor's
-//! server is in memory (granary's `MemoryRemote`) and so is the job runner, whose processing
-//! jobs succeed one tick after they are submitted.
+//! `granary-local demo --ingest`: one batch through the ingest queue on the emulator's S3,
+//! EventBridge and SQS — a checkm manifest of objects, two of them altered in transit, a capacity
+//! that makes jobs wait in provisioning, a few processing jobs reclaimed by Spot on their first
+//! attempt — printed tick by tick, then its report. The depositor's server is in memory
+//! (granary's `MemoryRemote`) and so is the job runner, whose processing jobs end one tick after
+//! they are submitted; each end goes to the job monitor as Batch's event would.
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use granary::adapters::aws::{AwsClients, EventBridgeBus, S3Store};
-use granary::adapters::memory::{MemoryJobRunner, MemoryRemote};
+use granary::adapters::memory::{job_state_change, Ending, MemoryJobRunner, MemoryRemote};
+use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
-use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings};
-use granary::ports::{JobRunner, ObjectStore, PutCondition};
+use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings, ProcessingRetries};
+use granary::handlers::{monitor, Ctx};
+use granary::ports::{ObjectStore, PutCondition};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -63,12 +66,27 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         capacity_bytes: (total / 4).max(1),
         ..IngestSettings::default()
     };
+    let (retry_url, _) =
+        granary_local::stack::queue(clients, &format!("{bucket}-retry"), &[]).await?;
+    let (dlq_url, _) = granary_local::stack::queue(clients, &format!("{bucket}-dlq"), &[]).await?;
+    // The monitor's sections: it never submits, so it needs no job queue.
+    let config = Config::for_sections(Function::JobMonitor.sections(), |k| match k {
+        "GRANARY_BUCKET" => Some(bucket.clone()),
+        "GRANARY_RETRY_QUEUE_URL" => Some(retry_url.clone()),
+        "GRANARY_FAILURE_DLQ_URL" => Some(dlq_url.clone()),
+        _ => None,
+    })?;
+    let monitor_ctx = Ctx::aws(config.clone(), clients);
     let ictx = IngestCtx::new(
         &bucket,
         store.clone(),
         jobs.clone(),
         remote,
         Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
+        ProcessingRetries {
+            failure_dlq: monitor_ctx.failure_dlq.clone(),
+            max_attempts: config.max_attempt(),
+        },
         settings,
     );
     let key = ictx.ingest.keys.manifest("maps.checkm");
@@ -97,11 +115,18 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
     }
     for tick in 1..=200 {
         ingest::tick(&ictx, chrono::Utc::now()).await?;
-        for request in jobs.submitted() {
-            if let Some(found) = jobs.find_by_name(&request.job_name).await? {
-                if found.status == JobStatus::Running {
-                    jobs.finish(&found.job_id, JobStatus::Succeeded, serde_json::json!({}));
-                }
+        for (request, job) in jobs.running() {
+            // One object in ten (job ids ending in 5) loses its Spot instance on the first attempt.
+            let reclaimed = request.environment["INGEST_JOB_ID"].ends_with('5')
+                && job.job_name.ends_with("-a1");
+            let ending = if reclaimed {
+                Ending::SpotReclaimed
+            } else {
+                Ending::Succeeded
+            };
+            if let Some(detail) = jobs.end(&job.job_id, ending) {
+                let event = job_state_change(&detail).to_string();
+                monitor::handle_message(&monitor_ctx, &event).await?;
             }
         }
         let status = operator::status(&ictx, Some(&batch.id)).await?;

@@ -3,6 +3,30 @@ use crate::ports::{ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerE
 use async_trait::async_trait;
 use std::sync::Mutex;
 
+/// How a job ends, for [`MemoryJobRunner::end`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    Succeeded,
+    /// The container exited with this code (non-zero: the application failed).
+    Exited(i32),
+    /// The instance was reclaimed (Spot): another attempt may succeed.
+    SpotReclaimed,
+}
+
+/// The `statusReason` Batch gives a job whose Spot instance was reclaimed.
+pub const SPOT_RECLAIM: &str = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+
+/// The EventBridge event Batch sends for a job that reached `detail`'s status.
+pub fn job_state_change(detail: &serde_json::Value) -> serde_json::Value {
+    serde_json::json!({
+        "version": "0", "id": format!("event-{}", detail["jobId"].as_str().unwrap_or("")),
+        "detail-type": crate::domain::batch_event::DETAIL_TYPE,
+        "source": crate::domain::batch_event::SOURCE,
+        "account": "000000000000", "time": chrono::Utc::now().to_rfc3339(),
+        "region": "us-east-1", "resources": [], "detail": detail,
+    })
+}
+
 /// In-memory job runner: records every submission; jobs stay in `initial_status` until
 /// `set_status` moves them. DescribeJobs answers with the request echoed and no attempts, or with
 /// the detail a test gave through `finish`.
@@ -34,6 +58,49 @@ impl MemoryJobRunner {
 
     pub fn submitted(&self) -> Vec<JobRequest> {
         self.lock().iter().map(|(r, _)| r.clone()).collect()
+    }
+
+    /// The RUNNING jobs, oldest first: what a test's Batch may end next.
+    pub fn running(&self) -> Vec<(JobRequest, JobSummary)> {
+        self.lock()
+            .iter()
+            .filter(|(_, s)| s.status == JobStatus::Running)
+            .cloned()
+            .collect()
+    }
+
+    /// Ends `job_id` as Batch would describe it — status, `statusReason` and the last attempt
+    /// for `ending` — and returns that description's detail, which is also what Batch's "Job
+    /// State Change" event carries ([`job_state_change`]). `None` for a job never submitted.
+    pub fn end(&self, job_id: &str, ending: Ending) -> Option<serde_json::Value> {
+        let (request, summary) = self
+            .lock()
+            .iter()
+            .find(|(_, s)| s.job_id == job_id)
+            .cloned()?;
+        let mut detail = JobDescription::of_request(summary, &request, "memory").detail;
+        let (status, reason, attempt) = match ending {
+            Ending::Succeeded => (
+                JobStatus::Succeeded,
+                "Essential container in task exited",
+                serde_json::json!({"container": {"exitCode": 0}}),
+            ),
+            Ending::Exited(code) => (
+                JobStatus::Failed,
+                "Essential container in task exited",
+                serde_json::json!({"container": {"exitCode": code}}),
+            ),
+            Ending::SpotReclaimed => (
+                JobStatus::Failed,
+                SPOT_RECLAIM,
+                serde_json::json!({"container": {}, "statusReason": SPOT_RECLAIM}),
+            ),
+        };
+        detail["status"] = status.as_str().into();
+        detail["statusReason"] = reason.into();
+        detail["attempts"] = serde_json::json!([attempt]);
+        self.finish(job_id, status, detail.clone());
+        Some(detail)
     }
 
     /// The job ended as `detail` (a JobDetail as DescribeJobs returns it) says.

@@ -8,7 +8,7 @@ mod source;
 mod store;
 
 pub use bus::MemoryEventBus;
-pub use jobs::MemoryJobRunner;
+pub use jobs::{job_state_change, Ending, MemoryJobRunner, SPOT_RECLAIM};
 pub use queue::MemoryQueue;
 pub use remote::MemoryRemote;
 pub use source::MemorySource;

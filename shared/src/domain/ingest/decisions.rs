@@ -4,6 +4,7 @@
 use super::job::JobState;
 use super::manifest::{Digest, DigestAlgorithm, Payload};
 use super::record::JobRecord;
+use crate::domain::classify::{Classification, Route};
 
 /// A pending job: failed at once when its manifest entry could not be read (no retry helps), held
 /// while its collection or batch is held, else on to estimating.
@@ -55,6 +56,65 @@ pub fn expected_digest(digest: &Digest) -> String {
 /// depositor's to fix (a new submission), a server or network failure may pass.
 pub fn download_failure_is_final(why: &str) -> bool {
     why.contains("digest mismatch") || why.contains("size mismatch") || why.contains("not retried")
+}
+
+/// What a processing job's end does to its ingest job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessingEnd {
+    /// Not the attempt the record waits for: a duplicate delivery, the late end of an earlier
+    /// attempt or run, or a job that has moved on. Nothing changes.
+    Stale,
+    /// Succeeded: on to recording.
+    Processed { reason: String },
+    /// A failure another attempt may fix (Spot, a host gone, a timeout) with attempts left: the
+    /// record waits for attempt `attempt`, which the dispatcher submits.
+    Retry { attempt: u32, reason: String },
+    /// No attempt fixes it, or the attempts are spent: the job fails (its
+    /// `last_successful_status` stays downloading, so a resume re-runs processing) and is
+    /// dead-lettered.
+    Failed { reason: String },
+}
+
+/// The decision for the end of Batch job `batch_job_name`, classified as the job monitor
+/// classifies a granule's job, for `job` as its record stands. The name says which run and
+/// attempt it was (`contracts::ingest::processing_job_name`); only the one the record waits for
+/// counts. `max_attempts` is the backfill's budget (1 + GRANARY_MAX_RETRIES).
+pub fn on_processing_end(
+    job: &JobRecord,
+    batch_job_name: &str,
+    classification: &Classification,
+    max_attempts: u32,
+) -> ProcessingEnd {
+    let waited_for = crate::contracts::ingest::processing_job_name(
+        &job.id,
+        job.retry_count,
+        job.processing_attempt,
+    );
+    if job.state != JobState::Processing || batch_job_name != waited_for {
+        return ProcessingEnd::Stale;
+    }
+    let attempt = job.processing_attempt;
+    let why = &classification.reason;
+    match classification.route() {
+        Route::Done => ProcessingEnd::Processed {
+            reason: format!("{batch_job_name} succeeded"),
+        },
+        Route::RetryQueue if attempt < max_attempts => ProcessingEnd::Retry {
+            attempt: attempt + 1,
+            reason: format!(
+                "{batch_job_name} failed ({why}): attempt {} of {max_attempts} next",
+                attempt + 1
+            ),
+        },
+        Route::RetryQueue => ProcessingEnd::Failed {
+            reason: format!(
+                "{batch_job_name} failed ({why}) on its last attempt ({attempt} of {max_attempts})"
+            ),
+        },
+        Route::FailureDlq => ProcessingEnd::Failed {
+            reason: format!("{batch_job_name} failed ({why}): no retry fixes it"),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +172,64 @@ mod tests {
             JobState::Held
         );
         assert_eq!(on_dispatch(&job(None), None).0, JobState::Estimating);
+    }
+
+    fn processing(attempt: u32) -> JobRecord {
+        let mut j = job(None);
+        j.state = JobState::Processing;
+        j.processing_attempt = attempt;
+        j
+    }
+
+    fn ended(outcome: crate::domain::classify::Outcome) -> Classification {
+        Classification {
+            outcome,
+            failure: None,
+            batch_rules: String::new(),
+            reason: "why".into(),
+        }
+    }
+
+    #[test]
+    fn a_processing_end_counts_only_for_the_attempt_the_record_waits_for() {
+        use crate::domain::classify::Outcome::*;
+        let j = processing(1);
+        let a1 = "ingest-b1-j00001-r0-a1";
+        assert!(matches!(
+            on_processing_end(&j, a1, &ended(Success), 4),
+            ProcessingEnd::Processed { .. }
+        ));
+        // Spot and the like: the next attempt, while the budget lasts.
+        assert!(matches!(
+            on_processing_end(&j, a1, &ended(Retryable), 4),
+            ProcessingEnd::Retry { attempt: 2, .. }
+        ));
+        let last = processing(4);
+        let a4 = "ingest-b1-j00001-r0-a4";
+        let ProcessingEnd::Failed { reason } = on_processing_end(&last, a4, &ended(Retryable), 4)
+        else {
+            panic!("the last attempt's retryable end fails the job")
+        };
+        assert!(reason.contains("last attempt"), "{reason}");
+        assert!(matches!(
+            on_processing_end(&j, a1, &ended(NonRetryable), 4),
+            ProcessingEnd::Failed { .. }
+        ));
+        // A late end of attempt 1 once attempt 2 runs, another run's job, a job gone on.
+        assert_eq!(
+            on_processing_end(&processing(2), a1, &ended(NonRetryable), 4),
+            ProcessingEnd::Stale
+        );
+        assert_eq!(
+            on_processing_end(&j, "ingest-b1-j00001-r1-a1", &ended(Success), 4),
+            ProcessingEnd::Stale
+        );
+        let mut recording = processing(1);
+        recording.state = JobState::Recording;
+        assert_eq!(
+            on_processing_end(&recording, a1, &ended(Success), 4),
+            ProcessingEnd::Stale
+        );
     }
 
     #[test]

@@ -100,9 +100,17 @@ pub struct JobRecord {
     /// The processing job's id, once submitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub processing_job: Option<String>,
+    /// Which processing attempt of this run (retry) the job is on: a Spot reclaim or another
+    /// failure a new attempt may fix starts the next one, up to the backfill's attempt budget.
+    #[serde(default = "first_attempt")]
+    pub processing_attempt: u32,
     pub created_at: DateTime<Utc>,
     pub last_modified: DateTime<Utc>,
     pub reason: String,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 impl JobRecord {
@@ -119,6 +127,7 @@ impl JobRecord {
             object,
             stored: Vec::new(),
             processing_job: None,
+            processing_attempt: 1,
             created_at: now,
             last_modified: now,
             reason: "created from the batch's manifest".to_owned(),
@@ -136,7 +145,15 @@ impl JobRecord {
     ) -> Result<Self, IllegalJobTransition> {
         check_job_transition(self.state, to)?;
         let resumed = self.state == JobState::Failed && JobState::STEPS.contains(&to);
+        // A resume into processing is a new run: a new Batch job, its attempts counted afresh.
+        let rerun = resumed && to == JobState::Processing;
         Ok(Self {
+            processing_job: if rerun {
+                None
+            } else {
+                self.processing_job.clone()
+            },
+            processing_attempt: if rerun { 1 } else { self.processing_attempt },
             state: to,
             last_successful_status: last_successful_after(
                 self.state,

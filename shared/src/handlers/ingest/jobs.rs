@@ -2,9 +2,11 @@
 //! whose record still says that state (`Ingest::claim_listed`, which repairs stale markers), and
 //! writes the transition its decision names with If-Match.
 
+use super::processing::{self, EndedProcessing, ProcessingOutcome};
 use super::{batches, operator, IngestCtx, IngestStepError, TickSummary};
 use crate::contracts::ingest::{processing_job, processing_job_name, JobAnnouncement};
-use crate::domain::batch_event::JobStatus;
+use crate::domain::batch_event::JobDetail;
+use crate::domain::classify::classify;
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
@@ -266,16 +268,18 @@ pub async fn download(
     Ok(())
 }
 
-/// Processing: the job's AWS Batch job is submitted once (found by its name if a SubmitJob
-/// answer was lost), then watched: succeeded → recording, failed → failed.
+/// Processing: the job's AWS Batch job for its current attempt is submitted once (found by its
+/// name if a SubmitJob answer was lost). Its end normally reaches the job monitor as Batch's
+/// event (`processing::on_end`: Spot and other retryable failures get the next attempt, the
+/// others fail the job and are dead-lettered); DescribeJobs here finds an end whose event was
+/// lost and applies the same decision.
 pub async fn process(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Processing, s).await? {
-        let name = processing_job_name(&job.id, job.retry_count);
-        // A resume to processing clears the id, so each retry is a Batch job of its own.
+        let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
         let batch_job = match &job.processing_job {
             Some(id) => id.clone(),
             None => {
@@ -284,13 +288,19 @@ pub async fn process(
                     None => {
                         let prefix =
                             format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
-                        let request = processing_job(&job.id, job.retry_count, &prefix);
+                        let request = processing_job(
+                            &job.id,
+                            job.retry_count,
+                            job.processing_attempt,
+                            &prefix,
+                        );
                         ictx.jobs.submit(request).await?.job_id
                     }
                 };
                 ictx.ingest
                     .change_job(&job.id, |r| {
                         (r.state == JobState::Processing
+                            && r.processing_attempt == job.processing_attempt
                             && r.processing_job.as_deref() != Some(&id))
                         .then(|| {
                             let mut next = r.clone();
@@ -308,22 +318,38 @@ pub async fn process(
         let Some(described) = ictx.jobs.describe(&batch_job).await? else {
             continue;
         };
-        let (to, reason) = match described.summary.status {
-            JobStatus::Succeeded => (JobState::Recording, format!("job {batch_job} succeeded")),
-            JobStatus::Failed => {
-                let why = described.detail["statusReason"]
-                    .as_str()
-                    .unwrap_or("no reason given");
-                (JobState::Failed, format!("job {batch_job} failed: {why}"))
+        if !described.summary.status.is_terminal() {
+            continue;
+        }
+        let detail = match serde_json::from_value::<JobDetail>(described.detail) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(job = %job.id, batch_job, error = %e, "DescribeJobs answer unreadable; the job's event decides");
+                continue;
             }
-            _ => continue,
         };
-        if advance(ictx, &job, to, reason, now, |_| {}).await? {
-            if to == JobState::Failed {
-                s.failed += 1;
-            } else {
-                s.processed += 1;
-            }
+        let Ok(classification) = classify(&detail) else {
+            continue;
+        };
+        let ended = EndedProcessing {
+            ingest_job: job.id.clone(),
+            batch_job_id: batch_job.clone(),
+            batch_job_name: detail.job_name.clone(),
+            classification,
+        };
+        match processing::on_end(
+            &ictx.ingest,
+            ictx.processing.failure_dlq.as_ref(),
+            ictx.processing.max_attempts,
+            &ended,
+            now,
+        )
+        .await?
+        {
+            ProcessingOutcome::Stale => {}
+            ProcessingOutcome::Recording => s.processed += 1,
+            ProcessingOutcome::Retrying { .. } => s.processing_retried += 1,
+            ProcessingOutcome::Failed => s.failed += 1,
         }
     }
     Ok(())

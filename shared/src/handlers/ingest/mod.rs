@@ -8,106 +8,19 @@
 pub mod batches;
 pub mod jobs;
 pub mod operator;
+pub mod processing;
 
 use crate::domain::ingest::record::{BatchRecord, Submission};
-use crate::ports::{EventBus, EventBusError, JobRunner, JobRunnerError, ObjectStore, Remote};
+use crate::ports::{
+    EventBus, EventBusError, JobRunner, JobRunnerError, ObjectStore, Queue, QueueError, Remote,
+};
 use crate::repositories::ingest::{Ingest, IngestError};
 use serde::Serialize;
 use std::sync::Arc;
-use std::time::Duration;
 
-pub const DEFAULT_PREFIX: &str = "ingest/";
-pub const DEFAULT_CAPACITY_BYTES: u64 = 100 * 1024 * 1024 * 1024;
-pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
-pub const DEFAULT_DOWNLOAD_ATTEMPTS: u32 = 3;
-pub const DEFAULT_CALLBACK_ATTEMPTS: u32 = 3;
-pub const DEFAULT_TIMEOUT_SECS: u64 = 600;
-pub const DEFAULT_BUS: &str = "default";
+pub use crate::config::ingest::IngestSettings;
 /// A manifest larger than this is refused (it is read whole to spawn the batch's jobs).
 pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
-
-/// The ingest queue's settings (`GRANARY_INGEST_*`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IngestSettings {
-    /// Where its records, indexes, files and reports live in the bucket.
-    pub prefix: String,
-    /// Bytes that may be downloading or processing at once (the provisioning step's limit).
-    pub capacity_bytes: u64,
-    /// A job needing more than this steps back in priority after estimating.
-    pub large_job_bytes: u64,
-    pub download_attempts: u32,
-    pub callback_attempts: u32,
-    /// Per request (HEAD, GET of one file, callback).
-    pub timeout: Duration,
-    /// The EventBridge bus job and batch events are published on.
-    pub bus_name: String,
-}
-
-impl Default for IngestSettings {
-    fn default() -> Self {
-        Self {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            capacity_bytes: DEFAULT_CAPACITY_BYTES,
-            large_job_bytes: DEFAULT_LARGE_JOB_BYTES,
-            download_attempts: DEFAULT_DOWNLOAD_ATTEMPTS,
-            callback_attempts: DEFAULT_CALLBACK_ATTEMPTS,
-            timeout: Duration::from_secs(DEFAULT_TIMEOUT_SECS),
-            bus_name: DEFAULT_BUS.to_owned(),
-        }
-    }
-}
-
-impl IngestSettings {
-    /// From any lookup; unset variables keep their defaults.
-    pub fn from_lookup(
-        get: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, crate::config::ConfigError> {
-        let d = Self::default();
-        let number = |var: &'static str, default: u64| -> Result<u64, crate::config::ConfigError> {
-            match get(var).filter(|v| !v.is_empty()) {
-                None => Ok(default),
-                Some(raw) => raw.parse().map_err(|e: std::num::ParseIntError| {
-                    crate::config::ConfigError::Invalid {
-                        var,
-                        value: raw.clone(),
-                        why: e.to_string(),
-                    }
-                }),
-            }
-        };
-        let prefix = get("GRANARY_INGEST_PREFIX")
-            .filter(|v| !v.is_empty())
-            .unwrap_or(d.prefix);
-        if prefix.starts_with('/') || !prefix.ends_with('/') {
-            return Err(crate::config::ConfigError::Invalid {
-                var: "GRANARY_INGEST_PREFIX",
-                value: prefix,
-                why: "a key prefix must end with '/' and not start with one".into(),
-            });
-        }
-        let at_least_one = |n: u64| u32::try_from(n.max(1)).unwrap_or(u32::MAX);
-        Ok(Self {
-            prefix,
-            capacity_bytes: number("GRANARY_INGEST_CAPACITY_BYTES", d.capacity_bytes)?,
-            large_job_bytes: number("GRANARY_INGEST_LARGE_JOB_BYTES", d.large_job_bytes)?,
-            download_attempts: at_least_one(number(
-                "GRANARY_INGEST_DOWNLOAD_ATTEMPTS",
-                u64::from(d.download_attempts),
-            )?),
-            callback_attempts: at_least_one(number(
-                "GRANARY_INGEST_CALLBACK_ATTEMPTS",
-                u64::from(d.callback_attempts),
-            )?),
-            timeout: Duration::from_secs(number(
-                "GRANARY_INGEST_TIMEOUT_SECS",
-                d.timeout.as_secs(),
-            )?),
-            bus_name: get("GRANARY_NOTIFICATION_BUS")
-                .filter(|v| !v.is_empty())
-                .unwrap_or(d.bus_name),
-        })
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestStepError {
@@ -119,10 +32,21 @@ pub enum IngestStepError {
     Batch(#[from] JobRunnerError),
     #[error("announcing: {0}")]
     Bus(#[from] EventBusError),
+    #[error("dead-lettering: {0}")]
+    Queue(#[from] QueueError),
     #[error(transparent)]
     Encode(#[from] crate::contracts::EncodeError),
     #[error("{0}")]
     Refused(String),
+}
+
+/// How processing jobs are retried and where their failures go: as for granules.
+#[derive(Clone)]
+pub struct ProcessingRetries {
+    /// Where a processing job that failed for good is announced (the backfill's failure DLQ).
+    pub failure_dlq: Arc<dyn Queue>,
+    /// Attempts a job gets before a retryable failure fails it (1 + GRANARY_MAX_RETRIES).
+    pub max_attempts: u32,
 }
 
 /// Everything the ingest steps need.
@@ -133,6 +57,7 @@ pub struct IngestCtx {
     pub jobs: Arc<dyn JobRunner>,
     pub remote: Arc<dyn Remote>,
     pub bus: Arc<dyn EventBus>,
+    pub processing: ProcessingRetries,
     pub ingest: Ingest,
     pub settings: IngestSettings,
 }
@@ -144,6 +69,7 @@ impl IngestCtx {
         jobs: Arc<dyn JobRunner>,
         remote: Arc<dyn Remote>,
         bus: Arc<dyn EventBus>,
+        processing: ProcessingRetries,
         settings: IngestSettings,
     ) -> Self {
         Self {
@@ -153,6 +79,7 @@ impl IngestCtx {
             jobs,
             remote,
             bus,
+            processing,
             settings,
         }
     }
@@ -245,6 +172,8 @@ pub struct TickSummary {
     pub waiting_for_capacity: u64,
     pub downloaded: u64,
     pub processing_submitted: u64,
+    /// Processing jobs whose retryable end (found by DescribeJobs) starts their next attempt.
+    pub processing_retried: u64,
     pub processed: u64,
     pub recorded: u64,
     pub notified: u64,

@@ -226,13 +226,9 @@ pub async fn resume(
                             if r.state != JobState::Failed {
                                 return Ok(None);
                             }
-                            let mut next = r
-                                .moved(to, "resumed by an operator", now)
-                                .map_err(|e| e.to_string())?;
-                            if to == JobState::Processing {
-                                next.processing_job = None;
-                            }
-                            Ok(Some(next))
+                            r.moved(to, "resumed by an operator", now)
+                                .map(Some)
+                                .map_err(|e| e.to_string())
                         })
                         .await?;
                     match changed {

@@ -3,12 +3,16 @@
 
 use super::operator::{self, Target};
 use super::*;
-use crate::adapters::memory::{MemoryEventBus, MemoryJobRunner, MemoryRemote, MemoryStore};
+use crate::adapters::memory::{
+    job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
+    MemoryStore,
+};
 use crate::domain::batch_event::JobStatus;
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::ManifestKind;
+use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::ports::PutCondition;
 use bytes::Bytes;
 use chrono::Utc;
@@ -19,19 +23,48 @@ struct World {
     jobs: Arc<MemoryJobRunner>,
     bus: Arc<MemoryEventBus>,
     store: Arc<MemoryStore>,
+    dlq: Arc<MemoryQueue>,
+    /// The job monitor on the same bucket and failure DLQ: Batch's events go to it.
+    monitor: crate::handlers::Ctx,
 }
+
+/// Processing attempts in these tests (GRANARY_MAX_RETRIES=2).
+const MAX_ATTEMPTS: u32 = 3;
 
 fn world(settings: IngestSettings) -> World {
     let store = Arc::new(MemoryStore::new());
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
     let remote = Arc::new(MemoryRemote::default());
     let bus = Arc::new(MemoryEventBus::default());
+    let dlq = Arc::new(MemoryQueue::new("failure-dlq"));
+    let config = crate::config::Config::from_pairs(&[
+        ("GRANARY_BUCKET", "bucket"),
+        ("GRANARY_JOB_QUEUE", "q"),
+        ("GRANARY_JOB_DEFINITION", "d"),
+        ("GRANARY_RETRY_QUEUE_URL", "retry"),
+        ("GRANARY_FAILURE_DLQ_URL", "failure-dlq"),
+        ("GRANARY_MAX_RETRIES", "2"),
+        ("GRANARY_INGEST_PREFIX", &settings.prefix),
+    ])
+    .unwrap();
+    assert_eq!(config.max_attempt(), MAX_ATTEMPTS);
+    let monitor = crate::handlers::Ctx {
+        store: store.clone(),
+        jobs: Arc::new(crate::adapters::unset::UnsetJobRunner),
+        retry_queue: Arc::new(MemoryQueue::new("retry")),
+        failure_dlq: dlq.clone(),
+        config,
+    };
     let ictx = IngestCtx::new(
         "bucket",
         store.clone(),
         jobs.clone(),
         remote.clone(),
         bus.clone(),
+        ProcessingRetries {
+            failure_dlq: dlq.clone(),
+            max_attempts: MAX_ATTEMPTS,
+        },
         settings,
     );
     World {
@@ -40,6 +73,8 @@ fn world(settings: IngestSettings) -> World {
         jobs,
         bus,
         store,
+        dlq,
+        monitor,
     }
 }
 
@@ -91,33 +126,53 @@ impl World {
         submit(&self.ictx, submission, Utc::now()).await.unwrap().id
     }
 
-    /// Ticks until nothing moves, finishing every Batch job as `succeed` says.
+    /// Ticks until nothing moves, finishing every Batch job as `succeed` says; each end reaches
+    /// the job monitor as Batch's event.
     async fn run(&self, succeed: impl Fn(&str) -> bool) -> TickSummary {
+        self.run_with(
+            |job, _| {
+                if succeed(job) {
+                    Ending::Succeeded
+                } else {
+                    Ending::Exited(1)
+                }
+            },
+            true,
+        )
+        .await
+    }
+
+    /// Ticks until nothing moves; Batch ends each running job as `ending` (ingest job id, the
+    /// job's name) says, and its event reaches the monitor when `events` (otherwise only the
+    /// dispatcher's DescribeJobs finds the end).
+    async fn run_with(&self, ending: impl Fn(&str, &str) -> Ending, events: bool) -> TickSummary {
         let mut total = TickSummary::default();
         for _ in 0..40 {
             let s = tick(&self.ictx, Utc::now()).await.unwrap();
             let mut finished = 0;
-            for request in self.jobs.submitted() {
-                let id = request.environment["INGEST_JOB_ID"].clone();
-                let status = if succeed(&id) {
-                    JobStatus::Succeeded
-                } else {
-                    JobStatus::Failed
-                };
-                if let Some(found) = self.jobs.find_by_name(&request.job_name).await.unwrap() {
-                    if found.status == JobStatus::Running {
-                        finished += 1;
-                        self.jobs.finish(
-                            &found.job_id,
-                            status,
-                            serde_json::json!({"statusReason": "Essential container in task exited"}),
-                        );
-                    }
+            for (request, job) in self.jobs.running() {
+                let id = &request.environment["INGEST_JOB_ID"];
+                let detail = self
+                    .jobs
+                    .end(&job.job_id, ending(id, &job.job_name))
+                    .unwrap();
+                finished += 1;
+                if events {
+                    let event = job_state_change(&detail).to_string();
+                    let out = monitor::handle_message(&self.monitor, &event)
+                        .await
+                        .unwrap();
+                    assert!(
+                        matches!(out, MonitorOutcome::IngestProcessing { .. }),
+                        "{out:?}"
+                    );
                 }
             }
             let quiet = s == TickSummary::default() && finished == 0;
             total.failed += s.failed;
             total.notified += s.notified;
+            total.processed += s.processed;
+            total.processing_retried += s.processing_retried;
             total.batches_reported += s.batches_reported;
             if quiet {
                 break;
@@ -402,7 +457,7 @@ async fn a_failed_processing_job_resumes_with_a_new_batch_job_and_a_failed_batch
     let failed = w.job(&id.job(2)).await;
     assert_eq!(failed.state, JobState::Failed);
     assert!(
-        failed.reason.contains("Essential container"),
+        failed.reason.contains("exited with code 1"),
         "{}",
         failed.reason
     );
@@ -478,7 +533,10 @@ async fn a_job_resumed_at_processing_runs_a_new_batch_job_and_the_update_report_
         .iter()
         .map(|r| r.job_name.clone())
         .collect();
-    assert!(names.iter().any(|n| n.ends_with("j00002-r1")), "{names:?}");
+    assert!(
+        names.iter().any(|n| n.ends_with("j00002-r1-a1")),
+        "{names:?}"
+    );
     // Fixed now: resumed again, it completes; the next update report completes the batch.
     operator::resume(&w.ictx, &[id.job(2)], Utc::now())
         .await
@@ -611,44 +669,191 @@ async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_ba
     assert_eq!(names, ["p1", "p2", "p3"], "stored in manifest order");
 }
 
-#[tokio::test]
-async fn the_job_monitor_leaves_an_ingest_processing_job_to_the_dispatcher() {
-    let config = crate::config::Config::from_pairs(&[
-        ("GRANARY_BUCKET", "b"),
-        ("GRANARY_JOB_QUEUE", "q"),
-        ("GRANARY_JOB_DEFINITION", "d"),
-        ("GRANARY_RETRY_QUEUE_URL", "r"),
-        ("GRANARY_FAILURE_DLQ_URL", "f"),
-    ])
-    .unwrap();
-    let ctx = crate::handlers::Ctx::in_memory(config);
-    let request = crate::contracts::ingest::processing_job(
-        &BatchId::parse("b1").unwrap().job(1),
-        0,
-        "s3://b/ingest/objects/b1-j00001/",
-    );
-    let environment: Vec<serde_json::Value> = request
-        .environment
+/// The DLQ's messages: (outcome attribute, reason attribute, body as an ingest notice).
+async fn dead_letters(w: &World) -> Vec<(String, String, crate::contracts::ingest::IngestNotice)> {
+    use crate::contracts::messages::attribute;
+    w.dlq
+        .messages()
         .iter()
-        .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
-        .collect();
-    let event = serde_json::json!({
-        "detail-type": "Batch Job State Change", "source": "aws.batch",
-        "detail": {"jobName": request.job_name, "jobId": "j-9", "jobQueue": "q",
-                   "status": "FAILED", "statusReason": "Essential container in task exited",
-                   "attempts": [{"container": {"exitCode": 1}}],
-                   "container": {"environment": environment}}});
-    let out = crate::handlers::monitor::handle_message(&ctx, &event.to_string())
+        .map(|m| {
+            (
+                m.attributes[attribute::OUTCOME].clone(),
+                m.attributes[attribute::REASON].clone(),
+                serde_json::from_str(&m.body).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn spot_gets_the_next_attempt_and_an_application_failure_or_a_spent_budget_is_dead_lettered()
+{
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest(
+            "m20",
+            &[("a", "alpha"), ("b", "bravo"), ("c", "charlie")],
+            &[],
+        )
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    let (a, b) = (id.job(1).to_string(), id.job(2).to_string());
+    // a: reclaimed once, then fine; b: the application fails; c: reclaimed every time.
+    let total = w
+        .run_with(
+            |job, name| {
+                if job == a {
+                    if name.ends_with("-a1") {
+                        Ending::SpotReclaimed
+                    } else {
+                        Ending::Succeeded
+                    }
+                } else if job == b {
+                    Ending::Exited(1)
+                } else {
+                    Ending::SpotReclaimed
+                }
+            },
+            true,
+        )
+        .await;
+    assert_eq!(
+        total.processing_retried, 0,
+        "the monitor saw every end first"
+    );
+    let ja = w.job(&id.job(1)).await;
+    assert_eq!((ja.state, ja.processing_attempt), (JobState::Completed, 2));
+    let jb = w.job(&id.job(2)).await;
+    assert_eq!(jb.state, JobState::Failed);
+    assert!(jb.reason.contains("no retry fixes it"), "{}", jb.reason);
+    assert_eq!(jb.last_successful_status, Some(JobState::Downloading));
+    let jc = w.job(&id.job(3)).await;
+    assert_eq!(
+        (jc.state, jc.processing_attempt),
+        (JobState::Failed, MAX_ATTEMPTS)
+    );
+    assert!(jc.reason.contains("last attempt (3 of 3)"), "{}", jc.reason);
+    // One Batch job per attempt, none submitted twice.
+    let mut names: Vec<String> = w.jobs.submitted().into_iter().map(|r| r.job_name).collect();
+    let count = names.len();
+    names.sort();
+    names.dedup();
+    assert_eq!((count, names.len()), (6, 6), "{names:?}");
+    // Both failures are on the failure DLQ with their reasons; `granary redrive` leaves them
+    // (not granules): `granary ingest resume` is what restarts an ingest job.
+    let mut letters = dead_letters(&w).await;
+    letters.sort_by(|x, y| x.2.ingest_job.cmp(&y.2.ingest_job));
+    assert_eq!(letters.len(), 2, "{letters:?}");
+    assert_eq!(letters[0].2.ingest_job, id.job(2));
+    assert_eq!(letters[0].0, "NON_RETRYABLE");
+    assert!(
+        letters[0].1.contains("no retry fixes it"),
+        "{}",
+        letters[0].1
+    );
+    assert_eq!(
+        (letters[1].2.ingest_job.clone(), letters[1].2.attempt),
+        (id.job(3), 3)
+    );
+    let retry = MemoryQueue::new("retry");
+    let opts = crate::handlers::redrive::RedriveOptions {
+        dry_run: true,
+        ..Default::default()
+    };
+    let summary = crate::handlers::redrive::redrive(
+        w.dlq.as_ref(),
+        &retry,
+        &Default::default(),
+        &opts,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!((summary.not_granules, summary.redriven), (2, 0));
+    // A resume of b runs processing again as a new run, its attempts counted afresh.
+    operator::resume(&w.ictx, &[id.job(2)], Utc::now())
         .await
         .unwrap();
-    assert_eq!(out, crate::handlers::monitor::MonitorOutcome::Ignored);
+    w.run(|_| true).await;
+    let jb = w.job(&id.job(2)).await;
     assert_eq!(
-        ctx.failure_dlq.depth().await.unwrap().visible,
-        0,
-        "not dead-lettered"
+        (jb.state, jb.retry_count, jb.processing_attempt),
+        (JobState::Completed, 1, 1)
     );
+    assert!(w
+        .jobs
+        .find_by_name(&format!("ingest-{}-r1-a1", id.job(2)))
+        .await
+        .unwrap()
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_lost_event_is_found_by_describe_jobs_and_a_late_or_repeated_event_changes_nothing() {
+    let w = world(IngestSettings::default());
+    let m = w.manifest("m21", &[("a", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    let mut ends = Vec::new();
+    let total = w
+        .run_with(
+            |_, name| {
+                if name.ends_with("-a1") {
+                    Ending::SpotReclaimed
+                } else {
+                    Ending::Succeeded
+                }
+            },
+            false,
+        )
+        .await;
+    assert_eq!(
+        (total.processing_retried, total.processed),
+        (1, 1),
+        "{total:?}"
+    );
+    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    assert_eq!(reports[0].completed, vec![id.job(1)]);
+    // The batch is complete and cleaned up: its job record says deleted.
+    let before = w.job(&id.job(1)).await;
+    // The events come after all (EventBridge retries for 24 hours): both are stale now.
+    for (_, job) in w.jobs.submitted().iter().zip(1..) {
+        let name = format!("ingest-{}-r0-a{job}", id.job(1));
+        let found = w.jobs.find_by_name(&name).await.unwrap().unwrap();
+        let detail = w
+            .jobs
+            .describe(&found.job_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .detail;
+        ends.push(job_state_change(&detail).to_string());
+    }
+    for event in ends.iter().chain(ends.iter()) {
+        let out = monitor::handle_message(&w.monitor, event).await.unwrap();
+        assert_eq!(
+            out,
+            MonitorOutcome::IngestProcessing {
+                ingest_job: id.job(1).to_string(),
+                outcome: processing::ProcessingOutcome::Stale
+            }
+        );
+    }
+    assert_eq!(w.job(&id.job(1)).await, before);
+    assert_eq!(w.dlq.depth().await.unwrap().visible, 0);
+}
+
+#[tokio::test]
+async fn an_event_naming_no_ingest_job_is_rejected_not_retried() {
+    let w = world(IngestSettings::default());
+    let detail = serde_json::json!({"jobName": "x", "jobId": "j-9", "jobQueue": "q",
+        "status": "FAILED", "statusReason": "Essential container in task exited",
+        "attempts": [{"container": {"exitCode": 1}}],
+        "container": {"environment": [{"name": "INGEST_JOB_ID", "value": "../etc"}]}});
+    let out = monitor::handle_message(&w.monitor, &job_state_change(&detail).to_string())
+        .await
+        .unwrap();
     assert!(
-        ctx.store.list("").await.unwrap().is_empty(),
-        "nothing logged or rejected"
+        matches!(&out, MonitorOutcome::Rejected { reason } if reason.contains("no ingest job id")),
+        "{out:?}"
     );
 }

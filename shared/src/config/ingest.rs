@@ -1,0 +1,103 @@
+//! The ingest queue's section (`GRANARY_INGEST_*`, `GRANARY_NOTIFICATION_BUS`): read by the ingest
+//! functions, and by the job monitor for the prefix its records live under.
+
+use super::{ConfigError, Vars};
+use std::time::Duration;
+
+pub const DEFAULT_INGEST_PREFIX: &str = "ingest/";
+pub const DEFAULT_CAPACITY_BYTES: u64 = 100 * 1024 * 1024 * 1024;
+pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
+pub const DEFAULT_DOWNLOAD_ATTEMPTS: u32 = 3;
+pub const DEFAULT_CALLBACK_ATTEMPTS: u32 = 3;
+pub const DEFAULT_INGEST_TIMEOUT_SECS: u64 = 600;
+pub const DEFAULT_BUS: &str = "default";
+
+/// The ingest queue's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestSettings {
+    /// Where its records, indexes, files and reports live in the bucket.
+    pub prefix: String,
+    /// Bytes that may be downloading or processing at once (the provisioning step's limit).
+    pub capacity_bytes: u64,
+    /// A job needing more than this steps back in priority after estimating.
+    pub large_job_bytes: u64,
+    pub download_attempts: u32,
+    pub callback_attempts: u32,
+    /// Per request (HEAD, GET of one file, callback).
+    pub timeout: Duration,
+    /// The EventBridge bus job and batch events are published on.
+    pub bus_name: String,
+}
+
+impl Default for IngestSettings {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_INGEST_PREFIX.to_owned(),
+            capacity_bytes: DEFAULT_CAPACITY_BYTES,
+            large_job_bytes: DEFAULT_LARGE_JOB_BYTES,
+            download_attempts: DEFAULT_DOWNLOAD_ATTEMPTS,
+            callback_attempts: DEFAULT_CALLBACK_ATTEMPTS,
+            timeout: Duration::from_secs(DEFAULT_INGEST_TIMEOUT_SECS),
+            bus_name: DEFAULT_BUS.to_owned(),
+        }
+    }
+}
+
+impl IngestSettings {
+    /// From any lookup; unset variables keep their defaults.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        Self::read(&Vars { get: &get })
+    }
+
+    pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
+        // Zero attempts would mean "never try": at least one is made.
+        let at_least_one = |n: u32| n.max(1);
+        Ok(Self {
+            prefix: v.prefix("GRANARY_INGEST_PREFIX", DEFAULT_INGEST_PREFIX)?,
+            capacity_bytes: v.number("GRANARY_INGEST_CAPACITY_BYTES", DEFAULT_CAPACITY_BYTES)?,
+            large_job_bytes: v.number("GRANARY_INGEST_LARGE_JOB_BYTES", DEFAULT_LARGE_JOB_BYTES)?,
+            download_attempts: at_least_one(v.number(
+                "GRANARY_INGEST_DOWNLOAD_ATTEMPTS",
+                DEFAULT_DOWNLOAD_ATTEMPTS,
+            )?),
+            callback_attempts: at_least_one(v.number(
+                "GRANARY_INGEST_CALLBACK_ATTEMPTS",
+                DEFAULT_CALLBACK_ATTEMPTS,
+            )?),
+            timeout: Duration::from_secs(
+                v.number("GRANARY_INGEST_TIMEOUT_SECS", DEFAULT_INGEST_TIMEOUT_SECS)?,
+            ),
+            bus_name: v.or("GRANARY_NOTIFICATION_BUS", DEFAULT_BUS),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_variables_keep_their_defaults_and_bad_ones_are_named() {
+        assert_eq!(
+            IngestSettings::from_lookup(|_| None).unwrap(),
+            IngestSettings::default()
+        );
+        let s = IngestSettings::from_lookup(|k| match k {
+            "GRANARY_INGEST_DOWNLOAD_ATTEMPTS" => Some("0".into()),
+            "GRANARY_NOTIFICATION_BUS" => Some("ops".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(s.download_attempts, 1, "at least one attempt");
+        assert_eq!(s.bus_name, "ops");
+        for (var, value) in [
+            ("GRANARY_INGEST_CAPACITY_BYTES", "lots"),
+            ("GRANARY_INGEST_PREFIX", "/ingest"),
+        ] {
+            let e = IngestSettings::from_lookup(|k| (k == var).then(|| value.to_owned()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(var), "{e}");
+        }
+    }
+}

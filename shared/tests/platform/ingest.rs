@@ -1,0 +1,276 @@
+//! The ingest queue's functions run the way the template deploys them, every call recorded as
+//! the IAM access it needs: ingest-submit (a message delivered twice), the dispatcher (two
+//! batches: clean objects, a digest mismatch, an unreadable line, a failing callback, cleanup)
+//! and the job monitor (the processing jobs' ends: a success, a Spot reclaim, an application
+//! failure), with some events lost so the dispatcher's DescribeJobs finds those ends.
+
+use super::{account, stack};
+use async_trait::async_trait;
+use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+use bytes::Bytes;
+use granary::adapters::memory::{
+    job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
+    MemoryStore,
+};
+use granary::adapters::tap::access_log::{Access, AccessLog};
+use granary::adapters::tap::{Tap, TappedJobs, TappedQueue, TappedStore};
+use granary::config::{Config, Function};
+use granary::domain::batch_event::JobStatus;
+use granary::domain::ingest::manifest::ManifestKind;
+use granary::domain::ingest::record::Submission;
+use granary::handlers::ingest::{self, IngestCtx, ProcessingRetries, TickSummary};
+use granary::handlers::{monitor, Ctx};
+use granary::ports::{BusEvent, EventBus, EventBusError, ObjectStore, PutCondition};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+/// A bus that records the PutEvents access its calls need.
+struct RecordingBus {
+    inner: MemoryEventBus,
+    arn: String,
+    seen: Mutex<BTreeSet<Access>>,
+}
+
+#[async_trait]
+impl EventBus for RecordingBus {
+    async fn put_events(&self, events: Vec<BusEvent>) -> Result<(), EventBusError> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(Access {
+                action: "events:PutEvents",
+                resource: self.arn.clone(),
+            });
+        self.inner.put_events(events).await
+    }
+}
+
+fn env_of(logical_id: &str) -> BTreeMap<String, String> {
+    let (_, resolved) = stack();
+    resolved
+        .function(logical_id)
+        .and_then(|f| f.environment())
+        .expect("the function and its environment resolve")
+}
+
+fn md5_hex(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("{:x}", Md5::digest(body))
+}
+
+pub struct Recorded {
+    ictx: IngestCtx,
+    log: Arc<AccessLog>,
+    bus: Arc<RecordingBus>,
+    jobs: Arc<MemoryJobRunner>,
+}
+
+/// The config function `f` (template logical id `logical_id`) reads from its environment.
+fn config_of(logical_id: &str, f: Function) -> Config {
+    let env = env_of(logical_id);
+    Config::for_sections(f.sections(), |k| env.get(k).cloned()).unwrap()
+}
+
+/// The ingest context function `logical_id` gets, on in-memory ports, its calls recorded.
+fn recorded(
+    logical_id: &str,
+    f: Function,
+    store: Arc<MemoryStore>,
+    remote: Arc<MemoryRemote>,
+    dlq: Arc<MemoryQueue>,
+) -> Recorded {
+    let config = config_of(logical_id, f);
+    let settings = config.ingest.clone();
+    let log = Arc::new(AccessLog::new(&config, account()));
+    let (s, _) = stack();
+    let bus = Arc::new(RecordingBus {
+        inner: MemoryEventBus::default(),
+        arn: format!(
+            "arn:{}:events:{}:{}:event-bus/{}",
+            s.partition, s.region, s.account, settings.bus_name
+        ),
+        seen: Mutex::default(),
+    });
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let tap = log.clone() as Arc<dyn Tap>;
+    let ictx = IngestCtx::new(
+        &config.layout.bucket,
+        Arc::new(TappedStore {
+            inner: store,
+            tap: tap.clone(),
+        }),
+        Arc::new(TappedJobs {
+            inner: jobs.clone(),
+            tap: tap.clone(),
+        }),
+        remote,
+        bus.clone(),
+        ProcessingRetries {
+            failure_dlq: Arc::new(TappedQueue { inner: dlq, tap }),
+            max_attempts: config.max_attempt(),
+        },
+        settings,
+    );
+    Recorded {
+        ictx,
+        log,
+        bus,
+        jobs,
+    }
+}
+
+fn message(id: &str, body: &str) -> SqsMessage {
+    let mut m = SqsMessage::default();
+    m.message_id = Some(id.to_owned());
+    m.body = Some(body.to_owned());
+    m
+}
+
+/// What each function needed, by its logical id in the template.
+pub type Needs = BTreeMap<&'static str, BTreeSet<Access>>;
+
+pub const SUBMIT: &str = "IngestSubmitFunction";
+pub const DISPATCHER: &str = "IngestDispatcherFunction";
+pub const MONITOR: &str = "JobMonitorFunction";
+
+/// Runs two batches through the ingest functions and the job monitor; returns what each
+/// function's calls needed, after checking the run went where it was meant to.
+pub async fn ingest_needs() -> Needs {
+    let store = Arc::new(MemoryStore::new());
+    let remote = Arc::new(MemoryRemote::default());
+    let monitor_config = config_of(MONITOR, Function::JobMonitor);
+    let (retry_url, dlq_url) = monitor_config.queue_names();
+    let dlq = Arc::new(MemoryQueue::new(&dlq_url));
+    let submit = recorded(
+        SUBMIT,
+        Function::IngestSubmit,
+        store.clone(),
+        remote.clone(),
+        dlq.clone(),
+    );
+    let dispatch = recorded(
+        DISPATCHER,
+        Function::IngestDispatcher,
+        store.clone(),
+        remote.clone(),
+        dlq.clone(),
+    );
+    let monitor_log = Arc::new(AccessLog::new(&monitor_config, account()));
+    let monitor_ctx = Ctx {
+        config: monitor_config,
+        store: store.clone(),
+        jobs: Arc::new(granary::adapters::unset::UnsetJobRunner),
+        retry_queue: Arc::new(MemoryQueue::new(&retry_url)),
+        failure_dlq: dlq.clone(),
+    }
+    .tapped(monitor_log.clone() as Arc<dyn Tap>);
+    let bucket = dispatch.ictx.bucket.clone();
+
+    // Two batches: one clean but for a processing job whose failure event is lost; one with a
+    // digest mismatch, an unreadable line, a processing job that fails, one reclaimed by Spot,
+    // and a callback that fails.
+    let mut manifests = Vec::new();
+    for (name, bad) in [("clean", false), ("troubled", true)] {
+        let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
+        for n in 0..4 {
+            let url = format!("http://archive/{name}/{n}.dat");
+            let body = format!("{name} {n}");
+            remote.serve(&url, Bytes::from(body.clone()));
+            let digest = if bad && n == 1 {
+                "0".repeat(32)
+            } else {
+                md5_hex(body.as_bytes())
+            };
+            text.push_str(&format!(
+                "{url} | md5 | {digest} | | {n}.dat | {name}-{n}\n"
+            ));
+        }
+        if bad {
+            text.push_str("not a url | | | | x | x\n");
+        }
+        let key = format!("ingest/manifests/{name}.checkm");
+        store
+            .put(&key, Bytes::from(text), PutCondition::Overwrite)
+            .await
+            .unwrap();
+        manifests.push(format!("s3://{bucket}/{key}"));
+    }
+    remote.fail_callbacks_to("http://depositor/down");
+    let bodies: Vec<String> = manifests
+        .iter()
+        .zip([None, Some("http://depositor/down")])
+        .map(|(m, cb)| {
+            serde_json::to_string(&Submission {
+                collection: "maps".into(),
+                manifest_url: m.clone(),
+                kind: ManifestKind::Files,
+                priority: 5,
+                callback: cb.map(str::to_owned),
+                profile: None,
+                submitter: "svc".into(),
+            })
+            .unwrap()
+        })
+        .collect();
+    // The second message is delivered twice: it finds its batch.
+    let mut event = SqsEvent::default();
+    event.records = vec![
+        message("m-1", &bodies[0]),
+        message("m-2", &bodies[1]),
+        message("m-2", &bodies[1]),
+    ];
+    let response = ingest::handle_submissions(&submit.ictx, event, chrono::Utc::now()).await;
+    assert!(response.batch_item_failures.is_empty());
+
+    for _ in 0..40 {
+        let s = ingest::tick(&dispatch.ictx, chrono::Utc::now())
+            .await
+            .unwrap();
+        let mut ended = 0;
+        for (request, job) in dispatch.jobs.running() {
+            let id =
+                granary::domain::ingest::index::JobId::parse(&request.environment["INGEST_JOB_ID"])
+                    .unwrap();
+            let record = dispatch.ictx.ingest.job(&id).await.unwrap().unwrap().value;
+            let first = job.job_name.ends_with("-a1");
+            // (how it ends, whether its event reaches the monitor)
+            let (ending, delivered) = match record.object.local_id.as_deref() {
+                Some("troubled-2") => (Ending::Exited(1), true),
+                Some("troubled-3") if first => (Ending::SpotReclaimed, true),
+                Some("clean-3") => (Ending::Exited(1), false),
+                Some("clean-2") if first => (Ending::SpotReclaimed, false),
+                _ => (Ending::Succeeded, true),
+            };
+            let detail = dispatch.jobs.end(&job.job_id, ending).unwrap();
+            if delivered {
+                let event = job_state_change(&detail).to_string();
+                monitor::handle_message(&monitor_ctx, &event).await.unwrap();
+            }
+            ended += 1;
+        }
+        if s == TickSummary::default() && ended == 0 {
+            break;
+        }
+    }
+    // The run went where it was meant to: both batches reported and failed (the processing
+    // failures, the mismatch, the unreadable line, the callback), each processing failure
+    // dead-lettered once it was known — by the monitor or by the dispatcher.
+    let statuses = granary::handlers::ingest::operator::status(&dispatch.ictx, None)
+        .await
+        .unwrap();
+    assert_eq!(statuses.len(), 2);
+    assert!(
+        statuses
+            .iter()
+            .all(|b| b.batch.state == granary::domain::ingest::batch::BatchState::Failed),
+        "{statuses:?}"
+    );
+    assert_eq!(dlq.messages().len(), 2, "{:?}", dlq.messages());
+    let mut dispatcher_needs = dispatch.log.accesses();
+    dispatcher_needs.extend(dispatch.bus.seen.lock().unwrap().iter().cloned());
+    Needs::from([
+        (SUBMIT, submit.log.accesses()),
+        (DISPATCHER, dispatcher_needs),
+        (MONITOR, monitor_log.accesses()),
+    ])
+}
