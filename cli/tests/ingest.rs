@@ -1,0 +1,181 @@
+//! `granary ingest …` as an operator runs it, against the emulator: the binary with only the
+//! variables each command needs, the depositor's files over real HTTP (the loopback archive).
+//! A held collection holds the new batch until released; every object fails (two digests that
+//! cannot match, one unreadable line), so the batch reports failed without a processing job
+//! (the emulators run none); resume, update-report, report and delete follow, and a missing
+//! variable is named.
+
+use granary::adapters::aws::AwsClients;
+use granary_tests::http_source;
+use serde_json::Value;
+use std::process::Command;
+
+/// Runs `granary ingest ARGS` with exactly `vars` of granary's variables set.
+fn ingest(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GRANARY_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .arg("ingest")
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running granary: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `granary ingest ARGS --json` that must succeed, its output parsed.
+fn json(vars: &[(&str, &str)], args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = ingest(vars, &all);
+    assert_eq!(code, 0, "granary ingest {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+fn md5_hex(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("{:x}", Md5::digest(body))
+}
+
+// The archive server runs on this runtime while the test's thread waits for the binary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch() {
+    assert!(
+        std::env::var_os("AWS_ENDPOINT_URL").is_some(),
+        "needs an AWS endpoint: run `make test`, or set AWS_ENDPOINT_URL"
+    );
+    let clients = AwsClients::from_env().await;
+    let tag = std::process::id();
+    let bucket = format!("gt-ingest-cli-{tag}");
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    let mut urls = Vec::new();
+    for name in ["retry", "dlq"] {
+        let url = clients
+            .sqs
+            .create_queue()
+            .queue_name(format!("gt-ingest-cli-{name}-{tag}"))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        urls.push(url);
+    }
+    let server = http_source::start().await;
+    let mut manifest = String::from(
+        "#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n",
+    );
+    for name in ["a.tif", "b.tif"] {
+        let body = format!("scan {name}");
+        // Served altered: the digest the manifest gives cannot match.
+        server.archive.put(name, body.to_uppercase().as_bytes(), vec![]);
+        manifest.push_str(&format!(
+            "{}{name} | md5 | {} | | {name} | {name}\n",
+            server.index_url,
+            md5_hex(body.as_bytes())
+        ));
+    }
+    manifest.push_str("not a url | | | | x | x\n");
+    let dir = std::env::temp_dir().join(format!("granary-ingest-cli-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("maps.checkm");
+    std::fs::write(&file, manifest).unwrap();
+
+    // Everything but `tick` reads and writes records in the bucket: the bucket is all it needs.
+    let bucket_only = [("GRANARY_BUCKET", bucket.as_str())];
+    // `tick` is the dispatcher's pass: Batch and the failure DLQ too (no call reaches Batch here).
+    let dispatcher = [
+        ("GRANARY_BUCKET", bucket.as_str()),
+        ("GRANARY_JOB_QUEUE", "granary-ingest-cli"),
+        ("GRANARY_JOB_DEFINITION", "granary-ingest-cli"),
+        ("GRANARY_RETRY_QUEUE_URL", urls[0].as_str()),
+        ("GRANARY_FAILURE_DLQ_URL", urls[1].as_str()),
+    ];
+
+    let (code, _, err) = ingest(
+        &bucket_only,
+        &["hold", "--collection", "maps", "--reason", "audit"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let submitted = json(
+        &bucket_only,
+        &["submit", file.to_str().unwrap(), "--collection", "maps"],
+    );
+    let batch = submitted["id"].as_str().unwrap().to_owned();
+    assert_eq!(submitted["state"], "pending");
+
+    json(&dispatcher, &["tick", "--until-quiet"]);
+    let status = json(&bucket_only, &["status", &batch]);
+    assert_eq!(status[0]["batch"]["state"], "held", "{status}");
+
+    let (code, _, err) = ingest(&bucket_only, &["release", "--collection", "maps"]);
+    assert_eq!(code, 0, "{err}");
+    let passes = json(&dispatcher, &["tick", "--until-quiet"]);
+    assert!(passes.as_array().is_some_and(|p| p.len() > 1), "{passes}");
+    let status = json(&bucket_only, &["status", &batch]);
+    assert_eq!(status[0]["batch"]["state"], "failed", "{status}");
+    assert_eq!(status[0]["jobs"]["failed"], 3, "{status}");
+
+    let reports = json(&bucket_only, &["report", &batch]);
+    let failed = reports[0]["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 3, "{reports}");
+    let reasons: Vec<&str> = failed.iter().filter_map(|f| f["reason"].as_str()).collect();
+    assert_eq!(
+        reasons.iter().filter(|r| r.contains("digest")).count(),
+        2,
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.iter().any(|r| r.contains("manifest line")),
+        "{reasons:?}"
+    );
+
+    // Resume: the two downloads restart; the unreadable line cannot (exit 1, said why).
+    let (code, out, _) = ingest(&bucket_only, &["resume", "--batch", &batch, "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let resumed: Value = serde_json::from_str(&out).unwrap();
+    let restarted = resumed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["outcome"]["Ok"] == "downloading")
+        .count();
+    assert_eq!(restarted, 2, "{resumed}");
+    json(&dispatcher, &["tick", "--until-quiet"]);
+    let (code, _, err) = ingest(&bucket_only, &["update-report", &batch]);
+    assert_eq!(code, 0, "{err}");
+    json(&dispatcher, &["tick", "--until-quiet"]);
+    let reports = json(&bucket_only, &["report", &batch]);
+    assert_eq!(reports.as_array().unwrap().len(), 2, "{reports}");
+    assert_eq!(reports[1]["still_failed"].as_array().unwrap().len(), 3);
+
+    // A failed batch is deleted with its jobs.
+    let (code, out, err) = ingest(&bucket_only, &["delete", "--batch", &batch]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("deleted"), "{out}");
+    let status = json(&bucket_only, &["status", &batch]);
+    assert_eq!(status[0]["batch"]["state"], "deleted", "{status}");
+
+    // What a command lacks is named.
+    let (code, _, err) = ingest(&bucket_only, &["tick"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GRANARY_JOB_QUEUE is not set"), "{err}");
+    let (code, _, err) = ingest(&[], &["status"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("GRANARY_BUCKET is not set"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
