@@ -82,7 +82,9 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
     for name in ["a.tif", "b.tif"] {
         let body = format!("scan {name}");
         // Served altered: the digest the manifest gives cannot match.
-        server.archive.put(name, body.to_uppercase().as_bytes(), vec![]);
+        server
+            .archive
+            .put(name, body.to_uppercase().as_bytes(), vec![]);
         manifest.push_str(&format!(
             "{}{name} | md5 | {} | | {name} | {name}\n",
             server.index_url,

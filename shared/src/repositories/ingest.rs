@@ -10,6 +10,7 @@
 //! once the record is written and the next handler has looked.
 
 use super::json::{read_json, write_json, RepositoryError, Versioned};
+use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
@@ -66,9 +67,13 @@ impl Ingest {
 
     // ---- batches ----
 
-    /// Creates the batch unless it exists; returns the stored one either way.
+    /// Creates the batch unless it exists; returns the stored one either way. Its state marker is
+    /// put first: a crash after the record cannot leave a batch no step lists (a marker whose
+    /// record never came is skipped by the listers).
     pub async fn create_batch(&self, record: &BatchRecord) -> Result<BatchRecord, IngestError> {
         let key = self.keys.batch(&record.id);
+        self.marker(&self.keys.batch_state(record.state, &record.id))
+            .await?;
         match write_json(self.store.as_ref(), &key, record, PutCondition::IfAbsent).await {
             Ok(_) => Ok(record.clone()),
             Err(e) if e.is_conflict() => match self.batch(&record.id).await? {
@@ -77,6 +82,42 @@ impl Ingest {
             },
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// The batches whose records say `state`, oldest first, from the batch queue's index. A
+    /// marker its record contradicts (a crash between the record and the index) is repaired on
+    /// the way; a marker with no record yet (a submission under way, or one that died before its
+    /// record) is skipped.
+    pub async fn batches_in(&self, state: BatchState) -> Result<Vec<BatchRecord>, IngestError> {
+        let prefix = self.keys.batch_states(state);
+        let mut ids: Vec<BatchId> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| BatchId::parse(m.key.strip_prefix(&prefix)?).ok())
+            .collect();
+        ids.sort();
+        let mut out = Vec::new();
+        for id in ids {
+            let Some(record) = self.batch(&id).await? else {
+                continue;
+            };
+            let record = record.value;
+            if record.state == state {
+                out.push(record);
+                continue;
+            }
+            tracing::warn!(batch = %id, listed = %state, is = %record.state, "stale batch-queue marker repaired");
+            if record.state != BatchState::Deleted {
+                self.marker(&self.keys.batch_state(record.state, &id))
+                    .await?;
+            }
+            self.store
+                .delete(&self.keys.batch_state(state, &id))
+                .await?;
+        }
+        Ok(out)
     }
 
     pub async fn batch(&self, id: &BatchId) -> Result<Option<Versioned<BatchRecord>>, IngestError> {
@@ -118,21 +159,25 @@ impl Ingest {
                 return Ok(Changed::Unchanged(current.value));
             };
             match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => return Ok(Changed::Moved(next)),
+                Ok(_) => {}
                 Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e.into()),
             }
+            // The record first, then the new marker, then the old one removed (as for jobs).
+            if next.state != current.value.state {
+                if next.state != BatchState::Deleted {
+                    self.marker(&self.keys.batch_state(next.state, id)).await?;
+                }
+                self.store
+                    .delete(&self.keys.batch_state(current.value.state, id))
+                    .await?;
+            }
+            return Ok(Changed::Moved(next));
         }
         Err(IngestError::Contended {
             what: "batch",
             id: id.to_string(),
         })
-    }
-
-    /// Removes a batch record (cleanup and deletion, after its jobs).
-    pub async fn remove_batch(&self, id: &BatchId) -> Result<(), IngestError> {
-        self.store.delete(&self.keys.batch(id)).await?;
-        Ok(())
     }
 
     /// The jobs the batch's own index lists under `group`.
@@ -382,6 +427,82 @@ mod tests {
                 .map(Some)
                 .map_err(|e| e.to_string())
         }
+    }
+
+    #[tokio::test]
+    async fn batches_are_listed_by_state_and_a_marker_left_by_a_crash_is_repaired() {
+        let (store, ingest) = repo();
+        let b = ingest.create_batch(&batch()).await.unwrap();
+        let ids = |v: Vec<BatchRecord>| v.into_iter().map(|b| b.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(ingest.batches_in(BatchState::Pending).await.unwrap()),
+            vec![b.id.clone()]
+        );
+        let moved = |to: BatchState| {
+            move |r: &BatchRecord| {
+                r.moved(to, "t", Utc::now())
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            }
+        };
+        ingest
+            .change_batch(&b.id, moved(BatchState::Processing))
+            .await
+            .unwrap();
+        assert!(ingest
+            .batches_in(BatchState::Pending)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            ids(ingest.batches_in(BatchState::Processing).await.unwrap()),
+            vec![b.id.clone()]
+        );
+        // A crash after the record, before its markers: the old marker is still listed; the
+        // lister repairs it and the batch is found in its state.
+        let processing = ingest.batch(&b.id).await.unwrap().unwrap();
+        let reporting = processing
+            .value
+            .moved(BatchState::Reporting, "t", Utc::now())
+            .unwrap();
+        write_json(
+            store.as_ref(),
+            &ingest.keys.batch(&b.id),
+            &reporting,
+            processing.condition(),
+        )
+        .await
+        .unwrap();
+        assert!(ingest
+            .batches_in(BatchState::Processing)
+            .await
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            ids(ingest.batches_in(BatchState::Reporting).await.unwrap()),
+            vec![b.id.clone()]
+        );
+        assert!(store
+            .list(&ingest.keys.batch_states(BatchState::Processing))
+            .await
+            .unwrap()
+            .is_empty());
+        // A marker whose record never came (a submission that died between the two) is skipped.
+        let mut orphan = batch();
+        orphan.id = BatchId::parse("b2").unwrap();
+        store
+            .put(
+                &ingest.keys.batch_state(BatchState::Pending, &orphan.id),
+                Bytes::new(),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        assert!(ingest
+            .batches_in(BatchState::Pending)
+            .await
+            .unwrap()
+            .is_empty());
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@
 //!   a job stored;
 //! - `reports/<bid>/<n>.json`: a batch's reports, the first and each update.
 
+use super::batch::BatchState;
 use super::job::{BatchGroup, JobState};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -152,6 +153,16 @@ impl IngestKeys {
 
     pub fn batches(&self) -> String {
         format!("{}batches/", self.prefix)
+    }
+
+    /// The batch queue's index: one empty marker per batch under its state, so a step lists the
+    /// batches in its state instead of reading every batch ever submitted.
+    pub fn batch_states(&self, state: BatchState) -> String {
+        format!("{}batch-states/{state}/", self.prefix)
+    }
+
+    pub fn batch_state(&self, state: BatchState, bid: &BatchId) -> String {
+        format!("{}{bid}", self.batch_states(state))
     }
 
     pub fn job(&self, jid: &JobId) -> String {

@@ -18,15 +18,7 @@ async fn batches_in(
     ictx: &IngestCtx,
     state: BatchState,
 ) -> Result<Vec<BatchRecord>, IngestStepError> {
-    let mut out = Vec::new();
-    for id in ictx.ingest.batch_ids().await? {
-        if let Some(b) = ictx.ingest.batch(&id).await? {
-            if b.value.state == state {
-                out.push(b.value);
-            }
-        }
-    }
-    Ok(out)
+    Ok(ictx.ingest.batches_in(state).await?)
 }
 
 fn moved(
