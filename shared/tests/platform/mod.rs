@@ -18,7 +18,9 @@
 pub mod ingest;
 
 use chrono::Utc;
-use granary::adapters::memory::{MemoryJobRunner, MemoryQueue, MemorySource, MemoryStore};
+use granary::adapters::memory::{
+    job_state_change, Ending, MemoryJobRunner, MemoryQueue, MemorySource, MemoryStore,
+};
 use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};
 use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
 use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults};
@@ -31,7 +33,7 @@ use granary::domain::lifecycle::ItemState;
 use granary::handlers::importer::{self, discover, sweeper, Importer, ObjectsExist};
 use granary::handlers::redrive::{self, RedriveFilter, RedriveOptions};
 use granary::handlers::{feeder, item_sync, monitor, reconciler, requeuer, resume, Ctx};
-use granary::ports::{JobRunner, PutCondition, Queue, SourceFile};
+use granary::ports::{PutCondition, Queue, SourceFile};
 use granary_template::{Resolved, Stack, Template};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -103,7 +105,7 @@ pub const ALL: [Scenario; 21] = [
 ];
 
 /// A Spot reclaim as Batch reports it.
-pub const SPOT: &str = "Host EC2 (instance i-0123456789abcdef0) terminated.";
+pub const SPOT: &str = granary::adapters::memory::SPOT_RECLAIM;
 
 /// An inventory row no granule id can be made of.
 pub const POISON_ROW: &str = "HLS.S30.T18TYN/../2022003T153012";
@@ -394,38 +396,18 @@ where
 /// final event to the events queue.
 pub async fn finish_jobs(w: &World) -> u64 {
     let mut finished = 0;
-    for request in w.jobs.submitted() {
-        let Some(job) = w.jobs.find_by_name(&request.job_name).await.unwrap() else {
-            continue;
-        };
-        if job.status != JobStatus::Running {
-            continue;
-        }
+    for (request, job) in w.jobs.running() {
         let attempt: u32 = request.parameters["attempt"].parse().unwrap();
-        let mut detail = w.jobs.describe(&job.job_id).await.unwrap().unwrap().detail;
-        let status = if w.spot_attempts.contains(&attempt) {
-            detail["statusReason"] = SPOT.into();
-            detail["attempts"] = serde_json::json!([{"container": {}, "statusReason": SPOT}]);
-            JobStatus::Failed
+        let ending = if w.spot_attempts.contains(&attempt) {
+            Ending::SpotReclaimed
+        } else if w.failing_attempts.contains(&attempt) {
+            Ending::Exited(1)
         } else {
-            let fails = w.failing_attempts.contains(&attempt);
-            detail["statusReason"] = "Essential container in task exited".into();
-            detail["attempts"] = serde_json::json!([{"container": {"exitCode": i32::from(fails)}}]);
-            if fails {
-                JobStatus::Failed
-            } else {
-                JobStatus::Succeeded
-            }
+            Ending::Succeeded
         };
-        detail["status"] = status.as_str().into();
-        w.jobs.finish(&job.job_id, status, detail.clone());
+        let detail = w.jobs.end(&job.job_id, ending).unwrap();
         if !w.lose_events {
-            let event = serde_json::json!({
-                "version": "0", "id": format!("event-{}", job.job_id),
-                "detail-type": "Batch Job State Change", "source": "aws.batch",
-                "account": "000000000000", "time": Utc::now().to_rfc3339(),
-                "region": "us-east-1", "resources": [], "detail": detail,
-            });
+            let event = job_state_change(&detail);
             w.events
                 .send(granary::ports::OutgoingMessage::new(event.to_string()))
                 .await
