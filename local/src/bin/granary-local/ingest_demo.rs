@@ -147,11 +147,18 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         }
     }
     let reports = operator::reports(&ictx, &batch.id).await?;
+    // Second attempts: the processing jobs Spot reclaimed, which the job monitor sent round again.
+    let retried = jobs
+        .submitted()
+        .iter()
+        .filter(|r| r.job_name.ends_with("-a2"))
+        .count();
     if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
                 "bucket": bucket, "batch": batch.id, "reports": reports,
+                "processing_retried_after_spot": retried,
             }))?
         );
     } else if let Some(r) = reports.last() {
@@ -164,6 +171,9 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         for f in &r.failed {
             println!("  {}: {}", f.job, f.reason);
         }
+        println!(
+            "{retried} processing jobs reclaimed by Spot were classified by the job monitor and run again (attempt 2)."
+        );
         println!(
             "\n`granary ingest resume --batch {}` would restart the failed jobs at downloading.",
             batch.id
