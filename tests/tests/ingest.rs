@@ -8,6 +8,7 @@ use bytes::Bytes;
 use granary::adapters::aws::EventBridgeBus;
 use granary::adapters::http::remote::HttpRemote;
 use granary::adapters::memory::{job_state_change, Ending, MemoryJobRunner};
+use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedStore};
 use granary::contracts::ingest as ingest_contract;
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
@@ -546,4 +547,108 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .unwrap();
     assert_eq!(batch_state(d.clone()).await, BatchState::Deleted);
     assert!(ictx.ingest.job(&d.job(1)).await.unwrap().is_none());
+}
+
+/// Dies right after the `nth` write of a job record (a key under `jobs/`): the write is made and
+/// its answer lost, and every call after it is refused (the invocation is dead).
+struct DieAfterRecordWrite {
+    nth: usize,
+    writes: std::sync::atomic::AtomicUsize,
+    dead: std::sync::atomic::AtomicBool,
+}
+
+impl Tap for DieAfterRecordWrite {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        use std::sync::atomic::Ordering;
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Refusal {
+                message: "the invocation died",
+                ambiguous: false,
+            });
+        }
+        if call.op == Op::StorePut
+            && call.target.contains("/jobs/")
+            && self.writes.fetch_add(1, Ordering::SeqCst) + 1 == self.nth
+        {
+            self.dead.store(true, Ordering::SeqCst);
+            return Ok(Fate::MakeAndLoseAnswer);
+        }
+        Ok(Fate::Make)
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass() {
+    let s = granary_tests::stack("ingestcrash", 1, &[]).await;
+    let server = http_source::start().await;
+    server.archive.put("a.txt", b"alpha", vec![]);
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let settings = IngestSettings {
+        timeout: Duration::from_secs(10),
+        ..IngestSettings::default()
+    };
+    let ictx = ingest_on(&s, jobs.clone(), settings);
+    let batch = ingest::submit(
+        &ictx,
+        Submission {
+            collection: "maps".into(),
+            manifest_url: format!("{}a.txt", server.index_url),
+            kind: ManifestKind::File,
+            priority: 5,
+            callback: None,
+            profile: None,
+            submitter: "test".into(),
+        },
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    // The pass that spawns the job (the record's first write) and moves it on dies right after
+    // the record's change to estimating: on S3 the record says estimating, the queue's index
+    // still lists it pending.
+    let mut crashing = ictx.clone();
+    let tap = Arc::new(DieAfterRecordWrite {
+        nth: 2,
+        writes: Default::default(),
+        dead: Default::default(),
+    });
+    crashing.store = Arc::new(TappedStore {
+        inner: s.ctx.store.clone(),
+        tap: tap.clone(),
+    });
+    crashing.ingest = granary::repositories::ingest::Ingest::new(
+        crashing.store.clone(),
+        &crashing.settings.prefix,
+    );
+    assert!(ingest::tick(&crashing, chrono::Utc::now()).await.is_err());
+    let id = batch.id.job(1);
+    let record = ictx.ingest.job(&id).await.unwrap().unwrap().value;
+    assert_eq!(record.state, JobState::Estimating);
+    assert_eq!(
+        ictx.ingest.listed(JobState::Pending).await.unwrap(),
+        vec![(5, id.clone())],
+        "the stale marker"
+    );
+    assert!(ictx
+        .ingest
+        .listed(JobState::Estimating)
+        .await
+        .unwrap()
+        .is_empty());
+    // The schedule fires again: the lister repairs the index and the job goes all the way.
+    settle(&s, &ictx, &jobs, &[]).await;
+    let job = ictx.ingest.job(&id).await.unwrap().unwrap().value;
+    assert!(
+        matches!(job.state, JobState::Completed | JobState::Deleted),
+        "{}",
+        job.state
+    );
+    for state in JobState::ALL {
+        assert!(
+            ictx.ingest.listed(state).await.unwrap().is_empty() || state == job.state,
+            "{id} still listed {state}"
+        );
+    }
+    let b = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    assert_eq!(b.state, BatchState::Deleted, "completed and cleaned up");
 }
