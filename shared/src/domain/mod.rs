@@ -1,5 +1,6 @@
 //! Pure rules: no I/O, no AWS. Everything here is unit-tested on its own.
 
+pub mod archive;
 pub mod batch_event;
 pub mod claim;
 pub mod classify;
