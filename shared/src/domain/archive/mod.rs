@@ -5,3 +5,4 @@
 pub mod decisions;
 pub mod job;
 pub mod manifest;
+pub mod record;
