@@ -3,6 +3,7 @@
 //! ([`Function::sections`], [`Config::for_sections`]), each setting has one default (a constant in
 //! its section's file), and every variable is listed in the README.
 
+pub mod archive;
 pub mod ingest;
 mod sections;
 
@@ -51,6 +52,8 @@ pub enum Section {
     Importer,
     /// The ingest queue: its prefix, capacity, attempts, timeouts, notification bus.
     Ingest,
+    /// Archive jobs: prefix, task queue, signing key, shards, retries.
+    Archive,
 }
 
 /// The Lambda functions, by what they read.
@@ -64,10 +67,12 @@ pub enum Function {
     ItemSweeper,
     IngestDispatcher,
     IngestSubmit,
+    ArchiveDispatcher,
+    ArchiveTask,
 }
 
 impl Function {
-    pub const ALL: [Function; 8] = [
+    pub const ALL: [Function; 10] = [
         Function::QueueFeeder,
         Function::JobMonitor,
         Function::Requeuer,
@@ -76,6 +81,8 @@ impl Function {
         Function::ItemSweeper,
         Function::IngestDispatcher,
         Function::IngestSubmit,
+        Function::ArchiveDispatcher,
+        Function::ArchiveTask,
     ];
 
     /// The sections the function reads. A section it does not read is never looked up: its
@@ -100,6 +107,10 @@ impl Function {
             Function::IngestDispatcher => &[Layout, Jobs, Queues, Retry, Ingest],
             // Creates batches from submissions.
             Function::IngestSubmit => &[Layout, Ingest],
+            // Moves archive jobs through their table, sends tasks, announces.
+            Function::ArchiveDispatcher => &[Layout, Archive],
+            // Runs one task (a shard, post-processing, a destination); the last one fans in.
+            Function::ArchiveTask => &[Layout, Archive],
         }
     }
 }
@@ -116,6 +127,7 @@ pub struct Config {
     pub leases: Leases,
     pub importer: ImporterConfig,
     pub ingest: ingest::IngestSettings,
+    pub archive: archive::ArchiveSettings,
 }
 
 /// Reads variables through one lookup, with the parsing helpers every section shares.
@@ -274,6 +286,11 @@ impl Config {
                 ingest::IngestSettings::read(&vars)?
             } else {
                 ingest::IngestSettings::default()
+            },
+            archive: if wants(Section::Archive) {
+                archive::ArchiveSettings::read(&vars)?
+            } else {
+                archive::ArchiveSettings::default()
             },
         };
         config.leases.check()?;

@@ -6,6 +6,7 @@
 //!   one list of reasons a message is dead-lettered or retried ([`messages::Outcome`]).
 //! - [`job`]: what a submitted Batch job carries (GRANULE_ID / ATTEMPT) and how it is read back.
 
+pub mod archive;
 pub mod ingest;
 pub mod job;
 pub mod messages;

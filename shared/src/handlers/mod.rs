@@ -1,6 +1,7 @@
 //! The Lambda handlers. Each is a plain async function over [`Ctx`] (ports + config), so the same
 //! code runs in Lambda, in the local runtime and in tests.
 
+pub mod archive;
 pub mod failure;
 pub mod feeder;
 pub mod importer;

@@ -82,3 +82,70 @@ where
         }
     }
 }
+
+/// Bytes read from a stored object per request when it is streamed.
+const READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// An object of `store` as a stream (ranged GETs of 8 MiB), with its size: what
+/// [`copy_into_store`] copies from when the source is another bucket. An absent object is a
+/// permanent error.
+pub async fn open_object(
+    store: std::sync::Arc<dyn ObjectStore>,
+    key: &str,
+) -> Result<(SourceStream, Option<u64>), SourceError> {
+    let size = store
+        .list(key)
+        .await
+        .map_err(|e| SourceError::Transient {
+            url: key.to_owned(),
+            message: e.to_string(),
+            source: None,
+        })?
+        .into_iter()
+        .find(|m| m.key == key)
+        .map(|m| m.size)
+        .ok_or_else(|| SourceError::Permanent {
+            url: key.to_owned(),
+            message: "no such object".to_owned(),
+            source: None,
+        })?;
+    let key = key.to_owned();
+    let stream = futures::stream::try_unfold(0u64, move |at| {
+        let store = store.clone();
+        let key = key.clone();
+        async move {
+            if at >= size {
+                return Ok(None);
+            }
+            let end = (at + READ_BYTES).min(size);
+            let part =
+                store
+                    .get_range(&key, at..end)
+                    .await
+                    .map_err(|e| SourceError::Transient {
+                        url: key.clone(),
+                        message: e.to_string(),
+                        source: None,
+                    })?;
+            Ok(Some((part, end)))
+        }
+    });
+    Ok((Box::pin(stream), Some(size)))
+}
+
+/// The size and SHA-256 (hex) of a stored object, read through once.
+pub async fn hash_object(
+    store: std::sync::Arc<dyn ObjectStore>,
+    key: &str,
+) -> Result<(u64, String), SourceError> {
+    use sha2::{Digest, Sha256};
+    let (mut stream, _) = open_object(store, key).await?;
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        size += chunk.len() as u64;
+        hasher.update(&chunk);
+    }
+    Ok((size, hex::encode(hasher.finalize())))
+}

@@ -4,6 +4,7 @@
 /// An error kept as the cause of a port error (the SDK's own, typically).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+pub mod buckets;
 pub mod event_bus;
 pub mod job_runner;
 pub mod object_store;
@@ -11,6 +12,7 @@ pub mod queue;
 pub mod remote;
 pub mod source;
 
+pub use buckets::Buckets;
 pub use event_bus::{BusEvent, EventBus, EventBusError};
 pub use job_runner::{
     ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary,

@@ -9,6 +9,7 @@
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
 
+pub mod archive;
 pub mod claims;
 pub mod hold;
 pub mod ingest;

@@ -2,12 +2,14 @@
 //! whole SDK at an emulator, and S3 then uses path-style addressing.
 
 pub mod batch;
+mod buckets;
 mod eventbridge;
 mod s3;
 mod s3_source;
 mod sqs;
 
 pub use batch::BatchJobRunner;
+pub use buckets::{load_signing_seed, S3Buckets};
 pub use eventbridge::EventBridgeBus;
 pub use s3::S3Store;
 pub use s3_source::S3PrefixSource;
@@ -118,6 +120,7 @@ pub struct AwsClients {
     pub sqs: aws_sdk_sqs::Client,
     pub batch: aws_sdk_batch::Client,
     pub events: aws_sdk_eventbridge::Client,
+    pub ssm: aws_sdk_ssm::Client,
 }
 
 impl AwsClients {
@@ -134,6 +137,7 @@ impl AwsClients {
             sqs: aws_sdk_sqs::Client::new(config),
             batch: aws_sdk_batch::Client::new(config),
             events: aws_sdk_eventbridge::Client::new(config),
+            ssm: aws_sdk_ssm::Client::new(config),
         }
     }
 

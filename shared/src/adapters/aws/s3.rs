@@ -12,6 +12,8 @@ use std::ops::Range;
 pub struct S3Store {
     client: aws_sdk_s3::Client,
     bucket: String,
+    /// The storage class every write asks for (`None`: the bucket's default).
+    storage_class: Option<aws_sdk_s3::types::StorageClass>,
 }
 
 impl S3Store {
@@ -19,7 +21,15 @@ impl S3Store {
         Self {
             client,
             bucket: bucket.into(),
+            storage_class: None,
         }
+    }
+
+    /// Every object this store writes goes to `class` (`STANDARD`, `GLACIER_IR`, `DEEP_ARCHIVE`,
+    /// … as S3 spells them).
+    pub fn with_storage_class(mut self, class: &str) -> Self {
+        self.storage_class = Some(aws_sdk_s3::types::StorageClass::from(class));
+        self
     }
 
     pub fn bucket(&self) -> &str {
@@ -136,6 +146,7 @@ impl ObjectStore for S3Store {
             .client
             .put_object()
             .bucket(&self.bucket)
+            .set_storage_class(self.storage_class.clone())
             .key(key)
             .content_type("application/json")
             .body(ByteStream::from(body));
@@ -184,6 +195,7 @@ impl ObjectStore for S3Store {
         self.client
             .copy_object()
             .bucket(&self.bucket)
+            .set_storage_class(self.storage_class.clone())
             .key(to)
             .copy_source(format!("{}/{}", self.bucket, from))
             .send()
@@ -232,6 +244,7 @@ impl S3Upload<'_> {
                 .client
                 .create_multipart_upload()
                 .bucket(&s.bucket)
+                .set_storage_class(s.storage_class.clone())
                 .key(&self.key)
                 .content_type("application/octet-stream")
                 .send()
@@ -293,6 +306,7 @@ impl Upload for S3Upload<'_> {
                 s.client
                     .put_object()
                     .bucket(&s.bucket)
+                    .set_storage_class(s.storage_class.clone())
                     .key(&self.key)
                     .content_type("application/octet-stream")
                     .body(ByteStream::from(body))

@@ -1,5 +1,6 @@
 //! In-memory twins of every port, for unit tests of handlers.
 
+mod buckets;
 mod bus;
 mod jobs;
 mod queue;
@@ -7,6 +8,7 @@ mod remote;
 mod source;
 mod store;
 
+pub use buckets::MemoryBuckets;
 pub use bus::MemoryEventBus;
 pub use jobs::{job_state_change, Ending, MemoryJobRunner, SPOT_RECLAIM};
 pub use queue::MemoryQueue;

@@ -12,7 +12,9 @@ pub enum TaskState {
     Pending,
     Done,
     /// Failed; `recoverable` says whether running it again may help.
-    Failed { recoverable: bool },
+    Failed {
+        recoverable: bool,
+    },
 }
 
 /// Where a phase stands, from its tasks.

@@ -49,7 +49,11 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 3] = [Phase::ActivityArchiving, Phase::PostProcessing, Phase::Store];
+    pub const ALL: [Phase; 3] = [
+        Phase::ActivityArchiving,
+        Phase::PostProcessing,
+        Phase::Store,
+    ];
 
     pub fn state(self) -> ArchiveState {
         match self {
@@ -202,7 +206,10 @@ mod tests {
         assert_eq!(allowed, 23);
         assert!(check_archive_transition(Queued, Store).is_err());
         assert!(check_archive_transition(Completed, Failed).is_err());
-        assert!(check_archive_transition(Failure, Cleanup).is_err(), "handled first");
+        assert!(
+            check_archive_transition(Failure, Cleanup).is_err(),
+            "handled first"
+        );
     }
 
     #[test]

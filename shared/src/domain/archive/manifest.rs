@@ -131,7 +131,11 @@ mod tests {
 
     #[test]
     fn sums_list_every_member_in_name_order_and_read_back() {
-        let m = Manifest::new("a1", "s3://b/p/", vec![member("z", b"z"), member("a", b"a")]);
+        let m = Manifest::new(
+            "a1",
+            "s3://b/p/",
+            vec![member("z", b"z"), member("a", b"a")],
+        );
         let text = m.sums(&sha256_hex(b"{}"));
         let read = parse_sums(&text).unwrap();
         let names: Vec<&str> = read.iter().map(|(_, n)| n.as_str()).collect();

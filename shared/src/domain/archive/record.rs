@@ -173,6 +173,9 @@ pub struct TaskRecord {
     /// Runs of this task (a retry re-runs only failed tasks).
     #[serde(default)]
     pub runs: u32,
+    /// When its message was last sent: a pending task not run long after is sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent_at: Option<DateTime<Utc>>,
     /// What a shard's archiving produced: its members.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<super::manifest::Member>,
@@ -186,7 +189,11 @@ mod tests {
     fn destinations_read_with_and_without_a_storage_class() {
         let d = Destination::parse("s3://vault/archives:deep_archive").unwrap();
         assert_eq!(
-            (d.bucket.as_str(), d.prefix.as_str(), d.storage_class.as_deref()),
+            (
+                d.bucket.as_str(),
+                d.prefix.as_str(),
+                d.storage_class.as_deref()
+            ),
             ("vault", "archives/", Some("DEEP_ARCHIVE"))
         );
         let d = Destination::parse("s3://vault").unwrap();
@@ -205,7 +212,10 @@ mod tests {
         let j = ArchiveJob::new("a1", src, vec![], now);
         let q = j.moved(ArchiveState::Queued, "initialized", now).unwrap();
         assert!(q.moved(ArchiveState::Store, "no", now).is_err());
-        assert_eq!(q.times(ArchiveState::Uninitialized, ArchiveState::Queued), 1);
+        assert_eq!(
+            q.times(ArchiveState::Uninitialized, ArchiveState::Queued),
+            1
+        );
         assert_eq!(q.history.len(), 1);
     }
 }

@@ -1,0 +1,150 @@
+//! Archive jobs (design document 002) as plain async functions over [`ArchiveCtx`]: `create`,
+//! then — on every tick of the archive dispatcher's schedule — each job moves through its table
+//! (`domain::archive::job`); the phases that do the work fan out one task per shard or
+//! destination on the archive task queue (`tasks`), and the task that finds its phase's last task
+//! done moves the job on: a compare-and-swap on the job record, so the phase completes exactly
+//! once however the tasks' messages are duplicated or reordered. The tick also does what a dead
+//! task handler left undone (a pending task sent again, a finished phase moved on), so a crash
+//! at any step delays a job and never strands it. `verify` re-checks a stored copy on its own.
+
+pub mod steps;
+pub mod tasks;
+pub mod verify;
+
+use crate::config::archive::ArchiveSettings;
+use crate::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
+use crate::ports::{Buckets, EventBus, EventBusError, ObjectStore, Queue, QueueError, StoreError};
+use crate::repositories::archive::{ArchiveRecordError, Archives};
+use chrono::{DateTime, Utc};
+use ed25519_dalek::SigningKey;
+use serde::Serialize;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    #[error(transparent)]
+    Records(#[from] ArchiveRecordError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("sending a task: {0}")]
+    Queue(#[from] QueueError),
+    #[error("announcing: {0}")]
+    Bus(#[from] EventBusError),
+    #[error(transparent)]
+    Encode(#[from] crate::contracts::EncodeError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Everything archive jobs need.
+#[derive(Clone)]
+pub struct ArchiveCtx {
+    /// granary's bucket (records, the staged archive).
+    pub store: Arc<dyn ObjectStore>,
+    /// Sources and destinations.
+    pub buckets: Arc<dyn Buckets>,
+    pub task_queue: Arc<dyn Queue>,
+    pub bus: Arc<dyn EventBus>,
+    /// The Ed25519 key the checksums are signed with (`None`: signing fails, not recoverable).
+    pub signing_key: Option<Arc<SigningKey>>,
+    pub archives: Archives,
+    pub settings: ArchiveSettings,
+}
+
+impl ArchiveCtx {
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        buckets: Arc<dyn Buckets>,
+        task_queue: Arc<dyn Queue>,
+        bus: Arc<dyn EventBus>,
+        signing_key: Option<Arc<SigningKey>>,
+        settings: ArchiveSettings,
+    ) -> Self {
+        Self {
+            archives: Archives::new(store.clone(), &settings.prefix),
+            store,
+            buckets,
+            task_queue,
+            bus,
+            signing_key,
+            settings,
+        }
+    }
+}
+
+/// Creates an archive job (uninitialized); the dispatcher's next tick resolves its source.
+pub async fn create(
+    actx: &ArchiveCtx,
+    source: ArchiveSource,
+    destinations: Vec<Destination>,
+    now: DateTime<Utc>,
+) -> Result<ArchiveJob, ArchiveError> {
+    use sha2::{Digest, Sha256};
+    if destinations.is_empty() {
+        return Err(ArchiveError::Refused(
+            "an archive needs at least one destination (--dest s3://bucket/prefix/[:CLASS])".into(),
+        ));
+    }
+    let seed = format!(
+        "{source} {destinations:?} {}",
+        now.timestamp_nanos_opt().unwrap_or(0)
+    );
+    let digest = hex::encode(Sha256::digest(seed.as_bytes()));
+    let id = format!("a{}-{}", now.format("%Y%m%d%H%M%S"), &digest[..8]);
+    let job = ArchiveJob::new(&id, source, destinations, now);
+    Ok(actx.archives.create(&job).await?)
+}
+
+/// What one tick did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ArchiveTick {
+    /// Transitions made.
+    pub moved: u64,
+    /// Task messages sent (first sends and resends).
+    pub tasks_sent: u64,
+    pub completed: u64,
+    pub failed: u64,
+    /// Jobs whose step met an error (logged; the next tick tries again).
+    pub errors: u64,
+}
+
+/// One pass over every job that has not ended: each is moved as far as it can go now.
+pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, ArchiveError> {
+    let mut s = ArchiveTick::default();
+    for id in actx.archives.ids().await? {
+        for _ in 0..16 {
+            match steps::step(actx, &id, now, &mut s).await {
+                Ok(true) => s.moved += 1,
+                Ok(false) => break,
+                Err(e) => {
+                    tracing::error!(archive = id, error = %e, "archive step failed; the next tick tries again");
+                    s.errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+    Ok(s)
+}
+
+/// Every job (or one), as its record says.
+pub async fn status(
+    actx: &ArchiveCtx,
+    only: Option<&str>,
+) -> Result<Vec<ArchiveJob>, ArchiveError> {
+    let ids = match only {
+        Some(id) => vec![id.to_owned()],
+        None => actx.archives.ids().await?,
+    };
+    let mut out = Vec::new();
+    for id in ids {
+        match actx.archives.job(&id).await? {
+            Some(j) => out.push(j.value),
+            None => return Err(ArchiveError::Refused(format!("no archive job {id}"))),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

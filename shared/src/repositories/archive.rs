@@ -1,0 +1,254 @@
+//! Archive jobs' records over the object store: the job (If-Match, every change checked against
+//! the table), its shards, its tasks (created if absent, changed with If-Match), and where its
+//! staged archive lives.
+//!
+//! Layout under the archive prefix: `jobs/<id>.json`; `work/<id>/shards/<nnnnn>.json` (the source
+//! keys of a shard); `work/<id>/tasks/<phase>/<task>.json`; `work/<id>/archive/` (the staged
+//! archive: `members/<sha256>`, the manifest, the checksums, the signature and its public key);
+//! `work/<id>/tmp/` (members on their way to their content address).
+
+use super::json::{read_json, write_json, RepositoryError, Versioned};
+use crate::domain::archive::decisions::TaskState;
+use crate::domain::archive::job::Phase;
+use crate::domain::archive::record::{ArchiveJob, TaskRecord};
+use crate::ports::{ObjectStore, PutCondition};
+use std::sync::Arc;
+
+const CAS_ROUNDS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveRecordError {
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error("{0}")]
+    Illegal(String),
+    #[error("{what} {id} changed {CAS_ROUNDS} times while we tried to update it; retry later")]
+    Contended { what: &'static str, id: String },
+}
+
+/// What a change found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change<T> {
+    Moved(T),
+    Unchanged(T),
+    Missing,
+}
+
+#[derive(Clone)]
+pub struct Archives {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefix: String,
+}
+
+impl Archives {
+    pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
+        Self {
+            store,
+            prefix: prefix.to_owned(),
+        }
+    }
+
+    pub fn job_key(&self, id: &str) -> String {
+        format!("{}jobs/{id}.json", self.prefix)
+    }
+
+    pub fn work(&self, id: &str) -> String {
+        format!("{}work/{id}/", self.prefix)
+    }
+
+    pub fn shard_key(&self, id: &str, n: u32) -> String {
+        format!("{}shards/{n:05}.json", self.work(id))
+    }
+
+    pub fn tasks_prefix(&self, id: &str, phase: Phase) -> String {
+        format!("{}tasks/{phase}/", self.work(id))
+    }
+
+    pub fn task_key(&self, id: &str, phase: Phase, task: &str) -> String {
+        format!("{}{task}.json", self.tasks_prefix(id, phase))
+    }
+
+    /// The staged archive, laid out as at every destination.
+    pub fn staged(&self, id: &str) -> String {
+        format!("{}archive/", self.work(id))
+    }
+
+    pub fn tmp(&self, id: &str) -> String {
+        format!("{}tmp/", self.work(id))
+    }
+
+    pub async fn create(&self, job: &ArchiveJob) -> Result<ArchiveJob, ArchiveRecordError> {
+        let key = self.job_key(&job.id);
+        match write_json(self.store.as_ref(), &key, job, PutCondition::IfAbsent).await {
+            Ok(_) => Ok(job.clone()),
+            Err(e) if e.is_conflict() => match self.job(&job.id).await? {
+                Some(existing) => Ok(existing.value),
+                None => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Option<Versioned<ArchiveJob>>, ArchiveRecordError> {
+        Ok(read_json(self.store.as_ref(), &self.job_key(id)).await?)
+    }
+
+    /// Every job id, oldest first (ids sort by creation time).
+    pub async fn ids(&self) -> Result<Vec<String>, ArchiveRecordError> {
+        let prefix = format!("{}jobs/", self.prefix);
+        let mut ids: Vec<String> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| {
+                Some(
+                    m.key
+                        .strip_prefix(&prefix)?
+                        .strip_suffix(".json")?
+                        .to_owned(),
+                )
+            })
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Reads the job, asks `decide` for the next record, writes it with If-Match.
+    pub async fn change<F>(
+        &self,
+        id: &str,
+        decide: F,
+    ) -> Result<Change<ArchiveJob>, ArchiveRecordError>
+    where
+        F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
+    {
+        let key = self.job_key(id);
+        for _ in 0..CAS_ROUNDS {
+            let Some(current) = self.job(id).await? else {
+                return Ok(Change::Missing);
+            };
+            let Some(next) = decide(&current.value).map_err(ArchiveRecordError::Illegal)? else {
+                return Ok(Change::Unchanged(current.value));
+            };
+            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
+                Ok(_) => return Ok(Change::Moved(next)),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ArchiveRecordError::Contended {
+            what: "archive job",
+            id: id.to_owned(),
+        })
+    }
+
+    pub async fn put_shard(
+        &self,
+        id: &str,
+        n: u32,
+        keys: &[String],
+    ) -> Result<(), ArchiveRecordError> {
+        write_json(
+            self.store.as_ref(),
+            &self.shard_key(id, n),
+            &keys,
+            PutCondition::Overwrite,
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub async fn shard(&self, id: &str, n: u32) -> Result<Option<Vec<String>>, ArchiveRecordError> {
+        Ok(
+            read_json::<Vec<String>>(self.store.as_ref(), &self.shard_key(id, n))
+                .await?
+                .map(|v| v.value),
+        )
+    }
+
+    /// Creates the task pending unless it exists; the stored one either way.
+    pub async fn ensure_task(
+        &self,
+        id: &str,
+        phase: Phase,
+        task: &str,
+    ) -> Result<TaskRecord, ArchiveRecordError> {
+        let record = TaskRecord {
+            job: id.to_owned(),
+            phase,
+            task: task.to_owned(),
+            state: TaskState::Pending,
+            reason: String::new(),
+            runs: 0,
+            sent_at: None,
+            members: Vec::new(),
+        };
+        let key = self.task_key(id, phase, task);
+        match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+            Ok(_) => Ok(record),
+            Err(e) if e.is_conflict() => match self.task(id, phase, task).await? {
+                Some(t) => Ok(t.value),
+                None => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub async fn task(
+        &self,
+        id: &str,
+        phase: Phase,
+        task: &str,
+    ) -> Result<Option<Versioned<TaskRecord>>, ArchiveRecordError> {
+        Ok(read_json(self.store.as_ref(), &self.task_key(id, phase, task)).await?)
+    }
+
+    /// Changes a task with If-Match, as `change` does a job.
+    pub async fn change_task<F>(
+        &self,
+        id: &str,
+        phase: Phase,
+        task: &str,
+        decide: F,
+    ) -> Result<Change<TaskRecord>, ArchiveRecordError>
+    where
+        F: Fn(&TaskRecord) -> Option<TaskRecord>,
+    {
+        let key = self.task_key(id, phase, task);
+        for _ in 0..CAS_ROUNDS {
+            let Some(current) = self.task(id, phase, task).await? else {
+                return Ok(Change::Missing);
+            };
+            let Some(next) = decide(&current.value) else {
+                return Ok(Change::Unchanged(current.value));
+            };
+            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
+                Ok(_) => return Ok(Change::Moved(next)),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ArchiveRecordError::Contended {
+            what: "archive task",
+            id: format!("{id}/{phase}/{task}"),
+        })
+    }
+
+    /// Every task of the phase, in name order.
+    pub async fn tasks(
+        &self,
+        id: &str,
+        phase: Phase,
+    ) -> Result<Vec<TaskRecord>, ArchiveRecordError> {
+        let mut out = Vec::new();
+        for meta in self.store.list(&self.tasks_prefix(id, phase)).await? {
+            if let Some(t) = read_json::<TaskRecord>(self.store.as_ref(), &meta.key).await? {
+                out.push(t.value);
+            }
+        }
+        Ok(out)
+    }
+}
