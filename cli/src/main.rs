@@ -1,5 +1,6 @@
 //! `granary`: the operator's command line. The local runtime (demo, chaos) is `granary-local`.
 
+mod archive_cmd;
 mod classify_cmd;
 mod ingest_cmd;
 mod items_cmd;
@@ -36,6 +37,14 @@ enum Command {
     ///   granary ingest resume --batch b20261124030405-abcdef01
     #[command(verbatim_doc_comment)]
     Ingest(ingest_cmd::Args),
+    /// Archive jobs: package an S3 prefix or an ingest batch, check it, sign it, store it.
+    ///
+    /// Examples:
+    ///   granary archive create --prefix s3://products/l2/ --dest s3://vault/archives/:DEEP_ARCHIVE
+    ///   granary archive status
+    ///   granary archive verify s3://vault/archives/a20261124070000-1a2b3c4d/
+    #[command(verbatim_doc_comment)]
+    Archive(archive_cmd::Args),
     /// Find item records and read their history (bucket from GRANARY_BUCKET or --bucket).
     ///
     /// Examples:
@@ -99,6 +108,7 @@ async fn main() -> ExitCode {
     let result = match cli.command {
         Command::Classify(args) => classify_cmd::run(args),
         Command::Ingest(args) => ingest_cmd::run(args).await,
+        Command::Archive(args) => archive_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,

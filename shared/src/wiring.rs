@@ -148,6 +148,48 @@ impl IngestCtx {
     }
 }
 
+impl crate::handlers::archive::ArchiveCtx {
+    /// Archive jobs on AWS: granary's bucket, other buckets over S3 (sources, destinations in
+    /// their storage classes), the task queue, the notification bus, and the signing key read
+    /// once from SSM (when `GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER` names it).
+    pub async fn from_env(f: Function) -> Result<Self, InitError> {
+        let config = Config::for_sections(f.sections(), |k| std::env::var(k).ok())?;
+        Self::aws(&config, &AwsClients::from_env().await).await
+    }
+
+    pub async fn aws(config: &Config, clients: &AwsClients) -> Result<Self, InitError> {
+        let settings = config.archive.clone();
+        let task_queue: Arc<dyn Queue> = match &settings.task_queue_url {
+            Some(url) => Arc::new(SqsQueue::new(clients.sqs.clone(), url)),
+            None => Arc::new(UnsetQueue {
+                var: "GRANARY_ARCHIVE_TASK_QUEUE_URL",
+            }),
+        };
+        let signing_key = match &settings.signing_key_parameter {
+            Some(name) => {
+                let seed = crate::adapters::aws::load_signing_seed(&clients.ssm, name)
+                    .await
+                    .map_err(InitError::SigningKey)?;
+                let key = crate::domain::archive::manifest::signing_key(&seed)
+                    .map_err(|e| InitError::SigningKey(format!("SSM parameter {name}: {e}")))?;
+                Some(Arc::new(key))
+            }
+            None => None,
+        };
+        Ok(Self::new(
+            Arc::new(S3Store::new(clients.s3.clone(), &config.layout.bucket)),
+            Arc::new(crate::adapters::aws::S3Buckets::new(clients.s3.clone())),
+            task_queue,
+            Arc::new(EventBridgeBus::new(
+                clients.events.clone(),
+                settings.bus_name.clone(),
+            )),
+            signing_key,
+            settings,
+        ))
+    }
+}
+
 /// One bucket as an object store (`granary items`, which may name its bucket on the command line).
 pub fn s3_store(clients: &AwsClients, bucket: &str) -> Arc<dyn crate::ports::ObjectStore> {
     Arc::new(S3Store::new(clients.s3.clone(), bucket))
@@ -233,6 +275,8 @@ pub enum InitError {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Source(#[from] SourceError),
+    #[error("the archive signing key: {0}")]
+    SigningKey(String),
 }
 
 /// Logging setup shared by the Lambda binaries: JSON lines (CloudWatch Logs Insights parses them),

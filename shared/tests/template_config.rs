@@ -15,7 +15,7 @@ fn is_layout(key: &str) -> bool {
 
 fn keys_config_reads() -> BTreeSet<String> {
     let asked = RefCell::new(BTreeSet::new());
-    let _ = Config::from_lookup(|k| {
+    let read = Config::from_lookup(|k| {
         asked.borrow_mut().insert(k.to_owned());
         // Enough for every required key to pass, so every later key is asked too.
         Some(
@@ -25,6 +25,8 @@ fn keys_config_reads() -> BTreeSet<String> {
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
                 k if k.ends_with("_PREFIX") => "p/",
                 k if k.ends_with("_SECS")
+                    || k.ends_with("_BYTES")
+                    || k.ends_with("_SHARD")
                     || k.ends_with("_CONCURRENCY")
                     || k.ends_with("_ATTEMPTS")
                     || k.ends_with("_RETRIES")
@@ -37,6 +39,10 @@ fn keys_config_reads() -> BTreeSet<String> {
             .to_owned(),
         )
     });
+    // Every key is asked only if every value passes: a refused one would hide the keys after it.
+    if let Err(e) = read {
+        panic!("the stand-in values must pass, or later keys go unasked: {e}");
+    }
     asked.into_inner()
 }
 

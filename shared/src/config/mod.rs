@@ -240,7 +240,7 @@ impl Config {
         use Section::*;
         Self::for_sections(
             &[
-                Layout, Feeder, Jobs, Queues, Retry, Leases, Importer, Ingest,
+                Layout, Feeder, Jobs, Queues, Retry, Leases, Importer, Ingest, Archive,
             ],
             get,
         )

@@ -96,6 +96,20 @@ impl FailureKind for super::ingest::IngestStepError {
     }
 }
 
+impl FailureKind for super::archive::ArchiveError {
+    fn kind(&self) -> &'static str {
+        use super::archive::ArchiveError::*;
+        match self {
+            Records(_) => "Archive.Records",
+            Store(_) => "Archive.Store",
+            Queue(_) => "Archive.Queue",
+            Bus(_) => "Archive.Bus",
+            Encode(_) => "Archive.Encode",
+            Refused(_) => "Archive.Refused",
+        }
+    }
+}
+
 impl FailureKind for super::reconciler::ReconcileError {
     fn kind(&self) -> &'static str {
         match self {

@@ -84,6 +84,11 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// Bytes as lowercase hex.
+pub fn hex_of(bytes: &[u8]) -> String {
+    hex::encode(bytes)
+}
+
 /// A signing key from its 32-byte seed (as hex, the way it is kept in SSM).
 pub fn signing_key(seed_hex: &str) -> Result<SigningKey, String> {
     let bytes = hex::decode(seed_hex.trim()).map_err(|e| format!("not hex: {e}"))?;

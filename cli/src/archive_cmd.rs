@@ -1,0 +1,240 @@
+//! `granary archive`: package finished work for long-term storage, follow it, retry it, and
+//! verify a stored copy on its own.
+
+use anyhow::{bail, Context, Result};
+use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
+use granary::config::Function;
+use granary::contracts::archive::TaskMessage;
+use granary::domain::archive::manifest;
+use granary::domain::archive::record::{ArchiveSource, Destination};
+use granary::handlers::archive::{self, steps, tasks, verify, ArchiveCtx};
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Create an archive job of an S3 prefix, or of an ingest batch's stored objects.
+    ///
+    /// Examples:
+    ///   granary archive create --prefix s3://products/l2/2026/ --dest s3://vault/archives/:DEEP_ARCHIVE
+    ///   granary archive create --batch b20261124030405-abcdef01 --dest s3://vault/a/ --dest s3://mirror/a/
+    #[command(verbatim_doc_comment)]
+    Create {
+        #[arg(long, conflicts_with = "batch", required_unless_present = "batch")]
+        prefix: Option<String>,
+        /// The ingest batch whose downloaded objects are archived (before its cleanup).
+        #[arg(long)]
+        batch: Option<String>,
+        /// s3://bucket/prefix/[:STORAGE_CLASS], once per destination.
+        #[arg(long = "dest", required = true)]
+        destinations: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every archive job (or one): state, objects, retries, why.
+    Status {
+        archive: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retry a failed job from the phase that failed (only its failed tasks).
+    Retry { archive: String },
+    /// Re-check a stored copy: the signature over SHA256SUMS, the manifest, every member read
+    /// back. Exits 1 on any mismatch.
+    ///
+    /// Examples:
+    ///   granary archive verify s3://vault/archives/a20261124070000-1a2b3c4d/
+    ///   granary archive verify s3://mirror/a/a20261124070000-1a2b3c4d/ --public-key 3f1c…
+    #[command(verbatim_doc_comment)]
+    Verify {
+        url: String,
+        /// The public key (hex) you trust; without it, the key stored beside the archive.
+        #[arg(long)]
+        public_key: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// A new Ed25519 signing key: its seed for SSM and its public key for `verify`.
+    Keygen,
+    /// One pass of the archive dispatcher (what its schedule does); with --run-tasks the task
+    /// queue's messages are run here too, until nothing moves.
+    Tick {
+        #[arg(long)]
+        run_tasks: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn s3_url(url: &str) -> Result<(String, String)> {
+    let rest = url
+        .strip_prefix("s3://")
+        .with_context(|| format!("{url}: an s3://bucket/prefix URL"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        bail!("{url}: no bucket");
+    }
+    Ok((bucket.to_owned(), prefix.to_owned()))
+}
+
+async fn actx(command: &Command) -> Result<ArchiveCtx> {
+    let function = match command {
+        Command::Tick { .. } => Function::ArchiveTask,
+        _ => Function::ArchiveDispatcher,
+    };
+    ArchiveCtx::from_env(function).await.context(
+        "archive jobs' configuration (GRANARY_BUCKET; GRANARY_ARCHIVE_TASK_QUEUE_URL to run them; see README, Archive jobs)",
+    )
+}
+
+pub async fn run(args: Args) -> Result<ExitCode> {
+    let now = chrono::Utc::now;
+    match args.command {
+        Command::Verify {
+            url,
+            public_key,
+            json,
+        } => {
+            let (bucket, mut prefix) = s3_url(&url)?;
+            if !prefix.is_empty() && !prefix.ends_with('/') {
+                prefix.push('/');
+            }
+            let clients = granary::adapters::aws::AwsClients::from_env().await;
+            let store = granary::wiring::s3_store(&clients, &bucket);
+            let r = verify::verify(store, &url, &prefix, public_key.as_deref()).await;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "{url}: {} members checked, signature {} (key {})",
+                    r.members_checked,
+                    if r.signature_ok { "good" } else { "BAD" },
+                    r.public_key
+                );
+                for p in &r.problems {
+                    println!("  problem: {p}");
+                }
+                println!("{}", if r.intact() { "intact" } else { "NOT INTACT" });
+            }
+            return Ok(if r.intact() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+        Command::Keygen => {
+            let mut seed = [0u8; 32];
+            getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let seed_hex = granary::domain::archive::manifest::hex_of(&seed);
+            let key = manifest::signing_key(&seed_hex).map_err(anyhow::Error::msg)?;
+            let (_, public) = manifest::sign(&key, b"");
+            println!("public key (give it to `granary archive verify --public-key`):\n  {public}");
+            println!("store the seed in SSM (never in a file):\n  aws ssm put-parameter --type SecureString --name /granary/archive-signing-key --value {seed_hex}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    let actx = actx(&args.command).await?;
+    match args.command {
+        Command::Create {
+            prefix,
+            batch,
+            destinations,
+            json,
+        } => {
+            let source = match (prefix, batch) {
+                (Some(p), _) => {
+                    let (bucket, prefix) = s3_url(&p)?;
+                    ArchiveSource { bucket, prefix }
+                }
+                (_, Some(b)) => {
+                    let ingest = granary::config::ingest::IngestSettings::from_lookup(|k| {
+                        std::env::var(k).ok()
+                    })?;
+                    let bucket = std::env::var("GRANARY_BUCKET")
+                        .context("GRANARY_BUCKET names the bucket the batch is in")?;
+                    ArchiveSource {
+                        bucket,
+                        prefix: format!("{}objects/{b}-", ingest.prefix),
+                    }
+                }
+                _ => bail!("name a --prefix or a --batch"),
+            };
+            let destinations = destinations
+                .iter()
+                .map(|d| Destination::parse(d))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(anyhow::Error::msg)?;
+            let job = archive::create(&actx, source, destinations, now()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&job)?);
+            } else {
+                println!("{}", job.id);
+                eprintln!(
+                    "archive job {} of {} is created: `granary archive status {}` follows it",
+                    job.id, job.source, job.id
+                );
+            }
+        }
+        Command::Status { archive: one, json } => {
+            let jobs = archive::status(&actx, one.as_deref()).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&jobs)?);
+            } else {
+                let mut t = Table::new();
+                t.load_preset(UTF8_FULL_CONDENSED).set_header([
+                    "archive", "state", "source", "objects", "retries", "why",
+                ]);
+                for j in &jobs {
+                    let retries: u32 = j.retries.values().sum();
+                    t.add_row([
+                        j.id.clone(),
+                        j.state.to_string(),
+                        j.source.to_string(),
+                        j.objects.to_string(),
+                        retries.to_string(),
+                        j.failure.clone().unwrap_or_else(|| j.reason.clone()),
+                    ]);
+                }
+                println!("{t}");
+            }
+        }
+        Command::Retry { archive: id } => {
+            let phase = steps::retry(&actx, &id, now()).await?;
+            println!("archive job {id} retries {phase} (its failed tasks)");
+        }
+        Command::Tick { run_tasks, json } => {
+            let mut passes = Vec::new();
+            loop {
+                let t = archive::tick(&actx, now()).await?;
+                let mut ran = 0u64;
+                if run_tasks {
+                    for m in actx.task_queue.receive(10, 300, 0).await? {
+                        let message: TaskMessage = serde_json::from_str(&m.body)
+                            .with_context(|| format!("not an archive task message: {}", m.body))?;
+                        tasks::handle(&actx, &message, now()).await?;
+                        actx.task_queue.delete(&m.receipt_handle).await?;
+                        ran += 1;
+                    }
+                }
+                let quiet = t.moved == 0 && t.tasks_sent == 0 && ran == 0;
+                passes.push(serde_json::json!({"tick": t, "tasks_run": ran}));
+                if !run_tasks || quiet || passes.len() >= 1000 {
+                    break;
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&passes)?);
+            } else {
+                println!("{} passes", passes.len());
+            }
+        }
+        Command::Verify { .. } | Command::Keygen => {}
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,17 @@
+//! Lambda: archive-task. Consumes the archive task queue (SQS, ReportBatchItemFailures): each
+//! message one task — a shard to archive, the post-processing, a destination to store to.
+
+use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
+use granary::config::Function;
+use granary::handlers::archive::{tasks, ArchiveCtx};
+use lambda_runtime::{service_fn, LambdaEvent};
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    granary::wiring::init_lambda_tracing();
+    let actx = &ArchiveCtx::from_env(Function::ArchiveTask).await?;
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(tasks::handle_sqs(actx, event.payload).await)
+    }))
+    .await
+}
