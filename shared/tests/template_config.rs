@@ -52,19 +52,27 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
     let keys = keys_config_reads();
     assert!(keys.len() > 30, "{keys:?}");
     let globals = &template.doc["Globals"]["Function"]["Environment"]["Variables"];
-    // The ingest queue's tunables are set on the function that uses them, not for every function.
-    let dispatcher = &template.doc["Resources"]["IngestDispatcherFunction"]["Properties"]
-        ["Environment"]["Variables"];
+    // The ingest queue's and archive jobs' tunables are set on the functions that use them, not
+    // for every function.
+    let own = |f: &str, key: &str| {
+        template.doc["Resources"][f]["Properties"]["Environment"]["Variables"][key].clone()
+    };
     let mut problems = Vec::new();
     for key in &keys {
         // Set per function (each function's own timeout), checked below.
         if key == "GRANARY_FUNCTION_TIMEOUT_SECS" {
             continue;
         }
-        let value = match &globals[key.as_str()] {
-            serde_json::Value::Null => &dispatcher[key.as_str()],
-            v => v,
-        };
+        let value = [
+            globals[key.as_str()].clone(),
+            own("IngestDispatcherFunction", key),
+            own("ArchiveDispatcherFunction", key),
+            own("ArchiveTaskFunction", key),
+        ]
+        .into_iter()
+        .find(|v| !v.is_null())
+        .unwrap_or_default();
+        let value = &value;
         if is_layout(key) {
             if !value.is_null() {
                 problems.push(format!(
