@@ -187,9 +187,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&jobs)?);
             } else {
                 let mut t = Table::new();
-                t.load_preset(UTF8_FULL_CONDENSED).set_header([
-                    "archive", "state", "source", "objects", "retries", "why",
-                ]);
+                t.load_preset(UTF8_FULL_CONDENSED)
+                    .set_header(["archive", "state", "source", "objects", "retries", "why"]);
                 for j in &jobs {
                     let retries: u32 = j.retries.values().sum();
                     t.add_row([

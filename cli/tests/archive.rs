@@ -112,7 +112,10 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
     json(&vars, &["tick", "--run-tasks"]);
     let status = json(&vars, &["status", &id]);
     assert_eq!(status[0]["state"], "completed", "{status}");
-    assert_eq!((status[0]["objects"].as_u64(), status[0]["shards"].as_u64()), (Some(12), Some(3)));
+    assert_eq!(
+        (status[0]["objects"].as_u64(), status[0]["shards"].as_u64()),
+        (Some(12), Some(3))
+    );
 
     // The vault's copy is in DEEP_ARCHIVE.
     let listed = clients
@@ -123,16 +126,37 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         .send()
         .await
         .unwrap();
-    let first = listed.contents().first().and_then(|o| o.key()).unwrap().to_owned();
-    let head = clients.s3.head_object().bucket(&vault).key(&first).send().await.unwrap();
-    assert_eq!(head.storage_class().map(|c| c.as_str()), Some("DEEP_ARCHIVE"));
+    let first = listed
+        .contents()
+        .first()
+        .and_then(|o| o.key())
+        .unwrap()
+        .to_owned();
+    let head = clients
+        .s3
+        .head_object()
+        .bucket(&vault)
+        .key(&first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.storage_class().map(|c| c.as_str()),
+        Some("DEEP_ARCHIVE")
+    );
 
     // The mirror's copy verifies on its own, and against the operator's key.
     let copy = format!("s3://{mirror}/copies/{id}/");
     let report = json(&[], &["verify", &copy]);
     assert_eq!(report["members_checked"], 12, "{report}");
-    assert!(report["problems"].as_array().unwrap().is_empty(), "{report}");
-    assert_eq!(archive(&[], &["verify", &copy, "--public-key", &public]).0, 0);
+    assert!(
+        report["problems"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert_eq!(
+        archive(&[], &["verify", &copy, "--public-key", &public]).0,
+        0
+    );
 
     // A flipped byte in a member: exit 1, the member named.
     let member = clients

@@ -25,10 +25,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 /// A bus that records the PutEvents access its calls need.
-struct RecordingBus {
-    inner: MemoryEventBus,
-    arn: String,
-    seen: Mutex<BTreeSet<Access>>,
+pub struct RecordingBus {
+    pub inner: MemoryEventBus,
+    pub arn: String,
+    pub seen: Mutex<BTreeSet<Access>>,
 }
 
 #[async_trait]
@@ -45,7 +45,7 @@ impl EventBus for RecordingBus {
     }
 }
 
-fn env_of(logical_id: &str) -> BTreeMap<String, String> {
+pub fn env_of(logical_id: &str) -> BTreeMap<String, String> {
     let (_, resolved) = stack();
     resolved
         .function(logical_id)

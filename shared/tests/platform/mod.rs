@@ -47,6 +47,10 @@ pub const BACKFILL: [&str; 2] = [
 /// so the template's source grants are exercised.
 pub const SOURCE_URL: &str = "s3://granary-test-source/incoming/";
 
+/// The bucket-name patterns the test stack lets archive jobs read from and store to.
+pub const ARCHIVE_SOURCES: &str = "granary-test-products-*";
+pub const ARCHIVE_DESTINATIONS: &str = "granary-test-vault-*";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scenario {
     Feeder,
@@ -168,7 +172,9 @@ pub fn stack() -> &'static (Stack, Resolved) {
                 "ContainerImage",
                 "123456789012.dkr.ecr.us-east-1.amazonaws.com/p:1",
             )
-            .with("SourceUrl", SOURCE_URL);
+            .with("SourceUrl", SOURCE_URL)
+            .with("ArchiveSourceBuckets", ARCHIVE_SOURCES)
+            .with("ArchiveDestinationBuckets", ARCHIVE_DESTINATIONS);
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)
