@@ -1,0 +1,238 @@
+//! Archive jobs under crashes: one job (two shards, two destinations) runs through the
+//! dispatcher's ticks and the task handler's deliveries; each pass (a tick, then every visible
+//! task message) dies at one of its external calls in turn — the call never made, or made and its
+//! answer lost — and then the schedule fires again and SQS redelivers what the dead handler held,
+//! until nothing moves. Audited after each run: the job completed, each phase completed exactly
+//! once (its history), both copies verify, and nothing is left in the staging area.
+
+use bytes::Bytes;
+use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
+use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::{Tap, TappedQueue, TappedStore};
+use granary::config::archive::ArchiveSettings;
+use granary::contracts::archive::TaskMessage;
+use granary::domain::archive::job::ArchiveState;
+use granary::domain::archive::manifest;
+use granary::domain::archive::record::{ArchiveSource, Destination};
+use granary::handlers::archive::{self, tasks, verify, ArchiveCtx};
+use granary::ports::{Buckets, ObjectStore, PutCondition, Queue};
+use std::sync::Arc;
+
+struct World {
+    store: Arc<MemoryStore>,
+    buckets: Arc<MemoryBuckets>,
+    queue: Arc<MemoryQueue>,
+    id: String,
+}
+
+/// Every bucket's store through `tap`.
+struct TappedBuckets {
+    inner: Arc<MemoryBuckets>,
+    tap: Arc<dyn Tap>,
+}
+
+impl Buckets for TappedBuckets {
+    fn store(&self, bucket: &str, class: Option<&str>) -> Arc<dyn ObjectStore> {
+        Arc::new(TappedStore {
+            inner: self.inner.store(bucket, class),
+            tap: self.tap.clone(),
+        })
+    }
+}
+
+fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
+    let settings = ArchiveSettings {
+        objects_per_shard: 3,
+        backoff: std::time::Duration::ZERO,
+        // A message a dead handler held is redelivered each pass; no resend needed, but a
+        // record marked sent whose message never left must be sent again soon.
+        task_resend_after: std::time::Duration::ZERO,
+        ..ArchiveSettings::default()
+    };
+    let key = Some(Arc::new(manifest::signing_key(&"42".repeat(32)).unwrap()));
+    let bus = Arc::new(MemoryEventBus::default());
+    match faults {
+        None => ArchiveCtx::new(
+            w.store.clone(),
+            w.buckets.clone(),
+            w.queue.clone(),
+            bus,
+            key,
+            settings,
+        ),
+        Some(f) => {
+            let tap = f as Arc<dyn Tap>;
+            ArchiveCtx::new(
+                Arc::new(TappedStore {
+                    inner: w.store.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedBuckets {
+                    inner: w.buckets.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedQueue {
+                    inner: w.queue.clone(),
+                    tap,
+                }),
+                bus,
+                key,
+                settings,
+            )
+        }
+    }
+}
+
+async fn world() -> World {
+    let buckets = Arc::new(MemoryBuckets::default());
+    let products = buckets.bucket("products");
+    for n in 0..6 {
+        products
+            .put(
+                &format!("l2/g{n}.nc"),
+                Bytes::from(format!("granule {n} ").repeat(n + 1)),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+    }
+    let mut w = World {
+        store: Arc::new(MemoryStore::new()),
+        buckets,
+        queue: Arc::new(MemoryQueue::new("archive-tasks")),
+        id: String::new(),
+    };
+    w.id = archive::create(
+        &actx(&w, None),
+        ArchiveSource {
+            bucket: "products".into(),
+            prefix: "l2/".into(),
+        },
+        vec![
+            Destination::parse("s3://vault/a/:DEEP_ARCHIVE").unwrap(),
+            Destination::parse("s3://mirror/a/").unwrap(),
+        ],
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap()
+    .id;
+    w
+}
+
+/// One pass: a tick, then every visible task message (deleted only when handled). Whether
+/// anything happened.
+async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
+    w.queue.expire_visibility();
+    let a = actx(w, Some(faults.clone()));
+    let Ok(t) = archive::tick(&a, chrono::Utc::now()).await else {
+        return true;
+    };
+    let mut busy = t.moved > 0 || t.tasks_sent > 0 || t.errors > 0;
+    let Ok(got) = w.queue.receive(100, 60, 0).await else {
+        return true;
+    };
+    for m in got {
+        busy = true;
+        let message: TaskMessage = serde_json::from_str(&m.body).unwrap();
+        if tasks::handle(&a, &message, chrono::Utc::now())
+            .await
+            .is_ok()
+        {
+            // Deleting is Lambda's (not a call the handler makes): never crashes here.
+            w.queue.delete(&m.receipt_handle).await.unwrap();
+        }
+    }
+    busy
+}
+
+async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
+    let totals = Arc::new(FaultCounts::default());
+    let mut calls = 0u64;
+    let mut crashed = false;
+    for _ in 0..80 {
+        let point = match crash {
+            Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
+                at_call: c.at_call - calls,
+                mode: c.mode,
+            }),
+            _ => None,
+        };
+        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let busy = pass(w, &faults).await;
+        calls += faults.calls();
+        if faults.crashed() {
+            crashed = true;
+            continue;
+        }
+        if !busy {
+            return calls;
+        }
+    }
+    panic!("the archive job did not settle");
+}
+
+async fn audit(w: &World) -> Result<(), String> {
+    let a = actx(w, None);
+    let job = a.archives.job(&w.id).await.unwrap().unwrap().value;
+    if job.state != ArchiveState::Completed {
+        return Err(format!("{} ({})", job.state, job.reason));
+    }
+    use ArchiveState::*;
+    for (from, to) in [
+        (ActivityArchiving, PostProcessing),
+        (PostProcessing, Store),
+        (Store, Cleanup),
+        (Cleanup, Completed),
+    ] {
+        let n = job.times(from, to);
+        if n != 1 {
+            return Err(format!("{from} → {to} {n} times"));
+        }
+    }
+    for bucket in ["vault", "mirror"] {
+        let r = verify::verify(
+            w.buckets.bucket(bucket),
+            bucket,
+            &format!("a/{}/", w.id),
+            None,
+        )
+        .await;
+        if !r.intact() || r.members_checked != 6 {
+            return Err(format!("{bucket}: {r:?}"));
+        }
+    }
+    let left = w.store.list(&a.archives.work(&w.id)).await.unwrap();
+    if !left.is_empty() {
+        return Err(format!("{} objects left in staging", left.len()));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_archive_job_recovers_from_a_crash_at_every_call() {
+    let clean = world().await;
+    let calls = run(&clean, None).await;
+    audit(&clean)
+        .await
+        .unwrap_or_else(|e| panic!("without a crash: {e}"));
+    assert!(calls > 50, "{calls} calls");
+    eprintln!("{calls} external calls in a clean run");
+    let mut failures = Vec::new();
+    for at_call in 1..=calls {
+        for mode in [CrashMode::Before, CrashMode::After] {
+            let w = world().await;
+            run(&w, Some(CrashPoint { at_call, mode })).await;
+            if let Err(e) = audit(&w).await {
+                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash runs failed:\n{}",
+        failures.len(),
+        2 * calls,
+        failures.join("\n")
+    );
+}
