@@ -255,6 +255,10 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
         .get(n)
         .ok_or_else(|| TaskFailure::fatal(format!("{} has no destination {n}", job.id)))?;
     let store_err = |e: crate::ports::StoreError| TaskFailure::recoverable(e.to_string());
+    // Errors at the destination name its bucket (the store's own message names only the key).
+    let dest_err = |e: crate::ports::StoreError| {
+        TaskFailure::recoverable(format!("destination s3://{}: {e}", dest.bucket))
+    };
     let target: Arc<dyn ObjectStore> = actx
         .buckets
         .store(&dest.bucket, dest.storage_class.as_deref());
@@ -264,7 +268,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
     let there: std::collections::BTreeMap<String, u64> = target
         .list(&at)
         .await
-        .map_err(store_err)?
+        .map_err(dest_err)?
         .into_iter()
         .map(|m| (m.key, m.size))
         .collect();
@@ -293,7 +297,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
     let copied: std::collections::BTreeMap<String, u64> = target
         .list(&at)
         .await
-        .map_err(store_err)?
+        .map_err(dest_err)?
         .into_iter()
         .map(|m| (m.key, m.size))
         .collect();
