@@ -17,12 +17,12 @@ if ! rustup target list --installed 2>/dev/null | grep -q '^aarch64-unknown-linu
 fi
 out="$root/target/lambda"
 cd "$root"
-for p in queue-feeder job-monitor requeuer importer ingest; do
+for p in queue-feeder job-monitor requeuer importer ingest archive; do
   cargo lambda build --release --arm64 --output-format zip --lambda-dir "$out" --package "$p"
 done
 echo
 printf '%-18s %12s %12s\n' function zip bootstrap
-for f in queue-feeder job-monitor requeuer importer-discover importer-step item-sweeper ingest-dispatcher ingest-submit; do
+for f in queue-feeder job-monitor requeuer importer-discover importer-step item-sweeper ingest-dispatcher ingest-submit archive-dispatcher archive-task; do
   zip="$out/$f/bootstrap.zip"
   bin_size=$(unzip -l "$zip" | awk '/bootstrap$/ {print $1}')
   printf '%-18s %12s %12s\n' "$f" "$(stat -c %s "$zip")" "$bin_size"
