@@ -144,7 +144,8 @@ impl IngestCtx {
                 max_attempts: config.max_attempt(),
             },
             settings,
-        ))
+        )
+        .with_archive_prefix(&config.archive.prefix))
     }
 }
 

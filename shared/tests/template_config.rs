@@ -24,6 +24,7 @@ fn keys_config_reads() -> BTreeSet<String> {
                 "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
                 k if k.ends_with("_PREFIX") => "p/",
+                k if k.ends_with("_DESTINATIONS") => "s3://b/p/",
                 k if k.ends_with("_SECS")
                     || k.ends_with("_BYTES")
                     || k.ends_with("_SHARD")

@@ -27,6 +27,9 @@ pub struct IngestSettings {
     pub timeout: Duration,
     /// The EventBridge bus job and batch events are published on.
     pub bus_name: String,
+    /// Where a completed batch is archived before its cleanup (`GRANARY_INGEST_ARCHIVE_DESTINATIONS`,
+    /// comma-separated `s3://bucket/prefix/[:CLASS]`); empty: batches are not archived.
+    pub archive_destinations: Vec<crate::domain::archive::record::Destination>,
 }
 
 impl Default for IngestSettings {
@@ -39,6 +42,7 @@ impl Default for IngestSettings {
             callback_attempts: DEFAULT_CALLBACK_ATTEMPTS,
             timeout: Duration::from_secs(DEFAULT_INGEST_TIMEOUT_SECS),
             bus_name: DEFAULT_BUS.to_owned(),
+            archive_destinations: Vec::new(),
         }
     }
 }
@@ -68,6 +72,16 @@ impl IngestSettings {
                 v.number("GRANARY_INGEST_TIMEOUT_SECS", DEFAULT_INGEST_TIMEOUT_SECS)?,
             ),
             bus_name: v.or("GRANARY_NOTIFICATION_BUS", DEFAULT_BUS),
+            archive_destinations: v
+                .list("GRANARY_INGEST_ARCHIVE_DESTINATIONS")
+                .iter()
+                .map(|d| crate::domain::archive::record::Destination::parse(d))
+                .collect::<Result<_, _>>()
+                .map_err(|why| ConfigError::Invalid {
+                    var: "GRANARY_INGEST_ARCHIVE_DESTINATIONS",
+                    value: v.or("GRANARY_INGEST_ARCHIVE_DESTINATIONS", ""),
+                    why,
+                })?,
         })
     }
 }
@@ -91,6 +105,7 @@ mod tests {
         assert_eq!(s.download_attempts, 1, "at least one attempt");
         assert_eq!(s.bus_name, "ops");
         for (var, value) in [
+            ("GRANARY_INGEST_ARCHIVE_DESTINATIONS", "vault/x"),
             ("GRANARY_INGEST_CAPACITY_BYTES", "lots"),
             ("GRANARY_INGEST_PREFIX", "/ingest"),
         ] {

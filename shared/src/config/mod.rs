@@ -104,7 +104,8 @@ impl Function {
             // failing a PROCESSING item).
             Function::ItemSweeper => &[Layout, Jobs, Queues, Retry, Leases, Importer],
             // Every ingest step; submits processing jobs, dead-letters the ones that fail.
-            Function::IngestDispatcher => &[Layout, Jobs, Queues, Retry, Ingest],
+            // (and creates a completed batch's archive job when batches are archived).
+            Function::IngestDispatcher => &[Layout, Jobs, Queues, Retry, Ingest, Archive],
             // Creates batches from submissions.
             Function::IngestSubmit => &[Layout, Ingest],
             // Moves archive jobs through their table, sends tasks, announces.

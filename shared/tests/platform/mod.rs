@@ -174,7 +174,11 @@ pub fn stack() -> &'static (Stack, Resolved) {
             )
             .with("SourceUrl", SOURCE_URL)
             .with("ArchiveSourceBuckets", ARCHIVE_SOURCES)
-            .with("ArchiveDestinationBuckets", ARCHIVE_DESTINATIONS);
+            .with("ArchiveDestinationBuckets", ARCHIVE_DESTINATIONS)
+            .with(
+                "IngestArchiveDestinations",
+                "s3://granary-test-vault-ingest/batches/",
+            );
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)

@@ -349,6 +349,10 @@ pub async fn clean_up(
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for batch in batches_in(ictx, BatchState::Completed).await? {
+        if !archived(ictx, &batch, now).await? {
+            s.batches_waiting_for_archive += 1;
+            continue;
+        }
         for job in ended_jobs(ictx, &batch).await? {
             if job.state != JobState::Completed {
                 continue;
@@ -376,6 +380,41 @@ pub async fn clean_up(
         s.batches_cleaned += 1;
     }
     Ok(())
+}
+
+/// The archive job of a completed batch (created here, once, when batches are archived): its id.
+pub fn archive_id(batch: &BatchId) -> String {
+    format!("a-{batch}")
+}
+
+/// Whether the batch's files may be removed: batches are not archived, or its archive job has
+/// archived them (its archiving phase handed on). An archive job that fails before that keeps
+/// the files until an operator retries it (`granary archive retry`).
+async fn archived(
+    ictx: &IngestCtx,
+    batch: &BatchRecord,
+    now: DateTime<Utc>,
+) -> Result<bool, IngestStepError> {
+    use crate::domain::archive::job::ArchiveState;
+    use crate::domain::archive::record::{ArchiveJob, ArchiveSource};
+    let destinations = &ictx.settings.archive_destinations;
+    if destinations.is_empty() {
+        return Ok(true);
+    }
+    let id = archive_id(&batch.id);
+    let source = ArchiveSource {
+        bucket: ictx.bucket.clone(),
+        prefix: format!("{}objects/{}-", ictx.settings.prefix, batch.id),
+    };
+    let job = ictx
+        .archives
+        .create(&ArchiveJob::new(&id, source, destinations.clone(), now))
+        .await?;
+    // Once archiving has handed on, every member is in the archive's staging area.
+    Ok(job.times(
+        ArchiveState::ActivityArchiving,
+        ArchiveState::PostProcessing,
+    ) > 0)
 }
 
 /// Deletes a job's downloaded files.

@@ -34,6 +34,8 @@ pub enum IngestStepError {
     Bus(#[from] EventBusError),
     #[error("dead-lettering: {0}")]
     Queue(#[from] QueueError),
+    #[error("the batch's archive job: {0}")]
+    Archive(#[from] crate::repositories::archive::ArchiveRecordError),
     #[error(transparent)]
     Encode(#[from] crate::contracts::EncodeError),
     #[error("{0}")]
@@ -60,6 +62,9 @@ pub struct IngestCtx {
     pub processing: ProcessingRetries,
     pub ingest: Ingest,
     pub settings: IngestSettings,
+    /// Archive job records (`GRANARY_ARCHIVE_PREFIX` in the same bucket): where a completed
+    /// batch's archive job is created when `settings.archive_destinations` names destinations.
+    pub archives: crate::repositories::archive::Archives,
 }
 
 impl IngestCtx {
@@ -75,6 +80,10 @@ impl IngestCtx {
         Self {
             bucket: bucket.to_owned(),
             ingest: Ingest::new(store.clone(), &settings.prefix),
+            archives: crate::repositories::archive::Archives::new(
+                store.clone(),
+                crate::config::archive::DEFAULT_ARCHIVE_PREFIX,
+            ),
             store,
             jobs,
             remote,
@@ -82,6 +91,14 @@ impl IngestCtx {
             processing,
             settings,
         }
+    }
+}
+
+impl IngestCtx {
+    /// Archive job records under `prefix` (`GRANARY_ARCHIVE_PREFIX`) instead of the default.
+    pub fn with_archive_prefix(mut self, prefix: &str) -> Self {
+        self.archives = crate::repositories::archive::Archives::new(self.store.clone(), prefix);
+        self
     }
 }
 
@@ -179,6 +196,8 @@ pub struct TickSummary {
     pub notified: u64,
     pub batches_reported: u64,
     pub batches_cleaned: u64,
+    /// Completed batches whose cleanup waits for their archive job to have archived them.
+    pub batches_waiting_for_archive: u64,
     /// Stale index markers repaired on the way.
     pub repaired: u64,
 }

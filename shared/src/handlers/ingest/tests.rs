@@ -857,3 +857,78 @@ async fn an_event_naming_no_ingest_job_is_rejected_not_retried() {
         "{out:?}"
     );
 }
+
+#[tokio::test]
+async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
+    use crate::handlers::archive::{self, tasks, verify, ArchiveCtx};
+    let w = world(IngestSettings {
+        archive_destinations: vec![crate::domain::archive::record::Destination::parse(
+            "s3://vault/ingest/",
+        )
+        .unwrap()],
+        ..IngestSettings::default()
+    });
+    let m = w
+        .manifest("m30", &[("a.txt", "alpha"), ("b.txt", "bravo")], &[])
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Completed, "waits");
+    let summary = tick(&w.ictx, Utc::now()).await.unwrap();
+    assert_eq!(summary.batches_waiting_for_archive, 1);
+    let archive_id = super::batches::archive_id(&id);
+    // The archive jobs run (dispatcher and tasks) over the same bucket.
+    let buckets = Arc::new(crate::adapters::memory::MemoryBuckets::default());
+    buckets.adopt("bucket", w.store.clone());
+    let queue = Arc::new(MemoryQueue::new("archive-tasks"));
+    let key = crate::domain::archive::manifest::signing_key(&"33".repeat(32)).unwrap();
+    let actx = ArchiveCtx::new(
+        w.store.clone(),
+        buckets.clone(),
+        queue.clone(),
+        Arc::new(MemoryEventBus::default()),
+        Some(Arc::new(key)),
+        crate::config::archive::ArchiveSettings::default(),
+    );
+    for _ in 0..20 {
+        let t = archive::tick(&actx, Utc::now()).await.unwrap();
+        let got = queue.receive(10, 60, 0).await.unwrap();
+        for m in &got {
+            let message = serde_json::from_str(&m.body).unwrap();
+            tasks::handle(&actx, &message, Utc::now()).await.unwrap();
+            queue.delete(&m.receipt_handle).await.unwrap();
+        }
+        if t.moved == 0 && got.is_empty() {
+            break;
+        }
+    }
+    let job = actx.archives.job(&archive_id).await.unwrap().unwrap().value;
+    assert_eq!(
+        job.state,
+        crate::domain::archive::job::ArchiveState::Completed,
+        "{:?}",
+        job.history
+    );
+    // Now the batch is cleaned up, and its objects live on in the archive.
+    tick(&w.ictx, Utc::now()).await.unwrap();
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+    assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
+    let r = verify::verify(
+        buckets.bucket("vault"),
+        "vault",
+        &format!("ingest/{archive_id}/"),
+        None,
+    )
+    .await;
+    assert!(r.intact() && r.members_checked == 2, "{r:?}");
+    let manifest = buckets
+        .bucket("vault")
+        .get(&format!("ingest/{archive_id}/manifest.json"))
+        .await
+        .unwrap()
+        .unwrap()
+        .body;
+    let text = String::from_utf8(manifest.to_vec()).unwrap();
+    // Members are named by job within the batch: `j00001/a.txt`.
+    assert!(text.contains("\"j00001/a.txt\""), "{text}");
+}
