@@ -248,3 +248,103 @@ async fn a_member_corrupted_before_its_integrity_check_fails_for_good() {
         .unwrap();
     assert!(copies.is_empty(), "nothing stored");
 }
+
+/// Dies right after the first write of a task record marked done: the write is made and its
+/// answer lost, and every call after it is refused (the handler is dead before its fan-in).
+struct DieAfterTaskDone {
+    dead: std::sync::atomic::AtomicBool,
+}
+
+impl granary::adapters::tap::Tap for DieAfterTaskDone {
+    fn enter(
+        &self,
+        call: &granary::adapters::tap::Call<'_>,
+    ) -> Result<granary::adapters::tap::Fate, granary::adapters::tap::Refusal> {
+        use granary::adapters::tap::{Fate, Op, Refusal};
+        use std::sync::atomic::Ordering;
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(Refusal {
+                message: "the handler died",
+                ambiguous: false,
+            });
+        }
+        if call.op == Op::StorePut && call.target.contains("/tasks/activity-archiving/") {
+            self.dead.store(true, Ordering::SeqCst);
+            return Ok(Fate::MakeAndLoseAnswer);
+        }
+        Ok(Fate::Make)
+    }
+}
+
+#[tokio::test]
+async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complete_the_phase_once() {
+    let w = setup("archfanin", "1", "0").await;
+    let vault = format!("{}-vault", w.tag);
+    w.s.clients
+        .s3
+        .create_bucket()
+        .bucket(&vault)
+        .send()
+        .await
+        .unwrap();
+    let id = w.create(&format!("s3://{vault}/a/")).await;
+    // Until the archiving tasks are on the queue (7 objects, 3 per shard: 3 tasks).
+    for _ in 0..5 {
+        archive::tick(&w.actx, chrono::Utc::now()).await.unwrap();
+    }
+    assert_eq!(w.job(&id).await.state, ArchiveState::ActivityArchiving);
+    let got = w.actx.task_queue.receive(10, 30, 1).await.unwrap();
+    assert_eq!(got.len(), 3);
+    let messages: Vec<TaskMessage> = got
+        .iter()
+        .map(|m| serde_json::from_str(&m.body).unwrap())
+        .collect();
+    // The first two run; the last one's handler dies right after recording its task done, so
+    // nobody has checked the fan-in with all three done.
+    for m in &messages[..2] {
+        tasks::handle(&w.actx, m, chrono::Utc::now()).await.unwrap();
+    }
+    let mut dying = w.actx.clone();
+    let tap = std::sync::Arc::new(DieAfterTaskDone {
+        dead: Default::default(),
+    });
+    dying.store = std::sync::Arc::new(granary::adapters::tap::TappedStore {
+        inner: w.actx.store.clone(),
+        tap,
+    });
+    dying.archives =
+        granary::repositories::archive::Archives::new(dying.store.clone(), &w.actx.settings.prefix);
+    assert!(tasks::handle(&dying, &messages[2], chrono::Utc::now())
+        .await
+        .is_err());
+    assert_eq!(w.job(&id).await.state, ArchiveState::ActivityArchiving);
+    // SQS delivers the third message again, twice (it was never deleted): the phase hands on once.
+    for _ in 0..2 {
+        let out = tasks::handle(&w.actx, &messages[2], chrono::Utc::now())
+            .await
+            .unwrap();
+        assert!(
+            matches!(
+                out,
+                tasks::TaskOutcome::Duplicate | tasks::TaskOutcome::Stale
+            ),
+            "{out:?}"
+        );
+    }
+    for m in &got {
+        w.actx.task_queue.delete(&m.receipt_handle).await.unwrap();
+    }
+    let job = w.run_until(&id, |j| j.state.has_ended()).await;
+    assert_eq!(job.state, ArchiveState::Completed, "{:?}", job.history);
+    assert_eq!(
+        job.times(
+            ArchiveState::ActivityArchiving,
+            ArchiveState::PostProcessing
+        ),
+        1
+    );
+    let store = granary::wiring::s3_store(&w.s.clients, &vault);
+    assert!(verify::verify(store, &vault, &format!("a/{id}/"), None)
+        .await
+        .intact());
+}
