@@ -3,7 +3,8 @@
 //! task message) dies at one of its external calls in turn — the call never made, or made and its
 //! answer lost — and then the schedule fires again and SQS redelivers what the dead handler held,
 //! until nothing moves. Audited after each run: the job completed, each phase completed exactly
-//! once (its history), both copies verify, and nothing is left in the staging area.
+//! once (its history), both copies verify, the open-jobs index no longer lists it, and nothing is left in the
+//! staging area.
 
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
@@ -201,6 +202,10 @@ async fn audit(w: &World) -> Result<(), String> {
         if !r.intact() || r.members_checked != 6 {
             return Err(format!("{bucket}: {r:?}"));
         }
+    }
+    let open = a.archives.open_ids().await.unwrap();
+    if !open.is_empty() {
+        return Err(format!("still listed open: {open:?}"));
     }
     let left = w.store.list(&a.archives.work(&w.id)).await.unwrap();
     if !left.is_empty() {

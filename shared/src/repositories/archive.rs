@@ -79,8 +79,50 @@ impl Archives {
         format!("{}tmp/", self.work(id))
     }
 
+    /// The open-jobs index: one empty marker per job that has not ended, so a tick reads only
+    /// those, never every job ever created.
+    pub fn open_key(&self, id: &str) -> String {
+        format!("{}open/{id}", self.prefix)
+    }
+
+    pub async fn open_ids(&self) -> Result<Vec<String>, ArchiveRecordError> {
+        let prefix = format!("{}open/", self.prefix);
+        let mut ids: Vec<String> = self
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|m| Some(m.key.strip_prefix(&prefix)?.to_owned()))
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Put before a job is created or retried: a crash after it leaves a marker the tick skips
+    /// (no record yet) or repairs (the job has ended), never a live job no tick reads.
+    pub async fn mark_open(&self, id: &str) -> Result<(), ArchiveRecordError> {
+        self.store
+            .put(
+                &self.open_key(id),
+                bytes::Bytes::new(),
+                PutCondition::Overwrite,
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removed after the record says the job ended.
+    pub async fn mark_closed(&self, id: &str) -> Result<(), ArchiveRecordError> {
+        self.store.delete(&self.open_key(id)).await?;
+        Ok(())
+    }
+
+    /// Creates the job (its open marker first) unless it exists; the stored one either way.
     pub async fn create(&self, job: &ArchiveJob) -> Result<ArchiveJob, ArchiveRecordError> {
         let key = self.job_key(&job.id);
+        if !job.state.has_ended() {
+            self.mark_open(&job.id).await?;
+        }
         match write_json(self.store.as_ref(), &key, job, PutCondition::IfAbsent).await {
             Ok(_) => Ok(job.clone()),
             Err(e) if e.is_conflict() => match self.job(&job.id).await? {

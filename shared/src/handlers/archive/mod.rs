@@ -108,10 +108,21 @@ pub struct ArchiveTick {
     pub errors: u64,
 }
 
-/// One pass over every job that has not ended: each is moved as far as it can go now.
+/// One pass over every job that has not ended (the open-jobs index): each is moved as far as it
+/// can go now.
 pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, ArchiveError> {
     let mut s = ArchiveTick::default();
-    for id in actx.archives.ids().await? {
+    for id in actx.archives.open_ids().await? {
+        match actx.archives.job(&id).await? {
+            // A creation under way, or one that died before its record: nothing to move yet.
+            None => continue,
+            // Ended, its marker left by a crash: repaired.
+            Some(j) if j.value.state.has_ended() => {
+                actx.archives.mark_closed(&id).await?;
+                continue;
+            }
+            Some(_) => {}
+        }
         for _ in 0..16 {
             match steps::step(actx, &id, now, &mut s).await {
                 Ok(true) => s.moved += 1,

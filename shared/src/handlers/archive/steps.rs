@@ -360,11 +360,13 @@ pub async fn step(
                     |_| {},
                 )
                 .await?;
+                actx.archives.mark_closed(id).await?;
                 s.completed += u64::from(moved);
                 Ok(moved)
             } else {
                 let moved =
                     advance(actx, id, Cleanup, Failed, "failed; cleaned up", now, |_| {}).await?;
+                actx.archives.mark_closed(id).await?;
                 s.failed += u64::from(moved);
                 Ok(moved)
             }
@@ -431,6 +433,7 @@ pub async fn retry(
     let Some(phase) = Phase::of(to) else {
         return Err(ArchiveError::Refused(format!("{to} is not a phase")));
     };
+    actx.archives.mark_open(id).await?;
     if !rerun_phase(
         actx,
         &job,
