@@ -4,36 +4,8 @@
 //! a flipped byte, a forged signature, a pinned key.
 
 use granary::adapters::aws::AwsClients;
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn archive(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GRANARY_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .arg("archive")
-        .args(args)
-        .envs(vars.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("running granary: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(vars: &[(&str, &str)], args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let (code, out, err) = archive(vars, &all);
-    assert_eq!(code, 0, "granary archive {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy() {
@@ -70,7 +42,7 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         .unwrap();
 
     // The operator makes a key and keeps its seed in SSM.
-    let (code, out, err) = archive(&[], &["keygen"]);
+    let (code, out, err) = common::granary(&[], &["archive", "keygen"]);
     assert_eq!(code, 0, "{err}");
     let seed = out
         .split_whitespace()
@@ -96,9 +68,10 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         ("GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER", parameter.as_str()),
         ("GRANARY_ARCHIVE_OBJECTS_PER_SHARD", "5"),
     ];
-    let created = json(
+    let created = common::json(
         &vars,
         &[
+            "archive",
             "create",
             "--prefix",
             &format!("s3://{products}/l2/2026/"),
@@ -109,8 +82,8 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         ],
     );
     let id = created["id"].as_str().unwrap().to_owned();
-    json(&vars, &["tick", "--run-tasks"]);
-    let status = json(&vars, &["status", &id]);
+    common::json(&vars, &["archive", "tick", "--run-tasks"]);
+    let status = common::json(&vars, &["archive", "status", &id]);
     assert_eq!(status[0]["state"], "completed", "{status}");
     assert_eq!(
         (status[0]["objects"].as_u64(), status[0]["shards"].as_u64()),
@@ -147,14 +120,14 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
 
     // The mirror's copy verifies on its own, and against the operator's key.
     let copy = format!("s3://{mirror}/copies/{id}/");
-    let report = json(&[], &["verify", &copy]);
+    let report = common::json(&[], &["archive", "verify", &copy]);
     assert_eq!(report["members_checked"], 12, "{report}");
     assert!(
         report["problems"].as_array().unwrap().is_empty(),
         "{report}"
     );
     assert_eq!(
-        archive(&[], &["verify", &copy, "--public-key", &public]).0,
+        common::granary(&[], &["archive", "verify", &copy, "--public-key", &public]).0,
         0
     );
 
@@ -201,11 +174,15 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         }
     };
     put(member.clone(), flipped).await;
-    let (code, out, _) = archive(&[], &["verify", &copy]);
+    let (code, out, _) = common::granary(&[], &["archive", "verify", &copy]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&member) && out.contains("NOT INTACT"), "{out}");
     put(member.clone(), body).await;
-    assert_eq!(archive(&[], &["verify", &copy]).0, 0, "restored");
+    assert_eq!(
+        common::granary(&[], &["archive", "verify", &copy]).0,
+        0,
+        "restored"
+    );
 
     // A forged signature (another key's, over the same checksums): exit 1.
     let forger = granary::domain::archive::manifest::signing_key(&"5a".repeat(32)).unwrap();
@@ -224,7 +201,7 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         .to_vec();
     let (forged, _) = granary::domain::archive::manifest::sign(&forger, &sums);
     put(format!("copies/{id}/SHA256SUMS.sig"), forged.into_bytes()).await;
-    let (code, out, _) = archive(&[], &["verify", &copy]);
+    let (code, out, _) = common::granary(&[], &["archive", "verify", &copy]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("signature BAD"), "{out}");
 }

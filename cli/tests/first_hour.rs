@@ -1,28 +1,10 @@
 //! The operator's first hour, against the emulator: each command asks only for the variables it
 //! uses, and a missing one is named.
 
-use granary::adapters::aws::AwsClients;
-use std::process::Command;
+mod common;
 
-/// Runs `granary ARGS` with exactly `vars` of granary's variables set (the AWS ones are kept).
-fn granary(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GRANARY_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .args(args)
-        .envs(vars.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("running granary: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::granary;
+use granary::adapters::aws::AwsClients;
 
 #[tokio::test]
 async fn each_command_asks_only_for_what_it_uses() {

@@ -7,38 +7,9 @@
 
 use granary::adapters::aws::AwsClients;
 use granary_tests::http_source;
+mod common;
+
 use serde_json::Value;
-use std::process::Command;
-
-/// Runs `granary ingest ARGS` with exactly `vars` of granary's variables set.
-fn ingest(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("GRANARY_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .arg("ingest")
-        .args(args)
-        .envs(vars.iter().copied())
-        .output()
-        .unwrap_or_else(|e| panic!("running granary: {e}"));
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// `granary ingest ARGS --json` that must succeed, its output parsed.
-fn json(vars: &[(&str, &str)], args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.push("--json");
-    let (code, out, err) = ingest(vars, &all);
-    assert_eq!(code, 0, "granary ingest {args:?}: {err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
 
 fn md5_hex(body: &[u8]) -> String {
     use md5::{Digest, Md5};
@@ -108,31 +79,45 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
         ("GRANARY_FAILURE_DLQ_URL", urls[1].as_str()),
     ];
 
-    let (code, _, err) = ingest(
+    let (code, _, err) = common::granary(
         &bucket_only,
-        &["hold", "--collection", "maps", "--reason", "audit"],
+        &[
+            "ingest",
+            "hold",
+            "--collection",
+            "maps",
+            "--reason",
+            "audit",
+        ],
     );
     assert_eq!(code, 0, "{err}");
-    let submitted = json(
+    let submitted = common::json(
         &bucket_only,
-        &["submit", file.to_str().unwrap(), "--collection", "maps"],
+        &[
+            "ingest",
+            "submit",
+            file.to_str().unwrap(),
+            "--collection",
+            "maps",
+        ],
     );
     let batch = submitted["id"].as_str().unwrap().to_owned();
     assert_eq!(submitted["state"], "pending");
 
-    json(&dispatcher, &["tick", "--until-quiet"]);
-    let status = json(&bucket_only, &["status", &batch]);
+    common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
+    let status = common::json(&bucket_only, &["ingest", "status", &batch]);
     assert_eq!(status[0]["batch"]["state"], "held", "{status}");
 
-    let (code, _, err) = ingest(&bucket_only, &["release", "--collection", "maps"]);
+    let (code, _, err) =
+        common::granary(&bucket_only, &["ingest", "release", "--collection", "maps"]);
     assert_eq!(code, 0, "{err}");
-    let passes = json(&dispatcher, &["tick", "--until-quiet"]);
+    let passes = common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
     assert!(passes.as_array().is_some_and(|p| p.len() > 1), "{passes}");
-    let status = json(&bucket_only, &["status", &batch]);
+    let status = common::json(&bucket_only, &["ingest", "status", &batch]);
     assert_eq!(status[0]["batch"]["state"], "failed", "{status}");
     assert_eq!(status[0]["jobs"]["failed"], 3, "{status}");
 
-    let reports = json(&bucket_only, &["report", &batch]);
+    let reports = common::json(&bucket_only, &["ingest", "report", &batch]);
     let failed = reports[0]["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 3, "{reports}");
     let reasons: Vec<&str> = failed.iter().filter_map(|f| f["reason"].as_str()).collect();
@@ -147,7 +132,10 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
     );
 
     // Resume: the two downloads restart; the unreadable line cannot (exit 1, said why).
-    let (code, out, _) = ingest(&bucket_only, &["resume", "--batch", &batch, "--json"]);
+    let (code, out, _) = common::granary(
+        &bucket_only,
+        &["ingest", "resume", "--batch", &batch, "--json"],
+    );
     assert_eq!(code, 1, "{out}");
     let resumed: Value = serde_json::from_str(&out).unwrap();
     let restarted = resumed
@@ -157,26 +145,26 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
         .filter(|r| r["outcome"]["Ok"] == "downloading")
         .count();
     assert_eq!(restarted, 2, "{resumed}");
-    json(&dispatcher, &["tick", "--until-quiet"]);
-    let (code, _, err) = ingest(&bucket_only, &["update-report", &batch]);
+    common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
+    let (code, _, err) = common::granary(&bucket_only, &["ingest", "update-report", &batch]);
     assert_eq!(code, 0, "{err}");
-    json(&dispatcher, &["tick", "--until-quiet"]);
-    let reports = json(&bucket_only, &["report", &batch]);
+    common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
+    let reports = common::json(&bucket_only, &["ingest", "report", &batch]);
     assert_eq!(reports.as_array().unwrap().len(), 2, "{reports}");
     assert_eq!(reports[1]["still_failed"].as_array().unwrap().len(), 3);
 
     // A failed batch is deleted with its jobs.
-    let (code, out, err) = ingest(&bucket_only, &["delete", "--batch", &batch]);
+    let (code, out, err) = common::granary(&bucket_only, &["ingest", "delete", "--batch", &batch]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("deleted"), "{out}");
-    let status = json(&bucket_only, &["status", &batch]);
+    let status = common::json(&bucket_only, &["ingest", "status", &batch]);
     assert_eq!(status[0]["batch"]["state"], "deleted", "{status}");
 
     // What a command lacks is named.
-    let (code, _, err) = ingest(&bucket_only, &["tick"]);
+    let (code, _, err) = common::granary(&bucket_only, &["ingest", "tick"]);
     assert_eq!(code, 2);
     assert!(err.contains("GRANARY_JOB_QUEUE is not set"), "{err}");
-    let (code, _, err) = ingest(&[], &["status"]);
+    let (code, _, err) = common::granary(&[], &["ingest", "status"]);
     assert_eq!(code, 2);
     assert!(err.contains("GRANARY_BUCKET is not set"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);

@@ -7,14 +7,16 @@
 //! archive: `members/<sha256>`, the manifest, the checksums, the signature and its public key);
 //! `work/<id>/tmp/` (members on their way to their content address).
 
-use super::json::{read_json, write_json, RepositoryError, Versioned};
+pub use super::json::Changed;
+use super::json::{
+    change_json, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
+    CAS_ROUNDS,
+};
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::ports::{ObjectStore, PutCondition};
 use std::sync::Arc;
-
-const CAS_ROUNDS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveRecordError {
@@ -28,12 +30,27 @@ pub enum ArchiveRecordError {
     Contended { what: &'static str, id: String },
 }
 
-/// What a change found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Change<T> {
-    Moved(T),
-    Unchanged(T),
-    Missing,
+impl From<ChangeError> for ArchiveRecordError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Repository(r) => ArchiveRecordError::Repository(r),
+            ChangeError::Illegal(why) => ArchiveRecordError::Illegal(why),
+        }
+    }
+}
+
+/// A change's outcome as the repository reports it.
+fn reported<T>(
+    swapped: Swapped<T>,
+    what: &'static str,
+    id: String,
+) -> Result<Changed<T>, ArchiveRecordError> {
+    match swapped {
+        Swapped::Written { after, .. } => Ok(Changed::Moved(after)),
+        Swapped::Unchanged(v) => Ok(Changed::Unchanged(v)),
+        Swapped::Missing => Ok(Changed::Missing),
+        Swapped::Contended => Err(ArchiveRecordError::Contended { what, id }),
+    }
 }
 
 #[derive(Clone)]
@@ -163,28 +180,12 @@ impl Archives {
         &self,
         id: &str,
         decide: F,
-    ) -> Result<Change<ArchiveJob>, ArchiveRecordError>
+    ) -> Result<Changed<ArchiveJob>, ArchiveRecordError>
     where
         F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
     {
-        let key = self.job_key(id);
-        for _ in 0..CAS_ROUNDS {
-            let Some(current) = self.job(id).await? else {
-                return Ok(Change::Missing);
-            };
-            let Some(next) = decide(&current.value).map_err(ArchiveRecordError::Illegal)? else {
-                return Ok(Change::Unchanged(current.value));
-            };
-            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => return Ok(Change::Moved(next)),
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ArchiveRecordError::Contended {
-            what: "archive job",
-            id: id.to_owned(),
-        })
+        let swapped = change_json(self.store.as_ref(), &self.job_key(id), decide).await?;
+        reported(swapped, "archive job", id.to_owned())
     }
 
     pub async fn put_shard(
@@ -255,28 +256,13 @@ impl Archives {
         phase: Phase,
         task: &str,
         decide: F,
-    ) -> Result<Change<TaskRecord>, ArchiveRecordError>
+    ) -> Result<Changed<TaskRecord>, ArchiveRecordError>
     where
         F: Fn(&TaskRecord) -> Option<TaskRecord>,
     {
         let key = self.task_key(id, phase, task);
-        for _ in 0..CAS_ROUNDS {
-            let Some(current) = self.task(id, phase, task).await? else {
-                return Ok(Change::Missing);
-            };
-            let Some(next) = decide(&current.value) else {
-                return Ok(Change::Unchanged(current.value));
-            };
-            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => return Ok(Change::Moved(next)),
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Err(ArchiveRecordError::Contended {
-            what: "archive task",
-            id: format!("{id}/{phase}/{task}"),
-        })
+        let swapped = change_json(self.store.as_ref(), &key, |t| Ok(decide(t))).await?;
+        reported(swapped, "archive task", format!("{id}/{phase}/{task}"))
     }
 
     /// Every task of the phase, in name order.

@@ -9,7 +9,11 @@
 //! ([`Ingest::claim_listed`]). So for every job, the marker of the state its record names exists
 //! once the record is written and the next handler has looked.
 
-use super::json::{read_json, write_json, RepositoryError, Versioned};
+pub use super::json::Changed;
+use super::json::{
+    change_json, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
+    CAS_ROUNDS,
+};
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
@@ -17,9 +21,6 @@ use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::ports::{ObjectStore, PutCondition};
 use bytes::Bytes;
 use std::sync::Arc;
-
-/// How often a change is re-decided after losing a compare-and-swap before giving up.
-const CAS_ROUNDS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -33,20 +34,11 @@ pub enum IngestError {
     Contended { what: &'static str, id: String },
 }
 
-/// What a change found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Changed<T> {
-    Moved(T),
-    /// The decision was "nothing to do" for the record as it is.
-    Unchanged(T),
-    Missing,
-}
-
-impl<T> Changed<T> {
-    pub fn record(&self) -> Option<&T> {
-        match self {
-            Changed::Moved(r) | Changed::Unchanged(r) => Some(r),
-            Changed::Missing => None,
+impl From<ChangeError> for IngestError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Repository(r) => IngestError::Repository(r),
+            ChangeError::Illegal(why) => IngestError::Illegal(why),
         }
     }
 }
@@ -151,33 +143,26 @@ impl Ingest {
         F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
     {
         let key = self.keys.batch(id);
-        for _ in 0..CAS_ROUNDS {
-            let Some(current) = self.batch(id).await? else {
-                return Ok(Changed::Missing);
-            };
-            let Some(next) = decide(&current.value).map_err(IngestError::Illegal)? else {
-                return Ok(Changed::Unchanged(current.value));
-            };
-            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => {}
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
-            }
-            // The record first, then the new marker, then the old one removed (as for jobs).
-            if next.state != current.value.state {
-                if next.state != BatchState::Deleted {
-                    self.marker(&self.keys.batch_state(next.state, id)).await?;
+        match change_json(self.store.as_ref(), &key, decide).await? {
+            Swapped::Written { before, after } => {
+                // The record first, then the new marker, then the old one removed (as for jobs).
+                if after.state != before.state {
+                    if after.state != BatchState::Deleted {
+                        self.marker(&self.keys.batch_state(after.state, id)).await?;
+                    }
+                    self.store
+                        .delete(&self.keys.batch_state(before.state, id))
+                        .await?;
                 }
-                self.store
-                    .delete(&self.keys.batch_state(current.value.state, id))
-                    .await?;
+                Ok(Changed::Moved(after))
             }
-            return Ok(Changed::Moved(next));
+            Swapped::Unchanged(b) => Ok(Changed::Unchanged(b)),
+            Swapped::Missing => Ok(Changed::Missing),
+            Swapped::Contended => Err(IngestError::Contended {
+                what: "batch",
+                id: id.to_string(),
+            }),
         }
-        Err(IngestError::Contended {
-            what: "batch",
-            id: id.to_string(),
-        })
     }
 
     /// The jobs the batch's own index lists under `group`.
@@ -259,26 +244,19 @@ impl Ingest {
         F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
     {
         let key = self.keys.job(id);
-        for _ in 0..CAS_ROUNDS {
-            let Some(current) = self.job(id).await? else {
-                return Ok(Changed::Missing);
-            };
-            let Some(next) = decide(&current.value).map_err(IngestError::Illegal)? else {
-                return Ok(Changed::Unchanged(current.value));
-            };
-            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => {}
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
+        match change_json(self.store.as_ref(), &key, decide).await? {
+            Swapped::Written { before, after } => {
+                self.index(&after).await?;
+                self.unindex(&before, &after).await?;
+                Ok(Changed::Moved(after))
             }
-            self.index(&next).await?;
-            self.unindex(&current.value, &next).await?;
-            return Ok(Changed::Moved(next));
+            Swapped::Unchanged(j) => Ok(Changed::Unchanged(j)),
+            Swapped::Missing => Ok(Changed::Missing),
+            Swapped::Contended => Err(IngestError::Contended {
+                what: "job",
+                id: id.to_string(),
+            }),
         }
-        Err(IngestError::Contended {
-            what: "job",
-            id: id.to_string(),
-        })
     }
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).

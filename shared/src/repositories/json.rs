@@ -73,3 +73,77 @@ pub async fn write_json<T: Serialize>(
     let body = encode("a state object", value)?;
     Ok(store.put(key, body, condition).await?)
 }
+
+/// How often a change is re-decided after losing a compare-and-swap before giving up.
+pub const CAS_ROUNDS: usize = 8;
+
+/// What a compare-and-swap change found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Changed<T> {
+    Moved(T),
+    /// The decision was "nothing to do" for the record as it is.
+    Unchanged(T),
+    Missing,
+}
+
+impl<T> Changed<T> {
+    pub fn record(&self) -> Option<&T> {
+        match self {
+            Changed::Moved(r) | Changed::Unchanged(r) => Some(r),
+            Changed::Missing => None,
+        }
+    }
+}
+
+/// What [`change_json`] did: the value before and after a write, or why there was none.
+pub enum Swapped<T> {
+    Written {
+        before: T,
+        after: T,
+    },
+    Unchanged(T),
+    Missing,
+    /// Lost [`CAS_ROUNDS`] compare-and-swaps in a row.
+    Contended,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
+    /// `decide` refused the change (a transition its table does not allow).
+    #[error("{0}")]
+    Illegal(String),
+}
+
+/// Reads the object, asks `decide` for its next value, writes it with If-Match; on a lost race,
+/// reads and decides again (at most [`CAS_ROUNDS`] times).
+pub async fn change_json<T, F>(
+    store: &dyn ObjectStore,
+    key: &str,
+    decide: F,
+) -> Result<Swapped<T>, ChangeError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Fn(&T) -> Result<Option<T>, String>,
+{
+    for _ in 0..CAS_ROUNDS {
+        let Some(current) = read_json::<T>(store, key).await? else {
+            return Ok(Swapped::Missing);
+        };
+        let Some(next) = decide(&current.value).map_err(ChangeError::Illegal)? else {
+            return Ok(Swapped::Unchanged(current.value));
+        };
+        match write_json(store, key, &next, current.condition()).await {
+            Ok(_) => {
+                return Ok(Swapped::Written {
+                    before: current.value,
+                    after: next,
+                })
+            }
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Swapped::Contended)
+}

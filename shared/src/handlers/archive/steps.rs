@@ -10,7 +10,7 @@ use crate::domain::archive::decisions::{
 };
 use crate::domain::archive::job::{ArchiveState, Phase};
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
-use crate::repositories::archive::Change;
+use crate::repositories::archive::Changed;
 use chrono::{DateTime, Utc};
 
 /// Moves `from` → `to` if the job is still in `from`, with `edit` applied. Whether it moved.
@@ -34,7 +34,7 @@ pub(crate) async fn advance(
             Ok(Some(next))
         })
         .await?;
-    Ok(matches!(changed, Change::Moved(_)))
+    Ok(matches!(changed, Changed::Moved(_)))
 }
 
 /// The names of a phase's tasks.

@@ -236,6 +236,19 @@ async fn post_process(actx: &ArchiveCtx, job: &ArchiveJob) -> Result<(), TaskFai
     Ok(())
 }
 
+/// Every object under `prefix`, by key, with its size.
+async fn sizes_under(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<std::collections::BTreeMap<String, u64>, crate::ports::StoreError> {
+    Ok(store
+        .list(prefix)
+        .await?
+        .into_iter()
+        .map(|m| (m.key, m.size))
+        .collect())
+}
+
 /// Storage classes whose objects cannot be read back without a restore: their copies are
 /// verified by size only.
 fn readable(class: Option<&str>) -> bool {
@@ -265,13 +278,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
     let staged = actx.archives.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
     let files = actx.store.list(&staged).await.map_err(store_err)?;
-    let there: std::collections::BTreeMap<String, u64> = target
-        .list(&at)
-        .await
-        .map_err(dest_err)?
-        .into_iter()
-        .map(|m| (m.key, m.size))
-        .collect();
+    let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);
         let key = format!("{at}{rel}");
@@ -294,13 +301,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
         })?;
     }
     // Verify the copy.
-    let copied: std::collections::BTreeMap<String, u64> = target
-        .list(&at)
-        .await
-        .map_err(dest_err)?
-        .into_iter()
-        .map(|m| (m.key, m.size))
-        .collect();
+    let copied = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);
         let key = format!("{at}{rel}");

@@ -1,0 +1,34 @@
+//! The `granary` binary as an operator runs it: only the granary variables a test gives it.
+#![allow(dead_code)]
+
+use std::process::Command;
+
+/// Runs `granary ARGS` with exactly `vars` of granary's variables set (the AWS ones are kept):
+/// exit code, stdout, stderr.
+pub fn granary(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GRANARY_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running granary: {e}"));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `granary ARGS --json`, which must succeed, its output parsed.
+pub fn json(vars: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let (code, out, err) = granary(vars, &all);
+    assert_eq!(code, 0, "granary {args:?}: {err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
