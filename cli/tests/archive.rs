@@ -6,7 +6,6 @@
 use granary::adapters::aws::AwsClients;
 mod common;
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy() {
     assert!(

@@ -20,9 +20,8 @@ use granary::domain::archive::manifest;
 use granary::domain::archive::record::{ArchiveSource, Destination};
 use granary::handlers::archive::{self, tasks, ArchiveCtx};
 use granary::ports::{Buckets, ObjectStore, PutCondition, Queue};
-use granary_template::check_role;
 use platform::ingest::{env_of, RecordingBus};
-use platform::{account, stack};
+use platform::{account, check_function_role as check, stack};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,27 +161,6 @@ fn recorded(
         buckets,
         bus,
         signing_parameter,
-    }
-}
-
-fn check(logical_id: &str, needed: &BTreeSet<Access>, problems: &mut Vec<String>) {
-    let (_, resolved) = stack();
-    let statements = resolved
-        .function(logical_id)
-        .and_then(|f| f.statements())
-        .unwrap();
-    let check = check_role(
-        &statements,
-        needed.iter().map(|a| (a.action, a.resource.as_str())),
-    )
-    .unwrap();
-    for n in check.not_granted {
-        problems.push(format!(
-            "{logical_id} needs {n} and its role does not grant it"
-        ));
-    }
-    for u in check.unused {
-        problems.push(format!("{logical_id} is granted {u} and no call uses it"));
     }
 }
 

@@ -6,32 +6,9 @@
 
 mod platform;
 
-use granary::adapters::tap::access_log::Access;
-use granary_template::check_role;
+use platform::check_function_role as check;
 use platform::ingest::{ingest_needs, DISPATCHER, MONITOR, SUBMIT};
-use platform::stack;
 use std::collections::BTreeSet;
-
-fn check(logical_id: &str, needed: &BTreeSet<Access>, problems: &mut Vec<String>) {
-    let (_, resolved) = stack();
-    let statements = resolved
-        .function(logical_id)
-        .and_then(|f| f.statements())
-        .unwrap();
-    let check = check_role(
-        &statements,
-        needed.iter().map(|a| (a.action, a.resource.as_str())),
-    )
-    .unwrap();
-    for n in check.not_granted {
-        problems.push(format!(
-            "{logical_id} needs {n} and its role does not grant it"
-        ));
-    }
-    for u in check.unused {
-        problems.push(format!("{logical_id} is granted {u} and no call uses it"));
-    }
-}
 
 #[tokio::test]
 async fn the_ingest_functions_are_granted_what_they_use_and_use_what_they_are_granted() {

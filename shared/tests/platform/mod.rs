@@ -185,6 +185,33 @@ pub fn stack() -> &'static (Stack, Resolved) {
     })
 }
 
+/// Checks `needed` against the role of function `logical_id` in the test stack, both ways;
+/// each problem (a call not granted, a grant no call used) is pushed onto `problems`.
+pub fn check_function_role(
+    logical_id: &str,
+    needed: &BTreeSet<granary::adapters::tap::access_log::Access>,
+    problems: &mut Vec<String>,
+) {
+    let (_, resolved) = stack();
+    let statements = resolved
+        .function(logical_id)
+        .and_then(|f| f.statements())
+        .unwrap();
+    let check = granary_template::check_role(
+        &statements,
+        needed.iter().map(|a| (a.action, a.resource.as_str())),
+    )
+    .unwrap();
+    for n in check.not_granted {
+        problems.push(format!(
+            "{logical_id} needs {n} and its role does not grant it"
+        ));
+    }
+    for u in check.unused {
+        problems.push(format!("{logical_id} is granted {u} and no call uses it"));
+    }
+}
+
 pub fn account() -> AwsAccount {
     let (s, _) = stack();
     AwsAccount {
