@@ -59,6 +59,16 @@ enum Command {
         /// cost, with no emulator in the loop (request counts are the same).
         #[arg(long)]
         in_memory: bool,
+        /// Print one JSON object per campaign (one line each) instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// The feeder schedule's period in milliseconds; 0 fires it as fast as the handlers
+        /// take it (the local runtime's loop; no AWS schedule runs more than once a minute).
+        #[arg(long, default_value_t = 200)]
+        feeder_interval_ms: u64,
+        /// Granules per feeder run (the schedule's granule_submit_count).
+        #[arg(long, default_value_t = 200)]
+        granule_submit_count: u64,
     },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
@@ -520,7 +530,41 @@ mod prices {
     pub const SQS_REQUEST: f64 = 0.40 / 1e6;
 }
 
-async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
+/// One campaign's figures, as `granary-bench campaign --json` prints them (per granule unless
+/// the name says otherwise).
+#[derive(Debug, Serialize)]
+struct CampaignFigures {
+    granules: usize,
+    ports: &'static str,
+    item_records: bool,
+    feeder_interval_ms: u64,
+    granule_submit_count: u64,
+    wall_secs: f64,
+    granules_per_sec: f64,
+    cpu_secs: f64,
+    s3_get_per_granule: f64,
+    s3_put_per_granule: f64,
+    s3_list_per_granule: f64,
+    s3_copy_per_granule: f64,
+    s3_delete_per_granule: f64,
+    s3_requests_per_granule: f64,
+    sqs_requests_per_granule: f64,
+    batch_calls_per_granule: f64,
+    lambda_invocations_per_granule: f64,
+    lambda_gb_s_per_granule: f64,
+    cost_per_million_usd: f64,
+    /// The bench process's peak resident set (VmHWM) so far: campaigns run one after another in
+    /// one process, so a later campaign's figure is at least an earlier one's.
+    peak_rss_mib: f64,
+}
+
+async fn campaign(
+    sizes: Vec<usize>,
+    in_memory: bool,
+    json: bool,
+    feeder_interval_ms: u64,
+    granule_submit_count: u64,
+) -> Result<()> {
     use granary_local::campaign::{Campaign, CampaignSpec};
     let config = load_sdk_config().await;
     let clients = AwsClients::new(&config);
@@ -546,6 +590,8 @@ async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
             granules: n,
             ..CampaignSpec::default()
         };
+        spec.runner.feeder_interval = Duration::from_millis(feeder_interval_ms);
+        spec.runner.granule_submit_count = granule_submit_count;
         // The emulator settles ~25 granules/s: allow a large campaign the time it needs.
         spec.runner.deadline = spec.runner.deadline.max(Duration::from_secs(n as u64 / 5));
         let mut c = if in_memory {
@@ -592,6 +638,31 @@ async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
             + (put + list + copy) * prices::S3_PUT
             + get * prices::S3_GET
             + sqs * prices::SQS_REQUEST;
+        let figures = CampaignFigures {
+            granules: n,
+            ports: if in_memory { "in-memory" } else { "emulator" },
+            item_records: c.runtime.ctx.config.layout.track_items,
+            feeder_interval_ms,
+            granule_submit_count,
+            wall_secs: wall,
+            granules_per_sec: n as f64 / wall,
+            cpu_secs: cpu,
+            s3_get_per_granule: get,
+            s3_put_per_granule: put,
+            s3_list_per_granule: list,
+            s3_copy_per_granule: copy,
+            s3_delete_per_granule: delete,
+            s3_requests_per_granule: get + put + list + copy + delete,
+            sqs_requests_per_granule: sqs,
+            batch_calls_per_granule: batch,
+            lambda_invocations_per_granule: invocations,
+            lambda_gb_s_per_granule: gb_s,
+            cost_per_million_usd: per_granule * 1e6,
+            peak_rss_mib: peak_rss_kib() as f64 / 1024.0,
+        };
+        if json {
+            println!("{}", serde_json::to_string(&figures)?);
+        }
         table.add_row([
             n.to_string(),
             if in_memory { "in-memory" } else { "emulator" }.to_owned(),
@@ -621,6 +692,9 @@ async fn campaign(sizes: Vec<usize>, in_memory: bool) -> Result<()> {
             p.requeuer_time.as_secs_f64(),
             c.runtime.simulator.stats.swept
         );
+    }
+    if json {
+        return Ok(());
     }
     println!(
         "Campaign in the local runtime (requests counted at granary's ports, per granule)\n{table}"
@@ -864,7 +938,19 @@ async fn main() -> Result<()> {
         Command::Campaign {
             granules,
             in_memory,
-        } => campaign(granules, in_memory).await,
+            json,
+            feeder_interval_ms,
+            granule_submit_count,
+        } => {
+            campaign(
+                granules,
+                in_memory,
+                json,
+                feeder_interval_ms,
+                granule_submit_count,
+            )
+            .await
+        }
         Command::WindowRead {
             bucket,
             key,

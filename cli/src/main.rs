@@ -3,6 +3,7 @@
 mod archive_cmd;
 mod classify_cmd;
 mod ingest_cmd;
+mod inventory_cmd;
 mod items_cmd;
 mod ops_cmd;
 
@@ -45,6 +46,13 @@ enum Command {
     ///   granary archive verify s3://vault/archives/a20261124070000-1a2b3c4d/
     #[command(verbatim_doc_comment)]
     Archive(archive_cmd::Args),
+    /// Inventories in the layout the feeder reads best: convert lists of ids (text, CSV, JSON
+    /// lines, Parquet), sorted newest first, duplicates and invalid ids left out.
+    ///
+    /// Example:
+    ///   granary inventory convert granules.txt --out s3://my-bucket/inventories/2026-11.parquet
+    #[command(verbatim_doc_comment)]
+    Inventory(inventory_cmd::Args),
     /// Find item records and read their history (bucket from GRANARY_BUCKET or --bucket).
     ///
     /// Examples:
@@ -109,6 +117,7 @@ async fn main() -> ExitCode {
         Command::Classify(args) => classify_cmd::run(args),
         Command::Ingest(args) => ingest_cmd::run(args).await,
         Command::Archive(args) => archive_cmd::run(args).await,
+        Command::Inventory(args) => inventory_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,

@@ -208,6 +208,16 @@ impl LocalRuntime {
     }
 
     /// Polls one event source until it has nothing visible; returns how many records it handled.
+    /// Whether every submitted attempt's end has been handled (the open-claims index is empty).
+    async fn open_claims_empty(&self) -> Result<bool> {
+        Ok(self
+            .ctx
+            .store
+            .list(&self.ctx.config.layout.open_claim_prefix)
+            .await?
+            .is_empty())
+    }
+
     async fn drain(&mut self, source: Source) -> Result<u64> {
         let queue = match source {
             Source::Monitor => self.events_queue.clone(),
@@ -380,16 +390,26 @@ impl LocalRuntime {
                 activity += 1;
             }
             // Nor an attempt whose end was never handled (a lost event the reconciler has yet to
-            // find): the open-claims index is empty once every end is logged and routed.
-            if idle
-                && !self
-                    .ctx
-                    .store
-                    .list(&self.ctx.config.layout.open_claim_prefix)
-                    .await?
-                    .is_empty()
-            {
-                idle = false;
+            // find): the open-claims index is empty once every end is logged and routed. The
+            // feeder's window markers leave it only through the reconciler, which looks at them
+            // once they are GRANARY_RECONCILE_AFTER_SECS old: with nothing else to do, the runner
+            // runs it as the sweeper's schedule would that much later.
+            if idle && !self.open_claims_empty().await? {
+                let (ctx, _) = self.invocation(LambdaFunction::Sweeper);
+                let later = chrono::Duration::from_std(ctx.config.leases.reconcile_after)
+                    .ok()
+                    .and_then(|age| chrono::Utc::now().checked_add_signed(age))
+                    .and_then(|t| t.checked_add_signed(chrono::Duration::seconds(1)))
+                    .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+                match reconciler::reconcile(&ctx, later).await {
+                    Ok(summary) => {
+                        self.progress.reconciled += summary.recovered;
+                        activity += summary.recovered;
+                    }
+                    Err(_) if self.options.chaos.is_some() => {}
+                    Err(e) => return Err(anyhow::Error::new(e).context("reconciler")),
+                }
+                idle = activity == 0 && self.open_claims_empty().await?;
             }
             quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
             // Two quiet rounds: a job submitted in the last drain is seen by the next tick.

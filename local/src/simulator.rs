@@ -65,6 +65,12 @@ impl JobRunner for SubmissionTap {
     ) -> Result<Option<granary::ports::JobDescription>, JobRunnerError> {
         self.inner.describe(job_id).await
     }
+    async fn describe_many(
+        &self,
+        job_ids: &[String],
+    ) -> Result<Vec<granary::ports::JobDescription>, JobRunnerError> {
+        self.inner.describe_many(job_ids).await
+    }
 }
 
 /// What the simulator reads about jobs from the Batch it stands beside.

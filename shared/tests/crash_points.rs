@@ -30,6 +30,16 @@ async fn audit(w: &World) -> Vec<String> {
             problems.push(format!("{name} submitted {n} times"));
         }
     }
+    // Every end was handled: nothing is left in the open-claims index for the reconciler.
+    let open = c
+        .store
+        .list(&c.config.layout.open_claim_prefix)
+        .await
+        .unwrap();
+    if !open.is_empty() {
+        let keys: Vec<&str> = open.iter().map(|m| m.key.as_str()).collect();
+        problems.push(format!("still open after settling: {keys:?}"));
+    }
     let dlq = w.dlq.messages();
     for m in &dlq {
         if m.attributes.get("reason").is_none_or(|r| r.is_empty()) {

@@ -31,11 +31,13 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
                 key: "inventories/a.parquet".into(),
                 total_rows: Some(12_000),
                 rows_submitted: 12_000,
+                page_map: None,
             },
             InventoryProgress {
                 key: "inventories/b.parquet".into(),
                 total_rows: Some(8_000),
                 rows_submitted: 0,
+                page_map: None,
             },
         ],
         updated_at: Some(t0 + Duration::hours(4)),

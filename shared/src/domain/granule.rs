@@ -156,6 +156,20 @@ impl IdParser {
         Self::new(Self::HLS_PATTERN, Self::HLS_DATE_FORMAT).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// When the granule was acquired, as precisely as the id says (midnight when its date has no
+    /// time); `None` when the id does not match or its date does not parse.
+    pub fn acquired_at(&self, id: &str) -> Option<chrono::NaiveDateTime> {
+        let caps = self.pattern.captures(id)?;
+        let date = caps.name("date")?.as_str();
+        chrono::NaiveDateTime::parse_from_str(date, &self.date_format)
+            .ok()
+            .or_else(|| {
+                NaiveDate::parse_from_str(date, &self.date_format)
+                    .ok()
+                    .and_then(|d| d.and_hms_opt(0, 0, 0))
+            })
+    }
+
     /// Ids that do not match are allowed: they yield unknown platform and date.
     pub fn facts(&self, id: &GranuleId) -> GranuleFacts {
         let Some(caps) = self.pattern.captures(id.as_str()) else {
@@ -187,6 +201,26 @@ impl Default for IdParser {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acquisition_time_to_the_second_or_the_day() {
+        let hls = IdParser::hls();
+        assert_eq!(
+            hls.acquired_at("HLS.S30.T01GBH.2022226T214921.v2.0")
+                .map(|t| t.to_string())
+                .as_deref(),
+            Some("2022-08-14 21:49:21")
+        );
+        assert_eq!(hls.acquired_at("not-hls"), None);
+        let daily = IdParser::new(r"^(?P<platform>[A-Z]+)_(?P<date>\d{8})$", "%Y%m%d").unwrap();
+        assert_eq!(
+            daily
+                .acquired_at("ABC_20240131")
+                .map(|t| t.to_string())
+                .as_deref(),
+            Some("2024-01-31 00:00:00")
+        );
+    }
 
     #[test]
     fn accepts_hls_ids() {

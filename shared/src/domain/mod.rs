@@ -17,3 +17,4 @@ pub mod progress;
 pub mod report;
 pub mod retry_strategy;
 pub mod tracker;
+pub mod window;

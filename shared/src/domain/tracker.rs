@@ -4,6 +4,31 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Where the pages of a stretch of an inventory are: the file's metadata trimmed to the row
+/// groups covering `first_row .. first_row + rows`, with the id column's offset index only, in
+/// Parquet's own footer encoding. The feeder keeps it in the tracker, so the next windows of the
+/// stretch read their pages with one GET each instead of the footer, the file's whole page index
+/// and then the pages (3 GETs, ~665 KB at 10M rows). Only files with an offset index have one (made by `adapters::parquet::Inventory::page_map`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageMap {
+    /// The first row of the first row group kept.
+    pub first_row: u64,
+    /// Rows in the row groups kept.
+    pub rows: u64,
+    /// The whole file's row count.
+    pub total_rows: u64,
+    /// The trimmed metadata (footer and offset index), base64.
+    pub metadata: String,
+}
+
+impl PageMap {
+    /// Whether rows `start .. start + n` (clamped to the file's end) lie inside the map.
+    pub fn covers(&self, start: u64, n: u64) -> bool {
+        let end = start.saturating_add(n).min(self.total_rows);
+        self.first_row <= start && end <= self.first_row + self.rows
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InventoryProgress {
     /// Object key of the Parquet inventory.
@@ -12,6 +37,9 @@ pub struct InventoryProgress {
     #[serde(default)]
     pub total_rows: Option<u64>,
     pub rows_submitted: u64,
+    /// Where the next windows' pages are (see [`PageMap`]), once the feeder has opened the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_map: Option<PageMap>,
 }
 
 impl InventoryProgress {
@@ -71,6 +99,7 @@ impl Tracker {
                 key,
                 total_rows: None,
                 rows_submitted: 0,
+                page_map: None,
             }));
         added
     }
@@ -119,6 +148,12 @@ impl Tracker {
             });
         }
         inv.rows_submitted = to;
+        Ok(())
+    }
+
+    /// Keeps `map` as the inventory's page map (or forgets it, with `None`).
+    pub fn set_page_map(&mut self, key: &str, map: Option<PageMap>) -> Result<(), TrackerError> {
+        self.find_mut(key)?.page_map = map;
         Ok(())
     }
 

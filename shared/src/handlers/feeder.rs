@@ -2,11 +2,13 @@
 
 use super::Ctx;
 use crate::adapters::parquet::{Inventory, InventoryError};
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::granule::GranuleId;
 use crate::domain::tracker::Tracker;
+use crate::domain::window::WindowClaim;
 use crate::ports::StoreError;
 use crate::repositories::rejects::RejectKind;
-use crate::repositories::{load_tracker, save_tracker, RepositoryError, SubmitOutcome, Versioned};
+use crate::repositories::windows::{GranuleSubmission, WindowOutcome};
+use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +48,8 @@ pub struct FeederSummary {
     pub recovered: u64,
     /// Rows with an unusable granule id, sent to the failure DLQ.
     pub rejected: u64,
+    /// Rows repeating a granule listed earlier in the same window (it is submitted once).
+    pub repeated: u64,
     pub active_jobs: u64,
     /// Why the run submitted nothing at all (threshold, done, ...).
     pub early_exit: Option<String>,
@@ -114,21 +118,26 @@ pub async fn feed(
         let Some(current) = tracker.value.current().cloned() else {
             break;
         };
-        let inventory = Inventory::open(
-            ctx.store.clone(),
-            &current.key,
-            &ctx.config.feeder.inventory_id_column,
-        )
-        .await?;
+        let start = current.rows_submitted;
+        let (inventory, opened) = open_inventory(ctx, &current, remaining).await?;
         if current.total_rows.is_none() {
             tracker
                 .value
                 .set_total_rows(&current.key, inventory.num_rows())?;
             changed = true;
         }
-        let start = current.rows_submitted;
         let ids = inventory.read_ids(start, remaining).await?;
-        let (done, stop) = submit_rows(ctx, &current.key, start, &ids, &mut summary).await?;
+        if ids.is_empty() {
+            break;
+        }
+        if opened {
+            // Keep where the next windows' pages are, so they read with one GET each.
+            let next = start + ids.len() as u64;
+            let map = inventory.page_map(next, count.saturating_add(PAGE_MAP_LOOKAHEAD_ROWS))?;
+            tracker.value.set_page_map(&current.key, map)?;
+            changed = true;
+        }
+        let (done, stop) = feed_window(ctx, &current.key, start, &ids, &mut summary).await?;
         if done > 0 {
             tracker.value.advance_to(&current.key, start + done)?;
             changed = true;
@@ -137,12 +146,14 @@ pub async fn feed(
             summary.stopped = Some(why);
             break;
         }
-        remaining -= ids.len() as u64;
-        if ids.is_empty() {
-            break;
-        }
+        remaining = remaining.saturating_sub(done);
     }
-    if summary.submitted + summary.already_submitted + summary.recovered + summary.rejected == 0
+    if summary.submitted
+        + summary.already_submitted
+        + summary.recovered
+        + summary.rejected
+        + summary.repeated
+        == 0
         && summary.stopped.is_none()
     {
         summary.early_exit = Some(if tracker.value.inventories.is_empty() {
@@ -157,7 +168,12 @@ pub async fn feed(
         });
     }
     if changed {
-        if summary.submitted + summary.already_submitted + summary.recovered + summary.rejected > 0
+        if summary.submitted
+            + summary.already_submitted
+            + summary.recovered
+            + summary.rejected
+            + summary.repeated
+            > 0
         {
             tracker.value.sample(chrono::Utc::now());
         }
@@ -184,115 +200,168 @@ pub async fn feed(
     Ok(summary)
 }
 
-/// How often one row is tried within a feeder run before the run stops at it.
-const ROW_TRIES: u32 = 5;
+/// How often one item record is tried within a feeder run before the window stops at it.
+const ITEM_SYNC_TRIES: u32 = 5;
 
-/// Submits one valid row's granule (once, by its claim) and keeps its item record in step.
-async fn submit_row(
+/// How far past the next window a page map reaches: a row group of granary's layout, so a map
+/// holds the next row group too and a window across the boundary still needs no footer.
+const PAGE_MAP_LOOKAHEAD_ROWS: u64 = 128 * 1024;
+
+/// The current inventory, from the tracker's page map when it covers the window (no request),
+/// otherwise from the file's footer and index; `true` when the file was opened.
+async fn open_inventory(
     ctx: &Ctx,
-    event: &GranuleProcessingEvent,
-    source: &str,
-) -> Result<RowResult, FeederError> {
-    let outcome = ctx.submit_once(event, "queue-feeder").await?;
-    if let SubmitOutcome::Submitted { job_id }
-    | SubmitOutcome::AlreadySubmitted { job_id }
-    | SubmitOutcome::Recovered { job_id } = &outcome
+    current: &crate::domain::tracker::InventoryProgress,
+    count: u64,
+) -> Result<(Inventory, bool), FeederError> {
+    let column = &ctx.config.feeder.inventory_id_column;
+    if let Some(map) = current
+        .page_map
+        .as_ref()
+        .filter(|m| m.covers(current.rows_submitted, count))
     {
-        super::item_sync::submitted(ctx, event, job_id, Some(source.to_owned()), "queue-feeder")
-            .await?;
+        match Inventory::from_page_map(ctx.store.clone(), &current.key, column, map) {
+            Ok(inventory) => return Ok((inventory, false)),
+            Err(e) => {
+                tracing::warn!(inventory = current.key, error = %e, "the tracker's page map is unreadable; opening the file")
+            }
+        }
     }
-    Ok(RowResult::Done(outcome))
+    let inventory = Inventory::open(ctx.store.clone(), &current.key, column).await?;
+    Ok((inventory, true))
 }
 
-enum RowResult {
-    Done(SubmitOutcome),
-    Rejected,
-}
-
-/// Submits rows concurrently; returns how many leading rows are settled (so the tracker can move
-/// past them) and why it stopped short, if it did.
-async fn submit_rows(
+/// Feeds one window: rows `start ..` of the inventory (`ids`). Invalid rows are set aside; the
+/// distinct valid granules are submitted at attempt 1 under one window claim
+/// (`repositories::windows`), then their item records follow. Returns how many rows are settled
+/// (all of the window's, or none: the window's next run redoes it through its claim) and why it
+/// stopped short, if it did.
+async fn feed_window(
     ctx: &Ctx,
     inventory_key: &str,
     start: u64,
     ids: &[Option<String>],
     summary: &mut FeederSummary,
 ) -> Result<(u64, Option<String>), FeederError> {
-    let results: Vec<Result<RowResult, FeederError>> = futures::stream::iter(
-        ids.iter().enumerate(),
-    )
-    .map(|(i, raw)| async move {
+    let rows = ids.len() as u64;
+    let mut granules: Vec<GranuleId> = Vec::with_capacity(ids.len());
+    let mut first_row: std::collections::HashMap<GranuleId, u64> = Default::default();
+    // Set aside before the window is claimed: a crash in between sends a notice twice (rejects
+    // are at least once), never none.
+    for (i, raw) in ids.iter().enumerate() {
         let row = start + i as u64;
-        let id = match raw.as_deref().map(GranuleId::parse) {
-            Some(Ok(id)) => id,
-            Some(Err(e)) => {
-                return reject(ctx, inventory_key, row, raw.as_deref(), &e.to_string()).await
-            }
-            None => return reject(ctx, inventory_key, row, None, "granule id is null").await,
+        let parsed = match raw.as_deref().map(GranuleId::parse) {
+            Some(Ok(id)) => Ok(id),
+            Some(Err(e)) => Err(e.to_string()),
+            None => Err("granule id is null".to_owned()),
         };
-        let event = GranuleProcessingEvent::first(id);
-        let source = format!("{inventory_key}#row={row}");
-        // A row that failed (a call throttled past the SDK's retries, a 5xx) is tried
-        // again within the run: the tracker only moves past settled rows, so one
-        // unlucky row would otherwise make the next run redo the whole window. Each try
-        // is idempotent (the claim decides).
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match submit_row(ctx, &event, &source).await {
-                Err(e) if tries < ROW_TRIES => {
-                    tracing::warn!(row, tries, error = %e, "row not submitted; trying again");
+        match parsed {
+            Ok(id) => {
+                if let std::collections::hash_map::Entry::Vacant(v) = first_row.entry(id.clone()) {
+                    v.insert(row);
+                    granules.push(id);
+                } else {
+                    summary.repeated += 1;
                 }
-                result => return result,
             }
-        }
-    })
-    .buffered(ctx.config.feeder.submit_concurrency)
-    .collect()
-    .await;
-    let mut settled = 0u64;
-    let mut stop = None;
-    for (i, r) in results.into_iter().enumerate() {
-        let ok = match r {
-            Ok(RowResult::Rejected) => {
+            Err(why) => {
+                if let Err(e) = reject(ctx, inventory_key, row, raw.as_deref(), &why).await {
+                    return Ok((0, Some(format!("row {row} of {inventory_key}: {e}"))));
+                }
                 summary.rejected += 1;
-                true
             }
-            Ok(RowResult::Done(SubmitOutcome::Submitted { .. })) => {
-                summary.submitted += 1;
-                true
-            }
-            Ok(RowResult::Done(SubmitOutcome::AlreadySubmitted { .. })) => {
-                summary.already_submitted += 1;
-                true
-            }
-            Ok(RowResult::Done(SubmitOutcome::Recovered { .. })) => {
-                summary.recovered += 1;
-                true
-            }
-            Ok(RowResult::Done(SubmitOutcome::InFlight)) => {
-                stop.get_or_insert_with(|| {
-                    format!(
-                        "row {} of {inventory_key} is claimed by a run still in flight",
-                        start + i as u64
-                    )
-                });
-                false
-            }
-            Err(e) => {
-                tracing::error!(row = start + i as u64, error = %e, "row not submitted");
-                stop.get_or_insert_with(|| {
-                    format!("row {} of {inventory_key}: {e}", start + i as u64)
-                });
-                false
-            }
-        };
-        // Rows after the first unsettled one may be done too; their claims make the rerun skip them.
-        if ok && stop.is_none() {
-            settled += 1;
         }
     }
-    Ok((settled, stop))
+    let window = WindowClaim::new(
+        inventory_key,
+        start,
+        rows,
+        granules,
+        "queue-feeder",
+        chrono::Utc::now(),
+    );
+    let (claim, submissions) = match ctx.windows().submit(window).await? {
+        WindowOutcome::InFlight { claim } => {
+            return Ok((
+                0,
+                Some(format!(
+                    "rows {}..{} of {inventory_key} are claimed by a run still in flight",
+                    claim.start,
+                    claim.start + claim.rows
+                )),
+            ))
+        }
+        WindowOutcome::Worked { claim, granules } => (claim, granules),
+    };
+    let mut stop = None;
+    for (granule, submission) in claim.granules.iter().zip(&submissions) {
+        match submission {
+            GranuleSubmission::Submitted { .. } => summary.submitted += 1,
+            GranuleSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
+            GranuleSubmission::Recovered { .. } => summary.recovered += 1,
+            GranuleSubmission::NotSubmitted { error } => {
+                tracing::error!(granule_id = %granule, error, "granule not submitted");
+                stop.get_or_insert_with(|| {
+                    format!("{granule} of {inventory_key} not submitted: {error}")
+                });
+            }
+        }
+    }
+    // The item records follow the claim (an earlier run may have died before them).
+    let source = |granule: &GranuleId| match first_row.get(granule) {
+        Some(row) => format!("{inventory_key}#row={row}"),
+        None => format!(
+            "{inventory_key}#rows={}..{}",
+            claim.start,
+            claim.start + claim.rows
+        ),
+    };
+    let synced: Vec<Result<(), FeederError>> =
+        futures::stream::iter(claim.attempts().zip(&submissions))
+            .filter_map(|(event, submission)| {
+                let job_id = submission.job_id().map(str::to_owned);
+                async move { job_id.map(|job_id| (event, job_id)) }
+            })
+            .map(|(event, job_id)| {
+                let source = source(&event.granule_id);
+                async move {
+                    // A call throttled past the SDK's retries is tried again within the run:
+                    // the window only settles when every record is in step, and the next run
+                    // would redo them all. Each try is idempotent (the record's attempt decides).
+                    let mut tries = 0;
+                    loop {
+                        tries += 1;
+                        let synced = super::item_sync::submitted(
+                            ctx,
+                            &event,
+                            &job_id,
+                            Some(source.clone()),
+                            "queue-feeder",
+                        )
+                        .await;
+                        match synced {
+                            Err(e) if tries < ITEM_SYNC_TRIES => {
+                                tracing::warn!(granule_id = %event.granule_id, tries, error = %e, "item record not updated; trying again");
+                            }
+                            result => return result.map_err(FeederError::from),
+                        }
+                    }
+                }
+            })
+            .buffered(ctx.config.feeder.submit_concurrency)
+            .collect()
+            .await;
+    for r in synced {
+        if let Err(e) = r {
+            tracing::error!(error = %e, "item record not updated");
+            stop.get_or_insert_with(|| format!("rows of {inventory_key}: {e}"));
+        }
+    }
+    Ok(if stop.is_none() {
+        (claim.rows, None)
+    } else {
+        (0, stop)
+    })
 }
 
 /// An unusable row is recorded and dead-lettered (quoted by start, length and hash however long
@@ -303,7 +372,7 @@ async fn reject(
     row: u64,
     raw: Option<&str>,
     why: &str,
-) -> Result<RowResult, FeederError> {
+) -> Result<(), FeederError> {
     let source = format!("{inventory_key}#row={row}");
     let reason = format!("invalid granule id: {why}");
     ctx.reject(
@@ -313,7 +382,7 @@ async fn reject(
         raw.unwrap_or(""),
     )
     .await?;
-    Ok(RowResult::Rejected)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -416,6 +485,67 @@ mod tests {
         let names: std::collections::BTreeSet<String> =
             jobs.submitted().into_iter().map(|r| r.job_name).collect();
         assert_eq!(names.len(), 50);
+    }
+
+    /// GETs of one object, counted at the store port.
+    struct GetsOf(&'static str, std::sync::atomic::AtomicU64);
+
+    impl crate::adapters::tap::Tap for GetsOf {
+        fn leave(&self, call: &crate::adapters::tap::Call<'_>, _: &crate::adapters::tap::Answer) {
+            if call.op == crate::adapters::tap::Op::StoreGet && call.target == self.0 {
+                self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn after_the_first_open_a_window_is_one_get_of_the_inventory() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+        let mut ctx = ctx("100000", jobs.clone()).await;
+        let rows: Vec<InventoryRow> = (0..300_000)
+            .map(|i| InventoryRow {
+                granule_id: format!("g{i:06}"),
+                start_datetime: String::new(),
+            })
+            .collect();
+        let layout = InventoryLayout {
+            row_group_rows: 50_000,
+            ..InventoryLayout::granary()
+        };
+        let key = "inventories/a.parquet";
+        ctx.store
+            .put(
+                key,
+                write_inventory(&rows, &layout).unwrap(),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let gets = Arc::new(GetsOf(key, Default::default()));
+        ctx.store = Arc::new(crate::adapters::tap::TappedStore {
+            inner: ctx.store.clone(),
+            tap: gets.clone(),
+        });
+        let count = |gets: &GetsOf| gets.1.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let tick = || {
+            run(
+                &ctx,
+                FeederEvent {
+                    granule_submit_count: 1_000,
+                },
+            )
+        };
+        assert_eq!(tick().await.unwrap().submitted, 1_000);
+        let first_open = count(&gets);
+        assert!(first_open >= 2, "footer and pages: {first_open}");
+        // The windows after it, across the row group boundary at 50,000 too.
+        for _ in 0..60 {
+            assert_eq!(tick().await.unwrap().submitted, 1_000);
+            assert_eq!(count(&gets), 1);
+        }
+        let names: std::collections::BTreeSet<String> =
+            jobs.submitted().into_iter().map(|r| r.job_name).collect();
+        assert_eq!(names.len(), 61_000);
     }
 
     #[tokio::test]

@@ -86,6 +86,18 @@ impl Ctx {
         Ok(())
     }
 
+    /// Window claims under this context's claim and open prefixes, with its lease.
+    pub fn windows(&self) -> crate::repositories::windows::Windows<'_> {
+        crate::repositories::windows::Windows {
+            store: self.store.as_ref(),
+            jobs: self.jobs.as_ref(),
+            claim_prefix: &self.config.layout.claim_prefix,
+            open_prefix: &self.config.layout.open_claim_prefix,
+            lease: self.config.leases.claim_lease,
+            concurrency: self.config.feeder.submit_concurrency,
+        }
+    }
+
     /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
     pub async fn submit_once(
         &self,

@@ -109,4 +109,20 @@ pub trait JobRunner: Send + Sync {
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
     /// The job with this id, or `None` when Batch no longer (or never) knew it.
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError>;
+    /// The jobs with these ids that Batch knows, in any order. DescribeJobs takes up to
+    /// [`DESCRIBE_BATCH`] ids a call (AWS Batch API reference, DescribeJobs: "A list of up to 100
+    /// job IDs"); adapters that can ask for many at once override this one-by-one default.
+    async fn describe_many(
+        &self,
+        job_ids: &[String],
+    ) -> Result<Vec<JobDescription>, JobRunnerError> {
+        let mut out = Vec::with_capacity(job_ids.len());
+        for id in job_ids {
+            out.extend(self.describe(id).await?);
+        }
+        Ok(out)
+    }
 }
+
+/// How many job ids one DescribeJobs call takes.
+pub const DESCRIBE_BATCH: usize = 100;

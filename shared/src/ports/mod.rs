@@ -15,7 +15,7 @@ pub mod source;
 pub use buckets::Buckets;
 pub use event_bus::{BusEvent, EventBus, EventBusError};
 pub use job_runner::{
-    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary,
+    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary, DESCRIBE_BATCH,
 };
 pub use object_store::{
     ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,

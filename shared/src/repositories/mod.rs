@@ -5,6 +5,7 @@
 //! - [`tracker`]: the feeder's progress through its inventories.
 //! - [`hold`]: the feeder's hold.
 //! - [`claims`]: exactly-once submission of (granule, attempt), and the open-claims index.
+//! - [`windows`]: exactly-once submission of a window of first attempts (one claim a window).
 //! - [`items`]: item records, their history and the in-flight index.
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
@@ -18,6 +19,7 @@ pub mod json;
 pub mod logs;
 pub mod rejects;
 pub mod tracker;
+pub mod windows;
 
 pub use claims::{submit_once, SubmitOutcome};
 pub use hold::{place_hold, read_hold};

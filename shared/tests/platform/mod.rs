@@ -72,6 +72,9 @@ pub enum Scenario {
     ReconcilerRetryable,
     /// Events lost and SubmitJob's answer lost: the reconciler finds the job by its name.
     ReconcilerLostAnswer,
+    /// The feeder's window submitted, every end's event lost: the reconciler finds the ends
+    /// through the window's marker and closes it.
+    ReconcilerWindow,
     /// Poison inputs: recorded under rejects/ and dead-lettered, never retried.
     PoisonEvent,
     PoisonRetry,
@@ -84,7 +87,7 @@ pub enum Scenario {
     DownloadFails,
 }
 
-pub const ALL: [Scenario; 21] = [
+pub const ALL: [Scenario; 22] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -100,6 +103,7 @@ pub const ALL: [Scenario; 21] = [
     Scenario::MonitorRetryable,
     Scenario::ReconcilerRetryable,
     Scenario::ReconcilerLostAnswer,
+    Scenario::ReconcilerWindow,
     Scenario::PoisonEvent,
     Scenario::PoisonRetry,
     Scenario::PoisonImport,
@@ -361,9 +365,15 @@ pub fn world(scenario: Scenario) -> World {
         },
         lose_events: matches!(
             scenario,
-            Scenario::Reconciler | Scenario::ReconcilerRetryable | Scenario::ReconcilerLostAnswer
+            Scenario::Reconciler
+                | Scenario::ReconcilerRetryable
+                | Scenario::ReconcilerLostAnswer
+                | Scenario::ReconcilerWindow
         ),
-        feeder: matches!(scenario, Scenario::Feeder | Scenario::PoisonRow),
+        feeder: matches!(
+            scenario,
+            Scenario::Feeder | Scenario::PoisonRow | Scenario::ReconcilerWindow
+        ),
         discover: scenario == Scenario::Discover,
         poison: matches!(
             scenario,
@@ -529,7 +539,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
     let c = ctx(w);
     use Scenario::*;
     match scenario {
-        Feeder | PoisonRow => {
+        Feeder | PoisonRow | ReconcilerWindow => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -545,6 +555,18 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .put(&key, bytes, PutCondition::Overwrite)
                 .await
                 .unwrap();
+            if scenario == ReconcilerWindow {
+                let fed = feeder::run(
+                    &w.as_fn(Function::Feeder).ctx,
+                    feeder::FeederEvent {
+                        granule_submit_count: 10,
+                    },
+                )
+                .await
+                .unwrap();
+                assert_eq!(fed.submitted, BACKFILL.len() as u64);
+                finish_jobs(w).await;
+            }
         }
         Discover => {}
         PoisonEvent => {
@@ -678,8 +700,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
-        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | SweeperProcessing
-        | SweeperDownload | CorruptRecord => Some(Function::Sweeper),
+        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | ReconcilerWindow
+        | SweeperProcessing | SweeperDownload | CorruptRecord => Some(Function::Sweeper),
         // Operator commands: run with the operator's credentials, not a function's role.
         Resume | Redrive => None,
     };
@@ -709,7 +731,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             .await;
             return;
         }
-        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer => {
+        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | ReconcilerWindow => {
             let _ = reconciler::reconcile(c, later).await;
             return;
         }

@@ -267,26 +267,46 @@ impl JobRunner for BatchJobRunner {
     }
 
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
-        let out = self
-            .client
-            .describe_jobs()
-            .jobs(job_id)
-            .send()
-            .await
-            .map_err(|e| {
-                JobRunnerError::refused(format!("DescribeJobs {job_id}: {}", describe(&e)))
+        Ok(self
+            .describe_many(&[job_id.to_owned()])
+            .await?
+            .into_iter()
+            .find(|d| d.summary.job_id == job_id))
+    }
+
+    async fn describe_many(
+        &self,
+        job_ids: &[String],
+    ) -> Result<Vec<JobDescription>, JobRunnerError> {
+        let mut found = Vec::with_capacity(job_ids.len());
+        for chunk in job_ids.chunks(crate::ports::DESCRIBE_BATCH) {
+            let out = self
+                .client
+                .describe_jobs()
+                .set_jobs(Some(chunk.to_vec()))
+                .send()
+                .await
+                .map_err(|e| {
+                    JobRunnerError::refused(format!(
+                        "DescribeJobs ({} jobs from {}): {}",
+                        chunk.len(),
+                        chunk[0],
+                        describe(&e)
+                    ))
                     .with_source(e)
-            })?;
-        Ok(out.jobs.unwrap_or_default().iter().find_map(|j| {
-            Some(JobDescription {
-                summary: JobSummary {
-                    status: j.status.as_ref().and_then(from_sdk_status)?,
-                    job_id: j.job_id.clone()?,
-                    job_name: j.job_name.clone()?,
-                },
-                detail: detail_json(j),
-            })
-        }))
+                })?;
+            found.extend(out.jobs.unwrap_or_default().iter().filter_map(|j| {
+                Some(JobDescription {
+                    summary: JobSummary {
+                        status: j.status.as_ref().and_then(from_sdk_status)?,
+                        job_id: j.job_id.clone()?,
+                        job_name: j.job_name.clone()?,
+                    },
+                    detail: detail_json(j),
+                })
+            }));
+        }
+        Ok(found)
     }
 }
 

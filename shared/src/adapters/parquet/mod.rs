@@ -75,6 +75,9 @@ struct StoreReader {
     store: Arc<dyn ObjectStore>,
     key: String,
     metadata: Option<Arc<ParquetMetaData>>,
+    /// Byte spans fetched ahead for one window read: the reader asks row group by row group,
+    /// and a window across a row-group boundary would otherwise cost a GET for each.
+    prefetched: Arc<Vec<(Range<u64>, Bytes)>>,
 }
 
 impl StoreReader {
@@ -118,6 +121,27 @@ impl AsyncFileReader for StoreReader {
         ranges: Vec<Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         async move {
+            let held = |r: &Range<u64>| {
+                self.prefetched
+                    .iter()
+                    .find(|(s, _)| s.start <= r.start && r.end <= s.end)
+                    .map(|(s, b)| (s.start, b.clone()))
+            };
+            if let Some(found) = ranges.iter().map(held).collect::<Option<Vec<_>>>() {
+                return ranges
+                    .iter()
+                    .zip(found)
+                    .map(|(r, (base, bytes))| {
+                        let (a, b) = ((r.start - base) as usize, (r.end - base) as usize);
+                        if b > bytes.len() {
+                            return Err(ParquetError::EOF(format!(
+                                "wanted bytes {r:?}, object ended first"
+                            )));
+                        }
+                        Ok(bytes.slice(a..b))
+                    })
+                    .collect();
+            }
             let spans = coalesce(&ranges, COALESCE_GAP);
             let mut fetched = Vec::with_capacity(spans.len());
             for span in &spans {
@@ -188,6 +212,10 @@ pub struct Inventory {
     key: String,
     id_column: String,
     arrow_metadata: ArrowReaderMetadata,
+    /// The file row the metadata's first row group starts at (not 0 when opened from a
+    /// [`PageMap`]), and the whole file's row count.
+    row_base: u64,
+    total_rows: u64,
 }
 
 /// Runs one reading step, turning a panic inside the parquet crate into an error naming the file,
@@ -224,10 +252,11 @@ impl Inventory {
         key: &str,
         id_column: &str,
     ) -> Result<Self, InventoryError> {
-        let mut reader = StoreReader {
+        let reader = StoreReader {
             store,
             key: key.to_owned(),
             metadata: None,
+            prefetched: Arc::default(),
         };
         let parquet_err = |source| InventoryError::Parquet {
             key: key.to_owned(),
@@ -251,6 +280,56 @@ impl Inventory {
                 },
                 other => parquet_err(other),
             })?;
+        let total_rows = metadata.file_metadata().num_rows().max(0) as u64;
+        Self::with_metadata(reader, key, id_column, metadata, 0, total_rows)
+    }
+
+    /// An inventory opened from a page map the feeder kept: no request at all.
+    pub fn from_page_map(
+        store: Arc<dyn ObjectStore>,
+        key: &str,
+        id_column: &str,
+        map: &PageMap,
+    ) -> Result<Self, InventoryError> {
+        let parquet_err = |source| InventoryError::Parquet {
+            key: key.to_owned(),
+            source,
+        };
+        let bytes = aws_smithy_types::base64::decode(&map.metadata)
+            .map_err(|e| parquet_err(ParquetError::General(format!("page map: {e}"))))?;
+        let metadata = ParquetMetaDataReader::new()
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_offset_index_policy(PageIndexPolicy::Optional)
+            .parse_and_finish(&Bytes::from(bytes))
+            .map_err(parquet_err)?;
+        let reader = StoreReader {
+            store,
+            key: key.to_owned(),
+            metadata: None,
+            prefetched: Arc::default(),
+        };
+        Self::with_metadata(
+            reader,
+            key,
+            id_column,
+            metadata,
+            map.first_row,
+            map.total_rows,
+        )
+    }
+
+    fn with_metadata(
+        mut reader: StoreReader,
+        key: &str,
+        id_column: &str,
+        metadata: ParquetMetaData,
+        row_base: u64,
+        total_rows: u64,
+    ) -> Result<Self, InventoryError> {
+        let parquet_err = |source| InventoryError::Parquet {
+            key: key.to_owned(),
+            source,
+        };
         let metadata = Arc::new(metadata);
         reader.metadata = Some(metadata.clone());
         let options = ArrowReaderOptions::new()
@@ -286,19 +365,135 @@ impl Inventory {
             key: key.to_owned(),
             id_column: id_column.to_owned(),
             arrow_metadata,
+            row_base,
+            total_rows,
         })
     }
 
     pub fn num_rows(&self) -> u64 {
-        self.arrow_metadata
-            .metadata()
+        self.total_rows
+    }
+
+    /// The page map of the row groups holding rows `from .. from + span` (at least the one holding
+    /// `from`), for reading them later without this file's footer and index. `None` when the file
+    /// has no offset index for the id column (a window read then needs the footer anyway) or
+    /// `from` is past its end.
+    pub fn page_map(&self, from: u64, span: u64) -> Result<Option<PageMap>, InventoryError> {
+        let metadata = self.arrow_metadata.metadata();
+        let Some(id_index) = metadata
             .file_metadata()
-            .num_rows()
-            .max(0) as u64
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == self.id_column)
+        else {
+            return Ok(None);
+        };
+        let Some(page_index) = metadata.page_index() else {
+            return Ok(None);
+        };
+        let end = from.saturating_add(span.max(1));
+        let mut kept = Vec::new();
+        let mut offsets = Vec::new();
+        let (mut first_row, mut rows) = (None, 0u64);
+        let mut offset = self.row_base;
+        for (i, rg) in metadata.row_groups().iter().enumerate() {
+            let n = rg.num_rows().max(0) as u64;
+            if offset < end && offset + n > from {
+                let Some(index) = page_index.offset_index(i, id_index) else {
+                    return Ok(None);
+                };
+                first_row.get_or_insert(offset);
+                rows += n;
+                kept.push(rg.clone());
+                offsets.push(index.clone());
+            }
+            offset += n;
+        }
+        let Some(first_row) = first_row else {
+            return Ok(None);
+        };
+        let columns = metadata.file_metadata().schema_descr().num_columns();
+        let mut index =
+            parquet::file::metadata::page_index::PageIndexBuilder::new(kept.len(), columns);
+        for (i, o) in offsets.into_iter().enumerate() {
+            index.put_offset_index(o, i, id_index);
+        }
+        let trimmed =
+            parquet::file::metadata::ParquetMetaDataBuilder::new(metadata.file_metadata().clone())
+                .set_row_groups(kept)
+                .set_page_index(Some(Arc::new(index.build())))
+                .build();
+        let mut bytes = Vec::new();
+        parquet::file::metadata::ParquetMetaDataWriter::new(&mut bytes, &trimmed)
+            .with_preserve_page_index_locations(false)
+            .finish()
+            .map_err(|source| InventoryError::Parquet {
+                key: self.key.clone(),
+                source,
+            })?;
+        Ok(Some(PageMap {
+            first_row,
+            rows,
+            total_rows: self.total_rows,
+            metadata: aws_smithy_types::base64::encode(&bytes),
+        }))
     }
 
     pub fn num_row_groups(&self) -> usize {
         self.arrow_metadata.metadata().num_row_groups()
+    }
+
+    /// The byte ranges of the id column's pages (and dictionary pages) holding rows
+    /// `start .. end` in row groups `groups` (the first starting at row `group_start`), from the
+    /// offset index; empty when a group has none (the reader then fetches whole column chunks).
+    fn page_ranges(
+        &self,
+        groups: &[usize],
+        group_start: u64,
+        start: u64,
+        end: u64,
+    ) -> Vec<Range<u64>> {
+        let metadata = self.arrow_metadata.metadata();
+        let (Some(page_index), Some(column)) = (
+            metadata.page_index(),
+            metadata
+                .file_metadata()
+                .schema_descr()
+                .columns()
+                .iter()
+                .position(|c| c.path().string() == self.id_column),
+        ) else {
+            return Vec::new();
+        };
+        let mut ranges = Vec::new();
+        let mut rg_start = group_start;
+        for &g in groups {
+            let Some(rg) = metadata.row_groups().get(g) else {
+                return Vec::new();
+            };
+            let rg_rows = rg.num_rows().max(0) as u64;
+            let Some(index) = page_index.offset_index(g, column) else {
+                return Vec::new();
+            };
+            let chunk = rg.column(column);
+            let locations = index.page_locations();
+            if let (Some(dict), Some(first)) = (chunk.dictionary_page_offset(), locations.first()) {
+                ranges.push(dict.max(0) as u64..first.offset.max(0) as u64);
+            }
+            for (j, page) in locations.iter().enumerate() {
+                let first = rg_start + page.first_row_index.max(0) as u64;
+                let next = locations.get(j + 1).map_or(rg_start + rg_rows, |p| {
+                    rg_start + p.first_row_index.max(0) as u64
+                });
+                if first < end && next > start {
+                    let at = page.offset.max(0) as u64;
+                    ranges.push(at..at + page.compressed_page_size.max(0) as u64);
+                }
+            }
+            rg_start += rg_rows;
+        }
+        ranges
     }
 
     /// The ids of rows `start .. start + n` (clamped to the end). `None` for a null id.
@@ -328,10 +523,26 @@ impl Inventory {
         if start == end {
             return Ok(Vec::new());
         }
+        let held = self.row_base
+            + self
+                .arrow_metadata
+                .metadata()
+                .row_groups()
+                .iter()
+                .map(|rg| rg.num_rows().max(0) as u64)
+                .sum::<u64>();
+        if start < self.row_base || end > held {
+            return Err(InventoryError::OutOfRange {
+                key: self.key.clone(),
+                start,
+                end,
+                total: held,
+            });
+        }
         // Row groups overlapping [start, end), and where the first one begins.
         let mut groups = Vec::new();
         let mut first_group_start = None;
-        let mut offset = 0u64;
+        let mut offset = self.row_base;
         for (i, rg) in self
             .arrow_metadata
             .metadata()
@@ -362,16 +573,32 @@ impl Inventory {
                 .schema_descr(),
             [self.id_column.as_str()],
         );
-        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
-            self.reader.clone(),
-            self.arrow_metadata.clone(),
-        )
-        .with_row_groups(groups)
-        .with_row_selection(selection)
-        .with_projection(mask)
-        .with_batch_size(8192)
-        .build()
-        .map_err(parquet_err)?;
+        let mut reader = self.reader.clone();
+        let pages = self.page_ranges(&groups, group_start, start, end);
+        if !pages.is_empty() {
+            let mut fetched = Vec::new();
+            for span in coalesce(&pages, COALESCE_GAP) {
+                let bytes = self
+                    .reader
+                    .store
+                    .get_range(&self.key, span.clone())
+                    .await
+                    .map_err(|source| InventoryError::Store {
+                        key: self.key.clone(),
+                        source,
+                    })?;
+                fetched.push((span, bytes));
+            }
+            reader.prefetched = Arc::new(fetched);
+        }
+        let stream =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(reader, self.arrow_metadata.clone())
+                .with_row_groups(groups)
+                .with_row_selection(selection)
+                .with_projection(mask)
+                .with_batch_size(8192)
+                .build()
+                .map_err(parquet_err)?;
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(parquet_err)?;
         let mut ids = Vec::with_capacity((end - start) as usize);
         for batch in &batches {
@@ -400,6 +627,8 @@ impl Inventory {
         Ok(ids)
     }
 }
+
+pub use crate::domain::tracker::PageMap;
 
 /// How granary writes inventories: row groups and pages sized so that a feeder window touches
 /// little, with an offset index so the reader can fetch single pages.
@@ -459,14 +688,19 @@ pub struct InventoryRow {
 }
 
 /// Writes rows (already in feed order, newest first) as a Parquet inventory.
+/// The columns of an inventory granary writes: the id, and when the granule was acquired.
+pub fn inventory_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new(DEFAULT_ID_COLUMN, DataType::Utf8, false),
+        Field::new("start_datetime", DataType::Utf8, false),
+    ]))
+}
+
 pub fn write_inventory(
     rows: &[InventoryRow],
     layout: &InventoryLayout,
 ) -> Result<Bytes, ParquetError> {
-    let schema = Arc::new(Schema::new(vec![
-        Field::new(DEFAULT_ID_COLUMN, DataType::Utf8, false),
-        Field::new("start_datetime", DataType::Utf8, false),
-    ]));
+    let schema = inventory_schema();
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(layout.properties()))?;
     for chunk in rows.chunks(layout.row_group_rows.max(1)) {
@@ -544,6 +778,75 @@ mod tests {
             inv.read_ids(3501, 1).await,
             Err(InventoryError::OutOfRange { .. })
         ));
+    }
+
+    /// A page map kept from one open reads later windows of its stretch with one GET each and
+    /// the same ids as the whole file gives; outside its stretch it refuses.
+    #[tokio::test]
+    async fn a_page_map_reads_a_window_with_one_get() {
+        use crate::adapters::tap::counting::RequestCounts;
+        use crate::adapters::tap::TappedStore;
+        use std::sync::atomic::Ordering;
+        let layout = InventoryLayout {
+            row_group_rows: 10_000,
+            page_rows: 1024,
+            offset_index: true,
+        };
+        let memory = store_with(45_000, layout).await;
+        let whole = Inventory::open(memory.clone(), "inv.parquet", DEFAULT_ID_COLUMN)
+            .await
+            .unwrap();
+        let map = whole.page_map(19_950, 200).unwrap().unwrap();
+        assert_eq!(
+            (map.first_row, map.rows, map.total_rows),
+            (10_000, 20_000, 45_000)
+        );
+        assert!(map.covers(19_950, 200) && map.covers(10_000, 20_000));
+        assert!(!map.covers(9_999, 10) && !map.covers(29_990, 20));
+        let counts = Arc::new(RequestCounts::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(TappedStore {
+            inner: memory,
+            tap: counts.clone(),
+        });
+        let mapped =
+            Inventory::from_page_map(store, "inv.parquet", DEFAULT_ID_COLUMN, &map).unwrap();
+        assert_eq!(mapped.num_rows(), 45_000);
+        assert_eq!(
+            counts.s3_get.load(Ordering::Relaxed),
+            0,
+            "opening costs nothing"
+        );
+        for (start, n) in [(19_950u64, 200u64), (10_000, 1), (25_000, 4_000)] {
+            let before = counts.s3_get.load(Ordering::Relaxed);
+            let bytes_before = counts.s3_bytes_read.load(Ordering::Relaxed);
+            let ids = mapped.read_ids(start, n).await.unwrap();
+            assert_eq!(ids, whole.read_ids(start, n).await.unwrap());
+            assert_eq!(
+                counts.s3_get.load(Ordering::Relaxed) - before,
+                1,
+                "{start}+{n}"
+            );
+            let read = counts.s3_bytes_read.load(Ordering::Relaxed) - bytes_before;
+            assert!(read < 64 * 1024, "{read} bytes for {start}+{n}");
+        }
+        assert!(matches!(
+            mapped.read_ids(29_990, 20).await,
+            Err(InventoryError::OutOfRange { .. })
+        ));
+        // A file without an offset index has no page map.
+        let foreign = store_with(
+            1_000,
+            InventoryLayout {
+                row_group_rows: 1_000,
+                page_rows: 100,
+                offset_index: false,
+            },
+        )
+        .await;
+        let inv = Inventory::open(foreign, "inv.parquet", DEFAULT_ID_COLUMN)
+            .await
+            .unwrap();
+        assert_eq!(inv.page_map(0, 10).unwrap(), None);
     }
 
     /// The feeder must not read a large inventory whole to take a window: count what it fetches.

@@ -383,6 +383,19 @@ impl JobRunner for TappedJobs {
         let request = self.inner.describe(job_id);
         through(&*self.tap, call, request, Answer::of, jobs_error).await
     }
+    async fn describe_many(
+        &self,
+        job_ids: &[String],
+    ) -> Result<Vec<JobDescription>, JobRunnerError> {
+        let mut found = Vec::with_capacity(job_ids.len());
+        // One call per DescribeJobs the adapter makes.
+        for chunk in job_ids.chunks(crate::ports::DESCRIBE_BATCH) {
+            let call = Call::new(Op::JobDescribe, chunk.first().map_or("", String::as_str));
+            let request = self.inner.describe_many(chunk);
+            found.extend(through(&*self.tap, call, request, Answer::of, jobs_error).await?);
+        }
+        Ok(found)
+    }
 }
 
 /// A source whose calls pass through a tap. It names calls by URL: the source's own URL for a

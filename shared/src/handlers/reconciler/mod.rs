@@ -14,19 +14,27 @@ use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
 use crate::domain::claim::{claim_key, parse_claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::window::parse_window_key;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+mod windows;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReconcileSummary {
+    /// Attempts with a marker of their own (the requeuer's).
     pub open_claims: u64,
+    /// Window markers (the feeder's first attempts); the counts below are per granule for them.
+    pub windows: u64,
     /// Younger than the reconcile age: their events are presumably on the way.
     pub young: u64,
     /// Batch says the job is still queued or running.
     pub still_running: u64,
     /// Finished jobs whose end the monitor had not handled, handed to it now.
     pub recovered: u64,
+    /// Granules of windows whose end the monitor had handled.
+    pub handled: u64,
     /// Markers whose end was already handled (the monitor died before removing them), or with no
     /// claim behind them: removed.
     pub closed: u64,
@@ -52,15 +60,27 @@ pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary
         .unwrap_or(chrono::Duration::MAX);
     let mut summary = ReconcileSummary::default();
     for meta in ctx.store.list(prefix).await? {
+        // Without a modification time the marker counts as old: it is looked at.
+        let age = meta
+            .last_modified
+            .map_or(chrono::Duration::MAX, |t| now.signed_duration_since(t));
+        if let Some((inventory, start)) = parse_window_key(prefix, &meta.key) {
+            summary.windows += 1;
+            if age < min_age {
+                summary.young += 1;
+                continue;
+            }
+            if let Err(e) = windows::reconcile_window(ctx, &inventory, start, &mut summary).await {
+                tracing::warn!(inventory, start, error = %e, "cannot reconcile this window now");
+                summary.errors += 1;
+            }
+            continue;
+        }
         let Some(attempt) = parse_claim_key(prefix, &meta.key) else {
             tracing::warn!(key = meta.key, "foreign object in the open-claims index");
             continue;
         };
         summary.open_claims += 1;
-        // Without a modification time the marker counts as old: it is looked at.
-        let age = meta
-            .last_modified
-            .map_or(chrono::Duration::MAX, |t| now.signed_duration_since(t));
         if age < min_age {
             summary.young += 1;
             continue;
@@ -81,7 +101,7 @@ pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary
     Ok(summary)
 }
 
-enum Step {
+pub(super) enum Step {
     StillRunning,
     Recovered,
     Closed,
@@ -90,7 +110,7 @@ enum Step {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum OneError {
+pub(super) enum OneError {
     #[error(transparent)]
     State(#[from] crate::repositories::RepositoryError),
     #[error(transparent)]
@@ -99,6 +119,8 @@ enum OneError {
     Jobs(#[from] crate::ports::JobRunnerError),
     #[error(transparent)]
     Monitor(#[from] monitor::MonitorError),
+    #[error("reading the item record: {0}")]
+    Items(#[from] crate::repositories::items::ItemError),
 }
 
 async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Step, OneError> {

@@ -1,0 +1,212 @@
+//! A window claim: the exactly-once guard for the feeder's first attempts, one object for a whole
+//! window of inventory rows instead of one claim per granule.
+//!
+//! The feeder creates it with If-None-Match (the rows it covers and their granules, attempt 1),
+//! submits every granule's job, then records all the job ids with one If-Match write. Per granule
+//! that is ~2/window-size PUTs instead of two, which is most of what exactly-once cost (see
+//! BENCHMARKS.md). A window claim without its job ids was left half-done by a run that died:
+//! whoever takes it over after the lease looks each job up by its deterministic name before
+//! submitting it. Later attempts (the requeuer's) keep their per-granule claims.
+
+use super::granule::{GranuleId, GranuleProcessingEvent};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The attempt a window claim submits: a granule's first.
+pub const WINDOW_ATTEMPT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowClaim {
+    /// The inventory's object key.
+    pub inventory: String,
+    /// The first row the window covers.
+    pub start: u64,
+    /// How many rows it covers: `start .. start + rows` (invalid and repeated rows included).
+    pub rows: u64,
+    /// The distinct valid granules of those rows, in row order; each is submitted at attempt 1.
+    pub granules: Vec<GranuleId>,
+    /// Which component claimed it, for the operator.
+    pub claimed_by: String,
+    pub claimed_at: DateTime<Utc>,
+    /// The job of each granule (same order), once recorded; empty before the first record.
+    #[serde(default)]
+    pub job_ids: Vec<Option<String>>,
+    #[serde(default)]
+    pub submitted_at: Option<DateTime<Utc>>,
+}
+
+/// What an existing window claim means for a run that finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundWindow {
+    /// Every job is recorded: the rows are done.
+    Submitted,
+    /// Its owner may be submitting right now (the lease runs): leave it.
+    InFlight,
+    /// Its owner died (the lease ran out) or released it after a refusal: take it over, look up
+    /// the unrecorded jobs by name, submit the ones Batch does not have.
+    TakeOver,
+}
+
+impl WindowClaim {
+    pub fn new(
+        inventory: &str,
+        start: u64,
+        rows: u64,
+        granules: Vec<GranuleId>,
+        claimed_by: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            inventory: inventory.to_owned(),
+            start,
+            rows,
+            granules,
+            claimed_by: claimed_by.to_owned(),
+            claimed_at: now,
+            job_ids: Vec::new(),
+            submitted_at: None,
+        }
+    }
+
+    /// The (granule, attempt 1) of every granule in the window.
+    pub fn attempts(&self) -> impl Iterator<Item = GranuleProcessingEvent> + '_ {
+        self.granules.iter().map(|g| GranuleProcessingEvent {
+            granule_id: g.clone(),
+            attempt: WINDOW_ATTEMPT,
+        })
+    }
+
+    /// The recorded job of granule `i`, if any.
+    pub fn job_id(&self, i: usize) -> Option<&str> {
+        self.job_ids.get(i).and_then(|j| j.as_deref())
+    }
+
+    pub fn is_submitted(&self) -> bool {
+        (0..self.granules.len()).all(|i| self.job_id(i).is_some())
+    }
+
+    /// The decision a run that finds this claim makes (pure: the claim, the clock, the lease).
+    pub fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundWindow {
+        if self.is_submitted() {
+            return FoundWindow::Submitted;
+        }
+        let age = now.signed_duration_since(self.claimed_at);
+        if age.to_std().unwrap_or(Duration::ZERO) < lease {
+            FoundWindow::InFlight
+        } else {
+            FoundWindow::TakeOver
+        }
+    }
+
+    /// The claim with the jobs known so far recorded (`found[i]` for granule `i`; a job already
+    /// recorded is kept).
+    pub fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {
+        let job_ids = (0..self.granules.len())
+            .map(|i| {
+                self.job_id(i)
+                    .map(str::to_owned)
+                    .or_else(|| found.get(i).cloned().flatten())
+            })
+            .collect();
+        Self {
+            job_ids,
+            submitted_at: Some(now),
+            ..self.clone()
+        }
+    }
+}
+
+/// `claims/windows/<inventory key>/start=<row, 12 digits>.json`: one per window, under the claim
+/// prefix so the roles that read claims read these too.
+pub fn window_key(prefix: &str, inventory: &str, start: u64) -> String {
+    format!("{prefix}windows/{inventory}/start={start:012}.json")
+}
+
+/// The (inventory, start) a key made by [`window_key`] under `prefix` names.
+pub fn parse_window_key(prefix: &str, key: &str) -> Option<(String, u64)> {
+    let rest = key.strip_prefix(prefix)?.strip_prefix("windows/")?;
+    let (inventory, start) = rest.rsplit_once("/start=")?;
+    let start = start.strip_suffix(".json")?;
+    if inventory.is_empty() || start.len() != 12 {
+        return None;
+    }
+    Some((inventory.to_owned(), start.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn g(id: &str) -> GranuleId {
+        GranuleId::parse(id).unwrap()
+    }
+
+    fn window() -> WindowClaim {
+        WindowClaim::new(
+            "inventories/a.parquet",
+            400,
+            3,
+            vec![
+                g("HLS.S30.T18TYN.2022002T153012.v2.0"),
+                g("HLS.L30.T18TYN.2022001T153012.v2.0"),
+            ],
+            "queue-feeder",
+            Utc::now(),
+        )
+    }
+
+    #[test]
+    fn window_keys_parse_back_and_sort_by_row() {
+        let k = window_key("claims/", "inventories/2024/a.parquet", 400);
+        assert_eq!(
+            k,
+            "claims/windows/inventories/2024/a.parquet/start=000000000400.json"
+        );
+        assert_eq!(
+            parse_window_key("claims/", &k),
+            Some(("inventories/2024/a.parquet".to_owned(), 400))
+        );
+        assert!(k < window_key("claims/", "inventories/2024/a.parquet", 1_000));
+        for foreign in [
+            "claims/granule_id=g/attempt=1.json",
+            "claims/windows/a.parquet/start=12.json",
+            "claims/windows//start=000000000400.json",
+            "claims/windows/a.parquet/start=000000000400",
+        ] {
+            assert_eq!(parse_window_key("claims/", foreign), None, "{foreign}");
+        }
+    }
+
+    #[test]
+    fn a_found_window_is_done_in_flight_or_taken_over() {
+        let lease = Duration::from_secs(900);
+        let w = window();
+        assert_eq!(w.on_found(w.claimed_at, lease), FoundWindow::InFlight);
+        let later = w.claimed_at + chrono::Duration::seconds(901);
+        assert_eq!(w.on_found(later, lease), FoundWindow::TakeOver);
+        // Half recorded (a refusal part-way): still not done.
+        let half = w.recording(&[Some("j1".into())], Utc::now());
+        assert!(!half.is_submitted());
+        assert_eq!(half.on_found(later, lease), FoundWindow::TakeOver);
+        // The rest found later: the first job is kept, the second added.
+        let whole = half.recording(&[Some("other".into()), Some("j2".into())], Utc::now());
+        assert_eq!(whole.job_ids, vec![Some("j1".into()), Some("j2".into())]);
+        assert_eq!(whole.on_found(w.claimed_at, lease), FoundWindow::Submitted);
+    }
+
+    #[test]
+    fn an_empty_window_is_submitted_at_once() {
+        let mut w = window();
+        w.granules.clear();
+        assert_eq!(
+            w.on_found(w.claimed_at, Duration::MAX),
+            FoundWindow::Submitted
+        );
+    }
+
+    #[test]
+    fn every_granule_is_at_its_first_attempt() {
+        assert!(window().attempts().all(|a| a.attempt == 1));
+    }
+}

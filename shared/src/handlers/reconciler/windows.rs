@@ -1,0 +1,190 @@
+//! The reconciler's part for windows: the feeder's first attempts have one open marker per window
+//! (`domain::window`), not one per granule, so nothing removes it granule by granule. The marker
+//! stays until every granule of the window has ended and its end has been handled; a granule whose
+//! end the monitor never saw is handed to it here, as its event would have been.
+//!
+//! "Handled" is read, not written: the attempt's success log exists, or its failure log exists
+//! and says it was routed (and, with item records on, the record has left PROCESSING at that
+//! attempt). Those are GETs, about a twelfth of a PUT's price, and DescribeJobs costs nothing, so
+//! looking at a window again on each pass costs little; handing an already-handled end to the
+//! monitor would cost a conditional PUT per granule.
+
+use super::{OneError, ReconcileSummary};
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::job_name::job_name;
+use crate::domain::lifecycle::ItemState;
+use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use crate::domain::window::{window_key, WindowClaim};
+use crate::handlers::monitor::{self, MonitorOutcome};
+use crate::handlers::Ctx;
+use crate::ports::JobDescription;
+use crate::repositories::read_json;
+use std::collections::HashMap;
+
+/// How often one granule is looked at within a pass before the pass leaves the window open.
+const GRANULE_TRIES: u32 = 5;
+
+/// Where one granule of a window stands.
+enum Granule {
+    /// Its job has not been submitted yet: the feeder's next run (a takeover) does it.
+    NotSubmitted,
+    StillRunning,
+    /// Batch no longer knows the job; left for an operator.
+    UnknownToBatch,
+    /// Its end was handled (by the monitor, or now by a duplicate-safe handler).
+    Handled,
+    /// Its end was handed to the monitor's handler now.
+    Recovered,
+}
+
+/// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
+/// all of them have ended and been handled (or the window claim is gone).
+pub(super) async fn reconcile_window(
+    ctx: &Ctx,
+    inventory: &str,
+    start: u64,
+    summary: &mut ReconcileSummary,
+) -> Result<(), OneError> {
+    let layout = &ctx.config.layout;
+    let open_key = window_key(&layout.open_claim_prefix, inventory, start);
+    let Some(claim) = read_json::<WindowClaim>(
+        ctx.store.as_ref(),
+        &window_key(&layout.claim_prefix, inventory, start),
+    )
+    .await?
+    else {
+        ctx.store.delete(&open_key).await?;
+        summary.closed += 1;
+        return Ok(());
+    };
+    let claim = claim.value;
+    // Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name.
+    let mut job_ids: Vec<Option<String>> = Vec::with_capacity(claim.granules.len());
+    for (i, attempt) in claim.attempts().enumerate() {
+        job_ids.push(match claim.job_id(i) {
+            Some(id) => Some(id.to_owned()),
+            None => ctx
+                .jobs
+                .find_by_name(&job_name(&attempt.granule_id, attempt.attempt))
+                .await?
+                .map(|job| job.job_id),
+        });
+    }
+    // DescribeJobs, up to 100 jobs a call.
+    let known: Vec<String> = job_ids.iter().flatten().cloned().collect();
+    let mut described: HashMap<String, JobDescription> = ctx
+        .jobs
+        .describe_many(&known)
+        .await?
+        .into_iter()
+        .map(|d| (d.summary.job_id.clone(), d))
+        .collect();
+    let mut open = 0u64;
+    for (attempt, job_id) in claim.attempts().zip(job_ids) {
+        let step = match job_id {
+            None => Ok(Granule::NotSubmitted),
+            Some(job_id) => {
+                let description = described.remove(&job_id);
+                // The window closes only in a pass where every granule could be looked at: a
+                // call throttled past the SDK's retries is tried again here, or one unlucky
+                // granule would keep a large window open pass after pass.
+                let mut tries = 0;
+                loop {
+                    tries += 1;
+                    match granule(ctx, &attempt, &job_id, description.clone()).await {
+                        Err(e) if tries < GRANULE_TRIES => {
+                            tracing::warn!(granule_id = %attempt.granule_id, tries, error = %e, "cannot look at this granule of the window; trying again");
+                        }
+                        result => break result,
+                    }
+                }
+            }
+        };
+        if !matches!(step, Ok(Granule::Handled | Granule::Recovered)) {
+            open += 1;
+        }
+        match step {
+            Ok(Granule::Handled) => summary.handled += 1,
+            Ok(Granule::Recovered) => summary.recovered += 1,
+            Ok(Granule::NotSubmitted) => summary.not_submitted += 1,
+            Ok(Granule::StillRunning) => summary.still_running += 1,
+            Ok(Granule::UnknownToBatch) => summary.unknown_to_batch += 1,
+            Err(e) => {
+                tracing::warn!(granule_id = %attempt.granule_id, error = %e, "cannot reconcile this granule of the window now");
+                summary.errors += 1;
+            }
+        }
+    }
+    if open == 0 {
+        ctx.store.delete(&open_key).await?;
+        summary.closed += 1;
+    }
+    Ok(())
+}
+
+async fn granule(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+    job_id: &str,
+    description: Option<JobDescription>,
+) -> Result<Granule, OneError> {
+    let Some(description) = description else {
+        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
+        return Ok(Granule::UnknownToBatch);
+    };
+    if !description.summary.status.is_terminal() {
+        return Ok(Granule::StillRunning);
+    }
+    if handled(ctx, attempt).await? {
+        return Ok(Granule::Handled);
+    }
+    Ok(
+        match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+            None => Granule::StillRunning,
+            Some(
+                MonitorOutcome::Duplicate
+                | MonitorOutcome::AlreadySucceeded
+                | MonitorOutcome::Rejected { .. },
+            ) => Granule::Handled,
+            Some(outcome) => {
+                tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
+                Granule::Recovered
+            }
+        },
+    )
+}
+
+/// Whether the monitor finished with this attempt's end: logged (a failure also routed) and,
+/// with item records, the record moved past the attempt.
+async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<bool, OneError> {
+    let layout = &ctx.config.layout;
+    let facts = layout.id_parser.facts(&attempt.granule_id);
+    let success = LogKey::new(
+        LogOutcome::Success,
+        &facts,
+        &attempt.granule_id,
+        attempt.attempt,
+    );
+    let logged = if ctx
+        .store
+        .get(&success.to_key(&layout.log_prefix))
+        .await?
+        .is_some()
+    {
+        true
+    } else {
+        let failure = success
+            .with_outcome(LogOutcome::Failure)
+            .to_key(&layout.log_prefix);
+        read_json::<LogRecord>(ctx.store.as_ref(), &failure)
+            .await?
+            .is_some_and(|log| log.value.routed_at.is_some())
+    };
+    if !logged || !layout.track_items {
+        return Ok(logged);
+    }
+    let record = ctx.items().get(&attempt.granule_id).await?;
+    Ok(record.is_none_or(|r| {
+        !(r.value.state == ItemState::Processing && r.value.attempts.processing == attempt.attempt)
+    }))
+}
