@@ -49,6 +49,10 @@ enum Command {
         /// Window size in rows.
         #[arg(long, default_value_t = 1000)]
         n: u64,
+        /// Also measure these Parquet files as they are (e.g. written by pyarrow itself), named
+        /// by their file name.
+        #[arg(long = "file")]
+        files: Vec<std::path::PathBuf>,
     },
     /// A whole campaign in the local runtime: granules/s, requests per granule, and the
     /// orchestration cost per million granules at public AWS prices.
@@ -99,11 +103,18 @@ enum Command {
         n: u64,
         #[arg(long)]
         reps: usize,
+        /// Open the file once beforehand (not counted) and keep its page map, as the feeder does
+        /// between runs: the figures are those of a window after the first open.
+        #[arg(long)]
+        page_map: bool,
     },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 struct WindowFigures {
+    /// The page map's size as the tracker keeps it (base64), when one was kept.
+    #[serde(default)]
+    page_map_bytes: u64,
     median_ms: f64,
     requests: u64,
     bytes: u64,
@@ -184,20 +195,34 @@ async fn window_read(
     start: u64,
     n: u64,
     reps: usize,
+    page_map: bool,
 ) -> Result<WindowFigures> {
     let clients = AwsClients::new(&load_sdk_config().await);
     let s3: Arc<dyn ObjectStore> = Arc::new(S3Store::new(clients.s3.clone(), bucket));
     let mut times = Vec::new();
     let mut last = (0, 0);
+    let mut map_bytes = 0;
     for _ in 0..reps.max(1) {
         let counts = Arc::new(RequestCounts::default());
         let store: Arc<dyn ObjectStore> = Arc::new(TappedStore {
             inner: s3.clone(),
             tap: counts.clone(),
         });
+        let map = if page_map {
+            Inventory::open(s3.clone(), key, DEFAULT_ID_COLUMN)
+                .await?
+                .page_map(start, n + 128 * 1024)?
+        } else {
+            None
+        };
+        map_bytes = map.as_ref().map_or(0, |m| m.metadata.len() as u64);
         let t = Instant::now();
-        // A feeder run opens the inventory afresh each time: footer included in the cost.
-        let inv = Inventory::open(store, key, DEFAULT_ID_COLUMN).await?;
+        // A feeder run opens the inventory afresh each time: footer included in the cost,
+        // unless it kept a page map from an earlier run.
+        let inv = match &map {
+            Some(map) => Inventory::from_page_map(store, key, DEFAULT_ID_COLUMN, map)?,
+            None => Inventory::open(store, key, DEFAULT_ID_COLUMN).await?,
+        };
         let ids = inv.read_ids(start, n).await?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
         anyhow::ensure!(
@@ -211,6 +236,7 @@ async fn window_read(
     }
     times.sort_by(|a, b| a.total_cmp(b));
     Ok(WindowFigures {
+        page_map_bytes: map_bytes,
         median_ms: times[times.len() / 2],
         requests: last.0,
         bytes: last.1,
@@ -218,7 +244,7 @@ async fn window_read(
     })
 }
 
-async fn window(rows: Vec<u64>, reps: usize, n: u64) -> Result<()> {
+async fn window(rows: Vec<u64>, reps: usize, n: u64, files: Vec<std::path::PathBuf>) -> Result<()> {
     let clients = AwsClients::new(&load_sdk_config().await);
     let bucket = format!("granary-bench-{}", std::process::id());
     clients
@@ -241,7 +267,10 @@ async fn window(rows: Vec<u64>, reps: usize, n: u64) -> Result<()> {
         "GETs",
         "bytes fetched",
         "peak RSS MiB",
+        "page map bytes",
     ]);
+    // (label, key, file MB, whether the feeder keeps a page map for it)
+    let mut inputs: Vec<(String, String, f64, bool)> = Vec::new();
     for &size in &rows {
         for (layout, props) in [
             ("pyarrow default", pyarrow_default_properties()),
@@ -256,42 +285,68 @@ async fn window(rows: Vec<u64>, reps: usize, n: u64) -> Result<()> {
                 "wrote {key}: {file_mb:.1} MB in {:.1} s",
                 t.elapsed().as_secs_f64()
             );
-            let inv = Inventory::open(Arc::new(s3.clone()), &key, DEFAULT_ID_COLUMN).await?;
-            let groups = inv.num_row_groups();
-            for (label, start) in [
-                ("start", 0),
-                ("middle", size / 2),
-                ("end", size.saturating_sub(n)),
-            ] {
-                let out = std::process::Command::new(&me)
-                    .args(["window-read", "--bucket", &bucket, "--key", &key])
-                    .args([
-                        "--start",
-                        &start.to_string(),
-                        "--n",
-                        &n.to_string(),
-                        "--reps",
-                        &reps.to_string(),
-                    ])
-                    .output()?;
-                anyhow::ensure!(
-                    out.status.success(),
-                    "window-read failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let f: WindowFigures = serde_json::from_slice(&out.stdout)?;
-                table.add_row([
-                    layout.to_owned(),
-                    size.to_string(),
-                    format!("{file_mb:.1}"),
-                    groups.to_string(),
-                    label.to_owned(),
-                    format!("{:.1}", f.median_ms),
-                    f.requests.to_string(),
-                    f.bytes.to_string(),
-                    format!("{:.1}", f.peak_rss_kib as f64 / 1024.0),
-                ]);
+            inputs.push((layout.to_owned(), key.clone(), file_mb, false));
+            if layout == "granary" {
+                inputs.push(("granary, page map kept".to_owned(), key, file_mb, true));
             }
+        }
+    }
+    for path in &files {
+        let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "file".to_owned());
+        let key = format!("inventories/given-{name}");
+        let file_mb = bytes.len() as f64 / 1e6;
+        s3.put(&key, bytes.into(), PutCondition::Overwrite).await?;
+        inputs.push((name.clone(), key.clone(), file_mb, false));
+        inputs.push((format!("{name}, page map kept"), key, file_mb, true));
+    }
+    for (layout, key, file_mb, page_map) in inputs {
+        let inv = Inventory::open(Arc::new(s3.clone()), &key, DEFAULT_ID_COLUMN).await?;
+        let (groups, size) = (inv.num_row_groups(), inv.num_rows());
+        if page_map && inv.page_map(0, 1)?.is_none() {
+            // No offset index: nothing to keep; the window costs what a first open does.
+            continue;
+        }
+        for (label, start) in [
+            ("start", 0),
+            ("middle", size / 2),
+            ("end", size.saturating_sub(n)),
+        ] {
+            let mut cmd = std::process::Command::new(&me);
+            cmd.args(["window-read", "--bucket", &bucket, "--key", &key])
+                .args([
+                    "--start",
+                    &start.to_string(),
+                    "--n",
+                    &n.to_string(),
+                    "--reps",
+                    &reps.to_string(),
+                ]);
+            if page_map {
+                cmd.arg("--page-map");
+            }
+            let out = cmd.output()?;
+            anyhow::ensure!(
+                out.status.success(),
+                "window-read failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let f: WindowFigures = serde_json::from_slice(&out.stdout)?;
+            table.add_row([
+                layout.clone(),
+                size.to_string(),
+                format!("{file_mb:.1}"),
+                groups.to_string(),
+                label.to_owned(),
+                format!("{:.1}", f.median_ms),
+                f.requests.to_string(),
+                f.bytes.to_string(),
+                format!("{:.1}", f.peak_rss_kib as f64 / 1024.0),
+                f.page_map_bytes.to_string(),
+            ]);
         }
     }
     println!("Feeder window read: {n} rows, median of {reps}, each in a fresh process\n{table}");
@@ -929,7 +984,12 @@ fn add_row(
 #[tokio::main]
 async fn main() -> Result<()> {
     match Cli::parse().command {
-        Command::Window { rows, reps, n } => window(rows, reps, n).await,
+        Command::Window {
+            rows,
+            reps,
+            n,
+            files,
+        } => window(rows, reps, n, files).await,
         Command::Handlers {
             batches,
             invocations,
@@ -957,8 +1017,9 @@ async fn main() -> Result<()> {
             start,
             n,
             reps,
+            page_map,
         } => {
-            let f = window_read(&bucket, &key, start, n, reps).await?;
+            let f = window_read(&bucket, &key, start, n, reps, page_map).await?;
             println!("{}", serde_json::to_string(&f)?);
             Ok(())
         }
