@@ -48,6 +48,19 @@ pub struct ItemRecord {
     pub job_id: Option<String>,
     /// Who made the last change (a handler name, or `operator`).
     pub updated_by: String,
+    /// Set when the record was created with others of its window: its first entries are lines
+    /// of the window's history objects, not objects of their own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_batch: Option<HistoryBatch>,
+}
+
+/// Where a record created with its window keeps its first history entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryBatch {
+    /// The batch objects (one per state entered), JSON lines, one line per transition.
+    pub keys: Vec<String>,
+    /// The entries up to this sequence number are in them.
+    pub through_seq: u32,
 }
 
 /// What a caller wants changed besides the state.
@@ -122,6 +135,7 @@ impl NewItem {
             stored_key: None,
             job_id: None,
             updated_by: by.to_owned(),
+            history_batch: None,
         };
         record.attempts.begin(self.state, now);
         record.log(format!("created {}: {}", self.state, self.reason), now);
@@ -173,6 +187,15 @@ impl ItemRecord {
         next.last_updated = now;
         next.updated_by = by.to_owned();
         Ok(next)
+    }
+
+    /// Still in the state its batch creation left it in: the entry of this state is a line of
+    /// the batch's objects (no object of its own is owed), and it has no in-flight marker (the
+    /// window's open marker stands for it, `handlers::importer::sweeper`).
+    pub fn in_batch_state(&self) -> bool {
+        self.history_batch
+            .as_ref()
+            .is_some_and(|b| self.seq <= b.through_seq)
     }
 
     /// The attempt number that matters in the current state.
@@ -232,6 +255,24 @@ impl HistoryEntry {
             self.seq
         )
     }
+}
+
+/// `history/date=YYYY-MM-DD/state=TO/_batch.<tag>.jsonl`: the entries of many items' transitions
+/// into one state, written together (a window's creations), one JSON line each — the Athena
+/// table reads lines, so they are rows like any entry. The leading `_batch.` keeps the name
+/// apart from `<id>.<seq>.json`.
+pub fn batch_history_key(prefix: &str, at: DateTime<Utc>, state: ItemState, tag: &str) -> String {
+    format!(
+        "{prefix}date={}/state={state}/_batch.{tag}.jsonl",
+        at.format("%Y-%m-%d")
+    )
+}
+
+/// Whether `key` names a batch object made by [`batch_history_key`].
+pub fn is_batch_history_key(key: &str) -> bool {
+    key.rsplit('/')
+        .next()
+        .is_some_and(|name| name.starts_with("_batch.") && name.ends_with(".jsonl"))
 }
 
 /// `items/<id>.json`: the one object that holds an item's current record.

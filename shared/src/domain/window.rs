@@ -99,6 +99,24 @@ impl WindowClaim {
         }
     }
 
+    /// When the jobs were recorded (the claim's time before that): the time of the item
+    /// records the window's run creates, so a retry of that run writes them equal.
+    pub fn recorded_at(&self) -> DateTime<Utc> {
+        self.submitted_at.unwrap_or(self.claimed_at)
+    }
+
+    /// Names the history batch of the records one recording of this window creates: the
+    /// inventory (its `/` as `+`), the start row and the recording's time, so a takeover that
+    /// records more jobs later writes a batch of its own.
+    pub fn history_tag(&self) -> String {
+        format!(
+            "{}.{:012}.{}",
+            self.inventory.replace('/', "+"),
+            self.start,
+            self.recorded_at().format("%Y%m%dT%H%M%S%.6fZ")
+        )
+    }
+
     /// The claim with the jobs known so far recorded (`found[i]` for granule `i`; a job already
     /// recorded is kept).
     pub fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {

@@ -2,7 +2,7 @@
 
 use super::Ctx;
 use crate::adapters::parquet::{Inventory, InventoryError};
-use crate::domain::granule::GranuleId;
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::WindowClaim;
 use crate::ports::StoreError;
@@ -316,18 +316,44 @@ async fn feed_window(
             claim.start + claim.rows
         ),
     };
+    let pending: Vec<(GranuleProcessingEvent, String, String)> = claim
+        .attempts()
+        .zip(&submissions)
+        .filter_map(|(event, submission)| {
+            let job_id = submission.job_id()?.to_owned();
+            let source = source(&event.granule_id);
+            Some((event, job_id, source))
+        })
+        .collect();
+    // The records of granules new to granary, made together; a call throttled past the SDK's
+    // retries is tried again within the run (the window only settles when every record is in
+    // step, and each try is idempotent: it makes only the records still missing).
+    let mut tries = 0;
+    let made = loop {
+        tries += 1;
+        match super::item_sync::window_submitted(ctx, &claim, &pending, "queue-feeder").await {
+            Err(e) if tries < ITEM_SYNC_TRIES => {
+                tracing::warn!(inventory = inventory_key, start, tries, error = %e, "window's item records not made; trying again");
+            }
+            result => break result,
+        }
+    };
+    let made = match made {
+        Ok(made) => made,
+        Err(e) => {
+            tracing::error!(error = %e, "window's item records not made");
+            return Ok((
+                0,
+                Some(format!("item records of rows of {inventory_key}: {e}")),
+            ));
+        }
+    };
+    // The rest had a record already (an earlier window, an import, a retry of this run): one
+    // by one, like any submission.
     let synced: Vec<Result<(), FeederError>> =
-        futures::stream::iter(claim.attempts().zip(&submissions))
-            .filter_map(|(event, submission)| {
-                let job_id = submission.job_id().map(str::to_owned);
-                async move { job_id.map(|job_id| (event, job_id)) }
-            })
-            .map(|(event, job_id)| {
-                let source = source(&event.granule_id);
+        futures::stream::iter(pending.into_iter().zip(made).filter(|(_, made)| !made))
+            .map(|((event, job_id, source), _)| {
                 async move {
-                    // A call throttled past the SDK's retries is tried again within the run:
-                    // the window only settles when every record is in step, and the next run
-                    // would redo them all. Each try is idempotent (the record's attempt decides).
                     let mut tries = 0;
                     loop {
                         tries += 1;

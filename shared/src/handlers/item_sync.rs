@@ -8,7 +8,11 @@ use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::item::NewItem;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
+use crate::domain::window::WindowClaim;
 use crate::repositories::items::{Advanced, Created, ItemError};
+
+/// Why a backfill granule's record exists.
+const LISTED: &str = "listed in an inventory";
 
 /// The attempt was submitted as `job_id`: READY (or PROCESSING_FAILED, for a retry) → PROCESSING.
 pub async fn submitted(
@@ -37,7 +41,7 @@ async fn record_submitted(
     let attempt = event.attempt;
     // The common case, a granule's first attempt: READY and PROCESSING in one PUT. Later
     // attempts find their record (one without, from before records were kept, stays without).
-    let new = NewItem::ready(id.clone(), "listed in an inventory", source);
+    let new = NewItem::ready(id.clone(), LISTED, source);
     if attempt == 1 {
         let created = items
             .create_along(new, &[decisions::first_submission(job_id)], by)
@@ -53,6 +57,40 @@ async fn record_submitted(
         .await?;
     warn_if_lagging(&moved, event, Processing);
     Ok(())
+}
+
+/// A window's first attempts were submitted (`submitted`: each granule's attempt, job and
+/// source): the granules without a record get one at PROCESSING, created together with their
+/// history as lines of the window's batch objects ([`Items::create_batch`]). Returns, in the same
+/// order, whether each record was made here; the others (a record existed, or was unreadable)
+/// are for [`submitted`], one by one. With item records off, every one counts as done.
+pub async fn window_submitted(
+    ctx: &Ctx,
+    window: &WindowClaim,
+    submitted: &[(GranuleProcessingEvent, String, String)],
+    by: &str,
+) -> Result<Vec<bool>, ItemError> {
+    if !ctx.config.layout.track_items {
+        return Ok(vec![true; submitted.len()]);
+    }
+    let new = submitted
+        .iter()
+        .map(|(event, job_id, source)| {
+            let item = NewItem::ready(event.granule_id.clone(), LISTED, Some(source.clone()));
+            (item, vec![decisions::first_submission(job_id)])
+        })
+        .collect();
+    let made = ctx
+        .items()
+        .create_batch(
+            &window.history_tag(),
+            window.recorded_at(),
+            by,
+            new,
+            ctx.config.feeder.submit_concurrency,
+        )
+        .await?;
+    Ok(made.iter().map(Option::is_some).collect())
 }
 
 /// The monitor saw attempt `event.attempt` end: PROCESSING → `to` (PROCESSED or PROCESSING_FAILED).

@@ -7,16 +7,22 @@
 //! entry with If-None-Match, (4) the old marker's delete when leaving a timed state. A crash after
 //! (2) leaves the history entry owed; whoever next finds nothing to do on that item writes it
 //! (idempotently, same key and body), and the sweeper does so for stuck items.
+//!
+//! A window's creations ([`Items::create_batch`]) differ: their entries are lines of one object per
+//! state for the whole window, written before the records (so none is ever owed), and they get no
+//! in-flight marker (the window's open marker names them to the sweeper).
 
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{
-    inflight_key, is_timed, record_key, Change, HistoryEntry, ItemQuery, ItemRecord, NewItem,
+    batch_history_key, inflight_key, is_batch_history_key, is_timed, record_key, Change,
+    HistoryBatch, HistoryEntry, ItemQuery, ItemRecord, NewItem,
 };
 use crate::domain::lifecycle::{IllegalTransition, ItemState};
 use crate::ports::{ObjectStore, PutCondition, StoreError};
+use crate::repositories::json::encode;
 use crate::repositories::{read_json, write_json, RepositoryError, Versioned};
 use bytes::Bytes;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::sync::Arc;
 
@@ -163,6 +169,117 @@ impl Items {
         }
     }
 
+    /// Creates, together, the records of new items already moved along their changes — a
+    /// window's granules, READY and submitted in one breath — with one conditional PUT each and
+    /// their history entries as lines of one object per state entered
+    /// ([`batch_history_key`] with `tag`), not an object per entry; no in-flight marker (the
+    /// window's open marker stands for them). Items that have a record (or an unreadable one)
+    /// are left out: `None` at their place, for the caller's one-by-one path.
+    ///
+    /// Order: the records are read first; the batch objects are written before any record, so
+    /// a record that says its entries are in a batch is never without them. A crash in between
+    /// leaves lines for records not yet made; the retry, at the same `tag` and `at`, finds the
+    /// same items without records, writes the same lines (the objects exist: nothing changes)
+    /// and makes the records, equal to the lines.
+    pub async fn create_batch(
+        &self,
+        tag: &str,
+        at: DateTime<Utc>,
+        by: &str,
+        new: Vec<(NewItem, Vec<Change>)>,
+        concurrency: usize,
+    ) -> Result<Vec<Option<ItemRecord>>, ItemError> {
+        let found: Vec<Result<Option<Versioned<ItemRecord>>, ItemError>> =
+            futures::stream::iter(&new)
+                .map(|(item, _)| self.get(&item.id))
+                .buffered(concurrency.max(1))
+                .collect()
+                .await;
+        let mut made: Vec<Option<Vec<ItemRecord>>> = Vec::with_capacity(new.len());
+        for ((item, changes), found) in new.into_iter().zip(found) {
+            match found {
+                Ok(None) => made.push(Some(self.batch_steps(item, &changes, tag, at, by)?)),
+                Ok(Some(_)) | Err(ItemError::State(RepositoryError::Corrupt { .. })) => {
+                    made.push(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let mut lines: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+        for step in made.iter().flatten().flatten() {
+            let entry = HistoryEntry::of(step);
+            let key = batch_history_key(&self.prefixes.history, at, step.state, tag);
+            let object = lines.entry(key).or_default();
+            object.extend_from_slice(
+                &encode("history entry", &entry).map_err(RepositoryError::from)?,
+            );
+            object.push(b'\n');
+        }
+        for (key, body) in lines {
+            match self
+                .store
+                .put(&key, Bytes::from(body), PutCondition::IfAbsent)
+                .await
+            {
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let created: Vec<Result<Option<ItemRecord>, ItemError>> = futures::stream::iter(made)
+            .map(|steps| async move {
+                let Some(record) = steps.and_then(|s| s.last().cloned()) else {
+                    return Ok(None);
+                };
+                let key = record_key(&self.prefixes.items, &record.id);
+                match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+                    Ok(_) => Ok(Some(record)),
+                    // Made by someone else since we looked: theirs stands, the caller's
+                    // one-by-one path takes the item.
+                    Err(e) if e.is_conflict() => Ok(None),
+                    Err(e) => Err(e.into()),
+                }
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
+        created.into_iter().collect()
+    }
+
+    /// The records a batch creation writes: the new one, then one per change.
+    fn batch_steps(
+        &self,
+        item: NewItem,
+        changes: &[Change],
+        tag: &str,
+        at: DateTime<Utc>,
+        by: &str,
+    ) -> Result<Vec<ItemRecord>, ItemError> {
+        let mut states = vec![item.state];
+        states.extend(changes.iter().filter_map(|c| c.to));
+        let mut keys: Vec<String> = states
+            .iter()
+            .map(|s| batch_history_key(&self.prefixes.history, at, *s, tag))
+            .collect();
+        keys.dedup();
+        let mut first = item.into_record(at, by);
+        first.history_batch = Some(HistoryBatch {
+            keys,
+            through_seq: (states.len() - 1) as u32,
+        });
+        let mut steps = vec![first];
+        for change in changes {
+            let last = &steps[steps.len() - 1];
+            let next = last
+                .apply(change, at, by)
+                .map_err(|source| ItemError::Illegal {
+                    id: last.id.to_string(),
+                    source,
+                })?;
+            steps.push(next);
+        }
+        Ok(steps)
+    }
+
     /// Reads the record, asks `decide` what to change, and writes the result with If-Match. On a
     /// lost race it re-reads and asks again, so `decide` must look only at the record it is given.
     pub async fn advance<F>(
@@ -197,9 +314,11 @@ impl Items {
             };
             let changes = decide(&current.value);
             if changes.is_empty() {
-                // Pay any history entry a crashed writer owed before reporting "nothing to do".
+                // Pay any history entry a crashed writer owed before reporting "nothing to do"
+                // (a batch's entries are written before its records: none is owed).
                 let age = Utc::now().signed_duration_since(current.value.last_updated);
-                if age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS {
+                if age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !current.value.in_batch_state()
+                {
                     self.write_history(&current.value).await?;
                 }
                 return Ok(Advanced::Unchanged(current.value));
@@ -235,7 +354,7 @@ impl Items {
                     }
                 }
                 let left = current.value.state;
-                if is_timed(left) && left != next.state {
+                if is_timed(left) && left != next.state && !current.value.in_batch_state() {
                     self.store
                         .delete(&inflight_key(&self.prefixes.inflight, left, id))
                         .await?;
@@ -335,8 +454,30 @@ impl Items {
     pub async fn history(&self, id: &GranuleId) -> Result<Vec<HistoryEntry>, ItemError> {
         let suffix_start = format!("/{id}.");
         let mut out = Vec::new();
+        // A record created with its window names the batch objects holding its first entries.
+        if let Some(batch) = self.get(id).await?.and_then(|r| r.value.history_batch) {
+            for key in &batch.keys {
+                let Some(object) = self.store.get(key).await? else {
+                    continue;
+                };
+                for line in object.body.split(|b| *b == b'\n') {
+                    if line.is_empty() {
+                        continue;
+                    }
+                    let entry: HistoryEntry = serde_json::from_slice(line).map_err(|e| {
+                        ItemError::State(RepositoryError::Corrupt {
+                            key: key.clone(),
+                            source: e,
+                        })
+                    })?;
+                    if &entry.item_id == id {
+                        out.push(entry);
+                    }
+                }
+            }
+        }
         for meta in self.store.list(&self.prefixes.history).await? {
-            if !meta.key.contains(&suffix_start) {
+            if !meta.key.contains(&suffix_start) || is_batch_history_key(&meta.key) {
                 continue;
             }
             if let Some(v) = read_json::<HistoryEntry>(self.store.as_ref(), &meta.key).await? {
@@ -390,6 +531,120 @@ mod tests {
                 .unwrap()
                 .len(),
             1
+        );
+    }
+
+    fn submitted(job: &str) -> Vec<Change> {
+        vec![Change {
+            job_id: Some(job.into()),
+            ..Change::to(Processing, "submitted")
+        }]
+    }
+
+    #[tokio::test]
+    async fn a_batch_creation_writes_a_record_each_and_one_history_object_per_state() {
+        let store = Arc::new(MemoryStore::new());
+        let items = Items::new(store.clone(), ItemPrefixes::default());
+        let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        items.create(new_item("old", Ready), "t").await.unwrap();
+        let batch = |ids: &[&str]| -> Vec<(NewItem, Vec<Change>)> {
+            ids.iter()
+                .map(|id| (new_item(id, Ready), submitted(&format!("job-{id}"))))
+                .collect()
+        };
+        let made = items
+            .create_batch("w.1", at, "feeder", batch(&["a", "old", "b"]), 4)
+            .await
+            .unwrap();
+        assert_eq!(
+            made.iter().map(Option::is_some).collect::<Vec<_>>(),
+            vec![true, false, true],
+            "the item with a record is left to the caller"
+        );
+        let objects: Vec<String> = store
+            .list("history/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.key)
+            .filter(|k| is_batch_history_key(k))
+            .collect();
+        assert_eq!(
+            objects,
+            vec![
+                "history/date=2026-11-24/state=PROCESSING/_batch.w.1.jsonl",
+                "history/date=2026-11-24/state=READY/_batch.w.1.jsonl"
+            ]
+        );
+        assert!(
+            items.inflight().await.unwrap().is_empty(),
+            "no marker: the window's open marker stands for them"
+        );
+        let a = GranuleId::parse("a").unwrap();
+        let record = items.get(&a).await.unwrap().unwrap().value;
+        assert_eq!((record.state, record.seq), (Processing, 1));
+        assert!(record.in_batch_state());
+        let history = items.history(&a).await.unwrap();
+        assert_eq!(
+            history
+                .iter()
+                .map(|e| (e.seq, e.from, e.to))
+                .collect::<Vec<_>>(),
+            vec![(0, None, Ready), (1, Some(Ready), Processing)]
+        );
+        assert_eq!(
+            history[1].record, record,
+            "the line carries the record as written"
+        );
+
+        // A retry (the run died after the records) makes nothing and writes nothing new.
+        let before = store.list("").await.unwrap().len();
+        let again = items
+            .create_batch("w.1", at, "feeder", batch(&["a", "b"]), 4)
+            .await
+            .unwrap();
+        assert_eq!(again, vec![None, None]);
+        assert_eq!(store.list("").await.unwrap().len(), before);
+
+        // A no-op decision owes nothing (the entry is a line); the next transition gets its own
+        // object and leaves the batch state.
+        items.advance(&a, "t", |_| None).await.unwrap();
+        items
+            .advance(&a, "monitor", |_| Some(Change::to(Processed, "done")))
+            .await
+            .unwrap();
+        let history = items.history(&a).await.unwrap();
+        assert_eq!(
+            history.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        assert!(!items.get(&a).await.unwrap().unwrap().value.in_batch_state());
+    }
+
+    #[tokio::test]
+    async fn a_batch_written_before_its_records_is_completed_by_the_retry() {
+        let store = Arc::new(MemoryStore::new());
+        let items = Items::new(store.clone(), ItemPrefixes::default());
+        let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
+        let batch = vec![(new_item("a", Ready), submitted("job-a"))];
+        items
+            .create_batch("w.2", at, "feeder", batch.clone(), 1)
+            .await
+            .unwrap();
+        // As if the run had died after the batch objects: the record is gone, the lines stay.
+        store.delete("items/a.json").await.unwrap();
+        let made = items
+            .create_batch("w.2", at, "feeder", batch, 1)
+            .await
+            .unwrap();
+        assert!(made[0].is_some());
+        let a = GranuleId::parse("a").unwrap();
+        let history = items.history(&a).await.unwrap();
+        assert_eq!(history.len(), 2);
+        assert_eq!(
+            history[1].record,
+            items.get(&a).await.unwrap().unwrap().value,
+            "the retry's record equals the line the first run wrote"
         );
     }
 

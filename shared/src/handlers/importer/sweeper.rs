@@ -4,7 +4,9 @@
 //! job: alive, it waits; finished, the job goes through the monitor's own handler (its end was
 //! never handled: same classification, log and route as its event). It looks only at the
 //! in-flight index, never at every item, and takes items one by one: one item's trouble is logged,
-//! counted and retried next sweep, never the end of the sweep.
+//! counted and retried next sweep, never the end of the sweep. A backfill window's granules have
+//! no marker of their own during their first attempt: the window's open marker stands for them,
+//! and the sweeper reads the window's claim for their ids (the marker stays the reconciler's).
 //!
 //! Order of effects, so a crash between two of them strands nothing: the message that moves the
 //! item on is sent before the state is written. If the write is lost, the item is still overdue in
@@ -16,7 +18,9 @@ use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
+use crate::domain::window::{parse_window_key, window_key, WindowClaim};
 use crate::repositories::items::{Advanced, ItemError};
+use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -25,6 +29,9 @@ const BY: &str = "item-sweeper";
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepSummary {
     pub examined: u64,
+    /// Of those, PROCESSING items named by an open window marker rather than a marker of their
+    /// own (a window's first attempts).
+    pub window_granules: u64,
     pub within_time: u64,
     /// PROCESSING items past their time whose Batch job is still queued or running.
     pub job_alive: u64,
@@ -45,7 +52,16 @@ pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, I
     let mut summary = SweepSummary::default();
     for (marked, id) in imp.ctx.items().inflight().await? {
         summary.examined += 1;
-        if let Err(e) = sweep_one(imp, marked, &id, now, &mut summary).await {
+        if let Err(e) = sweep_one(imp, marked, &id, Index::Marker, now, &mut summary).await {
+            tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
+            summary.errors += 1;
+        }
+    }
+    // A window's granules have no marker of their own while their first attempt runs: the
+    // window's open marker stands for them all.
+    for id in window_granules(imp, &mut summary).await? {
+        summary.examined += 1;
+        if let Err(e) = sweep_one(imp, Processing, &id, Index::Window, now, &mut summary).await {
             tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
             summary.errors += 1;
         }
@@ -54,10 +70,49 @@ pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, I
     Ok(summary)
 }
 
+/// Which index named the item to the sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Index {
+    /// Its own in-flight marker, which the sweeper removes once the record no longer justifies it.
+    Marker,
+    /// An open window marker (the reconciler's to remove): only a record still in the state its
+    /// window's creation left it in is the sweeper's business.
+    Window,
+}
+
+/// The granules of every open window, from their claims.
+async fn window_granules(
+    imp: &Importer,
+    summary: &mut SweepSummary,
+) -> Result<Vec<GranuleId>, ImportError> {
+    let layout = &imp.ctx.config.layout;
+    if !layout.track_items {
+        return Ok(Vec::new());
+    }
+    let prefix = &layout.open_claim_prefix;
+    let mut out = Vec::new();
+    for meta in imp.ctx.store.list(prefix).await.map_err(ItemError::from)? {
+        let Some((inventory, start)) = parse_window_key(prefix, &meta.key) else {
+            continue;
+        };
+        let claim = window_key(&layout.claim_prefix, &inventory, start);
+        match read_json::<WindowClaim>(imp.ctx.store.as_ref(), &claim).await {
+            Ok(Some(claim)) => out.extend(claim.value.granules),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(inventory, start, error = %e, "cannot read this window's claim; the next sweep tries again");
+                summary.errors += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
 async fn sweep_one(
     imp: &Importer,
     marked: ItemState,
     id: &GranuleId,
+    index: Index,
     now: DateTime<Utc>,
     summary: &mut SweepSummary,
 ) -> Result<(), ImportError> {
@@ -76,6 +131,16 @@ async fn sweep_one(
         }
         Err(e) => return Err(e.into()),
     };
+    if index == Index::Window {
+        // Not created by the window (yet), or past the state it left it in: nothing to sweep.
+        if !current
+            .as_ref()
+            .is_some_and(|c| c.value.state == marked && c.value.in_batch_state())
+        {
+            return Ok(());
+        }
+        summary.window_granules += 1;
+    }
     let Some(current) = current else {
         items.clear_inflight(marked, id).await?;
         summary.stale_markers += 1;
@@ -326,6 +391,87 @@ mod tests {
         // only the live job's item is still indexed
         let left = imp.ctx.items().inflight().await.unwrap();
         assert_eq!(left, vec![(Processing, a)]);
+    }
+
+    #[tokio::test]
+    async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let (imp, dlq) = importer(jobs.clone()).await;
+        let ctx = &imp.ctx;
+        let ids: Vec<GranuleId> = ["alive-item", "lost-item"]
+            .iter()
+            .map(|g| GranuleId::parse(g).unwrap())
+            .collect();
+        let alive = jobs
+            .submit(crate::contracts::job::job_request(
+                "alive-item-1",
+                &ids[0],
+                1,
+            ))
+            .await
+            .unwrap()
+            .job_id;
+        // The feeder's window: claimed, jobs recorded, records made together, marker open.
+        let found = vec![Some(alive.clone()), Some("forgotten-by-batch".to_owned())];
+        let claim = WindowClaim::new("inv.parquet", 0, 2, ids.clone(), "t", Utc::now())
+            .recording(&found, Utc::now());
+        let layout = &ctx.config.layout;
+        for prefix in [&layout.claim_prefix, &layout.open_claim_prefix] {
+            crate::repositories::write_json(
+                ctx.store.as_ref(),
+                &window_key(prefix, "inv.parquet", 0),
+                &claim,
+                crate::ports::PutCondition::IfAbsent,
+            )
+            .await
+            .unwrap();
+        }
+        let submitted: Vec<_> = claim
+            .attempts()
+            .zip(&found)
+            .map(|(e, j)| (e, j.clone().unwrap(), "inv.parquet#row=0".to_owned()))
+            .collect();
+        let made = crate::handlers::item_sync::window_submitted(ctx, &claim, &submitted, "t")
+            .await
+            .unwrap();
+        assert_eq!(made, vec![true, true]);
+        assert!(ctx.items().inflight().await.unwrap().is_empty());
+
+        let late = Utc::now() + chrono::Duration::seconds(61);
+        let s = sweep(&imp, late).await.unwrap();
+        assert_eq!(
+            (s.window_granules, s.job_alive, s.gave_up, s.stale_markers),
+            (2, 1, 1, 0),
+            "{s:?}"
+        );
+        assert_eq!(state(&imp, &ids[0]).await, Processing);
+        assert_eq!(state(&imp, &ids[1]).await, Abandoned, "Batch lost its job");
+        assert_eq!(dlq.depth().await.unwrap().visible, 1);
+
+        // The reconciler keeps the window open while a job runs; once it has ended, the
+        // lost one counts as handled (its record moved on) and the marker goes.
+        let open = || async {
+            ctx.store
+                .list(&layout.open_claim_prefix)
+                .await
+                .unwrap()
+                .len()
+        };
+        let later = late + chrono::Duration::days(1);
+        crate::handlers::reconciler::reconcile(ctx, later)
+            .await
+            .unwrap();
+        assert_eq!(open().await, 1);
+        jobs.set_status(&alive, JobStatus::Succeeded);
+        let r = crate::handlers::reconciler::reconcile(ctx, later)
+            .await
+            .unwrap();
+        assert_eq!((r.recovered, r.handled, r.closed), (1, 1, 1), "{r:?}");
+        assert_eq!(open().await, 0);
+        assert_eq!(state(&imp, &ids[0]).await, Processed);
+        // Nothing of the window is left for the sweeper.
+        let s = sweep(&imp, late).await.unwrap();
+        assert_eq!(s.examined, 0, "{s:?}");
     }
 
     #[tokio::test]

@@ -129,6 +129,11 @@ async fn granule(
     description: Option<JobDescription>,
 ) -> Result<Granule, OneError> {
     let Some(description) = description else {
+        // With item records, the item sweeper times such an attempt out (the window's open
+        // marker names it to the sweeper) and the record leaves PROCESSING at it: handled.
+        if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
+            return Ok(Granule::Handled);
+        }
         tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
         return Ok(Granule::UnknownToBatch);
     };
@@ -183,8 +188,17 @@ async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<bool, On
     if !logged || !layout.track_items {
         return Ok(logged);
     }
+    // No record: one from before records were kept; the log says it all.
+    Ok(record_moved_past(ctx, attempt).await?.unwrap_or(true))
+}
+
+/// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
+async fn record_moved_past(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+) -> Result<Option<bool>, OneError> {
     let record = ctx.items().get(&attempt.granule_id).await?;
-    Ok(record.is_none_or(|r| {
+    Ok(record.map(|r| {
         !(r.value.state == ItemState::Processing && r.value.attempts.processing == attempt.attempt)
     }))
 }
