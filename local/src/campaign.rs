@@ -167,8 +167,11 @@ impl Campaign {
         ));
         let (retry_url, dlq_url) = config.queue_names();
         let counts = Arc::new(RequestCounts::default());
+        // Bodies go to a scratch file (removed when the campaign ends): a million granules write
+        // gigabytes of logs, records and history.
+        let scratch = tempfile::tempfile().context("a scratch file for the in-memory store")?;
         let ctx = Ctx {
-            store: Arc::new(MemoryStore::new()),
+            store: Arc::new(MemoryStore::spilling(scratch)),
             jobs: batch.clone(),
             retry_queue: Arc::new(MemoryQueue::new(&retry_url)),
             failure_dlq: Arc::new(MemoryQueue::new(&dlq_url)),
@@ -181,7 +184,10 @@ impl Campaign {
             tap: counts.clone(),
         });
         let rule = Arc::new(RuleToQueue::new(events, batch.job_queue_arn()));
-        let simulator = BatchSimulator::new(batch.clone(), rule, spec.plan.clone());
+        let mut simulator = BatchSimulator::new(batch.clone(), rule, spec.plan.clone());
+        // The per-tick cap stands in for the emulator's slow ReceiveMessage; without an emulator
+        // it would only hold a fast feeder's events back in memory (a million granules' worth).
+        simulator.max_events_per_tick = usize::MAX;
         let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
         let mut campaign =
             Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await?;

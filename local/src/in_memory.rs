@@ -9,7 +9,7 @@
 
 use super::events::JobFacts;
 use super::simulator::JobLedger;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use async_trait::async_trait;
 use granary::domain::batch_event::JobStatus;
 use granary::ports::{
@@ -26,15 +26,19 @@ const REGION: &str = "us-east-1";
 
 struct Job {
     summary: JobSummary,
-    request: JobRequest,
+    /// What was asked, until the simulator settles the job (DescribeJobs shows it queued).
+    request: Option<JobRequest>,
     created_at_ms: i64,
-    /// How the simulator ended it: the JobDetail its final event carried.
-    settled: Option<Value>,
+    /// How the simulator ended it: the JobDetail its final event carried, as JSON text (a
+    /// million parsed details would not fit in memory; DescribeJobs parses the one it answers).
+    settled: Option<Box<[u8]>>,
 }
 
 #[derive(Default)]
 struct Jobs {
     all: Vec<Job>,
+    /// The jobs not yet finished, so counting them does not walk a million finished ones.
+    active: std::collections::BTreeSet<usize>,
     by_id: HashMap<String, usize>,
     /// The newest job of each name (a name is submitted again only by a bug; the newest wins).
     by_name: HashMap<String, usize>,
@@ -86,7 +90,7 @@ impl InMemoryBatch {
         let jobs = self.lock();
         let mut per_name: HashMap<&str, usize> = HashMap::new();
         for j in &jobs.all {
-            *per_name.entry(j.request.job_name.as_str()).or_default() += 1;
+            *per_name.entry(j.summary.job_name.as_str()).or_default() += 1;
         }
         let mut twice: Vec<String> = per_name
             .into_iter()
@@ -117,9 +121,12 @@ impl JobRunner for InMemoryBatch {
         };
         jobs.by_id.insert(job_id, n);
         jobs.by_name.insert(request.job_name.clone(), n);
+        if !summary.status.is_terminal() {
+            jobs.active.insert(n);
+        }
         jobs.all.push(Job {
             summary: summary.clone(),
-            request,
+            request: Some(request),
             created_at_ms: chrono::Utc::now().timestamp_millis(),
             settled: None,
         });
@@ -128,7 +135,8 @@ impl JobRunner for InMemoryBatch {
 
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         let mut active = ActiveJobs::default();
-        for job in self.lock().all.iter() {
+        let jobs = self.lock();
+        for job in jobs.active.iter().filter_map(|&i| jobs.all.get(i)) {
             if active.total >= stop_at {
                 break;
             }
@@ -155,19 +163,22 @@ impl JobRunner for InMemoryBatch {
         let Some(job) = jobs.by_id.get(job_id).and_then(|&i| jobs.all.get(i)) else {
             return Ok(None);
         };
-        Ok(Some(match &job.settled {
-            Some(detail) => JobDescription {
+        Ok(Some(match (&job.settled, &job.request) {
+            (Some(detail), _) => JobDescription {
                 summary: job.summary.clone(),
-                detail: detail.clone(),
+                detail: serde_json::from_slice(detail).map_err(|e| {
+                    JobRunnerError::refused(format!("the twin's detail of {job_id}: {e}"))
+                })?,
             },
-            None => JobDescription::of_request(
+            (None, Some(request)) => JobDescription::of_request(
                 JobSummary {
                     status: JobStatus::Runnable,
                     ..job.summary.clone()
                 },
-                &job.request,
+                request,
                 &self.job_queue_arn,
             ),
+            (None, None) => return Ok(None),
         }))
     }
 }
@@ -181,11 +192,15 @@ impl JobLedger for InMemoryBatch {
             let Some(job) = jobs.by_id.get(id).and_then(|&i| jobs.all.get(i)) else {
                 continue;
             };
+            // Settled jobs were seen already: the simulator asks only about new ones.
+            let Some(request) = &job.request else {
+                continue;
+            };
             let lookup = |param: &str, var: &str| {
-                job.request
+                request
                     .parameters
                     .get(param)
-                    .or_else(|| job.request.environment.get(var))
+                    .or_else(|| request.environment.get(var))
                     .cloned()
             };
             // Jobs without granary's parameters are not ours, as with DescribeJobs.
@@ -221,7 +236,17 @@ impl JobLedger for InMemoryBatch {
             .and_then(|i| jobs.all.get_mut(i))
         {
             job.summary.status = status;
-            job.settled = Some(detail.clone());
+            job.settled = Some(
+                serde_json::to_vec(detail)
+                    .context("the job detail as JSON")?
+                    .into_boxed_slice(),
+            );
+            job.request = None;
+        }
+        if status.is_terminal() {
+            if let Some(i) = jobs.by_id.get(job_id).copied() {
+                jobs.active.remove(&i);
+            }
         }
         Ok(())
     }
@@ -329,6 +354,14 @@ mod tests {
         assert_eq!(described.summary.job_id, b.job_id);
         assert_eq!(described.summary.status, JobStatus::Runnable);
         assert_eq!(described.detail["parameters"]["granule_id"], "G1");
+        // The simulator asks for the facts of jobs it has not settled yet.
+        let facts = batch
+            .facts(&[b.job_id.clone(), "unknown".into()])
+            .await
+            .unwrap();
+        assert_eq!(facts.len(), 1);
+        assert_eq!((facts[0].granule_id.as_str(), facts[0].attempt), ("G1", 2));
+        assert_eq!(facts[0].job_queue_arn, batch.job_queue_arn());
         let detail = serde_json::json!({"jobId": b.job_id, "status": "FAILED"});
         batch
             .settle(&b.job_id, JobStatus::Failed, &detail)
@@ -347,13 +380,10 @@ mod tests {
             batch.finished().await.unwrap(),
             vec![a.job_id.clone(), b.job_id.clone()]
         );
-        let facts = batch
-            .facts(&[b.job_id.clone(), "unknown".into()])
-            .await
-            .unwrap();
-        assert_eq!(facts.len(), 1);
-        assert_eq!((facts[0].granule_id.as_str(), facts[0].attempt), ("G1", 2));
-        assert_eq!(facts[0].job_queue_arn, batch.job_queue_arn());
+        assert!(
+            batch.facts(std::slice::from_ref(&b.job_id)).await.unwrap().is_empty(),
+            "a settled job was seen: its request is no longer kept"
+        );
     }
 
     #[tokio::test]

@@ -174,7 +174,9 @@ impl Items {
     /// their history entries as lines of one object per state entered
     /// ([`batch_history_key`] with `tag`), not an object per entry; no in-flight marker (the
     /// window's open marker stands for them). Items that have a record (or an unreadable one)
-    /// are left out: `None` at their place, for the caller's one-by-one path.
+    /// are left out: `None` at their place, for the caller's one-by-one path — and so is an item
+    /// whose read or write failed (a throttled call): one item's trouble must not fail the
+    /// window's other records, or a large window under throttling would never be done.
     ///
     /// Order: the records are read first; the batch objects are written before any record, so
     /// a record that says its entries are in a batch is never without them. A crash in between
@@ -199,10 +201,11 @@ impl Items {
         for ((item, changes), found) in new.into_iter().zip(found) {
             match found {
                 Ok(None) => made.push(Some(self.batch_steps(item, &changes, tag, at, by)?)),
-                Ok(Some(_)) | Err(ItemError::State(RepositoryError::Corrupt { .. })) => {
+                Ok(Some(_)) => made.push(None),
+                Err(e) => {
+                    tracing::warn!(item_id = %item.id, error = %e, "cannot read this item's record; it is left to the one-by-one path");
                     made.push(None)
                 }
-                Err(e) => return Err(e),
             }
         }
         let mut lines: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
@@ -236,7 +239,11 @@ impl Items {
                     // Made by someone else since we looked: theirs stands, the caller's
                     // one-by-one path takes the item.
                     Err(e) if e.is_conflict() => Ok(None),
-                    Err(e) => Err(e.into()),
+                    // Perhaps made (an answer lost): the one-by-one path finds out.
+                    Err(e) => {
+                        tracing::warn!(item_id = %record.id, error = %e, "item record not made with its window; it is left to the one-by-one path");
+                        Ok(None)
+                    }
                 }
             })
             .buffered(concurrency.max(1))

@@ -1,23 +1,65 @@
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
+/// Where an object's bytes are.
+#[derive(Debug, Clone)]
+enum Body {
+    Held(Bytes),
+    /// In the spill file at `offset`.
+    Spilled {
+        offset: u64,
+        len: u32,
+    },
+}
+
+/// One object. Kept small (the key is the map's, the ETag a number): a million-granule campaign
+/// holds a few million of them.
 #[derive(Debug, Clone)]
 struct Entry {
-    body: Bytes,
-    etag: String,
-    meta: ObjectMeta,
+    body: Body,
+    version: u64,
+    last_modified: DateTime<Utc>,
+}
+
+impl Entry {
+    fn len(&self) -> u64 {
+        match &self.body {
+            Body::Held(b) => b.len() as u64,
+            Body::Spilled { len, .. } => u64::from(*len),
+        }
+    }
+
+    fn etag(&self) -> String {
+        format!("\"m{}\"", self.version)
+    }
+}
+
+/// Bodies this long or longer go to the spill file, when there is one.
+const SPILL_MIN_BYTES: usize = 64;
+
+#[derive(Debug, Default)]
+struct Objects {
+    map: BTreeMap<Box<str>, Entry>,
+    versions: u64,
+    /// Append-only; bytes of replaced and deleted objects stay (the file is a scratch file).
+    spill: Option<(File, u64)>,
 }
 
 /// In-memory object store with S3's conditional-write semantics (atomic, unlike some emulators).
+///
+/// [`MemoryStore::spilling`] keeps object bodies in a scratch file instead of memory (keys and
+/// metadata stay in memory): a campaign of a million granules writes gigabytes of logs, records
+/// and history, which the page cache holds or drops as the machine allows.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    objects: Mutex<BTreeMap<String, Entry>>,
-    versions: Mutex<u64>,
+    objects: Mutex<Objects>,
 }
 
 impl MemoryStore {
@@ -25,49 +67,87 @@ impl MemoryStore {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Entry>> {
+    /// A store whose bodies are written to `scratch` (an empty file opened for reading and
+    /// writing; a `tempfile::tempfile()` removes itself).
+    pub fn spilling(scratch: File) -> Self {
+        Self {
+            objects: Mutex::new(Objects {
+                spill: Some((scratch, 0)),
+                ..Objects::default()
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Objects> {
         // A poisoned lock means a test thread panicked mid-write; the map itself is still usable.
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn next_etag(&self) -> String {
-        let mut v = self.versions.lock().unwrap_or_else(|p| p.into_inner());
-        *v += 1;
-        format!("\"m{v}\"")
+    pub fn keys(&self) -> Vec<String> {
+        self.lock().map.keys().map(|k| k.to_string()).collect()
     }
 
-    pub fn keys(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
+    /// Bytes `range` (clamped to the body) of `entry`.
+    fn read(
+        objects: &Objects,
+        key: &str,
+        entry: &Entry,
+        range: Range<u64>,
+    ) -> Result<Bytes, StoreError> {
+        let len = entry.len();
+        let (start, end) = (range.start.min(len), range.end.min(len));
+        let end = end.max(start);
+        match (&entry.body, &objects.spill) {
+            (Body::Held(b), _) => Ok(b.slice(start as usize..end as usize)),
+            (Body::Spilled { offset, .. }, Some((file, _))) => {
+                let mut buf = vec![0u8; (end - start) as usize];
+                file.read_exact_at(&mut buf, offset + start)
+                    .map_err(|e| spill_error(key, &e))?;
+                Ok(Bytes::from(buf))
+            }
+            (Body::Spilled { .. }, None) => Err(StoreError::backend(
+                key,
+                "the body was spilled but the store has no spill file",
+            )),
+        }
     }
+}
+
+fn spill_error(key: &str, e: &std::io::Error) -> StoreError {
+    StoreError::backend(key, format!("the memory store's spill file: {e}"))
 }
 
 #[async_trait]
 impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
-        Ok(self.lock().get(key).map(|e| StoredObject {
-            body: e.body.clone(),
-            etag: e.etag.clone(),
+        let objects = self.lock();
+        let Some(e) = objects.map.get(key) else {
+            return Ok(None);
+        };
+        Ok(Some(StoredObject {
+            body: Self::read(&objects, key, e, 0..e.len())?,
+            etag: e.etag(),
         }))
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
-        let map = self.lock();
-        let e = map.get(key).ok_or_else(|| StoreError::NotFound {
+        let objects = self.lock();
+        let e = objects.map.get(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
-        let len = e.body.len() as u64;
-        let (start, end) = (range.start.min(len) as usize, range.end.min(len) as usize);
-        Ok(e.body.slice(start..end.max(start)))
+        Self::read(&objects, key, e, range)
     }
 
     async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
-        let map = self.lock();
-        let e = map.get(key).ok_or_else(|| StoreError::NotFound {
+        let objects = self.lock();
+        let e = objects.map.get(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
-        let size = e.body.len() as u64;
-        let start = size.saturating_sub(len) as usize;
-        Ok((e.body.slice(start..), size))
+        let size = e.len();
+        Ok((
+            Self::read(&objects, key, e, size.saturating_sub(len)..size)?,
+            size,
+        ))
     }
 
     async fn put(
@@ -76,13 +156,13 @@ impl ObjectStore for MemoryStore {
         body: Bytes,
         condition: PutCondition,
     ) -> Result<String, StoreError> {
-        let etag = self.next_etag();
-        let mut map = self.lock();
-        let current = map.get(key).map(|e| e.etag.as_str());
+        let mut guard = self.lock();
+        let objects = &mut *guard;
+        let current = objects.map.get(key).map(Entry::etag);
         let allowed = match (&condition, current) {
             (PutCondition::Overwrite, _) => true,
             (PutCondition::IfAbsent, existing) => existing.is_none(),
-            (PutCondition::IfMatch(want), Some(have)) => want == have,
+            (PutCondition::IfMatch(want), Some(have)) => *want == have,
             (PutCondition::IfMatch(_), None) => false,
         };
         if !allowed {
@@ -90,46 +170,62 @@ impl ObjectStore for MemoryStore {
                 key: key.to_owned(),
             });
         }
-        let meta = ObjectMeta {
-            key: key.to_owned(),
-            size: body.len() as u64,
-            last_modified: Some(Utc::now()),
+        let body = match &mut objects.spill {
+            Some((file, end)) if body.len() >= SPILL_MIN_BYTES => {
+                let len = u32::try_from(body.len()).map_err(|_| {
+                    StoreError::backend(key, format!("{} bytes is too large to spill", body.len()))
+                })?;
+                file.write_all_at(&body, *end)
+                    .map_err(|e| spill_error(key, &e))?;
+                let offset = *end;
+                *end += u64::from(len);
+                Body::Spilled { offset, len }
+            }
+            _ => Body::Held(body),
         };
-        map.insert(
-            key.to_owned(),
-            Entry {
-                body,
-                etag: etag.clone(),
-                meta,
-            },
-        );
+        objects.versions += 1;
+        let entry = Entry {
+            body,
+            version: objects.versions,
+            last_modified: Utc::now(),
+        };
+        let etag = entry.etag();
+        objects.map.insert(key.into(), entry);
         Ok(etag)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         Ok(self
             .lock()
-            .range(prefix.to_owned()..)
+            .map
+            .range::<str, _>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(_, e)| e.meta.clone())
+            .map(|(k, e)| ObjectMeta {
+                key: k.to_string(),
+                size: e.len(),
+                last_modified: Some(e.last_modified),
+            })
             .collect())
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let body = self
-            .lock()
             .get(from)
-            .map(|e| e.body.clone())
+            .await?
             .ok_or_else(|| StoreError::NotFound {
                 key: from.to_owned(),
-            })?;
+            })?
+            .body;
         self.put(to, body, PutCondition::Overwrite)
             .await
             .map(|_| ())
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.lock().remove(key);
+        self.lock().map.remove(key);
         Ok(())
     }
 }
@@ -176,5 +272,48 @@ mod tests {
             Bytes::from_static(b"bc")
         );
         assert_eq!(s.list("k").await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_spilling_store_reads_back_what_it_wrote() {
+        let scratch = std::env::temp_dir().join(format!("granary-spill-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&scratch)
+            .unwrap();
+        std::fs::remove_file(&scratch).unwrap();
+        let s = MemoryStore::spilling(file);
+        let long = Bytes::from((0..200u8).collect::<Vec<u8>>());
+        let e1 = s
+            .put("a", long.clone(), PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        s.put("b", Bytes::from_static(b"short"), PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        let replaced = Bytes::from(vec![7u8; 100]);
+        s.put("a", replaced.clone(), PutCondition::IfMatch(e1))
+            .await
+            .unwrap();
+        assert_eq!(s.get("a").await.unwrap().unwrap().body, replaced);
+        assert_eq!(
+            s.get("b").await.unwrap().unwrap().body,
+            Bytes::from_static(b"short")
+        );
+        assert_eq!(
+            s.get_range("a", 98..500).await.unwrap(),
+            Bytes::from(vec![7u8; 2])
+        );
+        assert_eq!(
+            s.get_suffix("a", 3).await.unwrap(),
+            (Bytes::from(vec![7u8; 3]), 100)
+        );
+        s.copy("a", "c").await.unwrap();
+        assert_eq!(s.get("c").await.unwrap().unwrap().body, replaced);
+        let sizes: Vec<u64> = s.list("").await.unwrap().iter().map(|m| m.size).collect();
+        assert_eq!(sizes, vec![100, 5, 100]);
     }
 }
