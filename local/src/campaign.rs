@@ -160,11 +160,14 @@ impl Campaign {
             .jobs
             .clone()
             .context("the in-memory campaign's configuration names no job queue")?;
-        let batch = Arc::new(InMemoryBatch::new(
-            &jobs.job_queue,
-            &jobs.job_definition,
-            default_retry_strategy(attempts),
-        ));
+        let batch = Arc::new(
+            InMemoryBatch::new(
+                &jobs.job_queue,
+                &jobs.job_definition,
+                default_retry_strategy(attempts),
+            )
+            .spilling(tempfile::tempfile().context("a scratch file for the Batch twin")?),
+        );
         let (retry_url, dlq_url) = config.queue_names();
         let counts = Arc::new(RequestCounts::default());
         // Bodies go to a scratch file (removed when the campaign ends): a million granules write
@@ -235,27 +238,48 @@ impl Campaign {
     pub async fn summarize(&self, wall: Duration) -> Result<Summary> {
         let ctx = &self.runtime.ctx;
         let prefix = &ctx.config.layout.log_prefix;
-        let mut success_attempt: BTreeMap<String, u32> = BTreeMap::new();
-        let mut platform_of: BTreeMap<String, String> = BTreeMap::new();
-        let mut still_failing = BTreeSet::new();
-        let mut logs = 0u64;
-        for meta in ctx.store.list(prefix).await? {
-            let Ok(key) = LogKey::parse(prefix, &meta.key) else {
+        let parser = &ctx.config.layout.id_parser;
+        // Per granule, by its place in the campaign's list: a million granules' logs are read
+        // one partition folder at a time, never all keys at once.
+        let place: HashMap<&str, usize> = self
+            .granules
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.as_str(), i))
+            .collect();
+        let mut success_attempt: Vec<u32> = vec![0; self.granules.len()];
+        let mut still_failing: Vec<bool> = vec![false; self.granules.len()];
+        let mut partitions: BTreeSet<String> = BTreeSet::new();
+        for g in &self.granules {
+            let Ok(id) = GranuleId::parse(g) else {
                 continue;
             };
-            logs += 1;
-            let id = key.granule_id.to_string();
-            platform_of.insert(id.clone(), key.platform.clone());
-            match key.outcome {
-                LogOutcome::Success => {
-                    let e = success_attempt.entry(id).or_insert(0);
-                    *e = (*e).max(key.attempt);
-                }
-                LogOutcome::Failure => {
-                    still_failing.insert(id);
+            let facts = parser.facts(&id);
+            for outcome in [LogOutcome::Success, LogOutcome::Failure] {
+                partitions.insert(LogKey::new(outcome, &facts, &id, 1).partition_prefix(prefix));
+            }
+        }
+        let mut logs = 0u64;
+        for partition in &partitions {
+            for meta in ctx.store.list(partition).await? {
+                let Ok(key) = LogKey::parse(prefix, &meta.key) else {
+                    continue;
+                };
+                logs += 1;
+                let Some(&i) = place.get(key.granule_id.as_str()) else {
+                    continue;
+                };
+                match key.outcome {
+                    LogOutcome::Success => success_attempt[i] = success_attempt[i].max(key.attempt),
+                    LogOutcome::Failure => still_failing[i] = true,
                 }
             }
         }
+        let platform = |g: &str| {
+            GranuleId::parse(g)
+                .map(|id| parser.facts(&id).platform_label().to_owned())
+                .unwrap_or_default()
+        };
         let dlq = peek_all(ctx.failure_dlq.as_ref()).await?;
         let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut dead: BTreeSet<String> = BTreeSet::new();
@@ -274,30 +298,23 @@ impl Campaign {
         }
         let mut per_platform: BTreeMap<String, PlatformCounts> = BTreeMap::new();
         let mut attempts_histogram: BTreeMap<u32, u64> = BTreeMap::new();
-        for (id, attempt) in &success_attempt {
-            per_platform
-                .entry(platform_of[id].clone())
-                .or_default()
-                .succeeded += 1;
-            *attempts_histogram.entry(*attempt).or_default() += 1;
+        let mut succeeded = 0u64;
+        for (g, &attempt) in self.granules.iter().zip(&success_attempt) {
+            if attempt == 0 {
+                continue;
+            }
+            succeeded += 1;
+            per_platform.entry(platform(g)).or_default().succeeded += 1;
+            *attempts_histogram.entry(attempt).or_default() += 1;
         }
         for id in &dead {
-            let platform = GranuleId::parse(id)
-                .map(|g| {
-                    ctx.config
-                        .layout
-                        .id_parser
-                        .facts(&g)
-                        .platform_label()
-                        .to_owned()
-                })
-                .unwrap_or_default();
-            per_platform.entry(platform).or_default().dead_lettered += 1;
+            per_platform.entry(platform(id)).or_default().dead_lettered += 1;
         }
         let unaccounted = self
             .granules
             .iter()
-            .filter(|g| !success_attempt.contains_key(*g) && !dead.contains(*g))
+            .zip(&success_attempt)
+            .filter(|(g, &attempt)| attempt == 0 && !dead.contains(*g))
             .count() as u64;
         let events_dlq = self.events_dlq.depth().await?;
         let n = self.granules.len().max(1) as f64;
@@ -305,10 +322,10 @@ impl Campaign {
         let sim = &self.runtime.simulator.stats;
         Ok(Summary {
             granules: self.granules.len() as u64,
-            succeeded: success_attempt.len() as u64,
+            succeeded,
             dead_lettered: dead.len() as u64,
             dlq_messages: dlq.len() as u64,
-            still_failing_logs: still_failing.len() as u64,
+            still_failing_logs: still_failing.iter().filter(|f| **f).count() as u64,
             unaccounted,
             per_platform,
             attempts_histogram,

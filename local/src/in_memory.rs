@@ -11,6 +11,7 @@ use super::events::JobFacts;
 use super::simulator::JobLedger;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
+use granary::adapters::memory::{ScratchFile, Spilled};
 use granary::domain::batch_event::JobStatus;
 use granary::ports::{
     ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
@@ -24,14 +25,23 @@ use std::sync::{Arc, Mutex, MutexGuard};
 const ACCOUNT: &str = "000000000000";
 const REGION: &str = "us-east-1";
 
+/// One job, kept small (a million of them in a large campaign): its id is its place in the list.
 struct Job {
-    summary: JobSummary,
+    /// Shared with the by-name index.
+    name: Arc<str>,
+    status: JobStatus,
     /// What was asked, until the simulator settles the job (DescribeJobs shows it queued).
-    request: Option<JobRequest>,
+    request: Option<Box<JobRequest>>,
     created_at_ms: i64,
     /// How the simulator ended it: the JobDetail its final event carried, as JSON text (a
     /// million parsed details would not fit in memory; DescribeJobs parses the one it answers).
-    settled: Option<Box<[u8]>>,
+    settled: Option<Detail>,
+}
+
+enum Detail {
+    Held(Box<[u8]>),
+    /// In the twin's scratch file.
+    Spilled(Spilled),
 }
 
 #[derive(Default)]
@@ -39,16 +49,35 @@ struct Jobs {
     all: Vec<Job>,
     /// The jobs not yet finished, so counting them does not walk a million finished ones.
     active: std::collections::BTreeSet<usize>,
-    by_id: HashMap<String, usize>,
     /// The newest job of each name (a name is submitted again only by a bug; the newest wins).
-    by_name: HashMap<String, usize>,
+    by_name: HashMap<Arc<str>, usize>,
+}
+
+/// Shaped like Batch's UUIDs (log streams and event ids take their first characters), and
+/// naming the job's place in the list.
+fn job_id_of(index: usize) -> String {
+    format!("{:08x}-0000-4000-8000-{:012x}", index + 1, index + 1)
+}
+
+/// The place in the list of a job id made by [`job_id_of`]; `None` for any other id.
+fn index_of(job_id: &str) -> Option<usize> {
+    let n = usize::from_str_radix(job_id.rsplit('-').next()?, 16).ok()?;
+    let index = n.checked_sub(1)?;
+    (job_id_of(index) == job_id).then_some(index)
 }
 
 impl Jobs {
-    fn summary(&self, index: Option<&usize>) -> Option<JobSummary> {
-        index
-            .and_then(|&i| self.all.get(i))
-            .map(|j| j.summary.clone())
+    fn get(&self, job_id: &str) -> Option<(usize, &Job)> {
+        let i = index_of(job_id)?;
+        Some((i, self.all.get(i)?))
+    }
+
+    fn summary(&self, index: usize) -> Option<JobSummary> {
+        self.all.get(index).map(|j| JobSummary {
+            job_id: job_id_of(index),
+            job_name: j.name.to_string(),
+            status: j.status,
+        })
     }
 }
 
@@ -61,6 +90,8 @@ pub struct InMemoryBatch {
     job_definition_arn: String,
     /// The job definition's retryStrategy, as DescribeJobs would echo it.
     retry_strategy: Value,
+    /// Where settled details go, when the twin has one.
+    scratch: Option<ScratchFile>,
 }
 
 impl InMemoryBatch {
@@ -78,6 +109,16 @@ impl InMemoryBatch {
             job_queue_arn: arn("job-queue", job_queue, ""),
             job_definition_arn: arn("job-definition", job_definition, ":1"),
             retry_strategy,
+            scratch: None,
+        }
+    }
+
+    /// The same twin keeping the settled jobs' details in `scratch` (an empty file open for
+    /// reading and writing), not in memory: a million jobs' details are gigabytes.
+    pub fn spilling(self, scratch: std::fs::File) -> Self {
+        Self {
+            scratch: Some(ScratchFile::new(scratch)),
+            ..self
         }
     }
 
@@ -90,7 +131,7 @@ impl InMemoryBatch {
         let jobs = self.lock();
         let mut per_name: HashMap<&str, usize> = HashMap::new();
         for j in &jobs.all {
-            *per_name.entry(j.summary.job_name.as_str()).or_default() += 1;
+            *per_name.entry(&j.name).or_default() += 1;
         }
         let mut twice: Vec<String> = per_name
             .into_iter()
@@ -112,21 +153,20 @@ impl JobRunner for InMemoryBatch {
     async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
         let mut jobs = self.lock();
         let n = jobs.all.len();
-        // Shaped like Batch's UUIDs: log streams and event ids take their first characters.
-        let job_id = format!("{:08x}-0000-4000-8000-{:012x}", n + 1, n + 1);
+        let name: Arc<str> = request.job_name.as_str().into();
         let summary = JobSummary {
-            job_id: job_id.clone(),
+            job_id: job_id_of(n),
             job_name: request.job_name.clone(),
             status: JobStatus::Succeeded,
         };
-        jobs.by_id.insert(job_id, n);
-        jobs.by_name.insert(request.job_name.clone(), n);
+        jobs.by_name.insert(name.clone(), n);
         if !summary.status.is_terminal() {
             jobs.active.insert(n);
         }
         jobs.all.push(Job {
-            summary: summary.clone(),
-            request: Some(request),
+            name,
+            status: summary.status,
+            request: Some(Box::new(request)),
             created_at_ms: chrono::Utc::now().timestamp_millis(),
             settled: None,
         });
@@ -140,10 +180,10 @@ impl JobRunner for InMemoryBatch {
             if active.total >= stop_at {
                 break;
             }
-            if !job.summary.status.is_terminal() {
+            if !job.status.is_terminal() {
                 *active
                     .by_status
-                    .entry(job.summary.status.as_str().to_owned())
+                    .entry(job.status.as_str().to_owned())
                     .or_default() += 1;
                 active.total += 1;
             }
@@ -153,27 +193,42 @@ impl JobRunner for InMemoryBatch {
 
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         let jobs = self.lock();
-        Ok(jobs.summary(jobs.by_name.get(job_name)))
+        Ok(jobs.by_name.get(job_name).and_then(|&i| jobs.summary(i)))
     }
 
     /// DescribeJobs: the detail the simulator settled the job with; before that, the job is
     /// RUNNABLE (queued, its fate not decided yet).
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         let jobs = self.lock();
-        let Some(job) = jobs.by_id.get(job_id).and_then(|&i| jobs.all.get(i)) else {
+        let Some((index, job)) = jobs.get(job_id) else {
+            return Ok(None);
+        };
+        let Some(summary) = jobs.summary(index) else {
             return Ok(None);
         };
         Ok(Some(match (&job.settled, &job.request) {
-            (Some(detail), _) => JobDescription {
-                summary: job.summary.clone(),
-                detail: serde_json::from_slice(detail).map_err(|e| {
+            (Some(detail), _) => {
+                let unreadable = |e: &dyn std::fmt::Display| {
                     JobRunnerError::refused(format!("the twin's detail of {job_id}: {e}"))
-                })?,
-            },
+                };
+                let text = match (detail, &self.scratch) {
+                    (Detail::Held(bytes), _) => std::borrow::Cow::Borrowed(&bytes[..]),
+                    (Detail::Spilled(at), Some(scratch)) => std::borrow::Cow::Owned(
+                        scratch
+                            .read(*at, 0, u64::from(at.len))
+                            .map_err(|e| unreadable(&e))?,
+                    ),
+                    (Detail::Spilled(_), None) => return Err(unreadable(&"no scratch file")),
+                };
+                JobDescription {
+                    summary,
+                    detail: serde_json::from_slice(&text).map_err(|e| unreadable(&e))?,
+                }
+            }
             (None, Some(request)) => JobDescription::of_request(
                 JobSummary {
                     status: JobStatus::Runnable,
-                    ..job.summary.clone()
+                    ..summary
                 },
                 request,
                 &self.job_queue_arn,
@@ -189,7 +244,7 @@ impl JobLedger for InMemoryBatch {
         let jobs = self.lock();
         let mut out = Vec::with_capacity(job_ids.len());
         for id in job_ids {
-            let Some(job) = jobs.by_id.get(id).and_then(|&i| jobs.all.get(i)) else {
+            let Some((_, job)) = jobs.get(id) else {
                 continue;
             };
             // Settled jobs were seen already: the simulator asks only about new ones.
@@ -212,7 +267,7 @@ impl JobLedger for InMemoryBatch {
             };
             out.push(JobFacts {
                 job_id: id.clone(),
-                job_name: job.summary.job_name.clone(),
+                job_name: job.name.to_string(),
                 job_arn: format!("arn:aws:batch:{REGION}:{ACCOUNT}:job/{id}"),
                 job_queue_arn: self.job_queue_arn.clone(),
                 job_definition_arn: self.job_definition_arn.clone(),
@@ -229,24 +284,22 @@ impl JobLedger for InMemoryBatch {
 
     async fn settle(&self, job_id: &str, status: JobStatus, detail: &Value) -> Result<()> {
         let mut jobs = self.lock();
-        if let Some(job) = jobs
-            .by_id
-            .get(job_id)
-            .copied()
-            .and_then(|i| jobs.all.get_mut(i))
-        {
-            job.summary.status = status;
-            job.settled = Some(
-                serde_json::to_vec(detail)
-                    .context("the job detail as JSON")?
-                    .into_boxed_slice(),
-            );
+        let index = index_of(job_id);
+        if let Some(job) = index.and_then(|i| jobs.all.get_mut(i)) {
+            job.status = status;
+            let text = serde_json::to_vec(detail).context("the job detail as JSON")?;
+            job.settled = Some(match &self.scratch {
+                Some(scratch) => Detail::Spilled(
+                    scratch
+                        .append(&text)
+                        .context("the Batch twin's scratch file")?,
+                ),
+                None => Detail::Held(text.into_boxed_slice()),
+            });
             job.request = None;
         }
-        if status.is_terminal() {
-            if let Some(i) = jobs.by_id.get(job_id).copied() {
-                jobs.active.remove(&i);
-            }
+        if let (true, Some(i)) = (status.is_terminal(), index) {
+            jobs.active.remove(&i);
         }
         Ok(())
     }
@@ -256,8 +309,9 @@ impl JobLedger for InMemoryBatch {
             .lock()
             .all
             .iter()
-            .filter(|j| j.summary.status.is_terminal())
-            .map(|j| j.summary.job_id.clone())
+            .enumerate()
+            .filter(|(_, j)| j.status.is_terminal())
+            .map(|(i, _)| job_id_of(i))
             .collect())
     }
 
@@ -266,7 +320,8 @@ impl JobLedger for InMemoryBatch {
             .lock()
             .all
             .iter()
-            .map(|j| (j.summary.job_name.clone(), j.summary.job_id.clone()))
+            .enumerate()
+            .map(|(i, j)| (j.name.to_string(), job_id_of(i)))
             .collect();
         all.sort();
         Ok(all)
@@ -381,7 +436,11 @@ mod tests {
             vec![a.job_id.clone(), b.job_id.clone()]
         );
         assert!(
-            batch.facts(std::slice::from_ref(&b.job_id)).await.unwrap().is_empty(),
+            batch
+                .facts(std::slice::from_ref(&b.job_id))
+                .await
+                .unwrap()
+                .is_empty(),
             "a settled job was seen: its request is no longer kept"
         );
     }

@@ -74,11 +74,19 @@ impl LogKey {
     /// The folder holding every attempt of this granule under this key's outcome.
     pub fn granule_prefix(&self, prefix: &str) -> String {
         format!(
-            "{prefix}outcome={}/platform={}/acquisition_date={}/granule_id={}/",
+            "{}granule_id={}/",
+            self.partition_prefix(prefix),
+            self.granule_id
+        )
+    }
+
+    /// The partition folder (outcome, platform, acquisition date) this key is in.
+    pub fn partition_prefix(&self, prefix: &str) -> String {
+        format!(
+            "{prefix}outcome={}/platform={}/acquisition_date={}/",
             self.outcome.as_str(),
             self.platform,
             self.date_label(),
-            self.granule_id
         )
     }
 

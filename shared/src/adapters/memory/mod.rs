@@ -5,6 +5,7 @@ mod bus;
 mod jobs;
 mod queue;
 mod remote;
+mod scratch;
 mod source;
 mod store;
 
@@ -13,5 +14,6 @@ pub use bus::MemoryEventBus;
 pub use jobs::{job_state_change, Ending, MemoryJobRunner, SPOT_RECLAIM};
 pub use queue::MemoryQueue;
 pub use remote::MemoryRemote;
+pub use scratch::{ScratchFile, Spilled};
 pub use source::MemorySource;
 pub use store::MemoryStore;

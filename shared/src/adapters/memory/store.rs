@@ -1,3 +1,4 @@
+use super::scratch::{ScratchFile, Spilled};
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -5,18 +6,14 @@ use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 /// Where an object's bytes are.
 #[derive(Debug, Clone)]
 enum Body {
-    Held(Bytes),
-    /// In the spill file at `offset`.
-    Spilled {
-        offset: u64,
-        len: u32,
-    },
+    Held(Box<[u8]>),
+    /// In the spill file.
+    Spilled(Spilled),
 }
 
 /// One object. Kept small (the key is the map's, the ETag a number): a million-granule campaign
@@ -25,14 +22,15 @@ enum Body {
 struct Entry {
     body: Body,
     version: u64,
-    last_modified: DateTime<Utc>,
+    /// Milliseconds since the epoch.
+    last_modified: i64,
 }
 
 impl Entry {
     fn len(&self) -> u64 {
         match &self.body {
             Body::Held(b) => b.len() as u64,
-            Body::Spilled { len, .. } => u64::from(*len),
+            Body::Spilled(at) => u64::from(at.len),
         }
     }
 
@@ -48,8 +46,8 @@ const SPILL_MIN_BYTES: usize = 64;
 struct Objects {
     map: BTreeMap<Box<str>, Entry>,
     versions: u64,
-    /// Append-only; bytes of replaced and deleted objects stay (the file is a scratch file).
-    spill: Option<(File, u64)>,
+    /// Bytes of replaced and deleted objects stay there (it is a scratch file).
+    spill: Option<ScratchFile>,
 }
 
 /// In-memory object store with S3's conditional-write semantics (atomic, unlike some emulators).
@@ -72,7 +70,7 @@ impl MemoryStore {
     pub fn spilling(scratch: File) -> Self {
         Self {
             objects: Mutex::new(Objects {
-                spill: Some((scratch, 0)),
+                spill: Some(ScratchFile::new(scratch)),
                 ..Objects::default()
             }),
         }
@@ -98,14 +96,12 @@ impl MemoryStore {
         let (start, end) = (range.start.min(len), range.end.min(len));
         let end = end.max(start);
         match (&entry.body, &objects.spill) {
-            (Body::Held(b), _) => Ok(b.slice(start as usize..end as usize)),
-            (Body::Spilled { offset, .. }, Some((file, _))) => {
-                let mut buf = vec![0u8; (end - start) as usize];
-                file.read_exact_at(&mut buf, offset + start)
-                    .map_err(|e| spill_error(key, &e))?;
-                Ok(Bytes::from(buf))
-            }
-            (Body::Spilled { .. }, None) => Err(StoreError::backend(
+            (Body::Held(b), _) => Ok(Bytes::copy_from_slice(&b[start as usize..end as usize])),
+            (Body::Spilled(at), Some(file)) => file
+                .read(*at, start, end - start)
+                .map(Bytes::from)
+                .map_err(|e| spill_error(key, &e)),
+            (Body::Spilled(_), None) => Err(StoreError::backend(
                 key,
                 "the body was spilled but the store has no spill file",
             )),
@@ -171,23 +167,16 @@ impl ObjectStore for MemoryStore {
             });
         }
         let body = match &mut objects.spill {
-            Some((file, end)) if body.len() >= SPILL_MIN_BYTES => {
-                let len = u32::try_from(body.len()).map_err(|_| {
-                    StoreError::backend(key, format!("{} bytes is too large to spill", body.len()))
-                })?;
-                file.write_all_at(&body, *end)
-                    .map_err(|e| spill_error(key, &e))?;
-                let offset = *end;
-                *end += u64::from(len);
-                Body::Spilled { offset, len }
+            Some(file) if body.len() >= SPILL_MIN_BYTES => {
+                Body::Spilled(file.append(&body).map_err(|e| spill_error(key, &e))?)
             }
-            _ => Body::Held(body),
+            _ => Body::Held(body.to_vec().into_boxed_slice()),
         };
         objects.versions += 1;
         let entry = Entry {
             body,
             version: objects.versions,
-            last_modified: Utc::now(),
+            last_modified: Utc::now().timestamp_millis(),
         };
         let etag = entry.etag();
         objects.map.insert(key.into(), entry);
@@ -206,7 +195,7 @@ impl ObjectStore for MemoryStore {
             .map(|(k, e)| ObjectMeta {
                 key: k.to_string(),
                 size: e.len(),
-                last_modified: Some(e.last_modified),
+                last_modified: DateTime::<Utc>::from_timestamp_millis(e.last_modified),
             })
             .collect())
     }
@@ -276,16 +265,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_spilling_store_reads_back_what_it_wrote() {
-        let scratch = std::env::temp_dir().join(format!("granary-spill-{}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&scratch)
-            .unwrap();
-        std::fs::remove_file(&scratch).unwrap();
-        let s = MemoryStore::spilling(file);
+        let s = MemoryStore::spilling(super::super::scratch::tests::tempfile_in_temp_dir());
         let long = Bytes::from((0..200u8).collect::<Vec<u8>>());
         let e1 = s
             .put("a", long.clone(), PutCondition::IfAbsent)
