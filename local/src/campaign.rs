@@ -241,12 +241,14 @@ impl Campaign {
         let parser = &ctx.config.layout.id_parser;
         // Per granule, by its place in the campaign's list: a million granules' logs are read
         // one partition folder at a time, never all keys at once.
-        let place: HashMap<&str, usize> = self
-            .granules
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.as_str(), i))
-            .collect();
+        let mut by_id: Vec<usize> = (0..self.granules.len()).collect();
+        by_id.sort_unstable_by(|&a, &b| self.granules[a].cmp(&self.granules[b]));
+        let place = |g: &str| {
+            by_id
+                .binary_search_by(|&i| self.granules[i].as_str().cmp(g))
+                .ok()
+                .map(|at| by_id[at])
+        };
         let mut success_attempt: Vec<u32> = vec![0; self.granules.len()];
         let mut still_failing: Vec<bool> = vec![false; self.granules.len()];
         let mut partitions: BTreeSet<String> = BTreeSet::new();
@@ -266,7 +268,7 @@ impl Campaign {
                     continue;
                 };
                 logs += 1;
-                let Some(&i) = place.get(key.granule_id.as_str()) else {
+                let Some(i) = place(key.granule_id.as_str()) else {
                     continue;
                 };
                 match key.outcome {

@@ -445,6 +445,22 @@ mod tests {
         );
     }
 
+    #[test]
+    fn a_job_id_names_its_place_and_foreign_ids_name_none() {
+        for i in [0, 1, 41, 999_999] {
+            assert_eq!(index_of(&job_id_of(i)), Some(i));
+        }
+        for foreign in [
+            "",
+            "nope",
+            "00000001-0000-4000-8000-00000000000g",
+            "0-1",
+            "x-1",
+        ] {
+            assert_eq!(index_of(foreign), None, "{foreign}");
+        }
+    }
+
     #[tokio::test]
     async fn a_job_without_granary_parameters_is_not_described() {
         let batch = InMemoryBatch::new("q", "d", default_retry_strategy(2));

@@ -5,7 +5,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::ops::Range;
+use std::ops::{Bound, Range};
 use std::sync::Mutex;
 
 /// Where an object's bytes are.
@@ -16,14 +16,14 @@ enum Body {
     Spilled(Spilled),
 }
 
-/// One object. Kept small (the key is the map's, the ETag a number): a million-granule campaign
-/// holds a few million of them.
+/// One object. Kept small (the key is the maps', the ETag a number, the time relative to the
+/// store's creation): a million-granule campaign holds a few million of them.
 #[derive(Debug, Clone)]
 struct Entry {
     body: Body,
-    version: u64,
-    /// Milliseconds since the epoch.
-    last_modified: i64,
+    version: u32,
+    /// Milliseconds after the store was made (a twin lives far less than the 49 days this holds).
+    modified_ms: u32,
 }
 
 impl Entry {
@@ -42,12 +42,107 @@ impl Entry {
 /// Bodies this long or longer go to the spill file, when there is one.
 const SPILL_MIN_BYTES: usize = 64;
 
-#[derive(Debug, Default)]
+/// A key as (folder, rest): the rest is the last two components (`granule_id=G/attempt=1.json`,
+/// `state=S/<id>.json`), or the last one when there is only one folder (`items/` + `<id>.json`).
+/// Keys under one folder share it instead of each holding a copy: a log key is ~120 bytes, 60 of
+/// them its partition folder.
+fn split(key: &str) -> (&str, &str) {
+    match key.rfind('/') {
+        None => ("", key),
+        Some(last) => match key[..last].rfind('/') {
+            Some(second) => key.split_at(second + 1),
+            None => key.split_at(last + 1),
+        },
+    }
+}
+
+#[derive(Debug)]
 struct Objects {
-    map: BTreeMap<Box<str>, Entry>,
-    versions: u64,
+    folders: BTreeMap<Box<str>, BTreeMap<Box<str>, Entry>>,
+    versions: u32,
+    made: DateTime<Utc>,
     /// Bytes of replaced and deleted objects stay there (it is a scratch file).
     spill: Option<ScratchFile>,
+}
+
+impl Default for Objects {
+    fn default() -> Self {
+        Self {
+            folders: BTreeMap::new(),
+            versions: 0,
+            made: Utc::now(),
+            spill: None,
+        }
+    }
+}
+
+impl Objects {
+    fn entry(&self, key: &str) -> Option<&Entry> {
+        let (folder, rest) = split(key);
+        self.folders.get(folder)?.get(rest)
+    }
+
+    fn insert(&mut self, key: &str, entry: Entry) {
+        let (folder, rest) = split(key);
+        match self.folders.get_mut(folder) {
+            Some(within) => {
+                within.insert(rest.into(), entry);
+            }
+            None => {
+                self.folders
+                    .insert(folder.into(), BTreeMap::from([(rest.into(), entry)]));
+            }
+        }
+    }
+
+    fn remove(&mut self, key: &str) {
+        let (folder, rest) = split(key);
+        if let Some(within) = self.folders.get_mut(folder) {
+            within.remove(rest);
+            if within.is_empty() {
+                self.folders.remove(folder);
+            }
+        }
+    }
+
+    fn modified(&self, entry: &Entry) -> DateTime<Utc> {
+        self.made + chrono::Duration::milliseconds(i64::from(entry.modified_ms))
+    }
+
+    /// Every key starting with `prefix`, in key order.
+    fn list(&self, prefix: &str) -> Vec<ObjectMeta> {
+        let meta = |folder: &str, rest: &str, e: &Entry| ObjectMeta {
+            key: format!("{folder}{rest}"),
+            size: e.len(),
+            last_modified: Some(self.modified(e)),
+        };
+        let mut out = Vec::new();
+        // Folders under the prefix: all their keys.
+        for (folder, within) in self
+            .folders
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(f, _)| f.starts_with(prefix))
+        {
+            out.extend(within.iter().map(|(rest, e)| meta(folder, rest, e)));
+        }
+        // Folders the prefix runs into: their keys whose rest continues it.
+        let shorter = std::iter::once(0)
+            .chain(prefix.match_indices('/').map(|(i, _)| i + 1))
+            .filter(|&end| end < prefix.len());
+        for end in shorter {
+            let (folder, wanted) = prefix.split_at(end);
+            if let Some(within) = self.folders.get(folder) {
+                out.extend(
+                    within
+                        .range::<str, _>((Bound::Included(wanted), Bound::Unbounded))
+                        .take_while(|(rest, _)| rest.starts_with(wanted))
+                        .map(|(rest, e)| meta(folder, rest, e)),
+                );
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out
+    }
 }
 
 /// In-memory object store with S3's conditional-write semantics (atomic, unlike some emulators).
@@ -82,7 +177,7 @@ impl MemoryStore {
     }
 
     pub fn keys(&self) -> Vec<String> {
-        self.lock().map.keys().map(|k| k.to_string()).collect()
+        self.lock().list("").into_iter().map(|m| m.key).collect()
     }
 
     /// Bytes `range` (clamped to the body) of `entry`.
@@ -117,7 +212,7 @@ fn spill_error(key: &str, e: &std::io::Error) -> StoreError {
 impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
         let objects = self.lock();
-        let Some(e) = objects.map.get(key) else {
+        let Some(e) = objects.entry(key) else {
             return Ok(None);
         };
         Ok(Some(StoredObject {
@@ -128,7 +223,7 @@ impl ObjectStore for MemoryStore {
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
         let objects = self.lock();
-        let e = objects.map.get(key).ok_or_else(|| StoreError::NotFound {
+        let e = objects.entry(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         Self::read(&objects, key, e, range)
@@ -136,7 +231,7 @@ impl ObjectStore for MemoryStore {
 
     async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
         let objects = self.lock();
-        let e = objects.map.get(key).ok_or_else(|| StoreError::NotFound {
+        let e = objects.entry(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         let size = e.len();
@@ -154,7 +249,7 @@ impl ObjectStore for MemoryStore {
     ) -> Result<String, StoreError> {
         let mut guard = self.lock();
         let objects = &mut *guard;
-        let current = objects.map.get(key).map(Entry::etag);
+        let current = objects.entry(key).map(Entry::etag);
         let allowed = match (&condition, current) {
             (PutCondition::Overwrite, _) => true,
             (PutCondition::IfAbsent, existing) => existing.is_none(),
@@ -172,32 +267,25 @@ impl ObjectStore for MemoryStore {
             }
             _ => Body::Held(body.to_vec().into_boxed_slice()),
         };
-        objects.versions += 1;
+        objects.versions = objects
+            .versions
+            .checked_add(1)
+            .ok_or_else(|| StoreError::backend(key, "the memory store ran out of versions"))?;
+        let since = Utc::now()
+            .signed_duration_since(objects.made)
+            .num_milliseconds();
         let entry = Entry {
             body,
             version: objects.versions,
-            last_modified: Utc::now().timestamp_millis(),
+            modified_ms: u32::try_from(since.max(0)).unwrap_or(u32::MAX),
         };
         let etag = entry.etag();
-        objects.map.insert(key.into(), entry);
+        objects.insert(key, entry);
         Ok(etag)
     }
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
-        Ok(self
-            .lock()
-            .map
-            .range::<str, _>((
-                std::ops::Bound::Included(prefix),
-                std::ops::Bound::Unbounded,
-            ))
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, e)| ObjectMeta {
-                key: k.to_string(),
-                size: e.len(),
-                last_modified: DateTime::<Utc>::from_timestamp_millis(e.last_modified),
-            })
-            .collect())
+        Ok(self.lock().list(prefix))
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
@@ -214,7 +302,7 @@ impl ObjectStore for MemoryStore {
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.lock().map.remove(key);
+        self.lock().remove(key);
         Ok(())
     }
 }
@@ -261,6 +349,72 @@ mod tests {
             Bytes::from_static(b"bc")
         );
         assert_eq!(s.list("k").await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn listing_by_any_prefix_matches_a_plain_filter_of_every_key() {
+        let keys = [
+            "a",
+            "a/b",
+            "a/b/c",
+            "a/b/c/d",
+            "a/bb/c",
+            "items/x.json",
+            "items/y.json",
+            "logs/o=s/p=1/g=1/at=1.json",
+            "logs/o=s/p=1/g=1/at=2.json",
+            "logs/o=s/p=1/g=2/at=1.json",
+            "logs/o=s/p=2/g=3/at=1.json",
+            "logs/o=s/p=10/g=3/at=1.json",
+            "history/date=D/state=S/x.00001.json",
+            "tracker",
+        ];
+        let s = MemoryStore::new();
+        for k in keys {
+            s.put(k, Bytes::from_static(b"x"), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        s.delete("a/b/c").await.unwrap();
+        let mut all: Vec<&str> = keys.iter().copied().filter(|k| *k != "a/b/c").collect();
+        all.sort();
+        for prefix in [
+            "",
+            "a",
+            "a/",
+            "a/b",
+            "a/b/",
+            "a/b/c",
+            "a/b/c/",
+            "i",
+            "items/",
+            "items/x",
+            "logs/",
+            "logs/o=s/p=1",
+            "logs/o=s/p=1/",
+            "logs/o=s/p=1/g=1",
+            "logs/o=s/p=1/g=1/",
+            "logs/o=s/p=1/g=1/at=2",
+            "history/date=D/state=S/",
+            "t",
+            "zz",
+        ] {
+            let listed: Vec<String> = s
+                .list(prefix)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.key)
+                .collect();
+            let wanted: Vec<&str> = all
+                .iter()
+                .copied()
+                .filter(|k| k.starts_with(prefix))
+                .collect();
+            assert_eq!(listed, wanted, "prefix {prefix:?}");
+        }
+        assert!(s.get("a/b/c").await.unwrap().is_none());
+        assert!(s.get("a/b/c/d").await.unwrap().is_some());
     }
 
     #[tokio::test]
