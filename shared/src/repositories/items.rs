@@ -138,17 +138,7 @@ impl Items {
         by: &str,
     ) -> Result<Created, ItemError> {
         let now = Utc::now();
-        let mut steps = vec![new.into_record(now, by)];
-        for change in changes {
-            let last = &steps[steps.len() - 1];
-            let next = last
-                .apply(change, now, by)
-                .map_err(|source| ItemError::Illegal {
-                    id: last.id.to_string(),
-                    source,
-                })?;
-            steps.push(next);
-        }
+        let steps = along(new.into_record(now, by), changes, now, by)?;
         let record = steps[steps.len() - 1].clone();
         if is_timed(record.state) {
             self.mark_inflight(&record).await?;
@@ -273,18 +263,7 @@ impl Items {
             keys,
             through_seq: (states.len() - 1) as u32,
         });
-        let mut steps = vec![first];
-        for change in changes {
-            let last = &steps[steps.len() - 1];
-            let next = last
-                .apply(change, at, by)
-                .map_err(|source| ItemError::Illegal {
-                    id: last.id.to_string(),
-                    source,
-                })?;
-            steps.push(next);
-        }
-        Ok(steps)
+        along(first, changes, at, by)
     }
 
     /// Reads the record, asks `decide` what to change, and writes the result with If-Match. On a
@@ -496,6 +475,27 @@ impl Items {
         out.sort_by_key(|e| e.seq);
         Ok(out)
     }
+}
+
+/// `first`, then the record after each change in turn (each checked against the table).
+fn along(
+    first: ItemRecord,
+    changes: &[Change],
+    at: DateTime<Utc>,
+    by: &str,
+) -> Result<Vec<ItemRecord>, ItemError> {
+    let mut steps = vec![first];
+    for change in changes {
+        let last = &steps[steps.len() - 1];
+        let next = last
+            .apply(change, at, by)
+            .map_err(|source| ItemError::Illegal {
+                id: last.id.to_string(),
+                source,
+            })?;
+        steps.push(next);
+    }
+    Ok(steps)
 }
 
 #[cfg(test)]
