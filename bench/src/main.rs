@@ -597,6 +597,11 @@ struct CampaignFigures {
     wall_secs: f64,
     granules_per_sec: f64,
     cpu_secs: f64,
+    /// The campaign's accounting, from its logs and the failure DLQ: "did anything get lost".
+    succeeded: u64,
+    dead_lettered: u64,
+    /// Neither succeeded nor dead-lettered: lost work. The bench fails when it is not 0.
+    unaccounted: u64,
     s3_get_per_granule: f64,
     s3_put_per_granule: f64,
     s3_list_per_granule: f64,
@@ -696,6 +701,8 @@ async fn campaign(
             + (put + list + copy) * prices::S3_PUT
             + get * prices::S3_GET
             + sqs * prices::SQS_REQUEST;
+        // After the counts are taken: the accounting's own LISTs are not the campaign's.
+        let summary = c.summarize(Duration::from_secs_f64(wall)).await?;
         let figures = CampaignFigures {
             granules: n,
             ports: if in_memory { "in-memory" } else { "emulator" },
@@ -705,6 +712,9 @@ async fn campaign(
             wall_secs: wall,
             granules_per_sec: n as f64 / wall,
             cpu_secs: cpu,
+            succeeded: summary.succeeded,
+            dead_lettered: summary.dead_lettered,
+            unaccounted: summary.unaccounted,
             s3_get_per_granule: get,
             s3_put_per_granule: put,
             s3_list_per_granule: list,
@@ -749,6 +759,11 @@ async fn campaign(
             p.monitor_time.as_secs_f64(),
             p.requeuer_time.as_secs_f64(),
             c.runtime.simulator.stats.swept
+        );
+        anyhow::ensure!(
+            summary.unaccounted == 0,
+            "campaign of {n}: {} granules neither succeeded nor dead-lettered",
+            summary.unaccounted
         );
     }
     if json {
