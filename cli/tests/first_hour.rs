@@ -14,14 +14,7 @@ async fn each_command_asks_only_for_what_it_uses() {
     );
     let clients = AwsClients::from_env().await;
     let tag = std::process::id();
-    let bucket = format!("gt-first-hour-{tag}");
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
+    let bucket = common::bucket(&clients, format!("gt-first-hour-{tag}")).await;
     let queue = |name: String| {
         let sqs = clients.sqs.clone();
         async move {

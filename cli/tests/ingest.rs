@@ -25,14 +25,7 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
     );
     let clients = AwsClients::from_env().await;
     let tag = std::process::id();
-    let bucket = format!("gt-ingest-cli-{tag}");
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
+    let bucket = common::bucket(&clients, format!("gt-ingest-cli-{tag}")).await;
     let mut urls = Vec::new();
     for name in ["retry", "dlq"] {
         let url = clients

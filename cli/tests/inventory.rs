@@ -10,14 +10,7 @@ use std::sync::Arc;
 #[tokio::test(flavor = "multi_thread")]
 async fn a_list_of_ids_becomes_a_sorted_inventory_in_s3() {
     let clients = AwsClients::from_env().await;
-    let bucket = format!("granary-convert-{}", std::process::id());
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .expect("the emulator's S3 (AWS_ENDPOINT_URL)");
+    let bucket = common::bucket(&clients, format!("granary-convert-{}", std::process::id())).await;
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("ids.txt");
     let mut text = String::new();

@@ -1,5 +1,7 @@
 //! `granary items` against the emulator: the seed's finders, as an operator runs them.
 
+mod common;
+
 use granary::adapters::aws::{AwsClients, S3Store};
 use granary::domain::granule::GranuleId;
 use granary::domain::item::{Change, NewItem};
@@ -41,14 +43,7 @@ async fn finders_answer_by_id_name_state_completion_time_log_and_day() {
         "needs an AWS endpoint: run `make test`, or set AWS_ENDPOINT_URL"
     );
     let clients = AwsClients::from_env().await;
-    let bucket = format!("gt-items-{}", std::process::id());
-    clients
-        .s3
-        .create_bucket()
-        .bucket(&bucket)
-        .send()
-        .await
-        .unwrap();
+    let bucket = common::bucket(&clients, format!("gt-items-{}", std::process::id())).await;
     let items = Items::new(
         Arc::new(S3Store::new(clients.s3.clone(), &bucket)),
         ItemPrefixes::default(),

@@ -32,3 +32,17 @@ pub fn json(vars: &[(&str, &str)], args: &[&str]) -> serde_json::Value {
     assert_eq!(code, 0, "granary {args:?}: {err}");
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
+
+/// Creates `name` in the emulator's S3 (AWS_ENDPOINT_URL) and returns it.
+pub async fn bucket(clients: &granary::adapters::aws::AwsClients, name: String) -> String {
+    clients
+        .s3
+        .create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!("creating bucket {name} in the emulator's S3 (AWS_ENDPOINT_URL): {e}")
+        });
+    name
+}
