@@ -164,9 +164,9 @@ async fn submit_claimed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::memory::{MemoryJobRunner, MemoryStore};
+    use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
     use crate::domain::granule::GranuleId;
-    use crate::ports::{JobRequest, JobRunnerError};
+    use crate::ports::JobRequest;
     use std::collections::BTreeMap;
 
     fn event() -> GranuleProcessingEvent {
@@ -195,49 +195,10 @@ mod tests {
         assert_eq!(env["ATTEMPT"], "1");
     }
 
-    /// Batch that creates the job and then loses the answer (or refuses the call outright).
-    struct LostAnswer {
-        inner: MemoryJobRunner,
-        created_then_lost: bool,
-    }
-
-    #[async_trait::async_trait]
-    impl JobRunner for LostAnswer {
-        async fn submit(
-            &self,
-            request: JobRequest,
-        ) -> Result<crate::ports::JobSummary, JobRunnerError> {
-            if self.created_then_lost {
-                self.inner.submit(request).await?;
-                Err(JobRunnerError::ambiguous("read timeout"))
-            } else {
-                Err(JobRunnerError::refused("TooManyRequestsException"))
-            }
-        }
-        async fn count_active(&self, n: u64) -> Result<crate::ports::ActiveJobs, JobRunnerError> {
-            self.inner.count_active(n).await
-        }
-        async fn find_by_name(
-            &self,
-            name: &str,
-        ) -> Result<Option<crate::ports::JobSummary>, JobRunnerError> {
-            self.inner.find_by_name(name).await
-        }
-        async fn describe(
-            &self,
-            id: &str,
-        ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
-            self.inner.describe(id).await
-        }
-    }
-
     #[tokio::test]
     async fn a_lost_submit_answer_keeps_the_lease_and_is_found_by_name_not_resubmitted() {
         let store = MemoryStore::new();
-        let lost = LostAnswer {
-            inner: MemoryJobRunner::default(),
-            created_then_lost: true,
-        };
+        let lost = FlakyJobRunner::losing_answers();
         let e = event();
         let long = Duration::from_secs(900);
         assert!(submit_once(&store, &lost, "c/", "open/", long, &e, "t")
@@ -260,10 +221,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_submit_releases_the_claim_at_once() {
         let store = MemoryStore::new();
-        let refused = LostAnswer {
-            inner: MemoryJobRunner::default(),
-            created_then_lost: false,
-        };
+        let refused = FlakyJobRunner::refusing(u32::MAX);
         let e = event();
         let long = Duration::from_secs(900);
         assert!(submit_once(&store, &refused, "c/", "open/", long, &e, "t")

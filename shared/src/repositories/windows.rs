@@ -252,9 +252,7 @@ impl Try {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::adapters::memory::{MemoryJobRunner, MemoryStore};
-    use crate::ports::{JobRequest, JobRunnerError, JobSummary};
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
 
     fn granules() -> Vec<GranuleId> {
         [
@@ -324,60 +322,15 @@ mod tests {
         );
     }
 
-    /// Batch that refuses the first `refusals` calls, or creates the job and loses the answer.
-    struct Flaky {
-        inner: MemoryJobRunner,
-        refusals: AtomicU32,
-        lose_answers: bool,
-    }
-
-    #[async_trait::async_trait]
-    impl JobRunner for Flaky {
-        async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-            if self.lose_answers {
-                self.inner.submit(request).await?;
-                return Err(JobRunnerError::ambiguous("read timeout"));
-            }
-            if self
-                .refusals
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok()
-            {
-                return Err(JobRunnerError::refused("TooManyRequestsException"));
-            }
-            self.inner.submit(request).await
-        }
-        async fn count_active(&self, n: u64) -> Result<crate::ports::ActiveJobs, JobRunnerError> {
-            self.inner.count_active(n).await
-        }
-        async fn find_by_name(&self, name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
-            self.inner.find_by_name(name).await
-        }
-        async fn describe(
-            &self,
-            id: &str,
-        ) -> Result<Option<crate::ports::JobDescription>, JobRunnerError> {
-            self.inner.describe(id).await
-        }
-    }
-
     #[tokio::test]
     async fn refusals_are_tried_again_and_a_window_left_refused_is_released_at_once() {
         let store = MemoryStore::new();
-        let flaky = Flaky {
-            inner: MemoryJobRunner::default(),
-            refusals: AtomicU32::new(3),
-            lose_answers: false,
-        };
+        let flaky = FlakyJobRunner::refusing(3);
         let out = windows(&store, &flaky, 900).submit(window()).await.unwrap();
         assert!(job_ids(&out).iter().all(Option::is_some), "{out:?}");
         // Refused past the tries: nothing was created, so the window is free at once.
         let store = MemoryStore::new();
-        let refusing = Flaky {
-            inner: MemoryJobRunner::default(),
-            refusals: AtomicU32::new(u32::MAX),
-            lose_answers: false,
-        };
+        let refusing = FlakyJobRunner::refusing(u32::MAX);
         let out = windows(&store, &refusing, 900)
             .submit(window())
             .await
@@ -394,11 +347,7 @@ mod tests {
     #[tokio::test]
     async fn lost_answers_keep_the_lease_and_the_jobs_are_found_by_name_not_resubmitted() {
         let store = MemoryStore::new();
-        let lossy = Flaky {
-            inner: MemoryJobRunner::default(),
-            refusals: AtomicU32::new(0),
-            lose_answers: true,
-        };
+        let lossy = FlakyJobRunner::losing_answers();
         let out = windows(&store, &lossy, 900).submit(window()).await.unwrap();
         assert!(job_ids(&out).iter().all(Option::is_none));
         assert_eq!(lossy.inner.submitted().len(), 3, "each submitted once");

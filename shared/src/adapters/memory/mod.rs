@@ -11,7 +11,7 @@ mod store;
 
 pub use buckets::MemoryBuckets;
 pub use bus::MemoryEventBus;
-pub use jobs::{job_state_change, Ending, MemoryJobRunner, SPOT_RECLAIM};
+pub use jobs::{job_state_change, Ending, FlakyJobRunner, MemoryJobRunner, SPOT_RECLAIM};
 pub use queue::MemoryQueue;
 pub use remote::MemoryRemote;
 pub use scratch::{ScratchFile, Spilled};
