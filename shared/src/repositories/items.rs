@@ -218,28 +218,26 @@ impl Items {
                 Err(e) => return Err(e.into()),
             }
         }
-        let created: Vec<Result<Option<ItemRecord>, ItemError>> = futures::stream::iter(made)
+        let created: Vec<Option<ItemRecord>> = futures::stream::iter(made)
             .map(|steps| async move {
-                let Some(record) = steps.and_then(|s| s.last().cloned()) else {
-                    return Ok(None);
-                };
+                let record = steps.and_then(|s| s.last().cloned())?;
                 let key = record_key(&self.prefixes.items, &record.id);
                 match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
-                    Ok(_) => Ok(Some(record)),
+                    Ok(_) => Some(record),
                     // Made by someone else since we looked: theirs stands, the caller's
                     // one-by-one path takes the item.
-                    Err(e) if e.is_conflict() => Ok(None),
+                    Err(e) if e.is_conflict() => None,
                     // Perhaps made (an answer lost): the one-by-one path finds out.
                     Err(e) => {
                         tracing::warn!(item_id = %record.id, error = %e, "item record not made with its window; it is left to the one-by-one path");
-                        Ok(None)
+                        None
                     }
                 }
             })
             .buffered(concurrency.max(1))
             .collect()
             .await;
-        created.into_iter().collect()
+        Ok(created)
     }
 
     /// The records a batch creation writes: the new one, then one per change.
