@@ -61,6 +61,11 @@ pub struct ChaosReport {
     pub events_lost: u64,
     pub ends_reconciled: u64,
     pub external_calls: u64,
+    /// External calls per granule of the campaign: granary's cost, and what throttling adds to it.
+    pub calls_per_granule: f64,
+    /// Where the calls went, by function and by operation.
+    pub calls_by_function: BTreeMap<String, u64>,
+    pub calls_by_op: BTreeMap<String, u64>,
     pub handler_invocations: u64,
     pub feeder_errors: u64,
     pub batch_jobs: u64,
@@ -220,6 +225,20 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         events_lost: sim.lost,
         ends_reconciled: p.reconciled,
         external_calls: faults.calls.load(Ordering::Relaxed),
+        calls_per_granule: faults.calls.load(Ordering::Relaxed) as f64
+            / summary.granules.max(1) as f64,
+        calls_by_function: campaign
+            .runtime
+            .calls_by_function()
+            .into_iter()
+            .map(|(f, n)| (format!("{f:?}"), n))
+            .collect(),
+        calls_by_op: campaign
+            .runtime
+            .calls_by_function_and_op()
+            .into_iter()
+            .map(|((f, op), n)| (format!("{f:?} {op:?}"), n))
+            .collect(),
         handler_invocations: p.feeder_runs
             + p.monitor_invocations
             + p.requeuer_invocations

@@ -120,6 +120,8 @@ pub struct LocalRuntime {
     pub last_feed: Option<FeederSummary>,
     /// Calls, crashes and throttles injected so far (all zero without chaos).
     pub faults: Arc<FaultCounts>,
+    /// Each invocation's faults under chaos, to count calls by function.
+    invocations: Vec<(LambdaFunction, Arc<Faults>)>,
     chaos_rng: rand::rngs::StdRng,
 }
 
@@ -177,6 +179,7 @@ impl LocalRuntime {
             function_taps: Default::default(),
             last_feed: None,
             faults: Arc::default(),
+            invocations: Vec::new(),
         }
     }
 
@@ -204,7 +207,30 @@ impl LocalRuntime {
             self.chaos_rng.random(),
             self.faults.clone(),
         );
+        self.invocations.push((function, faults.clone()));
         (ctx.with_faults(&faults), Some(faults))
+    }
+
+    /// External calls made by each function's invocations so far (under chaos).
+    pub fn calls_by_function(&self) -> std::collections::BTreeMap<LambdaFunction, u64> {
+        let mut calls = std::collections::BTreeMap::new();
+        for (function, faults) in &self.invocations {
+            *calls.entry(*function).or_default() += faults.calls();
+        }
+        calls
+    }
+
+    /// External calls by function and operation so far (under chaos).
+    pub fn calls_by_function_and_op(
+        &self,
+    ) -> std::collections::BTreeMap<(LambdaFunction, granary::adapters::tap::Op), u64> {
+        let mut calls = std::collections::BTreeMap::new();
+        for (function, faults) in &self.invocations {
+            for (op, n) in faults.calls_by_op() {
+                *calls.entry((*function, op)).or_default() += n;
+            }
+        }
+        calls
     }
 
     /// Polls one event source until it has nothing visible; returns how many records it handled.
@@ -332,6 +358,7 @@ impl LocalRuntime {
                     // A failed run is logged by Lambda and the schedule fires again. Only a run
                     // that keeps failing with no chaos to blame stops the local runtime.
                     Err(e) => {
+                        tracing::warn!(error = %e, "queue-feeder run failed");
                         self.progress.feeder_errors += 1;
                         feeder_errors_in_a_row += 1;
                         activity += 1;

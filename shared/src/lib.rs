@@ -19,4 +19,5 @@ pub mod domain;
 pub mod handlers;
 pub mod ports;
 pub mod repositories;
+pub mod retry;
 pub mod wiring;

@@ -152,9 +152,66 @@ pub fn parse_window_key(prefix: &str, key: &str) -> Option<(String, u64)> {
     Some((inventory.to_owned(), start.parse().ok()?))
 }
 
+/// What a window's open marker says: which of its granules (by their place in the claim) the
+/// reconciler has seen ended and handled. A pass then looks only at the others, so the cost of a
+/// window does not grow with the passes it stays open for. An empty marker (as the feeder writes
+/// it) knows nothing yet; a marker that cannot be read counts as empty (the reconciler only
+/// looks again at what it had already seen).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowProgress {
+    /// Indices into the claim's granules, ascending.
+    #[serde(default)]
+    pub handled: Vec<u32>,
+}
+
+impl WindowProgress {
+    /// The marker's body read back; empty or unreadable bodies know nothing.
+    pub fn from_marker(body: &[u8]) -> Self {
+        if body.is_empty() {
+            return Self::default();
+        }
+        serde_json::from_slice(body).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "window marker unreadable; looking at every granule again");
+            Self::default()
+        })
+    }
+
+    pub fn is_handled(&self, index: usize) -> bool {
+        u32::try_from(index).is_ok_and(|i| self.handled.binary_search(&i).is_ok())
+    }
+
+    /// Adds `index`; true if it was not there.
+    pub fn mark(&mut self, index: usize) -> bool {
+        let Ok(i) = u32::try_from(index) else {
+            return false;
+        };
+        match self.handled.binary_search(&i) {
+            Ok(_) => false,
+            Err(at) => {
+                self.handled.insert(at, i);
+                true
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn window_progress_reads_empty_and_broken_markers_as_nothing_known() {
+        assert_eq!(WindowProgress::from_marker(b""), WindowProgress::default());
+        assert_eq!(
+            WindowProgress::from_marker(b"{nope"),
+            WindowProgress::default()
+        );
+        let mut p = WindowProgress::default();
+        assert!(p.mark(7) && p.mark(2) && !p.mark(7));
+        assert!(p.is_handled(2) && p.is_handled(7) && !p.is_handled(3));
+        let body = serde_json::to_vec(&p).unwrap();
+        assert_eq!(WindowProgress::from_marker(&body), p);
+    }
 
     fn g(id: &str) -> GranuleId {
         GranuleId::parse(id).unwrap()

@@ -6,9 +6,11 @@ use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::WindowClaim;
 use crate::ports::StoreError;
+use crate::repositories::items::ItemError;
 use crate::repositories::rejects::RejectKind;
 use crate::repositories::windows::{GranuleSubmission, WindowOutcome};
 use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
+use crate::retry::{again, Backoff};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -65,9 +67,14 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         return Err(FeederError::ZeroCount);
     }
     let mut summary = FeederSummary::default();
-    if let Some(hold) =
-        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await?
-    {
+    let hold = again(
+        Backoff::IN_RUN,
+        "reading the hold",
+        || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
+        RepositoryError::is_transient,
+    )
+    .await?;
+    if let Some(hold) = hold {
         summary.early_exit = Some(hold.describe());
         tracing::info!(
             reason = hold.reason,
@@ -76,10 +83,13 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         );
         return Ok(summary);
     }
-    let active = ctx
-        .jobs
-        .count_active(ctx.config.feeder.max_active_jobs)
-        .await?;
+    let active = again(
+        Backoff::IN_RUN,
+        "counting active jobs",
+        || ctx.jobs.count_active(ctx.config.feeder.max_active_jobs),
+        |_| true,
+    )
+    .await?;
     summary.active_jobs = active.total;
     if active.total >= ctx.config.feeder.max_active_jobs {
         summary.early_exit = Some(format!(
@@ -93,7 +103,13 @@ pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederE
         );
         return Ok(summary);
     }
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key).await?;
+    let tracker = again(
+        Backoff::IN_RUN,
+        "reading the tracker",
+        || load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key),
+        RepositoryError::is_transient,
+    )
+    .await?;
     feed(ctx, event.granule_submit_count, tracker, summary).await
 }
 
@@ -105,7 +121,13 @@ pub async fn feed(
     mut tracker: Versioned<Tracker>,
     mut summary: FeederSummary,
 ) -> Result<FeederSummary, FeederError> {
-    let listed = ctx.store.list(&ctx.config.layout.inventory_prefix).await?;
+    let listed = again(
+        Backoff::IN_RUN,
+        "listing the inventories",
+        || ctx.store.list(&ctx.config.layout.inventory_prefix),
+        StoreError::is_transient,
+    )
+    .await?;
     let added = tracker.value.add_inventories(
         listed
             .into_iter()
@@ -119,14 +141,23 @@ pub async fn feed(
             break;
         };
         let start = current.rows_submitted;
-        let (inventory, opened) = open_inventory(ctx, &current, remaining).await?;
+        let (inventory, opened, ids) = again(
+            Backoff::IN_RUN,
+            "reading the inventory",
+            || async {
+                let (inventory, opened) = open_inventory(ctx, &current, remaining).await?;
+                let ids = inventory.read_ids(start, remaining).await?;
+                Ok::<_, InventoryError>((inventory, opened, ids))
+            },
+            InventoryError::is_transient,
+        )
+        .await?;
         if current.total_rows.is_none() {
             tracker
                 .value
                 .set_total_rows(&current.key, inventory.num_rows())?;
             changed = true;
         }
-        let ids = inventory.read_ids(start, remaining).await?;
         if ids.is_empty() {
             break;
         }
@@ -177,13 +208,27 @@ pub async fn feed(
         {
             tracker.value.sample(chrono::Utc::now());
         }
-        match save_tracker(
-            ctx.store.as_ref(),
-            &ctx.config.layout.tracker_key,
-            &mut tracker,
+        // A refused save did nothing and is tried again with the same ETag: losing it would
+        // make the next run redo every window of this one (through their claims, but still).
+        let saved = again(
+            Backoff::IN_RUN,
+            "saving the tracker",
+            || {
+                let mut attempt = tracker.clone();
+                async move {
+                    save_tracker(
+                        ctx.store.as_ref(),
+                        &ctx.config.layout.tracker_key,
+                        &mut attempt,
+                    )
+                    .await
+                    .map(|()| attempt)
+                }
+            },
+            RepositoryError::is_transient,
         )
-        .await
-        {
+        .await;
+        match saved.map(|saved| tracker = saved) {
             Ok(()) => {}
             Err(e) if e.is_conflict() => {
                 tracing::warn!("tracker changed under us: another feeder ran; stopping");
@@ -213,7 +258,7 @@ async fn open_inventory(
     ctx: &Ctx,
     current: &crate::domain::tracker::InventoryProgress,
     count: u64,
-) -> Result<(Inventory, bool), FeederError> {
+) -> Result<(Inventory, bool), InventoryError> {
     let column = &ctx.config.feeder.inventory_id_column;
     if let Some(map) = current
         .page_map
@@ -328,16 +373,16 @@ async fn feed_window(
     // The records of granules new to granary, made together; a call throttled past the SDK's
     // retries is tried again within the run (the window only settles when every record is in
     // step, and each try is idempotent: it makes only the records still missing).
-    let mut tries = 0;
-    let made = loop {
-        tries += 1;
-        match super::item_sync::window_submitted(ctx, &claim, &pending, "queue-feeder").await {
-            Err(e) if tries < ITEM_SYNC_TRIES => {
-                tracing::warn!(inventory = inventory_key, start, tries, error = %e, "window's item records not made; trying again");
-            }
-            result => break result,
-        }
-    };
+    let made = again(
+        Backoff {
+            tries: ITEM_SYNC_TRIES,
+            ..Backoff::IN_RUN
+        },
+        "the window's item records",
+        || super::item_sync::window_submitted(ctx, &claim, &pending, "queue-feeder"),
+        ItemError::is_transient,
+    )
+    .await;
     let made = match made {
         Ok(made) => made,
         Err(e) => {
@@ -352,27 +397,26 @@ async fn feed_window(
     // by one, like any submission.
     let synced: Vec<Result<(), FeederError>> =
         futures::stream::iter(pending.into_iter().zip(made).filter(|(_, made)| !made))
-            .map(|((event, job_id, source), _)| {
-                async move {
-                    let mut tries = 0;
-                    loop {
-                        tries += 1;
-                        let synced = super::item_sync::submitted(
+            .map(|((event, job_id, source), _)| async move {
+                again(
+                    Backoff {
+                        tries: ITEM_SYNC_TRIES,
+                        ..Backoff::IN_RUN
+                    },
+                    "an item record",
+                    || {
+                        super::item_sync::submitted(
                             ctx,
                             &event,
                             &job_id,
                             Some(source.clone()),
                             "queue-feeder",
                         )
-                        .await;
-                        match synced {
-                            Err(e) if tries < ITEM_SYNC_TRIES => {
-                                tracing::warn!(granule_id = %event.granule_id, tries, error = %e, "item record not updated; trying again");
-                            }
-                            result => return result.map_err(FeederError::from),
-                        }
-                    }
-                }
+                    },
+                    ItemError::is_transient,
+                )
+                .await
+                .map_err(FeederError::from)
             })
             .buffered(ctx.config.feeder.submit_concurrency)
             .collect()

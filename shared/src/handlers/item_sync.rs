@@ -88,6 +88,7 @@ pub async fn window_submitted(
             by,
             new,
             ctx.config.feeder.submit_concurrency,
+            |r| decisions::submission_recorded(r, crate::domain::window::WINDOW_ATTEMPT),
         )
         .await?;
     Ok(made.iter().map(Option::is_some).collect())

@@ -24,6 +24,12 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A request that failed in transit or was refused for its rate (what the SDK's retries
+    /// left): trying again later may succeed. A lost condition or a missing object will not.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Backend { .. })
+    }
+
     pub fn backend(key: &str, e: impl std::fmt::Display) -> Self {
         StoreError::Backend {
             key: key.to_owned(),

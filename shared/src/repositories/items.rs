@@ -49,6 +49,40 @@ pub enum ItemError {
     Contended(String),
 }
 
+impl ItemError {
+    /// A store call that failed in transit or for its rate, or a record others kept changing:
+    /// worth another try later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ItemError::State(e) => e.is_transient(),
+            ItemError::Store(e) => e.is_transient(),
+            ItemError::Contended(_) => true,
+            ItemError::Illegal { .. } => false,
+        }
+    }
+}
+
+/// What a batch creation does for one item.
+enum Planned {
+    /// No record yet: these steps, the last one written as the record.
+    New(Vec<ItemRecord>),
+    /// Made by this batch in an earlier run.
+    Found(ItemRecord),
+    /// Made otherwise, already as the batch would leave it.
+    InStep(ItemRecord),
+    /// A record made otherwise, or one that could not be read: the caller's one-by-one path.
+    Left,
+}
+
+impl Planned {
+    fn steps(&self) -> &[ItemRecord] {
+        match self {
+            Planned::New(steps) => steps,
+            Planned::Found(_) | Planned::InStep(_) | Planned::Left => &[],
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
     pub items: String,
@@ -180,26 +214,43 @@ impl Items {
         by: &str,
         new: Vec<(NewItem, Vec<Change>)>,
         concurrency: usize,
+        in_step: impl Fn(&ItemRecord) -> bool,
     ) -> Result<Vec<Option<ItemRecord>>, ItemError> {
         let found: Vec<Result<Option<Versioned<ItemRecord>>, ItemError>> =
             futures::stream::iter(&new)
-                .map(|(item, _)| self.get(&item.id))
+                .map(|(item, _)| {
+                    crate::retry::again(
+                        crate::retry::Backoff::IN_RUN,
+                        "reading an item record",
+                        || self.get(&item.id),
+                        ItemError::is_transient,
+                    )
+                })
                 .buffered(concurrency.max(1))
                 .collect()
                 .await;
-        let mut made: Vec<Option<Vec<ItemRecord>>> = Vec::with_capacity(new.len());
+        let mut made: Vec<Planned> = Vec::with_capacity(new.len());
         for ((item, changes), found) in new.into_iter().zip(found) {
             match found {
-                Ok(None) => made.push(Some(self.batch_steps(item, &changes, tag, at, by)?)),
-                Ok(Some(_)) => made.push(None),
+                Ok(None) => made.push(Planned::New(self.batch_steps(item, &changes, tag, at, by)?)),
+                // Made by this very batch in an earlier run (it died, or a call after the
+                // records failed): done, at no further cost. A window redone must not turn into
+                // a conditional write per granule.
+                Ok(Some(found)) if self.made_by_batch(&found.value, tag, at) => {
+                    made.push(Planned::Found(found.value))
+                }
+                // Made otherwise and already in step (the one-by-one path of an earlier run):
+                // it owes at most its own entry, paid here as the one-by-one path would.
+                Ok(Some(found)) if in_step(&found.value) => made.push(Planned::InStep(found.value)),
+                Ok(Some(_)) => made.push(Planned::Left),
                 Err(e) => {
                     tracing::warn!(item_id = %item.id, error = %e, "cannot read this item's record; it is left to the one-by-one path");
-                    made.push(None)
+                    made.push(Planned::Left)
                 }
             }
         }
         let mut lines: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
-        for step in made.iter().flatten().flatten() {
+        for step in made.iter().flat_map(Planned::steps) {
             let entry = HistoryEntry::of(step);
             let key = batch_history_key(&self.prefixes.history, at, step.state, tag);
             let object = lines.entry(key).or_default();
@@ -219,10 +270,32 @@ impl Items {
             }
         }
         let created: Vec<Option<ItemRecord>> = futures::stream::iter(made)
-            .map(|steps| async move {
-                let record = steps.and_then(|s| s.last().cloned())?;
+            .map(|planned| async move {
+                let record = match planned {
+                    Planned::Found(record) => return Some(record),
+                    Planned::InStep(record) => {
+                        if self.owes_history(&record) {
+                            if let Err(e) = self.write_history(&record).await {
+                                tracing::warn!(item_id = %record.id, error = %e, "history entry not paid; the item is left to the one-by-one path");
+                                return None;
+                            }
+                        }
+                        return Some(record);
+                    }
+                    Planned::Left => return None,
+                    Planned::New(steps) => steps.last().cloned()?,
+                };
                 let key = record_key(&self.prefixes.items, &record.id);
-                match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+                // A refused write did nothing: tried again. One whose answer was lost comes back
+                // as a conflict and goes to the one-by-one path, which finds it.
+                let written = crate::retry::again(
+                    crate::retry::Backoff::IN_RUN,
+                    "creating an item record",
+                    || write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent),
+                    RepositoryError::is_transient,
+                )
+                .await;
+                match written {
                     Ok(_) => Some(record),
                     // Made by someone else since we looked: theirs stands, the caller's
                     // one-by-one path takes the item.
@@ -238,6 +311,18 @@ impl Items {
             .collect()
             .await;
         Ok(created)
+    }
+
+    /// Whether `record` was created by the batch `tag` at `at` (its first entries are lines of
+    /// that batch's objects), whatever happened to it since.
+    fn made_by_batch(&self, record: &ItemRecord, tag: &str, at: DateTime<Utc>) -> bool {
+        record.history_batch.as_ref().is_some_and(|b| {
+            b.keys.iter().any(|k| {
+                ItemState::ALL
+                    .iter()
+                    .any(|s| *k == batch_history_key(&self.prefixes.history, at, *s, tag))
+            })
+        })
     }
 
     /// The records a batch creation writes: the new one, then one per change.
@@ -300,9 +385,7 @@ impl Items {
             if changes.is_empty() {
                 // Pay any history entry a crashed writer owed before reporting "nothing to do"
                 // (a batch's entries are written before its records: none is owed).
-                let age = Utc::now().signed_duration_since(current.value.last_updated);
-                if age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !current.value.in_batch_state()
-                {
+                if self.owes_history(&current.value) {
                     self.write_history(&current.value).await?;
                 }
                 return Ok(Advanced::Unchanged(current.value));
@@ -347,6 +430,13 @@ impl Items {
             return Ok(Advanced::Moved(next));
         }
         Err(ItemError::Contended(id.to_string()))
+    }
+
+    /// Whether a record may still owe the entry of its state: changed recently (its writer may
+    /// have died between the two writes) and not in a batch state (whose entries come first).
+    fn owes_history(&self, record: &ItemRecord) -> bool {
+        let age = Utc::now().signed_duration_since(record.last_updated);
+        age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !record.in_batch_state()
     }
 
     async fn write_history(&self, record: &ItemRecord) -> Result<(), ItemError> {
@@ -558,7 +648,7 @@ mod tests {
                 .collect()
         };
         let made = items
-            .create_batch("w.1", at, "feeder", batch(&["a", "old", "b"]), 4)
+            .create_batch("w.1", at, "feeder", batch(&["a", "old", "b"]), 4, |_| false)
             .await
             .unwrap();
         assert_eq!(
@@ -605,10 +695,13 @@ mod tests {
         // A retry (the run died after the records) makes nothing and writes nothing new.
         let before = store.list("").await.unwrap().len();
         let again = items
-            .create_batch("w.1", at, "feeder", batch(&["a", "b"]), 4)
+            .create_batch("w.1", at, "feeder", batch(&["a", "b"]), 4, |_| false)
             .await
             .unwrap();
-        assert_eq!(again, vec![None, None]);
+        assert!(
+            again.iter().all(Option::is_some),
+            "made by this batch before: done, with nothing written"
+        );
         assert_eq!(store.list("").await.unwrap().len(), before);
 
         // A no-op decision owes nothing (the entry is a line); the next transition gets its own
@@ -633,13 +726,13 @@ mod tests {
         let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
         let batch = vec![(new_item("a", Ready), submitted("job-a"))];
         items
-            .create_batch("w.2", at, "feeder", batch.clone(), 1)
+            .create_batch("w.2", at, "feeder", batch.clone(), 1, |_| false)
             .await
             .unwrap();
         // As if the run had died after the batch objects: the record is gone, the lines stay.
         store.delete("items/a.json").await.unwrap();
         let made = items
-            .create_batch("w.2", at, "feeder", batch, 1)
+            .create_batch("w.2", at, "feeder", batch, 1, |_| false)
             .await
             .unwrap();
         assert!(made[0].is_some());

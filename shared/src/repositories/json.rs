@@ -28,6 +28,15 @@ impl RepositoryError {
     pub fn is_conflict(&self) -> bool {
         matches!(self, RepositoryError::Store(StoreError::Conflict { .. }))
     }
+
+    /// A store or Batch call that failed in transit or for its rate: worth another try.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RepositoryError::Store(e) => e.is_transient(),
+            RepositoryError::Jobs(e) => !e.may_have_taken_effect,
+            RepositoryError::Corrupt { .. } | RepositoryError::Encode(_) => false,
+        }
+    }
 }
 
 /// A value with the ETag it was read at; `etag: None` means it is not stored yet.

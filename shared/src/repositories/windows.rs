@@ -86,7 +86,7 @@ impl Windows<'_> {
         // A handful of rounds covers every interleaving of one other writer.
         for _ in 0..4 {
             if let Some(window) = fresh.take() {
-                match write_json(self.store, &key, &window, PutCondition::IfAbsent).await {
+                match self.write(&key, &window, PutCondition::IfAbsent).await {
                     Ok(etag) => return self.work(&key, window, etag, false).await,
                     Err(e) if e.is_conflict() => {}
                     Err(e) => return Err(e),
@@ -121,7 +121,7 @@ impl Windows<'_> {
                         claimed_at: Utc::now(),
                         ..existing
                     };
-                    match write_json(self.store, &key, &taken, PutCondition::IfMatch(etag)).await {
+                    match self.write(&key, &taken, PutCondition::IfMatch(etag)).await {
                         Ok(etag) => return self.work(&key, taken, etag, true).await,
                         Err(e) if e.is_conflict() => fresh = None,
                         Err(e) => return Err(e),
@@ -144,9 +144,16 @@ impl Windows<'_> {
         taken_over: bool,
     ) -> Result<WindowOutcome, RepositoryError> {
         let open = window_key(self.open_prefix, &claim.inventory, claim.start);
-        self.store
-            .put(&open, bytes::Bytes::new(), PutCondition::Overwrite)
-            .await?;
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "marking the window open",
+            || {
+                self.store
+                    .put(&open, bytes::Bytes::new(), PutCondition::Overwrite)
+            },
+            crate::ports::StoreError::is_transient,
+        )
+        .await?;
         let tries: Vec<Try> = futures::stream::iter(claim.granules.iter().enumerate())
             .map(|(i, granule)| {
                 let recorded = claim.job_id(i).map(str::to_owned);
@@ -171,7 +178,10 @@ impl Windows<'_> {
             // over at once instead of waiting out the lease.
             recorded.claimed_at = chrono::DateTime::<Utc>::UNIX_EPOCH;
         }
-        match write_json(self.store, key, &recorded, PutCondition::IfMatch(etag)).await {
+        match self
+            .write(key, &recorded, PutCondition::IfMatch(etag))
+            .await
+        {
             Ok(_) => {}
             // Only a taker after the lease could have changed it: it finds our jobs by name.
             Err(e) if e.is_conflict() => {
@@ -188,11 +198,36 @@ impl Windows<'_> {
         })
     }
 
+    /// Writes the claim under `condition`, trying a refused write again: a refusal did nothing,
+    /// and a write whose answer was lost comes back as a conflict, which the callers read as
+    /// "someone changed it" (the jobs stay findable by name).
+    async fn write(
+        &self,
+        key: &str,
+        claim: &WindowClaim,
+        condition: PutCondition,
+    ) -> Result<String, RepositoryError> {
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "writing a window claim",
+            || write_json(self.store, key, claim, condition.clone()),
+            RepositoryError::is_transient,
+        )
+        .await
+    }
+
     /// The granule's attempt-1 job: found by name (after a takeover), or submitted.
     async fn ensure_job(&self, granule: &GranuleId, look_first: bool) -> Try {
         let name = job_name(granule, WINDOW_ATTEMPT);
         if look_first {
-            match self.jobs.find_by_name(&name).await {
+            let found = crate::retry::again(
+                crate::retry::Backoff::IN_RUN,
+                "ListJobs by name",
+                || self.jobs.find_by_name(&name),
+                |_| true,
+            )
+            .await;
+            match found {
                 Ok(Some(job)) => {
                     return Try::Done(GranuleSubmission::Recovered { job_id: job.job_id })
                 }
@@ -205,24 +240,26 @@ impl Windows<'_> {
             }
         }
         let request = job_request(&name, granule, WINDOW_ATTEMPT);
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match self.jobs.submit(request.clone()).await {
-                Ok(job) => return Try::Done(GranuleSubmission::Submitted { job_id: job.job_id }),
-                Err(e) if e.may_have_taken_effect => {
-                    tracing::warn!(job_name = name, error = %e, "SubmitJob's outcome is unknown; the window keeps its lease");
-                    return Try::AnswerLost(e.to_string());
-                }
-                Err(e) if tries < SUBMIT_TRIES => {
-                    tracing::warn!(job_name = name, tries, error = %e, "SubmitJob refused; trying again");
-                }
-                Err(e) => {
-                    return Try::Done(GranuleSubmission::NotSubmitted {
-                        error: e.to_string(),
-                    })
-                }
+        // A refusal did nothing: try again after a backoff. A lost answer is never re-sent.
+        let submitted = crate::retry::again(
+            crate::retry::Backoff {
+                tries: SUBMIT_TRIES,
+                ..crate::retry::Backoff::IN_RUN
+            },
+            "SubmitJob",
+            || self.jobs.submit(request.clone()),
+            |e| !e.may_have_taken_effect,
+        )
+        .await;
+        match submitted {
+            Ok(job) => Try::Done(GranuleSubmission::Submitted { job_id: job.job_id }),
+            Err(e) if e.may_have_taken_effect => {
+                tracing::warn!(job_name = name, error = %e, "SubmitJob's outcome is unknown; the window keeps its lease");
+                Try::AnswerLost(e.to_string())
             }
+            Err(e) => Try::Done(GranuleSubmission::NotSubmitted {
+                error: e.to_string(),
+            }),
         }
     }
 }

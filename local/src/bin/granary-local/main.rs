@@ -44,6 +44,13 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The handlers' own logs, on stderr, when asked for (RUST_LOG=warn, RUST_LOG=granary=debug).
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Chaos(args) => chaos::run(args).await,

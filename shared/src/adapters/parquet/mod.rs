@@ -69,6 +69,13 @@ pub enum InventoryError {
     },
 }
 
+impl InventoryError {
+    /// A read that failed in transit or for its rate: the file itself may be fine.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, InventoryError::Store { source, .. } if source.is_transient())
+    }
+}
+
 /// Adapts the object-store port to parquet's async reader traits.
 #[derive(Clone)]
 struct StoreReader {

@@ -35,6 +35,15 @@ pub struct FaultCounts {
     pub calls: AtomicU64,
     pub crashes: AtomicU64,
     pub throttles: AtomicU64,
+    /// Calls by operation (the crashing ones included), to see where a run's calls went.
+    pub by_op: Mutex<std::collections::BTreeMap<super::Op, u64>>,
+}
+
+impl FaultCounts {
+    /// Calls by operation so far.
+    pub fn calls_by_op(&self) -> std::collections::BTreeMap<super::Op, u64> {
+        self.by_op.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 /// The faults of one handler invocation.
@@ -47,6 +56,8 @@ pub struct Faults {
 
 struct State {
     calls: u64,
+    /// This invocation's calls by operation.
+    ops: std::collections::BTreeMap<super::Op, u64>,
     crashed: bool,
     /// splitmix64: a seeded, reproducible stream (no rand crate in the Lambdas for this).
     rng: u64,
@@ -65,6 +76,7 @@ impl Faults {
             totals,
             state: Mutex::new(State {
                 calls: 0,
+                ops: Default::default(),
                 crashed: false,
                 rng: seed,
             }),
@@ -79,6 +91,11 @@ impl Faults {
     /// External calls this invocation attempted (the crashing one included).
     pub fn calls(&self) -> u64 {
         self.lock().calls
+    }
+
+    /// This invocation's calls by operation.
+    pub fn calls_by_op(&self) -> std::collections::BTreeMap<super::Op, u64> {
+        self.lock().ops.clone()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -99,7 +116,15 @@ impl Tap for Faults {
             return Err(CRASHED);
         }
         s.calls += 1;
+        *s.ops.entry(call.op).or_default() += 1;
         self.totals.calls.fetch_add(1, Ordering::Relaxed);
+        *self
+            .totals
+            .by_op
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(call.op)
+            .or_default() += 1;
         if let Some(c) = self.crash.filter(|c| c.at_call == s.calls) {
             s.crashed = true;
             self.totals.crashes.fetch_add(1, Ordering::Relaxed);

@@ -26,7 +26,7 @@ fn submit_change(attempt: u32, job_id: &str) -> Change {
 /// its retry before recording the timeout, and may have died before the write) records that
 /// attempt as superseded first — the next attempt's submission proves the earlier one is over.
 pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
-    if r.attempts.processing >= attempt {
+    if submission_recorded(r, attempt) {
         return Vec::new();
     }
     let retrying = || Change::to(Ready, format!("retrying as attempt {attempt}"));
@@ -47,6 +47,13 @@ pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
         ],
         _ => Vec::new(),
     }
+}
+
+/// Whether the record already knows attempt `attempt` was submitted (an attempt begins on
+/// entering PROCESSING, so a processing count at or past it means it has begun): a submission
+/// changes nothing then.
+pub fn submission_recorded(r: &ItemRecord, attempt: u32) -> bool {
+    r.attempts.processing >= attempt
 }
 
 /// The first attempt's submission for a record created along with it (READY, then PROCESSING).

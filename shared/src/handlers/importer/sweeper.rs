@@ -458,15 +458,17 @@ mod tests {
                 .len()
         };
         let later = late + chrono::Duration::days(1);
-        crate::handlers::reconciler::reconcile(ctx, later)
-            .await
-            .unwrap();
-        assert_eq!(open().await, 1);
-        jobs.set_status(&alive, JobStatus::Succeeded);
         let r = crate::handlers::reconciler::reconcile(ctx, later)
             .await
             .unwrap();
-        assert_eq!((r.recovered, r.handled, r.closed), (1, 1, 1), "{r:?}");
+        assert_eq!((r.handled, r.still_running, r.closed), (1, 1, 0), "{r:?}");
+        assert_eq!(open().await, 1);
+        jobs.set_status(&alive, JobStatus::Succeeded);
+        // The marker remembers the handled one: this pass looks only at the other.
+        let r = crate::handlers::reconciler::reconcile(ctx, later)
+            .await
+            .unwrap();
+        assert_eq!((r.recovered, r.handled, r.closed), (1, 0, 1), "{r:?}");
         assert_eq!(open().await, 0);
         assert_eq!(state(&imp, &ids[0]).await, Processed);
         // Nothing of the window is left for the sweeper.

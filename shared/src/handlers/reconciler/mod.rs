@@ -43,6 +43,9 @@ pub struct ReconcileSummary {
     /// Jobs Batch no longer knows (it keeps finished jobs for days, not for ever): left for an
     /// operator, with a warning.
     pub unknown_to_batch: u64,
+    /// Granules of windows whose end is handled but whose item record the feeder has yet to
+    /// make (its run failed after the job ids): the window stays open for it.
+    pub awaiting_records: u64,
     /// Markers that could not be looked at this time (an S3 or Batch error); tried next run.
     pub errors: u64,
 }
@@ -244,6 +247,133 @@ mod tests {
         let s = reconcile(&ctx, later).await.unwrap();
         assert_eq!((s.open_claims, s.recovered), (1, 0));
         assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+    }
+
+    /// A window whose jobs are recorded but whose item records were not made yet (the feeder's
+    /// run failed after the job ids): "no record" is not "handled" while the tracker has not
+    /// moved past the window, or the records the next run makes would sit in PROCESSING with
+    /// no marker for anything to find them by.
+    #[tokio::test]
+    async fn a_window_without_its_records_stays_open_until_they_are_made_and_moved() {
+        use crate::domain::window::{window_key, WindowClaim};
+        use crate::ports::JobRunner;
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = ctx(jobs.clone());
+        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
+        let job = jobs
+            .submit(crate::contracts::job::job_request(
+                &crate::domain::job_name::job_name(&ids[0], 1),
+                &ids[0],
+                1,
+            ))
+            .await
+            .unwrap()
+            .job_id;
+        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids.clone(), "t", Utc::now())
+            .recording(&[Some(job.clone())], Utc::now());
+        let layout = &ctx.config.layout;
+        let claim_key = window_key(&layout.claim_prefix, &claim.inventory, 0);
+        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &claim_key,
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        ctx.store
+            .put(
+                &open_key,
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        jobs.set_status(&job, JobStatus::Succeeded);
+        let later = Utc::now() + chrono::Duration::seconds(61);
+
+        // The end is logged, but there is no record yet: the marker stays.
+        for _ in 0..2 {
+            let s = reconcile(&ctx, later).await.unwrap();
+            assert_eq!((s.awaiting_records, s.closed), (1, 0), "{s:?}");
+            assert!(ctx.store.get(&open_key).await.unwrap().is_some());
+        }
+        let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+        assert_eq!(logs.len(), 1, "the end was logged once");
+
+        // The feeder's next run makes the record at PROCESSING; the next pass moves it on and
+        // closes the window.
+        let submitted = vec![(
+            claim.attempts().next().unwrap(),
+            job.clone(),
+            "inventories/a.parquet#row=0".to_owned(),
+        )];
+        crate::handlers::item_sync::window_submitted(&ctx, &claim, &submitted, "queue-feeder")
+            .await
+            .unwrap();
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!(s.closed, 1, "{s:?}");
+        let record = ctx.items().get(&ids[0]).await.unwrap().unwrap().value;
+        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+    }
+
+    /// A window the tracker moved past before item records were kept has no records, and never
+    /// will: its logged ends close it.
+    #[tokio::test]
+    async fn a_window_from_before_item_records_closes_on_its_logs() {
+        use crate::domain::window::{window_key, WindowClaim};
+        use crate::ports::JobRunner;
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
+        let ctx = ctx(jobs.clone());
+        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
+        let job = jobs
+            .submit(crate::contracts::job::job_request("j", &ids[0], 1))
+            .await
+            .unwrap()
+            .job_id;
+        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids, "t", Utc::now())
+            .recording(&[Some(job)], Utc::now());
+        let layout = &ctx.config.layout;
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &window_key(&layout.claim_prefix, &claim.inventory, 0),
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
+        ctx.store
+            .put(
+                &open_key,
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let mut tracker =
+            crate::repositories::load_tracker(ctx.store.as_ref(), &layout.tracker_key)
+                .await
+                .unwrap();
+        tracker
+            .value
+            .add_inventories(["inventories/a.parquet".to_owned()]);
+        tracker
+            .value
+            .set_total_rows("inventories/a.parquet", 1)
+            .unwrap();
+        tracker
+            .value
+            .advance_to("inventories/a.parquet", 1)
+            .unwrap();
+        crate::repositories::save_tracker(ctx.store.as_ref(), &layout.tracker_key, &mut tracker)
+            .await
+            .unwrap();
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.recovered, s.closed), (1, 1), "{s:?}");
+        assert!(ctx.store.get(&open_key).await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -14,10 +14,10 @@ use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::job_name::job_name;
 use crate::domain::lifecycle::ItemState;
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
-use crate::domain::window::{window_key, WindowClaim};
+use crate::domain::window::{window_key, WindowClaim, WindowProgress};
 use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::handlers::Ctx;
-use crate::ports::JobDescription;
+use crate::ports::{JobDescription, PutCondition};
 use crate::repositories::read_json;
 use std::collections::HashMap;
 
@@ -35,6 +35,9 @@ enum Granule {
     Handled,
     /// Its end was handed to the monitor's handler now.
     Recovered,
+    /// Its end is handled, but its item record is still to be made by the feeder's next run
+    /// (the window stays open so that the record, once made, is found and moved on).
+    AwaitingRecord,
 }
 
 /// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
@@ -58,10 +61,18 @@ pub(super) async fn reconcile_window(
         return Ok(());
     };
     let claim = claim.value;
+    // What earlier passes saw handled: those granules are not looked at again.
+    let marker = ctx.store.get(&open_key).await?;
+    let mut progress = marker
+        .as_ref()
+        .map(|m| WindowProgress::from_marker(&m.body))
+        .unwrap_or_default();
+    let mut newly_handled = 0u64;
     // Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name.
     let mut job_ids: Vec<Option<String>> = Vec::with_capacity(claim.granules.len());
     for (i, attempt) in claim.attempts().enumerate() {
         job_ids.push(match claim.job_id(i) {
+            _ if progress.is_handled(i) => None,
             Some(id) => Some(id.to_owned()),
             None => ctx
                 .jobs
@@ -80,7 +91,11 @@ pub(super) async fn reconcile_window(
         .map(|d| (d.summary.job_id.clone(), d))
         .collect();
     let mut open = 0u64;
-    for (attempt, job_id) in claim.attempts().zip(job_ids) {
+    let window_passed = std::cell::Cell::new(None);
+    for (i, (attempt, job_id)) in claim.attempts().zip(job_ids).enumerate() {
+        if progress.is_handled(i) {
+            continue;
+        }
         let step = match job_id {
             None => Ok(Granule::NotSubmitted),
             Some(job_id) => {
@@ -88,18 +103,30 @@ pub(super) async fn reconcile_window(
                 // The window closes only in a pass where every granule could be looked at: a
                 // call throttled past the SDK's retries is tried again here, or one unlucky
                 // granule would keep a large window open pass after pass.
-                let mut tries = 0;
-                loop {
-                    tries += 1;
-                    match granule(ctx, &attempt, &job_id, description.clone()).await {
-                        Err(e) if tries < GRANULE_TRIES => {
-                            tracing::warn!(granule_id = %attempt.granule_id, tries, error = %e, "cannot look at this granule of the window; trying again");
-                        }
-                        result => break result,
-                    }
-                }
+                crate::retry::again(
+                    crate::retry::Backoff {
+                        tries: GRANULE_TRIES,
+                        ..crate::retry::Backoff::IN_RUN
+                    },
+                    "looking at a granule of a window",
+                    || {
+                        granule(
+                            ctx,
+                            &claim,
+                            &attempt,
+                            &job_id,
+                            description.clone(),
+                            &window_passed,
+                        )
+                    },
+                    |_| true,
+                )
+                .await
             }
         };
+        if matches!(step, Ok(Granule::Handled)) {
+            newly_handled += u64::from(progress.mark(i));
+        }
         if !matches!(step, Ok(Granule::Handled | Granule::Recovered)) {
             open += 1;
         }
@@ -109,6 +136,7 @@ pub(super) async fn reconcile_window(
             Ok(Granule::NotSubmitted) => summary.not_submitted += 1,
             Ok(Granule::StillRunning) => summary.still_running += 1,
             Ok(Granule::UnknownToBatch) => summary.unknown_to_batch += 1,
+            Ok(Granule::AwaitingRecord) => summary.awaiting_records += 1,
             Err(e) => {
                 tracing::warn!(granule_id = %attempt.granule_id, error = %e, "cannot reconcile this granule of the window now");
                 summary.errors += 1;
@@ -118,15 +146,33 @@ pub(super) async fn reconcile_window(
     if open == 0 {
         ctx.store.delete(&open_key).await?;
         summary.closed += 1;
+    } else if newly_handled > 0 {
+        // Kept for the next pass; a lost race (the feeder reset the marker in a takeover) or a
+        // failed write only means the next pass looks at those granules again.
+        let condition = match &marker {
+            Some(m) => PutCondition::IfMatch(m.etag.clone()),
+            None => PutCondition::IfAbsent,
+        };
+        let body = crate::contracts::encode("window progress", &progress);
+        match body {
+            Ok(body) => {
+                if let Err(e) = ctx.store.put(&open_key, body, condition).await {
+                    tracing::warn!(inventory, start, error = %e, "window progress not kept; the next pass looks again");
+                }
+            }
+            Err(e) => tracing::warn!(inventory, start, error = %e, "window progress not encoded"),
+        }
     }
     Ok(())
 }
 
 async fn granule(
     ctx: &Ctx,
+    claim: &WindowClaim,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
     description: Option<JobDescription>,
+    window_passed: &std::cell::Cell<Option<bool>>,
 ) -> Result<Granule, OneError> {
     let Some(description) = description else {
         // With item records, the item sweeper times such an attempt out (the window's open
@@ -140,28 +186,40 @@ async fn granule(
     if !description.summary.status.is_terminal() {
         return Ok(Granule::StillRunning);
     }
-    if handled(ctx, attempt).await? {
+    if handled(ctx, claim, attempt, window_passed).await? {
         return Ok(Granule::Handled);
     }
-    Ok(
-        match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
-            None => Granule::StillRunning,
-            Some(
-                MonitorOutcome::Duplicate
-                | MonitorOutcome::AlreadySucceeded
-                | MonitorOutcome::Rejected { .. },
-            ) => Granule::Handled,
-            Some(outcome) => {
-                tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
-                Granule::Recovered
-            }
-        },
-    )
+    let step = match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+        None => Granule::StillRunning,
+        Some(
+            MonitorOutcome::Duplicate
+            | MonitorOutcome::AlreadySucceeded
+            | MonitorOutcome::Rejected { .. },
+        ) => Granule::Handled,
+        Some(outcome) => {
+            tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
+            Granule::Recovered
+        }
+    };
+    // The end is handled, but a record still to be made needs the window open to be found.
+    if ctx.config.layout.track_items
+        && matches!(step, Granule::Handled | Granule::Recovered)
+        && record_moved_past(ctx, attempt).await?.is_none()
+        && !window_passed_by_tracker(ctx, claim, window_passed).await?
+    {
+        return Ok(Granule::AwaitingRecord);
+    }
+    Ok(step)
 }
 
 /// Whether the monitor finished with this attempt's end: logged (a failure also routed) and,
 /// with item records, the record moved past the attempt.
-async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<bool, OneError> {
+async fn handled(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    attempt: &GranuleProcessingEvent,
+    window_passed: &std::cell::Cell<Option<bool>>,
+) -> Result<bool, OneError> {
     let layout = &ctx.config.layout;
     let facts = layout.id_parser.facts(&attempt.granule_id);
     let success = LogKey::new(
@@ -188,8 +246,36 @@ async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<bool, On
     if !logged || !layout.track_items {
         return Ok(logged);
     }
-    // No record: one from before records were kept; the log says it all.
-    Ok(record_moved_past(ctx, attempt).await?.unwrap_or(true))
+    match record_moved_past(ctx, attempt).await? {
+        Some(moved) => Ok(moved),
+        // No record. The feeder makes a window's records before its tracker moves past the
+        // window: if the tracker has not, the records are still to come (an earlier run failed
+        // after the job ids), and the record it makes at PROCESSING needs this marker to be
+        // found. If it has, the window predates item records: the log says it all.
+        None => window_passed_by_tracker(ctx, claim, window_passed).await,
+    }
+}
+
+/// [`tracker_passed`], read once per window and pass.
+async fn window_passed_by_tracker(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    window_passed: &std::cell::Cell<Option<bool>>,
+) -> Result<bool, OneError> {
+    let passed = match window_passed.get() {
+        Some(passed) => passed,
+        None => tracker_passed(ctx, claim).await?,
+    };
+    window_passed.set(Some(passed));
+    Ok(passed)
+}
+
+/// Whether the tracker has moved past every row of the window.
+async fn tracker_passed(ctx: &Ctx, claim: &WindowClaim) -> Result<bool, OneError> {
+    let tracker =
+        crate::repositories::load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
+            .await?;
+    Ok(tracker.value.rows_submitted_of(&claim.inventory) >= claim.start + claim.rows)
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
