@@ -60,6 +60,7 @@ impl FailureKind for super::feeder::FeederError {
             Reject(_) => "Feeder.Reject",
             Jobs(_) => "Feeder.Batch",
             Items(_) => "Feeder.ItemRecords",
+            Stalled { .. } => "Feeder.Stalled",
         }
     }
 }

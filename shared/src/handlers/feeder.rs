@@ -38,6 +38,33 @@ pub enum FeederError {
     Jobs(#[from] crate::ports::JobRunnerError),
     #[error("updating the item record: {0}")]
     Items(#[from] crate::repositories::items::ItemError),
+    /// The run stopped short on calls that kept failing past every retry (SubmitJob refused,
+    /// item records not written, an invalid row not set aside). What it did is saved (the
+    /// tracker moved past every settled window) and is in `summary`; the run still fails, so
+    /// Lambda's Errors metric and the feeder's alarm show a campaign that is not moving.
+    #[error("feeder stalled: {why} (submitted {} this run)", summary.submitted)]
+    Stalled {
+        why: String,
+        summary: Box<FeederSummary>,
+    },
+}
+
+/// Why a window stopped the run short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Stop {
+    /// Someone else is on it (a run in flight holds the window, another run moved the tracker):
+    /// the next run goes on; nothing is wrong.
+    Wait(String),
+    /// Calls kept failing: the next run tries again, and this one reports a stall.
+    Fail(String),
+}
+
+impl Stop {
+    fn why(&self) -> &str {
+        match self {
+            Stop::Wait(why) | Stop::Fail(why) => why,
+        }
+    }
 }
 
 /// What one feeder run did.
@@ -136,6 +163,7 @@ pub async fn feed(
     );
     let mut changed = added > 0 || tracker.etag.is_none();
     let mut remaining = count;
+    let mut stalled = None;
     while remaining > 0 {
         let Some(current) = tracker.value.current().cloned() else {
             break;
@@ -173,8 +201,11 @@ pub async fn feed(
             tracker.value.advance_to(&current.key, start + done)?;
             changed = true;
         }
-        if let Some(why) = stop {
-            summary.stopped = Some(why);
+        if let Some(stop) = stop {
+            summary.stopped = Some(stop.why().to_owned());
+            if let Stop::Fail(why) = stop {
+                stalled = Some(why);
+            }
             break;
         }
         remaining = remaining.saturating_sub(done);
@@ -241,6 +272,13 @@ pub async fn feed(
     summary.rows_submitted_total = tracker.value.rows_submitted();
     summary.rows_known_total = tracker.value.rows_known();
     summary.inventories_complete = tracker.value.is_complete();
+    if let Some(why) = stalled {
+        tracing::error!(?summary, why, "feeder run stalled");
+        return Err(FeederError::Stalled {
+            why,
+            summary: Box::new(summary),
+        });
+    }
     tracing::info!(?summary, "feeder run finished");
     Ok(summary)
 }
@@ -287,7 +325,7 @@ async fn feed_window(
     start: u64,
     ids: &[Option<String>],
     summary: &mut FeederSummary,
-) -> Result<(u64, Option<String>), FeederError> {
+) -> Result<(u64, Option<Stop>), FeederError> {
     let rows = ids.len() as u64;
     let mut granules: Vec<GranuleId> = Vec::with_capacity(ids.len());
     let mut first_row: std::collections::HashMap<GranuleId, u64> = Default::default();
@@ -311,7 +349,10 @@ async fn feed_window(
             }
             Err(why) => {
                 if let Err(e) = reject(ctx, inventory_key, row, raw.as_deref(), &why).await {
-                    return Ok((0, Some(format!("row {row} of {inventory_key}: {e}"))));
+                    return Ok((
+                        0,
+                        Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
+                    ));
                 }
                 summary.rejected += 1;
             }
@@ -329,11 +370,11 @@ async fn feed_window(
         WindowOutcome::InFlight { claim } => {
             return Ok((
                 0,
-                Some(format!(
+                Some(Stop::Wait(format!(
                     "rows {}..{} of {inventory_key} are claimed by a run still in flight",
                     claim.start,
                     claim.start + claim.rows
-                )),
+                ))),
             ))
         }
         WindowOutcome::Worked { claim, granules } => (claim, granules),
@@ -347,7 +388,9 @@ async fn feed_window(
             GranuleSubmission::NotSubmitted { error } => {
                 tracing::error!(granule_id = %granule, error, "granule not submitted");
                 stop.get_or_insert_with(|| {
-                    format!("{granule} of {inventory_key} not submitted: {error}")
+                    Stop::Fail(format!(
+                        "{granule} of {inventory_key} not submitted: {error}"
+                    ))
                 });
             }
         }
@@ -389,7 +432,9 @@ async fn feed_window(
             tracing::error!(error = %e, "window's item records not made");
             return Ok((
                 0,
-                Some(format!("item records of rows of {inventory_key}: {e}")),
+                Some(Stop::Fail(format!(
+                    "item records of rows of {inventory_key}: {e}"
+                ))),
             ));
         }
     };
@@ -424,7 +469,7 @@ async fn feed_window(
     for r in synced {
         if let Err(e) = r {
             tracing::error!(error = %e, "item record not updated");
-            stop.get_or_insert_with(|| format!("rows of {inventory_key}: {e}"));
+            stop.get_or_insert_with(|| Stop::Fail(format!("rows of {inventory_key}: {e}")));
         }
     }
     Ok(if stop.is_none() {
@@ -616,6 +661,46 @@ mod tests {
         let names: std::collections::BTreeSet<String> =
             jobs.submitted().into_iter().map(|r| r.job_name).collect();
         assert_eq!(names.len(), 61_000);
+    }
+
+    /// A feeder whose every SubmitJob is refused (past the SDK's and its own retries) must not
+    /// look like a quiet success: the run fails as Feeder.Stalled, its tracker stays where it
+    /// was, and the next run, once Batch accepts again, submits the window.
+    #[tokio::test(start_paused = true)]
+    async fn a_run_stopped_by_refused_submissions_fails_as_stalled() {
+        // Five granules, each refused at all of its SUBMIT_TRIES tries; accepted after that.
+        let refusing = Arc::new(crate::adapters::memory::FlakyJobRunner::refusing(
+            5 * crate::repositories::windows::SUBMIT_TRIES,
+        ));
+        let mut ctx = ctx("100", Arc::new(MemoryJobRunner::default())).await;
+        ctx.jobs = refusing.clone();
+        let err = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 5,
+            },
+        )
+        .await
+        .unwrap_err();
+        let FeederError::Stalled { why, summary } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(why.contains("not submitted"), "{why}");
+        assert_eq!((summary.submitted, summary.rows_submitted_total), (0, 0));
+        assert_eq!(
+            crate::handlers::failure::LambdaFailure::of(&err).error_type,
+            "Feeder.Stalled"
+        );
+        // Batch accepts again: the window is submitted.
+        let out = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 5,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((out.submitted, out.rows_submitted_total), (5, 5));
     }
 
     #[tokio::test]
