@@ -96,6 +96,55 @@ pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventReject
     })
 }
 
+/// A submitted attempt whose end never reached granary and that Batch no longer knows
+/// (DescribeJobs answers nothing: Batch keeps a finished job's state "for at least 7 days",
+/// AWS Batch user guide, "Job states"). Nothing can tell any more whether it succeeded, so it
+/// is neither retried blindly nor left unrouted: it is a final failure, dead-lettered with a
+/// reason an operator can act on (`granary redrive` sends it round again).
+pub fn forgotten_by_batch(granule: GranuleProcessingEvent, job_id: &str) -> FinishedJob {
+    FinishedJob {
+        granule,
+        classification: Classification {
+            outcome: super::classify::Outcome::NonRetryable,
+            failure: Some(super::classify::FailureKind::Unknown),
+            batch_rules: String::new(),
+            reason: format!(
+                "Batch no longer knows job {job_id}: its end was never seen (the event was lost \
+                 and Batch forgot the job before the reconciler asked)"
+            ),
+        },
+        route: Route::FailureDlq,
+    }
+}
+
+/// The JobDetail granary logs for such a job: what it knows, and that Batch said nothing.
+pub fn forgotten_detail(job_id: &str, job_name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "jobId": job_id,
+        "jobName": job_name,
+        "status": "UNKNOWN",
+        "statusReason": "DescribeJobs no longer knows this job",
+    })
+}
+
+#[cfg(test)]
+mod forgotten_tests {
+    use super::*;
+    use crate::domain::granule::GranuleId;
+
+    #[test]
+    fn a_job_batch_forgot_is_a_final_failure_with_its_reason() {
+        let granule = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap(),
+            attempt: 2,
+        };
+        let f = forgotten_by_batch(granule.clone(), "job-9");
+        assert_eq!((f.route, f.granule), (Route::FailureDlq, granule));
+        assert_eq!(f.classification.route(), Route::FailureDlq);
+        assert!(f.classification.reason.contains("job-9"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,9 @@ pub fn job_state_change(detail: &serde_json::Value) -> serde_json::Value {
 pub struct MemoryJobRunner {
     jobs: Mutex<Vec<(JobRequest, JobSummary)>>,
     details: Mutex<std::collections::HashMap<String, serde_json::Value>>,
+    /// Jobs Batch has purged: finished jobs are kept "for at least 7 days" (AWS Batch user
+    /// guide, "Job states"), then DescribeJobs and ListJobs no longer return them.
+    forgotten: Mutex<std::collections::HashSet<String>>,
     initial_status: JobStatus,
 }
 
@@ -48,6 +51,7 @@ impl MemoryJobRunner {
         Self {
             jobs: Mutex::new(Vec::new()),
             details: Mutex::default(),
+            forgotten: Mutex::default(),
             initial_status,
         }
     }
@@ -112,6 +116,21 @@ impl MemoryJobRunner {
             .insert(job_id.to_owned(), detail);
     }
 
+    /// Batch purges the (finished) job: it is no longer described or listed.
+    pub fn forget(&self, job_id: &str) {
+        self.forgotten
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(job_id.to_owned());
+    }
+
+    fn is_forgotten(&self, job_id: &str) -> bool {
+        self.forgotten
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(job_id)
+    }
+
     pub fn set_status(&self, job_id: &str, status: JobStatus) {
         for (_, s) in self.lock().iter_mut().filter(|(_, s)| s.job_id == job_id) {
             s.status = status;
@@ -153,10 +172,14 @@ impl JobRunner for MemoryJobRunner {
             .iter()
             .rev()
             .find(|(_, s)| s.job_name == job_name)
-            .map(|(_, s)| s.clone()))
+            .map(|(_, s)| s.clone())
+            .filter(|s| !self.is_forgotten(&s.job_id)))
     }
 
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
+        if self.is_forgotten(job_id) {
+            return Ok(None);
+        }
         let Some((request, summary)) = self
             .lock()
             .iter()

@@ -40,8 +40,9 @@ pub struct ReconcileSummary {
     pub closed: u64,
     /// Claims with no job yet: the claim's owner (or the next delivery of its message) submits it.
     pub not_submitted: u64,
-    /// Jobs Batch no longer knows (it keeps finished jobs for days, not for ever): left for an
-    /// operator, with a warning.
+    /// Jobs Batch no longer knows (it keeps finished jobs for at least 7 days, not for ever)
+    /// whose end was never handled: logged and dead-lettered with that reason
+    /// (`domain::job_end::forgotten_by_batch`).
     pub unknown_to_batch: u64,
     /// Granules of windows whose end is handled but whose item record the feeder has yet to
     /// make (its run failed after the job ids): the window stays open for it.
@@ -148,7 +149,8 @@ async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<St
         },
     };
     let Some(description) = ctx.jobs.describe(&job_id).await? else {
-        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
+        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
+        route_forgotten(ctx, attempt, &job_id).await?;
         return Ok(Step::UnknownToBatch);
     };
     match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
@@ -165,6 +167,19 @@ async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<St
             })
         }
     }
+}
+
+/// Logs and routes an attempt whose job Batch forgot before its end was seen, through the
+/// monitor's own handler (a duplicate-safe log, the DLQ, the item record, the marker).
+pub(super) async fn route_forgotten(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+    job_id: &str,
+) -> Result<MonitorOutcome, OneError> {
+    let name = crate::domain::job_name::job_name(&attempt.granule_id, attempt.attempt);
+    let finished = crate::domain::job_end::forgotten_by_batch(attempt.clone(), job_id);
+    let detail = crate::domain::job_end::forgotten_detail(job_id, &name);
+    Ok(monitor::job_finished(ctx, finished, detail).await?)
 }
 
 #[cfg(test)]
@@ -374,6 +389,40 @@ mod tests {
         let s = reconcile(&ctx, later).await.unwrap();
         assert_eq!((s.recovered, s.closed), (1, 1), "{s:?}");
         assert!(ctx.store.get(&open_key).await.unwrap().is_none());
+    }
+
+    /// An end whose event was lost, looked for only after Batch purged the job: neither
+    /// left open for ever nor guessed at, but dead-lettered with the reason, once.
+    #[tokio::test]
+    async fn a_job_batch_forgot_is_dead_lettered_with_its_reason_once() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
+        let ctx = ctx(jobs.clone());
+        let forgotten = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+        let crate::repositories::SubmitOutcome::Submitted { job_id } =
+            ctx.submit_once(&forgotten, "t").await.unwrap()
+        else {
+            panic!()
+        };
+        jobs.forget(&job_id);
+        let later = Utc::now() + chrono::Duration::days(8);
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.unknown_to_batch, s.errors), (1, 0), "{s:?}");
+        let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+        assert_eq!(dlq.len(), 1);
+        assert!(
+            dlq[0].attributes["reason"].contains("Batch no longer knows job"),
+            "{:?}",
+            dlq[0].attributes
+        );
+        assert!(ctx
+            .store
+            .list(&ctx.config.layout.open_claim_prefix)
+            .await
+            .unwrap()
+            .is_empty());
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!(s.open_claims, 0);
+        assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
     }
 
     #[tokio::test]

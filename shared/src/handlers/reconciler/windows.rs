@@ -29,7 +29,7 @@ enum Granule {
     /// Its job has not been submitted yet: the feeder's next run (a takeover) does it.
     NotSubmitted,
     StillRunning,
-    /// Batch no longer knows the job; left for an operator.
+    /// Batch no longer knows the job: routed now as a final failure with its reason.
     UnknownToBatch,
     /// Its end was handled (by the monitor, or now by a duplicate-safe handler).
     Handled,
@@ -127,7 +127,10 @@ pub(super) async fn reconcile_window(
         if matches!(step, Ok(Granule::Handled)) {
             newly_handled += u64::from(progress.mark(i));
         }
-        if !matches!(step, Ok(Granule::Handled | Granule::Recovered)) {
+        if !matches!(
+            step,
+            Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch)
+        ) {
             open += 1;
         }
         match step {
@@ -180,7 +183,11 @@ async fn granule(
         if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
             return Ok(Granule::Handled);
         }
-        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged");
+        if handled(ctx, claim, attempt, window_passed).await? {
+            return Ok(Granule::Handled);
+        }
+        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
+        super::route_forgotten(ctx, attempt, job_id).await?;
         return Ok(Granule::UnknownToBatch);
     };
     if !description.summary.status.is_terminal() {
