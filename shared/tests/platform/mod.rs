@@ -73,8 +73,13 @@ pub enum Scenario {
     /// Events lost and SubmitJob's answer lost: the reconciler finds the job by its name.
     ReconcilerLostAnswer,
     /// The feeder's window submitted, every end's event lost: the reconciler finds the ends
-    /// through the window's marker and closes it.
+    /// through the window's marker and closes it. One job is still running at the first pass,
+    /// so the marker keeps the granule already handled.
     ReconcilerWindow,
+    /// As above, but the feeder's run failed after recording the job ids and before the item
+    /// records (their writes refused): the window must stay open until the next run makes
+    /// them, or they would sit in PROCESSING with nothing to find them.
+    ReconcilerWindowRecordsLate,
     /// Poison inputs: recorded under rejects/ and dead-lettered, never retried.
     PoisonEvent,
     PoisonRetry,
@@ -87,7 +92,7 @@ pub enum Scenario {
     DownloadFails,
 }
 
-pub const ALL: [Scenario; 22] = [
+pub const ALL: [Scenario; 23] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -104,6 +109,7 @@ pub const ALL: [Scenario; 22] = [
     Scenario::ReconcilerRetryable,
     Scenario::ReconcilerLostAnswer,
     Scenario::ReconcilerWindow,
+    Scenario::ReconcilerWindowRecordsLate,
     Scenario::PoisonEvent,
     Scenario::PoisonRetry,
     Scenario::PoisonImport,
@@ -369,10 +375,14 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerRetryable
                 | Scenario::ReconcilerLostAnswer
                 | Scenario::ReconcilerWindow
+                | Scenario::ReconcilerWindowRecordsLate
         ),
         feeder: matches!(
             scenario,
-            Scenario::Feeder | Scenario::PoisonRow | Scenario::ReconcilerWindow
+            Scenario::Feeder
+                | Scenario::PoisonRow
+                | Scenario::ReconcilerWindow
+                | Scenario::ReconcilerWindowRecordsLate
         ),
         discover: scenario == Scenario::Discover,
         poison: matches!(
@@ -539,7 +549,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
     let c = ctx(w);
     use Scenario::*;
     match scenario {
-        Feeder | PoisonRow | ReconcilerWindow => {
+        Feeder | PoisonRow | ReconcilerWindow | ReconcilerWindowRecordsLate => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -555,6 +565,16 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .put(&key, bytes, PutCondition::Overwrite)
                 .await
                 .unwrap();
+            if scenario == Feeder {
+                // One granule was already known (an importer or an operator made its record,
+                // READY): the window's records are made together for the others, and this one
+                // moves along its own record, one by one.
+                let id = GranuleId::parse(BACKFILL[1]).unwrap();
+                c.items()
+                    .create(NewItem::ready(id, "known before the inventory", None), "t")
+                    .await
+                    .unwrap();
+            }
             if scenario == ReconcilerWindow {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder).ctx,
@@ -565,6 +585,28 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
                 assert_eq!(fed.submitted, BACKFILL.len() as u64);
+                // One job ends now; the other is still running at the reconciler's first pass.
+                let (request, job) = w.jobs.running().into_iter().next().unwrap();
+                assert_eq!(request.parameters["attempt"], "1");
+                w.jobs.end(&job.job_id, Ending::Succeeded).unwrap();
+            }
+            if scenario == ReconcilerWindowRecordsLate {
+                let feeder = w
+                    .as_fn(Function::Feeder)
+                    .ctx
+                    .tapped(Arc::new(RefuseItemRecords));
+                let fed = feeder::run(
+                    &feeder,
+                    feeder::FeederEvent {
+                        granule_submit_count: 10,
+                    },
+                )
+                .await;
+                assert!(
+                    matches!(fed, Err(feeder::FeederError::Stalled { .. })),
+                    "{fed:?}"
+                );
+                assert_eq!(w.jobs.submitted().len(), BACKFILL.len());
                 finish_jobs(w).await;
             }
         }
@@ -700,8 +742,14 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
-        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | ReconcilerWindow
-        | SweeperProcessing | SweeperDownload | CorruptRecord => Some(Function::Sweeper),
+        Reconciler
+        | ReconcilerRetryable
+        | ReconcilerLostAnswer
+        | ReconcilerWindow
+        | ReconcilerWindowRecordsLate
+        | SweeperProcessing
+        | SweeperDownload
+        | CorruptRecord => Some(Function::Sweeper),
         // Operator commands: run with the operator's credentials, not a function's role.
         Resume | Redrive => None,
     };
@@ -731,7 +779,11 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             .await;
             return;
         }
-        Reconciler | ReconcilerRetryable | ReconcilerLostAnswer | ReconcilerWindow => {
+        Reconciler
+        | ReconcilerRetryable
+        | ReconcilerLostAnswer
+        | ReconcilerWindow
+        | ReconcilerWindowRecordsLate => {
             let _ = reconciler::reconcile(c, later).await;
             return;
         }
@@ -823,6 +875,23 @@ async fn poison(queue: &MemoryQueue, body: &str) {
         .send(granary::ports::OutgoingMessage::new(body))
         .await
         .unwrap();
+}
+
+/// Refuses every write of an item record or its history (as S3 would past the SDK's retries).
+struct RefuseItemRecords;
+
+impl Tap for RefuseItemRecords {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        let record = call.target.starts_with("items/") || call.target.starts_with("history/");
+        if call.op == Op::StorePut && record {
+            Err(Refusal {
+                message: "refused: slow down",
+                ambiguous: false,
+            })
+        } else {
+            Ok(Fate::Make)
+        }
+    }
 }
 
 /// Lets SubmitJob happen and loses its answer (the invocation died waiting for it).

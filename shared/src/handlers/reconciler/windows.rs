@@ -124,7 +124,10 @@ pub(super) async fn reconcile_window(
                 .await
             }
         };
-        if matches!(step, Ok(Granule::Handled)) {
+        if matches!(
+            step,
+            Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch)
+        ) {
             newly_handled += u64::from(progress.mark(i));
         }
         if !matches!(
