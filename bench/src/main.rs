@@ -441,6 +441,7 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
                     granary::handlers::item_sync::finished(
                         &setup,
                         &e,
+                        &job,
                         granary::domain::lifecycle::ItemState::ProcessingFailed,
                         "Spot",
                     )

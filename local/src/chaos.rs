@@ -55,6 +55,17 @@ pub struct ChaosReport {
     pub duplicate_successes: u64,
     /// Dead-lettered granules with no failure log in S3, or DLQ messages without a reason. Must be 0.
     pub failures_without_record: u64,
+    /// Markers left in the open-claims index once the campaign settled (an end nobody handled,
+    /// or a window nobody closed). Must be 0.
+    pub open_claims_left: u64,
+    /// Granules whose item record is missing or disagrees with their outcome (a success not
+    /// PROCESSED, a dead-lettered granule not in a failed state). Must be 0 with item records on.
+    pub records_disagreeing: u64,
+    /// History entries written twice, or past the record's own sequence. Must be 0.
+    pub history_entries_wrong: u64,
+    /// Transitions of a record (by sequence number) with no history entry: what a crash between
+    /// a record's write and its entry's leaves (README, "Item history after a crash").
+    pub history_entries_missing: u64,
     pub crashes_injected: u64,
     pub throttles_injected: u64,
     /// Final events the fault plan never delivered, and the job ends the reconciler found.
@@ -85,6 +96,9 @@ impl ChaosReport {
             && self.duplicate_submissions == 0
             && self.duplicate_successes == 0
             && self.failures_without_record == 0
+            && self.open_claims_left == 0
+            && self.records_disagreeing == 0
+            && self.history_entries_wrong == 0
     }
 }
 
@@ -209,6 +223,18 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         note("unaccounted", g.clone());
     }
 
+    // Nothing is left for the reconciler: every end was handled, every window closed.
+    let open = ctx.store.list(&ctx.config.layout.open_claim_prefix).await?;
+    for m in open.iter().take(5) {
+        note("open_claims_left", m.key.clone());
+    }
+    // Each granule's record agrees with its outcome, and its history with its record.
+    let records = if ctx.config.layout.track_items {
+        audit_records(ctx, &campaign.granules, &successes, &dead, &mut note).await?
+    } else {
+        RecordAudit::default()
+    };
+
     let p = &campaign.runtime.progress;
     let faults = &campaign.runtime.faults;
     let sim = &campaign.runtime.simulator.stats;
@@ -220,6 +246,10 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         duplicate_submissions: twice.len() as u64,
         duplicate_successes: succeeded_twice.len() as u64,
         failures_without_record: without_record,
+        open_claims_left: open.len() as u64,
+        records_disagreeing: records.disagreeing,
+        history_entries_wrong: records.history_wrong,
+        history_entries_missing: records.history_missing,
         crashes_injected: faults.crashes.load(Ordering::Relaxed),
         throttles_injected: faults.throttles.load(Ordering::Relaxed),
         events_lost: sim.lost,
@@ -252,4 +282,104 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         wall_secs: wall.as_secs_f64(),
         examples,
     })
+}
+
+#[derive(Debug, Default)]
+struct RecordAudit {
+    disagreeing: u64,
+    history_wrong: u64,
+    history_missing: u64,
+}
+
+/// Reads every item record and every history entry once (batch objects' lines and entries of
+/// their own), then checks each granule: a record exists; PROCESSED if it succeeded, in a failed
+/// state (PROCESSING_FAILED or ABANDONED) if it was dead-lettered; its history has each sequence
+/// number at most once and none past the record's; which of 0..=seq have no entry.
+async fn audit_records(
+    ctx: &granary::handlers::Ctx,
+    granules: &[String],
+    successes: &BTreeMap<&str, u32>,
+    dead: &BTreeSet<String>,
+    note: &mut impl FnMut(&str, String),
+) -> Result<RecordAudit> {
+    use granary::domain::item::{is_batch_history_key, HistoryEntry, ItemQuery};
+    use granary::domain::lifecycle::ItemState;
+    let records: BTreeMap<String, granary::domain::item::ItemRecord> = ctx
+        .items()
+        .find(&ItemQuery::default())
+        .await?
+        .into_iter()
+        .map(|r| (r.id.to_string(), r))
+        .collect();
+    let mut seqs: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for meta in ctx
+        .store
+        .list(&ctx.config.layout.item_prefixes.history)
+        .await?
+    {
+        let Some(object) = ctx.store.get(&meta.key).await? else {
+            continue;
+        };
+        let lines: Vec<&[u8]> = if is_batch_history_key(&meta.key) {
+            object.body.split(|b| *b == b'\n').collect()
+        } else {
+            vec![&object.body[..]]
+        };
+        for line in lines.into_iter().filter(|l| !l.is_empty()) {
+            let entry: HistoryEntry = serde_json::from_slice(line)
+                .with_context(|| format!("history entry in {}", meta.key))?;
+            seqs.entry(entry.item_id.to_string())
+                .or_default()
+                .push(entry.seq);
+        }
+    }
+    let mut out = RecordAudit::default();
+    for g in granules {
+        let Some(record) = records.get(g) else {
+            out.disagreeing += 1;
+            note("records_disagreeing", format!("{g}: no item record"));
+            continue;
+        };
+        let agrees = if successes.contains_key(g.as_str()) {
+            record.state == ItemState::Processed
+        } else if dead.contains(g) {
+            matches!(
+                record.state,
+                ItemState::ProcessingFailed | ItemState::Abandoned
+            )
+        } else {
+            true
+        };
+        if !agrees {
+            out.disagreeing += 1;
+            note(
+                "records_disagreeing",
+                format!("{g}: {} ({})", record.state, record.reason),
+            );
+        }
+        let mut have = seqs.remove(g).unwrap_or_default();
+        have.sort_unstable();
+        let total = have.len();
+        have.dedup();
+        let twice = (total - have.len()) as u64;
+        let past = have.iter().filter(|s| **s > record.seq).count() as u64;
+        if twice + past > 0 {
+            out.history_wrong += twice + past;
+            note(
+                "history_entries_wrong",
+                format!("{g}: {have:?} at seq {}", record.seq),
+            );
+        }
+        let missing = (0..=record.seq)
+            .filter(|s| have.binary_search(s).is_err())
+            .count() as u64;
+        if missing > 0 {
+            out.history_missing += missing;
+            note(
+                "history_entries_missing",
+                format!("{g}: has {have:?}, record at seq {}", record.seq),
+            );
+        }
+    }
+    Ok(out)
 }

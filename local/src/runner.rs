@@ -43,9 +43,12 @@ pub struct ChaosOptions {
     pub crash_rate: f64,
     /// Share of external calls refused as throttled.
     pub throttle_rate: f64,
-    /// A crash happens at a call chosen uniformly in 1..=this (an invocation making fewer calls
-    /// survives: only crashes that happened are counted).
-    pub max_crash_call: u64,
+    /// A crash happens at a call chosen uniformly in 1..=N, where N is the most calls any
+    /// invocation of the same function has made so far (at least this): any call of an
+    /// invocation may be its last, the 2,000th of a feeder run as well as the first. An
+    /// invocation making fewer calls than the one drawn survives (only crashes that happened
+    /// are counted).
+    pub min_crash_range: u64,
 }
 
 impl Default for ChaosOptions {
@@ -54,7 +57,7 @@ impl Default for ChaosOptions {
             seed: 42,
             crash_rate: 0.01,
             throttle_rate: 0.05,
-            max_crash_call: 12,
+            min_crash_range: 12,
         }
     }
 }
@@ -122,6 +125,10 @@ pub struct LocalRuntime {
     pub faults: Arc<FaultCounts>,
     /// Each invocation's faults under chaos, to count calls by function.
     invocations: Vec<(LambdaFunction, Arc<Faults>)>,
+    /// The most calls one invocation of each function has made (the crash range under chaos),
+    /// from `invocations[..calls_seen_upto]`.
+    most_calls: std::collections::BTreeMap<LambdaFunction, u64>,
+    calls_seen_upto: usize,
     chaos_rng: rand::rngs::StdRng,
 }
 
@@ -180,6 +187,8 @@ impl LocalRuntime {
             last_feed: None,
             faults: Arc::default(),
             invocations: Vec::new(),
+            most_calls: Default::default(),
+            calls_seen_upto: 0,
         }
     }
 
@@ -193,8 +202,21 @@ impl LocalRuntime {
         let Some(chaos) = self.options.chaos.clone() else {
             return (ctx, None);
         };
+        // The invocations before this one have all returned: their call counts are final.
+        for (f, faults) in &self.invocations[self.calls_seen_upto..] {
+            let most = self.most_calls.entry(*f).or_default();
+            *most = (*most).max(faults.calls());
+        }
+        self.calls_seen_upto = self.invocations.len();
+        let range = self
+            .most_calls
+            .get(&function)
+            .copied()
+            .unwrap_or(0)
+            .max(chaos.min_crash_range)
+            .max(1);
         let crash = (self.chaos_rng.random::<f64>() < chaos.crash_rate).then(|| CrashPoint {
-            at_call: self.chaos_rng.random_range(1..=chaos.max_crash_call.max(1)),
+            at_call: self.chaos_rng.random_range(1..=range),
             mode: if self.chaos_rng.random_bool(0.5) {
                 CrashMode::Before
             } else {

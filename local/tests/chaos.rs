@@ -17,7 +17,7 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
             // Far above `granary-local chaos`'s default, so a small campaign crosses many crash points.
             crash_rate: 0.25,
             throttle_rate: 0.10,
-            max_crash_call: 16,
+            min_crash_range: 16,
         },
         granule_submit_count: 100,
         feeder_interval: Duration::from_millis(20),

@@ -98,6 +98,7 @@ pub async fn window_submitted(
 pub async fn finished(
     ctx: &Ctx,
     event: &GranuleProcessingEvent,
+    job_id: &str,
     to: ItemState,
     reason: &str,
 ) -> Result<(), ItemError> {
@@ -107,8 +108,8 @@ pub async fn finished(
     let attempt = event.attempt;
     let moved = ctx
         .items()
-        .advance(&event.granule_id, "job-monitor", |r| {
-            decisions::on_job_finished(r, attempt, to, reason)
+        .advance_steps(&event.granule_id, "job-monitor", |r| {
+            decisions::on_job_finished(r, attempt, job_id, to, reason)
         })
         .await;
     if let Ok(moved) = &moved {
@@ -210,7 +211,9 @@ mod tests {
             attempt: 2,
         };
         submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
-        finished(&ctx, &event, Processed, "ok").await.unwrap();
+        finished(&ctx, &event, "job-1", Processed, "ok")
+            .await
+            .unwrap();
         let rejects = ctx
             .store
             .list(&ctx.config.layout.reject_prefix)

@@ -228,6 +228,7 @@ pub async fn job_finished(
     };
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
     let reason = classification.reason.clone();
+    let ended_job = record.job_id.clone();
     let outcome = match route {
         Route::Done => log_success(ctx, &key, &record).await?,
         Route::RetryQueue | Route::FailureDlq => log_and_route_failure(ctx, &key, record).await?,
@@ -240,7 +241,7 @@ pub async fn job_finished(
         _ => Some(crate::domain::lifecycle::ItemState::ProcessingFailed),
     };
     if let Some(to) = to {
-        super::item_sync::finished(ctx, &granule, to, &reason).await?;
+        super::item_sync::finished(ctx, &granule, &ended_job, to, &reason).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
     ctx.store

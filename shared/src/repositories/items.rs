@@ -439,16 +439,20 @@ impl Items {
         age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !record.in_batch_state()
     }
 
+    /// Writes the entry of the record's latest transition. A refused write is tried again
+    /// within the run: once the record is written, a lost entry is only ever repaid for the
+    /// record's current state (README, "Item history after a crash").
     async fn write_history(&self, record: &ItemRecord) -> Result<(), ItemError> {
         let entry = HistoryEntry::of(record);
-        match write_json(
-            self.store.as_ref(),
-            &entry.key(&self.prefixes.history),
-            &entry,
-            PutCondition::IfAbsent,
+        let key = entry.key(&self.prefixes.history);
+        let written = crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "writing a history entry",
+            || write_json(self.store.as_ref(), &key, &entry, PutCondition::IfAbsent),
+            RepositoryError::is_transient,
         )
-        .await
-        {
+        .await;
+        match written {
             Ok(_) => Ok(()),
             Err(e) if e.is_conflict() => Ok(()),
             Err(e) => Err(e.into()),

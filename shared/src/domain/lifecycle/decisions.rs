@@ -61,16 +61,28 @@ pub fn first_submission(job_id: &str) -> Change {
     submit_change(1, job_id)
 }
 
-/// The monitor saw attempt `attempt` end: PROCESSING (that attempt) → `to` (PROCESSED or
-/// PROCESSING_FAILED). An end of any other attempt changes nothing.
+/// The monitor saw attempt `attempt` (job `job_id`) end: PROCESSING (that attempt) → `to`
+/// (PROCESSED or PROCESSING_FAILED). A record that does not know yet that the attempt was
+/// submitted (its submitter's record write came late: the requeuer's message was redelivered
+/// after the job had already run) is caught up first, in the same write — else the submitter's
+/// late write would leave it PROCESSING an attempt whose end was already handled. An end of an
+/// earlier attempt changes nothing.
 pub fn on_job_finished(
     r: &ItemRecord,
     attempt: u32,
+    job_id: &str,
     to: ItemState,
     reason: &str,
-) -> Option<Change> {
-    (r.state == Processing && r.attempts.processing == attempt)
-        .then(|| Change::to(to, format!("attempt {attempt}: {reason}")))
+) -> Vec<Change> {
+    let end = || Change::to(to, format!("attempt {attempt}: {reason}"));
+    if r.state == Processing && r.attempts.processing == attempt {
+        return vec![end()];
+    }
+    let mut steps = on_submitted(r, attempt, job_id);
+    if !steps.is_empty() {
+        steps.push(end());
+    }
+    steps
 }
 
 /// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
@@ -286,16 +298,32 @@ mod tests {
     }
 
     #[test]
-    fn a_job_end_applies_only_to_its_own_attempt() {
+    fn a_job_end_applies_to_its_own_attempt_and_never_to_a_later_one() {
         let ready = item(Ready);
         let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
-        assert!(on_job_finished(&running, 2, Processed, "ok").is_none());
         let done = apply(
             &running,
-            &[on_job_finished(&running, 1, Processed, "ok").unwrap()],
+            &on_job_finished(&running, 1, "j-1", Processed, "ok"),
         );
         assert_eq!(done.state, Processed);
-        assert!(on_job_finished(&done, 1, ProcessingFailed, "late").is_none());
+        assert!(on_job_finished(&done, 1, "j-1", ProcessingFailed, "late").is_empty());
+    }
+
+    #[test]
+    fn a_job_end_ahead_of_its_record_catches_the_record_up_in_one_write() {
+        // Attempt 1 failed; attempt 2 ran and ended before the requeuer recorded it.
+        let ready = item(Ready);
+        let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+        let failed = apply(
+            &running,
+            &on_job_finished(&running, 1, "j-1", ProcessingFailed, "Spot"),
+        );
+        let changes = on_job_finished(&failed, 2, "j-2", Processed, "ok");
+        assert_eq!(changes.len(), 3, "READY, PROCESSING 2, PROCESSED");
+        let done = apply(&failed, &changes);
+        assert_eq!((done.state, done.attempts.processing), (Processed, 2));
+        // The requeuer's late write then changes nothing.
+        assert!(on_submitted(&done, 2, "j-2").is_empty());
     }
 
     #[test]
