@@ -58,7 +58,10 @@ pub enum PutCondition {
     Overwrite,
     /// Create only if absent (`If-None-Match: *`).
     IfAbsent,
-    /// Replace only if the current ETag is this one (`If-Match`).
+    /// Replace only if the current ETag is this one (`If-Match`). S3 answers 412 when the
+    /// object changed and 404 when there is no object (or a delete marker) under the key ("How
+    /// to prevent object overwrites with conditional writes", S3 user guide): the port reports
+    /// `Conflict` and `NotFound`.
     IfMatch(String),
 }
 

@@ -72,7 +72,9 @@ pub async fn read_json<T: DeserializeOwned>(
     }))
 }
 
-/// Writes `value` under `condition`; `is_conflict()` when the condition fails.
+/// Writes `value` under `condition`; `is_conflict()` when the condition fails. For a state
+/// object read at an ETag, the object being gone since (S3's 404 to If-Match) is a change like
+/// any other: the caller reads again and finds it missing.
 pub async fn write_json<T: Serialize>(
     store: &dyn ObjectStore,
     key: &str,
@@ -80,7 +82,13 @@ pub async fn write_json<T: Serialize>(
     condition: PutCondition,
 ) -> Result<String, RepositoryError> {
     let body = encode("a state object", value)?;
-    Ok(store.put(key, body, condition).await?)
+    let if_match = matches!(condition, PutCondition::IfMatch(_));
+    match store.put(key, body, condition).await {
+        Err(StoreError::NotFound { key }) if if_match => {
+            Err(RepositoryError::Store(StoreError::Conflict { key }))
+        }
+        result => Ok(result?),
+    }
 }
 
 /// How often a change is re-decided after losing a compare-and-swap before giving up.
@@ -155,4 +163,28 @@ where
         }
     }
     Ok(Swapped::Contended)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+
+    #[tokio::test]
+    async fn a_state_object_deleted_since_it_was_read_is_a_lost_condition() {
+        let store = MemoryStore::new();
+        let etag = write_json(&store, "k", &1u32, PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        store.delete("k").await.unwrap();
+        let e = write_json(&store, "k", &2u32, PutCondition::IfMatch(etag))
+            .await
+            .unwrap_err();
+        assert!(e.is_conflict(), "{e}");
+        // change_json reads again and finds it missing.
+        let changed = change_json::<u32, _>(&store, "k", |v| Ok(Some(v + 1)))
+            .await
+            .unwrap();
+        assert!(matches!(changed, Swapped::Missing));
+    }
 }

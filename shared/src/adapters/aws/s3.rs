@@ -160,6 +160,10 @@ impl ObjectStore for S3Store {
             Err(e) if matches!(http_status(&e), Some(412 | 409)) => Err(StoreError::Conflict {
                 key: key.to_owned(),
             }),
+            // If-Match on a key with no object: S3 answers 404.
+            Err(e) if http_status(&e) == Some(404) => Err(StoreError::NotFound {
+                key: key.to_owned(),
+            }),
             Err(e) => Err(StoreError::backend(key, describe(&e)).with_source(e)),
         }
     }

@@ -254,7 +254,12 @@ impl ObjectStore for MemoryStore {
             (PutCondition::Overwrite, _) => true,
             (PutCondition::IfAbsent, existing) => existing.is_none(),
             (PutCondition::IfMatch(want), Some(have)) => *want == have,
-            (PutCondition::IfMatch(_), None) => false,
+            // As S3 answers it: 404, not 412 (see `PutCondition::IfMatch`).
+            (PutCondition::IfMatch(_), None) => {
+                return Err(StoreError::NotFound {
+                    key: key.to_owned(),
+                })
+            }
         };
         if !allowed {
             return Err(StoreError::Conflict {
@@ -337,6 +342,16 @@ mod tests {
             Err(StoreError::Conflict { .. })
         ));
         assert_eq!(s.get("k").await.unwrap().unwrap().etag, e2);
+        // If-Match where no object is: S3 answers 404, and so does the twin.
+        assert!(matches!(
+            s.put(
+                "gone",
+                Bytes::from_static(b"1"),
+                PutCondition::IfMatch(e2.clone())
+            )
+            .await,
+            Err(StoreError::NotFound { .. })
+        ));
         assert_eq!(
             s.get_suffix("k", 10).await.unwrap(),
             (Bytes::from_static(b"2"), 1)
