@@ -78,6 +78,11 @@ pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
     out
 }
 
+/// maxReceiveCount of the retry queue's redrive policy in infra/template.yaml.
+pub const RETRY_QUEUE_MAX_RECEIVES: u32 = 10;
+/// maxReceiveCount of the Batch events queue's redrive policy in infra/template.yaml.
+pub const EVENTS_QUEUE_MAX_RECEIVES: u32 = 5;
+
 pub struct Campaign {
     /// The emulator stack it runs on; `None` for a campaign on the in-memory twins.
     pub stack: Option<EmulatorStack>,
@@ -173,15 +178,26 @@ impl Campaign {
         // Bodies go to a scratch file (removed when the campaign ends): a million granules write
         // gigabytes of logs, records and history.
         let scratch = tempfile::tempfile().context("a scratch file for the in-memory store")?;
+        // The queues' redrive policies as the template sets them (`local/tests` checks the
+        // counts against infra/template.yaml): a retry message the requeuer keeps failing on is
+        // parked on the failure DLQ, an event the monitor keeps failing on on the events DLQ.
+        let failure_dlq = Arc::new(MemoryQueue::new(&dlq_url));
         let ctx = Ctx {
             store: Arc::new(MemoryStore::spilling(scratch)),
             jobs: batch.clone(),
-            retry_queue: Arc::new(MemoryQueue::new(&retry_url)),
-            failure_dlq: Arc::new(MemoryQueue::new(&dlq_url)),
+            retry_queue: Arc::new(
+                MemoryQueue::new(&retry_url)
+                    .with_redrive(failure_dlq.clone(), RETRY_QUEUE_MAX_RECEIVES),
+            ),
+            failure_dlq,
             config,
         }
         .counted(&counts);
-        let events = Arc::new(MemoryQueue::new("batch-events"));
+        let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
+        let events = Arc::new(
+            MemoryQueue::new("batch-events")
+                .with_redrive(events_dlq.clone(), EVENTS_QUEUE_MAX_RECEIVES),
+        );
         let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
             inner: events.clone(),
             tap: counts.clone(),
@@ -191,7 +207,6 @@ impl Campaign {
         // The per-tick cap stands in for the emulator's slow ReceiveMessage; without an emulator
         // it would only hold a fast feeder's events back in memory (a million granules' worth).
         simulator.max_events_per_tick = usize::MAX;
-        let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
         let mut campaign =
             Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await?;
         campaign.in_memory_batch = Some(batch);

@@ -320,7 +320,8 @@ async fn audit_records(
         let Some(object) = ctx.store.get(&meta.key).await? else {
             continue;
         };
-        let lines: Vec<&[u8]> = if is_batch_history_key(&meta.key) {
+        let batch = is_batch_history_key(&meta.key);
+        let lines: Vec<&[u8]> = if batch {
             object.body.split(|b| *b == b'\n').collect()
         } else {
             vec![&object.body[..]]
@@ -328,6 +329,16 @@ async fn audit_records(
         for line in lines.into_iter().filter(|l| !l.is_empty()) {
             let entry: HistoryEntry = serde_json::from_slice(line)
                 .with_context(|| format!("history entry in {}", meta.key))?;
+            // As `Items::history` reads them: a batch object's lines count for the records
+            // that name it (lines written for a record the batch then failed to make, which the
+            // one-by-one path made instead, are not that record's history).
+            let named = records
+                .get(entry.item_id.as_str())
+                .and_then(|r| r.history_batch.as_ref())
+                .is_some_and(|b| b.keys.contains(&meta.key));
+            if batch && !named {
+                continue;
+            }
             seqs.entry(entry.item_id.to_string())
                 .or_default()
                 .push(entry.seq);

@@ -99,3 +99,25 @@ async fn every_call_of_a_campaign_is_granted_by_the_template() {
     );
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
+
+/// The in-memory campaign's queues park messages after as many receives as the template's
+/// redrive policies say.
+#[test]
+fn the_in_memory_redrive_counts_are_the_templates() {
+    let template = Template::granary().unwrap();
+    let max_receives = |queue: &str| {
+        template
+            .resources_of_type("AWS::SQS::Queue")
+            .find(|(id, _)| id.as_str() == queue)
+            .and_then(|(_, q)| q["Properties"]["RedrivePolicy"]["maxReceiveCount"].as_u64())
+            .unwrap_or_else(|| panic!("{queue} has no maxReceiveCount"))
+    };
+    assert_eq!(
+        max_receives("RetryQueue"),
+        u64::from(granary_local::campaign::RETRY_QUEUE_MAX_RECEIVES)
+    );
+    assert_eq!(
+        max_receives("BatchEventsQueue"),
+        u64::from(granary_local::campaign::EVENTS_QUEUE_MAX_RECEIVES)
+    );
+}

@@ -10,6 +10,7 @@
 //!   logs, rejects).
 //! - [`handlers`]: the Lambda handlers and operator actions over ports.
 //! - [`config`]: settings from the environment, by section.
+//! - [`retry`]: the one in-run retry (bounded, with jittered exponential backoff).
 //! - [`wiring`]: the one place that builds AWS adapters from the environment.
 
 pub mod adapters;

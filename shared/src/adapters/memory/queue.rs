@@ -12,11 +12,16 @@ struct Held {
     receipt: Option<String>,
 }
 
-/// In-memory queue with SQS's visibility-timeout semantics (no long polling).
+/// In-memory queue with SQS's visibility-timeout semantics (no long polling) and, when given
+/// one, its redrive policy: "When the ReceiveCount for a message exceeds the maxReceiveCount for
+/// a queue, Amazon SQS moves the message to the dead-letter-queue" (SQS API reference,
+/// SetQueueAttributes, RedrivePolicy). The move happens on the receive that would have been
+/// one too many; the message keeps its body and attributes.
 #[derive(Debug)]
 pub struct MemoryQueue {
     name: String,
     state: Mutex<(u64, Vec<Held>)>,
+    redrive: Option<(std::sync::Arc<MemoryQueue>, u32)>,
 }
 
 impl MemoryQueue {
@@ -24,7 +29,32 @@ impl MemoryQueue {
         Self {
             name: name.to_owned(),
             state: Mutex::new((0, Vec::new())),
+            redrive: None,
         }
+    }
+
+    /// The same queue with a redrive policy: after `max_receive_count` receives without a
+    /// delete, a message moves to `dead_letters`.
+    pub fn with_redrive(
+        mut self,
+        dead_letters: std::sync::Arc<MemoryQueue>,
+        max_receive_count: u32,
+    ) -> Self {
+        self.redrive = Some((dead_letters, max_receive_count.max(1)));
+        self
+    }
+
+    fn push(&self, message: OutgoingMessage) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.0 += 1;
+        let id = st.0;
+        st.1.push(Held {
+            id,
+            message,
+            receive_count: 0,
+            invisible_until: None,
+            receipt: None,
+        });
     }
 
     /// Every message still held, visible or not.
@@ -55,16 +85,7 @@ impl Queue for MemoryQueue {
     }
 
     async fn send(&self, message: OutgoingMessage) -> Result<(), QueueError> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.0 += 1;
-        let id = st.0;
-        st.1.push(Held {
-            id,
-            message,
-            receive_count: 0,
-            invisible_until: None,
-            receipt: None,
-        });
+        self.push(message);
         Ok(())
     }
 
@@ -77,6 +98,15 @@ impl Queue for MemoryQueue {
         let now = Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = Vec::new();
+        let mut moved = Vec::new();
+        if let Some((_, max_receives)) = &self.redrive {
+            let visible = |h: &Held| !h.invisible_until.is_some_and(|t| t > now);
+            let (spent, kept): (Vec<Held>, Vec<Held>) = std::mem::take(&mut st.1)
+                .into_iter()
+                .partition(|h| visible(h) && h.receive_count >= *max_receives);
+            st.1 = kept;
+            moved = spent;
+        }
         for h in st.1.iter_mut() {
             if out.len() >= max as usize {
                 break;
@@ -96,6 +126,12 @@ impl Queue for MemoryQueue {
                 receive_count: h.receive_count,
                 sent_at_ms: None,
             });
+        }
+        drop(st);
+        if let Some((dead_letters, _)) = &self.redrive {
+            for h in moved {
+                dead_letters.push(h.message);
+            }
         }
         Ok(out)
     }
@@ -127,5 +163,37 @@ impl Queue for MemoryQueue {
             visible: st.1.len() as u64 - in_flight,
             in_flight,
         })
+    }
+}
+
+#[cfg(test)]
+mod redrive_tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn a_message_received_max_receive_count_times_moves_to_the_dead_letter_queue() {
+        let dlq = Arc::new(MemoryQueue::new("dlq"));
+        let q = MemoryQueue::new("q").with_redrive(dlq.clone(), 2);
+        q.send(OutgoingMessage::new("m").with_attribute("reason", "r"))
+            .await
+            .unwrap();
+        for n in 1..=2 {
+            let got = q.receive(10, 30, 0).await.unwrap();
+            assert_eq!((got.len(), got[0].receive_count), (1, n));
+            q.expire_visibility();
+        }
+        // The third receive would exceed maxReceiveCount: the message moves instead.
+        assert!(q.receive(10, 30, 0).await.unwrap().is_empty());
+        assert!(q.bodies().is_empty());
+        let parked = dlq.messages();
+        assert_eq!(parked.len(), 1);
+        assert_eq!(
+            (
+                parked[0].body.as_str(),
+                parked[0].attributes["reason"].as_str()
+            ),
+            ("m", "r")
+        );
     }
 }
