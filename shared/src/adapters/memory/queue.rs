@@ -100,7 +100,7 @@ impl Queue for MemoryQueue {
         let mut out = Vec::new();
         let mut moved = Vec::new();
         if let Some((_, max_receives)) = &self.redrive {
-            let visible = |h: &Held| !h.invisible_until.is_some_and(|t| t > now);
+            let visible = |h: &Held| h.invisible_until.is_none_or(|t| t <= now);
             let (spent, kept): (Vec<Held>, Vec<Held>) = std::mem::take(&mut st.1)
                 .into_iter()
                 .partition(|h| visible(h) && h.receive_count >= *max_receives);
