@@ -18,6 +18,8 @@ pub enum Behaviour {
     Slow(Duration),
     /// Announces the full length, sends this many bytes, closes.
     Truncate(usize),
+    /// 302 Found to this URL.
+    RedirectTo(String),
 }
 
 #[derive(Debug, Clone)]
@@ -151,6 +153,13 @@ async fn answer(mut socket: TcpStream, archive: Archive) -> std::io::Result<()> 
             respond(&mut socket, &method, 500, &[], b"archive overloaded", None).await
         }
         Behaviour::Slow(d) => respond(&mut socket, &method, 200, &headers, &body, Some(d)).await,
+        Behaviour::RedirectTo(to) => {
+            let head = format!(
+                "HTTP/1.1 302 Found\r\nLocation: {to}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            socket.write_all(head.as_bytes()).await?;
+            socket.shutdown().await
+        }
         Behaviour::Truncate(n) => {
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",

@@ -21,6 +21,30 @@ static HREF: LazyLock<Regex> = LazyLock::new(|| {
 
 const SIDECARS: [(&str, &str); 2] = [(".sha256", "sha256"), (".md5", "md5")];
 
+/// How many redirects a request follows at most.
+const MAX_REDIRECTS: usize = 10;
+
+/// Redirects are followed only to the origin (scheme, host and port) the request started at.
+/// reqwest's default follows up to 10 redirects anywhere: an archive (or whoever answers for it)
+/// could then point a Lambda at 127.0.0.1:9001, the Lambda Runtime API, or at the instance
+/// metadata service, and have granary fetch and store what it answers.
+pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let same = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error("too many redirects")
+        } else if same {
+            attempt.follow()
+        } else {
+            let to = attempt.url().origin().ascii_serialization();
+            attempt.error(format!("redirect to another origin ({to}) refused"))
+        }
+    })
+}
+
 #[derive(Clone, Debug)]
 pub struct HttpIndexSource {
     client: Client,
@@ -54,6 +78,7 @@ impl HttpIndexSource {
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("granary/", env!("CARGO_PKG_VERSION")))
+            .redirect(same_origin_redirects())
             .build()
             .map_err(|e| permanent(e.to_string()))?;
         Ok(Self {

@@ -17,6 +17,7 @@ impl HttpRemote {
             .timeout(timeout)
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("granary/", env!("CARGO_PKG_VERSION")))
+            .redirect(super::same_origin_redirects())
             .build()
             .map_err(|e| SourceError::Permanent {
                 url: "(http client)".to_owned(),
