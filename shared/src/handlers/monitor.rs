@@ -244,12 +244,14 @@ pub async fn job_finished(
         super::item_sync::finished(ctx, &granule, &ended_job, to, &reason).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
-    ctx.store
-        .delete(&crate::domain::claim::claim_key(
-            &ctx.config.layout.open_claim_prefix,
-            &granule,
-        ))
-        .await?;
+    let marker = crate::domain::claim::claim_key(&ctx.config.layout.open_claim_prefix, &granule);
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "removing an open-claims marker",
+        || ctx.store.delete(&marker),
+        crate::ports::StoreError::is_transient,
+    )
+    .await?;
     Ok(outcome)
 }
 
@@ -310,7 +312,15 @@ async fn log_and_route_failure(
         .attempt(record.attempt);
     let message =
         RetryMessage::ended(record.granule_id.clone(), record.attempt).to_message(&notice)?;
-    queue.send(message).await?;
+    // A refused send sent nothing; one whose answer was lost may send it twice, which the
+    // requeuer's claim (or the DLQ's reader) absorbs, as with any redelivery.
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "routing a failure",
+        || queue.send(message.clone()),
+        |_| true,
+    )
+    .await?;
     logs.mark_routed(key, log).await?;
     Ok(MonitorOutcome::Routed { route })
 }

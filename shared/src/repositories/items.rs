@@ -376,6 +376,28 @@ impl Items {
     where
         F: Fn(&ItemRecord) -> Vec<Change>,
     {
+        // A refused read or write did nothing: the change is decided again on a fresh read
+        // after a backoff (a write whose answer was lost reads back as already made).
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "advancing an item record",
+            || self.advance_steps_once(id, by, &decide),
+            |e: &ItemError| {
+                matches!(e, ItemError::State(_) | ItemError::Store(_)) && e.is_transient()
+            },
+        )
+        .await
+    }
+
+    async fn advance_steps_once<F>(
+        &self,
+        id: &GranuleId,
+        by: &str,
+        decide: &F,
+    ) -> Result<Advanced, ItemError>
+    where
+        F: Fn(&ItemRecord) -> Vec<Change>,
+    {
         let key = record_key(&self.prefixes.items, id);
         for _ in 0..MAX_CAS_ROUNDS {
             let Some(current) = self.get(id).await? else {

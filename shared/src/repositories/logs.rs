@@ -12,7 +12,24 @@
 //! And the report scan (`granary report --scan`): the report inputs read straight from the logs (a
 //! LIST and one GET per log), for when Athena is not at hand.
 
-use super::json::{read_json, write_json, RepositoryError, Versioned};
+use super::json::{read_json, RepositoryError, Versioned};
+
+/// A log write, tried again after a backoff when it was refused (a refusal did nothing; a write
+/// whose answer was lost comes back as a conflict, which each caller reads as "written before").
+async fn write_retrying<T: serde::Serialize>(
+    store: &dyn ObjectStore,
+    key: &str,
+    value: &T,
+    condition: PutCondition,
+) -> Result<String, RepositoryError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "writing a log",
+        || super::json::write_json(store, key, value, condition.clone()),
+        RepositoryError::is_transient,
+    )
+    .await
+}
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord, Supersession};
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
@@ -58,7 +75,7 @@ impl<'a> Logs<'a> {
         key: &LogKey,
         record: &LogRecord,
     ) -> Result<SuccessLogged, RepositoryError> {
-        let duplicate = match write_json(
+        let duplicate = match write_retrying(
             self.store,
             &key.to_key(self.prefix),
             record,
@@ -112,7 +129,7 @@ impl<'a> Logs<'a> {
             let new_key = old_key
                 .with_outcome(LogOutcome::Success)
                 .to_key(self.prefix);
-            write_json(self.store, &new_key, &record, PutCondition::Overwrite).await?;
+            write_retrying(self.store, &new_key, &record, PutCondition::Overwrite).await?;
             self.store.delete(&meta.key).await?;
             moved += 1;
         }
@@ -150,7 +167,7 @@ impl<'a> Logs<'a> {
             at: Utc::now(),
         });
         let late_key = key.with_outcome(LogOutcome::Success).to_key(self.prefix);
-        match write_json(self.store, &late_key, &record, PutCondition::IfAbsent).await {
+        match write_retrying(self.store, &late_key, &record, PutCondition::IfAbsent).await {
             Ok(_) => Ok(()),
             Err(e) if e.is_conflict() => Ok(()),
             Err(e) => Err(e),
@@ -164,7 +181,7 @@ impl<'a> Logs<'a> {
         record: LogRecord,
     ) -> Result<FailureLogged, RepositoryError> {
         let log_key = key.to_key(self.prefix);
-        match write_json(self.store, &log_key, &record, PutCondition::IfAbsent).await {
+        match write_retrying(self.store, &log_key, &record, PutCondition::IfAbsent).await {
             Ok(etag) => Ok(FailureLogged::New(Versioned {
                 value: record,
                 etag: Some(etag),
@@ -192,7 +209,7 @@ impl<'a> Logs<'a> {
         mut log: Versioned<LogRecord>,
     ) -> Result<(), RepositoryError> {
         log.value.routed_at = Some(Utc::now());
-        match write_json(
+        match write_retrying(
             self.store,
             &key.to_key(self.prefix),
             &log.value,
