@@ -142,13 +142,14 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
         stack_with_inventory("killed", &[("GRANARY_CLAIM_LEASE_SECS", "0")], 60, "EE").await;
     feed(&s.ctx, 10).await;
 
-    // Run 1 dies writing the tracker: every job of its window was submitted and recorded.
+    // Run 1 dies writing the tracker (every try of it within the run fails): every job of its
+    // window was submitted and recorded.
     let dying = Ctx {
         store: Arc::new(FailingStore::new(
             s.ctx.store.clone(),
             &s.ctx.config.layout.tracker_key,
             true,
-            1,
+            u64::from(granary::retry::Backoff::IN_RUN.tries),
         )),
         ..s.ctx.clone()
     };
