@@ -19,10 +19,15 @@ use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::handlers::Ctx;
 use crate::ports::{JobDescription, PutCondition};
 use crate::repositories::read_json;
+use futures::StreamExt;
 use std::collections::HashMap;
 
 /// How often one granule is looked at within a pass before the pass leaves the window open.
 const GRANULE_TRIES: u32 = 5;
+
+/// Granules of one window looked at concurrently (S3 GETs and the monitor's handler for ends
+/// that were lost).
+const GRANULE_LOOKS_AT_ONCE: usize = 16;
 
 /// Where one granule of a window stands.
 enum Granule {
@@ -92,38 +97,60 @@ pub(super) async fn reconcile_window(
         .collect();
     let mut open = 0u64;
     let window_passed = std::cell::Cell::new(None);
-    for (i, (attempt, job_id)) in claim.attempts().zip(job_ids).enumerate() {
-        if progress.is_handled(i) {
-            continue;
-        }
-        let step = match job_id {
-            None => Ok(Granule::NotSubmitted),
-            Some(job_id) => {
-                let description = described.remove(&job_id);
-                // The window closes only in a pass where every granule could be looked at: a
-                // call throttled past the SDK's retries is tried again here, or one unlucky
-                // granule would keep a large window open pass after pass.
-                crate::retry::again(
-                    crate::retry::Backoff {
-                        tries: GRANULE_TRIES,
-                        ..crate::retry::Backoff::IN_RUN
-                    },
-                    "looking at a granule of a window",
-                    || {
-                        granule(
-                            ctx,
-                            &claim,
-                            &attempt,
-                            &job_id,
-                            description.clone(),
-                            &window_passed,
+    let to_look: Vec<(
+        usize,
+        GranuleProcessingEvent,
+        Option<String>,
+        Option<JobDescription>,
+    )> = claim
+        .attempts()
+        .zip(job_ids)
+        .enumerate()
+        .filter(|(i, _)| !progress.is_handled(*i))
+        .map(|(i, (attempt, job_id))| {
+            let description = job_id.as_ref().and_then(|j| described.remove(j));
+            (i, attempt, job_id, description)
+        })
+        .collect();
+    // Granules are looked at a few at a time: a pass over a large window under throttling would
+    // otherwise add up every granule's backoff one after another.
+    let (claim_ref, passed_ref) = (&claim, &window_passed);
+    let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, OneError>)> =
+        futures::stream::iter(to_look)
+            .map(|(i, attempt, job_id, description)| async move {
+                let step = match job_id {
+                    None => Ok(Granule::NotSubmitted),
+                    // The window closes only in a pass where every granule could be looked at:
+                    // a call throttled past the SDK's retries is tried again here, or one
+                    // unlucky granule would keep a large window open pass after pass.
+                    Some(job_id) => {
+                        crate::retry::again(
+                            crate::retry::Backoff {
+                                tries: GRANULE_TRIES,
+                                ..crate::retry::Backoff::IN_RUN
+                            },
+                            "looking at a granule of a window",
+                            || {
+                                granule(
+                                    ctx,
+                                    claim_ref,
+                                    &attempt,
+                                    &job_id,
+                                    description.clone(),
+                                    passed_ref,
+                                )
+                            },
+                            |_| true,
                         )
-                    },
-                    |_| true,
-                )
-                .await
-            }
-        };
+                        .await
+                    }
+                };
+                (i, attempt, step)
+            })
+            .buffered(GRANULE_LOOKS_AT_ONCE)
+            .collect()
+            .await;
+    for (i, attempt, step) in looked {
         if matches!(
             step,
             Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch)
