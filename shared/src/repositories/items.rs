@@ -20,6 +20,7 @@ use crate::domain::item::{
 use crate::domain::lifecycle::{IllegalTransition, ItemState};
 use crate::ports::{ObjectStore, PutCondition, StoreError};
 use crate::repositories::json::encode;
+use crate::repositories::json::write_json_retrying;
 use crate::repositories::{read_json, write_json, RepositoryError, Versioned};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -288,11 +289,12 @@ impl Items {
                 let key = record_key(&self.prefixes.items, &record.id);
                 // A refused write did nothing: tried again. One whose answer was lost comes back
                 // as a conflict and goes to the one-by-one path, which finds it.
-                let written = crate::retry::again(
-                    crate::retry::Backoff::IN_RUN,
+                let written = write_json_retrying(
+                    self.store.as_ref(),
+                    &key,
+                    &record,
+                    PutCondition::IfAbsent,
                     "creating an item record",
-                    || write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent),
-                    RepositoryError::is_transient,
                 )
                 .await;
                 match written {
@@ -467,11 +469,12 @@ impl Items {
     async fn write_history(&self, record: &ItemRecord) -> Result<(), ItemError> {
         let entry = HistoryEntry::of(record);
         let key = entry.key(&self.prefixes.history);
-        let written = crate::retry::again(
-            crate::retry::Backoff::IN_RUN,
+        let written = write_json_retrying(
+            self.store.as_ref(),
+            &key,
+            &entry,
+            PutCondition::IfAbsent,
             "writing a history entry",
-            || write_json(self.store.as_ref(), &key, &entry, PutCondition::IfAbsent),
-            RepositoryError::is_transient,
         )
         .await;
         match written {

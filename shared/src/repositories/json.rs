@@ -91,6 +91,25 @@ pub async fn write_json<T: Serialize>(
     }
 }
 
+/// [`write_json`], tried again after a backoff when the write was refused (a refusal did
+/// nothing). A write whose answer was lost comes back as a conflict on the retry, which every
+/// caller already reads as "changed or made before": the one in-run retry of a state write.
+pub async fn write_json_retrying<T: Serialize>(
+    store: &dyn ObjectStore,
+    key: &str,
+    value: &T,
+    condition: PutCondition,
+    what: &str,
+) -> Result<String, RepositoryError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        what,
+        || write_json(store, key, value, condition.clone()),
+        RepositoryError::is_transient,
+    )
+    .await
+}
+
 /// How often a change is re-decided after losing a compare-and-swap before giving up.
 pub const CAS_ROUNDS: usize = 8;
 

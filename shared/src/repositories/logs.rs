@@ -12,24 +12,8 @@
 //! And the report scan (`granary report --scan`): the report inputs read straight from the logs (a
 //! LIST and one GET per log), for when Athena is not at hand.
 
-use super::json::{read_json, RepositoryError, Versioned};
+use super::json::{read_json, write_json_retrying, RepositoryError, Versioned};
 
-/// A log write, tried again after a backoff when it was refused (a refusal did nothing; a write
-/// whose answer was lost comes back as a conflict, which each caller reads as "written before").
-async fn write_retrying<T: serde::Serialize>(
-    store: &dyn ObjectStore,
-    key: &str,
-    value: &T,
-    condition: PutCondition,
-) -> Result<String, RepositoryError> {
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "writing a log",
-        || super::json::write_json(store, key, value, condition.clone()),
-        RepositoryError::is_transient,
-    )
-    .await
-}
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord, Supersession};
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
@@ -75,11 +59,12 @@ impl<'a> Logs<'a> {
         key: &LogKey,
         record: &LogRecord,
     ) -> Result<SuccessLogged, RepositoryError> {
-        let duplicate = match write_retrying(
+        let duplicate = match write_json_retrying(
             self.store,
             &key.to_key(self.prefix),
             record,
             PutCondition::IfAbsent,
+            "writing a log",
         )
         .await
         {
@@ -129,7 +114,14 @@ impl<'a> Logs<'a> {
             let new_key = old_key
                 .with_outcome(LogOutcome::Success)
                 .to_key(self.prefix);
-            write_retrying(self.store, &new_key, &record, PutCondition::Overwrite).await?;
+            write_json_retrying(
+                self.store,
+                &new_key,
+                &record,
+                PutCondition::Overwrite,
+                "writing a log",
+            )
+            .await?;
             self.store.delete(&meta.key).await?;
             moved += 1;
         }
@@ -167,7 +159,15 @@ impl<'a> Logs<'a> {
             at: Utc::now(),
         });
         let late_key = key.with_outcome(LogOutcome::Success).to_key(self.prefix);
-        match write_retrying(self.store, &late_key, &record, PutCondition::IfAbsent).await {
+        match write_json_retrying(
+            self.store,
+            &late_key,
+            &record,
+            PutCondition::IfAbsent,
+            "writing a log",
+        )
+        .await
+        {
             Ok(_) => Ok(()),
             Err(e) if e.is_conflict() => Ok(()),
             Err(e) => Err(e),
@@ -181,7 +181,15 @@ impl<'a> Logs<'a> {
         record: LogRecord,
     ) -> Result<FailureLogged, RepositoryError> {
         let log_key = key.to_key(self.prefix);
-        match write_retrying(self.store, &log_key, &record, PutCondition::IfAbsent).await {
+        match write_json_retrying(
+            self.store,
+            &log_key,
+            &record,
+            PutCondition::IfAbsent,
+            "writing a log",
+        )
+        .await
+        {
             Ok(etag) => Ok(FailureLogged::New(Versioned {
                 value: record,
                 etag: Some(etag),
@@ -209,11 +217,12 @@ impl<'a> Logs<'a> {
         mut log: Versioned<LogRecord>,
     ) -> Result<(), RepositoryError> {
         log.value.routed_at = Some(Utc::now());
-        match write_retrying(
+        match write_json_retrying(
             self.store,
             &key.to_key(self.prefix),
             &log.value,
             log.condition(),
+            "writing a log",
         )
         .await
         {

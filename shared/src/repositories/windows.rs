@@ -15,7 +15,7 @@
 //! job may exist, and Batch's ListJobs is not promised to show it at once, so only a takeover after
 //! the lease may look for it.
 
-use super::json::{read_json, write_json, RepositoryError};
+use super::json::{read_json, write_json_retrying, RepositoryError};
 use crate::contracts::job::job_request;
 use crate::domain::granule::GranuleId;
 use crate::domain::job_name::job_name;
@@ -207,13 +207,7 @@ impl Windows<'_> {
         claim: &WindowClaim,
         condition: PutCondition,
     ) -> Result<String, RepositoryError> {
-        crate::retry::again(
-            crate::retry::Backoff::IN_RUN,
-            "writing a window claim",
-            || write_json(self.store, key, claim, condition.clone()),
-            RepositoryError::is_transient,
-        )
-        .await
+        write_json_retrying(self.store, key, claim, condition, "writing a window claim").await
     }
 
     /// The granule's attempt-1 job: found by name (after a takeover), or submitted.
