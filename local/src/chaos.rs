@@ -63,8 +63,9 @@ pub struct ChaosReport {
     pub records_disagreeing: u64,
     /// History entries written twice, or past the record's own sequence. Must be 0.
     pub history_entries_wrong: u64,
-    /// Transitions of a record (by sequence number) with no history entry: what a crash between
-    /// a record's write and its entry's leaves (README, "Item history after a crash").
+    /// Transitions of a record (by sequence number) with no history entry. Must be 0: a record
+    /// names the entries its write owes, and the next writer pays them (README, "Item history
+    /// after a crash").
     pub history_entries_missing: u64,
     pub crashes_injected: u64,
     pub throttles_injected: u64,
@@ -99,6 +100,7 @@ impl ChaosReport {
             && self.open_claims_left == 0
             && self.records_disagreeing == 0
             && self.history_entries_wrong == 0
+            && self.history_entries_missing == 0
     }
 }
 

@@ -52,6 +52,12 @@ pub struct ItemRecord {
     /// of the window's history objects, not objects of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_batch: Option<HistoryBatch>,
+    /// The entries of the transitions this record's last write made before its current one
+    /// (a multi-step write, PROCESSING_FAILED → READY → PROCESSING). The record is the only
+    /// thing written atomically: if its writer dies before those entries, whoever changes the
+    /// record next pays them first ([`crate::repositories::items`]), so none is lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_steps: Vec<HistoryEntry>,
 }
 
 /// Where a record created with its window keeps its first history entries.
@@ -136,6 +142,7 @@ impl NewItem {
             job_id: None,
             updated_by: by.to_owned(),
             history_batch: None,
+            earlier_steps: Vec::new(),
         };
         record.attempts.begin(self.state, now);
         record.log(format!("created {}: {}", self.state, self.reason), now);
@@ -162,6 +169,9 @@ impl ItemRecord {
         let mut next = self.clone();
         if let Some(to) = change.to {
             check_transition(self.state, to)?;
+            // A new transition owes nothing of the last write's (they are paid before a record
+            // moves on); a note without a transition keeps them owed.
+            next.earlier_steps.clear();
             next.previous_state = Some(self.state);
             next.state = to;
             next.seq += 1;
@@ -240,8 +250,19 @@ impl HistoryEntry {
             attempt: record.current_attempt(),
             at: record.last_updated,
             by: record.updated_by.clone(),
-            record: record.clone(),
+            record: ItemRecord {
+                earlier_steps: Vec::new(),
+                ..record.clone()
+            },
         }
+    }
+
+    /// Every entry the record's last write owed, in transition order: the earlier steps of a
+    /// multi-step write, then the current state's.
+    pub fn owed_by(record: &ItemRecord) -> Vec<Self> {
+        let mut owed = record.earlier_steps.clone();
+        owed.push(Self::of(record));
+        owed
     }
 
     /// `history/date=YYYY-MM-DD/state=TO/<id>.<seq>.json`: partitioned for Athena by day and

@@ -4,9 +4,11 @@
 //!
 //! Order of writes for a transition: (1) the in-flight marker when entering a timed state,
 //! (2) the record with If-Match — the lock; losing it means re-read and re-decide, (3) the history
-//! entry with If-None-Match, (4) the old marker's delete when leaving a timed state. A crash after
-//! (2) leaves the history entry owed; whoever next finds nothing to do on that item writes it
-//! (idempotently, same key and body), and the sweeper does so for stuck items.
+//! entries with If-None-Match, in transition order, (4) the old marker's delete when leaving a
+//! timed state. The record names every entry its write owes (the current state's, and those of a
+//! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]), so a crash after (2) loses
+//! none: whoever next reads the record to change it, or to find nothing to do, pays them first
+//! (idempotently, same keys and bodies), and the sweeper does so for stuck items.
 //!
 //! A window's creations ([`Items::create_batch`]) differ: their entries are lines of one object per
 //! state for the whole window, written before the records (so none is ever owed), and they get no
@@ -150,7 +152,7 @@ impl Items {
         let key = record_key(&self.prefixes.items, &record.id);
         match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
             Ok(_) => {
-                self.write_history(&record).await?;
+                self.pay(&record).await?;
                 Ok(Created::New(record))
             }
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
@@ -174,16 +176,14 @@ impl Items {
     ) -> Result<Created, ItemError> {
         let now = Utc::now();
         let steps = along(new.into_record(now, by), changes, now, by)?;
-        let record = steps[steps.len() - 1].clone();
+        let record = owing(&steps, None);
         if is_timed(record.state) {
             self.mark_inflight(&record).await?;
         }
         let key = record_key(&self.prefixes.items, &record.id);
         match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
             Ok(_) => {
-                for step in &steps {
-                    self.write_history(step).await?;
-                }
+                self.pay(&record).await?;
                 Ok(Created::New(record))
             }
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
@@ -275,11 +275,9 @@ impl Items {
                 let record = match planned {
                     Planned::Found(record) => return Some(record),
                     Planned::InStep(record) => {
-                        if self.owes_history(&record) {
-                            if let Err(e) = self.write_history(&record).await {
-                                tracing::warn!(item_id = %record.id, error = %e, "history entry not paid; the item is left to the one-by-one path");
-                                return None;
-                            }
+                        if let Err(e) = self.pay_owed(&record).await {
+                            tracing::warn!(item_id = %record.id, error = %e, "history entry not paid; the item is left to the one-by-one path");
+                            return None;
                         }
                         return Some(record);
                     }
@@ -366,6 +364,16 @@ impl Items {
             .await
     }
 
+    /// The record, as a handler that may act on it reads it: a recovery that finds the work done
+    /// (a redelivery, a reconciler's pass) also pays the entries a dead writer owed, which no
+    /// later transition would (a terminal record has none). `None` without a record.
+    pub async fn look(&self, id: &GranuleId, by: &str) -> Result<Option<ItemRecord>, ItemError> {
+        Ok(match self.advance_steps(id, by, |_| Vec::new()).await? {
+            Advanced::Missing => None,
+            Advanced::Unchanged(record) | Advanced::Moved(record) => Some(record),
+        })
+    }
+
     /// Like [`Items::advance`], for a decision of several transitions in a row (PROCESSING_FAILED
     /// → READY → PROCESSING on a retry): each is checked against the table and gets its history
     /// entry, and the record is written once. An empty decision means nothing to do.
@@ -406,12 +414,10 @@ impl Items {
                 return Ok(Advanced::Missing);
             };
             let changes = decide(&current.value);
+            // Pay the entries a crashed writer of this record owed before moving it on or
+            // reporting "nothing to do": once the record moves, nothing else names them.
+            self.pay_owed(&current.value).await?;
             if changes.is_empty() {
-                // Pay any history entry a crashed writer owed before reporting "nothing to do"
-                // (a batch's entries are written before its records: none is owed).
-                if self.owes_history(&current.value) {
-                    self.write_history(&current.value).await?;
-                }
                 return Ok(Advanced::Unchanged(current.value));
             }
             let now = Utc::now();
@@ -426,7 +432,7 @@ impl Items {
                     })?;
                 steps.push(next);
             }
-            let next = steps[steps.len() - 1].clone();
+            let next = owing(&steps, Some(current.value.seq));
             let moved = next.seq != current.value.seq;
             if moved && is_timed(next.state) {
                 self.mark_inflight(&next).await?;
@@ -437,13 +443,7 @@ impl Items {
                 Err(e) => return Err(e.into()),
             }
             if moved {
-                let mut seen = current.value.seq;
-                for step in &steps {
-                    if step.seq != seen {
-                        self.write_history(step).await?;
-                        seen = step.seq;
-                    }
-                }
+                self.pay(&next).await?;
                 let left = current.value.state;
                 if is_timed(left) && left != next.state && !current.value.in_batch_state() {
                     self.store
@@ -456,32 +456,44 @@ impl Items {
         Err(ItemError::Contended(id.to_string()))
     }
 
-    /// Whether a record may still owe the entry of its state: changed recently (its writer may
-    /// have died between the two writes) and not in a batch state (whose entries come first).
+    /// Whether a record may still owe entries: changed recently (its writer may have died
+    /// between the record and its entries) and not in a batch state (whose entries come first).
     fn owes_history(&self, record: &ItemRecord) -> bool {
         let age = Utc::now().signed_duration_since(record.last_updated);
         age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !record.in_batch_state()
     }
 
-    /// Writes the entry of the record's latest transition. A refused write is tried again
-    /// within the run: once the record is written, a lost entry is only ever repaid for the
-    /// record's current state (README, "Item history after a crash").
-    async fn write_history(&self, record: &ItemRecord) -> Result<(), ItemError> {
-        let entry = HistoryEntry::of(record);
-        let key = entry.key(&self.prefixes.history);
-        let written = write_json_retrying(
-            self.store.as_ref(),
-            &key,
-            &entry,
-            PutCondition::IfAbsent,
-            "writing a history entry",
-        )
-        .await;
-        match written {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_conflict() => Ok(()),
-            Err(e) => Err(e.into()),
+    /// Pays what the record's writer may have left owed: every entry, each `If-None-Match` (a
+    /// 412 when it is there). Not a GET to see whether it is there: a GET of a missing key
+    /// without s3:ListBucket is a 403, not a 404 (S3 API reference, GetObject, "Permissions").
+    async fn pay_owed(&self, record: &ItemRecord) -> Result<(), ItemError> {
+        if !self.owes_history(record) {
+            return Ok(());
         }
+        self.pay(record).await
+    }
+
+    /// Writes every entry the record's write owes ([`HistoryEntry::owed_by`]), in order. Each
+    /// is `If-None-Match` under a key fixed by its sequence number, so paying twice is a no-op;
+    /// a refused write is tried again within the run.
+    async fn pay(&self, record: &ItemRecord) -> Result<(), ItemError> {
+        for entry in HistoryEntry::owed_by(record) {
+            let key = entry.key(&self.prefixes.history);
+            let written = write_json_retrying(
+                self.store.as_ref(),
+                &key,
+                &entry,
+                PutCondition::IfAbsent,
+                "writing a history entry",
+            )
+            .await;
+            match written {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     async fn mark_inflight(&self, record: &ItemRecord) -> Result<(), ItemError> {
@@ -613,6 +625,25 @@ fn along(
         steps.push(next);
     }
     Ok(steps)
+}
+
+/// The last of `steps` carrying the entries of the transitions before it that are new (past
+/// `since`, the seq of the record they were applied to; all of them for a creation): the one
+/// atomic write then names everything its entries must say.
+fn owing(steps: &[ItemRecord], since: Option<u32>) -> ItemRecord {
+    let mut last = steps[steps.len() - 1].clone();
+    let mut seen = since;
+    let mut earlier = Vec::new();
+    for step in steps {
+        if Some(step.seq) != seen && step.seq != last.seq {
+            earlier.push(HistoryEntry::of(step));
+        }
+        seen = Some(step.seq);
+    }
+    if last.seq != since.unwrap_or(u32::MAX) {
+        last.earlier_steps = earlier;
+    }
+    last
 }
 
 #[cfg(test)]
@@ -822,6 +853,94 @@ mod tests {
             items.get(&id).await.unwrap().unwrap().value.state,
             Discovered
         );
+    }
+
+    /// The writer died after the record and before its entries (deleted here), and the next
+    /// thing to happen to the item is another transition: the entries are paid first, the
+    /// earlier steps of a multi-step write included, with the bodies the dead writer would have
+    /// written.
+    #[tokio::test]
+    async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
+        let store = Arc::new(MemoryStore::new());
+        let items = Items::new(store.clone(), ItemPrefixes::default());
+        let id = GranuleId::parse("a").unwrap();
+        items.create(new_item("a", Ready), "t").await.unwrap();
+        let step = |to: ItemState| move |_: &ItemRecord| vec![Change::to(to, "step")];
+        items
+            .advance_steps(&id, "t", step(Processing))
+            .await
+            .unwrap();
+        items
+            .advance_steps(&id, "t", step(ProcessingFailed))
+            .await
+            .unwrap();
+        items
+            .advance_steps(&id, "t", |_| {
+                vec![
+                    Change::to(Ready, "retry"),
+                    Change::to(Processing, "submit 2"),
+                ]
+            })
+            .await
+            .unwrap();
+        let before = items.history(&id).await.unwrap();
+        assert_eq!(before.len(), 5);
+        let lose = |seqs: &'static [u32]| {
+            let store = store.clone();
+            async move {
+                for meta in store.list("history/").await.unwrap() {
+                    if seqs
+                        .iter()
+                        .any(|s| meta.key.ends_with(&format!("/a.{s:05}.json")))
+                    {
+                        store.delete(&meta.key).await.unwrap();
+                    }
+                }
+            }
+        };
+        lose(&[3, 4]).await;
+        assert_eq!(items.history(&id).await.unwrap().len(), 3);
+        items
+            .advance_steps(&id, "t", step(Processed))
+            .await
+            .unwrap();
+        let after = items.history(&id).await.unwrap();
+        assert_eq!(
+            after[..5],
+            before[..],
+            "the lost entries come back unchanged"
+        );
+        assert_eq!(after.len(), 6);
+        // A single transition's entry, lost, then a no-op decision: paid too.
+        lose(&[5]).await;
+        assert_eq!(items.history(&id).await.unwrap().len(), 5);
+        let none = items.advance_steps(&id, "t", |_| Vec::new()).await.unwrap();
+        assert!(matches!(none, Advanced::Unchanged(_)));
+        assert_eq!(items.history(&id).await.unwrap(), after);
+        // The record names only the last write's earlier steps; its entries carry none.
+        let record = items.get(&id).await.unwrap().unwrap().value;
+        assert!(record.earlier_steps.is_empty());
+        assert!(after.iter().all(|e| e.record.earlier_steps.is_empty()));
+    }
+
+    #[tokio::test]
+    async fn a_creation_along_changes_names_its_earlier_steps_until_the_next_transition() {
+        let items = items();
+        let id = GranuleId::parse("a").unwrap();
+        let Created::New(r) = items
+            .create_along(new_item("a", Ready), &submitted("job-a"), "t")
+            .await
+            .unwrap()
+        else {
+            panic!("must create");
+        };
+        let owed: Vec<u32> = r.earlier_steps.iter().map(|e| e.seq).collect();
+        assert_eq!(owed, vec![0]);
+        let moved = items
+            .advance(&id, "t", |_| Some(Change::to(Processed, "ok")))
+            .await
+            .unwrap();
+        assert!(moved.record().unwrap().earlier_steps.is_empty());
     }
 
     #[tokio::test]

@@ -212,22 +212,22 @@ async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, Impo
         report.final_state = state;
         return Ok(report);
     }
-    let Some(record) = imp.ctx.items().get(id).await? else {
+    // A redelivery may find the work done by a run that died before its history entries:
+    // `look` pays them.
+    let Some(record) = imp.ctx.items().look(id, "importer").await? else {
         tracing::warn!(item_id = %id, "import message for an unknown item: dropped");
         return Ok(report);
     };
-    let mut state = record.value.state;
+    let mut state = record.state;
     if state == ItemState::Downloading && step == Some(Step::Download) {
         state = download::record_timeout(imp, id, chrono::Utc::now()).await?;
     }
     // READY and never processed: admitted by an earlier delivery of this message, which may have
     // died between recording READY and handing the item on. Handing it on again is harmless (the
     // requeuer claims each attempt once); not doing it could strand the item.
-    if state == ItemState::Ready
-        && record.value.attempts.processing == 0
-        && step != Some(Step::Download)
+    if state == ItemState::Ready && record.attempts.processing == 0 && step != Some(Step::Download)
     {
-        imp.hand_to_processing(&record.value).await?;
+        imp.hand_to_processing(&record).await?;
         report.steps.push("hand to processing".into());
         report.final_state = Some(state);
         return Ok(report);

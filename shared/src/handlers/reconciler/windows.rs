@@ -316,12 +316,13 @@ async fn tracker_passed(ctx: &Ctx, claim: &WindowClaim) -> Result<bool, OneError
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
+/// Read with `look`: a monitor that died between the record and its history entry is not
+/// redelivered when the reconciler handled the end, so the pass pays the entry.
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<bool>, OneError> {
-    let record = ctx.items().get(&attempt.granule_id).await?;
-    Ok(record.map(|r| {
-        !(r.value.state == ItemState::Processing && r.value.attempts.processing == attempt.attempt)
-    }))
+    let record = ctx.items().look(&attempt.granule_id, "reconciler").await?;
+    Ok(record
+        .map(|r| !(r.state == ItemState::Processing && r.attempts.processing == attempt.attempt)))
 }
