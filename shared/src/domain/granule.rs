@@ -25,6 +25,34 @@ pub enum InvalidGranuleId {
     Whitespace(String),
 }
 
+/// One row's id cell as an inventory holds it. A Parquet string column is not bound to hold
+/// UTF-8 (the reader checks it and refuses the whole read), so a cell that is not is a value of
+/// its own: its row is rejected like any invalid id, and the rest of its window goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdCell {
+    Text(String),
+    Null,
+    NotUtf8,
+}
+
+impl IdCell {
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            IdCell::Text(t) => Some(t),
+            IdCell::Null | IdCell::NotUtf8 => None,
+        }
+    }
+
+    /// The granule the row names, or why it names none (the reason a rejected row is filed with).
+    pub fn granule(&self) -> Result<GranuleId, String> {
+        match self {
+            IdCell::Text(t) => GranuleId::parse(t).map_err(|e| e.to_string()),
+            IdCell::Null => Err("granule id is null".to_owned()),
+            IdCell::NotUtf8 => Err("granule id is not valid UTF-8".to_owned()),
+        }
+    }
+}
+
 /// A validated granule id. Constructing one is the only way to get one, so every key and job
 /// name built from it is safe.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -2,7 +2,7 @@
 
 use super::Ctx;
 use crate::adapters::parquet::{Inventory, InventoryError};
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::WindowClaim;
 use crate::ports::StoreError;
@@ -323,7 +323,7 @@ async fn feed_window(
     ctx: &Ctx,
     inventory_key: &str,
     start: u64,
-    ids: &[Option<String>],
+    ids: &[IdCell],
     summary: &mut FeederSummary,
 ) -> Result<(u64, Option<Stop>), FeederError> {
     let rows = ids.len() as u64;
@@ -333,12 +333,7 @@ async fn feed_window(
     // are at least once), never none.
     for (i, raw) in ids.iter().enumerate() {
         let row = start + i as u64;
-        let parsed = match raw.as_deref().map(GranuleId::parse) {
-            Some(Ok(id)) => Ok(id),
-            Some(Err(e)) => Err(e.to_string()),
-            None => Err("granule id is null".to_owned()),
-        };
-        match parsed {
+        match raw.granule() {
             Ok(id) => {
                 if let std::collections::hash_map::Entry::Vacant(v) = first_row.entry(id.clone()) {
                     v.insert(row);
@@ -348,7 +343,7 @@ async fn feed_window(
                 }
             }
             Err(why) => {
-                if let Err(e) = reject(ctx, inventory_key, row, raw.as_deref(), &why).await {
+                if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
                     return Ok((
                         0,
                         Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
@@ -600,6 +595,36 @@ mod tests {
         let names: std::collections::BTreeSet<String> =
             jobs.submitted().into_iter().map(|r| r.job_name).collect();
         assert_eq!(names.len(), 50);
+    }
+
+    /// A row whose id is not UTF-8 is rejected with its reason; the rest of its window is fed.
+    #[tokio::test]
+    async fn a_row_whose_id_is_not_utf8_is_rejected_alone() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+        let ctx = ctx("100", jobs.clone()).await;
+        let ids: [&[u8]; 5] = [b"g0", b"g1", b"g\xff2", b"g3", b"g4"];
+        ctx.store
+            .put(
+                "inventories/a.parquet",
+                crate::adapters::parquet::tests::inventory_of_bytes(&ids, 5),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let out = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 10,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!((out.submitted, out.rejected), (4, 1));
+        assert!(out.inventories_complete);
+        let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+        assert_eq!(dlq.len(), 1);
+        assert!(dlq[0].attributes["reason"].ends_with("granule id is not valid UTF-8"));
+        assert!(dlq[0].body.contains("row=2"), "{}", dlq[0].body);
     }
 
     /// GETs of one object, counted at the store port.

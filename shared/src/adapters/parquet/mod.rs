@@ -6,6 +6,7 @@
 //! file has an offset index only the pages holding the window. Nearby ranges are merged into one
 //! GET, since a request costs more than a few wasted kilobytes.
 
+use crate::domain::granule::IdCell;
 use crate::ports::{ObjectStore, StoreError};
 use arrow::array::{Array, AsArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -503,20 +504,12 @@ impl Inventory {
         ranges
     }
 
-    /// The ids of rows `start .. start + n` (clamped to the end). `None` for a null id.
-    pub async fn read_ids(
-        &self,
-        start: u64,
-        n: u64,
-    ) -> Result<Vec<Option<String>>, InventoryError> {
+    /// The id cells of rows `start .. start + n` (clamped to the end).
+    pub async fn read_ids(&self, start: u64, n: u64) -> Result<Vec<IdCell>, InventoryError> {
         guarded(&self.key, self.read_ids_unguarded(start, n)).await
     }
 
-    async fn read_ids_unguarded(
-        &self,
-        start: u64,
-        n: u64,
-    ) -> Result<Vec<Option<String>>, InventoryError> {
+    async fn read_ids_unguarded(&self, start: u64, n: u64) -> Result<Vec<IdCell>, InventoryError> {
         let total = self.num_rows();
         let end = start.saturating_add(n).min(total);
         if start > total {
@@ -546,6 +539,27 @@ impl Inventory {
                 total: held,
             });
         }
+        // The reader refuses a whole read for one cell that is not UTF-8: the span is halved
+        // until that cell is a span of its own (a few more reads, only where such a cell is).
+        let mut cells = Vec::with_capacity((end - start) as usize);
+        let mut spans = vec![(start, end)];
+        while let Some((from, to)) = spans.pop() {
+            match self.decode_ids(from, to).await {
+                Ok(read) => cells.extend(read),
+                Err(e) if is_not_utf8(&e) && to - from == 1 => cells.push(IdCell::NotUtf8),
+                Err(e) if is_not_utf8(&e) => {
+                    let middle = from + (to - from) / 2;
+                    spans.push((middle, to));
+                    spans.push((from, middle));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(cells)
+    }
+
+    /// The id cells of rows `start .. end`, already checked to lie within this file.
+    async fn decode_ids(&self, start: u64, end: u64) -> Result<Vec<IdCell>, InventoryError> {
         // Row groups overlapping [start, end), and where the first one begins.
         let mut groups = Vec::new();
         let mut first_group_start = None;
@@ -610,8 +624,9 @@ impl Inventory {
         let mut ids = Vec::with_capacity((end - start) as usize);
         for batch in &batches {
             let col = batch.column(0);
-            let push =
-                |ids: &mut Vec<Option<String>>, v: Option<&str>| ids.push(v.map(str::to_owned));
+            let push = |ids: &mut Vec<IdCell>, v: Option<&str>| {
+                ids.push(v.map_or(IdCell::Null, |t| IdCell::Text(t.to_owned())))
+            };
             match col.data_type() {
                 DataType::Utf8 => col
                     .as_string::<i32>()
@@ -636,6 +651,12 @@ impl Inventory {
 }
 
 pub use crate::domain::tracker::PageMap;
+
+/// The Parquet reader's refusal of a string that is not UTF-8 (`parquet::util::utf8`,
+/// "encountered non UTF-8 data").
+fn is_not_utf8(e: &InventoryError) -> bool {
+    matches!(e, InventoryError::Parquet { source, .. } if source.to_string().contains("non UTF-8"))
+}
 
 /// How granary writes inventories: row groups and pages sized so that a feeder window touches
 /// little, with an offset index so the reader can fetch single pages.
@@ -722,10 +743,79 @@ pub fn write_inventory(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::adapters::memory::MemoryStore;
     use crate::ports::PutCondition;
+
+    /// An inventory whose id column is a Parquet string holding exactly these bytes, valid
+    /// UTF-8 or not (ArrowWriter cannot write that; the column writer does not check), in row
+    /// groups of `group_rows`.
+    pub(crate) fn inventory_of_bytes(ids: &[&[u8]], group_rows: usize) -> Bytes {
+        use parquet::data_type::{ByteArray, ByteArrayType};
+        use parquet::file::writer::SerializedFileWriter;
+        let schema = Arc::new(
+            parquet::schema::parser::parse_message_type(
+                "message inventory { required binary granule_id (STRING); }",
+            )
+            .unwrap(),
+        );
+        let props = Arc::new(
+            WriterProperties::builder()
+                .set_dictionary_enabled(false)
+                .build(),
+        );
+        let mut out = Vec::new();
+        let mut writer = SerializedFileWriter::new(&mut out, schema, props).unwrap();
+        for group in ids.chunks(group_rows) {
+            let mut rg = writer.next_row_group().unwrap();
+            let mut col = rg.next_column().unwrap().unwrap();
+            let values: Vec<ByteArray> =
+                group.iter().map(|b| ByteArray::from(b.to_vec())).collect();
+            col.typed::<ByteArrayType>()
+                .write_batch(&values, None, None)
+                .unwrap();
+            col.close().unwrap();
+            rg.close().unwrap();
+        }
+        writer.close().unwrap();
+        Bytes::from(out)
+    }
+
+    /// One id that is not UTF-8 is a cell of its own; its neighbours, in its row group and
+    /// others, read as they are.
+    #[tokio::test]
+    async fn a_cell_that_is_not_utf8_is_read_as_such_and_its_neighbours_are_read() {
+        let good: Vec<String> = (0..40).map(|i| format!("g{i:02}")).collect();
+        let mut ids: Vec<&[u8]> = good.iter().map(|g| g.as_bytes()).collect();
+        ids[13] = b"bad\xff\xfeid";
+        ids[30] = b"\xc3";
+        let store = Arc::new(MemoryStore::new());
+        store
+            .put(
+                "inv.parquet",
+                inventory_of_bytes(&ids, 16),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let inv = Inventory::open(store, "inv.parquet", DEFAULT_ID_COLUMN)
+            .await
+            .unwrap();
+        let cells = inv.read_ids(0, 40).await.unwrap();
+        assert_eq!(cells.len(), 40);
+        for (i, cell) in cells.iter().enumerate() {
+            let want = match i {
+                13 | 30 => IdCell::NotUtf8,
+                _ => IdCell::Text(good[i].clone()),
+            };
+            assert_eq!(*cell, want, "row {i}");
+        }
+        assert_eq!(
+            inv.read_ids(10, 5).await.unwrap()[3].granule().unwrap_err(),
+            "granule id is not valid UTF-8"
+        );
+    }
 
     fn rows(n: usize) -> Vec<InventoryRow> {
         (0..n)
@@ -777,8 +867,9 @@ mod tests {
         ] {
             let ids = inv.read_ids(start, n).await.unwrap();
             let end = (start + n).min(3500);
-            let want: Vec<Option<String>> =
-                (start..end).map(|i| Some(format!("g{i:06}"))).collect();
+            let want: Vec<IdCell> = (start..end)
+                .map(|i| IdCell::Text(format!("g{i:06}")))
+                .collect();
             assert_eq!(ids, want, "window {start}+{n}");
         }
         assert!(matches!(
@@ -879,7 +970,7 @@ mod tests {
             .unwrap();
         let footer_bytes = counts.s3_bytes_read.load(Ordering::Relaxed);
         let ids = inv.read_ids(175_500, 1000).await.unwrap();
-        assert_eq!(ids.first().cloned().flatten().as_deref(), Some("g175500"));
+        assert_eq!(ids.first().and_then(IdCell::text), Some("g175500"));
         assert_eq!(ids.len(), 1000);
         let window_bytes = counts.s3_bytes_read.load(Ordering::Relaxed) - footer_bytes;
         let requests = counts.s3_get.load(Ordering::Relaxed);
