@@ -59,8 +59,36 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// A new Ed25519 signing key: its seed for SSM and its public key for `verify`.
-    Keygen,
+    /// A new Ed25519 signing key: its seed stored in SSM (or written to a new file only you can
+    /// read), its public key printed for `verify`. The seed never appears on a command line.
+    ///
+    /// Examples:
+    ///   granary archive keygen --put-parameter /granary/archive-signing-key --kms-key-id alias/STACK-archive-signing
+    ///   granary archive keygen --seed-file ./seed.hex
+    #[command(verbatim_doc_comment)]
+    #[command(group(clap::ArgGroup::new("seed_destination").required(true).args(["put_parameter", "seed_file"])))]
+    Keygen {
+        /// The SSM parameter to store the seed in, as a SecureString.
+        #[arg(long, requires = "kms_key_id")]
+        put_parameter: Option<String>,
+        /// The KMS key to encrypt it under: the stack's ArchiveSigningKeyAlias output, whose
+        /// policy lets only the archive tasks decrypt.
+        #[arg(long)]
+        kms_key_id: Option<String>,
+        /// Replace the parameter if it exists (the old key's signatures then verify only with
+        /// the old public key).
+        #[arg(long, requires = "put_parameter")]
+        overwrite: bool,
+        /// Write the seed to this new file (mode 0600) instead; put it with
+        /// `aws ssm put-parameter … --value file://PATH`, then delete the file.
+        #[arg(long, conflicts_with = "put_parameter")]
+        seed_file: Option<std::path::PathBuf>,
+    },
+    /// The public key of a seed read from a file, or from stdin with `-` (never an argument).
+    PublicKey {
+        #[arg(long)]
+        seed_file: std::path::PathBuf,
+    },
     /// One pass of the archive dispatcher (what its schedule does); with --run-tasks the task
     /// queue's messages are run here too, until nothing moves.
     Tick {
@@ -127,14 +155,47 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 ExitCode::from(1)
             });
         }
-        Command::Keygen => {
+        Command::Keygen {
+            put_parameter,
+            kms_key_id,
+            overwrite,
+            seed_file,
+        } => {
             let mut seed = [0u8; 32];
             getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
             let seed_hex = granary::domain::archive::manifest::hex_of(&seed);
-            let key = manifest::signing_key(&seed_hex).map_err(anyhow::Error::msg)?;
-            let (_, public) = manifest::sign(&key, b"");
+            let public = public_key_of(&seed_hex)?;
+            match (put_parameter, seed_file) {
+                (Some(name), _) => {
+                    let clients = granary::adapters::aws::AwsClients::from_env().await;
+                    let key_id = kms_key_id.context("--kms-key-id names the key")?;
+                    granary::adapters::aws::store_signing_seed(
+                        &clients.ssm,
+                        &name,
+                        &seed_hex,
+                        &key_id,
+                        overwrite,
+                    )
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                    println!("seed stored in SSM parameter {name} (SecureString)");
+                }
+                (None, Some(path)) => {
+                    write_secret_file(&path, &seed_hex)?;
+                    println!(
+                        "seed written to {} (mode 0600); store it and delete the file:\n  aws ssm put-parameter --type SecureString --key-id <ArchiveSigningKeyAlias> --name /granary/archive-signing-key --value file://{}",
+                        path.display(),
+                        path.display()
+                    );
+                }
+                (None, None) => bail!("say where the seed goes: --put-parameter NAME --kms-key-id KEY, or --seed-file PATH"),
+            }
             println!("public key (give it to `granary archive verify --public-key`):\n  {public}");
-            println!("store the seed in SSM (never in a file):\n  aws ssm put-parameter --type SecureString --name /granary/archive-signing-key --value {seed_hex}");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Command::PublicKey { seed_file } => {
+            let seed = read_secret(&seed_file)?;
+            println!("{}", public_key_of(seed.trim())?);
             return Ok(ExitCode::SUCCESS);
         }
         _ => {}
@@ -233,7 +294,38 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 println!("{} passes", passes.len());
             }
         }
-        Command::Verify { .. } | Command::Keygen => {}
+        Command::Verify { .. } | Command::Keygen { .. } | Command::PublicKey { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The public key (hex) of a hex seed.
+fn public_key_of(seed_hex: &str) -> Result<String> {
+    let key = manifest::signing_key(seed_hex).map_err(anyhow::Error::msg)?;
+    Ok(manifest::sign(&key, b"").1)
+}
+
+/// Writes a secret to a file that must not exist yet, readable by its owner only.
+fn write_secret_file(path: &std::path::Path, secret: &str) -> Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("creating {} (it must not exist)", path.display()))?;
+    file.write_all(secret.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// A secret from a file, or from stdin for `-`.
+fn read_secret(path: &std::path::Path) -> Result<String> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("reading the seed from stdin")?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
 }

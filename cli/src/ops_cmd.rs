@@ -342,7 +342,16 @@ pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
     );
     let s = granary::handlers::redrive::redrive_events(from.as_ref(), to.as_ref(), &opts, &|s| b.set_position(s.redriven))
         .await
-        .context("redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)")?;
+        .map_err(|e| {
+            // The events queue denies every sender but the Batch rule and the stack's
+            // EventsRedriveRoleArns (infra/template.yaml, BatchEventsQueuePolicy).
+            let denied = format!("{e:?}").contains("AccessDenied");
+            anyhow::Error::new(e).context(if denied {
+                "redrive-events was denied: the events queue accepts only the Batch rule and the roles in the stack's EventsRedriveRoleArns parameter; add yours and run it again (nothing is lost)"
+            } else {
+                "redrive-events stopped (nothing is lost: an event leaves the DLQ only once it is on the events queue; run it again)"
+            })
+        })?;
     b.finish_and_clear();
     if args.pace.json {
         println!("{}", serde_json::to_string_pretty(&s)?);

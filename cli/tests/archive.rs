@@ -40,26 +40,53 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
         .queue_url
         .unwrap();
 
-    // The operator makes a key and keeps its seed in SSM.
-    let (code, out, err) = common::granary(&[], &["archive", "keygen"]);
-    assert_eq!(code, 0, "{err}");
-    let seed = out
-        .split_whitespace()
-        .skip_while(|w| *w != "--value")
-        .nth(1)
-        .unwrap()
-        .to_owned();
-    let public = out.lines().nth(1).unwrap().trim().to_owned();
+    // The operator makes a key and keeps its seed in SSM; the seed is never printed.
     let parameter = format!("/granary-test/{tag}/archive-signing-key");
-    clients
+    let (code, out, err) = common::granary(
+        &[],
+        &[
+            "archive",
+            "keygen",
+            "--put-parameter",
+            &parameter,
+            "--kms-key-id",
+            "alias/aws/ssm",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let public = out.lines().last().unwrap().trim().to_owned();
+    let seed = clients
         .ssm
-        .put_parameter()
+        .get_parameter()
         .name(&parameter)
-        .value(&seed)
-        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .with_decryption(true)
         .send()
         .await
+        .unwrap()
+        .parameter
+        .unwrap()
+        .value
         .unwrap();
+    assert!(!out.contains(&seed), "the seed is printed: {out}");
+    // A second keygen keeps the first seed rather than replace it silently.
+    let (code, _, err) = common::granary(
+        &[],
+        &[
+            "archive",
+            "keygen",
+            "--put-parameter",
+            &parameter,
+            "--kms-key-id",
+            "alias/aws/ssm",
+        ],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains(&parameter), "{err}");
+    // The public key of the stored seed, read from stdin.
+    let (code, derived, err) =
+        common::granary_with_stdin(&[], &["archive", "public-key", "--seed-file", "-"], &seed);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(derived.trim(), public);
 
     let vars = [
         ("GRANARY_BUCKET", data.as_str()),
@@ -203,4 +230,39 @@ async fn an_operator_archives_a_prefix_to_two_destinations_and_verifies_a_copy()
     let (code, out, _) = common::granary(&[], &["archive", "verify", &copy]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("signature BAD"), "{out}");
+}
+
+/// `keygen --seed-file` writes the seed to a new file only its owner can read, refuses to
+/// replace one, and never prints the seed; `public-key` reads it back from the file.
+#[test]
+fn keygen_to_a_file_keeps_the_seed_off_the_screen() {
+    let dir = std::env::temp_dir().join(format!("granary-keygen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("seed.hex");
+    let _ = std::fs::remove_file(&path);
+    let file = path.to_str().unwrap();
+    let (code, out, err) = common::granary(&[], &["archive", "keygen", "--seed-file", file]);
+    assert_eq!(code, 0, "{err}");
+    let seed = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(seed.len(), 64);
+    assert!(!out.contains(&seed), "{out}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "readable by others: {mode:o}");
+    }
+    let public = out.lines().last().unwrap().trim();
+    let (code, derived, err) =
+        common::granary(&[], &["archive", "public-key", "--seed-file", file]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(derived.trim(), public);
+    let (code, _, err) = common::granary(&[], &["archive", "keygen", "--seed-file", file]);
+    assert_ne!(code, 0);
+    assert!(err.contains("must not exist"), "{err}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), seed, "kept");
+    let (code, _, err) = common::granary(&[], &["archive", "keygen"]);
+    assert_ne!(code, 0, "a seed with nowhere to go");
+    assert!(err.contains("--seed-file"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

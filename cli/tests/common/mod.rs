@@ -6,16 +6,37 @@ use std::process::Command;
 /// Runs `granary ARGS` with exactly `vars` of granary's variables set (the AWS ones are kept):
 /// exit code, stdout, stderr.
 pub fn granary(vars: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    granary_with_stdin(vars, args, "")
+}
+
+/// `granary ARGS` with `stdin` as its standard input.
+pub fn granary_with_stdin(
+    vars: &[(&str, &str)],
+    args: &[&str],
+    stdin: &str,
+) -> (i32, String, String) {
+    use std::io::Write;
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_granary"));
     for (k, _) in std::env::vars() {
         if k.starts_with("GRANARY_") {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
+    let mut child = cmd
         .args(args)
         .envs(vars.iter().copied())
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running granary: {e}"));
+    if let Some(mut input) = child.stdin.take() {
+        input
+            .write_all(stdin.as_bytes())
+            .unwrap_or_else(|e| panic!("feeding granary's stdin: {e}"));
+    }
+    let out = child
+        .wait_with_output()
         .unwrap_or_else(|e| panic!("running granary: {e}"));
     (
         out.status.code().unwrap_or(-1),

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod policy;
 mod resolve;
 pub use resolve::Stack;
 

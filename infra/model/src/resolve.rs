@@ -164,9 +164,18 @@ impl Resolver<'_> {
     /// gives it in this stack.
     fn attribute(&self, id: &str, attribute: &str) -> Result<Value, TemplateError> {
         let body = &self.template.doc["Resources"][id];
-        let kind = body["Type"]
-            .as_str()
-            .ok_or_else(|| invalid(format!("no resource {id}")))?;
+        // SAM makes a role `<Function>Role` for a function that names none (AWS SAM Developer
+        // Guide, AWS::Serverless::Function, "Role").
+        let implicit_role = id.strip_suffix("Role").is_some_and(|f| {
+            let function = &self.template.doc["Resources"][f];
+            function["Type"] == "AWS::Serverless::Function"
+                && function["Properties"]["Role"].is_null()
+        });
+        let kind = match body["Type"].as_str() {
+            Some(kind) => kind,
+            None if implicit_role => "AWS::IAM::Role",
+            None => return Err(invalid(format!("no resource {id}"))),
+        };
         let s = self.stack;
         let physical = format!("{}-{id}", s.name);
         let named = |property: &Value| -> Result<String, TemplateError> {
@@ -206,6 +215,7 @@ impl Resolver<'_> {
             ("AWS::SNS::Topic", "Ref" | "TopicArn") => s.arn("sns", &physical),
             ("AWS::KMS::Key", "Ref" | "KeyId") => format!("{physical}-key-id"),
             ("AWS::KMS::Key", "Arn") => s.arn("kms", &format!("key/{physical}-key-id")),
+            ("AWS::KMS::Alias", "Ref") => named(&props["AliasName"])?,
             ("AWS::IAM::Role", "Ref") => physical,
             ("AWS::IAM::Role", "Arn") => {
                 format!("arn:{}:iam::{}:role/{physical}", s.partition, s.account)

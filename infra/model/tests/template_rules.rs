@@ -311,3 +311,109 @@ fn the_job_logs_view_is_the_athena_sql_with_the_seven_columns() {
     assert_eq!(names(&view["columns"], "name"), seed);
     assert_eq!(names(&input["StorageDescriptor"]["Columns"], "Name"), seed);
 }
+
+/// The events queue takes job ends from the Batch rule and from the named redrive roles only: a
+/// role whose IAM policy allows sqs:SendMessage on it (an administrator, another function) is
+/// denied by the queue, so it cannot forge a SUCCEEDED. Decided by `policy::decide`, IAM's
+/// evaluation order and condition semantics.
+#[test]
+fn only_the_batch_rule_and_the_named_redrivers_may_send_to_the_events_queue() {
+    use granary_template::policy::{decide, Caller, Decision, Request};
+    let rule = "arn:aws:events:us-east-1:123456789012:rule/rules-BatchStateRule";
+    let queue = "arn:aws:sqs:us-east-1:123456789012:rules-BatchEventsQueue";
+    let ops = "arn:aws:iam::123456789012:role/ops-night";
+    let admin = "arn:aws:iam::123456789012:role/Admin";
+    let other_rule = "arn:aws:events:us-east-1:123456789012:rule/someone-elses";
+    for redrivers in [None, Some("arn:aws:iam::123456789012:role/ops-*")] {
+        let template = Template::granary().unwrap();
+        let mut stack = Stack::new("rules")
+            .with("SubnetIds", "subnet-1")
+            .with("SecurityGroupIds", "sg-1")
+            .with("ContainerImage", "image");
+        if let Some(r) = redrivers {
+            stack = stack.with("EventsRedriveRoleArns", r);
+        }
+        let r = template.resolve(&stack).unwrap();
+        let policy =
+            &r.resources["BatchEventsQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"];
+        let send = |c: Caller| Request::new(c, "sqs:SendMessage", queue);
+        let events = || Caller::Service("events.amazonaws.com".into());
+        let d = |req: Request| decide(policy, &req).unwrap();
+        assert_eq!(
+            d(send(events()).with("aws:SourceArn", rule)),
+            Decision::Allowed
+        );
+        assert_eq!(
+            d(send(events()).with("aws:SourceArn", other_rule)),
+            Decision::Denied
+        );
+        assert_eq!(d(send(Caller::Iam(admin.into()))), Decision::Denied);
+        let operator = d(send(Caller::Iam(ops.into())));
+        match redrivers {
+            // Not denied: the operator's own IAM policy decides.
+            Some(_) => assert_eq!(operator, Decision::Silent),
+            None => assert_eq!(operator, Decision::Denied),
+        }
+        // Plain HTTP is refused to everyone, the rule included.
+        assert_eq!(
+            d(send(events())
+                .with("aws:SourceArn", rule)
+                .with("aws:SecureTransport", "false")),
+            Decision::Denied
+        );
+    }
+}
+
+/// Only the archive task role decrypts the signing seed, and only through SSM for the seed's
+/// parameter; an administrator of the account (or any other role, whatever its IAM policies say)
+/// cannot, since a KMS key policy that does not allow a principal denies it. The account may
+/// still encrypt with the key, which is how an operator puts the seed.
+#[test]
+fn only_the_archive_tasks_may_decrypt_the_signing_seed() {
+    use granary_template::policy::{decide, Caller, Decision, Request};
+    let (_, r) = resolved();
+    let policy = &r.resources["ArchiveSigningKey"]["Properties"]["KeyPolicy"]["Statement"];
+    let key = "arn:aws:kms:us-east-1:123456789012:key/rules-ArchiveSigningKey-key-id";
+    let tasks = "arn:aws:iam::123456789012:role/rules-ArchiveTaskFunctionRole";
+    let parameter = "arn:aws:ssm:us-east-1:123456789012:parameter/granary/archive-signing-key";
+    let decrypt = |who: &str| {
+        Request::new(Caller::Iam(who.into()), "kms:Decrypt", key)
+            .with("kms:ViaService", "ssm.us-east-1.amazonaws.com")
+            .with("kms:EncryptionContext:PARAMETER_ARN", parameter)
+    };
+    let d = |req: Request| decide(policy, &req).unwrap();
+    assert_eq!(d(decrypt(tasks)), Decision::Allowed);
+    assert_eq!(
+        d(decrypt(tasks).with(
+            "kms:EncryptionContext:PARAMETER_ARN",
+            "arn:aws:ssm:us-east-1:123456789012:parameter/other"
+        )),
+        Decision::Silent,
+        "another parameter under the same key"
+    );
+    let mut direct = decrypt(tasks);
+    direct.context.remove("kms:ViaService");
+    assert_eq!(
+        d(direct),
+        Decision::Silent,
+        "KMS called directly, not via SSM"
+    );
+    for other in [
+        "arn:aws:iam::123456789012:role/Admin",
+        "arn:aws:iam::123456789012:role/rules-JobMonitorFunctionRole",
+    ] {
+        assert_eq!(d(decrypt(other)), Decision::Silent, "{other}");
+    }
+    let encrypt = Request::new(
+        Caller::Iam("arn:aws:iam::123456789012:role/Admin".into()),
+        "kms:Encrypt",
+        key,
+    );
+    assert_eq!(d(encrypt), Decision::Allowed);
+    // The role the policy names is the one SAM makes for the archive task function.
+    assert_eq!(
+        r.resources["ArchiveSigningKey"]["Properties"]["KeyPolicy"]["Statement"][1]["Principal"]
+            ["AWS"],
+        tasks
+    );
+}

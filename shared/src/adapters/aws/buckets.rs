@@ -44,3 +44,31 @@ pub async fn load_signing_seed(client: &aws_sdk_ssm::Client, name: &str) -> Resu
         .and_then(|p| p.value)
         .ok_or_else(|| format!("SSM parameter {name} has no value"))
 }
+
+/// Stores the Ed25519 seed (hex) in SSM parameter `name` as a SecureString under `key_id` (the
+/// stack's signing key, whose policy lets only the archive tasks decrypt). An existing parameter
+/// is kept unless `overwrite`. The error names the parameter and SSM's reason.
+pub async fn store_signing_seed(
+    client: &aws_sdk_ssm::Client,
+    name: &str,
+    seed_hex: &str,
+    key_id: &str,
+    overwrite: bool,
+) -> Result<(), String> {
+    client
+        .put_parameter()
+        .name(name)
+        .value(seed_hex)
+        .r#type(aws_sdk_ssm::types::ParameterType::SecureString)
+        .key_id(key_id)
+        .overwrite(overwrite)
+        .send()
+        .await
+        .map_err(|e| {
+            format!(
+                "storing the archive signing key in SSM parameter {name} (an existing one is kept unless --overwrite): {}",
+                aws_sdk_ssm::error::DisplayErrorContext(&e)
+            )
+        })?;
+    Ok(())
+}
