@@ -10,10 +10,12 @@
 //!   logs, rejects).
 //! - [`handlers`]: the Lambda handlers and operator actions over ports.
 //! - [`config`]: settings from the environment, by section.
+//! - [`budget`]: how long an invocation may still work, shared among its passes.
 //! - [`retry`]: the one in-run retry (bounded, with jittered exponential backoff).
 //! - [`wiring`]: the one place that builds AWS adapters from the environment.
 
 pub mod adapters;
+pub mod budget;
 pub mod config;
 pub mod contracts;
 pub mod domain;

@@ -78,7 +78,7 @@ where
 
 /// A cheap, unseeded stream for jitter (no rand crate in the Lambdas for this): splitmix64 over
 /// a process-wide counter started from the clock.
-fn jitter() -> u64 {
+pub(crate) fn jitter() -> u64 {
     static STATE: AtomicU64 = AtomicU64::new(0);
     let mut s = STATE.load(Ordering::Relaxed);
     if s == 0 {

@@ -410,6 +410,13 @@ fn only_the_archive_tasks_may_decrypt_the_signing_seed() {
         key,
     );
     assert_eq!(d(encrypt), Decision::Allowed);
+    // A grant would hand Decrypt to whoever made it: the account may not make one.
+    let grant = Request::new(
+        Caller::Iam("arn:aws:iam::123456789012:role/Admin".into()),
+        "kms:CreateGrant",
+        key,
+    );
+    assert_eq!(d(grant), Decision::Silent);
     // The role the policy names is the one SAM makes for the archive task function.
     assert_eq!(
         r.resources["ArchiveSigningKey"]["Properties"]["KeyPolicy"]["Statement"][1]["Principal"]

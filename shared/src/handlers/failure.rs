@@ -120,6 +120,16 @@ impl FailureKind for super::reconciler::ReconcileError {
     }
 }
 
+impl FailureKind for super::importer::sweeper::ScheduledPassError {
+    fn kind(&self) -> &'static str {
+        use super::importer::sweeper::ScheduledPassError::*;
+        match self {
+            Reconcile(e) => e.kind(),
+            Sweep(e) => e.kind(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

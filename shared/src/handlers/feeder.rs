@@ -2,6 +2,7 @@
 
 use super::Ctx;
 use crate::adapters::parquet::{Inventory, InventoryError};
+use crate::budget::Budget;
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::WindowClaim;
@@ -164,17 +165,30 @@ pub async fn feed(
     let mut changed = added > 0 || tracker.etag.is_none();
     let mut remaining = count;
     let mut stalled = None;
+    let timeout = ctx.config.leases.function_timeout;
+    let ceiling = window_ceiling(timeout);
+    // No new window once this is spent: the one in hand, at most `ceiling` rows, still fits.
+    let budget = Budget::of_invocation(timeout).part(1, 2);
+    let mut windows = 0u32;
     while remaining > 0 {
         let Some(current) = tracker.value.current().cloned() else {
             break;
         };
+        if windows > 0 && budget.spent() {
+            summary.stopped = Some(format!(
+                "half of the run's time is spent; {remaining} rows are left for the next run"
+            ));
+            break;
+        }
+        windows += 1;
         let start = current.rows_submitted;
+        let rows = remaining.min(ceiling);
         let (inventory, opened, ids) = again(
             Backoff::IN_RUN,
             "reading the inventory",
             || async {
-                let (inventory, opened) = open_inventory(ctx, &current, remaining).await?;
-                let ids = inventory.read_ids(start, remaining).await?;
+                let (inventory, opened) = open_inventory(ctx, &current, rows).await?;
+                let ids = inventory.read_ids(start, rows).await?;
                 Ok::<_, InventoryError>((inventory, opened, ids))
             },
             InventoryError::is_transient,
@@ -289,6 +303,20 @@ const ITEM_SYNC_TRIES: u32 = 5;
 /// How far past the next window a page map reaches: a row group of granary's layout, so a map
 /// holds the next row group too and a window across the boundary still needs no footer.
 const PAGE_MAP_LOOKAHEAD_ROWS: u64 = 128 * 1024;
+
+/// Batch accepts at most 50 SubmitJob calls a second per account, a quota that cannot be raised
+/// (AWS Batch User Guide, "AWS Batch service quotas").
+pub const BATCH_SUBMITS_PER_SEC: u64 = 50;
+
+/// The most rows one window may hold: what Batch's SubmitJob rate lets through in a quarter of
+/// the feeder's timeout. A larger `granule_submit_count` is fed as several windows, and the run
+/// starts no new one after half its time ([`Budget`]): a window never outlives the run that
+/// claimed it. Unbounded when the timeout is not known.
+pub fn window_ceiling(timeout: Option<std::time::Duration>) -> u64 {
+    timeout.map_or(u64::MAX, |t| {
+        (t.as_secs() / 4).max(1) * BATCH_SUBMITS_PER_SEC
+    })
+}
 
 /// The current inventory, from the tracker's page map when it covers the window (no request),
 /// otherwise from the file's footer and index; `true` when the file was opened.
@@ -595,6 +623,64 @@ mod tests {
         let names: std::collections::BTreeSet<String> =
             jobs.submitted().into_iter().map(|r| r.job_name).collect();
         assert_eq!(names.len(), 50);
+    }
+
+    /// A count larger than Batch lets through in a quarter of the feeder's timeout is fed as
+    /// several windows; once half the run's time is spent no new window starts.
+    #[tokio::test]
+    async fn a_large_count_is_fed_as_windows_the_run_has_time_for() {
+        let feed_with = |timeout_secs: u64| async move {
+            let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+            let mut ctx = ctx("100000", jobs.clone()).await;
+            ctx.config.leases.function_timeout = Some(std::time::Duration::from_secs(timeout_secs));
+            let rows: Vec<InventoryRow> = (0..120)
+                .map(|i| InventoryRow {
+                    granule_id: format!("g{i:03}"),
+                    start_datetime: String::new(),
+                })
+                .collect();
+            ctx.store
+                .put(
+                    "inventories/a.parquet",
+                    write_inventory(&rows, &InventoryLayout::granary()).unwrap(),
+                    PutCondition::Overwrite,
+                )
+                .await
+                .unwrap();
+            let out = run(
+                &ctx,
+                FeederEvent {
+                    granule_submit_count: 120,
+                },
+            )
+            .await
+            .unwrap();
+            let windows: Vec<String> = ctx
+                .store
+                .list(&ctx.config.layout.claim_prefix)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.key)
+                .filter(|k| k.contains("start="))
+                .collect();
+            (out, windows)
+        };
+        assert_eq!(window_ceiling(Some(std::time::Duration::from_secs(4))), 50);
+        let (out, windows) = feed_with(4).await;
+        assert_eq!(out.submitted, 120);
+        assert_eq!(windows.len(), 3, "{windows:?}");
+        assert!(
+            windows
+                .iter()
+                .any(|k| k.ends_with("start=000000000100.json")),
+            "{windows:?}"
+        );
+        assert!(out.stopped.is_none());
+        // No time at all: the first window is fed, then the run stops and says why.
+        let (out, windows) = feed_with(0).await;
+        assert_eq!((out.submitted, windows.len()), (50, 1));
+        assert!(out.stopped.unwrap().contains("70 rows are left"));
     }
 
     /// A row whose id is not UTF-8 is rejected with its reason; the rest of its window is fed.

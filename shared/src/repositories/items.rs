@@ -32,9 +32,10 @@ use std::sync::Arc;
 /// How often a transition re-reads and re-decides after losing a race before giving up.
 const MAX_CAS_ROUNDS: usize = 16;
 
-/// A record changed this recently may still owe its history entry (its writer may have died
-/// between the two writes, and SQS redelivers within minutes): a no-op decision on it pays the
-/// entry. Older records had their redeliveries long ago; paying again would cost a PUT per no-op.
+/// A record changed this recently may still owe its history entries (its writer may have died
+/// between the writes, and SQS redelivers within minutes): a no-op decision on it pays them.
+/// Older records had their redeliveries long ago; paying again would cost a PUT per no-op. A
+/// transition pays whatever the age: it is the last chance.
 const HISTORY_REPAIR_WINDOW_SECS: i64 = 3600;
 
 #[derive(Debug, thiserror::Error)]
@@ -156,7 +157,11 @@ impl Items {
                 Ok(Created::New(record))
             }
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
-                Some(existing) => Ok(Created::Existing(existing.value)),
+                Some(existing) => {
+                    // Its creator may have died before the entry (a rerun finds it so).
+                    self.pay_owed(&existing.value).await?;
+                    Ok(Created::Existing(existing.value))
+                }
                 // Deleted between our create and our read: an operator's doing; say so.
                 None => Err(ItemError::Contended(record.id.to_string())),
             },
@@ -187,7 +192,10 @@ impl Items {
                 Ok(Created::New(record))
             }
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
-                Some(existing) => Ok(Created::Existing(existing.value)),
+                Some(existing) => {
+                    self.pay_owed(&existing.value).await?;
+                    Ok(Created::Existing(existing.value))
+                }
                 None => Err(ItemError::Contended(record.id.to_string())),
             },
             Err(e) => Err(e.into()),
@@ -414,11 +422,15 @@ impl Items {
                 return Ok(Advanced::Missing);
             };
             let changes = decide(&current.value);
-            // Pay the entries a crashed writer of this record owed before moving it on or
-            // reporting "nothing to do": once the record moves, nothing else names them.
-            self.pay_owed(&current.value).await?;
             if changes.is_empty() {
+                // A redelivery finding nothing to do pays what a recent writer may owe.
+                self.pay_owed(&current.value).await?;
                 return Ok(Advanced::Unchanged(current.value));
+            }
+            // Before the record moves on, whatever its age: once it moves, nothing else names
+            // the entries its last write owed (a record untouched for a day may still owe one).
+            if !current.value.in_batch_state() {
+                self.pay(&current.value).await?;
             }
             let now = Utc::now();
             let mut steps: Vec<ItemRecord> = Vec::with_capacity(changes.len());
@@ -921,6 +933,55 @@ mod tests {
         let record = items.get(&id).await.unwrap().unwrap().value;
         assert!(record.earlier_steps.is_empty());
         assert!(after.iter().all(|e| e.record.earlier_steps.is_empty()));
+    }
+
+    /// A record its writer left owing an entry, untouched for longer than the repair window
+    /// (no redelivery came): the next transition still pays the entry before moving it on.
+    #[tokio::test]
+    async fn an_old_record_pays_its_entry_before_it_moves_on() {
+        let store = Arc::new(MemoryStore::new());
+        let items = Items::new(store.clone(), ItemPrefixes::default());
+        let id = GranuleId::parse("a").unwrap();
+        items.create(new_item("a", Discovered), "t").await.unwrap();
+        items
+            .advance(&id, "t", |_| Some(Change::to(Downloading, "go")))
+            .await
+            .unwrap();
+        // As if the writer had died two hours ago between the record and its entry.
+        let mut record = items.get(&id).await.unwrap().unwrap().value;
+        record.last_updated -= chrono::Duration::hours(2);
+        store
+            .put(
+                "items/a.json",
+                Bytes::from(serde_json::to_vec(&record).unwrap()),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        for meta in store.list("history/").await.unwrap() {
+            if meta.key.ends_with("/a.00001.json") {
+                store.delete(&meta.key).await.unwrap();
+            }
+        }
+        let none = items.advance(&id, "t", |_| None).await.unwrap();
+        assert!(matches!(none, Advanced::Unchanged(_)));
+        assert_eq!(
+            items.history(&id).await.unwrap().len(),
+            1,
+            "a no-op past the window pays nothing"
+        );
+        items
+            .advance(&id, "t", |_| Some(Change::to(Downloaded, "stored")))
+            .await
+            .unwrap();
+        let seqs: Vec<u32> = items
+            .history(&id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, vec![0, 1, 2]);
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@
 //! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
 use super::{ImportError, Importer, Step};
+use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::lifecycle::decisions;
@@ -46,11 +47,59 @@ pub struct SweepSummary {
     pub corrupt_records: u64,
     /// Items that could not be handled this time (an S3, SQS or Batch error); next sweep retries.
     pub errors: u64,
+    /// Items this sweep had no time left for: the next sweep, which starts elsewhere, does them.
+    pub out_of_time: u64,
 }
 
+/// The item sweeper's scheduled invocation: the reconciler, then the sweeper, each within its
+/// share of the invocation's time, so that a long reconciler pass never leaves the sweeper no
+/// time at all. The reconciler gets half; the sweeper what is left.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ScheduledPass {
+    pub reconcile: crate::handlers::reconciler::ReconcileSummary,
+    pub sweep: SweepSummary,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduledPassError {
+    #[error("reconciler: {0}")]
+    Reconcile(#[from] crate::handlers::reconciler::ReconcileError),
+    #[error("sweeper: {0}")]
+    Sweep(#[from] ImportError),
+}
+
+pub async fn scheduled_pass(
+    imp: &Importer,
+    now: DateTime<Utc>,
+    budget: &Budget,
+) -> Result<ScheduledPass, ScheduledPassError> {
+    let reconcile =
+        crate::handlers::reconciler::reconcile_within(&imp.ctx, now, &budget.part(1, 2)).await?;
+    let sweep = sweep_within(imp, now, budget).await?;
+    Ok(ScheduledPass { reconcile, sweep })
+}
+
+/// One sweep with no time limit (an operator's command, a test).
 pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, ImportError> {
+    sweep_within(imp, now, &Budget::unlimited()).await
+}
+
+/// One sweep within `budget`: it starts at a different item each time and stops starting new
+/// ones once the time is spent (`out_of_time`).
+pub async fn sweep_within(
+    imp: &Importer,
+    now: DateTime<Utc>,
+    budget: &Budget,
+) -> Result<SweepSummary, ImportError> {
     let mut summary = SweepSummary::default();
-    for (marked, id) in imp.ctx.items().inflight().await? {
+    let mut marked_items = imp.ctx.items().inflight().await?;
+    let total = marked_items.len();
+    marked_items.rotate_left(crate::budget::first_of(total));
+    for (looked, (marked, id)) in marked_items.into_iter().enumerate() {
+        if budget.spent() {
+            summary.out_of_time += (total - looked) as u64;
+            break;
+        }
         summary.examined += 1;
         if let Err(e) = sweep_one(imp, marked, &id, Index::Marker, now, &mut summary).await {
             tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
@@ -59,7 +108,17 @@ pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, I
     }
     // A window's granules have no marker of their own while their first attempt runs: the
     // window's open marker stands for them all.
-    for id in window_granules(imp, &mut summary).await? {
+    let granules = if budget.spent() {
+        Vec::new()
+    } else {
+        window_granules(imp, &mut summary).await?
+    };
+    let total = granules.len();
+    for (looked, id) in granules.into_iter().enumerate() {
+        if budget.spent() {
+            summary.out_of_time += (total - looked) as u64;
+            break;
+        }
         summary.examined += 1;
         if let Err(e) = sweep_one(imp, Processing, &id, Index::Window, now, &mut summary).await {
             tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
@@ -474,6 +533,40 @@ mod tests {
         // Nothing of the window is left for the sweeper.
         let s = sweep(&imp, late).await.unwrap();
         assert_eq!(s.examined, 0, "{s:?}");
+    }
+
+    /// A scheduled pass with no time left touches nothing and says how much it left; the same
+    /// items are swept by the next pass that has time.
+    #[tokio::test]
+    async fn a_pass_whose_time_is_spent_leaves_the_rest_for_the_next() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let (imp, _) = importer(jobs.clone()).await;
+        let attempt = crate::domain::granule::GranuleProcessingEvent {
+            granule_id: GranuleId::parse("marked-item").unwrap(),
+            attempt: 1,
+        };
+        imp.ctx.submit_once(&attempt, "t").await.unwrap();
+        let ids: Vec<GranuleId> = ["a-item", "b-item", "c-item"]
+            .iter()
+            .map(|g| GranuleId::parse(g).unwrap())
+            .collect();
+        for id in &ids {
+            processing(&imp, id.as_str(), "no-such-job").await;
+        }
+        let late = Utc::now() + chrono::Duration::seconds(61);
+        let spent = Budget::within(std::time::Duration::ZERO);
+        let pass = scheduled_pass(&imp, late, &spent).await.unwrap();
+        assert_eq!(pass.reconcile.out_of_time, 1, "{:?}", pass.reconcile);
+        assert_eq!((pass.sweep.examined, pass.sweep.out_of_time), (0, 3));
+        for id in &ids {
+            assert_eq!(state(&imp, id).await, Processing);
+        }
+        let pass = scheduled_pass(&imp, late, &Budget::unlimited())
+            .await
+            .unwrap();
+        assert_eq!((pass.reconcile.out_of_time, pass.sweep.out_of_time), (0, 0));
+        assert_eq!(pass.reconcile.open_claims, 1, "{:?}", pass.reconcile);
+        assert_eq!(pass.sweep.gave_up, 3, "{:?}", pass.sweep);
     }
 
     #[tokio::test]

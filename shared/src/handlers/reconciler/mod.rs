@@ -12,6 +12,7 @@
 
 use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
+use crate::budget::Budget;
 use crate::domain::claim::{claim_key, parse_claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::window::parse_window_key;
@@ -49,6 +50,9 @@ pub struct ReconcileSummary {
     pub awaiting_records: u64,
     /// Markers that could not be looked at this time (an S3 or Batch error); tried next run.
     pub errors: u64,
+    /// Markers (and granules of a window) this pass had no time left for: the next pass, which
+    /// starts elsewhere in the index, looks at them.
+    pub out_of_time: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,13 +61,35 @@ pub enum ReconcileError {
     List(#[from] crate::ports::StoreError),
 }
 
-/// One pass over the open-claims index. One marker's trouble is logged and counted; the rest go on.
+/// One pass over the open-claims index with no time limit (an operator's command, a test).
 pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, ReconcileError> {
+    reconcile_within(ctx, now, &Budget::unlimited()).await
+}
+
+/// One pass over the open-claims index, within `budget`: it starts at a different marker each
+/// pass and stops starting new ones once the time is spent (`out_of_time`). One marker's trouble
+/// is logged and counted; the rest go on.
+pub async fn reconcile_within(
+    ctx: &Ctx,
+    now: DateTime<Utc>,
+    budget: &Budget,
+) -> Result<ReconcileSummary, ReconcileError> {
     let prefix = &ctx.config.layout.open_claim_prefix;
     let min_age = chrono::Duration::from_std(ctx.config.leases.reconcile_after)
         .unwrap_or(chrono::Duration::MAX);
     let mut summary = ReconcileSummary::default();
-    for meta in ctx.store.list(prefix).await? {
+    let mut markers = ctx.store.list(prefix).await?;
+    let total = markers.len() as u64;
+    markers.rotate_left(crate::budget::first_of(total as usize));
+    for (looked, meta) in markers.into_iter().enumerate() {
+        if budget.spent() {
+            summary.out_of_time += total - looked as u64;
+            tracing::warn!(
+                left = total - looked as u64,
+                "the reconciler's time is spent; the next pass looks at the rest"
+            );
+            break;
+        }
         // Without a modification time the marker counts as old: it is looked at.
         let age = meta
             .last_modified
@@ -74,7 +100,9 @@ pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary
                 summary.young += 1;
                 continue;
             }
-            if let Err(e) = windows::reconcile_window(ctx, &inventory, start, &mut summary).await {
+            if let Err(e) =
+                windows::reconcile_window(ctx, &inventory, start, &mut summary, budget).await
+            {
                 tracing::warn!(inventory, start, error = %e, "cannot reconcile this window now");
                 summary.errors += 1;
             }

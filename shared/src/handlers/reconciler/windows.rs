@@ -7,9 +7,12 @@
 //! and says it was routed (and, with item records on, the record has left PROCESSING at that
 //! attempt). Those are GETs, about a twelfth of a PUT's price, and DescribeJobs costs nothing, so
 //! looking at a window again on each pass costs little; handing an already-handled end to the
-//! monitor would cost a conditional PUT per granule.
+//! monitor would cost a conditional PUT per granule. The one PUT a look may cost: a record
+//! changed in the last hour outside its batch state pays the history entries its writer may owe
+//! (`Items::look`), once per granule, since the window remembers the granules it saw handled.
 
 use super::{OneError, ReconcileSummary};
+use crate::budget::Budget;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::job_name::job_name;
 use crate::domain::lifecycle::ItemState;
@@ -43,6 +46,8 @@ enum Granule {
     /// Its end is handled, but its item record is still to be made by the feeder's next run
     /// (the window stays open so that the record, once made, is found and moved on).
     AwaitingRecord,
+    /// Not looked at: the pass's time was spent (the next pass does it).
+    NotLooked,
 }
 
 /// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
@@ -52,6 +57,7 @@ pub(super) async fn reconcile_window(
     inventory: &str,
     start: u64,
     summary: &mut ReconcileSummary,
+    budget: &Budget,
 ) -> Result<(), OneError> {
     let layout = &ctx.config.layout;
     let open_key = window_key(&layout.open_claim_prefix, inventory, start);
@@ -119,6 +125,7 @@ pub(super) async fn reconcile_window(
         futures::stream::iter(to_look)
             .map(|(i, attempt, job_id, description)| async move {
                 let step = match job_id {
+                    _ if budget.spent() => Ok(Granule::NotLooked),
                     None => Ok(Granule::NotSubmitted),
                     // The window closes only in a pass where every granule could be looked at:
                     // a call throttled past the SDK's retries is tried again here, or one
@@ -170,6 +177,7 @@ pub(super) async fn reconcile_window(
             Ok(Granule::StillRunning) => summary.still_running += 1,
             Ok(Granule::UnknownToBatch) => summary.unknown_to_batch += 1,
             Ok(Granule::AwaitingRecord) => summary.awaiting_records += 1,
+            Ok(Granule::NotLooked) => summary.out_of_time += 1,
             Err(e) => {
                 tracing::warn!(granule_id = %attempt.granule_id, error = %e, "cannot reconcile this granule of the window now");
                 summary.errors += 1;
