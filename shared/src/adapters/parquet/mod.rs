@@ -539,21 +539,67 @@ impl Inventory {
                 total: held,
             });
         }
-        // The reader refuses a whole read for one cell that is not UTF-8: the span is halved
-        // until that cell is a span of its own (a few more reads, only where such a cell is).
+        match self.decode_ids(start, end).await {
+            // The Arrow reader refuses a whole read for one cell that is not UTF-8 (and a whole
+            // column chunk for one bad dictionary entry): the span is read again cell by cell.
+            Err(e) if is_not_utf8(&e) => self.raw_ids(start, end).await,
+            read => read,
+        }
+    }
+
+    /// The id cells of rows `start .. end` read with the column reader, which hands back bytes
+    /// unchecked: each cell is checked on its own. Reads the id column's whole chunk of each row
+    /// group the span touches (one GET each), so it is kept for spans the Arrow reader refused.
+    async fn raw_ids(&self, start: u64, end: u64) -> Result<Vec<IdCell>, InventoryError> {
+        let metadata = self.arrow_metadata.metadata();
+        let parquet_err = |source| InventoryError::Parquet {
+            key: self.key.clone(),
+            source,
+        };
+        let schema = metadata.file_metadata().schema_descr();
+        let column = schema
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == self.id_column)
+            .ok_or_else(|| InventoryError::NoIdColumn {
+                key: self.key.clone(),
+                column: self.id_column.clone(),
+                found: String::new(),
+            })?;
         let mut cells = Vec::with_capacity((end - start) as usize);
-        let mut spans = vec![(start, end)];
-        while let Some((from, to)) = spans.pop() {
-            match self.decode_ids(from, to).await {
-                Ok(read) => cells.extend(read),
-                Err(e) if is_not_utf8(&e) && to - from == 1 => cells.push(IdCell::NotUtf8),
-                Err(e) if is_not_utf8(&e) => {
-                    let middle = from + (to - from) / 2;
-                    spans.push((middle, to));
-                    spans.push((from, middle));
-                }
-                Err(e) => return Err(e),
+        let mut offset = self.row_base;
+        for rg in metadata.row_groups() {
+            let rows = rg.num_rows().max(0) as u64;
+            let group = offset..offset + rows;
+            offset += rows;
+            if group.end <= start || group.start >= end {
+                continue;
             }
+            let chunk = rg.column(column);
+            let (at, len) = chunk.byte_range();
+            let bytes = self
+                .reader
+                .store
+                .get_range(&self.key, at..at + len)
+                .await
+                .map_err(|source| InventoryError::Store {
+                    key: self.key.clone(),
+                    source,
+                })?;
+            let all = raw_column_cells(
+                Arc::new(ChunkAt { at, bytes }),
+                chunk,
+                schema.column(column),
+                rows as usize,
+            )
+            .map_err(parquet_err)?;
+            let from = start.max(group.start) - group.start;
+            let to = end.min(group.end) - group.start;
+            cells.extend(
+                all.into_iter()
+                    .skip(from as usize)
+                    .take((to - from) as usize),
+            );
         }
         Ok(cells)
     }
@@ -651,6 +697,93 @@ impl Inventory {
 }
 
 pub use crate::domain::tracker::PageMap;
+
+/// One column chunk's bytes, answering reads at the file offsets the metadata names.
+struct ChunkAt {
+    at: u64,
+    bytes: Bytes,
+}
+
+impl parquet::file::reader::Length for ChunkAt {
+    fn len(&self) -> u64 {
+        self.at + self.bytes.len() as u64
+    }
+}
+
+impl parquet::file::reader::ChunkReader for ChunkAt {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        use bytes::Buf;
+        Ok(self
+            .get_bytes(start, 0)
+            .map(|_| self.bytes.slice((start - self.at) as usize..).reader())?)
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let from = start
+            .checked_sub(self.at)
+            .map(|f| f as usize)
+            .filter(|f| f + length <= self.bytes.len())
+            .ok_or_else(|| {
+                ParquetError::General(format!(
+                    "read of {length} bytes at {start} outside the column chunk at {} ({} bytes)",
+                    self.at,
+                    self.bytes.len()
+                ))
+            })?;
+        Ok(self.bytes.slice(from..from + length))
+    }
+}
+
+/// Every cell of one string column chunk, each checked for UTF-8 on its own.
+fn raw_column_cells(
+    chunk_reader: Arc<ChunkAt>,
+    chunk: &parquet::file::metadata::ColumnChunkMetaData,
+    descr: parquet::schema::types::ColumnDescPtr,
+    rows: usize,
+) -> Result<Vec<IdCell>, ParquetError> {
+    use parquet::column::reader::{get_column_reader, ColumnReader};
+    let pages = parquet::file::serialized_reader::SerializedPageReader::new(
+        chunk_reader,
+        chunk,
+        rows,
+        None,
+    )?;
+    let max_def = descr.max_def_level();
+    let ColumnReader::ByteArrayColumnReader(mut reader) = get_column_reader(descr, Box::new(pages))
+    else {
+        return Err(ParquetError::General(
+            "the id column is not a byte-array column".into(),
+        ));
+    };
+    let mut cells = Vec::with_capacity(rows);
+    while cells.len() < rows {
+        let mut values = Vec::new();
+        let mut levels = Vec::new();
+        let (records, _, _) = reader.read_records(
+            8192,
+            (max_def > 0).then_some(&mut levels),
+            None,
+            &mut values,
+        )?;
+        if records == 0 {
+            break;
+        }
+        let mut present = values.iter();
+        for i in 0..records {
+            let defined = max_def == 0 || levels.get(i) == Some(&max_def);
+            cells.push(match (defined, defined.then(|| present.next()).flatten()) {
+                (true, Some(v)) => match std::str::from_utf8(v.data()) {
+                    Ok(text) => IdCell::Text(text.to_owned()),
+                    Err(_) => IdCell::NotUtf8,
+                },
+                _ => IdCell::Null,
+            });
+        }
+    }
+    Ok(cells)
+}
 
 /// The Parquet reader's refusal of a string that is not UTF-8 (`parquet::util::utf8`,
 /// "encountered non UTF-8 data").
@@ -750,30 +883,47 @@ pub(crate) mod tests {
 
     /// An inventory whose id column is a Parquet string holding exactly these bytes, valid
     /// UTF-8 or not (ArrowWriter cannot write that; the column writer does not check), in row
-    /// groups of `group_rows`.
+    /// groups of `group_rows`, plain-encoded.
     pub(crate) fn inventory_of_bytes(ids: &[&[u8]], group_rows: usize) -> Bytes {
+        let cells: Vec<Option<&[u8]>> = ids.iter().map(|b| Some(*b)).collect();
+        inventory_of_cells(&cells, group_rows, false)
+    }
+
+    /// The same with nulls (`None`; the column is then optional), dictionary-encoded when
+    /// `dictionary` (as pyarrow writes by default).
+    pub(crate) fn inventory_of_cells(
+        cells: &[Option<&[u8]>],
+        group_rows: usize,
+        dictionary: bool,
+    ) -> Bytes {
         use parquet::data_type::{ByteArray, ByteArrayType};
         use parquet::file::writer::SerializedFileWriter;
+        let optional = cells.iter().any(Option::is_none);
         let schema = Arc::new(
-            parquet::schema::parser::parse_message_type(
-                "message inventory { required binary granule_id (STRING); }",
-            )
+            parquet::schema::parser::parse_message_type(&format!(
+                "message inventory {{ {} binary granule_id (STRING); }}",
+                if optional { "optional" } else { "required" }
+            ))
             .unwrap(),
         );
         let props = Arc::new(
             WriterProperties::builder()
-                .set_dictionary_enabled(false)
+                .set_dictionary_enabled(dictionary)
                 .build(),
         );
         let mut out = Vec::new();
         let mut writer = SerializedFileWriter::new(&mut out, schema, props).unwrap();
-        for group in ids.chunks(group_rows) {
+        for group in cells.chunks(group_rows) {
             let mut rg = writer.next_row_group().unwrap();
             let mut col = rg.next_column().unwrap().unwrap();
-            let values: Vec<ByteArray> =
-                group.iter().map(|b| ByteArray::from(b.to_vec())).collect();
+            let values: Vec<ByteArray> = group
+                .iter()
+                .flatten()
+                .map(|b| ByteArray::from(b.to_vec()))
+                .collect();
+            let levels: Vec<i16> = group.iter().map(|c| i16::from(c.is_some())).collect();
             col.typed::<ByteArrayType>()
-                .write_batch(&values, None, None)
+                .write_batch(&values, optional.then_some(&levels[..]), None)
                 .unwrap();
             col.close().unwrap();
             rg.close().unwrap();
@@ -786,15 +936,25 @@ pub(crate) mod tests {
     /// others, read as they are.
     #[tokio::test]
     async fn a_cell_that_is_not_utf8_is_read_as_such_and_its_neighbours_are_read() {
+        for (dictionary, nulls) in [(false, false), (true, false), (true, true), (false, true)] {
+            a_cell_that_is_not_utf8_among(dictionary, nulls).await;
+        }
+    }
+
+    async fn a_cell_that_is_not_utf8_among(dictionary: bool, nulls: bool) {
         let good: Vec<String> = (0..40).map(|i| format!("g{i:02}")).collect();
-        let mut ids: Vec<&[u8]> = good.iter().map(|g| g.as_bytes()).collect();
-        ids[13] = b"bad\xff\xfeid";
-        ids[30] = b"\xc3";
+        let mut ids: Vec<Option<&[u8]>> = good.iter().map(|g| Some(g.as_bytes())).collect();
+        ids[13] = Some(b"bad\xff\xfeid");
+        ids[30] = Some(b"\xc3");
+        if nulls {
+            ids[14] = None;
+            ids[31] = None;
+        }
         let store = Arc::new(MemoryStore::new());
         store
             .put(
                 "inv.parquet",
-                inventory_of_bytes(&ids, 16),
+                inventory_of_cells(&ids, 16, dictionary),
                 PutCondition::Overwrite,
             )
             .await
@@ -807,9 +967,13 @@ pub(crate) mod tests {
         for (i, cell) in cells.iter().enumerate() {
             let want = match i {
                 13 | 30 => IdCell::NotUtf8,
+                14 | 31 if nulls => IdCell::Null,
                 _ => IdCell::Text(good[i].clone()),
             };
-            assert_eq!(*cell, want, "row {i}");
+            assert_eq!(
+                *cell, want,
+                "row {i}, dictionary {dictionary}, nulls {nulls}"
+            );
         }
         assert_eq!(
             inv.read_ids(10, 5).await.unwrap()[3].granule().unwrap_err(),
