@@ -715,9 +715,9 @@ impl parquet::file::reader::ChunkReader for ChunkAt {
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
         use bytes::Buf;
-        Ok(self
-            .get_bytes(start, 0)
-            .map(|_| self.bytes.slice((start - self.at) as usize..).reader())?)
+        // An empty read checks that `start` lies within the chunk.
+        self.get_bytes(start, 0)?;
+        Ok(self.bytes.slice((start - self.at) as usize..).reader())
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
