@@ -145,7 +145,8 @@ impl IngestCtx {
             },
             settings,
         )
-        .with_archive_prefix(&config.archive.prefix))
+        .with_archive_prefix(&config.archive.prefix)
+        .with_claim_lease(config.leases.claim_lease))
     }
 }
 

@@ -4,7 +4,9 @@
 //! event. Each pass (a dispatcher tick, then the monitor's deliveries) dies at one of its
 //! external calls in turn — the call never made, or made and its answer lost — and then the
 //! schedule fires again and SQS redelivers what the dead monitor held (clean passes) until
-//! nothing moves. Audited after each run: every job ended where it should, both indexes list
+//! nothing moves. Processing claims keep the real lease: a quiet world with a claim still in its
+//! lease (a SubmitJob answer lost) lets the lease run out, as fifteen minutes would, and the next
+//! tick takes the claim over and finds the job by name. Audited after each run: every job ended where it should, both indexes list
 //! each job exactly as its record says, no processing attempt was submitted twice, the failed
 //! processing job is on the failure DLQ, every completed job's files are in the bucket and it
 //! was announced, and the batch reported the right jobs.
@@ -228,10 +230,50 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
         let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
         let finished = finish_jobs(w).await;
         if s == TickSummary::default() && finished == 0 && !delivered {
+            if let_claim_leases_run_out(w).await {
+                continue;
+            }
             return calls;
         }
     }
     panic!("the ingest queue did not settle");
+}
+
+/// Time passes for a quiet world with a processing claim still in its lease (its SubmitJob
+/// answer was lost, or its owner died): every such claim is made as old as the real lease
+/// (`GRANARY_CLAIM_LEASE_SECS`'s default), as fifteen minutes would make it, so the next tick takes it
+/// over and looks the job up by name. Whether any was.
+async fn let_claim_leases_run_out(w: &World) -> bool {
+    let lease = chrono::Duration::seconds(granary::config::DEFAULT_CLAIM_LEASE_SECS as i64 + 1);
+    let prefix = format!("{}claims/", IngestSettings::default().prefix);
+    let mut aged = false;
+    for meta in w.store.list(&prefix).await.unwrap() {
+        let claim = granary::repositories::read_json::<granary::domain::claim::Claim>(
+            w.store.as_ref(),
+            &meta.key,
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+        let now = chrono::Utc::now();
+        if claim.job_id.is_none() && now - claim.claimed_at < lease {
+            let older = granary::domain::claim::Claim {
+                claimed_at: now - lease,
+                ..claim
+            };
+            granary::repositories::write_json(
+                w.store.as_ref(),
+                &meta.key,
+                &older,
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+            aged = true;
+        }
+    }
+    aged
 }
 
 async fn audit(w: &World) -> Result<(), String> {

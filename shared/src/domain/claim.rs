@@ -34,6 +34,26 @@ impl Claim {
         }
     }
 
+    /// The claim of another workflow's unit of work (an ingest job's processing attempt), named
+    /// by `work` and submitted as `job_name`.
+    pub fn of_work(
+        work: GranuleId,
+        attempt: u32,
+        job_name: String,
+        claimed_by: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            granule_id: work,
+            attempt,
+            job_name,
+            claimed_by: claimed_by.to_owned(),
+            claimed_at: now,
+            job_id: None,
+            submitted_at: None,
+        }
+    }
+
     pub fn is_submitted(&self) -> bool {
         self.job_id.is_some()
     }

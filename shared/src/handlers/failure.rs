@@ -88,6 +88,7 @@ impl FailureKind for super::ingest::IngestStepError {
         match self {
             Records(_) => "Ingest.Records",
             Store(_) => "Ingest.Store",
+            Claim(_) => "Ingest.Claim",
             Batch(_) => "Ingest.Batch",
             Bus(_) => "Ingest.Bus",
             Queue(_) => "Ingest.Queue",

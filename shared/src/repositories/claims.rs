@@ -4,7 +4,7 @@ use super::json::{read_json, write_json, RepositoryError, Versioned};
 use crate::contracts::job::job_request;
 use crate::domain::claim::{claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::ports::{JobRunner, ObjectStore, PutCondition};
+use crate::ports::{JobRequest, JobRunner, ObjectStore, PutCondition};
 use chrono::Utc;
 use std::time::Duration;
 
@@ -21,12 +21,19 @@ pub enum SubmitOutcome {
     InFlight,
 }
 
+/// One unit of work to submit at most once: its claim, where the claim lives, the open-claims
+/// marker the reconciler reads (none for work another loop watches, such as an ingest job's
+/// processing, which its own tick describes), and the job it asks Batch for.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub claim_key: String,
+    pub open_key: Option<String>,
+    pub claim: Claim,
+    pub request: JobRequest,
+}
+
 /// Submits (granule, attempt) to Batch at most once, however often and concurrently it is asked.
-///
-/// The claim object is created with If-None-Match before SubmitJob and completed with the job id
-/// after it. A claim without a job id is left alone while its lease runs (its owner may be inside
-/// SubmitJob), then taken over with If-Match — so only one taker — and the job is looked up by its
-/// deterministic name before anything is submitted again.
+/// See [`submit_claim_once`].
 pub async fn submit_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
@@ -36,11 +43,36 @@ pub async fn submit_once(
     event: &GranuleProcessingEvent,
     claimed_by: &str,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    let key = claim_key(claim_prefix, event);
-    let open = claim_key(open_prefix, event);
     let claim = Claim::new(event, claimed_by, Utc::now());
-    match write_json(store, &key, &claim, PutCondition::IfAbsent).await {
-        Ok(etag) => return submit_claimed(store, jobs, &key, &open, claim, etag).await,
+    let request = job_request(&claim.job_name, &claim.granule_id, claim.attempt);
+    let submission = Submission {
+        claim_key: claim_key(claim_prefix, event),
+        open_key: Some(claim_key(open_prefix, event)),
+        claim,
+        request,
+    };
+    submit_claim_once(store, jobs, lease, &submission).await
+}
+
+/// Submits one unit of work to Batch at most once, however often and concurrently it is asked:
+/// the one submission protocol of every workflow.
+///
+/// The claim object is created with If-None-Match before SubmitJob and completed with the job id
+/// after it. A claim without a job id is left alone while its lease runs (its owner may be inside
+/// SubmitJob), then taken over with If-Match — so only one taker — and the job is looked up by its
+/// deterministic name before anything is submitted again.
+pub async fn submit_claim_once(
+    store: &dyn ObjectStore,
+    jobs: &dyn JobRunner,
+    lease: Duration,
+    submission: &Submission,
+) -> Result<SubmitOutcome, RepositoryError> {
+    let key = &submission.claim_key;
+    let open = submission.open_key.as_deref();
+    match write_json(store, key, &submission.claim, PutCondition::IfAbsent).await {
+        Ok(etag) => {
+            return submit_claimed(store, jobs, submission, submission.claim.clone(), etag).await
+        }
         Err(e) if e.is_conflict() => {}
         Err(e) => return Err(e),
     }
@@ -49,19 +81,10 @@ pub async fn submit_once(
         let Some(Versioned {
             value: existing,
             etag,
-        }) = read_json::<Claim>(store, &key).await?
+        }) = read_json::<Claim>(store, key).await?
         else {
             // Claims are never deleted by granary; if an operator removed it, claim afresh.
-            return Box::pin(submit_once(
-                store,
-                jobs,
-                claim_prefix,
-                open_prefix,
-                lease,
-                event,
-                claimed_by,
-            ))
-            .await;
+            return Box::pin(submit_claim_once(store, jobs, lease, submission)).await;
         };
         let etag = etag.unwrap_or_default();
         if let Some(job_id) = existing.job_id.clone() {
@@ -72,13 +95,15 @@ pub async fn submit_once(
             return Ok(SubmitOutcome::InFlight);
         }
         if let Some(job) = jobs.find_by_name(&existing.job_name).await? {
-            mark_open(store, &open).await?;
+            if let Some(open) = open {
+                mark_open(store, open).await?;
+            }
             let recorded = Claim {
                 job_id: Some(job.job_id.clone()),
                 submitted_at: Some(Utc::now()),
                 ..existing
             };
-            match write_json(store, &key, &recorded, PutCondition::IfMatch(etag)).await {
+            match write_json(store, key, &recorded, PutCondition::IfMatch(etag)).await {
                 Ok(_) => return Ok(SubmitOutcome::Recovered { job_id: job.job_id }),
                 Err(e) if e.is_conflict() => continue,
                 Err(e) => return Err(e),
@@ -86,11 +111,11 @@ pub async fn submit_once(
         }
         let takeover = Claim {
             claimed_at: Utc::now(),
-            claimed_by: claimed_by.to_owned(),
+            claimed_by: submission.claim.claimed_by.clone(),
             ..existing
         };
-        match write_json(store, &key, &takeover, PutCondition::IfMatch(etag)).await {
-            Ok(etag) => return submit_claimed(store, jobs, &key, &open, takeover, etag).await,
+        match write_json(store, key, &takeover, PutCondition::IfMatch(etag)).await {
+            Ok(etag) => return submit_claimed(store, jobs, submission, takeover, etag).await,
             Err(e) if e.is_conflict() => continue,
             Err(e) => return Err(e),
         }
@@ -111,13 +136,15 @@ async fn mark_open(store: &dyn ObjectStore, open_key: &str) -> Result<(), Reposi
 async fn submit_claimed(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
-    key: &str,
-    open_key: &str,
+    submission: &Submission,
     claim: Claim,
     etag: String,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    mark_open(store, open_key).await?;
-    let request = job_request(&claim.job_name, &claim.granule_id, claim.attempt);
+    let key = submission.claim_key.as_str();
+    if let Some(open) = &submission.open_key {
+        mark_open(store, open).await?;
+    }
+    let request = submission.request.clone();
     let job = match jobs.submit(request).await {
         Ok(job) => job,
         Err(e) if !e.may_have_taken_effect => {

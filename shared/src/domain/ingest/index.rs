@@ -213,6 +213,17 @@ impl IngestKeys {
         format!("{}holds/job={jid}.json", self.prefix)
     }
 
+    /// The claim of one processing attempt's Batch job (`repositories::claims`): created before
+    /// SubmitJob, completed with the job id after it.
+    pub fn processing_claim(&self, jid: &JobId, retry: u32, attempt: u32) -> String {
+        format!("{}r{retry}-a{attempt}.json", self.processing_claims(jid))
+    }
+
+    /// Every processing claim of a job (all under one prefix).
+    pub fn processing_claims(&self, jid: &JobId) -> String {
+        format!("{}claims/{jid}/", self.prefix)
+    }
+
     /// Where a job's downloaded files are kept until its batch is cleaned up.
     pub fn objects(&self, jid: &JobId) -> String {
         format!("{}objects/{jid}/", self.prefix)

@@ -6,13 +6,16 @@ use super::processing::{self, EndedProcessing, ProcessingOutcome};
 use super::{batches, operator, IngestCtx, IngestStepError, TickSummary};
 use crate::contracts::ingest::{processing_job, processing_job_name, JobAnnouncement};
 use crate::domain::batch_event::JobDetail;
+use crate::domain::claim::Claim;
 use crate::domain::classify::classify;
+use crate::domain::granule::GranuleId;
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::repositories::ingest::Changed;
+use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 
@@ -283,19 +286,45 @@ pub async fn process(
         let batch_job = match &job.processing_job {
             Some(id) => id.clone(),
             None => {
-                let id = match ictx.jobs.find_by_name(&name).await? {
-                    Some(found) => found.job_id,
-                    None => {
-                        let prefix =
-                            format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
-                        let request = processing_job(
-                            &job.id,
-                            job.retry_count,
-                            job.processing_attempt,
-                            &prefix,
-                        );
-                        ictx.jobs.submit(request).await?.job_id
-                    }
+                // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
+                // name only on takeover): a lost answer, a ListJobs that does not show the job
+                // yet, or an operator's tick beside the scheduled one submits nothing twice.
+                let prefix = format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
+                let request =
+                    processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
+                let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
+                    IngestStepError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
+                })?;
+                let submission = Submission {
+                    claim_key: ictx.ingest.keys.processing_claim(
+                        &job.id,
+                        job.retry_count,
+                        job.processing_attempt,
+                    ),
+                    // Watched by this tick's DescribeJobs, not by the reconciler.
+                    open_key: None,
+                    claim: Claim::of_work(
+                        work,
+                        job.processing_attempt,
+                        name.clone(),
+                        "ingest-dispatcher",
+                        now,
+                    ),
+                    request,
+                };
+                let id = match submit_claim_once(
+                    ictx.store.as_ref(),
+                    ictx.jobs.as_ref(),
+                    ictx.claim_lease,
+                    &submission,
+                )
+                .await?
+                {
+                    SubmitOutcome::Submitted { job_id }
+                    | SubmitOutcome::AlreadySubmitted { job_id }
+                    | SubmitOutcome::Recovered { job_id } => job_id,
+                    // Another tick holds the claim and may be submitting: the next tick looks.
+                    SubmitOutcome::InFlight => continue,
                 };
                 ictx.ingest
                     .change_job(&job.id, |r| {

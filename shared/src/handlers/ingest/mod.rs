@@ -28,6 +28,8 @@ pub enum IngestStepError {
     Records(#[from] IngestError),
     #[error(transparent)]
     Store(#[from] crate::ports::StoreError),
+    #[error("the processing claim: {0}")]
+    Claim(#[from] crate::repositories::RepositoryError),
     #[error("asking Batch: {0}")]
     Batch(#[from] JobRunnerError),
     #[error("announcing: {0}")]
@@ -65,6 +67,9 @@ pub struct IngestCtx {
     /// Archive job records (`GRANARY_ARCHIVE_PREFIX` in the same bucket): where a completed
     /// batch's archive job is created when `settings.archive_destinations` names destinations.
     pub archives: crate::repositories::archive::Archives,
+    /// How long a processing claim without a job id belongs to whoever made it
+    /// (`GRANARY_CLAIM_LEASE_SECS`): the same lease as every other submission's.
+    pub claim_lease: std::time::Duration,
 }
 
 impl IngestCtx {
@@ -90,7 +95,14 @@ impl IngestCtx {
             bus,
             processing,
             settings,
+            claim_lease: std::time::Duration::from_secs(crate::config::DEFAULT_CLAIM_LEASE_SECS),
         }
+    }
+
+    /// Processing claims held for `lease` (the stack's `GRANARY_CLAIM_LEASE_SECS`).
+    pub fn with_claim_lease(mut self, lease: std::time::Duration) -> Self {
+        self.claim_lease = lease;
+        self
     }
 }
 

@@ -932,3 +932,87 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
     // Members are named by job within the batch: `j00001/a.txt`.
     assert!(text.contains("\"j00001/a.txt\""), "{text}");
 }
+
+/// Batch as the processing submission must survive it: SubmitJob creates the job and loses the
+/// answer once (a read timeout), and ListJobs does not show new jobs yet (the Batch API
+/// reference promises no read-after-write for ListJobs, and granary assumes none).
+struct LostAnswerLaggingList {
+    inner: Arc<MemoryJobRunner>,
+    lose_next: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl crate::ports::JobRunner for LostAnswerLaggingList {
+    async fn submit(
+        &self,
+        request: crate::ports::JobRequest,
+    ) -> Result<crate::ports::JobSummary, crate::ports::JobRunnerError> {
+        let job = self.inner.submit(request).await?;
+        if self
+            .lose_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(crate::ports::JobRunnerError::ambiguous("read timeout"));
+        }
+        Ok(job)
+    }
+    async fn count_active(
+        &self,
+        n: u64,
+    ) -> Result<crate::ports::ActiveJobs, crate::ports::JobRunnerError> {
+        self.inner.count_active(n).await
+    }
+    async fn find_by_name(
+        &self,
+        _: &str,
+    ) -> Result<Option<crate::ports::JobSummary>, crate::ports::JobRunnerError> {
+        Ok(None)
+    }
+    async fn describe(
+        &self,
+        id: &str,
+    ) -> Result<Option<crate::ports::JobDescription>, crate::ports::JobRunnerError> {
+        self.inner.describe(id).await
+    }
+}
+
+/// A lost SubmitJob answer with a ListJobs that does not show the job yet, then the scheduled
+/// tick and an operator's `granary ingest tick` at once: the processing job is submitted once
+/// (its claim holds its lease), where a lookup by name alone submitted it again.
+#[tokio::test]
+async fn a_lost_answer_a_lagging_list_and_two_ticks_submit_processing_once() {
+    let mut w = world(IngestSettings::default());
+    w.ictx.jobs = Arc::new(LostAnswerLaggingList {
+        inner: w.jobs.clone(),
+        lose_next: true.into(),
+    });
+    let m = w.manifest("m40", &[("a", "alpha")], &[]).await;
+    w.submit(&m, "coll", None).await;
+    for _ in 0..8 {
+        // The tick that loses the answer fails; the others find the claim in its lease.
+        let _ = tick(&w.ictx, Utc::now()).await;
+        let (a, b) = tokio::join!(tick(&w.ictx, Utc::now()), tick(&w.ictx, Utc::now()));
+        let _ = (a, b);
+    }
+    let names: Vec<String> = w.jobs.submitted().into_iter().map(|r| r.job_name).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+}
+
+/// Without a lost answer, concurrent ticks submit once and the job record names the job.
+#[tokio::test]
+async fn concurrent_ticks_submit_processing_once_and_record_it() {
+    let w = world(IngestSettings::default());
+    let m = w.manifest("m41", &[("a", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    for _ in 0..8 {
+        let (a, b) = tokio::join!(tick(&w.ictx, Utc::now()), tick(&w.ictx, Utc::now()));
+        let _ = (a, b);
+    }
+    let submitted = w.jobs.submitted();
+    assert_eq!(submitted.len(), 1, "{submitted:?}");
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(
+        job.processing_job.as_deref(),
+        Some(w.jobs.running()[0].1.job_id.as_str())
+    );
+}
