@@ -91,6 +91,15 @@ enum Command {
     ///   granary redrive-events --max 1000 --rate 20
     #[command(verbatim_doc_comment)]
     RedriveEvents(ops_cmd::RedriveEventsArgs),
+    /// Import messages parked in the import DLQ (an importer step failed on them repeatedly:
+    /// most often an admission waiting for prerequisites) back to the import queue, unchanged;
+    /// the importer decides each item's step again from its record.
+    ///
+    /// Examples:
+    ///   granary redrive-imports --dry-run
+    ///   granary redrive-imports --item '^S2B_' --rate 10
+    #[command(verbatim_doc_comment)]
+    RedriveImports(ops_cmd::RedriveImportsArgs),
     /// Hold the feeder: it submits nothing, and keeps its place, until `granary release`.
     ///
     /// Example: granary hold --reason "new container image rolling out"
@@ -101,11 +110,13 @@ enum Command {
     /// Example: granary release
     #[command(verbatim_doc_comment)]
     Release,
-    /// Failed items back to their last successful state, their next attempt granted.
+    /// Failed items back to their last successful state, their next attempt granted; a
+    /// DOWNLOADED item (its admission waited until its message was parked) admitted again.
     ///
     /// Examples:
     ///   granary resume HLS.S30.T01GBH.2022226T214921.v2.0
     ///   granary resume --state PROCESSING_FAILED --dry-run
+    ///   granary resume --state DOWNLOADED
     #[command(verbatim_doc_comment)]
     Resume(ops_cmd::ResumeArgs),
 }
@@ -123,6 +134,7 @@ async fn main() -> ExitCode {
         Command::Report(args) => ops_cmd::report(args).await,
         Command::Redrive(args) => ops_cmd::redrive(args).await,
         Command::RedriveEvents(args) => ops_cmd::redrive_events(args).await,
+        Command::RedriveImports(args) => ops_cmd::redrive_imports(args).await,
         Command::Hold(args) => ops_cmd::hold(args).await,
         Command::Release => ops_cmd::release().await,
         Command::Resume(args) => ops_cmd::resume(args).await,

@@ -376,6 +376,69 @@ pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
 }
 
 #[derive(clap::Args)]
+pub struct RedriveImportsArgs {
+    /// The import DLQ (the stack's ImportDlqUrl output).
+    #[arg(long, env = "GRANARY_IMPORT_DLQ_URL")]
+    from: String,
+    /// The import queue the importer reads (the stack's ImportQueueUrl output).
+    #[arg(long, env = "GRANARY_IMPORT_QUEUE_URL")]
+    to: String,
+    /// Only items whose id matches this regular expression.
+    #[arg(long)]
+    item: Option<String>,
+    #[command(flatten)]
+    pace: Pace,
+}
+
+pub async fn redrive_imports(args: RedriveImportsArgs) -> Result<ExitCode> {
+    let opts = args.pace.options()?;
+    let items = args
+        .item
+        .as_deref()
+        .map(regex::Regex::new)
+        .transpose()
+        .context("--item is not a valid regular expression")?;
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let from = granary::wiring::sqs_queue(&clients, &args.from);
+    let to = granary::wiring::sqs_queue(&clients, &args.to);
+    let depth = from.depth().await?;
+    let b = bar(
+        depth.visible,
+        if opts.dry_run { "examined" } else { "moved" },
+    );
+    let s = granary::handlers::redrive::redrive_imports(
+        from.as_ref(),
+        to.as_ref(),
+        items.as_ref(),
+        &opts,
+        &|s| b.set_position(s.redriven),
+    )
+    .await
+    .context("redrive-imports stopped (nothing is lost: a message leaves the DLQ only once it is on the import queue; run it again)")?;
+    b.finish_and_clear();
+    if args.pace.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["item", "why it was parked"]);
+    for m in &s.matched {
+        t.add_row([m.granule_id.clone(), m.reason.clone()]);
+    }
+    println!("{t}");
+    if opts.dry_run {
+        println!(
+            "dry run: {} would be moved to the import queue",
+            s.matched.len()
+        );
+    } else {
+        println!("moved {} to the import queue", s.redriven);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
 pub struct HoldArgs {
     /// Why (shown by status and in the feeder's log).
     #[arg(long)]
@@ -422,7 +485,8 @@ pub async fn release() -> Result<ExitCode> {
 pub struct ResumeArgs {
     /// Items to resume (ids).
     ids: Vec<String>,
-    /// Resume every item in this failed state (PROCESSING_FAILED or DOWNLOADING_FAILED).
+    /// Resume every item in this state (PROCESSING_FAILED, DOWNLOADING_FAILED, or DOWNLOADED:
+    /// its admission looked at again).
     #[arg(long)]
     state: Option<String>,
     #[arg(long)]
@@ -444,9 +508,9 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
         let state: ItemState = state.parse()?;
         if !matches!(
             state,
-            ItemState::ProcessingFailed | ItemState::DownloadingFailed
+            ItemState::ProcessingFailed | ItemState::DownloadingFailed | ItemState::Downloaded
         ) {
-            bail!("--state must be PROCESSING_FAILED or DOWNLOADING_FAILED: only those have a way back");
+            bail!("--state must be PROCESSING_FAILED, DOWNLOADING_FAILED or DOWNLOADED: only those have a way on");
         }
         let query = granary::domain::item::ItemQuery {
             state: Some(state),

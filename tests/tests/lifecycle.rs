@@ -587,6 +587,82 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     );
 }
 
+/// An admission that waited for its prerequisites until SQS parked its message in the import
+/// DLQ leaves the item DOWNLOADED with nothing to move it. Once the prerequisites are there,
+/// `granary redrive-imports` (the parked message back, unchanged) or `granary resume` (a fresh
+/// admission) admits it.
+#[tokio::test]
+async fn a_parked_admission_is_woken_by_redrive_imports_or_resume() {
+    let w = world(
+        "lcparked",
+        &[("GRANARY_PREREQUISITES", "ancillary/{name}.met")],
+    )
+    .await;
+    for name in ["k.h5", "l.h5"] {
+        w.server.archive.put(name, BODY, vec![Behaviour::Serve]);
+    }
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let items = w.items().find(&Default::default()).await.unwrap();
+    assert_eq!(items.len(), 2);
+    assert!(items.iter().all(|r| r.state == Downloaded), "{items:?}");
+    let by_name = |name: &str| items.iter().find(|r| r.name == name).unwrap().id.clone();
+    let (k, l) = (by_name("k.h5"), by_name("l.h5"));
+    // SQS moved k's last admission message to the import DLQ after its receives ran out.
+    let dlq_url =
+        w.s.clients
+            .sqs
+            .create_queue()
+            .queue_name(format!("lcparked-import-dlq-{}", std::process::id()))
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+    let dlq = granary::wiring::sqs_queue(&w.s.clients, &dlq_url);
+    let import_queue = granary::wiring::sqs_queue(&w.s.clients, &w.s.stack.import_queue_url);
+    let parked = granary::contracts::messages::ImportMessage {
+        item_id: k.clone(),
+        step: Some(Step::Admit),
+        resume: false,
+    };
+    dlq.send(parked.to_message().unwrap()).await.unwrap();
+    for name in ["k.h5", "l.h5"] {
+        w.s.ctx
+            .store
+            .put(
+                &format!("ancillary/{name}.met"),
+                Bytes::from_static(b"ok"),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+    }
+    let moved = granary::handlers::redrive::redrive_imports(
+        dlq.as_ref(),
+        import_queue.as_ref(),
+        None,
+        &Default::default(),
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    assert_eq!(moved.redriven, 1);
+    assert_eq!(w.run_import_queue().await, 1);
+    assert_eq!(w.record(&k).await.state, Ready);
+    assert_eq!(w.record(&l).await.state, Downloaded, "nothing woke l yet");
+    let resumed = granary::handlers::resume::resume(&w.imp, std::slice::from_ref(&l), false)
+        .await
+        .unwrap();
+    assert_eq!(resumed.resumed[0].from, "DOWNLOADED");
+    assert_eq!(w.run_import_queue().await, 1);
+    assert_eq!(w.record(&l).await.state, Ready);
+    assert_eq!(
+        w.path(&l).await,
+        chain(&[Discovered, Downloading, Downloaded, Ready])
+    );
+}
+
 /// Holds the first two reads of one key until both have happened, so two handlers act on the
 /// same version of the record.
 struct BarrierStore {

@@ -138,6 +138,52 @@ pub async fn redrive_events(
     walk_and_release(events_dlq, events_queue, &pick, opts, progress).await
 }
 
+/// Import-queue messages parked in the import DLQ (an import step failed on them as many times
+/// as the import queue's redrive policy allows: most often an admission waiting for
+/// prerequisites) back onto the import queue, unchanged, for the importer, which decides the
+/// item's step again from its record. `items` keeps only the items whose id it matches. Sent
+/// before deleted, like every redrive.
+pub async fn redrive_imports(
+    import_dlq: &dyn Queue,
+    import_queue: &dyn Queue,
+    items: Option<&Regex>,
+    opts: &RedriveOptions,
+    progress: &(dyn Fn(&RedriveSummary) + Sync),
+) -> Result<RedriveSummary, QueueError> {
+    let pick = |m: &ReceivedMessage| -> Result<Pick, QueueError> {
+        let parsed: Option<crate::contracts::messages::ImportMessage> =
+            serde_json::from_str(&m.body).ok();
+        let (item, reason) = match &parsed {
+            Some(message) => (
+                message.item_id.to_string(),
+                match message.step {
+                    Some(step) => format!("the importer's {step:?} step failed on it repeatedly"),
+                    None => "the importer failed on it repeatedly".to_owned(),
+                },
+            ),
+            // The importer records and dead-letters what is not an import message.
+            None => (
+                "(not an import message: the importer will record and dead-letter it)".to_owned(),
+                "unreadable".to_owned(),
+            ),
+        };
+        if items.is_some_and(|re| !re.is_match(&item)) {
+            return Ok(Pick::NotMatching);
+        }
+        let mut message = OutgoingMessage::new(m.body.clone());
+        message.attributes = m.attributes.clone();
+        Ok(Pick::Move {
+            listed: Redriven {
+                granule_id: item,
+                attempt: 0,
+                reason,
+            },
+            message,
+        })
+    };
+    walk_and_release(import_dlq, import_queue, &pick, opts, progress).await
+}
+
 /// What a redrive does with one message.
 enum Pick {
     NotGranule,
@@ -377,5 +423,46 @@ mod tests {
             "KMS access denied"
         );
         assert_eq!(moved[1].body, "not json");
+    }
+
+    #[tokio::test]
+    async fn parked_import_messages_go_back_to_the_import_queue_filtered_by_item() {
+        let dlq = MemoryQueue::new("import-dlq");
+        for (item, step) in [
+            ("fa", Some("admit")),
+            ("fb", None),
+            ("gc", Some("download")),
+        ] {
+            let body = match step {
+                Some(step) => format!(r#"{{"item_id":"{item}","step":"{step}"}}"#),
+                None => format!(r#"{{"item_id":"{item}"}}"#),
+            };
+            dlq.send(OutgoingMessage::new(body)).await.unwrap();
+        }
+        let queue = MemoryQueue::new("import");
+        let only_f = Regex::new("^f").unwrap();
+        let s = redrive_imports(
+            &dlq,
+            &queue,
+            Some(&only_f),
+            &RedriveOptions::default(),
+            &|_| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!((s.examined, s.redriven, s.not_matching), (3, 2, 1));
+        assert!(s.matched[0].reason.contains("Admit"), "{:?}", s.matched);
+        let moved = queue.receive(10, 30, 0).await.unwrap();
+        let items: Vec<String> = moved
+            .iter()
+            .map(|m| {
+                serde_json::from_str::<crate::contracts::messages::ImportMessage>(&m.body)
+                    .unwrap()
+                    .item_id
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(items, vec!["fa", "fb"]);
+        assert_eq!(dlq.depth().await.unwrap().visible, 1, "gc stays parked");
     }
 }

@@ -1,7 +1,9 @@
 //! Admin resume: failed items back to their last successful state, their next attempt granted
 //! even past the budget. PROCESSING_FAILED → READY and a redrive-flagged retry message (the
 //! requeuer submits attempt n + 1); DOWNLOADING_FAILED → its next download attempt through the
-//! import queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
+//! import queue; DOWNLOADED (an item whose admission waited for prerequisites until its import
+//! message was parked in the import DLQ) → its admission looked at again through the import
+//! queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
 
 use super::importer::{ImportMessage, Importer, Step};
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
@@ -57,6 +59,10 @@ pub async fn resume(
         let (next_attempt, from) = match r.state {
             ProcessingFailed => (r.attempts.processing + 1, r.state),
             DownloadingFailed => (r.attempts.download + 1, r.state),
+            // Not failed, but waiting with nothing to wake it once its message is parked: the
+            // admission is decided again (it waits again if the prerequisites are still
+            // missing; admitting twice is harmless, the admission re-reads the record).
+            Downloaded => (r.attempts.processing + 1, r.state),
             other => {
                 summary.not_failed.push((id.to_string(), other.to_string()));
                 continue;
@@ -82,6 +88,13 @@ pub async fn resume(
                         decisions::on_operator_resume(x, seq, next_attempt)
                     })
                     .await?;
+            } else if from == Downloaded {
+                imp.send(ImportMessage {
+                    item_id: id.clone(),
+                    step: Some(Step::Admit),
+                    resume: true,
+                })
+                .await?;
             } else {
                 imp.send(ImportMessage {
                     item_id: id.clone(),
