@@ -174,6 +174,11 @@ async fn remove_all(actx: &ArchiveCtx, prefix: &str) -> Result<(), ArchiveError>
     Ok(())
 }
 
+/// How long an archive job's source may fail to list before the job fails (a few dozen ticks
+/// of the dispatcher's schedule): long enough for a bucket policy being fixed, short enough that
+/// an operator sees the failure the same day.
+pub const SOURCE_UNREADABLE_GRACE: chrono::Duration = chrono::Duration::hours(1);
+
 /// The one transition job `id` calls for now, made. `Ok(false)` when it waits (for tasks, for
 /// its retry time) or has ended.
 pub async fn step(
@@ -191,9 +196,27 @@ pub async fn step(
         Uninitialized => {
             // The source, listed once, split into shards (written before the record says so).
             let source = actx.buckets.store(&job.source.bucket, None);
-            let keys: Vec<String> = source
-                .list(&job.source.prefix)
-                .await?
+            let listed = match source.list(&job.source.prefix).await {
+                Ok(listed) => listed,
+                // Tried again each tick while it may pass (throttled, a grant on its way); a
+                // source still unreadable past the grace fails the job with S3's reason rather
+                // than leave it Uninitialized for ever.
+                Err(e) if now.signed_duration_since(job.created_at) < SOURCE_UNREADABLE_GRACE => {
+                    return Err(e.into())
+                }
+                Err(e) => {
+                    let why = format!(
+                        "{} could not be listed for {} minutes: {e}",
+                        job.source,
+                        SOURCE_UNREADABLE_GRACE.num_minutes()
+                    );
+                    return advance(actx, id, Uninitialized, Queued, &why, now, |j| {
+                        j.failure = Some(why.clone());
+                    })
+                    .await;
+                }
+            };
+            let keys: Vec<String> = listed
                 .into_iter()
                 .filter(|m| !m.key.ends_with('/'))
                 .map(|m| m.key)
@@ -213,8 +236,11 @@ pub async fn step(
             })
             .await
         }
-        Queued if job.objects == 0 => {
-            let why = format!("{} holds no object to archive", job.source);
+        Queued if job.failure.is_some() || job.objects == 0 => {
+            let why = job
+                .failure
+                .clone()
+                .unwrap_or_else(|| format!("{} holds no object to archive", job.source));
             advance(actx, id, Queued, Failure, &why, now, |j| {
                 j.failure = Some(why.clone());
             })

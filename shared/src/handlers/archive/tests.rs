@@ -52,9 +52,27 @@ impl Tap for RefuseWrites<'static> {
     }
 }
 
+/// Every call refused as S3 refuses a caller its bucket policy shuts out.
+struct Locked;
+
+impl Tap for Locked {
+    fn enter(&self, _: &Call<'_>) -> Result<Fate, Refusal> {
+        Err(Refusal {
+            message: "403 AccessDenied",
+            ambiguous: false,
+        })
+    }
+}
+
 impl Buckets for FlakyBuckets {
     fn store(&self, bucket: &str, class: Option<&str>) -> Arc<dyn ObjectStore> {
         let inner = self.inner.store(bucket, class);
+        if bucket == "locked" {
+            return Arc::new(TappedStore {
+                inner,
+                tap: Arc::new(Locked),
+            });
+        }
         if bucket != self.flaky {
             return inner;
         }
@@ -506,4 +524,38 @@ async fn an_empty_source_fails_before_any_phase_and_cannot_be_retried() {
     )
     .await
     .is_err());
+}
+
+/// A source granary may not list is tried again each tick for an hour, then fails the job with
+/// S3's reason: the job ends Failed (and is announced), never Uninitialized for ever.
+#[tokio::test]
+async fn a_source_that_cannot_be_listed_fails_the_job_after_its_grace() {
+    let w = world(0, 0, settings()).await;
+    let id = create(
+        &w.actx,
+        ArchiveSource {
+            bucket: "locked".into(),
+            prefix: "l2/".into(),
+        },
+        vec![dest("s3://vault/archives/")],
+        Utc::now(),
+    )
+    .await
+    .unwrap()
+    .id;
+    let t = tick(&w.actx, Utc::now()).await.unwrap();
+    assert_eq!(t.errors, 1, "{t:?}");
+    assert_eq!(w.job(&id).await.state, ArchiveState::Uninitialized);
+    let later = Utc::now() + steps::SOURCE_UNREADABLE_GRACE + chrono::Duration::minutes(1);
+    for _ in 0..10 {
+        tick(&w.actx, later).await.unwrap();
+        w.deliver(false).await;
+    }
+    let job = w.job(&id).await;
+    assert_eq!(job.state, ArchiveState::Failed, "{:?}", job.history);
+    let failure = job.failure.unwrap();
+    assert!(
+        failure.contains("could not be listed") && failure.contains("AccessDenied"),
+        "{failure}"
+    );
 }

@@ -210,7 +210,10 @@ pub async fn report(
             .iter()
             .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
             .count();
-        if running > 0 || jobs.is_empty() {
+        // A processing batch's jobs were created before it became processing: none left in
+        // its index means an operator deleted them all (its last held ones, say), and the
+        // batch reports what it has rather than wait for ever.
+        if running > 0 {
             continue;
         }
         ictx.ingest

@@ -496,11 +496,14 @@ async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
         .unwrap();
     assert_eq!(deleted.state, JobState::Deleted);
     w.run(|_| true).await;
+    // Its only job deleted, the batch has nothing to wait for: it reports (an empty report) and
+    // ends, rather than stay processing for ever (it did, with nothing left to report on).
     let batch = w.batch(&id).await;
+    assert_eq!(batch.reports, 1, "{batch:?}");
     assert_eq!(
         batch.state,
-        BatchState::Processing,
-        "nothing left to report on"
+        BatchState::Deleted,
+        "reported, then cleaned up"
     );
 }
 
