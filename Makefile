@@ -10,7 +10,7 @@ KEEP ?=
 BENCH_CAMPAIGN ?= 10000
 BENCH_CAMPAIGN_IN_MEMORY ?= 10000 100000
 
-.PHONY: all build demo test test-localstack unit lint fmt emulator infra-lint package deploy bench clean
+.PHONY: all build demo test test-localstack unit lint fmt emulator infra-lint package deploy bench clean mutants
 
 all: build
 
@@ -31,6 +31,12 @@ test:
 	scripts/sql.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
+	scripts/mutants.sh
+
+# The proof can fail: each deliberate defect in shared/src/mutants.rs, switched on in turn, must
+# make the test that guards it fail (about two minutes).
+mutants:
+	scripts/mutants.sh
 
 # The same suite against LocalStack (core, on the host, loopback only; installed into
 # .venv-localstack with Python 3.13). It has no Batch: jobs go to granary's in-memory Batch, and

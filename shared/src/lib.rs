@@ -12,6 +12,8 @@
 //! - [`config`]: settings from the environment, by section.
 //! - [`budget`]: how long an invocation may still work, shared among its passes.
 //! - [`retry`]: the one in-run retry (bounded, with jittered exponential backoff).
+//! - [`mutants`]: deliberate defects for showing the proof fails without each rule (test-only
+//!   feature).
 //! - [`wiring`]: the one place that builds AWS adapters from the environment.
 
 pub mod adapters;
@@ -20,6 +22,7 @@ pub mod config;
 pub mod contracts;
 pub mod domain;
 pub mod handlers;
+pub mod mutants;
 pub mod ports;
 pub mod repositories;
 pub mod retry;

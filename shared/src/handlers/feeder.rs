@@ -80,6 +80,10 @@ pub struct FeederSummary {
     pub rejected: u64,
     /// Rows repeating a granule listed earlier in the same window (it is submitted once).
     pub repeated: u64,
+    /// Granules granary already had a record for (listed by an earlier window or inventory, or
+    /// imported): not submitted again. With item records off, such a granule is submitted once
+    /// per listing.
+    pub known_before: u64,
     pub active_jobs: u64,
     /// Why the run submitted nothing at all (threshold, done, ...).
     pub early_exit: Option<String>,
@@ -229,6 +233,7 @@ pub async fn feed(
         + summary.recovered
         + summary.rejected
         + summary.repeated
+        + summary.known_before
         == 0
         && summary.stopped.is_none()
     {
@@ -249,6 +254,7 @@ pub async fn feed(
             + summary.recovered
             + summary.rejected
             + summary.repeated
+            + summary.known_before
             > 0
         {
             tracker.value.sample(chrono::Utc::now());
@@ -381,6 +387,37 @@ async fn feed_window(
             }
         }
     }
+    // A granule granary already has a record for was listed before (an earlier window, another
+    // inventory) or found by the importer: it is on its way, and this listing submits nothing
+    // for it. The feeder runs one window at a time and makes a window's records before it moves
+    // past it, so an earlier listing's records are there by now.
+    let granules = if ctx.config.layout.track_items
+        && !crate::mutants::on("feeder-submits-known-granules")
+    {
+        let known = match ctx.items().exist(&granules).await {
+            Ok(known) => known,
+            Err(e) => {
+                return Ok((
+                    0,
+                    Some(Stop::Fail(format!(
+                        "looking for the item records of rows of {inventory_key}: {e}"
+                    ))),
+                ))
+            }
+        };
+        let mut fresh = Vec::with_capacity(granules.len());
+        for (granule, known) in granules.into_iter().zip(known) {
+            if known {
+                tracing::info!(granule_id = %granule, inventory = inventory_key, "already known to granary (listed before, or imported): not submitted again");
+                summary.known_before += 1;
+            } else {
+                fresh.push(granule);
+            }
+        }
+        fresh
+    } else {
+        granules
+    };
     let window = WindowClaim::new(
         inventory_key,
         start,
@@ -681,6 +718,52 @@ mod tests {
         let (out, windows) = feed_with(0).await;
         assert_eq!((out.submitted, windows.len()), (50, 1));
         assert!(out.stopped.unwrap().contains("70 rows are left"));
+    }
+
+    /// A granule listed in two windows and in two inventories is submitted once: the later
+    /// listings find its item record and submit nothing for it.
+    #[tokio::test]
+    async fn a_granule_listed_again_is_not_submitted_again() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+        let ctx = ctx("100000", jobs.clone()).await;
+        let inventory = |ids: &[&str]| {
+            let rows: Vec<InventoryRow> = ids
+                .iter()
+                .map(|g| InventoryRow {
+                    granule_id: (*g).to_owned(),
+                    start_datetime: String::new(),
+                })
+                .collect();
+            write_inventory(&rows, &InventoryLayout::granary()).unwrap()
+        };
+        for (key, ids) in [
+            ("inventories/a.parquet", &["g1", "g2", "g3", "g1"][..]),
+            ("inventories/b.parquet", &["g2", "g4"][..]),
+        ] {
+            ctx.store
+                .put(key, inventory(ids), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        let mut known = 0;
+        for _ in 0..4 {
+            // Windows of two rows: g1 comes back in a's second window, g2 in b's first.
+            let out = run(
+                &ctx,
+                FeederEvent {
+                    granule_submit_count: 2,
+                },
+            )
+            .await
+            .unwrap();
+            known += out.known_before;
+        }
+        let mut names: Vec<String> = jobs.submitted().into_iter().map(|r| r.job_name).collect();
+        names.sort();
+        assert_eq!(names.len(), 4, "{names:?}");
+        names.dedup();
+        assert_eq!(names.len(), 4, "one job a granule");
+        assert_eq!(known, 2, "g1 and g2 seen again");
     }
 
     /// A row whose id is not UTF-8 is rejected with its reason; the rest of its window is fed.

@@ -566,14 +566,24 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
             if scenario == Feeder {
-                // One granule was already known (an importer or an operator made its record,
-                // READY): the window's records are made together for the others, and this one
-                // moves along its own record, one by one.
+                // One granule was already known: the importer found it, made its record READY
+                // and handed it to processing (a retry message for the requeuer). The feeder
+                // lists it too and submits nothing for it: it is submitted once, by the requeuer.
                 let id = GranuleId::parse(BACKFILL[1]).unwrap();
                 c.items()
-                    .create(NewItem::ready(id, "known before the inventory", None), "t")
+                    .create(
+                        NewItem::ready(id.clone(), "known before the inventory", None),
+                        "t",
+                    )
                     .await
                     .unwrap();
+                let handed = granary::contracts::messages::RetryMessage::ended(id, 0)
+                    .to_message(&granary::contracts::messages::Notice::new(
+                        granary::contracts::messages::Outcome::Ready,
+                        "admitted for processing",
+                    ))
+                    .unwrap();
+                c.retry_queue.send(handed).await.unwrap();
             }
             if scenario == ReconcilerWindow {
                 let fed = feeder::run(

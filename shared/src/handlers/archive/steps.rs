@@ -278,7 +278,9 @@ pub async fn step(
             let Some(phase) = Phase::of(job.state) else {
                 return Ok(false);
             };
-            start_phase(actx, &job, phase, now, s).await?;
+            if !crate::mutants::on("archive-tick-without-fan-out-repair") {
+                start_phase(actx, &job, phase, now, s).await?;
+            }
             fan_in(actx, id, phase, now, s).await
         }
         Error => {

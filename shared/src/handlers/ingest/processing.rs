@@ -62,7 +62,8 @@ pub async fn on_end(
         return Ok(ProcessingOutcome::Stale);
     };
     let first = decide(&current.value);
-    if let ProcessingEnd::Failed { reason } = &first {
+    let notice_after_record = crate::mutants::on("ingest-notice-after-record");
+    if let (ProcessingEnd::Failed { reason }, false) = (&first, notice_after_record) {
         let job = &current.value;
         let body = IngestNotice {
             ingest_job: job.id.clone(),
@@ -101,6 +102,19 @@ pub async fn on_end(
     let Changed::Moved(after) = changed else {
         return Ok(ProcessingOutcome::Stale);
     };
+    if let (ProcessingEnd::Failed { reason }, true) = (&first, notice_after_record) {
+        let body = IngestNotice {
+            ingest_job: after.id.clone(),
+            batch: after.batch.clone(),
+            collection: after.collection.clone(),
+            processing_job: ended.batch_job_id.clone(),
+            attempt: after.processing_attempt,
+        };
+        let notice = Notice::new(Outcome::NonRetryable, reason.clone())
+            .job(ended.batch_job_id.clone())
+            .attempt(after.processing_attempt);
+        failure_dlq.send(body.to_message(&notice)?).await?;
+    }
     tracing::info!(ingest_job = %after.id, batch_job = ended.batch_job_id, state = %after.state, reason = after.reason, "processing ended");
     Ok(match after.state {
         JobState::Recording => ProcessingOutcome::Recording,

@@ -1,0 +1,60 @@
+//! Deliberate defects, each a rule granary keeps switched off, for showing that the proof fails
+//! without the rule: README quotes what each one breaks, and `scripts/mutants.sh` (`make
+//! mutants`) builds with the `mutants` feature, switches each on in turn with `GRANARY_MUTANT`,
+//! runs the test that must catch it and says whether it did. Without the feature, [`on`] is a
+//! constant `false` and the defects compile away.
+
+/// A mutant: its name (the value of `GRANARY_MUTANT`), the defect, and the test that catches it
+/// (`cargo nextest run -p granary` arguments).
+pub struct Mutant {
+    pub name: &'static str,
+    pub defect: &'static str,
+    pub caught_by: &'static str,
+}
+
+pub const ALL: [Mutant; 6] = [
+    Mutant {
+        name: "window-takeover-without-lookup",
+        defect: "a feeder run that takes over a window submits its unrecorded granules again without looking their jobs up by name",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "feeder-submits-known-granules",
+        defect: "the feeder submits a granule granary already has a record for (imported, or listed before)",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "reconciler-counts-no-record-as-handled",
+        defect: "the reconciler closes a window whose item records are still to be made",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "history-not-paid-before-moving",
+        defect: "a record moves on without first writing the history entries its last writer owed",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "ingest-notice-after-record",
+        defect: "an ingest job's failure is recorded before its DLQ notice is sent",
+        caught_by: "--test ingest_crash_points",
+    },
+    Mutant {
+        name: "archive-tick-without-fan-out-repair",
+        defect: "the archive tick leaves a phase's unsent tasks to the job's mover alone",
+        caught_by: "--test archive_crash_points",
+    },
+];
+
+/// Whether mutant `name` is switched on (only ever with the `mutants` feature).
+#[cfg(feature = "mutants")]
+pub fn on(name: &str) -> bool {
+    debug_assert!(ALL.iter().any(|m| m.name == name), "no mutant {name}");
+    std::env::var("GRANARY_MUTANT").is_ok_and(|m| m == name)
+}
+
+/// Whether mutant `name` is switched on: never, in a build without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub fn on(_name: &str) -> bool {
+    false
+}
