@@ -40,6 +40,32 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
             }
         }
     }
+    // The feeder's one-by-one record path: a record that appeared between the feeder's look for
+    // known granules and its window's records (the importer made it meanwhile). No scenario
+    // reaches that instant, so its calls are made here, as the feeder makes them.
+    {
+        use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
+        use granary::domain::item::NewItem;
+        let w = platform::world(platform::Scenario::Feeder);
+        let feeder = w.as_fn(Function::Feeder);
+        let id = GranuleId::parse("HLS.S30.T18TYN.2022099T153012.v2.0").unwrap();
+        feeder
+            .ctx
+            .items()
+            .create(NewItem::ready(id.clone(), "imported meanwhile", None), "t")
+            .await
+            .unwrap();
+        granary::handlers::item_sync::submitted(
+            &feeder.ctx,
+            &GranuleProcessingEvent::first(id),
+            "job-raced",
+            Some("inventories/0001.parquet#row=9".into()),
+            "queue-feeder",
+        )
+        .await
+        .unwrap();
+        collect(&w);
+    }
     let ingest = platform::ingest::ingest_needs().await;
     used.entry(Function::Monitor)
         .or_default()
