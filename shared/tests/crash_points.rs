@@ -7,6 +7,9 @@
 //!
 //! Everything runs on the in-memory twins (`platform`); the handlers are the production ones, and
 //! each invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::tap::faults`).
+//! Leases are the template's (16 minutes): a dead invocation's claim or unrouted failure keeps its
+//! lease, deliveries that meet it fail and come back, and only once nothing else moves does the
+//! platform let the leases run out (`platform::settle`), as that much time would.
 
 mod platform;
 

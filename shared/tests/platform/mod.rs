@@ -231,14 +231,11 @@ pub fn account() -> AwsAccount {
     }
 }
 
-/// What the harness changes in every function's environment: a smaller retry budget, and leases
-/// of 0 so a dead invocation's claim is taken over at its next delivery (time is moved on by
-/// expiring visibility timeouts, not by waiting).
-const HARNESS: [(&str, &str); 3] = [
-    ("GRANARY_MAX_RETRIES", "2"),
-    ("GRANARY_CLAIM_LEASE_SECS", "0"),
-    ("GRANARY_ROUTE_LEASE_SECS", "0"),
-];
+/// What the harness changes in every function's environment: a smaller retry budget. The
+/// leases are the template's: a dead invocation's claim or unrouted failure waits out its lease
+/// (time is moved on by `let_leases_run_out` once the platform is quiet, and by expiring
+/// visibility timeouts, not by waiting).
+const HARNESS: [(&str, &str); 1] = [("GRANARY_MAX_RETRIES", "2")];
 
 /// The configuration a function reads from the environment the template gives it (read once:
 /// compiling its patterns is most of a world's cost).
@@ -263,9 +260,6 @@ fn function_env(f: Function) -> BTreeMap<String, String> {
     for (k, v) in HARNESS {
         env.insert(k.to_owned(), v.to_owned());
     }
-    // Leases of 0 are refused next to a function timeout (a real invocation could still be
-    // running); the harness has no clock that runs out, so it runs without one.
-    env.remove("GRANARY_FUNCTION_TIMEOUT_SECS");
     env
 }
 
@@ -434,16 +428,29 @@ where
     F: Fn(String) -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
 {
-    let mut handled = 0;
+    let (handled, failed) = drain_counted(queue, handle).await;
+    handled + failed
+}
+
+/// Like [`drain`], counting the messages handled and those whose handling failed (back on the
+/// queue once their visibility timeout passes) apart.
+pub async fn drain_counted<F, Fut, T, E>(queue: &MemoryQueue, handle: F) -> (u64, u64)
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let (mut handled, mut failed) = (0, 0);
     loop {
         let got = queue.receive(10, 30, 0).await.unwrap();
         if got.is_empty() {
-            return handled;
+            return (handled, failed);
         }
         for m in got {
-            handled += 1;
             if handle(m.body.clone()).await.is_ok() {
                 queue.delete(&m.receipt_handle).await.unwrap();
+                handled += 1;
+            } else {
+                failed += 1;
             }
         }
     }
@@ -509,19 +516,29 @@ pub async fn settle(w: &World) -> Result<(), String> {
                 .map_err(|e| format!("discover: {e}"))?;
             activity += run.new;
         }
-        activity += drain(&w.import, |b| async move {
-            importer::handle_message(step_fn, &b).await
-        })
-        .await;
-        activity += drain(&w.retry, |b| async move {
-            requeuer::handle_message(&requeuer_fn.ctx, &b).await
-        })
-        .await;
+        // Messages whose handling failed come back: tried again next round, but not progress
+        // (a delivery waiting on another's lease fails until the lease runs out).
+        let mut failed = 0;
+        for (done, refused) in [
+            drain_counted(&w.import, |b| async move {
+                importer::handle_message(step_fn, &b).await
+            })
+            .await,
+            drain_counted(&w.retry, |b| async move {
+                requeuer::handle_message(&requeuer_fn.ctx, &b).await
+            })
+            .await,
+        ] {
+            activity += done;
+            failed += refused;
+        }
         activity += finish_jobs(w).await;
-        activity += drain(&w.events, |b| async move {
+        let (done, refused) = drain_counted(&w.events, |b| async move {
             monitor::handle_message(&monitor_fn.ctx, &b).await
         })
         .await;
+        activity += done;
+        failed += refused;
         let later = Utc::now() + chrono::Duration::days(1);
         let r = reconciler::reconcile(&sweeper_fn.ctx, later)
             .await
@@ -532,10 +549,75 @@ pub async fn settle(w: &World) -> Result<(), String> {
             .map_err(|e| e.to_string())?;
         activity += s.retried + s.gave_up + s.finished_by_batch + s.stale_markers;
         if activity == 0 {
+            if let_leases_run_out(w).await || failed > 0 {
+                continue;
+            }
             return Ok(());
         }
     }
     Err("the platform did not settle in 60 rounds".into())
+}
+
+/// Time passes for a quiet platform that still holds leases (a dead invocation's claim without
+/// its job ids, a failure logged and not routed): each such lease is made as old as the
+/// template's lease (`GRANARY_CLAIM_LEASE_SECS`, `GRANARY_ROUTE_LEASE_SECS`), as that much time
+/// would make it, so the next delivery or run takes the work over. Nothing else moves the
+/// clock: while a lease runs, the work waits, as it does in AWS. Whether any lease was aged.
+async fn let_leases_run_out(w: &World) -> bool {
+    let c = ctx(w);
+    let claim_lease = function_config(Function::Feeder).leases.claim_lease;
+    let route_lease = function_config(Function::Monitor).leases.route_lease;
+    let past = |lease: std::time::Duration| {
+        Utc::now() - chrono::Duration::from_std(lease).unwrap() - chrono::Duration::seconds(1)
+    };
+    let mut aged = false;
+    let layout = &c.config.layout;
+    for (prefix, field, held) in [
+        (&layout.claim_prefix, "claimed_at", claim_lease),
+        (&layout.log_prefix, "logged_at", route_lease),
+    ] {
+        for meta in c.store.list(prefix).await.unwrap() {
+            let Some(object) = c.store.get(&meta.key).await.unwrap() else {
+                continue;
+            };
+            let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&object.body) else {
+                continue;
+            };
+            // A claim still without (all) its job ids; a failure log not yet routed.
+            let waiting = match field {
+                // A window claim until its jobs are recorded; a granule's claim until its job is.
+                "claimed_at" if v.get("granules").is_some() => {
+                    let granules = v["granules"].as_array().map_or(0, Vec::len);
+                    let ids = v["job_ids"].as_array().cloned().unwrap_or_default();
+                    ids.len() < granules || ids.iter().any(serde_json::Value::is_null)
+                }
+                "claimed_at" => v["job_id"].is_null(),
+                _ => {
+                    meta.key.contains("outcome=failure/")
+                        && v["routed_at"].is_null()
+                        && v["superseded"].is_null()
+                }
+            };
+            let old = past(held);
+            let young = v[field]
+                .as_str()
+                .and_then(|t| t.parse::<chrono::DateTime<Utc>>().ok())
+                .is_some_and(|t| t > old);
+            if waiting && young {
+                v[field] = serde_json::Value::String(old.to_rfc3339());
+                c.store
+                    .put(
+                        &meta.key,
+                        bytes::Bytes::from(serde_json::to_vec(&v).unwrap()),
+                        PutCondition::IfMatch(object.etag.clone()),
+                    )
+                    .await
+                    .unwrap();
+                aged = true;
+            }
+        }
+    }
+    aged
 }
 
 pub async fn only_item(w: &World) -> GranuleId {
