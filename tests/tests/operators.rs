@@ -358,9 +358,16 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     item_sync::submitted(ctx, &first, "job-1", None, "test")
         .await
         .unwrap();
-    item_sync::finished(ctx, &first, "job-1", ProcessingFailed, "exit code 2")
-        .await
-        .unwrap();
+    item_sync::finished(
+        ctx,
+        &first,
+        "job-1",
+        ProcessingFailed,
+        "exit code 2",
+        "job-monitor",
+    )
+    .await
+    .unwrap();
     let untouched = GranuleId::parse("HLS.L30.T18TYN.2020002T153012.v2.0").unwrap();
     item_sync::submitted(
         ctx,

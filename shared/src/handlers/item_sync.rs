@@ -101,6 +101,7 @@ pub async fn finished(
     job_id: &str,
     to: ItemState,
     reason: &str,
+    by: &str,
 ) -> Result<(), ItemError> {
     if !ctx.config.layout.track_items {
         return Ok(());
@@ -108,7 +109,7 @@ pub async fn finished(
     let attempt = event.attempt;
     let moved = ctx
         .items()
-        .advance_steps(&event.granule_id, "job-monitor", |r| {
+        .advance_steps(&event.granule_id, by, |r| {
             decisions::on_job_finished(r, attempt, job_id, to, reason)
         })
         .await;
@@ -211,7 +212,7 @@ mod tests {
             attempt: 2,
         };
         submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
-        finished(&ctx, &event, "job-1", Processed, "ok")
+        finished(&ctx, &event, "job-1", Processed, "ok", "job-monitor")
             .await
             .unwrap();
         let rejects = ctx

@@ -139,9 +139,17 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Mon
                 outcome,
             })
         }
-        Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail).await,
+        Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail, BY).await,
     }
 }
+
+/// Who the item record names for an end the monitor's own handler took from its event.
+pub const BY: &str = "job-monitor";
+
+/// Who the item record names for an end found by DescribeJobs (the reconciler, the sweeper): a
+/// scheduled pass, which no SQS redelivery repeats, so the reconciler's next pass pays the
+/// history entries such a write may owe (`reconciler::windows`).
+pub const RECOVERED_BY: &str = "job-monitor (end found by DescribeJobs)";
 
 /// A job as DescribeJobs describes it, handled as its event would have been (the reconciler and the
 /// sweeper find ends whose event never came). `Ok(None)` while the job has not ended; a
@@ -159,9 +167,9 @@ pub async fn described_job(
             .map_err(|e| EventRejection::from(BatchEventError::from(e)))
             .and_then(|detail| crate::domain::job_end::on_job_detail(&detail));
     match decided {
-        Ok(JobEnd::Finished(finished)) => {
-            Ok(Some(job_finished(ctx, finished, description.detail).await?))
-        }
+        Ok(JobEnd::Finished(finished)) => Ok(Some(
+            job_finished(ctx, finished, description.detail, RECOVERED_BY).await?,
+        )),
         Ok(JobEnd::NotFinished { .. } | JobEnd::IngestJob { .. }) => Ok(None),
         Err(rejection) => {
             let reason = format!(
@@ -187,6 +195,7 @@ pub async fn job_finished(
     ctx: &Ctx,
     finished: FinishedJob,
     detail: serde_json::Value,
+    by: &str,
 ) -> Result<MonitorOutcome, MonitorError> {
     let FinishedJob {
         granule,
@@ -241,7 +250,7 @@ pub async fn job_finished(
         _ => Some(crate::domain::lifecycle::ItemState::ProcessingFailed),
     };
     if let Some(to) = to {
-        super::item_sync::finished(ctx, &granule, &ended_job, to, &reason).await?;
+        super::item_sync::finished(ctx, &granule, &ended_job, to, &reason, by).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
     let marker = crate::domain::claim::claim_key(&ctx.config.layout.open_claim_prefix, &granule);

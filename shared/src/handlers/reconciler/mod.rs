@@ -207,7 +207,7 @@ pub(super) async fn route_forgotten(
     let name = crate::domain::job_name::job_name(&attempt.granule_id, attempt.attempt);
     let finished = crate::domain::job_end::forgotten_by_batch(attempt.clone(), job_id);
     let detail = crate::domain::job_end::forgotten_detail(job_id, &name);
-    Ok(monitor::job_finished(ctx, finished, detail).await?)
+    Ok(monitor::job_finished(ctx, finished, detail, monitor::RECOVERED_BY).await?)
 }
 
 #[cfg(test)]

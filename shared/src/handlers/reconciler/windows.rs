@@ -7,9 +7,9 @@
 //! and says it was routed (and, with item records on, the record has left PROCESSING at that
 //! attempt). Those are GETs, about a twelfth of a PUT's price, and DescribeJobs costs nothing, so
 //! looking at a window again on each pass costs little; handing an already-handled end to the
-//! monitor would cost a conditional PUT per granule. The one PUT a look may cost: a record
-//! changed in the last hour outside its batch state pays the history entries its writer may owe
-//! (`Items::look`), once per granule, since the window remembers the granules it saw handled.
+//! monitor would cost a conditional PUT per granule. The one PUT a look may cost: a record an
+//! earlier pass moved (an end found by DescribeJobs) pays the history entries that pass may have
+//! died owing (`Items::look`); the monitor's own writes are repaid by its SQS redeliveries.
 
 use super::{OneError, ReconcileSummary};
 use crate::budget::Budget;
@@ -326,13 +326,20 @@ async fn tracker_passed(ctx: &Ctx, claim: &WindowClaim) -> Result<bool, OneError
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
-/// Read with `look`: a monitor that died between the record and its history entry is not
-/// redelivered when the reconciler handled the end, so the pass pays the entry.
+/// A record an earlier pass moved (an end it found by DescribeJobs) is read with `look`: that
+/// pass may have died between the record and its history entries, and no SQS redelivery repeats
+/// a pass, so this one pays them. The monitor's own writes are repaid by its redeliveries.
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<bool>, OneError> {
-    let record = ctx.items().look(&attempt.granule_id, "reconciler").await?;
+    let items = ctx.items();
+    let record = match items.get(&attempt.granule_id).await? {
+        Some(r) if r.value.updated_by == monitor::RECOVERED_BY => {
+            items.look(&attempt.granule_id, "reconciler").await?
+        }
+        other => other.map(|r| r.value),
+    };
     Ok(record
         .map(|r| !(r.state == ItemState::Processing && r.attempts.processing == attempt.attempt)))
 }
