@@ -444,6 +444,7 @@ async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<()> {
                         &job,
                         granary::domain::lifecycle::ItemState::ProcessingFailed,
                         "Spot",
+                        "bench",
                     )
                     .await?;
                 }
