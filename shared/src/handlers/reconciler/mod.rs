@@ -361,6 +361,159 @@ mod tests {
         assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
     }
 
+    /// A store on which the feeder's run lands between the reconciler's read of a record and its
+    /// read of the tracker: the record appears just before the tracker is answered.
+    struct RecordAppearsAtTrackerRead {
+        inner: Arc<dyn crate::ports::ObjectStore>,
+        tracker_key: String,
+        pending: std::sync::Mutex<Option<(String, bytes::Bytes)>>,
+    }
+
+    #[async_trait::async_trait]
+    impl crate::ports::ObjectStore for RecordAppearsAtTrackerRead {
+        async fn get(
+            &self,
+            key: &str,
+        ) -> Result<Option<crate::ports::StoredObject>, crate::ports::StoreError> {
+            if key == self.tracker_key {
+                let pending = self.pending.lock().unwrap().take();
+                if let Some((record_key, body)) = pending {
+                    self.inner
+                        .put(&record_key, body, crate::ports::PutCondition::Overwrite)
+                        .await?;
+                }
+            }
+            self.inner.get(key).await
+        }
+        async fn get_range(
+            &self,
+            key: &str,
+            range: std::ops::Range<u64>,
+        ) -> Result<bytes::Bytes, crate::ports::StoreError> {
+            self.inner.get_range(key, range).await
+        }
+        async fn get_suffix(
+            &self,
+            key: &str,
+            len: u64,
+        ) -> Result<(bytes::Bytes, u64), crate::ports::StoreError> {
+            self.inner.get_suffix(key, len).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            body: bytes::Bytes,
+            condition: crate::ports::PutCondition,
+        ) -> Result<String, crate::ports::StoreError> {
+            self.inner.put(key, body, condition).await
+        }
+        async fn list(
+            &self,
+            prefix: &str,
+        ) -> Result<Vec<crate::ports::ObjectMeta>, crate::ports::StoreError> {
+            self.inner.list(prefix).await
+        }
+        async fn copy(&self, from: &str, to: &str) -> Result<(), crate::ports::StoreError> {
+            self.inner.copy(from, to).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), crate::ports::StoreError> {
+            self.inner.delete(key).await
+        }
+    }
+
+    /// The feeder makes a window's records, then moves the tracker past it, in between the
+    /// reconciler's read of a granule's record (none) and its read of the tracker (passed): the
+    /// record is read again and moved on, not left PROCESSING behind a closed window.
+    #[tokio::test]
+    async fn a_record_made_between_the_record_and_tracker_reads_is_not_missed() {
+        use crate::domain::window::{window_key, WindowClaim};
+        use crate::ports::JobRunner;
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
+        let ctx = ctx(jobs.clone());
+        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
+        let job = jobs
+            .submit(crate::contracts::job::job_request(
+                &crate::domain::job_name::job_name(&ids[0], 1),
+                &ids[0],
+                1,
+            ))
+            .await
+            .unwrap()
+            .job_id;
+        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids.clone(), "t", Utc::now())
+            .recording(&[Some(job.clone())], Utc::now());
+        let layout = &ctx.config.layout;
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &window_key(&layout.claim_prefix, &claim.inventory, 0),
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
+        ctx.store
+            .put(
+                &open_key,
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        // The feeder's run: the record at PROCESSING (kept aside to land at the tracker read),
+        // then the tracker past the window.
+        let submitted = vec![(
+            claim.attempts().next().unwrap(),
+            job.clone(),
+            "inventories/a.parquet#row=0".to_owned(),
+        )];
+        crate::handlers::item_sync::window_submitted(&ctx, &claim, &submitted, "queue-feeder")
+            .await
+            .unwrap();
+        let record_key = crate::domain::item::record_key(&layout.item_prefixes.items, &ids[0]);
+        let body = ctx.store.get(&record_key).await.unwrap().unwrap().body;
+        ctx.store.delete(&record_key).await.unwrap();
+        let mut tracker =
+            crate::repositories::load_tracker(ctx.store.as_ref(), &layout.tracker_key)
+                .await
+                .unwrap();
+        tracker
+            .value
+            .add_inventories(["inventories/a.parquet".to_owned()]);
+        tracker
+            .value
+            .set_total_rows("inventories/a.parquet", 1)
+            .unwrap();
+        tracker
+            .value
+            .advance_to("inventories/a.parquet", 1)
+            .unwrap();
+        crate::repositories::save_tracker(ctx.store.as_ref(), &layout.tracker_key, &mut tracker)
+            .await
+            .unwrap();
+        let racing = Ctx {
+            store: Arc::new(RecordAppearsAtTrackerRead {
+                inner: ctx.store.clone(),
+                tracker_key: layout.tracker_key.clone(),
+                pending: std::sync::Mutex::new(Some((record_key, body))),
+            }),
+            jobs: ctx.jobs.clone(),
+            retry_queue: ctx.retry_queue.clone(),
+            failure_dlq: ctx.failure_dlq.clone(),
+            config: ctx.config.clone(),
+        };
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        for _ in 0..2 {
+            reconcile(&racing, later).await.unwrap();
+        }
+        let record = ctx.items().get(&ids[0]).await.unwrap().unwrap().value;
+        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+        assert!(
+            ctx.store.get(&open_key).await.unwrap().is_none(),
+            "closed once moved"
+        );
+    }
+
     /// A window the tracker moved past before item records were kept has no records, and never
     /// will: its logged ends close it.
     #[tokio::test]

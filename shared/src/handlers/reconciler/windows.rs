@@ -246,16 +246,52 @@ async fn granule(
             Granule::Recovered
         }
     };
-    // The end is handled, but a record still to be made needs the window open to be found.
+    // The end is handled, but a record still to be made (or made just now, still PROCESSING)
+    // needs the window open to be found and moved on.
     if ctx.config.layout.track_items
         && !crate::mutants::on("reconciler-counts-no-record-as-handled")
         && matches!(step, Granule::Handled | Granule::Recovered)
-        && record_moved_past(ctx, attempt).await?.is_none()
-        && !window_passed_by_tracker(ctx, claim, window_passed).await?
+        && !matches!(
+            record_seen(ctx, claim, attempt, window_passed).await?,
+            Seen::Record { moved: true } | Seen::Never
+        )
     {
         return Ok(Granule::AwaitingRecord);
     }
     Ok(step)
+}
+
+/// What a window's granule's item record says about an attempt.
+enum Seen {
+    /// There is a record; `moved`: it is no longer PROCESSING that attempt.
+    Record { moved: bool },
+    /// No record yet, and the tracker has not passed the window: the feeder's next run makes it.
+    ToCome,
+    /// No record, and none will come: the tracker passed the window (it predates item records).
+    Never,
+}
+
+/// The record, read around the tracker so that no record is missed: the feeder makes a window's
+/// records before it moves the tracker past the window, so when the tracker says "passed", a
+/// record made between our first read and the tracker's is there at a second read. (Reading the
+/// record once, then the tracker, could see no record and a passed tracker for a record made in
+/// between, and leave it PROCESSING for ever.)
+async fn record_seen(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    attempt: &GranuleProcessingEvent,
+    window_passed: &std::cell::Cell<Option<bool>>,
+) -> Result<Seen, OneError> {
+    if let Some(moved) = record_moved_past(ctx, attempt).await? {
+        return Ok(Seen::Record { moved });
+    }
+    if !window_passed_by_tracker(ctx, claim, window_passed).await? {
+        return Ok(Seen::ToCome);
+    }
+    Ok(match record_moved_past(ctx, attempt).await? {
+        Some(moved) => Seen::Record { moved },
+        None => Seen::Never,
+    })
 }
 
 /// Whether the monitor finished with this attempt's end: logged (a failure also routed) and,
@@ -292,15 +328,19 @@ async fn handled(
     if !logged || !layout.track_items {
         return Ok(logged);
     }
-    match record_moved_past(ctx, attempt).await? {
-        Some(moved) => Ok(moved),
-        None if crate::mutants::on("reconciler-counts-no-record-as-handled") => Ok(true),
-        // No record. The feeder makes a window's records before its tracker moves past the
-        // window: if the tracker has not, the records are still to come (an earlier run failed
-        // after the job ids), and the record it makes at PROCESSING needs this marker to be
-        // found. If it has, the window predates item records: the log says it all.
-        None => window_passed_by_tracker(ctx, claim, window_passed).await,
+    if crate::mutants::on("reconciler-counts-no-record-as-handled") {
+        return Ok(record_moved_past(ctx, attempt).await?.unwrap_or(true));
     }
+    // No record: if the tracker has not passed the window, the records are still to come (an
+    // earlier run failed after the job ids), and the record it makes at PROCESSING needs this
+    // marker to be found. If it has, the window predates item records: the log says it all.
+    Ok(
+        match record_seen(ctx, claim, attempt, window_passed).await? {
+            Seen::Record { moved } => moved,
+            Seen::ToCome => false,
+            Seen::Never => true,
+        },
+    )
 }
 
 /// [`tracker_passed`], read once per window and pass.
