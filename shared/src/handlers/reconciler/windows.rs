@@ -234,7 +234,9 @@ async fn granule(
     if handled(ctx, claim, attempt, window_passed).await? {
         return Ok(Granule::Handled);
     }
-    let step = match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+    let step = match monitor::described_job(ctx, description.clone(), "reconciler (DescribeJobs)")
+        .await?
+    {
         None => Granule::StillRunning,
         Some(
             MonitorOutcome::Duplicate
@@ -246,17 +248,21 @@ async fn granule(
             Granule::Recovered
         }
     };
-    // The end is handled, but a record still to be made (or made just now, still PROCESSING)
-    // needs the window open to be found and moved on.
+    // The end is handled, but a record still to be made needs the window open to be found.
     if ctx.config.layout.track_items
         && !crate::mutants::on("reconciler-counts-no-record-as-handled")
         && matches!(step, Granule::Handled | Granule::Recovered)
-        && !matches!(
-            record_seen(ctx, claim, attempt, window_passed).await?,
-            Seen::Record { moved: true } | Seen::Never
-        )
     {
-        return Ok(Granule::AwaitingRecord);
+        match record_seen(ctx, claim, attempt, window_passed).await? {
+            Seen::ToCome => return Ok(Granule::AwaitingRecord),
+            // Made while the end was being handled (the feeder's run landed between): the end
+            // is handed to the monitor's handler once more, which moves it. (A record the
+            // handler leaves, as for a late failure after a success, stays as it is.)
+            Seen::Record { moved: false } => {
+                monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await?;
+            }
+            Seen::Record { moved: true } | Seen::Never => {}
+        }
     }
     Ok(step)
 }
