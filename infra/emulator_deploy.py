@@ -177,8 +177,14 @@ def stand_in(template, missing, stack_name):
             arns[r] = f"arn:aws:batch:{region}:{account}:job-queue/{stack_name}-{r}"
         elif kind == "AWS::Batch::JobDefinition":
             arns[r] = f"arn:aws:batch:{region}:{account}:job-definition/{stack_name}-{r}:1"
+    # SAM makes a role `<Function>Role` for a function that names none: it goes with its function,
+    # and so does whatever names it (the signing key's policy names the archive task role).
+    implicit_roles = [f"{r}Role" for r in gone
+                      if resources[r]["Type"] == "AWS::Serverless::Function"
+                      and "Role" not in resources[r].get("Properties", {})]
     for r in gone:
         del resources[r]
+    gone.extend(implicit_roles)
     template["Resources"] = replace_refs(resources, arns)
     template["Outputs"] = replace_refs(template.get("Outputs", {}), arns)
     template["Globals"] = replace_refs(template.get("Globals", {}), arns)
