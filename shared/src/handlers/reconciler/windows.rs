@@ -379,13 +379,10 @@ async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<bool>, OneError> {
-    let items = ctx.items();
-    let record = match items.get(&attempt.granule_id).await? {
-        Some(r) if r.value.updated_by == monitor::RECOVERED_BY => {
-            items.look(&attempt.granule_id, "reconciler").await?
-        }
-        other => other.map(|r| r.value),
-    };
+    // Every record is read with `look`, not only those a pass moved: a monitor whose event was
+    // parked in the events DLQ after it died between the record and its entry is never
+    // redelivered (chaos found such a gap when only `RECOVERED_BY` records were paid).
+    let record = ctx.items().look(&attempt.granule_id, "reconciler").await?;
     Ok(record
         .map(|r| !(r.state == ItemState::Processing && r.attempts.processing == attempt.attempt)))
 }
