@@ -9,7 +9,8 @@
 //! looking at a window again on each pass costs little; handing an already-handled end to the
 //! monitor would cost a conditional PUT per granule. The one PUT a look may cost: a record an
 //! earlier pass moved (an end found by DescribeJobs) pays the history entries that pass may have
-//! died owing (`Items::look`); the monitor's own writes are repaid by its SQS redeliveries.
+//! died owing (`Items::look`), as may any record: a monitor's event parked after it died is
+//! never redelivered.
 
 use super::{OneError, ReconcileSummary};
 use crate::budget::Budget;
@@ -374,7 +375,7 @@ async fn tracker_passed(ctx: &Ctx, claim: &WindowClaim) -> Result<bool, OneError
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
 /// A record an earlier pass moved (an end it found by DescribeJobs) is read with `look`: that
 /// pass may have died between the record and its history entries, and no SQS redelivery repeats
-/// a pass, so this one pays them. The monitor's own writes are repaid by its redeliveries.
+/// a pass, so this one pays them.
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
