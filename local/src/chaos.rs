@@ -189,8 +189,13 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     // Every dead-lettered granule has its failure logged in S3, and every DLQ message a reason.
     let prefix = &ctx.config.layout.log_prefix;
     let mut failing: BTreeSet<String> = BTreeSet::new();
+    let mut logs_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for meta in ctx.store.list(prefix).await? {
         if let Ok(k) = LogKey::parse(prefix, &meta.key) {
+            logs_of
+                .entry(k.granule_id.to_string())
+                .or_default()
+                .push(meta.key.trim_start_matches(prefix.as_str()).to_owned());
             if k.outcome == LogOutcome::Failure {
                 failing.insert(k.granule_id.to_string());
             }
@@ -214,7 +219,31 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
             .is_none_or(|e| failing.contains(e.granule_id.as_str()));
         if reason.is_empty() || !logged {
             without_record += 1;
-            note("failures_without_record", m.body.clone());
+            // The whole story of the granule, so a failure in CI can be read without a rerun.
+            let story = granule.as_ref().map_or_else(String::new, |e| {
+                let jobs: Vec<String> = campaign
+                    .runtime
+                    .simulator
+                    .planned
+                    .iter()
+                    .filter(|j| j.granule_id == e.granule_id.as_str())
+                    .map(|j| {
+                        format!(
+                            "{} attempt {} {:?} ({})",
+                            j.job_id, j.attempt, j.route, j.reason
+                        )
+                    })
+                    .collect();
+                let logs = logs_of.get(e.granule_id.as_str());
+                format!(" planned: {jobs:?} logs: {logs:?}")
+            });
+            note(
+                "failures_without_record",
+                format!(
+                    "{} reason={reason:?} attributes={:?}{story}",
+                    m.body, m.attributes
+                ),
+            );
         }
     }
     for g in campaign

@@ -17,7 +17,7 @@ use granary::adapters::tap::faults::{CrashMode, CrashPoint};
 use granary::domain::item::ItemQuery;
 use granary::domain::lifecycle::ItemState;
 use granary::handlers::importer;
-use platform::{ctx, run, world, Scenario, World, ALL, BACKFILL};
+use platform::{ctx, run, run_with, world, Recovery, Scenario, World, ALL, BACKFILL};
 use std::collections::BTreeMap;
 
 /// What is wrong with the settled world; empty when the promise held.
@@ -171,6 +171,95 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
     }
     println!("{}", report.join("\n"));
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Where in a recovery of `calls` external calls the second crash lands: its first calls one by
+/// one, then ever more sparsely (1, 2, 3, 5, 8, 13, 21, …), so the invocations that take the
+/// dead one's work over are crashed early and late without a run per recovery call.
+fn second_crash_points(calls: u64) -> Vec<u64> {
+    let (mut a, mut b) = (1u64, 2u64);
+    let mut out = Vec::new();
+    while a <= calls {
+        out.push(a);
+        (a, b) = (b, a + b);
+    }
+    out
+}
+
+// A crash during the recovery: each first crash point of each handler, then a second crash at
+// a spread of the recovery's own calls (the takeover, the redelivery, the next tick dying in
+// turn), and the recovery again with every delivery doubled and every tick overlapping.
+#[tokio::test(start_paused = true)]
+async fn a_crash_inside_the_recovery_or_a_doubled_recovery_loses_nothing() {
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for scenario in ALL {
+        let (_, _, calls, _) = run(scenario, None).await;
+        let (mut second_crashes, mut doubled) = (0u64, 0u64);
+        for at_call in 1..=calls {
+            for mode in [CrashMode::Before, CrashMode::After] {
+                let first = Some(CrashPoint { at_call, mode });
+                let (_, _, _, plain) = run_with(scenario, first, Recovery::default()).await;
+                let recovery_calls = match plain {
+                    Ok(r) => r.calls,
+                    Err(e) => {
+                        failures.push(format!("{scenario:?} crash {mode:?} call {at_call}: {e}"));
+                        continue;
+                    }
+                };
+                let twice = Recovery {
+                    crash: None,
+                    twice: true,
+                };
+                let (w, _, _, settled) = run_with(scenario, first, twice).await;
+                let outcome = match settled {
+                    Ok(_) => audit(&w).await,
+                    Err(e) => vec![e],
+                };
+                doubled += 1;
+                if !outcome.is_empty() {
+                    failures.push(format!(
+                        "{scenario:?} crash {mode:?} call {at_call}, recovery doubled: {outcome:?}"
+                    ));
+                }
+                for (n, k) in second_crash_points(recovery_calls).into_iter().enumerate() {
+                    let second = CrashPoint {
+                        at_call: k,
+                        mode: [CrashMode::Before, CrashMode::After][n % 2],
+                    };
+                    let recovery = Recovery {
+                        crash: Some(second),
+                        twice: false,
+                    };
+                    let (w, _, _, settled) = run_with(scenario, first, recovery).await;
+                    let outcome = match settled {
+                        // The recovery is as long as the plain one up to its crash: it is reached.
+                        Ok(r) if !r.crashed => vec![format!("recovery call {k} never reached")],
+                        Ok(_) => audit(&w).await,
+                        Err(e) => vec![e],
+                    };
+                    second_crashes += 1;
+                    if !outcome.is_empty() {
+                        failures.push(format!(
+                            "{scenario:?} crash {mode:?} call {at_call}, then {:?} recovery call {k}: {outcome:?}",
+                            second.mode
+                        ));
+                    }
+                }
+            }
+        }
+        assert!(second_crashes > 0, "{scenario:?}: no second crash");
+        report.push(format!(
+            "{scenario:?}: {calls} calls, {second_crashes} second crashes, {doubled} doubled recoveries"
+        ));
+    }
+    println!("{}", report.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[tokio::test]

@@ -23,7 +23,7 @@ use granary::adapters::memory::{
 };
 use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow};
 use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
-use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults, Interleave};
 use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap};
 use granary::config::Config;
 use granary::domain::batch_event::JobStatus;
@@ -482,50 +482,225 @@ pub async fn finish_jobs(w: &World) -> u64 {
     finished
 }
 
+/// What the platform does to the recovery: the invocations that run after the one under test,
+/// redoing what it left.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recovery {
+    /// The recovery's Nth external call, counted across its invocations in the order they run,
+    /// kills the invocation making it (a second crash, inside the recovery).
+    pub crash: Option<CrashPoint>,
+    /// Every message is delivered twice at once and every scheduled function fires twice,
+    /// overlapping, their calls interleaved one by one (SQS delivers at least once; EventBridge
+    /// schedules invoke at least once).
+    pub twice: bool,
+}
+
+/// What the recovery did.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recovered {
+    /// External calls the recovery's invocations made.
+    pub calls: u64,
+    /// Whether the recovery's crash point was reached.
+    pub crashed: bool,
+}
+
+/// The recovery's faults across its invocations: each invocation gets its own [`Faults`], whose
+/// crash point is what is left of the recovery's.
+struct RecoveryFaults {
+    plan: Recovery,
+    calls: std::sync::atomic::AtomicU64,
+    crashed: std::sync::atomic::AtomicBool,
+    totals: Arc<FaultCounts>,
+}
+
+/// One invocation's result and whether it lived.
+type Ran<T, E> = (Result<T, E>, bool);
+
+impl RecoveryFaults {
+    fn new(plan: Recovery) -> Self {
+        Self {
+            plan,
+            calls: Default::default(),
+            crashed: Default::default(),
+            totals: Arc::default(),
+        }
+    }
+
+    fn report(&self) -> Recovered {
+        use std::sync::atomic::Ordering::Relaxed;
+        Recovered {
+            calls: self.calls.load(Relaxed),
+            crashed: self.crashed.load(Relaxed),
+        }
+    }
+
+    fn invocation(&self) -> Arc<Faults> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let seen = self.calls.load(Relaxed);
+        let crash = self
+            .plan
+            .crash
+            .filter(|c| !self.crashed.load(Relaxed) && c.at_call > seen)
+            .map(|c| CrashPoint {
+                at_call: c.at_call - seen,
+                mode: c.mode,
+            });
+        Faults::new(crash, 0.0, 0, self.totals.clone())
+    }
+
+    /// Whether the invocation lived.
+    fn ended(&self, faults: &Faults) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.calls.fetch_add(faults.calls(), Relaxed);
+        if faults.crashed() {
+            self.crashed.store(true, Relaxed);
+        }
+        !faults.crashed()
+    }
+
+    /// Runs `call` as one invocation of `imp`'s function (two overlapping ones when the plan
+    /// says twice).
+    async fn invoke<T, E, Fut>(
+        &self,
+        imp: &Importer,
+        call: impl Fn(Importer) -> Fut,
+    ) -> Vec<Ran<T, E>>
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let one = || async {
+            let faults = self.invocation();
+            let mut tapped = imp.with_faults(&faults);
+            if self.plan.twice {
+                tapped = tapped.tapped(Arc::new(Interleave));
+            }
+            let result = call(tapped).await;
+            let lived = self.ended(&faults);
+            (result, lived)
+        };
+        if self.plan.twice {
+            let (a, b) = tokio::join!(one(), one());
+            vec![a, b]
+        } else {
+            vec![one().await]
+        }
+    }
+
+    /// A scheduled function's run(s): what the living ones returned. A run that died, or (when
+    /// runs overlap) failed, is not fatal: the schedule fires again. Otherwise a failure is.
+    async fn scheduled<T, E: std::fmt::Display, Fut>(
+        &self,
+        what: &str,
+        imp: &Importer,
+        call: impl Fn(Importer) -> Fut,
+        failed: &mut u64,
+    ) -> Result<Vec<T>, String>
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let mut out = Vec::new();
+        for (result, lived) in self.invoke(imp, call).await {
+            match result {
+                Ok(v) if lived => out.push(v),
+                Err(e) if lived && !self.plan.twice => return Err(format!("{what}: {e}")),
+                _ => *failed += 1,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Delivers every visible message of `queue` to `handle` (twice at once when the plan says
+    /// so); deletes the ones a living invocation handled. Returns (handled, failed).
+    async fn deliver<T, E, Fut>(
+        &self,
+        queue: &MemoryQueue,
+        imp: &Importer,
+        handle: impl Fn(Importer, String) -> Fut,
+    ) -> (u64, u64)
+    where
+        Fut: std::future::Future<Output = Result<T, E>>,
+    {
+        let (mut handled, mut failed) = (0, 0);
+        loop {
+            let got = queue.receive(10, 30, 0).await.unwrap();
+            if got.is_empty() {
+                return (handled, failed);
+            }
+            for m in got {
+                let runs = self.invoke(imp, |i| handle(i, m.body.clone())).await;
+                if runs.iter().any(|(r, lived)| *lived && r.is_ok()) {
+                    queue.delete(&m.receipt_handle).await.unwrap();
+                    handled += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+        }
+    }
+}
+
 /// The platform, fault-free, until nothing moves: the feeder's schedule, the import, retry and
 /// events queues' event sources, Batch, and the sweeper's schedule (reconciler, then sweeper) a
 /// day later. Between rounds every visibility timeout runs out, so what a dead invocation left
 /// behind is delivered again.
 pub async fn settle(w: &World) -> Result<(), String> {
-    let feeder_fn = w.as_fn(Function::Feeder);
-    let discover_fn = w.as_fn(Function::Discover);
+    settle_with(w, Recovery::default()).await.map(|_| ())
+}
+
+/// [`settle`], with the recovery's invocations crashing or doubled as `plan` says.
+pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String> {
+    let rf = &RecoveryFaults::new(plan);
+    let feeder_fn = &w.as_fn(Function::Feeder);
+    let discover_fn = &w.as_fn(Function::Discover);
     let step_fn = &w.as_fn(Function::ImportStep);
     let requeuer_fn = &w.as_fn(Function::Requeuer);
     let monitor_fn = &w.as_fn(Function::Monitor);
-    let sweeper_fn = w.as_fn(Function::Sweeper);
+    let sweeper_fn = &w.as_fn(Function::Sweeper);
     for _ in 0..60 {
         // The visibility timeout of whatever a dead invocation held has passed.
         for q in [&w.import, &w.retry, &w.events, &w.dlq] {
             q.expire_visibility();
         }
         let mut activity = 0;
+        // Runs and deliveries that failed or died are tried again next round, but are not
+        // progress (a delivery waiting on another's lease fails until the lease runs out).
+        let mut failed = 0;
         if w.feeder {
-            let run = feeder::run(
-                &feeder_fn.ctx,
-                feeder::FeederEvent {
-                    granule_submit_count: 10,
-                },
-            )
-            .await
-            .map_err(|e| format!("feeder: {e}"))?;
-            activity += run.submitted;
+            let event = || feeder::FeederEvent {
+                granule_submit_count: 10,
+            };
+            for run in rf
+                .scheduled(
+                    "feeder",
+                    feeder_fn,
+                    |i| async move { feeder::run(&i.ctx, event()).await },
+                    &mut failed,
+                )
+                .await?
+            {
+                activity += run.submitted;
+            }
         }
         if w.discover {
-            let run = discover::discover(&discover_fn)
-                .await
-                .map_err(|e| format!("discover: {e}"))?;
-            activity += run.new;
+            for run in rf
+                .scheduled(
+                    "discover",
+                    discover_fn,
+                    |i| async move { discover::discover(&i).await },
+                    &mut failed,
+                )
+                .await?
+            {
+                activity += run.new;
+            }
         }
-        // Messages whose handling failed come back: tried again next round, but not progress
-        // (a delivery waiting on another's lease fails until the lease runs out).
-        let mut failed = 0;
         for (done, refused) in [
-            drain_counted(&w.import, |b| async move {
-                importer::handle_message(step_fn, &b).await
+            rf.deliver(&w.import, step_fn, |i, b| async move {
+                importer::handle_message(&i, &b).await
             })
             .await,
-            drain_counted(&w.retry, |b| async move {
-                requeuer::handle_message(&requeuer_fn.ctx, &b).await
+            rf.deliver(&w.retry, requeuer_fn, |i, b| async move {
+                requeuer::handle_message(&i.ctx, &b).await
             })
             .await,
         ] {
@@ -533,26 +708,41 @@ pub async fn settle(w: &World) -> Result<(), String> {
             failed += refused;
         }
         activity += finish_jobs(w).await;
-        let (done, refused) = drain_counted(&w.events, |b| async move {
-            monitor::handle_message(&monitor_fn.ctx, &b).await
-        })
-        .await;
+        let (done, refused) = rf
+            .deliver(&w.events, monitor_fn, |i, b| async move {
+                monitor::handle_message(&i.ctx, &b).await
+            })
+            .await;
         activity += done;
         failed += refused;
         let later = Utc::now() + chrono::Duration::days(1);
-        let r = reconciler::reconcile(&sweeper_fn.ctx, later)
-            .await
-            .map_err(|e| e.to_string())?;
-        activity += r.recovered + r.closed;
-        let s = sweeper::sweep(&sweeper_fn, later)
-            .await
-            .map_err(|e| e.to_string())?;
-        activity += s.retried + s.gave_up + s.finished_by_batch + s.stale_markers;
+        for r in rf
+            .scheduled(
+                "reconciler",
+                sweeper_fn,
+                |i| async move { reconciler::reconcile(&i.ctx, later).await },
+                &mut failed,
+            )
+            .await?
+        {
+            activity += r.recovered + r.closed;
+        }
+        for s in rf
+            .scheduled(
+                "sweeper",
+                sweeper_fn,
+                |i| async move { sweeper::sweep(&i, later).await },
+                &mut failed,
+            )
+            .await?
+        {
+            activity += s.retried + s.gave_up + s.finished_by_batch + s.stale_markers;
+        }
         if activity == 0 {
             if let_leases_run_out(w).await || failed > 0 {
                 continue;
             }
-            return Ok(());
+            return Ok(rf.report());
         }
     }
     Err("the platform did not settle in 60 rounds".into())
@@ -954,11 +1144,21 @@ pub async fn run(
     scenario: Scenario,
     crash: Option<CrashPoint>,
 ) -> (World, bool, u64, Result<(), String>) {
+    let (w, crashed, calls, settled) = run_with(scenario, crash, Recovery::default()).await;
+    (w, crashed, calls, settled.map(|_| ()))
+}
+
+/// [`run`], with the recovery crashed or doubled as `recovery` says.
+pub async fn run_with(
+    scenario: Scenario,
+    crash: Option<CrashPoint>,
+    recovery: Recovery,
+) -> (World, bool, u64, Result<Recovered, String>) {
     let w = world(scenario);
     prepare(&w, scenario).await;
     let faults = Faults::new(crash, 0.0, 0, Arc::new(FaultCounts::default()));
     act(&w, scenario, &faults).await;
-    let settled = settle(&w).await;
+    let settled = settle_with(&w, recovery).await;
     (w, faults.crashed(), faults.calls(), settled)
 }
 

@@ -144,6 +144,16 @@ impl Tap for Faults {
     }
 }
 
+/// Makes nothing fail: every call gives way to other tasks, so invocations joined on one task
+/// (two deliveries of one SQS message, two overlapping schedule runs) interleave call by call.
+pub struct Interleave;
+
+impl Tap for Interleave {
+    fn interleaves(&self) -> bool {
+        true
+    }
+}
+
 const CRASHED: Refusal = Refusal {
     message: "injected crash: the invocation died",
     ambiguous: true,

@@ -117,6 +117,13 @@ pub trait Tap: Send + Sync {
         Ok(Fate::Make)
     }
     fn leave(&self, _call: &Call<'_>, _answer: &Answer) {}
+    /// Whether every call gives way to other tasks before and after it is made. The in-memory
+    /// twins answer without ever waiting, so two invocations joined on one task would otherwise
+    /// run one after the other; with this, two deliveries of one message (or two overlapping
+    /// runs) interleave call by call, as concurrent Lambdas do (`faults::Interleave`).
+    fn interleaves(&self) -> bool {
+        false
+    }
 }
 
 const ANSWER_LOST: &str = "injected crash: the answer was lost";
@@ -128,10 +135,17 @@ async fn through<T, E>(
     answer: impl FnOnce(&Result<T, E>) -> Answer,
     error: impl FnOnce(&str, bool) -> E,
 ) -> Result<T, E> {
+    let interleaves = tap.interleaves();
+    if interleaves {
+        tokio::task::yield_now().await;
+    }
     match tap.enter(&call) {
         Err(refusal) => Err(error(refusal.message, refusal.ambiguous)),
         Ok(fate) => {
             let result = request.await;
+            if interleaves {
+                tokio::task::yield_now().await;
+            }
             tap.leave(&call, &answer(&result));
             if fate == Fate::MakeAndLoseAnswer {
                 drop(result);

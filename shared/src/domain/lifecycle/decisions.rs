@@ -226,14 +226,28 @@ pub fn on_no_attempts_left(r: &ItemRecord, reason: &str) -> Option<Change> {
 
 /// One step of a timeout recovery (the sweeper): `from` at `seq` → `to`, if the record has not
 /// moved since the sweeper read it.
-pub fn on_timeout_step(
+pub fn on_timeout(
     r: &ItemRecord,
     from: ItemState,
     seq: u32,
-    to: ItemState,
-    reason: &str,
-) -> Option<Change> {
-    (r.state == from && r.seq == seq).then(|| Change::to(to, reason))
+    path: &[ItemState],
+    timeout_secs: i64,
+) -> Vec<Change> {
+    if r.state != from || r.seq != seq {
+        return Vec::new();
+    }
+    // The whole path is one write (each step its history entry): a sweeper that died between
+    // two writes would leave a FAILED state no sweep looks at again.
+    path.iter()
+        .map(|to| {
+            let reason = if to.is_terminal() {
+                format!("timed out after {timeout_secs}s; no attempts left")
+            } else {
+                format!("timed out after {timeout_secs}s (timeout recovery)")
+            };
+            Change::to(*to, reason)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -420,7 +434,19 @@ mod tests {
         let bad = on_revalidation_failed(&stored, Downloaded, stored.seq, "gone").unwrap();
         assert_eq!(bad.to, Some(DownloadingFailed));
         assert!(on_revalidation_failed(&ready, Downloaded, stored.seq, "gone").is_none());
-        assert!(on_timeout_step(&ready, Ready, ready.seq + 1, ProcessingFailed, "t").is_none());
+        assert!(on_timeout(&ready, Ready, ready.seq + 1, &[ProcessingFailed], 60).is_empty());
+        let downloading = item(Downloading);
+        let gave_up = on_timeout(
+            &downloading,
+            Downloading,
+            downloading.seq,
+            &[DownloadingFailed, Ignore],
+            240,
+        );
+        let states: Vec<_> = gave_up.iter().filter_map(|c| c.to).collect();
+        assert_eq!(states, [DownloadingFailed, Ignore]);
+        assert!(gave_up[1].reason.contains("no attempts left"));
+        assert_eq!(apply(&downloading, &gave_up).state, Ignore);
         let failed = item(ProcessingFailed);
         assert_eq!(
             on_no_attempts_left(&failed, "spent").unwrap().to,

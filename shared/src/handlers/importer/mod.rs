@@ -222,11 +222,11 @@ async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, Impo
     if state == ItemState::Downloading && step == Some(Step::Download) {
         state = download::record_timeout(imp, id, chrono::Utc::now()).await?;
     }
-    // READY and never processed: admitted by an earlier delivery of this message, which may have
-    // died between recording READY and handing the item on. Handing it on again is harmless (the
-    // requeuer claims each attempt once); not doing it could strand the item.
-    if state == ItemState::Ready && record.attempts.processing == 0 && step != Some(Step::Download)
-    {
+    // READY and never processed: admitted by an earlier delivery of this message (or of a
+    // download retry the sweeper sent), which may have died between recording READY and handing
+    // the item on. Handing it on again is harmless (the requeuer claims each attempt once); not
+    // doing it strands the item (a second crash in the recovery found this).
+    if state == ItemState::Ready && record.attempts.processing == 0 {
         imp.hand_to_processing(&record).await?;
         report.steps.push("hand to processing".into());
         report.final_state = Some(state);

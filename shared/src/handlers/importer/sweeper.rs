@@ -20,7 +20,7 @@ use crate::domain::granule::GranuleId;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::domain::window::{parse_window_key, window_key, WindowClaim};
-use crate::repositories::items::{Advanced, ItemError};
+use crate::repositories::items::ItemError;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -257,30 +257,11 @@ async fn sweep_one(
             .await?
         }
     }
-    let mut expected = (state, seq);
-    for to in path {
-        let reason = if to.is_terminal() {
-            format!(
-                "timed out after {}s; no attempts left",
-                timeout.num_seconds()
-            )
-        } else {
-            format!(
-                "timed out after {}s (timeout recovery)",
-                timeout.num_seconds()
-            )
-        };
-        let (from, at) = expected;
-        let moved = items
-            .advance(id, BY, |r| {
-                decisions::on_timeout_step(r, from, at, to, &reason)
-            })
-            .await?;
-        match &moved {
-            Advanced::Moved(r) => expected = (r.state, r.seq),
-            _ => break,
-        }
-    }
+    items
+        .advance_steps(id, BY, |r| {
+            decisions::on_timeout(r, state, seq, &path, timeout.num_seconds())
+        })
+        .await?;
     if gives_up {
         summary.gave_up += 1;
     } else {
