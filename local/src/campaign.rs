@@ -300,6 +300,7 @@ impl Campaign {
         let dlq = peek_all(ctx.failure_dlq.as_ref()).await?;
         let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut dead: BTreeSet<String> = BTreeSet::new();
+        let mut stale_parked_retries = 0u64;
         for m in &dlq {
             *dlq_by_reason
                 .entry(
@@ -310,6 +311,13 @@ impl Campaign {
                 )
                 .or_default() += 1;
             if let Ok(e) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) {
+                if is_stale_parked_retry(
+                    m,
+                    place(e.granule_id.as_str()).map(|i| success_attempt[i]),
+                ) {
+                    stale_parked_retries += 1;
+                    continue;
+                }
                 dead.insert(e.granule_id.to_string());
             }
         }
@@ -342,6 +350,7 @@ impl Campaign {
             succeeded,
             dead_lettered: dead.len() as u64,
             dlq_messages: dlq.len() as u64,
+            stale_parked_retries,
             still_failing_logs: still_failing.iter().filter(|f| **f).count() as u64,
             unaccounted,
             per_platform,
@@ -396,6 +405,10 @@ pub struct Summary {
     pub succeeded: u64,
     pub dead_lettered: u64,
     pub dlq_messages: u64,
+    /// Retry messages SQS parked on the failure DLQ (the requeuer failed on them
+    /// maxReceiveCount times) for granules that then succeeded through another copy: stale,
+    /// neither dead-lettered nor lost ([`is_stale_parked_retry`]).
+    pub stale_parked_retries: u64,
     /// Granules with logs under outcome=failure (should equal the dead-lettered ones).
     pub still_failing_logs: u64,
     /// Granules neither succeeded nor dead-lettered: lost work. Must be 0.
@@ -422,4 +435,49 @@ pub struct Summary {
     /// use these rather than reading again).
     #[serde(skip)]
     pub dlq: Vec<granary::ports::ReceivedMessage>,
+}
+
+/// A retry message on the failure DLQ that the retry queue's redrive policy moved there (its
+/// outcome is RETRYABLE: the requeuer failed on it maxReceiveCount times, "Amazon SQS moves the
+/// message to a dead-letter queue", Amazon SQS Developer Guide, "Using dead-letter queues"),
+/// for a granule that succeeded at or after the attempt it retried: another copy of the same
+/// message (SQS delivers at least once; the monitor may send twice) went through. It is not a
+/// final failure: `granary redrive` of it finds the next attempt already submitted.
+pub fn is_stale_parked_retry(
+    m: &granary::ports::ReceivedMessage,
+    succeeded_at: Option<u32>,
+) -> bool {
+    use granary::contracts::messages::{attribute, Outcome};
+    let retried = serde_json::from_str::<GranuleProcessingEvent>(&m.body).map(|e| e.attempt);
+    m.attributes.get(attribute::OUTCOME).map(String::as_str) == Some(Outcome::Retryable.as_str())
+        && matches!((retried, succeeded_at), (Ok(a), Some(s)) if s > a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_stale_parked_retry;
+    use granary::ports::ReceivedMessage;
+
+    fn on_dlq(outcome: &str, attempt: u32) -> ReceivedMessage {
+        ReceivedMessage {
+            message_id: "m".into(),
+            receipt_handle: "r".into(),
+            body: format!(
+                r#"{{"granule_id":"HLS.S30.T30DIB.2025039T000129.v2.0","attempt":{attempt}}}"#
+            ),
+            attributes: [("outcome".to_owned(), outcome.to_owned())].into(),
+            receive_count: 1,
+            sent_at_ms: None,
+        }
+    }
+
+    #[test]
+    fn only_a_parked_retry_of_a_granule_that_later_succeeded_is_stale() {
+        assert!(is_stale_parked_retry(&on_dlq("RETRYABLE", 1), Some(2)));
+        // Not yet succeeded, or succeeded at the very attempt that failed: a real question.
+        assert!(!is_stale_parked_retry(&on_dlq("RETRYABLE", 1), None));
+        assert!(!is_stale_parked_retry(&on_dlq("RETRYABLE", 2), Some(2)));
+        // A final failure is never stale, whatever else happened.
+        assert!(!is_stale_parked_retry(&on_dlq("NON_RETRYABLE", 1), Some(2)));
+    }
 }

@@ -55,6 +55,9 @@ pub struct ChaosReport {
     pub duplicate_successes: u64,
     /// Dead-lettered granules with no failure log in S3, or DLQ messages without a reason. Must be 0.
     pub failures_without_record: u64,
+    /// Retry messages SQS parked on the failure DLQ after maxReceiveCount failed receives, for
+    /// granules another copy then carried to success: reported, allowed (not a final failure).
+    pub stale_parked_retries: u64,
     /// Markers left in the open-claims index once the campaign settled (an end nobody handled,
     /// or a window nobody closed). Must be 0.
     pub open_claims_left: u64,
@@ -211,6 +214,20 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     for m in &dlq {
         let reason = m.attributes.get("reason").map(String::as_str).unwrap_or("");
         let granule = serde_json::from_str::<GranuleProcessingEvent>(&m.body).ok();
+        let succeeded_at = granule.as_ref().and_then(|e| {
+            campaign
+                .runtime
+                .simulator
+                .planned
+                .iter()
+                .filter(|j| j.route == Route::Done && j.granule_id == e.granule_id.as_str())
+                .map(|j| j.attempt)
+                .max()
+        });
+        if crate::campaign::is_stale_parked_retry(m, succeeded_at) {
+            note("stale_parked_retries", m.body.clone());
+            continue;
+        }
         if let Some(e) = &granule {
             dead.insert(e.granule_id.to_string());
         }
@@ -277,6 +294,7 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         duplicate_submissions: twice.len() as u64,
         duplicate_successes: succeeded_twice.len() as u64,
         failures_without_record: without_record,
+        stale_parked_retries: summary.stale_parked_retries,
         open_claims_left: open.len() as u64,
         records_disagreeing: records.disagreeing,
         history_entries_wrong: records.history_wrong,

@@ -83,6 +83,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("duplicate submissions   {}", r.duplicate_submissions);
         println!("duplicate successes     {}", r.duplicate_successes);
         println!("failures without record {}", r.failures_without_record);
+        println!("stale parked retries    {}", r.stale_parked_retries);
         println!(
             "injected                {} crashes, {} throttles in {} external calls over {} invocations",
             r.crashes_injected, r.throttles_injected, r.external_calls, r.handler_invocations
