@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 6] = [
+pub const ALL: [Mutant; 8] = [
     Mutant {
         name: "window-takeover-without-lookup",
         defect: "a feeder run that takes over a window submits its unrecorded granules again without looking their jobs up by name",
@@ -32,6 +32,16 @@ pub const ALL: [Mutant; 6] = [
         name: "history-not-paid-before-moving",
         defect: "a record moves on without first writing the history entries its last writer owed",
         caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "claim-takeover-within-lease",
+        defect: "a submission takes over a claim without a job id while its lease still runs (ListJobs may not show the job yet)",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "sweeper-timeout-path-in-steps",
+        defect: "the item sweeper writes a timeout's path (DOWNLOADING_FAILED, then IGNORE) one transition at a time",
+        caught_by: "--test crash_points a_crash_inside_the_recovery",
     },
     Mutant {
         name: "ingest-notice-after-record",

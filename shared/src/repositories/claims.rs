@@ -91,7 +91,9 @@ pub async fn submit_claim_once(
             return Ok(SubmitOutcome::AlreadySubmitted { job_id });
         }
         let age = Utc::now().signed_duration_since(existing.claimed_at);
-        if age.to_std().unwrap_or(Duration::ZERO) < lease {
+        if age.to_std().unwrap_or(Duration::ZERO) < lease
+            && !crate::mutants::on("claim-takeover-within-lease")
+        {
             return Ok(SubmitOutcome::InFlight);
         }
         if let Some(job) = jobs.find_by_name(&existing.job_name).await? {

@@ -302,7 +302,8 @@ pub struct World {
 pub fn world(scenario: Scenario) -> World {
     let config = world_config();
     let store = Arc::new(MemoryStore::new());
-    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    // ListJobs shows a new job only once time has passed (`let_leases_run_out`).
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running).listing_lags());
     let (retry_url, dlq_url) = config.queue_names();
     let retry = Arc::new(MemoryQueue::new(&retry_url));
     let dlq = Arc::new(MemoryQueue::new(&dlq_url));
@@ -760,7 +761,8 @@ async fn let_leases_run_out(w: &World) -> bool {
     let past = |lease: std::time::Duration| {
         Utc::now() - chrono::Duration::from_std(lease).unwrap() - chrono::Duration::seconds(1)
     };
-    let mut aged = false;
+    // The time that ages a lease also lets ListJobs show the jobs submitted meanwhile.
+    let mut aged = w.jobs.catch_up_listing();
     let layout = &c.config.layout;
     for (prefix, field, held) in [
         (&layout.claim_prefix, "claimed_at", claim_lease),
@@ -1066,6 +1068,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerLostAnswer
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate => {
+            // The pass runs a day later: ListJobs shows every job by then.
+            w.jobs.catch_up_listing();
             let _ = reconciler::reconcile(c, later).await;
             return;
         }

@@ -37,6 +37,9 @@ pub struct MemoryJobRunner {
     /// Jobs Batch has purged: finished jobs are kept "for at least 7 days" (AWS Batch user
     /// guide, "Job states"), then DescribeJobs and ListJobs no longer return them.
     forgotten: Mutex<std::collections::HashSet<String>>,
+    /// Jobs ListJobs does not show yet (see [`MemoryJobRunner::listing_lags`]).
+    unlisted: Mutex<std::collections::HashSet<String>>,
+    listing_lags: bool,
     initial_status: JobStatus,
 }
 
@@ -52,8 +55,40 @@ impl MemoryJobRunner {
             jobs: Mutex::new(Vec::new()),
             details: Mutex::default(),
             forgotten: Mutex::default(),
+            unlisted: Mutex::default(),
+            listing_lags: false,
             initial_status,
         }
+    }
+
+    /// The same Batch, whose ListJobs does not show a new job until [`Self::catch_up_listing`]:
+    /// the Batch API reference promises no read-after-write for ListJobs (nor does any Batch
+    /// page; "ListJobs", AWS Batch API Reference), so a job whose SubmitJob answer was lost may
+    /// not be found by its name at once. granary assumes it is listed within a claim's lease
+    /// (`GRANARY_CLAIM_LEASE_SECS`, 16 minutes): only a takeover after the lease looks for it.
+    /// The crash harness catches the listing up when it lets leases run out, as that much time
+    /// would. DescribeJobs, by id, answers at once.
+    pub fn listing_lags(self) -> Self {
+        Self {
+            listing_lags: true,
+            ..self
+        }
+    }
+
+    /// Time has passed: ListJobs shows every job submitted so far. Whether any was hidden.
+    pub fn catch_up_listing(&self) -> bool {
+        let mut unlisted = self.unlisted.lock().unwrap_or_else(|p| p.into_inner());
+        let any = !unlisted.is_empty();
+        unlisted.clear();
+        any
+    }
+
+    fn is_listed(&self, job_id: &str) -> bool {
+        !self
+            .unlisted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(job_id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(JobRequest, JobSummary)>> {
@@ -148,12 +183,22 @@ impl JobRunner for MemoryJobRunner {
             status: self.initial_status,
         };
         jobs.push((request, summary.clone()));
+        if self.listing_lags {
+            self.unlisted
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(summary.job_id.clone());
+        }
         Ok(summary)
     }
 
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         let mut active = ActiveJobs::default();
-        for (_, s) in self.lock().iter().filter(|(_, s)| !s.status.is_terminal()) {
+        let jobs = self.lock().clone();
+        for (_, s) in jobs
+            .iter()
+            .filter(|(_, s)| !s.status.is_terminal() && self.is_listed(&s.job_id))
+        {
             if active.total >= stop_at {
                 break;
             }
@@ -171,7 +216,7 @@ impl JobRunner for MemoryJobRunner {
             .lock()
             .iter()
             .rev()
-            .find(|(_, s)| s.job_name == job_name)
+            .find(|(_, s)| s.job_name == job_name && self.is_listed(&s.job_id))
             .map(|(_, s)| s.clone())
             .filter(|s| !self.is_forgotten(&s.job_id)))
     }
@@ -254,5 +299,33 @@ impl JobRunner for FlakyJobRunner {
     }
     async fn describe(&self, id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         self.inner.describe(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn request(name: &str) -> JobRequest {
+        JobRequest {
+            job_name: name.into(),
+            environment: BTreeMap::new(),
+            parameters: BTreeMap::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lagging_listing_hides_new_jobs_from_list_jobs_until_time_passes() {
+        let batch = MemoryJobRunner::new(JobStatus::Running).listing_lags();
+        let job = batch.submit(request("g-a1")).await.unwrap();
+        // ListJobs (by name, and counting active jobs) does not show it yet; DescribeJobs does.
+        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), None);
+        assert_eq!(batch.count_active(10).await.unwrap().total, 0);
+        assert!(batch.describe(&job.job_id).await.unwrap().is_some());
+        assert!(batch.catch_up_listing());
+        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), Some(job));
+        assert_eq!(batch.count_active(10).await.unwrap().total, 1);
+        assert!(!batch.catch_up_listing());
     }
 }

@@ -257,11 +257,27 @@ async fn sweep_one(
             .await?
         }
     }
-    items
-        .advance_steps(id, BY, |r| {
-            decisions::on_timeout(r, state, seq, &path, timeout.num_seconds())
-        })
-        .await?;
+    if crate::mutants::on("sweeper-timeout-path-in-steps") {
+        let mut expected = (state, seq);
+        for to in &path {
+            let (from, at) = expected;
+            let moved = items
+                .advance_steps(id, BY, |r| {
+                    decisions::on_timeout(r, from, at, &[*to], timeout.num_seconds())
+                })
+                .await?;
+            match moved.record() {
+                Some(r) if r.state == *to => expected = (r.state, r.seq),
+                _ => break,
+            }
+        }
+    } else {
+        items
+            .advance_steps(id, BY, |r| {
+                decisions::on_timeout(r, state, seq, &path, timeout.num_seconds())
+            })
+            .await?;
+    }
     if gives_up {
         summary.gave_up += 1;
     } else {
