@@ -353,24 +353,33 @@ pub async fn redrive_events(args: RedriveEventsArgs) -> Result<ExitCode> {
             })
         })?;
     b.finish_and_clear();
-    if args.pace.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+    print_moved(&s, args.pace.json, opts.dry_run, "job", "the events queue")
+}
+
+/// What a DLQ-to-queue move did (or, in a dry run, would do): JSON, or a table of the parked
+/// messages (`what` names their first column) and a line saying where they went.
+fn print_moved(
+    s: &granary::handlers::redrive::RedriveSummary,
+    json: bool,
+    dry_run: bool,
+    what: &str,
+    queue: &str,
+) -> Result<ExitCode> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
         return Ok(ExitCode::SUCCESS);
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(["job", "why it was parked"]);
+        .set_header([what, "why it was parked"]);
     for m in &s.matched {
         t.add_row([m.granule_id.clone(), m.reason.clone()]);
     }
     println!("{t}");
-    if opts.dry_run {
-        println!(
-            "dry run: {} would be moved to the events queue",
-            s.matched.len()
-        );
+    if dry_run {
+        println!("dry run: {} would be moved to {queue}", s.matched.len());
     } else {
-        println!("moved {} to the events queue", s.redriven);
+        println!("moved {} to {queue}", s.redriven);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -416,26 +425,7 @@ pub async fn redrive_imports(args: RedriveImportsArgs) -> Result<ExitCode> {
     .await
     .context("redrive-imports stopped (nothing is lost: a message leaves the DLQ only once it is on the import queue; run it again)")?;
     b.finish_and_clear();
-    if args.pace.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED)
-        .set_header(["item", "why it was parked"]);
-    for m in &s.matched {
-        t.add_row([m.granule_id.clone(), m.reason.clone()]);
-    }
-    println!("{t}");
-    if opts.dry_run {
-        println!(
-            "dry run: {} would be moved to the import queue",
-            s.matched.len()
-        );
-    } else {
-        println!("moved {} to the import queue", s.redriven);
-    }
-    Ok(ExitCode::SUCCESS)
+    print_moved(&s, args.pace.json, opts.dry_run, "item", "the import queue")
 }
 
 #[derive(clap::Args)]

@@ -132,6 +132,8 @@ pub fn campaign_spec(spec: &ChaosSpec) -> CampaignSpec {
     c.runner.granule_submit_count = spec.granule_submit_count;
     c.runner.feeder_interval = spec.feeder_interval;
     c.runner.deadline = Duration::from_secs(7_200);
+    // A campaign that stops moving says what is still open, rather than wait for the deadline.
+    c.runner.stall_limit = Duration::from_secs(120);
     c.runner.chaos = Some(ChaosOptions {
         seed: spec.seed,
         ..spec.chaos.clone()

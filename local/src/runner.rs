@@ -33,6 +33,9 @@ pub struct RunnerOptions {
     /// The reconciler's schedule (in the stack, the item sweeper's). It acts only on open claims
     /// older than GRANARY_RECONCILE_AFTER_SECS.
     pub reconcile_interval: Duration,
+    /// Give up, saying what is still open, once nothing has moved for this long: no job
+    /// submitted, no event emitted, no queue, DLQ or open-claims count changed.
+    pub stall_limit: Duration,
 }
 
 /// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -73,6 +76,7 @@ impl Default for RunnerOptions {
             deadline: Duration::from_secs(3600),
             chaos: None,
             reconcile_interval: Duration::from_secs(1),
+            stall_limit: Duration::from_secs(300),
         }
     }
 }
@@ -121,6 +125,8 @@ pub struct LocalRuntime {
     pub options: RunnerOptions,
     pub progress: Progress,
     pub last_feed: Option<FeederSummary>,
+    /// The last reconciler pass's summary (what keeps open claims open, when a campaign stalls).
+    pub last_reconcile: Option<reconciler::ReconcileSummary>,
     /// Calls, crashes and throttles injected so far (all zero without chaos).
     pub faults: Arc<FaultCounts>,
     /// Each invocation's faults under chaos, to count calls by function.
@@ -185,6 +191,7 @@ impl LocalRuntime {
             progress: Progress::default(),
             function_taps: Default::default(),
             last_feed: None,
+            last_reconcile: None,
             faults: Arc::default(),
             invocations: Vec::new(),
             most_calls: Default::default(),
@@ -347,6 +354,8 @@ impl LocalRuntime {
         let mut next_reconcile = Instant::now() + self.options.reconcile_interval;
         let mut quiet_rounds = 0;
         let mut feeder_errors_in_a_row = 0u32;
+        let mut last_movement: Option<Movement> = None;
+        let mut last_moved = Instant::now();
         loop {
             anyhow::ensure!(
                 started.elapsed() < self.options.deadline,
@@ -412,6 +421,7 @@ impl LocalRuntime {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
                         activity += summary.recovered + summary.closed;
+                        self.last_reconcile = Some(summary);
                     }
                     // A failed run is logged by Lambda; the schedule fires again.
                     Err(_) if self.options.chaos.is_some() => activity += 1,
@@ -454,11 +464,40 @@ impl LocalRuntime {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
                         activity += summary.recovered;
+                        self.last_reconcile = Some(summary);
                     }
                     Err(_) if self.options.chaos.is_some() => {}
                     Err(e) => return Err(anyhow::Error::new(e).context("reconciler")),
                 }
                 idle = activity == 0 && self.open_claims_empty().await?;
+            }
+            let open_claims = self
+                .ctx
+                .store
+                .list(&self.ctx.config.layout.open_claim_prefix)
+                .await?;
+            let moved = Movement {
+                jobs: self.simulator.stats.jobs,
+                events: self.simulator.stats.events,
+                queued: [events, retry, dlq].map(|d| (d.visible, d.in_flight)),
+                open_claims: open_claims.len(),
+                feeder_rows: self.last_feed.as_ref().map(|f| f.rows_submitted_total),
+            };
+            if last_movement.as_ref() != Some(&moved) {
+                last_movement = Some(moved);
+                last_moved = Instant::now();
+            } else if last_moved.elapsed() > self.options.stall_limit {
+                let keys: Vec<&str> = open_claims.iter().take(5).map(|m| m.key.as_str()).collect();
+                anyhow::bail!(
+                    "the campaign stalled: nothing moved for {:?} and it is not settled (inventories complete: {}, events held by the simulator: {}, queues (visible, in flight) events/retry/failure DLQ: {:?}, open claims {}: {keys:?}; the last reconciler pass: {:?}; the last feeder run: {:?})",
+                    self.options.stall_limit,
+                    self.progress.inventories_complete,
+                    self.simulator.pending(),
+                    last_movement.as_ref().map(|m| m.queued),
+                    open_claims.len(),
+                    self.last_reconcile,
+                    self.last_feed,
+                );
             }
             quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
             // Two quiet rounds: a job submitted in the last drain is seen by the next tick.
@@ -470,4 +509,14 @@ impl LocalRuntime {
             }
         }
     }
+}
+
+/// What a campaign's progress is seen by: a runtime whose figures stay the same is stalled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Movement {
+    jobs: u64,
+    events: u64,
+    queued: [(u64, u64); 3],
+    open_claims: usize,
+    feeder_rows: Option<u64>,
 }

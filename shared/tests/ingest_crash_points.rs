@@ -11,6 +11,9 @@
 //! processing job is on the failure DLQ, every completed job's files are in the bucket and it
 //! was announced, and the batch reported the right jobs.
 
+#[path = "platform/leases.rs"]
+mod leases;
+
 use bytes::Bytes;
 use granary::adapters::memory::{
     job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
@@ -244,36 +247,12 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
 /// (`GRANARY_CLAIM_LEASE_SECS`'s default), as fifteen minutes would make it, so the next tick takes it
 /// over and looks the job up by name. Whether any was.
 async fn let_claim_leases_run_out(w: &World) -> bool {
-    let lease = chrono::Duration::seconds(granary::config::DEFAULT_CLAIM_LEASE_SECS as i64 + 1);
+    let lease = std::time::Duration::from_secs(granary::config::DEFAULT_CLAIM_LEASE_SECS);
     let prefix = format!("{}claims/", IngestSettings::default().prefix);
-    let mut aged = false;
-    for meta in w.store.list(&prefix).await.unwrap() {
-        let claim = granary::repositories::read_json::<granary::domain::claim::Claim>(
-            w.store.as_ref(),
-            &meta.key,
-        )
-        .await
-        .unwrap()
-        .unwrap()
-        .value;
-        let now = chrono::Utc::now();
-        if claim.job_id.is_none() && now - claim.claimed_at < lease {
-            let older = granary::domain::claim::Claim {
-                claimed_at: now - lease,
-                ..claim
-            };
-            granary::repositories::write_json(
-                w.store.as_ref(),
-                &meta.key,
-                &older,
-                PutCondition::Overwrite,
-            )
-            .await
-            .unwrap();
-            aged = true;
-        }
-    }
-    aged
+    leases::age_leases(w.store.as_ref(), &prefix, "claimed_at", lease, |v, _| {
+        v["job_id"].is_null()
+    })
+    .await
 }
 
 async fn audit(w: &World) -> Result<(), String> {

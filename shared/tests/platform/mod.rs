@@ -16,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod ingest;
+pub mod leases;
 
 use chrono::Utc;
 use granary::adapters::memory::{
@@ -758,58 +759,39 @@ async fn let_leases_run_out(w: &World) -> bool {
     let c = ctx(w);
     let claim_lease = function_config(Function::Feeder).leases.claim_lease;
     let route_lease = function_config(Function::Monitor).leases.route_lease;
-    let past = |lease: std::time::Duration| {
-        Utc::now() - chrono::Duration::from_std(lease).unwrap() - chrono::Duration::seconds(1)
-    };
-    // The time that ages a lease also lets ListJobs show the jobs submitted meanwhile.
-    let mut aged = w.jobs.catch_up_listing();
     let layout = &c.config.layout;
-    for (prefix, field, held) in [
-        (&layout.claim_prefix, "claimed_at", claim_lease),
-        (&layout.log_prefix, "logged_at", route_lease),
-    ] {
-        for meta in c.store.list(prefix).await.unwrap() {
-            let Some(object) = c.store.get(&meta.key).await.unwrap() else {
-                continue;
-            };
-            let Ok(mut v) = serde_json::from_slice::<serde_json::Value>(&object.body) else {
-                continue;
-            };
-            // A claim still without (all) its job ids; a failure log not yet routed.
-            let waiting = match field {
-                // A window claim until its jobs are recorded; a granule's claim until its job is.
-                "claimed_at" if v.get("granules").is_some() => {
-                    let granules = v["granules"].as_array().map_or(0, Vec::len);
-                    let ids = v["job_ids"].as_array().cloned().unwrap_or_default();
-                    ids.len() < granules || ids.iter().any(serde_json::Value::is_null)
-                }
-                "claimed_at" => v["job_id"].is_null(),
-                _ => {
-                    meta.key.contains("outcome=failure/")
-                        && v["routed_at"].is_null()
-                        && v["superseded"].is_null()
-                }
-            };
-            let old = past(held);
-            let young = v[field]
-                .as_str()
-                .and_then(|t| t.parse::<chrono::DateTime<Utc>>().ok())
-                .is_some_and(|t| t > old);
-            if waiting && young {
-                v[field] = serde_json::Value::String(old.to_rfc3339());
-                c.store
-                    .put(
-                        &meta.key,
-                        bytes::Bytes::from(serde_json::to_vec(&v).unwrap()),
-                        PutCondition::IfMatch(object.etag.clone()),
-                    )
-                    .await
-                    .unwrap();
-                aged = true;
+    // The time that ages a lease also lets ListJobs show the jobs submitted meanwhile.
+    let listed = w.jobs.catch_up_listing();
+    // A window claim until its jobs are recorded; a granule's claim until its job is.
+    let claims = leases::age_leases(
+        c.store.as_ref(),
+        &layout.claim_prefix,
+        "claimed_at",
+        claim_lease,
+        |v, _| match v.get("granules") {
+            Some(granules) => {
+                let ids = v["job_ids"].as_array().cloned().unwrap_or_default();
+                ids.len() < granules.as_array().map_or(0, Vec::len)
+                    || ids.iter().any(serde_json::Value::is_null)
             }
-        }
-    }
-    aged
+            None => v["job_id"].is_null(),
+        },
+    )
+    .await;
+    // A failure logged and not yet routed.
+    let logs = leases::age_leases(
+        c.store.as_ref(),
+        &layout.log_prefix,
+        "logged_at",
+        route_lease,
+        |v, key| {
+            key.contains("outcome=failure/")
+                && v["routed_at"].is_null()
+                && v["superseded"].is_null()
+        },
+    )
+    .await;
+    listed || claims || logs
 }
 
 pub async fn only_item(w: &World) -> GranuleId {

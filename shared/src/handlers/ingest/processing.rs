@@ -63,8 +63,8 @@ pub async fn on_end(
     };
     let first = decide(&current.value);
     let notice_after_record = crate::mutants::on("ingest-notice-after-record");
-    if let (ProcessingEnd::Failed { reason }, false) = (&first, notice_after_record) {
-        let job = &current.value;
+    // The DLQ notice of a failed processing, for the job as `job` has it.
+    let send_notice = |job: &crate::domain::ingest::record::JobRecord, reason: &str| {
         let body = IngestNotice {
             ingest_job: job.id.clone(),
             batch: job.batch.clone(),
@@ -72,10 +72,16 @@ pub async fn on_end(
             processing_job: ended.batch_job_id.clone(),
             attempt: job.processing_attempt,
         };
-        let notice = Notice::new(Outcome::NonRetryable, reason.clone())
+        let notice = Notice::new(Outcome::NonRetryable, reason)
             .job(ended.batch_job_id.clone())
             .attempt(job.processing_attempt);
-        failure_dlq.send(body.to_message(&notice)?).await?;
+        async move {
+            failure_dlq.send(body.to_message(&notice)?).await?;
+            Ok::<(), IngestStepError>(())
+        }
+    };
+    if let (ProcessingEnd::Failed { reason }, false) = (&first, notice_after_record) {
+        send_notice(&current.value, reason).await?;
     }
     let changed = ingest
         .change_job(&ended.ingest_job, |r| match decide(r) {
@@ -103,17 +109,7 @@ pub async fn on_end(
         return Ok(ProcessingOutcome::Stale);
     };
     if let (ProcessingEnd::Failed { reason }, true) = (&first, notice_after_record) {
-        let body = IngestNotice {
-            ingest_job: after.id.clone(),
-            batch: after.batch.clone(),
-            collection: after.collection.clone(),
-            processing_job: ended.batch_job_id.clone(),
-            attempt: after.processing_attempt,
-        };
-        let notice = Notice::new(Outcome::NonRetryable, reason.clone())
-            .job(ended.batch_job_id.clone())
-            .attempt(after.processing_attempt);
-        failure_dlq.send(body.to_message(&notice)?).await?;
+        send_notice(&after, reason).await?;
     }
     tracing::info!(ingest_job = %after.id, batch_job = ended.batch_job_id, state = %after.state, reason = after.reason, "processing ended");
     Ok(match after.state {
