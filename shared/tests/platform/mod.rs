@@ -91,9 +91,19 @@ pub enum Scenario {
     /// Every download attempt fails (the source sends less than it listed): uploads are
     /// aborted, the item gives up after its attempts.
     DownloadFails,
+    /// Two inventories sharing a granule, fed by one run as two windows (one per inventory),
+    /// the second read from the page map the first left in the tracker.
+    FeederTwoInventories,
+    /// The backfill with item records off: outcomes are the logs and the DLQ alone.
+    FeederRecordsOff,
+    /// Every attempt reclaimed by Spot: the requeuer meets the last attempt's retry message and
+    /// dead-letters it ("attempts exhausted"), abandoning the item.
+    RequeuerExhausted,
+    /// A Batch event parked on the events DLQ is moved back by `granary redrive-events`.
+    RedriveEvents,
 }
 
-pub const ALL: [Scenario; 23] = [
+pub const ALL: [Scenario; 27] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -117,6 +127,17 @@ pub const ALL: [Scenario; 23] = [
     Scenario::PoisonRow,
     Scenario::CorruptRecord,
     Scenario::DownloadFails,
+    Scenario::FeederTwoInventories,
+    Scenario::FeederRecordsOff,
+    Scenario::RequeuerExhausted,
+    Scenario::RedriveEvents,
+];
+
+/// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
+/// first again (submitted once) and one of its own.
+pub const TWO_INVENTORIES: [[&str; 2]; 2] = [
+    BACKFILL,
+    [BACKFILL[1], "HLS.S30.T18TYN.2022003T153012.v2.0"],
 ];
 
 /// A Spot reclaim as Batch reports it.
@@ -284,6 +305,13 @@ pub struct World {
     pub retry: Arc<MemoryQueue>,
     pub dlq: Arc<MemoryQueue>,
     pub events: Arc<MemoryQueue>,
+    /// Where the events queue's redrive policy parks events (`granary redrive-events` reads it).
+    pub events_dlq: Arc<MemoryQueue>,
+    /// The granules the scenario's inventories list (each must end with a record, or with item
+    /// records off, a success log).
+    pub listed: Vec<&'static str>,
+    /// Whether item records are kept (`GRANARY_ITEM_RECORDS`).
+    pub records: bool,
     /// Attempts whose job fails in the application (exit code 1: dead-lettered).
     pub failing_attempts: BTreeSet<u32>,
     /// Attempts whose instance Spot reclaims (retried by granary).
@@ -314,6 +342,8 @@ pub fn world(scenario: Scenario) -> World {
         .clone()
         .expect("the template sets the import queue");
     let import = Arc::new(MemoryQueue::new(&import_url));
+    let mut config = config;
+    config.layout.track_items = scenario != Scenario::FeederRecordsOff;
     let ctx = Ctx {
         config,
         store: store.clone(),
@@ -357,12 +387,31 @@ pub fn world(scenario: Scenario) -> World {
         retry,
         dlq,
         events: Arc::new(MemoryQueue::new("batch-events")),
+        events_dlq: Arc::new(MemoryQueue::new("batch-events-dlq")),
+        listed: match scenario {
+            Scenario::FeederTwoInventories => {
+                let mut all: Vec<&str> = TWO_INVENTORIES.concat();
+                all.sort_unstable();
+                all.dedup();
+                all
+            }
+            Scenario::Feeder
+            | Scenario::FeederRecordsOff
+            | Scenario::PoisonRow
+            | Scenario::ReconcilerWindow
+            | Scenario::ReconcilerWindowRecordsLate => BACKFILL.to_vec(),
+            _ => Vec::new(),
+        },
+        records: scenario != Scenario::FeederRecordsOff,
         failing_attempts: match scenario {
             Scenario::MonitorFailure | Scenario::Resume | Scenario::Redrive => BTreeSet::from([1]),
             _ => BTreeSet::new(),
         },
         spot_attempts: match scenario {
             Scenario::MonitorRetryable | Scenario::ReconcilerRetryable => BTreeSet::from([1]),
+            Scenario::RequeuerExhausted => {
+                (1..=function_config(Function::Requeuer).max_attempt()).collect()
+            }
             _ => BTreeSet::new(),
         },
         lose_events: matches!(
@@ -376,6 +425,8 @@ pub fn world(scenario: Scenario) -> World {
         feeder: matches!(
             scenario,
             Scenario::Feeder
+                | Scenario::FeederTwoInventories
+                | Scenario::FeederRecordsOff
                 | Scenario::PoisonRow
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
@@ -401,6 +452,7 @@ impl World {
     pub fn as_fn(&self, f: Function) -> Importer {
         let mut imp = self.imp.clone();
         imp.ctx.config = function_config(f);
+        imp.ctx.config.layout.track_items = self.records;
         if imp.ctx.config.jobs.is_none() {
             imp.ctx.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
         }
@@ -800,12 +852,56 @@ pub async fn only_item(w: &World) -> GranuleId {
     items[0].id.clone()
 }
 
+/// Runs the item's attempts (each reclaimed by Spot, each retried) until the retry queue holds
+/// the last attempt's message, and leaves it there for the requeuer under test.
+async fn run_to_the_last_retry(w: &World) {
+    let max = function_config(Function::Requeuer).max_attempt();
+    let requeuer_fn = w.as_fn(Function::Requeuer);
+    let monitor_fn = &w.as_fn(Function::Monitor);
+    for _ in 0..4 * max {
+        for m in w.retry.receive(10, 30, 0).await.unwrap() {
+            let ended: GranuleProcessingEvent = serde_json::from_str(&m.body).unwrap();
+            if ended.attempt == max {
+                w.retry.expire_visibility();
+                return;
+            }
+            requeuer::handle_message(&requeuer_fn.ctx, &m.body)
+                .await
+                .unwrap();
+            w.retry.delete(&m.receipt_handle).await.unwrap();
+        }
+        finish_jobs(w).await;
+        drain(&w.events, |b| async move {
+            monitor::handle_message(&monitor_fn.ctx, &b).await
+        })
+        .await;
+    }
+    panic!("the last attempt's retry message never came");
+}
+
 /// Brings the world to the moment just before the invocation under test.
 pub async fn prepare(w: &World, scenario: Scenario) {
     let c = ctx(w);
     use Scenario::*;
     match scenario {
-        Feeder | PoisonRow | ReconcilerWindow | ReconcilerWindowRecordsLate => {
+        FeederTwoInventories => {
+            for (n, granules) in TWO_INVENTORIES.iter().enumerate() {
+                let rows: Vec<InventoryRow> = granules
+                    .iter()
+                    .map(|id| InventoryRow {
+                        granule_id: (*id).to_owned(),
+                        start_datetime: "2022-01-01T15:30:12Z".into(),
+                    })
+                    .collect();
+                let bytes = write_inventory(&rows, &InventoryLayout::granary()).unwrap();
+                let key = format!("{}{:04}.parquet", c.config.layout.inventory_prefix, n + 1);
+                c.store
+                    .put(&key, bytes, PutCondition::Overwrite)
+                    .await
+                    .unwrap();
+            }
+        }
+        Feeder | FeederRecordsOff | PoisonRow | ReconcilerWindow | ReconcilerWindowRecordsLate => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -945,6 +1041,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             if scenario == Requeuer {
                 return;
             }
+            if scenario == RequeuerExhausted {
+                run_to_the_last_retry(w).await;
+                return;
+            }
             let requeuer_fn = w.as_fn(Function::Requeuer);
             let requeuer_fn = &requeuer_fn;
             if scenario == ReconcilerLostAnswer {
@@ -965,6 +1065,18 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             })
             .await;
             finish_jobs(w).await;
+            if scenario == RedriveEvents {
+                // The event failed the monitor five times: the redrive policy parked it.
+                for m in w.events.receive(10, 30, 0).await.unwrap() {
+                    w.events_dlq
+                        .send(granary::ports::OutgoingMessage::new(m.body.clone()))
+                        .await
+                        .unwrap();
+                    w.events.delete(&m.receipt_handle).await.unwrap();
+                }
+                assert_eq!(w.events_dlq.messages().len(), 1);
+                return;
+            }
             if matches!(
                 scenario,
                 MonitorSuccess
@@ -1003,10 +1115,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
 pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
-        Feeder | PoisonRow => Some(Function::Feeder),
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
-        Requeuer | PoisonRetry => Some(Function::Requeuer),
+        Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
         Reconciler
         | ReconcilerRetryable
@@ -1017,7 +1129,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | SweeperDownload
         | CorruptRecord => Some(Function::Sweeper),
         // Operator commands: run with the operator's credentials, not a function's role.
-        Resume | Redrive => None,
+        Resume | Redrive | RedriveEvents => None,
     };
     let imp = match function {
         Some(f) => w.as_fn(f).with_faults(faults),
@@ -1035,14 +1147,45 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         got.into_iter().next().unwrap()
     };
     let (queue, message) = match scenario {
-        Feeder | PoisonRow => {
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow => {
+            // Three rows: the first inventory's two, then one of the second (a second window,
+            // its file opened and the rest of it mapped for the next run).
+            let count = if scenario == FeederTwoInventories {
+                3
+            } else {
+                10
+            };
             let _ = feeder::run(
                 c,
                 feeder::FeederEvent {
-                    granule_submit_count: 10,
+                    granule_submit_count: count,
                 },
             )
             .await;
+            return;
+        }
+        RedriveEvents => {
+            let opts = RedriveOptions {
+                per_second: 10_000.0,
+                visibility_secs: 30,
+                ..RedriveOptions::default()
+            };
+            let events_dlq = granary::adapters::tap::TappedQueue {
+                inner: w.events_dlq.clone(),
+                tap: faults.clone(),
+            };
+            let events = granary::adapters::tap::TappedQueue {
+                inner: w.events.clone(),
+                tap: faults.clone(),
+            };
+            let run = redrive::redrive_events(&events_dlq, &events, &opts, &|_| {}).await;
+            if run.is_err() || faults.crashed() {
+                // An operator reruns a command that died.
+                w.events_dlq.expire_visibility();
+                redrive::redrive_events(w.events_dlq.as_ref(), w.events.as_ref(), &opts, &|_| {})
+                    .await
+                    .unwrap();
+            }
             return;
         }
         Reconciler
@@ -1106,7 +1249,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             (w.import.clone(), take(w.import.clone()).await)
         }
-        Requeuer | PoisonRetry => (w.retry.clone(), take(w.retry.clone()).await),
+        Requeuer | PoisonRetry | RequeuerExhausted => {
+            (w.retry.clone(), take(w.retry.clone()).await)
+        }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => {
             (w.events.clone(), take(w.events.clone()).await)
         }
@@ -1115,7 +1260,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             importer::handle_message(&imp, &message.body).await.is_ok()
         }
-        Requeuer | PoisonRetry => requeuer::handle_message(c, &message.body).await.is_ok(),
+        Requeuer | PoisonRetry | RequeuerExhausted => {
+            requeuer::handle_message(c, &message.body).await.is_ok()
+        }
         _ => monitor::handle_message(c, &message.body).await.is_ok(),
     };
     if ok && !faults.crashed() {
