@@ -122,14 +122,17 @@ pub async fn submit(
 ) -> Result<BatchRecord, IngestStepError> {
     let body = crate::contracts::encode("a submission", &submission)?;
     let key = format!("{}{}", String::from_utf8_lossy(&body), now.to_rfc3339());
-    submit_keyed(ictx, submission, now, &key).await
+    submit_keyed(ictx, submission, now, now, &key).await
 }
 
-/// Like [`submit`], with the batch id derived from `key` (a queue message's id): the same message
-/// delivered twice creates one batch.
+/// Like [`submit`], with the batch id derived from `key` (a queue message's id) and `sent_at`
+/// (when the message was sent): both are the same on every delivery of one message, so the
+/// same message delivered twice, however far apart, creates one batch. `now` is when this
+/// delivery took it.
 pub async fn submit_keyed(
     ictx: &IngestCtx,
     submission: Submission,
+    sent_at: chrono::DateTime<chrono::Utc>,
     now: chrono::DateTime<chrono::Utc>,
     key: &str,
 ) -> Result<BatchRecord, IngestStepError> {
@@ -146,7 +149,7 @@ pub async fn submit_keyed(
         )));
     }
     let digest = format!("{:x}", Sha256::digest(key.as_bytes()));
-    let id = crate::domain::ingest::index::BatchId::new(now, &digest);
+    let id = crate::domain::ingest::index::BatchId::new(sent_at, &digest);
     let record = BatchRecord::new(id, submission, now);
     Ok(ictx.ingest.create_batch(&record).await?)
 }
@@ -166,9 +169,23 @@ pub async fn handle_submissions(
     for record in event.records {
         let id = record.message_id.clone().unwrap_or_default();
         let body = record.body.as_deref().unwrap_or("");
+        // The batch id's time is the message's SentTimestamp, not this delivery's: a redelivery
+        // minutes later must find the batch the first delivery made (Lambda's SQS event always
+        // carries it; without it, only deliveries within the same second would agree).
+        let sent_at = record
+            .attributes
+            .get("SentTimestamp")
+            .and_then(|ms| ms.parse::<i64>().ok())
+            .and_then(chrono::DateTime::from_timestamp_millis);
+        if sent_at.is_none() {
+            tracing::warn!(
+                message = id,
+                "submission without a SentTimestamp: a redelivery may make a second batch"
+            );
+        }
         let outcome = match crate::contracts::ingest::submission_of(body) {
             Err(why) => Err(why),
-            Ok(submission) => submit_keyed(ictx, submission, now, &id)
+            Ok(submission) => submit_keyed(ictx, submission, sent_at.unwrap_or(now), now, &id)
                 .await
                 .map(|b| tracing::info!(batch = %b.id, message = id, "batch submitted"))
                 .map_err(|e| e.to_string()),

@@ -1019,3 +1019,41 @@ async fn concurrent_ticks_submit_processing_once_and_record_it() {
         Some(w.jobs.running()[0].1.job_id.as_str())
     );
 }
+
+/// A submission message delivered again after its visibility timeout (the first delivery died
+/// after making the batch): the redelivery finds that batch. The batch id's time is the
+/// message's SentTimestamp; with the delivery's clock, the second delivery made a second batch.
+#[tokio::test]
+async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
+    use aws_lambda_events::event::sqs::{SqsEvent, SqsMessage};
+    let w = world(IngestSettings::default());
+    let body = serde_json::json!({
+        "collection": "maps",
+        "manifest_url": "s3://bucket/ingest/manifests/m",
+        "kind": "files",
+        "priority": 5,
+        "submitter": "svc",
+    })
+    .to_string();
+    let sent = Utc::now();
+    let delivery = || {
+        let mut m = SqsMessage::default();
+        m.message_id = Some("m-1".into());
+        m.body = Some(body.clone());
+        m.attributes
+            .insert("SentTimestamp".into(), sent.timestamp_millis().to_string());
+        let mut event = SqsEvent::default();
+        event.records = vec![m];
+        event
+    };
+    let first = super::handle_submissions(&w.ictx, delivery(), sent).await;
+    let later = sent + chrono::Duration::minutes(6);
+    let again = super::handle_submissions(&w.ictx, delivery(), later).await;
+    assert!(first.batch_item_failures.is_empty() && again.batch_item_failures.is_empty());
+    let batches = w.store.list("ingest/batches/").await.unwrap();
+    let records: Vec<_> = batches
+        .iter()
+        .filter(|m| m.key.ends_with(".json"))
+        .collect();
+    assert_eq!(records.len(), 1, "{batches:?}");
+}
