@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Tap, TappedQueue, TappedStore};
+use granary::adapters::tap::{Tap, TappedBus, TappedQueue, TappedStore};
 use granary::config::archive::ArchiveSettings;
 use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::job::ArchiveState;
@@ -23,7 +23,21 @@ struct World {
     store: Arc<MemoryStore>,
     buckets: Arc<MemoryBuckets>,
     queue: Arc<MemoryQueue>,
+    /// The notification bus: completions and failures are announced here.
+    bus: Arc<MemoryEventBus>,
     id: String,
+    /// The failing run: a staged member rots once post-processing is waiting (its integrity
+    /// check fails the job for good), and once the job has failed an operator restores it and
+    /// runs `granary archive retry`.
+    rot: Option<Rot>,
+}
+
+#[derive(Default)]
+struct Rot {
+    /// The member's key and bytes before it rotted.
+    original: std::sync::Mutex<Option<(String, Bytes)>>,
+    /// Whether the operator's retry went through.
+    retried: std::sync::atomic::AtomicBool,
 }
 
 /// Every bucket's store through `tap`.
@@ -51,7 +65,7 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
         ..ArchiveSettings::default()
     };
     let key = Some(Arc::new(manifest::signing_key(&"42".repeat(32)).unwrap()));
-    let bus = Arc::new(MemoryEventBus::default());
+    let bus = w.bus.clone();
     match faults {
         None => ArchiveCtx::new(
             w.store.clone(),
@@ -74,9 +88,9 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
                 }),
                 Arc::new(TappedQueue {
                     inner: w.queue.clone(),
-                    tap,
+                    tap: tap.clone(),
                 }),
-                bus,
+                Arc::new(TappedBus { inner: bus, tap }),
                 key,
                 settings,
             )
@@ -85,6 +99,10 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
 }
 
 async fn world() -> World {
+    world_with(None).await
+}
+
+async fn world_with(rot: Option<Rot>) -> World {
     let buckets = Arc::new(MemoryBuckets::default());
     let products = buckets.bucket("products");
     for n in 0..6 {
@@ -101,7 +119,9 @@ async fn world() -> World {
         store: Arc::new(MemoryStore::new()),
         buckets,
         queue: Arc::new(MemoryQueue::new("archive-tasks")),
+        bus: Arc::new(MemoryEventBus::default()),
         id: String::new(),
+        rot,
     };
     w.id = archive::create(
         &actx(&w, None),
@@ -130,6 +150,11 @@ async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
         return true;
     };
     let mut busy = t.moved > 0 || t.tasks_sent > 0 || t.errors > 0;
+    // Between the tick and the task handler: the tick that starts post-processing sends its
+    // task, which the handler below checks, so the member rots before any check of it.
+    if let Some(rot) = &w.rot {
+        busy |= operator(w, rot, &a).await;
+    }
     let Ok(got) = w.queue.receive(100, 60, 0).await else {
         return true;
     };
@@ -145,6 +170,53 @@ async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
         }
     }
     busy
+}
+
+/// What happens to the failing run outside granary, between a pass's tick and its task
+/// handler: the member rots (once post-processing has started), and after the failure an operator restores it and retries the job
+/// (its calls through this pass's faults: a retry that dies is run again by the operator).
+/// Whether the operator did anything.
+async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
+    use std::sync::atomic::Ordering::SeqCst;
+    let clean = actx(w, None);
+    let Some(job) = clean.archives.job(&w.id).await.unwrap() else {
+        return false;
+    };
+    let state = job.value.state;
+    let mut original = rot.original.lock().unwrap();
+    if state == ArchiveState::PostProcessing && original.is_none() {
+        let members = w
+            .store
+            .list(&format!("{}members/", clean.archives.staged(&w.id)))
+            .await
+            .unwrap();
+        let key = members[0].key.clone();
+        let body = w.store.get(&key).await.unwrap().unwrap().body;
+        w.store
+            .put(&key, Bytes::from_static(b"rot"), PutCondition::Overwrite)
+            .await
+            .unwrap();
+        *original = Some((key, body));
+        return false;
+    }
+    if state == ArchiveState::Failed && !rot.retried.load(SeqCst) {
+        if let Some((key, body)) = original.as_ref() {
+            w.store
+                .put(key, body.clone(), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        match archive::steps::retry(a, &w.id, chrono::Utc::now()).await {
+            Ok(_) => rot.retried.store(true, SeqCst),
+            // A retry that died after the job moved on: the rerun finds it no longer failed.
+            Err(granary::handlers::archive::ArchiveError::Refused(_)) => {
+                rot.retried.store(true, SeqCst)
+            }
+            Err(_) => {}
+        }
+        return true;
+    }
+    false
 }
 
 async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
@@ -178,6 +250,41 @@ async fn audit(w: &World) -> Result<(), String> {
     let job = a.archives.job(&w.id).await.unwrap().unwrap().value;
     if job.state != ArchiveState::Completed {
         return Err(format!("{} ({})", job.state, job.reason));
+    }
+    // Every transition at most once (a retried phase goes round through other transitions).
+    for t in &job.history {
+        let n = job.times(t.from, t.to);
+        if n != 1 {
+            return Err(format!("{} → {} {n} times", t.from, t.to));
+        }
+    }
+    // Announced: the completion, and in the failing run the failure before it.
+    let announced: Vec<String> = w
+        .bus
+        .events()
+        .iter()
+        .map(|e| e.detail_type.clone())
+        .collect();
+    use granary::contracts::archive::{ARCHIVE_COMPLETED, ARCHIVE_FAILED};
+    let mut want = vec![ARCHIVE_COMPLETED];
+    if w.rot.is_some() {
+        want.insert(0, ARCHIVE_FAILED);
+        use ArchiveState::*;
+        for (from, to) in [
+            (Failure, ErrorHandling),
+            (ErrorHandling, Cleanup),
+            (Cleanup, Failed),
+            (Failed, PostProcessing),
+        ] {
+            if job.times(from, to) != 1 {
+                return Err(format!("{from} → {to} {} times", job.times(from, to)));
+            }
+        }
+    }
+    let mut seen = announced.clone();
+    seen.dedup();
+    if seen != want {
+        return Err(format!("announced {announced:?}, want {want:?}"));
     }
     use ArchiveState::*;
     for (from, to) in [
@@ -227,6 +334,46 @@ async fn an_archive_job_recovers_from_a_crash_at_every_call() {
     for at_call in 1..=calls {
         for mode in [CrashMode::Before, CrashMode::After] {
             let w = world().await;
+            run(&w, Some(CrashPoint { at_call, mode })).await;
+            if let Err(e) = audit(&w).await {
+                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash runs failed:\n{}",
+        failures.len(),
+        2 * calls,
+        failures.join("\n")
+    );
+}
+
+/// The failure path under crashes: a staged member rots, the integrity check fails the job for
+/// good (Error, Failure, ErrorHandling with its announcement, Cleanup, Failed), then an operator
+/// restores the member and runs `granary archive retry`; each of those calls, the retry's
+/// included, dies in turn. Audited as above, plus: the failure announced before the
+/// completion, each failure-path transition once, the retry once.
+#[tokio::test]
+async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call() {
+    let clean = world_with(Some(Rot::default())).await;
+    let calls = run(&clean, None).await;
+    audit(&clean)
+        .await
+        .unwrap_or_else(|e| panic!("without a crash: {e}"));
+    let failures_seen = actx(&clean, None)
+        .archives
+        .job(&clean.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value
+        .times(ArchiveState::Cleanup, ArchiveState::Failed);
+    assert_eq!(failures_seen, 1, "the run did fail and was retried");
+    let mut failures = Vec::new();
+    for at_call in 1..=calls {
+        for mode in [CrashMode::Before, CrashMode::After] {
+            let w = world_with(Some(Rot::default())).await;
             run(&w, Some(CrashPoint { at_call, mode })).await;
             if let Err(e) = audit(&w).await {
                 failures.push(format!("crash {mode:?} call {at_call}: {e}"));

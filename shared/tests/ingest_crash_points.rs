@@ -20,7 +20,7 @@ use granary::adapters::memory::{
     MemoryStore,
 };
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Tap, TappedJobs, TappedQueue, TappedStore};
+use granary::adapters::tap::{Tap, TappedBus, TappedJobs, TappedQueue, TappedRemote, TappedStore};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::BatchId;
@@ -31,7 +31,9 @@ use granary::handlers::ingest::{
     self, operator, IngestCtx, IngestSettings, ProcessingRetries, TickSummary,
 };
 use granary::handlers::monitor;
-use granary::ports::{JobRunner, ObjectStore, OutgoingMessage, PutCondition, Queue};
+use granary::ports::{
+    EventBus, JobRunner, ObjectStore, OutgoingMessage, PutCondition, Queue, Remote,
+};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -76,9 +78,23 @@ fn md5_hex(body: &[u8]) -> String {
 }
 
 fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
-    type Ports = (Arc<dyn ObjectStore>, Arc<dyn JobRunner>, Arc<dyn Queue>);
-    let (store, jobs, dlq): Ports = match faults {
-        None => (w.store.clone(), w.jobs.clone(), w.dlq.clone()),
+    type Ports = (
+        Arc<dyn ObjectStore>,
+        Arc<dyn JobRunner>,
+        Arc<dyn Queue>,
+        Arc<dyn Remote>,
+        Arc<dyn EventBus>,
+    );
+    // Every port the dispatcher calls, the depositor's server (downloads, callbacks) and the
+    // notification bus included, passes through the faults: any call may be the crash point.
+    let (store, jobs, dlq, remote, bus): Ports = match faults {
+        None => (
+            w.store.clone(),
+            w.jobs.clone(),
+            w.dlq.clone(),
+            w.remote.clone(),
+            w.bus.clone(),
+        ),
         Some(f) => {
             let tap = f as Arc<dyn Tap>;
             (
@@ -92,6 +108,14 @@ fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
                 }),
                 Arc::new(TappedQueue {
                     inner: w.dlq.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedRemote {
+                    inner: w.remote.clone(),
+                    tap: tap.clone(),
+                }),
+                Arc::new(TappedBus {
+                    inner: w.bus.clone(),
                     tap,
                 }),
             )
@@ -101,8 +125,8 @@ fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
         "bucket",
         store,
         jobs,
-        w.remote.clone(),
-        w.bus.clone(),
+        remote,
+        bus,
         ProcessingRetries {
             failure_dlq: dlq,
             max_attempts: MAX_ATTEMPTS,
@@ -112,6 +136,12 @@ fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
 }
 
 async fn world() -> World {
+    submitted(world_unsubmitted().await, None).await.0
+}
+
+/// The world before its batch is submitted: the manifest in the bucket, the depositor's files
+/// on its server.
+async fn world_unsubmitted() -> World {
     let store = Arc::new(MemoryStore::new());
     let remote = Arc::new(MemoryRemote::default());
     let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
@@ -137,7 +167,7 @@ async fn world() -> World {
         )
         .await
         .unwrap();
-    let mut w = World {
+    let w = World {
         store,
         jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
         remote,
@@ -146,23 +176,62 @@ async fn world() -> World {
         events: Arc::new(MemoryQueue::new("events")),
         batch: BatchId::parse("placeholder").unwrap(),
     };
-    let submitted = ingest::submit(
-        &ictx(&w, None),
-        Submission {
-            collection: "maps".into(),
-            manifest_url: "s3://bucket/ingest/manifests/m".into(),
-            kind: ManifestKind::Files,
-            priority: 5,
-            callback: Some("http://depositor/cb".into()),
-            profile: None,
-            submitter: "t".into(),
-        },
-        chrono::Utc::now(),
-    )
-    .await
-    .unwrap();
-    w.batch = submitted.id;
     w
+}
+
+/// The batch's submission message, as the ingest-submit Lambda receives it from SQS.
+fn submission_event() -> aws_lambda_events::event::sqs::SqsEvent {
+    let body = serde_json::to_string(&Submission {
+        collection: "maps".into(),
+        manifest_url: "s3://bucket/ingest/manifests/m".into(),
+        kind: ManifestKind::Files,
+        priority: 5,
+        callback: Some("http://depositor/cb".into()),
+        profile: None,
+        submitter: "t".into(),
+    })
+    .unwrap();
+    let mut m = aws_lambda_events::event::sqs::SqsMessage::default();
+    m.message_id = Some("submission-1".into());
+    m.body = Some(body);
+    m.attributes
+        .insert("SentTimestamp".into(), "1767225600000".into());
+    let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+    event.records = vec![m];
+    event
+}
+
+/// The world after the ingest-submit Lambda took the submission, dying at `crash` (then SQS
+/// delivers the message again, a visibility timeout later, to a clean invocation). Returns the
+/// world and how many external calls the first invocation made.
+async fn submitted(mut w: World, crash: Option<CrashPoint>) -> (World, u64) {
+    let faults = Faults::new(crash, 0.0, 7, Arc::new(FaultCounts::default()));
+    let now = chrono::Utc::now();
+    let response =
+        ingest::handle_submissions(&ictx(&w, Some(faults.clone())), submission_event(), now).await;
+    if faults.crashed() || !response.batch_item_failures.is_empty() {
+        let later = now + chrono::Duration::minutes(6);
+        let again = ingest::handle_submissions(&ictx(&w, None), submission_event(), later).await;
+        assert!(again.batch_item_failures.is_empty(), "{again:?}");
+    }
+    let batches: Vec<String> = w
+        .store
+        .list("ingest/batches/")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| {
+            Some(
+                m.key
+                    .strip_prefix("ingest/batches/")?
+                    .strip_suffix(".json")?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(batches.len(), 1, "one submission, one batch: {batches:?}");
+    w.batch = BatchId::parse(&batches[0]).unwrap();
+    (w, faults.calls())
 }
 
 /// Batch ends every running processing job — o3's first attempt is reclaimed by Spot, o4's
@@ -372,4 +441,27 @@ async fn the_ingest_queue_recovers_from_a_crash_at_every_call() {
         2 * calls,
         failures.join("\n")
     );
+}
+
+/// The ingest-submit Lambda dies at each of its calls; SQS delivers the submission again; the
+/// batch then runs as without the crash: one batch, every job where it should end.
+#[tokio::test]
+async fn a_submission_survives_a_crash_at_every_call_of_ingest_submit() {
+    let (_, calls) = submitted(world_unsubmitted().await, None).await;
+    assert!(calls > 0);
+    let mut failures = Vec::new();
+    for at_call in 1..=calls {
+        for mode in [CrashMode::Before, CrashMode::After] {
+            let (w, _) = submitted(
+                world_unsubmitted().await,
+                Some(CrashPoint { at_call, mode }),
+            )
+            .await;
+            run(&w, None).await;
+            if let Err(e) = audit(&w).await {
+                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -70,7 +70,12 @@ impl Tap for RequestCounts {
             Op::QueueDelete => add(&self.sqs_delete, 1),
             Op::QueueRelease | Op::QueueDepth => add(&self.sqs_other, 1),
             Op::JobSubmit | Op::JobList | Op::JobDescribe => add(&self.batch_calls, 1),
-            Op::SourceList | Op::SourceOpen => {}
+            Op::SourceList
+            | Op::SourceOpen
+            | Op::RemoteSize
+            | Op::RemoteFetch
+            | Op::RemoteCallBack
+            | Op::BusPut => {}
         }
     }
 }

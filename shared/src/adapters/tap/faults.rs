@@ -103,14 +103,11 @@ impl Faults {
     }
 }
 
-/// Decides the fate of each call: refused unmade, made, or made with its answer lost. Calls to
-/// the importer's source are let through untouched: a download that fails is the download
-/// step's own, tested failure.
+/// Decides the fate of each call: refused unmade, made, or made with its answer lost. Any call
+/// may be the crash point, a download from a source or a depositor's server too; only AWS
+/// calls are throttled (a download that fails is the download step's own, tested failure).
 impl Tap for Faults {
     fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
-        if call.op.is_source() {
-            return Ok(Fate::Make);
-        }
         let mut s = self.lock();
         if s.crashed {
             return Err(CRASHED);
@@ -133,7 +130,10 @@ impl Tap for Faults {
                 CrashMode::After => Ok(Fate::MakeAndLoseAnswer),
             };
         }
-        if self.throttle_rate > 0.0 && unit(&mut s.rng) < self.throttle_rate {
+        if self.throttle_rate > 0.0
+            && !call.op.is_outside_aws()
+            && unit(&mut s.rng) < self.throttle_rate
+        {
             self.totals.throttles.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal {
                 message: "injected throttling: slow down",

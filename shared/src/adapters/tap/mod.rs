@@ -8,9 +8,10 @@ pub mod counting;
 pub mod faults;
 
 use crate::ports::{
-    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary, ObjectMeta,
-    ObjectStore, OutgoingMessage, PutCondition, Queue, QueueDepth, QueueError, ReceivedMessage,
-    Source, SourceError, SourceFile, SourceStream, StoreError, StoredObject, Upload,
+    ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
+    JobRunnerError, JobSummary, ObjectMeta, ObjectStore, OutgoingMessage, PutCondition, Queue,
+    QueueDepth, QueueError, ReceivedMessage, Remote, Source, SourceError, SourceFile, SourceStream,
+    StoreError, StoredObject, Upload,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -46,12 +47,26 @@ pub enum Op {
     JobDescribe,
     SourceList,
     SourceOpen,
+    /// HEAD of a depositor's file (the ingest queue's size check).
+    RemoteSize,
+    /// GET of a depositor's file (the ingest queue's download).
+    RemoteFetch,
+    /// POST to a depositor's callback URL.
+    RemoteCallBack,
+    /// EventBridge PutEvents (ingest and archive notifications).
+    BusPut,
 }
 
 impl Op {
     /// Calls the importer makes to the place files come from (not granary's own state).
     pub fn is_source(self) -> bool {
         matches!(self, Op::SourceList | Op::SourceOpen)
+    }
+
+    /// Calls to servers that are not AWS (a source over HTTP, a depositor's server): no AWS
+    /// throttling applies to them, but an invocation may die at them like at any call.
+    pub fn is_outside_aws(self) -> bool {
+        self.is_source() || matches!(self, Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack)
     }
 }
 
@@ -451,6 +466,66 @@ impl Source for TappedSource {
             Answer::of,
             source_error(url),
         )
+        .await
+    }
+}
+
+/// A depositor's server (the ingest queue's downloads and callbacks) whose calls pass through a
+/// tap. Calls are named by URL.
+pub struct TappedRemote {
+    pub inner: Arc<dyn Remote>,
+    pub tap: Arc<dyn Tap>,
+}
+
+#[async_trait]
+impl Remote for TappedRemote {
+    async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
+        let call = Call::new(Op::RemoteSize, url);
+        through(
+            &*self.tap,
+            call,
+            self.inner.size_of(url),
+            Answer::of,
+            source_error(url),
+        )
+        .await
+    }
+    async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
+        let call = Call::new(Op::RemoteFetch, url);
+        through(
+            &*self.tap,
+            call,
+            self.inner.fetch(url),
+            Answer::of,
+            source_error(url),
+        )
+        .await
+    }
+    async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
+        let call = Call::new(Op::RemoteCallBack, url);
+        let request = self.inner.call_back(url, body);
+        through(&*self.tap, call, request, Answer::of, source_error(url)).await
+    }
+}
+
+/// An event bus whose PutEvents calls pass through a tap, named by the first event's
+/// detail-type.
+pub struct TappedBus {
+    pub inner: Arc<dyn EventBus>,
+    pub tap: Arc<dyn Tap>,
+}
+
+#[async_trait]
+impl EventBus for TappedBus {
+    async fn put_events(&self, events: Vec<BusEvent>) -> Result<(), EventBusError> {
+        let name = events
+            .first()
+            .map_or_else(String::new, |e| e.detail_type.clone());
+        let call = Call::new(Op::BusPut, &name);
+        let request = self.inner.put_events(events);
+        through(&*self.tap, call, request, Answer::of, |why, _| {
+            EventBusError::new(why)
+        })
         .await
     }
 }
