@@ -183,7 +183,7 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
         return false;
     };
     let state = job.value.state;
-    let mut original = rot.original.lock().unwrap();
+    let original = rot.original.lock().unwrap().clone();
     if state == ArchiveState::PostProcessing && original.is_none() {
         let members = w
             .store
@@ -196,7 +196,7 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
             .put(&key, Bytes::from_static(b"rot"), PutCondition::Overwrite)
             .await
             .unwrap();
-        *original = Some((key, body));
+        *rot.original.lock().unwrap() = Some((key, body));
         return false;
     }
     if state == ArchiveState::Failed && !rot.retried.load(SeqCst) {
