@@ -167,16 +167,16 @@ async fn world_unsubmitted() -> World {
         )
         .await
         .unwrap();
-    let w = World {
+    World {
         store,
         jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
         remote,
         bus: Arc::new(MemoryEventBus::default()),
         dlq: Arc::new(MemoryQueue::new("dlq")),
         events: Arc::new(MemoryQueue::new("events")),
+        // Named once the submission has made the batch (`submitted`).
         batch: BatchId::parse("placeholder").unwrap(),
-    };
-    w
+    }
 }
 
 /// The batch's submission message, as the ingest-submit Lambda receives it from SQS.
