@@ -28,7 +28,7 @@ use granary::domain::ingest::job::{BatchGroup, JobState};
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
 use granary::handlers::ingest::{
-    self, operator, IngestCtx, IngestSettings, ProcessingRetries, TickSummary,
+    self, operator, operator::Target, IngestCtx, IngestSettings, ProcessingRetries, TickSummary,
 };
 use granary::handlers::monitor;
 use granary::ports::{
@@ -277,7 +277,11 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
     let totals = Arc::new(FaultCounts::default());
     let mut calls = 0u64;
     let mut crashed = false;
-    for _ in 0..60 {
+    // An operator holds the batch's fourth job at the first pass and releases it at the third,
+    // each command's calls in that pass (a command that failed is run again at the next pass).
+    let held = Target::Job(w.batch.job(4));
+    let (mut hold_done, mut release_done) = (false, false);
+    for pass in 0..60 {
         let point = match crash {
             Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
                 at_call: c.at_call - calls,
@@ -288,7 +292,16 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
         // A dead invocation's messages are visible again by the next pass.
         w.events.expire_visibility();
         let faults = Faults::new(point, 0.0, 7, totals.clone());
-        let result = ingest::tick(&ictx(w, Some(faults.clone())), chrono::Utc::now()).await;
+        let now = chrono::Utc::now();
+        let tapped = ictx(w, Some(faults.clone()));
+        if !hold_done {
+            hold_done = operator::hold(&tapped, &held, "check it", "ops", now)
+                .await
+                .is_ok();
+        } else if pass >= 2 && !release_done {
+            release_done = operator::release(&tapped, &held, now).await.is_ok();
+        }
+        let result = ingest::tick(&tapped, now).await;
         let delivered = if faults.crashed() {
             false
         } else {
@@ -301,7 +314,7 @@ async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
         }
         let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
         let finished = finish_jobs(w).await;
-        if s == TickSummary::default() && finished == 0 && !delivered {
+        if s == TickSummary::default() && finished == 0 && !delivered && release_done {
             if let_claim_leases_run_out(w).await {
                 continue;
             }

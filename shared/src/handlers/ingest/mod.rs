@@ -207,6 +207,8 @@ pub async fn handle_submissions(
 /// What one tick of the dispatcher did, per step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TickSummary {
+    /// Held batches and jobs no hold covers any more, moved back to pending.
+    pub released: u64,
     pub batches_spawned: u64,
     pub batches_held: u64,
     pub jobs_created: u64,
@@ -238,6 +240,9 @@ pub async fn tick(
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<TickSummary, IngestStepError> {
     let mut s = TickSummary::default();
+    // Held with no hold left (a release that died after removing its hold): back to pending.
+    let unheld = operator::release_unheld(ictx, None, "no hold covers it any more", now).await?;
+    s.released = (unheld.batches.len() + unheld.jobs.len()) as u64;
     batches::spawn(ictx, now, &mut s).await?;
     jobs::dispatch(ictx, now, &mut s).await?;
     jobs::estimate(ictx, now, &mut s).await?;

@@ -22,7 +22,8 @@ pub enum Target {
 }
 
 impl Target {
-    fn key(&self, ictx: &IngestCtx) -> String {
+    /// Where the hold on this target is kept.
+    pub fn key(&self, ictx: &IngestCtx) -> String {
         match self {
             Target::Collection(c) => ictx.ingest.keys.collection_hold(c),
             Target::Batch(b) => ictx.ingest.keys.batch_hold(b),
@@ -95,29 +96,39 @@ pub struct Released {
 
 /// Removes the hold, then moves what it held back to pending: held batches of the collection (or
 /// the batch), held jobs of the collection, batch or the job — unless another hold still holds them.
+/// A release that dies after removing the hold leaves nothing stranded: every tick moves back
+/// whatever is held with no hold left ([`release_unheld`]).
 pub async fn release(
     ictx: &IngestCtx,
     target: &Target,
     now: DateTime<Utc>,
 ) -> Result<Released, IngestStepError> {
     ictx.store.delete(&target.key(ictx)).await?;
+    release_unheld(ictx, Some(target), &format!("{target} released"), now).await
+}
+
+/// Moves back to pending every held batch and job that `target` covers (all, without one) and
+/// that no hold holds any more.
+pub async fn release_unheld(
+    ictx: &IngestCtx,
+    target: Option<&Target>,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<Released, IngestStepError> {
     let mut out = Released::default();
-    for id in ictx.ingest.batch_ids().await? {
-        let Some(b) = ictx.ingest.batch(&id).await? else {
-            continue;
-        };
-        let b = b.value;
+    for b in ictx.ingest.batches_in(BatchState::Held).await? {
         let covered = match target {
-            Target::Collection(c) => &b.submission.collection == c,
-            Target::Batch(bid) => &b.id == bid,
-            Target::Job(_) => false,
+            None => true,
+            Some(Target::Collection(c)) => &b.submission.collection == c,
+            Some(Target::Batch(bid)) => &b.id == bid,
+            Some(Target::Job(_)) => false,
         };
-        if covered && b.state == BatchState::Held && batch_held_by(ictx, &b).await?.is_none() {
+        if covered && batch_held_by(ictx, &b).await?.is_none() {
             let changed = ictx
                 .ingest
                 .change_batch(&b.id, |r| {
                     (r.state == BatchState::Held)
-                        .then(|| r.moved(BatchState::Pending, format!("{target} released"), now))
+                        .then(|| r.moved(BatchState::Pending, reason, now))
                         .transpose()
                         .map_err(|e| e.to_string())
                 })
@@ -136,9 +147,10 @@ pub async fn release(
             continue;
         };
         let covered = match target {
-            Target::Collection(c) => &job.collection == c,
-            Target::Batch(bid) => &job.batch == bid,
-            Target::Job(jid) => &job.id == jid,
+            None => true,
+            Some(Target::Collection(c)) => &job.collection == c,
+            Some(Target::Batch(bid)) => &job.batch == bid,
+            Some(Target::Job(jid)) => &job.id == jid,
         };
         if !covered || job_held_by(ictx, &job).await?.is_some() {
             continue;
@@ -147,7 +159,7 @@ pub async fn release(
             .ingest
             .change_job(&job.id, |r| {
                 (r.state == JobState::Held)
-                    .then(|| r.moved(JobState::Pending, format!("{target} released"), now))
+                    .then(|| r.moved(JobState::Pending, reason, now))
                     .transpose()
                     .map_err(|e| e.to_string())
             })

@@ -365,6 +365,28 @@ async fn a_held_job_waits_and_a_released_one_goes_on() {
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// A release that died right after removing its hold: the held batch and job are moved back by
+/// the next tick (no hold covers them), never left held with nothing to release them.
+#[tokio::test]
+async fn a_release_that_died_after_removing_its_hold_strands_nothing() {
+    let w = world(IngestSettings::default());
+    let target = Target::Collection("coll".into());
+    operator::hold(&w.ictx, &target, "migration", "ops", Utc::now())
+        .await
+        .unwrap();
+    let m = w.manifest("m3b", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Held);
+    // The release's first call, and nothing after it.
+    let key = target.key(&w.ictx);
+    w.store.delete(&key).await.unwrap();
+    let tick = super::tick(&w.ictx, Utc::now()).await.unwrap();
+    assert_eq!(tick.released, 1, "{tick:?}");
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+}
+
 #[tokio::test]
 async fn provisioning_admits_only_what_fits_and_re_evaluates_every_tick() {
     let w = world(IngestSettings {
