@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Tap, TappedBus, TappedQueue, TappedStore};
+use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedBus, TappedQueue, TappedStore};
 use granary::config::archive::ArchiveSettings;
 use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::job::ArchiveState;
@@ -32,17 +32,68 @@ struct World {
     rot: Option<Rot>,
 }
 
-#[derive(Default)]
 struct Rot {
     /// The member's key and bytes before it rotted.
     original: std::sync::Mutex<Option<(String, Bytes)>>,
     /// Whether the operator's retry went through.
     retried: std::sync::atomic::AtomicBool,
+    /// Whether the mirror destination's bucket is still missing: every write to it is refused
+    /// (a recoverable store failure) until an operator creates it, which they do once the job
+    /// has met a recoverable error.
+    mirror_missing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Default for Rot {
+    fn default() -> Self {
+        Self {
+            original: Default::default(),
+            retried: Default::default(),
+            mirror_missing: Arc::new(true.into()),
+        }
+    }
+}
+
+/// Refuses writes to a bucket that does not exist (yet).
+struct MissingBucket(Arc<std::sync::atomic::AtomicBool>);
+
+impl Tap for MissingBucket {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        let write = matches!(
+            call.op,
+            Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish | Op::StoreCopy
+        );
+        if write && self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Refusal {
+                message: "NoSuchBucket: the specified bucket does not exist",
+                ambiguous: false,
+            });
+        }
+        Ok(Fate::Make)
+    }
+}
+
+/// The world's buckets, the mirror's writes refused while it is missing.
+struct GatedBuckets {
+    inner: Arc<dyn Buckets>,
+    mirror_missing: Option<Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Buckets for GatedBuckets {
+    fn store(&self, bucket: &str, class: Option<&str>) -> Arc<dyn ObjectStore> {
+        let store = self.inner.store(bucket, class);
+        match &self.mirror_missing {
+            Some(missing) if bucket == "mirror" => Arc::new(TappedStore {
+                inner: store,
+                tap: Arc::new(MissingBucket(missing.clone())),
+            }),
+            _ => store,
+        }
+    }
 }
 
 /// Every bucket's store through `tap`.
 struct TappedBuckets {
-    inner: Arc<MemoryBuckets>,
+    inner: Arc<dyn Buckets>,
     tap: Arc<dyn Tap>,
 }
 
@@ -66,10 +117,14 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
     };
     let key = Some(Arc::new(manifest::signing_key(&"42".repeat(32)).unwrap()));
     let bus = w.bus.clone();
+    let buckets = Arc::new(GatedBuckets {
+        inner: w.buckets.clone(),
+        mirror_missing: w.rot.as_ref().map(|r| r.mirror_missing.clone()),
+    });
     match faults {
         None => ArchiveCtx::new(
             w.store.clone(),
-            w.buckets.clone(),
+            buckets,
             w.queue.clone(),
             bus,
             key,
@@ -83,7 +138,7 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
                     tap: tap.clone(),
                 }),
                 Arc::new(TappedBuckets {
-                    inner: w.buckets.clone(),
+                    inner: buckets,
                     tap: tap.clone(),
                 }),
                 Arc::new(TappedQueue {
@@ -199,6 +254,16 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
         *rot.original.lock().unwrap() = Some((key, body));
         return false;
     }
+    // The tick that records the recoverable error also retries the phase (no backoff here):
+    // the operator goes by the history, not by the state between two ticks.
+    let met = job
+        .value
+        .times(ArchiveState::Error, ArchiveState::RecoverableError)
+        > 0;
+    if met && rot.mirror_missing.load(SeqCst) {
+        rot.mirror_missing.store(false, SeqCst);
+        return true;
+    }
     if state == ArchiveState::Failed && !rot.retried.load(SeqCst) {
         if let Some((key, body)) = original.as_ref() {
             w.store
@@ -251,10 +316,17 @@ async fn audit(w: &World) -> Result<(), String> {
     if job.state != ArchiveState::Completed {
         return Err(format!("{} ({})", job.state, job.reason));
     }
-    // Every transition at most once (a retried phase goes round through other transitions).
+    // Every transition at most once (a retried phase goes round through other transitions),
+    // but the recoverable-error loop, which goes round until the destination is there.
+    use ArchiveState::*;
+    let recoverable_loop = [
+        (Store, Error),
+        (Error, RecoverableError),
+        (RecoverableError, Store),
+    ];
     for t in &job.history {
         let n = job.times(t.from, t.to);
-        if n != 1 {
+        if n != 1 && !recoverable_loop.contains(&(t.from, t.to)) {
             return Err(format!("{} → {} {n} times", t.from, t.to));
         }
     }
@@ -269,7 +341,13 @@ async fn audit(w: &World) -> Result<(), String> {
     let mut want = vec![ARCHIVE_COMPLETED];
     if w.rot.is_some() {
         want.insert(0, ARCHIVE_FAILED);
-        use ArchiveState::*;
+        for (from, to) in recoverable_loop {
+            if job.times(from, to) == 0 {
+                return Err(format!(
+                    "never {from} → {to}: the missing mirror was not met"
+                ));
+            }
+        }
         for (from, to) in [
             (Failure, ErrorHandling),
             (ErrorHandling, Cleanup),
@@ -286,7 +364,6 @@ async fn audit(w: &World) -> Result<(), String> {
     if seen != want {
         return Err(format!("announced {announced:?}, want {want:?}"));
     }
-    use ArchiveState::*;
     for (from, to) in [
         (ActivityArchiving, PostProcessing),
         (PostProcessing, Store),
