@@ -39,8 +39,20 @@ if [ "$batch" = no ]; then
   done < "$root/tests/needs-batch.txt"
 fi
 
+# GRANARY_SUITE=endpoint: only the tests that reach the endpoint (the emulator tests and the CLI's
+# integration tests). The rest run on the in-memory twins and answer the same on any endpoint:
+# `make test` runs them once; the LocalStack leg need not run them again.
+only=""
+if [ "${GRANARY_SUITE:-all}" = endpoint ]; then
+  only="package(granary-tests) | (package(granary-cli) & kind(test))"
+  echo "only the tests that reach the endpoint: $only" >&2
+fi
+
 if cargo nextest --version >/dev/null 2>&1; then
   args=(run --workspace --locked --no-fail-fast)
+  if [ -n "$only" ] && [ ${#skips[@]} -eq 0 ]; then
+    args+=(-E "$only")
+  fi
   if [ ${#skips[@]} -gt 0 ]; then
     expr=""
     for s in "${skips[@]}"; do
@@ -49,7 +61,11 @@ if cargo nextest --version >/dev/null 2>&1; then
       expr="${expr:+$expr | }$term"
     done
     echo "skipping ${#skips[@]} test groups this endpoint cannot run (Batch: $batch): ${skips[*]}" >&2
-    args+=(-E "not ($expr)")
+    if [ -n "$only" ]; then
+      args+=(-E "($only) & not ($expr)")
+    else
+      args+=(-E "not ($expr)")
+    fi
   fi
   exec cargo nextest "${args[@]}"
 else

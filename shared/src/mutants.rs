@@ -46,12 +46,12 @@ pub const ALL: [Mutant; 8] = [
     Mutant {
         name: "ingest-notice-after-record",
         defect: "an ingest job's failure is recorded before its DLQ notice is sent",
-        caught_by: "--test ingest_crash_points",
+        caught_by: "--test ingest_crash_points the_ingest_queue",
     },
     Mutant {
         name: "archive-tick-without-fan-out-repair",
         defect: "the archive tick leaves a phase's unsent tasks to the job's mover alone",
-        caught_by: "--test archive_crash_points",
+        caught_by: "--test archive_crash_points an_archive_job_recovers",
     },
 ];
 
