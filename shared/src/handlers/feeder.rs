@@ -391,7 +391,21 @@ async fn feed_window(
     // inventory) or found by the importer: it is on its way, and this listing submits nothing
     // for it. The feeder runs one window at a time and makes a window's records before it moves
     // past it, so an earlier listing's records are there by now.
+    // A window claimed before (a run redoing it) is worked as its claim says: its granules were
+    // looked for when it was claimed, and are known now because that run made their records.
+    let claimed = match ctx.windows().claimed(inventory_key, start).await {
+        Ok(claimed) => claimed,
+        Err(e) => {
+            return Ok((
+                0,
+                Some(Stop::Fail(format!(
+                    "looking for the claim of rows {start}.. of {inventory_key}: {e}"
+                ))),
+            ))
+        }
+    };
     let granules = if ctx.config.layout.track_items
+        && !claimed
         && !crate::mutants::on("feeder-submits-known-granules")
     {
         let known = match ctx.items().exist(&granules).await {
@@ -895,6 +909,42 @@ mod tests {
         .await
         .unwrap();
         assert_eq!((out.submitted, out.rows_submitted_total), (5, 5));
+    }
+
+    /// A run redoing a window (the run before made its jobs and records, and its tracker save
+    /// was lost) works it from its claim: it does not look for the window's granules' records
+    /// again (they exist now, made by that run), which under throttling cost a GET a granule a redo.
+    #[tokio::test]
+    async fn a_window_done_again_does_not_look_its_granules_up_again() {
+        let jobs = Arc::new(MemoryJobRunner::default());
+        let ctx = ctx("100", jobs.clone()).await;
+        let first = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 5,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(first.submitted, 5);
+        ctx.store
+            .delete(&ctx.config.layout.tracker_key)
+            .await
+            .unwrap();
+        let again = run(
+            &ctx,
+            FeederEvent {
+                granule_submit_count: 5,
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (again.already_submitted, again.known_before),
+            (5, 0),
+            "{again:?}"
+        );
+        assert_eq!(jobs.submitted().len(), 5);
     }
 
     #[tokio::test]

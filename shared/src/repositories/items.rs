@@ -298,12 +298,19 @@ impl Items {
             );
             object.push(b'\n');
         }
+        // Each batch object tried again on its own while refused: failing the whole creation for
+        // one refused PUT made its caller read every record of the window again (1,000 granules
+        // at 30% throttling: nine GETs a granule for the feeder instead of three).
         for (key, body) in lines {
-            match self
-                .store
-                .put(&key, Bytes::from(body), PutCondition::IfAbsent)
-                .await
-            {
+            let body = Bytes::from(body);
+            let written = crate::retry::again(
+                crate::retry::Backoff::IN_RUN,
+                "writing a window's history lines",
+                || self.store.put(&key, body.clone(), PutCondition::IfAbsent),
+                StoreError::is_transient,
+            )
+            .await;
+            match written {
                 Ok(_) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e.into()),
             }

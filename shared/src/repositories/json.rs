@@ -72,6 +72,22 @@ pub async fn read_json<T: DeserializeOwned>(
     }))
 }
 
+/// [`read_json`], tried again after a backoff while the read is refused (throttled past the
+/// SDK's retries): for a caller that would otherwise redo a whole sequence of calls for one.
+pub async fn read_json_retrying<T: DeserializeOwned>(
+    store: &dyn ObjectStore,
+    key: &str,
+    what: &str,
+) -> Result<Option<Versioned<T>>, RepositoryError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        what,
+        || read_json(store, key),
+        RepositoryError::is_transient,
+    )
+    .await
+}
+
 /// Writes `value` under `condition`; `is_conflict()` when the condition fails. For a state
 /// object read at an ETag, the object being gone since (S3's 404 to If-Match) is a change like
 /// any other: the caller reads again and finds it missing.

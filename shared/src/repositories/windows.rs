@@ -77,6 +77,22 @@ pub enum WindowOutcome {
 }
 
 impl Windows<'_> {
+    /// Whether the window at `(inventory, start)` was claimed before (one GET, retried while
+    /// refused): a run redoing a window works it as its claim says, so what it would have decided
+    /// about the window's granules before claiming it need not be decided again.
+    pub async fn claimed(&self, inventory: &str, start: u64) -> Result<bool, RepositoryError> {
+        let key = window_key(self.claim_prefix, inventory, start);
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "looking for the window's claim",
+            || self.store.get(&key),
+            crate::ports::StoreError::is_transient,
+        )
+        .await
+        .map(|found| found.is_some())
+        .map_err(RepositoryError::from)
+    }
+
     /// Submits each granule of `window` at attempt 1 at most once, however often and
     /// concurrently it is asked. A window already claimed is worked as its claim says (its rows
     /// and granules, not `window`'s).
