@@ -32,6 +32,9 @@ pub struct CampaignSpec {
     /// The job definition's RetryStrategy.attempts.
     pub batch_attempts: i32,
     pub env: Vec<(String, String)>,
+    /// How long after SubmitJob the in-memory Batch's ListJobs shows a job (none by default; see
+    /// `InMemoryBatch::listing_lag`).
+    pub listing_lag: std::time::Duration,
 }
 
 impl Default for CampaignSpec {
@@ -43,6 +46,7 @@ impl Default for CampaignSpec {
             runner: RunnerOptions::default(),
             batch_attempts: 2,
             env: Vec::new(),
+            listing_lag: std::time::Duration::ZERO,
         }
     }
 }
@@ -171,7 +175,8 @@ impl Campaign {
                 &jobs.job_definition,
                 default_retry_strategy(attempts),
             )
-            .spilling(tempfile::tempfile().context("a scratch file for the Batch twin")?),
+            .spilling(tempfile::tempfile().context("a scratch file for the Batch twin")?)
+            .listing_lag(spec.listing_lag),
         );
         let (retry_url, dlq_url) = config.queue_names();
         let counts = Arc::new(RequestCounts::default());

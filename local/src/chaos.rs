@@ -26,6 +26,8 @@ pub struct ChaosSpec {
     pub feeder_interval: Duration,
     /// Share of final Batch events never delivered (the reconciler must find those ends).
     pub lost_rate: f64,
+    /// How long after SubmitJob the Batch twin's ListJobs shows a job.
+    pub listing_lag: Duration,
 }
 
 impl Default for ChaosSpec {
@@ -37,6 +39,7 @@ impl Default for ChaosSpec {
             granule_submit_count: 500,
             feeder_interval: Duration::from_millis(50),
             lost_rate: 0.01,
+            listing_lag: Duration::ZERO,
         }
     }
 }
@@ -128,6 +131,7 @@ pub fn campaign_spec(spec: &ChaosSpec) -> CampaignSpec {
         ],
         ..CampaignSpec::default()
     };
+    c.listing_lag = spec.listing_lag;
     c.runner.visibility_timeout_secs = 1;
     c.runner.granule_submit_count = spec.granule_submit_count;
     c.runner.feeder_interval = spec.feeder_interval;
@@ -416,7 +420,16 @@ async fn audit_records(
             out.disagreeing += 1;
             note(
                 "records_disagreeing",
-                format!("{g}: {} ({})", record.state, record.reason),
+                format!(
+                    "{g}: {} ({}) at seq {}, last written by {} at {}; succeeded: {}, dead-lettered: {}",
+                    record.state,
+                    record.reason,
+                    record.seq,
+                    record.updated_by,
+                    record.last_updated.to_rfc3339(),
+                    successes.contains_key(g.as_str()),
+                    dead.contains(g),
+                ),
             );
         }
         let mut have = seqs.remove(g).unwrap_or_default();

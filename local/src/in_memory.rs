@@ -92,6 +92,8 @@ pub struct InMemoryBatch {
     retry_strategy: Value,
     /// Where settled details go, when the twin has one.
     scratch: Option<ScratchFile>,
+    /// How long after SubmitJob ListJobs starts to show a job (see [`InMemoryBatch::listing_lag`]).
+    listing_lag_ms: i64,
 }
 
 impl InMemoryBatch {
@@ -110,7 +112,23 @@ impl InMemoryBatch {
             job_definition_arn: arn("job-definition", job_definition, ":1"),
             retry_strategy,
             scratch: None,
+            listing_lag_ms: 0,
         }
+    }
+
+    /// The same twin, whose ListJobs (by name, and counting active jobs) shows a job only `lag`
+    /// after its SubmitJob: the Batch API reference promises no read-after-write for ListJobs.
+    /// granary assumes a job is listed within a claim's lease; a lag shorter than the campaign's
+    /// lease keeps the twin inside that assumption while no lookup sees a job at once.
+    pub fn listing_lag(self, lag: std::time::Duration) -> Self {
+        Self {
+            listing_lag_ms: i64::try_from(lag.as_millis()).unwrap_or(i64::MAX),
+            ..self
+        }
+    }
+
+    fn listed(&self, job: &Job) -> bool {
+        chrono::Utc::now().timestamp_millis() - job.created_at_ms >= self.listing_lag_ms
     }
 
     /// The same twin keeping the settled jobs' details in `scratch` (an empty file open for
@@ -180,7 +198,7 @@ impl JobRunner for InMemoryBatch {
             if active.total >= stop_at {
                 break;
             }
-            if !job.status.is_terminal() {
+            if !job.status.is_terminal() && self.listed(job) {
                 *active
                     .by_status
                     .entry(job.status.as_str().to_owned())
@@ -193,7 +211,11 @@ impl JobRunner for InMemoryBatch {
 
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         let jobs = self.lock();
-        Ok(jobs.by_name.get(job_name).and_then(|&i| jobs.summary(i)))
+        Ok(jobs
+            .by_name
+            .get(job_name)
+            .filter(|&&i| jobs.all.get(i).is_some_and(|j| self.listed(j)))
+            .and_then(|&i| jobs.summary(i)))
     }
 
     /// DescribeJobs: the detail the simulator settled the job with; before that, the job is
@@ -396,6 +418,21 @@ mod tests {
                 ("attempt".to_owned(), attempt.to_string()),
             ]),
         }
+    }
+
+    #[tokio::test]
+    async fn list_jobs_shows_a_new_job_only_after_the_listing_lag() {
+        let lag = std::time::Duration::from_millis(50);
+        let batch = InMemoryBatch::new("q", "d", default_retry_strategy(2)).listing_lag(lag);
+        let a = batch.submit(request("g-a1", "G1", 1)).await.unwrap();
+        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), None);
+        // DescribeJobs, by id, answers at once.
+        assert!(batch.describe(&a.job_id).await.unwrap().is_some());
+        tokio::time::sleep(lag * 2).await;
+        assert_eq!(
+            batch.find_by_name("g-a1").await.unwrap().map(|j| j.job_id),
+            Some(a.job_id)
+        );
     }
 
     #[tokio::test]

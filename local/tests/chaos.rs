@@ -23,6 +23,7 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
         granule_submit_count: 100,
         feeder_interval: Duration::from_millis(20),
         lost_rate: 0.03,
+        listing_lag: Duration::ZERO,
     };
     let report = chaos::run(&spec, |_| {})
         .await

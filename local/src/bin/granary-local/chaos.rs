@@ -26,6 +26,10 @@ pub struct Args {
     /// Granules the feeder takes per schedule tick.
     #[arg(long, default_value_t = 500)]
     submit_count: u64,
+    /// Milliseconds after SubmitJob before the Batch twin's ListJobs shows a job (Batch promises
+    /// no read-after-write for ListJobs); keep it below the campaign's 1 s claim lease.
+    #[arg(long, default_value_t = 0)]
+    listing_lag_ms: u64,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -52,6 +56,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         },
         granule_submit_count: args.submit_count.max(1),
         lost_rate: args.lost_event_rate,
+        listing_lag: std::time::Duration::from_millis(args.listing_lag_ms),
         ..ChaosSpec::default()
     };
     let bar = ProgressBar::new(args.granules as u64);
