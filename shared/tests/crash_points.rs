@@ -9,7 +9,12 @@
 //! each invocation's S3, SQS and Batch calls pass through one `Faults` (see `adapters::tap::faults`).
 //! Leases are the template's (16 minutes): a dead invocation's claim or unrouted failure keeps its
 //! lease, deliveries that meet it fail and come back, and only once nothing else moves does the
-//! platform let the leases run out (`platform::settle`), as that much time would.
+//! platform let the leases run out (`platform::settle`), as that much time would; Batch's
+//! ListJobs shows a new job only then too (`MemoryJobRunner::listing_lags`).
+//!
+//! The recovery is no kinder: a second test crashes it again (a spread of its own calls, each
+//! crash asserted reached) and runs it doubled (every delivery twice at once, every scheduled run
+//! overlapping, calls interleaved).
 
 mod platform;
 
