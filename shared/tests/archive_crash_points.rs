@@ -407,23 +407,7 @@ async fn an_archive_job_recovers_from_a_crash_at_every_call() {
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
     assert!(calls > 50, "{calls} calls");
     eprintln!("{calls} external calls in a clean run");
-    let mut failures = Vec::new();
-    for at_call in 1..=calls {
-        for mode in [CrashMode::Before, CrashMode::After] {
-            let w = world().await;
-            run(&w, Some(CrashPoint { at_call, mode })).await;
-            if let Err(e) = audit(&w).await {
-                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
-            }
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash runs failed:\n{}",
-        failures.len(),
-        2 * calls,
-        failures.join("\n")
-    );
+    crash_at_every_call(calls, || None).await;
 }
 
 /// The failure path under crashes: a staged member rots, the integrity check fails the job for
@@ -447,10 +431,16 @@ async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call()
         .value
         .times(ArchiveState::Cleanup, ArchiveState::Failed);
     assert_eq!(failures_seen, 1, "the run did fail and was retried");
+    crash_at_every_call(calls, || Some(Rot::default())).await;
+}
+
+/// Runs a fresh world (its failing run or not, as `rot` makes it) once per crash point — each of
+/// the clean run's `calls`, before and after — and asserts every run passes the audit.
+async fn crash_at_every_call(calls: u64, rot: impl Fn() -> Option<Rot>) {
     let mut failures = Vec::new();
     for at_call in 1..=calls {
         for mode in [CrashMode::Before, CrashMode::After] {
-            let w = world_with(Some(Rot::default())).await;
+            let w = world_with(rot()).await;
             run(&w, Some(CrashPoint { at_call, mode })).await;
             if let Err(e) = audit(&w).await {
                 failures.push(format!("crash {mode:?} call {at_call}: {e}"));
