@@ -98,6 +98,10 @@ pub struct Progress {
     pub reconciler_runs: u64,
     /// Finished jobs whose end only the reconciler saw (their event was lost).
     pub reconciled: u64,
+    /// Granules the reconciler's passes newly saw handled, ends it handed on and windows it
+    /// closed: its progress, which a long pass over large windows makes without anything else
+    /// moving.
+    pub reconciler_progress: u64,
     pub failed_records: u64,
     pub inventories_complete: bool,
     /// Wall time spent in each phase, for finding the bottleneck.
@@ -421,6 +425,8 @@ impl LocalRuntime {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
                         activity += summary.recovered + summary.closed;
+                        self.progress.reconciler_progress +=
+                            summary.handled + summary.recovered + summary.closed;
                         self.last_reconcile = Some(summary);
                     }
                     // A failed run is logged by Lambda; the schedule fires again.
@@ -464,6 +470,8 @@ impl LocalRuntime {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
                         activity += summary.recovered;
+                        self.progress.reconciler_progress +=
+                            summary.handled + summary.recovered + summary.closed;
                         self.last_reconcile = Some(summary);
                     }
                     Err(_) if self.options.chaos.is_some() => {}
@@ -482,6 +490,7 @@ impl LocalRuntime {
                 queued: [events, retry, dlq].map(|d| (d.visible, d.in_flight)),
                 open_claims: open_claims.len(),
                 feeder_rows: self.last_feed.as_ref().map(|f| f.rows_submitted_total),
+                reconciler: self.progress.reconciler_progress,
             };
             if last_movement.as_ref() != Some(&moved) {
                 last_movement = Some(moved);
@@ -519,4 +528,5 @@ struct Movement {
     queued: [(u64, u64); 3],
     open_claims: usize,
     feeder_rows: Option<u64>,
+    reconciler: u64,
 }

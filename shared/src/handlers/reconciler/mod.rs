@@ -117,7 +117,7 @@ pub async fn reconcile_within(
             summary.young += 1;
             continue;
         }
-        match reconcile_one(ctx, &attempt).await {
+        match reconcile_one(ctx, &attempt, now).await {
             Ok(Step::StillRunning) => summary.still_running += 1,
             Ok(Step::Recovered) => summary.recovered += 1,
             Ok(Step::Closed) => summary.closed += 1,
@@ -155,25 +155,50 @@ pub(super) enum OneError {
     Items(#[from] crate::repositories::items::ItemError),
 }
 
-async fn reconcile_one(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Step, OneError> {
+async fn reconcile_one(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+    now: DateTime<Utc>,
+) -> Result<Step, OneError> {
     let open_key = claim_key(&ctx.config.layout.open_claim_prefix, attempt);
-    let Some(claim) = read_json::<Claim>(
-        ctx.store.as_ref(),
-        &claim_key(&ctx.config.layout.claim_prefix, attempt),
-    )
-    .await?
-    else {
+    let claim_at = claim_key(&ctx.config.layout.claim_prefix, attempt);
+    let Some(found) = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await? else {
         ctx.store.delete(&open_key).await?;
         return Ok(Step::Closed);
     };
-    let claim = claim.value;
+    let claim = found.value;
     // A claim completed with its job id, or one whose SubmitJob answer was lost: the job's
     // deterministic name finds it.
     let job_id = match claim.job_id {
         Some(id) => id,
         None => match ctx.jobs.find_by_name(&claim.job_name).await? {
             Some(job) => job.job_id,
-            None => return Ok(Step::NotSubmitted),
+            None => {
+                let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease)
+                    .unwrap_or(chrono::Duration::MAX);
+                if now.signed_duration_since(claim.claimed_at) <= lease {
+                    return Ok(Step::NotSubmitted);
+                }
+                // Past its lease and no job by its name: its owner died before SubmitJob and no
+                // delivery took it over (its retry message parked on the failure DLQ, say). No
+                // end can be lost for a job that does not exist, so the marker goes; a takeover
+                // marks it open again before it submits. One that took the claim over between
+                // our read and the delete changed the claim first: the marker is put back.
+                ctx.store.delete(&open_key).await?;
+                let after = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await?;
+                if after.and_then(|c| c.etag) != found.etag {
+                    ctx.store
+                        .put(
+                            &open_key,
+                            bytes::Bytes::new(),
+                            crate::ports::PutCondition::Overwrite,
+                        )
+                        .await?;
+                    return Ok(Step::NotSubmitted);
+                }
+                tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, "claim past its lease with no job: its open marker is removed (the attempt was never submitted)");
+                return Ok(Step::Closed);
+            }
         },
     };
     let Some(description) = ctx.jobs.describe(&job_id).await? else {
@@ -607,7 +632,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left() {
+    async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left_until_its_lease_passes(
+    ) {
         let ctx = ctx(Arc::new(MemoryJobRunner::default()));
         let orphan = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
         let open = claim_key(&ctx.config.layout.open_claim_prefix, &orphan);
@@ -641,5 +667,13 @@ mod tests {
         let s = reconcile(&ctx, later).await.unwrap();
         assert_eq!((s.closed, s.not_submitted), (1, 1), "{s:?}");
         assert!(ctx.store.get(&open).await.unwrap().is_none());
+        // Past the claim's lease with still no job (its owner died before SubmitJob and its
+        // retry message was parked): the marker goes, or the campaign never settles.
+        let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease).unwrap();
+        let past_lease = Utc::now() + lease + chrono::Duration::seconds(1);
+        let s = reconcile(&ctx, past_lease).await.unwrap();
+        assert_eq!((s.closed, s.not_submitted), (1, 0), "{s:?}");
+        let half_open = claim_key(&ctx.config.layout.open_claim_prefix, &half);
+        assert!(ctx.store.get(&half_open).await.unwrap().is_none());
     }
 }
