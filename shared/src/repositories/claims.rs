@@ -128,7 +128,10 @@ pub async fn submit_claim_once(
 /// Puts the attempt in the open-claims index, which the reconciler reads: written before SubmitJob,
 /// so every job granary may have created is indexed; the monitor removes it once the attempt's
 /// end is logged and routed. Overwriting is harmless (an empty marker).
-async fn mark_open(store: &dyn ObjectStore, open_key: &str) -> Result<(), RepositoryError> {
+pub(crate) async fn mark_open(
+    store: &dyn ObjectStore,
+    open_key: &str,
+) -> Result<(), RepositoryError> {
     store
         .put(open_key, bytes::Bytes::new(), PutCondition::Overwrite)
         .await?;

@@ -187,13 +187,7 @@ async fn reconcile_one(
                 ctx.store.delete(&open_key).await?;
                 let after = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await?;
                 if after.and_then(|c| c.etag) != found.etag {
-                    ctx.store
-                        .put(
-                            &open_key,
-                            bytes::Bytes::new(),
-                            crate::ports::PutCondition::Overwrite,
-                        )
-                        .await?;
+                    crate::repositories::claims::mark_open(ctx.store.as_ref(), &open_key).await?;
                     return Ok(Step::NotSubmitted);
                 }
                 tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, "claim past its lease with no job: its open marker is removed (the attempt was never submitted)");
