@@ -14,6 +14,9 @@ use crate::repositories::items::{Advanced, Created, ItemError};
 /// Why a backfill granule's record exists.
 const LISTED: &str = "listed in an inventory";
 
+/// Why a record made by the monitor exists: its job's end came before its submitter's record.
+const ENDED_FIRST: &str = "its job ended before its submitter recorded it";
+
 /// The attempt was submitted as `job_id`: READY (or PROCESSING_FAILED, for a retry) → PROCESSING.
 pub async fn submitted(
     ctx: &Ctx,
@@ -106,17 +109,44 @@ pub async fn finished(
     if !ctx.config.layout.track_items {
         return Ok(());
     }
+    let result = record_finished(ctx, event, job_id, to, reason, by).await;
+    unless_corrupt(ctx, result).await
+}
+
+async fn record_finished(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    job_id: &str,
+    to: ItemState,
+    reason: &str,
+    by: &str,
+) -> Result<(), ItemError> {
+    let items = ctx.items();
     let attempt = event.attempt;
-    let moved = ctx
-        .items()
-        .advance_steps(&event.granule_id, by, |r| {
+    let advance = || {
+        items.advance_steps(&event.granule_id, by, |r| {
             decisions::on_job_finished(r, attempt, job_id, to, reason)
         })
-        .await;
-    if let Ok(moved) = &moved {
-        warn_if_lagging(moved, event, to);
+    };
+    let moved = advance().await?;
+    // No record: its submitter has not made it yet (a window's records follow its jobs, and a
+    // job can end first). Made here at its end, so that the late creation finds it and changes
+    // nothing; a creation that won the race meanwhile is advanced as any record.
+    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, to, reason);
+    let (Advanced::Missing, Some(changes)) = (&moved, changes) else {
+        warn_if_lagging(&moved, event, to);
+        return Ok(());
+    };
+    if crate::mutants::on("monitor-leaves-a-missing-record") {
+        warn_if_lagging(&moved, event, to);
+        return Ok(());
     }
-    unless_corrupt(ctx, moved.map(|_| ())).await
+    let new = NewItem::ready(event.granule_id.clone(), ENDED_FIRST, None);
+    if let Created::Existing(_) = items.create_along(new, &changes, by).await? {
+        let moved = advance().await?;
+        warn_if_lagging(&moved, event, to);
+    }
+    Ok(())
 }
 
 /// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
@@ -167,7 +197,7 @@ fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: Ite
     match moved {
         Advanced::Missing => tracing::warn!(
             granule_id = %event.granule_id, attempt = event.attempt,
-            "no item record: it was submitted before item records were kept"
+            "no item record: a later attempt of a granule submitted before item records were kept"
         ),
         Advanced::Unchanged(r) if r.state != wanted => tracing::info!(
             granule_id = %event.granule_id, attempt = event.attempt, state = %r.state,

@@ -188,6 +188,33 @@ pub async fn described_job(
     }
 }
 
+/// An end already logged, handled again from its log (which holds the job's detail as its event
+/// or DescribeJobs gave it): for an end whose item record never followed its log, once Batch no
+/// longer describes the job. Duplicate-safe like any delivery.
+pub async fn logged_end(
+    ctx: &Ctx,
+    log: Box<LogRecord>,
+    by: &str,
+) -> Result<MonitorOutcome, MonitorError> {
+    let LogRecord {
+        granule_id,
+        attempt,
+        classification,
+        route,
+        job,
+        ..
+    } = *log;
+    let finished = FinishedJob {
+        granule: crate::domain::granule::GranuleProcessingEvent {
+            granule_id,
+            attempt,
+        },
+        classification,
+        route,
+    };
+    job_finished(ctx, finished, job, by).await
+}
+
 /// Logs a finished job's outcome, then routes its granule. `detail` is the whole JobDetail as
 /// Batch gave it (the log keeps it, `attempts[]` included, so Spot reclaims Batch absorbed stay
 /// countable). Also called for jobs found finished by other means than an event.

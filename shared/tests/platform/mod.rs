@@ -78,8 +78,9 @@ pub enum Scenario {
     /// so the marker keeps the granule already handled.
     ReconcilerWindow,
     /// As above, but the feeder's run failed after recording the job ids and before the item
-    /// records (their writes refused): the window must stay open until the next run makes
-    /// them, or they would sit in PROCESSING with nothing to find them.
+    /// records (their writes refused): the reconciler's ends make the records, and the next
+    /// run's late creation finds them (a record made PROCESSING after its window closed would sit
+    /// there with nothing to find it).
     ReconcilerWindowRecordsLate,
     /// Poison inputs: recorded under rejects/ and dead-lettered, never retried.
     PoisonEvent,
@@ -101,9 +102,14 @@ pub enum Scenario {
     RequeuerExhausted,
     /// A Batch event parked on the events DLQ is moved back by `granary redrive-events`.
     RedriveEvents,
+    /// The feeder's run failed after its window's job ids and before their item records, and
+    /// the jobs ended: the monitor meets ends with no record, and the feeder's schedule comes
+    /// round only after the reconciler and the sweeper have run twice. The monitor makes the
+    /// records at their ends; the feeder's late creation must find them and change nothing.
+    MonitorBeforeRecords,
 }
 
-pub const ALL: [Scenario; 27] = [
+pub const ALL: [Scenario; 28] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -131,6 +137,7 @@ pub const ALL: [Scenario; 27] = [
     Scenario::FeederRecordsOff,
     Scenario::RequeuerExhausted,
     Scenario::RedriveEvents,
+    Scenario::MonitorBeforeRecords,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -320,6 +327,9 @@ pub struct World {
     pub lose_events: bool,
     /// Whether the feeder's schedule fires (the backfill scenarios).
     pub feeder: bool,
+    /// The settling round from which the feeder's schedule fires (the rounds before it, the
+    /// event sources and the reconciler and sweeper run without it).
+    pub feeder_from_round: u32,
     /// Whether the importer-discover schedule fires.
     pub discover: bool,
     /// Whether the scenario feeds a poison input (it must end under rejects/ and on the DLQ).
@@ -399,7 +409,8 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::FeederRecordsOff
             | Scenario::PoisonRow
             | Scenario::ReconcilerWindow
-            | Scenario::ReconcilerWindowRecordsLate => BACKFILL.to_vec(),
+            | Scenario::ReconcilerWindowRecordsLate
+            | Scenario::MonitorBeforeRecords => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -430,7 +441,13 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::PoisonRow
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
+                | Scenario::MonitorBeforeRecords
         ),
+        feeder_from_round: if scenario == Scenario::MonitorBeforeRecords {
+            2
+        } else {
+            0
+        },
         discover: scenario == Scenario::Discover,
         poison: matches!(
             scenario,
@@ -710,7 +727,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
     let requeuer_fn = &w.as_fn(Function::Requeuer);
     let monitor_fn = &w.as_fn(Function::Monitor);
     let sweeper_fn = &w.as_fn(Function::Sweeper);
-    for _ in 0..60 {
+    for round in 0..60 {
         // The visibility timeout of whatever a dead invocation held has passed.
         for q in [&w.import, &w.retry, &w.events, &w.dlq] {
             q.expire_visibility();
@@ -719,7 +736,8 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
         // Runs and deliveries that failed or died are tried again next round, but are not
         // progress (a delivery waiting on another's lease fails until the lease runs out).
         let mut failed = 0;
-        if w.feeder {
+        let feeder_waits = round < w.feeder_from_round;
+        if w.feeder && !feeder_waits {
             let event = || feeder::FeederEvent {
                 granule_submit_count: 10,
             };
@@ -793,7 +811,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
             activity += s.retried + s.gave_up + s.finished_by_batch + s.stale_markers;
         }
         if activity == 0 {
-            if let_leases_run_out(w).await || failed > 0 {
+            if let_leases_run_out(w).await || failed > 0 || feeder_waits {
                 continue;
             }
             return Ok(rf.report());
@@ -901,7 +919,12 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     .unwrap();
             }
         }
-        Feeder | FeederRecordsOff | PoisonRow | ReconcilerWindow | ReconcilerWindowRecordsLate => {
+        Feeder
+        | FeederRecordsOff
+        | PoisonRow
+        | ReconcilerWindow
+        | ReconcilerWindowRecordsLate
+        | MonitorBeforeRecords => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -952,7 +975,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 assert_eq!(request.parameters["attempt"], "1");
                 w.jobs.end(&job.job_id, Ending::Succeeded).unwrap();
             }
-            if scenario == ReconcilerWindowRecordsLate {
+            if matches!(scenario, ReconcilerWindowRecordsLate | MonitorBeforeRecords) {
                 let feeder = w
                     .as_fn(Function::Feeder)
                     .ctx
@@ -1119,7 +1142,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
-        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => Some(Function::Monitor),
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords => {
+            Some(Function::Monitor)
+        }
         Reconciler
         | ReconcilerRetryable
         | ReconcilerLostAnswer
@@ -1252,7 +1277,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         Requeuer | PoisonRetry | RequeuerExhausted => {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
-        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent => {
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords => {
             (w.events.clone(), take(w.events.clone()).await)
         }
     };

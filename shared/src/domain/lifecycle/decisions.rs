@@ -85,6 +85,27 @@ pub fn on_job_finished(
     steps
 }
 
+/// The monitor saw attempt `attempt` end and the granule has no record yet: its submitter's write
+/// is still to come (a window's records are made after its jobs are submitted, and a fast job may
+/// end first). The record is made READY and moved along these changes in the same write, so the
+/// submitter's late creation finds it and changes nothing — a record made after the end was
+/// handled would sit in PROCESSING with nothing left to move it. Only a first attempt: a later
+/// one's record would have been made by its first (one missing then predates item records, and
+/// a record made now could not count the attempts before).
+pub fn on_job_finished_unrecorded(
+    attempt: u32,
+    job_id: &str,
+    to: ItemState,
+    reason: &str,
+) -> Option<Vec<Change>> {
+    (attempt == 1).then(|| {
+        vec![
+            submit_change(attempt, job_id),
+            Change::to(to, format!("attempt {attempt}: {reason}")),
+        ]
+    })
+}
+
 /// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
 /// ABANDONED (unless a later attempt has begun since).
 pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, max_attempt: u32) -> Option<Change> {
@@ -338,6 +359,28 @@ mod tests {
         assert_eq!((done.state, done.attempts.processing), (Processed, 2));
         // The requeuer's late write then changes nothing.
         assert!(on_submitted(&done, 2, "j-2").is_empty());
+    }
+
+    #[test]
+    fn an_end_before_any_record_makes_the_record_at_its_end_and_the_late_submission_changes_nothing(
+    ) {
+        let ready = item(Ready);
+        let changes = on_job_finished_unrecorded(1, "j-1", Processed, "ok").unwrap();
+        assert_eq!(
+            changes,
+            on_job_finished(&ready, 1, "j-1", Processed, "ok"),
+            "the same as an end met by a fresh READY record"
+        );
+        let done = apply(&ready, &changes);
+        assert_eq!((done.state, done.attempts.processing), (Processed, 1));
+        assert_eq!(done.job_id.as_deref(), Some("j-1"));
+        assert!(on_submitted(&done, 1, "j-1").is_empty());
+        let failed = apply(
+            &ready,
+            &on_job_finished_unrecorded(1, "j-1", ProcessingFailed, "exit 1").unwrap(),
+        );
+        assert!(on_submitted(&failed, 1, "j-1").is_empty());
+        assert_eq!(on_job_finished_unrecorded(2, "j-2", Processed, "ok"), None);
     }
 
     #[test]

@@ -45,9 +45,6 @@ pub struct ReconcileSummary {
     /// whose end was never handled: logged and dead-lettered with that reason
     /// (`domain::job_end::forgotten_by_batch`).
     pub unknown_to_batch: u64,
-    /// Granules of windows whose end is handled but whose item record the feeder has yet to
-    /// make (its run failed after the job ids): the window stays open for it.
-    pub awaiting_records: u64,
     /// Markers that could not be looked at this time (an S3 or Batch error); tried next run.
     pub errors: u64,
     /// Markers (and granules of a window) this pass had no time left for: the next pass, which
@@ -311,39 +308,48 @@ mod tests {
         assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
     }
 
-    /// A window whose jobs are recorded but whose item records were not made yet (the feeder's
-    /// run failed after the job ids): "no record" is not "handled" while the tracker has not
-    /// moved past the window, or the records the next run makes would sit in PROCESSING with
-    /// no marker for anything to find them by.
-    #[tokio::test]
-    async fn a_window_without_its_records_stays_open_until_they_are_made_and_moved() {
+    /// A window with its jobs recorded and one ended, written as the feeder's run leaves it
+    /// before its item records: (claim, open marker key, granule, job id).
+    async fn window_before_its_records(
+        ctx: &Ctx,
+        jobs: &MemoryJobRunner,
+    ) -> (
+        crate::domain::window::WindowClaim,
+        String,
+        GranuleId,
+        String,
+    ) {
         use crate::domain::window::{window_key, WindowClaim};
         use crate::ports::JobRunner;
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let ctx = ctx(jobs.clone());
-        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
+        let id = GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap();
         let job = jobs
             .submit(crate::contracts::job::job_request(
-                &crate::domain::job_name::job_name(&ids[0], 1),
-                &ids[0],
+                &crate::domain::job_name::job_name(&id, 1),
+                &id,
                 1,
             ))
             .await
             .unwrap()
             .job_id;
-        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids.clone(), "t", Utc::now())
-            .recording(&[Some(job.clone())], Utc::now());
+        let claim = WindowClaim::new(
+            "inventories/a.parquet",
+            0,
+            1,
+            vec![id.clone()],
+            "t",
+            Utc::now(),
+        )
+        .recording(&[Some(job.clone())], Utc::now());
         let layout = &ctx.config.layout;
-        let claim_key = window_key(&layout.claim_prefix, &claim.inventory, 0);
-        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
         crate::repositories::write_json(
             ctx.store.as_ref(),
-            &claim_key,
+            &window_key(&layout.claim_prefix, &claim.inventory, 0),
             &claim,
             crate::ports::PutCondition::IfAbsent,
         )
         .await
         .unwrap();
+        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
         ctx.store
             .put(
                 &open_key,
@@ -353,242 +359,117 @@ mod tests {
             .await
             .unwrap();
         jobs.set_status(&job, JobStatus::Succeeded);
-        let later = Utc::now() + chrono::Duration::seconds(61);
+        (claim, open_key, id, job)
+    }
 
-        // The end is logged, but there is no record yet: the marker stays.
-        for _ in 0..2 {
-            let s = reconcile(&ctx, later).await.unwrap();
-            assert_eq!((s.awaiting_records, s.closed), (1, 0), "{s:?}");
-            assert!(ctx.store.get(&open_key).await.unwrap().is_some());
-        }
-        let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
-        assert_eq!(logs.len(), 1, "the end was logged once");
-
-        // The feeder's next run makes the record at PROCESSING; the next pass moves it on and
-        // closes the window.
+    /// The feeder's run for the window: its record, made at PROCESSING unless one exists.
+    async fn feeder_makes_the_record(
+        ctx: &Ctx,
+        claim: &crate::domain::window::WindowClaim,
+        job: &str,
+    ) {
         let submitted = vec![(
             claim.attempts().next().unwrap(),
-            job.clone(),
+            job.to_owned(),
             "inventories/a.parquet#row=0".to_owned(),
         )];
-        crate::handlers::item_sync::window_submitted(&ctx, &claim, &submitted, "queue-feeder")
-            .await
-            .unwrap();
-        let s = reconcile(&ctx, later).await.unwrap();
-        assert_eq!(s.closed, 1, "{s:?}");
-        let record = ctx.items().get(&ids[0]).await.unwrap().unwrap().value;
-        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
-    }
-
-    /// A store on which the feeder's run lands between the reconciler's read of a record and its
-    /// read of the tracker: the record appears just before the tracker is answered.
-    struct RecordAppearsAtTrackerRead {
-        inner: Arc<dyn crate::ports::ObjectStore>,
-        tracker_key: String,
-        pending: std::sync::Mutex<Option<(String, bytes::Bytes)>>,
-    }
-
-    #[async_trait::async_trait]
-    impl crate::ports::ObjectStore for RecordAppearsAtTrackerRead {
-        async fn get(
-            &self,
-            key: &str,
-        ) -> Result<Option<crate::ports::StoredObject>, crate::ports::StoreError> {
-            if key == self.tracker_key {
-                let pending = self.pending.lock().unwrap().take();
-                if let Some((record_key, body)) = pending {
-                    self.inner
-                        .put(&record_key, body, crate::ports::PutCondition::Overwrite)
-                        .await?;
-                }
-            }
-            self.inner.get(key).await
-        }
-        async fn get_range(
-            &self,
-            key: &str,
-            range: std::ops::Range<u64>,
-        ) -> Result<bytes::Bytes, crate::ports::StoreError> {
-            self.inner.get_range(key, range).await
-        }
-        async fn get_suffix(
-            &self,
-            key: &str,
-            len: u64,
-        ) -> Result<(bytes::Bytes, u64), crate::ports::StoreError> {
-            self.inner.get_suffix(key, len).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            body: bytes::Bytes,
-            condition: crate::ports::PutCondition,
-        ) -> Result<String, crate::ports::StoreError> {
-            self.inner.put(key, body, condition).await
-        }
-        async fn list(
-            &self,
-            prefix: &str,
-        ) -> Result<Vec<crate::ports::ObjectMeta>, crate::ports::StoreError> {
-            self.inner.list(prefix).await
-        }
-        async fn copy(&self, from: &str, to: &str) -> Result<(), crate::ports::StoreError> {
-            self.inner.copy(from, to).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), crate::ports::StoreError> {
-            self.inner.delete(key).await
-        }
-    }
-
-    /// The feeder makes a window's records, then moves the tracker past it, in between the
-    /// reconciler's read of a granule's record (none) and its read of the tracker (passed): the
-    /// record is read again and moved on, not left PROCESSING behind a closed window.
-    #[tokio::test]
-    async fn a_record_made_between_the_record_and_tracker_reads_is_not_missed() {
-        use crate::domain::window::{window_key, WindowClaim};
-        use crate::ports::JobRunner;
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
-        let ctx = ctx(jobs.clone());
-        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
-        let job = jobs
-            .submit(crate::contracts::job::job_request(
-                &crate::domain::job_name::job_name(&ids[0], 1),
-                &ids[0],
-                1,
-            ))
-            .await
-            .unwrap()
-            .job_id;
-        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids.clone(), "t", Utc::now())
-            .recording(&[Some(job.clone())], Utc::now());
-        let layout = &ctx.config.layout;
-        crate::repositories::write_json(
-            ctx.store.as_ref(),
-            &window_key(&layout.claim_prefix, &claim.inventory, 0),
-            &claim,
-            crate::ports::PutCondition::IfAbsent,
-        )
-        .await
-        .unwrap();
-        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
-        ctx.store
-            .put(
-                &open_key,
-                bytes::Bytes::new(),
-                crate::ports::PutCondition::Overwrite,
+        let made =
+            crate::handlers::item_sync::window_submitted(ctx, claim, &submitted, "queue-feeder")
+                .await
+                .unwrap();
+        if !made[0] {
+            crate::handlers::item_sync::submitted(
+                ctx,
+                &submitted[0].0,
+                job,
+                Some(submitted[0].2.clone()),
+                "queue-feeder",
             )
             .await
             .unwrap();
-        // The feeder's run: the record at PROCESSING (kept aside to land at the tracker read),
-        // then the tracker past the window.
-        let submitted = vec![(
-            claim.attempts().next().unwrap(),
-            job.clone(),
-            "inventories/a.parquet#row=0".to_owned(),
-        )];
-        crate::handlers::item_sync::window_submitted(&ctx, &claim, &submitted, "queue-feeder")
-            .await
-            .unwrap();
-        let record_key = crate::domain::item::record_key(&layout.item_prefixes.items, &ids[0]);
-        let body = ctx.store.get(&record_key).await.unwrap().unwrap().body;
-        ctx.store.delete(&record_key).await.unwrap();
-        let mut tracker =
-            crate::repositories::load_tracker(ctx.store.as_ref(), &layout.tracker_key)
-                .await
-                .unwrap();
-        tracker
-            .value
-            .add_inventories(["inventories/a.parquet".to_owned()]);
-        tracker
-            .value
-            .set_total_rows("inventories/a.parquet", 1)
-            .unwrap();
-        tracker
-            .value
-            .advance_to("inventories/a.parquet", 1)
-            .unwrap();
-        crate::repositories::save_tracker(ctx.store.as_ref(), &layout.tracker_key, &mut tracker)
-            .await
-            .unwrap();
-        let racing = Ctx {
-            store: Arc::new(RecordAppearsAtTrackerRead {
-                inner: ctx.store.clone(),
-                tracker_key: layout.tracker_key.clone(),
-                pending: std::sync::Mutex::new(Some((record_key, body))),
-            }),
-            jobs: ctx.jobs.clone(),
-            retry_queue: ctx.retry_queue.clone(),
-            failure_dlq: ctx.failure_dlq.clone(),
-            config: ctx.config.clone(),
-        };
-        let later = Utc::now() + chrono::Duration::seconds(61);
-        for _ in 0..2 {
-            reconcile(&racing, later).await.unwrap();
         }
-        let record = ctx.items().get(&ids[0]).await.unwrap().unwrap().value;
-        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
-        assert!(
-            ctx.store.get(&open_key).await.unwrap().is_none(),
-            "closed once moved"
-        );
     }
 
-    /// A window the tracker moved past before item records were kept has no records, and never
-    /// will: its logged ends close it.
+    /// A window whose job ended before the feeder made its item record (a window's records
+    /// follow its jobs): the end makes the record at its end state and closes the window, and
+    /// the feeder's late creation finds the record and changes nothing — a record made after
+    /// the window closed would sit in PROCESSING with nothing left to find it.
     #[tokio::test]
-    async fn a_window_from_before_item_records_closes_on_its_logs() {
-        use crate::domain::window::{window_key, WindowClaim};
-        use crate::ports::JobRunner;
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
+    async fn an_end_found_before_its_record_makes_the_record_and_the_late_creation_changes_nothing()
+    {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let ctx = ctx(jobs.clone());
-        let ids = vec![GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap()];
-        let job = jobs
-            .submit(crate::contracts::job::job_request("j", &ids[0], 1))
-            .await
-            .unwrap()
-            .job_id;
-        let claim = WindowClaim::new("inventories/a.parquet", 0, 1, ids, "t", Utc::now())
-            .recording(&[Some(job)], Utc::now());
-        let layout = &ctx.config.layout;
-        crate::repositories::write_json(
-            ctx.store.as_ref(),
-            &window_key(&layout.claim_prefix, &claim.inventory, 0),
-            &claim,
-            crate::ports::PutCondition::IfAbsent,
-        )
-        .await
-        .unwrap();
-        let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
-        ctx.store
-            .put(
-                &open_key,
-                bytes::Bytes::new(),
-                crate::ports::PutCondition::Overwrite,
-            )
-            .await
-            .unwrap();
-        let mut tracker =
-            crate::repositories::load_tracker(ctx.store.as_ref(), &layout.tracker_key)
-                .await
-                .unwrap();
-        tracker
-            .value
-            .add_inventories(["inventories/a.parquet".to_owned()]);
-        tracker
-            .value
-            .set_total_rows("inventories/a.parquet", 1)
-            .unwrap();
-        tracker
-            .value
-            .advance_to("inventories/a.parquet", 1)
-            .unwrap();
-        crate::repositories::save_tracker(ctx.store.as_ref(), &layout.tracker_key, &mut tracker)
-            .await
-            .unwrap();
+        let (claim, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
         let later = Utc::now() + chrono::Duration::seconds(61);
         let s = reconcile(&ctx, later).await.unwrap();
         assert_eq!((s.recovered, s.closed), (1, 1), "{s:?}");
         assert!(ctx.store.get(&open_key).await.unwrap().is_none());
+        let made = ctx.items().get(&id).await.unwrap().unwrap().value;
+        assert_eq!(made.state, crate::domain::lifecycle::ItemState::Processed);
+        assert_eq!(made.job_id.as_deref(), Some(job.as_str()));
+
+        feeder_makes_the_record(&ctx, &claim, &job).await;
+        let after = ctx.items().get(&id).await.unwrap().unwrap().value;
+        assert_eq!((after.state, after.seq), (made.state, made.seq));
+        let history = ctx.items().history(&id).await.unwrap();
+        let states: Vec<_> = history.iter().map(|e| e.record.state).collect();
+        use crate::domain::lifecycle::ItemState::*;
+        assert_eq!(states, vec![Ready, Processing, Processed], "{history:?}");
+    }
+
+    /// The monitor's first handling of the window's end: logged, then dead before the record
+    /// (played by a handler that keeps no records), its event parked; the window's marker stays.
+    async fn logged_and_died_before_the_record(ctx: &Ctx, open_key: &str, now: DateTime<Utc>) {
+        let mut dying = ctx.clone();
+        dying.config.layout.track_items = false;
+        reconcile(&dying, now).await.unwrap();
+        ctx.store
+            .put(
+                open_key,
+                bytes::Bytes::new(),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A logged end whose record never followed is not "handled": the pass hands it on again,
+    /// which makes the record, and only then closes the window.
+    #[tokio::test]
+    async fn a_logged_end_whose_record_never_followed_is_handed_on_again() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = ctx(jobs.clone());
+        let (_, open_key, id, _) = window_before_its_records(&ctx, &jobs).await;
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        logged_and_died_before_the_record(&ctx, &open_key, later).await;
+        assert!(ctx.items().get(&id).await.unwrap().is_none());
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!((s.handled, s.closed), (1, 1), "{s:?}");
+        let record = ctx.items().get(&id).await.unwrap().unwrap().value;
+        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+        let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+        assert_eq!(logs.len(), 1, "the end was logged once");
+    }
+
+    /// As above, found only after Batch purged the job: the log, which holds the job's detail,
+    /// hands the end on; nothing is dead-lettered as forgotten.
+    #[tokio::test]
+    async fn a_logged_end_batch_forgot_makes_its_record_from_the_log() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = ctx(jobs.clone());
+        let (_, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
+        let later = Utc::now() + chrono::Duration::seconds(61);
+        logged_and_died_before_the_record(&ctx, &open_key, later).await;
+        jobs.forget(&job);
+        let s = reconcile(&ctx, later).await.unwrap();
+        assert_eq!(
+            (s.recovered, s.unknown_to_batch, s.closed),
+            (1, 0, 1),
+            "{s:?}"
+        );
+        let record = ctx.items().get(&id).await.unwrap().unwrap().value;
+        assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+        assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
     }
 
     /// An end whose event was lost, looked for only after Batch purged the job: neither

@@ -11,6 +11,13 @@
 //! earlier pass moved (an end found by DescribeJobs) pays the history entries that pass may have
 //! died owing (`Items::look`), as may any record: a monitor's event parked after it died is
 //! never redelivered.
+//!
+//! A granule's item record may come after its end: the feeder makes a window's records after
+//! its jobs are submitted, and a job can end first. The monitor makes a record still missing
+//! when it handles an end (`item_sync::finished`), so the submitter's late creation finds it and
+//! changes nothing. A logged end with no record, or with its record still PROCESSING the
+//! attempt, therefore means the monitor died between the log and the record: the end is handed
+//! on again, never counted as handled (no record would move a record made after it).
 
 use super::{OneError, ReconcileSummary};
 use crate::budget::Budget;
@@ -45,9 +52,6 @@ enum Granule {
     Handled,
     /// Its end was handed to the monitor's handler now.
     Recovered,
-    /// Its end is handled, but its item record is still to be made by the feeder's next run
-    /// (the window stays open so that the record, once made, is found and moved on).
-    AwaitingRecord,
     /// Not looked at: the pass's time was spent (the next pass does it).
     NotLooked,
 }
@@ -104,7 +108,6 @@ pub(super) async fn reconcile_window(
         .map(|d| (d.summary.job_id.clone(), d))
         .collect();
     let mut open = 0u64;
-    let window_passed = std::cell::Cell::new(None);
     let to_look: Vec<(
         usize,
         GranuleProcessingEvent,
@@ -122,7 +125,6 @@ pub(super) async fn reconcile_window(
         .collect();
     // Granules are looked at a few at a time: a pass over a large window under throttling would
     // otherwise add up every granule's backoff one after another.
-    let (claim_ref, passed_ref) = (&claim, &window_passed);
     let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, OneError>)> =
         futures::stream::iter(to_look)
             .map(|(i, attempt, job_id, description)| async move {
@@ -139,16 +141,7 @@ pub(super) async fn reconcile_window(
                                 ..crate::retry::Backoff::IN_RUN
                             },
                             "looking at a granule of a window",
-                            || {
-                                granule(
-                                    ctx,
-                                    claim_ref,
-                                    &attempt,
-                                    &job_id,
-                                    description.clone(),
-                                    passed_ref,
-                                )
-                            },
+                            || granule(ctx, &attempt, &job_id, description.clone()),
                             |_| true,
                         )
                         .await
@@ -178,7 +171,6 @@ pub(super) async fn reconcile_window(
             Ok(Granule::NotSubmitted) => summary.not_submitted += 1,
             Ok(Granule::StillRunning) => summary.still_running += 1,
             Ok(Granule::UnknownToBatch) => summary.unknown_to_batch += 1,
-            Ok(Granule::AwaitingRecord) => summary.awaiting_records += 1,
             Ok(Granule::NotLooked) => summary.out_of_time += 1,
             Err(e) => {
                 tracing::warn!(granule_id = %attempt.granule_id, error = %e, "cannot reconcile this granule of the window now");
@@ -211,105 +203,78 @@ pub(super) async fn reconcile_window(
 
 async fn granule(
     ctx: &Ctx,
-    claim: &WindowClaim,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
     description: Option<JobDescription>,
-    window_passed: &std::cell::Cell<Option<bool>>,
 ) -> Result<Granule, OneError> {
     let Some(description) = description else {
-        // With item records, the item sweeper times such an attempt out (the window's open
-        // marker names it to the sweeper) and the record leaves PROCESSING at it: handled.
-        if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
-            return Ok(Granule::Handled);
-        }
-        if handled(ctx, claim, attempt, window_passed).await? {
-            return Ok(Granule::Handled);
-        }
-        tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
-        super::route_forgotten(ctx, attempt, job_id).await?;
-        return Ok(Granule::UnknownToBatch);
+        return forgotten(ctx, attempt, job_id).await;
     };
     if !description.summary.status.is_terminal() {
         return Ok(Granule::StillRunning);
     }
-    if handled(ctx, claim, attempt, window_passed).await? {
+    if let Some(Logged::AndRecorded) = handled(ctx, attempt).await? {
         return Ok(Granule::Handled);
     }
-    let step = match monitor::described_job(ctx, description.clone(), "reconciler (DescribeJobs)")
-        .await?
-    {
-        None => Granule::StillRunning,
-        Some(
-            MonitorOutcome::Duplicate
-            | MonitorOutcome::AlreadySucceeded
-            | MonitorOutcome::Rejected { .. },
-        ) => Granule::Handled,
-        Some(outcome) => {
-            tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
-            Granule::Recovered
-        }
-    };
-    // The end is handled, but a record still to be made needs the window open to be found.
-    if ctx.config.layout.track_items
-        && !crate::mutants::on("reconciler-counts-no-record-as-handled")
-        && matches!(step, Granule::Handled | Granule::Recovered)
-    {
-        match record_seen(ctx, claim, attempt, window_passed).await? {
-            Seen::ToCome => return Ok(Granule::AwaitingRecord),
-            // Made while the end was being handled (the feeder's run landed between): the end
-            // is handed to the monitor's handler once more, which moves it. (A record the
-            // handler leaves, as for a late failure after a success, stays as it is.)
-            Seen::Record { moved: false } => {
-                monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await?;
+    // Not handled, or logged with its record not moved (the monitor died between the two, and
+    // its event was parked or lost): its handler again, which logs once, routes once and makes
+    // or moves the record.
+    Ok(
+        match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+            None => Granule::StillRunning,
+            Some(
+                MonitorOutcome::Duplicate
+                | MonitorOutcome::AlreadySucceeded
+                | MonitorOutcome::Rejected { .. },
+            ) => Granule::Handled,
+            Some(outcome) => {
+                tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
+                Granule::Recovered
             }
-            Seen::Record { moved: true } | Seen::Never => {}
+        },
+    )
+}
+
+/// A granule whose job Batch no longer describes (it keeps ended jobs for days, not for ever).
+async fn forgotten(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+    job_id: &str,
+) -> Result<Granule, OneError> {
+    // With item records, the item sweeper times such an attempt out (the window's open marker
+    // names it to the sweeper) and the record leaves PROCESSING at it: handled.
+    if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
+        return Ok(Granule::Handled);
+    }
+    match handled(ctx, attempt).await? {
+        Some(Logged::AndRecorded) => Ok(Granule::Handled),
+        // Its end was logged and the record never followed: handled again from the log, which
+        // holds the job's detail as its event or DescribeJobs gave it.
+        Some(Logged::RecordBehind(log)) => {
+            monitor::logged_end(ctx, log, monitor::RECOVERED_BY).await?;
+            Ok(Granule::Recovered)
+        }
+        None => {
+            tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
+            super::route_forgotten(ctx, attempt, job_id).await?;
+            Ok(Granule::UnknownToBatch)
         }
     }
-    Ok(step)
 }
 
-/// What a window's granule's item record says about an attempt.
-enum Seen {
-    /// There is a record; `moved`: it is no longer PROCESSING that attempt.
-    Record { moved: bool },
-    /// No record yet, and the tracker has not passed the window: the feeder's next run makes it.
-    ToCome,
-    /// No record, and none will come: the tracker passed the window (it predates item records).
-    Never,
-}
-
-/// The record, read around the tracker so that no record is missed: the feeder makes a window's
-/// records before it moves the tracker past the window, so when the tracker says "passed", a
-/// record made between our first read and the tracker's is there at a second read. (Reading the
-/// record once, then the tracker, could see no record and a passed tracker for a record made in
-/// between, and leave it PROCESSING for ever.)
-async fn record_seen(
-    ctx: &Ctx,
-    claim: &WindowClaim,
-    attempt: &GranuleProcessingEvent,
-    window_passed: &std::cell::Cell<Option<bool>>,
-) -> Result<Seen, OneError> {
-    if let Some(moved) = record_moved_past(ctx, attempt).await? {
-        return Ok(Seen::Record { moved });
-    }
-    if !window_passed_by_tracker(ctx, claim, window_passed).await? {
-        return Ok(Seen::ToCome);
-    }
-    Ok(match record_moved_past(ctx, attempt).await? {
-        Some(moved) => Seen::Record { moved },
-        None => Seen::Never,
-    })
+/// How far the monitor got with an attempt's end.
+enum Logged {
+    /// Logged (a failure also routed) and, with item records, the record moved past the attempt.
+    AndRecorded,
+    /// Logged, and the item record not made or not moved: the log, to hand the end on again.
+    RecordBehind(Box<LogRecord>),
 }
 
 /// Whether the monitor finished with this attempt's end: logged (a failure also routed) and,
-/// with item records, the record moved past the attempt.
-async fn handled(
-    ctx: &Ctx,
-    claim: &WindowClaim,
-    attempt: &GranuleProcessingEvent,
-    window_passed: &std::cell::Cell<Option<bool>>,
-) -> Result<bool, OneError> {
+/// with item records, the record moved past the attempt. No record is not "handled": the
+/// monitor makes a record still missing when it handles an end (its submitter's may come
+/// later), so a record that is missing after the log means the monitor died in between.
+async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Option<Logged>, OneError> {
     let layout = &ctx.config.layout;
     let facts = layout.id_parser.facts(&attempt.granule_id);
     let success = LogKey::new(
@@ -322,62 +287,39 @@ async fn handled(
     // whole look for one refused read multiplied its calls (1,000 granules at 30%: 9 a granule
     // for the reconciler instead of 3).
     let success_key = success.to_key(&layout.log_prefix);
-    let logged = if crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
+    let log = match read_json_retrying::<LogRecord>(
+        ctx.store.as_ref(),
+        &success_key,
         "reading a success log",
-        || ctx.store.get(&success_key),
-        crate::ports::StoreError::is_transient,
     )
     .await?
-    .is_some()
     {
-        true
+        Some(log) => Some(log.value),
+        None => {
+            let failure = success
+                .with_outcome(LogOutcome::Failure)
+                .to_key(&layout.log_prefix);
+            read_json_retrying::<LogRecord>(ctx.store.as_ref(), &failure, "reading a failure log")
+                .await?
+                .map(|log| log.value)
+                .filter(|log| log.routed_at.is_some())
+        }
+    };
+    let Some(log) = log else {
+        return Ok(None);
+    };
+    if !layout.track_items {
+        return Ok(Some(Logged::AndRecorded));
+    }
+    let moved = record_moved_past(ctx, attempt).await?;
+    if crate::mutants::on("reconciler-counts-no-record-as-handled") && moved.is_none() {
+        return Ok(Some(Logged::AndRecorded));
+    }
+    Ok(Some(if moved == Some(true) {
+        Logged::AndRecorded
     } else {
-        let failure = success
-            .with_outcome(LogOutcome::Failure)
-            .to_key(&layout.log_prefix);
-        read_json_retrying::<LogRecord>(ctx.store.as_ref(), &failure, "reading a failure log")
-            .await?
-            .is_some_and(|log| log.value.routed_at.is_some())
-    };
-    if !logged || !layout.track_items {
-        return Ok(logged);
-    }
-    if crate::mutants::on("reconciler-counts-no-record-as-handled") {
-        return Ok(record_moved_past(ctx, attempt).await?.unwrap_or(true));
-    }
-    // No record: if the tracker has not passed the window, the records are still to come (an
-    // earlier run failed after the job ids), and the record it makes at PROCESSING needs this
-    // marker to be found. If it has, the window predates item records: the log says it all.
-    Ok(
-        match record_seen(ctx, claim, attempt, window_passed).await? {
-            Seen::Record { moved } => moved,
-            Seen::ToCome => false,
-            Seen::Never => true,
-        },
-    )
-}
-
-/// [`tracker_passed`], read once per window and pass.
-async fn window_passed_by_tracker(
-    ctx: &Ctx,
-    claim: &WindowClaim,
-    window_passed: &std::cell::Cell<Option<bool>>,
-) -> Result<bool, OneError> {
-    let passed = match window_passed.get() {
-        Some(passed) => passed,
-        None => tracker_passed(ctx, claim).await?,
-    };
-    window_passed.set(Some(passed));
-    Ok(passed)
-}
-
-/// Whether the tracker has moved past every row of the window.
-async fn tracker_passed(ctx: &Ctx, claim: &WindowClaim) -> Result<bool, OneError> {
-    let tracker =
-        crate::repositories::load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
-            .await?;
-    Ok(tracker.value.rows_submitted_of(&claim.inventory) >= claim.start + claim.rows)
+        Logged::RecordBehind(Box::new(log))
+    }))
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
