@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 9] = [
+pub const ALL: [Mutant; 10] = [
     Mutant {
         name: "window-takeover-without-lookup",
         defect: "a feeder run that takes over a window submits its unrecorded granules again without looking their jobs up by name",
@@ -52,6 +52,11 @@ pub const ALL: [Mutant; 9] = [
         name: "ingest-notice-after-record",
         defect: "an ingest job's failure is recorded before its DLQ notice is sent",
         caught_by: "--test ingest_crash_points the_ingest_queue",
+    },
+    Mutant {
+        name: "ingest-record-before-markers-leaving-an-end",
+        defect: "an operator's resume or update report writes the record before moving its markers out of a state no tick scans",
+        caught_by: "--test ingest_crash_points the_ingest_operator_commands",
     },
     Mutant {
         name: "archive-tick-without-fan-out-repair",

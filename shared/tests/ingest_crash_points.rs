@@ -274,13 +274,22 @@ async fn deliver_events(w: &World, faults: &Arc<Faults>) -> bool {
 /// Runs passes until quiet; the pass during which the run's `crash_at`th external call falls
 /// dies there. Returns the calls the passes made (the crashing pass's included).
 async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
+    passes(w, crash, true).await
+}
+
+/// Clean passes until quiet, with no operator at work.
+async fn settle(w: &World) {
+    passes(w, None, false).await;
+}
+
+async fn passes(w: &World, crash: Option<CrashPoint>, hold_and_release: bool) -> u64 {
     let totals = Arc::new(FaultCounts::default());
     let mut calls = 0u64;
     let mut crashed = false;
     // An operator holds the batch's fourth job at the first pass and releases it at the third,
     // each command's calls in that pass (a command that failed is run again at the next pass).
     let held = Target::Job(w.batch.job(4));
-    let (mut hold_done, mut release_done) = (false, false);
+    let (mut hold_done, mut release_done) = (!hold_and_release, !hold_and_release);
     for pass in 0..60 {
         let point = match crash {
             Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
@@ -477,4 +486,168 @@ async fn a_submission_survives_a_crash_at_every_call_of_ingest_submit() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// What a world ended as, read through the records and indexes: the batch's state and reports,
+/// each job's state, retry count, markers, batch groups and whether its stored files are all
+/// there (or, deleted, all gone), and the jobs dead-lettered. A crashed run must end as the
+/// clean one did; besides, no processing job may be submitted twice.
+async fn ended(w: &World) -> Result<Vec<String>, String> {
+    let ictx = ictx(w, None);
+    let mut names = BTreeSet::new();
+    for request in w.jobs.submitted() {
+        if !names.insert(request.job_name.clone()) {
+            return Err(format!("{} submitted twice", request.job_name));
+        }
+    }
+    let batch = ictx.ingest.batch(&w.batch).await.unwrap().unwrap().value;
+    let mut out = vec![
+        format!("batch {} with {} reports", batch.state, batch.reports),
+        format!("processing jobs {names:?}"),
+    ];
+    for n in 1..=4 {
+        let jid = w.batch.job(n);
+        let Some(job) = ictx.ingest.job(&jid).await.unwrap() else {
+            out.push(format!("{jid}: no record"));
+            continue;
+        };
+        let job = job.value;
+        let mut markers = Vec::new();
+        for state in JobState::ALL {
+            for (p, id) in ictx.ingest.listed(state).await.unwrap() {
+                if id == jid {
+                    markers.push((state, p));
+                }
+            }
+        }
+        let mut groups = Vec::new();
+        for g in BatchGroup::ALL {
+            if ictx
+                .ingest
+                .batch_jobs(&w.batch, g)
+                .await
+                .unwrap()
+                .contains(&jid)
+            {
+                groups.push(g);
+            }
+        }
+        let mut present = 0;
+        for f in &job.stored {
+            present += usize::from(w.store.get(&f.key).await.unwrap().is_some());
+        }
+        out.push(format!(
+            "{jid}: {} (retries {}), markers {markers:?}, groups {groups:?}, {present} of {} files stored",
+            job.state,
+            job.retry_count,
+            job.stored.len()
+        ));
+    }
+    let letters: BTreeSet<String> = w
+        .dlq
+        .messages()
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<granary::contracts::ingest::IngestNotice>(&m.body)
+                .map(|n| n.ingest_job.to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"))
+        })
+        .collect();
+    out.push(format!("dead-lettered {letters:?}"));
+    Ok(out)
+}
+
+/// The operator's work once the batch has reported: job 4 (failed in processing) resumed, its
+/// processing running again and failing again; an update report; job 2 (failed at its download)
+/// deleted. Each command's calls pass through one crash point counted across the three; a
+/// command that died, or whose answer says it could not be done, is run again without faults,
+/// as an operator runs a command again; the platform settles after each. Returns the commands'
+/// calls and whether the crash point was reached.
+async fn operate(w: &World, crash: Option<CrashPoint>) -> (u64, bool) {
+    let totals = Arc::new(FaultCounts::default());
+    let (mut seen, mut crashed) = (0u64, false);
+    for command in 0..3 {
+        let point = crash
+            .filter(|c| !crashed && c.at_call > seen)
+            .map(|c| CrashPoint {
+                at_call: c.at_call - seen,
+                mode: c.mode,
+            });
+        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let now = chrono::Utc::now();
+        let done = do_command(w, command, &ictx(w, Some(faults.clone())), now).await;
+        seen += faults.calls();
+        crashed |= faults.crashed();
+        if !done || faults.crashed() {
+            // Run again: it may now say the job or batch has moved on, which is the operator's
+            // answer; the end state is what the audit compares.
+            do_command(w, command, &ictx(w, None), now).await;
+        }
+        settle(w).await;
+    }
+    (seen, crashed)
+}
+
+/// One operator command; whether it did what it was asked.
+async fn do_command(
+    w: &World,
+    command: u32,
+    ictx: &IngestCtx,
+    now: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    match command {
+        0 => operator::resume(ictx, &[w.batch.job(4)], now)
+            .await
+            .is_ok_and(|r| r[0].outcome.is_ok()),
+        1 => operator::update_report(ictx, &w.batch, now).await.is_ok(),
+        _ => operator::delete_job(ictx, &w.batch.job(2), false, now)
+            .await
+            .is_ok(),
+    }
+}
+
+/// The ingest operator commands (resume, update-report, delete) die at each of their calls and
+/// are run again; the batch must end exactly as it does when nothing dies.
+#[tokio::test]
+async fn the_ingest_operator_commands_recover_from_a_crash_at_every_call() {
+    let clean = world().await;
+    run(&clean, None).await;
+    let (calls, _) = operate(&clean, None).await;
+    let want = ended(&clean)
+        .await
+        .unwrap_or_else(|e| panic!("without a crash: {e}"));
+    assert!(
+        want.iter().any(|l| l.contains(": deleted")) && want[0].contains("2 reports"),
+        "the commands did their work: {want:#?}"
+    );
+    assert!(calls > 10, "{calls} calls");
+    let mut failures = Vec::new();
+    let mut crashes = 0;
+    for at_call in 1..=calls {
+        for mode in [CrashMode::Before, CrashMode::After] {
+            let w = world().await;
+            run(&w, None).await;
+            let (_, crashed) = operate(&w, Some(CrashPoint { at_call, mode })).await;
+            crashes += u64::from(crashed);
+            match ended(&w).await {
+                Ok(got) if got == want => {}
+                Ok(got) => failures.push(format!(
+                    "crash {mode:?} call {at_call}: {:?}",
+                    got.iter()
+                        .zip(&want)
+                        .filter(|(g, w)| g != w)
+                        .collect::<Vec<_>>()
+                )),
+                Err(e) => failures.push(format!("crash {mode:?} call {at_call}: {e}")),
+            }
+        }
+    }
+    assert_eq!(crashes, 2 * calls, "every crash point was reached");
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash runs failed:\n{}",
+        failures.len(),
+        2 * calls,
+        failures.join("\n")
+    );
 }

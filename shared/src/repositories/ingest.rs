@@ -11,7 +11,7 @@
 
 pub use super::json::Changed;
 use super::json::{
-    change_json, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
+    change_json_prepared, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
     CAS_ROUNDS,
 };
 use crate::domain::ingest::batch::BatchState;
@@ -143,7 +143,30 @@ impl Ingest {
         F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
     {
         let key = self.keys.batch(id);
-        match change_json(self.store.as_ref(), &key, decide).await? {
+        // As for jobs ([`Ingest::change_job`]): a batch leaving a state no tick scans (an
+        // operator's update report of a failed batch) has its marker moved before its record.
+        let prepare = |before: &BatchRecord, after: &BatchRecord| {
+            let moved = (!before.state.is_scanned()
+                && after.state != before.state
+                && after.state != BatchState::Deleted
+                && !crate::mutants::on("ingest-record-before-markers-leaving-an-end"))
+                .then(|| {
+                    (
+                        self.keys.batch_state(after.state, id),
+                        self.keys.batch_state(before.state, id),
+                    )
+                });
+            async move {
+                if let Some((new, old)) = moved {
+                    self.store
+                        .put(&new, Bytes::new(), PutCondition::Overwrite)
+                        .await?;
+                    self.store.delete(&old).await?;
+                }
+                Ok(())
+            }
+        };
+        match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
             Swapped::Written { before, after } => {
                 // The record first, then the new marker, then the old one removed (as for jobs).
                 if after.state != before.state {
@@ -244,7 +267,27 @@ impl Ingest {
         F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
     {
         let key = self.keys.job(id);
-        match change_json(self.store.as_ref(), &key, decide).await? {
+        // Usually the record comes first, then its markers: a crash in between leaves the old
+        // state's marker, and the tick's scan of that state repairs it. A job leaving a state no
+        // tick scans (an operator's resume of a failed job) would be left a live record no marker
+        // names, which nothing would ever move: its markers move first, and a crash before the
+        // record leaves a marker of the new state, whose scan finds the record still in the old
+        // one and puts that state's marker back (the operator's command failed: run it again).
+        let prepare = |before: &JobRecord, after: &JobRecord| {
+            let early = before.state.has_ended()
+                && after.state != before.state
+                && after.state != JobState::Deleted
+                && !crate::mutants::on("ingest-record-before-markers-leaving-an-end");
+            let (before, after) = (before.clone(), after.clone());
+            async move {
+                if early {
+                    self.index_markers(&after).await?;
+                    self.unindex_markers(&before, &after).await?;
+                }
+                Ok(())
+            }
+        };
+        match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
             Swapped::Written { before, after } => {
                 self.index(&after).await?;
                 self.unindex(&before, &after).await?;
@@ -261,23 +304,60 @@ impl Ingest {
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).
     async fn index(&self, record: &JobRecord) -> Result<(), IngestError> {
+        Ok(self.index_markers(record).await?)
+    }
+
+    async fn index_markers(&self, record: &JobRecord) -> Result<(), crate::ports::StoreError> {
+        let mut keys = Vec::with_capacity(2);
         if record.state != JobState::Deleted {
-            self.marker(
-                &self
-                    .keys
+            keys.push(
+                self.keys
                     .job_state(record.state, record.priority, &record.id),
-            )
-            .await?;
+            );
         }
         if let Some(group) = BatchGroup::of(record.state) {
-            self.marker(&self.keys.batch_group(&record.batch, group, &record.id))
+            keys.push(self.keys.batch_group(&record.batch, group, &record.id));
+        }
+        for key in keys {
+            self.store
+                .put(&key, Bytes::new(), PutCondition::Overwrite)
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// Puts the markers the job's record says it needs and removes every other marker of the
+    /// job (each state, each batch group): for a command run again after one that died between
+    /// the record and its markers, when the record already says what the command wants.
+    pub async fn reindex(&self, record: &JobRecord) -> Result<(), IngestError> {
+        self.index(record).await?;
+        for state in JobState::ALL {
+            if state != record.state {
+                self.store
+                    .delete(&self.keys.job_state(state, record.priority, &record.id))
+                    .await?;
+            }
+        }
+        for group in BatchGroup::ALL {
+            if BatchGroup::of(record.state) != Some(group) {
+                self.store
+                    .delete(&self.keys.batch_group(&record.batch, group, &record.id))
+                    .await?;
+            }
         }
         Ok(())
     }
 
     /// Removes the markers `old` had that `new` does not.
     async fn unindex(&self, old: &JobRecord, new: &JobRecord) -> Result<(), IngestError> {
+        Ok(self.unindex_markers(old, new).await?)
+    }
+
+    async fn unindex_markers(
+        &self,
+        old: &JobRecord,
+        new: &JobRecord,
+    ) -> Result<(), crate::ports::StoreError> {
         let old_state = self.keys.job_state(old.state, old.priority, &old.id);
         if new.state == JobState::Deleted
             || old_state != self.keys.job_state(new.state, new.priority, &new.id)

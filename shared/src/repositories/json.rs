@@ -179,6 +179,23 @@ where
     T: Serialize + DeserializeOwned,
     F: Fn(&T) -> Result<Option<T>, String>,
 {
+    change_json_prepared(store, key, decide, |_, _| async { Ok(()) }).await
+}
+
+/// [`change_json`], calling `prepare(before, after)` before each write: what must exist before
+/// the object says `after` (an index marker no scanner would otherwise put back after a crash).
+pub async fn change_json_prepared<T, F, P, Fut>(
+    store: &dyn ObjectStore,
+    key: &str,
+    decide: F,
+    prepare: P,
+) -> Result<Swapped<T>, ChangeError>
+where
+    T: Serialize + DeserializeOwned,
+    F: Fn(&T) -> Result<Option<T>, String>,
+    P: Fn(&T, &T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
+{
     for _ in 0..CAS_ROUNDS {
         let Some(current) = read_json::<T>(store, key).await? else {
             return Ok(Swapped::Missing);
@@ -186,6 +203,9 @@ where
         let Some(next) = decide(&current.value).map_err(ChangeError::Illegal)? else {
             return Ok(Swapped::Unchanged(current.value));
         };
+        prepare(&current.value, &next)
+            .await
+            .map_err(RepositoryError::from)?;
         match write_json(store, key, &next, current.condition()).await {
             Ok(_) => {
                 return Ok(Swapped::Written {

@@ -52,6 +52,12 @@ impl BatchState {
         }
     }
 
+    /// Whether the dispatcher's tick lists batches in this state (to move them on, to clean them
+    /// up, to release a hold): a failed or deleted batch is looked at only when an operator asks.
+    pub fn is_scanned(self) -> bool {
+        !matches!(self, Failed | Deleted)
+    }
+
     pub fn successors(self) -> impl Iterator<Item = BatchState> {
         TRANSITIONS
             .iter()

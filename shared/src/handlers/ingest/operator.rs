@@ -315,6 +315,13 @@ pub async fn delete_job(
         .await?
         .ok_or_else(|| IngestStepError::Refused(format!("no job {id}")))?
         .value;
+    if job.state == JobState::Deleted {
+        // Deleted by an earlier run of this command that may have died before removing the
+        // job's markers and files: finish them.
+        batches::remove_files(ictx, id).await?;
+        ictx.ingest.reindex(&job).await?;
+        return Ok(job);
+    }
     if !matches!(job.state, JobState::Failed | JobState::Held) {
         return Err(IngestStepError::Refused(format!(
             "job {id} is {}: only failed or held jobs can be deleted",
