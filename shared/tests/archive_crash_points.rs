@@ -6,6 +6,9 @@
 //! once (its history), both copies verify, the open-jobs index no longer lists it, and nothing is left in the
 //! staging area.
 
+#[path = "platform/spread.rs"]
+mod spread;
+
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
@@ -285,26 +288,33 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
 }
 
 async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
+    passes(w, crash.as_slice()).await.0
+}
+
+/// Passes until quiet, dying at each of `crashes` in turn (their calls counted across the
+/// passes, in increasing order: a later one falls inside the recovery from an earlier one).
+/// Returns the calls made and how many of the crashes were reached.
+async fn passes(w: &World, crashes: &[CrashPoint]) -> (u64, usize) {
     let totals = Arc::new(FaultCounts::default());
     let mut calls = 0u64;
-    let mut crashed = false;
+    let mut reached = 0usize;
     for _ in 0..80 {
-        let point = match crash {
-            Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
+        let point = crashes
+            .get(reached)
+            .filter(|c| c.at_call > calls)
+            .map(|c| CrashPoint {
                 at_call: c.at_call - calls,
                 mode: c.mode,
-            }),
-            _ => None,
-        };
+            });
         let faults = Faults::new(point, 0.0, 7, totals.clone());
         let busy = pass(w, &faults).await;
         calls += faults.calls();
         if faults.crashed() {
-            crashed = true;
+            reached += 1;
             continue;
         }
         if !busy {
-            return calls;
+            return (calls, reached);
         }
     }
     panic!("the archive job did not settle");
@@ -454,4 +464,48 @@ async fn crash_at_every_call(calls: u64, rot: impl Fn() -> Option<Rot>) {
         2 * calls,
         failures.join("\n")
     );
+}
+
+/// A crash inside the recovery, on the failing run and its retry: the passes die at a first
+/// call and again 1, 2, 3, 5, 8, … calls later, so the passes taking the dead one's work over
+/// (the tick's repair, a redelivered task, the operator's retry) die too.
+#[tokio::test]
+async fn an_archive_job_recovers_from_a_crash_inside_its_recovery() {
+    let clean = world_with(Some(Rot::default())).await;
+    let calls = run(&clean, None).await;
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for first in spread::spread(calls) {
+        for gap in spread::spread(calls) {
+            for (m1, m2) in [
+                (CrashMode::Before, CrashMode::After),
+                (CrashMode::After, CrashMode::Before),
+            ] {
+                let w = world_with(Some(Rot::default())).await;
+                let crashes = [
+                    CrashPoint {
+                        at_call: first,
+                        mode: m1,
+                    },
+                    CrashPoint {
+                        at_call: first + gap,
+                        mode: m2,
+                    },
+                ];
+                let (_, reached) = passes(&w, &crashes).await;
+                if reached < 2 {
+                    continue;
+                }
+                runs += 1;
+                if let Err(e) = audit(&w).await {
+                    failures.push(format!(
+                        "crash {m1:?} at {first}, then {m2:?} {gap} calls later: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(runs > 100, "only {runs} runs reached their second crash");
+    eprintln!("{runs} runs with a second crash inside the recovery");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -194,19 +194,6 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Where in a recovery of `calls` external calls the second crash lands: its first calls one by
-/// one, then ever more sparsely (1, 2, 3, 5, 8, 13, 21, …), so the invocations that take the
-/// dead one's work over are crashed early and late without a run per recovery call.
-fn second_crash_points(calls: u64) -> Vec<u64> {
-    let (mut a, mut b) = (1u64, 2u64);
-    let mut out = Vec::new();
-    while a <= calls {
-        out.push(a);
-        (a, b) = (b, a + b);
-    }
-    out
-}
-
 // A crash during the recovery: each first crash point of each handler, then a second crash at
 // a spread of the recovery's own calls (the takeover, the redelivery, the next tick dying in
 // turn), and the recovery again with every delivery doubled and every tick overlapping.
@@ -243,7 +230,10 @@ async fn a_crash_inside_the_recovery_or_a_doubled_recovery_loses_nothing() {
                         "{scenario:?} crash {mode:?} call {at_call}, recovery doubled: {outcome:?}"
                     ));
                 }
-                for (n, k) in second_crash_points(recovery_calls).into_iter().enumerate() {
+                for (n, k) in platform::spread::spread(recovery_calls)
+                    .into_iter()
+                    .enumerate()
+                {
                     let second = CrashPoint {
                         at_call: k,
                         mode: [CrashMode::Before, CrashMode::After][n % 2],

@@ -14,6 +14,9 @@
 #[path = "platform/leases.rs"]
 mod leases;
 
+#[path = "platform/spread.rs"]
+mod spread;
+
 use bytes::Bytes;
 use granary::adapters::memory::{
     job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
@@ -274,30 +277,33 @@ async fn deliver_events(w: &World, faults: &Arc<Faults>) -> bool {
 /// Runs passes until quiet; the pass during which the run's `crash_at`th external call falls
 /// dies there. Returns the calls the passes made (the crashing pass's included).
 async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
-    passes(w, crash, true).await
+    passes(w, crash.as_slice(), true).await.0
 }
 
 /// Clean passes until quiet, with no operator at work.
 async fn settle(w: &World) {
-    passes(w, None, false).await;
+    passes(w, &[], false).await;
 }
 
-async fn passes(w: &World, crash: Option<CrashPoint>, hold_and_release: bool) -> u64 {
+/// Passes until quiet, dying at each of `crashes` in turn (their calls counted across the
+/// passes, in increasing order: a later one falls inside the recovery from an earlier one).
+/// Returns the calls the passes made and how many of the crashes were reached.
+async fn passes(w: &World, crashes: &[CrashPoint], hold_and_release: bool) -> (u64, usize) {
     let totals = Arc::new(FaultCounts::default());
     let mut calls = 0u64;
-    let mut crashed = false;
+    let mut reached = 0usize;
     // An operator holds the batch's fourth job at the first pass and releases it at the third,
     // each command's calls in that pass (a command that failed is run again at the next pass).
     let held = Target::Job(w.batch.job(4));
     let (mut hold_done, mut release_done) = (!hold_and_release, !hold_and_release);
     for pass in 0..60 {
-        let point = match crash {
-            Some(c) if !crashed && c.at_call > calls => Some(CrashPoint {
+        let point = crashes
+            .get(reached)
+            .filter(|c| c.at_call > calls)
+            .map(|c| CrashPoint {
                 at_call: c.at_call - calls,
                 mode: c.mode,
-            }),
-            _ => None,
-        };
+            });
         // A dead invocation's messages are visible again by the next pass.
         w.events.expire_visibility();
         let faults = Faults::new(point, 0.0, 7, totals.clone());
@@ -318,7 +324,7 @@ async fn passes(w: &World, crash: Option<CrashPoint>, hold_and_release: bool) ->
         };
         calls += faults.calls();
         if faults.crashed() {
-            crashed = true;
+            reached += 1;
             continue;
         }
         let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
@@ -327,7 +333,7 @@ async fn passes(w: &World, crash: Option<CrashPoint>, hold_and_release: bool) ->
             if let_claim_leases_run_out(w).await {
                 continue;
             }
-            return calls;
+            return (calls, reached);
         }
     }
     panic!("the ingest queue did not settle");
@@ -463,6 +469,51 @@ async fn the_ingest_queue_recovers_from_a_crash_at_every_call() {
         2 * calls,
         failures.join("\n")
     );
+}
+
+/// A crash inside the recovery: the passes die at a first call and then again at a later one,
+/// 1, 2, 3, 5, 8, … calls after it, so the tick and the deliveries that take the dead one's work
+/// over die too. First crashes spread the same way over the clean run's calls.
+#[tokio::test]
+async fn the_ingest_queue_recovers_from_a_crash_inside_its_recovery() {
+    let clean = world().await;
+    let calls = run(&clean, None).await;
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for first in spread::spread(calls) {
+        for gap in spread::spread(calls) {
+            for (m1, m2) in [
+                (CrashMode::Before, CrashMode::After),
+                (CrashMode::After, CrashMode::Before),
+            ] {
+                let w = world().await;
+                let crashes = [
+                    CrashPoint {
+                        at_call: first,
+                        mode: m1,
+                    },
+                    CrashPoint {
+                        at_call: first + gap,
+                        mode: m2,
+                    },
+                ];
+                let (_, reached) = passes(&w, &crashes, true).await;
+                if reached < 2 {
+                    // The recovery made fewer calls than the gap: nothing more to crash.
+                    continue;
+                }
+                runs += 1;
+                if let Err(e) = audit(&w).await {
+                    failures.push(format!(
+                        "crash {m1:?} at {first}, then {m2:?} {gap} calls later: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(runs > 100, "only {runs} runs reached their second crash");
+    eprintln!("{runs} runs with a second crash inside the recovery");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The ingest-submit Lambda dies at each of its calls; SQS delivers the submission again; the

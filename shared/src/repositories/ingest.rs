@@ -150,12 +150,12 @@ impl Ingest {
                 && after.state != before.state
                 && after.state != BatchState::Deleted
                 && !crate::mutants::on("ingest-record-before-markers-leaving-an-end"))
-                .then(|| {
-                    (
-                        self.keys.batch_state(after.state, id),
-                        self.keys.batch_state(before.state, id),
-                    )
-                });
+            .then(|| {
+                (
+                    self.keys.batch_state(after.state, id),
+                    self.keys.batch_state(before.state, id),
+                )
+            });
             async move {
                 if let Some((new, old)) = moved {
                     self.store

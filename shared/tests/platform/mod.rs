@@ -17,6 +17,7 @@
 
 pub mod ingest;
 pub mod leases;
+pub mod spread;
 
 use chrono::Utc;
 use granary::adapters::memory::{
