@@ -378,16 +378,7 @@ async fn audit(w: &World) -> Result<(), String> {
     }
     // o4's failure is dead-lettered (at least once: a crash between the send and the record
     // sends it again); nothing else is.
-    let letters: BTreeSet<String> = w
-        .dlq
-        .messages()
-        .iter()
-        .map(|m| {
-            serde_json::from_str::<granary::contracts::ingest::IngestNotice>(&m.body)
-                .map(|n| n.ingest_job.to_string())
-                .unwrap_or_else(|e| format!("unreadable: {e}"))
-        })
-        .collect();
+    let letters = dead_lettered(w);
     if letters != BTreeSet::from([w.batch.job(4).to_string()]) {
         return Err(format!("dead-lettered {letters:?}"));
     }
@@ -409,26 +400,10 @@ async fn audit(w: &World) -> Result<(), String> {
             return Err(format!("{jid} is {}", job.state));
         }
         // Exactly one job-queue marker and one batch marker, both as the record says.
-        let mut markers = Vec::new();
-        for state in JobState::ALL {
-            for (p, id) in ictx.ingest.listed(state).await.unwrap() {
-                if id == jid {
-                    markers.push((state, p));
-                }
-            }
-        }
+        let (markers, groups) = indexed(&ictx, &w.batch, &jid).await;
         if markers != vec![(job.state, job.priority)] {
             return Err(format!("{jid} ({}) is listed as {markers:?}", job.state));
         }
-        let groups: Vec<BatchGroup> = futures::future::join_all(BatchGroup::ALL.map(|g| {
-            let ictx = &ictx;
-            async move { (g, ictx.ingest.batch_jobs(&w.batch, g).await.unwrap()) }
-        }))
-        .await
-        .into_iter()
-        .filter(|(_, ids)| ids.contains(&jid))
-        .map(|(g, _)| g)
-        .collect();
         if groups != vec![BatchGroup::of(job.state).unwrap()] {
             return Err(format!("{jid} is in batch groups {groups:?}"));
         }
@@ -480,35 +455,16 @@ async fn the_ingest_queue_recovers_from_a_crash_inside_its_recovery() {
     let calls = run(&clean, None).await;
     let mut failures = Vec::new();
     let mut runs = 0;
-    for first in spread::spread(calls) {
-        for gap in spread::spread(calls) {
-            for (m1, m2) in [
-                (CrashMode::Before, CrashMode::After),
-                (CrashMode::After, CrashMode::Before),
-            ] {
-                let w = world().await;
-                let crashes = [
-                    CrashPoint {
-                        at_call: first,
-                        mode: m1,
-                    },
-                    CrashPoint {
-                        at_call: first + gap,
-                        mode: m2,
-                    },
-                ];
-                let (_, reached) = passes(&w, &crashes, true).await;
-                if reached < 2 {
-                    // The recovery made fewer calls than the gap: nothing more to crash.
-                    continue;
-                }
-                runs += 1;
-                if let Err(e) = audit(&w).await {
-                    failures.push(format!(
-                        "crash {m1:?} at {first}, then {m2:?} {gap} calls later: {e}"
-                    ));
-                }
-            }
+    for crashes in spread::two_crashes(calls) {
+        let w = world().await;
+        let (_, reached) = passes(&w, &crashes, true).await;
+        if reached < 2 {
+            // The recovery made fewer calls than the gap: nothing more to crash.
+            continue;
+        }
+        runs += 1;
+        if let Err(e) = audit(&w).await {
+            failures.push(format!("crashes {crashes:?}: {e}"));
         }
     }
     assert!(runs > 100, "only {runs} runs reached their second crash");
@@ -539,6 +495,48 @@ async fn a_submission_survives_a_crash_at_every_call_of_ingest_submit() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The ingest jobs the failure DLQ holds a notice for.
+fn dead_lettered(w: &World) -> BTreeSet<String> {
+    w.dlq
+        .messages()
+        .iter()
+        .map(|m| {
+            serde_json::from_str::<granary::contracts::ingest::IngestNotice>(&m.body)
+                .map(|n| n.ingest_job.to_string())
+                .unwrap_or_else(|e| format!("unreadable: {e}"))
+        })
+        .collect()
+}
+
+/// Where both indexes list a job: its job-queue markers (state, priority) and its batch groups.
+async fn indexed(
+    ictx: &IngestCtx,
+    batch: &BatchId,
+    jid: &granary::domain::ingest::index::JobId,
+) -> (Vec<(JobState, u8)>, Vec<BatchGroup>) {
+    let mut markers = Vec::new();
+    for state in JobState::ALL {
+        for (p, id) in ictx.ingest.listed(state).await.unwrap() {
+            if id == *jid {
+                markers.push((state, p));
+            }
+        }
+    }
+    let mut groups = Vec::new();
+    for g in BatchGroup::ALL {
+        if ictx
+            .ingest
+            .batch_jobs(batch, g)
+            .await
+            .unwrap()
+            .contains(jid)
+        {
+            groups.push(g);
+        }
+    }
+    (markers, groups)
+}
+
 /// What a world ended as, read through the records and indexes: the batch's state and reports,
 /// each job's state, retry count, markers, batch groups and whether its stored files are all
 /// there (or, deleted, all gone), and the jobs dead-lettered. A crashed run must end as the
@@ -563,26 +561,7 @@ async fn ended(w: &World) -> Result<Vec<String>, String> {
             continue;
         };
         let job = job.value;
-        let mut markers = Vec::new();
-        for state in JobState::ALL {
-            for (p, id) in ictx.ingest.listed(state).await.unwrap() {
-                if id == jid {
-                    markers.push((state, p));
-                }
-            }
-        }
-        let mut groups = Vec::new();
-        for g in BatchGroup::ALL {
-            if ictx
-                .ingest
-                .batch_jobs(&w.batch, g)
-                .await
-                .unwrap()
-                .contains(&jid)
-            {
-                groups.push(g);
-            }
-        }
+        let (markers, groups) = indexed(&ictx, &w.batch, &jid).await;
         let mut present = 0;
         for f in &job.stored {
             present += usize::from(w.store.get(&f.key).await.unwrap().is_some());
@@ -594,16 +573,7 @@ async fn ended(w: &World) -> Result<Vec<String>, String> {
             job.stored.len()
         ));
     }
-    let letters: BTreeSet<String> = w
-        .dlq
-        .messages()
-        .iter()
-        .map(|m| {
-            serde_json::from_str::<granary::contracts::ingest::IngestNotice>(&m.body)
-                .map(|n| n.ingest_job.to_string())
-                .unwrap_or_else(|e| format!("unreadable: {e}"))
-        })
-        .collect();
+    let letters = dead_lettered(w);
     out.push(format!("dead-lettered {letters:?}"));
     Ok(out)
 }
