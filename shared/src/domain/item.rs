@@ -2,7 +2,8 @@
 //! written once), with the keys both live under. Pure: storing them is `crate::items`.
 
 use super::granule::GranuleId;
-use super::lifecycle::{check_transition, Attempts, IllegalTransition, ItemState};
+use super::lifecycle::{Attempts, ItemState};
+use super::machine::IllegalTransition;
 use chrono::{DateTime, NaiveDate, Utc};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -165,10 +166,10 @@ impl ItemRecord {
         change: &Change,
         now: DateTime<Utc>,
         by: &str,
-    ) -> Result<ItemRecord, IllegalTransition> {
+    ) -> Result<ItemRecord, IllegalTransition<ItemState>> {
         let mut next = self.clone();
         if let Some(to) = change.to {
-            check_transition(self.state, to)?;
+            super::machine::check(self.state, to)?;
             // A new transition owes nothing of the last write's (they are paid before a record
             // moves on); a note without a transition keeps them owed.
             next.earlier_steps.clear();
@@ -407,7 +408,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "illegal item transition DISCOVERED → PROCESSED"
+            "an item cannot go from DISCOVERED to PROCESSED"
         );
     }
 

@@ -12,6 +12,7 @@ pub mod job_end;
 pub mod job_name;
 pub mod lifecycle;
 pub mod log_key;
+pub mod machine;
 pub mod poison;
 pub mod progress;
 pub mod report;

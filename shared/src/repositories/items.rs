@@ -19,7 +19,8 @@ use crate::domain::item::{
     batch_history_key, inflight_key, is_batch_history_key, is_timed, record_key, Change,
     HistoryBatch, HistoryEntry, ItemQuery, ItemRecord, NewItem,
 };
-use crate::domain::lifecycle::{IllegalTransition, ItemState};
+use crate::domain::lifecycle::ItemState;
+use crate::domain::machine::IllegalTransition;
 use crate::ports::{ObjectStore, PutCondition, StoreError};
 use crate::repositories::json::encode;
 use crate::repositories::json::write_json_retrying;
@@ -47,7 +48,7 @@ pub enum ItemError {
     #[error("item {id}: {source}")]
     Illegal {
         id: String,
-        source: IllegalTransition,
+        source: IllegalTransition<ItemState>,
     },
     #[error(transparent)]
     State(#[from] RepositoryError),
@@ -898,7 +899,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(
             err.to_string(),
-            "item a: illegal item transition DISCOVERED → PROCESSED"
+            "item a: an item cannot go from DISCOVERED to PROCESSED"
         );
         assert_eq!(
             items.get(&id).await.unwrap().unwrap().value.state,
@@ -1096,7 +1097,7 @@ mod tests {
             })
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("PROCESSED → READY"), "{err}");
+        assert!(err.to_string().contains("from PROCESSED to READY"), "{err}");
         assert_eq!(
             items.get(&id).await.unwrap().unwrap().value.state,
             Processing

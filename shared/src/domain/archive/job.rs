@@ -3,7 +3,7 @@
 //! retry (`RecoverableError`) and `Failure`; a failure is handled (recorded, announced), cleaned
 //! up and ends `Failed`, from which an operator may retry the phase that failed.
 
-use crate::domain::ingest::batch::Cause;
+use crate::domain::machine::{Cause, State};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -128,21 +128,17 @@ impl ArchiveState {
     }
 }
 
-impl fmt::Display for ArchiveState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+impl State for ArchiveState {
+    const RECORD: &'static str = "an archive job";
+    const ALL: &'static [ArchiveState] = &ArchiveState::ALL;
+    const TRANSITIONS: &'static [(ArchiveState, ArchiveState, Cause)] = &TRANSITIONS;
+
+    fn as_str(self) -> &'static str {
+        ArchiveState::as_str(self)
     }
 }
 
-impl std::str::FromStr for ArchiveState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s.to_ascii_lowercase())
-            .ok_or_else(|| format!("{s:?} is not an archive state"))
-    }
-}
+crate::state_text!(ArchiveState);
 
 /// Every transition an archive job may make, and who makes it.
 pub const TRANSITIONS: [(ArchiveState, ArchiveState, Cause); 23] = [
@@ -174,24 +170,6 @@ pub const TRANSITIONS: [(ArchiveState, ArchiveState, Cause); 23] = [
     (Failed, Store, Cause::Operator),
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("an archive job cannot go from {from} to {to}")]
-pub struct IllegalArchiveTransition {
-    pub from: ArchiveState,
-    pub to: ArchiveState,
-}
-
-pub fn check_archive_transition(
-    from: ArchiveState,
-    to: ArchiveState,
-) -> Result<(), IllegalArchiveTransition> {
-    if TRANSITIONS.iter().any(|(f, t, _)| *f == from && *t == to) {
-        Ok(())
-    } else {
-        Err(IllegalArchiveTransition { from, to })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,13 +179,13 @@ mod tests {
         let allowed = ArchiveState::ALL
             .iter()
             .flat_map(|f| ArchiveState::ALL.iter().map(move |t| (*f, *t)))
-            .filter(|(f, t)| check_archive_transition(*f, *t).is_ok())
+            .filter(|(f, t)| crate::domain::machine::check(*f, *t).is_ok())
             .count();
         assert_eq!(allowed, 23);
-        assert!(check_archive_transition(Queued, Store).is_err());
-        assert!(check_archive_transition(Completed, Failed).is_err());
+        assert!(crate::domain::machine::check(Queued, Store).is_err());
+        assert!(crate::domain::machine::check(Completed, Failed).is_err());
         assert!(
-            check_archive_transition(Failure, Cleanup).is_err(),
+            crate::domain::machine::check(Failure, Cleanup).is_err(),
             "handled first"
         );
     }
@@ -217,20 +195,20 @@ mod tests {
         let mut state = Processing;
         let mut path = vec![state];
         for phase in Phase::ALL {
-            assert!(check_archive_transition(state, phase.state()).is_ok());
-            assert!(check_archive_transition(phase.state(), Error).is_ok());
-            assert!(check_archive_transition(RecoverableError, phase.state()).is_ok());
-            assert!(check_archive_transition(Failed, phase.state()).is_ok());
+            assert!(crate::domain::machine::check(state, phase.state()).is_ok());
+            assert!(crate::domain::machine::check(phase.state(), Error).is_ok());
+            assert!(crate::domain::machine::check(RecoverableError, phase.state()).is_ok());
+            assert!(crate::domain::machine::check(Failed, phase.state()).is_ok());
             state = phase.state();
             path.push(state);
         }
-        assert!(check_archive_transition(state, Cleanup).is_ok());
-        assert!(check_archive_transition(Cleanup, Completed).is_ok());
+        assert!(crate::domain::machine::check(state, Cleanup).is_ok());
+        assert!(crate::domain::machine::check(Cleanup, Completed).is_ok());
         assert_eq!(Phase::of(PostProcessing), Some(Phase::PostProcessing));
         assert_eq!(Phase::of(Cleanup), None);
         // Errors before any phase are failures at once.
-        assert!(check_archive_transition(Queued, Error).is_err());
-        assert!(check_archive_transition(Processing, Failure).is_ok());
+        assert!(crate::domain::machine::check(Queued, Error).is_err());
+        assert!(crate::domain::machine::check(Processing, Failure).is_ok());
         for s in ArchiveState::ALL {
             assert_eq!(s.as_str().parse::<ArchiveState>(), Ok(s));
         }

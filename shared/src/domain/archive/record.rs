@@ -2,7 +2,8 @@
 //! and kept in its history) and its tasks' records.
 
 use super::decisions::TaskState;
-use super::job::{check_archive_transition, ArchiveState, IllegalArchiveTransition, Phase};
+use super::job::{ArchiveState, Phase};
+use crate::domain::machine::IllegalTransition;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -136,8 +137,8 @@ impl ArchiveJob {
         to: ArchiveState,
         reason: impl Into<String>,
         now: DateTime<Utc>,
-    ) -> Result<Self, IllegalArchiveTransition> {
-        check_archive_transition(self.state, to)?;
+    ) -> Result<Self, IllegalTransition<ArchiveState>> {
+        crate::domain::machine::check(self.state, to)?;
         let reason = reason.into();
         let mut next = self.clone();
         next.history.push(Transition {

@@ -1,8 +1,8 @@
 //! A batch's states and the transitions between them. A batch is one submission: it spawns its
 //! jobs, waits for every one to end, reports, and is cleaned up.
 
+use crate::domain::machine::{Cause, State};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -26,6 +26,18 @@ pub enum BatchState {
 }
 
 use BatchState::*;
+
+impl State for BatchState {
+    const RECORD: &'static str = "a batch";
+    const ALL: &'static [BatchState] = &BatchState::ALL;
+    const TRANSITIONS: &'static [(BatchState, BatchState, Cause)] = &TRANSITIONS;
+
+    fn as_str(self) -> &'static str {
+        BatchState::as_str(self)
+    }
+}
+
+crate::state_text!(BatchState);
 
 impl BatchState {
     pub const ALL: [BatchState; 8] = [
@@ -57,39 +69,6 @@ impl BatchState {
     pub fn is_scanned(self) -> bool {
         !matches!(self, Failed | Deleted)
     }
-
-    pub fn successors(self) -> impl Iterator<Item = BatchState> {
-        TRANSITIONS
-            .iter()
-            .filter(move |(from, _, _)| *from == self)
-            .map(|(_, to, _)| *to)
-    }
-}
-
-impl fmt::Display for BatchState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for BatchState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted = s.to_ascii_lowercase().replace('_', "-");
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str() == wanted)
-            .ok_or_else(|| format!("{s:?} is not a batch state"))
-    }
-}
-
-/// Who causes a transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// A handler, on its own.
-    Automatic,
-    /// An operator's command.
-    Operator,
 }
 
 /// Every transition a batch may make, and who makes it.
@@ -107,25 +86,6 @@ pub const TRANSITIONS: [(BatchState, BatchState, Cause); 12] = [
     (UpdateReporting, Failed, Cause::Automatic),
     (Completed, Deleted, Cause::Automatic),
 ];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a batch cannot go from {from} to {to}")]
-pub struct IllegalBatchTransition {
-    pub from: BatchState,
-    pub to: BatchState,
-}
-
-/// Refuses any change the table does not list.
-pub fn check_batch_transition(
-    from: BatchState,
-    to: BatchState,
-) -> Result<(), IllegalBatchTransition> {
-    if TRANSITIONS.iter().any(|(f, t, _)| *f == from && *t == to) {
-        Ok(())
-    } else {
-        Err(IllegalBatchTransition { from, to })
-    }
-}
 
 /// What a batch whose jobs have all ended reports as: failed if any job failed.
 pub fn reported_state(failed_jobs: usize) -> BatchState {
@@ -145,15 +105,15 @@ mod tests {
         let mut allowed = 0;
         for from in BatchState::ALL {
             for to in BatchState::ALL {
-                if check_batch_transition(from, to).is_ok() {
+                if crate::domain::machine::check(from, to).is_ok() {
                     allowed += 1;
                 }
             }
         }
         assert_eq!(allowed, 12);
-        assert!(check_batch_transition(Pending, Completed).is_err());
-        assert!(check_batch_transition(Completed, Failed).is_err());
-        assert!(check_batch_transition(Deleted, Pending).is_err());
+        assert!(crate::domain::machine::check(Pending, Completed).is_err());
+        assert!(crate::domain::machine::check(Completed, Failed).is_err());
+        assert!(crate::domain::machine::check(Deleted, Pending).is_err());
     }
 
     #[test]

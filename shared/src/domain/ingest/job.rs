@@ -1,9 +1,8 @@
 //! A job's states and the transitions between them: one object of a batch, from pending to
 //! completed (or failed, and resumed by an operator from where it failed).
 
-use super::batch::Cause;
+use crate::domain::machine::{Cause, State};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -29,6 +28,18 @@ pub enum JobState {
 }
 
 use JobState::*;
+
+impl State for JobState {
+    const RECORD: &'static str = "a job";
+    const ALL: &'static [JobState] = &JobState::ALL;
+    const TRANSITIONS: &'static [(JobState, JobState, Cause)] = &TRANSITIONS;
+
+    fn as_str(self) -> &'static str {
+        JobState::as_str(self)
+    }
+}
+
+crate::state_text!(JobState);
 
 impl JobState {
     pub const ALL: [JobState; 11] = [
@@ -89,30 +100,6 @@ impl JobState {
             _ => None,
         }
     }
-
-    pub fn successors(self) -> impl Iterator<Item = JobState> {
-        TRANSITIONS
-            .iter()
-            .filter(move |(from, _, _)| *from == self)
-            .map(|(_, to, _)| *to)
-    }
-}
-
-impl fmt::Display for JobState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for JobState {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let wanted = s.to_ascii_lowercase();
-        Self::ALL
-            .into_iter()
-            .find(|st| st.as_str() == wanted)
-            .ok_or_else(|| format!("{s:?} is not a job state"))
-    }
 }
 
 /// Every transition a job may make, and who makes it.
@@ -142,21 +129,6 @@ pub const TRANSITIONS: [(JobState, JobState, Cause); 21] = [
     // Cleanup of a completed batch.
     (Completed, Deleted, Cause::Automatic),
 ];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("a job cannot go from {from} to {to}")]
-pub struct IllegalJobTransition {
-    pub from: JobState,
-    pub to: JobState,
-}
-
-pub fn check_job_transition(from: JobState, to: JobState) -> Result<(), IllegalJobTransition> {
-    if TRANSITIONS.iter().any(|(f, t, _)| *f == from && *t == to) {
-        Ok(())
-    } else {
-        Err(IllegalJobTransition { from, to })
-    }
-}
 
 /// `last_successful_status` after `from` → `to`: a step that hands on to the next step has
 /// succeeded; a failure, a hold or a resume keeps the value it had.
@@ -229,19 +201,22 @@ mod tests {
         let allowed = JobState::ALL
             .iter()
             .flat_map(|f| JobState::ALL.iter().map(move |t| (*f, *t)))
-            .filter(|(f, t)| check_job_transition(*f, *t).is_ok())
+            .filter(|(f, t)| crate::domain::machine::check(*f, *t).is_ok())
             .count();
         assert_eq!(allowed, 21);
-        assert!(check_job_transition(Pending, Downloading).is_err());
-        assert!(check_job_transition(Failed, Estimating).is_err());
-        assert!(check_job_transition(Completed, Failed).is_err());
+        assert!(crate::domain::machine::check(Pending, Downloading).is_err());
+        assert!(crate::domain::machine::check(Failed, Estimating).is_err());
+        assert!(crate::domain::machine::check(Completed, Failed).is_err());
     }
 
     #[test]
     fn every_step_hands_on_to_the_next_and_every_step_after_provisioning_may_fail() {
         for step in JobState::STEPS {
             let next = step.next_step().unwrap();
-            assert!(check_job_transition(step, next).is_ok(), "{step} → {next}");
+            assert!(
+                crate::domain::machine::check(step, next).is_ok(),
+                "{step} → {next}"
+            );
         }
         // Estimating never fails; provisioning waits instead of failing.
         for (step, fails) in [
@@ -252,7 +227,11 @@ mod tests {
             (Recording, true),
             (Notify, true),
         ] {
-            assert_eq!(check_job_transition(step, Failed).is_ok(), fails, "{step}");
+            assert_eq!(
+                crate::domain::machine::check(step, Failed).is_ok(),
+                fails,
+                "{step}"
+            );
         }
     }
 
@@ -270,7 +249,7 @@ mod tests {
         assert_eq!(last, Some(Downloading));
         let back = resume_target(last).unwrap();
         assert_eq!(back, Processing);
-        assert!(check_job_transition(Failed, back).is_ok());
+        assert!(crate::domain::machine::check(Failed, back).is_ok());
         assert_eq!(last_successful_after(Failed, back, last), Some(Downloading));
         assert_eq!(last_successful_after(Pending, Estimating, None), None);
     }
@@ -280,7 +259,10 @@ mod tests {
         assert_eq!(resume_target(None), None);
         for last in JobState::STEPS {
             if let Some(to) = resume_target(Some(last)) {
-                assert!(check_job_transition(Failed, to).is_ok(), "{last} → {to}");
+                assert!(
+                    crate::domain::machine::check(Failed, to).is_ok(),
+                    "{last} → {to}"
+                );
             }
         }
         assert_eq!(resume_target(Some(Recording)), Some(Notify));

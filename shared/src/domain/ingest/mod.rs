@@ -10,5 +10,5 @@ pub mod job;
 pub mod manifest;
 pub mod record;
 
-pub use batch::{BatchState, IllegalBatchTransition};
-pub use job::{IllegalJobTransition, JobState};
+pub use batch::BatchState;
+pub use job::JobState;

@@ -1,10 +1,11 @@
 //! The batch and job records, and the one way each changes: a transition the table allows,
 //! applied as a pure function (the repository writes it with If-Match).
 
-use super::batch::{check_batch_transition, BatchState, IllegalBatchTransition};
+use super::batch::BatchState;
 use super::index::{BatchId, JobId};
-use super::job::{check_job_transition, last_successful_after, IllegalJobTransition, JobState};
+use super::job::{last_successful_after, JobState};
 use super::manifest::{ManifestKind, ManifestObject};
+use crate::domain::machine::IllegalTransition;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -63,8 +64,8 @@ impl BatchRecord {
         to: BatchState,
         reason: impl Into<String>,
         now: DateTime<Utc>,
-    ) -> Result<Self, IllegalBatchTransition> {
-        check_batch_transition(self.state, to)?;
+    ) -> Result<Self, IllegalTransition<BatchState>> {
+        crate::domain::machine::check(self.state, to)?;
         Ok(Self {
             state: to,
             last_modified: now,
@@ -142,8 +143,8 @@ impl JobRecord {
         to: JobState,
         reason: impl Into<String>,
         now: DateTime<Utc>,
-    ) -> Result<Self, IllegalJobTransition> {
-        check_job_transition(self.state, to)?;
+    ) -> Result<Self, IllegalTransition<JobState>> {
+        crate::domain::machine::check(self.state, to)?;
         let resumed = self.state == JobState::Failed && JobState::STEPS.contains(&to);
         // A resume into processing is a new run: a new Batch job, its attempts counted afresh.
         let rerun = resumed && to == JobState::Processing;

@@ -5,9 +5,9 @@
 
 pub mod decisions;
 
+use super::machine::{Cause, State};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
-use std::fmt;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -31,6 +31,18 @@ pub enum ItemState {
 }
 
 use ItemState::*;
+
+impl State for ItemState {
+    const RECORD: &'static str = "an item";
+    const ALL: &'static [ItemState] = &ItemState::ALL;
+    const TRANSITIONS: &'static [(ItemState, ItemState, Cause)] = &TRANSITIONS;
+
+    fn as_str(self) -> &'static str {
+        ItemState::as_str(self)
+    }
+}
+
+crate::state_text!(ItemState);
 
 impl ItemState {
     pub const ALL: [ItemState; 11] = [
@@ -68,73 +80,31 @@ impl ItemState {
     pub fn is_terminal(self) -> bool {
         matches!(self, Ignore | Skipped | Processed | Abandoned)
     }
-
-    /// Every state `self` may move to, in table order.
-    pub fn successors(self) -> impl Iterator<Item = ItemState> {
-        TRANSITIONS
-            .iter()
-            .filter(move |(from, _)| *from == self)
-            .map(|(_, to)| *to)
-    }
 }
 
-impl fmt::Display for ItemState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for ItemState {
-    type Err = UnknownState;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let upper = s.trim().to_ascii_uppercase().replace('-', "_");
-        ItemState::ALL
-            .into_iter()
-            .find(|st| st.as_str() == upper)
-            .ok_or_else(|| UnknownState(s.to_owned()))
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not an item state; states are DISCOVERED, DOWNLOADING, DOWNLOADED, DOWNLOADING_FAILED, IGNORE, SKIPPED, READY, PROCESSING, PROCESSED, PROCESSING_FAILED, ABANDONED")]
-pub struct UnknownState(pub String);
-
-/// The whole transition table. Nothing else may change an item's state.
-pub const TRANSITIONS: [(ItemState, ItemState); 15] = [
-    (Discovered, Downloading),
+/// The whole transition table. Nothing else may change an item's state. An operator's resume
+/// takes the same edges the automatic retries take (PROCESSING_FAILED → READY, DOWNLOADING_FAILED
+/// → DOWNLOADING), so every edge is listed as automatic.
+pub const TRANSITIONS: [(ItemState, ItemState, Cause); 15] = [
+    (Discovered, Downloading, Cause::Automatic),
     // The file is already where it belongs (the operational scenario).
-    (Discovered, Downloaded),
-    (Downloading, DownloadingFailed),
-    (Downloading, Downloaded),
-    (DownloadingFailed, Downloading),
-    (DownloadingFailed, Ignore),
+    (Discovered, Downloaded, Cause::Automatic),
+    (Downloading, DownloadingFailed, Cause::Automatic),
+    (Downloading, Downloaded, Cause::Automatic),
+    (DownloadingFailed, Downloading, Cause::Automatic),
+    (DownloadingFailed, Ignore, Cause::Automatic),
     // Re-validation found the stored file corrupt.
-    (Downloaded, DownloadingFailed),
-    (Downloaded, Skipped),
-    (Downloaded, Ready),
-    (Ready, Processing),
-    (Processing, ProcessingFailed),
-    (Processing, Processed),
-    (ProcessingFailed, Ready),
-    (ProcessingFailed, Abandoned),
+    (Downloaded, DownloadingFailed, Cause::Automatic),
+    (Downloaded, Skipped, Cause::Automatic),
+    (Downloaded, Ready, Cause::Automatic),
+    (Ready, Processing, Cause::Automatic),
+    (Processing, ProcessingFailed, Cause::Automatic),
+    (Processing, Processed, Cause::Automatic),
+    (ProcessingFailed, Ready, Cause::Automatic),
+    (ProcessingFailed, Abandoned, Cause::Automatic),
     // Re-validation found the product corrupt.
-    (Processed, ProcessingFailed),
+    (Processed, ProcessingFailed, Cause::Automatic),
 ];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("illegal item transition {from} → {to}")]
-pub struct IllegalTransition {
-    pub from: ItemState,
-    pub to: ItemState,
-}
-
-pub fn check_transition(from: ItemState, to: ItemState) -> Result<(), IllegalTransition> {
-    if TRANSITIONS.contains(&(from, to)) {
-        Ok(())
-    } else {
-        Err(IllegalTransition { from, to })
-    }
-}
 
 /// Attempt budgets and timeouts for the two kinds of work an item goes through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -335,6 +305,7 @@ pub fn decide_admission(facts: &AdmissionFacts, active: &ActiveSlots) -> Admissi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::machine::check;
     use proptest::prelude::*;
 
     /// The seed's table, written out independently of `TRANSITIONS` so the two check each other.
@@ -364,16 +335,20 @@ mod tests {
         let mut allowed = 0;
         for from in ItemState::ALL {
             for to in ItemState::ALL {
-                let result = check_transition(from, to);
+                let result = check(from, to);
                 if listed(from, to) {
-                    assert_eq!(result, Ok(()), "{from} → {to} must be allowed");
+                    assert_eq!(
+                        result,
+                        Ok(Cause::Automatic),
+                        "{from} → {to} must be allowed"
+                    );
                     allowed += 1;
                 } else {
                     let err = result.expect_err("unlisted transition allowed");
                     assert_eq!((err.from, err.to), (from, to));
                     assert_eq!(
                         err.to_string(),
-                        format!("illegal item transition {from} → {to}")
+                        format!("an item cannot go from {from} to {to}")
                     );
                 }
             }
@@ -559,8 +534,8 @@ mod tests {
         #[test]
         fn failure_rules_only_pick_legal_transitions(n in 0u32..10, max in 1u32..6) {
             let p = RetryPolicy { max_download_attempts: max, max_processing_attempts: max, ..policy() };
-            check_transition(DownloadingFailed, p.after_download_failure(n)).unwrap();
-            check_transition(ProcessingFailed, p.after_processing_failure(n)).unwrap();
+            check(DownloadingFailed, p.after_download_failure(n)).unwrap();
+            check(ProcessingFailed, p.after_processing_failure(n)).unwrap();
             prop_assert_eq!(p.after_download_failure(n) == Ignore, n >= max);
         }
 
@@ -574,7 +549,7 @@ mod tests {
             if let Some(path) = p.timeout_recovery(s, &a, t0 + Duration::minutes(mins)) {
                 let mut from = s;
                 for to in path {
-                    check_transition(from, to).unwrap();
+                    check(from, to).unwrap();
                     from = to;
                 }
                 let max = if s == Downloading { p.max_download_attempts } else { p.max_processing_attempts };
