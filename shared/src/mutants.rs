@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 10] = [
+pub const ALL: [Mutant; 11] = [
     Mutant {
         name: "window-takeover-without-lookup",
         defect: "a feeder run that takes over a window submits its unrecorded granules again without looking their jobs up by name",
@@ -52,6 +52,11 @@ pub const ALL: [Mutant; 10] = [
         name: "ingest-notice-after-record",
         defect: "an ingest job's failure is recorded before its DLQ notice is sent",
         caught_by: "--test ingest_crash_points the_ingest_queue",
+    },
+    Mutant {
+        name: "records-made-only-at-a-first-attempt",
+        defect: "the monitor and the requeuer make a missing item record only for a first attempt (a retry that runs and succeeds before the window's record is made leaves it to the window's late creation)",
+        caught_by: "--test crash_points every_crash_point",
     },
     Mutant {
         name: "ingest-record-before-markers-leaving-an-end",

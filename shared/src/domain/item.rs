@@ -79,6 +79,10 @@ pub struct Change {
     pub checksum: Option<String>,
     pub stored_key: Option<String>,
     pub job_id: Option<String>,
+    /// For a change into PROCESSING: the number of the attempt it begins (the submission's own
+    /// number), so that a record made late — after earlier attempts it never saw — counts its
+    /// attempts as the submitter did. Without it, entering PROCESSING counts one more.
+    pub attempt: Option<u32>,
 }
 
 impl Change {
@@ -179,6 +183,9 @@ impl ItemRecord {
             next.reason = change.reason.clone();
             next.workflow_complete = to.is_terminal();
             next.attempts.begin(to, now);
+            if let (ItemState::Processing, Some(attempt)) = (to, change.attempt) {
+                next.attempts.processing = attempt;
+            }
             next.log(format!("{} → {to}: {}", self.state, change.reason), now);
         } else {
             next.log(change.reason.clone(), now);

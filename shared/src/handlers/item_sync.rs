@@ -42,16 +42,23 @@ async fn record_submitted(
     let items = ctx.items();
     let id = &event.granule_id;
     let attempt = event.attempt;
-    // The common case, a granule's first attempt: READY and PROCESSING in one PUT. Later
-    // attempts find their record (one without, from before records were kept, stays without).
+    // The common case, a granule's first attempt: READY and PROCESSING in one PUT. A later
+    // attempt finds its record, made by its first attempt's submitter or by the monitor at that
+    // attempt's end; one that does not (both writes lost, or a granule from before records were
+    // kept) is made here, counting this attempt's number.
     let new = NewItem::ready(id.clone(), LISTED, source);
-    if attempt == 1 {
-        let created = items
-            .create_along(new, &[decisions::first_submission(job_id)], by)
+    if attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt") {
+        let moved = items
+            .advance_steps(id, by, |r| decisions::on_submitted(r, attempt, job_id))
             .await?;
-        if let Created::New(_) = created {
-            return Ok(());
-        }
+        warn_if_lagging(&moved, event, Processing);
+        return Ok(());
+    }
+    let created = items
+        .create_along(new, &[decisions::submission(attempt, job_id)], by)
+        .await?;
+    if let Created::New(_) = created {
+        return Ok(());
     }
     // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
     // A retry goes PROCESSING_FAILED → READY → PROCESSING in one write.
@@ -80,7 +87,7 @@ pub async fn window_submitted(
         .iter()
         .map(|(event, job_id, source)| {
             let item = NewItem::ready(event.granule_id.clone(), LISTED, Some(source.clone()));
-            (item, vec![decisions::first_submission(job_id)])
+            (item, vec![decisions::submission(1, job_id)])
         })
         .collect();
     let made = ctx
@@ -130,14 +137,17 @@ async fn record_finished(
     };
     let moved = advance().await?;
     // No record: its submitter has not made it yet (a window's records follow its jobs, and a
-    // job can end first). Made here at its end, so that the late creation finds it and changes
-    // nothing; a creation that won the race meanwhile is advanced as any record.
-    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, to, reason);
-    let (Advanced::Missing, Some(changes)) = (&moved, changes) else {
+    // job — or a first attempt and its retry — can end first). Made here at its end, so that the
+    // late creation finds it and changes nothing; a creation that won the race meanwhile is
+    // advanced as any record.
+    let Advanced::Missing = moved else {
         warn_if_lagging(&moved, event, to);
         return Ok(());
     };
-    if crate::mutants::on("monitor-leaves-a-missing-record") {
+    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, to, reason);
+    if crate::mutants::on("monitor-leaves-a-missing-record")
+        || (attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt"))
+    {
         warn_if_lagging(&moved, event, to);
         return Ok(());
     }
@@ -197,7 +207,7 @@ fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: Ite
     match moved {
         Advanced::Missing => tracing::warn!(
             granule_id = %event.granule_id, attempt = event.attempt,
-            "no item record: a later attempt of a granule submitted before item records were kept"
+            "no item record: it was removed while this event was handled"
         ),
         Advanced::Unchanged(r) if r.state != wanted => tracing::info!(
             granule_id = %event.granule_id, attempt = event.attempt, state = %r.state,

@@ -108,9 +108,13 @@ pub enum Scenario {
     /// round only after the reconciler and the sweeper have run twice. The monitor makes the
     /// records at their ends; the feeder's late creation must find them and change nothing.
     MonitorBeforeRecords,
+    /// As above, and Spot reclaims every first attempt: the retry is submitted, runs and
+    /// succeeds before the feeder's schedule comes round, so every record the backfill loop would
+    /// make meets a granule further on than the record says (what chaos found in CI).
+    RetryBeforeRecords,
 }
 
-pub const ALL: [Scenario; 28] = [
+pub const ALL: [Scenario; 29] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -139,6 +143,7 @@ pub const ALL: [Scenario; 28] = [
     Scenario::RequeuerExhausted,
     Scenario::RedriveEvents,
     Scenario::MonitorBeforeRecords,
+    Scenario::RetryBeforeRecords,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -411,7 +416,8 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::PoisonRow
             | Scenario::ReconcilerWindow
             | Scenario::ReconcilerWindowRecordsLate
-            | Scenario::MonitorBeforeRecords => BACKFILL.to_vec(),
+            | Scenario::MonitorBeforeRecords
+            | Scenario::RetryBeforeRecords => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -420,7 +426,9 @@ pub fn world(scenario: Scenario) -> World {
             _ => BTreeSet::new(),
         },
         spot_attempts: match scenario {
-            Scenario::MonitorRetryable | Scenario::ReconcilerRetryable => BTreeSet::from([1]),
+            Scenario::MonitorRetryable
+            | Scenario::ReconcilerRetryable
+            | Scenario::RetryBeforeRecords => BTreeSet::from([1]),
             Scenario::RequeuerExhausted => {
                 (1..=function_config(Function::Requeuer).max_attempt()).collect()
             }
@@ -443,11 +451,12 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
                 | Scenario::MonitorBeforeRecords
+                | Scenario::RetryBeforeRecords
         ),
-        feeder_from_round: if scenario == Scenario::MonitorBeforeRecords {
-            2
-        } else {
-            0
+        feeder_from_round: match scenario {
+            Scenario::MonitorBeforeRecords => 2,
+            Scenario::RetryBeforeRecords => 4,
+            _ => 0,
         },
         discover: scenario == Scenario::Discover,
         poison: matches!(
@@ -925,7 +934,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | PoisonRow
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
-        | MonitorBeforeRecords => {
+        | MonitorBeforeRecords
+        | RetryBeforeRecords => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -976,7 +986,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 assert_eq!(request.parameters["attempt"], "1");
                 w.jobs.end(&job.job_id, Ending::Succeeded).unwrap();
             }
-            if matches!(scenario, ReconcilerWindowRecordsLate | MonitorBeforeRecords) {
+            if matches!(
+                scenario,
+                ReconcilerWindowRecordsLate | MonitorBeforeRecords | RetryBeforeRecords
+            ) {
                 let feeder = w
                     .as_fn(Function::Feeder)
                     .ctx
@@ -1143,9 +1156,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
-        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords => {
-            Some(Function::Monitor)
-        }
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
+        | RetryBeforeRecords => Some(Function::Monitor),
         Reconciler
         | ReconcilerRetryable
         | ReconcilerLostAnswer
@@ -1278,9 +1290,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         Requeuer | PoisonRetry | RequeuerExhausted => {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
-        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords => {
-            (w.events.clone(), take(w.events.clone()).await)
-        }
+        MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
+        | RetryBeforeRecords => (w.events.clone(), take(w.events.clone()).await),
     };
     let ok = match scenario {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 fn submit_change(attempt: u32, job_id: &str) -> Change {
     Change {
         job_id: Some(job_id.to_owned()),
+        attempt: Some(attempt),
         ..Change::to(
             Processing,
             format!("attempt {attempt} submitted as job {job_id}"),
@@ -56,9 +57,11 @@ pub fn submission_recorded(r: &ItemRecord, attempt: u32) -> bool {
     r.attempts.processing >= attempt
 }
 
-/// The first attempt's submission for a record created along with it (READY, then PROCESSING).
-pub fn first_submission(job_id: &str) -> Change {
-    submit_change(1, job_id)
+/// Attempt `attempt` submitted as `job_id`, for a record created along with it (READY, then
+/// PROCESSING, counting `attempt` attempts): a window's first attempts, or a submitter that
+/// found no record.
+pub fn submission(attempt: u32, job_id: &str) -> Change {
+    submit_change(attempt, job_id)
 }
 
 /// The monitor saw attempt `attempt` (job `job_id`) end: PROCESSING (that attempt) → `to`
@@ -87,23 +90,20 @@ pub fn on_job_finished(
 
 /// The monitor saw attempt `attempt` end and the granule has no record yet: its submitter's write
 /// is still to come (a window's records are made after its jobs are submitted, and a fast job may
-/// end first). The record is made READY and moved along these changes in the same write, so the
-/// submitter's late creation finds it and changes nothing — a record made after the end was
-/// handled would sit in PROCESSING with nothing left to move it. Only a first attempt: a later
-/// one's record would have been made by its first (one missing then predates item records, and
-/// a record made now could not count the attempts before).
+/// end first — or a first attempt failed, its retry ran and succeeded, all before the window's
+/// record was made). The record is made READY and moved along these changes in the same write,
+/// counting `attempt` attempts, so the submitter's late creation finds it and changes nothing: a
+/// record made after the end was handled would sit in PROCESSING with nothing left to move it.
 pub fn on_job_finished_unrecorded(
     attempt: u32,
     job_id: &str,
     to: ItemState,
     reason: &str,
-) -> Option<Vec<Change>> {
-    (attempt == 1).then(|| {
-        vec![
-            submit_change(attempt, job_id),
-            Change::to(to, format!("attempt {attempt}: {reason}")),
-        ]
-    })
+) -> Vec<Change> {
+    vec![
+        submit_change(attempt, job_id),
+        Change::to(to, format!("attempt {attempt}: {reason}")),
+    ]
 }
 
 /// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
@@ -365,7 +365,7 @@ mod tests {
     fn an_end_before_any_record_makes_the_record_at_its_end_and_the_late_submission_changes_nothing(
     ) {
         let ready = item(Ready);
-        let changes = on_job_finished_unrecorded(1, "j-1", Processed, "ok").unwrap();
+        let changes = on_job_finished_unrecorded(1, "j-1", Processed, "ok");
         assert_eq!(
             changes,
             on_job_finished(&ready, 1, "j-1", Processed, "ok"),
@@ -377,10 +377,19 @@ mod tests {
         assert!(on_submitted(&done, 1, "j-1").is_empty());
         let failed = apply(
             &ready,
-            &on_job_finished_unrecorded(1, "j-1", ProcessingFailed, "exit 1").unwrap(),
+            &on_job_finished_unrecorded(1, "j-1", ProcessingFailed, "exit 1"),
         );
         assert!(on_submitted(&failed, 1, "j-1").is_empty());
-        assert_eq!(on_job_finished_unrecorded(2, "j-2", Processed, "ok"), None);
+        // A retry that succeeded before the window's record was made: the record counts two
+        // attempts, and the window's late submission of the first changes nothing.
+        let second = apply(
+            &ready,
+            &on_job_finished_unrecorded(2, "j-2", Processed, "ok"),
+        );
+        assert_eq!((second.state, second.attempts.processing), (Processed, 2));
+        assert_eq!(second.job_id.as_deref(), Some("j-2"));
+        assert!(on_submitted(&second, 1, "j-1").is_empty());
+        assert!(on_job_finished(&second, 1, "j-1", ProcessingFailed, "late Spot").is_empty());
     }
 
     #[test]
