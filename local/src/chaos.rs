@@ -39,7 +39,8 @@ impl Default for ChaosSpec {
             granule_submit_count: 500,
             feeder_interval: Duration::from_millis(50),
             lost_rate: 0.01,
-            listing_lag: Duration::ZERO,
+            // Below the campaign's 1 s claim lease, as ListJobs's lag is below the 15 min one.
+            listing_lag: Duration::from_millis(500),
         }
     }
 }
