@@ -92,7 +92,7 @@ pub struct Feeder {
 impl Default for Feeder {
     fn default() -> Self {
         Self {
-            inventory_id_column: crate::adapters::parquet::DEFAULT_ID_COLUMN.to_owned(),
+            inventory_id_column: crate::domain::granule::INVENTORY_ID_COLUMN.to_owned(),
             max_active_jobs: DEFAULT_MAX_ACTIVE_JOBS,
             submit_concurrency: DEFAULT_SUBMIT_CONCURRENCY,
         }

@@ -2,6 +2,8 @@
 //! it publishes on the notification bus, and the JSON it posts to a depositor's callback.
 
 use crate::domain::ingest::index::{BatchId, JobId};
+use crate::domain::job_name::processing_job_name;
+use crate::domain::job_tags::INGEST_JOB_ENV;
 use crate::ports::{BusEvent, JobRequest};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -26,15 +28,6 @@ pub fn submission_of(body: &str) -> Result<crate::domain::ingest::record::Submis
     serde_json::from_value(inner).map_err(|e| format!("not a submission: {e}"))
 }
 
-/// The environment variable that marks a Batch job as an ingest job's processing job (the job
-/// monitor leaves those to the ingest dispatcher).
-pub const INGEST_JOB_ENV: &str = "INGEST_JOB_ID";
-
-/// The ingest job a Batch job processes, if it is one.
-pub fn ingest_job_of(job: &crate::domain::batch_event::JobDetail) -> Option<&str> {
-    job.env(INGEST_JOB_ENV)
-}
-
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
 /// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
 /// The name carries the retry count and the attempt, so a resumed or retried job is a new Batch
@@ -56,10 +49,6 @@ pub fn processing_job(job: &JobId, retry: u32, attempt: u32, object_prefix: &str
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect::<BTreeMap<_, _>>(),
     }
-}
-
-pub fn processing_job_name(job: &JobId, retry: u32, attempt: u32) -> String {
-    format!("ingest-{job}-r{retry}-a{attempt}")
 }
 
 /// The failure DLQ's message for an ingest job whose processing failed for good. `granary

@@ -1,18 +1,11 @@
-//! The Batch job contract: every job granary submits names its granule and attempt in the
-//! container environment (`GRANULE_ID`, `ATTEMPT`, what the container reads) and as job parameters
-//! (`granule_id`, `attempt`, visible in the console and in DescribeJobs for a job submitted by
-//! hand). [`job_request`] writes it; [`granule_of`] reads it back from an event or DescribeJobs.
+//! The Batch job contract, as granary writes it: every job names its granule and attempt in the
+//! container environment and as job parameters ([`job_request`]); the names, and reading them
+//! back from an event or DescribeJobs, are the domain's (`domain::job_tags`).
 
-use crate::domain::batch_event::JobDetail;
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
-use crate::domain::poison::RawText;
+use crate::domain::granule::GranuleId;
+use crate::domain::job_tags::{ATTEMPT_ENV, ATTEMPT_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM};
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
-
-pub const GRANULE_ID_ENV: &str = "GRANULE_ID";
-pub const ATTEMPT_ENV: &str = "ATTEMPT";
-pub const GRANULE_ID_PARAM: &str = "granule_id";
-pub const ATTEMPT_PARAM: &str = "attempt";
 
 /// The SubmitJob request for (granule, attempt) under its deterministic job name.
 pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequest {
@@ -29,38 +22,12 @@ pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequ
     }
 }
 
-/// The granule and attempt a job was submitted for: its container environment, else its
-/// parameters. `Err(why)` when the job carries none that granary can use.
-pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, String> {
-    let id = job
-        .env(GRANULE_ID_ENV)
-        .or(job.parameters.get(GRANULE_ID_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            format!(
-                "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
-            )
-        })?;
-    let attempt = job
-        .env(ATTEMPT_ENV)
-        .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            format!("neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter")
-        })?;
-    let granule_id = GranuleId::parse(id).map_err(|e| e.to_string())?;
-    let attempt = attempt
-        .parse::<u32>()
-        .ok()
-        .filter(|a| *a >= 1)
-        .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))?;
-    Ok(GranuleProcessingEvent {
-        granule_id,
-        attempt,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::batch_event::JobDetail;
+    use crate::domain::granule::GranuleProcessingEvent;
+    use crate::domain::job_tags::granule_of;
 
     fn detail(environment: serde_json::Value, parameters: serde_json::Value) -> JobDetail {
         serde_json::from_value(serde_json::json!({

@@ -6,6 +6,10 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// The column granary's inventories name granule ids in (an inventory from elsewhere may name
+/// another: `GRANARY_INVENTORY_ID_COLUMN`).
+pub const INVENTORY_ID_COLUMN: &str = "granule_id";
+
 /// Longest granule id we accept. Keys and job names are derived from it, and S3 keys cap at 1024 bytes.
 pub const MAX_GRANULE_ID_BYTES: usize = 200;
 

@@ -71,7 +71,7 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
             })
         }
     };
-    if let Some(ingest_job) = crate::contracts::ingest::ingest_job_of(job) {
+    if let Some(ingest_job) = super::job_tags::ingest_job_of(job) {
         return Ok(JobEnd::IngestJob {
             job_id: job.job_id.clone(),
             job_name: job.job_name.clone(),
@@ -88,9 +88,9 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
     }))
 }
 
-/// The granule and attempt a job was submitted for (the job contract, `contracts::job`).
+/// The granule and attempt a job was submitted for (the job contract, `job_tags`).
 pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventRejection> {
-    crate::contracts::job::granule_of(job).map_err(|why| EventRejection::NoGranule {
+    super::job_tags::granule_of(job).map_err(|why| EventRejection::NoGranule {
         job_id: RawText::of(&job.job_id).shown(),
         why,
     })

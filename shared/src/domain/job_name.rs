@@ -12,6 +12,13 @@ use sha2::{Digest, Sha256};
 pub const MAX_JOB_NAME: usize = 128;
 const HASH_CHARS: usize = 10;
 
+/// An ingest job's processing job: the name carries the retry count and the attempt, so a
+/// resumed or retried job is a new Batch job, a lost SubmitJob answer is found by name rather
+/// than submitted twice, and an end is matched to the attempt its record waits for by name alone.
+pub fn processing_job_name(job: &super::ingest::index::JobId, retry: u32, attempt: u32) -> String {
+    format!("ingest-{job}-r{retry}-a{attempt}")
+}
+
 pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
     let digest = Sha256::digest(granule_id.as_str().as_bytes());
     let hash: String = digest

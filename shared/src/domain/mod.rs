@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod item;
 pub mod job_end;
 pub mod job_name;
+pub mod job_tags;
 pub mod lifecycle;
 pub mod log_key;
 pub mod machine;

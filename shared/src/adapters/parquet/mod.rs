@@ -26,7 +26,8 @@ use parquet::schema::types::ColumnPath;
 use std::ops::Range;
 use std::sync::Arc;
 
-pub const DEFAULT_ID_COLUMN: &str = "granule_id";
+/// The column granary's own inventories name granule ids in (the domain's fact).
+pub use crate::domain::granule::INVENTORY_ID_COLUMN as DEFAULT_ID_COLUMN;
 const FOOTER_PREFETCH: usize = 64 * 1024;
 /// Ranges closer than this are fetched with one GET.
 const COALESCE_GAP: u64 = 1024 * 1024;

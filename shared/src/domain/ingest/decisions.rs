@@ -77,7 +77,7 @@ pub enum ProcessingEnd {
 
 /// The decision for the end of Batch job `batch_job_name`, classified as the job monitor
 /// classifies a granule's job, for `job` as its record stands. The name says which run and
-/// attempt it was (`contracts::ingest::processing_job_name`); only the one the record waits for
+/// attempt it was (`job_name::processing_job_name`); only the one the record waits for
 /// counts. `max_attempts` is the backfill's budget (1 + GRANARY_MAX_RETRIES).
 pub fn on_processing_end(
     job: &JobRecord,
@@ -85,7 +85,7 @@ pub fn on_processing_end(
     classification: &Classification,
     max_attempts: u32,
 ) -> ProcessingEnd {
-    let waited_for = crate::contracts::ingest::processing_job_name(
+    let waited_for = crate::domain::job_name::processing_job_name(
         &job.id,
         job.retry_count,
         job.processing_attempt,

@@ -1,7 +1,7 @@
 //! Batch steps: spawning a pending batch's jobs, reporting a batch whose jobs have all ended
 //! (and again after an operator's update-report), and cleaning up a completed one.
 
-use super::{operator, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTES};
+use super::{holds, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTES};
 use crate::contracts::ingest::BatchAnnouncement;
 use crate::domain::ingest::batch::{reported_state, BatchState};
 use crate::domain::ingest::index::{BatchId, JobId};
@@ -135,7 +135,7 @@ pub async fn spawn(
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for batch in batches_in(ictx, BatchState::Pending).await? {
-        if let Some(hold) = operator::batch_held_by(ictx, &batch).await? {
+        if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
             ictx.ingest
                 .change_batch(&batch.id, moved(BatchState::Held, hold, now))
                 .await?;

@@ -3,8 +3,8 @@
 //! writes the transition its decision names with If-Match.
 
 use super::processing::{self, EndedProcessing, ProcessingOutcome};
-use super::{batches, operator, IngestCtx, IngestStepError, TickSummary};
-use crate::contracts::ingest::{processing_job, processing_job_name, JobAnnouncement};
+use super::{batches, IngestCtx, IngestStepError, TickSummary};
+use crate::contracts::ingest::{processing_job, JobAnnouncement};
 use crate::domain::batch_event::JobDetail;
 use crate::domain::claim::Claim;
 use crate::domain::classify::classify;
@@ -13,6 +13,7 @@ use crate::domain::ingest::decisions;
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
+use crate::domain::job_name::processing_job_name;
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::repositories::ingest::Changed;
 use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
@@ -72,7 +73,7 @@ pub async fn dispatch(
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Pending, s).await? {
-        let hold = operator::job_held_by(ictx, &job).await?;
+        let hold = super::holds::job_held_by(ictx, &job).await?;
         let (to, reason) = decisions::on_dispatch(&job, hold.as_deref());
         if advance(ictx, &job, to, reason, now, |_| {}).await? {
             match to {

@@ -6,6 +6,7 @@
 //! on its record, and decides with `domain::ingest::decisions`.
 
 pub mod batches;
+pub mod holds;
 pub mod jobs;
 pub mod operator;
 pub mod processing;
@@ -241,7 +242,7 @@ pub async fn tick(
 ) -> Result<TickSummary, IngestStepError> {
     let mut s = TickSummary::default();
     // Held with no hold left (a release that died after removing its hold): back to pending.
-    let unheld = operator::release_unheld(ictx, None, "no hold covers it any more", now).await?;
+    let unheld = holds::release_unheld(ictx, None, "no hold covers it any more", now).await?;
     s.released = (unheld.batches.len() + unheld.jobs.len()) as u64;
     batches::spawn(ictx, now, &mut s).await?;
     jobs::dispatch(ictx, now, &mut s).await?;

@@ -1,0 +1,53 @@
+//! What a Batch job carries that names its work, read back from its detail (an event, or
+//! DescribeJobs). Every job granary submits names its granule and attempt in the container
+//! environment (`GRANULE_ID`, `ATTEMPT`: what the container reads) and as job parameters
+//! (`granule_id`, `attempt`: visible in the console, and in DescribeJobs for a job submitted by
+//! hand); an ingest job's processing job names its ingest job (`INGEST_JOB_ID`). The names are
+//! defined here, where they are read; `contracts::job` and `contracts::ingest` write them.
+
+use super::batch_event::JobDetail;
+use super::granule::{GranuleId, GranuleProcessingEvent};
+use super::poison::RawText;
+
+pub const GRANULE_ID_ENV: &str = "GRANULE_ID";
+pub const ATTEMPT_ENV: &str = "ATTEMPT";
+pub const GRANULE_ID_PARAM: &str = "granule_id";
+pub const ATTEMPT_PARAM: &str = "attempt";
+
+/// The environment variable that marks a Batch job as an ingest job's processing job (the job
+/// monitor leaves those to the ingest dispatcher).
+pub const INGEST_JOB_ENV: &str = "INGEST_JOB_ID";
+
+/// The granule and attempt a job was submitted for: its container environment, else its
+/// parameters. `Err(why)` when the job carries none that granary can use.
+pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, String> {
+    let id = job
+        .env(GRANULE_ID_ENV)
+        .or(job.parameters.get(GRANULE_ID_PARAM).map(String::as_str))
+        .ok_or_else(|| {
+            format!(
+                "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
+            )
+        })?;
+    let attempt = job
+        .env(ATTEMPT_ENV)
+        .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
+        .ok_or_else(|| {
+            format!("neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter")
+        })?;
+    let granule_id = GranuleId::parse(id).map_err(|e| e.to_string())?;
+    let attempt = attempt
+        .parse::<u32>()
+        .ok()
+        .filter(|a| *a >= 1)
+        .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))?;
+    Ok(GranuleProcessingEvent {
+        granule_id,
+        attempt,
+    })
+}
+
+/// The ingest job a Batch job processes, if it is one.
+pub fn ingest_job_of(job: &JobDetail) -> Option<&str> {
+    job.env(INGEST_JOB_ENV)
+}
