@@ -92,7 +92,6 @@ impl FailureKind for super::ingest::IngestStepError {
             Batch(_) => "Ingest.Batch",
             Bus(_) => "Ingest.Bus",
             Queue(_) => "Ingest.Queue",
-            Archive(_) => "Ingest.Archive",
             Encode(_) => "Ingest.Encode",
             Refused(_) => "Ingest.Refused",
         }

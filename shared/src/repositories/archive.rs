@@ -8,48 +8,24 @@
 //! `work/<id>/tmp/` (members on their way to their content address).
 
 pub use super::json::Changed;
-use super::json::{
-    change_json, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
-    CAS_ROUNDS,
-};
+use super::json::{change_json, read_json, write_json, RecordError, Swapped, Versioned};
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::ports::{ObjectStore, PutCondition};
 use std::sync::Arc;
 
-#[derive(Debug, thiserror::Error)]
-pub enum ArchiveRecordError {
-    #[error(transparent)]
-    Repository(#[from] RepositoryError),
-    #[error(transparent)]
-    Store(#[from] crate::ports::StoreError),
-    #[error("{0}")]
-    Illegal(String),
-    #[error("{what} {id} changed {CAS_ROUNDS} times while we tried to update it; retry later")]
-    Contended { what: &'static str, id: String },
-}
-
-impl From<ChangeError> for ArchiveRecordError {
-    fn from(e: ChangeError) -> Self {
-        match e {
-            ChangeError::Repository(r) => ArchiveRecordError::Repository(r),
-            ChangeError::Illegal(why) => ArchiveRecordError::Illegal(why),
-        }
-    }
-}
-
 /// A change's outcome as the repository reports it.
 fn reported<T>(
     swapped: Swapped<T>,
     what: &'static str,
     id: String,
-) -> Result<Changed<T>, ArchiveRecordError> {
+) -> Result<Changed<T>, RecordError> {
     match swapped {
         Swapped::Written { after, .. } => Ok(Changed::Moved(after)),
         Swapped::Unchanged(v) => Ok(Changed::Unchanged(v)),
         Swapped::Missing => Ok(Changed::Missing),
-        Swapped::Contended => Err(ArchiveRecordError::Contended { what, id }),
+        Swapped::Contended => Err(RecordError::Contended { what, id }),
     }
 }
 
@@ -102,7 +78,7 @@ impl Archives {
         format!("{}open/{id}", self.prefix)
     }
 
-    pub async fn open_ids(&self) -> Result<Vec<String>, ArchiveRecordError> {
+    pub async fn open_ids(&self) -> Result<Vec<String>, RecordError> {
         let prefix = format!("{}open/", self.prefix);
         let mut ids: Vec<String> = self
             .store
@@ -117,7 +93,7 @@ impl Archives {
 
     /// Put before a job is created or retried: a crash after it leaves a marker the tick skips
     /// (no record yet) or repairs (the job has ended), never a live job no tick reads.
-    pub async fn mark_open(&self, id: &str) -> Result<(), ArchiveRecordError> {
+    pub async fn mark_open(&self, id: &str) -> Result<(), RecordError> {
         self.store
             .put(
                 &self.open_key(id),
@@ -129,13 +105,13 @@ impl Archives {
     }
 
     /// Removed after the record says the job ended.
-    pub async fn mark_closed(&self, id: &str) -> Result<(), ArchiveRecordError> {
+    pub async fn mark_closed(&self, id: &str) -> Result<(), RecordError> {
         self.store.delete(&self.open_key(id)).await?;
         Ok(())
     }
 
     /// Creates the job (its open marker first) unless it exists; the stored one either way.
-    pub async fn create(&self, job: &ArchiveJob) -> Result<ArchiveJob, ArchiveRecordError> {
+    pub async fn create(&self, job: &ArchiveJob) -> Result<ArchiveJob, RecordError> {
         let key = self.job_key(&job.id);
         if !job.state.has_ended() {
             self.mark_open(&job.id).await?;
@@ -150,12 +126,12 @@ impl Archives {
         }
     }
 
-    pub async fn job(&self, id: &str) -> Result<Option<Versioned<ArchiveJob>>, ArchiveRecordError> {
+    pub async fn job(&self, id: &str) -> Result<Option<Versioned<ArchiveJob>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &self.job_key(id)).await?)
     }
 
     /// Every job id, oldest first (ids sort by creation time).
-    pub async fn ids(&self) -> Result<Vec<String>, ArchiveRecordError> {
+    pub async fn ids(&self) -> Result<Vec<String>, RecordError> {
         let prefix = format!("{}jobs/", self.prefix);
         let mut ids: Vec<String> = self
             .store
@@ -176,11 +152,7 @@ impl Archives {
     }
 
     /// Reads the job, asks `decide` for the next record, writes it with If-Match.
-    pub async fn change<F>(
-        &self,
-        id: &str,
-        decide: F,
-    ) -> Result<Changed<ArchiveJob>, ArchiveRecordError>
+    pub async fn change<F>(&self, id: &str, decide: F) -> Result<Changed<ArchiveJob>, RecordError>
     where
         F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
     {
@@ -188,12 +160,7 @@ impl Archives {
         reported(swapped, "archive job", id.to_owned())
     }
 
-    pub async fn put_shard(
-        &self,
-        id: &str,
-        n: u32,
-        keys: &[String],
-    ) -> Result<(), ArchiveRecordError> {
+    pub async fn put_shard(&self, id: &str, n: u32, keys: &[String]) -> Result<(), RecordError> {
         write_json(
             self.store.as_ref(),
             &self.shard_key(id, n),
@@ -204,7 +171,7 @@ impl Archives {
         Ok(())
     }
 
-    pub async fn shard(&self, id: &str, n: u32) -> Result<Option<Vec<String>>, ArchiveRecordError> {
+    pub async fn shard(&self, id: &str, n: u32) -> Result<Option<Vec<String>>, RecordError> {
         Ok(
             read_json::<Vec<String>>(self.store.as_ref(), &self.shard_key(id, n))
                 .await?
@@ -218,7 +185,7 @@ impl Archives {
         id: &str,
         phase: Phase,
         task: &str,
-    ) -> Result<TaskRecord, ArchiveRecordError> {
+    ) -> Result<TaskRecord, RecordError> {
         let record = TaskRecord {
             job: id.to_owned(),
             phase,
@@ -245,7 +212,7 @@ impl Archives {
         id: &str,
         phase: Phase,
         task: &str,
-    ) -> Result<Option<Versioned<TaskRecord>>, ArchiveRecordError> {
+    ) -> Result<Option<Versioned<TaskRecord>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &self.task_key(id, phase, task)).await?)
     }
 
@@ -256,7 +223,7 @@ impl Archives {
         phase: Phase,
         task: &str,
         decide: F,
-    ) -> Result<Changed<TaskRecord>, ArchiveRecordError>
+    ) -> Result<Changed<TaskRecord>, RecordError>
     where
         F: Fn(&TaskRecord) -> Option<TaskRecord>,
     {
@@ -266,11 +233,7 @@ impl Archives {
     }
 
     /// Every task of the phase, in name order.
-    pub async fn tasks(
-        &self,
-        id: &str,
-        phase: Phase,
-    ) -> Result<Vec<TaskRecord>, ArchiveRecordError> {
+    pub async fn tasks(&self, id: &str, phase: Phase) -> Result<Vec<TaskRecord>, RecordError> {
         let mut out = Vec::new();
         for meta in self.store.list(&self.tasks_prefix(id, phase)).await? {
             if let Some(t) = read_json::<TaskRecord>(self.store.as_ref(), &meta.key).await? {

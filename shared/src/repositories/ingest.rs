@@ -10,10 +10,7 @@
 //! once the record is written and the next handler has looked.
 
 pub use super::json::Changed;
-use super::json::{
-    change_json_prepared, read_json, write_json, ChangeError, RepositoryError, Swapped, Versioned,
-    CAS_ROUNDS,
-};
+use super::json::{change_json_prepared, read_json, write_json, RecordError, Swapped, Versioned};
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
@@ -21,27 +18,6 @@ use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::ports::{ObjectStore, PutCondition};
 use bytes::Bytes;
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-pub enum IngestError {
-    #[error(transparent)]
-    Repository(#[from] RepositoryError),
-    #[error(transparent)]
-    Store(#[from] crate::ports::StoreError),
-    #[error("{0}")]
-    Illegal(String),
-    #[error("{what} {id} changed {CAS_ROUNDS} times while we tried to update it; retry later")]
-    Contended { what: &'static str, id: String },
-}
-
-impl From<ChangeError> for IngestError {
-    fn from(e: ChangeError) -> Self {
-        match e {
-            ChangeError::Repository(r) => IngestError::Repository(r),
-            ChangeError::Illegal(why) => IngestError::Illegal(why),
-        }
-    }
-}
 
 #[derive(Clone)]
 pub struct Ingest {
@@ -62,7 +38,7 @@ impl Ingest {
     /// Creates the batch unless it exists; returns the stored one either way. Its state marker is
     /// put first: a crash after the record cannot leave a batch no step lists (a marker whose
     /// record never came is skipped by the listers).
-    pub async fn create_batch(&self, record: &BatchRecord) -> Result<BatchRecord, IngestError> {
+    pub async fn create_batch(&self, record: &BatchRecord) -> Result<BatchRecord, RecordError> {
         let key = self.keys.batch(&record.id);
         self.marker(&self.keys.batch_state(record.state, &record.id))
             .await?;
@@ -80,7 +56,7 @@ impl Ingest {
     /// marker its record contradicts (a crash between the record and the index) is repaired on
     /// the way; a marker with no record yet (a submission under way, or one that died before its
     /// record) is skipped.
-    pub async fn batches_in(&self, state: BatchState) -> Result<Vec<BatchRecord>, IngestError> {
+    pub async fn batches_in(&self, state: BatchState) -> Result<Vec<BatchRecord>, RecordError> {
         let prefix = self.keys.batch_states(state);
         let mut ids: Vec<BatchId> = self
             .store
@@ -112,12 +88,12 @@ impl Ingest {
         Ok(out)
     }
 
-    pub async fn batch(&self, id: &BatchId) -> Result<Option<Versioned<BatchRecord>>, IngestError> {
+    pub async fn batch(&self, id: &BatchId) -> Result<Option<Versioned<BatchRecord>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &self.keys.batch(id)).await?)
     }
 
     /// Every batch id, oldest first (ids sort by submission time).
-    pub async fn batch_ids(&self) -> Result<Vec<BatchId>, IngestError> {
+    pub async fn batch_ids(&self) -> Result<Vec<BatchId>, RecordError> {
         let prefix = self.keys.batches();
         let mut ids: Vec<BatchId> = self
             .store
@@ -138,7 +114,7 @@ impl Ingest {
         &self,
         id: &BatchId,
         decide: F,
-    ) -> Result<Changed<BatchRecord>, IngestError>
+    ) -> Result<Changed<BatchRecord>, RecordError>
     where
         F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
     {
@@ -181,7 +157,7 @@ impl Ingest {
             }
             Swapped::Unchanged(b) => Ok(Changed::Unchanged(b)),
             Swapped::Missing => Ok(Changed::Missing),
-            Swapped::Contended => Err(IngestError::Contended {
+            Swapped::Contended => Err(RecordError::Contended {
                 what: "batch",
                 id: id.to_string(),
             }),
@@ -193,7 +169,7 @@ impl Ingest {
         &self,
         id: &BatchId,
         group: BatchGroup,
-    ) -> Result<Vec<JobId>, IngestError> {
+    ) -> Result<Vec<JobId>, RecordError> {
         let prefix = self.keys.batch_groups(id, group);
         Ok(self
             .store
@@ -208,7 +184,7 @@ impl Ingest {
     /// a job listed in a group its record contradicts (a crash between creating the new group
     /// marker and deleting the old one) gets the right marker and loses the stale one. A marker
     /// whose record is gone is removed.
-    pub async fn batch_job_records(&self, id: &BatchId) -> Result<Vec<JobRecord>, IngestError> {
+    pub async fn batch_job_records(&self, id: &BatchId) -> Result<Vec<JobRecord>, RecordError> {
         let mut out: Vec<JobRecord> = Vec::new();
         for group in BatchGroup::ALL {
             for jid in self.batch_jobs(id, group).await? {
@@ -236,7 +212,7 @@ impl Ingest {
 
     /// Creates the job unless it exists, then makes sure both indexes list it as its record says
     /// (a creator that died between the record and the indexes is repaired by the next run).
-    pub async fn create_job(&self, record: &JobRecord) -> Result<JobRecord, IngestError> {
+    pub async fn create_job(&self, record: &JobRecord) -> Result<JobRecord, RecordError> {
         let key = self.keys.job(&record.id);
         let stored =
             match write_json(self.store.as_ref(), &key, record, PutCondition::IfAbsent).await {
@@ -251,7 +227,7 @@ impl Ingest {
         Ok(stored)
     }
 
-    pub async fn job(&self, id: &JobId) -> Result<Option<Versioned<JobRecord>>, IngestError> {
+    pub async fn job(&self, id: &JobId) -> Result<Option<Versioned<JobRecord>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &self.keys.job(id)).await?)
     }
 
@@ -262,7 +238,7 @@ impl Ingest {
         &self,
         id: &JobId,
         decide: F,
-    ) -> Result<Changed<JobRecord>, IngestError>
+    ) -> Result<Changed<JobRecord>, RecordError>
     where
         F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
     {
@@ -295,7 +271,7 @@ impl Ingest {
             }
             Swapped::Unchanged(j) => Ok(Changed::Unchanged(j)),
             Swapped::Missing => Ok(Changed::Missing),
-            Swapped::Contended => Err(IngestError::Contended {
+            Swapped::Contended => Err(RecordError::Contended {
                 what: "job",
                 id: id.to_string(),
             }),
@@ -303,7 +279,7 @@ impl Ingest {
     }
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).
-    async fn index(&self, record: &JobRecord) -> Result<(), IngestError> {
+    async fn index(&self, record: &JobRecord) -> Result<(), RecordError> {
         Ok(self.index_markers(record).await?)
     }
 
@@ -329,7 +305,7 @@ impl Ingest {
     /// Puts the markers the job's record says it needs and removes every other marker of the
     /// job (each state, each batch group): for a command run again after one that died between
     /// the record and its markers, when the record already says what the command wants.
-    pub async fn reindex(&self, record: &JobRecord) -> Result<(), IngestError> {
+    pub async fn reindex(&self, record: &JobRecord) -> Result<(), RecordError> {
         self.index(record).await?;
         for state in JobState::ALL {
             if state != record.state {
@@ -349,7 +325,7 @@ impl Ingest {
     }
 
     /// Removes the markers `old` had that `new` does not.
-    async fn unindex(&self, old: &JobRecord, new: &JobRecord) -> Result<(), IngestError> {
+    async fn unindex(&self, old: &JobRecord, new: &JobRecord) -> Result<(), RecordError> {
         Ok(self.unindex_markers(old, new).await?)
     }
 
@@ -374,7 +350,7 @@ impl Ingest {
         Ok(())
     }
 
-    async fn marker(&self, key: &str) -> Result<(), IngestError> {
+    async fn marker(&self, key: &str) -> Result<(), RecordError> {
         self.store
             .put(key, Bytes::new(), PutCondition::Overwrite)
             .await?;
@@ -383,7 +359,7 @@ impl Ingest {
 
     /// The jobs the job queue lists in `state`, in priority order (a job may be listed twice, or
     /// in a state it has left, after a crash: see [`Ingest::claim_listed`]).
-    pub async fn listed(&self, state: JobState) -> Result<Vec<(u8, JobId)>, IngestError> {
+    pub async fn listed(&self, state: JobState) -> Result<Vec<(u8, JobId)>, RecordError> {
         let prefix = self.keys.job_states(state);
         let mut listed: Vec<(u8, JobId)> = self
             .store
@@ -404,7 +380,7 @@ impl Ingest {
         state: JobState,
         priority: u8,
         id: &JobId,
-    ) -> Result<Option<JobRecord>, IngestError> {
+    ) -> Result<Option<JobRecord>, RecordError> {
         let stale = self.keys.job_state(state, priority, id);
         let Some(record) = self.job(id).await? else {
             self.store.delete(&stale).await?;
@@ -428,7 +404,7 @@ impl Ingest {
     }
 
     /// Removes a job's record and markers (an operator's delete, or cleanup).
-    pub async fn remove_job(&self, record: &JobRecord) -> Result<(), IngestError> {
+    pub async fn remove_job(&self, record: &JobRecord) -> Result<(), RecordError> {
         for state in JobState::ALL {
             if state == record.state {
                 self.store
@@ -606,7 +582,7 @@ mod tests {
         let refused = ingest
             .change_job(&b.id.job(1), to(JobState::Completed))
             .await;
-        assert!(matches!(refused, Err(IngestError::Illegal(_))));
+        assert!(matches!(refused, Err(RecordError::Illegal(_))));
         assert_eq!(ingest.listed(JobState::Estimating).await.unwrap().len(), 1);
     }
 

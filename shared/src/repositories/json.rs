@@ -147,6 +147,30 @@ impl<T> Changed<T> {
     }
 }
 
+/// Why a record of a workflow (an ingest job or batch, an archive job or task) could not be
+/// read or changed: one error for every repository built on [`change_json`].
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Repository(#[from] RepositoryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The change its table does not allow.
+    #[error("{0}")]
+    Illegal(String),
+    #[error("{what} {id} changed {CAS_ROUNDS} times while we tried to update it; retry later")]
+    Contended { what: &'static str, id: String },
+}
+
+impl From<ChangeError> for RecordError {
+    fn from(e: ChangeError) -> Self {
+        match e {
+            ChangeError::Repository(r) => RecordError::Repository(r),
+            ChangeError::Illegal(why) => RecordError::Illegal(why),
+        }
+    }
+}
+
 /// What [`change_json`] did: the value before and after a write, or why there was none.
 pub enum Swapped<T> {
     Written {

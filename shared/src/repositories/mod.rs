@@ -23,5 +23,5 @@ pub mod windows;
 
 pub use claims::{submit_claim_once, submit_once, Submission, SubmitOutcome};
 pub use hold::{place_hold, read_hold};
-pub use json::{read_json, write_json, RepositoryError, Versioned};
+pub use json::{read_json, write_json, RecordError, RepositoryError, Versioned};
 pub use tracker::{load_tracker, save_tracker};

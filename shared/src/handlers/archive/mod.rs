@@ -14,7 +14,8 @@ pub mod verify;
 use crate::config::archive::ArchiveSettings;
 use crate::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
 use crate::ports::{Buckets, EventBus, EventBusError, ObjectStore, Queue, QueueError, StoreError};
-use crate::repositories::archive::{ArchiveRecordError, Archives};
+use crate::repositories::archive::Archives;
+use crate::repositories::RecordError;
 use chrono::{DateTime, Utc};
 use ed25519_dalek::SigningKey;
 use serde::Serialize;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 #[derive(Debug, thiserror::Error)]
 pub enum ArchiveError {
     #[error(transparent)]
-    Records(#[from] ArchiveRecordError),
+    Records(#[from] RecordError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("sending a task: {0}")]

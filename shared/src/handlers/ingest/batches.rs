@@ -242,7 +242,7 @@ async fn previous_report(
     let key = ictx.ingest.keys.report(&batch.id, batch.reports);
     Ok(crate::repositories::read_json(ictx.store.as_ref(), &key)
         .await
-        .map_err(crate::repositories::ingest::IngestError::from)?
+        .map_err(crate::repositories::RecordError::from)?
         .map(|v| v.value))
 }
 

@@ -52,7 +52,7 @@ async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>
     Ok(
         crate::repositories::read_json(ictx.store.as_ref(), &target.key(ictx))
             .await
-            .map_err(crate::repositories::ingest::IngestError::from)?
+            .map_err(crate::repositories::RecordError::from)?
             .map(|v| v.value),
     )
 }

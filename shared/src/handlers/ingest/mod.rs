@@ -15,7 +15,8 @@ use crate::domain::ingest::record::{BatchRecord, Submission};
 use crate::ports::{
     EventBus, EventBusError, JobRunner, JobRunnerError, ObjectStore, Queue, QueueError, Remote,
 };
-use crate::repositories::ingest::{Ingest, IngestError};
+use crate::repositories::ingest::Ingest;
+use crate::repositories::RecordError;
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum IngestStepError {
     #[error(transparent)]
-    Records(#[from] IngestError),
+    Records(#[from] RecordError),
     #[error(transparent)]
     Store(#[from] crate::ports::StoreError),
     #[error("the processing claim: {0}")]
@@ -37,8 +38,6 @@ pub enum IngestStepError {
     Bus(#[from] EventBusError),
     #[error("dead-lettering: {0}")]
     Queue(#[from] QueueError),
-    #[error("the batch's archive job: {0}")]
-    Archive(#[from] crate::repositories::archive::ArchiveRecordError),
     #[error(transparent)]
     Encode(#[from] crate::contracts::EncodeError),
     #[error("{0}")]

@@ -264,7 +264,7 @@ pub async fn reports(
     for meta in ictx.store.list(&ictx.ingest.keys.reports(batch)).await? {
         if let Some(r) = crate::repositories::read_json(ictx.store.as_ref(), &meta.key)
             .await
-            .map_err(crate::repositories::ingest::IngestError::from)?
+            .map_err(crate::repositories::RecordError::from)?
         {
             out.push(r.value);
         }
