@@ -10,7 +10,6 @@ use std::sync::Mutex;
 pub struct MemoryRemote {
     files: Mutex<BTreeMap<String, Bytes>>,
     /// URLs whose HEAD announces no size.
-    sizeless: Mutex<BTreeSet<String>>,
     /// Callback URLs that answer with an error.
     failing: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<(String, serde_json::Value)>>,
@@ -19,10 +18,6 @@ pub struct MemoryRemote {
 impl MemoryRemote {
     pub fn serve(&self, url: &str, body: impl Into<Bytes>) {
         self.lock_files().insert(url.to_owned(), body.into());
-    }
-
-    pub fn without_size(&self, url: &str) {
-        lock(&self.sizeless).insert(url.to_owned());
     }
 
     pub fn fail_callbacks_to(&self, url: &str) {
@@ -56,7 +51,7 @@ impl Remote for MemoryRemote {
     async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
         let files = self.lock_files();
         let body = files.get(url).ok_or_else(|| Self::missing(url))?;
-        Ok((!lock(&self.sizeless).contains(url)).then_some(body.len() as u64))
+        Ok(Some(body.len() as u64))
     }
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {

@@ -3,7 +3,7 @@
 //! writes the transition its decision names with If-Match.
 
 use super::processing::{self, EndedProcessing, ProcessingOutcome};
-use super::{batches, IngestCtx, IngestStepError, TickSummary};
+use super::{IngestCtx, IngestStepError, TickSummary};
 use crate::contracts::ingest::{processing_job, JobAnnouncement};
 use crate::domain::batch_event::JobDetail;
 use crate::domain::claim::Claim;
@@ -506,9 +506,4 @@ pub async fn notify(
         }
     }
     Ok(())
-}
-
-/// Removes the downloaded files of a job that will not run again (deleted by an operator).
-pub async fn forget_files(ictx: &IngestCtx, job: &JobRecord) -> Result<(), IngestStepError> {
-    batches::remove_files(ictx, &job.id).await
 }
