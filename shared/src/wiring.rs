@@ -284,13 +284,25 @@ pub enum InitError {
 /// Logging setup shared by the Lambda binaries: JSON lines (CloudWatch Logs Insights parses them),
 /// level from RUST_LOG (default info).
 pub fn init_lambda_tracing() {
+    let _ = tracing::subscriber::set_global_default(json_logs(std::io::stdout));
+}
+
+/// The Lambdas' log format, writing to `writer`: one JSON object a line, each carrying the spans
+/// it was written in (`spans`: the SQS record's message id, the Batch event's granule, attempt
+/// and job, the archive job…), so one id can be followed through the logs.
+pub fn json_logs<W>(writer: W) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
         .with_current_span(false)
+        .with_span_list(true)
         .with_target(false)
         .without_time() // CloudWatch stamps every line
-        .try_init();
+        .with_writer(writer)
+        .finish()
 }

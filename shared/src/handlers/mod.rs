@@ -133,10 +133,13 @@ where
     use futures::StreamExt;
     let results: Vec<(Option<String>, Result<(), String>)> =
         futures::stream::iter(event.records.into_iter().map(|r| {
+            use tracing::Instrument;
             let id = r.message_id.clone();
             let body = r.body.unwrap_or_default();
+            // Every log line of the record's handling carries its message id.
+            let span = tracing::info_span!("sqs_record", message_id = id.as_deref().unwrap_or("?"));
             let fut = handle(body);
-            async move { (id, fut.await.map_err(|e| e.to_string())) }
+            async move { (id, fut.await.map_err(|e| e.to_string())) }.instrument(span)
         }))
         .buffered(concurrency.max(1))
         .collect()

@@ -224,6 +224,22 @@ pub async fn job_finished(
     detail: serde_json::Value,
     by: &str,
 ) -> Result<MonitorOutcome, MonitorError> {
+    // Every log line of the end's handling carries its granule, attempt and job.
+    let span = tracing::info_span!(
+        "job_end",
+        granule_id = %finished.granule.granule_id,
+        attempt = finished.granule.attempt,
+        job_id = detail.get("jobId").and_then(|v| v.as_str()).unwrap_or("?"),
+    );
+    tracing::Instrument::instrument(handle_end(ctx, finished, detail, by), span).await
+}
+
+async fn handle_end(
+    ctx: &Ctx,
+    finished: FinishedJob,
+    detail: serde_json::Value,
+    by: &str,
+) -> Result<MonitorOutcome, MonitorError> {
     let FinishedJob {
         granule,
         classification,
@@ -359,4 +375,90 @@ async fn log_and_route_failure(
     .await?;
     logs.mark_routed(key, log).await?;
     Ok(MonitorOutcome::Routed { route })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::{job_state_change, Ending, MemoryJobRunner};
+    use crate::config::Config;
+    use crate::domain::batch_event::JobStatus;
+    use crate::domain::granule::GranuleId;
+    use crate::ports::JobRunner;
+    use std::sync::{Arc, Mutex};
+
+    /// Log lines, as the Lambdas write them, kept in memory.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// One id followed through the logs: every line of an event's handling names the SQS message
+    /// and the granule, attempt and job it is about, in its spans.
+    #[tokio::test]
+    async fn each_log_line_of_an_event_names_its_message_granule_attempt_and_job() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let _logs = tracing::subscriber::set_default(crate::wiring::json_logs(move || {
+            writer.clone()
+        }));
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let mut ctx = Ctx::in_memory(
+            Config::from_pairs(&[
+                ("GRANARY_BUCKET", "b"),
+                ("GRANARY_JOB_QUEUE", "q"),
+                ("GRANARY_JOB_DEFINITION", "d"),
+                ("GRANARY_RETRY_QUEUE_URL", "r"),
+                ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ])
+            .unwrap(),
+        );
+        ctx.jobs = jobs.clone();
+        let id = GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap();
+        let name = crate::domain::job_name::job_name(&id, 2);
+        let job = jobs
+            .submit(crate::contracts::job::job_request(&name, &id, 2))
+            .await
+            .unwrap()
+            .job_id;
+        let detail = jobs.end(&job, Ending::Succeeded).unwrap();
+        let mut message = aws_lambda_events::event::sqs::SqsMessage::default();
+        message.message_id = Some("m-1".into());
+        message.body = Some(job_state_change(&detail).to_string());
+        let mut event = aws_lambda_events::event::sqs::SqsEvent::default();
+        event.records = vec![message];
+        let response = handle_sqs(&ctx, event).await;
+        assert!(response.batch_item_failures.is_empty());
+
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let finished: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|l| l["fields"]["message"] == "job finished")
+            .collect();
+        assert_eq!(finished.len(), 1, "{text}");
+        let spans = finished[0]["spans"].as_array().unwrap();
+        let span = |name: &str| {
+            spans
+                .iter()
+                .find(|s| s["name"] == name)
+                .unwrap_or_else(|| panic!("no {name} span in {spans:?}"))
+        };
+        assert_eq!(span("sqs_record")["message_id"], "m-1");
+        let end = span("job_end");
+        assert_eq!(end["granule_id"], id.as_str());
+        assert_eq!(end["attempt"], 2);
+        assert_eq!(end["job_id"], job.as_str());
+    }
 }

@@ -68,6 +68,16 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
             return Ok(RequeueOutcome::DeadLettered { reason });
         }
     };
+    let span = tracing::info_span!(
+        "retry_message",
+        granule_id = %message.event.granule_id,
+        attempt = message.event.attempt
+    );
+    tracing::Instrument::instrument(requeue(ctx, message), span).await
+}
+
+/// The retry of a readable message (its granule and attempt on the span around it).
+async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, RequeueError> {
     let event = message.event;
     let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.

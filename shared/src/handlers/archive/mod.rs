@@ -124,8 +124,12 @@ pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, 
             }
             Some(_) => {}
         }
+        let span = tracing::info_span!("archive_job", archive = %id);
         for _ in 0..16 {
-            match steps::step(actx, &id, now, &mut s).await {
+            let stepped =
+                tracing::Instrument::instrument(steps::step(actx, &id, now, &mut s), span.clone())
+                    .await;
+            match stepped {
                 Ok(true) => s.moved += 1,
                 Ok(false) => break,
                 Err(e) => {

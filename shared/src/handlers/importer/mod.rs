@@ -182,7 +182,12 @@ pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, Im
             });
         }
     };
-    run(imp, &message).await
+    let span = tracing::info_span!(
+        "import_message",
+        item_id = %message.item_id,
+        step = ?message.step
+    );
+    tracing::Instrument::instrument(run(imp, &message), span).await
 }
 
 /// Runs the item forward as far as it goes now: download, then admission.
