@@ -12,21 +12,23 @@ use super::batch_event::{JobDetail, JobStatus};
 use super::retry_strategy::explain_batch_rules;
 use serde::{Deserialize, Serialize};
 
+/// How a job ended, as classified (not to be confused with a message's `outcome` attribute,
+/// `contracts::messages::Outcome`, which says why a message is on its queue).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum Outcome {
+pub enum JobOutcome {
     Success,
     Retryable,
     NonRetryable,
 }
 
-impl Outcome {
+impl JobOutcome {
     /// As serialised (the `outcome` attribute of retry and DLQ messages).
     pub fn as_str(self) -> &'static str {
         match self {
-            Outcome::Success => "SUCCESS",
-            Outcome::Retryable => "RETRYABLE",
-            Outcome::NonRetryable => "NON_RETRYABLE",
+            JobOutcome::Success => "SUCCESS",
+            JobOutcome::Retryable => "RETRYABLE",
+            JobOutcome::NonRetryable => "NON_RETRYABLE",
         }
     }
 }
@@ -55,7 +57,7 @@ pub enum FailureKind {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Classification {
-    pub outcome: Outcome,
+    pub outcome: JobOutcome,
     pub failure: Option<FailureKind>,
     /// How the job's `retryStrategy` reads on its last attempt (attempts used, the rule that
     /// matched): why Batch stopped retrying, for the operator. Never changes the route.
@@ -67,9 +69,9 @@ pub struct Classification {
 impl Classification {
     pub fn route(&self) -> Route {
         match self.outcome {
-            Outcome::Success => Route::Done,
-            Outcome::Retryable => Route::RetryQueue,
-            Outcome::NonRetryable => Route::FailureDlq,
+            JobOutcome::Success => Route::Done,
+            JobOutcome::Retryable => Route::RetryQueue,
+            JobOutcome::NonRetryable => Route::FailureDlq,
         }
     }
 }
@@ -125,7 +127,7 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
     match job.status {
         JobStatus::Succeeded => {
             return Ok(Classification {
-                outcome: Outcome::Success,
+                outcome: JobOutcome::Success,
                 failure: None,
                 batch_rules: explain_batch_rules(job),
                 reason: "job succeeded".to_owned(),
@@ -152,7 +154,7 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             job_reason
         };
         (
-            Outcome::Retryable,
+            JobOutcome::Retryable,
             FailureKind::SpotInterruption,
             format!("spot interruption: {why}"),
         )
@@ -166,14 +168,14 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             .unwrap_or("");
         let reason = format!("container failed to start ({error}): {detail}");
         (
-            Outcome::Retryable,
+            JobOutcome::Retryable,
             FailureKind::ContainerStartup { error },
             reason,
         )
     } else if status_reason.starts_with(ATTEMPT_TIMEOUT) || job_reason.starts_with(ATTEMPT_TIMEOUT)
     {
         (
-            Outcome::NonRetryable,
+            JobOutcome::NonRetryable,
             FailureKind::AttemptTimeout,
             "attempt timed out".to_owned(),
         )
@@ -181,13 +183,13 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
         // Before exit codes: a terminated job's container shows the 137 of its SIGKILL (published
         // event 14), which is the user's doing, not the application's (nor an out-of-memory kill).
         (
-            Outcome::NonRetryable,
+            JobOutcome::NonRetryable,
             FailureKind::Cancelled,
             format!("cancelled or terminated: {job_reason}"),
         )
     } else if let Some(code) = job.exit_code().filter(|c| *c != 0) {
         (
-            Outcome::NonRetryable,
+            JobOutcome::NonRetryable,
             FailureKind::ApplicationExit { exit_code: code },
             format!("application exited with code {code}"),
         )
@@ -198,7 +200,7 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             job_reason
         };
         (
-            Outcome::NonRetryable,
+            JobOutcome::NonRetryable,
             FailureKind::Unknown,
             format!("unrecognised failure: {detail}"),
         )
@@ -254,14 +256,14 @@ mod tests {
             ..Default::default()
         };
         let c = classify(&job).unwrap();
-        assert_eq!(c.outcome, Outcome::Success);
+        assert_eq!(c.outcome, JobOutcome::Success);
         assert_eq!(c.route(), Route::Done);
     }
 
     #[test]
     fn spot_is_retryable() {
         let c = classify(&failed(SPOT, None, None)).unwrap();
-        assert_eq!(c.outcome, Outcome::Retryable);
+        assert_eq!(c.outcome, JobOutcome::Retryable);
         assert_eq!(c.failure, Some(FailureKind::SpotInterruption));
         assert_eq!(c.route(), Route::RetryQueue);
         // a Spot kill wins over whatever exit code the dying container left
@@ -290,7 +292,7 @@ mod tests {
                 None,
             );
             let c = classify(&job).unwrap();
-            assert_eq!(c.outcome, Outcome::Retryable, "{e}");
+            assert_eq!(c.outcome, JobOutcome::Retryable, "{e}");
             assert_eq!(
                 c.failure,
                 Some(FailureKind::ContainerStartup {
@@ -299,13 +301,13 @@ mod tests {
             );
         }
         let c = classify(&failed("Task failed to start", None, None)).unwrap();
-        assert_eq!(c.outcome, Outcome::Retryable);
+        assert_eq!(c.outcome, JobOutcome::Retryable);
     }
 
     #[test]
     fn exit_codes_are_non_retryable() {
         let c = classify(&failed("Essential container in task exited", None, Some(1))).unwrap();
-        assert_eq!(c.outcome, Outcome::NonRetryable);
+        assert_eq!(c.outcome, JobOutcome::NonRetryable);
         assert_eq!(
             c.failure,
             Some(FailureKind::ApplicationExit { exit_code: 1 })
@@ -333,7 +335,7 @@ mod tests {
         );
         let unknown = classify(&failed("Something odd", None, Some(0))).unwrap();
         assert_eq!(unknown.failure, Some(FailureKind::Unknown));
-        assert_eq!(unknown.outcome, Outcome::NonRetryable);
+        assert_eq!(unknown.outcome, JobOutcome::NonRetryable);
     }
 
     #[test]

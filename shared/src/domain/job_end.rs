@@ -105,7 +105,7 @@ pub fn forgotten_by_batch(granule: GranuleProcessingEvent, job_id: &str) -> Fini
     FinishedJob {
         granule,
         classification: Classification {
-            outcome: super::classify::Outcome::NonRetryable,
+            outcome: super::classify::JobOutcome::NonRetryable,
             failure: Some(super::classify::FailureKind::Unknown),
             batch_rules: String::new(),
             reason: format!(

@@ -181,7 +181,7 @@ mod tests {
         j
     }
 
-    fn ended(outcome: crate::domain::classify::Outcome) -> Classification {
+    fn ended(outcome: crate::domain::classify::JobOutcome) -> Classification {
         Classification {
             outcome,
             failure: None,
@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_processing_end_counts_only_for_the_attempt_the_record_waits_for() {
-        use crate::domain::classify::Outcome::*;
+        use crate::domain::classify::JobOutcome::*;
         let j = processing(1);
         let a1 = "ingest-b1-j00001-r0-a1";
         assert!(matches!(
