@@ -39,8 +39,8 @@ impl Default for ChaosSpec {
             granule_submit_count: 500,
             feeder_interval: Duration::from_millis(50),
             lost_rate: 0.01,
-            // Below the campaign's 1 s claim lease, as ListJobs's lag is below the 15 min one.
-            listing_lag: Duration::from_millis(500),
+            // Well below the campaign's 1 s claim lease, as ListJobs's lag is below the 16 min one.
+            listing_lag: Duration::from_millis(250),
         }
     }
 }

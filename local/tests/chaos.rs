@@ -23,9 +23,10 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
         granule_submit_count: 100,
         feeder_interval: Duration::from_millis(20),
         lost_rate: 0.03,
-        // ListJobs shows a new job only half a second later (AWS promises no read-after-write
-        // for it): a takeover within that half second would not find the job by its name.
-        listing_lag: Duration::from_millis(500),
+        // ListJobs shows a new job only a quarter of a second later (AWS promises no
+        // read-after-write for it). The margin to the 1 s chaos lease must cover how late in its
+        // lease a run may send SubmitJob (throttling backoffs); production's is 16 min to seconds.
+        listing_lag: Duration::from_millis(250),
     };
     let report = chaos::run(&spec, |_| {})
         .await

@@ -28,7 +28,7 @@ pub struct Args {
     submit_count: u64,
     /// Milliseconds after SubmitJob before the Batch twin's ListJobs shows a job (Batch promises
     /// no read-after-write for ListJobs); keep it below the campaign's 1 s claim lease.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 250)]
     listing_lag_ms: u64,
     /// Print the report as JSON.
     #[arg(long)]
