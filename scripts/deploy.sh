@@ -37,7 +37,7 @@ if [ "$missing" = 0 ]; then
   fi
 fi
 if [ "$missing" != 0 ]; then
-  echo "make deploy: fix the above first (README, Deploying it)" >&2
+  echo "make deploy: fix the above first (docs/deploy.md)" >&2
   exit 1
 fi
 if [ "${1:-}" = "--check" ]; then

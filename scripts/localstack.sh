@@ -5,7 +5,7 @@
 #   scripts/localstack.sh run CMD ARGS...  start LocalStack on a free loopback port, run CMD with
 #                                          AWS_ENDPOINT_URL pointing at it, stop it whatever happens
 #
-# What it takes (measured here; see README, Tests): `localstack-core[runtime]` (plain
+# What it takes (measured here; see docs/testing.md): `localstack-core[runtime]` (plain
 # localstack-core installs no server) with cbor2<6, pyopenssl<25, cryptography<45; the hypercorn
 # gateway (GATEWAY_SERVER=hypercorn), which binds only the GATEWAY_LISTEN address (the default
 # twisted server listens on every interface) — checked after start, and LocalStack is stopped if

@@ -116,7 +116,7 @@ async fn actx(command: &Command) -> Result<ArchiveCtx> {
         _ => Function::ArchiveDispatcher,
     };
     ArchiveCtx::from_env(function).await.context(
-        "archive jobs' configuration (GRANARY_BUCKET; GRANARY_ARCHIVE_TASK_QUEUE_URL to run them; see README, Archive jobs)",
+        "archive jobs' configuration (GRANARY_BUCKET; GRANARY_ARCHIVE_TASK_QUEUE_URL to run them; see docs/archive.md)",
     )
 }
 

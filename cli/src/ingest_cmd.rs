@@ -136,12 +136,12 @@ impl TargetArgs {
 async fn ictx(command: &Command) -> Result<IngestCtx> {
     if matches!(command, Command::Tick { .. }) {
         IngestCtx::from_env(Function::IngestDispatcher).await.context(
-            "the ingest dispatcher's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION, GRANARY_RETRY_QUEUE_URL, GRANARY_FAILURE_DLQ_URL; see README, Ingest batches)",
+            "the ingest dispatcher's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION, GRANARY_RETRY_QUEUE_URL, GRANARY_FAILURE_DLQ_URL; see docs/ingest.md)",
         )
     } else {
-        IngestCtx::from_env(Function::IngestSubmit).await.context(
-            "the ingest queue's configuration (GRANARY_BUCKET; see README, Ingest batches)",
-        )
+        IngestCtx::from_env(Function::IngestSubmit)
+            .await
+            .context("the ingest queue's configuration (GRANARY_BUCKET; see docs/ingest.md)")
     }
 }
 

@@ -1,5 +1,5 @@
 //! The operators' commands: status, report, redrive, hold, release, resume. They read the same
-//! GRANARY_* variables as the Lambdas (README, Configuration); AWS_ENDPOINT_URL points them at an
+//! GRANARY_* variables as the Lambdas (docs/configuration.md); AWS_ENDPOINT_URL points them at an
 //! emulator.
 
 use anyhow::{bail, Context, Result};
@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 /// What the context of a command needs to explain when it cannot be built.
 const CONFIG_HINT: &str =
-    "granary's configuration (export the GRANARY_* variables of your stack; see README, Configuration)";
+    "granary's configuration (export the GRANARY_* variables of your stack; see docs/configuration.md)";
 
 /// The context a command works in: the bucket's layout plus the `sections` it uses, and nothing
 /// else — `report --scan` needs GRANARY_BUCKET alone.

@@ -73,8 +73,12 @@ impl FaultPlan {
         use anyhow::Context;
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading fault plan {}", path.display()))?;
-        let plan: Self = serde_json::from_str(&text)
-            .with_context(|| format!("fault plan {} (fields: see README)", path.display()))?;
+        let plan: Self = serde_json::from_str(&text).with_context(|| {
+            format!(
+                "fault plan {} (fields: see docs/configuration.md, The local demo)",
+                path.display()
+            )
+        })?;
         plan.validate()?;
         Ok(plan)
     }

@@ -1,7 +1,7 @@
 //! Configuration from environment variables (the Lambda environment the template sets, or the
 //! shell for the CLI), in sections: each Lambda and each command reads only the sections it uses
 //! ([`Function::sections`], [`Config::for_sections`]), each setting has one default (a constant in
-//! its section's file), and every variable is listed in the README.
+//! its section's file), and every variable is listed in docs/configuration.md.
 
 pub mod archive;
 pub mod ingest;

@@ -410,9 +410,8 @@ mod tests {
     async fn each_log_line_of_an_event_names_its_message_granule_attempt_and_job() {
         let lines = Lines::default();
         let writer = lines.clone();
-        let _logs = tracing::subscriber::set_default(crate::wiring::json_logs(move || {
-            writer.clone()
-        }));
+        let _logs =
+            tracing::subscriber::set_default(crate::wiring::json_logs(move || writer.clone()));
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let mut ctx = Ctx::in_memory(
             Config::from_pairs(&[

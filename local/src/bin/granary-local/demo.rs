@@ -19,7 +19,7 @@ pub struct Args {
     /// Seed for the sample inventory and the fault plan.
     #[arg(long)]
     seed: Option<u64>,
-    /// A fault plan as JSON (fields: see README); default ~8% Spot, ~2% application failures.
+    /// A fault plan as JSON (fields: see docs/configuration.md, The local demo); default ~8% Spot, ~2% application failures.
     #[arg(long)]
     fault_plan: Option<PathBuf>,
     /// Print the summary as JSON.
