@@ -1,0 +1,206 @@
+//! `granary-bench campaign`: a whole campaign's calls, time and cost per granule.
+
+use super::*;
+
+/// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses.
+pub(crate) mod prices {
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// arm64, per GB-second.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    pub const LAMBDA_MEMORY_GB: f64 = 0.25;
+    /// PUT, COPY, POST, LIST per request.
+    pub const S3_PUT: f64 = 0.005 / 1e3;
+    pub const S3_GET: f64 = 0.0004 / 1e3;
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+}
+
+/// One campaign's figures, as `granary-bench campaign --json` prints them (per granule unless
+/// the name says otherwise).
+#[derive(Debug, Serialize)]
+pub(crate) struct CampaignFigures {
+    pub(crate) granules: usize,
+    pub(crate) ports: &'static str,
+    pub(crate) item_records: bool,
+    pub(crate) feeder_interval_ms: u64,
+    pub(crate) granule_submit_count: u64,
+    pub(crate) wall_secs: f64,
+    pub(crate) granules_per_sec: f64,
+    pub(crate) cpu_secs: f64,
+    /// The campaign's accounting, from its logs and the failure DLQ: "did anything get lost".
+    pub(crate) succeeded: u64,
+    pub(crate) dead_lettered: u64,
+    /// Neither succeeded nor dead-lettered: lost work. The bench fails when it is not 0.
+    pub(crate) unaccounted: u64,
+    pub(crate) s3_get_per_granule: f64,
+    pub(crate) s3_put_per_granule: f64,
+    pub(crate) s3_list_per_granule: f64,
+    pub(crate) s3_copy_per_granule: f64,
+    pub(crate) s3_delete_per_granule: f64,
+    pub(crate) s3_requests_per_granule: f64,
+    pub(crate) sqs_requests_per_granule: f64,
+    pub(crate) batch_calls_per_granule: f64,
+    pub(crate) lambda_invocations_per_granule: f64,
+    pub(crate) lambda_gb_s_per_granule: f64,
+    pub(crate) cost_per_million_usd: f64,
+    /// The bench process's peak resident set (VmHWM) so far: campaigns run one after another in
+    /// one process, so a later campaign's figure is at least an earlier one's.
+    pub(crate) peak_rss_mib: f64,
+}
+
+pub(crate) async fn campaign(
+    sizes: Vec<usize>,
+    in_memory: bool,
+    json: bool,
+    feeder_interval_ms: u64,
+    granule_submit_count: u64,
+) -> Result<()> {
+    use granary_local::campaign::{Campaign, CampaignSpec};
+    let config = load_sdk_config().await;
+    let clients = AwsClients::new(&config);
+    let iam = aws_sdk_iam::Client::new(&config);
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "granules",
+        "ports",
+        "item records",
+        "wall s",
+        "granules/s",
+        "S3 GET",
+        "S3 PUT+LIST",
+        "S3 DELETE",
+        "SQS",
+        "Batch",
+        "Lambda invocations",
+        "Lambda GB-s",
+        "$ per million granules",
+    ]);
+    for n in sizes {
+        let mut spec = CampaignSpec {
+            granules: n,
+            ..CampaignSpec::default()
+        };
+        spec.runner.feeder_interval = Duration::from_millis(feeder_interval_ms);
+        spec.runner.granule_submit_count = granule_submit_count;
+        // The emulator settles ~25 granules/s: allow a large campaign the time it needs.
+        spec.runner.deadline = spec.runner.deadline.max(Duration::from_secs(n as u64 / 5));
+        let mut c = if in_memory {
+            Campaign::in_memory(&spec).await?
+        } else {
+            let name = format!("granary-bench-c{}-{n}", std::process::id());
+            Campaign::setup(&clients, &iam, &name, &spec).await?
+        };
+        // The bench counts by logs and the DLQ; the simulator's per-job plan (for tests) would
+        // cost a few hundred bytes a job.
+        c.runtime.simulator.keep_plan = false;
+        let cpu_before = process_cpu_secs();
+        let before = snapshot_all(&c.counts);
+        let started = Instant::now();
+        let mut last_report = Instant::now();
+        c.runtime
+            .run_to_quiescence(|p| {
+                // Long campaigns run for an hour: say how far along they are twice a minute.
+                if last_report.elapsed() >= Duration::from_secs(30) {
+                    last_report = Instant::now();
+                    eprintln!(
+                        "campaign of {n}: {:.0} s, {} jobs submitted, {} succeeded, {} retrying, {} dead-lettered",
+                        started.elapsed().as_secs_f64(),
+                        p.submitted,
+                        p.succeeded,
+                        p.retrying,
+                        p.dead_lettered
+                    );
+                }
+            })
+            .await?;
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = process_cpu_secs() - cpu_before;
+        let after = snapshot_all(&c.counts);
+        let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
+        let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
+        let p = &c.runtime.progress;
+        let invocations =
+            (p.feeder_runs + p.monitor_invocations + p.requeuer_invocations) as f64 / n as f64;
+        // Lambda time ≈ the time the runner spent inside each handler (against the emulator).
+        let handler_secs =
+            (p.feeder_time + p.monitor_time + p.requeuer_time).as_secs_f64() / n as f64;
+        let gb_s = handler_secs * prices::LAMBDA_MEMORY_GB;
+        let batch = d(6);
+        let per_granule = invocations * prices::LAMBDA_REQUEST
+            + gb_s * prices::LAMBDA_GB_SECOND
+            + (put + list + copy) * prices::S3_PUT
+            + get * prices::S3_GET
+            + sqs * prices::SQS_REQUEST;
+        // After the counts are taken: the accounting's own LISTs are not the campaign's.
+        let summary = c.summarize(Duration::from_secs_f64(wall)).await?;
+        let figures = CampaignFigures {
+            granules: n,
+            ports: if in_memory { "in-memory" } else { "emulator" },
+            item_records: c.runtime.ctx.config.layout.track_items,
+            feeder_interval_ms,
+            granule_submit_count,
+            wall_secs: wall,
+            granules_per_sec: n as f64 / wall,
+            cpu_secs: cpu,
+            succeeded: summary.succeeded,
+            dead_lettered: summary.dead_lettered,
+            unaccounted: summary.unaccounted,
+            s3_get_per_granule: get,
+            s3_put_per_granule: put,
+            s3_list_per_granule: list,
+            s3_copy_per_granule: copy,
+            s3_delete_per_granule: delete,
+            s3_requests_per_granule: get + put + list + copy + delete,
+            sqs_requests_per_granule: sqs,
+            batch_calls_per_granule: batch,
+            lambda_invocations_per_granule: invocations,
+            lambda_gb_s_per_granule: gb_s,
+            cost_per_million_usd: per_granule * 1e6,
+            peak_rss_mib: peak_rss_kib() as f64 / 1024.0,
+        };
+        if json {
+            println!("{}", serde_json::to_string(&figures)?);
+        }
+        table.add_row([
+            n.to_string(),
+            if in_memory { "in-memory" } else { "emulator" }.to_owned(),
+            if c.runtime.ctx.config.layout.track_items {
+                "on"
+            } else {
+                "off"
+            }
+            .to_owned(),
+            format!("{wall:.0}"),
+            format!("{:.1}", n as f64 / wall),
+            format!("{get:.2}"),
+            format!("{:.2}", put + list + copy),
+            format!("{delete:.2}"),
+            format!("{sqs:.2}"),
+            format!("{batch:.2}"),
+            format!("{invocations:.3}"),
+            format!("{gb_s:.4}"),
+            format!("{:.2}", per_granule * 1e6),
+        ]);
+        eprintln!(
+            "campaign of {n}: {wall:.1} s, {cpu:.1} s of granary-bench CPU ({:.2} ms per granule); feeder {:.1} s, Batch simulator {:.1} s, job-monitor {:.1} s, requeuer {:.1} s; {} jobs swept up at the end",
+            cpu * 1000.0 / n as f64,
+            p.feeder_time.as_secs_f64(),
+            p.simulator_time.as_secs_f64(),
+            p.monitor_time.as_secs_f64(),
+            p.requeuer_time.as_secs_f64(),
+            c.runtime.simulator.stats.swept
+        );
+        anyhow::ensure!(
+            summary.unaccounted == 0,
+            "campaign of {n}: {} granules neither succeeded nor dead-lettered",
+            summary.unaccounted
+        );
+    }
+    if json {
+        return Ok(());
+    }
+    println!(
+        "Campaign in the local runtime (requests counted at granary's ports, per granule)\n{table}"
+    );
+    println!("Prices: Lambda $0.20/M requests + $0.0000133334/GB-s (arm64, 256 MB); S3 $0.005/1k PUT/COPY/LIST, $0.0004/1k GET, DELETE free; SQS $0.40/M; Batch API and Batch events on the default bus cost nothing.");
+    Ok(())
+}
