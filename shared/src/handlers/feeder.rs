@@ -361,31 +361,24 @@ async fn feed_window(
     summary: &mut FeederSummary,
 ) -> Result<(u64, Option<Stop>), FeederError> {
     let rows = ids.len() as u64;
-    let mut granules: Vec<GranuleId> = Vec::with_capacity(ids.len());
-    let mut first_row: std::collections::HashMap<GranuleId, u64> = Default::default();
+    let WindowRows {
+        granules,
+        first_row,
+        repeated,
+        unusable,
+    } = window_rows(ids, start);
+    summary.repeated += repeated;
     // Set aside before the window is claimed: a crash in between sends a notice twice (rejects
     // are at least once), never none.
-    for (i, raw) in ids.iter().enumerate() {
-        let row = start + i as u64;
-        match raw.granule() {
-            Ok(id) => {
-                if let std::collections::hash_map::Entry::Vacant(v) = first_row.entry(id.clone()) {
-                    v.insert(row);
-                    granules.push(id);
-                } else {
-                    summary.repeated += 1;
-                }
-            }
-            Err(why) => {
-                if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
-                    return Ok((
-                        0,
-                        Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
-                    ));
-                }
-                summary.rejected += 1;
-            }
+    for (row, why) in unusable {
+        let raw = &ids[(row - start) as usize];
+        if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
+            return Ok((
+                0,
+                Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
+            ));
         }
+        summary.rejected += 1;
     }
     // A granule granary already has a record for was listed before (an earlier window, another
     // inventory) or found by the importer: it is on its way, and this listing submits nothing
@@ -470,6 +463,29 @@ async fn feed_window(
         }
     }
     // The item records follow the claim (an earlier run may have died before them).
+    if let Some(failed) = record_window(ctx, inventory_key, &claim, &submissions, &first_row).await
+    {
+        stop.get_or_insert(failed);
+    }
+    Ok(if stop.is_none() {
+        (claim.rows, None)
+    } else {
+        (0, stop)
+    })
+}
+
+/// The item records of a window's granules whose jobs exist: made together where missing, the
+/// others moved one by one (made earlier by another listing, an import, or a retry of this run).
+/// A call throttled past the SDK's retries is tried again within the run; what still fails stops
+/// the window (its tracker does not move past it), as `Some(stop)`.
+async fn record_window(
+    ctx: &Ctx,
+    inventory_key: &str,
+    claim: &WindowClaim,
+    submissions: &[GranuleSubmission],
+    first_row: &std::collections::HashMap<GranuleId, u64>,
+) -> Option<Stop> {
+    let mut failed = None;
     let source = |granule: &GranuleId| match first_row.get(granule) {
         Some(row) => format!("{inventory_key}#row={row}"),
         None => format!(
@@ -480,7 +496,7 @@ async fn feed_window(
     };
     let pending: Vec<(GranuleProcessingEvent, String, String)> = claim
         .attempts()
-        .zip(&submissions)
+        .zip(submissions)
         .filter_map(|(event, submission)| {
             let job_id = submission.job_id()?.to_owned();
             let source = source(&event.granule_id);
@@ -496,7 +512,7 @@ async fn feed_window(
             ..Backoff::IN_RUN
         },
         "the window's item records",
-        || super::item_sync::window_submitted(ctx, &claim, &pending, "queue-feeder"),
+        || super::item_sync::window_submitted(ctx, claim, &pending, "queue-feeder"),
         ItemError::is_transient,
     )
     .await;
@@ -504,12 +520,9 @@ async fn feed_window(
         Ok(made) => made,
         Err(e) => {
             tracing::error!(error = %e, "window's item records not made");
-            return Ok((
-                0,
-                Some(Stop::Fail(format!(
-                    "item records of rows of {inventory_key}: {e}"
-                ))),
-            ));
+            return Some(Stop::Fail(format!(
+                "item records of rows of {inventory_key}: {e}"
+            )));
         }
     };
     // The rest had a record already (an earlier window, an import, a retry of this run): one
@@ -543,14 +556,40 @@ async fn feed_window(
     for r in synced {
         if let Err(e) = r {
             tracing::error!(error = %e, "item record not updated");
-            stop.get_or_insert_with(|| Stop::Fail(format!("rows of {inventory_key}: {e}")));
+            failed.get_or_insert_with(|| Stop::Fail(format!("rows of {inventory_key}: {e}")));
         }
     }
-    Ok(if stop.is_none() {
-        (claim.rows, None)
-    } else {
-        (0, stop)
-    })
+    failed
+}
+
+/// A window's rows, sorted: its distinct granules in row order, the first row each was listed
+/// at, how many rows named a granule listed earlier in the window, and the rows no granule can be
+/// made of (with why).
+#[derive(Debug, Default, PartialEq)]
+struct WindowRows {
+    granules: Vec<GranuleId>,
+    first_row: std::collections::HashMap<GranuleId, u64>,
+    repeated: u64,
+    unusable: Vec<(u64, String)>,
+}
+
+/// Sorts the rows of the window starting at row `start` (pure: no call is made).
+fn window_rows(ids: &[IdCell], start: u64) -> WindowRows {
+    let mut out = WindowRows::default();
+    for (i, raw) in ids.iter().enumerate() {
+        let row = start + i as u64;
+        match raw.granule() {
+            Ok(id) => match out.first_row.entry(id.clone()) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(row);
+                    out.granules.push(id);
+                }
+                std::collections::hash_map::Entry::Occupied(_) => out.repeated += 1,
+            },
+            Err(why) => out.unusable.push((row, why)),
+        }
+    }
+    out
 }
 
 /// An unusable row is recorded and dead-lettered (quoted by start, length and hash however long
@@ -963,6 +1002,28 @@ mod tests {
             out.early_exit.as_deref(),
             Some("no inventories (*.parquet) under inventories/")
         );
+    }
+
+    #[test]
+    fn a_windows_rows_sort_into_granules_repeats_and_unusable_rows() {
+        let a = "HLS.S30.T18TYN.2022002T153012.v2.0";
+        let b = "HLS.L30.T18TYN.2022001T153012.v2.0";
+        let ids = vec![
+            IdCell::Text(a.into()),
+            IdCell::Null,
+            IdCell::Text(b.into()),
+            IdCell::Text(a.into()),
+            IdCell::NotUtf8,
+        ];
+        let rows = window_rows(&ids, 100);
+        let (ga, gb) = (GranuleId::parse(a).unwrap(), GranuleId::parse(b).unwrap());
+        assert_eq!(rows.granules, vec![ga.clone(), gb.clone()]);
+        assert_eq!(rows.first_row[&ga], 100);
+        assert_eq!(rows.first_row[&gb], 102);
+        assert_eq!(rows.repeated, 1);
+        let bad: Vec<u64> = rows.unusable.iter().map(|(row, _)| *row).collect();
+        assert_eq!(bad, vec![101, 104]);
+        assert!(rows.unusable[0].1.contains("null"), "{:?}", rows.unusable);
     }
 
     #[tokio::test]
