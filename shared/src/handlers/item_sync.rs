@@ -42,29 +42,32 @@ async fn record_submitted(
     let items = ctx.items();
     let id = &event.granule_id;
     let attempt = event.attempt;
-    // The common case, a granule's first attempt: READY and PROCESSING in one PUT. A later
-    // attempt finds its record, made by its first attempt's submitter or by the monitor at that
-    // attempt's end; one that does not (both writes lost, or a granule from before records were
-    // kept) is made here, counting this attempt's number.
     let new = NewItem::ready(id.clone(), LISTED, source);
-    if attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt") {
-        let moved = items
-            .advance_steps(id, by, |r| decisions::on_submitted(r, attempt, job_id))
-            .await?;
-        warn_if_lagging(&moved, event, Processing);
-        return Ok(());
-    }
-    let created = items
-        .create_along(new, &[decisions::submission(attempt, job_id)], by)
-        .await?;
-    if let Created::New(_) = created {
-        return Ok(());
+    let submission = [decisions::submission(attempt, job_id)];
+    // The common case, a granule's first attempt: READY and PROCESSING in one PUT.
+    if attempt == 1 {
+        if let Created::New(_) = items.create_along(new.clone(), &submission, by).await? {
+            return Ok(());
+        }
     }
     // An attempt begins on entering PROCESSING, so PROCESSING with attempt n means n has begun.
     // A retry goes PROCESSING_FAILED → READY → PROCESSING in one write.
-    let moved = items
-        .advance_steps(id, by, |r| decisions::on_submitted(r, attempt, job_id))
-        .await?;
+    let advance = || items.advance_steps(id, by, |r| decisions::on_submitted(r, attempt, job_id));
+    let moved = advance().await?;
+    // A later attempt finds its record, made by its first attempt's submitter or by the monitor
+    // at that attempt's end; one that does not (both writes lost, or a granule from before
+    // records were kept) is made here, counting this attempt's number.
+    let moved = match moved {
+        Advanced::Missing
+            if !(attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt")) =>
+        {
+            match items.create_along(new, &submission, by).await? {
+                Created::New(_) => return Ok(()),
+                Created::Existing(_) => advance().await?,
+            }
+        }
+        moved => moved,
+    };
     warn_if_lagging(&moved, event, Processing);
     Ok(())
 }
