@@ -236,6 +236,27 @@ impl Config {
         })
     }
 
+    /// A backfill stack's configuration for unit tests: bucket `b`, job queue `q`, job definition
+    /// `d`, retry queue `r`, failure DLQ `f`, and `extra` over them.
+    #[cfg(test)]
+    pub fn for_unit_tests(extra: &[(&str, &str)]) -> Self {
+        let base = [
+            ("GRANARY_BUCKET", "b"),
+            ("GRANARY_JOB_QUEUE", "q"),
+            ("GRANARY_JOB_DEFINITION", "d"),
+            ("GRANARY_RETRY_QUEUE_URL", "r"),
+            ("GRANARY_FAILURE_DLQ_URL", "f"),
+        ];
+        Self::from_lookup(|k| {
+            extra
+                .iter()
+                .chain(base.iter())
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .expect("the unit-test configuration is valid")
+    }
+
     /// Every section from any lookup (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         use Section::*;

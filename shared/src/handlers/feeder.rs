@@ -624,20 +624,7 @@ mod tests {
     use std::sync::Arc;
 
     async fn ctx(max_active: &str, jobs: Arc<MemoryJobRunner>) -> Ctx {
-        let env = [
-            ("GRANARY_BUCKET", "b"),
-            ("GRANARY_JOB_QUEUE", "q"),
-            ("GRANARY_JOB_DEFINITION", "d"),
-            ("GRANARY_RETRY_QUEUE_URL", "r"),
-            ("GRANARY_FAILURE_DLQ_URL", "f"),
-            ("GRANARY_MAX_ACTIVE_JOBS", max_active),
-        ];
-        let config = Config::from_lookup(|k| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-        .unwrap();
+        let config = Config::for_unit_tests(&[("GRANARY_MAX_ACTIVE_JOBS", max_active)]);
         let store = Arc::new(MemoryStore::new());
         let rows: Vec<InventoryRow> = (0..50)
             .map(|i| InventoryRow {

@@ -230,16 +230,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_corrupt_item_record_is_set_aside_and_the_loop_goes_on() {
-        let ctx = Ctx::in_memory(
-            Config::from_pairs(&[
-                ("GRANARY_BUCKET", "b"),
-                ("GRANARY_JOB_QUEUE", "q"),
-                ("GRANARY_JOB_DEFINITION", "d"),
-                ("GRANARY_RETRY_QUEUE_URL", "r"),
-                ("GRANARY_FAILURE_DLQ_URL", "f"),
-            ])
-            .unwrap(),
-        );
+        let ctx = Ctx::in_memory(Config::for_unit_tests(&[]));
         let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();
         let key = record_key(&ctx.config.layout.item_prefixes.items, &id);
         ctx.store

@@ -413,16 +413,7 @@ mod tests {
         let _logs =
             tracing::subscriber::set_default(crate::wiring::json_logs(move || writer.clone()));
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let mut ctx = Ctx::in_memory(
-            Config::from_pairs(&[
-                ("GRANARY_BUCKET", "b"),
-                ("GRANARY_JOB_QUEUE", "q"),
-                ("GRANARY_JOB_DEFINITION", "d"),
-                ("GRANARY_RETRY_QUEUE_URL", "r"),
-                ("GRANARY_FAILURE_DLQ_URL", "f"),
-            ])
-            .unwrap(),
-        );
+        let mut ctx = Ctx::in_memory(Config::for_unit_tests(&[]));
         ctx.jobs = jobs.clone();
         let id = GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap();
         let name = crate::domain::job_name::job_name(&id, 2);

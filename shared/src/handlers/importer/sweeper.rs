@@ -356,21 +356,10 @@ mod tests {
     use std::sync::Arc;
 
     async fn importer(jobs: Arc<MemoryJobRunner>) -> (Importer, Arc<MemoryQueue>) {
-        let env = [
-            ("GRANARY_BUCKET", "b"),
-            ("GRANARY_JOB_QUEUE", "q"),
-            ("GRANARY_JOB_DEFINITION", "d"),
-            ("GRANARY_RETRY_QUEUE_URL", "r"),
-            ("GRANARY_FAILURE_DLQ_URL", "f"),
+        let config = Config::for_unit_tests(&[
             ("GRANARY_PROCESSING_TIMEOUT_SECS", "60"),
             ("GRANARY_MAX_RETRIES", "0"),
-        ];
-        let config = Config::from_lookup(|k| {
-            env.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
-        .unwrap();
+        ]);
         let store = Arc::new(MemoryStore::new());
         let dlq = Arc::new(MemoryQueue::new("dlq"));
         let ctx = Ctx {

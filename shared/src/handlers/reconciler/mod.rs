@@ -236,15 +236,7 @@ mod tests {
     use std::sync::Arc;
 
     fn ctx(jobs: Arc<MemoryJobRunner>) -> Ctx {
-        let config = Config::from_pairs(&[
-            ("GRANARY_BUCKET", "b"),
-            ("GRANARY_JOB_QUEUE", "q"),
-            ("GRANARY_JOB_DEFINITION", "d"),
-            ("GRANARY_RETRY_QUEUE_URL", "r"),
-            ("GRANARY_FAILURE_DLQ_URL", "f"),
-            ("GRANARY_RECONCILE_AFTER_SECS", "60"),
-        ])
-        .unwrap();
+        let config = Config::for_unit_tests(&[("GRANARY_RECONCILE_AFTER_SECS", "60")]);
         Ctx {
             jobs,
             ..Ctx::in_memory(config)
