@@ -646,18 +646,23 @@ mod tests {
         }
     }
 
+    /// One feeder run taking `count` rows, as the schedule would start it.
+    async fn feed_rows(ctx: &Ctx, count: u64) -> FeederSummary {
+        run(
+            ctx,
+            FeederEvent {
+                granule_submit_count: count,
+            },
+        )
+        .await
+        .unwrap()
+    }
+
     #[tokio::test]
     async fn stops_feeding_at_the_active_job_threshold_and_resumes_below_it() {
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
         let ctx = ctx("25", jobs.clone()).await;
-        let first = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 20,
-            },
-        )
-        .await
-        .unwrap();
+        let first = feed_rows(&ctx, 20).await;
         assert_eq!((first.submitted, first.early_exit), (20, None));
         // 20 active < 25: feeds again, now 40 active
         assert_eq!(
@@ -672,14 +677,7 @@ mod tests {
             .submitted,
             20
         );
-        let held = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 20,
-            },
-        )
-        .await
-        .unwrap();
+        let held = feed_rows(&ctx, 20).await;
         assert_eq!(held.submitted, 0);
         assert_eq!(held.active_jobs, 25, "counting stops at the threshold");
         assert!(held.early_exit.unwrap().contains("threshold of 25"));
@@ -687,14 +685,7 @@ mod tests {
         for (i, _) in jobs.submitted().iter().enumerate() {
             jobs.set_status(&format!("job-{}", i + 1), JobStatus::Succeeded);
         }
-        let resumed = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 20,
-            },
-        )
-        .await
-        .unwrap();
+        let resumed = feed_rows(&ctx, 20).await;
         assert_eq!(resumed.submitted, 10);
         assert!(resumed.inventories_complete);
         let names: std::collections::BTreeSet<String> =
@@ -724,14 +715,7 @@ mod tests {
                 )
                 .await
                 .unwrap();
-            let out = run(
-                &ctx,
-                FeederEvent {
-                    granule_submit_count: 120,
-                },
-            )
-            .await
-            .unwrap();
+            let out = feed_rows(&ctx, 120).await;
             let windows: Vec<String> = ctx
                 .store
                 .list(&ctx.config.layout.claim_prefix)
@@ -788,14 +772,7 @@ mod tests {
         let mut known = 0;
         for _ in 0..4 {
             // Windows of two rows: g1 comes back in a's second window, g2 in b's first.
-            let out = run(
-                &ctx,
-                FeederEvent {
-                    granule_submit_count: 2,
-                },
-            )
-            .await
-            .unwrap();
+            let out = feed_rows(&ctx, 2).await;
             known += out.known_before;
         }
         let mut names: Vec<String> = jobs.submitted().into_iter().map(|r| r.job_name).collect();
@@ -820,14 +797,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let out = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 10,
-            },
-        )
-        .await
-        .unwrap();
+        let out = feed_rows(&ctx, 10).await;
         assert_eq!((out.submitted, out.rejected), (4, 1));
         assert!(out.inventories_complete);
         let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
@@ -926,14 +896,7 @@ mod tests {
             "Feeder.Stalled"
         );
         // Batch accepts again: the window is submitted.
-        let out = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 5,
-            },
-        )
-        .await
-        .unwrap();
+        let out = feed_rows(&ctx, 5).await;
         assert_eq!((out.submitted, out.rows_submitted_total), (5, 5));
     }
 
@@ -944,27 +907,13 @@ mod tests {
     async fn a_window_done_again_does_not_look_its_granules_up_again() {
         let jobs = Arc::new(MemoryJobRunner::default());
         let ctx = ctx("100", jobs.clone()).await;
-        let first = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 5,
-            },
-        )
-        .await
-        .unwrap();
+        let first = feed_rows(&ctx, 5).await;
         assert_eq!(first.submitted, 5);
         ctx.store
             .delete(&ctx.config.layout.tracker_key)
             .await
             .unwrap();
-        let again = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 5,
-            },
-        )
-        .await
-        .unwrap();
+        let again = feed_rows(&ctx, 5).await;
         assert_eq!(
             (again.already_submitted, again.known_before),
             (5, 0),
@@ -977,14 +926,7 @@ mod tests {
     async fn says_so_when_there_are_no_inventories() {
         let ctx = ctx("10", Arc::new(MemoryJobRunner::default())).await;
         ctx.store.delete("inventories/a.parquet").await.unwrap();
-        let out = run(
-            &ctx,
-            FeederEvent {
-                granule_submit_count: 5,
-            },
-        )
-        .await
-        .unwrap();
+        let out = feed_rows(&ctx, 5).await;
         assert_eq!(
             out.early_exit.as_deref(),
             Some("no inventories (*.parquet) under inventories/")
