@@ -19,6 +19,24 @@ use crate::ports::{ObjectStore, PutCondition};
 use bytes::Bytes;
 use std::sync::Arc;
 
+/// Whether a batch's change moves its marker before its record: when it leaves a state no tick
+/// scans (see [`Ingest::change_batch`]).
+fn batch_markers_first(from: BatchState, to: BatchState) -> bool {
+    !from.is_scanned()
+        && to != from
+        && to != BatchState::Deleted
+        && !crate::mutants::on("ingest-record-before-markers-leaving-an-end")
+}
+
+/// Whether a job's change moves its markers before its record: when it leaves an ended state,
+/// which no tick scans (see [`Ingest::change_job`]).
+fn job_markers_first(from: JobState, to: JobState) -> bool {
+    from.has_ended()
+        && to != from
+        && to != JobState::Deleted
+        && !crate::mutants::on("ingest-record-before-markers-leaving-an-end")
+}
+
 #[derive(Clone)]
 pub struct Ingest {
     store: Arc<dyn ObjectStore>,
@@ -122,35 +140,19 @@ impl Ingest {
         // As for jobs ([`Ingest::change_job`]): a batch leaving a state no tick scans (an
         // operator's update report of a failed batch) has its marker moved before its record.
         let prepare = |before: &BatchRecord, after: &BatchRecord| {
-            let moved = (!before.state.is_scanned()
-                && after.state != before.state
-                && after.state != BatchState::Deleted
-                && !crate::mutants::on("ingest-record-before-markers-leaving-an-end"))
-            .then(|| {
-                (
-                    self.keys.batch_state(after.state, id),
-                    self.keys.batch_state(before.state, id),
-                )
-            });
+            let (from, to) = (before.state, after.state);
             async move {
-                if let Some((new, old)) = moved {
-                    self.store
-                        .put(&new, Bytes::new(), PutCondition::Overwrite)
-                        .await?;
-                    self.store.delete(&old).await?;
+                if batch_markers_first(from, to) {
+                    self.move_batch_marker(id, from, to).await?;
                 }
                 Ok(())
             }
         };
         match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
             Swapped::Written { before, after } => {
-                // The record first, then the new marker, then the old one removed (as for jobs).
-                if after.state != before.state {
-                    if after.state != BatchState::Deleted {
-                        self.marker(&self.keys.batch_state(after.state, id)).await?;
-                    }
-                    self.store
-                        .delete(&self.keys.batch_state(before.state, id))
+                // Otherwise the record first, then the new marker, then the old one removed.
+                if !batch_markers_first(before.state, after.state) {
+                    self.move_batch_marker(id, before.state, after.state)
                         .await?;
                 }
                 Ok(Changed::Moved(after))
@@ -162,6 +164,28 @@ impl Ingest {
                 id: id.to_string(),
             }),
         }
+    }
+
+    /// A batch's queue marker moved from `from` to `to`: the new one put, then the old removed.
+    async fn move_batch_marker(
+        &self,
+        id: &BatchId,
+        from: BatchState,
+        to: BatchState,
+    ) -> Result<(), crate::ports::StoreError> {
+        if to == from {
+            return Ok(());
+        }
+        if to != BatchState::Deleted {
+            self.store
+                .put(
+                    &self.keys.batch_state(to, id),
+                    Bytes::new(),
+                    PutCondition::Overwrite,
+                )
+                .await?;
+        }
+        self.store.delete(&self.keys.batch_state(from, id)).await
     }
 
     /// The jobs the batch's own index lists under `group`.
@@ -250,10 +274,7 @@ impl Ingest {
         // record leaves a marker of the new state, whose scan finds the record still in the old
         // one and puts that state's marker back (the operator's command failed: run it again).
         let prepare = |before: &JobRecord, after: &JobRecord| {
-            let early = before.state.has_ended()
-                && after.state != before.state
-                && after.state != JobState::Deleted
-                && !crate::mutants::on("ingest-record-before-markers-leaving-an-end");
+            let early = job_markers_first(before.state, after.state);
             let (before, after) = (before.clone(), after.clone());
             async move {
                 if early {
@@ -265,8 +286,10 @@ impl Ingest {
         };
         match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
             Swapped::Written { before, after } => {
-                self.index(&after).await?;
-                self.unindex(&before, &after).await?;
+                if !job_markers_first(before.state, after.state) {
+                    self.index(&after).await?;
+                    self.unindex(&before, &after).await?;
+                }
                 Ok(Changed::Moved(after))
             }
             Swapped::Unchanged(j) => Ok(Changed::Unchanged(j)),
@@ -304,7 +327,10 @@ impl Ingest {
 
     /// Puts the markers the job's record says it needs and removes every other marker of the
     /// job (each state, each batch group): for a command run again after one that died between
-    /// the record and its markers, when the record already says what the command wants.
+    /// the record and its markers, when the record already says what the command wants. Only for
+    /// a record no one moves any more (deleted): for a live one, a move landing between the read
+    /// and these deletes would lose its new marker, which is why the listers' repair
+    /// ([`Ingest::claim_listed`]) removes only the marker it found stale.
     pub async fn reindex(&self, record: &JobRecord) -> Result<(), RecordError> {
         self.index(record).await?;
         for state in JobState::ALL {
