@@ -1,8 +1,8 @@
 //! The state-machine kernel every workflow is written on: a record's states, the table of
 //! transitions between them with who makes each, one check of a change against the table, and
 //! one way to read a state's name. The item lifecycle, the ingest job and batch, and the archive
-//! job are each an enum of states implementing [`State`]; their tables are data, their checks and
-//! parsing this module's.
+//! job are each an enum of states made a [`State`] by [`state_machine!`]; their tables are data,
+//! their checks and parsing this module's.
 
 use std::fmt;
 
@@ -101,13 +101,26 @@ fn normal(s: &str) -> String {
     s.to_ascii_lowercase().replace('_', "-")
 }
 
-/// `Display` and `FromStr` for a [`State`] from its `as_str` and [`parse`].
+/// A state enum made a [`State`]: `state_machine!(JobState, "a job", TRANSITIONS)` for an enum
+/// with an inherent `ALL` array and `as_str`; also its `Display` (the name) and `FromStr`
+/// ([`parse`]).
 #[macro_export]
-macro_rules! state_text {
-    ($state:ty) => {
+macro_rules! state_machine {
+    ($state:ty, $record:expr, $transitions:expr) => {
+        impl $crate::domain::machine::State for $state {
+            const RECORD: &'static str = $record;
+            const ALL: &'static [$state] = &<$state>::ALL;
+            const TRANSITIONS: &'static [($state, $state, $crate::domain::machine::Cause)] =
+                &$transitions;
+
+            fn as_str(self) -> &'static str {
+                <$state>::as_str(self)
+            }
+        }
+
         impl ::std::fmt::Display for $state {
             fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str($crate::domain::machine::State::as_str(*self))
+                f.write_str(<$state>::as_str(*self))
             }
         }
 

@@ -3,7 +3,7 @@
 //! retry (`RecoverableError`) and `Failure`; a failure is handled (recorded, announced), cleaned
 //! up and ends `Failed`, from which an operator may retry the phase that failed.
 
-use crate::domain::machine::{Cause, State};
+use crate::domain::machine::Cause;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -128,17 +128,7 @@ impl ArchiveState {
     }
 }
 
-impl State for ArchiveState {
-    const RECORD: &'static str = "an archive job";
-    const ALL: &'static [ArchiveState] = &ArchiveState::ALL;
-    const TRANSITIONS: &'static [(ArchiveState, ArchiveState, Cause)] = &TRANSITIONS;
-
-    fn as_str(self) -> &'static str {
-        ArchiveState::as_str(self)
-    }
-}
-
-crate::state_text!(ArchiveState);
+crate::state_machine!(ArchiveState, "an archive job", TRANSITIONS);
 
 /// Every transition an archive job may make, and who makes it.
 pub const TRANSITIONS: [(ArchiveState, ArchiveState, Cause); 23] = [

@@ -1,7 +1,7 @@
 //! A batch's states and the transitions between them. A batch is one submission: it spawns its
 //! jobs, waits for every one to end, reports, and is cleaned up.
 
-use crate::domain::machine::{Cause, State};
+use crate::domain::machine::Cause;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -27,17 +27,7 @@ pub enum BatchState {
 
 use BatchState::*;
 
-impl State for BatchState {
-    const RECORD: &'static str = "a batch";
-    const ALL: &'static [BatchState] = &BatchState::ALL;
-    const TRANSITIONS: &'static [(BatchState, BatchState, Cause)] = &TRANSITIONS;
-
-    fn as_str(self) -> &'static str {
-        BatchState::as_str(self)
-    }
-}
-
-crate::state_text!(BatchState);
+crate::state_machine!(BatchState, "a batch", TRANSITIONS);
 
 impl BatchState {
     pub const ALL: [BatchState; 8] = [
@@ -99,6 +89,7 @@ pub fn reported_state(failed_jobs: usize) -> BatchState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::machine::State;
 
     #[test]
     fn the_table_has_the_twelve_transitions_and_nothing_else() {

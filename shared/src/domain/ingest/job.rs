@@ -1,7 +1,7 @@
 //! A job's states and the transitions between them: one object of a batch, from pending to
 //! completed (or failed, and resumed by an operator from where it failed).
 
-use crate::domain::machine::{Cause, State};
+use crate::domain::machine::Cause;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -29,17 +29,7 @@ pub enum JobState {
 
 use JobState::*;
 
-impl State for JobState {
-    const RECORD: &'static str = "a job";
-    const ALL: &'static [JobState] = &JobState::ALL;
-    const TRANSITIONS: &'static [(JobState, JobState, Cause)] = &TRANSITIONS;
-
-    fn as_str(self) -> &'static str {
-        JobState::as_str(self)
-    }
-}
-
-crate::state_text!(JobState);
+crate::state_machine!(JobState, "a job", TRANSITIONS);
 
 impl JobState {
     pub const ALL: [JobState; 11] = [

@@ -5,7 +5,7 @@
 
 pub mod decisions;
 
-use super::machine::{Cause, State};
+use super::machine::Cause;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -32,17 +32,7 @@ pub enum ItemState {
 
 use ItemState::*;
 
-impl State for ItemState {
-    const RECORD: &'static str = "an item";
-    const ALL: &'static [ItemState] = &ItemState::ALL;
-    const TRANSITIONS: &'static [(ItemState, ItemState, Cause)] = &TRANSITIONS;
-
-    fn as_str(self) -> &'static str {
-        ItemState::as_str(self)
-    }
-}
-
-crate::state_text!(ItemState);
+crate::state_machine!(ItemState, "an item", TRANSITIONS);
 
 impl ItemState {
     pub const ALL: [ItemState; 11] = [
@@ -305,6 +295,7 @@ pub fn decide_admission(facts: &AdmissionFacts, active: &ActiveSlots) -> Admissi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::machine::State;
     use crate::domain::machine::check;
     use proptest::prelude::*;
 
