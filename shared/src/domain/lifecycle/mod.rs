@@ -295,8 +295,8 @@ pub fn decide_admission(facts: &AdmissionFacts, active: &ActiveSlots) -> Admissi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::machine::State;
     use crate::domain::machine::check;
+    use crate::domain::machine::State;
     use proptest::prelude::*;
 
     /// The seed's table, written out independently of `TRANSITIONS` so the two check each other.
