@@ -14,8 +14,8 @@ pub struct Mutant {
 
 pub const ALL: [Mutant; 11] = [
     Mutant {
-        name: "window-takeover-without-lookup",
-        defect: "a feeder run that takes over a window submits its unrecorded granules again without looking their jobs up by name",
+        name: "takeover-without-lookup",
+        defect: "a submission that takes over a claim (a feeder window, a requeued attempt, an ingest processing attempt) submits its unrecorded jobs again without looking them up by name",
         caught_by: "--test crash_points every_crash_point",
     },
     Mutant {

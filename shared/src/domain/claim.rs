@@ -1,11 +1,58 @@
-//! A claim is the exactly-once guard for submitting (granule, attempt): created with
-//! If-None-Match before SubmitJob, completed with the job id after it. A claim without a job id
-//! was left half-done by a run that died; whoever finds it looks the job up by its deterministic
-//! name before submitting again.
+//! A claim is the exactly-once guard for submitting jobs: created with If-None-Match before
+//! SubmitJob, completed with the job ids after it. A claim without (all) its job ids was left
+//! half-done by a run that died; whoever finds it after its lease looks each unrecorded job up by
+//! its deterministic name before submitting again.
+//!
+//! Every submission is one of two shapes of [`JobsClaim`]: a [`Claim`] of one job (a granule's
+//! later attempt, an ingest job's processing attempt) or a window claim of the feeder's first
+//! attempts (`domain::window`). `repositories::submission` runs the one protocol over either.
 
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// A claim over jobs that are submitted at most once, as the submission protocol sees it.
+pub trait JobsClaim: Clone + Serialize + DeserializeOwned + Send + Sync {
+    /// When its current owner took it (the start of the lease).
+    fn claimed_at(&self) -> DateTime<Utc>;
+    /// The claim as `by` holds it from `at` (a takeover; the Unix epoch releases it).
+    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self;
+    /// The recorded job id of each job the claim covers, in order (`None`: not recorded).
+    fn recorded(&self) -> Vec<Option<String>>;
+    /// The claim with `found[i]` recorded for job `i` (a job already recorded is kept).
+    fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self;
+
+    fn is_submitted(&self) -> bool {
+        self.recorded().iter().all(Option::is_some)
+    }
+
+    /// The decision a run that finds this claim makes (pure: the claim, the clock, the lease).
+    fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundClaim {
+        if self.is_submitted() {
+            return FoundClaim::Submitted;
+        }
+        let age = now.signed_duration_since(self.claimed_at());
+        if age.to_std().unwrap_or(Duration::ZERO) < lease {
+            FoundClaim::InFlight
+        } else {
+            FoundClaim::TakeOver
+        }
+    }
+}
+
+/// What an existing claim means for a run that finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FoundClaim {
+    /// Every job is recorded.
+    Submitted,
+    /// Its owner may be submitting right now (the lease runs): leave it.
+    InFlight,
+    /// Its owner died (the lease ran out) or released it after a refusal: take it over, look up
+    /// the unrecorded jobs by name, submit the ones Batch does not have.
+    TakeOver,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claim {
@@ -53,9 +100,34 @@ impl Claim {
             submitted_at: None,
         }
     }
+}
 
-    pub fn is_submitted(&self) -> bool {
-        self.job_id.is_some()
+impl JobsClaim for Claim {
+    fn claimed_at(&self) -> DateTime<Utc> {
+        self.claimed_at
+    }
+
+    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            claimed_by: by.to_owned(),
+            claimed_at: at,
+            ..self
+        }
+    }
+
+    fn recorded(&self) -> Vec<Option<String>> {
+        vec![self.job_id.clone()]
+    }
+
+    fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {
+        Self {
+            job_id: self
+                .job_id
+                .clone()
+                .or_else(|| found.first().cloned().flatten()),
+            submitted_at: Some(now),
+            ..self.clone()
+        }
     }
 }
 
@@ -111,5 +183,27 @@ mod tests {
         let c = Claim::new(&e, "requeuer", Utc::now());
         assert!(!c.is_submitted());
         assert!(c.job_name.contains("-a2-"));
+    }
+
+    #[test]
+    fn a_found_claim_is_done_in_flight_or_taken_over() {
+        let e = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap(),
+            attempt: 2,
+        };
+        let lease = Duration::from_secs(900);
+        let c = Claim::new(&e, "requeuer", Utc::now());
+        assert_eq!(c.on_found(c.claimed_at, lease), FoundClaim::InFlight);
+        let later = c.claimed_at + chrono::Duration::seconds(901);
+        assert_eq!(c.on_found(later, lease), FoundClaim::TakeOver);
+        let released = c.clone().reclaimed("t", DateTime::<Utc>::UNIX_EPOCH);
+        assert_eq!(released.on_found(c.claimed_at, lease), FoundClaim::TakeOver);
+        let done = c.recording(&[Some("j1".into())], later);
+        assert_eq!(done.on_found(c.claimed_at, lease), FoundClaim::Submitted);
+        // A job recorded is kept, whatever a later recording finds.
+        assert_eq!(
+            done.recording(&[Some("j2".into())], later).job_id,
+            Some("j1".into())
+        );
     }
 }

@@ -8,10 +8,10 @@
 //! whoever takes it over after the lease looks each job up by its deterministic name before
 //! submitting it. Later attempts (the requeuer's) keep their per-granule claims.
 
+use super::claim::JobsClaim;
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
 
 /// The attempt a window claim submits: a granule's first.
 pub const WINDOW_ATTEMPT: u32 = 1;
@@ -34,18 +34,6 @@ pub struct WindowClaim {
     pub job_ids: Vec<Option<String>>,
     #[serde(default)]
     pub submitted_at: Option<DateTime<Utc>>,
-}
-
-/// What an existing window claim means for a run that finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FoundWindow {
-    /// Every job is recorded: the rows are done.
-    Submitted,
-    /// Its owner may be submitting right now (the lease runs): leave it.
-    InFlight,
-    /// Its owner died (the lease ran out) or released it after a refusal: take it over, look up
-    /// the unrecorded jobs by name, submit the ones Batch does not have.
-    TakeOver,
 }
 
 impl WindowClaim {
@@ -82,23 +70,6 @@ impl WindowClaim {
         self.job_ids.get(i).and_then(|j| j.as_deref())
     }
 
-    pub fn is_submitted(&self) -> bool {
-        (0..self.granules.len()).all(|i| self.job_id(i).is_some())
-    }
-
-    /// The decision a run that finds this claim makes (pure: the claim, the clock, the lease).
-    pub fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundWindow {
-        if self.is_submitted() {
-            return FoundWindow::Submitted;
-        }
-        let age = now.signed_duration_since(self.claimed_at);
-        if age.to_std().unwrap_or(Duration::ZERO) < lease {
-            FoundWindow::InFlight
-        } else {
-            FoundWindow::TakeOver
-        }
-    }
-
     /// When the jobs were recorded (the claim's time before that): the time of the item
     /// records the window's run creates, so a retry of that run writes them equal.
     pub fn recorded_at(&self) -> DateTime<Utc> {
@@ -116,10 +87,28 @@ impl WindowClaim {
             self.recorded_at().format("%Y%m%dT%H%M%S%.6fZ")
         )
     }
+}
 
-    /// The claim with the jobs known so far recorded (`found[i]` for granule `i`; a job already
-    /// recorded is kept).
-    pub fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {
+impl JobsClaim for WindowClaim {
+    fn claimed_at(&self) -> DateTime<Utc> {
+        self.claimed_at
+    }
+
+    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            claimed_by: by.to_owned(),
+            claimed_at: at,
+            ..self
+        }
+    }
+
+    fn recorded(&self) -> Vec<Option<String>> {
+        (0..self.granules.len())
+            .map(|i| self.job_id(i).map(str::to_owned))
+            .collect()
+    }
+
+    fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {
         let job_ids = (0..self.granules.len())
             .map(|i| {
                 self.job_id(i)
@@ -198,6 +187,8 @@ impl WindowProgress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::claim::FoundClaim;
+    use std::time::Duration;
 
     #[test]
     fn window_progress_reads_empty_and_broken_markers_as_nothing_known() {
@@ -257,17 +248,17 @@ mod tests {
     fn a_found_window_is_done_in_flight_or_taken_over() {
         let lease = Duration::from_secs(900);
         let w = window();
-        assert_eq!(w.on_found(w.claimed_at, lease), FoundWindow::InFlight);
+        assert_eq!(w.on_found(w.claimed_at, lease), FoundClaim::InFlight);
         let later = w.claimed_at + chrono::Duration::seconds(901);
-        assert_eq!(w.on_found(later, lease), FoundWindow::TakeOver);
+        assert_eq!(w.on_found(later, lease), FoundClaim::TakeOver);
         // Half recorded (a refusal part-way): still not done.
         let half = w.recording(&[Some("j1".into())], Utc::now());
         assert!(!half.is_submitted());
-        assert_eq!(half.on_found(later, lease), FoundWindow::TakeOver);
+        assert_eq!(half.on_found(later, lease), FoundClaim::TakeOver);
         // The rest found later: the first job is kept, the second added.
         let whole = half.recording(&[Some("other".into()), Some("j2".into())], Utc::now());
         assert_eq!(whole.job_ids, vec![Some("j1".into()), Some("j2".into())]);
-        assert_eq!(whole.on_found(w.claimed_at, lease), FoundWindow::Submitted);
+        assert_eq!(whole.on_found(w.claimed_at, lease), FoundClaim::Submitted);
     }
 
     #[test]
@@ -276,7 +267,7 @@ mod tests {
         w.granules.clear();
         assert_eq!(
             w.on_found(w.claimed_at, Duration::MAX),
-            FoundWindow::Submitted
+            FoundClaim::Submitted
         );
     }
 

@@ -9,7 +9,8 @@ use crate::domain::window::WindowClaim;
 use crate::ports::StoreError;
 use crate::repositories::items::ItemError;
 use crate::repositories::rejects::RejectKind;
-use crate::repositories::windows::{GranuleSubmission, WindowOutcome};
+use crate::repositories::windows::WindowOutcome;
+use crate::repositories::JobSubmission;
 use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
 use crate::retry::{again, Backoff};
 use futures::StreamExt;
@@ -444,15 +445,15 @@ async fn feed_window(
                 ))),
             ))
         }
-        WindowOutcome::Worked { claim, granules } => (claim, granules),
+        WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };
     let mut stop = None;
     for (granule, submission) in claim.granules.iter().zip(&submissions) {
         match submission {
-            GranuleSubmission::Submitted { .. } => summary.submitted += 1,
-            GranuleSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
-            GranuleSubmission::Recovered { .. } => summary.recovered += 1,
-            GranuleSubmission::NotSubmitted { error } => {
+            JobSubmission::Submitted { .. } => summary.submitted += 1,
+            JobSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
+            JobSubmission::Recovered { .. } => summary.recovered += 1,
+            JobSubmission::NotSubmitted { error, .. } => {
                 tracing::error!(granule_id = %granule, error, "granule not submitted");
                 stop.get_or_insert_with(|| {
                     Stop::Fail(format!(
@@ -482,7 +483,7 @@ async fn record_window(
     ctx: &Ctx,
     inventory_key: &str,
     claim: &WindowClaim,
-    submissions: &[GranuleSubmission],
+    submissions: &[JobSubmission],
     first_row: &std::collections::HashMap<GranuleId, u64>,
 ) -> Option<Stop> {
     let mut failed = None;
@@ -874,7 +875,7 @@ mod tests {
     async fn a_run_stopped_by_refused_submissions_fails_as_stalled() {
         // Five granules, each refused at all of its SUBMIT_TRIES tries; accepted after that.
         let refusing = Arc::new(crate::adapters::memory::FlakyJobRunner::refusing(
-            5 * crate::repositories::windows::SUBMIT_TRIES,
+            5 * crate::repositories::submission::SUBMIT_TRIES,
         ));
         let mut ctx = ctx("100", Arc::new(MemoryJobRunner::default())).await;
         ctx.jobs = refusing.clone();

@@ -1,14 +1,16 @@
-//! Exactly-once submission: the claim protocol over the object store and the job runner.
+//! Claims of one job — a granule's later attempt, an ingest job's processing attempt — on the
+//! one submission protocol (`repositories::submission`), and the open-claims index.
 
-use super::json::{read_json, write_json, RepositoryError, Versioned};
+use super::json::RepositoryError;
+use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
 use crate::domain::claim::{claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::ports::{JobRequest, JobRunner, ObjectStore, PutCondition};
+use crate::ports::{JobRequest, JobRunner, JobRunnerError, ObjectStore, PutCondition};
 use chrono::Utc;
 use std::time::Duration;
 
-/// What `submit_once` did for one (granule, attempt).
+/// What submitting one job did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SubmitOutcome {
     /// We submitted the job now.
@@ -21,19 +23,8 @@ pub enum SubmitOutcome {
     InFlight,
 }
 
-/// One unit of work to submit at most once: its claim, where the claim lives, the open-claims
-/// marker the reconciler reads (none for work another loop watches, such as an ingest job's
-/// processing, which its own tick describes), and the job it asks Batch for.
-#[derive(Debug, Clone)]
-pub struct Submission {
-    pub claim_key: String,
-    pub open_key: Option<String>,
-    pub claim: Claim,
-    pub request: JobRequest,
-}
-
-/// Submits (granule, attempt) to Batch at most once, however often and concurrently it is asked.
-/// See [`submit_claim_once`].
+/// Submits (granule, attempt) to Batch at most once, however often and concurrently it is asked,
+/// with its claim under `claim_prefix` and its open marker under `open_prefix`.
 pub async fn submit_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
@@ -43,86 +34,59 @@ pub async fn submit_once(
     event: &GranuleProcessingEvent,
     claimed_by: &str,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    let claim = Claim::new(event, claimed_by, Utc::now());
-    let request = job_request(&claim.job_name, &claim.granule_id, claim.attempt);
+    let request = |c: &Claim| vec![job_request(&c.job_name, &c.granule_id, c.attempt)];
     let submission = Submission {
         claim_key: claim_key(claim_prefix, event),
         open_key: Some(claim_key(open_prefix, event)),
-        claim,
-        request,
+        claim: Claim::new(event, claimed_by, Utc::now()),
+        requests: &request,
     };
-    submit_claim_once(store, jobs, lease, &submission).await
+    submit_claim_once(store, jobs, lease, submission).await
 }
 
-/// Submits one unit of work to Batch at most once, however often and concurrently it is asked:
-/// the one submission protocol of every workflow.
-///
-/// The claim object is created with If-None-Match before SubmitJob and completed with the job id
-/// after it. A claim without a job id is left alone while its lease runs (its owner may be inside
-/// SubmitJob), then taken over with If-Match — so only one taker — and the job is looked up by its
-/// deterministic name before anything is submitted again.
+/// Submits one job of any workflow to Batch at most once (its claim says which; `request` is
+/// the job). A job not submitted this run is an error: the caller's next delivery or tick asks
+/// again.
 pub async fn submit_claim_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
     lease: Duration,
-    submission: &Submission,
+    submission: Submission<'_, Claim>,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    let key = &submission.claim_key;
-    let open = submission.open_key.as_deref();
-    match write_json(store, key, &submission.claim, PutCondition::IfAbsent).await {
-        Ok(etag) => {
-            return submit_claimed(store, jobs, submission, submission.claim.clone(), etag).await
+    let claimed_by = submission.claim.claimed_by.clone();
+    let submitter = Submitter {
+        store,
+        jobs,
+        lease,
+        concurrency: 1,
+        claimed_by: &claimed_by,
+    };
+    let mut done = match submitter.submit(submission).await? {
+        Submitted::InFlight { .. } => return Ok(SubmitOutcome::InFlight),
+        Submitted::Worked { jobs, .. } => jobs,
+    };
+    match done.pop() {
+        Some(JobSubmission::Submitted { job_id }) => Ok(SubmitOutcome::Submitted { job_id }),
+        Some(JobSubmission::AlreadySubmitted { job_id }) => {
+            Ok(SubmitOutcome::AlreadySubmitted { job_id })
         }
-        Err(e) if e.is_conflict() => {}
-        Err(e) => return Err(e),
+        Some(JobSubmission::Recovered { job_id }) => Ok(SubmitOutcome::Recovered { job_id }),
+        Some(JobSubmission::NotSubmitted { error, answer_lost }) => {
+            Err(RepositoryError::Jobs(JobRunnerError {
+                message: error,
+                may_have_taken_effect: answer_lost,
+                source: None,
+            }))
+        }
+        None => Err(RepositoryError::Jobs(JobRunnerError::refused(
+            "a claim of one job named no job",
+        ))),
     }
-    // Someone claimed it before. A handful of rounds covers every interleaving of one other writer.
-    for _ in 0..4 {
-        let Some(Versioned {
-            value: existing,
-            etag,
-        }) = read_json::<Claim>(store, key).await?
-        else {
-            // Claims are never deleted by granary; if an operator removed it, claim afresh.
-            return Box::pin(submit_claim_once(store, jobs, lease, submission)).await;
-        };
-        let etag = etag.unwrap_or_default();
-        if let Some(job_id) = existing.job_id.clone() {
-            return Ok(SubmitOutcome::AlreadySubmitted { job_id });
-        }
-        let age = Utc::now().signed_duration_since(existing.claimed_at);
-        if age.to_std().unwrap_or(Duration::ZERO) < lease
-            && !crate::mutants::on("claim-takeover-within-lease")
-        {
-            return Ok(SubmitOutcome::InFlight);
-        }
-        if let Some(job) = jobs.find_by_name(&existing.job_name).await? {
-            if let Some(open) = open {
-                mark_open(store, open).await?;
-            }
-            let recorded = Claim {
-                job_id: Some(job.job_id.clone()),
-                submitted_at: Some(Utc::now()),
-                ..existing
-            };
-            match write_json(store, key, &recorded, PutCondition::IfMatch(etag)).await {
-                Ok(_) => return Ok(SubmitOutcome::Recovered { job_id: job.job_id }),
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e),
-            }
-        }
-        let takeover = Claim {
-            claimed_at: Utc::now(),
-            claimed_by: submission.claim.claimed_by.clone(),
-            ..existing
-        };
-        match write_json(store, key, &takeover, PutCondition::IfMatch(etag)).await {
-            Ok(etag) => return submit_claimed(store, jobs, submission, takeover, etag).await,
-            Err(e) if e.is_conflict() => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(SubmitOutcome::InFlight)
+}
+
+/// A claim of one job whose request is `request` (an ingest job's processing).
+pub fn one_job(request: &JobRequest) -> impl Fn(&Claim) -> Vec<JobRequest> + Sync + '_ {
+    move |_| vec![request.clone()]
 }
 
 /// Puts the attempt in the open-claims index, which the reconciler reads: written before SubmitJob,
@@ -138,67 +102,13 @@ pub(crate) async fn mark_open(
     Ok(())
 }
 
-async fn submit_claimed(
-    store: &dyn ObjectStore,
-    jobs: &dyn JobRunner,
-    submission: &Submission,
-    claim: Claim,
-    etag: String,
-) -> Result<SubmitOutcome, RepositoryError> {
-    let key = submission.claim_key.as_str();
-    if let Some(open) = &submission.open_key {
-        mark_open(store, open).await?;
-    }
-    let request = submission.request.clone();
-    let job = match jobs.submit(request).await {
-        Ok(job) => job,
-        Err(e) if !e.may_have_taken_effect => {
-            // Refused (4xx, throttled) or never sent: no job exists, so the claim may be taken
-            // over at once by the next delivery.
-            let released = Claim {
-                claimed_at: chrono::DateTime::<Utc>::UNIX_EPOCH,
-                ..claim
-            };
-            if let Err(release) =
-                write_json(store, key, &released, PutCondition::IfMatch(etag)).await
-            {
-                tracing::warn!(claim = key, error = %release, "claim not released; it waits for its lease");
-            }
-            return Err(e.into());
-        }
-        Err(e) => {
-            // The answer was lost: Batch may have created the job. The claim keeps its lease, and
-            // whoever takes it over afterwards looks the job up by name before submitting.
-            tracing::warn!(claim = key, job_name = claim.job_name, error = %e, "SubmitJob's outcome is unknown; the claim keeps its lease");
-            return Err(e.into());
-        }
-    };
-    let recorded = Claim {
-        job_id: Some(job.job_id.clone()),
-        submitted_at: Some(Utc::now()),
-        ..claim
-    };
-    match write_json(store, key, &recorded, PutCondition::IfMatch(etag)).await {
-        Ok(_) => Ok(SubmitOutcome::Submitted { job_id: job.job_id }),
-        // Only a taker after the lease could have changed it: it will find our job by name.
-        Err(e) if e.is_conflict() => {
-            tracing::warn!(
-                claim = key,
-                job_id = job.job_id,
-                "claim changed while submitting; the job is findable by name"
-            );
-            Ok(SubmitOutcome::Submitted { job_id: job.job_id })
-        }
-        Err(e) => Err(e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
     use crate::domain::granule::GranuleId;
     use crate::ports::JobRequest;
+    use crate::repositories::json::write_json;
     use std::collections::BTreeMap;
 
     fn event() -> GranuleProcessingEvent {

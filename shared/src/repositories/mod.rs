@@ -4,8 +4,11 @@
 //!   others use).
 //! - [`tracker`]: the feeder's progress through its inventories.
 //! - [`hold`]: the feeder's hold.
-//! - [`claims`]: exactly-once submission of (granule, attempt), and the open-claims index.
-//! - [`windows`]: exactly-once submission of a window of first attempts (one claim a window).
+//! - [`submission`]: the one Batch submission protocol (claim, SubmitJob once, record, takeover
+//!   after the lease with a lookup by name), over a claim of one job or of a window.
+//! - [`claims`]: claims of one job (a later attempt, an ingest processing attempt), and the
+//!   open-claims index.
+//! - [`windows`]: the feeder's windows of first attempts (one claim a window).
 //! - [`items`]: item records, their history and the in-flight index.
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
@@ -18,10 +21,12 @@ pub mod items;
 pub mod json;
 pub mod logs;
 pub mod rejects;
+pub mod submission;
 pub mod tracker;
 pub mod windows;
 
-pub use claims::{submit_claim_once, submit_once, Submission, SubmitOutcome};
+pub use claims::{submit_claim_once, submit_once, SubmitOutcome};
 pub use hold::{place_hold, read_hold};
 pub use json::{read_json, write_json, RecordError, RepositoryError, Versioned};
+pub use submission::{JobSubmission, Submission, Submitted, Submitter};
 pub use tracker::{load_tracker, save_tracker};

@@ -349,6 +349,7 @@ mod tests {
     use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
     use crate::config::Config;
     use crate::domain::batch_event::JobStatus;
+    use crate::domain::claim::JobsClaim;
     use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
     use crate::domain::item::NewItem;
     use crate::handlers::Ctx;

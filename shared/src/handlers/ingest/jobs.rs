@@ -15,6 +15,7 @@ use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::domain::job_name::processing_job_name;
 use crate::handlers::transfer::{copy_into_store, Expected};
+use crate::repositories::claims::one_job;
 use crate::repositories::ingest::Changed;
 use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
 use chrono::{DateTime, Utc};
@@ -296,6 +297,7 @@ pub async fn process(
                 let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
                     IngestStepError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
                 })?;
+                let requests = one_job(&request);
                 let submission = Submission {
                     claim_key: ictx.ingest.keys.processing_claim(
                         &job.id,
@@ -311,13 +313,13 @@ pub async fn process(
                         "ingest-dispatcher",
                         now,
                     ),
-                    request,
+                    requests: &requests,
                 };
                 let id = match submit_claim_once(
                     ictx.store.as_ref(),
                     ictx.jobs.as_ref(),
                     ictx.claim_lease,
-                    &submission,
+                    submission,
                 )
                 .await?
                 {

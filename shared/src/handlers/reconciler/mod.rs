@@ -232,6 +232,7 @@ mod tests {
     use crate::adapters::memory::MemoryJobRunner;
     use crate::config::Config;
     use crate::domain::batch_event::JobStatus;
+    use crate::domain::claim::JobsClaim;
     use crate::domain::granule::GranuleId;
     use std::sync::Arc;
 
