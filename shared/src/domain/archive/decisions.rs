@@ -1,9 +1,299 @@
-//! What each event decides for an archive job, beside its table: a phase's tasks ending, an
-//! error being classified, when a retry may run.
+//! What each event decides for an archive job, beside its table: the step its state calls for
+//! on a tick ([`next_step`]), what its source's listing and its phase's tasks decide
+//! ([`on_source_listed`], [`on_source_unreadable`], [`on_phase_tasks`]), an operator's retry
+//! ([`on_operator_retry`]), when a retry may run. Pure: `handlers/archive/steps.rs` does the
+//! work a step names, in order, then writes the step's [`JobMove`].
 
 use super::job::{ArchiveState, Phase};
+use super::record::{ArchiveJob, TaskRecord};
+use crate::domain::machine::IllegalTransition;
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
+
+/// How long an archive job's source may fail to list before the job fails (a few dozen ticks
+/// of the dispatcher's schedule): long enough for a bucket policy being fixed, short enough that
+/// an operator sees the failure the same day.
+pub const SOURCE_UNREADABLE_GRACE: Duration = Duration::hours(1);
+
+/// What an archive job's state calls for on a tick: the work outside its record (done first, and
+/// idempotent, so a crash before the record moves is finished by the next tick), then one move.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArchiveStep {
+    /// Nothing now: it has ended, or waits for its retry time.
+    Wait,
+    /// List the source and write its shards; the listing decides the move
+    /// ([`on_source_listed`], [`on_source_unreadable`]).
+    ListSource,
+    /// Send the phase's due tasks (repairing a fan-out a dead mover left), then fan in
+    /// ([`on_phase_tasks`]).
+    RunPhase(Phase),
+    /// The phase's failed tasks back to pending, then the move (which starts the phase again).
+    RerunPhase { phase: Phase, then: JobMove },
+    /// Announce the job's failure, then the move.
+    Announce(JobMove),
+    /// Remove the temporaries — after a success also the staged archive, and announce it — then
+    /// the move, then close the job's open marker.
+    CleanUp { succeeded: bool, then: JobMove },
+    /// Only the move.
+    Move(JobMove),
+}
+
+/// One move of a job's record, from the state it was decided in (a record found in another
+/// state is left alone: someone else moved it) to `to`, setting `sets`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobMove {
+    pub from: ArchiveState,
+    pub to: ArchiveState,
+    pub reason: String,
+    pub sets: Vec<JobField>,
+    /// The phase whose tasks the mover sends once the record has moved.
+    pub starts: Option<Phase>,
+}
+
+/// A field a move sets on the record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobField {
+    /// The source's size, as listed.
+    Listed { shards: u32, objects: u64 },
+    /// Why it failed.
+    Failure(String),
+    /// The phase it erred in, and whether running it again may help.
+    Erred { phase: Phase, recoverable: bool },
+    /// When a recoverable error's retry may run.
+    RetryAt(Option<DateTime<Utc>>),
+    /// The phase runs again: the error is cleared; an automatic retry counts against the
+    /// phase's budget, an operator's does not.
+    Rerun { phase: Phase, automatic: bool },
+}
+
+impl JobMove {
+    fn to(from: ArchiveState, to: ArchiveState, reason: impl Into<String>) -> Self {
+        Self {
+            from,
+            to,
+            reason: reason.into(),
+            sets: Vec::new(),
+            starts: Phase::of(to),
+        }
+    }
+
+    fn setting(mut self, field: JobField) -> Self {
+        self.sets.push(field);
+        self
+    }
+
+    /// `job` moved, if it is still in `from`; `None` if it is not.
+    pub fn apply(
+        &self,
+        job: &ArchiveJob,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ArchiveJob>, IllegalTransition<ArchiveState>> {
+        if job.state != self.from {
+            return Ok(None);
+        }
+        let mut next = job.moved(self.to, self.reason.clone(), now)?;
+        for field in &self.sets {
+            match field {
+                JobField::Listed { shards, objects } => {
+                    next.shards = *shards;
+                    next.objects = *objects;
+                }
+                JobField::Failure(why) => next.failure = Some(why.clone()),
+                JobField::Erred { phase, recoverable } => {
+                    next.failed_phase = Some(*phase);
+                    next.recoverable = Some(*recoverable);
+                }
+                JobField::RetryAt(at) => next.retry_at = *at,
+                JobField::Rerun { phase, automatic } => {
+                    if *automatic {
+                        *next.retries.entry(*phase).or_insert(0) += 1;
+                    }
+                    next.retry_at = None;
+                    next.failure = None;
+                    next.recoverable = None;
+                }
+            }
+        }
+        Ok(Some(next))
+    }
+}
+
+/// How recoverable errors are retried (`GRANARY_ARCHIVE_MAX_RETRIES`, `…_BACKOFF_SECS`).
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub max_retries: u32,
+    pub backoff: Duration,
+}
+
+/// The step job calls for now.
+pub fn next_step(job: &ArchiveJob, now: DateTime<Utc>, policy: RetryPolicy) -> ArchiveStep {
+    use ArchiveState::*;
+    let step =
+        |to: ArchiveState, reason: &str| ArchiveStep::Move(JobMove::to(job.state, to, reason));
+    match job.state {
+        Uninitialized => ArchiveStep::ListSource,
+        Queued if job.failure.is_some() || job.objects == 0 => {
+            let why = job
+                .failure
+                .clone()
+                .unwrap_or_else(|| format!("{} holds no object to archive", job.source));
+            ArchiveStep::Move(JobMove::to(Queued, Failure, &why).setting(JobField::Failure(why)))
+        }
+        Queued => step(Processing, "taken by the schedule"),
+        Processing => step(ActivityArchiving, "archiving its shards"),
+        ActivityArchiving | PostProcessing | Store => match Phase::of(job.state) {
+            Some(phase) => ArchiveStep::RunPhase(phase),
+            None => ArchiveStep::Wait,
+        },
+        Error => ArchiveStep::Move(on_error(job, now, policy)),
+        RecoverableError => match job.failed_phase {
+            Some(phase) if job.retry_at.is_none_or(|at| at <= now) => ArchiveStep::RerunPhase {
+                phase,
+                then: JobMove::to(RecoverableError, phase.state(), "retrying its failed tasks")
+                    .setting(JobField::Rerun {
+                        phase,
+                        automatic: true,
+                    }),
+            },
+            _ => ArchiveStep::Wait,
+        },
+        Failure => step(ErrorHandling, "handling the failure"),
+        ErrorHandling => {
+            ArchiveStep::Announce(JobMove::to(ErrorHandling, Cleanup, "failure announced"))
+        }
+        Cleanup if job.failure.is_none() => ArchiveStep::CleanUp {
+            succeeded: true,
+            then: JobMove::to(Cleanup, Completed, "stored, verified, cleaned up"),
+        },
+        Cleanup => ArchiveStep::CleanUp {
+            succeeded: false,
+            then: JobMove::to(Cleanup, Failed, "failed; cleaned up"),
+        },
+        Completed | Failed => ArchiveStep::Wait,
+    }
+}
+
+/// An error: a retry at its backoff while recoverable with retries left, else failure.
+fn on_error(job: &ArchiveJob, now: DateTime<Utc>, policy: RetryPolicy) -> JobMove {
+    let used = job
+        .failed_phase
+        .and_then(|p| job.retries.get(&p).copied())
+        .unwrap_or(0);
+    let recoverable = job.recoverable.unwrap_or(false);
+    let (to, at) = after_error(recoverable, used, policy.max_retries, policy.backoff, now);
+    let reason = match to {
+        ArchiveState::RecoverableError => {
+            format!("recoverable: retry {} of {}", used + 1, policy.max_retries)
+        }
+        _ if recoverable => format!("retries spent ({used}): {}", job.reason),
+        _ => format!("not recoverable: {}", job.reason),
+    };
+    let mv = JobMove::to(ArchiveState::Error, to, reason).setting(JobField::RetryAt(at));
+    if to == ArchiveState::Failure {
+        mv.setting(JobField::Failure(job.reason.clone()))
+    } else {
+        mv
+    }
+}
+
+/// The source listed: `objects` keys in `shards` shards (written before this move).
+pub fn on_source_listed(shards: u32, objects: u64) -> JobMove {
+    JobMove::to(
+        ArchiveState::Uninitialized,
+        ArchiveState::Queued,
+        format!("{objects} objects in {shards} shards"),
+    )
+    .setting(JobField::Listed { shards, objects })
+}
+
+/// The source could not be listed (`error`): tried again each tick while it may pass
+/// (throttled, a grant on its way) — `None` — and past [`SOURCE_UNREADABLE_GRACE`] the job
+/// fails with S3's reason rather than stay uninitialized for ever.
+pub fn on_source_unreadable(job: &ArchiveJob, error: &str, now: DateTime<Utc>) -> Option<JobMove> {
+    if now.signed_duration_since(job.created_at) < SOURCE_UNREADABLE_GRACE {
+        return None;
+    }
+    let why = format!(
+        "{} could not be listed for {} minutes: {error}",
+        job.source,
+        SOURCE_UNREADABLE_GRACE.num_minutes()
+    );
+    Some(
+        JobMove::to(ArchiveState::Uninitialized, ArchiveState::Queued, &why)
+            .setting(JobField::Failure(why)),
+    )
+}
+
+/// The names of a phase's tasks.
+pub fn task_names(job: &ArchiveJob, phase: Phase) -> Vec<String> {
+    match phase {
+        Phase::ActivityArchiving => (0..job.shards).map(|n| format!("shard-{n:05}")).collect(),
+        Phase::PostProcessing => vec!["post".to_owned()],
+        Phase::Store => (0..job.destinations.len())
+            .map(|n| format!("dest-{n:02}"))
+            .collect(),
+    }
+}
+
+/// The phase's fan-in: once every task has ended the job moves on (every task done) or errs
+/// (some failed); `None` while it runs (or before every task exists).
+pub fn on_phase_tasks(job: &ArchiveJob, phase: Phase, tasks: &[TaskRecord]) -> Option<JobMove> {
+    if job.state != phase.state() || tasks.len() < task_names(job, phase).len() {
+        return None;
+    }
+    let states: Vec<TaskState> = tasks.iter().map(|t| t.state).collect();
+    match phase_progress(&states) {
+        PhaseProgress::Running => None,
+        PhaseProgress::Done => Some(JobMove::to(
+            phase.state(),
+            phase.next(),
+            format!("{phase}: all {} tasks done", tasks.len()),
+        )),
+        PhaseProgress::Failed { recoverable } => {
+            let reasons: Vec<String> = tasks
+                .iter()
+                .filter(|t| matches!(t.state, TaskState::Failed { .. }))
+                .map(|t| format!("{}: {}", t.task, t.reason))
+                .collect();
+            Some(
+                JobMove::to(
+                    phase.state(),
+                    ArchiveState::Error,
+                    format!("{phase} failed: {}", reasons.join("; ")),
+                )
+                .setting(JobField::Erred { phase, recoverable }),
+            )
+        }
+    }
+}
+
+/// `granary archive retry`: a failed job runs the phase that failed again (its failed tasks
+/// only, not counted against its budget). `Err` says why it cannot.
+pub fn on_operator_retry(job: &ArchiveJob) -> Result<(Phase, JobMove), String> {
+    if job.state != ArchiveState::Failed {
+        return Err(format!(
+            "archive job {} is {}, not failed",
+            job.id, job.state
+        ));
+    }
+    let Some(phase) = job.failed_phase else {
+        return Err(format!(
+            "archive job {} failed before any phase ran ({}): create it again",
+            job.id,
+            job.failure.as_deref().unwrap_or("no reason kept")
+        ));
+    };
+    let mv = JobMove::to(
+        ArchiveState::Failed,
+        phase.state(),
+        "retried by an operator",
+    )
+    .setting(JobField::Rerun {
+        phase,
+        automatic: false,
+    });
+    Ok((phase, mv))
+}
 
 /// A task of a phase, as its record says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,12 +364,6 @@ pub fn backoff(base: Duration, n: u32) -> Duration {
     (base * factor).min(Duration::hours(1))
 }
 
-/// The phase a failed job's retry restarts: the one that failed; a job that failed before any
-/// phase ran cannot be retried (its source is the problem: create it again).
-pub fn retry_target(failed_phase: Option<Phase>) -> Option<ArchiveState> {
-    failed_phase.map(Phase::state)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +395,201 @@ mod tests {
         assert_eq!(after_error(true, 2, 2, base, now).0, ArchiveState::Failure);
         assert_eq!(after_error(false, 0, 2, base, now).0, ArchiveState::Failure);
         assert_eq!(backoff(base, 40), Duration::hours(1));
-        assert_eq!(retry_target(Some(Phase::Store)), Some(ArchiveState::Store));
-        assert_eq!(retry_target(None), None);
+    }
+
+    fn job(state: ArchiveState) -> ArchiveJob {
+        let source = super::super::record::ArchiveSource {
+            bucket: "src".into(),
+            prefix: "p/".into(),
+        };
+        let mut j = ArchiveJob::new("a-1", source, Vec::new(), Utc::now());
+        j.state = state;
+        j.shards = 2;
+        j.objects = 3;
+        j
+    }
+
+    fn task(name: &str, state: TaskState) -> TaskRecord {
+        TaskRecord {
+            job: "a-1".into(),
+            phase: Phase::ActivityArchiving,
+            task: name.into(),
+            state,
+            reason: "disk full".into(),
+            runs: 1,
+            sent_at: None,
+            members: Vec::new(),
+        }
+    }
+
+    const POLICY: RetryPolicy = RetryPolicy {
+        max_retries: 2,
+        backoff: Duration::seconds(30),
+    };
+
+    #[test]
+    fn every_state_calls_for_its_step_and_each_move_is_in_the_table() {
+        use ArchiveState as S;
+        let now = Utc::now();
+        for state in S::ALL {
+            let j = job(state);
+            let step = next_step(&j, now, POLICY);
+            let mv = match &step {
+                ArchiveStep::Move(m) | ArchiveStep::Announce(m) => Some(m),
+                ArchiveStep::RerunPhase { then, .. } | ArchiveStep::CleanUp { then, .. } => {
+                    Some(then)
+                }
+                ArchiveStep::Wait | ArchiveStep::ListSource | ArchiveStep::RunPhase(_) => None,
+            };
+            if let Some(mv) = mv {
+                assert_eq!(mv.from, state);
+                let moved = mv.apply(&j, now).unwrap().unwrap();
+                assert_eq!(moved.state, mv.to, "{state}");
+                // A record someone else moved meanwhile is left alone.
+                assert_eq!(mv.apply(&job(S::Completed), now).unwrap(), None);
+            }
+        }
+        assert_eq!(
+            next_step(&job(S::Uninitialized), now, POLICY),
+            ArchiveStep::ListSource
+        );
+        assert_eq!(
+            next_step(&job(S::Store), now, POLICY),
+            ArchiveStep::RunPhase(Phase::Store)
+        );
+        assert_eq!(
+            next_step(&job(S::Completed), now, POLICY),
+            ArchiveStep::Wait
+        );
+        // Processing starts the first phase's tasks once moved.
+        let ArchiveStep::Move(mv) = next_step(&job(S::Processing), now, POLICY) else {
+            panic!()
+        };
+        assert_eq!(mv.starts, Some(Phase::ActivityArchiving));
+        // An empty source fails at Queued, with the reason kept.
+        let mut empty = job(S::Queued);
+        empty.objects = 0;
+        let ArchiveStep::Move(mv) = next_step(&empty, now, POLICY) else {
+            panic!()
+        };
+        let failed = mv.apply(&empty, now).unwrap().unwrap();
+        assert_eq!(failed.state, S::Failure);
+        assert_eq!(
+            failed.failure.as_deref(),
+            Some("s3://src/p/ holds no object to archive")
+        );
+        // A failed job's cleanup keeps its staged archive and ends Failed.
+        let mut failing = job(S::Cleanup);
+        failing.failure = Some("x".into());
+        assert!(matches!(
+            next_step(&failing, now, POLICY),
+            ArchiveStep::CleanUp { succeeded: false, then } if then.to == S::Failed
+        ));
+    }
+
+    #[test]
+    fn an_error_is_retried_after_its_backoff_until_the_budget_is_spent_then_fails() {
+        let now = Utc::now();
+        let mut erred = job(ArchiveState::Error);
+        erred.failed_phase = Some(Phase::Store);
+        erred.recoverable = Some(true);
+        erred.reason = "throttled".into();
+        let ArchiveStep::Move(mv) = next_step(&erred, now, POLICY) else {
+            panic!()
+        };
+        let waiting = mv.apply(&erred, now).unwrap().unwrap();
+        assert_eq!(waiting.state, ArchiveState::RecoverableError);
+        assert_eq!(waiting.reason, "recoverable: retry 1 of 2");
+        assert_eq!(next_step(&waiting, now, POLICY), ArchiveStep::Wait);
+        let later = now + Duration::seconds(31);
+        let ArchiveStep::RerunPhase { phase, then } = next_step(&waiting, later, POLICY) else {
+            panic!()
+        };
+        assert_eq!((phase, then.starts), (Phase::Store, Some(Phase::Store)));
+        let rerun = then.apply(&waiting, later).unwrap().unwrap();
+        assert_eq!(rerun.retries.get(&Phase::Store), Some(&1));
+        assert_eq!((rerun.recoverable, rerun.retry_at), (None, None));
+        // Spent: fails with the error's reason.
+        erred.retries.insert(Phase::Store, 2);
+        let ArchiveStep::Move(mv) = next_step(&erred, now, POLICY) else {
+            panic!()
+        };
+        let failed = mv.apply(&erred, now).unwrap().unwrap();
+        assert_eq!(failed.state, ArchiveState::Failure);
+        assert_eq!(failed.reason, "retries spent (2): throttled");
+        assert_eq!(failed.failure.as_deref(), Some("throttled"));
+    }
+
+    #[test]
+    fn a_source_unreadable_past_the_grace_fails_the_job_with_s3s_reason() {
+        let j = job(ArchiveState::Uninitialized);
+        assert_eq!(on_source_unreadable(&j, "AccessDenied", j.created_at), None);
+        let late = j.created_at + SOURCE_UNREADABLE_GRACE;
+        let mv = on_source_unreadable(&j, "AccessDenied", late).unwrap();
+        let queued = mv.apply(&j, late).unwrap().unwrap();
+        assert_eq!(queued.state, ArchiveState::Queued);
+        assert!(queued
+            .failure
+            .unwrap()
+            .ends_with("for 60 minutes: AccessDenied"));
+        let listed = on_source_listed(4, 7).apply(&j, late).unwrap().unwrap();
+        assert_eq!((listed.shards, listed.objects), (4, 7));
+    }
+
+    #[test]
+    fn a_phase_fans_in_once_every_task_exists_and_has_ended() {
+        let j = job(ArchiveState::ActivityArchiving);
+        let phase = Phase::ActivityArchiving;
+        // Two shards: one task is not enough, a pending one is not ended.
+        assert_eq!(
+            on_phase_tasks(&j, phase, &[task("shard-00000", Done)]),
+            None
+        );
+        let both = [task("shard-00000", Done), task("shard-00001", Pending)];
+        assert_eq!(on_phase_tasks(&j, phase, &both), None);
+        let done = [task("shard-00000", Done), task("shard-00001", Done)];
+        let mv = on_phase_tasks(&j, phase, &done).unwrap();
+        assert_eq!(
+            (mv.to, mv.starts),
+            (ArchiveState::PostProcessing, Some(Phase::PostProcessing))
+        );
+        let failed = [
+            task("shard-00000", Done),
+            task("shard-00001", Failed { recoverable: true }),
+        ];
+        let mv = on_phase_tasks(&j, phase, &failed).unwrap();
+        assert_eq!(
+            mv.reason,
+            "activity-archiving failed: shard-00001: disk full"
+        );
+        let erred = mv.apply(&j, Utc::now()).unwrap().unwrap();
+        assert_eq!(
+            (erred.failed_phase, erred.recoverable),
+            (Some(phase), Some(true))
+        );
+        // A job that has left the phase does not fan in again.
+        assert_eq!(
+            on_phase_tasks(&job(ArchiveState::Store), phase, &done),
+            None
+        );
+    }
+
+    #[test]
+    fn an_operator_retries_only_a_failed_job_that_reached_a_phase() {
+        let mut j = job(ArchiveState::Failed);
+        assert!(on_operator_retry(&j)
+            .unwrap_err()
+            .contains("before any phase ran"));
+        j.failed_phase = Some(Phase::Store);
+        let (phase, mv) = on_operator_retry(&j).unwrap();
+        assert_eq!((phase, mv.to), (Phase::Store, ArchiveState::Store));
+        let rerun = mv.apply(&j, Utc::now()).unwrap().unwrap();
+        assert!(
+            rerun.retries.is_empty(),
+            "an operator's retry is not counted"
+        );
+        assert!(on_operator_retry(&job(ArchiveState::Store))
+            .unwrap_err()
+            .contains("not failed"));
     }
 }

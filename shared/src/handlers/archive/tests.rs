@@ -546,7 +546,9 @@ async fn a_source_that_cannot_be_listed_fails_the_job_after_its_grace() {
     let t = tick(&w.actx, Utc::now()).await.unwrap();
     assert_eq!(t.errors, 1, "{t:?}");
     assert_eq!(w.job(&id).await.state, ArchiveState::Uninitialized);
-    let later = Utc::now() + steps::SOURCE_UNREADABLE_GRACE + chrono::Duration::minutes(1);
+    let later = Utc::now()
+        + crate::domain::archive::decisions::SOURCE_UNREADABLE_GRACE
+        + chrono::Duration::minutes(1);
     for _ in 0..10 {
         tick(&w.actx, later).await.unwrap();
         w.deliver(false).await;
