@@ -4,6 +4,7 @@
 //! job are each an enum of states made a [`State`] by [`state_machine!`]; their tables are data,
 //! their checks and parsing this module's.
 
+use chrono::{DateTime, Utc};
 use std::fmt;
 
 /// Who makes a transition.
@@ -131,6 +132,71 @@ macro_rules! state_machine {
             }
         }
     };
+}
+
+/// A record whose state moves by its machine's table: the ingest job and batch, the archive job.
+pub trait Record: Clone {
+    type State: State;
+    fn state(&self) -> Self::State;
+    /// The record after its state → `to`, the transition recorded (reason, time, history).
+    fn transition(
+        &self,
+        to: Self::State,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalTransition<Self::State>>;
+}
+
+/// A move a decision made: taken only while the record is in one of `from` (empty: any state the
+/// table lets move to `to`) — a record found elsewhere was moved by someone else and is left
+/// alone — to `to`, for `reason`. Handlers write it with a compare-and-swap; they decide nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move<S: State> {
+    pub from: Vec<S>,
+    pub to: S,
+    pub reason: String,
+}
+
+impl<S: State> Move<S> {
+    pub fn new(from: &[S], to: S, reason: impl Into<String>) -> Self {
+        Self {
+            from: from.to_vec(),
+            to,
+            reason: reason.into(),
+        }
+    }
+
+    /// `record` moved, or `None` if it is not in a state the move is from.
+    pub fn apply<R: Record<State = S>>(
+        &self,
+        record: &R,
+        now: DateTime<Utc>,
+    ) -> Result<Option<R>, IllegalTransition<S>> {
+        self.apply_with(record, now, |_| {})
+    }
+
+    /// Like [`Move::apply`], with `edit` applied to the moved record (the facts the move records).
+    pub fn apply_with<R: Record<State = S>>(
+        &self,
+        record: &R,
+        now: DateTime<Utc>,
+        edit: impl Fn(&mut R),
+    ) -> Result<Option<R>, IllegalTransition<S>> {
+        if !self.from.is_empty() && !self.from.contains(&record.state()) {
+            return Ok(None);
+        }
+        let mut next = record.transition(self.to, &self.reason, now)?;
+        edit(&mut next);
+        Ok(Some(next))
+    }
+
+    /// [`Move::apply`] as a compare-and-swap decision (its error as text).
+    pub fn decide<R: Record<State = S>>(
+        &self,
+        now: DateTime<Utc>,
+    ) -> impl Fn(&R) -> Result<Option<R>, String> + '_ {
+        move |r| self.apply(r, now).map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

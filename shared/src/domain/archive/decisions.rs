@@ -6,7 +6,7 @@
 
 use super::job::{ArchiveState, Phase};
 use super::record::{ArchiveJob, TaskRecord};
-use crate::domain::machine::IllegalTransition;
+use crate::domain::machine::{IllegalTransition, Move};
 use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -38,13 +38,11 @@ pub enum ArchiveStep {
     Move(JobMove),
 }
 
-/// One move of a job's record, from the state it was decided in (a record found in another
-/// state is left alone: someone else moved it) to `to`, setting `sets`.
+/// One move of a job's record (the kernel's [`Move`], from the state it was decided in), setting
+/// `sets`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobMove {
-    pub from: ArchiveState,
-    pub to: ArchiveState,
-    pub reason: String,
+    pub moves: Move<ArchiveState>,
     pub sets: Vec<JobField>,
     /// The phase whose tasks the mover sends once the record has moved.
     pub starts: Option<Phase>,
@@ -69,9 +67,7 @@ pub enum JobField {
 impl JobMove {
     fn to(from: ArchiveState, to: ArchiveState, reason: impl Into<String>) -> Self {
         Self {
-            from,
-            to,
-            reason: reason.into(),
+            moves: Move::new(&[from], to, reason),
             sets: Vec::new(),
             starts: Phase::of(to),
         }
@@ -88,10 +84,10 @@ impl JobMove {
         job: &ArchiveJob,
         now: DateTime<Utc>,
     ) -> Result<Option<ArchiveJob>, IllegalTransition<ArchiveState>> {
-        if job.state != self.from {
-            return Ok(None);
-        }
-        let mut next = job.moved(self.to, self.reason.clone(), now)?;
+        self.moves.apply_with(job, now, |next| self.set(next))
+    }
+
+    fn set(&self, next: &mut ArchiveJob) {
         for field in &self.sets {
             match field {
                 JobField::Listed { shards, objects } => {
@@ -114,7 +110,6 @@ impl JobMove {
                 }
             }
         }
-        Ok(Some(next))
     }
 }
 
@@ -442,9 +437,9 @@ mod tests {
                 ArchiveStep::Wait | ArchiveStep::ListSource | ArchiveStep::RunPhase(_) => None,
             };
             if let Some(mv) = mv {
-                assert_eq!(mv.from, state);
+                assert_eq!(mv.moves.from, vec![state]);
                 let moved = mv.apply(&j, now).unwrap().unwrap();
-                assert_eq!(moved.state, mv.to, "{state}");
+                assert_eq!(moved.state, mv.moves.to, "{state}");
                 // A record someone else moved meanwhile is left alone.
                 assert_eq!(mv.apply(&job(S::Completed), now).unwrap(), None);
             }
@@ -483,7 +478,7 @@ mod tests {
         failing.failure = Some("x".into());
         assert!(matches!(
             next_step(&failing, now, POLICY),
-            ArchiveStep::CleanUp { succeeded: false, then } if then.to == S::Failed
+            ArchiveStep::CleanUp { succeeded: false, then } if then.moves.to == S::Failed
         ));
     }
 
@@ -550,7 +545,7 @@ mod tests {
         let done = [task("shard-00000", Done), task("shard-00001", Done)];
         let mv = on_phase_tasks(&j, phase, &done).unwrap();
         assert_eq!(
-            (mv.to, mv.starts),
+            (mv.moves.to, mv.starts),
             (ArchiveState::PostProcessing, Some(Phase::PostProcessing))
         );
         let failed = [
@@ -559,7 +554,7 @@ mod tests {
         ];
         let mv = on_phase_tasks(&j, phase, &failed).unwrap();
         assert_eq!(
-            mv.reason,
+            mv.moves.reason,
             "activity-archiving failed: shard-00001: disk full"
         );
         let erred = mv.apply(&j, Utc::now()).unwrap().unwrap();
@@ -582,7 +577,7 @@ mod tests {
             .contains("before any phase ran"));
         j.failed_phase = Some(Phase::Store);
         let (phase, mv) = on_operator_retry(&j).unwrap();
-        assert_eq!((phase, mv.to), (Phase::Store, ArchiveState::Store));
+        assert_eq!((phase, mv.moves.to), (Phase::Store, ArchiveState::Store));
         let rerun = mv.apply(&j, Utc::now()).unwrap().unwrap();
         assert!(
             rerun.retries.is_empty(),

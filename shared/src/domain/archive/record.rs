@@ -182,6 +182,21 @@ pub struct TaskRecord {
     pub members: Vec<super::manifest::Member>,
 }
 
+impl crate::domain::machine::Record for ArchiveJob {
+    type State = ArchiveState;
+    fn state(&self) -> ArchiveState {
+        self.state
+    }
+    fn transition(
+        &self,
+        to: ArchiveState,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalTransition<ArchiveState>> {
+        self.moved(to, reason, now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -169,6 +169,36 @@ impl JobRecord {
     }
 }
 
+impl crate::domain::machine::Record for BatchRecord {
+    type State = BatchState;
+    fn state(&self) -> BatchState {
+        self.state
+    }
+    fn transition(
+        &self,
+        to: BatchState,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalTransition<BatchState>> {
+        self.moved(to, reason, now)
+    }
+}
+
+impl crate::domain::machine::Record for JobRecord {
+    type State = JobState;
+    fn state(&self) -> JobState {
+        self.state
+    }
+    fn transition(
+        &self,
+        to: JobState,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Self, IllegalTransition<JobState>> {
+        self.moved(to, reason, now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

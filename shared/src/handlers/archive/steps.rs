@@ -260,5 +260,5 @@ pub async fn retry(
             "archive job {id} changed meanwhile; look again"
         )));
     }
-    Ok(mv.to)
+    Ok(mv.moves.to)
 }

@@ -4,6 +4,7 @@
 use super::{holds, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTES};
 use crate::contracts::ingest::BatchAnnouncement;
 use crate::domain::ingest::batch::{reported_state, BatchState};
+use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::{self, ManifestKind, ManifestObject, Payload};
@@ -19,18 +20,6 @@ async fn batches_in(
     state: BatchState,
 ) -> Result<Vec<BatchRecord>, IngestStepError> {
     Ok(ictx.ingest.batches_in(state).await?)
-}
-
-fn moved(
-    to: BatchState,
-    reason: String,
-    now: DateTime<Utc>,
-) -> impl Fn(&BatchRecord) -> Result<Option<BatchRecord>, String> {
-    move |b| {
-        b.moved(to, reason.clone(), now)
-            .map(Some)
-            .map_err(|e| e.to_string())
-    }
 }
 
 /// Reads a manifest (or an object's manifest): `s3://<granary's bucket>/key` from the store,
@@ -136,8 +125,9 @@ pub async fn spawn(
 ) -> Result<(), IngestStepError> {
     for batch in batches_in(ictx, BatchState::Pending).await? {
         if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
+            let held = decisions::on_batch_pending(Some(&hold), 0);
             ictx.ingest
-                .change_batch(&batch.id, moved(BatchState::Held, hold, now))
+                .change_batch(&batch.id, held.decide(now))
                 .await?;
             s.batches_held += 1;
             continue;
@@ -149,14 +139,12 @@ pub async fn spawn(
             s.jobs_created += 1;
         }
         let count = objects.len();
+        let mv = decisions::on_batch_pending(None, count);
         let spawned = ictx
             .ingest
             .change_batch(&batch.id, |b| {
-                let mut next = b
-                    .moved(BatchState::Processing, format!("{count} jobs created"), now)
-                    .map_err(|e| e.to_string())?;
-                next.jobs = count;
-                Ok(Some(next))
+                mv.apply_with(b, now, |next| next.jobs = count)
+                    .map_err(|e| e.to_string())
             })
             .await?;
         if matches!(spawned, Changed::Moved(_)) {
@@ -210,18 +198,10 @@ pub async fn report(
             .iter()
             .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
             .count();
-        // A processing batch's jobs were created before it became processing: none left in
-        // its index means an operator deleted them all (its last held ones, say), and the
-        // batch reports what it has rather than wait for ever.
-        if running > 0 {
-            continue;
+        // A processing batch's jobs were created before it became processing.
+        if let Some(mv) = decisions::on_batch_jobs(running) {
+            ictx.ingest.change_batch(&batch.id, mv.decide(now)).await?;
         }
-        ictx.ingest
-            .change_batch(
-                &batch.id,
-                moved(BatchState::Reporting, "every job has ended".to_owned(), now),
-            )
-            .await?;
     }
     for state in [BatchState::Reporting, BatchState::UpdateReporting] {
         for batch in batches_in(ictx, state).await? {
@@ -321,24 +301,14 @@ async fn write_report(
             tracing::warn!(batch = %batch.id, error = %e, "batch report callback failed");
         }
     }
+    let (completed, failed) = (report.completed.len(), report.failed.len());
     ictx.ingest
         .change_batch(&batch.id, |b| {
-            if b.reports >= number {
+            let Some(mv) = decisions::on_reported(b, number, completed, failed) else {
                 return Ok(None);
-            }
-            let mut next = b
-                .moved(
-                    to,
-                    format!(
-                        "report {number}: {} completed, {} failed",
-                        report.completed.len(),
-                        report.failed.len()
-                    ),
-                    now,
-                )
-                .map_err(|e| e.to_string())?;
-            next.reports = number;
-            Ok(Some(next))
+            };
+            mv.apply_with(b, now, |next| next.reports = number)
+                .map_err(|e| e.to_string())
         })
         .await?;
     Ok(())
@@ -351,6 +321,7 @@ pub async fn clean_up(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
+    let (job_gone, batch_gone) = decisions::on_cleaned_up();
     for batch in batches_in(ictx, BatchState::Completed).await? {
         if !archived(ictx, &batch, now).await? {
             s.batches_waiting_for_archive += 1;
@@ -362,23 +333,11 @@ pub async fn clean_up(
             }
             remove_files(ictx, &job.id).await?;
             ictx.ingest
-                .change_job(&job.id, |j| {
-                    (j.state == JobState::Completed)
-                        .then(|| j.moved(JobState::Deleted, "batch cleaned up", now))
-                        .transpose()
-                        .map_err(|e| e.to_string())
-                })
+                .change_job(&job.id, job_gone.decide(now))
                 .await?;
         }
         ictx.ingest
-            .change_batch(
-                &batch.id,
-                moved(
-                    BatchState::Deleted,
-                    "cleaned up after completion".to_owned(),
-                    now,
-                ),
-            )
+            .change_batch(&batch.id, batch_gone.decide(now))
             .await?;
         s.batches_cleaned += 1;
     }

@@ -4,6 +4,7 @@
 
 use super::{IngestCtx, IngestStepError};
 use crate::domain::ingest::batch::BatchState;
+use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
@@ -115,6 +116,7 @@ pub async fn release_unheld(
     now: DateTime<Utc>,
 ) -> Result<Released, IngestStepError> {
     let mut out = Released::default();
+    let (job_back, batch_back) = decisions::on_released(reason);
     for b in ictx.ingest.batches_in(BatchState::Held).await? {
         let covered = match target {
             None => true,
@@ -125,12 +127,7 @@ pub async fn release_unheld(
         if covered && batch_held_by(ictx, &b).await?.is_none() {
             let changed = ictx
                 .ingest
-                .change_batch(&b.id, |r| {
-                    (r.state == BatchState::Held)
-                        .then(|| r.moved(BatchState::Pending, reason, now))
-                        .transpose()
-                        .map_err(|e| e.to_string())
-                })
+                .change_batch(&b.id, batch_back.decide(now))
                 .await?;
             if matches!(changed, Changed::Moved(_)) {
                 out.batches.push(b.id.clone());
@@ -156,12 +153,7 @@ pub async fn release_unheld(
         }
         let changed = ictx
             .ingest
-            .change_job(&job.id, |r| {
-                (r.state == JobState::Held)
-                    .then(|| r.moved(JobState::Pending, reason, now))
-                    .transpose()
-                    .map_err(|e| e.to_string())
-            })
+            .change_job(&job.id, job_back.decide(now))
             .await?;
         if matches!(changed, Changed::Moved(_)) {
             out.jobs.push(job.id.clone());

@@ -14,6 +14,7 @@ use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::domain::job_name::processing_job_name;
+use crate::domain::machine::Move;
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::repositories::claims::one_job;
 use crate::repositories::ingest::Changed;
@@ -40,28 +41,19 @@ async fn taken(
     Ok(out)
 }
 
-/// Moves `job` from the state it was taken in to `to`, with `edit` applied to the new record.
-/// `Ok(false)` when someone else moved it first.
+/// Writes the move a decision made for `job`, with `edit` applied to the new record (the facts
+/// the step learnt). `Ok(false)` when someone else moved it first.
 async fn advance(
     ictx: &IngestCtx,
     job: &JobRecord,
-    to: JobState,
-    reason: String,
+    mv: &Move<JobState>,
     now: DateTime<Utc>,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<bool, IngestStepError> {
-    let from = job.state;
     let changed = ictx
         .ingest
         .change_job(&job.id, |r| {
-            if r.state != from {
-                return Ok(None);
-            }
-            let mut next = r
-                .moved(to, reason.clone(), now)
-                .map_err(|e| e.to_string())?;
-            edit(&mut next);
-            Ok(Some(next))
+            mv.apply_with(r, now, &edit).map_err(|e| e.to_string())
         })
         .await?;
     Ok(matches!(changed, Changed::Moved(_)))
@@ -75,9 +67,9 @@ pub async fn dispatch(
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Pending, s).await? {
         let hold = super::holds::job_held_by(ictx, &job).await?;
-        let (to, reason) = decisions::on_dispatch(&job, hold.as_deref());
-        if advance(ictx, &job, to, reason, now, |_| {}).await? {
-            match to {
+        let mv = decisions::on_dispatch(&job, hold.as_deref());
+        if advance(ictx, &job, &mv, now, |_| {}).await? {
+            match mv.to {
                 JobState::Failed => s.failed += 1,
                 JobState::Held => s.held += 1,
                 _ => s.dispatched += 1,
@@ -111,12 +103,7 @@ pub async fn estimate(
         let need = total.unwrap_or(0);
         let priority =
             decisions::priority_after_estimate(job.priority, need, ictx.settings.large_job_bytes);
-        let reason = if need == 0 {
-            "estimated: size unknown".to_owned()
-        } else {
-            format!("estimated: {need} bytes")
-        };
-        if advance(ictx, &job, JobState::Provisioning, reason, now, |r| {
+        if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
             r.space_needed = need;
             r.priority = priority;
         })
@@ -152,15 +139,13 @@ pub async fn provision(
 ) -> Result<(), IngestStepError> {
     let mut used = in_flight(ictx).await?;
     for job in taken(ictx, JobState::Provisioning, s).await? {
-        if !decisions::admits(job.space_needed, used, ictx.settings.capacity_bytes) {
+        let admitted =
+            decisions::on_provisioning(job.space_needed, used, ictx.settings.capacity_bytes);
+        let Some(mv) = admitted else {
             s.waiting_for_capacity += 1;
             continue;
-        }
-        let reason = format!(
-            "room for {} bytes ({used} of {} in use)",
-            job.space_needed, ictx.settings.capacity_bytes
-        );
-        if advance(ictx, &job, JobState::Downloading, reason, now, |_| {}).await? {
+        };
+        if advance(ictx, &job, &mv, now, |_| {}).await? {
             used = used.saturating_add(job.space_needed);
             s.provisioned += 1;
         }
@@ -222,15 +207,8 @@ pub async fn download(
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Downloading, s).await? {
         let Payload::Files { files } = &job.object.payload else {
-            advance(
-                ictx,
-                &job,
-                JobState::Failed,
-                "no files to download".to_owned(),
-                now,
-                |_| {},
-            )
-            .await?;
+            let mv = decisions::on_downloaded(Err("no files to download"));
+            advance(ictx, &job, &mv, now, |_| {}).await?;
             continue;
         };
         // The job's files download in parallel (in manifest order for the record); the first
@@ -250,24 +228,22 @@ pub async fn download(
                 }
             }
         }
-        match failure {
-            Some(why) => {
-                if advance(ictx, &job, JobState::Failed, why, now, |_| {}).await? {
-                    s.failed += 1;
-                }
+        let mv = decisions::on_downloaded(match &failure {
+            Some(why) => Err(why.as_str()),
+            None => Ok(stored.as_slice()),
+        });
+        let size: u64 = stored.iter().map(|f| f.size).sum();
+        let moved = advance(ictx, &job, &mv, now, |r| {
+            if failure.is_none() {
+                r.stored = stored.clone();
+                r.space_needed = size;
             }
-            None => {
-                let size: u64 = stored.iter().map(|f| f.size).sum();
-                let reason = format!("{} files, {size} bytes stored", stored.len());
-                if advance(ictx, &job, JobState::Processing, reason, now, |r| {
-                    r.stored = stored.clone();
-                    r.space_needed = size;
-                })
-                .await?
-                {
-                    s.downloaded += 1;
-                }
-            }
+        })
+        .await?;
+        match (moved, mv.to) {
+            (false, _) => {}
+            (true, JobState::Failed) => s.failed += 1,
+            (true, _) => s.downloaded += 1,
         }
     }
     Ok(())
@@ -416,14 +392,15 @@ pub async fn record(
     s: &mut TickSummary,
 ) -> Result<(), IngestStepError> {
     for job in taken(ictx, JobState::Recording, s).await? {
-        if let Some(why) = changed_file(ictx, &job).await? {
-            let reason = format!("not recorded: {why}");
-            if advance(ictx, &job, JobState::Failed, reason, now, |_| {}).await? {
+        let changed = changed_file(ictx, &job).await?;
+        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+        let mv = decisions::on_recording(changed.as_deref(), &key);
+        if changed.is_some() {
+            if advance(ictx, &job, &mv, now, |_| {}).await? {
                 s.failed += 1;
             }
             continue;
         }
-        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
         let entry = serde_json::json!({
             "job": job.id, "batch": job.batch, "collection": job.collection,
             "local_id": job.object.local_id, "primary_id": job.object.primary_id,
@@ -433,16 +410,7 @@ pub async fn record(
         ictx.store
             .put(&key, body, crate::ports::PutCondition::Overwrite)
             .await?;
-        if advance(
-            ictx,
-            &job,
-            JobState::Notify,
-            format!("recorded at {key}"),
-            now,
-            |_| {},
-        )
-        .await?
-        {
+        if advance(ictx, &job, &mv, now, |_| {}).await? {
             s.recorded += 1;
         }
     }
@@ -495,12 +463,9 @@ pub async fn notify(
                 }
             }
         }
-        let (to, reason) = match failure {
-            Some(why) => (JobState::Failed, why),
-            None => (JobState::Completed, "announced".to_owned()),
-        };
-        if advance(ictx, &job, to, reason, now, |_| {}).await? {
-            if to == JobState::Failed {
+        let mv = decisions::on_notified(failure);
+        if advance(ictx, &job, &mv, now, |_| {}).await? {
+            if mv.to == JobState::Failed {
                 s.failed += 1;
             } else {
                 s.notified += 1;

@@ -6,9 +6,9 @@ pub use super::holds::{
     batch_held_by, hold, job_held_by, release, release_unheld, IngestHold, Released, Target,
 };
 use super::{batches, IngestCtx, IngestStepError};
-use crate::domain::ingest::batch::BatchState;
+use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
-use crate::domain::ingest::job::{resume_target, BatchGroup, JobState};
+use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
@@ -32,33 +32,15 @@ pub async fn resume(
 ) -> Result<Vec<Resumed>, IngestStepError> {
     let mut out = Vec::with_capacity(jobs.len());
     for id in jobs {
-        let outcome = match ictx.ingest.job(id).await? {
+        let decided = match ictx.ingest.job(id).await? {
             None => Err("no such job".to_owned()),
-            Some(j) if j.value.state != JobState::Failed => {
-                Err(format!("it is {}, not failed", j.value.state))
-            }
-            Some(j) => match resume_target(j.value.last_successful_status) {
-                None => Err(format!(
-                    "it failed before any step succeeded ({}): submit it again",
-                    j.value.reason
-                )),
-                Some(to) => {
-                    let changed = ictx
-                        .ingest
-                        .change_job(id, |r| {
-                            if r.state != JobState::Failed {
-                                return Ok(None);
-                            }
-                            r.moved(to, "resumed by an operator", now)
-                                .map(Some)
-                                .map_err(|e| e.to_string())
-                        })
-                        .await?;
-                    match changed {
-                        Changed::Moved(_) => Ok(to),
-                        _ => Err("it changed meanwhile; look again".to_owned()),
-                    }
-                }
+            Some(j) => decisions::on_resume(&j.value),
+        };
+        let outcome = match decided {
+            Err(why) => Err(why),
+            Ok(mv) => match ictx.ingest.change_job(id, mv.decide(now)).await? {
+                Changed::Moved(_) => Ok(mv.to),
+                _ => Err("it changed meanwhile; look again".to_owned()),
             },
         };
         out.push(Resumed {
@@ -81,32 +63,15 @@ pub async fn update_report(
     batch: &BatchId,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, IngestStepError> {
-    let running: Vec<_> = ictx
+    let running = ictx
         .ingest
         .batch_job_records(batch)
         .await?
         .into_iter()
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
-        .collect();
-    if !running.is_empty() {
-        return Err(IngestStepError::Refused(format!(
-            "batch {batch} still has {} jobs running; report when they have ended",
-            running.len()
-        )));
-    }
-    match ictx
-        .ingest
-        .change_batch(batch, |b| {
-            b.moved(
-                BatchState::UpdateReporting,
-                "an operator asked for an update report",
-                now,
-            )
-            .map(Some)
-            .map_err(|e| e.to_string())
-        })
-        .await?
-    {
+        .count();
+    let mv = decisions::on_update_report(batch, running).map_err(IngestStepError::Refused)?;
+    match ictx.ingest.change_batch(batch, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(IngestStepError::Refused(format!("no batch {batch}"))),
     }
@@ -133,30 +98,12 @@ pub async fn delete_job(
         ictx.ingest.reindex(&job).await?;
         return Ok(job);
     }
-    if !matches!(job.state, JobState::Failed | JobState::Held) {
-        return Err(IngestStepError::Refused(format!(
-            "job {id} is {}: only failed or held jobs can be deleted",
-            job.state
-        )));
-    }
     let batch = ictx.ingest.batch(&job.batch).await?.map(|b| b.value);
     let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
-    if !reported && !confirmed {
-        return Err(IngestStepError::Refused(format!(
-            "batch {} has not reported yet: deleting job {id} means its depositor never hears of it; confirm to go on",
-            job.batch
-        )));
-    }
+    let mv =
+        decisions::on_delete_job(&job, reported, confirmed).map_err(IngestStepError::Refused)?;
     batches::remove_files(ictx, id).await?;
-    let changed = ictx
-        .ingest
-        .change_job(id, |r| {
-            matches!(r.state, JobState::Failed | JobState::Held)
-                .then(|| r.moved(JobState::Deleted, "deleted by an operator", now))
-                .transpose()
-                .map_err(|e| e.to_string())
-        })
-        .await?;
+    let changed = ictx.ingest.change_job(id, mv.decide(now)).await?;
     match changed {
         Changed::Moved(j) => Ok(j),
         _ => Err(IngestStepError::Refused(format!(
@@ -179,20 +126,7 @@ pub async fn delete_batch(
         .await?
         .ok_or_else(|| IngestStepError::Refused(format!("no batch {id}")))?
         .value;
-    match batch.state {
-        BatchState::Failed => {}
-        BatchState::Held if confirmed => {}
-        BatchState::Held => {
-            return Err(IngestStepError::Refused(format!(
-                "batch {id} is held: deleting it is not reported to its depositor; confirm to go on"
-            )))
-        }
-        other => {
-            return Err(IngestStepError::Refused(format!(
-                "batch {id} is {other}: only failed or held batches can be deleted"
-            )))
-        }
-    }
+    let mv = decisions::on_delete_batch(&batch, confirmed).map_err(IngestStepError::Refused)?;
     for group in BatchGroup::ALL {
         for jid in ictx.ingest.batch_jobs(id, group).await? {
             if let Some(job) = ictx.ingest.job(&jid).await? {
@@ -201,15 +135,7 @@ pub async fn delete_batch(
             }
         }
     }
-    match ictx
-        .ingest
-        .change_batch(id, |b| {
-            b.moved(BatchState::Deleted, "deleted by an operator", now)
-                .map(Some)
-                .map_err(|e| e.to_string())
-        })
-        .await?
-    {
+    match ictx.ingest.change_batch(id, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(IngestStepError::Refused(format!(
             "batch {id} changed meanwhile"

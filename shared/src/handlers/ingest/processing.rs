@@ -84,25 +84,8 @@ pub async fn on_end(
         send_notice(&current.value, reason).await?;
     }
     let changed = ingest
-        .change_job(&ended.ingest_job, |r| match decide(r) {
-            ProcessingEnd::Stale => Ok(None),
-            ProcessingEnd::Processed { reason } => r
-                .moved(JobState::Recording, reason, now)
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            ProcessingEnd::Failed { reason } => r
-                .moved(JobState::Failed, reason, now)
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            // Not a transition: the job stays processing, waiting for its next attempt.
-            ProcessingEnd::Retry { attempt, reason } => {
-                let mut next = r.clone();
-                next.processing_attempt = attempt;
-                next.processing_job = None;
-                next.reason = reason;
-                next.last_modified = now;
-                Ok(Some(next))
-            }
+        .change_job(&ended.ingest_job, |r| {
+            decide(r).applied(r, now).map_err(|e| e.to_string())
         })
         .await?;
     let Changed::Moved(after) = changed else {
