@@ -277,9 +277,7 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
         match archive::steps::retry(a, &w.id, chrono::Utc::now()).await {
             Ok(_) => rot.retried.store(true, SeqCst),
             // A retry that died after the job moved on: the rerun finds it no longer failed.
-            Err(granary::handlers::archive::ArchiveError::Refused(_)) => {
-                rot.retried.store(true, SeqCst)
-            }
+            Err(granary::handlers::HandlerError::Refused(_)) => rot.retried.store(true, SeqCst),
             Err(_) => {}
         }
         return true;

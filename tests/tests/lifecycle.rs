@@ -58,7 +58,7 @@ impl World {
             for m in msgs {
                 n += 1;
                 match importer::handle_message(&self.imp, &m.body).await {
-                    Ok(_) | Err(importer::ImportError::Waiting { .. }) => {}
+                    Ok(_) | Err(granary::handlers::HandlerError::Waiting { .. }) => {}
                     Err(e) => panic!("import step failed: {e}"),
                 }
             }

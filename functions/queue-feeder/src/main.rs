@@ -1,7 +1,7 @@
 //! Lambda: queue feeder. Invoked by the EventBridge schedule with {"granule_submit_count": N}.
 
 use granary::config::Function;
-use granary::handlers::failure::LambdaFailure;
+use granary::handlers::LambdaFailure;
 use granary::handlers::{feeder, Ctx};
 use lambda_runtime::{service_fn, LambdaEvent};
 
@@ -13,7 +13,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         move |event: LambdaEvent<feeder::FeederEvent>| async move {
             feeder::run(ctx, event.payload)
                 .await
-                .map_err(|e| LambdaFailure::of(&e))
+                .map_err(|e| LambdaFailure::of(Function::QueueFeeder, &e))
         },
     ))
     .await

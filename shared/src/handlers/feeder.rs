@@ -6,6 +6,7 @@ use crate::budget::Budget;
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::WindowClaim;
+use crate::handlers::HandlerError;
 use crate::ports::StoreError;
 use crate::repositories::items::ItemError;
 use crate::repositories::rejects::RejectKind;
@@ -20,35 +21,6 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FeederEvent {
     pub granule_submit_count: u64,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum FeederError {
-    #[error("granule_submit_count must be at least 1")]
-    ZeroCount,
-    #[error(transparent)]
-    State(#[from] RepositoryError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Inventory(#[from] InventoryError),
-    #[error(transparent)]
-    Tracker(#[from] crate::domain::tracker::TrackerError),
-    #[error("setting aside an invalid inventory row: {0}")]
-    Reject(#[from] crate::repositories::rejects::RejectError),
-    #[error("counting active jobs: {0}")]
-    Jobs(#[from] crate::ports::JobRunnerError),
-    #[error("updating the item record: {0}")]
-    Items(#[from] crate::repositories::items::ItemError),
-    /// The run stopped short on calls that kept failing past every retry (SubmitJob refused,
-    /// item records not written, an invalid row not set aside). What it did is saved (the
-    /// tracker moved past every settled window) and is in `summary`; the run still fails, so
-    /// Lambda's Errors metric and the feeder's alarm show a campaign that is not moving.
-    #[error("feeder stalled: {why} (submitted {} this run)", summary.submitted)]
-    Stalled {
-        why: String,
-        summary: Box<FeederSummary>,
-    },
 }
 
 /// Why a window stopped the run short.
@@ -95,9 +67,11 @@ pub struct FeederSummary {
     pub inventories_complete: bool,
 }
 
-pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, FeederError> {
+pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, HandlerError> {
     if event.granule_submit_count == 0 {
-        return Err(FeederError::ZeroCount);
+        return Err(HandlerError::BadEvent(
+            "granule_submit_count must be at least 1".to_owned(),
+        ));
     }
     let mut summary = FeederSummary::default();
     let hold = again(
@@ -153,7 +127,7 @@ pub async fn feed(
     count: u64,
     mut tracker: Versioned<Tracker>,
     mut summary: FeederSummary,
-) -> Result<FeederSummary, FeederError> {
+) -> Result<FeederSummary, HandlerError> {
     let listed = again(
         Backoff::IN_RUN,
         "listing the inventories",
@@ -295,7 +269,7 @@ pub async fn feed(
     summary.inventories_complete = tracker.value.is_complete();
     if let Some(why) = stalled {
         tracing::error!(?summary, why, "feeder run stalled");
-        return Err(FeederError::Stalled {
+        return Err(HandlerError::Stalled {
             why,
             summary: Box::new(summary),
         });
@@ -360,7 +334,7 @@ async fn feed_window(
     start: u64,
     ids: &[IdCell],
     summary: &mut FeederSummary,
-) -> Result<(u64, Option<Stop>), FeederError> {
+) -> Result<(u64, Option<Stop>), HandlerError> {
     let rows = ids.len() as u64;
     let WindowRows {
         granules,
@@ -528,7 +502,7 @@ async fn record_window(
     };
     // The rest had a record already (an earlier window, an import, a retry of this run): one
     // by one, like any submission.
-    let synced: Vec<Result<(), FeederError>> =
+    let synced: Vec<Result<(), HandlerError>> =
         futures::stream::iter(pending.into_iter().zip(made).filter(|(_, made)| !made))
             .map(|((event, job_id, source), _)| async move {
                 again(
@@ -549,7 +523,7 @@ async fn record_window(
                     ItemError::is_transient,
                 )
                 .await
-                .map_err(FeederError::from)
+                .map_err(HandlerError::from)
             })
             .buffered(ctx.config.feeder.submit_concurrency)
             .collect()
@@ -601,7 +575,7 @@ async fn reject(
     row: u64,
     raw: Option<&str>,
     why: &str,
-) -> Result<(), FeederError> {
+) -> Result<(), HandlerError> {
     let source = format!("{inventory_key}#row={row}");
     let reason = format!("invalid granule id: {why}");
     ctx.reject(
@@ -869,7 +843,7 @@ mod tests {
     }
 
     /// A feeder whose every SubmitJob is refused (past the SDK's and its own retries) must not
-    /// look like a quiet success: the run fails as Feeder.Stalled, its tracker stays where it
+    /// look like a quiet success: the run fails as QueueFeeder.Stalled, its tracker stays where it
     /// was, and the next run, once Batch accepts again, submits the window.
     #[tokio::test(start_paused = true)]
     async fn a_run_stopped_by_refused_submissions_fails_as_stalled() {
@@ -887,14 +861,15 @@ mod tests {
         )
         .await
         .unwrap_err();
-        let FeederError::Stalled { why, summary } = &err else {
+        let HandlerError::Stalled { why, summary } = &err else {
             panic!("{err:?}")
         };
         assert!(why.contains("not submitted"), "{why}");
         assert_eq!((summary.submitted, summary.rows_submitted_total), (0, 0));
         assert_eq!(
-            crate::handlers::failure::LambdaFailure::of(&err).error_type,
-            "Feeder.Stalled"
+            crate::handlers::LambdaFailure::of(crate::config::Function::QueueFeeder, &err)
+                .error_type,
+            "QueueFeeder.Stalled"
         );
         // Batch accepts again: the window is submitted.
         let out = feed_rows(&ctx, 5).await;
@@ -967,7 +942,7 @@ mod tests {
                 }
             )
             .await,
-            Err(FeederError::ZeroCount)
+            Err(HandlerError::BadEvent(_))
         ));
     }
 }

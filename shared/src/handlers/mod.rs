@@ -2,7 +2,7 @@
 //! code runs in Lambda, in the local runtime and in tests.
 
 pub mod archive;
-pub mod failure;
+pub mod error;
 pub mod feeder;
 pub mod importer;
 pub mod ingest;
@@ -13,6 +13,8 @@ pub mod redrive;
 pub mod requeuer;
 pub mod resume;
 pub mod transfer;
+
+pub use error::{HandlerError, LambdaFailure};
 
 use crate::config::Config;
 use crate::ports::{JobRunner, ObjectStore, Queue};

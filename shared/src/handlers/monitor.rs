@@ -7,33 +7,11 @@ use crate::domain::classify::Route;
 use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
 use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
 use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
-use crate::ports::{QueueError, StoreError};
+use crate::handlers::HandlerError;
 use crate::repositories::ingest::Ingest;
 use crate::repositories::logs::FailureLogged;
-use crate::repositories::rejects::RejectError;
-use crate::repositories::RepositoryError;
 use chrono::Utc;
 use serde::Serialize;
-
-#[derive(Debug, thiserror::Error)]
-pub enum MonitorError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    State(#[from] RepositoryError),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-    #[error(transparent)]
-    Reject(#[from] RejectError),
-    #[error(transparent)]
-    Encode(#[from] crate::contracts::EncodeError),
-    #[error("updating the item record: {0}")]
-    Items(#[from] crate::repositories::items::ItemError),
-    #[error("an ingest job's processing end: {0}")]
-    Ingest(#[from] crate::handlers::ingest::IngestStepError),
-    #[error("attempt {attempt} of {granule_id} is being routed by another delivery; retry later")]
-    RoutingInFlight { granule_id: String, attempt: u32 },
-}
 
 /// What the monitor did with one event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -71,7 +49,7 @@ pub async fn handle_sqs(
 
 /// Handles one SQS message body: an EventBridge event as delivered by the rule. Transient errors
 /// (S3, SQS) are returned, so SQS redelivers the message; permanent ones are rejected here.
-pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, MonitorError> {
+pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerError> {
     let decided = serde_json::from_str::<serde_json::Value>(body)
         .map_err(|e| EventRejection::from(BatchEventError::from(e)))
         .and_then(|raw| {
@@ -158,7 +136,7 @@ pub async fn described_job(
     ctx: &Ctx,
     description: crate::ports::JobDescription,
     found_by: &str,
-) -> Result<Option<MonitorOutcome>, MonitorError> {
+) -> Result<Option<MonitorOutcome>, HandlerError> {
     if !description.summary.status.is_terminal() {
         return Ok(None);
     }
@@ -195,7 +173,7 @@ pub async fn logged_end(
     ctx: &Ctx,
     log: Box<LogRecord>,
     by: &str,
-) -> Result<MonitorOutcome, MonitorError> {
+) -> Result<MonitorOutcome, HandlerError> {
     let LogRecord {
         granule_id,
         attempt,
@@ -223,7 +201,7 @@ pub async fn job_finished(
     finished: FinishedJob,
     detail: serde_json::Value,
     by: &str,
-) -> Result<MonitorOutcome, MonitorError> {
+) -> Result<MonitorOutcome, HandlerError> {
     // Every log line of the end's handling carries its granule, attempt and job.
     let span = tracing::info_span!(
         "job_end",
@@ -239,7 +217,7 @@ async fn handle_end(
     finished: FinishedJob,
     detail: serde_json::Value,
     by: &str,
-) -> Result<MonitorOutcome, MonitorError> {
+) -> Result<MonitorOutcome, HandlerError> {
     let FinishedJob {
         granule,
         classification,
@@ -311,7 +289,7 @@ async fn log_success(
     ctx: &Ctx,
     key: &LogKey,
     record: &LogRecord,
-) -> Result<MonitorOutcome, MonitorError> {
+) -> Result<MonitorOutcome, HandlerError> {
     let logged = ctx.logs().log_success(key, record).await?;
     Ok(if logged.duplicate && logged.relocated == 0 {
         MonitorOutcome::Duplicate
@@ -329,7 +307,7 @@ async fn log_and_route_failure(
     ctx: &Ctx,
     key: &LogKey,
     record: LogRecord,
-) -> Result<MonitorOutcome, MonitorError> {
+) -> Result<MonitorOutcome, HandlerError> {
     let logs = ctx.logs();
     // A late failure for a granule that already succeeded must not send it round again.
     if let Some(by_attempt) = logs.succeeded_attempt(key).await? {
@@ -345,10 +323,10 @@ async fn log_and_route_failure(
             // back) or one died before routing (finish its work).
             let age = Utc::now().signed_duration_since(log.value.logged_at);
             if age.to_std().unwrap_or_default() < ctx.config.leases.route_lease {
-                return Err(MonitorError::RoutingInFlight {
-                    granule_id: log.value.granule_id.to_string(),
-                    attempt: log.value.attempt,
-                });
+                return Err(HandlerError::InFlight(format!(
+                    "attempt {} of {} is being routed by another delivery",
+                    log.value.attempt, log.value.granule_id
+                )));
             }
             log
         }

@@ -3,27 +3,12 @@
 
 use super::Ctx;
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::handlers::HandlerError;
 use crate::ports::QueueError;
-use crate::repositories::{RepositoryError, SubmitOutcome};
+use crate::repositories::SubmitOutcome;
 use serde::Serialize;
 
 pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
-
-#[derive(Debug, thiserror::Error)]
-pub enum RequeueError {
-    #[error(transparent)]
-    State(#[from] RepositoryError),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-    #[error(transparent)]
-    Reject(#[from] crate::repositories::rejects::RejectError),
-    #[error("serialising the DLQ message: {0}")]
-    Json(#[from] serde_json::Error),
-    #[error("updating the item record: {0}")]
-    Items(#[from] crate::repositories::items::ItemError),
-    #[error("attempt {attempt} of {granule_id} is claimed by a run still in flight; retry later")]
-    InFlight { granule_id: String, attempt: u32 },
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "action")]
@@ -52,7 +37,7 @@ pub async fn handle_sqs(
     .await
 }
 
-pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, RequeueError> {
+pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, HandlerError> {
     let message: RetryMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
@@ -77,7 +62,7 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Req
 }
 
 /// The retry of a readable message (its granule and attempt on the span around it).
-async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, RequeueError> {
+async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, HandlerError> {
     let event = message.event;
     let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.
@@ -108,10 +93,10 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Req
         SubmitOutcome::AlreadySubmitted { .. } => Ok(RequeueOutcome::AlreadySubmitted {
             attempt: next.attempt,
         }),
-        SubmitOutcome::InFlight => Err(RequeueError::InFlight {
-            granule_id: next.granule_id.to_string(),
-            attempt: next.attempt,
-        }),
+        SubmitOutcome::InFlight => Err(HandlerError::InFlight(format!(
+            "attempt {} of {} is claimed by a run still in flight",
+            next.attempt, next.granule_id
+        ))),
     }
 }
 

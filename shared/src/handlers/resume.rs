@@ -10,21 +10,8 @@ use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::*;
-use crate::ports::QueueError;
-use crate::repositories::items::ItemError;
+use crate::handlers::HandlerError;
 use serde::Serialize;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ResumeError {
-    #[error(transparent)]
-    Items(#[from] ItemError),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-    #[error(transparent)]
-    Import(#[from] super::importer::ImportError),
-    #[error(transparent)]
-    Encode(#[from] crate::contracts::EncodeError),
-}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Resumed {
@@ -47,7 +34,7 @@ pub async fn resume(
     imp: &Importer,
     ids: &[GranuleId],
     dry_run: bool,
-) -> Result<ResumeSummary, ResumeError> {
+) -> Result<ResumeSummary, HandlerError> {
     let items = imp.ctx.items();
     let mut summary = ResumeSummary::default();
     for id in ids {

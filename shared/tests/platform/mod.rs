@@ -1002,7 +1002,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 )
                 .await;
                 assert!(
-                    matches!(fed, Err(feeder::FeederError::Stalled { .. })),
+                    matches!(fed, Err(granary::handlers::HandlerError::Stalled { .. })),
                     "{fed:?}"
                 );
                 assert_eq!(w.jobs.submitted().len(), BACKFILL.len());

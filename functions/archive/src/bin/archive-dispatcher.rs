@@ -4,7 +4,7 @@
 
 use granary::config::Function;
 use granary::handlers::archive::{self, ArchiveCtx};
-use granary::handlers::failure::LambdaFailure;
+use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -15,7 +15,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         move |_: LambdaEvent<serde_json::Value>| async move {
             archive::tick(actx, chrono::Utc::now())
                 .await
-                .map_err(|e| LambdaFailure::of(&e))
+                .map_err(|e| LambdaFailure::of(Function::ArchiveDispatcher, &e))
         },
     ))
     .await

@@ -2,8 +2,8 @@
 //! registers new files as DISCOVERED items on the import queue.
 
 use granary::config::Function;
-use granary::handlers::failure::LambdaFailure;
 use granary::handlers::importer::{discover, Importer};
+use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -14,7 +14,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         move |_: LambdaEvent<serde_json::Value>| async move {
             discover::discover(imp)
                 .await
-                .map_err(|e| LambdaFailure::of(&e))
+                .map_err(|e| LambdaFailure::of(Function::ImporterDiscover, &e))
         },
     ))
     .await

@@ -4,8 +4,8 @@
 
 use granary::budget::Budget;
 use granary::config::Function;
-use granary::handlers::failure::LambdaFailure;
 use granary::handlers::importer::{sweeper, Importer};
+use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -17,7 +17,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
             let budget = Budget::of_invocation(imp.ctx.config.leases.function_timeout);
             let pass = sweeper::scheduled_pass(imp, chrono::Utc::now(), &budget)
                 .await
-                .map_err(|e| LambdaFailure::of(&e))?;
+                .map_err(|e| LambdaFailure::of(Function::ItemSweeper, &e))?;
             Ok::<_, LambdaFailure>(pass)
         },
     ))

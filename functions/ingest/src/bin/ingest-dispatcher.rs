@@ -2,8 +2,8 @@
 //! (batches spawn, jobs move on, batches report and are cleaned up).
 
 use granary::config::Function;
-use granary::handlers::failure::LambdaFailure;
 use granary::handlers::ingest::{self, IngestCtx};
+use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -14,7 +14,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         move |_: LambdaEvent<serde_json::Value>| async move {
             ingest::tick(ictx, chrono::Utc::now())
                 .await
-                .map_err(|e| LambdaFailure::of(&e))
+                .map_err(|e| LambdaFailure::of(Function::IngestDispatcher, &e))
         },
     ))
     .await

@@ -13,29 +13,13 @@ pub mod verify;
 
 use crate::config::archive::ArchiveSettings;
 use crate::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
-use crate::ports::{Buckets, EventBus, EventBusError, ObjectStore, Queue, QueueError, StoreError};
+use crate::handlers::HandlerError;
+use crate::ports::{Buckets, EventBus, ObjectStore, Queue};
 use crate::repositories::archive::Archives;
-use crate::repositories::RecordError;
 use chrono::{DateTime, Utc};
 use ed25519_dalek::SigningKey;
 use serde::Serialize;
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ArchiveError {
-    #[error(transparent)]
-    Records(#[from] RecordError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("sending a task: {0}")]
-    Queue(#[from] QueueError),
-    #[error("announcing: {0}")]
-    Bus(#[from] EventBusError),
-    #[error(transparent)]
-    Encode(#[from] crate::contracts::EncodeError),
-    #[error("{0}")]
-    Refused(String),
-}
 
 /// Everything archive jobs need.
 #[derive(Clone)]
@@ -79,10 +63,10 @@ pub async fn create(
     source: ArchiveSource,
     destinations: Vec<Destination>,
     now: DateTime<Utc>,
-) -> Result<ArchiveJob, ArchiveError> {
+) -> Result<ArchiveJob, HandlerError> {
     use sha2::{Digest, Sha256};
     if destinations.is_empty() {
-        return Err(ArchiveError::Refused(
+        return Err(HandlerError::Refused(
             "an archive needs at least one destination (--dest s3://bucket/prefix/[:CLASS])".into(),
         ));
     }
@@ -111,7 +95,7 @@ pub struct ArchiveTick {
 
 /// One pass over every job that has not ended (the open-jobs index): each is moved as far as it
 /// can go now.
-pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, ArchiveError> {
+pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
     let mut s = ArchiveTick::default();
     for id in actx.archives.open_ids().await? {
         match actx.archives.job(&id).await? {
@@ -147,7 +131,7 @@ pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, 
 pub async fn status(
     actx: &ArchiveCtx,
     only: Option<&str>,
-) -> Result<Vec<ArchiveJob>, ArchiveError> {
+) -> Result<Vec<ArchiveJob>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.to_owned()],
         None => actx.archives.ids().await?,
@@ -156,7 +140,7 @@ pub async fn status(
     for id in ids {
         match actx.archives.job(&id).await? {
             Some(j) => out.push(j.value),
-            None => return Err(ArchiveError::Refused(format!("no archive job {id}"))),
+            None => return Err(HandlerError::Refused(format!("no archive job {id}"))),
         }
     }
     Ok(out)

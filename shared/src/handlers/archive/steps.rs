@@ -4,7 +4,7 @@
 //! announcements) is idempotent and done *before* the record says it is done, so a crash between
 //! the two is finished by the next tick.
 
-use super::{ArchiveCtx, ArchiveError, ArchiveTick};
+use super::{ArchiveCtx, ArchiveTick};
 use crate::contracts::archive::{ArchiveAnnouncement, TaskMessage};
 use crate::domain::archive::decisions::{
     next_step, on_operator_retry, on_phase_tasks, on_source_listed, on_source_unreadable,
@@ -12,6 +12,7 @@ use crate::domain::archive::decisions::{
 };
 use crate::domain::archive::job::{ArchiveState, Phase};
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
+use crate::handlers::HandlerError;
 use crate::repositories::archive::Changed;
 use chrono::{DateTime, Utc};
 
@@ -23,7 +24,7 @@ async fn make(
     mv: &JobMove,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
-) -> Result<bool, ArchiveError> {
+) -> Result<bool, HandlerError> {
     let changed = actx
         .archives
         .change(id, |j| mv.apply(j, now).map_err(|e| e.to_string()))
@@ -46,7 +47,7 @@ pub async fn start_phase(
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
-) -> Result<(), ArchiveError> {
+) -> Result<(), HandlerError> {
     let resend = chrono::Duration::from_std(actx.settings.task_resend_after)
         .unwrap_or(chrono::Duration::MAX);
     for name in task_names(job, phase) {
@@ -85,7 +86,7 @@ pub async fn fan_in(
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
-) -> Result<bool, ArchiveError> {
+) -> Result<bool, HandlerError> {
     let Some(job) = actx.archives.job(id).await? else {
         return Ok(false);
     };
@@ -120,7 +121,7 @@ fn announcement(job: &ArchiveJob) -> ArchiveAnnouncement {
 }
 
 /// Deletes every object under `prefix` of granary's bucket.
-async fn remove_all(actx: &ArchiveCtx, prefix: &str) -> Result<(), ArchiveError> {
+async fn remove_all(actx: &ArchiveCtx, prefix: &str) -> Result<(), HandlerError> {
     for meta in actx.store.list(prefix).await? {
         actx.store.delete(&meta.key).await?;
     }
@@ -134,7 +135,7 @@ pub async fn step(
     id: &str,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
-) -> Result<bool, ArchiveError> {
+) -> Result<bool, HandlerError> {
     let Some(job) = actx.archives.job(id).await? else {
         return Ok(false);
     };
@@ -195,7 +196,7 @@ async fn list_source(
     job: &ArchiveJob,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
-) -> Result<bool, ArchiveError> {
+) -> Result<bool, HandlerError> {
     let source = actx.buckets.store(&job.source.bucket, None);
     let listed = match source.list(&job.source.prefix).await {
         Ok(listed) => listed,
@@ -227,7 +228,7 @@ async fn reset_failed_tasks(
     actx: &ArchiveCtx,
     job: &ArchiveJob,
     phase: Phase,
-) -> Result<(), ArchiveError> {
+) -> Result<(), HandlerError> {
     for name in task_names(job, phase) {
         actx.archives
             .change_task(&job.id, phase, &name, |t| {
@@ -247,16 +248,16 @@ pub async fn retry(
     actx: &ArchiveCtx,
     id: &str,
     now: DateTime<Utc>,
-) -> Result<ArchiveState, ArchiveError> {
+) -> Result<ArchiveState, HandlerError> {
     let Some(job) = actx.archives.job(id).await? else {
-        return Err(ArchiveError::Refused(format!("no archive job {id}")));
+        return Err(HandlerError::Refused(format!("no archive job {id}")));
     };
     let job = job.value;
-    let (phase, mv) = on_operator_retry(&job).map_err(ArchiveError::Refused)?;
+    let (phase, mv) = on_operator_retry(&job).map_err(HandlerError::Refused)?;
     actx.archives.mark_open(id).await?;
     reset_failed_tasks(actx, &job, phase).await?;
     if !make(actx, id, &mv, now, &mut ArchiveTick::default()).await? {
-        return Err(ArchiveError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "archive job {id} changed meanwhile; look again"
         )));
     }

@@ -6,13 +6,14 @@
 //! twice by two deliveries stores the same bytes.
 
 use super::steps::fan_in;
-use super::{ArchiveCtx, ArchiveError, ArchiveTick};
+use super::{ArchiveCtx, ArchiveTick};
 use crate::contracts::archive::TaskMessage;
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::manifest::{self, Manifest, Member};
 use crate::domain::archive::record::{ArchiveJob, Destination, TaskRecord};
 use crate::handlers::transfer::{copy_into_store, hash_object, open_object, Expected};
+use crate::handlers::HandlerError;
 use crate::ports::{ObjectStore, PutCondition};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -62,7 +63,7 @@ pub async fn handle(
     actx: &ArchiveCtx,
     message: &TaskMessage,
     now: DateTime<Utc>,
-) -> Result<TaskOutcome, ArchiveError> {
+) -> Result<TaskOutcome, HandlerError> {
     let TaskMessage { job, phase, task } = message;
     let Some(record) = actx.archives.job(job).await? else {
         return Ok(TaskOutcome::Stale);
@@ -345,7 +346,7 @@ pub async fn handle_sqs(
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
     crate::handlers::for_each_record(event, 4, |body| async move {
         let message: TaskMessage = serde_json::from_str(&body)
-            .map_err(|e| ArchiveError::Refused(format!("not an archive task message: {e}")))?;
+            .map_err(|e| HandlerError::Refused(format!("not an archive task message: {e}")))?;
         handle(actx, &message, Utc::now()).await.map(|_| ())
     })
     .await

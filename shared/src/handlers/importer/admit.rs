@@ -4,11 +4,12 @@
 //! prerequisites leave it DOWNLOADED, and the message comes back later.
 
 use super::validate::check_stored;
-use super::{ImportError, Importer, Step};
+use super::{Importer, Step};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::{decide_admission, Admission, AdmissionFacts, ItemState};
+use crate::handlers::HandlerError;
 use crate::repositories::items::Advanced;
 
 const BY: &str = "importer-admit";
@@ -45,7 +46,7 @@ pub fn slot_of(imp: &Importer, record: &ItemRecord) -> Option<String> {
         .map(|m| m.as_str().to_owned())
 }
 
-pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportError> {
+pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, HandlerError> {
     let items = imp.ctx.items();
     let Some(current) = items.get(id).await? else {
         return Ok(ItemState::Discovered);
@@ -74,7 +75,7 @@ pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, ImportEr
         let Admission::Wait(why) = admission else {
             return Ok(record.state);
         };
-        return Err(ImportError::Waiting {
+        return Err(HandlerError::Waiting {
             id: id.to_string(),
             why,
         });

@@ -3,9 +3,10 @@
 //! and version), and its record is created with If-None-Match under an id derived from that hash,
 //! so discovering the same file again changes nothing.
 
-use super::{ImportError, Importer};
+use super::Importer;
 use crate::domain::item::{id_from_hash, NewItem};
 use crate::domain::lifecycle::ItemState;
+use crate::handlers::HandlerError;
 use crate::ports::SourceFile;
 use crate::repositories::items::Created;
 use serde::Serialize;
@@ -41,7 +42,7 @@ pub fn raw_file_hash(file: &SourceFile) -> String {
     format!("sha256:{:x}", h.finalize())
 }
 
-pub async fn discover(imp: &Importer) -> Result<DiscoverSummary, ImportError> {
+pub async fn discover(imp: &Importer) -> Result<DiscoverSummary, HandlerError> {
     let source = imp.source()?;
     let files = source.list().await?;
     let mut summary = DiscoverSummary {

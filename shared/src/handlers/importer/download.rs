@@ -4,13 +4,14 @@
 //! DOWNLOADED.
 
 use super::validate::{check_stored, Found};
-use super::{ImportError, Importer};
+use super::Importer;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::transfer::{copy_into_store, Expected};
+use crate::handlers::HandlerError;
 use crate::repositories::items::Advanced;
 
 const BY: &str = "importer-download";
@@ -46,7 +47,7 @@ pub async fn record_timeout(
     imp: &Importer,
     id: &GranuleId,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<ItemState, ImportError> {
+) -> Result<ItemState, HandlerError> {
     let policy = imp.ctx.config.retry_policy;
     let moved = imp
         .ctx
@@ -65,7 +66,7 @@ pub async fn download(
     imp: &Importer,
     id: &GranuleId,
     resume: bool,
-) -> Result<ItemState, ImportError> {
+) -> Result<ItemState, HandlerError> {
     let items = imp.ctx.items();
     let policy = imp.ctx.config.retry_policy;
     let mut granted = resume;
@@ -142,7 +143,7 @@ fn state_of(a: &Advanced) -> ItemState {
 }
 
 /// Tells operators an item gave up downloading, and why (the last attempt's failure).
-async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), ImportError> {
+async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), HandlerError> {
     let notice = ItemNotice {
         item_id: record.id.clone(),
         state: Ignore,

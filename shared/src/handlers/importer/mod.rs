@@ -14,33 +14,11 @@ use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::ItemState;
-use crate::ports::{ObjectStore, Queue, QueueError, Source, SourceError};
-use crate::repositories::items::ItemError;
+use crate::handlers::HandlerError;
+use crate::ports::{ObjectStore, Queue, Source};
 use async_trait::async_trait;
 use serde::Serialize;
 use std::sync::Arc;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ImportError {
-    #[error(transparent)]
-    Items(#[from] ItemError),
-    #[error(transparent)]
-    Queue(#[from] QueueError),
-    #[error("listing the source: {0}")]
-    Source(#[from] SourceError),
-    #[error("item {id} waits for its prerequisites: {why}")]
-    Waiting { id: String, why: String },
-    #[error("no importer source configured: set GRANARY_SOURCE_URL to s3://bucket/prefix/ or an http(s) directory URL")]
-    NoSource,
-    #[error("no import queue configured: set GRANARY_IMPORT_QUEUE_URL")]
-    NoQueue,
-    #[error("asking Batch: {0}")]
-    Batch(String),
-    #[error(transparent)]
-    Encode(#[from] crate::contracts::EncodeError),
-    #[error("recording a poison input: {0}")]
-    Reject(String),
-}
 
 pub use crate::contracts::messages::{ImportMessage, Step};
 
@@ -83,12 +61,14 @@ pub struct Importer {
 }
 
 impl Importer {
-    fn source(&self) -> Result<&dyn Source, ImportError> {
-        self.source.as_deref().ok_or(ImportError::NoSource)
+    fn source(&self) -> Result<&dyn Source, HandlerError> {
+        self.source.as_deref().ok_or(HandlerError::NotConfigured(
+            "no importer source configured: set GRANARY_SOURCE_URL to s3://bucket/prefix/ or an http(s) directory URL",
+        ))
     }
 
     /// Puts the item on the import queue for its next step.
-    pub async fn enqueue(&self, id: &GranuleId, step: Option<Step>) -> Result<(), ImportError> {
+    pub async fn enqueue(&self, id: &GranuleId, step: Option<Step>) -> Result<(), HandlerError> {
         self.send(ImportMessage {
             item_id: id.clone(),
             step,
@@ -97,14 +77,19 @@ impl Importer {
         .await
     }
 
-    pub async fn send(&self, message: ImportMessage) -> Result<(), ImportError> {
-        let queue = self.import_queue.as_ref().ok_or(ImportError::NoQueue)?;
+    pub async fn send(&self, message: ImportMessage) -> Result<(), HandlerError> {
+        let queue = self
+            .import_queue
+            .as_ref()
+            .ok_or(HandlerError::NotConfigured(
+                "no import queue configured: set GRANARY_IMPORT_QUEUE_URL",
+            ))?;
         queue.send(message.to_message()?).await?;
         Ok(())
     }
 
     /// Hands a READY item to the processing path: the requeuer submits its next attempt.
-    pub async fn hand_to_processing(&self, record: &ItemRecord) -> Result<(), ImportError> {
+    pub async fn hand_to_processing(&self, record: &ItemRecord) -> Result<(), HandlerError> {
         self.send_retry(
             &record.id,
             record.attempts.processing,
@@ -122,7 +107,7 @@ impl Importer {
         attempt: u32,
         outcome: Outcome,
         reason: &str,
-    ) -> Result<(), ImportError> {
+    ) -> Result<(), HandlerError> {
         let message =
             RetryMessage::ended(id.clone(), attempt).to_message(&Notice::new(outcome, reason))?;
         self.ctx.retry_queue.send(message).await?;
@@ -161,7 +146,7 @@ pub async fn handle_sqs(
 /// Handles one import-queue message. A message no delivery could ever handle is recorded under
 /// the reject prefix and dead-lettered with its reason at once (the report names no state), not
 /// redelivered until the queue parks it; transient errors are returned, so SQS redelivers.
-pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, ImportError> {
+pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, HandlerError> {
     let message: ImportMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
@@ -174,7 +159,7 @@ pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, Im
                     body,
                 )
                 .await
-                .map_err(|e| ImportError::Reject(e.to_string()))?;
+                .map_err(HandlerError::from)?;
             return Ok(StepReport {
                 item_id: String::new(),
                 final_state: None,
@@ -195,7 +180,7 @@ pub async fn run_steps(
     imp: &Importer,
     id: &GranuleId,
     step: Option<Step>,
-) -> Result<StepReport, ImportError> {
+) -> Result<StepReport, HandlerError> {
     let message = ImportMessage {
         item_id: id.clone(),
         step,
@@ -204,7 +189,7 @@ pub async fn run_steps(
     run(imp, &message).await
 }
 
-async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, ImportError> {
+async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, HandlerError> {
     let (id, step) = (&message.item_id, message.step);
     let mut report = StepReport {
         item_id: id.to_string(),

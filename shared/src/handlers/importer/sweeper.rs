@@ -13,13 +13,14 @@
 //! the index and the next sweep does it again (the receivers tolerate the duplicate: the requeuer
 //! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
-use super::{ImportError, Importer, Step};
+use super::{Importer, Step};
 use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::domain::window::{parse_window_key, window_key, WindowClaim};
+use crate::handlers::HandlerError;
 use crate::repositories::items::ItemError;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
@@ -60,27 +61,23 @@ pub struct ScheduledPass {
     pub sweep: SweepSummary,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduledPassError {
-    #[error("reconciler: {0}")]
-    Reconcile(#[from] crate::handlers::reconciler::ReconcileError),
-    #[error("sweeper: {0}")]
-    Sweep(#[from] ImportError),
-}
-
 pub async fn scheduled_pass(
     imp: &Importer,
     now: DateTime<Utc>,
     budget: &Budget,
-) -> Result<ScheduledPass, ScheduledPassError> {
+) -> Result<ScheduledPass, HandlerError> {
     let reconcile =
-        crate::handlers::reconciler::reconcile_within(&imp.ctx, now, &budget.part(1, 2)).await?;
-    let sweep = sweep_within(imp, now, budget).await?;
+        crate::handlers::reconciler::reconcile_within(&imp.ctx, now, &budget.part(1, 2))
+            .await
+            .map_err(|e| HandlerError::during("reconciler", e))?;
+    let sweep = sweep_within(imp, now, budget)
+        .await
+        .map_err(|e| HandlerError::during("sweeper", e))?;
     Ok(ScheduledPass { reconcile, sweep })
 }
 
 /// One sweep with no time limit (an operator's command, a test).
-pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, ImportError> {
+pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, HandlerError> {
     sweep_within(imp, now, &Budget::unlimited()).await
 }
 
@@ -90,7 +87,7 @@ pub async fn sweep_within(
     imp: &Importer,
     now: DateTime<Utc>,
     budget: &Budget,
-) -> Result<SweepSummary, ImportError> {
+) -> Result<SweepSummary, HandlerError> {
     let mut summary = SweepSummary::default();
     let mut marked_items = imp.ctx.items().inflight().await?;
     let total = marked_items.len();
@@ -143,7 +140,7 @@ enum Index {
 async fn window_granules(
     imp: &Importer,
     summary: &mut SweepSummary,
-) -> Result<Vec<GranuleId>, ImportError> {
+) -> Result<Vec<GranuleId>, HandlerError> {
     let layout = &imp.ctx.config.layout;
     if !layout.track_items {
         return Ok(Vec::new());
@@ -174,7 +171,7 @@ async fn sweep_one(
     index: Index,
     now: DateTime<Utc>,
     summary: &mut SweepSummary,
-) -> Result<(), ImportError> {
+) -> Result<(), HandlerError> {
     let items = imp.ctx.items();
     let policy = imp.ctx.config.retry_policy;
     let current = match items.get(id).await {
@@ -183,7 +180,7 @@ async fn sweep_one(
             imp.ctx
                 .reject_corrupt_record(&key, &source.to_string(), "item sweeper")
                 .await
-                .map_err(|e| ImportError::Reject(e.to_string()))?;
+                .map_err(HandlerError::from)?;
             items.clear_inflight(marked, id).await?;
             summary.corrupt_records += 1;
             return Ok(());
@@ -295,13 +292,13 @@ enum JobSeen {
 
 /// What Batch says about a PROCESSING item's job; a finished job is handled as its event would
 /// have been (the monitor's handler logs it, routes it and moves the item).
-async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, ImportError> {
+async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, HandlerError> {
     let Some(description) = imp
         .ctx
         .jobs
         .describe(job_id)
         .await
-        .map_err(|e| ImportError::Batch(format!("DescribeJobs {job_id}: {e}")))?
+        .map_err(|e| HandlerError::during(format!("DescribeJobs {job_id}"), e))?
     else {
         return Ok(JobSeen::Unknown);
     };
@@ -311,7 +308,7 @@ async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, ImportError> {
         "item sweeper (DescribeJobs)",
     )
     .await
-    .map_err(|e| ImportError::Batch(format!("handling job {job_id}'s end: {e}")))?;
+    .map_err(|e| HandlerError::during(format!("handling job {job_id}'s end"), e))?;
     Ok(match handled {
         None => JobSeen::Alive,
         // Recorded and dead-lettered as unreadable; the attempt itself is treated as timed out.
@@ -327,7 +324,7 @@ async fn dead_letter(
     id: &GranuleId,
     state: ItemState,
     timeout: chrono::Duration,
-) -> Result<(), ImportError> {
+) -> Result<(), HandlerError> {
     let reason = format!(
         "timed out after {}s; attempts exhausted ({state})",
         timeout.num_seconds()

@@ -2,12 +2,13 @@
 //! validates sends its item back to the download path, a processed item whose products are
 //! missing or empty back to the processing path.
 
-use super::{ImportError, Importer, Step};
+use super::{Importer, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
+use crate::handlers::HandlerError;
 use crate::ports::ObjectStore;
 use crate::repositories::items::Advanced;
 use md5::Md5;
@@ -125,7 +126,7 @@ const REVALIDATION_FAILED: &str = "re-validation failed";
 /// A failure is recorded first (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
 /// If the run dies between the two, the message that asked for the re-validation comes back and
 /// finds the item failed by re-validation: it finishes the hand-off instead of stopping there.
-pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemState>, ImportError> {
+pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
     let items = imp.ctx.items();
     let Some(current) = items.get(id).await? else {
         return Ok(None);
@@ -164,7 +165,7 @@ pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemSta
 
 /// Back on the path the failure belongs to, under the usual attempt budget; with none left the
 /// item is dead-lettered (the message first, then ABANDONED).
-async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState>, ImportError> {
+async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
     let id = &failed.id;
     if failed.state == DownloadingFailed {
         imp.enqueue(id, Some(Step::Download)).await?;

@@ -1,7 +1,7 @@
 //! Batch steps: spawning a pending batch's jobs, reporting a batch whose jobs have all ended
 //! (and again after an operator's update-report), and cleaning up a completed one.
 
-use super::{holds, IngestCtx, IngestStepError, TickSummary, MAX_MANIFEST_BYTES};
+use super::{holds, IngestCtx, TickSummary, MAX_MANIFEST_BYTES};
 use crate::contracts::ingest::BatchAnnouncement;
 use crate::domain::ingest::batch::{reported_state, BatchState};
 use crate::domain::ingest::decisions;
@@ -9,16 +9,14 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::{self, ManifestKind, ManifestObject, Payload};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::handlers::HandlerError;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 /// The batches in `state`, oldest first.
-async fn batches_in(
-    ictx: &IngestCtx,
-    state: BatchState,
-) -> Result<Vec<BatchRecord>, IngestStepError> {
+async fn batches_in(ictx: &IngestCtx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
     Ok(ictx.ingest.batches_in(state).await?)
 }
 
@@ -122,7 +120,7 @@ pub async fn spawn(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for batch in batches_in(ictx, BatchState::Pending).await? {
         if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
             let held = decisions::on_batch_pending(Some(&hold), 0);
@@ -178,10 +176,7 @@ pub struct FailedJob {
 }
 
 /// The jobs the batch's index names, read from their records (the index repaired on the way).
-async fn ended_jobs(
-    ictx: &IngestCtx,
-    batch: &BatchRecord,
-) -> Result<Vec<JobRecord>, IngestStepError> {
+async fn ended_jobs(ictx: &IngestCtx, batch: &BatchRecord) -> Result<Vec<JobRecord>, HandlerError> {
     Ok(ictx.ingest.batch_job_records(&batch.id).await?)
 }
 
@@ -191,7 +186,7 @@ pub async fn report(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for batch in batches_in(ictx, BatchState::Processing).await? {
         let jobs = ended_jobs(ictx, &batch).await?;
         let running = jobs
@@ -215,7 +210,7 @@ pub async fn report(
 async fn previous_report(
     ictx: &IngestCtx,
     batch: &BatchRecord,
-) -> Result<Option<BatchReport>, IngestStepError> {
+) -> Result<Option<BatchReport>, HandlerError> {
     if batch.reports == 0 {
         return Ok(None);
     }
@@ -230,7 +225,7 @@ async fn write_report(
     ictx: &IngestCtx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     let jobs = ended_jobs(ictx, batch).await?;
     let completed: Vec<JobId> = jobs
         .iter()
@@ -320,7 +315,7 @@ pub async fn clean_up(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     let (job_gone, batch_gone) = decisions::on_cleaned_up();
     for batch in batches_in(ictx, BatchState::Completed).await? {
         if !archived(ictx, &batch, now).await? {
@@ -356,7 +351,7 @@ async fn archived(
     ictx: &IngestCtx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
-) -> Result<bool, IngestStepError> {
+) -> Result<bool, HandlerError> {
     use crate::domain::archive::job::ArchiveState;
     use crate::domain::archive::record::{ArchiveJob, ArchiveSource};
     let destinations = &ictx.settings.archive_destinations;
@@ -380,7 +375,7 @@ async fn archived(
 }
 
 /// Deletes a job's downloaded files.
-pub async fn remove_files(ictx: &IngestCtx, job: &JobId) -> Result<(), IngestStepError> {
+pub async fn remove_files(ictx: &IngestCtx, job: &JobId) -> Result<(), HandlerError> {
     for meta in ictx.store.list(&ictx.ingest.keys.objects(job)).await? {
         ictx.store.delete(&meta.key).await?;
     }

@@ -2,12 +2,13 @@
 //! object of its own, and what the dispatcher's tick does about them (a held batch does not
 //! spawn, a held job is not dispatched, and what no hold covers any more is moved back).
 
-use super::{IngestCtx, IngestStepError};
+use super::IngestCtx;
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::handlers::HandlerError;
 use crate::ports::PutCondition;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
@@ -49,7 +50,7 @@ pub struct IngestHold {
     pub at: DateTime<Utc>,
 }
 
-async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>, IngestStepError> {
+async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
     Ok(
         crate::repositories::read_json(ictx.store.as_ref(), &target.key(ictx))
             .await
@@ -67,7 +68,7 @@ pub async fn hold(
     reason: &str,
     by: &str,
     now: DateTime<Utc>,
-) -> Result<IngestHold, IngestStepError> {
+) -> Result<IngestHold, HandlerError> {
     let hold = IngestHold {
         reason: reason.to_owned(),
         by: by.to_owned(),
@@ -102,7 +103,7 @@ pub async fn release(
     ictx: &IngestCtx,
     target: &Target,
     now: DateTime<Utc>,
-) -> Result<Released, IngestStepError> {
+) -> Result<Released, HandlerError> {
     ictx.store.delete(&target.key(ictx)).await?;
     release_unheld(ictx, Some(target), &format!("{target} released"), now).await
 }
@@ -114,7 +115,7 @@ pub async fn release_unheld(
     target: Option<&Target>,
     reason: &str,
     now: DateTime<Utc>,
-) -> Result<Released, IngestStepError> {
+) -> Result<Released, HandlerError> {
     let mut out = Released::default();
     let (job_back, batch_back) = decisions::on_released(reason);
     for b in ictx.ingest.batches_in(BatchState::Held).await? {
@@ -166,7 +167,7 @@ pub async fn release_unheld(
 pub async fn batch_held_by(
     ictx: &IngestCtx,
     batch: &BatchRecord,
-) -> Result<Option<String>, IngestStepError> {
+) -> Result<Option<String>, HandlerError> {
     for target in [
         Target::Collection(batch.submission.collection.clone()),
         Target::Batch(batch.id.clone()),
@@ -182,7 +183,7 @@ pub async fn batch_held_by(
 pub async fn job_held_by(
     ictx: &IngestCtx,
     job: &JobRecord,
-) -> Result<Option<String>, IngestStepError> {
+) -> Result<Option<String>, HandlerError> {
     for target in [
         Target::Collection(job.collection.clone()),
         Target::Batch(job.batch.clone()),

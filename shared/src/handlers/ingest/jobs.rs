@@ -3,7 +3,7 @@
 //! writes the transition its decision names with If-Match.
 
 use super::processing::{self, EndedProcessing, ProcessingOutcome};
-use super::{IngestCtx, IngestStepError, TickSummary};
+use super::{IngestCtx, TickSummary};
 use crate::contracts::ingest::{processing_job, JobAnnouncement};
 use crate::domain::batch_event::JobDetail;
 use crate::domain::claim::Claim;
@@ -16,6 +16,7 @@ use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::domain::job_name::processing_job_name;
 use crate::domain::machine::Move;
 use crate::handlers::transfer::{copy_into_store, Expected};
+use crate::handlers::HandlerError;
 use crate::repositories::claims::one_job;
 use crate::repositories::ingest::Changed;
 use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
@@ -30,7 +31,7 @@ async fn taken(
     ictx: &IngestCtx,
     state: JobState,
     s: &mut TickSummary,
-) -> Result<Vec<JobRecord>, IngestStepError> {
+) -> Result<Vec<JobRecord>, HandlerError> {
     let mut out = Vec::new();
     for (priority, id) in ictx.ingest.listed(state).await? {
         match ictx.ingest.claim_listed(state, priority, &id).await? {
@@ -49,7 +50,7 @@ async fn advance(
     mv: &Move<JobState>,
     now: DateTime<Utc>,
     edit: impl Fn(&mut JobRecord),
-) -> Result<bool, IngestStepError> {
+) -> Result<bool, HandlerError> {
     let changed = ictx
         .ingest
         .change_job(&job.id, |r| {
@@ -64,7 +65,7 @@ pub async fn dispatch(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Pending, s).await? {
         let hold = super::holds::job_held_by(ictx, &job).await?;
         let mv = decisions::on_dispatch(&job, hold.as_deref());
@@ -85,7 +86,7 @@ pub async fn estimate(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Estimating, s).await? {
         let mut total = Some(0u64);
         if let Payload::Files { files } = &job.object.payload {
@@ -116,7 +117,7 @@ pub async fn estimate(
 }
 
 /// Bytes of the jobs downloading or processing now.
-async fn in_flight(ictx: &IngestCtx) -> Result<u64, IngestStepError> {
+async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
     let mut total = 0u64;
     for state in [JobState::Downloading, JobState::Processing] {
         for (_, id) in ictx.ingest.listed(state).await? {
@@ -136,7 +137,7 @@ pub async fn provision(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     let mut used = in_flight(ictx).await?;
     for job in taken(ictx, JobState::Provisioning, s).await? {
         let admitted =
@@ -204,7 +205,7 @@ pub async fn download(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Downloading, s).await? {
         let Payload::Files { files } = &job.object.payload else {
             let mv = decisions::on_downloaded(Err("no files to download"));
@@ -258,7 +259,7 @@ pub async fn process(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Processing, s).await? {
         let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
         let batch_job = match &job.processing_job {
@@ -271,7 +272,7 @@ pub async fn process(
                 let request =
                     processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
                 let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
-                    IngestStepError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
+                    HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
                 })?;
                 let requests = one_job(&request);
                 let submission = Submission {
@@ -364,10 +365,7 @@ pub async fn process(
 }
 
 /// The first stored file that is not in the bucket as it was stored (missing, or another size).
-async fn changed_file(
-    ictx: &IngestCtx,
-    job: &JobRecord,
-) -> Result<Option<String>, IngestStepError> {
+async fn changed_file(ictx: &IngestCtx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
     for file in &job.stored {
         let listed = ictx.store.list(&file.key).await?;
         match listed.iter().find(|m| m.key == file.key) {
@@ -390,7 +388,7 @@ pub async fn record(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Recording, s).await? {
         let changed = changed_file(ictx, &job).await?;
         let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
@@ -423,7 +421,7 @@ pub async fn notify(
     ictx: &IngestCtx,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<(), IngestStepError> {
+) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Notify, s).await? {
         let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
         let announcement = JobAnnouncement {

@@ -12,37 +12,15 @@ pub mod operator;
 pub mod processing;
 
 use crate::domain::ingest::record::{BatchRecord, Submission};
-use crate::ports::{
-    EventBus, EventBusError, JobRunner, JobRunnerError, ObjectStore, Queue, QueueError, Remote,
-};
+use crate::handlers::HandlerError;
+use crate::ports::{EventBus, JobRunner, ObjectStore, Queue, Remote};
 use crate::repositories::ingest::Ingest;
-use crate::repositories::RecordError;
 use serde::Serialize;
 use std::sync::Arc;
 
 pub use crate::config::ingest::IngestSettings;
 /// A manifest larger than this is refused (it is read whole to spawn the batch's jobs).
 pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
-
-#[derive(Debug, thiserror::Error)]
-pub enum IngestStepError {
-    #[error(transparent)]
-    Records(#[from] RecordError),
-    #[error(transparent)]
-    Store(#[from] crate::ports::StoreError),
-    #[error("the processing claim: {0}")]
-    Claim(#[from] crate::repositories::RepositoryError),
-    #[error("asking Batch: {0}")]
-    Batch(#[from] JobRunnerError),
-    #[error("announcing: {0}")]
-    Bus(#[from] EventBusError),
-    #[error("dead-lettering: {0}")]
-    Queue(#[from] QueueError),
-    #[error(transparent)]
-    Encode(#[from] crate::contracts::EncodeError),
-    #[error("{0}")]
-    Refused(String),
-}
 
 /// How processing jobs are retried and where their failures go: as for granules.
 #[derive(Clone)]
@@ -119,7 +97,7 @@ pub async fn submit(
     ictx: &IngestCtx,
     submission: Submission,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<BatchRecord, IngestStepError> {
+) -> Result<BatchRecord, HandlerError> {
     let body = crate::contracts::encode("a submission", &submission)?;
     let key = format!("{}{}", String::from_utf8_lossy(&body), now.to_rfc3339());
     submit_keyed(ictx, submission, now, now, &key).await
@@ -135,7 +113,7 @@ pub async fn submit_keyed(
     sent_at: chrono::DateTime<chrono::Utc>,
     now: chrono::DateTime<chrono::Utc>,
     key: &str,
-) -> Result<BatchRecord, IngestStepError> {
+) -> Result<BatchRecord, HandlerError> {
     use sha2::{Digest, Sha256};
     if submission.collection.is_empty()
         || !submission
@@ -143,7 +121,7 @@ pub async fn submit_keyed(
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
     {
-        return Err(IngestStepError::Refused(format!(
+        return Err(HandlerError::Refused(format!(
             "collection {:?}: letters, digits, '-' and '_' only",
             submission.collection
         )));
@@ -238,7 +216,7 @@ pub struct TickSummary {
 pub async fn tick(
     ictx: &IngestCtx,
     now: chrono::DateTime<chrono::Utc>,
-) -> Result<TickSummary, IngestStepError> {
+) -> Result<TickSummary, HandlerError> {
     let mut s = TickSummary::default();
     // Held with no hold left (a release that died after removing its hold): back to pending.
     let unheld = holds::release_unheld(ictx, None, "no hold covers it any more", now).await?;

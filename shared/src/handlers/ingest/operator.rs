@@ -5,11 +5,12 @@
 pub use super::holds::{
     batch_held_by, hold, job_held_by, release, release_unheld, IngestHold, Released, Target,
 };
-use super::{batches, IngestCtx, IngestStepError};
+use super::{batches, IngestCtx};
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::handlers::HandlerError;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -29,7 +30,7 @@ pub async fn resume(
     ictx: &IngestCtx,
     jobs: &[JobId],
     now: DateTime<Utc>,
-) -> Result<Vec<Resumed>, IngestStepError> {
+) -> Result<Vec<Resumed>, HandlerError> {
     let mut out = Vec::with_capacity(jobs.len());
     for id in jobs {
         let decided = match ictx.ingest.job(id).await? {
@@ -52,7 +53,7 @@ pub async fn resume(
 }
 
 /// The failed jobs of a batch (for `resume --batch`).
-pub async fn failed_jobs(ictx: &IngestCtx, batch: &BatchId) -> Result<Vec<JobId>, IngestStepError> {
+pub async fn failed_jobs(ictx: &IngestCtx, batch: &BatchId) -> Result<Vec<JobId>, HandlerError> {
     Ok(ictx.ingest.batch_jobs(batch, BatchGroup::Failed).await?)
 }
 
@@ -62,7 +63,7 @@ pub async fn update_report(
     ictx: &IngestCtx,
     batch: &BatchId,
     now: DateTime<Utc>,
-) -> Result<BatchRecord, IngestStepError> {
+) -> Result<BatchRecord, HandlerError> {
     let running = ictx
         .ingest
         .batch_job_records(batch)
@@ -70,10 +71,10 @@ pub async fn update_report(
         .into_iter()
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
-    let mv = decisions::on_update_report(batch, running).map_err(IngestStepError::Refused)?;
+    let mv = decisions::on_update_report(batch, running).map_err(HandlerError::Refused)?;
     match ictx.ingest.change_batch(batch, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
-        _ => Err(IngestStepError::Refused(format!("no batch {batch}"))),
+        _ => Err(HandlerError::Refused(format!("no batch {batch}"))),
     }
 }
 
@@ -84,12 +85,12 @@ pub async fn delete_job(
     id: &JobId,
     confirmed: bool,
     now: DateTime<Utc>,
-) -> Result<JobRecord, IngestStepError> {
+) -> Result<JobRecord, HandlerError> {
     let job = ictx
         .ingest
         .job(id)
         .await?
-        .ok_or_else(|| IngestStepError::Refused(format!("no job {id}")))?
+        .ok_or_else(|| HandlerError::Refused(format!("no job {id}")))?
         .value;
     if job.state == JobState::Deleted {
         // Deleted by an earlier run of this command that may have died before removing the
@@ -100,15 +101,12 @@ pub async fn delete_job(
     }
     let batch = ictx.ingest.batch(&job.batch).await?.map(|b| b.value);
     let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
-    let mv =
-        decisions::on_delete_job(&job, reported, confirmed).map_err(IngestStepError::Refused)?;
+    let mv = decisions::on_delete_job(&job, reported, confirmed).map_err(HandlerError::Refused)?;
     batches::remove_files(ictx, id).await?;
     let changed = ictx.ingest.change_job(id, mv.decide(now)).await?;
     match changed {
         Changed::Moved(j) => Ok(j),
-        _ => Err(IngestStepError::Refused(format!(
-            "job {id} changed meanwhile"
-        ))),
+        _ => Err(HandlerError::Refused(format!("job {id} changed meanwhile"))),
     }
 }
 
@@ -119,14 +117,14 @@ pub async fn delete_batch(
     id: &BatchId,
     confirmed: bool,
     now: DateTime<Utc>,
-) -> Result<BatchRecord, IngestStepError> {
+) -> Result<BatchRecord, HandlerError> {
     let batch = ictx
         .ingest
         .batch(id)
         .await?
-        .ok_or_else(|| IngestStepError::Refused(format!("no batch {id}")))?
+        .ok_or_else(|| HandlerError::Refused(format!("no batch {id}")))?
         .value;
-    let mv = decisions::on_delete_batch(&batch, confirmed).map_err(IngestStepError::Refused)?;
+    let mv = decisions::on_delete_batch(&batch, confirmed).map_err(HandlerError::Refused)?;
     for group in BatchGroup::ALL {
         for jid in ictx.ingest.batch_jobs(id, group).await? {
             if let Some(job) = ictx.ingest.job(&jid).await? {
@@ -137,7 +135,7 @@ pub async fn delete_batch(
     }
     match ictx.ingest.change_batch(id, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
-        _ => Err(IngestStepError::Refused(format!(
+        _ => Err(HandlerError::Refused(format!(
             "batch {id} changed meanwhile"
         ))),
     }
@@ -155,7 +153,7 @@ pub struct BatchStatus {
 pub async fn status(
     ictx: &IngestCtx,
     only: Option<&BatchId>,
-) -> Result<Vec<BatchStatus>, IngestStepError> {
+) -> Result<Vec<BatchStatus>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.clone()],
         None => ictx.ingest.batch_ids().await?,
@@ -185,7 +183,7 @@ pub async fn status(
 pub async fn reports(
     ictx: &IngestCtx,
     batch: &BatchId,
-) -> Result<Vec<batches::BatchReport>, IngestStepError> {
+) -> Result<Vec<batches::BatchReport>, HandlerError> {
     let mut out = Vec::new();
     for meta in ictx.store.list(&ictx.ingest.keys.reports(batch)).await? {
         if let Some(r) = crate::repositories::read_json(ictx.store.as_ref(), &meta.key)

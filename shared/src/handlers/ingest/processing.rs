@@ -3,13 +3,13 @@
 //! end first (the reconciler for a lost event). Both call [`on_end`]; the record's If-Match and
 //! the attempt named in the job's name make the second one a no-op.
 
-use super::IngestStepError;
 use crate::contracts::ingest::IngestNotice;
 use crate::contracts::messages::{Notice, Outcome};
 use crate::domain::classify::Classification;
 use crate::domain::ingest::decisions::{on_processing_end, ProcessingEnd};
 use crate::domain::ingest::index::JobId;
 use crate::domain::ingest::job::JobState;
+use crate::handlers::HandlerError;
 use crate::ports::Queue;
 use crate::repositories::ingest::{Changed, Ingest};
 use chrono::{DateTime, Utc};
@@ -48,7 +48,7 @@ pub async fn on_end(
     max_attempts: u32,
     ended: &EndedProcessing,
     now: DateTime<Utc>,
-) -> Result<ProcessingOutcome, IngestStepError> {
+) -> Result<ProcessingOutcome, HandlerError> {
     let decide = |job: &crate::domain::ingest::record::JobRecord| {
         on_processing_end(
             job,
@@ -77,7 +77,7 @@ pub async fn on_end(
             .attempt(job.processing_attempt);
         async move {
             failure_dlq.send(body.to_message(&notice)?).await?;
-            Ok::<(), IngestStepError>(())
+            Ok::<(), HandlerError>(())
         }
     };
     if let (ProcessingEnd::Failed { reason }, false) = (&first, notice_after_record) {

@@ -510,7 +510,7 @@ async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
     w.run(|_| true).await;
     let e = operator::delete_job(&w.ictx, &id.job(1), false, Utc::now()).await;
     assert!(
-        matches!(e, Err(IngestStepError::Refused(ref why)) if why.contains("confirm")),
+        matches!(e, Err(HandlerError::Refused(ref why)) if why.contains("confirm")),
         "{e:?}"
     );
     let deleted = operator::delete_job(&w.ictx, &id.job(1), true, Utc::now())

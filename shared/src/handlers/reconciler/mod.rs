@@ -16,6 +16,7 @@ use crate::budget::Budget;
 use crate::domain::claim::{claim_key, parse_claim_key, Claim};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::window::parse_window_key;
+use crate::handlers::HandlerError;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -52,14 +53,8 @@ pub struct ReconcileSummary {
     pub out_of_time: u64,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ReconcileError {
-    #[error("listing the open-claims index: {0}")]
-    List(#[from] crate::ports::StoreError),
-}
-
 /// One pass over the open-claims index with no time limit (an operator's command, a test).
-pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, ReconcileError> {
+pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, HandlerError> {
     reconcile_within(ctx, now, &Budget::unlimited()).await
 }
 
@@ -70,12 +65,16 @@ pub async fn reconcile_within(
     ctx: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
-) -> Result<ReconcileSummary, ReconcileError> {
+) -> Result<ReconcileSummary, HandlerError> {
     let prefix = &ctx.config.layout.open_claim_prefix;
     let min_age = chrono::Duration::from_std(ctx.config.leases.reconcile_after)
         .unwrap_or(chrono::Duration::MAX);
     let mut summary = ReconcileSummary::default();
-    let mut markers = ctx.store.list(prefix).await?;
+    let mut markers = ctx
+        .store
+        .list(prefix)
+        .await
+        .map_err(|e| HandlerError::during("listing the open-claims index", e))?;
     let total = markers.len() as u64;
     markers.rotate_left(crate::budget::first_of(total as usize));
     for (looked, meta) in markers.into_iter().enumerate() {
@@ -138,25 +137,11 @@ pub(super) enum Step {
     UnknownToBatch,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub(super) enum OneError {
-    #[error(transparent)]
-    State(#[from] crate::repositories::RepositoryError),
-    #[error(transparent)]
-    Store(#[from] crate::ports::StoreError),
-    #[error(transparent)]
-    Jobs(#[from] crate::ports::JobRunnerError),
-    #[error(transparent)]
-    Monitor(#[from] monitor::MonitorError),
-    #[error("reading the item record: {0}")]
-    Items(#[from] crate::repositories::items::ItemError),
-}
-
 async fn reconcile_one(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     now: DateTime<Utc>,
-) -> Result<Step, OneError> {
+) -> Result<Step, HandlerError> {
     let open_key = claim_key(&ctx.config.layout.open_claim_prefix, attempt);
     let claim_at = claim_key(&ctx.config.layout.claim_prefix, attempt);
     let Some(found) = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await? else {
@@ -219,11 +204,11 @@ pub(super) async fn route_forgotten(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
-) -> Result<MonitorOutcome, OneError> {
+) -> Result<MonitorOutcome, HandlerError> {
     let name = crate::domain::job_name::job_name(&attempt.granule_id, attempt.attempt);
     let finished = crate::domain::job_end::forgotten_by_batch(attempt.clone(), job_id);
     let detail = crate::domain::job_end::forgotten_detail(job_id, &name);
-    Ok(monitor::job_finished(ctx, finished, detail, monitor::RECOVERED_BY).await?)
+    monitor::job_finished(ctx, finished, detail, monitor::RECOVERED_BY).await
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@
 //! attempt, therefore means the monitor died between the log and the record: the end is handed
 //! on again, never counted as handled (no record would move a record made after it).
 
-use super::{OneError, ReconcileSummary};
+use super::ReconcileSummary;
 use crate::budget::Budget;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::job_name::job_name;
@@ -28,6 +28,7 @@ use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
 use crate::domain::window::{window_key, WindowClaim, WindowProgress};
 use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::handlers::Ctx;
+use crate::handlers::HandlerError;
 use crate::ports::{JobDescription, PutCondition};
 use crate::repositories::json::read_json_retrying;
 use crate::repositories::read_json;
@@ -64,7 +65,7 @@ pub(super) async fn reconcile_window(
     start: u64,
     summary: &mut ReconcileSummary,
     budget: &Budget,
-) -> Result<(), OneError> {
+) -> Result<(), HandlerError> {
     let layout = &ctx.config.layout;
     let open_key = window_key(&layout.open_claim_prefix, inventory, start);
     let Some(claim) = read_json::<WindowClaim>(
@@ -125,7 +126,7 @@ pub(super) async fn reconcile_window(
         .collect();
     // Granules are looked at a few at a time: a pass over a large window under throttling would
     // otherwise add up every granule's backoff one after another.
-    let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, OneError>)> =
+    let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
         futures::stream::iter(to_look)
             .map(|(i, attempt, job_id, description)| async move {
                 let step = match job_id {
@@ -206,7 +207,7 @@ async fn granule(
     attempt: &GranuleProcessingEvent,
     job_id: &str,
     description: Option<JobDescription>,
-) -> Result<Granule, OneError> {
+) -> Result<Granule, HandlerError> {
     let Some(description) = description else {
         return forgotten(ctx, attempt, job_id).await;
     };
@@ -240,7 +241,7 @@ async fn forgotten(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
-) -> Result<Granule, OneError> {
+) -> Result<Granule, HandlerError> {
     // With item records, the item sweeper times such an attempt out (the window's open marker
     // names it to the sweeper) and the record leaves PROCESSING at it: handled.
     if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
@@ -274,7 +275,10 @@ enum Logged {
 /// with item records, the record moved past the attempt. No record is not "handled": the
 /// monitor makes a record still missing when it handles an end (its submitter's may come
 /// later), so a record that is missing after the log means the monitor died in between.
-async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Option<Logged>, OneError> {
+async fn handled(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+) -> Result<Option<Logged>, HandlerError> {
     let layout = &ctx.config.layout;
     let facts = layout.id_parser.facts(&attempt.granule_id);
     let success = LogKey::new(
@@ -329,7 +333,7 @@ async fn handled(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<Option<L
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
-) -> Result<Option<bool>, OneError> {
+) -> Result<Option<bool>, HandlerError> {
     // Every record is read with `look`, not only those a pass moved: a monitor whose event was
     // parked in the events DLQ after it died between the record and its entry is never
     // redelivered (chaos found such a gap when only `RECOVERED_BY` records were paid).
