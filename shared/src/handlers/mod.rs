@@ -14,6 +14,55 @@ pub mod requeuer;
 pub mod resume;
 pub mod transfer;
 
+/// Log lines as the Lambdas write them (`wiring::json_logs`), kept in memory for tests that
+/// follow an id through the logs.
+#[cfg(test)]
+pub(crate) mod log_capture {
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    pub struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Lines {
+        /// Logs of this thread go here until the guard drops.
+        pub fn capture(&self) -> tracing::subscriber::DefaultGuard {
+            let writer = self.clone();
+            tracing::subscriber::set_default(crate::wiring::json_logs(move || writer.clone()))
+        }
+
+        /// The lines whose message is `message`.
+        pub fn saying(&self, message: &str) -> Vec<serde_json::Value> {
+            let bytes = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            String::from_utf8_lossy(&bytes)
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|l| l["fields"]["message"] == message)
+                .collect()
+        }
+    }
+
+    /// The span `name` a line was logged in.
+    pub fn span<'a>(line: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+        line["spans"]
+            .as_array()
+            .and_then(|spans| spans.iter().find(|s| s["name"] == name))
+            .unwrap_or_else(|| panic!("no {name} span in {line}"))
+    }
+}
+
 pub use error::{HandlerError, LambdaFailure};
 
 use crate::config::Config;

@@ -363,33 +363,14 @@ mod tests {
     use crate::domain::batch_event::JobStatus;
     use crate::domain::granule::GranuleId;
     use crate::ports::JobRunner;
-    use std::sync::{Arc, Mutex};
-
-    /// Log lines, as the Lambdas write them, kept in memory.
-    #[derive(Clone, Default)]
-    struct Lines(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Lines {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend_from_slice(buf);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use std::sync::Arc;
 
     /// One id followed through the logs: every line of an event's handling names the SQS message
     /// and the granule, attempt and job it is about, in its spans.
     #[tokio::test]
     async fn each_log_line_of_an_event_names_its_message_granule_attempt_and_job() {
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let _logs =
-            tracing::subscriber::set_default(crate::wiring::json_logs(move || writer.clone()));
+        let lines = crate::handlers::log_capture::Lines::default();
+        let _logs = lines.capture();
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let mut ctx = Ctx::in_memory(Config::for_unit_tests(&[]));
         ctx.jobs = jobs.clone();
@@ -409,20 +390,9 @@ mod tests {
         let response = handle_sqs(&ctx, event).await;
         assert!(response.batch_item_failures.is_empty());
 
-        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        let finished: Vec<serde_json::Value> = text
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|l| l["fields"]["message"] == "job finished")
-            .collect();
-        assert_eq!(finished.len(), 1, "{text}");
-        let spans = finished[0]["spans"].as_array().unwrap();
-        let span = |name: &str| {
-            spans
-                .iter()
-                .find(|s| s["name"] == name)
-                .unwrap_or_else(|| panic!("no {name} span in {spans:?}"))
-        };
+        let finished = lines.saying("job finished");
+        assert_eq!(finished.len(), 1);
+        let span = |name: &str| crate::handlers::log_capture::span(&finished[0], name);
         assert_eq!(span("sqs_record")["message_id"], "m-1");
         let end = span("job_end");
         assert_eq!(end["granule_id"], id.as_str());

@@ -14,6 +14,17 @@ use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
+use tracing::Instrument;
+
+/// The span of one batch's step in a tick (its id and collection on every log line of it).
+fn batch_span(batch: &BatchRecord) -> tracing::Span {
+    tracing::info_span!(
+        "ingest_batch",
+        batch = %batch.id,
+        collection = %batch.submission.collection,
+        state = %batch.state
+    )
+}
 
 /// The batches in `state`, oldest first.
 async fn batches_in(ictx: &IngestCtx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
@@ -122,32 +133,43 @@ pub async fn spawn(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for batch in batches_in(ictx, BatchState::Pending).await? {
-        if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
-            let held = decisions::on_batch_pending(Some(&hold), 0);
-            ictx.ingest
-                .change_batch(&batch.id, held.decide(now))
-                .await?;
-            s.batches_held += 1;
-            continue;
-        }
-        let objects = objects_of(ictx, &batch).await;
-        for (n, object) in objects.iter().enumerate() {
-            let job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
-            ictx.ingest.create_job(&job).await?;
-            s.jobs_created += 1;
-        }
-        let count = objects.len();
-        let mv = decisions::on_batch_pending(None, count);
-        let spawned = ictx
-            .ingest
-            .change_batch(&batch.id, |b| {
-                mv.apply_with(b, now, |next| next.jobs = count)
-                    .map_err(|e| e.to_string())
-            })
+        let span = batch_span(&batch);
+        spawn_one(ictx, batch, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn spawn_one(
+    ictx: &IngestCtx,
+    batch: BatchRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
+        let held = decisions::on_batch_pending(Some(&hold), 0);
+        ictx.ingest
+            .change_batch(&batch.id, held.decide(now))
             .await?;
-        if matches!(spawned, Changed::Moved(_)) {
-            s.batches_spawned += 1;
-        }
+        s.batches_held += 1;
+        return Ok(());
+    }
+    let objects = objects_of(ictx, &batch).await;
+    for (n, object) in objects.iter().enumerate() {
+        let job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
+        ictx.ingest.create_job(&job).await?;
+        s.jobs_created += 1;
+    }
+    let count = objects.len();
+    let mv = decisions::on_batch_pending(None, count);
+    let spawned = ictx
+        .ingest
+        .change_batch(&batch.id, |b| {
+            mv.apply_with(b, now, |next| next.jobs = count)
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+    if matches!(spawned, Changed::Moved(_)) {
+        s.batches_spawned += 1;
     }
     Ok(())
 }
@@ -200,7 +222,8 @@ pub async fn report(
     }
     for state in [BatchState::Reporting, BatchState::UpdateReporting] {
         for batch in batches_in(ictx, state).await? {
-            write_report(ictx, &batch, now).await?;
+            let span = batch_span(&batch);
+            write_report(ictx, &batch, now).instrument(span).await?;
             s.batches_reported += 1;
         }
     }
@@ -316,26 +339,37 @@ pub async fn clean_up(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let (job_gone, batch_gone) = decisions::on_cleaned_up();
     for batch in batches_in(ictx, BatchState::Completed).await? {
-        if !archived(ictx, &batch, now).await? {
-            s.batches_waiting_for_archive += 1;
+        let span = batch_span(&batch);
+        clean_up_one(ictx, batch, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn clean_up_one(
+    ictx: &IngestCtx,
+    batch: BatchRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    if !archived(ictx, &batch, now).await? {
+        s.batches_waiting_for_archive += 1;
+        return Ok(());
+    }
+    let (job_gone, batch_gone) = decisions::on_cleaned_up();
+    for job in ended_jobs(ictx, &batch).await? {
+        if job.state != JobState::Completed {
             continue;
         }
-        for job in ended_jobs(ictx, &batch).await? {
-            if job.state != JobState::Completed {
-                continue;
-            }
-            remove_files(ictx, &job.id).await?;
-            ictx.ingest
-                .change_job(&job.id, job_gone.decide(now))
-                .await?;
-        }
+        remove_files(ictx, &job.id).await?;
         ictx.ingest
-            .change_batch(&batch.id, batch_gone.decide(now))
+            .change_job(&job.id, job_gone.decide(now))
             .await?;
-        s.batches_cleaned += 1;
     }
+    ictx.ingest
+        .change_batch(&batch.id, batch_gone.decide(now))
+        .await?;
+    s.batches_cleaned += 1;
     Ok(())
 }
 

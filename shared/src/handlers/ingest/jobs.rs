@@ -22,9 +22,22 @@ use crate::repositories::ingest::Changed;
 use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use tracing::Instrument;
 
 /// Files of one job downloaded at once.
 const PARALLEL_DOWNLOADS: usize = 4;
+
+/// The span of one job's step in a tick: every log line of it carries the job, its batch and its
+/// collection, so one id can be followed through the JSON logs.
+fn job_span(job: &JobRecord) -> tracing::Span {
+    tracing::info_span!(
+        "ingest_job",
+        job = %job.id,
+        batch = %job.batch,
+        collection = %job.collection,
+        state = %job.state
+    )
+}
 
 /// The jobs whose records say `state`, in priority order.
 async fn taken(
@@ -67,14 +80,25 @@ pub async fn dispatch(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Pending, s).await? {
-        let hold = super::holds::job_held_by(ictx, &job).await?;
-        let mv = decisions::on_dispatch(&job, hold.as_deref());
-        if advance(ictx, &job, &mv, now, |_| {}).await? {
-            match mv.to {
-                JobState::Failed => s.failed += 1,
-                JobState::Held => s.held += 1,
-                _ => s.dispatched += 1,
-            }
+        let span = job_span(&job);
+        dispatch_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn dispatch_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let hold = super::holds::job_held_by(ictx, &job).await?;
+    let mv = decisions::on_dispatch(&job, hold.as_deref());
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        match mv.to {
+            JobState::Failed => s.failed += 1,
+            JobState::Held => s.held += 1,
+            _ => s.dispatched += 1,
         }
     }
     Ok(())
@@ -88,30 +112,41 @@ pub async fn estimate(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Estimating, s).await? {
-        let mut total = Some(0u64);
-        if let Payload::Files { files } = &job.object.payload {
-            for f in files {
-                let size = match f.size {
-                    Some(n) => Some(n),
-                    None => ictx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
-                        tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
-                        None
-                    }),
-                };
-                total = total.zip(size).map(|(a, b)| a.saturating_add(b));
-            }
+        let span = job_span(&job);
+        estimate_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn estimate_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let mut total = Some(0u64);
+    if let Payload::Files { files } = &job.object.payload {
+        for f in files {
+            let size = match f.size {
+                Some(n) => Some(n),
+                None => ictx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
+                    tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
+                    None
+                }),
+            };
+            total = total.zip(size).map(|(a, b)| a.saturating_add(b));
         }
-        let need = total.unwrap_or(0);
-        let priority =
-            decisions::priority_after_estimate(job.priority, need, ictx.settings.large_job_bytes);
-        if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
-            r.space_needed = need;
-            r.priority = priority;
-        })
-        .await?
-        {
-            s.estimated += 1;
-        }
+    }
+    let need = total.unwrap_or(0);
+    let priority =
+        decisions::priority_after_estimate(job.priority, need, ictx.settings.large_job_bytes);
+    if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
+        r.space_needed = need;
+        r.priority = priority;
+    })
+    .await?
+    {
+        s.estimated += 1;
     }
     Ok(())
 }
@@ -140,16 +175,30 @@ pub async fn provision(
 ) -> Result<(), HandlerError> {
     let mut used = in_flight(ictx).await?;
     for job in taken(ictx, JobState::Provisioning, s).await? {
-        let admitted =
-            decisions::on_provisioning(job.space_needed, used, ictx.settings.capacity_bytes);
-        let Some(mv) = admitted else {
-            s.waiting_for_capacity += 1;
-            continue;
-        };
-        if advance(ictx, &job, &mv, now, |_| {}).await? {
-            used = used.saturating_add(job.space_needed);
-            s.provisioned += 1;
-        }
+        let span = job_span(&job);
+        provision_one(ictx, job, now, s, &mut used)
+            .instrument(span)
+            .await?;
+    }
+    Ok(())
+}
+
+async fn provision_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+    used: &mut u64,
+) -> Result<(), HandlerError> {
+    let admitted =
+        decisions::on_provisioning(job.space_needed, *used, ictx.settings.capacity_bytes);
+    let Some(mv) = admitted else {
+        s.waiting_for_capacity += 1;
+        return Ok(());
+    };
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        *used = used.saturating_add(job.space_needed);
+        s.provisioned += 1;
     }
     Ok(())
 }
@@ -207,45 +256,56 @@ pub async fn download(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Downloading, s).await? {
-        let Payload::Files { files } = &job.object.payload else {
-            let mv = decisions::on_downloaded(Err("no files to download"));
-            advance(ictx, &job, &mv, now, |_| {}).await?;
-            continue;
-        };
-        // The job's files download in parallel (in manifest order for the record); the first
-        // failure, in that order, is the job's reason.
-        let fetched: Vec<Result<StoredFile, String>> = futures::stream::iter(files)
-            .map(|f| fetch_file(ictx, &job, f))
-            .buffered(PARALLEL_DOWNLOADS)
-            .collect()
-            .await;
-        let mut stored = Vec::with_capacity(files.len());
-        let mut failure = None;
-        for result in fetched {
-            match result {
-                Ok(file) => stored.push(file),
-                Err(why) => {
-                    failure.get_or_insert(why);
-                }
+        let span = job_span(&job);
+        download_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn download_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let Payload::Files { files } = &job.object.payload else {
+        let mv = decisions::on_downloaded(Err("no files to download"));
+        advance(ictx, &job, &mv, now, |_| {}).await?;
+        return Ok(());
+    };
+    // The job's files download in parallel (in manifest order for the record); the first
+    // failure, in that order, is the job's reason.
+    let fetched: Vec<Result<StoredFile, String>> = futures::stream::iter(files)
+        .map(|f| fetch_file(ictx, &job, f))
+        .buffered(PARALLEL_DOWNLOADS)
+        .collect()
+        .await;
+    let mut stored = Vec::with_capacity(files.len());
+    let mut failure = None;
+    for result in fetched {
+        match result {
+            Ok(file) => stored.push(file),
+            Err(why) => {
+                failure.get_or_insert(why);
             }
         }
-        let mv = decisions::on_downloaded(match &failure {
-            Some(why) => Err(why.as_str()),
-            None => Ok(stored.as_slice()),
-        });
-        let size: u64 = stored.iter().map(|f| f.size).sum();
-        let moved = advance(ictx, &job, &mv, now, |r| {
-            if failure.is_none() {
-                r.stored = stored.clone();
-                r.space_needed = size;
-            }
-        })
-        .await?;
-        match (moved, mv.to) {
-            (false, _) => {}
-            (true, JobState::Failed) => s.failed += 1,
-            (true, _) => s.downloaded += 1,
+    }
+    let mv = decisions::on_downloaded(match &failure {
+        Some(why) => Err(why.as_str()),
+        None => Ok(stored.as_slice()),
+    });
+    let size: u64 = stored.iter().map(|f| f.size).sum();
+    let moved = advance(ictx, &job, &mv, now, |r| {
+        if failure.is_none() {
+            r.stored = stored.clone();
+            r.space_needed = size;
         }
+    })
+    .await?;
+    match (moved, mv.to) {
+        (false, _) => {}
+        (true, JobState::Failed) => s.failed += 1,
+        (true, _) => s.downloaded += 1,
     }
     Ok(())
 }
@@ -261,105 +321,115 @@ pub async fn process(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Processing, s).await? {
-        let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
-        let batch_job = match &job.processing_job {
-            Some(id) => id.clone(),
-            None => {
-                // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
-                // name only on takeover): a lost answer, a ListJobs that does not show the job
-                // yet, or an operator's tick beside the scheduled one submits nothing twice.
-                let prefix = format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
-                let request =
-                    processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
-                let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
-                    HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
-                })?;
-                let requests = one_job(&request);
-                let submission = Submission {
-                    claim_key: ictx.ingest.keys.processing_claim(
-                        &job.id,
-                        job.retry_count,
-                        job.processing_attempt,
-                    ),
-                    // Watched by this tick's DescribeJobs, not by the reconciler.
-                    open_key: None,
-                    claim: Claim::of_work(
-                        work,
-                        job.processing_attempt,
-                        name.clone(),
-                        "ingest-dispatcher",
-                        now,
-                    ),
-                    requests: &requests,
-                };
-                let id = match submit_claim_once(
-                    ictx.store.as_ref(),
-                    ictx.jobs.as_ref(),
-                    ictx.claim_lease,
-                    submission,
-                )
-                .await?
-                {
-                    SubmitOutcome::Submitted { job_id }
-                    | SubmitOutcome::AlreadySubmitted { job_id }
-                    | SubmitOutcome::Recovered { job_id } => job_id,
-                    // Another tick holds the claim and may be submitting: the next tick looks.
-                    SubmitOutcome::InFlight => continue,
-                };
-                ictx.ingest
-                    .change_job(&job.id, |r| {
-                        (r.state == JobState::Processing
-                            && r.processing_attempt == job.processing_attempt
-                            && r.processing_job.as_deref() != Some(&id))
-                        .then(|| {
-                            let mut next = r.clone();
-                            next.processing_job = Some(id.clone());
-                            next
-                        })
-                        .map(Ok)
-                        .transpose()
+        let span = job_span(&job);
+        process_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn process_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
+    let batch_job = match &job.processing_job {
+        Some(id) => id.clone(),
+        None => {
+            // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
+            // name only on takeover): a lost answer, a ListJobs that does not show the job
+            // yet, or an operator's tick beside the scheduled one submits nothing twice.
+            let prefix = format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
+            let request = processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
+            let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
+                HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
+            })?;
+            let requests = one_job(&request);
+            let submission = Submission {
+                claim_key: ictx.ingest.keys.processing_claim(
+                    &job.id,
+                    job.retry_count,
+                    job.processing_attempt,
+                ),
+                // Watched by this tick's DescribeJobs, not by the reconciler.
+                open_key: None,
+                claim: Claim::of_work(
+                    work,
+                    job.processing_attempt,
+                    name.clone(),
+                    "ingest-dispatcher",
+                    now,
+                ),
+                requests: &requests,
+            };
+            let id = match submit_claim_once(
+                ictx.store.as_ref(),
+                ictx.jobs.as_ref(),
+                ictx.claim_lease,
+                submission,
+            )
+            .await?
+            {
+                SubmitOutcome::Submitted { job_id }
+                | SubmitOutcome::AlreadySubmitted { job_id }
+                | SubmitOutcome::Recovered { job_id } => job_id,
+                // Another tick holds the claim and may be submitting: the next tick looks.
+                SubmitOutcome::InFlight => return Ok(()),
+            };
+            ictx.ingest
+                .change_job(&job.id, |r| {
+                    (r.state == JobState::Processing
+                        && r.processing_attempt == job.processing_attempt
+                        && r.processing_job.as_deref() != Some(&id))
+                    .then(|| {
+                        let mut next = r.clone();
+                        next.processing_job = Some(id.clone());
+                        next
                     })
-                    .await?;
-                s.processing_submitted += 1;
-                continue;
-            }
-        };
-        let Some(described) = ictx.jobs.describe(&batch_job).await? else {
-            continue;
-        };
-        if !described.summary.status.is_terminal() {
-            continue;
+                    .map(Ok)
+                    .transpose()
+                })
+                .await?;
+            s.processing_submitted += 1;
+            return Ok(());
         }
-        let detail = match serde_json::from_value::<JobDetail>(described.detail) {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::error!(job = %job.id, batch_job, error = %e, "DescribeJobs answer unreadable; the job's event decides");
-                continue;
-            }
-        };
-        let Ok(classification) = classify(&detail) else {
-            continue;
-        };
-        let ended = EndedProcessing {
-            ingest_job: job.id.clone(),
-            batch_job_id: batch_job.clone(),
-            batch_job_name: detail.job_name.clone(),
-            classification,
-        };
-        match processing::on_end(
-            &ictx.ingest,
-            ictx.processing.failure_dlq.as_ref(),
-            ictx.processing.max_attempts,
-            &ended,
-            now,
-        )
-        .await?
-        {
-            ProcessingOutcome::Stale => {}
-            ProcessingOutcome::Recording => s.processed += 1,
-            ProcessingOutcome::Retrying { .. } => s.processing_retried += 1,
-            ProcessingOutcome::Failed => s.failed += 1,
+    };
+    let Some(described) = ictx.jobs.describe(&batch_job).await? else {
+        return Ok(());
+    };
+    if !described.summary.status.is_terminal() {
+        return Ok(());
+    }
+    let detail = match serde_json::from_value::<JobDetail>(described.detail) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(job = %job.id, batch_job, error = %e, "DescribeJobs answer unreadable; the job's event decides");
+            return Ok(());
         }
+    };
+    let Ok(classification) = classify(&detail) else {
+        return Ok(());
+    };
+    let ended = EndedProcessing {
+        ingest_job: job.id.clone(),
+        batch_job_id: batch_job.clone(),
+        batch_job_name: detail.job_name.clone(),
+        classification,
+    };
+    match processing::on_end(
+        &ictx.ingest,
+        ictx.processing.failure_dlq.as_ref(),
+        ictx.processing.max_attempts,
+        &ended,
+        now,
+    )
+    .await?
+    {
+        ProcessingOutcome::Stale => {}
+        ProcessingOutcome::Recording => s.processed += 1,
+        ProcessingOutcome::Retrying { .. } => s.processing_retried += 1,
+        ProcessingOutcome::Failed => s.failed += 1,
     }
     Ok(())
 }
@@ -390,27 +460,38 @@ pub async fn record(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Recording, s).await? {
-        let changed = changed_file(ictx, &job).await?;
-        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
-        let mv = decisions::on_recording(changed.as_deref(), &key);
-        if changed.is_some() {
-            if advance(ictx, &job, &mv, now, |_| {}).await? {
-                s.failed += 1;
-            }
-            continue;
-        }
-        let entry = serde_json::json!({
-            "job": job.id, "batch": job.batch, "collection": job.collection,
-            "local_id": job.object.local_id, "primary_id": job.object.primary_id,
-            "files": job.stored, "processing_job": job.processing_job, "recorded_at": now,
-        });
-        let body = crate::contracts::encode("an inventory record", &entry)?;
-        ictx.store
-            .put(&key, body, crate::ports::PutCondition::Overwrite)
-            .await?;
+        let span = job_span(&job);
+        record_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn record_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let changed = changed_file(ictx, &job).await?;
+    let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+    let mv = decisions::on_recording(changed.as_deref(), &key);
+    if changed.is_some() {
         if advance(ictx, &job, &mv, now, |_| {}).await? {
-            s.recorded += 1;
+            s.failed += 1;
         }
+        return Ok(());
+    }
+    let entry = serde_json::json!({
+        "job": job.id, "batch": job.batch, "collection": job.collection,
+        "local_id": job.object.local_id, "primary_id": job.object.primary_id,
+        "files": job.stored, "processing_job": job.processing_job, "recorded_at": now,
+    });
+    let body = crate::contracts::encode("an inventory record", &entry)?;
+    ictx.store
+        .put(&key, body, crate::ports::PutCondition::Overwrite)
+        .await?;
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        s.recorded += 1;
     }
     Ok(())
 }
@@ -423,51 +504,62 @@ pub async fn notify(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, JobState::Notify, s).await? {
-        let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
-        let announcement = JobAnnouncement {
-            batch: &job.batch,
-            job: &job.id,
-            collection: &job.collection,
-            local_id: job.object.local_id.as_deref(),
-            primary_id: job.object.primary_id.as_deref(),
-            state: JobState::Completed.as_str(),
-            files: job.stored.len(),
-            inventory_key: &key,
-        };
-        ictx.bus.put_events(vec![announcement.event()]).await?;
-        let callback = match ictx.ingest.batch(&job.batch).await? {
-            Some(b) => b.value.submission.callback,
-            None => None,
-        };
-        let mut failure = None;
-        if let Some(url) = callback {
-            failure = Some(String::new());
-            for attempt in 1..=ictx.settings.callback_attempts {
-                match ictx
-                    .remote
-                    .call_back(&url, &serde_json::json!(announcement))
-                    .await
-                {
-                    Ok(()) => {
-                        failure = None;
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::warn!(job = %job.id, attempt, error = %e, "callback failed");
-                        failure = Some(format!(
-                            "callback {url} failed {attempt} times; the last: {e}"
-                        ));
-                    }
+        let span = job_span(&job);
+        notify_one(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
+async fn notify_one(
+    ictx: &IngestCtx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+    let announcement = JobAnnouncement {
+        batch: &job.batch,
+        job: &job.id,
+        collection: &job.collection,
+        local_id: job.object.local_id.as_deref(),
+        primary_id: job.object.primary_id.as_deref(),
+        state: JobState::Completed.as_str(),
+        files: job.stored.len(),
+        inventory_key: &key,
+    };
+    ictx.bus.put_events(vec![announcement.event()]).await?;
+    let callback = match ictx.ingest.batch(&job.batch).await? {
+        Some(b) => b.value.submission.callback,
+        None => None,
+    };
+    let mut failure = None;
+    if let Some(url) = callback {
+        failure = Some(String::new());
+        for attempt in 1..=ictx.settings.callback_attempts {
+            match ictx
+                .remote
+                .call_back(&url, &serde_json::json!(announcement))
+                .await
+            {
+                Ok(()) => {
+                    failure = None;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %job.id, attempt, error = %e, "callback failed");
+                    failure = Some(format!(
+                        "callback {url} failed {attempt} times; the last: {e}"
+                    ));
                 }
             }
         }
-        let mv = decisions::on_notified(failure);
-        if advance(ictx, &job, &mv, now, |_| {}).await? {
-            if mv.to == JobState::Failed {
-                s.failed += 1;
-            } else {
-                s.notified += 1;
-            }
+    }
+    let mv = decisions::on_notified(failure);
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        if mv.to == JobState::Failed {
+            s.failed += 1;
+        } else {
+            s.notified += 1;
         }
     }
     Ok(())

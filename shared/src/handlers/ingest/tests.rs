@@ -428,6 +428,27 @@ async fn provisioning_admits_only_what_fits_and_re_evaluates_every_tick() {
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// One id followed through the logs: a job's step in a tick logs inside a span naming the job,
+/// its batch and its collection.
+#[tokio::test]
+async fn each_log_line_of_a_jobs_step_names_the_job_its_batch_and_collection() {
+    let lines = crate::handlers::log_capture::Lines::default();
+    let _logs = lines.capture();
+    let w = world(IngestSettings::default());
+    w.remote.fail_callbacks_to("http://depositor/down");
+    let m = w.manifest("m7", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", Some("http://depositor/down")).await;
+    w.run(|_| true).await;
+    let failed = lines.saying("callback failed");
+    assert!(!failed.is_empty());
+    for line in &failed {
+        let span = crate::handlers::log_capture::span(line, "ingest_job");
+        assert_eq!(span["job"], id.job(1).to_string());
+        assert_eq!(span["batch"], id.to_string());
+        assert_eq!(span["collection"], "coll");
+    }
+}
+
 #[tokio::test]
 async fn a_failing_callback_fails_the_job_and_a_resume_retries_only_the_notify() {
     let w = world(IngestSettings::default());
