@@ -204,7 +204,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     assert_eq!(jobs.submitted().len(), 195);
     // What was stored is in the inventory, and its bytes are in S3 with the right digest.
     let inventory =
-        granary_tests::keys(s.ctx.store.as_ref(), "ingest/inventory/collection=maps/").await;
+        granary_tests::keys(s.ctx.store.as_ref(), "ingest/catalog/collection=maps/").await;
     assert_eq!(inventory.len(), 195);
 
     // The depositor's server serves the five files as listed now; the operator resumes the
@@ -264,7 +264,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
             .is_empty()
     );
     assert_eq!(
-        granary_tests::keys(s.ctx.store.as_ref(), "ingest/inventory/collection=maps/")
+        granary_tests::keys(s.ctx.store.as_ref(), "ingest/catalog/collection=maps/")
             .await
             .len(),
         200

@@ -81,7 +81,7 @@ pub struct JobAnnouncement<'a> {
     pub primary_id: Option<&'a str>,
     pub state: &'a str,
     pub files: usize,
-    pub inventory_key: &'a str,
+    pub catalog_key: &'a str,
 }
 
 impl JobAnnouncement<'_> {

@@ -8,7 +8,7 @@
 //! `work/<id>/tmp/` (members on their way to their content address).
 
 pub use super::json::Changed;
-use super::json::{change_json, read_json, write_json, RecordError, Swapped, Versioned};
+use super::json::{change_json, read_json, write_json, RecordAt, RecordError, Versioned};
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
@@ -16,19 +16,6 @@ use crate::ports::{ObjectStore, PutCondition};
 use std::sync::Arc;
 
 /// A change's outcome as the repository reports it.
-fn reported<T>(
-    swapped: Swapped<T>,
-    what: &'static str,
-    id: String,
-) -> Result<Changed<T>, RecordError> {
-    match swapped {
-        Swapped::Written { after, .. } => Ok(Changed::Moved(after)),
-        Swapped::Unchanged(v) => Ok(Changed::Unchanged(v)),
-        Swapped::Missing => Ok(Changed::Missing),
-        Swapped::Contended => Err(RecordError::Contended { what, id }),
-    }
-}
-
 #[derive(Clone)]
 pub struct Archives {
     pub store: Arc<dyn ObjectStore>,
@@ -156,8 +143,13 @@ impl Archives {
     where
         F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
     {
-        let swapped = change_json(self.store.as_ref(), &self.job_key(id), decide).await?;
-        reported(swapped, "archive job", id.to_owned())
+        let key = self.job_key(id);
+        let at = RecordAt {
+            key: &key,
+            what: "archive job",
+            id,
+        };
+        change_json(self.store.as_ref(), at, decide).await
     }
 
     pub async fn put_shard(&self, id: &str, n: u32, keys: &[String]) -> Result<(), RecordError> {
@@ -228,8 +220,13 @@ impl Archives {
         F: Fn(&TaskRecord) -> Option<TaskRecord>,
     {
         let key = self.task_key(id, phase, task);
-        let swapped = change_json(self.store.as_ref(), &key, |t| Ok(decide(t))).await?;
-        reported(swapped, "archive task", format!("{id}/{phase}/{task}"))
+        let named = format!("{id}/{phase}/{task}");
+        let at = RecordAt {
+            key: &key,
+            what: "archive task",
+            id: &named,
+        };
+        change_json(self.store.as_ref(), at, |t| Ok(decide(t))).await
     }
 
     /// Every task of the phase, in name order.

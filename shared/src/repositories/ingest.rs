@@ -10,7 +10,7 @@
 //! once the record is written and the next handler has looked.
 
 pub use super::json::Changed;
-use super::json::{change_json_prepared, read_json, write_json, RecordError, Swapped, Versioned};
+use super::json::{change_record, read_json, write_json, RecordAt, RecordError, Versioned};
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
@@ -137,33 +137,20 @@ impl Ingest {
         F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
     {
         let key = self.keys.batch(id);
+        let named = id.to_string();
+        let at = RecordAt {
+            key: &key,
+            what: "batch",
+            id: &named,
+        };
         // As for jobs ([`Ingest::change_job`]): a batch leaving a state no tick scans (an
         // operator's update report of a failed batch) has its marker moved before its record.
-        let prepare = |before: &BatchRecord, after: &BatchRecord| {
-            let (from, to) = (before.state, after.state);
-            async move {
-                if batch_markers_first(from, to) {
-                    self.move_batch_marker(id, from, to).await?;
-                }
-                Ok(())
-            }
+        let first = |b: &BatchRecord, a: &BatchRecord| batch_markers_first(b.state, a.state);
+        let move_marker = |b: &BatchRecord, a: &BatchRecord| {
+            let (from, to) = (b.state, a.state);
+            async move { self.move_batch_marker(id, from, to).await }
         };
-        match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
-            Swapped::Written { before, after } => {
-                // Otherwise the record first, then the new marker, then the old one removed.
-                if !batch_markers_first(before.state, after.state) {
-                    self.move_batch_marker(id, before.state, after.state)
-                        .await?;
-                }
-                Ok(Changed::Moved(after))
-            }
-            Swapped::Unchanged(b) => Ok(Changed::Unchanged(b)),
-            Swapped::Missing => Ok(Changed::Missing),
-            Swapped::Contended => Err(RecordError::Contended {
-                what: "batch",
-                id: id.to_string(),
-            }),
-        }
+        change_record(self.store.as_ref(), at, decide, first, move_marker).await
     }
 
     /// A batch's queue marker moved from `from` to `to`: the new one put, then the old removed.
@@ -267,38 +254,27 @@ impl Ingest {
         F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
     {
         let key = self.keys.job(id);
+        let named = id.to_string();
+        let at = RecordAt {
+            key: &key,
+            what: "job",
+            id: &named,
+        };
         // Usually the record comes first, then its markers: a crash in between leaves the old
         // state's marker, and the tick's scan of that state repairs it. A job leaving a state no
         // tick scans (an operator's resume of a failed job) would be left a live record no marker
         // names, which nothing would ever move: its markers move first, and a crash before the
         // record leaves a marker of the new state, whose scan finds the record still in the old
         // one and puts that state's marker back (the operator's command failed: run it again).
-        let prepare = |before: &JobRecord, after: &JobRecord| {
-            let early = job_markers_first(before.state, after.state);
-            let (before, after) = (before.clone(), after.clone());
+        let first = |b: &JobRecord, a: &JobRecord| job_markers_first(b.state, a.state);
+        let move_markers = |b: &JobRecord, a: &JobRecord| {
+            let (before, after) = (b.clone(), a.clone());
             async move {
-                if early {
-                    self.index_markers(&after).await?;
-                    self.unindex_markers(&before, &after).await?;
-                }
-                Ok(())
+                self.index_markers(&after).await?;
+                self.unindex(&before, &after).await
             }
         };
-        match change_json_prepared(self.store.as_ref(), &key, decide, prepare).await? {
-            Swapped::Written { before, after } => {
-                if !job_markers_first(before.state, after.state) {
-                    self.index(&after).await?;
-                    self.unindex(&before, &after).await?;
-                }
-                Ok(Changed::Moved(after))
-            }
-            Swapped::Unchanged(j) => Ok(Changed::Unchanged(j)),
-            Swapped::Missing => Ok(Changed::Missing),
-            Swapped::Contended => Err(RecordError::Contended {
-                what: "job",
-                id: id.to_string(),
-            }),
-        }
+        change_record(self.store.as_ref(), at, decide, first, move_markers).await
     }
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).
@@ -351,11 +327,7 @@ impl Ingest {
     }
 
     /// Removes the markers `old` had that `new` does not.
-    async fn unindex(&self, old: &JobRecord, new: &JobRecord) -> Result<(), RecordError> {
-        Ok(self.unindex_markers(old, new).await?)
-    }
-
-    async fn unindex_markers(
+    async fn unindex(
         &self,
         old: &JobRecord,
         new: &JobRecord,

@@ -148,7 +148,7 @@ impl<T> Changed<T> {
 }
 
 /// Why a record of a workflow (an ingest job or batch, an archive job or task) could not be
-/// read or changed: one error for every repository built on [`change_json`].
+/// read or changed: one error for every repository built on [`change_record`].
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error(transparent)]
@@ -162,86 +162,72 @@ pub enum RecordError {
     Contended { what: &'static str, id: String },
 }
 
-impl From<ChangeError> for RecordError {
-    fn from(e: ChangeError) -> Self {
-        match e {
-            ChangeError::Repository(r) => RecordError::Repository(r),
-            ChangeError::Illegal(why) => RecordError::Illegal(why),
-        }
-    }
+/// Which record [`change_record`] changes, for its errors: "an ingest job" and its id.
+pub struct RecordAt<'a> {
+    pub key: &'a str,
+    pub what: &'static str,
+    pub id: &'a str,
 }
 
-/// What [`change_json`] did: the value before and after a write, or why there was none.
-pub enum Swapped<T> {
-    Written {
-        before: T,
-        after: T,
-    },
-    Unchanged(T),
-    Missing,
-    /// Lost [`CAS_ROUNDS`] compare-and-swaps in a row.
-    Contended,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ChangeError {
-    #[error(transparent)]
-    Repository(#[from] RepositoryError),
-    /// `decide` refused the change (a transition its table does not allow).
-    #[error("{0}")]
-    Illegal(String),
-}
-
-/// Reads the object, asks `decide` for its next value, writes it with If-Match; on a lost race,
-/// reads and decides again (at most [`CAS_ROUNDS`] times).
+/// [`change_record`] of a record no index follows.
 pub async fn change_json<T, F>(
     store: &dyn ObjectStore,
-    key: &str,
+    at: RecordAt<'_>,
     decide: F,
-) -> Result<Swapped<T>, ChangeError>
+) -> Result<Changed<T>, RecordError>
 where
     T: Serialize + DeserializeOwned,
     F: Fn(&T) -> Result<Option<T>, String>,
 {
-    change_json_prepared(store, key, decide, |_, _| async { Ok(()) }).await
+    let unindexed = |_: &T, _: &T| async { Ok(()) };
+    change_record(store, at, decide, |_, _| false, unindexed).await
 }
 
-/// [`change_json`], calling `prepare(before, after)` before each write: what must exist before
-/// the object says `after` (an index marker no scanner would otherwise put back after a crash).
-pub async fn change_json_prepared<T, F, P, Fut>(
+/// The one record protocol: reads the record, asks `decide` for its next value, writes it with
+/// If-Match and moves its index markers (`move_markers(before, after)`: the new ones put before
+/// the old ones go, so a crash leaves a record listed twice at worst, which its lister repairs);
+/// on a lost race, reads and decides again (at most [`CAS_ROUNDS`] times). The markers move after
+/// the write, unless `markers_first(before, after)`: a record leaving a state no scan lists would
+/// otherwise be left, after a crash between the two, a live record no marker names.
+pub async fn change_record<T, F, M, Fut>(
     store: &dyn ObjectStore,
-    key: &str,
+    at: RecordAt<'_>,
     decide: F,
-    prepare: P,
-) -> Result<Swapped<T>, ChangeError>
+    markers_first: impl Fn(&T, &T) -> bool,
+    move_markers: M,
+) -> Result<Changed<T>, RecordError>
 where
     T: Serialize + DeserializeOwned,
     F: Fn(&T) -> Result<Option<T>, String>,
-    P: Fn(&T, &T) -> Fut,
+    M: Fn(&T, &T) -> Fut,
     Fut: std::future::Future<Output = Result<(), StoreError>>,
 {
     for _ in 0..CAS_ROUNDS {
-        let Some(current) = read_json::<T>(store, key).await? else {
-            return Ok(Swapped::Missing);
+        let Some(current) = read_json::<T>(store, at.key).await? else {
+            return Ok(Changed::Missing);
         };
-        let Some(next) = decide(&current.value).map_err(ChangeError::Illegal)? else {
-            return Ok(Swapped::Unchanged(current.value));
+        let Some(next) = decide(&current.value).map_err(RecordError::Illegal)? else {
+            return Ok(Changed::Unchanged(current.value));
         };
-        prepare(&current.value, &next)
-            .await
-            .map_err(RepositoryError::from)?;
-        match write_json(store, key, &next, current.condition()).await {
+        let first = markers_first(&current.value, &next);
+        if first {
+            move_markers(&current.value, &next).await?;
+        }
+        match write_json(store, at.key, &next, current.condition()).await {
             Ok(_) => {
-                return Ok(Swapped::Written {
-                    before: current.value,
-                    after: next,
-                })
+                if !first {
+                    move_markers(&current.value, &next).await?;
+                }
+                return Ok(Changed::Moved(next));
             }
             Err(e) if e.is_conflict() => continue,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(Swapped::Contended)
+    Err(RecordError::Contended {
+        what: at.what,
+        id: at.id.to_owned(),
+    })
 }
 
 #[cfg(test)]
@@ -261,9 +247,14 @@ mod tests {
             .unwrap_err();
         assert!(e.is_conflict(), "{e}");
         // change_json reads again and finds it missing.
-        let changed = change_json::<u32, _>(&store, "k", |v| Ok(Some(v + 1)))
+        let at = RecordAt {
+            key: "k",
+            what: "a number",
+            id: "k",
+        };
+        let changed = change_json::<u32, _>(&store, at, |v| Ok(Some(v + 1)))
             .await
             .unwrap();
-        assert!(matches!(changed, Swapped::Missing));
+        assert!(matches!(changed, Changed::Missing));
     }
 }

@@ -9,7 +9,7 @@
 //! - `batch-jobs/<bid>/<group>/<jid>`: the batch's own index (processing, completed, failed);
 //!   a batch with nothing under `batch-processing/` has no job left running;
 //! - `holds/collection=<c>.json`, `holds/batch=<bid>.json`, `holds/job=<jid>.json`: holds;
-//! - `objects/<jid>/<name>`: a job's downloaded files; `inventory/collection=<c>/<jid>.json`: what
+//! - `objects/<jid>/<name>`: a job's downloaded files; `catalog/collection=<c>/<jid>.json`: what
 //!   a job stored;
 //! - `reports/<bid>/<n>.json`: a batch's reports, the first and each update.
 
@@ -229,12 +229,10 @@ impl IngestKeys {
         format!("{}objects/{jid}/", self.prefix)
     }
 
-    /// The inventory record of what a job stored.
-    pub fn inventory(&self, collection: &str, jid: &JobId) -> String {
-        format!(
-            "{}inventory/collection={collection}/{jid}.json",
-            self.prefix
-        )
+    /// The catalog record of what a job stored (Merritt's inventory step; "inventory" in granary
+    /// names only the feeder's Parquet granule lists).
+    pub fn catalog(&self, collection: &str, jid: &JobId) -> String {
+        format!("{}catalog/collection={collection}/{jid}.json", self.prefix)
     }
 
     /// A submitted manifest kept in the bucket (`granary ingest submit` of a local file).

@@ -18,7 +18,7 @@ pub enum JobState {
     Downloading,
     /// The processing job (AWS Batch) runs.
     Processing,
-    /// The inventory record of what was stored is written.
+    /// The catalog record of what was stored is written.
     Recording,
     /// The job's event is announced (and the callback called).
     Notify,

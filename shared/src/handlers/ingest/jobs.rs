@@ -452,7 +452,7 @@ async fn changed_file(ictx: &IngestCtx, job: &JobRecord) -> Result<Option<String
     Ok(None)
 }
 
-/// Recording → notify: the inventory record of what the job stored, once every stored file is
+/// Recording → notify: the catalog record of what the job stored, once every stored file is
 /// checked to be there as stored; a file that is not fails the job (resume records again).
 pub async fn record(
     ictx: &IngestCtx,
@@ -473,7 +473,7 @@ async fn record_one(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let changed = changed_file(ictx, &job).await?;
-    let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+    let key = ictx.ingest.keys.catalog(&job.collection, &job.id);
     let mv = decisions::on_recording(changed.as_deref(), &key);
     if changed.is_some() {
         if advance(ictx, &job, &mv, now, |_| {}).await? {
@@ -486,7 +486,7 @@ async fn record_one(
         "local_id": job.object.local_id, "primary_id": job.object.primary_id,
         "files": job.stored, "processing_job": job.processing_job, "recorded_at": now,
     });
-    let body = crate::contracts::encode("an inventory record", &entry)?;
+    let body = crate::contracts::encode("a catalog record", &entry)?;
     ictx.store
         .put(&key, body, crate::ports::PutCondition::Overwrite)
         .await?;
@@ -516,7 +516,7 @@ async fn notify_one(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let key = ictx.ingest.keys.inventory(&job.collection, &job.id);
+    let key = ictx.ingest.keys.catalog(&job.collection, &job.id);
     let announcement = JobAnnouncement {
         batch: &job.batch,
         job: &job.id,
@@ -525,7 +525,7 @@ async fn notify_one(
         primary_id: job.object.primary_id.as_deref(),
         state: JobState::Completed.as_str(),
         files: job.stored.len(),
-        inventory_key: &key,
+        catalog_key: &key,
     };
     ictx.bus.put_events(vec![announcement.event()]).await?;
     let callback = match ictx.ingest.batch(&job.batch).await? {

@@ -219,9 +219,9 @@ async fn a_clean_batch_goes_all_the_way_and_is_cleaned_up() {
     let report = &operator::reports(&w.ictx, &id).await.unwrap()[0];
     assert_eq!(report.completed.len(), 3);
     assert!(report.failed.is_empty());
-    // Working files are gone; the inventory records and the report stay.
+    // Working files are gone; the catalog records and the report stay.
     assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
-    assert_eq!(w.store.list("ingest/inventory/").await.unwrap().len(), 3);
+    assert_eq!(w.store.list("ingest/catalog/").await.unwrap().len(), 3);
     let job = w.job(&id.job(1)).await;
     assert_eq!(job.state, JobState::Deleted);
     assert_eq!(job.last_successful_status, Some(JobState::Notify));
