@@ -13,12 +13,33 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
+/// Who holds a claim and since when (the start of its lease). Flattened into each claim's JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    /// Which component claimed it (queue-feeder, requeuer, ...), for the operator.
+    pub claimed_by: String,
+    pub claimed_at: DateTime<Utc>,
+}
+
+impl Lease {
+    pub fn new(by: &str, at: DateTime<Utc>) -> Self {
+        Self {
+            claimed_by: by.to_owned(),
+            claimed_at: at,
+        }
+    }
+}
+
 /// A claim over jobs that are submitted at most once, as the submission protocol sees it.
 pub trait JobsClaim: Clone + Serialize + DeserializeOwned + Send + Sync {
-    /// When its current owner took it (the start of the lease).
-    fn claimed_at(&self) -> DateTime<Utc>;
+    fn lease(&self) -> &Lease;
+    fn lease_mut(&mut self) -> &mut Lease;
+
     /// The claim as `by` holds it from `at` (a takeover; the Unix epoch releases it).
-    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self;
+    fn reclaimed(mut self, by: &str, at: DateTime<Utc>) -> Self {
+        *self.lease_mut() = Lease::new(by, at);
+        self
+    }
     /// The recorded job id of each job the claim covers, in order (`None`: not recorded).
     fn recorded(&self) -> Vec<Option<String>>;
     /// The claim with `found[i]` recorded for job `i` (a job already recorded is kept).
@@ -33,7 +54,7 @@ pub trait JobsClaim: Clone + Serialize + DeserializeOwned + Send + Sync {
         if self.is_submitted() {
             return FoundClaim::Submitted;
         }
-        let age = now.signed_duration_since(self.claimed_at());
+        let age = now.signed_duration_since(self.lease().claimed_at);
         if age.to_std().unwrap_or(Duration::ZERO) < lease {
             FoundClaim::InFlight
         } else {
@@ -59,9 +80,8 @@ pub struct Claim {
     pub granule_id: GranuleId,
     pub attempt: u32,
     pub job_name: String,
-    /// Which component claimed it (queue-feeder, requeuer, ...), for the operator.
-    pub claimed_by: String,
-    pub claimed_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub lease: Lease,
     #[serde(default)]
     pub job_id: Option<String>,
     #[serde(default)]
@@ -74,8 +94,7 @@ impl Claim {
             granule_id: event.granule_id.clone(),
             attempt: event.attempt,
             job_name: super::job_name::job_name(&event.granule_id, event.attempt),
-            claimed_by: claimed_by.to_owned(),
-            claimed_at: now,
+            lease: Lease::new(claimed_by, now),
             job_id: None,
             submitted_at: None,
         }
@@ -94,8 +113,7 @@ impl Claim {
             granule_id: work,
             attempt,
             job_name,
-            claimed_by: claimed_by.to_owned(),
-            claimed_at: now,
+            lease: Lease::new(claimed_by, now),
             job_id: None,
             submitted_at: None,
         }
@@ -103,16 +121,12 @@ impl Claim {
 }
 
 impl JobsClaim for Claim {
-    fn claimed_at(&self) -> DateTime<Utc> {
-        self.claimed_at
+    fn lease(&self) -> &Lease {
+        &self.lease
     }
 
-    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self {
-        Self {
-            claimed_by: by.to_owned(),
-            claimed_at: at,
-            ..self
-        }
+    fn lease_mut(&mut self) -> &mut Lease {
+        &mut self.lease
     }
 
     fn recorded(&self) -> Vec<Option<String>> {
@@ -193,13 +207,19 @@ mod tests {
         };
         let lease = Duration::from_secs(900);
         let c = Claim::new(&e, "requeuer", Utc::now());
-        assert_eq!(c.on_found(c.claimed_at, lease), FoundClaim::InFlight);
-        let later = c.claimed_at + chrono::Duration::seconds(901);
+        assert_eq!(c.on_found(c.lease.claimed_at, lease), FoundClaim::InFlight);
+        let later = c.lease.claimed_at + chrono::Duration::seconds(901);
         assert_eq!(c.on_found(later, lease), FoundClaim::TakeOver);
         let released = c.clone().reclaimed("t", DateTime::<Utc>::UNIX_EPOCH);
-        assert_eq!(released.on_found(c.claimed_at, lease), FoundClaim::TakeOver);
+        assert_eq!(
+            released.on_found(c.lease.claimed_at, lease),
+            FoundClaim::TakeOver
+        );
         let done = c.recording(&[Some("j1".into())], later);
-        assert_eq!(done.on_found(c.claimed_at, lease), FoundClaim::Submitted);
+        assert_eq!(
+            done.on_found(c.lease.claimed_at, lease),
+            FoundClaim::Submitted
+        );
         // A job recorded is kept, whatever a later recording finds.
         assert_eq!(
             done.recording(&[Some("j2".into())], later).job_id,

@@ -8,7 +8,7 @@
 //! whoever takes it over after the lease looks each job up by its deterministic name before
 //! submitting it. Later attempts (the requeuer's) keep their per-granule claims.
 
-use super::claim::JobsClaim;
+use super::claim::{JobsClaim, Lease};
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -26,9 +26,8 @@ pub struct WindowClaim {
     pub rows: u64,
     /// The distinct valid granules of those rows, in row order; each is submitted at attempt 1.
     pub granules: Vec<GranuleId>,
-    /// Which component claimed it, for the operator.
-    pub claimed_by: String,
-    pub claimed_at: DateTime<Utc>,
+    #[serde(flatten)]
+    pub lease: Lease,
     /// The job of each granule (same order), once recorded; empty before the first record.
     #[serde(default)]
     pub job_ids: Vec<Option<String>>,
@@ -50,8 +49,7 @@ impl WindowClaim {
             start,
             rows,
             granules,
-            claimed_by: claimed_by.to_owned(),
-            claimed_at: now,
+            lease: Lease::new(claimed_by, now),
             job_ids: Vec::new(),
             submitted_at: None,
         }
@@ -73,7 +71,7 @@ impl WindowClaim {
     /// When the jobs were recorded (the claim's time before that): the time of the item
     /// records the window's run creates, so a retry of that run writes them equal.
     pub fn recorded_at(&self) -> DateTime<Utc> {
-        self.submitted_at.unwrap_or(self.claimed_at)
+        self.submitted_at.unwrap_or(self.lease.claimed_at)
     }
 
     /// Names the history batch of the records one recording of this window creates: the
@@ -90,16 +88,12 @@ impl WindowClaim {
 }
 
 impl JobsClaim for WindowClaim {
-    fn claimed_at(&self) -> DateTime<Utc> {
-        self.claimed_at
+    fn lease(&self) -> &Lease {
+        &self.lease
     }
 
-    fn reclaimed(self, by: &str, at: DateTime<Utc>) -> Self {
-        Self {
-            claimed_by: by.to_owned(),
-            claimed_at: at,
-            ..self
-        }
+    fn lease_mut(&mut self) -> &mut Lease {
+        &mut self.lease
     }
 
     fn recorded(&self) -> Vec<Option<String>> {
@@ -248,8 +242,8 @@ mod tests {
     fn a_found_window_is_done_in_flight_or_taken_over() {
         let lease = Duration::from_secs(900);
         let w = window();
-        assert_eq!(w.on_found(w.claimed_at, lease), FoundClaim::InFlight);
-        let later = w.claimed_at + chrono::Duration::seconds(901);
+        assert_eq!(w.on_found(w.lease.claimed_at, lease), FoundClaim::InFlight);
+        let later = w.lease.claimed_at + chrono::Duration::seconds(901);
         assert_eq!(w.on_found(later, lease), FoundClaim::TakeOver);
         // Half recorded (a refusal part-way): still not done.
         let half = w.recording(&[Some("j1".into())], Utc::now());
@@ -258,7 +252,10 @@ mod tests {
         // The rest found later: the first job is kept, the second added.
         let whole = half.recording(&[Some("other".into()), Some("j2".into())], Utc::now());
         assert_eq!(whole.job_ids, vec![Some("j1".into()), Some("j2".into())]);
-        assert_eq!(whole.on_found(w.claimed_at, lease), FoundClaim::Submitted);
+        assert_eq!(
+            whole.on_found(w.lease.claimed_at, lease),
+            FoundClaim::Submitted
+        );
     }
 
     #[test]
@@ -266,7 +263,7 @@ mod tests {
         let mut w = window();
         w.granules.clear();
         assert_eq!(
-            w.on_found(w.claimed_at, Duration::MAX),
+            w.on_found(w.lease.claimed_at, Duration::MAX),
             FoundClaim::Submitted
         );
     }

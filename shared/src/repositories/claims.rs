@@ -53,7 +53,7 @@ pub async fn submit_claim_once(
     lease: Duration,
     submission: Submission<'_, Claim>,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    let claimed_by = submission.claim.claimed_by.clone();
+    let claimed_by = submission.claim.lease.claimed_by.clone();
     let submitter = Submitter {
         store,
         jobs,

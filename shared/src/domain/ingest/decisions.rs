@@ -368,19 +368,7 @@ mod tests {
     use chrono::Utc;
 
     fn job(payload: Option<Payload>) -> JobRecord {
-        let b = BatchRecord::new(
-            BatchId::parse("b1").unwrap(),
-            Submission {
-                collection: "c".into(),
-                manifest_url: "m".into(),
-                kind: ManifestKind::Files,
-                priority: 5,
-                callback: None,
-                profile: None,
-                submitter: "s".into(),
-            },
-            Utc::now(),
-        );
+        let b = BatchRecord::new(BatchId::parse("b1").unwrap(), j_submission(), Utc::now());
         let object = match payload {
             Some(payload) => ManifestObject {
                 local_id: None,
@@ -484,8 +472,8 @@ mod tests {
         );
     }
 
-    fn j_submission() -> crate::domain::ingest::record::Submission {
-        crate::domain::ingest::record::Submission {
+    fn j_submission() -> Submission {
+        Submission {
             collection: "c".into(),
             manifest_url: "m".into(),
             kind: ManifestKind::Files,

@@ -26,6 +26,26 @@ fn batch_span(batch: &BatchRecord) -> tracing::Span {
     )
 }
 
+/// Runs `step` on every batch whose record says `state`, oldest first, each in its own span.
+pub async fn each_batch(
+    ictx: &IngestCtx,
+    state: BatchState,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+    step: impl AsyncFn(
+        &IngestCtx,
+        BatchRecord,
+        DateTime<Utc>,
+        &mut TickSummary,
+    ) -> Result<(), HandlerError>,
+) -> Result<(), HandlerError> {
+    for batch in batches_in(ictx, state).await? {
+        let span = batch_span(&batch);
+        step(ictx, batch, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
 /// The batches in `state`, oldest first.
 async fn batches_in(ictx: &IngestCtx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
     Ok(ictx.ingest.batches_in(state).await?)
@@ -129,18 +149,6 @@ async fn objects_of(ictx: &IngestCtx, batch: &BatchRecord) -> Vec<ManifestObject
 /// crash half-way is finished by the next tick) and the batch moves to processing.
 pub async fn spawn(
     ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for batch in batches_in(ictx, BatchState::Pending).await? {
-        let span = batch_span(&batch);
-        spawn_one(ictx, batch, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn spawn_one(
-    ictx: &IngestCtx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -202,31 +210,35 @@ async fn ended_jobs(ictx: &IngestCtx, batch: &BatchRecord) -> Result<Vec<JobReco
     Ok(ictx.ingest.batch_job_records(&batch.id).await?)
 }
 
-/// Processing batches with no job left running move to reporting; reporting and
-/// update-reporting batches write their report, announce it and become completed or failed.
+/// A processing batch moves to reporting once none of its jobs is running (none left at all: an
+/// operator deleted them, and it reports what it has).
+pub async fn end_processing(
+    ictx: &IngestCtx,
+    batch: BatchRecord,
+    now: DateTime<Utc>,
+    _: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let running = ended_jobs(ictx, &batch)
+        .await?
+        .iter()
+        .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
+        .count();
+    if let Some(mv) = decisions::on_batch_jobs(running) {
+        ictx.ingest.change_batch(&batch.id, mv.decide(now)).await?;
+    }
+    Ok(())
+}
+
+/// A reporting or update-reporting batch writes its report, announces it and becomes completed
+/// or failed.
 pub async fn report(
     ictx: &IngestCtx,
+    batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    for batch in batches_in(ictx, BatchState::Processing).await? {
-        let jobs = ended_jobs(ictx, &batch).await?;
-        let running = jobs
-            .iter()
-            .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
-            .count();
-        // A processing batch's jobs were created before it became processing.
-        if let Some(mv) = decisions::on_batch_jobs(running) {
-            ictx.ingest.change_batch(&batch.id, mv.decide(now)).await?;
-        }
-    }
-    for state in [BatchState::Reporting, BatchState::UpdateReporting] {
-        for batch in batches_in(ictx, state).await? {
-            let span = batch_span(&batch);
-            write_report(ictx, &batch, now).instrument(span).await?;
-            s.batches_reported += 1;
-        }
-    }
+    write_report(ictx, &batch, now).await?;
+    s.batches_reported += 1;
     Ok(())
 }
 
@@ -335,18 +347,6 @@ async fn write_report(
 /// Completed batches: their jobs' working files and index markers are removed (records and
 /// reports stay, for reports), each job and the batch move to deleted.
 pub async fn clean_up(
-    ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for batch in batches_in(ictx, BatchState::Completed).await? {
-        let span = batch_span(&batch);
-        clean_up_one(ictx, batch, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn clean_up_one(
     ictx: &IngestCtx,
     batch: BatchRecord,
     now: DateTime<Utc>,

@@ -39,6 +39,26 @@ fn job_span(job: &JobRecord) -> tracing::Span {
     )
 }
 
+/// Runs `step` on every job whose record says `state`, in priority order, each in its own span.
+pub async fn each_job(
+    ictx: &IngestCtx,
+    state: JobState,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+    mut step: impl AsyncFnMut(
+        &IngestCtx,
+        JobRecord,
+        DateTime<Utc>,
+        &mut TickSummary,
+    ) -> Result<(), HandlerError>,
+) -> Result<(), HandlerError> {
+    for job in taken(ictx, state, s).await? {
+        let span = job_span(&job);
+        step(ictx, job, now, s).instrument(span).await?;
+    }
+    Ok(())
+}
+
 /// The jobs whose records say `state`, in priority order.
 async fn taken(
     ictx: &IngestCtx,
@@ -76,18 +96,6 @@ async fn advance(
 /// Pending → failed (an unreadable manifest entry), held, or estimating.
 pub async fn dispatch(
     ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Pending, s).await? {
-        let span = job_span(&job);
-        dispatch_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn dispatch_one(
-    ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -107,18 +115,6 @@ async fn dispatch_one(
 /// Estimating → provisioning: HEAD of every file (the manifest's size when it gives one). Never
 /// fails: a size that cannot be learnt makes the estimate 0 ("unknown").
 pub async fn estimate(
-    ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Estimating, s).await? {
-        let span = job_span(&job);
-        estimate_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn estimate_one(
     ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
@@ -152,7 +148,7 @@ async fn estimate_one(
 }
 
 /// Bytes of the jobs downloading or processing now.
-async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
+pub async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
     let mut total = 0u64;
     for state in [JobState::Downloading, JobState::Processing] {
         for (_, id) in ictx.ingest.listed(state).await? {
@@ -169,21 +165,6 @@ async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
 /// Provisioning → downloading while the capacity allows. Every waiting job is evaluated, in
 /// priority order, on every tick: a small job may start while a large one ahead of it waits.
 pub async fn provision(
-    ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    let mut used = in_flight(ictx).await?;
-    for job in taken(ictx, JobState::Provisioning, s).await? {
-        let span = job_span(&job);
-        provision_one(ictx, job, now, s, &mut used)
-            .instrument(span)
-            .await?;
-    }
-    Ok(())
-}
-
-async fn provision_one(
     ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
@@ -252,18 +233,6 @@ async fn fetch_file(
 /// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
 pub async fn download(
     ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Downloading, s).await? {
-        let span = job_span(&job);
-        download_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn download_one(
-    ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -316,18 +285,6 @@ async fn download_one(
 /// others fail the job and are dead-lettered); DescribeJobs here finds an end whose event was
 /// lost and applies the same decision.
 pub async fn process(
-    ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Processing, s).await? {
-        let span = job_span(&job);
-        process_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn process_one(
     ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
@@ -456,18 +413,6 @@ async fn changed_file(ictx: &IngestCtx, job: &JobRecord) -> Result<Option<String
 /// checked to be there as stored; a file that is not fails the job (resume records again).
 pub async fn record(
     ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Recording, s).await? {
-        let span = job_span(&job);
-        record_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn record_one(
-    ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -499,18 +444,6 @@ async fn record_one(
 /// Notify → completed: the job's event on the notification bus, then the depositor's callback
 /// (bounded attempts); a callback that keeps failing fails the job (resume retries the notify).
 pub async fn notify(
-    ictx: &IngestCtx,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
-    for job in taken(ictx, JobState::Notify, s).await? {
-        let span = job_span(&job);
-        notify_one(ictx, job, now, s).instrument(span).await?;
-    }
-    Ok(())
-}
-
-async fn notify_one(
     ictx: &IngestCtx,
     job: JobRecord,
     now: DateTime<Utc>,

@@ -217,21 +217,32 @@ pub async fn tick(
     ictx: &IngestCtx,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<TickSummary, HandlerError> {
-    let mut s = TickSummary::default();
+    let mut summary = TickSummary::default();
+    let s = &mut summary;
     // Held with no hold left (a release that died after removing its hold): back to pending.
     let unheld = holds::release_unheld(ictx, None, "no hold covers it any more", now).await?;
     s.released = (unheld.batches.len() + unheld.jobs.len()) as u64;
-    batches::spawn(ictx, now, &mut s).await?;
-    jobs::dispatch(ictx, now, &mut s).await?;
-    jobs::estimate(ictx, now, &mut s).await?;
-    jobs::provision(ictx, now, &mut s).await?;
-    jobs::download(ictx, now, &mut s).await?;
-    jobs::process(ictx, now, &mut s).await?;
-    jobs::record(ictx, now, &mut s).await?;
-    jobs::notify(ictx, now, &mut s).await?;
-    batches::report(ictx, now, &mut s).await?;
-    batches::clean_up(ictx, now, &mut s).await?;
-    Ok(s)
+    use crate::domain::ingest::{batch::BatchState as B, job::JobState as J};
+    use batches::each_batch;
+    use jobs::each_job;
+    each_batch(ictx, B::Pending, now, s, batches::spawn).await?;
+    each_job(ictx, J::Pending, now, s, jobs::dispatch).await?;
+    each_job(ictx, J::Estimating, now, s, jobs::estimate).await?;
+    // Capacity is counted once a tick and grows with each job it admits.
+    let mut used = jobs::in_flight(ictx).await?;
+    let provision = async |ictx: &IngestCtx, j, now, s: &mut TickSummary| {
+        jobs::provision(ictx, j, now, s, &mut used).await
+    };
+    each_job(ictx, J::Provisioning, now, s, provision).await?;
+    each_job(ictx, J::Downloading, now, s, jobs::download).await?;
+    each_job(ictx, J::Processing, now, s, jobs::process).await?;
+    each_job(ictx, J::Recording, now, s, jobs::record).await?;
+    each_job(ictx, J::Notify, now, s, jobs::notify).await?;
+    each_batch(ictx, B::Processing, now, s, batches::end_processing).await?;
+    each_batch(ictx, B::Reporting, now, s, batches::report).await?;
+    each_batch(ictx, B::UpdateReporting, now, s, batches::report).await?;
+    each_batch(ictx, B::Completed, now, s, batches::clean_up).await?;
+    Ok(summary)
 }
 
 #[cfg(test)]

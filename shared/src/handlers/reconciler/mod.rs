@@ -158,7 +158,7 @@ async fn reconcile_one(
             None => {
                 let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease)
                     .unwrap_or(chrono::Duration::MAX);
-                if now.signed_duration_since(claim.claimed_at) <= lease {
+                if now.signed_duration_since(claim.lease.claimed_at) <= lease {
                     return Ok(Step::NotSubmitted);
                 }
                 // Past its lease and no job by its name: its owner died before SubmitJob and no
