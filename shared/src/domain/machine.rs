@@ -138,13 +138,21 @@ macro_rules! state_machine {
 pub trait Record: Clone {
     type State: State;
     fn state(&self) -> Self::State;
-    /// The record after its state → `to`, the transition recorded (reason, time, history).
-    fn transition(
+
+    /// The record in state `to`, with what entering it records (reason, time, history, and the
+    /// fields a transition moves on), unchecked: only [`Record::moved`] calls it.
+    fn entered(&self, to: Self::State, reason: &str, now: DateTime<Utc>) -> Self;
+
+    /// The one way a record moves: `self` → `to` if the table allows it, the transition recorded.
+    fn moved(
         &self,
         to: Self::State,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<Self::State>>;
+    ) -> Result<Self, IllegalTransition<Self::State>> {
+        check(self.state(), to)?;
+        Ok(self.entered(to, reason, now))
+    }
 }
 
 /// A move a decision made: taken only while the record is in one of `from` (empty: any state the
@@ -185,7 +193,7 @@ impl<S: State> Move<S> {
         if !self.from.is_empty() && !self.from.contains(&record.state()) {
             return Ok(None);
         }
-        let mut next = record.transition(self.to, &self.reason, now)?;
+        let mut next = record.moved(self.to, &self.reason, now)?;
         edit(&mut next);
         Ok(Some(next))
     }

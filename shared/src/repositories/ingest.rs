@@ -426,6 +426,7 @@ mod tests {
     use crate::adapters::memory::MemoryStore;
     use crate::domain::ingest::manifest::{single_file, ManifestKind};
     use crate::domain::ingest::record::Submission;
+    use crate::domain::machine::Record;
     use chrono::Utc;
 
     fn repo() -> (Arc<MemoryStore>, Ingest) {

@@ -3,7 +3,7 @@
 
 use super::decisions::TaskState;
 use super::job::{ArchiveState, Phase};
-use crate::domain::machine::IllegalTransition;
+use crate::domain::machine::Record;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -131,28 +131,6 @@ impl ArchiveJob {
         }
     }
 
-    /// The record after `self.state` → `to`, if the table allows it.
-    pub fn moved(
-        &self,
-        to: ArchiveState,
-        reason: impl Into<String>,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<ArchiveState>> {
-        crate::domain::machine::check(self.state, to)?;
-        let reason = reason.into();
-        let mut next = self.clone();
-        next.history.push(Transition {
-            from: self.state,
-            to,
-            at: now,
-            reason: reason.clone(),
-        });
-        next.state = to;
-        next.reason = reason;
-        next.last_modified = now;
-        Ok(next)
-    }
-
     /// How many times the job went `from` → `to`.
     pub fn times(&self, from: ArchiveState, to: ArchiveState) -> usize {
         self.history
@@ -182,18 +160,24 @@ pub struct TaskRecord {
     pub members: Vec<super::manifest::Member>,
 }
 
-impl crate::domain::machine::Record for ArchiveJob {
+impl Record for ArchiveJob {
     type State = ArchiveState;
     fn state(&self) -> ArchiveState {
         self.state
     }
-    fn transition(
-        &self,
-        to: ArchiveState,
-        reason: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<ArchiveState>> {
-        self.moved(to, reason, now)
+    /// Every transition is kept in the job's history.
+    fn entered(&self, to: ArchiveState, reason: &str, now: DateTime<Utc>) -> Self {
+        let mut next = self.clone();
+        next.history.push(Transition {
+            from: self.state,
+            to,
+            at: now,
+            reason: reason.to_owned(),
+        });
+        next.state = to;
+        next.reason = reason.to_owned();
+        next.last_modified = now;
+        next
     }
 }
 

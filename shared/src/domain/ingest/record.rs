@@ -5,7 +5,7 @@ use super::batch::BatchState;
 use super::index::{BatchId, JobId};
 use super::job::{last_successful_after, JobState};
 use super::manifest::{ManifestKind, ManifestObject};
-use crate::domain::machine::IllegalTransition;
+use crate::domain::machine::Record;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -56,22 +56,6 @@ impl BatchRecord {
             last_modified: now,
             reason: "submitted".to_owned(),
         }
-    }
-
-    /// The record after `self.state` → `to`, if the table allows it.
-    pub fn moved(
-        &self,
-        to: BatchState,
-        reason: impl Into<String>,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<BatchState>> {
-        crate::domain::machine::check(self.state, to)?;
-        Ok(Self {
-            state: to,
-            last_modified: now,
-            reason: reason.into(),
-            ..self.clone()
-        })
     }
 }
 
@@ -134,21 +118,35 @@ impl JobRecord {
             reason: "created from the batch's manifest".to_owned(),
         }
     }
+}
 
-    /// The record after `self.state` → `to`, if the table allows it: `last_successful_status`
-    /// moves on only when a step hands on to the next, and a resume (failed → a step) counts a
-    /// retry.
-    pub fn moved(
-        &self,
-        to: JobState,
-        reason: impl Into<String>,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<JobState>> {
-        crate::domain::machine::check(self.state, to)?;
+impl Record for BatchRecord {
+    type State = BatchState;
+    fn state(&self) -> BatchState {
+        self.state
+    }
+    fn entered(&self, to: BatchState, reason: &str, now: DateTime<Utc>) -> Self {
+        Self {
+            state: to,
+            last_modified: now,
+            reason: reason.to_owned(),
+            ..self.clone()
+        }
+    }
+}
+
+impl Record for JobRecord {
+    type State = JobState;
+    fn state(&self) -> JobState {
+        self.state
+    }
+    /// `last_successful_status` moves on only when a step hands on to the next, and a resume
+    /// (failed → a step) counts a retry.
+    fn entered(&self, to: JobState, reason: &str, now: DateTime<Utc>) -> Self {
         let resumed = self.state == JobState::Failed && JobState::STEPS.contains(&to);
         // A resume into processing is a new run: a new Batch job, its attempts counted afresh.
         let rerun = resumed && to == JobState::Processing;
-        Ok(Self {
+        Self {
             processing_job: if rerun {
                 None
             } else {
@@ -163,39 +161,9 @@ impl JobRecord {
             ),
             retry_count: self.retry_count + u32::from(resumed),
             last_modified: now,
-            reason: reason.into(),
+            reason: reason.to_owned(),
             ..self.clone()
-        })
-    }
-}
-
-impl crate::domain::machine::Record for BatchRecord {
-    type State = BatchState;
-    fn state(&self) -> BatchState {
-        self.state
-    }
-    fn transition(
-        &self,
-        to: BatchState,
-        reason: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<BatchState>> {
-        self.moved(to, reason, now)
-    }
-}
-
-impl crate::domain::machine::Record for JobRecord {
-    type State = JobState;
-    fn state(&self) -> JobState {
-        self.state
-    }
-    fn transition(
-        &self,
-        to: JobState,
-        reason: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Self, IllegalTransition<JobState>> {
-        self.moved(to, reason, now)
+        }
     }
 }
 
