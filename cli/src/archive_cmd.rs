@@ -221,7 +221,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                         .context("GRANARY_BUCKET names the bucket the batch is in")?;
                     ArchiveSource {
                         bucket,
-                        prefix: format!("{}objects/{b}-", ingest.prefix),
+                        prefix: granary::domain::layout::ingest::IngestKeys::new(&ingest.prefix)
+                            .batch_objects(&granary::domain::ingest::index::BatchId::parse(&b)?),
                     }
                 }
                 _ => bail!("name a --prefix or a --batch"),

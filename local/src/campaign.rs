@@ -14,7 +14,7 @@ use granary::adapters::parquet::{write_inventory, InventoryLayout, InventoryRow}
 use granary::adapters::tap::counting::RequestCounts;
 use granary::adapters::tap::TappedQueue;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
-use granary::domain::log_key::{LogKey, LogOutcome};
+use granary::domain::layout::logs::{LogKey, LogOutcome};
 use granary::handlers::Ctx;
 use granary::ports::{PutCondition, Queue};
 use rand::{Rng, SeedableRng};

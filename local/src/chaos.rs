@@ -11,7 +11,7 @@ use super::runner::ChaosOptions;
 use anyhow::{Context, Result};
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
-use granary::domain::log_key::{LogKey, LogOutcome};
+use granary::domain::layout::logs::{LogKey, LogOutcome};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -358,7 +358,8 @@ async fn audit_records(
     dead: &BTreeSet<String>,
     note: &mut impl FnMut(&str, String),
 ) -> Result<RecordAudit> {
-    use granary::domain::item::{is_batch_history_key, HistoryEntry, ItemQuery};
+    use granary::domain::item::{HistoryEntry, ItemQuery};
+    use granary::domain::layout::items::is_batch_history_key;
     use granary::domain::lifecycle::ItemState;
     let records: BTreeMap<String, granary::domain::item::ItemRecord> = ctx
         .items()

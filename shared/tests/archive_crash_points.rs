@@ -245,7 +245,7 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
     if state == ArchiveState::PostProcessing && original.is_none() {
         let members = w
             .store
-            .list(&format!("{}members/", clean.archives.staged(&w.id)))
+            .list(&format!("{}members/", clean.archives.keys.staged(&w.id)))
             .await
             .unwrap();
         let key = members[0].key.clone();
@@ -399,7 +399,7 @@ async fn audit(w: &World) -> Result<(), String> {
     if !open.is_empty() {
         return Err(format!("still listed open: {open:?}"));
     }
-    let left = w.store.list(&a.archives.work(&w.id)).await.unwrap();
+    let left = w.store.list(&a.archives.keys.work(&w.id)).await.unwrap();
     if !left.is_empty() {
         return Err(format!("{} objects left in staging", left.len()));
     }

@@ -187,12 +187,17 @@ async fn a_destination_that_never_appears_spends_the_retries_and_the_job_fails()
         job.failure
     );
     // Temporaries are gone; the staged archive stays for `granary archive retry`.
-    let tmp = w.s.ctx.store.list(&w.actx.archives.tmp(&id)).await.unwrap();
+    let tmp =
+        w.s.ctx
+            .store
+            .list(&w.actx.archives.keys.tmp(&id))
+            .await
+            .unwrap();
     assert!(tmp.is_empty());
     let staged =
         w.s.ctx
             .store
-            .list(&w.actx.archives.staged(&id))
+            .list(&w.actx.archives.keys.staged(&id))
             .await
             .unwrap();
     assert!(staged.iter().any(|m| m.key.ends_with("SHA256SUMS.sig")));
@@ -228,7 +233,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_for_good() {
     let members =
         w.s.ctx
             .store
-            .list(&format!("{}members/", w.actx.archives.staged(&id)))
+            .list(&format!("{}members/", w.actx.archives.keys.staged(&id)))
             .await
             .unwrap();
     w.s.ctx

@@ -97,7 +97,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         (u64, std::collections::BTreeSet<String>),
     > = Default::default();
     for meta in &listed {
-        let key = granary::domain::log_key::LogKey::parse(&prefix, &meta.key).unwrap();
+        let key = granary::domain::layout::logs::LogKey::parse(&prefix, &meta.key).unwrap();
         let platform = meta
             .key
             .split("platform=")
@@ -117,7 +117,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     std::fs::write(&inventory_csv, inventory).unwrap();
     let logs_dir = dir.join("logs");
     for meta in &listed {
-        let key = granary::domain::log_key::LogKey::parse(&prefix, &meta.key).unwrap();
+        let key = granary::domain::layout::logs::LogKey::parse(&prefix, &meta.key).unwrap();
         let body = store.get(&meta.key).await.unwrap().unwrap().body;
         let rel = &meta.key[prefix.len()..];
         let parts: Vec<&str> = rel.split('/').collect();

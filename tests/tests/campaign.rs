@@ -2,7 +2,7 @@
 
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
-use granary::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use granary::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
 use granary::repositories::{load_tracker, read_json};
 use granary_local::campaign::{Campaign, CampaignSpec, Summary};
 use granary_local::fault_plan::FaultPlan;

@@ -2,7 +2,7 @@
 
 use granary::adapters::parquet::InventoryLayout;
 use granary::domain::classify::Route;
-use granary::domain::log_key::LogRecord;
+use granary::domain::layout::logs::LogRecord;
 use granary::handlers::feeder::{self, FeederEvent};
 use granary::handlers::monitor::{self, MonitorOutcome};
 use granary::repositories::read_json;

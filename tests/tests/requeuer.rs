@@ -82,7 +82,7 @@ async fn reports_failures_per_message() {
     let claim = granary::domain::claim::Claim::new(&held, "someone", chrono::Utc::now());
     granary::repositories::write_json(
         s.ctx.store.as_ref(),
-        &granary::domain::claim::claim_key("claims/", &held),
+        &granary::domain::layout::claims::claim_key("claims/", &held),
         &claim,
         granary::ports::PutCondition::IfAbsent,
     )

@@ -145,44 +145,10 @@ impl JobsClaim for Claim {
     }
 }
 
-/// `claims/granule_id=G/attempt=N.json`: all attempts of a granule under one prefix.
-pub fn claim_key(prefix: &str, event: &GranuleProcessingEvent) -> String {
-    format!(
-        "{prefix}granule_id={}/attempt={}.json",
-        event.granule_id, event.attempt
-    )
-}
-
-/// The (granule, attempt) a key made by [`claim_key`] under `prefix` names; `None` for any other key.
-pub fn parse_claim_key(prefix: &str, key: &str) -> Option<GranuleProcessingEvent> {
-    let rest = key.strip_prefix(prefix)?.strip_prefix("granule_id=")?;
-    let (granule, attempt) = rest.rsplit_once("/attempt=")?;
-    Some(GranuleProcessingEvent {
-        granule_id: GranuleId::parse(granule).ok()?,
-        attempt: attempt.strip_suffix(".json")?.parse().ok()?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn claim_keys_parse_back() {
-        let e = GranuleProcessingEvent {
-            granule_id: GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap(),
-            attempt: 3,
-        };
-        assert_eq!(parse_claim_key("open/", &claim_key("open/", &e)), Some(e));
-        for foreign in [
-            "open/x",
-            "open/granule_id=g/attempt=x.json",
-            "open/granule_id=g/attempt=1",
-            "other/granule_id=g/attempt=1.json",
-        ] {
-            assert_eq!(parse_claim_key("open/", foreign), None, "{foreign}");
-        }
-    }
+    use crate::domain::layout::claims::claim_key;
 
     #[test]
     fn key_and_name() {

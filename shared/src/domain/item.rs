@@ -273,46 +273,10 @@ impl HistoryEntry {
         owed
     }
 
-    /// `history/date=YYYY-MM-DD/state=TO/<id>.<seq>.json`: partitioned for Athena by day and
-    /// the state entered; the sequence number makes each transition its own object.
+    /// Where the entry is kept (`domain::layout::items::history_key`).
     pub fn key(&self, prefix: &str) -> String {
-        format!(
-            "{prefix}date={}/state={}/{}.{:05}.json",
-            self.at.format("%Y-%m-%d"),
-            self.to,
-            self.item_id,
-            self.seq
-        )
+        super::layout::items::history_key(prefix, self.at, self.to, &self.item_id, self.seq)
     }
-}
-
-/// `history/date=YYYY-MM-DD/state=TO/_batch.<tag>.jsonl`: the entries of many items' transitions
-/// into one state, written together (a window's creations), one JSON line each — the Athena
-/// table reads lines, so they are rows like any entry. The leading `_batch.` keeps the name
-/// apart from `<id>.<seq>.json`.
-pub fn batch_history_key(prefix: &str, at: DateTime<Utc>, state: ItemState, tag: &str) -> String {
-    format!(
-        "{prefix}date={}/state={state}/_batch.{tag}.jsonl",
-        at.format("%Y-%m-%d")
-    )
-}
-
-/// Whether `key` names a batch object made by [`batch_history_key`].
-pub fn is_batch_history_key(key: &str) -> bool {
-    key.rsplit('/')
-        .next()
-        .is_some_and(|name| name.starts_with("_batch.") && name.ends_with(".jsonl"))
-}
-
-/// `items/<id>.json`: the one object that holds an item's current record.
-pub fn record_key(prefix: &str, id: &GranuleId) -> String {
-    format!("{prefix}{id}.json")
-}
-
-/// `inflight/<STATE>/<id>`: present while an item is in a timed state (DOWNLOADING, PROCESSING),
-/// so the sweeper looks only at those items, never at all of them.
-pub fn inflight_key(prefix: &str, state: ItemState, id: &GranuleId) -> String {
-    format!("{prefix}{state}/{id}")
 }
 
 pub fn is_timed(state: ItemState) -> bool {
@@ -361,6 +325,7 @@ impl ItemQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::layout::items::{inflight_key, record_key};
     use chrono::Duration;
     use ItemState::*;
 

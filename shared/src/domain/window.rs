@@ -118,23 +118,6 @@ impl JobsClaim for WindowClaim {
     }
 }
 
-/// `claims/windows/<inventory key>/start=<row, 12 digits>.json`: one per window, under the claim
-/// prefix so the roles that read claims read these too.
-pub fn window_key(prefix: &str, inventory: &str, start: u64) -> String {
-    format!("{prefix}windows/{inventory}/start={start:012}.json")
-}
-
-/// The (inventory, start) a key made by [`window_key`] under `prefix` names.
-pub fn parse_window_key(prefix: &str, key: &str) -> Option<(String, u64)> {
-    let rest = key.strip_prefix(prefix)?.strip_prefix("windows/")?;
-    let (inventory, start) = rest.rsplit_once("/start=")?;
-    let start = start.strip_suffix(".json")?;
-    if inventory.is_empty() || start.len() != 12 {
-        return None;
-    }
-    Some((inventory.to_owned(), start.parse().ok()?))
-}
-
 /// What a window's open marker says: which of its granules (by their place in the claim) the
 /// reconciler has seen ended and handled. A pass then looks only at the others, so the cost of a
 /// window does not grow with the passes it stays open for. An empty marker (as the feeder writes
@@ -214,28 +197,6 @@ mod tests {
             "queue-feeder",
             Utc::now(),
         )
-    }
-
-    #[test]
-    fn window_keys_parse_back_and_sort_by_row() {
-        let k = window_key("claims/", "inventories/2024/a.parquet", 400);
-        assert_eq!(
-            k,
-            "claims/windows/inventories/2024/a.parquet/start=000000000400.json"
-        );
-        assert_eq!(
-            parse_window_key("claims/", &k),
-            Some(("inventories/2024/a.parquet".to_owned(), 400))
-        );
-        assert!(k < window_key("claims/", "inventories/2024/a.parquet", 1_000));
-        for foreign in [
-            "claims/granule_id=g/attempt=1.json",
-            "claims/windows/a.parquet/start=12.json",
-            "claims/windows//start=000000000400.json",
-            "claims/windows/a.parquet/start=000000000400",
-        ] {
-            assert_eq!(parse_window_key("claims/", foreign), None, "{foreign}");
-        }
     }
 
     #[test]

@@ -225,7 +225,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::domain::granule::GranuleId;
-    use crate::domain::item::record_key;
+    use crate::domain::layout::items::record_key;
     use crate::ports::PutCondition;
 
     #[tokio::test]

@@ -5,7 +5,7 @@ use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::batch_event::BatchEventError;
 use crate::domain::classify::Route;
 use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
-use crate::domain::log_key::{LogKey, LogOutcome, LogRecord};
+use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
 use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
 use crate::handlers::HandlerError;
 use crate::repositories::ingest::Ingest;
@@ -274,7 +274,8 @@ async fn handle_end(
         super::item_sync::finished(ctx, &granule, &ended_job, to, &reason, by).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
-    let marker = crate::domain::claim::claim_key(&ctx.config.layout.open_claim_prefix, &granule);
+    let marker =
+        crate::domain::layout::claims::claim_key(&ctx.config.layout.open_claim_prefix, &granule);
     crate::retry::again(
         crate::retry::Backoff::IN_RUN,
         "removing an open-claims marker",

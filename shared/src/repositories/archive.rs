@@ -2,16 +2,14 @@
 //! the table), its shards, its tasks (created if absent, changed with If-Match), and where its
 //! staged archive lives.
 //!
-//! Layout under the archive prefix: `jobs/<id>.json`; `work/<id>/shards/<nnnnn>.json` (the source
-//! keys of a shard); `work/<id>/tasks/<phase>/<task>.json`; `work/<id>/archive/` (the staged
-//! archive: `members/<sha256>`, the manifest, the checksums, the signature and its public key);
-//! `work/<id>/tmp/` (members on their way to their content address).
+//! Their keys: `domain::layout::archive`.
 
 pub use super::json::Changed;
 use super::json::{change_json, read_json, write_json, RecordAt, RecordError, Versioned};
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
+use crate::domain::layout::archive::ArchiveKeys;
 use crate::ports::{ObjectStore, PutCondition};
 use std::sync::Arc;
 
@@ -19,54 +17,19 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Archives {
     pub store: Arc<dyn ObjectStore>,
-    pub prefix: String,
+    pub keys: ArchiveKeys,
 }
 
 impl Archives {
     pub fn new(store: Arc<dyn ObjectStore>, prefix: &str) -> Self {
         Self {
             store,
-            prefix: prefix.to_owned(),
+            keys: ArchiveKeys::new(prefix),
         }
     }
 
-    pub fn job_key(&self, id: &str) -> String {
-        format!("{}jobs/{id}.json", self.prefix)
-    }
-
-    pub fn work(&self, id: &str) -> String {
-        format!("{}work/{id}/", self.prefix)
-    }
-
-    pub fn shard_key(&self, id: &str, n: u32) -> String {
-        format!("{}shards/{n:05}.json", self.work(id))
-    }
-
-    pub fn tasks_prefix(&self, id: &str, phase: Phase) -> String {
-        format!("{}tasks/{phase}/", self.work(id))
-    }
-
-    pub fn task_key(&self, id: &str, phase: Phase, task: &str) -> String {
-        format!("{}{task}.json", self.tasks_prefix(id, phase))
-    }
-
-    /// The staged archive, laid out as at every destination.
-    pub fn staged(&self, id: &str) -> String {
-        format!("{}archive/", self.work(id))
-    }
-
-    pub fn tmp(&self, id: &str) -> String {
-        format!("{}tmp/", self.work(id))
-    }
-
-    /// The open-jobs index: one empty marker per job that has not ended, so a tick reads only
-    /// those, never every job ever created.
-    pub fn open_key(&self, id: &str) -> String {
-        format!("{}open/{id}", self.prefix)
-    }
-
     pub async fn open_ids(&self) -> Result<Vec<String>, RecordError> {
-        let prefix = format!("{}open/", self.prefix);
+        let prefix = self.keys.open();
         let mut ids: Vec<String> = self
             .store
             .list(&prefix)
@@ -83,7 +46,7 @@ impl Archives {
     pub async fn mark_open(&self, id: &str) -> Result<(), RecordError> {
         self.store
             .put(
-                &self.open_key(id),
+                &self.keys.open_key(id),
                 bytes::Bytes::new(),
                 PutCondition::Overwrite,
             )
@@ -93,13 +56,13 @@ impl Archives {
 
     /// Removed after the record says the job ended.
     pub async fn mark_closed(&self, id: &str) -> Result<(), RecordError> {
-        self.store.delete(&self.open_key(id)).await?;
+        self.store.delete(&self.keys.open_key(id)).await?;
         Ok(())
     }
 
     /// Creates the job (its open marker first) unless it exists; the stored one either way.
     pub async fn create(&self, job: &ArchiveJob) -> Result<ArchiveJob, RecordError> {
-        let key = self.job_key(&job.id);
+        let key = self.keys.job_key(&job.id);
         if !job.state.has_ended() {
             self.mark_open(&job.id).await?;
         }
@@ -114,12 +77,12 @@ impl Archives {
     }
 
     pub async fn job(&self, id: &str) -> Result<Option<Versioned<ArchiveJob>>, RecordError> {
-        Ok(read_json(self.store.as_ref(), &self.job_key(id)).await?)
+        Ok(read_json(self.store.as_ref(), &self.keys.job_key(id)).await?)
     }
 
     /// Every job id, oldest first (ids sort by creation time).
     pub async fn ids(&self) -> Result<Vec<String>, RecordError> {
-        let prefix = format!("{}jobs/", self.prefix);
+        let prefix = self.keys.jobs();
         let mut ids: Vec<String> = self
             .store
             .list(&prefix)
@@ -143,7 +106,7 @@ impl Archives {
     where
         F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
     {
-        let key = self.job_key(id);
+        let key = self.keys.job_key(id);
         let at = RecordAt {
             key: &key,
             what: "archive job",
@@ -155,7 +118,7 @@ impl Archives {
     pub async fn put_shard(&self, id: &str, n: u32, keys: &[String]) -> Result<(), RecordError> {
         write_json(
             self.store.as_ref(),
-            &self.shard_key(id, n),
+            &self.keys.shard_key(id, n),
             &keys,
             PutCondition::Overwrite,
         )
@@ -165,7 +128,7 @@ impl Archives {
 
     pub async fn shard(&self, id: &str, n: u32) -> Result<Option<Vec<String>>, RecordError> {
         Ok(
-            read_json::<Vec<String>>(self.store.as_ref(), &self.shard_key(id, n))
+            read_json::<Vec<String>>(self.store.as_ref(), &self.keys.shard_key(id, n))
                 .await?
                 .map(|v| v.value),
         )
@@ -188,7 +151,7 @@ impl Archives {
             sent_at: None,
             members: Vec::new(),
         };
-        let key = self.task_key(id, phase, task);
+        let key = self.keys.task_key(id, phase, task);
         match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
             Ok(_) => Ok(record),
             Err(e) if e.is_conflict() => match self.task(id, phase, task).await? {
@@ -205,7 +168,7 @@ impl Archives {
         phase: Phase,
         task: &str,
     ) -> Result<Option<Versioned<TaskRecord>>, RecordError> {
-        Ok(read_json(self.store.as_ref(), &self.task_key(id, phase, task)).await?)
+        Ok(read_json(self.store.as_ref(), &self.keys.task_key(id, phase, task)).await?)
     }
 
     /// Changes a task with If-Match, as `change` does a job.
@@ -219,7 +182,7 @@ impl Archives {
     where
         F: Fn(&TaskRecord) -> Option<TaskRecord>,
     {
-        let key = self.task_key(id, phase, task);
+        let key = self.keys.task_key(id, phase, task);
         let named = format!("{id}/{phase}/{task}");
         let at = RecordAt {
             key: &key,
@@ -232,7 +195,7 @@ impl Archives {
     /// Every task of the phase, in name order.
     pub async fn tasks(&self, id: &str, phase: Phase) -> Result<Vec<TaskRecord>, RecordError> {
         let mut out = Vec::new();
-        for meta in self.store.list(&self.tasks_prefix(id, phase)).await? {
+        for meta in self.store.list(&self.keys.tasks_prefix(id, phase)).await? {
             if let Some(t) = read_json::<TaskRecord>(self.store.as_ref(), &meta.key).await? {
                 out.push(t.value);
             }

@@ -4,8 +4,9 @@
 use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
-use crate::domain::claim::{claim_key, Claim};
+use crate::domain::claim::Claim;
 use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::layout::claims::claim_key;
 use crate::ports::{JobRequest, JobRunner, JobRunnerError, ObjectStore, PutCondition};
 use chrono::Utc;
 use std::time::Duration;

@@ -12,9 +12,10 @@
 pub use super::json::Changed;
 use super::json::{change_record, read_json, write_json, RecordAt, RecordError, Versioned};
 use crate::domain::ingest::batch::BatchState;
-use crate::domain::ingest::index::{BatchId, IngestKeys, JobId};
+use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::domain::layout::ingest::IngestKeys;
 use crate::ports::{ObjectStore, PutCondition};
 use bytes::Bytes;
 use std::sync::Arc;

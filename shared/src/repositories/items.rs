@@ -16,8 +16,10 @@
 
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{
-    batch_history_key, inflight_key, is_batch_history_key, is_timed, record_key, Change,
-    HistoryBatch, HistoryEntry, ItemQuery, ItemRecord, NewItem,
+    is_timed, Change, HistoryBatch, HistoryEntry, ItemQuery, ItemRecord, NewItem,
+};
+use crate::domain::layout::items::{
+    batch_history_key, inflight_key, is_batch_history_key, record_key,
 };
 use crate::domain::lifecycle::ItemState;
 use crate::domain::machine::IllegalTransition;

@@ -1,5 +1,5 @@
 //! The log objects under `GRANARY_LOG_PREFIX`: one JSON record per finished attempt, hive-keyed
-//! for Athena (`domain::log_key`). This repository owns their protocol:
+//! for Athena (`domain::layout::logs`). This repository owns their protocol:
 //!
 //! - a log is created only if absent (If-None-Match), so a duplicate event never rewrites one;
 //! - a failure is logged, then routed, then marked routed (If-Match): a crash between the send and
@@ -14,7 +14,7 @@
 
 use super::json::{read_json, write_json_retrying, RepositoryError, Versioned};
 
-use crate::domain::log_key::{LogKey, LogOutcome, LogRecord, Supersession};
+use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord, Supersession};
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
 use chrono::Utc;

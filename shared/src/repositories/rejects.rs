@@ -59,7 +59,7 @@ pub async fn reject(
     hash.update([0]);
     hash.update(input.as_bytes());
     let id = hex(&hash.finalize()[..16]);
-    let key = format!("{prefix}kind={}/{id}.json", kind.as_str());
+    let key = crate::domain::layout::reject_key(prefix, kind.as_str(), &id);
     let record = RejectRecord {
         kind,
         reason: reason.to_owned(),

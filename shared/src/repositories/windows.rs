@@ -6,7 +6,8 @@ use super::json::RepositoryError;
 use super::submission::{Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
 use crate::domain::job_name::job_name;
-use crate::domain::window::{window_key, WindowClaim, WINDOW_ATTEMPT};
+use crate::domain::layout::claims::window_key;
+use crate::domain::window::{WindowClaim, WINDOW_ATTEMPT};
 use crate::ports::{JobRequest, JobRunner, ObjectStore};
 use std::time::Duration;
 

@@ -168,9 +168,9 @@ pub async fn step(
             // Temporaries always; after a success the staged archive and the task records too
             // (the destinations hold the archive). After a failure the staged archive stays, so
             // `granary archive retry` can re-run the phase that failed.
-            remove_all(actx, &actx.archives.tmp(id)).await?;
+            remove_all(actx, &actx.archives.keys.tmp(id)).await?;
             if succeeded {
-                remove_all(actx, &actx.archives.work(id)).await?;
+                remove_all(actx, &actx.archives.keys.work(id)).await?;
                 actx.bus
                     .put_events(vec![announcement(&job).event()])
                     .await?;

@@ -141,10 +141,10 @@ async fn archive_shard(
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?
         .ok_or_else(|| TaskFailure::fatal(format!("shard {n} of {} is missing", job.id)))?;
     let source = actx.buckets.store(&job.source.bucket, None);
-    let staged = actx.archives.staged(&job.id);
+    let staged = actx.archives.keys.staged(&job.id);
     let mut members = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
-        let tmp = format!("{}{task}/{i:05}", actx.archives.tmp(&job.id));
+        let tmp = format!("{}{task}/{i:05}", actx.archives.keys.tmp(&job.id));
         let found = copy_into_store(
             actx.store.as_ref(),
             &tmp,
@@ -195,7 +195,7 @@ async fn post_process(actx: &ArchiveCtx, job: &ArchiveJob) -> Result<(), TaskFai
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?;
     let members: Vec<Member> = tasks.into_iter().flat_map(|t| t.members).collect();
-    let staged = actx.archives.staged(&job.id);
+    let staged = actx.archives.keys.staged(&job.id);
     // CheckIntegrity.
     for m in &members {
         let key = format!("{staged}{}", m.key());
@@ -276,7 +276,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
     let target: Arc<dyn ObjectStore> = actx
         .buckets
         .store(&dest.bucket, dest.storage_class.as_deref());
-    let staged = actx.archives.staged(&job.id);
+    let staged = actx.archives.keys.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
     let files = actx.store.list(&staged).await.map_err(store_err)?;
     let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;

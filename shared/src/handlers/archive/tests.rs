@@ -255,7 +255,7 @@ async fn an_archive_is_sharded_archived_checked_signed_stored_twice_verified_and
     );
     assert!(
         w.store
-            .list(&w.actx.archives.work(&id))
+            .list(&w.actx.archives.keys.work(&id))
             .await
             .unwrap()
             .is_empty(),
@@ -334,7 +334,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
         w.deliver(false).await;
     }
     assert_eq!(w.job(&id).await.state, ArchiveState::PostProcessing);
-    let staged = w.actx.archives.staged(&id);
+    let staged = w.actx.archives.keys.staged(&id);
     let member = w
         .store
         .list(&format!("{staged}members/"))
@@ -367,7 +367,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
     assert_eq!(job.recoverable, Some(false));
     assert!(w
         .store
-        .list(&w.actx.archives.tmp(&id))
+        .list(&w.actx.archives.keys.tmp(&id))
         .await
         .unwrap()
         .is_empty());

@@ -16,26 +16,13 @@ use crate::repositories::items::Advanced;
 
 const BY: &str = "importer-download";
 
-/// Where an item's raw file is stored.
+/// Where an item's raw file is stored (`domain::layout::items::raw_key`).
 pub fn stored_key(imp: &Importer, record: &ItemRecord) -> String {
-    format!(
-        "{}{}/{}",
-        imp.ctx.config.importer.raw_prefix,
-        record.id,
-        key_safe(&record.name)
+    crate::domain::layout::items::raw_key(
+        &imp.ctx.config.importer.raw_prefix,
+        &record.id,
+        &record.name,
     )
-}
-
-fn key_safe(name: &str) -> String {
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c.is_control() || c == '/' { '_' } else { c })
-        .collect();
-    if cleaned.is_empty() || cleaned == "." || cleaned == ".." {
-        "file".to_owned()
-    } else {
-        cleaned
-    }
 }
 
 /// A Download message found the item still DOWNLOADING: if its attempt is past the download

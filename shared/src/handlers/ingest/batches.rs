@@ -395,7 +395,7 @@ async fn archived(
     let id = archive_id(&batch.id);
     let source = ArchiveSource {
         bucket: ictx.bucket.clone(),
-        prefix: format!("{}objects/{}-", ictx.settings.prefix, batch.id),
+        prefix: ictx.ingest.keys.batch_objects(&batch.id),
     };
     let job = ictx
         .archives

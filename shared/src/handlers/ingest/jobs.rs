@@ -190,7 +190,7 @@ async fn fetch_file(
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
 ) -> Result<StoredFile, String> {
-    let key = format!("{}{}", ictx.ingest.keys.objects(&job.id), file.name);
+    let key = ictx.ingest.keys.object(&job.id, &file.name);
     let digest = file.digest.as_ref().map(decisions::expected_digest);
     let expected = Expected {
         size: file.size,

@@ -13,9 +13,10 @@
 use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
 use crate::budget::Budget;
-use crate::domain::claim::{claim_key, parse_claim_key, Claim};
+use crate::domain::claim::Claim;
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::window::parse_window_key;
+use crate::domain::layout::claims::parse_window_key;
+use crate::domain::layout::claims::{claim_key, parse_claim_key};
 use crate::handlers::HandlerError;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
@@ -297,7 +298,8 @@ mod tests {
         GranuleId,
         String,
     ) {
-        use crate::domain::window::{window_key, WindowClaim};
+        use crate::domain::layout::claims::window_key;
+        use crate::domain::window::WindowClaim;
         use crate::ports::JobRunner;
         let id = GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap();
         let job = jobs

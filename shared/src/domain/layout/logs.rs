@@ -2,7 +2,7 @@
 //! and attempt (hive partitions), so Athena and a plain prefix listing can answer most questions
 //! without reading a single object.
 
-use super::granule::{GranuleFacts, GranuleId};
+use crate::domain::granule::{GranuleFacts, GranuleId};
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -163,8 +163,8 @@ pub struct LogRecord {
     pub granule_id: GranuleId,
     pub attempt: u32,
     pub outcome: LogOutcome,
-    pub classification: super::classify::Classification,
-    pub route: super::classify::Route,
+    pub classification: crate::domain::classify::Classification,
+    pub route: crate::domain::classify::Route,
     pub job_id: String,
     pub job_name: String,
     pub logged_at: chrono::DateTime<chrono::Utc>,
