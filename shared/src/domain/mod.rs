@@ -1,4 +1,15 @@
 //! Pure rules: no I/O, no AWS. Everything here is unit-tested on its own.
+//!
+//! - the kernel: [`machine`] (states and tables, the one `moved`, the `Move` a decision returns);
+//! - the workflows on it: [`lifecycle`] and [`item`] (the backfill's items), [`ingest`],
+//!   [`archive`], each with its `decisions`;
+//! - submissions: [`claim`] (the claim protocol's shapes; one job), [`window`] (a feeder window),
+//!   [`job_name`] and [`job_tags`] (what a Batch job is called and carries);
+//! - Batch's side: [`batch_event`] (its events), [`classify`] (how a job ended), [`job_end`]
+//!   (what an event decides), [`retry_strategy`];
+//! - where things live: [`layout`] (every S3 key);
+//! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`progress`], [`report`];
+//! - [`poison`]: inputs set aside.
 
 pub mod archive;
 pub mod batch_event;
