@@ -7,7 +7,8 @@ use granary::config::Function;
 use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::manifest;
 use granary::domain::archive::record::{ArchiveSource, Destination};
-use granary::handlers::archive::{self, steps, tasks, verify, ArchiveCtx};
+use granary::handlers::archive::{self, steps, tasks, verify};
+use granary::handlers::Ctx;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -110,12 +111,12 @@ fn s3_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_owned(), prefix.to_owned()))
 }
 
-async fn actx(command: &Command) -> Result<ArchiveCtx> {
+async fn actx(command: &Command) -> Result<Ctx> {
     let function = match command {
         Command::Tick { .. } => Function::ArchiveTask,
         _ => Function::ArchiveDispatcher,
     };
-    ArchiveCtx::from_env(function).await.context(
+    Ctx::from_env(function).await.context(
         "archive jobs' configuration (GRANARY_BUCKET; GRANARY_ARCHIVE_TASK_QUEUE_URL to run them; see docs/archive.md)",
     )
 }

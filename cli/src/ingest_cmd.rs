@@ -8,8 +8,9 @@ use granary::domain::ingest::index::{BatchId, JobId};
 use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
+use granary::handlers::ingest;
 use granary::handlers::ingest::operator::{self, Target};
-use granary::handlers::ingest::{self, IngestCtx};
+use granary::handlers::Ctx;
 use granary::ports::PutCondition;
 use std::process::ExitCode;
 
@@ -133,13 +134,13 @@ impl TargetArgs {
 
 /// What a command reads: `tick` does the dispatcher's work (Batch, the failure DLQ); the others
 /// read and change records in the bucket only.
-async fn ictx(command: &Command) -> Result<IngestCtx> {
+async fn ictx(command: &Command) -> Result<Ctx> {
     if matches!(command, Command::Tick { .. }) {
-        IngestCtx::from_env(Function::IngestDispatcher).await.context(
+        Ctx::from_env(Function::IngestDispatcher).await.context(
             "the ingest dispatcher's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION, GRANARY_RETRY_QUEUE_URL, GRANARY_FAILURE_DLQ_URL; see docs/ingest.md)",
         )
     } else {
-        IngestCtx::from_env(Function::IngestSubmit)
+        Ctx::from_env(Function::IngestSubmit)
             .await
             .context("the ingest queue's configuration (GRANARY_BUCKET; see docs/ingest.md)")
     }
@@ -174,12 +175,15 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                         .file_name()
                         .map_or("manifest".into(), |n| n.to_string_lossy().into_owned())
                 );
-                let key = ictx.ingest.keys.manifest(&name);
+                let key = ictx.ingest().keys.manifest(&name);
                 ictx.store
                     .put(&key, text.clone().into(), PutCondition::IfAbsent)
                     .await
                     .context("keeping the manifest in the bucket")?;
-                (format!("s3://{}/{key}", ictx.bucket), Some(text))
+                (
+                    format!("s3://{}/{key}", ictx.config.layout.bucket),
+                    Some(text),
+                )
             };
             let kind = match kind.as_deref().and_then(ManifestKind::parse) {
                 Some(k) => k,
@@ -364,7 +368,7 @@ fn print_status(all: &[operator::BatchStatus]) {
 }
 
 /// Redraws a progress bar of ended jobs until every batch shown has ended.
-async fn watch_status(ictx: &IngestCtx, only: Option<&BatchId>) -> Result<ExitCode> {
+async fn watch_status(ictx: &Ctx, only: Option<&BatchId>) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(

@@ -8,7 +8,6 @@ use granary::config::{Queues, Section};
 use granary::domain::granule::GranuleId;
 use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState;
-use granary::handlers::importer::Importer;
 use granary::handlers::redrive::{RedriveFilter, RedriveOptions};
 use granary::handlers::Ctx;
 use granary_cli::ops::{chart, report, status};
@@ -487,8 +486,7 @@ pub struct ResumeArgs {
 
 pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
     let ctx = ctx(&[Section::Queues, Section::Retry, Section::Importer]).await?;
-    let clients = granary::adapters::aws::AwsClients::from_env().await;
-    let imp = Importer::aws(ctx.clone(), &clients)?;
+    let imp = ctx.clone();
     let mut ids: Vec<GranuleId> = args
         .ids
         .iter()

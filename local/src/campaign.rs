@@ -120,7 +120,7 @@ impl Campaign {
             ledger,
             in_memory: in_memory_batch,
         } = super::stack::stack_batch(&stack, clients);
-        let mut ctx = Ctx::aws(stack.config()?, clients);
+        let mut ctx = Ctx::aws(stack.config()?, clients)?;
         ctx.jobs = jobs;
         let ctx = ctx.counted(&counts);
         let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
@@ -195,7 +195,7 @@ impl Campaign {
                     .with_redrive(failure_dlq.clone(), RETRY_QUEUE_MAX_RECEIVES),
             ),
             failure_dlq,
-            config,
+            ..Ctx::in_memory(config)
         }
         .counted(&counts);
         let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));

@@ -1,6 +1,6 @@
 //! Wiring: the one module that builds adapters — AWS clients from the environment, the in-memory
 //! twins, and the taps that decorate them. Handlers see only ports; Lambda mains call
-//! [`Ctx::from_env`] / [`Importer::from_env`] and [`init_lambda_tracing`], nothing else.
+//! [`Ctx::from_env`] and [`init_lambda_tracing`], nothing else.
 
 use crate::adapters::aws::EventBridgeBus;
 use crate::adapters::aws::{AwsClients, BatchJobRunner, S3PrefixSource, S3Store, SqsQueue};
@@ -8,15 +8,15 @@ use crate::adapters::http::remote::HttpRemote;
 use crate::adapters::http::HttpIndexSource;
 use crate::adapters::unset::{UnsetJobRunner, UnsetQueue};
 use crate::config::{Config, Function, Section};
-use crate::handlers::importer::{timeout, Importer, ObjectsExist};
-use crate::handlers::ingest::{IngestCtx, ProcessingRetries};
+use crate::handlers::importer::{timeout, ObjectsExist};
 use crate::handlers::Ctx;
 use crate::ports::{JobRunner, Queue, Source, SourceError};
 use std::sync::Arc;
 
 impl Ctx {
     /// Wires the AWS adapters from the config; the ports of a section it lacks refuse every call.
-    pub fn aws(config: Config, clients: &AwsClients) -> Self {
+    /// The archive signing key is loaded by [`Ctx::from_env`] (it reads SSM).
+    pub fn aws(config: Config, clients: &AwsClients) -> Result<Self, InitError> {
         let jobs: Arc<dyn JobRunner> = match &config.jobs {
             Some(j) => Arc::new(BatchJobRunner::new(
                 clients.batch.clone(),
@@ -32,7 +32,19 @@ impl Ctx {
             }
         };
         let queues = config.queues.as_ref();
-        Self {
+        let importer = &config.importer;
+        let source: Option<Arc<dyn Source>> = match importer.source_url.as_deref() {
+            None => None,
+            Some(url) if url.starts_with("s3://") => {
+                Some(Arc::new(S3PrefixSource::from_url(clients.s3.clone(), url)?))
+            }
+            Some(url) => Some(Arc::new(HttpIndexSource::new(
+                url,
+                timeout(&config),
+                importer.discover_concurrency,
+            )?)),
+        };
+        Ok(Self {
             store: Arc::new(S3Store::new(clients.s3.clone(), &config.layout.bucket)),
             jobs,
             retry_queue: sqs(
@@ -43,41 +55,94 @@ impl Ctx {
                 queues.map(|q| q.failure_dlq_url.as_str()),
                 "GRANARY_FAILURE_DLQ_URL",
             ),
+            source,
+            import_queue: importer
+                .import_queue_url
+                .as_deref()
+                .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>),
+            prerequisites: Arc::new(ObjectsExist {
+                templates: importer.prerequisites.clone(),
+            }),
+            remote: Arc::new(HttpRemote::new(config.ingest.timeout)?),
+            bus: Arc::new(EventBridgeBus::new(
+                clients.events.clone(),
+                config.ingest.bus_name.clone(),
+            )),
+            buckets: Arc::new(crate::adapters::aws::S3Buckets::new(clients.s3.clone())),
+            task_queue: sqs(
+                config.archive.task_queue_url.as_deref(),
+                "GRANARY_ARCHIVE_TASK_QUEUE_URL",
+            ),
+            signing_key: None,
             config,
-        }
+        })
     }
 
-    /// A context on the in-memory twins of every port (tests, the local runtime).
+    /// In-memory twins of every port (no source; an import queue only if one is configured).
     pub fn in_memory(config: Config) -> Self {
-        use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+        use crate::adapters::memory::{
+            MemoryBuckets, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote, MemoryStore,
+        };
         let (retry, dlq) = config.queue_names();
         Self {
             store: Arc::new(MemoryStore::new()),
             jobs: Arc::new(MemoryJobRunner::default()),
             retry_queue: Arc::new(MemoryQueue::new(&retry)),
             failure_dlq: Arc::new(MemoryQueue::new(&dlq)),
+            source: None,
+            import_queue: config
+                .importer
+                .import_queue_url
+                .as_deref()
+                .map(|u| Arc::new(MemoryQueue::new(u)) as Arc<dyn Queue>),
+            prerequisites: Arc::new(ObjectsExist {
+                templates: config.importer.prerequisites.clone(),
+            }),
+            remote: Arc::new(MemoryRemote::default()),
+            bus: Arc::new(MemoryEventBus::default()),
+            buckets: Arc::new(MemoryBuckets::default()),
+            task_queue: Arc::new(MemoryQueue::new("archive-tasks")),
+            signing_key: None,
             config,
         }
     }
 
-    /// What Lambda function `f` does at init: the sections it reads from the environment, AWS
-    /// clients, adapters.
-    pub async fn from_env(f: Function) -> Result<Self, crate::config::ConfigError> {
-        let config = Config::for_function_from_env(f)?;
-        Ok(Self::aws(config, &AwsClients::from_env().await))
+    /// The context a Lambda runs with: its function's sections from the environment, the AWS
+    /// adapters, and the archive signing key from SSM when it reads the Archive section.
+    pub async fn from_env(f: Function) -> Result<Self, InitError> {
+        Self::for_sections_from_env(f.sections()).await
     }
 
-    /// What a command reads: the layout plus `sections`, from the environment.
-    pub async fn for_sections_from_env(
-        sections: &[Section],
-    ) -> Result<Self, crate::config::ConfigError> {
+    /// Like [`Ctx::from_env`], for exactly `sections` (an operator's command).
+    pub async fn for_sections_from_env(sections: &[Section]) -> Result<Self, InitError> {
         let config = Config::for_sections(sections, |k| std::env::var(k).ok())?;
-        Ok(Self::aws(config, &AwsClients::from_env().await))
+        Self::aws_with_signing_key(config, &AwsClients::from_env().await).await
+    }
+
+    /// [`Ctx::aws`], with the archive signing key read from SSM when the configuration names its
+    /// parameter (`GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER`).
+    pub async fn aws_with_signing_key(
+        config: Config,
+        clients: &AwsClients,
+    ) -> Result<Self, InitError> {
+        let mut ctx = Self::aws(config, clients)?;
+        if let Some(name) = ctx.config.archive.signing_key_parameter.clone() {
+            let seed = crate::adapters::aws::load_signing_seed(&clients.ssm, &name)
+                .await
+                .map_err(InitError::SigningKey)?;
+            let key = crate::domain::archive::manifest::signing_key(&seed)
+                .map_err(|e| InitError::SigningKey(format!("SSM parameter {name}: {e}")))?;
+            ctx.signing_key = Some(Arc::new(key));
+        }
+        Ok(ctx)
     }
 
     /// The same context with every port's calls passing through `tap`.
     pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
-        use crate::adapters::tap::{TappedJobs, TappedQueue, TappedStore};
+        use crate::adapters::tap::{
+            TappedBuckets, TappedBus, TappedJobs, TappedQueue, TappedRemote, TappedSource,
+            TappedStore,
+        };
         let queue = |q: &Arc<dyn Queue>| -> Arc<dyn Queue> {
             Arc::new(TappedQueue {
                 inner: q.clone(),
@@ -95,6 +160,30 @@ impl Ctx {
             }),
             retry_queue: queue(&self.retry_queue),
             failure_dlq: queue(&self.failure_dlq),
+            source: self.source.as_ref().map(|s| {
+                Arc::new(TappedSource {
+                    inner: s.clone(),
+                    tap: tap.clone(),
+                    url: (self.config.importer.source_url.clone())
+                        .unwrap_or_else(|| "(unnamed source)".to_owned()),
+                }) as Arc<dyn Source>
+            }),
+            import_queue: self.import_queue.as_ref().map(queue),
+            prerequisites: self.prerequisites.clone(),
+            remote: Arc::new(TappedRemote {
+                inner: self.remote.clone(),
+                tap: tap.clone(),
+            }),
+            bus: Arc::new(TappedBus {
+                inner: self.bus.clone(),
+                tap: tap.clone(),
+            }),
+            buckets: Arc::new(TappedBuckets {
+                inner: self.buckets.clone(),
+                tap: tap.clone(),
+            }),
+            task_queue: queue(&self.task_queue),
+            signing_key: self.signing_key.clone(),
             config: self.config.clone(),
         }
     }
@@ -111,166 +200,15 @@ impl Ctx {
     }
 }
 
-impl IngestCtx {
-    /// The ingest queue on AWS: the bucket's layout and the Jobs section from the environment,
-    /// `GRANARY_INGEST_*` settings, depositors' servers over HTTP(S), events on
-    /// `GRANARY_NOTIFICATION_BUS`.
-    pub async fn from_env(f: Function) -> Result<Self, InitError> {
-        Self::for_sections_from_env(f.sections()).await
-    }
-
-    /// Only `sections` read (an operator command that needs less than a function).
-    pub async fn for_sections_from_env(sections: &[Section]) -> Result<Self, InitError> {
-        let config = Config::for_sections(sections, |k| std::env::var(k).ok())?;
-        Self::aws(&config, &AwsClients::from_env().await)
-    }
-
-    pub fn aws(config: &Config, clients: &AwsClients) -> Result<Self, InitError> {
-        let settings = config.ingest.clone();
-        let ctx = Ctx::aws(config.clone(), clients);
-        let remote = Arc::new(HttpRemote::new(settings.timeout)?);
-        let bus = Arc::new(EventBridgeBus::new(
-            clients.events.clone(),
-            settings.bus_name.clone(),
-        ));
-        Ok(Self::new(
-            &config.layout.bucket,
-            ctx.store,
-            ctx.jobs,
-            remote,
-            bus,
-            ProcessingRetries {
-                failure_dlq: ctx.failure_dlq,
-                max_attempts: config.max_attempt(),
-            },
-            settings,
-        )
-        .with_archive_prefix(&config.archive.prefix)
-        .with_claim_lease(config.leases.claim_lease))
-    }
-}
-
-impl crate::handlers::archive::ArchiveCtx {
-    /// Archive jobs on AWS: granary's bucket, other buckets over S3 (sources, destinations in
-    /// their storage classes), the task queue, the notification bus, and the signing key read
-    /// once from SSM (when `GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER` names it).
-    pub async fn from_env(f: Function) -> Result<Self, InitError> {
-        let config = Config::for_sections(f.sections(), |k| std::env::var(k).ok())?;
-        Self::aws(&config, &AwsClients::from_env().await).await
-    }
-
-    pub async fn aws(config: &Config, clients: &AwsClients) -> Result<Self, InitError> {
-        let settings = config.archive.clone();
-        let task_queue: Arc<dyn Queue> = match &settings.task_queue_url {
-            Some(url) => Arc::new(SqsQueue::new(clients.sqs.clone(), url)),
-            None => Arc::new(UnsetQueue {
-                var: "GRANARY_ARCHIVE_TASK_QUEUE_URL",
-            }),
-        };
-        let signing_key = match &settings.signing_key_parameter {
-            Some(name) => {
-                let seed = crate::adapters::aws::load_signing_seed(&clients.ssm, name)
-                    .await
-                    .map_err(InitError::SigningKey)?;
-                let key = crate::domain::archive::manifest::signing_key(&seed)
-                    .map_err(|e| InitError::SigningKey(format!("SSM parameter {name}: {e}")))?;
-                Some(Arc::new(key))
-            }
-            None => None,
-        };
-        Ok(Self::new(
-            Arc::new(S3Store::new(clients.s3.clone(), &config.layout.bucket)),
-            Arc::new(crate::adapters::aws::S3Buckets::new(clients.s3.clone())),
-            task_queue,
-            Arc::new(EventBridgeBus::new(
-                clients.events.clone(),
-                settings.bus_name.clone(),
-            )),
-            signing_key,
-            settings,
-        ))
-    }
-}
-
-/// One bucket as an object store (`granary items`, which may name its bucket on the command line).
 pub fn s3_store(clients: &AwsClients, bucket: &str) -> Arc<dyn crate::ports::ObjectStore> {
     Arc::new(S3Store::new(clients.s3.clone(), bucket))
 }
 
-/// One SQS queue by URL (the operator's redrive commands, which need no bucket).
 pub fn sqs_queue(clients: &AwsClients, url: &str) -> Arc<dyn Queue> {
     Arc::new(SqsQueue::new(clients.sqs.clone(), url))
 }
 
-impl Importer {
-    /// Wires the AWS adapters from the config (the source from `GRANARY_SOURCE_URL`).
-    pub fn aws(ctx: Ctx, clients: &AwsClients) -> Result<Self, SourceError> {
-        let cfg = &ctx.config.importer;
-        let source: Option<Arc<dyn Source>> = match cfg.source_url.as_deref() {
-            None => None,
-            Some(url) if url.starts_with("s3://") => {
-                Some(Arc::new(S3PrefixSource::from_url(clients.s3.clone(), url)?))
-            }
-            Some(url) => Some(Arc::new(HttpIndexSource::new(
-                url,
-                timeout(&ctx),
-                cfg.discover_concurrency,
-            )?)),
-        };
-        let import_queue: Option<Arc<dyn Queue>> = cfg
-            .import_queue_url
-            .as_deref()
-            .map(|u| Arc::new(SqsQueue::new(clients.sqs.clone(), u)) as Arc<dyn Queue>);
-        let prerequisites = Arc::new(ObjectsExist {
-            templates: cfg.prerequisites.clone(),
-        });
-        Ok(Self {
-            ctx,
-            source,
-            import_queue,
-            prerequisites,
-        })
-    }
-
-    /// What importer function `f` does at init.
-    pub async fn from_env(f: Function) -> Result<Self, InitError> {
-        let config = Config::for_function_from_env(f)?;
-        let clients = AwsClients::from_env().await;
-        Ok(Self::aws(Ctx::aws(config, &clients), &clients)?)
-    }
-
-    /// The same importer with every call (its import queue's and its source's included) passing
-    /// through `tap`.
-    pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
-        use crate::adapters::tap::{TappedQueue, TappedSource};
-        Self {
-            ctx: self.ctx.tapped(tap.clone()),
-            import_queue: self.import_queue.as_ref().map(|q| {
-                Arc::new(TappedQueue {
-                    inner: q.clone(),
-                    tap: tap.clone(),
-                }) as Arc<dyn Queue>
-            }),
-            source: self.source.as_ref().map(|s| {
-                Arc::new(TappedSource {
-                    inner: s.clone(),
-                    tap: tap.clone(),
-                    url: (self.ctx.config.importer.source_url.clone())
-                        .unwrap_or_else(|| "(unnamed source)".to_owned()),
-                }) as Arc<dyn Source>
-            }),
-            prerequisites: self.prerequisites.clone(),
-        }
-    }
-
-    /// The same importer with its calls passing through `faults` (the crash-point harness and
-    /// `granary-local chaos`; the faults tap leaves the source alone).
-    pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
-        self.tapped(faults.clone())
-    }
-}
-
-/// What can stop an importer Lambda at init.
+/// What can stop a Lambda at init.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error(transparent)]

@@ -12,13 +12,15 @@ mod spread;
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedBus, TappedQueue, TappedStore};
+use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedStore};
 use granary::config::archive::ArchiveSettings;
+use granary::config::{Config, Section};
 use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::job::ArchiveState;
 use granary::domain::archive::manifest;
 use granary::domain::archive::record::{ArchiveSource, Destination};
-use granary::handlers::archive::{self, tasks, verify, ArchiveCtx};
+use granary::handlers::archive::{self, tasks, verify};
+use granary::handlers::Ctx;
 use granary::ports::{Buckets, ObjectStore, PutCondition, Queue};
 use std::sync::Arc;
 
@@ -94,22 +96,7 @@ impl Buckets for GatedBuckets {
     }
 }
 
-/// Every bucket's store through `tap`.
-struct TappedBuckets {
-    inner: Arc<dyn Buckets>,
-    tap: Arc<dyn Tap>,
-}
-
-impl Buckets for TappedBuckets {
-    fn store(&self, bucket: &str, class: Option<&str>) -> Arc<dyn ObjectStore> {
-        Arc::new(TappedStore {
-            inner: self.inner.store(bucket, class),
-            tap: self.tap.clone(),
-        })
-    }
-}
-
-fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
+fn actx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
     let settings = ArchiveSettings {
         objects_per_shard: 3,
         backoff: std::time::Duration::ZERO,
@@ -124,35 +111,26 @@ fn actx(w: &World, faults: Option<Arc<Faults>>) -> ArchiveCtx {
         inner: w.buckets.clone(),
         mirror_missing: w.rot.as_ref().map(|r| r.mirror_missing.clone()),
     });
+    let config = Config::for_sections(&[Section::Layout, Section::Archive], |k| {
+        (k == "GRANARY_BUCKET").then(|| "b".to_owned())
+    })
+    .expect("the harness's configuration is valid");
+    // Every port the archive functions call passes through the faults: any call may be the
+    // crash point.
+    let ctx = Ctx {
+        store: w.store.clone(),
+        buckets,
+        task_queue: w.queue.clone(),
+        bus,
+        signing_key: key,
+        ..Ctx::in_memory(Config {
+            archive: settings,
+            ..config
+        })
+    };
     match faults {
-        None => ArchiveCtx::new(
-            w.store.clone(),
-            buckets,
-            w.queue.clone(),
-            bus,
-            key,
-            settings,
-        ),
-        Some(f) => {
-            let tap = f as Arc<dyn Tap>;
-            ArchiveCtx::new(
-                Arc::new(TappedStore {
-                    inner: w.store.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedBuckets {
-                    inner: buckets,
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedQueue {
-                    inner: w.queue.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedBus { inner: bus, tap }),
-                key,
-                settings,
-            )
-        }
+        None => ctx,
+        Some(f) => ctx.with_faults(&f),
     }
 }
 
@@ -234,10 +212,10 @@ async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
 /// handler: the member rots (once post-processing has started), and after the failure an operator restores it and retries the job
 /// (its calls through this pass's faults: a retry that dies is run again by the operator).
 /// Whether the operator did anything.
-async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
+async fn operator(w: &World, rot: &Rot, a: &Ctx) -> bool {
     use std::sync::atomic::Ordering::SeqCst;
     let clean = actx(w, None);
-    let Some(job) = clean.archives.job(&w.id).await.unwrap() else {
+    let Some(job) = clean.archives().job(&w.id).await.unwrap() else {
         return false;
     };
     let state = job.value.state;
@@ -245,7 +223,7 @@ async fn operator(w: &World, rot: &Rot, a: &ArchiveCtx) -> bool {
     if state == ArchiveState::PostProcessing && original.is_none() {
         let members = w
             .store
-            .list(&format!("{}members/", clean.archives.keys.staged(&w.id)))
+            .list(&format!("{}members/", clean.archives().keys.staged(&w.id)))
             .await
             .unwrap();
         let key = members[0].key.clone();
@@ -320,7 +298,7 @@ async fn passes(w: &World, crashes: &[CrashPoint]) -> (u64, usize) {
 
 async fn audit(w: &World) -> Result<(), String> {
     let a = actx(w, None);
-    let job = a.archives.job(&w.id).await.unwrap().unwrap().value;
+    let job = a.archives().job(&w.id).await.unwrap().unwrap().value;
     if job.state != ArchiveState::Completed {
         return Err(format!("{} ({})", job.state, job.reason));
     }
@@ -395,11 +373,11 @@ async fn audit(w: &World) -> Result<(), String> {
             return Err(format!("{bucket}: {r:?}"));
         }
     }
-    let open = a.archives.open_ids().await.unwrap();
+    let open = a.archives().open_ids().await.unwrap();
     if !open.is_empty() {
         return Err(format!("still listed open: {open:?}"));
     }
-    let left = w.store.list(&a.archives.keys.work(&w.id)).await.unwrap();
+    let left = w.store.list(&a.archives().keys.work(&w.id)).await.unwrap();
     if !left.is_empty() {
         return Err(format!("{} objects left in staging", left.len()));
     }
@@ -431,7 +409,7 @@ async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call()
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
     let failures_seen = actx(&clean, None)
-        .archives
+        .archives()
         .job(&clean.id)
         .await
         .unwrap()

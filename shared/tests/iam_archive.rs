@@ -18,7 +18,8 @@ use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::job::ArchiveState;
 use granary::domain::archive::manifest;
 use granary::domain::archive::record::{ArchiveSource, Destination};
-use granary::handlers::archive::{self, tasks, ArchiveCtx};
+use granary::handlers::archive::{self, tasks};
+use granary::handlers::Ctx;
 use granary::ports::{Buckets, ObjectStore, PutCondition, Queue};
 use platform::ingest::{env_of, RecordingBus};
 use platform::{account, check_function_role as check, stack};
@@ -82,7 +83,7 @@ impl Buckets for RecordingBuckets {
 }
 
 struct Recorded {
-    actx: ArchiveCtx,
+    actx: Ctx,
     log: Arc<AccessLog>,
     buckets: Arc<RecordingBuckets>,
     bus: Arc<RecordingBus>,
@@ -144,17 +145,17 @@ fn recorded(
     let tap = log.clone() as Arc<dyn Tap>;
     let signing_parameter = config.archive.signing_key_parameter.clone();
     let key = manifest::signing_key(&"11".repeat(32)).unwrap();
-    let actx = ArchiveCtx::new(
-        Arc::new(TappedStore {
+    let actx = Ctx {
+        store: Arc::new(TappedStore {
             inner: store,
             tap: tap.clone(),
         }),
-        buckets.clone(),
-        Arc::new(TappedQueue { inner: queue, tap }),
-        bus.clone(),
-        signing_parameter.as_ref().map(|_| Arc::new(key)),
-        config.archive.clone(),
-    );
+        buckets: buckets.clone(),
+        task_queue: Arc::new(TappedQueue { inner: queue, tap }),
+        bus: bus.clone(),
+        signing_key: signing_parameter.as_ref().map(|_| Arc::new(key)),
+        ..Ctx::in_memory(config.clone())
+    };
     Recorded {
         actx,
         log,
@@ -262,7 +263,7 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
     let state = |id: &str| {
         let a = &dispatcher.actx;
         let id = id.to_owned();
-        async move { a.archives.job(&id).await.unwrap().unwrap().value }
+        async move { a.archives().job(&id).await.unwrap().unwrap().value }
     };
     let good = state(&good.id).await;
     assert_eq!(good.state, ArchiveState::Completed, "{:?}", good.history);

@@ -50,13 +50,12 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
         let feeder = w.as_fn(Function::Feeder);
         let id = GranuleId::parse("HLS.S30.T18TYN.2022099T153012.v2.0").unwrap();
         feeder
-            .ctx
             .items()
             .create(NewItem::ready(id.clone(), "imported meanwhile", None), "t")
             .await
             .unwrap();
         granary::handlers::item_sync::submitted(
-            &feeder.ctx,
+            &feeder,
             &GranuleProcessingEvent::first(id),
             "job-raced",
             Some("inventories/0001.parquet#row=9".into()),

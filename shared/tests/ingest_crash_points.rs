@@ -23,20 +23,18 @@ use granary::adapters::memory::{
     MemoryStore,
 };
 use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
-use granary::adapters::tap::{Tap, TappedBus, TappedJobs, TappedQueue, TappedRemote, TappedStore};
+use granary::adapters::tap::Tap;
+use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::BatchId;
 use granary::domain::ingest::job::{BatchGroup, JobState};
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
-use granary::handlers::ingest::{
-    self, operator, operator::Target, IngestCtx, IngestSettings, ProcessingRetries, TickSummary,
-};
+use granary::handlers::ingest::{self, operator, operator::Target, IngestSettings, TickSummary};
 use granary::handlers::monitor;
-use granary::ports::{
-    EventBus, JobRunner, ObjectStore, OutgoingMessage, PutCondition, Queue, Remote,
-};
+use granary::handlers::Ctx;
+use granary::ports::{ObjectStore, OutgoingMessage, PutCondition, Queue};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -55,24 +53,28 @@ const MAX_ATTEMPTS: u32 = 4;
 
 /// The job monitor on the world's bucket and failure DLQ, its calls through `faults`.
 fn monitor_ctx(w: &World, faults: &Arc<Faults>) -> granary::handlers::Ctx {
-    granary::handlers::Ctx {
-        config: granary::config::Config::for_sections(
-            granary::config::Function::JobMonitor.sections(),
-            |k| match k {
-                "GRANARY_BUCKET" => Some("bucket".into()),
-                "GRANARY_RETRY_QUEUE_URL" => Some("retry".into()),
-                "GRANARY_FAILURE_DLQ_URL" => Some("dlq".into()),
-                "GRANARY_MAX_RETRIES" => Some((MAX_ATTEMPTS - 1).to_string()),
-                _ => None,
-            },
-        )
-        .unwrap(),
+    Ctx {
         store: w.store.clone(),
         jobs: Arc::new(granary::adapters::unset::UnsetJobRunner),
         retry_queue: Arc::new(MemoryQueue::new("retry")),
         failure_dlq: w.dlq.clone(),
+        ..Ctx::in_memory(config_of(Function::JobMonitor))
     }
     .tapped(faults.clone() as Arc<dyn Tap>)
+}
+
+/// Function `f`'s configuration in this harness: bucket `bucket`, MAX_ATTEMPTS processing attempts.
+fn config_of(f: Function) -> Config {
+    Config::for_sections(f.sections(), |k| match k {
+        "GRANARY_BUCKET" => Some("bucket".into()),
+        "GRANARY_RETRY_QUEUE_URL" => Some("retry".into()),
+        "GRANARY_FAILURE_DLQ_URL" => Some("dlq".into()),
+        "GRANARY_MAX_RETRIES" => Some((MAX_ATTEMPTS - 1).to_string()),
+        "GRANARY_JOB_QUEUE" => Some("q".into()),
+        "GRANARY_JOB_DEFINITION" => Some("d".into()),
+        _ => None,
+    })
+    .expect("the harness's configuration is valid")
 }
 
 fn md5_hex(body: &[u8]) -> String {
@@ -80,62 +82,21 @@ fn md5_hex(body: &[u8]) -> String {
     format!("{:x}", Md5::digest(body))
 }
 
-fn ictx(w: &World, faults: Option<Arc<Faults>>) -> IngestCtx {
-    type Ports = (
-        Arc<dyn ObjectStore>,
-        Arc<dyn JobRunner>,
-        Arc<dyn Queue>,
-        Arc<dyn Remote>,
-        Arc<dyn EventBus>,
-    );
+fn ictx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
     // Every port the dispatcher calls, the depositor's server (downloads, callbacks) and the
     // notification bus included, passes through the faults: any call may be the crash point.
-    let (store, jobs, dlq, remote, bus): Ports = match faults {
-        None => (
-            w.store.clone(),
-            w.jobs.clone(),
-            w.dlq.clone(),
-            w.remote.clone(),
-            w.bus.clone(),
-        ),
-        Some(f) => {
-            let tap = f as Arc<dyn Tap>;
-            (
-                Arc::new(TappedStore {
-                    inner: w.store.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedJobs {
-                    inner: w.jobs.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedQueue {
-                    inner: w.dlq.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedRemote {
-                    inner: w.remote.clone(),
-                    tap: tap.clone(),
-                }),
-                Arc::new(TappedBus {
-                    inner: w.bus.clone(),
-                    tap,
-                }),
-            )
-        }
+    let ctx = Ctx {
+        store: w.store.clone(),
+        jobs: w.jobs.clone(),
+        failure_dlq: w.dlq.clone(),
+        remote: w.remote.clone(),
+        bus: w.bus.clone(),
+        ..Ctx::in_memory(config_of(Function::IngestDispatcher))
     };
-    IngestCtx::new(
-        "bucket",
-        store,
-        jobs,
-        remote,
-        bus,
-        ProcessingRetries {
-            failure_dlq: dlq,
-            max_attempts: MAX_ATTEMPTS,
-        },
-        IngestSettings::default(),
-    )
+    match faults {
+        None => ctx,
+        Some(f) => ctx.with_faults(&f),
+    }
 }
 
 async fn world() -> World {
@@ -354,7 +315,7 @@ async fn let_claim_leases_run_out(w: &World) -> bool {
 
 async fn audit(w: &World) -> Result<(), String> {
     let ictx = ictx(w, None);
-    let batch = ictx.ingest.batch(&w.batch).await.unwrap().unwrap().value;
+    let batch = ictx.ingest().batch(&w.batch).await.unwrap().unwrap().value;
     if batch.state != BatchState::Failed || batch.reports != 1 {
         return Err(format!(
             "batch {} with {} reports",
@@ -390,7 +351,7 @@ async fn audit(w: &World) -> Result<(), String> {
     }
     for n in 1..=4 {
         let jid = w.batch.job(n);
-        let job = ictx.ingest.job(&jid).await.unwrap().unwrap().value;
+        let job = ictx.ingest().job(&jid).await.unwrap().unwrap().value;
         let want = if n == 2 || n == 4 {
             JobState::Failed
         } else {
@@ -510,13 +471,13 @@ fn dead_lettered(w: &World) -> BTreeSet<String> {
 
 /// Where both indexes list a job: its job-queue markers (state, priority) and its batch groups.
 async fn indexed(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchId,
     jid: &granary::domain::ingest::index::JobId,
 ) -> (Vec<(JobState, u8)>, Vec<BatchGroup>) {
     let mut markers = Vec::new();
     for state in JobState::ALL {
-        for (p, id) in ictx.ingest.listed(state).await.unwrap() {
+        for (p, id) in ictx.ingest().listed(state).await.unwrap() {
             if id == *jid {
                 markers.push((state, p));
             }
@@ -525,7 +486,7 @@ async fn indexed(
     let mut groups = Vec::new();
     for g in BatchGroup::ALL {
         if ictx
-            .ingest
+            .ingest()
             .batch_jobs(batch, g)
             .await
             .unwrap()
@@ -549,14 +510,14 @@ async fn ended(w: &World) -> Result<Vec<String>, String> {
             return Err(format!("{} submitted twice", request.job_name));
         }
     }
-    let batch = ictx.ingest.batch(&w.batch).await.unwrap().unwrap().value;
+    let batch = ictx.ingest().batch(&w.batch).await.unwrap().unwrap().value;
     let mut out = vec![
         format!("batch {} with {} reports", batch.state, batch.reports),
         format!("processing jobs {names:?}"),
     ];
     for n in 1..=4 {
         let jid = w.batch.job(n);
-        let Some(job) = ictx.ingest.job(&jid).await.unwrap() else {
+        let Some(job) = ictx.ingest().job(&jid).await.unwrap() else {
             out.push(format!("{jid}: no record"));
             continue;
         };
@@ -613,7 +574,7 @@ async fn operate(w: &World, crash: Option<CrashPoint>) -> (u64, bool) {
 async fn do_command(
     w: &World,
     command: u32,
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     now: chrono::DateTime<chrono::Utc>,
 ) -> bool {
     match command {

@@ -77,7 +77,7 @@ pub async fn stack(tag: &str, batch_attempts: i32, env: &[(&str, &str)]) -> Test
         .unwrap_or_else(|e| panic!("provisioning the test stack: {e:#}"));
     let config = stack.config().unwrap_or_else(|e| panic!("{e:#}"));
     let batch = stack_batch(&stack, &clients);
-    let mut ctx = Ctx::aws(config, &clients);
+    let mut ctx = Ctx::aws(config, &clients).unwrap_or_else(|e| panic!("wiring the stack: {e}"));
     ctx.jobs = batch.jobs;
     TestStack {
         stack,

@@ -8,12 +8,13 @@ use granary::config::{Config, Function};
 use granary::contracts::archive::TaskMessage;
 use granary::domain::archive::job::{ArchiveState, Phase};
 use granary::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
-use granary::handlers::archive::{self, tasks, verify, ArchiveCtx};
+use granary::handlers::archive::{self, tasks, verify};
+use granary::handlers::Ctx;
 use granary::ports::PutCondition;
 
 struct Setup {
     s: granary_tests::TestStack,
-    actx: ArchiveCtx,
+    actx: Ctx,
     products: String,
     tag: String,
 }
@@ -72,7 +73,7 @@ async fn setup(tag: &str, max_retries: &str, backoff_secs: &str) -> Setup {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
     })
     .unwrap();
-    let actx = ArchiveCtx::aws(&config, &s.clients).await.unwrap();
+    let actx = Ctx::aws_with_signing_key(config, &s.clients).await.unwrap();
     Setup {
         s,
         actx,
@@ -132,7 +133,7 @@ impl Setup {
     }
 
     async fn job(&self, id: &str) -> ArchiveJob {
-        self.actx.archives.job(id).await.unwrap().unwrap().value
+        self.actx.archives().job(id).await.unwrap().unwrap().value
     }
 }
 
@@ -190,14 +191,14 @@ async fn a_destination_that_never_appears_spends_the_retries_and_the_job_fails()
     let tmp =
         w.s.ctx
             .store
-            .list(&w.actx.archives.keys.tmp(&id))
+            .list(&w.actx.archives().keys.tmp(&id))
             .await
             .unwrap();
     assert!(tmp.is_empty());
     let staged =
         w.s.ctx
             .store
-            .list(&w.actx.archives.keys.staged(&id))
+            .list(&w.actx.archives().keys.staged(&id))
             .await
             .unwrap();
     assert!(staged.iter().any(|m| m.key.ends_with("SHA256SUMS.sig")));
@@ -233,7 +234,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_for_good() {
     let members =
         w.s.ctx
             .store
-            .list(&format!("{}members/", w.actx.archives.keys.staged(&id)))
+            .list(&format!("{}members/", w.actx.archives().keys.staged(&id)))
             .await
             .unwrap();
     w.s.ctx
@@ -317,8 +318,6 @@ async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complet
         inner: w.actx.store.clone(),
         tap,
     });
-    dying.archives =
-        granary::repositories::archive::Archives::new(dying.store.clone(), &w.actx.settings.prefix);
     assert!(tasks::handle(&dying, &messages[2], chrono::Utc::now())
         .await
         .is_err());

@@ -110,7 +110,7 @@ async fn the_deployed_stack_runs_granary() {
     })
     .unwrap();
     let (jobs, ledger) = deployed_batch(&deployed, &clients);
-    let mut ctx = Ctx::aws(config, &clients);
+    let mut ctx = Ctx::aws(config, &clients).unwrap();
     ctx.jobs = jobs;
 
     // The feeder submits to the deployed job queue with the deployed job definition.
@@ -247,8 +247,7 @@ async fn the_deployed_stack_runs_granary() {
     let mut config = ctx.config.clone();
     config.importer.import_queue_url = Some(get("ImportQueueUrl"));
     config.importer.source_url = Some(format!("s3://{}/sources/", get("DataBucketName")));
-    let imp =
-        granary::handlers::importer::Importer::aws(Ctx::aws(config, &clients), &clients).unwrap();
+    let imp = Ctx::aws(config, &clients).unwrap();
     let found = granary::handlers::importer::discover::discover(&imp)
         .await
         .unwrap();

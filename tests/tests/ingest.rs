@@ -17,8 +17,9 @@ use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
 use granary::handlers::ingest::operator::{self, Target};
-use granary::handlers::ingest::{self, IngestCtx, IngestSettings, ProcessingRetries, TickSummary};
+use granary::handlers::ingest::{self, IngestSettings, TickSummary};
 use granary::handlers::monitor::{self, MonitorOutcome};
+use granary::handlers::Ctx;
 use granary::ports::PutCondition;
 use granary_tests::http_source::{self, Behaviour};
 use std::sync::Arc;
@@ -35,19 +36,17 @@ fn ingest_on(
     s: &granary_tests::TestStack,
     jobs: Arc<MemoryJobRunner>,
     settings: IngestSettings,
-) -> IngestCtx {
-    IngestCtx::new(
-        &s.stack.bucket,
-        s.ctx.store.clone(),
+) -> Ctx {
+    Ctx {
         jobs,
-        Arc::new(HttpRemote::new(settings.timeout).unwrap()),
-        Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
-        ProcessingRetries {
-            failure_dlq: s.ctx.failure_dlq.clone(),
-            max_attempts: s.ctx.config.max_attempt(),
+        remote: Arc::new(HttpRemote::new(settings.timeout).unwrap()),
+        bus: Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
+        config: granary::config::Config {
+            ingest: settings,
+            ..s.ctx.config.clone()
         },
-        settings,
-    )
+        ..s.ctx.clone()
+    }
 }
 
 /// One pass: a tick, then Batch ends every running processing job (those whose names `fail`
@@ -55,7 +54,7 @@ fn ingest_on(
 /// moved.
 async fn pass(
     s: &granary_tests::TestStack,
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     jobs: &MemoryJobRunner,
     fail: &[&str],
 ) -> bool {
@@ -80,12 +79,7 @@ async fn pass(
 }
 
 /// Passes until nothing moves.
-async fn settle(
-    s: &granary_tests::TestStack,
-    ictx: &IngestCtx,
-    jobs: &MemoryJobRunner,
-    fail: &[&str],
-) {
+async fn settle(s: &granary_tests::TestStack, ictx: &Ctx, jobs: &MemoryJobRunner, fail: &[&str]) {
     for _ in 0..60 {
         if !pass(s, ictx, jobs, fail).await {
             return;
@@ -132,7 +126,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
         ..IngestSettings::default()
     };
     let ictx = ingest_on(&s, jobs.clone(), settings);
-    let key = ictx.ingest.keys.manifest("two-hundred.checkm");
+    let key = ictx.ingest().keys.manifest("two-hundred.checkm");
     s.ctx
         .store
         .put(&key, Bytes::from(manifest), PutCondition::IfAbsent)
@@ -164,7 +158,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     .await
     .unwrap();
     settle(&s, &ictx, &jobs, &[]).await;
-    let held = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    let held = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(held.state, BatchState::Held);
     assert!(jobs.submitted().is_empty());
     operator::release(
@@ -176,7 +170,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     .unwrap();
     settle(&s, &ictx, &jobs, &[]).await;
 
-    let done = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    let done = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(
         done.state,
         BatchState::Failed,
@@ -239,7 +233,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     assert_eq!(reports[1].newly_completed.len(), 5);
     assert!(reports[1].failed.is_empty() && reports[1].still_failed.is_empty());
     let resumed_job = ictx
-        .ingest
+        .ingest()
         .job(&reports[0].failed[0].job)
         .await
         .unwrap()
@@ -253,7 +247,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
     );
     // Completed after the update report, the batch was cleaned up: no working files, no
     // queue markers; records, inventory and reports stay.
-    let cleaned = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    let cleaned = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(cleaned.state, BatchState::Deleted);
     assert!(granary_tests::keys(s.ctx.store.as_ref(), "ingest/objects/")
         .await
@@ -302,7 +296,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
     .unwrap();
     settle(&s, &ictx, &jobs, &[]).await;
     let job = ictx
-        .ingest
+        .ingest()
         .job(&batch.id.job(1))
         .await
         .unwrap()
@@ -315,7 +309,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
         job.reason
     );
     assert_eq!(job.last_successful_status, Some(JobState::Recording));
-    let b = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    let b = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(b.state, BatchState::Failed);
     assert_eq!(
         operator::resume(&ictx, std::slice::from_ref(&job.id), chrono::Utc::now())
@@ -341,7 +335,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let ictx = ingest_on(&s, jobs.clone(), settings);
     let now = chrono::Utc::now;
     let put_manifest = |name: &str, lines: &[String]| {
-        let key = ictx.ingest.keys.manifest(name);
+        let key = ictx.ingest().keys.manifest(name);
         let text = format!(
             "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n{}\n",
             lines.join("\n")
@@ -387,11 +381,11 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     };
     let state = |id: JobId| {
         let ictx = &ictx;
-        async move { ictx.ingest.job(&id).await.unwrap().unwrap().value }
+        async move { ictx.ingest().job(&id).await.unwrap().unwrap().value }
     };
     let batch_state = |id: BatchId| {
         let ictx = &ictx;
-        async move { ictx.ingest.batch(&id).await.unwrap().unwrap().value.state }
+        async move { ictx.ingest().batch(&id).await.unwrap().unwrap().value.state }
     };
 
     // Batch A: o1 fine; an unreadable line (pending → failed); o3's processing fails once
@@ -546,7 +540,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .await
         .unwrap();
     assert_eq!(batch_state(d.clone()).await, BatchState::Deleted);
-    assert!(ictx.ingest.job(&d.job(1)).await.unwrap().is_none());
+    assert!(ictx.ingest().job(&d.job(1)).await.unwrap().is_none());
 }
 
 /// Dies right after the `nth` write of a job record (a key under `jobs/`): the write is made and
@@ -616,28 +610,24 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
         inner: s.ctx.store.clone(),
         tap: tap.clone(),
     });
-    crashing.ingest = granary::repositories::ingest::Ingest::new(
-        crashing.store.clone(),
-        &crashing.settings.prefix,
-    );
     assert!(ingest::tick(&crashing, chrono::Utc::now()).await.is_err());
     let id = batch.id.job(1);
-    let record = ictx.ingest.job(&id).await.unwrap().unwrap().value;
+    let record = ictx.ingest().job(&id).await.unwrap().unwrap().value;
     assert_eq!(record.state, JobState::Estimating);
     assert_eq!(
-        ictx.ingest.listed(JobState::Pending).await.unwrap(),
+        ictx.ingest().listed(JobState::Pending).await.unwrap(),
         vec![(5, id.clone())],
         "the stale marker"
     );
     assert!(ictx
-        .ingest
+        .ingest()
         .listed(JobState::Estimating)
         .await
         .unwrap()
         .is_empty());
     // The schedule fires again: the lister repairs the index and the job goes all the way.
     settle(&s, &ictx, &jobs, &[]).await;
-    let job = ictx.ingest.job(&id).await.unwrap().unwrap().value;
+    let job = ictx.ingest().job(&id).await.unwrap().unwrap().value;
     assert!(
         matches!(job.state, JobState::Completed | JobState::Deleted),
         "{}",
@@ -645,10 +635,10 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
     );
     for state in JobState::ALL {
         assert!(
-            ictx.ingest.listed(state).await.unwrap().is_empty() || state == job.state,
+            ictx.ingest().listed(state).await.unwrap().is_empty() || state == job.state,
             "{id} still listed {state}"
         );
     }
-    let b = ictx.ingest.batch(&batch.id).await.unwrap().unwrap().value;
+    let b = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
     assert_eq!(b.state, BatchState::Deleted, "completed and cleaned up");
 }

@@ -9,7 +9,8 @@ use chrono::{Duration, Utc};
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemRecord};
 use granary::domain::lifecycle::ItemState::{self, *};
-use granary::handlers::importer::{self, discover, download, sweeper, Importer, Step};
+use granary::handlers::importer::{self, discover, download, sweeper, Step};
+use granary::handlers::Ctx;
 use granary::handlers::{item_sync, monitor, requeuer};
 use granary::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use granary::repositories::items::{Advanced, Items};
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 struct World {
     s: TestStack,
-    imp: Importer,
+    imp: Ctx,
     server: ArchiveServer,
 }
 
@@ -38,7 +39,7 @@ async fn world(tag: &str, env: &[(&str, &str)]) -> World {
     ];
     all.extend_from_slice(env);
     let s = stack(tag, 1, &all).await;
-    let imp = Importer::aws(s.ctx.clone(), &s.clients).unwrap_or_else(|e| panic!("{e}"));
+    let imp = s.ctx.clone();
     World { s, imp, server }
 }
 
@@ -792,7 +793,7 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
     }
     let url = format!("s3://{source_bucket}/granules/");
     let s = stack("lcs3", 1, &[("GRANARY_SOURCE_URL", url.as_str())]).await;
-    let imp = Importer::aws(s.ctx.clone(), &s.clients).unwrap();
+    let imp = s.ctx.clone();
     let found = discover::discover(&imp).await.unwrap();
     assert_eq!((found.listed, found.new), (2, 2));
     loop {

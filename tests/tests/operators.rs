@@ -10,7 +10,6 @@ use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState::*;
 use granary::domain::progress::Sample;
 use granary::domain::tracker::{InventoryProgress, Tracker};
-use granary::handlers::importer::Importer;
 use granary::handlers::redrive::{redrive, RedriveFilter, RedriveOptions};
 use granary::handlers::{item_sync, requeuer, resume};
 use granary::ports::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
@@ -349,7 +348,7 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
 async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     let s = stack("resume", 1, &[("GRANARY_MAX_RETRIES", "0")]).await;
     let ctx = &s.ctx;
-    let imp = Importer::aws(ctx.clone(), &s.clients).unwrap();
+    let imp = ctx.clone();
     let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();
     let first = GranuleProcessingEvent {
         granule_id: id.clone(),

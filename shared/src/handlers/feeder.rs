@@ -613,11 +613,11 @@ mod tests {
             .await
             .unwrap();
         Ctx {
-            config,
             store,
             jobs,
             retry_queue: Arc::new(MemoryQueue::new("retry")),
             failure_dlq: Arc::new(MemoryQueue::new("dlq")),
+            ..Ctx::in_memory(config)
         }
     }
 

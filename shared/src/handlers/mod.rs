@@ -66,22 +66,53 @@ pub(crate) mod log_capture {
 pub use error::{HandlerError, LambdaFailure};
 
 use crate::config::Config;
-use crate::ports::{JobRunner, ObjectStore, Queue};
+use crate::ports::{Buckets, EventBus, JobRunner, ObjectStore, Queue, Remote, Source};
 use aws_lambda_events::event::sqs::{BatchItemFailure, SqsBatchResponse, SqsEvent};
 use std::future::Future;
 use std::sync::Arc;
 
-/// Everything a handler needs: configuration and the ports.
+/// The one application context: the configuration and every port, built once in `wiring.rs`
+/// (AWS, in memory, tapped) for every handler of every workflow. A port of a section the
+/// function does not read is an unset adapter that refuses every call, naming the variable that
+/// would configure it; the repositories are views over the store, made on demand
+/// ([`Ctx::items`], [`Ctx::ingest`], [`Ctx::archives`]) so a context with a tapped store never
+/// keeps an untapped one.
 #[derive(Clone)]
 pub struct Ctx {
     pub config: Config,
+    /// granary's bucket.
     pub store: Arc<dyn ObjectStore>,
     pub jobs: Arc<dyn JobRunner>,
     pub retry_queue: Arc<dyn Queue>,
     pub failure_dlq: Arc<dyn Queue>,
+    /// The importer's source (`GRANARY_SOURCE_URL`), if any.
+    pub source: Option<Arc<dyn Source>>,
+    /// The importer's queue (`GRANARY_IMPORT_QUEUE_URL`), if any.
+    pub import_queue: Option<Arc<dyn Queue>>,
+    pub prerequisites: Arc<dyn importer::Prerequisites>,
+    /// Depositors' servers (ingest downloads and callbacks).
+    pub remote: Arc<dyn Remote>,
+    /// The notification bus (ingest and archive announcements).
+    pub bus: Arc<dyn EventBus>,
+    /// Archive sources and destinations.
+    pub buckets: Arc<dyn Buckets>,
+    /// The archive task queue.
+    pub task_queue: Arc<dyn Queue>,
+    /// The Ed25519 key archive checksums are signed with (`None`: signing fails, not recoverable).
+    pub signing_key: Option<Arc<ed25519_dalek::SigningKey>>,
 }
 
 impl Ctx {
+    /// The ingest queue's records and indexes (`GRANARY_INGEST_PREFIX`).
+    pub fn ingest(&self) -> crate::repositories::ingest::Ingest {
+        crate::repositories::ingest::Ingest::new(self.store.clone(), &self.config.ingest.prefix)
+    }
+
+    /// Archive job records (`GRANARY_ARCHIVE_PREFIX`).
+    pub fn archives(&self) -> crate::repositories::archive::Archives {
+        crate::repositories::archive::Archives::new(self.store.clone(), &self.config.archive.prefix)
+    }
+
     /// The item records, their history and the in-flight index.
     pub fn items(&self) -> crate::repositories::items::Items {
         crate::repositories::items::Items::new(

@@ -8,7 +8,6 @@ use crate::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd};
 use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
 use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
 use crate::handlers::HandlerError;
-use crate::repositories::ingest::Ingest;
 use crate::repositories::logs::FailureLogged;
 use chrono::Utc;
 use serde::Serialize;
@@ -103,7 +102,7 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Han
                 batch_job_name: job_name,
                 classification,
             };
-            let ingest = Ingest::new(ctx.store.clone(), &ctx.config.ingest.prefix);
+            let ingest = ctx.ingest();
             let outcome = processing::on_end(
                 &ingest,
                 ctx.failure_dlq.as_ref(),

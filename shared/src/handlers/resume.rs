@@ -5,7 +5,8 @@
 //! message was parked in the import DLQ) → its admission looked at again through the import
 //! queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
 
-use super::importer::{ImportMessage, Importer, Step};
+use super::importer::{ImportMessage, Step};
+use super::Ctx;
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::lifecycle::decisions;
@@ -31,11 +32,11 @@ pub struct ResumeSummary {
 
 /// Resumes each item in `ids`; `dry_run` reports what would happen and changes nothing.
 pub async fn resume(
-    imp: &Importer,
+    imp: &Ctx,
     ids: &[GranuleId],
     dry_run: bool,
 ) -> Result<ResumeSummary, HandlerError> {
-    let items = imp.ctx.items();
+    let items = imp.items();
     let mut summary = ResumeSummary::default();
     for id in ids {
         let Some(current) = items.get(id).await? else {
@@ -66,7 +67,7 @@ pub async fn resume(
                     attempt: r.attempts.processing,
                 })
                 .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
-                imp.ctx.retry_queue.send(message).await?;
+                imp.retry_queue.send(message).await?;
                 let seq = r.seq;
                 // The history says who resumed it; if the requeuer got there first, its own
                 // entries say the same.

@@ -18,7 +18,7 @@ use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
-use granary::handlers::ingest::{self, IngestCtx, ProcessingRetries, TickSummary};
+use granary::handlers::ingest::{self, TickSummary};
 use granary::handlers::{monitor, Ctx};
 use granary::ports::{BusEvent, EventBus, EventBusError, ObjectStore, PutCondition};
 use std::collections::{BTreeMap, BTreeSet};
@@ -98,7 +98,7 @@ fn md5_hex(body: &[u8]) -> String {
 }
 
 pub struct Recorded {
-    ictx: IngestCtx,
+    ictx: Ctx,
     log: Arc<AccessLog>,
     bus: Arc<RecordingBus>,
     jobs: Arc<MemoryJobRunner>,
@@ -132,13 +132,16 @@ fn recorded(
     });
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
     let tap = log.clone() as Arc<dyn Tap>;
-    let ictx = IngestCtx::new(
-        &config.layout.bucket,
-        Arc::new(TappedStore {
+    let mut config = config;
+    // Claims are taken over at once here, so the lost answer's job is found by name in the next
+    // tick (with the stack's lease, 15 minutes later).
+    config.leases.claim_lease = std::time::Duration::ZERO;
+    let ictx = Ctx {
+        store: Arc::new(TappedStore {
             inner: store,
             tap: tap.clone(),
         }),
-        Arc::new(TappedJobs {
+        jobs: Arc::new(TappedJobs {
             inner: Arc::new(FirstAnswerLost {
                 inner: jobs.clone(),
                 lost: false.into(),
@@ -146,16 +149,10 @@ fn recorded(
             tap: tap.clone(),
         }),
         remote,
-        bus.clone(),
-        ProcessingRetries {
-            failure_dlq: Arc::new(TappedQueue { inner: dlq, tap }),
-            max_attempts: config.max_attempt(),
-        },
-        settings,
-    )
-    // Claims are taken over at once here, so the lost answer's job is found by name in the next
-    // tick (with the stack's lease, 15 minutes later).
-    .with_claim_lease(std::time::Duration::ZERO);
+        bus: bus.clone(),
+        failure_dlq: Arc::new(TappedQueue { inner: dlq, tap }),
+        ..Ctx::in_memory(config)
+    };
     Recorded {
         ictx,
         log,
@@ -202,14 +199,14 @@ pub async fn ingest_needs() -> Needs {
     );
     let monitor_log = Arc::new(AccessLog::new(&monitor_config, account()));
     let monitor_ctx = Ctx {
-        config: monitor_config,
         store: store.clone(),
         jobs: Arc::new(granary::adapters::unset::UnsetJobRunner),
         retry_queue: Arc::new(MemoryQueue::new(&retry_url)),
         failure_dlq: dlq.clone(),
+        ..Ctx::in_memory(monitor_config)
     }
     .tapped(monitor_log.clone() as Arc<dyn Tap>);
-    let bucket = dispatch.ictx.bucket.clone();
+    let bucket = dispatch.ictx.config.layout.bucket.clone();
 
     // Two batches: one clean but for a processing job whose failure event is lost; one with a
     // digest mismatch, an unreadable line, a processing job that fails, one reclaimed by Spot,
@@ -285,7 +282,14 @@ pub async fn ingest_needs() -> Needs {
             let id =
                 granary::domain::ingest::index::JobId::parse(&request.environment["INGEST_JOB_ID"])
                     .unwrap();
-            let record = dispatch.ictx.ingest.job(&id).await.unwrap().unwrap().value;
+            let record = dispatch
+                .ictx
+                .ingest()
+                .job(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
             let first = job.job_name.ends_with("-a1");
             // (how it ends, whether its event reaches the monitor)
             let (ending, delivered) = match record.object.local_id.as_deref() {
@@ -327,7 +331,7 @@ pub async fn ingest_needs() -> Needs {
         "{statuses:?}"
     );
     assert!(states.contains(&BatchState::Completed), "{statuses:?}");
-    assert_eq!(dispatch.ictx.archives.ids().await.unwrap().len(), 1);
+    assert_eq!(dispatch.ictx.archives().ids().await.unwrap().len(), 1);
     assert_eq!(dlq.messages().len(), 2, "{:?}", dlq.messages());
     let mut dispatcher_needs = dispatch.log.accesses();
     dispatcher_needs.extend(dispatch.bus.seen.lock().unwrap().iter().cloned());

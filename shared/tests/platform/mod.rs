@@ -32,7 +32,7 @@ use granary::domain::batch_event::JobStatus;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemQuery, NewItem};
 use granary::domain::lifecycle::ItemState;
-use granary::handlers::importer::{self, discover, sweeper, Importer, ObjectsExist};
+use granary::handlers::importer::{self, discover, sweeper, ObjectsExist};
 use granary::handlers::redrive::{self, RedriveFilter, RedriveOptions};
 use granary::handlers::{feeder, item_sync, monitor, reconciler, requeuer, resume, Ctx};
 use granary::ports::{PutCondition, Queue, SourceFile};
@@ -312,7 +312,7 @@ fn world_config() -> Config {
 }
 
 pub struct World {
-    pub imp: Importer,
+    pub imp: Ctx,
     pub jobs: Arc<MemoryJobRunner>,
     pub import: Arc<MemoryQueue>,
     pub retry: Arc<MemoryQueue>,
@@ -360,13 +360,6 @@ pub fn world(scenario: Scenario) -> World {
     let import = Arc::new(MemoryQueue::new(&import_url));
     let mut config = config;
     config.layout.track_items = scenario != Scenario::FeederRecordsOff;
-    let ctx = Ctx {
-        config,
-        store: store.clone(),
-        jobs: jobs.clone(),
-        retry_queue: retry.clone(),
-        failure_dlq: dlq.clone(),
-    };
     let body = bytes::Bytes::from_static(b"a raw granule file");
     // A source whose listing promises more than it sends: every download attempt is aborted.
     let listed_size = match scenario {
@@ -381,13 +374,17 @@ pub fn world(scenario: Scenario) -> World {
         version: None,
         digest: None,
     };
-    let imp = Importer {
-        ctx,
+    let imp = Ctx {
+        store: store.clone(),
+        jobs: jobs.clone(),
+        retry_queue: retry.clone(),
+        failure_dlq: dlq.clone(),
         source: Some(Arc::new(MemorySource {
             files: vec![(file, body)],
         })),
         import_queue: Some(import.clone()),
         prerequisites: Arc::new(ObjectsExist { templates: vec![] }),
+        ..Ctx::in_memory(config)
     };
     let logs = Function::ALL
         .into_iter()
@@ -476,22 +473,22 @@ impl World {
     /// recorded in `f`'s access log.
     /// The world as function `f` sees it: its own configuration, and — like the deployed
     /// function — no job runner or queues unless it reads their sections (the ports refuse).
-    pub fn as_fn(&self, f: Function) -> Importer {
+    pub fn as_fn(&self, f: Function) -> Ctx {
         let mut imp = self.imp.clone();
-        imp.ctx.config = function_config(f);
-        imp.ctx.config.layout.track_items = self.records;
-        if imp.ctx.config.jobs.is_none() {
-            imp.ctx.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
+        imp.config = function_config(f);
+        imp.config.layout.track_items = self.records;
+        if imp.config.jobs.is_none() {
+            imp.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
         }
-        if imp.ctx.config.queues.is_none() {
-            imp.ctx.retry_queue = Arc::new(granary::adapters::unset::UnsetQueue {
+        if imp.config.queues.is_none() {
+            imp.retry_queue = Arc::new(granary::adapters::unset::UnsetQueue {
                 var: "GRANARY_RETRY_QUEUE_URL",
             });
-            imp.ctx.failure_dlq = Arc::new(granary::adapters::unset::UnsetQueue {
+            imp.failure_dlq = Arc::new(granary::adapters::unset::UnsetQueue {
                 var: "GRANARY_FAILURE_DLQ_URL",
             });
         }
-        if imp.ctx.config.importer.import_queue_url.is_none() {
+        if imp.config.importer.import_queue_url.is_none() {
             imp.import_queue = None;
         }
         imp.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
@@ -499,7 +496,7 @@ impl World {
 }
 
 pub fn ctx(w: &World) -> &Ctx {
-    &w.imp.ctx
+    &w.imp
 }
 
 /// Handles every visible message of `queue` with `handle`; deletes the ones handled (as Lambda
@@ -641,11 +638,7 @@ impl RecoveryFaults {
 
     /// Runs `call` as one invocation of `imp`'s function (two overlapping ones when the plan
     /// says twice).
-    async fn invoke<T, E, Fut>(
-        &self,
-        imp: &Importer,
-        call: impl Fn(Importer) -> Fut,
-    ) -> Vec<Ran<T, E>>
+    async fn invoke<T, E, Fut>(&self, imp: &Ctx, call: impl Fn(Ctx) -> Fut) -> Vec<Ran<T, E>>
     where
         Fut: std::future::Future<Output = Result<T, E>>,
     {
@@ -672,8 +665,8 @@ impl RecoveryFaults {
     async fn scheduled<T, E: std::fmt::Display, Fut>(
         &self,
         what: &str,
-        imp: &Importer,
-        call: impl Fn(Importer) -> Fut,
+        imp: &Ctx,
+        call: impl Fn(Ctx) -> Fut,
         failed: &mut u64,
     ) -> Result<Vec<T>, String>
     where
@@ -695,8 +688,8 @@ impl RecoveryFaults {
     async fn deliver<T, E, Fut>(
         &self,
         queue: &MemoryQueue,
-        imp: &Importer,
-        handle: impl Fn(Importer, String) -> Fut,
+        imp: &Ctx,
+        handle: impl Fn(Ctx, String) -> Fut,
     ) -> (u64, u64)
     where
         Fut: std::future::Future<Output = Result<T, E>>,
@@ -755,7 +748,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
                 .scheduled(
                     "feeder",
                     feeder_fn,
-                    |i| async move { feeder::run(&i.ctx, event()).await },
+                    |i| async move { feeder::run(&i, event()).await },
                     &mut failed,
                 )
                 .await?
@@ -782,7 +775,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
             })
             .await,
             rf.deliver(&w.retry, requeuer_fn, |i, b| async move {
-                requeuer::handle_message(&i.ctx, &b).await
+                requeuer::handle_message(&i, &b).await
             })
             .await,
         ] {
@@ -792,7 +785,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
         activity += finish_jobs(w).await;
         let (done, refused) = rf
             .deliver(&w.events, monitor_fn, |i, b| async move {
-                monitor::handle_message(&i.ctx, &b).await
+                monitor::handle_message(&i, &b).await
             })
             .await;
         activity += done;
@@ -802,7 +795,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
             .scheduled(
                 "reconciler",
                 sweeper_fn,
-                |i| async move { reconciler::reconcile(&i.ctx, later).await },
+                |i| async move { reconciler::reconcile(&i, later).await },
                 &mut failed,
             )
             .await?
@@ -893,14 +886,14 @@ async fn run_to_the_last_retry(w: &World) {
                 w.retry.expire_visibility();
                 return;
             }
-            requeuer::handle_message(&requeuer_fn.ctx, &m.body)
+            requeuer::handle_message(&requeuer_fn, &m.body)
                 .await
                 .unwrap();
             w.retry.delete(&m.receipt_handle).await.unwrap();
         }
         finish_jobs(w).await;
         drain(&w.events, |b| async move {
-            monitor::handle_message(&monitor_fn.ctx, &b).await
+            monitor::handle_message(monitor_fn, &b).await
         })
         .await;
     }
@@ -973,7 +966,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             }
             if scenario == ReconcilerWindow {
                 let fed = feeder::run(
-                    &w.as_fn(Function::Feeder).ctx,
+                    &w.as_fn(Function::Feeder),
                     feeder::FeederEvent {
                         granule_submit_count: 10,
                     },
@@ -992,7 +985,6 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             ) {
                 let feeder = w
                     .as_fn(Function::Feeder)
-                    .ctx
                     .tapped(Arc::new(RefuseItemRecords));
                 let fed = feeder::run(
                     &feeder,
@@ -1091,14 +1083,12 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 let lossy = requeuer_fn.tapped(lose);
                 let m = w.retry.receive(1, 30, 0).await.unwrap();
                 assert_eq!(m.len(), 1);
-                assert!(requeuer::handle_message(&lossy.ctx, &m[0].body)
-                    .await
-                    .is_err());
+                assert!(requeuer::handle_message(&lossy, &m[0].body).await.is_err());
                 finish_jobs(w).await;
                 return;
             }
             drain(&w.retry, |b| async move {
-                requeuer::handle_message(&requeuer_fn.ctx, &b).await
+                requeuer::handle_message(requeuer_fn, &b).await
             })
             .await;
             finish_jobs(w).await;
@@ -1173,7 +1163,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         Some(f) => w.as_fn(f).with_faults(faults),
         None => w.imp.with_faults(faults),
     };
-    let c = &imp.ctx;
+    let c = &imp;
     let later = Utc::now() + chrono::Duration::days(1);
     let take = |q: Arc<MemoryQueue>| async move {
         let got = q.receive(1, 30, 0).await.unwrap();

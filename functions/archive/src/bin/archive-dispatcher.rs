@@ -3,14 +3,15 @@
 //! retried or failed, failures handled, cleaned up).
 
 use granary::config::Function;
-use granary::handlers::archive::{self, ArchiveCtx};
+use granary::handlers::archive;
+use granary::handlers::Ctx;
 use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let actx = &ArchiveCtx::from_env(Function::ArchiveDispatcher).await?;
+    let actx = &Ctx::from_env(Function::ArchiveDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             archive::tick(actx, chrono::Utc::now())

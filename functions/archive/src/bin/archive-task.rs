@@ -3,13 +3,14 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;
-use granary::handlers::archive::{tasks, ArchiveCtx};
+use granary::handlers::archive::tasks;
+use granary::handlers::Ctx;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let actx = &ArchiveCtx::from_env(Function::ArchiveTask).await?;
+    let actx = &Ctx::from_env(Function::ArchiveTask).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(tasks::handle_sqs(actx, event.payload).await)
     }))

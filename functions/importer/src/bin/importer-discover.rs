@@ -2,14 +2,15 @@
 //! registers new files as DISCOVERED items on the import queue.
 
 use granary::config::Function;
-use granary::handlers::importer::{discover, Importer};
+use granary::handlers::importer::discover;
+use granary::handlers::Ctx;
 use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Importer::from_env(Function::ImporterDiscover).await?;
+    let imp = &Ctx::from_env(Function::ImporterDiscover).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             discover::discover(imp)

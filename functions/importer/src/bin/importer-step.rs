@@ -3,13 +3,14 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;
-use granary::handlers::importer::{self, Importer};
+use granary::handlers::importer;
+use granary::handlers::Ctx;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Importer::from_env(Function::ImporterStep).await?;
+    let imp = &Ctx::from_env(Function::ImporterStep).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
             importer::handle_sqs(imp, event.payload).await,

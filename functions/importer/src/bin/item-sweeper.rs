@@ -4,17 +4,18 @@
 
 use granary::budget::Budget;
 use granary::config::Function;
-use granary::handlers::importer::{sweeper, Importer};
+use granary::handlers::importer::sweeper;
+use granary::handlers::Ctx;
 use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Importer::from_env(Function::ItemSweeper).await?;
+    let imp = &Ctx::from_env(Function::ItemSweeper).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            let budget = Budget::of_invocation(imp.ctx.config.leases.function_timeout);
+            let budget = Budget::of_invocation(imp.config.leases.function_timeout);
             let pass = sweeper::scheduled_pass(imp, chrono::Utc::now(), &budget)
                 .await
                 .map_err(|e| LambdaFailure::of(Function::ItemSweeper, &e))?;

@@ -2,14 +2,15 @@
 //! (batches spawn, jobs move on, batches report and are cleaned up).
 
 use granary::config::Function;
-use granary::handlers::ingest::{self, IngestCtx};
+use granary::handlers::ingest;
+use granary::handlers::Ctx;
 use granary::handlers::LambdaFailure;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ictx = &IngestCtx::from_env(Function::IngestDispatcher).await?;
+    let ictx = &Ctx::from_env(Function::IngestDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             ingest::tick(ictx, chrono::Utc::now())

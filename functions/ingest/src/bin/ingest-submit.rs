@@ -3,13 +3,14 @@
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;
-use granary::handlers::ingest::{self, IngestCtx};
+use granary::handlers::ingest;
+use granary::handlers::Ctx;
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ictx = &IngestCtx::from_env(Function::IngestSubmit).await?;
+    let ictx = &Ctx::from_env(Function::IngestSubmit).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
             ingest::handle_submissions(ictx, event.payload, chrono::Utc::now()).await,

@@ -14,7 +14,7 @@ use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
-use granary::handlers::ingest::{self, operator, IngestCtx, IngestSettings, ProcessingRetries};
+use granary::handlers::ingest::{self, operator, IngestSettings};
 use granary::handlers::{monitor, Ctx};
 use granary::ports::{ObjectStore, PutCondition};
 use std::process::ExitCode;
@@ -76,20 +76,19 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         "GRANARY_FAILURE_DLQ_URL" => Some(dlq_url.clone()),
         _ => None,
     })?;
-    let monitor_ctx = Ctx::aws(config.clone(), clients);
-    let ictx = IngestCtx::new(
-        &bucket,
-        store.clone(),
-        jobs.clone(),
+    let monitor_ctx = Ctx::aws(config.clone(), clients)?;
+    let ictx = Ctx {
+        store: store.clone(),
+        jobs: jobs.clone(),
         remote,
-        Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
-        ProcessingRetries {
-            failure_dlq: monitor_ctx.failure_dlq.clone(),
-            max_attempts: config.max_attempt(),
+        bus: Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
+        config: Config {
+            ingest: settings,
+            ..config
         },
-        settings,
-    );
-    let key = ictx.ingest.keys.manifest("maps.checkm");
+        ..monitor_ctx.clone()
+    };
+    let key = ictx.ingest().keys.manifest("maps.checkm");
     store
         .put(&key, Bytes::from(manifest), PutCondition::Overwrite)
         .await?;
@@ -110,7 +109,7 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
     if !json {
         eprintln!(
             "bucket {bucket}: batch {} of {objects} objects ({total} bytes), capacity {} bytes",
-            batch.id, ictx.settings.capacity_bytes
+            batch.id, ictx.config.ingest.capacity_bytes
         );
     }
     for tick in 1..=200 {

@@ -510,6 +510,21 @@ impl Remote for TappedRemote {
 
 /// An event bus whose PutEvents calls pass through a tap, named by the first event's
 /// detail-type.
+/// Every bucket's store (archive sources and destinations) through `tap`.
+pub struct TappedBuckets {
+    pub inner: Arc<dyn crate::ports::Buckets>,
+    pub tap: Arc<dyn Tap>,
+}
+
+impl crate::ports::Buckets for TappedBuckets {
+    fn store(&self, bucket: &str, class: Option<&str>) -> Arc<dyn ObjectStore> {
+        Arc::new(TappedStore {
+            inner: self.inner.store(bucket, class),
+            tap: self.tap.clone(),
+        })
+    }
+}
+
 pub struct TappedBus {
     pub inner: Arc<dyn EventBus>,
     pub tap: Arc<dyn Tap>,

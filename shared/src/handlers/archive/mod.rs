@@ -1,4 +1,4 @@
-//! Archive jobs (design document 002) as plain async functions over [`ArchiveCtx`]: `create`,
+//! Archive jobs (design document 002) as plain async functions over [`Ctx`]: `create`,
 //! then — on every tick of the archive dispatcher's schedule — each job moves through its table
 //! (`domain::archive::job`); the phases that do the work fan out one task per shard or
 //! destination on the archive task queue (`tasks`), and the task that finds its phase's last task
@@ -11,55 +11,14 @@ pub mod steps;
 pub mod tasks;
 pub mod verify;
 
-use crate::config::archive::ArchiveSettings;
 use crate::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
-use crate::handlers::HandlerError;
-use crate::ports::{Buckets, EventBus, ObjectStore, Queue};
-use crate::repositories::archive::Archives;
+use crate::handlers::{Ctx, HandlerError};
 use chrono::{DateTime, Utc};
-use ed25519_dalek::SigningKey;
 use serde::Serialize;
-use std::sync::Arc;
-
-/// Everything archive jobs need.
-#[derive(Clone)]
-pub struct ArchiveCtx {
-    /// granary's bucket (records, the staged archive).
-    pub store: Arc<dyn ObjectStore>,
-    /// Sources and destinations.
-    pub buckets: Arc<dyn Buckets>,
-    pub task_queue: Arc<dyn Queue>,
-    pub bus: Arc<dyn EventBus>,
-    /// The Ed25519 key the checksums are signed with (`None`: signing fails, not recoverable).
-    pub signing_key: Option<Arc<SigningKey>>,
-    pub archives: Archives,
-    pub settings: ArchiveSettings,
-}
-
-impl ArchiveCtx {
-    pub fn new(
-        store: Arc<dyn ObjectStore>,
-        buckets: Arc<dyn Buckets>,
-        task_queue: Arc<dyn Queue>,
-        bus: Arc<dyn EventBus>,
-        signing_key: Option<Arc<SigningKey>>,
-        settings: ArchiveSettings,
-    ) -> Self {
-        Self {
-            archives: Archives::new(store.clone(), &settings.prefix),
-            store,
-            buckets,
-            task_queue,
-            bus,
-            signing_key,
-            settings,
-        }
-    }
-}
 
 /// Creates an archive job (uninitialized); the dispatcher's next tick resolves its source.
 pub async fn create(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     source: ArchiveSource,
     destinations: Vec<Destination>,
     now: DateTime<Utc>,
@@ -77,7 +36,7 @@ pub async fn create(
     let digest = hex::encode(Sha256::digest(seed.as_bytes()));
     let id = format!("a{}-{}", now.format("%Y%m%d%H%M%S"), &digest[..8]);
     let job = ArchiveJob::new(&id, source, destinations, now);
-    Ok(actx.archives.create(&job).await?)
+    Ok(actx.archives().create(&job).await?)
 }
 
 /// What one tick did.
@@ -95,15 +54,15 @@ pub struct ArchiveTick {
 
 /// One pass over every job that has not ended (the open-jobs index): each is moved as far as it
 /// can go now.
-pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
+pub async fn tick(actx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
     let mut s = ArchiveTick::default();
-    for id in actx.archives.open_ids().await? {
-        match actx.archives.job(&id).await? {
+    for id in actx.archives().open_ids().await? {
+        match actx.archives().job(&id).await? {
             // A creation under way, or one that died before its record: nothing to move yet.
             None => continue,
             // Ended, its marker left by a crash: repaired.
             Some(j) if j.value.state.has_ended() => {
-                actx.archives.mark_closed(&id).await?;
+                actx.archives().mark_closed(&id).await?;
                 continue;
             }
             Some(_) => {}
@@ -128,17 +87,14 @@ pub async fn tick(actx: &ArchiveCtx, now: DateTime<Utc>) -> Result<ArchiveTick, 
 }
 
 /// Every job (or one), as its record says.
-pub async fn status(
-    actx: &ArchiveCtx,
-    only: Option<&str>,
-) -> Result<Vec<ArchiveJob>, HandlerError> {
+pub async fn status(actx: &Ctx, only: Option<&str>) -> Result<Vec<ArchiveJob>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.to_owned()],
-        None => actx.archives.ids().await?,
+        None => actx.archives().ids().await?,
     };
     let mut out = Vec::new();
     for id in ids {
-        match actx.archives.job(&id).await? {
+        match actx.archives().job(&id).await? {
             Some(j) => out.push(j.value),
             None => return Err(HandlerError::Refused(format!("no archive job {id}"))),
         }

@@ -4,7 +4,7 @@
 //! announcements) is idempotent and done *before* the record says it is done, so a crash between
 //! the two is finished by the next tick.
 
-use super::{ArchiveCtx, ArchiveTick};
+use super::{ArchiveTick, Ctx};
 use crate::contracts::archive::{ArchiveAnnouncement, TaskMessage};
 use crate::domain::archive::decisions::{
     next_step, on_operator_retry, on_phase_tasks, on_source_listed, on_source_unreadable,
@@ -19,14 +19,14 @@ use chrono::{DateTime, Utc};
 /// Writes `mv` if the job is still in its `from` state, then sends the tasks of the phase it
 /// starts. Whether it moved.
 async fn make(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     id: &str,
     mv: &JobMove,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
     let changed = actx
-        .archives
+        .archives()
         .change(id, |j| mv.apply(j, now).map_err(|e| e.to_string()))
         .await?;
     let Changed::Moved(job) = changed else {
@@ -42,16 +42,16 @@ async fn make(
 /// when it was sent longer ago than the resend delay). A task is marked sent after its message
 /// is: a crash between the two sends it once more, never never.
 pub async fn start_phase(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     job: &ArchiveJob,
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<(), HandlerError> {
-    let resend = chrono::Duration::from_std(actx.settings.task_resend_after)
+    let resend = chrono::Duration::from_std(actx.config.archive.task_resend_after)
         .unwrap_or(chrono::Duration::MAX);
     for name in task_names(job, phase) {
-        let task = actx.archives.ensure_task(&job.id, phase, &name).await?;
+        let task = actx.archives().ensure_task(&job.id, phase, &name).await?;
         let due =
             task.state == TaskState::Pending && task.sent_at.is_none_or(|at| now - at >= resend);
         if !due {
@@ -63,7 +63,7 @@ pub async fn start_phase(
             task: name.clone(),
         };
         actx.task_queue.send(message.to_message()?).await?;
-        actx.archives
+        actx.archives()
             .change_task(&job.id, phase, &name, |t| {
                 (t.state == TaskState::Pending).then(|| TaskRecord {
                     sent_at: Some(now),
@@ -81,19 +81,19 @@ pub async fn start_phase(
 /// tasks are started by the mover (and by the next tick, should the mover die first). Whether
 /// the job moved.
 pub async fn fan_in(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     id: &str,
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let Some(job) = actx.archives.job(id).await? else {
+    let Some(job) = actx.archives().job(id).await? else {
         return Ok(false);
     };
     if job.value.state != phase.state() {
         return Ok(false);
     }
-    let tasks = actx.archives.tasks(id, phase).await?;
+    let tasks = actx.archives().tasks(id, phase).await?;
     match on_phase_tasks(&job.value, phase, &tasks) {
         Some(mv) => make(actx, id, &mv, now, s).await,
         None => Ok(false),
@@ -121,7 +121,7 @@ fn announcement(job: &ArchiveJob) -> ArchiveAnnouncement {
 }
 
 /// Deletes every object under `prefix` of granary's bucket.
-async fn remove_all(actx: &ArchiveCtx, prefix: &str) -> Result<(), HandlerError> {
+async fn remove_all(actx: &Ctx, prefix: &str) -> Result<(), HandlerError> {
     for meta in actx.store.list(prefix).await? {
         actx.store.delete(&meta.key).await?;
     }
@@ -131,18 +131,18 @@ async fn remove_all(actx: &ArchiveCtx, prefix: &str) -> Result<(), HandlerError>
 /// The one step job `id` calls for now, made. `Ok(false)` when it waits (for tasks, for its
 /// retry time) or has ended.
 pub async fn step(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     id: &str,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let Some(job) = actx.archives.job(id).await? else {
+    let Some(job) = actx.archives().job(id).await? else {
         return Ok(false);
     };
     let job = job.value;
     let policy = RetryPolicy {
-        max_retries: actx.settings.max_retries,
-        backoff: chrono::Duration::from_std(actx.settings.backoff)
+        max_retries: actx.config.archive.max_retries,
+        backoff: chrono::Duration::from_std(actx.config.archive.backoff)
             .unwrap_or(chrono::Duration::seconds(60)),
     };
     match next_step(&job, now, policy) {
@@ -168,15 +168,15 @@ pub async fn step(
             // Temporaries always; after a success the staged archive and the task records too
             // (the destinations hold the archive). After a failure the staged archive stays, so
             // `granary archive retry` can re-run the phase that failed.
-            remove_all(actx, &actx.archives.keys.tmp(id)).await?;
+            remove_all(actx, &actx.archives().keys.tmp(id)).await?;
             if succeeded {
-                remove_all(actx, &actx.archives.keys.work(id)).await?;
+                remove_all(actx, &actx.archives().keys.work(id)).await?;
                 actx.bus
                     .put_events(vec![announcement(&job).event()])
                     .await?;
             }
             let moved = make(actx, id, &then, now, s).await?;
-            actx.archives.mark_closed(id).await?;
+            actx.archives().mark_closed(id).await?;
             let ended = if succeeded {
                 &mut s.completed
             } else {
@@ -192,7 +192,7 @@ pub async fn step(
 /// The source, listed once and split into shards (written before the record says so); a source
 /// that cannot be listed is tried again each tick until `decisions::on_source_unreadable` fails it.
 async fn list_source(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     job: &ArchiveJob,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
@@ -212,11 +212,11 @@ async fn list_source(
         .filter(|m| !m.key.ends_with('/'))
         .map(|m| m.key)
         .collect();
-    let per = actx.settings.objects_per_shard.max(1) as usize;
+    let per = actx.config.archive.objects_per_shard.max(1) as usize;
     let mut shards = 0u32;
     for (n, chunk) in keys.chunks(per).enumerate() {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        actx.archives.put_shard(&job.id, n, chunk).await?;
+        actx.archives().put_shard(&job.id, n, chunk).await?;
         shards = n + 1;
     }
     let mv = on_source_listed(shards, keys.len() as u64);
@@ -225,12 +225,12 @@ async fn list_source(
 
 /// The phase's failed tasks back to pending (before the job moves back into the phase).
 async fn reset_failed_tasks(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     job: &ArchiveJob,
     phase: Phase,
 ) -> Result<(), HandlerError> {
     for name in task_names(job, phase) {
-        actx.archives
+        actx.archives()
             .change_task(&job.id, phase, &name, |t| {
                 matches!(t.state, TaskState::Failed { .. }).then(|| TaskRecord {
                     state: TaskState::Pending,
@@ -244,17 +244,13 @@ async fn reset_failed_tasks(
 }
 
 /// `granary archive retry`: a failed job from the phase that failed (its failed tasks only).
-pub async fn retry(
-    actx: &ArchiveCtx,
-    id: &str,
-    now: DateTime<Utc>,
-) -> Result<ArchiveState, HandlerError> {
-    let Some(job) = actx.archives.job(id).await? else {
+pub async fn retry(actx: &Ctx, id: &str, now: DateTime<Utc>) -> Result<ArchiveState, HandlerError> {
+    let Some(job) = actx.archives().job(id).await? else {
         return Err(HandlerError::Refused(format!("no archive job {id}")));
     };
     let job = job.value;
     let (phase, mv) = on_operator_retry(&job).map_err(HandlerError::Refused)?;
-    actx.archives.mark_open(id).await?;
+    actx.archives().mark_open(id).await?;
     reset_failed_tasks(actx, &job, phase).await?;
     if !make(actx, id, &mv, now, &mut ArchiveTick::default()).await? {
         return Err(HandlerError::Refused(format!(

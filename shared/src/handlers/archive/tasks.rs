@@ -6,7 +6,7 @@
 //! twice by two deliveries stores the same bytes.
 
 use super::steps::fan_in;
-use super::{ArchiveCtx, ArchiveTick};
+use super::{ArchiveTick, Ctx};
 use crate::contracts::archive::TaskMessage;
 use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
@@ -60,19 +60,19 @@ pub enum TaskOutcome {
 
 /// Handles one task message.
 pub async fn handle(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     message: &TaskMessage,
     now: DateTime<Utc>,
 ) -> Result<TaskOutcome, HandlerError> {
     let TaskMessage { job, phase, task } = message;
-    let Some(record) = actx.archives.job(job).await? else {
+    let Some(record) = actx.archives().job(job).await? else {
         return Ok(TaskOutcome::Stale);
     };
     let record = record.value;
     if record.state != phase.state() {
         return Ok(TaskOutcome::Stale);
     }
-    let Some(current) = actx.archives.task(job, *phase, task).await? else {
+    let Some(current) = actx.archives().task(job, *phase, task).await? else {
         return Ok(TaskOutcome::Stale);
     };
     let mut tick = ArchiveTick::default();
@@ -98,7 +98,7 @@ pub async fn handle(
             )
         }
     };
-    actx.archives
+    actx.archives()
         .change_task(job, *phase, task, |t| {
             (t.state == TaskState::Pending).then(|| TaskRecord {
                 state,
@@ -129,22 +129,22 @@ fn failure_of(what: &str, e: &crate::ports::SourceError) -> TaskFailure {
 
 /// ActivityArchiving: every object of the shard into the staged archive under its SHA-256.
 async fn archive_shard(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     job: &ArchiveJob,
     task: &str,
 ) -> Result<Vec<Member>, TaskFailure> {
     let n = shard_number(task).ok_or_else(|| TaskFailure::fatal(format!("{task} is no shard")))?;
     let keys = actx
-        .archives
+        .archives()
         .shard(&job.id, n)
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?
         .ok_or_else(|| TaskFailure::fatal(format!("shard {n} of {} is missing", job.id)))?;
     let source = actx.buckets.store(&job.source.bucket, None);
-    let staged = actx.archives.keys.staged(&job.id);
+    let staged = actx.archives().keys.staged(&job.id);
     let mut members = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
-        let tmp = format!("{}{task}/{i:05}", actx.archives.keys.tmp(&job.id));
+        let tmp = format!("{}{task}/{i:05}", actx.archives().keys.tmp(&job.id));
         let found = copy_into_store(
             actx.store.as_ref(),
             &tmp,
@@ -187,15 +187,15 @@ async fn archive_shard(
 /// PostProcessing: CheckIntegrity (every member re-read: its size and SHA-256 must be what
 /// archiving recorded, which its key also says), CalculateChecksums (the manifest and
 /// `SHA256SUMS`), Sign (the checksums, with the operator's Ed25519 key).
-async fn post_process(actx: &ArchiveCtx, job: &ArchiveJob) -> Result<(), TaskFailure> {
+async fn post_process(actx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     let store_err = |e: crate::ports::StoreError| TaskFailure::recoverable(e.to_string());
     let tasks = actx
-        .archives
+        .archives()
         .tasks(&job.id, Phase::ActivityArchiving)
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?;
     let members: Vec<Member> = tasks.into_iter().flat_map(|t| t.members).collect();
-    let staged = actx.archives.keys.staged(&job.id);
+    let staged = actx.archives().keys.staged(&job.id);
     // CheckIntegrity.
     for m in &members {
         let key = format!("{staged}{}", m.key());
@@ -259,7 +259,7 @@ fn readable(class: Option<&str>) -> bool {
 /// Store: the staged archive copied to one destination (what is already there with the right
 /// size is kept), then verified there: every file present at its size, and — where the storage
 /// class allows reading — every member's SHA-256 read back equal to its name.
-async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(), TaskFailure> {
+async fn store_to(actx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFailure> {
     let n: usize = task
         .strip_prefix("dest-")
         .and_then(|n| n.parse().ok())
@@ -276,7 +276,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
     let target: Arc<dyn ObjectStore> = actx
         .buckets
         .store(&dest.bucket, dest.storage_class.as_deref());
-    let staged = actx.archives.keys.staged(&job.id);
+    let staged = actx.archives().keys.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
     let files = actx.store.list(&staged).await.map_err(store_err)?;
     let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
@@ -341,7 +341,7 @@ async fn store_to(actx: &ArchiveCtx, job: &ArchiveJob, task: &str) -> Result<(),
 /// The archive task Lambda: each SQS record one task message. A message that is not one is
 /// reported failed (SQS parks it in the task queue's DLQ after its receives).
 pub async fn handle_sqs(
-    actx: &ArchiveCtx,
+    actx: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
     crate::handlers::for_each_record(event, 4, |body| async move {

@@ -4,18 +4,21 @@
 use super::*;
 use crate::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
 use crate::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedStore};
+use crate::config::archive::ArchiveSettings;
 use crate::contracts::archive::TaskMessage;
 use crate::domain::archive::job::{ArchiveState, Phase};
 use crate::domain::archive::manifest;
+use crate::ports::{Buckets, ObjectStore};
 use crate::ports::{PutCondition, Queue};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 const SEED: &str = "2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a";
 
 /// Buckets where `flaky` refuses its first `failures` writes (PUTs and upload parts).
 struct World {
-    actx: ArchiveCtx,
+    actx: Ctx,
     buckets: Arc<FlakyBuckets>,
     queue: Arc<MemoryQueue>,
     bus: Arc<MemoryEventBus>,
@@ -118,14 +121,25 @@ async fn world(objects: usize, flaky_failures: u32, settings: ArchiveSettings) -
     let queue = Arc::new(MemoryQueue::new("archive-tasks"));
     let bus = Arc::new(MemoryEventBus::default());
     let key = manifest::signing_key(SEED).unwrap();
-    let actx = ArchiveCtx::new(
-        store.clone(),
-        buckets.clone(),
-        queue.clone(),
-        bus.clone(),
-        Some(Arc::new(key)),
-        settings,
-    );
+    let config = crate::config::Config::for_sections(
+        &[
+            crate::config::Section::Layout,
+            crate::config::Section::Archive,
+        ],
+        |k| (k == "GRANARY_BUCKET").then(|| "b".to_owned()),
+    )
+    .unwrap();
+    let actx = Ctx {
+        store: store.clone(),
+        buckets: buckets.clone(),
+        task_queue: queue.clone(),
+        bus: bus.clone(),
+        signing_key: Some(Arc::new(key)),
+        ..Ctx::in_memory(crate::config::Config {
+            archive: settings,
+            ..config
+        })
+    };
     World {
         actx,
         buckets,
@@ -198,7 +212,7 @@ impl World {
     }
 
     async fn job(&self, id: &str) -> ArchiveJob {
-        self.actx.archives.job(id).await.unwrap().unwrap().value
+        self.actx.archives().job(id).await.unwrap().unwrap().value
     }
 
     async fn verify(
@@ -255,7 +269,7 @@ async fn an_archive_is_sharded_archived_checked_signed_stored_twice_verified_and
     );
     assert!(
         w.store
-            .list(&w.actx.archives.keys.work(&id))
+            .list(&w.actx.archives().keys.work(&id))
             .await
             .unwrap()
             .is_empty(),
@@ -334,7 +348,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
         w.deliver(false).await;
     }
     assert_eq!(w.job(&id).await.state, ArchiveState::PostProcessing);
-    let staged = w.actx.archives.keys.staged(&id);
+    let staged = w.actx.archives().keys.staged(&id);
     let member = w
         .store
         .list(&format!("{staged}members/"))
@@ -367,7 +381,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
     assert_eq!(job.recoverable, Some(false));
     assert!(w
         .store
-        .list(&w.actx.archives.keys.tmp(&id))
+        .list(&w.actx.archives().keys.tmp(&id))
         .await
         .unwrap()
         .is_empty());

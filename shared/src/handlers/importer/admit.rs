@@ -4,7 +4,7 @@
 //! prerequisites leave it DOWNLOADED, and the message comes back later.
 
 use super::validate::check_stored;
-use super::{Importer, Step};
+use super::{Ctx, Step};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
@@ -15,8 +15,8 @@ use crate::repositories::items::Advanced;
 const BY: &str = "importer-admit";
 
 /// What the item's metadata says about eligibility.
-pub fn eligibility(imp: &Importer, record: &ItemRecord) -> Result<(), String> {
-    let cfg = &imp.ctx.config.importer;
+pub fn eligibility(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
+    let cfg = &imp.config.importer;
     if !cfg.eligible_pattern.is_match(&record.name) {
         return Err(format!(
             "name {:?} does not match GRANARY_ELIGIBLE_PATTERN {}",
@@ -36,9 +36,8 @@ pub fn eligibility(imp: &Importer, record: &ItemRecord) -> Result<(), String> {
     Ok(())
 }
 
-pub fn slot_of(imp: &Importer, record: &ItemRecord) -> Option<String> {
-    imp.ctx
-        .config
+pub fn slot_of(imp: &Ctx, record: &ItemRecord) -> Option<String> {
+    imp.config
         .importer
         .slot_pattern
         .captures(&record.name)
@@ -46,8 +45,8 @@ pub fn slot_of(imp: &Importer, record: &ItemRecord) -> Option<String> {
         .map(|m| m.as_str().to_owned())
 }
 
-pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, HandlerError> {
-    let items = imp.ctx.items();
+pub async fn admit(imp: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError> {
+    let items = imp.items();
     let Some(current) = items.get(id).await? else {
         return Ok(ItemState::Discovered);
     };
@@ -56,7 +55,7 @@ pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, HandlerE
         return Ok(record.state);
     }
     let validation = match &record.stored_key {
-        Some(key) => check_stored(imp.ctx.store.as_ref(), key, &record)
+        Some(key) => check_stored(imp.store.as_ref(), key, &record)
             .await
             .map(|_| ()),
         None => Err("no stored file is recorded".to_owned()),
@@ -65,12 +64,9 @@ pub async fn admit(imp: &Importer, id: &GranuleId) -> Result<ItemState, HandlerE
         validation,
         eligibility: eligibility(imp, &record),
         slot: slot_of(imp, &record),
-        prerequisites: imp
-            .prerequisites
-            .check(imp.ctx.store.as_ref(), &record)
-            .await,
+        prerequisites: imp.prerequisites.check(imp.store.as_ref(), &record).await,
     };
-    let admission = decide_admission(&facts, &imp.ctx.config.importer.active_slots);
+    let admission = decide_admission(&facts, &imp.config.importer.active_slots);
     let Some(to) = admission.target() else {
         let Admission::Wait(why) = admission else {
             return Ok(record.state);

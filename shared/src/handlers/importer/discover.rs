@@ -3,7 +3,7 @@
 //! and version), and its record is created with If-None-Match under an id derived from that hash,
 //! so discovering the same file again changes nothing.
 
-use super::Importer;
+use super::Ctx;
 use crate::domain::item::{id_from_hash, NewItem};
 use crate::domain::lifecycle::ItemState;
 use crate::handlers::HandlerError;
@@ -42,14 +42,14 @@ pub fn raw_file_hash(file: &SourceFile) -> String {
     format!("sha256:{:x}", h.finalize())
 }
 
-pub async fn discover(imp: &Importer) -> Result<DiscoverSummary, HandlerError> {
+pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     let source = imp.source()?;
     let files = source.list().await?;
     let mut summary = DiscoverSummary {
         listed: files.len() as u64,
         ..DiscoverSummary::default()
     };
-    let items = imp.ctx.items();
+    let items = imp.items();
     for file in files {
         let hash = raw_file_hash(&file);
         let id = match id_from_hash(&hash) {

@@ -4,7 +4,7 @@
 //! DOWNLOADED.
 
 use super::validate::{check_stored, Found};
-use super::Importer;
+use super::Ctx;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
@@ -17,12 +17,8 @@ use crate::repositories::items::Advanced;
 const BY: &str = "importer-download";
 
 /// Where an item's raw file is stored (`domain::layout::items::raw_key`).
-pub fn stored_key(imp: &Importer, record: &ItemRecord) -> String {
-    crate::domain::layout::items::raw_key(
-        &imp.ctx.config.importer.raw_prefix,
-        &record.id,
-        &record.name,
-    )
+pub fn stored_key(imp: &Ctx, record: &ItemRecord) -> String {
+    crate::domain::layout::items::raw_key(&imp.config.importer.raw_prefix, &record.id, &record.name)
 }
 
 /// A Download message found the item still DOWNLOADING: if its attempt is past the download
@@ -31,13 +27,12 @@ pub fn stored_key(imp: &Importer, record: &ItemRecord) -> String {
 /// whichever of the two comes first makes it, and a sweeper that died between them strands
 /// nothing. Returns the state the item is left in.
 pub async fn record_timeout(
-    imp: &Importer,
+    imp: &Ctx,
     id: &GranuleId,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<ItemState, HandlerError> {
-    let policy = imp.ctx.config.retry_policy;
+    let policy = imp.config.retry_policy;
     let moved = imp
-        .ctx
         .items()
         .advance(id, BY, |r| {
             decisions::on_download_timed_out(r, &policy, now)
@@ -49,13 +44,9 @@ pub async fn record_timeout(
 /// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's. `resume`
 /// (an operator's) grants the first attempt even past the budget. Returns the state the item is
 /// left in.
-pub async fn download(
-    imp: &Importer,
-    id: &GranuleId,
-    resume: bool,
-) -> Result<ItemState, HandlerError> {
-    let items = imp.ctx.items();
-    let policy = imp.ctx.config.retry_policy;
+pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemState, HandlerError> {
+    let items = imp.items();
+    let policy = imp.config.retry_policy;
     let mut granted = resume;
     loop {
         let Some(current) = items.get(id).await? else {
@@ -65,7 +56,7 @@ pub async fn download(
         let key = stored_key(imp, &record);
         // The operational scenario: the file is already stored and intact.
         if record.state == Discovered {
-            if let Ok(found) = check_stored(imp.ctx.store.as_ref(), &key, &record).await {
+            if let Ok(found) = check_stored(imp.store.as_ref(), &key, &record).await {
                 let file = StoredFile {
                     key: key.clone(),
                     size: found.size,
@@ -130,7 +121,7 @@ fn state_of(a: &Advanced) -> ItemState {
 }
 
 /// Tells operators an item gave up downloading, and why (the last attempt's failure).
-async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), HandlerError> {
+async fn dead_letter(imp: &Ctx, record: &ItemRecord) -> Result<(), HandlerError> {
     let notice = ItemNotice {
         item_id: record.id.clone(),
         state: Ignore,
@@ -139,15 +130,14 @@ async fn dead_letter(imp: &Importer, record: &ItemRecord) -> Result<(), HandlerE
         "{} download attempts failed; the last: {}",
         record.attempts.download, record.reason
     );
-    imp.ctx
-        .failure_dlq
+    imp.failure_dlq
         .send(notice.to_message(&Notice::new(Outcome::DownloadFailed, reason))?)
         .await?;
     Ok(())
 }
 
 /// One attempt: source → store, under the attempt timeout. Any failure aborts the upload.
-async fn fetch_into_store(imp: &Importer, record: &ItemRecord, key: &str) -> Result<Found, String> {
+async fn fetch_into_store(imp: &Ctx, record: &ItemRecord, key: &str) -> Result<Found, String> {
     let source = imp.source().map_err(|e| e.to_string())?;
     let url = record
         .source
@@ -158,11 +148,11 @@ async fn fetch_into_store(imp: &Importer, record: &ItemRecord, key: &str) -> Res
         digest: record.checksum.as_deref(),
     };
     copy_into_store(
-        imp.ctx.store.as_ref(),
+        imp.store.as_ref(),
         key,
         source.open(url),
         &expected,
-        super::timeout(&imp.ctx),
+        super::timeout(&imp.config),
     )
     .await
 }

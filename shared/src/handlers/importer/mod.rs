@@ -15,10 +15,9 @@ use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::ItemState;
 use crate::handlers::HandlerError;
-use crate::ports::{ObjectStore, Queue, Source};
+use crate::ports::{ObjectStore, Source};
 use async_trait::async_trait;
 use serde::Serialize;
-use std::sync::Arc;
 
 pub use crate::contracts::messages::{ImportMessage, Step};
 
@@ -51,16 +50,8 @@ impl Prerequisites for ObjectsExist {
     }
 }
 
-/// The importer's context: the shared one plus its source, its queue and its prerequisites.
-#[derive(Clone)]
-pub struct Importer {
-    pub ctx: Ctx,
-    pub source: Option<Arc<dyn Source>>,
-    pub import_queue: Option<Arc<dyn Queue>>,
-    pub prerequisites: Arc<dyn Prerequisites>,
-}
-
-impl Importer {
+/// The importer's own parts of the one context.
+impl Ctx {
     fn source(&self) -> Result<&dyn Source, HandlerError> {
         self.source.as_deref().ok_or(HandlerError::NotConfigured(
             "no importer source configured: set GRANARY_SOURCE_URL to s3://bucket/prefix/ or an http(s) directory URL",
@@ -110,14 +101,14 @@ impl Importer {
     ) -> Result<(), HandlerError> {
         let message =
             RetryMessage::ended(id.clone(), attempt).to_message(&Notice::new(outcome, reason))?;
-        self.ctx.retry_queue.send(message).await?;
+        self.retry_queue.send(message).await?;
         Ok(())
     }
 }
 
 /// Per-attempt download timeout (also the HTTP client's request timeout).
-pub(crate) fn timeout(ctx: &Ctx) -> std::time::Duration {
-    ctx.config
+pub(crate) fn timeout(config: &crate::config::Config) -> std::time::Duration {
+    config
         .retry_policy
         .download_timeout
         .to_std()
@@ -134,7 +125,7 @@ pub struct StepReport {
 
 /// The import-queue Lambda: each message's item does the step its state (or the message) asks.
 pub async fn handle_sqs(
-    imp: &Importer,
+    imp: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
     super::for_each_record(event, 4, |body| async move {
@@ -146,20 +137,19 @@ pub async fn handle_sqs(
 /// Handles one import-queue message. A message no delivery could ever handle is recorded under
 /// the reject prefix and dead-lettered with its reason at once (the report names no state), not
 /// redelivered until the queue parks it; transient errors are returned, so SQS redelivers.
-pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, HandlerError> {
+pub async fn handle_message(imp: &Ctx, body: &str) -> Result<StepReport, HandlerError> {
     let message: ImportMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
             let reason = format!("malformed import message: {e}");
-            imp.ctx
-                .reject(
-                    crate::repositories::rejects::RejectKind::MalformedImportMessage,
-                    &reason,
-                    "import queue",
-                    body,
-                )
-                .await
-                .map_err(HandlerError::from)?;
+            imp.reject(
+                crate::repositories::rejects::RejectKind::MalformedImportMessage,
+                &reason,
+                "import queue",
+                body,
+            )
+            .await
+            .map_err(HandlerError::from)?;
             return Ok(StepReport {
                 item_id: String::new(),
                 final_state: None,
@@ -177,7 +167,7 @@ pub async fn handle_message(imp: &Importer, body: &str) -> Result<StepReport, Ha
 
 /// Runs the item forward as far as it goes now: download, then admission.
 pub async fn run_steps(
-    imp: &Importer,
+    imp: &Ctx,
     id: &GranuleId,
     step: Option<Step>,
 ) -> Result<StepReport, HandlerError> {
@@ -189,7 +179,7 @@ pub async fn run_steps(
     run(imp, &message).await
 }
 
-async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, HandlerError> {
+async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerError> {
     let (id, step) = (&message.item_id, message.step);
     let mut report = StepReport {
         item_id: id.to_string(),
@@ -204,7 +194,7 @@ async fn run(imp: &Importer, message: &ImportMessage) -> Result<StepReport, Hand
     }
     // A redelivery may find the work done by a run that died before its history entries:
     // `look` pays them.
-    let Some(record) = imp.ctx.items().look(id, "importer").await? else {
+    let Some(record) = imp.items().look(id, "importer").await? else {
         tracing::warn!(item_id = %id, "import message for an unknown item: dropped");
         return Ok(report);
     };

@@ -13,7 +13,7 @@
 //! the index and the next sweep does it again (the receivers tolerate the duplicate: the requeuer
 //! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
 
-use super::{Importer, Step};
+use super::{Ctx, Step};
 use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
@@ -63,14 +63,13 @@ pub struct ScheduledPass {
 }
 
 pub async fn scheduled_pass(
-    imp: &Importer,
+    imp: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<ScheduledPass, HandlerError> {
-    let reconcile =
-        crate::handlers::reconciler::reconcile_within(&imp.ctx, now, &budget.part(1, 2))
-            .await
-            .map_err(|e| HandlerError::during("reconciler", e))?;
+    let reconcile = crate::handlers::reconciler::reconcile_within(imp, now, &budget.part(1, 2))
+        .await
+        .map_err(|e| HandlerError::during("reconciler", e))?;
     let sweep = sweep_within(imp, now, budget)
         .await
         .map_err(|e| HandlerError::during("sweeper", e))?;
@@ -78,19 +77,19 @@ pub async fn scheduled_pass(
 }
 
 /// One sweep with no time limit (an operator's command, a test).
-pub async fn sweep(imp: &Importer, now: DateTime<Utc>) -> Result<SweepSummary, HandlerError> {
+pub async fn sweep(imp: &Ctx, now: DateTime<Utc>) -> Result<SweepSummary, HandlerError> {
     sweep_within(imp, now, &Budget::unlimited()).await
 }
 
 /// One sweep within `budget`: it starts at a different item each time and stops starting new
 /// ones once the time is spent (`out_of_time`).
 pub async fn sweep_within(
-    imp: &Importer,
+    imp: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<SweepSummary, HandlerError> {
     let mut summary = SweepSummary::default();
-    let mut marked_items = imp.ctx.items().inflight().await?;
+    let mut marked_items = imp.items().inflight().await?;
     let total = marked_items.len();
     marked_items.rotate_left(crate::budget::first_of(total));
     for (looked, (marked, id)) in marked_items.into_iter().enumerate() {
@@ -139,21 +138,21 @@ enum Index {
 
 /// The granules of every open window, from their claims.
 async fn window_granules(
-    imp: &Importer,
+    imp: &Ctx,
     summary: &mut SweepSummary,
 ) -> Result<Vec<GranuleId>, HandlerError> {
-    let layout = &imp.ctx.config.layout;
+    let layout = &imp.config.layout;
     if !layout.track_items {
         return Ok(Vec::new());
     }
     let prefix = &layout.open_claim_prefix;
     let mut out = Vec::new();
-    for meta in imp.ctx.store.list(prefix).await.map_err(ItemError::from)? {
+    for meta in imp.store.list(prefix).await.map_err(ItemError::from)? {
         let Some((inventory, start)) = parse_window_key(prefix, &meta.key) else {
             continue;
         };
         let claim = window_key(&layout.claim_prefix, &inventory, start);
-        match read_json::<WindowClaim>(imp.ctx.store.as_ref(), &claim).await {
+        match read_json::<WindowClaim>(imp.store.as_ref(), &claim).await {
             Ok(Some(claim)) => out.extend(claim.value.granules),
             Ok(None) => {}
             Err(e) => {
@@ -166,20 +165,19 @@ async fn window_granules(
 }
 
 async fn sweep_one(
-    imp: &Importer,
+    imp: &Ctx,
     marked: ItemState,
     id: &GranuleId,
     index: Index,
     now: DateTime<Utc>,
     summary: &mut SweepSummary,
 ) -> Result<(), HandlerError> {
-    let items = imp.ctx.items();
-    let policy = imp.ctx.config.retry_policy;
+    let items = imp.items();
+    let policy = imp.config.retry_policy;
     let current = match items.get(id).await {
         Ok(c) => c,
         Err(ItemError::State(crate::repositories::RepositoryError::Corrupt { key, source })) => {
-            imp.ctx
-                .reject_corrupt_record(&key, &source.to_string(), "item sweeper")
+            imp.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
                 .await
                 .map_err(HandlerError::from)?;
             items.clear_inflight(marked, id).await?;
@@ -293,9 +291,8 @@ enum JobSeen {
 
 /// What Batch says about a PROCESSING item's job; a finished job is handled as its event would
 /// have been (the monitor's handler logs it, routes it and moves the item).
-async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, HandlerError> {
+async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
     let Some(description) = imp
-        .ctx
         .jobs
         .describe(job_id)
         .await
@@ -303,13 +300,10 @@ async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, HandlerError> 
     else {
         return Ok(JobSeen::Unknown);
     };
-    let handled = crate::handlers::monitor::described_job(
-        &imp.ctx,
-        description,
-        "item sweeper (DescribeJobs)",
-    )
-    .await
-    .map_err(|e| HandlerError::during(format!("handling job {job_id}'s end"), e))?;
+    let handled =
+        crate::handlers::monitor::described_job(imp, description, "item sweeper (DescribeJobs)")
+            .await
+            .map_err(|e| HandlerError::during(format!("handling job {job_id}'s end"), e))?;
     Ok(match handled {
         None => JobSeen::Alive,
         // Recorded and dead-lettered as unreadable; the attempt itself is treated as timed out.
@@ -321,7 +315,7 @@ async fn job_end(imp: &Importer, job_id: &str) -> Result<JobSeen, HandlerError> 
 /// Gave-up items are reported on the failure DLQ like any other failure an operator must see; the
 /// item record (state, history with the reason) is the durable record.
 async fn dead_letter(
-    imp: &Importer,
+    imp: &Ctx,
     id: &GranuleId,
     state: ItemState,
     timeout: chrono::Duration,
@@ -334,8 +328,7 @@ async fn dead_letter(
         item_id: id.clone(),
         state,
     };
-    imp.ctx
-        .failure_dlq
+    imp.failure_dlq
         .send(notice.to_message(&Notice::new(Outcome::TimedOut, reason))?)
         .await?;
     Ok(())
@@ -354,33 +347,27 @@ mod tests {
     use crate::ports::{JobRunner, Queue};
     use std::sync::Arc;
 
-    async fn importer(jobs: Arc<MemoryJobRunner>) -> (Importer, Arc<MemoryQueue>) {
+    async fn importer(jobs: Arc<MemoryJobRunner>) -> (Ctx, Arc<MemoryQueue>) {
         let config = Config::for_unit_tests(&[
             ("GRANARY_PROCESSING_TIMEOUT_SECS", "60"),
             ("GRANARY_MAX_RETRIES", "0"),
         ]);
         let store = Arc::new(MemoryStore::new());
         let dlq = Arc::new(MemoryQueue::new("dlq"));
-        let ctx = Ctx {
-            config,
+        let imp = Ctx {
             store: store.clone(),
             jobs,
             retry_queue: Arc::new(MemoryQueue::new("retry")),
             failure_dlq: dlq.clone(),
-        };
-        let imp = Importer {
-            ctx,
-            source: None,
             import_queue: Some(Arc::new(MemoryQueue::new("import"))),
-            prerequisites: Arc::new(super::super::ObjectsExist { templates: vec![] }),
+            ..Ctx::in_memory(config)
         };
         (imp, dlq)
     }
 
-    async fn processing(imp: &Importer, id: &str, job_id: &str) -> GranuleId {
+    async fn processing(imp: &Ctx, id: &str, job_id: &str) -> GranuleId {
         let id = GranuleId::parse(id).unwrap();
-        imp.ctx
-            .items()
+        imp.items()
             .create(NewItem::ready(id.clone(), "t", None), "t")
             .await
             .unwrap();
@@ -388,14 +375,14 @@ mod tests {
             granule_id: id.clone(),
             attempt: 1,
         };
-        crate::handlers::item_sync::submitted(&imp.ctx, &event, job_id, None, "t")
+        crate::handlers::item_sync::submitted(imp, &event, job_id, None, "t")
             .await
             .unwrap();
         id
     }
 
-    async fn state(imp: &Importer, id: &GranuleId) -> ItemState {
-        imp.ctx.items().get(id).await.unwrap().unwrap().value.state
+    async fn state(imp: &Ctx, id: &GranuleId) -> ItemState {
+        imp.items().get(id).await.unwrap().unwrap().value.state
     }
 
     #[tokio::test]
@@ -422,18 +409,13 @@ mod tests {
         assert_eq!(state(&imp, &a).await, Processing);
         // The finished job went through the monitor's handler: logged, and the item PROCESSED.
         assert_eq!(state(&imp, &d).await, Processed);
-        let logs = imp
-            .ctx
-            .store
-            .list(&imp.ctx.config.layout.log_prefix)
-            .await
-            .unwrap();
+        let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
         assert_eq!(logs.len(), 1, "{logs:?}");
         // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
         assert_eq!(state(&imp, &lost).await, Abandoned);
         assert_eq!(dlq.depth().await.unwrap().visible, 1);
         // only the live job's item is still indexed
-        let left = imp.ctx.items().inflight().await.unwrap();
+        let left = imp.items().inflight().await.unwrap();
         assert_eq!(left, vec![(Processing, a)]);
     }
 
@@ -441,7 +423,7 @@ mod tests {
     async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let (imp, dlq) = importer(jobs.clone()).await;
-        let ctx = &imp.ctx;
+        let ctx = &imp;
         let ids: Vec<GranuleId> = ["alive-item", "lost-item"]
             .iter()
             .map(|g| GranuleId::parse(g).unwrap())
@@ -530,7 +512,7 @@ mod tests {
             granule_id: GranuleId::parse("marked-item").unwrap(),
             attempt: 1,
         };
-        imp.ctx.submit_once(&attempt, "t").await.unwrap();
+        imp.submit_once(&attempt, "t").await.unwrap();
         let ids: Vec<GranuleId> = ["a-item", "b-item", "c-item"]
             .iter()
             .map(|g| GranuleId::parse(g).unwrap())
@@ -561,8 +543,7 @@ mod tests {
         let s = sweep(&imp, Utc::now()).await.unwrap();
         assert_eq!((s.examined, s.within_time), (1, 1));
         // a marker left behind by a crash after the record moved on
-        imp.ctx
-            .store
+        imp.store
             .put(
                 "inflight/DOWNLOADING/fresh",
                 bytes::Bytes::new(),
@@ -573,7 +554,7 @@ mod tests {
         let s = sweep(&imp, Utc::now()).await.unwrap();
         assert_eq!(s.stale_markers, 1);
         assert_eq!(
-            imp.ctx.items().inflight().await.unwrap(),
+            imp.items().inflight().await.unwrap(),
             vec![(Processing, id)]
         );
     }

@@ -2,7 +2,7 @@
 //! validates sends its item back to the download path, a processed item whose products are
 //! missing or empty back to the processing path.
 
-use super::{Importer, Step};
+use super::{Ctx, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
@@ -126,13 +126,13 @@ const REVALIDATION_FAILED: &str = "re-validation failed";
 /// A failure is recorded first (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
 /// If the run dies between the two, the message that asked for the re-validation comes back and
 /// finds the item failed by re-validation: it finishes the hand-off instead of stopping there.
-pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
-    let items = imp.ctx.items();
+pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
+    let items = imp.items();
     let Some(current) = items.get(id).await? else {
         return Ok(None);
     };
     let record = current.value;
-    let store = imp.ctx.store.as_ref();
+    let store = imp.store.as_ref();
     let verdict = match record.state {
         Downloaded => match &record.stored_key {
             Some(key) => check_stored(store, key, &record).await.map(|_| ()),
@@ -165,13 +165,13 @@ pub async fn revalidate(imp: &Importer, id: &GranuleId) -> Result<Option<ItemSta
 
 /// Back on the path the failure belongs to, under the usual attempt budget; with none left the
 /// item is dead-lettered (the message first, then ABANDONED).
-async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
+async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
     let id = &failed.id;
     if failed.state == DownloadingFailed {
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    let policy = imp.ctx.config.retry_policy;
+    let policy = imp.config.retry_policy;
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
         imp.hand_to_processing(failed).await?;
         return Ok(Some(failed.state));
@@ -180,8 +180,7 @@ async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState
         "{}; {} processing attempts spent",
         failed.reason, failed.attempts.processing
     );
-    imp.ctx
-        .failure_dlq
+    imp.failure_dlq
         .send(
             ItemNotice {
                 item_id: id.clone(),
@@ -191,7 +190,6 @@ async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState
         )
         .await?;
     let done = imp
-        .ctx
         .items()
         .advance(id, BY, |r| decisions::on_no_attempts_left(r, &reason))
         .await?;
@@ -200,11 +198,11 @@ async fn send_on(imp: &Importer, failed: &ItemRecord) -> Result<Option<ItemState
 
 /// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.
 /// Without templates, the stored raw file (if any) is what is checked.
-async fn check_products(imp: &Importer, record: &ItemRecord) -> Result<(), String> {
-    let templates = &imp.ctx.config.importer.product_keys;
+async fn check_products(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
+    let templates = &imp.config.importer.product_keys;
     if templates.is_empty() {
         return match &record.stored_key {
-            Some(key) => check_stored(imp.ctx.store.as_ref(), key, record)
+            Some(key) => check_stored(imp.store.as_ref(), key, record)
                 .await
                 .map(|_| ()),
             None => Ok(()),
@@ -214,7 +212,7 @@ async fn check_products(imp: &Importer, record: &ItemRecord) -> Result<(), Strin
         let key = t
             .replace("{id}", record.id.as_str())
             .replace("{name}", &record.name);
-        let listed = imp.ctx.store.list(&key).await.map_err(|e| e.to_string())?;
+        let listed = imp.store.list(&key).await.map_err(|e| e.to_string())?;
         match listed.iter().find(|m| m.key == key) {
             None => return Err(format!("product {key} is missing")),
             Some(m) if m.size == 0 => return Err(format!("product {key} is empty")),

@@ -1,7 +1,7 @@
 //! Batch steps: spawning a pending batch's jobs, reporting a batch whose jobs have all ended
 //! (and again after an operator's update-report), and cleaning up a completed one.
 
-use super::{holds, IngestCtx, TickSummary, MAX_MANIFEST_BYTES};
+use super::{holds, Ctx, TickSummary, MAX_MANIFEST_BYTES};
 use crate::contracts::ingest::BatchAnnouncement;
 use crate::domain::ingest::batch::{reported_state, BatchState};
 use crate::domain::ingest::decisions;
@@ -28,16 +28,11 @@ fn batch_span(batch: &BatchRecord) -> tracing::Span {
 
 /// Runs `step` on every batch whose record says `state`, oldest first, each in its own span.
 pub async fn each_batch(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     state: BatchState,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-    step: impl AsyncFn(
-        &IngestCtx,
-        BatchRecord,
-        DateTime<Utc>,
-        &mut TickSummary,
-    ) -> Result<(), HandlerError>,
+    step: impl AsyncFn(&Ctx, BatchRecord, DateTime<Utc>, &mut TickSummary) -> Result<(), HandlerError>,
 ) -> Result<(), HandlerError> {
     for batch in batches_in(ictx, state).await? {
         let span = batch_span(&batch);
@@ -47,16 +42,16 @@ pub async fn each_batch(
 }
 
 /// The batches in `state`, oldest first.
-async fn batches_in(ictx: &IngestCtx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
-    Ok(ictx.ingest.batches_in(state).await?)
+async fn batches_in(ictx: &Ctx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
+    Ok(ictx.ingest().batches_in(state).await?)
 }
 
 /// Reads a manifest (or an object's manifest): `s3://<granary's bucket>/key` from the store,
 /// anything else from the depositor's server.
-async fn read_text(ictx: &IngestCtx, url: &str) -> Result<String, String> {
+async fn read_text(ictx: &Ctx, url: &str) -> Result<String, String> {
     let bytes = if let Some(key) = url
         .strip_prefix("s3://")
-        .and_then(|rest| rest.strip_prefix(ictx.bucket.as_str()))
+        .and_then(|rest| rest.strip_prefix(ictx.config.layout.bucket.as_str()))
         .and_then(|rest| rest.strip_prefix('/'))
     {
         ictx.store
@@ -82,7 +77,7 @@ async fn read_text(ictx: &IngestCtx, url: &str) -> Result<String, String> {
 
 /// The objects a submission names, one per job. What cannot be read becomes one unreadable
 /// object (its job fails at once with the reason), so the batch always reports.
-async fn objects_of(ictx: &IngestCtx, batch: &BatchRecord) -> Vec<ManifestObject> {
+async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
     let url = &batch.submission.manifest_url;
     let unreadable = |why: String| ManifestObject {
         local_id: None,
@@ -148,14 +143,14 @@ async fn objects_of(ictx: &IngestCtx, batch: &BatchRecord) -> Vec<ManifestObject
 /// Pending batches: held while their collection is, else their jobs are created (idempotent: a
 /// crash half-way is finished by the next tick) and the batch moves to processing.
 pub async fn spawn(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
         let held = decisions::on_batch_pending(Some(&hold), 0);
-        ictx.ingest
+        ictx.ingest()
             .change_batch(&batch.id, held.decide(now))
             .await?;
         s.batches_held += 1;
@@ -164,13 +159,13 @@ pub async fn spawn(
     let objects = objects_of(ictx, &batch).await;
     for (n, object) in objects.iter().enumerate() {
         let job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
-        ictx.ingest.create_job(&job).await?;
+        ictx.ingest().create_job(&job).await?;
         s.jobs_created += 1;
     }
     let count = objects.len();
     let mv = decisions::on_batch_pending(None, count);
     let spawned = ictx
-        .ingest
+        .ingest()
         .change_batch(&batch.id, |b| {
             mv.apply_with(b, now, |next| next.jobs = count)
                 .map_err(|e| e.to_string())
@@ -206,14 +201,14 @@ pub struct FailedJob {
 }
 
 /// The jobs the batch's index names, read from their records (the index repaired on the way).
-async fn ended_jobs(ictx: &IngestCtx, batch: &BatchRecord) -> Result<Vec<JobRecord>, HandlerError> {
-    Ok(ictx.ingest.batch_job_records(&batch.id).await?)
+async fn ended_jobs(ictx: &Ctx, batch: &BatchRecord) -> Result<Vec<JobRecord>, HandlerError> {
+    Ok(ictx.ingest().batch_job_records(&batch.id).await?)
 }
 
 /// A processing batch moves to reporting once none of its jobs is running (none left at all: an
 /// operator deleted them, and it reports what it has).
 pub async fn end_processing(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     _: &mut TickSummary,
@@ -224,7 +219,9 @@ pub async fn end_processing(
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
     if let Some(mv) = decisions::on_batch_jobs(running) {
-        ictx.ingest.change_batch(&batch.id, mv.decide(now)).await?;
+        ictx.ingest()
+            .change_batch(&batch.id, mv.decide(now))
+            .await?;
     }
     Ok(())
 }
@@ -232,7 +229,7 @@ pub async fn end_processing(
 /// A reporting or update-reporting batch writes its report, announces it and becomes completed
 /// or failed.
 pub async fn report(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -243,13 +240,13 @@ pub async fn report(
 }
 
 async fn previous_report(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchRecord,
 ) -> Result<Option<BatchReport>, HandlerError> {
     if batch.reports == 0 {
         return Ok(None);
     }
-    let key = ictx.ingest.keys.report(&batch.id, batch.reports);
+    let key = ictx.ingest().keys.report(&batch.id, batch.reports);
     Ok(crate::repositories::read_json(ictx.store.as_ref(), &key)
         .await
         .map_err(crate::repositories::RecordError::from)?
@@ -257,7 +254,7 @@ async fn previous_report(
 }
 
 async fn write_report(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
 ) -> Result<(), HandlerError> {
@@ -305,7 +302,7 @@ async fn write_report(
     };
     // Written under its number before the batch moves: a crash in between rewrites the same
     // report and announces it again (at least once), never skips it.
-    let key = ictx.ingest.keys.report(&batch.id, number);
+    let key = ictx.ingest().keys.report(&batch.id, number);
     let body = crate::contracts::encode("a batch report", &report)?;
     ictx.store
         .put(&key, body, crate::ports::PutCondition::Overwrite)
@@ -332,7 +329,7 @@ async fn write_report(
         }
     }
     let (completed, failed) = (report.completed.len(), report.failed.len());
-    ictx.ingest
+    ictx.ingest()
         .change_batch(&batch.id, |b| {
             let Some(mv) = decisions::on_reported(b, number, completed, failed) else {
                 return Ok(None);
@@ -347,7 +344,7 @@ async fn write_report(
 /// Completed batches: their jobs' working files and index markers are removed (records and
 /// reports stay, for reports), each job and the batch move to deleted.
 pub async fn clean_up(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -362,11 +359,11 @@ pub async fn clean_up(
             continue;
         }
         remove_files(ictx, &job.id).await?;
-        ictx.ingest
+        ictx.ingest()
             .change_job(&job.id, job_gone.decide(now))
             .await?;
     }
-    ictx.ingest
+    ictx.ingest()
         .change_batch(&batch.id, batch_gone.decide(now))
         .await?;
     s.batches_cleaned += 1;
@@ -382,23 +379,23 @@ pub fn archive_id(batch: &BatchId) -> String {
 /// archived them (its archiving phase handed on). An archive job that fails before that keeps
 /// the files until an operator retries it (`granary archive retry`).
 async fn archived(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
 ) -> Result<bool, HandlerError> {
     use crate::domain::archive::job::ArchiveState;
     use crate::domain::archive::record::{ArchiveJob, ArchiveSource};
-    let destinations = &ictx.settings.archive_destinations;
+    let destinations = &ictx.config.ingest.archive_destinations;
     if destinations.is_empty() {
         return Ok(true);
     }
     let id = archive_id(&batch.id);
     let source = ArchiveSource {
-        bucket: ictx.bucket.clone(),
-        prefix: ictx.ingest.keys.batch_objects(&batch.id),
+        bucket: ictx.config.layout.bucket.clone(),
+        prefix: ictx.ingest().keys.batch_objects(&batch.id),
     };
     let job = ictx
-        .archives
+        .archives()
         .create(&ArchiveJob::new(&id, source, destinations.clone(), now))
         .await?;
     // Once archiving has handed on, every member is in the archive's staging area.
@@ -409,8 +406,8 @@ async fn archived(
 }
 
 /// Deletes a job's downloaded files.
-pub async fn remove_files(ictx: &IngestCtx, job: &JobId) -> Result<(), HandlerError> {
-    for meta in ictx.store.list(&ictx.ingest.keys.objects(job)).await? {
+pub async fn remove_files(ictx: &Ctx, job: &JobId) -> Result<(), HandlerError> {
+    for meta in ictx.store.list(&ictx.ingest().keys.objects(job)).await? {
         ictx.store.delete(&meta.key).await?;
     }
     Ok(())

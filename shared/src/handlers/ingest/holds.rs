@@ -2,7 +2,7 @@
 //! object of its own, and what the dispatcher's tick does about them (a held batch does not
 //! spawn, a held job is not dispatched, and what no hold covers any more is moved back).
 
-use super::IngestCtx;
+use super::Ctx;
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
@@ -24,11 +24,11 @@ pub enum Target {
 
 impl Target {
     /// Where the hold on this target is kept.
-    pub fn key(&self, ictx: &IngestCtx) -> String {
+    pub fn key(&self, ictx: &Ctx) -> String {
         match self {
-            Target::Collection(c) => ictx.ingest.keys.collection_hold(c),
-            Target::Batch(b) => ictx.ingest.keys.batch_hold(b),
-            Target::Job(j) => ictx.ingest.keys.job_hold(j),
+            Target::Collection(c) => ictx.ingest().keys.collection_hold(c),
+            Target::Batch(b) => ictx.ingest().keys.batch_hold(b),
+            Target::Job(j) => ictx.ingest().keys.job_hold(j),
         }
     }
 }
@@ -50,7 +50,7 @@ pub struct IngestHold {
     pub at: DateTime<Utc>,
 }
 
-async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
+async fn hold_of(ictx: &Ctx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
     Ok(
         crate::repositories::read_json(ictx.store.as_ref(), &target.key(ictx))
             .await
@@ -63,7 +63,7 @@ async fn hold_of(ictx: &IngestCtx, target: &Target) -> Result<Option<IngestHold>
 /// collection are held when they would spawn; pending jobs of a held collection, batch or job are
 /// held when they would be dispatched.
 pub async fn hold(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     target: &Target,
     reason: &str,
     by: &str,
@@ -100,7 +100,7 @@ pub struct Released {
 /// A release that dies after removing the hold leaves nothing stranded: every tick moves back
 /// whatever is held with no hold left ([`release_unheld`]).
 pub async fn release(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     target: &Target,
     now: DateTime<Utc>,
 ) -> Result<Released, HandlerError> {
@@ -111,14 +111,14 @@ pub async fn release(
 /// Moves back to pending every held batch and job that `target` covers (all, without one) and
 /// that no hold holds any more.
 pub async fn release_unheld(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     target: Option<&Target>,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<Released, HandlerError> {
     let mut out = Released::default();
     let (job_back, batch_back) = decisions::on_released(reason);
-    for b in ictx.ingest.batches_in(BatchState::Held).await? {
+    for b in ictx.ingest().batches_in(BatchState::Held).await? {
         let covered = match target {
             None => true,
             Some(Target::Collection(c)) => &b.submission.collection == c,
@@ -127,7 +127,7 @@ pub async fn release_unheld(
         };
         if covered && batch_held_by(ictx, &b).await?.is_none() {
             let changed = ictx
-                .ingest
+                .ingest()
                 .change_batch(&b.id, batch_back.decide(now))
                 .await?;
             if matches!(changed, Changed::Moved(_)) {
@@ -135,9 +135,9 @@ pub async fn release_unheld(
             }
         }
     }
-    for (priority, id) in ictx.ingest.listed(JobState::Held).await? {
+    for (priority, id) in ictx.ingest().listed(JobState::Held).await? {
         let Some(job) = ictx
-            .ingest
+            .ingest()
             .claim_listed(JobState::Held, priority, &id)
             .await?
         else {
@@ -153,7 +153,7 @@ pub async fn release_unheld(
             continue;
         }
         let changed = ictx
-            .ingest
+            .ingest()
             .change_job(&job.id, job_back.decide(now))
             .await?;
         if matches!(changed, Changed::Moved(_)) {
@@ -165,7 +165,7 @@ pub async fn release_unheld(
 
 /// The hold a batch is under (its collection's or its own), if any.
 pub async fn batch_held_by(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchRecord,
 ) -> Result<Option<String>, HandlerError> {
     for target in [
@@ -180,10 +180,7 @@ pub async fn batch_held_by(
 }
 
 /// The hold a job is under (its collection's, its batch's or its own), if any.
-pub async fn job_held_by(
-    ictx: &IngestCtx,
-    job: &JobRecord,
-) -> Result<Option<String>, HandlerError> {
+pub async fn job_held_by(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
     for target in [
         Target::Collection(job.collection.clone()),
         Target::Batch(job.batch.clone()),

@@ -3,7 +3,7 @@
 //! writes the transition its decision names with If-Match.
 
 use super::processing::{self, EndedProcessing, ProcessingOutcome};
-use super::{IngestCtx, TickSummary};
+use super::{Ctx, TickSummary};
 use crate::contracts::ingest::{processing_job, JobAnnouncement};
 use crate::domain::batch_event::JobDetail;
 use crate::domain::claim::Claim;
@@ -41,12 +41,12 @@ fn job_span(job: &JobRecord) -> tracing::Span {
 
 /// Runs `step` on every job whose record says `state`, in priority order, each in its own span.
 pub async fn each_job(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     state: JobState,
     now: DateTime<Utc>,
     s: &mut TickSummary,
     mut step: impl AsyncFnMut(
-        &IngestCtx,
+        &Ctx,
         JobRecord,
         DateTime<Utc>,
         &mut TickSummary,
@@ -61,13 +61,13 @@ pub async fn each_job(
 
 /// The jobs whose records say `state`, in priority order.
 async fn taken(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     state: JobState,
     s: &mut TickSummary,
 ) -> Result<Vec<JobRecord>, HandlerError> {
     let mut out = Vec::new();
-    for (priority, id) in ictx.ingest.listed(state).await? {
-        match ictx.ingest.claim_listed(state, priority, &id).await? {
+    for (priority, id) in ictx.ingest().listed(state).await? {
+        match ictx.ingest().claim_listed(state, priority, &id).await? {
             Some(job) => out.push(job),
             None => s.repaired += 1,
         }
@@ -78,14 +78,14 @@ async fn taken(
 /// Writes the move a decision made for `job`, with `edit` applied to the new record (the facts
 /// the step learnt). `Ok(false)` when someone else moved it first.
 async fn advance(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: &JobRecord,
     mv: &Move<JobState>,
     now: DateTime<Utc>,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<bool, HandlerError> {
     let changed = ictx
-        .ingest
+        .ingest()
         .change_job(&job.id, |r| {
             mv.apply_with(r, now, &edit).map_err(|e| e.to_string())
         })
@@ -95,7 +95,7 @@ async fn advance(
 
 /// Pending → failed (an unreadable manifest entry), held, or estimating.
 pub async fn dispatch(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -115,7 +115,7 @@ pub async fn dispatch(
 /// Estimating → provisioning: HEAD of every file (the manifest's size when it gives one). Never
 /// fails: a size that cannot be learnt makes the estimate 0 ("unknown").
 pub async fn estimate(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -135,7 +135,7 @@ pub async fn estimate(
     }
     let need = total.unwrap_or(0);
     let priority =
-        decisions::priority_after_estimate(job.priority, need, ictx.settings.large_job_bytes);
+        decisions::priority_after_estimate(job.priority, need, ictx.config.ingest.large_job_bytes);
     if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
         r.space_needed = need;
         r.priority = priority;
@@ -148,11 +148,11 @@ pub async fn estimate(
 }
 
 /// Bytes of the jobs downloading or processing now.
-pub async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
+pub async fn in_flight(ictx: &Ctx) -> Result<u64, HandlerError> {
     let mut total = 0u64;
     for state in [JobState::Downloading, JobState::Processing] {
-        for (_, id) in ictx.ingest.listed(state).await? {
-            if let Some(j) = ictx.ingest.job(&id).await? {
+        for (_, id) in ictx.ingest().listed(state).await? {
+            if let Some(j) = ictx.ingest().job(&id).await? {
                 if j.value.state == state {
                     total = total.saturating_add(j.value.space_needed);
                 }
@@ -165,14 +165,14 @@ pub async fn in_flight(ictx: &IngestCtx) -> Result<u64, HandlerError> {
 /// Provisioning → downloading while the capacity allows. Every waiting job is evaluated, in
 /// priority order, on every tick: a small job may start while a large one ahead of it waits.
 pub async fn provision(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
     used: &mut u64,
 ) -> Result<(), HandlerError> {
     let admitted =
-        decisions::on_provisioning(job.space_needed, *used, ictx.settings.capacity_bytes);
+        decisions::on_provisioning(job.space_needed, *used, ictx.config.ingest.capacity_bytes);
     let Some(mv) = admitted else {
         s.waiting_for_capacity += 1;
         return Ok(());
@@ -186,24 +186,24 @@ pub async fn provision(
 
 /// One file, with bounded attempts for failures that may pass.
 async fn fetch_file(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
 ) -> Result<StoredFile, String> {
-    let key = ictx.ingest.keys.object(&job.id, &file.name);
+    let key = ictx.ingest().keys.object(&job.id, &file.name);
     let digest = file.digest.as_ref().map(decisions::expected_digest);
     let expected = Expected {
         size: file.size,
         digest: digest.as_deref(),
     };
     let mut last = String::new();
-    for attempt in 1..=ictx.settings.download_attempts {
+    for attempt in 1..=ictx.config.ingest.download_attempts {
         match copy_into_store(
             ictx.store.as_ref(),
             &key,
             ictx.remote.fetch(&file.url),
             &expected,
-            ictx.settings.timeout,
+            ictx.config.ingest.timeout,
         )
         .await
         {
@@ -226,13 +226,13 @@ async fn fetch_file(
     }
     Err(format!(
         "{}: {} attempts failed; the last: {last}",
-        file.url, ictx.settings.download_attempts
+        file.url, ictx.config.ingest.download_attempts
     ))
 }
 
 /// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
 pub async fn download(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -285,7 +285,7 @@ pub async fn download(
 /// others fail the job and are dead-lettered); DescribeJobs here finds an end whose event was
 /// lost and applies the same decision.
 pub async fn process(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -297,14 +297,18 @@ pub async fn process(
             // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
             // name only on takeover): a lost answer, a ListJobs that does not show the job
             // yet, or an operator's tick beside the scheduled one submits nothing twice.
-            let prefix = format!("s3://{}/{}", ictx.bucket, ictx.ingest.keys.objects(&job.id));
+            let prefix = format!(
+                "s3://{}/{}",
+                ictx.config.layout.bucket,
+                ictx.ingest().keys.objects(&job.id)
+            );
             let request = processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
             let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
                 HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
             })?;
             let requests = one_job(&request);
             let submission = Submission {
-                claim_key: ictx.ingest.keys.processing_claim(
+                claim_key: ictx.ingest().keys.processing_claim(
                     &job.id,
                     job.retry_count,
                     job.processing_attempt,
@@ -323,7 +327,7 @@ pub async fn process(
             let id = match submit_claim_once(
                 ictx.store.as_ref(),
                 ictx.jobs.as_ref(),
-                ictx.claim_lease,
+                ictx.config.leases.claim_lease,
                 submission,
             )
             .await?
@@ -334,7 +338,7 @@ pub async fn process(
                 // Another tick holds the claim and may be submitting: the next tick looks.
                 SubmitOutcome::InFlight => return Ok(()),
             };
-            ictx.ingest
+            ictx.ingest()
                 .change_job(&job.id, |r| {
                     (r.state == JobState::Processing
                         && r.processing_attempt == job.processing_attempt
@@ -375,9 +379,9 @@ pub async fn process(
         classification,
     };
     match processing::on_end(
-        &ictx.ingest,
-        ictx.processing.failure_dlq.as_ref(),
-        ictx.processing.max_attempts,
+        &ictx.ingest(),
+        ictx.failure_dlq.as_ref(),
+        ictx.config.max_attempt(),
         &ended,
         now,
     )
@@ -392,7 +396,7 @@ pub async fn process(
 }
 
 /// The first stored file that is not in the bucket as it was stored (missing, or another size).
-async fn changed_file(ictx: &IngestCtx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
+async fn changed_file(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
     for file in &job.stored {
         let listed = ictx.store.list(&file.key).await?;
         match listed.iter().find(|m| m.key == file.key) {
@@ -412,13 +416,13 @@ async fn changed_file(ictx: &IngestCtx, job: &JobRecord) -> Result<Option<String
 /// Recording → notify: the catalog record of what the job stored, once every stored file is
 /// checked to be there as stored; a file that is not fails the job (resume records again).
 pub async fn record(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let changed = changed_file(ictx, &job).await?;
-    let key = ictx.ingest.keys.catalog(&job.collection, &job.id);
+    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
     let mv = decisions::on_recording(changed.as_deref(), &key);
     if changed.is_some() {
         if advance(ictx, &job, &mv, now, |_| {}).await? {
@@ -444,12 +448,12 @@ pub async fn record(
 /// Notify → completed: the job's event on the notification bus, then the depositor's callback
 /// (bounded attempts); a callback that keeps failing fails the job (resume retries the notify).
 pub async fn notify(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let key = ictx.ingest.keys.catalog(&job.collection, &job.id);
+    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
     let announcement = JobAnnouncement {
         batch: &job.batch,
         job: &job.id,
@@ -461,14 +465,14 @@ pub async fn notify(
         catalog_key: &key,
     };
     ictx.bus.put_events(vec![announcement.event()]).await?;
-    let callback = match ictx.ingest.batch(&job.batch).await? {
+    let callback = match ictx.ingest().batch(&job.batch).await? {
         Some(b) => b.value.submission.callback,
         None => None,
     };
     let mut failure = None;
     if let Some(url) = callback {
         failure = Some(String::new());
-        for attempt in 1..=ictx.settings.callback_attempts {
+        for attempt in 1..=ictx.config.ingest.callback_attempts {
             match ictx
                 .remote
                 .call_back(&url, &serde_json::json!(announcement))

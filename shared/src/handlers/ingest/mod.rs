@@ -1,5 +1,5 @@
 //! The ingest queue's steps (design document 004), each a plain async function over
-//! [`IngestCtx`]: submit, then — on every tick of the dispatcher's schedule — batches spawn their
+//! [`Ctx`]: submit, then — on every tick of the dispatcher's schedule — batches spawn their
 //! jobs, jobs move through estimating, provisioning, downloading, processing (an AWS Batch job),
 //! recording and notify, and batches whose jobs have all ended report and are cleaned up. A step
 //! reads the queue's index for its state (priority order), takes each job with a compare-and-swap
@@ -13,88 +13,16 @@ pub mod processing;
 
 use crate::domain::ingest::record::{BatchRecord, Submission};
 use crate::handlers::HandlerError;
-use crate::ports::{EventBus, JobRunner, ObjectStore, Queue, Remote};
-use crate::repositories::ingest::Ingest;
 use serde::Serialize;
-use std::sync::Arc;
 
 pub use crate::config::ingest::IngestSettings;
+use crate::handlers::Ctx;
 /// A manifest larger than this is refused (it is read whole to spawn the batch's jobs).
 pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
 
-/// How processing jobs are retried and where their failures go: as for granules.
-#[derive(Clone)]
-pub struct ProcessingRetries {
-    /// Where a processing job that failed for good is announced (the backfill's failure DLQ).
-    pub failure_dlq: Arc<dyn Queue>,
-    /// Attempts a job gets before a retryable failure fails it (1 + GRANARY_MAX_RETRIES).
-    pub max_attempts: u32,
-}
-
-/// Everything the ingest steps need.
-#[derive(Clone)]
-pub struct IngestCtx {
-    pub bucket: String,
-    pub store: Arc<dyn ObjectStore>,
-    pub jobs: Arc<dyn JobRunner>,
-    pub remote: Arc<dyn Remote>,
-    pub bus: Arc<dyn EventBus>,
-    pub processing: ProcessingRetries,
-    pub ingest: Ingest,
-    pub settings: IngestSettings,
-    /// Archive job records (`GRANARY_ARCHIVE_PREFIX` in the same bucket): where a completed
-    /// batch's archive job is created when `settings.archive_destinations` names destinations.
-    pub archives: crate::repositories::archive::Archives,
-    /// How long a processing claim without a job id belongs to whoever made it
-    /// (`GRANARY_CLAIM_LEASE_SECS`): the same lease as every other submission's.
-    pub claim_lease: std::time::Duration,
-}
-
-impl IngestCtx {
-    pub fn new(
-        bucket: &str,
-        store: Arc<dyn ObjectStore>,
-        jobs: Arc<dyn JobRunner>,
-        remote: Arc<dyn Remote>,
-        bus: Arc<dyn EventBus>,
-        processing: ProcessingRetries,
-        settings: IngestSettings,
-    ) -> Self {
-        Self {
-            bucket: bucket.to_owned(),
-            ingest: Ingest::new(store.clone(), &settings.prefix),
-            archives: crate::repositories::archive::Archives::new(
-                store.clone(),
-                crate::config::archive::DEFAULT_ARCHIVE_PREFIX,
-            ),
-            store,
-            jobs,
-            remote,
-            bus,
-            processing,
-            settings,
-            claim_lease: std::time::Duration::from_secs(crate::config::DEFAULT_CLAIM_LEASE_SECS),
-        }
-    }
-
-    /// Processing claims held for `lease` (the stack's `GRANARY_CLAIM_LEASE_SECS`).
-    pub fn with_claim_lease(mut self, lease: std::time::Duration) -> Self {
-        self.claim_lease = lease;
-        self
-    }
-}
-
-impl IngestCtx {
-    /// Archive job records under `prefix` (`GRANARY_ARCHIVE_PREFIX`) instead of the default.
-    pub fn with_archive_prefix(mut self, prefix: &str) -> Self {
-        self.archives = crate::repositories::archive::Archives::new(self.store.clone(), prefix);
-        self
-    }
-}
-
 /// Creates a pending batch and returns at once; the dispatcher spawns its jobs.
 pub async fn submit(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     submission: Submission,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<BatchRecord, HandlerError> {
@@ -108,7 +36,7 @@ pub async fn submit(
 /// same message delivered twice, however far apart, creates one batch. `now` is when this
 /// delivery took it.
 pub async fn submit_keyed(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     submission: Submission,
     sent_at: chrono::DateTime<chrono::Utc>,
     now: chrono::DateTime<chrono::Utc>,
@@ -129,7 +57,7 @@ pub async fn submit_keyed(
     let digest = format!("{:x}", Sha256::digest(key.as_bytes()));
     let id = crate::domain::ingest::index::BatchId::new(sent_at, &digest);
     let record = BatchRecord::new(id, submission, now);
-    Ok(ictx.ingest.create_batch(&record).await?)
+    Ok(ictx.ingest().create_batch(&record).await?)
 }
 
 /// The ingest-submit Lambda: each SQS record is a submission — its JSON, or an EventBridge event
@@ -138,7 +66,7 @@ pub async fn submit_keyed(
 /// DLQ, where its alarm fires. The batch id comes from the message id, so a redelivered message
 /// creates no second batch.
 pub async fn handle_submissions(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
     now: chrono::DateTime<chrono::Utc>,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
@@ -214,7 +142,7 @@ pub struct TickSummary {
 /// One pass of every step, in pipeline order. A step's trouble with one job is logged and left
 /// for the next tick; the rest go on.
 pub async fn tick(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<TickSummary, HandlerError> {
     let mut summary = TickSummary::default();
@@ -230,7 +158,7 @@ pub async fn tick(
     each_job(ictx, J::Estimating, now, s, jobs::estimate).await?;
     // Capacity is counted once a tick and grows with each job it admits.
     let mut used = jobs::in_flight(ictx).await?;
-    let provision = async |ictx: &IngestCtx, j, now, s: &mut TickSummary| {
+    let provision = async |ictx: &Ctx, j, now, s: &mut TickSummary| {
         jobs::provision(ictx, j, now, s, &mut used).await
     };
     each_job(ictx, J::Provisioning, now, s, provision).await?;

@@ -5,7 +5,7 @@
 pub use super::holds::{
     batch_held_by, hold, job_held_by, release, release_unheld, IngestHold, Released, Target,
 };
-use super::{batches, IngestCtx};
+use super::{batches, Ctx};
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
@@ -27,19 +27,19 @@ pub struct Resumed {
 /// Restarts failed jobs at the step after their last success (retry_count + 1). A job that failed
 /// before any step succeeded cannot resume: its manifest entry is the problem.
 pub async fn resume(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     jobs: &[JobId],
     now: DateTime<Utc>,
 ) -> Result<Vec<Resumed>, HandlerError> {
     let mut out = Vec::with_capacity(jobs.len());
     for id in jobs {
-        let decided = match ictx.ingest.job(id).await? {
+        let decided = match ictx.ingest().job(id).await? {
             None => Err("no such job".to_owned()),
             Some(j) => decisions::on_resume(&j.value),
         };
         let outcome = match decided {
             Err(why) => Err(why),
-            Ok(mv) => match ictx.ingest.change_job(id, mv.decide(now)).await? {
+            Ok(mv) => match ictx.ingest().change_job(id, mv.decide(now)).await? {
                 Changed::Moved(_) => Ok(mv.to),
                 _ => Err("it changed meanwhile; look again".to_owned()),
             },
@@ -53,26 +53,26 @@ pub async fn resume(
 }
 
 /// The failed jobs of a batch (for `resume --batch`).
-pub async fn failed_jobs(ictx: &IngestCtx, batch: &BatchId) -> Result<Vec<JobId>, HandlerError> {
-    Ok(ictx.ingest.batch_jobs(batch, BatchGroup::Failed).await?)
+pub async fn failed_jobs(ictx: &Ctx, batch: &BatchId) -> Result<Vec<JobId>, HandlerError> {
+    Ok(ictx.ingest().batch_jobs(batch, BatchGroup::Failed).await?)
 }
 
 /// An operator finished resuming a failed batch's jobs: the batch writes a report of what changed
 /// (update-reporting) on the next tick.
 pub async fn update_report(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchId,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, HandlerError> {
     let running = ictx
-        .ingest
+        .ingest()
         .batch_job_records(batch)
         .await?
         .into_iter()
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
     let mv = decisions::on_update_report(batch, running).map_err(HandlerError::Refused)?;
-    match ictx.ingest.change_batch(batch, mv.decide(now)).await? {
+    match ictx.ingest().change_batch(batch, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(HandlerError::Refused(format!("no batch {batch}"))),
     }
@@ -81,13 +81,13 @@ pub async fn update_report(
 /// Deletes a failed or held job (its files, markers and record). Refused while its batch has not
 /// reported unless `confirmed`: the depositor would never hear of the job.
 pub async fn delete_job(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     id: &JobId,
     confirmed: bool,
     now: DateTime<Utc>,
 ) -> Result<JobRecord, HandlerError> {
     let job = ictx
-        .ingest
+        .ingest()
         .job(id)
         .await?
         .ok_or_else(|| HandlerError::Refused(format!("no job {id}")))?
@@ -96,14 +96,14 @@ pub async fn delete_job(
         // Deleted by an earlier run of this command that may have died before removing the
         // job's markers and files: finish them.
         batches::remove_files(ictx, id).await?;
-        ictx.ingest.reindex(&job).await?;
+        ictx.ingest().reindex(&job).await?;
         return Ok(job);
     }
-    let batch = ictx.ingest.batch(&job.batch).await?.map(|b| b.value);
+    let batch = ictx.ingest().batch(&job.batch).await?.map(|b| b.value);
     let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
     let mv = decisions::on_delete_job(&job, reported, confirmed).map_err(HandlerError::Refused)?;
     batches::remove_files(ictx, id).await?;
-    let changed = ictx.ingest.change_job(id, mv.decide(now)).await?;
+    let changed = ictx.ingest().change_job(id, mv.decide(now)).await?;
     match changed {
         Changed::Moved(j) => Ok(j),
         _ => Err(HandlerError::Refused(format!("job {id} changed meanwhile"))),
@@ -113,27 +113,27 @@ pub async fn delete_job(
 /// Deletes a failed or held batch and every job it still has. Refused for a held batch unless
 /// `confirmed`: its depositor is not told.
 pub async fn delete_batch(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     id: &BatchId,
     confirmed: bool,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, HandlerError> {
     let batch = ictx
-        .ingest
+        .ingest()
         .batch(id)
         .await?
         .ok_or_else(|| HandlerError::Refused(format!("no batch {id}")))?
         .value;
     let mv = decisions::on_delete_batch(&batch, confirmed).map_err(HandlerError::Refused)?;
     for group in BatchGroup::ALL {
-        for jid in ictx.ingest.batch_jobs(id, group).await? {
-            if let Some(job) = ictx.ingest.job(&jid).await? {
+        for jid in ictx.ingest().batch_jobs(id, group).await? {
+            if let Some(job) = ictx.ingest().job(&jid).await? {
                 batches::remove_files(ictx, &jid).await?;
-                ictx.ingest.remove_job(&job.value).await?;
+                ictx.ingest().remove_job(&job.value).await?;
             }
         }
     }
-    match ictx.ingest.change_batch(id, mv.decide(now)).await? {
+    match ictx.ingest().change_batch(id, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(HandlerError::Refused(format!(
             "batch {id} changed meanwhile"
@@ -150,23 +150,20 @@ pub struct BatchStatus {
 }
 
 /// Every batch (or one), with its jobs counted per state.
-pub async fn status(
-    ictx: &IngestCtx,
-    only: Option<&BatchId>,
-) -> Result<Vec<BatchStatus>, HandlerError> {
+pub async fn status(ictx: &Ctx, only: Option<&BatchId>) -> Result<Vec<BatchStatus>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.clone()],
-        None => ictx.ingest.batch_ids().await?,
+        None => ictx.ingest().batch_ids().await?,
     };
     let mut out = Vec::new();
     for id in ids {
-        let Some(batch) = ictx.ingest.batch(&id).await? else {
+        let Some(batch) = ictx.ingest().batch(&id).await? else {
             continue;
         };
         let mut jobs = BTreeMap::new();
         for group in BatchGroup::ALL {
-            for jid in ictx.ingest.batch_jobs(&id, group).await? {
-                if let Some(j) = ictx.ingest.job(&jid).await? {
+            for jid in ictx.ingest().batch_jobs(&id, group).await? {
+                if let Some(j) = ictx.ingest().job(&jid).await? {
                     *jobs.entry(j.value.state).or_insert(0) += 1;
                 }
             }
@@ -181,11 +178,11 @@ pub async fn status(
 
 /// A batch's reports, first to latest.
 pub async fn reports(
-    ictx: &IngestCtx,
+    ictx: &Ctx,
     batch: &BatchId,
 ) -> Result<Vec<batches::BatchReport>, HandlerError> {
     let mut out = Vec::new();
-    for meta in ictx.store.list(&ictx.ingest.keys.reports(batch)).await? {
+    for meta in ictx.store.list(&ictx.ingest().keys.reports(batch)).await? {
         if let Some(r) = crate::repositories::read_json(ictx.store.as_ref(), &meta.key)
             .await
             .map_err(crate::repositories::RecordError::from)?

@@ -13,12 +13,15 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::ManifestKind;
 use crate::handlers::monitor::{self, MonitorOutcome};
+use crate::handlers::Ctx;
 use crate::ports::PutCondition;
+use crate::ports::{JobRunner, ObjectStore, Queue};
 use bytes::Bytes;
 use chrono::Utc;
+use std::sync::Arc;
 
 struct World {
-    ictx: IngestCtx,
+    ictx: Ctx,
     remote: Arc<MemoryRemote>,
     jobs: Arc<MemoryJobRunner>,
     bus: Arc<MemoryEventBus>,
@@ -48,25 +51,22 @@ fn world(settings: IngestSettings) -> World {
     ])
     .unwrap();
     assert_eq!(config.max_attempt(), MAX_ATTEMPTS);
-    let monitor = crate::handlers::Ctx {
-        store: store.clone(),
-        jobs: Arc::new(crate::adapters::unset::UnsetJobRunner),
-        retry_queue: Arc::new(MemoryQueue::new("retry")),
-        failure_dlq: dlq.clone(),
-        config,
+    let config = crate::config::Config {
+        ingest: settings,
+        ..config
     };
-    let ictx = IngestCtx::new(
-        "bucket",
-        store.clone(),
-        jobs.clone(),
-        remote.clone(),
-        bus.clone(),
-        ProcessingRetries {
-            failure_dlq: dlq.clone(),
-            max_attempts: MAX_ATTEMPTS,
-        },
-        settings,
-    );
+    let ictx = Ctx {
+        store: store.clone(),
+        jobs: jobs.clone(),
+        remote: remote.clone(),
+        bus: bus.clone(),
+        failure_dlq: dlq.clone(),
+        ..Ctx::in_memory(config)
+    };
+    let monitor = Ctx {
+        jobs: Arc::new(crate::adapters::unset::UnsetJobRunner),
+        ..ictx.clone()
+    };
     World {
         ictx,
         remote,
@@ -100,7 +100,7 @@ impl World {
             };
             text.push_str(&format!("{url} | md5 | {digest} | | {file} | {file}\n"));
         }
-        let key = self.ictx.ingest.keys.manifest(name);
+        let key = self.ictx.ingest().keys.manifest(name);
         self.store
             .put(&key, Bytes::from(text), PutCondition::Overwrite)
             .await
@@ -182,11 +182,11 @@ impl World {
     }
 
     async fn batch(&self, id: &BatchId) -> crate::domain::ingest::record::BatchRecord {
-        self.ictx.ingest.batch(id).await.unwrap().unwrap().value
+        self.ictx.ingest().batch(id).await.unwrap().unwrap().value
     }
 
     async fn job(&self, id: &JobId) -> crate::domain::ingest::record::JobRecord {
-        self.ictx.ingest.job(id).await.unwrap().unwrap().value
+        self.ictx.ingest().job(id).await.unwrap().unwrap().value
     }
 }
 
@@ -463,7 +463,7 @@ async fn a_failing_callback_fails_the_job_and_a_resume_retries_only_the_notify()
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
     // The depositor's server is back; the job resumes at notify, not from the start.
     let w2 = World {
-        ictx: IngestCtx {
+        ictx: Ctx {
             remote: Arc::new(MemoryRemote::default()),
             ..w.ictx.clone()
         },
@@ -510,7 +510,7 @@ async fn a_failed_processing_job_resumes_with_a_new_batch_job_and_a_failed_batch
         refused.is_ok(),
         "a failed batch may be deleted: {refused:?}"
     );
-    assert!(w.ictx.ingest.job(&id.job(2)).await.unwrap().is_none());
+    assert!(w.ictx.ingest().job(&id.job(2)).await.unwrap().is_none());
     assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
 }
 
@@ -633,7 +633,7 @@ async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
     assert_eq!(deleted.state, JobState::Deleted);
     assert!(w
         .ictx
-        .ingest
+        .ingest()
         .listed(JobState::Failed)
         .await
         .unwrap()
@@ -696,7 +696,7 @@ async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_ba
             text.push_str(&format!("{url} | md5 | {digest} | | {f} | {object}\n"));
         }
     }
-    let key = w.ictx.ingest.keys.manifest("multi");
+    let key = w.ictx.ingest().keys.manifest("multi");
     w.store
         .put(&key, Bytes::from(text), PutCondition::Overwrite)
         .await
@@ -906,7 +906,7 @@ async fn an_event_naming_no_ingest_job_is_rejected_not_retried() {
 
 #[tokio::test]
 async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
-    use crate::handlers::archive::{self, tasks, verify, ArchiveCtx};
+    use crate::handlers::archive::{self, tasks, verify};
     let w = world(IngestSettings {
         archive_destinations: vec![crate::domain::archive::record::Destination::parse(
             "s3://vault/ingest/",
@@ -928,14 +928,13 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
     buckets.adopt("bucket", w.store.clone());
     let queue = Arc::new(MemoryQueue::new("archive-tasks"));
     let key = crate::domain::archive::manifest::signing_key(&"33".repeat(32)).unwrap();
-    let actx = ArchiveCtx::new(
-        w.store.clone(),
-        buckets.clone(),
-        queue.clone(),
-        Arc::new(MemoryEventBus::default()),
-        Some(Arc::new(key)),
-        crate::config::archive::ArchiveSettings::default(),
-    );
+    let actx = Ctx {
+        buckets: buckets.clone(),
+        task_queue: queue.clone(),
+        bus: Arc::new(MemoryEventBus::default()),
+        signing_key: Some(Arc::new(key)),
+        ..w.ictx.clone()
+    };
     for _ in 0..20 {
         let t = archive::tick(&actx, Utc::now()).await.unwrap();
         let got = queue.receive(10, 60, 0).await.unwrap();
@@ -948,7 +947,13 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
             break;
         }
     }
-    let job = actx.archives.job(&archive_id).await.unwrap().unwrap().value;
+    let job = actx
+        .archives()
+        .job(&archive_id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(
         job.state,
         crate::domain::archive::job::ArchiveState::Completed,
