@@ -6,8 +6,8 @@
 
 pub use super::json::Changed;
 use super::json::{change_json, read_json, write_json, RecordAt, RecordError, Versioned};
-use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
+use crate::domain::archive::job::TaskState;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::domain::layout::archive::ArchiveKeys;
 use crate::ports::{ObjectStore, PutCondition};

@@ -4,11 +4,10 @@
 //! ([`on_operator_retry`]), when a retry may run. Pure: `handlers/archive/steps.rs` does the
 //! work a step names, in order, then writes the step's [`JobMove`].
 
-use super::job::{ArchiveState, Phase};
+use super::job::{ArchiveState, Phase, TaskState};
 use super::record::{ArchiveJob, TaskRecord};
 use crate::domain::machine::{IllegalTransition, Move};
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
 
 /// How long an archive job's source may fail to list before the job fails (a few dozen ticks
 /// of the dispatcher's schedule): long enough for a bucket policy being fixed, short enough that
@@ -288,18 +287,6 @@ pub fn on_operator_retry(job: &ArchiveJob) -> Result<(Phase, JobMove), String> {
         automatic: false,
     });
     Ok((phase, mv))
-}
-
-/// A task of a phase, as its record says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TaskState {
-    Pending,
-    Done,
-    /// Failed; `recoverable` says whether running it again may help.
-    Failed {
-        recoverable: bool,
-    },
 }
 
 /// Where a phase stands, from its tasks.

@@ -160,6 +160,18 @@ pub const TRANSITIONS: [(ArchiveState, ArchiveState, Cause); 23] = [
     (Failed, Store, Cause::Operator),
 ];
 
+/// A task of a phase, as its record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TaskState {
+    Pending,
+    Done,
+    /// Failed; `recoverable` says whether running it again may help.
+    Failed {
+        recoverable: bool,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

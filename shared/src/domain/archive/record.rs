@@ -1,8 +1,7 @@
 //! An archive job's record (changed only with If-Match, every change checked against the table
 //! and kept in its history) and its tasks' records.
 
-use super::decisions::TaskState;
-use super::job::{ArchiveState, Phase};
+use super::job::{ArchiveState, Phase, TaskState};
 use crate::domain::machine::Record;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -8,9 +8,9 @@ use super::{ArchiveTick, Ctx};
 use crate::contracts::archive::{ArchiveAnnouncement, TaskMessage};
 use crate::domain::archive::decisions::{
     next_step, on_operator_retry, on_phase_tasks, on_source_listed, on_source_unreadable,
-    task_names, ArchiveStep, JobMove, RetryPolicy, TaskState,
+    task_names, ArchiveStep, JobMove, RetryPolicy,
 };
-use crate::domain::archive::job::{ArchiveState, Phase};
+use crate::domain::archive::job::{ArchiveState, Phase, TaskState};
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::handlers::HandlerError;
 use crate::repositories::archive::Changed;

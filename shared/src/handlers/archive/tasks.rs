@@ -8,8 +8,8 @@
 use super::steps::fan_in;
 use super::{ArchiveTick, Ctx};
 use crate::contracts::archive::TaskMessage;
-use crate::domain::archive::decisions::TaskState;
 use crate::domain::archive::job::Phase;
+use crate::domain::archive::job::TaskState;
 use crate::domain::archive::manifest::{self, Manifest, Member};
 use crate::domain::archive::record::{ArchiveJob, Destination, TaskRecord};
 use crate::handlers::transfer::{copy_into_store, hash_object, open_object, Expected};
