@@ -271,7 +271,7 @@ impl Ingest {
         let move_markers = |b: &JobRecord, a: &JobRecord| {
             let (before, after) = (b.clone(), a.clone());
             async move {
-                self.index_markers(&after).await?;
+                self.index(&after).await?;
                 self.unindex(&before, &after).await
             }
         };
@@ -279,11 +279,7 @@ impl Ingest {
     }
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).
-    async fn index(&self, record: &JobRecord) -> Result<(), RecordError> {
-        Ok(self.index_markers(record).await?)
-    }
-
-    async fn index_markers(&self, record: &JobRecord) -> Result<(), crate::ports::StoreError> {
+    async fn index(&self, record: &JobRecord) -> Result<(), crate::ports::StoreError> {
         let mut keys = Vec::with_capacity(2);
         if record.state != JobState::Deleted {
             keys.push(
