@@ -1,0 +1,246 @@
+//! Creating item records: one, one moved along its first changes, a window's together.
+
+use super::*;
+
+/// What a batch creation does for one item.
+enum Planned {
+    /// No record yet: these steps, the last one written as the record.
+    New(Vec<ItemRecord>),
+    /// Made by this batch in an earlier run.
+    Found(ItemRecord),
+    /// Made otherwise, already as the batch would leave it.
+    InStep(ItemRecord),
+    /// A record made otherwise, or one that could not be read: the caller's one-by-one path.
+    Left,
+}
+
+impl Planned {
+    fn steps(&self) -> &[ItemRecord] {
+        match self {
+            Planned::New(steps) => steps,
+            Planned::Found(_) | Planned::InStep(_) | Planned::Left => &[],
+        }
+    }
+}
+
+impl Items {
+    /// Creates the record unless one with its id exists (`If-None-Match: *`).
+    pub async fn create(&self, new: NewItem, by: &str) -> Result<Created, ItemError> {
+        let record = new.into_record(Utc::now(), by);
+        if is_timed(record.state) {
+            self.mark_inflight(&record).await?;
+        }
+        let key = record_key(&self.prefixes.items, &record.id);
+        match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+            Ok(_) => {
+                self.pay(&record).await?;
+                Ok(Created::New(record))
+            }
+            Err(e) if e.is_conflict() => match self.get(&record.id).await? {
+                Some(existing) => {
+                    // Its creator may have died before the entry (a rerun finds it so).
+                    self.pay_owed(&existing.value).await?;
+                    Ok(Created::Existing(existing.value))
+                }
+                // Deleted between our create and our read: an operator's doing; say so.
+                None => Err(ItemError::Contended(record.id.to_string())),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates the record already moved along `changes` (each checked against the table), with one
+    /// conditional PUT, and writes a history entry for the creation and for each change. Used
+    /// where the first transitions follow at once (a backfill granule is READY and submitted in
+    /// the same breath). `Existing` when a record with the id exists: nothing is written.
+    pub async fn create_along(
+        &self,
+        new: NewItem,
+        changes: &[Change],
+        by: &str,
+    ) -> Result<Created, ItemError> {
+        let now = Utc::now();
+        let steps = along(new.into_record(now, by), changes, now, by)?;
+        let record = owing(&steps, None);
+        if is_timed(record.state) {
+            self.mark_inflight(&record).await?;
+        }
+        let key = record_key(&self.prefixes.items, &record.id);
+        match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
+            Ok(_) => {
+                self.pay(&record).await?;
+                Ok(Created::New(record))
+            }
+            Err(e) if e.is_conflict() => match self.get(&record.id).await? {
+                Some(existing) => {
+                    self.pay_owed(&existing.value).await?;
+                    Ok(Created::Existing(existing.value))
+                }
+                None => Err(ItemError::Contended(record.id.to_string())),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Creates, together, the records of new items already moved along their changes — a
+    /// window's granules, READY and submitted in one breath — with one conditional PUT each and
+    /// their history entries as lines of one object per state entered
+    /// ([`batch_history_key`] with `tag`), not an object per entry; no in-flight marker (the
+    /// window's open marker stands for them). Items that have a record (or an unreadable one)
+    /// are left out: `None` at their place, for the caller's one-by-one path — and so is an item
+    /// whose read or write failed (a throttled call): one item's trouble must not fail the
+    /// window's other records, or a large window under throttling would never be done.
+    ///
+    /// Order: the records are read first; the batch objects are written before any record, so
+    /// a record that says its entries are in a batch is never without them. A crash in between
+    /// leaves lines for records not yet made; the retry, at the same `tag` and `at`, finds the
+    /// same items without records, writes the same lines (the objects exist: nothing changes)
+    /// and makes the records, equal to the lines.
+    pub async fn create_batch(
+        &self,
+        tag: &str,
+        at: DateTime<Utc>,
+        by: &str,
+        new: Vec<(NewItem, Vec<Change>)>,
+        concurrency: usize,
+        in_step: impl Fn(&ItemRecord) -> bool,
+    ) -> Result<Vec<Option<ItemRecord>>, ItemError> {
+        let found: Vec<Result<Option<Versioned<ItemRecord>>, ItemError>> =
+            futures::stream::iter(&new)
+                .map(|(item, _)| {
+                    crate::retry::again(
+                        crate::retry::Backoff::IN_RUN,
+                        "reading an item record",
+                        || self.get(&item.id),
+                        ItemError::is_transient,
+                    )
+                })
+                .buffered(concurrency.max(1))
+                .collect()
+                .await;
+        let mut made: Vec<Planned> = Vec::with_capacity(new.len());
+        for ((item, changes), found) in new.into_iter().zip(found) {
+            match found {
+                Ok(None) => made.push(Planned::New(self.batch_steps(item, &changes, tag, at, by)?)),
+                // Made by this very batch in an earlier run (it died, or a call after the
+                // records failed): done, at no further cost. A window redone must not turn into
+                // a conditional write per granule.
+                Ok(Some(found)) if self.made_by_batch(&found.value, tag, at) => {
+                    made.push(Planned::Found(found.value))
+                }
+                // Made otherwise and already in step (the one-by-one path of an earlier run):
+                // it owes at most its own entry, paid here as the one-by-one path would.
+                Ok(Some(found)) if in_step(&found.value) => made.push(Planned::InStep(found.value)),
+                Ok(Some(_)) => made.push(Planned::Left),
+                Err(e) => {
+                    tracing::warn!(item_id = %item.id, error = %e, "cannot read this item's record; it is left to the one-by-one path");
+                    made.push(Planned::Left)
+                }
+            }
+        }
+        let mut lines: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+        for step in made.iter().flat_map(Planned::steps) {
+            let entry = HistoryEntry::of(step);
+            let key = batch_history_key(&self.prefixes.history, at, step.state, tag);
+            let object = lines.entry(key).or_default();
+            object.extend_from_slice(
+                &encode("history entry", &entry).map_err(RepositoryError::from)?,
+            );
+            object.push(b'\n');
+        }
+        // Each batch object tried again on its own while refused: failing the whole creation for
+        // one refused PUT made its caller read every record of the window again (1,000 granules
+        // at 30% throttling: nine GETs a granule for the feeder instead of three).
+        for (key, body) in lines {
+            let body = Bytes::from(body);
+            let written = crate::retry::again(
+                crate::retry::Backoff::IN_RUN,
+                "writing a window's history lines",
+                || self.store.put(&key, body.clone(), PutCondition::IfAbsent),
+                StoreError::is_transient,
+            )
+            .await;
+            match written {
+                Ok(_) | Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let created: Vec<Option<ItemRecord>> = futures::stream::iter(made)
+            .map(|planned| async move {
+                let record = match planned {
+                    Planned::Found(record) => return Some(record),
+                    Planned::InStep(record) => {
+                        if let Err(e) = self.pay_owed(&record).await {
+                            tracing::warn!(item_id = %record.id, error = %e, "history entry not paid; the item is left to the one-by-one path");
+                            return None;
+                        }
+                        return Some(record);
+                    }
+                    Planned::Left => return None,
+                    Planned::New(steps) => steps.last().cloned()?,
+                };
+                let key = record_key(&self.prefixes.items, &record.id);
+                // A refused write did nothing: tried again. One whose answer was lost comes back
+                // as a conflict and goes to the one-by-one path, which finds it.
+                let written = write_json_retrying(
+                    self.store.as_ref(),
+                    &key,
+                    &record,
+                    PutCondition::IfAbsent,
+                    "creating an item record",
+                )
+                .await;
+                match written {
+                    Ok(_) => Some(record),
+                    // Made by someone else since we looked: theirs stands, the caller's
+                    // one-by-one path takes the item.
+                    Err(e) if e.is_conflict() => None,
+                    // Perhaps made (an answer lost): the one-by-one path finds out.
+                    Err(e) => {
+                        tracing::warn!(item_id = %record.id, error = %e, "item record not made with its window; it is left to the one-by-one path");
+                        None
+                    }
+                }
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await;
+        Ok(created)
+    }
+
+    /// Whether `record` was created by the batch `tag` at `at` (its first entries are lines of
+    /// that batch's objects), whatever happened to it since.
+    pub(super) fn made_by_batch(&self, record: &ItemRecord, tag: &str, at: DateTime<Utc>) -> bool {
+        record.history_batch.as_ref().is_some_and(|b| {
+            b.keys.iter().any(|k| {
+                ItemState::ALL
+                    .iter()
+                    .any(|s| *k == batch_history_key(&self.prefixes.history, at, *s, tag))
+            })
+        })
+    }
+
+    /// The records a batch creation writes: the new one, then one per change.
+    pub(super) fn batch_steps(
+        &self,
+        item: NewItem,
+        changes: &[Change],
+        tag: &str,
+        at: DateTime<Utc>,
+        by: &str,
+    ) -> Result<Vec<ItemRecord>, ItemError> {
+        let mut states = vec![item.state];
+        states.extend(changes.iter().filter_map(|c| c.to));
+        let mut keys: Vec<String> = states
+            .iter()
+            .map(|s| batch_history_key(&self.prefixes.history, at, *s, tag))
+            .collect();
+        keys.dedup();
+        let mut first = item.into_record(at, by);
+        first.history_batch = Some(HistoryBatch {
+            keys,
+            through_seq: (states.len() - 1) as u32,
+        });
+        along(first, changes, at, by)
+    }
+}

@@ -1,0 +1,103 @@
+//! Reading items back: the in-flight index, queries over the records, an item's history.
+
+use super::*;
+
+impl Items {
+    /// Items the in-flight index lists, with the state the marker names.
+    pub async fn inflight(&self) -> Result<Vec<(ItemState, GranuleId)>, ItemError> {
+        let prefix = &self.prefixes.inflight;
+        let mut out = Vec::new();
+        for meta in self.store.list(prefix).await? {
+            let rest = &meta.key[prefix.len()..];
+            let parsed = rest.split_once('/').and_then(|(state, id)| {
+                Some((state.parse::<ItemState>().ok()?, GranuleId::parse(id).ok()?))
+            });
+            match parsed {
+                Some(p) => out.push(p),
+                None => tracing::warn!(key = meta.key, "foreign object in the in-flight index"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a marker the record no longer justifies (the item left the state, or is gone).
+    pub async fn clear_inflight(&self, state: ItemState, id: &GranuleId) -> Result<(), ItemError> {
+        self.store
+            .delete(&inflight_key(&self.prefixes.inflight, state, id))
+            .await?;
+        Ok(())
+    }
+
+    /// Every record matching `query`, in id order. Reads every record: for millions of items,
+    /// query the history with Athena instead.
+    pub async fn find(&self, query: &ItemQuery) -> Result<Vec<ItemRecord>, ItemError> {
+        let keys: Vec<String> = self
+            .store
+            .list(&self.prefixes.items)
+            .await?
+            .into_iter()
+            .map(|m| m.key)
+            .filter(|k| k.ends_with(".json"))
+            .collect();
+        let store = self.store.clone();
+        let records: Vec<Result<Option<Versioned<ItemRecord>>, RepositoryError>> =
+            futures::stream::iter(keys)
+                .map(|k| {
+                    let store = store.clone();
+                    async move { read_json::<ItemRecord>(store.as_ref(), &k).await }
+                })
+                .buffered(32)
+                .collect()
+                .await;
+        let mut out = Vec::new();
+        for r in records {
+            if let Some(v) = r? {
+                if query.matches(&v.value) {
+                    out.push(v.value);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// An item's history in transition order. Lists the whole history prefix: meant for the CLI
+    /// and tests; at scale the Athena history table answers the same question.
+    pub async fn history(&self, id: &GranuleId) -> Result<Vec<HistoryEntry>, ItemError> {
+        let suffix_start = format!("/{id}.");
+        let mut out = Vec::new();
+        // A record created with its window names the batch objects holding its first entries.
+        if let Some(batch) = self.get(id).await?.and_then(|r| r.value.history_batch) {
+            for key in &batch.keys {
+                let Some(object) = self.store.get(key).await? else {
+                    continue;
+                };
+                for line in object.body.split(|b| *b == b'\n') {
+                    if line.is_empty() {
+                        continue;
+                    }
+                    let entry: HistoryEntry = serde_json::from_slice(line).map_err(|e| {
+                        ItemError::State(RepositoryError::Corrupt {
+                            key: key.clone(),
+                            source: e,
+                        })
+                    })?;
+                    if &entry.item_id == id {
+                        out.push(entry);
+                    }
+                }
+            }
+        }
+        for meta in self.store.list(&self.prefixes.history).await? {
+            if !meta.key.contains(&suffix_start) || is_batch_history_key(&meta.key) {
+                continue;
+            }
+            if let Some(v) = read_json::<HistoryEntry>(self.store.as_ref(), &meta.key).await? {
+                if &v.value.item_id == id {
+                    out.push(v.value);
+                }
+            }
+        }
+        out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+}

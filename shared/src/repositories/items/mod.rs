@@ -1,0 +1,208 @@
+//! The lifecycle engine: item records changed only by compare-and-swap, each transition appended
+//! once to the history, and an in-flight index for the sweeper. Used by the importer steps and by
+//! the backfill loop alike.
+//!
+//! Order of writes for a transition: (1) the in-flight marker when entering a timed state,
+//! (2) the record with If-Match — the lock; losing it means re-read and re-decide, (3) the history
+//! entries with If-None-Match, in transition order, (4) the old marker's delete when leaving a
+//! timed state. The record names every entry its write owes (the current state's, and those of a
+//! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]), so a crash after (2) loses
+//! none: whoever next reads the record to change it, or to find nothing to do, pays them first
+//! (idempotently, same keys and bodies), and the sweeper does so for stuck items.
+//!
+//! A window's creations ([`Items::create_batch`]) differ: their entries are lines of one object per
+//! state for the whole window, written before the records (so none is ever owed), and they get no
+//! in-flight marker (the window's open marker names them to the sweeper).
+//!
+//! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions and
+//! the history they owe), [`index`] (the in-flight index, queries, an item's history).
+
+mod advance;
+mod create;
+mod index;
+
+use crate::domain::granule::GranuleId;
+use crate::domain::item::{
+    is_timed, Change, HistoryBatch, HistoryEntry, ItemQuery, ItemRecord, NewItem,
+};
+use crate::domain::layout::items::{
+    batch_history_key, inflight_key, is_batch_history_key, record_key,
+};
+use crate::domain::lifecycle::ItemState;
+use crate::domain::machine::IllegalTransition;
+use crate::ports::{ObjectStore, PutCondition, StoreError};
+use crate::repositories::json::encode;
+use crate::repositories::json::write_json_retrying;
+use crate::repositories::{read_json, write_json, RepositoryError, Versioned};
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use std::sync::Arc;
+
+/// Records looked for at once by [`Items::exist`], and how often each look is tried.
+const EXISTENCE_LOOKS_AT_ONCE: usize = 16;
+const EXISTENCE_TRIES: u32 = 10;
+
+/// How often a transition re-reads and re-decides after losing a race before giving up.
+const MAX_CAS_ROUNDS: usize = 16;
+
+/// A record changed this recently may still owe its history entries (its writer may have died
+/// between the writes, and SQS redelivers within minutes): a no-op decision on it pays them.
+/// Older records had their redeliveries long ago; paying again would cost a PUT per no-op. A
+/// transition pays whatever the age: it is the last chance.
+const HISTORY_REPAIR_WINDOW_SECS: i64 = 3600;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error("item {id}: {source}")]
+    Illegal {
+        id: String,
+        source: IllegalTransition<ItemState>,
+    },
+    #[error(transparent)]
+    State(#[from] RepositoryError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("item {0} changed {MAX_CAS_ROUNDS} times while we tried to update it; retry later")]
+    Contended(String),
+}
+
+impl ItemError {
+    /// A store call that failed in transit or for its rate, or a record others kept changing:
+    /// worth another try later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ItemError::State(e) => e.is_transient(),
+            ItemError::Store(e) => e.is_transient(),
+            ItemError::Contended(_) => true,
+            ItemError::Illegal { .. } => false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemPrefixes {
+    pub items: String,
+    pub history: String,
+    pub inflight: String,
+}
+
+impl Default for ItemPrefixes {
+    fn default() -> Self {
+        Self {
+            items: "items/".into(),
+            history: "history/".into(),
+            inflight: "inflight/".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Created {
+    New(ItemRecord),
+    /// A record with this id exists already (a duplicate discovery): it is returned unchanged.
+    Existing(ItemRecord),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Advanced {
+    Moved(ItemRecord),
+    /// The decision, made on the current record, was to do nothing.
+    Unchanged(ItemRecord),
+    Missing,
+}
+
+impl Advanced {
+    pub fn record(&self) -> Option<&ItemRecord> {
+        match self {
+            Advanced::Moved(r) | Advanced::Unchanged(r) => Some(r),
+            Advanced::Missing => None,
+        }
+    }
+}
+
+/// The item store: records, history and in-flight index over the object-store port.
+#[derive(Clone)]
+pub struct Items {
+    pub store: Arc<dyn ObjectStore>,
+    pub prefixes: ItemPrefixes,
+}
+
+impl Items {
+    pub fn new(store: Arc<dyn ObjectStore>, prefixes: ItemPrefixes) -> Self {
+        Self { store, prefixes }
+    }
+
+    pub async fn get(&self, id: &GranuleId) -> Result<Option<Versioned<ItemRecord>>, ItemError> {
+        Ok(read_json(self.store.as_ref(), &record_key(&self.prefixes.items, id)).await?)
+    }
+
+    /// Which of `ids` have a record (one GET each, a few at a time, each retried within the
+    /// run). A record that is there but unreadable counts as there.
+    pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, ItemError> {
+        let looks: Vec<Result<bool, StoreError>> = futures::stream::iter(ids)
+            .map(|id| async move {
+                let key = record_key(&self.prefixes.items, id);
+                // One look out of a window's thousand that stays refused would hold the whole
+                // window back: more tries than a lone call gets (at 30% refused, ten in a row
+                // happen once in 170,000 looks).
+                crate::retry::again(
+                    crate::retry::Backoff {
+                        tries: EXISTENCE_TRIES,
+                        ..crate::retry::Backoff::IN_RUN
+                    },
+                    "looking for an item record",
+                    || async { Ok(self.store.get(&key).await?.is_some()) },
+                    StoreError::is_transient,
+                )
+                .await
+            })
+            .buffered(EXISTENCE_LOOKS_AT_ONCE)
+            .collect()
+            .await;
+        Ok(looks.into_iter().collect::<Result<_, _>>()?)
+    }
+}
+
+/// `first`, then the record after each change in turn (each checked against the table).
+fn along(
+    first: ItemRecord,
+    changes: &[Change],
+    at: DateTime<Utc>,
+    by: &str,
+) -> Result<Vec<ItemRecord>, ItemError> {
+    let mut steps = vec![first];
+    for change in changes {
+        let last = &steps[steps.len() - 1];
+        let next = last
+            .apply(change, at, by)
+            .map_err(|source| ItemError::Illegal {
+                id: last.id.to_string(),
+                source,
+            })?;
+        steps.push(next);
+    }
+    Ok(steps)
+}
+
+/// The last of `steps` carrying the entries of the transitions before it that are new (past
+/// `since`, the seq of the record they were applied to; all of them for a creation): the one
+/// atomic write then names everything its entries must say.
+fn owing(steps: &[ItemRecord], since: Option<u32>) -> ItemRecord {
+    let mut last = steps[steps.len() - 1].clone();
+    let mut seen = since;
+    let mut earlier = Vec::new();
+    for step in steps {
+        if Some(step.seq) != seen && step.seq != last.seq {
+            earlier.push(HistoryEntry::of(step));
+        }
+        seen = Some(step.seq);
+    }
+    if last.seq != since.unwrap_or(u32::MAX) {
+        last.earlier_steps = earlier;
+    }
+    last
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,402 @@
+use super::*;
+use crate::adapters::memory::MemoryStore;
+use ItemState::*;
+
+fn items() -> Items {
+    Items::new(Arc::new(MemoryStore::new()), ItemPrefixes::default())
+}
+
+fn new_item(id: &str, state: ItemState) -> NewItem {
+    NewItem {
+        id: GranuleId::parse(id).unwrap(),
+        name: id.into(),
+        state,
+        reason: "test".into(),
+        raw_file_hash: None,
+        size: None,
+        checksum: None,
+        source: None,
+        source_modified: None,
+    }
+}
+
+#[tokio::test]
+async fn a_second_create_returns_the_existing_record_untouched() {
+    let items = items();
+    let Created::New(first) = items.create(new_item("a", Discovered), "t").await.unwrap() else {
+        panic!("first create must create");
+    };
+    let second = items.create(new_item("a", Ready), "t").await.unwrap();
+    assert_eq!(second, Created::Existing(first));
+    assert_eq!(
+        items
+            .history(&GranuleId::parse("a").unwrap())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+fn submitted(job: &str) -> Vec<Change> {
+    vec![Change {
+        job_id: Some(job.into()),
+        ..Change::to(Processing, "submitted")
+    }]
+}
+
+#[tokio::test]
+async fn a_batch_creation_writes_a_record_each_and_one_history_object_per_state() {
+    let store = Arc::new(MemoryStore::new());
+    let items = Items::new(store.clone(), ItemPrefixes::default());
+    let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
+    items.create(new_item("old", Ready), "t").await.unwrap();
+    let batch = |ids: &[&str]| -> Vec<(NewItem, Vec<Change>)> {
+        ids.iter()
+            .map(|id| (new_item(id, Ready), submitted(&format!("job-{id}"))))
+            .collect()
+    };
+    let made = items
+        .create_batch("w.1", at, "feeder", batch(&["a", "old", "b"]), 4, |_| false)
+        .await
+        .unwrap();
+    assert_eq!(
+        made.iter().map(Option::is_some).collect::<Vec<_>>(),
+        vec![true, false, true],
+        "the item with a record is left to the caller"
+    );
+    let objects: Vec<String> = store
+        .list("history/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key)
+        .filter(|k| is_batch_history_key(k))
+        .collect();
+    assert_eq!(
+        objects,
+        vec![
+            "history/date=2026-11-24/state=PROCESSING/_batch.w.1.jsonl",
+            "history/date=2026-11-24/state=READY/_batch.w.1.jsonl"
+        ]
+    );
+    assert!(
+        items.inflight().await.unwrap().is_empty(),
+        "no marker: the window's open marker stands for them"
+    );
+    let a = GranuleId::parse("a").unwrap();
+    let record = items.get(&a).await.unwrap().unwrap().value;
+    assert_eq!((record.state, record.seq), (Processing, 1));
+    assert!(record.in_batch_state());
+    let history = items.history(&a).await.unwrap();
+    assert_eq!(
+        history
+            .iter()
+            .map(|e| (e.seq, e.from, e.to))
+            .collect::<Vec<_>>(),
+        vec![(0, None, Ready), (1, Some(Ready), Processing)]
+    );
+    assert_eq!(
+        history[1].record, record,
+        "the line carries the record as written"
+    );
+
+    // A retry (the run died after the records) makes nothing and writes nothing new.
+    let before = store.list("").await.unwrap().len();
+    let again = items
+        .create_batch("w.1", at, "feeder", batch(&["a", "b"]), 4, |_| false)
+        .await
+        .unwrap();
+    assert!(
+        again.iter().all(Option::is_some),
+        "made by this batch before: done, with nothing written"
+    );
+    assert_eq!(store.list("").await.unwrap().len(), before);
+
+    // A no-op decision owes nothing (the entry is a line); the next transition gets its own
+    // object and leaves the batch state.
+    items.advance(&a, "t", |_| None).await.unwrap();
+    items
+        .advance(&a, "monitor", |_| Some(Change::to(Processed, "done")))
+        .await
+        .unwrap();
+    let history = items.history(&a).await.unwrap();
+    assert_eq!(
+        history.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert!(!items.get(&a).await.unwrap().unwrap().value.in_batch_state());
+}
+
+#[tokio::test]
+async fn a_batch_written_before_its_records_is_completed_by_the_retry() {
+    let store = Arc::new(MemoryStore::new());
+    let items = Items::new(store.clone(), ItemPrefixes::default());
+    let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
+    let batch = vec![(new_item("a", Ready), submitted("job-a"))];
+    items
+        .create_batch("w.2", at, "feeder", batch.clone(), 1, |_| false)
+        .await
+        .unwrap();
+    // As if the run had died after the batch objects: the record is gone, the lines stay.
+    store.delete("items/a.json").await.unwrap();
+    let made = items
+        .create_batch("w.2", at, "feeder", batch, 1, |_| false)
+        .await
+        .unwrap();
+    assert!(made[0].is_some());
+    let a = GranuleId::parse("a").unwrap();
+    let history = items.history(&a).await.unwrap();
+    assert_eq!(history.len(), 2);
+    assert_eq!(
+        history[1].record,
+        items.get(&a).await.unwrap().unwrap().value,
+        "the retry's record equals the line the first run wrote"
+    );
+}
+
+#[tokio::test]
+async fn timed_states_are_indexed_while_the_item_is_in_them() {
+    let items = items();
+    let id = GranuleId::parse("a").unwrap();
+    items.create(new_item("a", Ready), "t").await.unwrap();
+    items
+        .advance(&id, "t", |_| Some(Change::to(Processing, "go")))
+        .await
+        .unwrap();
+    assert_eq!(
+        items.inflight().await.unwrap(),
+        vec![(Processing, id.clone())]
+    );
+    items
+        .advance(&id, "t", |_| Some(Change::to(Processed, "ok")))
+        .await
+        .unwrap();
+    assert!(items.inflight().await.unwrap().is_empty());
+    let h = items.history(&id).await.unwrap();
+    let path: Vec<_> = h.iter().map(|e| (e.from, e.to)).collect();
+    assert_eq!(
+        path,
+        vec![
+            (None, Ready),
+            (Some(Ready), Processing),
+            (Some(Processing), Processed)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn an_illegal_decision_is_an_error_and_changes_nothing() {
+    let items = items();
+    let id = GranuleId::parse("a").unwrap();
+    items.create(new_item("a", Discovered), "t").await.unwrap();
+    let err = items
+        .advance(&id, "t", |_| Some(Change::to(Processed, "?")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "item a: an item cannot go from DISCOVERED to PROCESSED"
+    );
+    assert_eq!(
+        items.get(&id).await.unwrap().unwrap().value.state,
+        Discovered
+    );
+}
+
+/// The writer died after the record and before its entries (deleted here), and the next
+/// thing to happen to the item is another transition: the entries are paid first, the
+/// earlier steps of a multi-step write included, with the bodies the dead writer would have
+/// written.
+#[tokio::test]
+async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
+    let store = Arc::new(MemoryStore::new());
+    let items = Items::new(store.clone(), ItemPrefixes::default());
+    let id = GranuleId::parse("a").unwrap();
+    items.create(new_item("a", Ready), "t").await.unwrap();
+    let step = |to: ItemState| move |_: &ItemRecord| vec![Change::to(to, "step")];
+    items
+        .advance_steps(&id, "t", step(Processing))
+        .await
+        .unwrap();
+    items
+        .advance_steps(&id, "t", step(ProcessingFailed))
+        .await
+        .unwrap();
+    items
+        .advance_steps(&id, "t", |_| {
+            vec![
+                Change::to(Ready, "retry"),
+                Change::to(Processing, "submit 2"),
+            ]
+        })
+        .await
+        .unwrap();
+    let before = items.history(&id).await.unwrap();
+    assert_eq!(before.len(), 5);
+    let lose = |seqs: &'static [u32]| {
+        let store = store.clone();
+        async move {
+            for meta in store.list("history/").await.unwrap() {
+                if seqs
+                    .iter()
+                    .any(|s| meta.key.ends_with(&format!("/a.{s:05}.json")))
+                {
+                    store.delete(&meta.key).await.unwrap();
+                }
+            }
+        }
+    };
+    lose(&[3, 4]).await;
+    assert_eq!(items.history(&id).await.unwrap().len(), 3);
+    items
+        .advance_steps(&id, "t", step(Processed))
+        .await
+        .unwrap();
+    let after = items.history(&id).await.unwrap();
+    assert_eq!(
+        after[..5],
+        before[..],
+        "the lost entries come back unchanged"
+    );
+    assert_eq!(after.len(), 6);
+    // A single transition's entry, lost, then a no-op decision: paid too.
+    lose(&[5]).await;
+    assert_eq!(items.history(&id).await.unwrap().len(), 5);
+    let none = items.advance_steps(&id, "t", |_| Vec::new()).await.unwrap();
+    assert!(matches!(none, Advanced::Unchanged(_)));
+    assert_eq!(items.history(&id).await.unwrap(), after);
+    // The record names only the last write's earlier steps; its entries carry none.
+    let record = items.get(&id).await.unwrap().unwrap().value;
+    assert!(record.earlier_steps.is_empty());
+    assert!(after.iter().all(|e| e.record.earlier_steps.is_empty()));
+}
+
+/// A record its writer left owing an entry, untouched for longer than the repair window
+/// (no redelivery came): the next transition still pays the entry before moving it on.
+#[tokio::test]
+async fn an_old_record_pays_its_entry_before_it_moves_on() {
+    let store = Arc::new(MemoryStore::new());
+    let items = Items::new(store.clone(), ItemPrefixes::default());
+    let id = GranuleId::parse("a").unwrap();
+    items.create(new_item("a", Discovered), "t").await.unwrap();
+    items
+        .advance(&id, "t", |_| Some(Change::to(Downloading, "go")))
+        .await
+        .unwrap();
+    // As if the writer had died two hours ago between the record and its entry.
+    let mut record = items.get(&id).await.unwrap().unwrap().value;
+    record.last_updated -= chrono::Duration::hours(2);
+    store
+        .put(
+            "items/a.json",
+            Bytes::from(serde_json::to_vec(&record).unwrap()),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    for meta in store.list("history/").await.unwrap() {
+        if meta.key.ends_with("/a.00001.json") {
+            store.delete(&meta.key).await.unwrap();
+        }
+    }
+    let none = items.advance(&id, "t", |_| None).await.unwrap();
+    assert!(matches!(none, Advanced::Unchanged(_)));
+    assert_eq!(
+        items.history(&id).await.unwrap().len(),
+        1,
+        "a no-op past the window pays nothing"
+    );
+    items
+        .advance(&id, "t", |_| Some(Change::to(Downloaded, "stored")))
+        .await
+        .unwrap();
+    let seqs: Vec<u32> = items
+        .history(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2]);
+}
+
+#[tokio::test]
+async fn a_creation_along_changes_names_its_earlier_steps_until_the_next_transition() {
+    let items = items();
+    let id = GranuleId::parse("a").unwrap();
+    let Created::New(r) = items
+        .create_along(new_item("a", Ready), &submitted("job-a"), "t")
+        .await
+        .unwrap()
+    else {
+        panic!("must create");
+    };
+    let owed: Vec<u32> = r.earlier_steps.iter().map(|e| e.seq).collect();
+    assert_eq!(owed, vec![0]);
+    let moved = items
+        .advance(&id, "t", |_| Some(Change::to(Processed, "ok")))
+        .await
+        .unwrap();
+    assert!(moved.record().unwrap().earlier_steps.is_empty());
+}
+
+#[tokio::test]
+async fn several_steps_are_one_write_with_a_history_entry_each() {
+    let items = items();
+    let id = GranuleId::parse("a").unwrap();
+    items.create(new_item("a", Ready), "t").await.unwrap();
+    items
+        .advance(&id, "t", |_| Some(Change::to(Processing, "submit 1")))
+        .await
+        .unwrap();
+    items
+        .advance(&id, "t", |_| Some(Change::to(ProcessingFailed, "spot")))
+        .await
+        .unwrap();
+    let retry = |r: &ItemRecord| {
+        if r.state == ProcessingFailed {
+            vec![
+                Change::to(Ready, "retry"),
+                Change::to(Processing, "submit 2"),
+            ]
+        } else {
+            Vec::new()
+        }
+    };
+    let out = items.advance_steps(&id, "t", retry).await.unwrap();
+    let r = out.record().unwrap();
+    assert_eq!((r.state, r.seq, r.attempts.processing), (Processing, 4, 2));
+    // again: nothing to do, nothing written twice
+    let again = items.advance_steps(&id, "t", retry).await.unwrap();
+    assert!(matches!(again, Advanced::Unchanged(_)));
+    let path: Vec<_> = items
+        .history(&id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| (e.seq, e.to))
+        .collect();
+    assert_eq!(
+        path,
+        vec![
+            (0, Ready),
+            (1, Processing),
+            (2, ProcessingFailed),
+            (3, Ready),
+            (4, Processing)
+        ]
+    );
+    // an illegal step anywhere refuses the whole decision
+    let err = items
+        .advance_steps(&id, "t", |_| {
+            vec![Change::to(Processed, "ok"), Change::to(Ready, "?")]
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("from PROCESSED to READY"), "{err}");
+    assert_eq!(
+        items.get(&id).await.unwrap().unwrap().value.state,
+        Processing
+    );
+}
