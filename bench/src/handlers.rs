@@ -46,7 +46,7 @@ pub(crate) async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<
         config.layout.track_items = records_on;
         // Setup (item records as the feeder would have left them) is not counted.
         let setup = Ctx::aws(config, &clients)?;
-        let ctx = setup.counted(&counts);
+        let ctx = setup.tapped(counts.clone());
         for &batch in &batches {
             // job-monitor: 90% successes, 5% Spot past Batch's retries, 5% application failures.
             let spot = AttemptEnd::SpotInterruption {

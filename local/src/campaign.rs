@@ -122,7 +122,7 @@ impl Campaign {
         } = super::stack::stack_batch(&stack, clients);
         let mut ctx = Ctx::aws(stack.config()?, clients)?;
         ctx.jobs = jobs;
-        let ctx = ctx.counted(&counts);
+        let ctx = ctx.tapped(counts.clone());
         let events_queue: Arc<dyn Queue> = Arc::new(TappedQueue {
             inner: Arc::new(SqsQueue::new(clients.sqs.clone(), &stack.events_queue_url)),
             tap: counts.clone(),
@@ -197,7 +197,7 @@ impl Campaign {
             failure_dlq,
             ..Ctx::in_memory(config)
         }
-        .counted(&counts);
+        .tapped(counts.clone());
         let events_dlq = Arc::new(MemoryQueue::new("batch-events-dlq"));
         let events = Arc::new(
             MemoryQueue::new("batch-events")

@@ -188,11 +188,6 @@ impl Ctx {
         }
     }
 
-    /// The same context with its calls counted into `counts`.
-    pub fn counted(&self, counts: &Arc<crate::adapters::tap::counting::RequestCounts>) -> Self {
-        self.tapped(counts.clone())
-    }
-
     /// The same context with every external call passing through `faults` (crash-point harness,
     /// `granary-local chaos`).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {

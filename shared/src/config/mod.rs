@@ -221,11 +221,6 @@ impl Config {
         Self::from_lookup(|k| std::env::var(k).ok())
     }
 
-    /// What function `f` reads, from the process environment (a Lambda at init).
-    pub fn for_function_from_env(f: Function) -> Result<Self, ConfigError> {
-        Self::for_sections(f.sections(), |k| std::env::var(k).ok())
-    }
-
     /// Builds the config from name/value pairs only (tests, local runs).
     pub fn from_pairs(pairs: &[(&str, &str)]) -> Result<Self, ConfigError> {
         Self::from_lookup(|k| {

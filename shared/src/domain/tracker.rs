@@ -157,14 +157,6 @@ impl Tracker {
         Ok(())
     }
 
-    /// Rows of one inventory the feeder has moved past (0 for one it does not know).
-    pub fn rows_submitted_of(&self, key: &str) -> u64 {
-        self.inventories
-            .iter()
-            .find(|i| i.key == key)
-            .map_or(0, |i| i.rows_submitted)
-    }
-
     pub fn rows_submitted(&self) -> u64 {
         self.inventories.iter().map(|i| i.rows_submitted).sum()
     }

@@ -1,5 +1,5 @@
 //! Claims of one job — a granule's later attempt, an ingest job's processing attempt — on the
-//! one submission protocol (`repositories::submission`), and the open-claims index.
+//! one submission protocol (`repositories::submission`).
 
 use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
@@ -7,7 +7,7 @@ use crate::contracts::job::job_request;
 use crate::domain::claim::Claim;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::claim_key;
-use crate::ports::{JobRequest, JobRunner, JobRunnerError, ObjectStore, PutCondition};
+use crate::ports::{JobRunner, JobRunnerError, ObjectStore};
 use chrono::Utc;
 use std::time::Duration;
 
@@ -85,30 +85,12 @@ pub async fn submit_claim_once(
     }
 }
 
-/// A claim of one job whose request is `request` (an ingest job's processing).
-pub fn one_job(request: &JobRequest) -> impl Fn(&Claim) -> Vec<JobRequest> + Sync + '_ {
-    move |_| vec![request.clone()]
-}
-
-/// Puts the attempt in the open-claims index, which the reconciler reads: written before SubmitJob,
-/// so every job granary may have created is indexed; the monitor removes it once the attempt's
-/// end is logged and routed. Overwriting is harmless (an empty marker).
-pub(crate) async fn mark_open(
-    store: &dyn ObjectStore,
-    open_key: &str,
-) -> Result<(), RepositoryError> {
-    store
-        .put(open_key, bytes::Bytes::new(), PutCondition::Overwrite)
-        .await?;
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
     use crate::domain::granule::GranuleId;
-    use crate::ports::JobRequest;
+    use crate::ports::{JobRequest, PutCondition};
     use crate::repositories::json::write_json;
     use std::collections::BTreeMap;
 

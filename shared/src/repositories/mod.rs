@@ -6,8 +6,7 @@
 //! - [`hold`]: the feeder's hold.
 //! - [`submission`]: the one Batch submission protocol (claim, SubmitJob once, record, takeover
 //!   after the lease with a lookup by name), over a claim of one job or of a window.
-//! - [`claims`]: claims of one job (a later attempt, an ingest processing attempt), and the
-//!   open-claims index.
+//! - [`claims`]: claims of one job (a later attempt, an ingest processing attempt).
 //! - [`windows`]: the feeder's windows of first attempts (one claim a window).
 //! - [`items`]: item records, their history and the in-flight index.
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.

@@ -17,7 +17,6 @@ use crate::domain::job_name::processing_job_name;
 use crate::domain::machine::Move;
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::handlers::HandlerError;
-use crate::repositories::claims::one_job;
 use crate::repositories::ingest::Changed;
 use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
 use chrono::{DateTime, Utc};
@@ -306,7 +305,7 @@ pub async fn process(
             let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
                 HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
             })?;
-            let requests = one_job(&request);
+            let requests = |_: &Claim| vec![request.clone()];
             let submission = Submission {
                 claim_key: ictx.ingest().keys.processing_claim(
                     &job.id,

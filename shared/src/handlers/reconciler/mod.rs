@@ -18,6 +18,7 @@ use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::parse_window_key;
 use crate::domain::layout::claims::{claim_key, parse_claim_key};
 use crate::handlers::HandlerError;
+use crate::ports::PutCondition;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -170,7 +171,10 @@ async fn reconcile_one(
                 ctx.store.delete(&open_key).await?;
                 let after = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await?;
                 if after.and_then(|c| c.etag) != found.etag {
-                    crate::repositories::claims::mark_open(ctx.store.as_ref(), &open_key).await?;
+                    let empty = bytes::Bytes::new();
+                    ctx.store
+                        .put(&open_key, empty, PutCondition::Overwrite)
+                        .await?;
                     return Ok(Step::NotSubmitted);
                 }
                 tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, "claim past its lease with no job: its open marker is removed (the attempt was never submitted)");
