@@ -1,0 +1,324 @@
+//! One feeder window: its rows read, claimed and submitted once, its item records made.
+
+use super::Ctx;
+use super::{FeederSummary, Stop};
+use crate::adapters::parquet::{Inventory, InventoryError};
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
+use crate::domain::window::WindowClaim;
+use crate::handlers::HandlerError;
+use crate::repositories::items::ItemError;
+use crate::repositories::rejects::RejectKind;
+use crate::repositories::windows::WindowOutcome;
+use crate::repositories::JobSubmission;
+use crate::retry::{again, Backoff};
+use futures::StreamExt;
+
+/// How often one item record is tried within a feeder run before the window stops at it.
+const ITEM_SYNC_TRIES: u32 = 5;
+
+/// How far past the next window a page map reaches: a row group of granary's layout, so a map
+/// holds the next row group too and a window across the boundary still needs no footer.
+pub(super) const PAGE_MAP_LOOKAHEAD_ROWS: u64 = 128 * 1024;
+
+/// Batch accepts at most 50 SubmitJob calls a second per account, a quota that cannot be raised
+/// (AWS Batch User Guide, "AWS Batch service quotas").
+pub const BATCH_SUBMITS_PER_SEC: u64 = 50;
+
+/// The most rows one window may hold: what Batch's SubmitJob rate lets through in a quarter of
+/// the feeder's timeout. A larger `granule_submit_count` is fed as several windows, and the run
+/// starts no new one after half its time ([`Budget`]): a window never outlives the run that
+/// claimed it. Unbounded when the timeout is not known.
+pub fn window_ceiling(timeout: Option<std::time::Duration>) -> u64 {
+    timeout.map_or(u64::MAX, |t| {
+        (t.as_secs() / 4).max(1) * BATCH_SUBMITS_PER_SEC
+    })
+}
+
+/// The current inventory, from the tracker's page map when it covers the window (no request),
+/// otherwise from the file's footer and index; `true` when the file was opened.
+pub(super) async fn open_inventory(
+    ctx: &Ctx,
+    current: &crate::domain::tracker::InventoryProgress,
+    count: u64,
+) -> Result<(Inventory, bool), InventoryError> {
+    let column = &ctx.config.feeder.inventory_id_column;
+    if let Some(map) = current
+        .page_map
+        .as_ref()
+        .filter(|m| m.covers(current.rows_submitted, count))
+    {
+        match Inventory::from_page_map(ctx.store.clone(), &current.key, column, map) {
+            Ok(inventory) => return Ok((inventory, false)),
+            Err(e) => {
+                tracing::warn!(inventory = current.key, error = %e, "the tracker's page map is unreadable; opening the file")
+            }
+        }
+    }
+    let inventory = Inventory::open(ctx.store.clone(), &current.key, column).await?;
+    Ok((inventory, true))
+}
+
+/// Feeds one window: rows `start ..` of the inventory (`ids`). Invalid rows are set aside; the
+/// distinct valid granules are submitted at attempt 1 under one window claim
+/// (`repositories::windows`), then their item records follow. Returns how many rows are settled
+/// (all of the window's, or none: the window's next run redoes it through its claim) and why it
+/// stopped short, if it did.
+pub(super) async fn feed_window(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    ids: &[IdCell],
+    summary: &mut FeederSummary,
+) -> Result<(u64, Option<Stop>), HandlerError> {
+    let rows = ids.len() as u64;
+    let WindowRows {
+        granules,
+        first_row,
+        repeated,
+        unusable,
+    } = window_rows(ids, start);
+    summary.repeated += repeated;
+    // Set aside before the window is claimed: a crash in between sends a notice twice (rejects
+    // are at least once), never none.
+    for (row, why) in unusable {
+        let raw = &ids[(row - start) as usize];
+        if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
+            return Ok((
+                0,
+                Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
+            ));
+        }
+        summary.rejected += 1;
+    }
+    // A granule granary already has a record for was listed before (an earlier window, another
+    // inventory) or found by the importer: it is on its way, and this listing submits nothing
+    // for it. The feeder runs one window at a time and makes a window's records before it moves
+    // past it, so an earlier listing's records are there by now.
+    // A window claimed before (a run redoing it) is worked as its claim says: its granules were
+    // looked for when it was claimed, and are known now because that run made their records.
+    let claimed = match ctx.windows().claimed(inventory_key, start).await {
+        Ok(claimed) => claimed,
+        Err(e) => {
+            return Ok((
+                0,
+                Some(Stop::Fail(format!(
+                    "looking for the claim of rows {start}.. of {inventory_key}: {e}"
+                ))),
+            ))
+        }
+    };
+    let granules = if ctx.config.layout.track_items
+        && !claimed
+        && !crate::mutants::on("feeder-submits-known-granules")
+    {
+        let known = match ctx.items().exist(&granules).await {
+            Ok(known) => known,
+            Err(e) => {
+                return Ok((
+                    0,
+                    Some(Stop::Fail(format!(
+                        "looking for the item records of rows of {inventory_key}: {e}"
+                    ))),
+                ))
+            }
+        };
+        let mut fresh = Vec::with_capacity(granules.len());
+        for (granule, known) in granules.into_iter().zip(known) {
+            if known {
+                tracing::info!(granule_id = %granule, inventory = inventory_key, "already known to granary (listed before, or imported): not submitted again");
+                summary.known_before += 1;
+            } else {
+                fresh.push(granule);
+            }
+        }
+        fresh
+    } else {
+        granules
+    };
+    let window = WindowClaim::new(
+        inventory_key,
+        start,
+        rows,
+        granules,
+        "queue-feeder",
+        chrono::Utc::now(),
+    );
+    let (claim, submissions) = match ctx.windows().submit(window).await? {
+        WindowOutcome::InFlight { claim } => {
+            return Ok((
+                0,
+                Some(Stop::Wait(format!(
+                    "rows {}..{} of {inventory_key} are claimed by a run still in flight",
+                    claim.start,
+                    claim.start + claim.rows
+                ))),
+            ))
+        }
+        WindowOutcome::Worked { claim, jobs } => (claim, jobs),
+    };
+    let mut stop = None;
+    for (granule, submission) in claim.granules.iter().zip(&submissions) {
+        match submission {
+            JobSubmission::Submitted { .. } => summary.submitted += 1,
+            JobSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
+            JobSubmission::Recovered { .. } => summary.recovered += 1,
+            JobSubmission::NotSubmitted { error, .. } => {
+                tracing::error!(granule_id = %granule, error, "granule not submitted");
+                stop.get_or_insert_with(|| {
+                    Stop::Fail(format!(
+                        "{granule} of {inventory_key} not submitted: {error}"
+                    ))
+                });
+            }
+        }
+    }
+    // The item records follow the claim (an earlier run may have died before them).
+    if let Some(failed) = record_window(ctx, inventory_key, &claim, &submissions, &first_row).await
+    {
+        stop.get_or_insert(failed);
+    }
+    Ok(if stop.is_none() {
+        (claim.rows, None)
+    } else {
+        (0, stop)
+    })
+}
+
+/// The item records of a window's granules whose jobs exist: made together where missing, the
+/// others moved one by one (made earlier by another listing, an import, or a retry of this run).
+/// A call throttled past the SDK's retries is tried again within the run; what still fails stops
+/// the window (its tracker does not move past it), as `Some(stop)`.
+async fn record_window(
+    ctx: &Ctx,
+    inventory_key: &str,
+    claim: &WindowClaim,
+    submissions: &[JobSubmission],
+    first_row: &std::collections::HashMap<GranuleId, u64>,
+) -> Option<Stop> {
+    let mut failed = None;
+    let source = |granule: &GranuleId| match first_row.get(granule) {
+        Some(row) => format!("{inventory_key}#row={row}"),
+        None => format!(
+            "{inventory_key}#rows={}..{}",
+            claim.start,
+            claim.start + claim.rows
+        ),
+    };
+    let pending: Vec<(GranuleProcessingEvent, String, String)> = claim
+        .attempts()
+        .zip(submissions)
+        .filter_map(|(event, submission)| {
+            let job_id = submission.job_id()?.to_owned();
+            let source = source(&event.granule_id);
+            Some((event, job_id, source))
+        })
+        .collect();
+    // The records of granules new to granary, made together; a call throttled past the SDK's
+    // retries is tried again within the run (the window only settles when every record is in
+    // step, and each try is idempotent: it makes only the records still missing).
+    let made = again(
+        Backoff {
+            tries: ITEM_SYNC_TRIES,
+            ..Backoff::IN_RUN
+        },
+        "the window's item records",
+        || crate::handlers::item_sync::window_submitted(ctx, claim, &pending, "queue-feeder"),
+        ItemError::is_transient,
+    )
+    .await;
+    let made = match made {
+        Ok(made) => made,
+        Err(e) => {
+            tracing::error!(error = %e, "window's item records not made");
+            return Some(Stop::Fail(format!(
+                "item records of rows of {inventory_key}: {e}"
+            )));
+        }
+    };
+    // The rest had a record already (an earlier window, an import, a retry of this run): one
+    // by one, like any submission.
+    let synced: Vec<Result<(), HandlerError>> =
+        futures::stream::iter(pending.into_iter().zip(made).filter(|(_, made)| !made))
+            .map(|((event, job_id, source), _)| async move {
+                again(
+                    Backoff {
+                        tries: ITEM_SYNC_TRIES,
+                        ..Backoff::IN_RUN
+                    },
+                    "an item record",
+                    || {
+                        crate::handlers::item_sync::submitted(
+                            ctx,
+                            &event,
+                            &job_id,
+                            Some(source.clone()),
+                            "queue-feeder",
+                        )
+                    },
+                    ItemError::is_transient,
+                )
+                .await
+                .map_err(HandlerError::from)
+            })
+            .buffered(ctx.config.feeder.submit_concurrency)
+            .collect()
+            .await;
+    for r in synced {
+        if let Err(e) = r {
+            tracing::error!(error = %e, "item record not updated");
+            failed.get_or_insert_with(|| Stop::Fail(format!("rows of {inventory_key}: {e}")));
+        }
+    }
+    failed
+}
+
+/// A window's rows, sorted: its distinct granules in row order, the first row each was listed
+/// at, how many rows named a granule listed earlier in the window, and the rows no granule can be
+/// made of (with why).
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct WindowRows {
+    pub(super) granules: Vec<GranuleId>,
+    pub(super) first_row: std::collections::HashMap<GranuleId, u64>,
+    pub(super) repeated: u64,
+    pub(super) unusable: Vec<(u64, String)>,
+}
+
+/// Sorts the rows of the window starting at row `start` (pure: no call is made).
+pub(super) fn window_rows(ids: &[IdCell], start: u64) -> WindowRows {
+    let mut out = WindowRows::default();
+    for (i, raw) in ids.iter().enumerate() {
+        let row = start + i as u64;
+        match raw.granule() {
+            Ok(id) => match out.first_row.entry(id.clone()) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(row);
+                    out.granules.push(id);
+                }
+                std::collections::hash_map::Entry::Occupied(_) => out.repeated += 1,
+            },
+            Err(why) => out.unusable.push((row, why)),
+        }
+    }
+    out
+}
+
+/// An unusable row is recorded and dead-lettered (quoted by start, length and hash however long
+/// it is, so the notice always fits in a message), and the feed goes on past it.
+async fn reject(
+    ctx: &Ctx,
+    inventory_key: &str,
+    row: u64,
+    raw: Option<&str>,
+    why: &str,
+) -> Result<(), HandlerError> {
+    let source = format!("{inventory_key}#row={row}");
+    let reason = format!("invalid granule id: {why}");
+    ctx.reject(
+        RejectKind::InvalidInventoryRow,
+        &reason,
+        &source,
+        raw.unwrap_or(""),
+    )
+    .await?;
+    Ok(())
+}
