@@ -13,7 +13,8 @@ use granary::handlers::importer::{self, discover, download, sweeper, Step};
 use granary::handlers::Ctx;
 use granary::handlers::{item_sync, monitor, requeuer};
 use granary::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
-use granary::repositories::items::{Advanced, Items};
+use granary::repositories::items::Items;
+use granary::repositories::json::Changed;
 use granary_tests::http_source::{self, ArchiveServer, Behaviour};
 use granary_tests::*;
 use std::ops::Range;
@@ -737,13 +738,13 @@ async fn racing_handlers_make_exactly_one_transition() {
     let (a, b) = tokio::join!(go("feeder"), go("requeuer"));
     let moved = [&a, &b]
         .iter()
-        .filter(|x| matches!(x, Advanced::Moved(_)))
+        .filter(|x| matches!(x, Changed::Moved(_)))
         .count();
     assert_eq!(moved, 1, "{a:?} / {b:?}");
     assert!(
         [&a, &b]
             .iter()
-            .any(|x| matches!(x, Advanced::Unchanged(r) if r.state == Processing)),
+            .any(|x| matches!(x, Changed::Unchanged(r) if r.state == Processing)),
         "the loser re-read and found nothing left to do"
     );
     let history = plain.history(&id).await.unwrap();

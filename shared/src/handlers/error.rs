@@ -9,7 +9,6 @@ use crate::config::Function;
 use crate::contracts::EncodeError;
 use crate::domain::tracker::TrackerError;
 use crate::ports::{EventBusError, JobRunnerError, QueueError, SourceError, StoreError};
-use crate::repositories::items::ItemError;
 use crate::repositories::rejects::RejectError;
 use crate::repositories::{RecordError, RepositoryError};
 use std::error::Error;
@@ -25,8 +24,6 @@ pub enum HandlerError {
     State(#[from] RepositoryError),
     #[error(transparent)]
     Records(#[from] RecordError),
-    #[error("updating the item record: {0}")]
-    Items(#[from] ItemError),
     #[error(transparent)]
     Inventory(#[from] InventoryError),
     #[error(transparent)]
@@ -91,7 +88,6 @@ impl HandlerError {
             Store(_) => "Store",
             State(_) => "State",
             Records(_) => "Records",
-            Items(_) => "ItemRecords",
             Inventory(_) => "Inventory",
             Tracker(_) => "Tracker",
             Reject(_) => "Reject",

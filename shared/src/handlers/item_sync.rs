@@ -5,11 +5,13 @@
 
 use super::Ctx;
 use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::item::ItemRecord;
 use crate::domain::item::NewItem;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::domain::window::WindowClaim;
-use crate::repositories::items::{Advanced, Created, ItemError};
+use crate::repositories::items::Created;
+use crate::repositories::json::{Changed, RecordError};
 
 /// Why a backfill granule's record exists.
 const LISTED: &str = "listed in an inventory";
@@ -24,7 +26,7 @@ pub async fn submitted(
     job_id: &str,
     source: Option<String>,
     by: &str,
-) -> Result<(), ItemError> {
+) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
@@ -38,7 +40,7 @@ async fn record_submitted(
     job_id: &str,
     source: Option<String>,
     by: &str,
-) -> Result<(), ItemError> {
+) -> Result<(), RecordError> {
     let items = ctx.items();
     let id = &event.granule_id;
     let attempt = event.attempt;
@@ -58,7 +60,7 @@ async fn record_submitted(
     // at that attempt's end; one that does not (both writes lost, or a granule from before
     // records were kept) is made here, counting this attempt's number.
     let moved = match moved {
-        Advanced::Missing
+        Changed::Missing
             if !(attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt")) =>
         {
             match items.create_along(new, &submission, by).await? {
@@ -82,7 +84,7 @@ pub async fn window_submitted(
     window: &WindowClaim,
     submitted: &[(GranuleProcessingEvent, String, String)],
     by: &str,
-) -> Result<Vec<bool>, ItemError> {
+) -> Result<Vec<bool>, RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(vec![true; submitted.len()]);
     }
@@ -115,7 +117,7 @@ pub async fn finished(
     to: ItemState,
     reason: &str,
     by: &str,
-) -> Result<(), ItemError> {
+) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
@@ -130,7 +132,7 @@ async fn record_finished(
     to: ItemState,
     reason: &str,
     by: &str,
-) -> Result<(), ItemError> {
+) -> Result<(), RecordError> {
     let items = ctx.items();
     let attempt = event.attempt;
     let advance = || {
@@ -143,7 +145,7 @@ async fn record_finished(
     // job — or a first attempt and its retry — can end first). Made here at its end, so that the
     // late creation finds it and changes nothing; a creation that won the race meanwhile is
     // advanced as any record.
-    let Advanced::Missing = moved else {
+    let Changed::Missing = moved else {
         warn_if_lagging(&moved, event, to);
         return Ok(());
     };
@@ -163,7 +165,7 @@ async fn record_finished(
 }
 
 /// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
-pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), ItemError> {
+pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
@@ -180,8 +182,8 @@ pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), 
 /// Item records follow the backfill loop; they do not gate it. A record no code can read is
 /// recorded under the reject prefix and dead-lettered with its reason, and the loop goes on
 /// without it — rather than failing every feeder run or message that touches the granule.
-async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), ItemError> {
-    let Err(ItemError::State(crate::repositories::RepositoryError::Corrupt { key, source })) =
+async fn unless_corrupt(ctx: &Ctx, result: Result<(), RecordError>) -> Result<(), RecordError> {
+    let Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt { key, source })) =
         result
     else {
         return result;
@@ -199,20 +201,20 @@ async fn unless_corrupt(ctx: &Ctx, result: Result<(), ItemError>) -> Result<(), 
         // Not recorded: fail as before, so the work is retried rather than the record forgotten.
         Err(e) => {
             tracing::warn!(key, error = %e, "corrupt item record could not be recorded");
-            Err(ItemError::State(
+            Err(RecordError::Repository(
                 crate::repositories::RepositoryError::Corrupt { key, source },
             ))
         }
     }
 }
 
-fn warn_if_lagging(moved: &Advanced, event: &GranuleProcessingEvent, wanted: ItemState) {
+fn warn_if_lagging(moved: &Changed<ItemRecord>, event: &GranuleProcessingEvent, wanted: ItemState) {
     match moved {
-        Advanced::Missing => tracing::warn!(
+        Changed::Missing => tracing::warn!(
             granule_id = %event.granule_id, attempt = event.attempt,
             "no item record: it was removed while this event was handled"
         ),
-        Advanced::Unchanged(r) if r.state != wanted => tracing::info!(
+        Changed::Unchanged(r) if r.state != wanted => tracing::info!(
             granule_id = %event.granule_id, attempt = event.attempt, state = %r.state,
             record_attempt = r.attempts.processing, "item record already past this event"
         ),

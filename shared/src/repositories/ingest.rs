@@ -10,7 +10,9 @@
 //! once the record is written and the next handler has looked.
 
 pub use super::json::Changed;
-use super::json::{change_record, read_json, write_json, RecordAt, RecordError, Versioned};
+use super::json::{
+    change_record, read_json, write_json, Markers, RecordAt, RecordError, Versioned,
+};
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
@@ -151,7 +153,11 @@ impl Ingest {
             let (from, to) = (b.state, a.state);
             async move { self.move_batch_marker(id, from, to).await }
         };
-        change_record(self.store.as_ref(), at, decide, first, move_marker).await
+        let markers = Markers {
+            first,
+            moving: move_marker,
+        };
+        change_record(self.store.as_ref(), at, decide, &markers).await
     }
 
     /// A batch's queue marker moved from `from` to `to`: the new one put, then the old removed.
@@ -275,7 +281,11 @@ impl Ingest {
                 self.unindex(&before, &after).await
             }
         };
-        change_record(self.store.as_ref(), at, decide, first, move_markers).await
+        let markers = Markers {
+            first,
+            moving: move_markers,
+        };
+        change_record(self.store.as_ref(), at, decide, &markers).await
     }
 
     /// Puts the markers `record` needs (idempotent: empty objects, overwritten).

@@ -126,8 +126,9 @@ pub async fn write_json_retrying<T: Serialize>(
     .await
 }
 
-/// How often a change is re-decided after losing a compare-and-swap before giving up.
-pub const CAS_ROUNDS: usize = 8;
+/// How often a change is re-decided after losing a compare-and-swap before giving up (the
+/// feeder's window, the monitor and the reconciler may all change one item record at once).
+pub const CAS_ROUNDS: usize = 16;
 
 /// What a compare-and-swap change found.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,8 +148,8 @@ impl<T> Changed<T> {
     }
 }
 
-/// Why a record of a workflow (an ingest job or batch, an archive job or task) could not be
-/// read or changed: one error for every repository built on [`change_record`].
+/// Why a record of a workflow (an item, an ingest job or batch, an archive job or task) could
+/// not be read or changed: one error for every repository built on [`change_record`].
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     #[error(transparent)]
@@ -162,6 +163,35 @@ pub enum RecordError {
     Contended { what: &'static str, id: String },
 }
 
+impl RecordError {
+    /// A store call that failed in transit or for its rate, or a record others kept changing:
+    /// worth another try later.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            RecordError::Repository(e) => e.is_transient(),
+            RecordError::Store(e) => e.is_transient(),
+            RecordError::Contended { .. } => true,
+            RecordError::Illegal(_) => false,
+        }
+    }
+
+    /// A refused call, which did nothing: the change may be decided again on a fresh read.
+    /// (Not a contention: [`change_record`] has re-decided that one enough.)
+    pub fn is_refused_call(&self) -> bool {
+        matches!(self, RecordError::Repository(_) | RecordError::Store(_)) && self.is_transient()
+    }
+
+    /// The record is there but is not valid JSON for granary.
+    pub fn corrupt(&self) -> Option<(&str, &serde_json::Error)> {
+        match self {
+            RecordError::Repository(RepositoryError::Corrupt { key, source }) => {
+                Some((key, source))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Which record [`change_record`] changes, for its errors: "an ingest job" and its id.
 pub struct RecordAt<'a> {
     pub key: &'a str,
@@ -169,7 +199,57 @@ pub struct RecordAt<'a> {
     pub id: &'a str,
 }
 
-/// [`change_record`] of a record no index follows.
+/// What a change of a record owes beyond the record itself (its index markers, its history
+/// entries), in the order a crash between any two calls cannot strand: [`Followers::before`]
+/// runs ahead of the If-Match write, [`Followers::after`] once it won, and
+/// [`Followers::unchanged`] when the decision was to do nothing (where a dead writer's debts
+/// are paid). Each must be idempotent: a lost race runs `before` again on the next round.
+#[allow(async_fn_in_trait)] // Only ever called with concrete types, whose futures are Send.
+pub trait Followers<T> {
+    async fn before(&self, _current: &T, _next: &T) -> Result<(), RecordError> {
+        Ok(())
+    }
+    async fn after(&self, _current: &T, _next: &T) -> Result<(), RecordError> {
+        Ok(())
+    }
+    async fn unchanged(&self, _current: &T) -> Result<(), RecordError> {
+        Ok(())
+    }
+}
+
+/// A record nothing follows.
+impl<T> Followers<T> for () {}
+
+/// Index markers that move with a record (`moving(before, after)`: the new ones put before the
+/// old ones go, so a crash leaves a record listed twice at worst, which its lister repairs).
+/// They move after the write, unless `first(before, after)`: a record leaving a state no scan
+/// lists would otherwise be left, after a crash between the two, a live record no marker names.
+pub struct Markers<P, M> {
+    pub first: P,
+    pub moving: M,
+}
+
+impl<T, P, M, Fut> Followers<T> for Markers<P, M>
+where
+    P: Fn(&T, &T) -> bool,
+    M: Fn(&T, &T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), StoreError>>,
+{
+    async fn before(&self, current: &T, next: &T) -> Result<(), RecordError> {
+        if (self.first)(current, next) {
+            (self.moving)(current, next).await?;
+        }
+        Ok(())
+    }
+    async fn after(&self, current: &T, next: &T) -> Result<(), RecordError> {
+        if !(self.first)(current, next) {
+            (self.moving)(current, next).await?;
+        }
+        Ok(())
+    }
+}
+
+/// [`change_record`] of a record nothing follows.
 pub async fn change_json<T, F>(
     store: &dyn ObjectStore,
     at: RecordAt<'_>,
@@ -179,45 +259,34 @@ where
     T: Serialize + DeserializeOwned,
     F: Fn(&T) -> Result<Option<T>, String>,
 {
-    let unindexed = |_: &T, _: &T| async { Ok(()) };
-    change_record(store, at, decide, |_, _| false, unindexed).await
+    change_record(store, at, decide, &()).await
 }
 
-/// The one record protocol: reads the record, asks `decide` for its next value, writes it with
-/// If-Match and moves its index markers (`move_markers(before, after)`: the new ones put before
-/// the old ones go, so a crash leaves a record listed twice at worst, which its lister repairs);
-/// on a lost race, reads and decides again (at most [`CAS_ROUNDS`] times). The markers move after
-/// the write, unless `markers_first(before, after)`: a record leaving a state no scan lists would
-/// otherwise be left, after a crash between the two, a live record no marker names.
-pub async fn change_record<T, F, M, Fut>(
+/// The one record protocol: reads the record, asks `decide` for its next value (`None`: nothing
+/// to do; `Err`: a change its table refuses), writes it with If-Match, with what `followers`
+/// owe around the write; on a lost race, reads and decides again (at most [`CAS_ROUNDS`] times).
+pub async fn change_record<T, F>(
     store: &dyn ObjectStore,
     at: RecordAt<'_>,
     decide: F,
-    markers_first: impl Fn(&T, &T) -> bool,
-    move_markers: M,
+    followers: &impl Followers<T>,
 ) -> Result<Changed<T>, RecordError>
 where
     T: Serialize + DeserializeOwned,
     F: Fn(&T) -> Result<Option<T>, String>,
-    M: Fn(&T, &T) -> Fut,
-    Fut: std::future::Future<Output = Result<(), StoreError>>,
 {
     for _ in 0..CAS_ROUNDS {
         let Some(current) = read_json::<T>(store, at.key).await? else {
             return Ok(Changed::Missing);
         };
         let Some(next) = decide(&current.value).map_err(RecordError::Illegal)? else {
+            followers.unchanged(&current.value).await?;
             return Ok(Changed::Unchanged(current.value));
         };
-        let first = markers_first(&current.value, &next);
-        if first {
-            move_markers(&current.value, &next).await?;
-        }
+        followers.before(&current.value, &next).await?;
         match write_json(store, at.key, &next, current.condition()).await {
             Ok(_) => {
-                if !first {
-                    move_markers(&current.value, &next).await?;
-                }
+                followers.after(&current.value, &next).await?;
                 return Ok(Changed::Moved(next));
             }
             Err(e) if e.is_conflict() => continue,

@@ -6,10 +6,10 @@ use crate::adapters::parquet::{Inventory, InventoryError};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
-use crate::repositories::items::ItemError;
 use crate::repositories::rejects::RejectKind;
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::JobSubmission;
+use crate::repositories::RecordError;
 use crate::retry::{again, Backoff};
 use futures::StreamExt;
 
@@ -223,7 +223,7 @@ async fn record_window(
         },
         "the window's item records",
         || crate::handlers::item_sync::window_submitted(ctx, claim, &pending, "queue-feeder"),
-        ItemError::is_transient,
+        RecordError::is_transient,
     )
     .await;
     let made = match made {
@@ -255,7 +255,7 @@ async fn record_window(
                             "queue-feeder",
                         )
                     },
-                    ItemError::is_transient,
+                    RecordError::is_transient,
                 )
                 .await
                 .map_err(HandlerError::from)

@@ -10,7 +10,7 @@ use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::{decide_admission, Admission, AdmissionFacts, ItemState};
 use crate::handlers::HandlerError;
-use crate::repositories::items::Advanced;
+use crate::repositories::json::Changed;
 
 const BY: &str = "importer-admit";
 
@@ -89,7 +89,7 @@ pub async fn admit(imp: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError>
     let moved = items
         .advance(id, BY, |r| decisions::on_admission(r, seq, to, &reason))
         .await?;
-    let Advanced::Moved(r) = moved else {
+    let Changed::Moved(r) = moved else {
         return Ok(moved.record().map_or(ItemState::Downloaded, |r| r.state));
     };
     match r.state {

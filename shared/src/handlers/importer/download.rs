@@ -12,7 +12,7 @@ use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::handlers::HandlerError;
-use crate::repositories::items::Advanced;
+use crate::repositories::json::Changed;
 
 const BY: &str = "importer-download";
 
@@ -83,7 +83,7 @@ pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
             })
             .await?;
         let record = match begun {
-            Advanced::Moved(r) if r.state == Downloading => r,
+            Changed::Moved(r) if r.state == Downloading => r,
             other => return Ok(state_of(&other)),
         };
         granted = false;
@@ -106,7 +106,7 @@ pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
             })
             .await?;
         match moved {
-            Advanced::Moved(r) if r.state == DownloadingFailed => {
+            Changed::Moved(r) if r.state == DownloadingFailed => {
                 // Retry at once (the loop), after a short pause so a flapping server can recover.
                 let pause = std::time::Duration::from_millis(200 * u64::from(attempt));
                 tokio::time::sleep(pause).await;
@@ -116,7 +116,7 @@ pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
     }
 }
 
-fn state_of(a: &Advanced) -> ItemState {
+fn state_of(a: &Changed<ItemRecord>) -> ItemState {
     a.record().map(|r| r.state).unwrap_or(Discovered)
 }
 

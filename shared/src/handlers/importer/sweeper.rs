@@ -22,8 +22,8 @@ use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
-use crate::repositories::items::ItemError;
 use crate::repositories::read_json;
+use crate::repositories::RecordError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -147,7 +147,7 @@ async fn window_granules(
     }
     let prefix = &layout.open_claim_prefix;
     let mut out = Vec::new();
-    for meta in imp.store.list(prefix).await.map_err(ItemError::from)? {
+    for meta in imp.store.list(prefix).await.map_err(RecordError::from)? {
         let Some((inventory, start)) = parse_window_key(prefix, &meta.key) else {
             continue;
         };
@@ -176,7 +176,10 @@ async fn sweep_one(
     let policy = imp.config.retry_policy;
     let current = match items.get(id).await {
         Ok(c) => c,
-        Err(ItemError::State(crate::repositories::RepositoryError::Corrupt { key, source })) => {
+        Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt {
+            key,
+            source,
+        })) => {
             imp.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
                 .await
                 .map_err(HandlerError::from)?;

@@ -10,7 +10,7 @@ use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::HandlerError;
 use crate::ports::ObjectStore;
-use crate::repositories::items::Advanced;
+use crate::repositories::json::Changed;
 use md5::Md5;
 use sha2::{Digest, Sha256};
 
@@ -157,7 +157,7 @@ pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
             decisions::on_revalidation_failed(r, was, seq, &reason)
         })
         .await?;
-    let Advanced::Moved(failed) = moved else {
+    let Changed::Moved(failed) = moved else {
         return Ok(moved.record().map(|r| r.state));
     };
     send_on(imp, &failed).await

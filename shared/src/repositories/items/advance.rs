@@ -11,7 +11,7 @@ impl Items {
         id: &GranuleId,
         by: &str,
         decide: F,
-    ) -> Result<Advanced, ItemError>
+    ) -> Result<Changed<ItemRecord>, RecordError>
     where
         F: Fn(&ItemRecord) -> Option<Change>,
     {
@@ -22,10 +22,10 @@ impl Items {
     /// The record, as a handler that may act on it reads it: a recovery that finds the work done
     /// (a redelivery, a reconciler's pass) also pays the entries a dead writer owed, which no
     /// later transition would (a terminal record has none). `None` without a record.
-    pub async fn look(&self, id: &GranuleId, by: &str) -> Result<Option<ItemRecord>, ItemError> {
+    pub async fn look(&self, id: &GranuleId, by: &str) -> Result<Option<ItemRecord>, RecordError> {
         Ok(match self.advance_steps(id, by, |_| Vec::new()).await? {
-            Advanced::Missing => None,
-            Advanced::Unchanged(record) | Advanced::Moved(record) => Some(record),
+            Changed::Missing => None,
+            Changed::Unchanged(record) | Changed::Moved(record) => Some(record),
         })
     }
 
@@ -37,7 +37,7 @@ impl Items {
         id: &GranuleId,
         by: &str,
         decide: F,
-    ) -> Result<Advanced, ItemError>
+    ) -> Result<Changed<ItemRecord>, RecordError>
     where
         F: Fn(&ItemRecord) -> Vec<Change>,
     {
@@ -47,9 +47,7 @@ impl Items {
             crate::retry::Backoff::IN_RUN,
             "advancing an item record",
             || self.advance_steps_once(id, by, &decide),
-            |e: &ItemError| {
-                matches!(e, ItemError::State(_) | ItemError::Store(_)) && e.is_transient()
-            },
+            RecordError::is_refused_call,
         )
         .await
     }
@@ -59,64 +57,28 @@ impl Items {
         id: &GranuleId,
         by: &str,
         decide: &F,
-    ) -> Result<Advanced, ItemError>
+    ) -> Result<Changed<ItemRecord>, RecordError>
     where
         F: Fn(&ItemRecord) -> Vec<Change>,
     {
         let key = record_key(&self.prefixes.items, id);
-        for _ in 0..MAX_CAS_ROUNDS {
-            let Some(current) = self.get(id).await? else {
-                return Ok(Advanced::Missing);
-            };
-            let changes = decide(&current.value);
+        let named = id.to_string();
+        let at = RecordAt {
+            key: &key,
+            what: "item",
+            id: &named,
+        };
+        let now = Utc::now();
+        let next = |current: &ItemRecord| {
+            let changes = decide(current);
             if changes.is_empty() {
-                // A redelivery finding nothing to do pays what a recent writer may owe.
-                self.pay_owed(&current.value).await?;
-                return Ok(Advanced::Unchanged(current.value));
+                return Ok(None);
             }
-            // Before the record moves on, whatever its age: once it moves, nothing else names
-            // the entries its last write owed (a record untouched for a day may still owe one).
-            if !current.value.in_batch_state()
-                && !crate::mutants::on("history-not-paid-before-moving")
-            {
-                self.pay(&current.value).await?;
-            }
-            let now = Utc::now();
-            let mut steps: Vec<ItemRecord> = Vec::with_capacity(changes.len());
-            for change in &changes {
-                let from = steps.last().unwrap_or(&current.value);
-                let next = from
-                    .apply(change, now, by)
-                    .map_err(|source| ItemError::Illegal {
-                        id: id.to_string(),
-                        source,
-                    })?;
-                steps.push(next);
-            }
-            let next = owing(&steps, Some(current.value.seq));
-            let moved = next.seq != current.value.seq;
-            if moved && is_timed(next.state) {
-                self.mark_inflight(&next).await?;
-            }
-            match write_json(self.store.as_ref(), &key, &next, current.condition()).await {
-                Ok(_) => {}
-                Err(e) if e.is_conflict() => continue,
-                Err(e) => return Err(e.into()),
-            }
-            if moved {
-                self.pay(&next).await?;
-                let left = current.value.state;
-                if is_timed(left) && left != next.state && !current.value.in_batch_state() {
-                    self.store
-                        .delete(&inflight_key(&self.prefixes.inflight, left, id))
-                        .await?;
-                }
-            }
-            return Ok(Advanced::Moved(next));
-        }
-        Err(ItemError::Contended(id.to_string()))
+            let steps = along(current.clone(), &changes, now, by).map_err(|e| e.to_string())?;
+            Ok(Some(owing(&steps, Some(current.seq))))
+        };
+        change_record(self.store.as_ref(), at, next, &ItemFollowers(self)).await
     }
-
     /// Whether a record may still owe entries: changed recently (its writer may have died
     /// between the record and its entries) and not in a batch state (whose entries come first).
     pub(super) fn owes_history(&self, record: &ItemRecord) -> bool {
@@ -127,7 +89,7 @@ impl Items {
     /// Pays what the record's writer may have left owed: every entry, each `If-None-Match` (a
     /// 412 when it is there). Not a GET to see whether it is there: a GET of a missing key
     /// without s3:ListBucket is a 403, not a 404 (S3 API reference, GetObject, "Permissions").
-    pub(super) async fn pay_owed(&self, record: &ItemRecord) -> Result<(), ItemError> {
+    pub(super) async fn pay_owed(&self, record: &ItemRecord) -> Result<(), RecordError> {
         if !self.owes_history(record) {
             return Ok(());
         }
@@ -137,7 +99,7 @@ impl Items {
     /// Writes every entry the record's write owes ([`HistoryEntry::owed_by`]), in order. Each
     /// is `If-None-Match` under a key fixed by its sequence number, so paying twice is a no-op;
     /// a refused write is tried again within the run.
-    pub(super) async fn pay(&self, record: &ItemRecord) -> Result<(), ItemError> {
+    pub(super) async fn pay(&self, record: &ItemRecord) -> Result<(), RecordError> {
         for entry in HistoryEntry::owed_by(record) {
             let key = entry.key(&self.prefixes.history);
             let written = write_json_retrying(
@@ -157,7 +119,7 @@ impl Items {
         Ok(())
     }
 
-    pub(super) async fn mark_inflight(&self, record: &ItemRecord) -> Result<(), ItemError> {
+    pub(super) async fn mark_inflight(&self, record: &ItemRecord) -> Result<(), RecordError> {
         self.store
             .put(
                 &inflight_key(&self.prefixes.inflight, record.state, &record.id),
@@ -166,5 +128,41 @@ impl Items {
             )
             .await?;
         Ok(())
+    }
+}
+
+/// What an item record's change owes (the order is the module's: marker, record, entries,
+/// old marker's delete).
+struct ItemFollowers<'a>(&'a Items);
+
+impl Followers<ItemRecord> for ItemFollowers<'_> {
+    async fn before(&self, current: &ItemRecord, next: &ItemRecord) -> Result<(), RecordError> {
+        // Before the record moves on, whatever its age: once it moves, nothing else names the
+        // entries its last write owed (a record untouched for a day may still owe one).
+        if !current.in_batch_state() && !crate::mutants::on("history-not-paid-before-moving") {
+            self.0.pay(current).await?;
+        }
+        if next.seq != current.seq && is_timed(next.state) {
+            self.0.mark_inflight(next).await?;
+        }
+        Ok(())
+    }
+
+    async fn after(&self, current: &ItemRecord, next: &ItemRecord) -> Result<(), RecordError> {
+        if next.seq == current.seq {
+            return Ok(());
+        }
+        self.0.pay(next).await?;
+        let left = current.state;
+        if is_timed(left) && left != next.state && !current.in_batch_state() {
+            let marker = inflight_key(&self.0.prefixes.inflight, left, &current.id);
+            self.0.store.delete(&marker).await?;
+        }
+        Ok(())
+    }
+
+    /// A redelivery finding nothing to do pays what a recent writer may owe.
+    async fn unchanged(&self, current: &ItemRecord) -> Result<(), RecordError> {
+        self.0.pay_owed(current).await
     }
 }

@@ -25,8 +25,23 @@ impl Planned {
 
 impl Items {
     /// Creates the record unless one with its id exists (`If-None-Match: *`).
-    pub async fn create(&self, new: NewItem, by: &str) -> Result<Created, ItemError> {
-        let record = new.into_record(Utc::now(), by);
+    pub async fn create(&self, new: NewItem, by: &str) -> Result<Created, RecordError> {
+        self.create_along(new, &[], by).await
+    }
+
+    /// Creates the record already moved along `changes` (each checked against the table), with one
+    /// conditional PUT, and writes a history entry for the creation and for each change. Used
+    /// where the first transitions follow at once (a backfill granule is READY and submitted in
+    /// the same breath). `Existing` when a record with the id exists: nothing is written.
+    pub async fn create_along(
+        &self,
+        new: NewItem,
+        changes: &[Change],
+        by: &str,
+    ) -> Result<Created, RecordError> {
+        let now = Utc::now();
+        let steps = along(new.into_record(now, by), changes, now, by)?;
+        let record = owing(&steps, None);
         if is_timed(record.state) {
             self.mark_inflight(&record).await?;
         }
@@ -43,40 +58,10 @@ impl Items {
                     Ok(Created::Existing(existing.value))
                 }
                 // Deleted between our create and our read: an operator's doing; say so.
-                None => Err(ItemError::Contended(record.id.to_string())),
-            },
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Creates the record already moved along `changes` (each checked against the table), with one
-    /// conditional PUT, and writes a history entry for the creation and for each change. Used
-    /// where the first transitions follow at once (a backfill granule is READY and submitted in
-    /// the same breath). `Existing` when a record with the id exists: nothing is written.
-    pub async fn create_along(
-        &self,
-        new: NewItem,
-        changes: &[Change],
-        by: &str,
-    ) -> Result<Created, ItemError> {
-        let now = Utc::now();
-        let steps = along(new.into_record(now, by), changes, now, by)?;
-        let record = owing(&steps, None);
-        if is_timed(record.state) {
-            self.mark_inflight(&record).await?;
-        }
-        let key = record_key(&self.prefixes.items, &record.id);
-        match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
-            Ok(_) => {
-                self.pay(&record).await?;
-                Ok(Created::New(record))
-            }
-            Err(e) if e.is_conflict() => match self.get(&record.id).await? {
-                Some(existing) => {
-                    self.pay_owed(&existing.value).await?;
-                    Ok(Created::Existing(existing.value))
-                }
-                None => Err(ItemError::Contended(record.id.to_string())),
+                None => Err(RecordError::Contended {
+                    what: "item",
+                    id: record.id.to_string(),
+                }),
             },
             Err(e) => Err(e.into()),
         }
@@ -104,15 +89,15 @@ impl Items {
         new: Vec<(NewItem, Vec<Change>)>,
         concurrency: usize,
         in_step: impl Fn(&ItemRecord) -> bool,
-    ) -> Result<Vec<Option<ItemRecord>>, ItemError> {
-        let found: Vec<Result<Option<Versioned<ItemRecord>>, ItemError>> =
+    ) -> Result<Vec<Option<ItemRecord>>, RecordError> {
+        let found: Vec<Result<Option<Versioned<ItemRecord>>, RecordError>> =
             futures::stream::iter(&new)
                 .map(|(item, _)| {
                     crate::retry::again(
                         crate::retry::Backoff::IN_RUN,
                         "reading an item record",
                         || self.get(&item.id),
-                        ItemError::is_transient,
+                        RecordError::is_transient,
                     )
                 })
                 .buffered(concurrency.max(1))
@@ -228,7 +213,7 @@ impl Items {
         tag: &str,
         at: DateTime<Utc>,
         by: &str,
-    ) -> Result<Vec<ItemRecord>, ItemError> {
+    ) -> Result<Vec<ItemRecord>, RecordError> {
         let mut states = vec![item.state];
         states.extend(changes.iter().filter_map(|c| c.to));
         let mut keys: Vec<String> = states

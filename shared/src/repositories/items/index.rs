@@ -4,7 +4,7 @@ use super::*;
 
 impl Items {
     /// Items the in-flight index lists, with the state the marker names.
-    pub async fn inflight(&self) -> Result<Vec<(ItemState, GranuleId)>, ItemError> {
+    pub async fn inflight(&self) -> Result<Vec<(ItemState, GranuleId)>, RecordError> {
         let prefix = &self.prefixes.inflight;
         let mut out = Vec::new();
         for meta in self.store.list(prefix).await? {
@@ -21,7 +21,11 @@ impl Items {
     }
 
     /// Removes a marker the record no longer justifies (the item left the state, or is gone).
-    pub async fn clear_inflight(&self, state: ItemState, id: &GranuleId) -> Result<(), ItemError> {
+    pub async fn clear_inflight(
+        &self,
+        state: ItemState,
+        id: &GranuleId,
+    ) -> Result<(), RecordError> {
         self.store
             .delete(&inflight_key(&self.prefixes.inflight, state, id))
             .await?;
@@ -30,7 +34,7 @@ impl Items {
 
     /// Every record matching `query`, in id order. Reads every record: for millions of items,
     /// query the history with Athena instead.
-    pub async fn find(&self, query: &ItemQuery) -> Result<Vec<ItemRecord>, ItemError> {
+    pub async fn find(&self, query: &ItemQuery) -> Result<Vec<ItemRecord>, RecordError> {
         let keys: Vec<String> = self
             .store
             .list(&self.prefixes.items)
@@ -62,7 +66,7 @@ impl Items {
 
     /// An item's history in transition order. Lists the whole history prefix: meant for the CLI
     /// and tests; at scale the Athena history table answers the same question.
-    pub async fn history(&self, id: &GranuleId) -> Result<Vec<HistoryEntry>, ItemError> {
+    pub async fn history(&self, id: &GranuleId) -> Result<Vec<HistoryEntry>, RecordError> {
         let suffix_start = format!("/{id}.");
         let mut out = Vec::new();
         // A record created with its window names the batch objects holding its first entries.
@@ -76,7 +80,7 @@ impl Items {
                         continue;
                     }
                     let entry: HistoryEntry = serde_json::from_slice(line).map_err(|e| {
-                        ItemError::State(RepositoryError::Corrupt {
+                        RecordError::Repository(RepositoryError::Corrupt {
                             key: key.clone(),
                             source: e,
                         })

@@ -8,7 +8,8 @@
 //! timed state. The record names every entry its write owes (the current state's, and those of a
 //! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]), so a crash after (2) loses
 //! none: whoever next reads the record to change it, or to find nothing to do, pays them first
-//! (idempotently, same keys and bodies), and the sweeper does so for stuck items.
+//! (idempotently, same keys and bodies), and the sweeper does so for stuck items. The change is
+//! the one record protocol ([`change_record`]) with the marker and the entries as its followers.
 //!
 //! A window's creations ([`Items::create_batch`]) differ: their entries are lines of one object per
 //! state for the whole window, written before the records (so none is ever owed), and they get no
@@ -29,10 +30,10 @@ use crate::domain::layout::items::{
     batch_history_key, inflight_key, is_batch_history_key, record_key,
 };
 use crate::domain::lifecycle::ItemState;
-use crate::domain::machine::IllegalTransition;
 use crate::ports::{ObjectStore, PutCondition, StoreError};
 use crate::repositories::json::encode;
 use crate::repositories::json::write_json_retrying;
+use crate::repositories::json::{change_record, Changed, Followers, RecordAt, RecordError};
 use crate::repositories::{read_json, write_json, RepositoryError, Versioned};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -43,42 +44,11 @@ use std::sync::Arc;
 const EXISTENCE_LOOKS_AT_ONCE: usize = 16;
 const EXISTENCE_TRIES: u32 = 10;
 
-/// How often a transition re-reads and re-decides after losing a race before giving up.
-const MAX_CAS_ROUNDS: usize = 16;
-
 /// A record changed this recently may still owe its history entries (its writer may have died
 /// between the writes, and SQS redelivers within minutes): a no-op decision on it pays them.
 /// Older records had their redeliveries long ago; paying again would cost a PUT per no-op. A
 /// transition pays whatever the age: it is the last chance.
 const HISTORY_REPAIR_WINDOW_SECS: i64 = 3600;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ItemError {
-    #[error("item {id}: {source}")]
-    Illegal {
-        id: String,
-        source: IllegalTransition<ItemState>,
-    },
-    #[error(transparent)]
-    State(#[from] RepositoryError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("item {0} changed {MAX_CAS_ROUNDS} times while we tried to update it; retry later")]
-    Contended(String),
-}
-
-impl ItemError {
-    /// A store call that failed in transit or for its rate, or a record others kept changing:
-    /// worth another try later.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            ItemError::State(e) => e.is_transient(),
-            ItemError::Store(e) => e.is_transient(),
-            ItemError::Contended(_) => true,
-            ItemError::Illegal { .. } => false,
-        }
-    }
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
@@ -104,23 +74,6 @@ pub enum Created {
     Existing(ItemRecord),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Advanced {
-    Moved(ItemRecord),
-    /// The decision, made on the current record, was to do nothing.
-    Unchanged(ItemRecord),
-    Missing,
-}
-
-impl Advanced {
-    pub fn record(&self) -> Option<&ItemRecord> {
-        match self {
-            Advanced::Moved(r) | Advanced::Unchanged(r) => Some(r),
-            Advanced::Missing => None,
-        }
-    }
-}
-
 /// The item store: records, history and in-flight index over the object-store port.
 #[derive(Clone)]
 pub struct Items {
@@ -133,13 +86,13 @@ impl Items {
         Self { store, prefixes }
     }
 
-    pub async fn get(&self, id: &GranuleId) -> Result<Option<Versioned<ItemRecord>>, ItemError> {
+    pub async fn get(&self, id: &GranuleId) -> Result<Option<Versioned<ItemRecord>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &record_key(&self.prefixes.items, id)).await?)
     }
 
     /// Which of `ids` have a record (one GET each, a few at a time, each retried within the
     /// run). A record that is there but unreadable counts as there.
-    pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, ItemError> {
+    pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, RecordError> {
         let looks: Vec<Result<bool, StoreError>> = futures::stream::iter(ids)
             .map(|id| async move {
                 let key = record_key(&self.prefixes.items, id);
@@ -170,16 +123,13 @@ fn along(
     changes: &[Change],
     at: DateTime<Utc>,
     by: &str,
-) -> Result<Vec<ItemRecord>, ItemError> {
+) -> Result<Vec<ItemRecord>, RecordError> {
     let mut steps = vec![first];
     for change in changes {
         let last = &steps[steps.len() - 1];
         let next = last
             .apply(change, at, by)
-            .map_err(|source| ItemError::Illegal {
-                id: last.id.to_string(),
-                source,
-            })?;
+            .map_err(|e| RecordError::Illegal(format!("item {}: {e}", last.id)))?;
         steps.push(next);
     }
     Ok(steps)

@@ -264,7 +264,7 @@ async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
     lose(&[5]).await;
     assert_eq!(items.history(&id).await.unwrap().len(), 5);
     let none = items.advance_steps(&id, "t", |_| Vec::new()).await.unwrap();
-    assert!(matches!(none, Advanced::Unchanged(_)));
+    assert!(matches!(none, Changed::Unchanged(_)));
     assert_eq!(items.history(&id).await.unwrap(), after);
     // The record names only the last write's earlier steps; its entries carry none.
     let record = items.get(&id).await.unwrap().unwrap().value;
@@ -301,7 +301,7 @@ async fn an_old_record_pays_its_entry_before_it_moves_on() {
         }
     }
     let none = items.advance(&id, "t", |_| None).await.unwrap();
-    assert!(matches!(none, Advanced::Unchanged(_)));
+    assert!(matches!(none, Changed::Unchanged(_)));
     assert_eq!(
         items.history(&id).await.unwrap().len(),
         1,
@@ -369,7 +369,7 @@ async fn several_steps_are_one_write_with_a_history_entry_each() {
     assert_eq!((r.state, r.seq, r.attempts.processing), (Processing, 4, 2));
     // again: nothing to do, nothing written twice
     let again = items.advance_steps(&id, "t", retry).await.unwrap();
-    assert!(matches!(again, Advanced::Unchanged(_)));
+    assert!(matches!(again, Changed::Unchanged(_)));
     let path: Vec<_> = items
         .history(&id)
         .await
