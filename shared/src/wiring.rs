@@ -63,7 +63,7 @@ impl Ctx {
             prerequisites: Arc::new(ObjectsExist {
                 templates: importer.prerequisites.clone(),
             }),
-            remote: Arc::new(HttpRemote::new(config.ingest.timeout)?),
+            remote: Arc::new(HttpRemote::new(config.ingest.timeout)),
             bus: Arc::new(EventBridgeBus::new(
                 clients.events.clone(),
                 config.ingest.bus_name.clone(),

@@ -39,7 +39,7 @@ fn ingest_on(
 ) -> Ctx {
     Ctx {
         jobs,
-        remote: Arc::new(HttpRemote::new(settings.timeout).unwrap()),
+        remote: Arc::new(HttpRemote::new(settings.timeout)),
         bus: Arc::new(EventBridgeBus::new(s.clients.events.clone(), "default")),
         config: granary::config::Config {
             ingest: settings,

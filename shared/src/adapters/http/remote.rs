@@ -7,14 +7,27 @@ use async_trait::async_trait;
 use reqwest::Client;
 use std::time::Duration;
 
+/// Every Lambda's context has one, but only the ingest dispatcher calls it: the client (TLS
+/// roots and all) is built at the first call, not at every function's start.
 pub struct HttpRemote {
-    client: Client,
+    timeout: Duration,
+    client: std::sync::OnceLock<Client>,
 }
 
 impl HttpRemote {
-    pub fn new(timeout: Duration) -> Result<Self, SourceError> {
-        let client = Client::builder()
-            .timeout(timeout)
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            client: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn client(&self) -> Result<&Client, SourceError> {
+        if let Some(client) = self.client.get() {
+            return Ok(client);
+        }
+        let built = Client::builder()
+            .timeout(self.timeout)
             .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("granary/", env!("CARGO_PKG_VERSION")))
             .redirect(super::same_origin_redirects())
@@ -24,7 +37,7 @@ impl HttpRemote {
                 message: e.to_string(),
                 source: Some(Box::new(e)),
             })?;
-        Ok(Self { client })
+        Ok(self.client.get_or_init(|| built))
     }
 }
 
@@ -32,7 +45,7 @@ impl HttpRemote {
 impl Remote for HttpRemote {
     async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
         let resp = self
-            .client
+            .client()?
             .head(url)
             .send()
             .await
@@ -47,12 +60,12 @@ impl Remote for HttpRemote {
     }
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
-        super::get_stream(&self.client, url).await
+        super::get_stream(self.client()?, url).await
     }
 
     async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
         let resp = self
-            .client
+            .client()?
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
