@@ -6,12 +6,11 @@
 //! once (its history), both copies verify, the open-jobs index no longer lists it, and nothing is left in the
 //! staging area.
 
-#[path = "platform/spread.rs"]
-mod spread;
+mod platform;
 
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
-use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::faults::{CrashPoint, Faults};
 use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap, TappedStore};
 use granary::config::archive::ArchiveSettings;
 use granary::config::{Config, Section};
@@ -22,6 +21,7 @@ use granary::domain::archive::record::{ArchiveSource, Destination};
 use granary::handlers::archive::{self, tasks, verify};
 use granary::handlers::Ctx;
 use granary::ports::{Buckets, ObjectStore, PutCondition, Queue};
+use platform::crashes::{self, CrashRun, Crashes};
 use std::sync::Arc;
 
 struct World {
@@ -263,34 +263,21 @@ async fn operator(w: &World, rot: &Rot, a: &Ctx) -> bool {
     false
 }
 
-async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
-    passes(w, crash.as_slice()).await.0
+/// Passes until quiet, dying at `crash` (its call counted across the passes).
+async fn run(w: &World, crash: Option<CrashPoint>) -> Crashes {
+    let crashes = Crashes::new(crash.as_slice());
+    passes(w, &crashes).await;
+    crashes
 }
 
-/// Passes until quiet, dying at each of `crashes` in turn (their calls counted across the
-/// passes, in increasing order: a later one falls inside the recovery from an earlier one).
-/// Returns the calls made and how many of the crashes were reached.
-async fn passes(w: &World, crashes: &[CrashPoint]) -> (u64, usize) {
-    let totals = Arc::new(FaultCounts::default());
-    let mut calls = 0u64;
-    let mut reached = 0usize;
+/// Passes until quiet, dying at each planned crash in turn (a later one falls inside the
+/// recovery from an earlier one).
+async fn passes(w: &World, crashes: &Crashes) {
     for _ in 0..80 {
-        let point = crashes
-            .get(reached)
-            .filter(|c| c.at_call > calls)
-            .map(|c| CrashPoint {
-                at_call: c.at_call - calls,
-                mode: c.mode,
-            });
-        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let faults = crashes.invocation();
         let busy = pass(w, &faults).await;
-        calls += faults.calls();
-        if faults.crashed() {
-            reached += 1;
-            continue;
-        }
-        if !busy {
-            return (calls, reached);
+        if crashes.ended(&faults) && !busy {
+            return;
         }
     }
     panic!("the archive job did not settle");
@@ -387,7 +374,7 @@ async fn audit(w: &World) -> Result<(), String> {
 #[tokio::test]
 async fn an_archive_job_recovers_from_a_crash_at_every_call() {
     let clean = world().await;
-    let calls = run(&clean, None).await;
+    let calls = run(&clean, None).await.calls();
     audit(&clean)
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
@@ -404,7 +391,7 @@ async fn an_archive_job_recovers_from_a_crash_at_every_call() {
 #[tokio::test]
 async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call() {
     let clean = world_with(Some(Rot::default())).await;
-    let calls = run(&clean, None).await;
+    let calls = run(&clean, None).await.calls();
     audit(&clean)
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
@@ -423,23 +410,18 @@ async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call()
 /// Runs a fresh world (its failing run or not, as `rot` makes it) once per crash point — each of
 /// the clean run's `calls`, before and after — and asserts every run passes the audit.
 async fn crash_at_every_call(calls: u64, rot: impl Fn() -> Option<Rot>) {
-    let mut failures = Vec::new();
-    for at_call in 1..=calls {
-        for mode in [CrashMode::Before, CrashMode::After] {
-            let w = world_with(rot()).await;
-            run(&w, Some(CrashPoint { at_call, mode })).await;
-            if let Err(e) = audit(&w).await {
-                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
+    crashes::at_every_call("archive job", calls, |point| {
+        let rot = rot();
+        async move {
+            let w = world_with(rot).await;
+            let crashed = run(&w, Some(point)).await;
+            CrashRun {
+                reached: crashed.reached() == 1,
+                audit: audit(&w).await,
             }
         }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash runs failed:\n{}",
-        failures.len(),
-        2 * calls,
-        failures.join("\n")
-    );
+    })
+    .await;
 }
 
 /// A crash inside the recovery, on the failing run and its retry: the passes die at a first
@@ -448,22 +430,16 @@ async fn crash_at_every_call(calls: u64, rot: impl Fn() -> Option<Rot>) {
 #[tokio::test]
 async fn an_archive_job_recovers_from_a_crash_inside_its_recovery() {
     let clean = world_with(Some(Rot::default())).await;
-    let calls = run(&clean, None).await;
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for crashes in spread::two_crashes(calls) {
+    let calls = run(&clean, None).await.calls();
+    let runs = crashes::inside_the_recovery("archive job", calls, 100, |planned| async move {
         let w = world_with(Some(Rot::default())).await;
-        let (_, reached) = passes(&w, &crashes).await;
-        if reached < 2 {
-            // The recovery made fewer calls than the gap: nothing more to crash.
-            continue;
+        let crashes = Crashes::new(&planned);
+        passes(&w, &crashes).await;
+        CrashRun {
+            reached: crashes.reached() == 2,
+            audit: audit(&w).await,
         }
-        runs += 1;
-        if let Err(e) = audit(&w).await {
-            failures.push(format!("crashes {crashes:?}: {e}"));
-        }
-    }
-    assert!(runs > 100, "only {runs} runs reached their second crash");
+    })
+    .await;
     eprintln!("{runs} runs with a second crash inside the recovery");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -11,18 +11,14 @@
 //! processing job is on the failure DLQ, every completed job's files are in the bucket and it
 //! was announced, and the batch reported the right jobs.
 
-#[path = "platform/leases.rs"]
-mod leases;
-
-#[path = "platform/spread.rs"]
-mod spread;
+mod platform;
 
 use bytes::Bytes;
 use granary::adapters::memory::{
     job_state_change, Ending, MemoryEventBus, MemoryJobRunner, MemoryQueue, MemoryRemote,
     MemoryStore,
 };
-use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::faults::{CrashPoint, Faults};
 use granary::adapters::tap::Tap;
 use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
@@ -35,6 +31,8 @@ use granary::handlers::ingest::{self, operator, operator::Target, IngestSettings
 use granary::handlers::monitor;
 use granary::handlers::Ctx;
 use granary::ports::{ObjectStore, OutgoingMessage, PutCondition, Queue};
+use platform::crashes::{self, CrashRun, Crashes};
+use platform::leases;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -167,13 +165,14 @@ fn submission_event() -> aws_lambda_events::event::sqs::SqsEvent {
 
 /// The world after the ingest-submit Lambda took the submission, dying at `crash` (then SQS
 /// delivers the message again, a visibility timeout later, to a clean invocation). Returns the
-/// world and how many external calls the first invocation made.
-async fn submitted(mut w: World, crash: Option<CrashPoint>) -> (World, u64) {
-    let faults = Faults::new(crash, 0.0, 7, Arc::new(FaultCounts::default()));
+/// world and the first invocation's crashes (its calls, whether it died).
+async fn submitted(mut w: World, crash: Option<CrashPoint>) -> (World, Crashes) {
+    let crashes = Crashes::new(crash.as_slice());
+    let faults = crashes.invocation();
     let now = chrono::Utc::now();
     let response =
         ingest::handle_submissions(&ictx(&w, Some(faults.clone())), submission_event(), now).await;
-    if faults.crashed() || !response.batch_item_failures.is_empty() {
+    if !crashes.ended(&faults) || !response.batch_item_failures.is_empty() {
         let later = now + chrono::Duration::minutes(6);
         let again = ingest::handle_submissions(&ictx(&w, None), submission_event(), later).await;
         assert!(again.batch_item_failures.is_empty(), "{again:?}");
@@ -195,7 +194,7 @@ async fn submitted(mut w: World, crash: Option<CrashPoint>) -> (World, u64) {
         .collect();
     assert_eq!(batches.len(), 1, "one submission, one batch: {batches:?}");
     w.batch = BatchId::parse(&batches[0]).unwrap();
-    (w, faults.calls())
+    (w, crashes)
 }
 
 /// Batch ends every running processing job — o3's first attempt is reclaimed by Spot, o4's
@@ -235,39 +234,30 @@ async fn deliver_events(w: &World, faults: &Arc<Faults>) -> bool {
     handled
 }
 
-/// Runs passes until quiet; the pass during which the run's `crash_at`th external call falls
-/// dies there. Returns the calls the passes made (the crashing pass's included).
-async fn run(w: &World, crash: Option<CrashPoint>) -> u64 {
-    passes(w, crash.as_slice(), true).await.0
+/// Passes until quiet, with an operator's hold and release of a job; the pass during which the
+/// run's `crash`th external call falls dies there.
+async fn run(w: &World, crash: Option<CrashPoint>) -> Crashes {
+    let crashes = Crashes::new(crash.as_slice());
+    passes(w, &crashes, true).await;
+    crashes
 }
 
 /// Clean passes until quiet, with no operator at work.
 async fn settle(w: &World) {
-    passes(w, &[], false).await;
+    passes(w, &Crashes::new(&[]), false).await;
 }
 
-/// Passes until quiet, dying at each of `crashes` in turn (their calls counted across the
-/// passes, in increasing order: a later one falls inside the recovery from an earlier one).
-/// Returns the calls the passes made and how many of the crashes were reached.
-async fn passes(w: &World, crashes: &[CrashPoint], hold_and_release: bool) -> (u64, usize) {
-    let totals = Arc::new(FaultCounts::default());
-    let mut calls = 0u64;
-    let mut reached = 0usize;
+/// Passes until quiet, dying at each planned crash in turn (their calls counted across the
+/// passes: a later one falls inside the recovery from an earlier one).
+async fn passes(w: &World, crashes: &Crashes, hold_and_release: bool) {
     // An operator holds the batch's fourth job at the first pass and releases it at the third,
     // each command's calls in that pass (a command that failed is run again at the next pass).
     let held = Target::Job(w.batch.job(4));
     let (mut hold_done, mut release_done) = (!hold_and_release, !hold_and_release);
     for pass in 0..60 {
-        let point = crashes
-            .get(reached)
-            .filter(|c| c.at_call > calls)
-            .map(|c| CrashPoint {
-                at_call: c.at_call - calls,
-                mode: c.mode,
-            });
         // A dead invocation's messages are visible again by the next pass.
         w.events.expire_visibility();
-        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let faults = crashes.invocation();
         let now = chrono::Utc::now();
         let tapped = ictx(w, Some(faults.clone()));
         if !hold_done {
@@ -283,9 +273,7 @@ async fn passes(w: &World, crashes: &[CrashPoint], hold_and_release: bool) -> (u
         } else {
             deliver_events(w, &faults).await
         };
-        calls += faults.calls();
-        if faults.crashed() {
-            reached += 1;
+        if !crashes.ended(&faults) {
             continue;
         }
         let s = result.unwrap_or_else(|e| panic!("a clean pass failed: {e}"));
@@ -294,7 +282,7 @@ async fn passes(w: &World, crashes: &[CrashPoint], hold_and_release: bool) -> (u
             if let_claim_leases_run_out(w).await {
                 continue;
             }
-            return (calls, reached);
+            return;
         }
     }
     panic!("the ingest queue did not settle");
@@ -382,29 +370,21 @@ async fn audit(w: &World) -> Result<(), String> {
 #[tokio::test]
 async fn the_ingest_queue_recovers_from_a_crash_at_every_call() {
     let clean = world().await;
-    let calls = run(&clean, None).await;
+    let calls = run(&clean, None).await.calls();
     audit(&clean)
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
     assert!(calls > 50, "{calls} calls");
     eprintln!("{calls} external calls in a clean run");
-    let mut failures = Vec::new();
-    for at_call in 1..=calls {
-        for mode in [CrashMode::Before, CrashMode::After] {
-            let w = world().await;
-            run(&w, Some(CrashPoint { at_call, mode })).await;
-            if let Err(e) = audit(&w).await {
-                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
-            }
+    crashes::at_every_call("ingest queue", calls, |point| async move {
+        let w = world().await;
+        let crashed = run(&w, Some(point)).await;
+        CrashRun {
+            reached: crashed.reached() == 1,
+            audit: audit(&w).await,
         }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash runs failed:\n{}",
-        failures.len(),
-        2 * calls,
-        failures.join("\n")
-    );
+    })
+    .await;
 }
 
 /// A crash inside the recovery: the passes die at a first call and then again at a later one,
@@ -413,47 +393,34 @@ async fn the_ingest_queue_recovers_from_a_crash_at_every_call() {
 #[tokio::test]
 async fn the_ingest_queue_recovers_from_a_crash_inside_its_recovery() {
     let clean = world().await;
-    let calls = run(&clean, None).await;
-    let mut failures = Vec::new();
-    let mut runs = 0;
-    for crashes in spread::two_crashes(calls) {
+    let calls = run(&clean, None).await.calls();
+    let runs = crashes::inside_the_recovery("ingest queue", calls, 100, |planned| async move {
         let w = world().await;
-        let (_, reached) = passes(&w, &crashes, true).await;
-        if reached < 2 {
-            // The recovery made fewer calls than the gap: nothing more to crash.
-            continue;
+        let crashes = Crashes::new(&planned);
+        passes(&w, &crashes, true).await;
+        CrashRun {
+            reached: crashes.reached() == 2,
+            audit: audit(&w).await,
         }
-        runs += 1;
-        if let Err(e) = audit(&w).await {
-            failures.push(format!("crashes {crashes:?}: {e}"));
-        }
-    }
-    assert!(runs > 100, "only {runs} runs reached their second crash");
+    })
+    .await;
     eprintln!("{runs} runs with a second crash inside the recovery");
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// The ingest-submit Lambda dies at each of its calls; SQS delivers the submission again; the
 /// batch then runs as without the crash: one batch, every job where it should end.
 #[tokio::test]
 async fn a_submission_survives_a_crash_at_every_call_of_ingest_submit() {
-    let (_, calls) = submitted(world_unsubmitted().await, None).await;
-    assert!(calls > 0);
-    let mut failures = Vec::new();
-    for at_call in 1..=calls {
-        for mode in [CrashMode::Before, CrashMode::After] {
-            let (w, _) = submitted(
-                world_unsubmitted().await,
-                Some(CrashPoint { at_call, mode }),
-            )
-            .await;
-            run(&w, None).await;
-            if let Err(e) = audit(&w).await {
-                failures.push(format!("crash {mode:?} call {at_call}: {e}"));
-            }
+    let calls = submitted(world_unsubmitted().await, None).await.1.calls();
+    crashes::at_every_call("ingest submit", calls, |point| async move {
+        let (w, crashed) = submitted(world_unsubmitted().await, Some(point)).await;
+        run(&w, None).await;
+        CrashRun {
+            reached: crashed.reached() == 1,
+            audit: audit(&w).await,
         }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    })
+    .await;
 }
 
 /// The ingest jobs the failure DLQ holds a notice for.
@@ -545,29 +512,20 @@ async fn ended(w: &World) -> Result<Vec<String>, String> {
 /// command that died, or whose answer says it could not be done, is run again without faults,
 /// as an operator runs a command again; the platform settles after each. Returns the commands'
 /// calls and whether the crash point was reached.
-async fn operate(w: &World, crash: Option<CrashPoint>) -> (u64, bool) {
-    let totals = Arc::new(FaultCounts::default());
-    let (mut seen, mut crashed) = (0u64, false);
+async fn operate(w: &World, crash: Option<CrashPoint>) -> Crashes {
+    let crashes = Crashes::new(crash.as_slice());
     for command in 0..3 {
-        let point = crash
-            .filter(|c| !crashed && c.at_call > seen)
-            .map(|c| CrashPoint {
-                at_call: c.at_call - seen,
-                mode: c.mode,
-            });
-        let faults = Faults::new(point, 0.0, 7, totals.clone());
+        let faults = crashes.invocation();
         let now = chrono::Utc::now();
         let done = do_command(w, command, &ictx(w, Some(faults.clone())), now).await;
-        seen += faults.calls();
-        crashed |= faults.crashed();
-        if !done || faults.crashed() {
+        if !crashes.ended(&faults) || !done {
             // Run again: it may now say the job or batch has moved on, which is the operator's
             // answer; the end state is what the audit compares.
             do_command(w, command, &ictx(w, None), now).await;
         }
         settle(w).await;
     }
-    (seen, crashed)
+    crashes
 }
 
 /// One operator command; whether it did what it was asked.
@@ -594,7 +552,7 @@ async fn do_command(
 async fn the_ingest_operator_commands_recover_from_a_crash_at_every_call() {
     let clean = world().await;
     run(&clean, None).await;
-    let (calls, _) = operate(&clean, None).await;
+    let calls = operate(&clean, None).await.calls();
     let want = ended(&clean)
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
@@ -603,33 +561,26 @@ async fn the_ingest_operator_commands_recover_from_a_crash_at_every_call() {
         "the commands did their work: {want:#?}"
     );
     assert!(calls > 10, "{calls} calls");
-    let mut failures = Vec::new();
-    let mut crashes = 0;
-    for at_call in 1..=calls {
-        for mode in [CrashMode::Before, CrashMode::After] {
-            let w = world().await;
-            run(&w, None).await;
-            let (_, crashed) = operate(&w, Some(CrashPoint { at_call, mode })).await;
-            crashes += u64::from(crashed);
-            match ended(&w).await {
-                Ok(got) if got == want => {}
-                Ok(got) => failures.push(format!(
-                    "crash {mode:?} call {at_call}: {:?}",
-                    got.iter()
-                        .zip(&want)
-                        .filter(|(g, w)| g != w)
-                        .collect::<Vec<_>>()
-                )),
-                Err(e) => failures.push(format!("crash {mode:?} call {at_call}: {e}")),
-            }
+    let want = &want;
+    crashes::at_every_call("ingest operator commands", calls, |point| async move {
+        let w = world().await;
+        run(&w, None).await;
+        let crashed = operate(&w, Some(point)).await;
+        let audit = match ended(&w).await {
+            Ok(got) if got == *want => Ok(()),
+            Ok(got) => Err(format!(
+                "{:?}",
+                got.iter()
+                    .zip(want)
+                    .filter(|(g, w)| g != w)
+                    .collect::<Vec<_>>()
+            )),
+            Err(e) => Err(e),
+        };
+        CrashRun {
+            reached: crashed.reached() == 1,
+            audit,
         }
-    }
-    assert_eq!(crashes, 2 * calls, "every crash point was reached");
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash runs failed:\n{}",
-        failures.len(),
-        2 * calls,
-        failures.join("\n")
-    );
+    })
+    .await;
 }

@@ -15,6 +15,7 @@
 //! stack, and its calls are recorded in that function's [`AccessLog`] (IAM by use).
 #![allow(dead_code)]
 
+pub mod crashes;
 pub mod ingest;
 pub mod leases;
 pub mod spread;
@@ -582,13 +583,11 @@ pub struct Recovered {
     pub crashed: bool,
 }
 
-/// The recovery's faults across its invocations: each invocation gets its own [`Faults`], whose
-/// crash point is what is left of the recovery's.
+/// The recovery's faults across its invocations: its crash counted as [`crashes::Crashes`]
+/// counts every run's.
 struct RecoveryFaults {
     plan: Recovery,
-    calls: std::sync::atomic::AtomicU64,
-    crashed: std::sync::atomic::AtomicBool,
-    totals: Arc<FaultCounts>,
+    crashes: crashes::Crashes,
 }
 
 /// One invocation's result and whether it lived.
@@ -598,42 +597,24 @@ impl RecoveryFaults {
     fn new(plan: Recovery) -> Self {
         Self {
             plan,
-            calls: Default::default(),
-            crashed: Default::default(),
-            totals: Arc::default(),
+            crashes: crashes::Crashes::new(plan.crash.as_slice()),
         }
     }
 
     fn report(&self) -> Recovered {
-        use std::sync::atomic::Ordering::Relaxed;
         Recovered {
-            calls: self.calls.load(Relaxed),
-            crashed: self.crashed.load(Relaxed),
+            calls: self.crashes.calls(),
+            crashed: self.crashes.reached() > 0,
         }
     }
 
     fn invocation(&self) -> Arc<Faults> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let seen = self.calls.load(Relaxed);
-        let crash = self
-            .plan
-            .crash
-            .filter(|c| !self.crashed.load(Relaxed) && c.at_call > seen)
-            .map(|c| CrashPoint {
-                at_call: c.at_call - seen,
-                mode: c.mode,
-            });
-        Faults::new(crash, 0.0, 0, self.totals.clone())
+        self.crashes.invocation()
     }
 
     /// Whether the invocation lived.
     fn ended(&self, faults: &Faults) -> bool {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.calls.fetch_add(faults.calls(), Relaxed);
-        if faults.crashed() {
-            self.crashed.store(true, Relaxed);
-        }
-        !faults.crashed()
+        self.crashes.ended(faults)
     }
 
     /// Runs `call` as one invocation of `imp`'s function (two overlapping ones when the plan

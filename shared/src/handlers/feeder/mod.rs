@@ -66,6 +66,19 @@ pub struct FeederSummary {
     pub inventories_complete: bool,
 }
 
+impl FeederSummary {
+    /// Rows this run settled one way or another (submitted, found submitted, set aside, or
+    /// known before): the tracker moved past them.
+    pub fn rows_settled(&self) -> u64 {
+        self.submitted
+            + self.already_submitted
+            + self.recovered
+            + self.rejected
+            + self.repeated
+            + self.known_before
+    }
+}
+
 pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, HandlerError> {
     if event.granule_submit_count == 0 {
         return Err(HandlerError::BadEvent(
@@ -202,15 +215,7 @@ pub async fn feed(
         }
         remaining = remaining.saturating_sub(done);
     }
-    if summary.submitted
-        + summary.already_submitted
-        + summary.recovered
-        + summary.rejected
-        + summary.repeated
-        + summary.known_before
-        == 0
-        && summary.stopped.is_none()
-    {
+    if summary.rows_settled() == 0 && summary.stopped.is_none() {
         summary.early_exit = Some(if tracker.value.inventories.is_empty() {
             format!(
                 "no inventories (*.parquet) under {}",
@@ -223,14 +228,7 @@ pub async fn feed(
         });
     }
     if changed {
-        if summary.submitted
-            + summary.already_submitted
-            + summary.recovered
-            + summary.rejected
-            + summary.repeated
-            + summary.known_before
-            > 0
-        {
+        if summary.rows_settled() > 0 {
             tracker.value.sample(chrono::Utc::now());
         }
         // A refused save did nothing and is tried again with the same ETag: losing it would

@@ -1,0 +1,222 @@
+use super::*;
+use crate::adapters::memory::{MemoryJobRunner, MemoryQueue, MemoryStore};
+use crate::config::Config;
+use crate::domain::batch_event::JobStatus;
+use crate::domain::claim::JobsClaim;
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::item::NewItem;
+use crate::handlers::Ctx;
+use crate::ports::{JobRunner, Queue};
+use std::sync::Arc;
+
+async fn importer(jobs: Arc<MemoryJobRunner>) -> (Ctx, Arc<MemoryQueue>) {
+    let config = Config::for_unit_tests(&[
+        ("GRANARY_PROCESSING_TIMEOUT_SECS", "60"),
+        ("GRANARY_MAX_RETRIES", "0"),
+    ]);
+    let store = Arc::new(MemoryStore::new());
+    let dlq = Arc::new(MemoryQueue::new("dlq"));
+    let imp = Ctx {
+        store: store.clone(),
+        jobs,
+        retry_queue: Arc::new(MemoryQueue::new("retry")),
+        failure_dlq: dlq.clone(),
+        import_queue: Some(Arc::new(MemoryQueue::new("import"))),
+        ..Ctx::in_memory(config)
+    };
+    (imp, dlq)
+}
+
+async fn processing(imp: &Ctx, id: &str, job_id: &str) -> GranuleId {
+    let id = GranuleId::parse(id).unwrap();
+    imp.items()
+        .create(NewItem::ready(id.clone(), "t", None), "t")
+        .await
+        .unwrap();
+    let event = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt: 1,
+    };
+    crate::handlers::item_sync::submitted(imp, &event, job_id, None, "t")
+        .await
+        .unwrap();
+    id
+}
+
+async fn state(imp: &Ctx, id: &GranuleId) -> ItemState {
+    imp.items().get(id).await.unwrap().unwrap().value.state
+}
+
+#[tokio::test]
+async fn asks_batch_before_failing_a_processing_item() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let (imp, dlq) = importer(jobs.clone()).await;
+    let request = |item: &str| {
+        let id = GranuleId::parse(item).unwrap();
+        crate::contracts::job::job_request(&format!("{item}-1"), &id, 1)
+    };
+    let alive = jobs.submit(request("alive-item")).await.unwrap().job_id;
+    let done = jobs.submit(request("done-item")).await.unwrap().job_id;
+    jobs.set_status(&done, JobStatus::Succeeded);
+    let a = processing(&imp, "alive-item", &alive).await;
+    let d = processing(&imp, "done-item", &done).await;
+    let lost = processing(&imp, "lost-item", "no-such-job").await;
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let s = sweep(&imp, late).await.unwrap();
+    assert_eq!(
+        (s.examined, s.job_alive, s.finished_by_batch, s.gave_up),
+        (3, 1, 1, 1),
+        "{s:?}"
+    );
+    assert_eq!(state(&imp, &a).await, Processing);
+    // The finished job went through the monitor's handler: logged, and the item PROCESSED.
+    assert_eq!(state(&imp, &d).await, Processed);
+    let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
+    assert_eq!(state(&imp, &lost).await, Abandoned);
+    assert_eq!(dlq.depth().await.unwrap().visible, 1);
+    // only the live job's item is still indexed
+    let left = imp.items().inflight().await.unwrap();
+    assert_eq!(left, vec![(Processing, a)]);
+}
+
+#[tokio::test]
+async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let (imp, dlq) = importer(jobs.clone()).await;
+    let ctx = &imp;
+    let ids: Vec<GranuleId> = ["alive-item", "lost-item"]
+        .iter()
+        .map(|g| GranuleId::parse(g).unwrap())
+        .collect();
+    let alive = jobs
+        .submit(crate::contracts::job::job_request(
+            "alive-item-1",
+            &ids[0],
+            1,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    // The feeder's window: claimed, jobs recorded, records made together, marker open.
+    let found = vec![Some(alive.clone()), Some("forgotten-by-batch".to_owned())];
+    let claim = WindowClaim::new("inv.parquet", 0, 2, ids.clone(), "t", Utc::now())
+        .recording(&found, Utc::now());
+    let layout = &ctx.config.layout;
+    for prefix in [&layout.claim_prefix, &layout.open_claim_prefix] {
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &window_key(prefix, "inv.parquet", 0),
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+    }
+    let submitted: Vec<_> = claim
+        .attempts()
+        .zip(&found)
+        .map(|(e, j)| (e, j.clone().unwrap(), "inv.parquet#row=0".to_owned()))
+        .collect();
+    let made = crate::handlers::item_sync::window_submitted(ctx, &claim, &submitted, "t")
+        .await
+        .unwrap();
+    assert_eq!(made, vec![true, true]);
+    assert!(ctx.items().inflight().await.unwrap().is_empty());
+
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let s = sweep(&imp, late).await.unwrap();
+    assert_eq!(
+        (s.window_granules, s.job_alive, s.gave_up, s.stale_markers),
+        (2, 1, 1, 0),
+        "{s:?}"
+    );
+    assert_eq!(state(&imp, &ids[0]).await, Processing);
+    assert_eq!(state(&imp, &ids[1]).await, Abandoned, "Batch lost its job");
+    assert_eq!(dlq.depth().await.unwrap().visible, 1);
+
+    // The reconciler keeps the window open while a job runs; once it has ended, the
+    // lost one counts as handled (its record moved on) and the marker goes.
+    let open = || async {
+        ctx.store
+            .list(&layout.open_claim_prefix)
+            .await
+            .unwrap()
+            .len()
+    };
+    let later = late + chrono::Duration::days(1);
+    let r = crate::handlers::reconciler::reconcile(ctx, later)
+        .await
+        .unwrap();
+    assert_eq!((r.handled, r.still_running, r.closed), (1, 1, 0), "{r:?}");
+    assert_eq!(open().await, 1);
+    jobs.set_status(&alive, JobStatus::Succeeded);
+    // The marker remembers the handled one: this pass looks only at the other.
+    let r = crate::handlers::reconciler::reconcile(ctx, later)
+        .await
+        .unwrap();
+    assert_eq!((r.recovered, r.handled, r.closed), (1, 0, 1), "{r:?}");
+    assert_eq!(open().await, 0);
+    assert_eq!(state(&imp, &ids[0]).await, Processed);
+    // Nothing of the window is left for the sweeper.
+    let s = sweep(&imp, late).await.unwrap();
+    assert_eq!(s.examined, 0, "{s:?}");
+}
+
+/// A scheduled pass with no time left touches nothing and says how much it left; the same
+/// items are swept by the next pass that has time.
+#[tokio::test]
+async fn a_pass_whose_time_is_spent_leaves_the_rest_for_the_next() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let (imp, _) = importer(jobs.clone()).await;
+    let attempt = crate::domain::granule::GranuleProcessingEvent {
+        granule_id: GranuleId::parse("marked-item").unwrap(),
+        attempt: 1,
+    };
+    imp.submit_once(&attempt, "t").await.unwrap();
+    let ids: Vec<GranuleId> = ["a-item", "b-item", "c-item"]
+        .iter()
+        .map(|g| GranuleId::parse(g).unwrap())
+        .collect();
+    for id in &ids {
+        processing(&imp, id.as_str(), "no-such-job").await;
+    }
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let spent = Budget::within(std::time::Duration::ZERO);
+    let pass = scheduled_pass(&imp, late, &spent).await.unwrap();
+    assert_eq!(pass.reconcile.out_of_time, 1, "{:?}", pass.reconcile);
+    assert_eq!((pass.sweep.examined, pass.sweep.out_of_time), (0, 3));
+    for id in &ids {
+        assert_eq!(state(&imp, id).await, Processing);
+    }
+    let pass = scheduled_pass(&imp, late, &Budget::unlimited())
+        .await
+        .unwrap();
+    assert_eq!((pass.reconcile.out_of_time, pass.sweep.out_of_time), (0, 0));
+    assert_eq!(pass.reconcile.open_claims, 1, "{:?}", pass.reconcile);
+    assert_eq!(pass.sweep.gave_up, 3, "{:?}", pass.sweep);
+}
+
+#[tokio::test]
+async fn leaves_items_within_their_time_and_clears_stale_markers() {
+    let (imp, _) = importer(Arc::new(MemoryJobRunner::default())).await;
+    let id = processing(&imp, "fresh", "job-x").await;
+    let s = sweep(&imp, Utc::now()).await.unwrap();
+    assert_eq!((s.examined, s.within_time), (1, 1));
+    // a marker left behind by a crash after the record moved on
+    imp.store
+        .put(
+            "inflight/DOWNLOADING/fresh",
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let s = sweep(&imp, Utc::now()).await.unwrap();
+    assert_eq!(s.stale_markers, 1);
+    assert_eq!(
+        imp.items().inflight().await.unwrap(),
+        vec![(Processing, id)]
+    );
+}

@@ -1,0 +1,310 @@
+use super::*;
+use crate::adapters::memory::MemoryJobRunner;
+use crate::config::Config;
+use crate::domain::batch_event::JobStatus;
+use crate::domain::claim::JobsClaim;
+use crate::domain::granule::GranuleId;
+use std::sync::Arc;
+
+fn ctx(jobs: Arc<MemoryJobRunner>) -> Ctx {
+    let config = Config::for_unit_tests(&[("GRANARY_RECONCILE_AFTER_SECS", "60")]);
+    Ctx {
+        jobs,
+        ..Ctx::in_memory(config)
+    }
+}
+
+fn attempt(id: &str) -> GranuleProcessingEvent {
+    GranuleProcessingEvent {
+        granule_id: GranuleId::parse(id).unwrap(),
+        attempt: 1,
+    }
+}
+
+fn failed_detail(job_id: &str, granule: &str, exit_code: i64) -> serde_json::Value {
+    serde_json::json!({
+        "jobId": job_id, "jobName": format!("{granule}-1"), "jobQueue": "q",
+        "status": "FAILED", "statusReason": "Essential container in task exited",
+        "attempts": [{"container": {"exitCode": exit_code}}],
+        "parameters": {"granule_id": granule, "attempt": "1"},
+    })
+}
+
+#[tokio::test]
+async fn a_finished_job_whose_event_was_lost_is_logged_and_routed_once() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let lost = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+    let running = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
+    let mut ids = Vec::new();
+    for a in [&lost, &running] {
+        match ctx.submit_once(a, "t").await.unwrap() {
+            crate::repositories::SubmitOutcome::Submitted { job_id } => ids.push(job_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    jobs.finish(
+        &ids[0],
+        JobStatus::Failed,
+        failed_detail(&ids[0], lost.granule_id.as_str(), 2),
+    );
+
+    // Young markers are left alone: their events are on the way.
+    let s = reconcile(&ctx, Utc::now()).await.unwrap();
+    assert_eq!((s.open_claims, s.young, s.recovered), (2, 2, 0));
+
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.recovered, s.still_running, s.errors), (1, 1, 0), "{s:?}");
+    let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(
+        dlq[0].attributes["reason"],
+        "application exited with code 2"
+    );
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1);
+
+    // The lost attempt left the index; a second pass, or its event turning up, does nothing.
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.open_claims, s.recovered), (1, 0));
+    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+}
+
+/// A window with its jobs recorded and one ended, written as the feeder's run leaves it
+/// before its item records: (claim, open marker key, granule, job id).
+async fn window_before_its_records(
+    ctx: &Ctx,
+    jobs: &MemoryJobRunner,
+) -> (
+    crate::domain::window::WindowClaim,
+    String,
+    GranuleId,
+    String,
+) {
+    use crate::domain::layout::claims::window_key;
+    use crate::domain::window::WindowClaim;
+    use crate::ports::JobRunner;
+    let id = GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap();
+    let job = jobs
+        .submit(crate::contracts::job::job_request(
+            &crate::domain::job_name::job_name(&id, 1),
+            &id,
+            1,
+        ))
+        .await
+        .unwrap()
+        .job_id;
+    let claim = WindowClaim::new(
+        "inventories/a.parquet",
+        0,
+        1,
+        vec![id.clone()],
+        "t",
+        Utc::now(),
+    )
+    .recording(&[Some(job.clone())], Utc::now());
+    let layout = &ctx.config.layout;
+    crate::repositories::write_json(
+        ctx.store.as_ref(),
+        &window_key(&layout.claim_prefix, &claim.inventory, 0),
+        &claim,
+        crate::ports::PutCondition::IfAbsent,
+    )
+    .await
+    .unwrap();
+    let open_key = window_key(&layout.open_claim_prefix, &claim.inventory, 0);
+    ctx.store
+        .put(
+            &open_key,
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    jobs.set_status(&job, JobStatus::Succeeded);
+    (claim, open_key, id, job)
+}
+
+/// The feeder's run for the window: its record, made at PROCESSING unless one exists.
+async fn feeder_makes_the_record(ctx: &Ctx, claim: &crate::domain::window::WindowClaim, job: &str) {
+    let submitted = vec![(
+        claim.attempts().next().unwrap(),
+        job.to_owned(),
+        "inventories/a.parquet#row=0".to_owned(),
+    )];
+    let made = crate::handlers::item_sync::window_submitted(ctx, claim, &submitted, "queue-feeder")
+        .await
+        .unwrap();
+    if !made[0] {
+        crate::handlers::item_sync::submitted(
+            ctx,
+            &submitted[0].0,
+            job,
+            Some(submitted[0].2.clone()),
+            "queue-feeder",
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// A window whose job ended before the feeder made its item record (a window's records
+/// follow its jobs): the end makes the record at its end state and closes the window, and
+/// the feeder's late creation finds the record and changes nothing — a record made after
+/// the window closed would sit in PROCESSING with nothing left to find it.
+#[tokio::test]
+async fn an_end_found_before_its_record_makes_the_record_and_the_late_creation_changes_nothing() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let (claim, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.recovered, s.closed), (1, 1), "{s:?}");
+    assert!(ctx.store.get(&open_key).await.unwrap().is_none());
+    let made = ctx.items().get(&id).await.unwrap().unwrap().value;
+    assert_eq!(made.state, crate::domain::lifecycle::ItemState::Processed);
+    assert_eq!(made.job_id.as_deref(), Some(job.as_str()));
+
+    feeder_makes_the_record(&ctx, &claim, &job).await;
+    let after = ctx.items().get(&id).await.unwrap().unwrap().value;
+    assert_eq!((after.state, after.seq), (made.state, made.seq));
+    let history = ctx.items().history(&id).await.unwrap();
+    let states: Vec<_> = history.iter().map(|e| e.record.state).collect();
+    use crate::domain::lifecycle::ItemState::*;
+    assert_eq!(states, vec![Ready, Processing, Processed], "{history:?}");
+}
+
+/// The monitor's first handling of the window's end: logged, then dead before the record
+/// (played by a handler that keeps no records), its event parked; the window's marker stays.
+async fn logged_and_died_before_the_record(ctx: &Ctx, open_key: &str, now: DateTime<Utc>) {
+    let mut dying = ctx.clone();
+    dying.config.layout.track_items = false;
+    reconcile(&dying, now).await.unwrap();
+    ctx.store
+        .put(
+            open_key,
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+}
+
+/// A logged end whose record never followed is not "handled": the pass hands it on again,
+/// which makes the record, and only then closes the window.
+#[tokio::test]
+async fn a_logged_end_whose_record_never_followed_is_handed_on_again() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let (_, open_key, id, _) = window_before_its_records(&ctx, &jobs).await;
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    logged_and_died_before_the_record(&ctx, &open_key, later).await;
+    assert!(ctx.items().get(&id).await.unwrap().is_none());
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.handled, s.closed), (1, 1), "{s:?}");
+    let record = ctx.items().get(&id).await.unwrap().unwrap().value;
+    assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "the end was logged once");
+}
+
+/// As above, found only after Batch purged the job: the log, which holds the job's detail,
+/// hands the end on; nothing is dead-lettered as forgotten.
+#[tokio::test]
+async fn a_logged_end_batch_forgot_makes_its_record_from_the_log() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let (_, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    logged_and_died_before_the_record(&ctx, &open_key, later).await;
+    jobs.forget(&job);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!(
+        (s.recovered, s.unknown_to_batch, s.closed),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    let record = ctx.items().get(&id).await.unwrap().unwrap().value;
+    assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
+    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+}
+
+/// An end whose event was lost, looked for only after Batch purged the job: neither
+/// left open for ever nor guessed at, but dead-lettered with the reason, once.
+#[tokio::test]
+async fn a_job_batch_forgot_is_dead_lettered_with_its_reason_once() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Succeeded));
+    let ctx = ctx(jobs.clone());
+    let forgotten = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+    let crate::repositories::SubmitOutcome::Submitted { job_id } =
+        ctx.submit_once(&forgotten, "t").await.unwrap()
+    else {
+        panic!()
+    };
+    jobs.forget(&job_id);
+    let later = Utc::now() + chrono::Duration::days(8);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.unknown_to_batch, s.errors), (1, 0), "{s:?}");
+    let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+    assert_eq!(dlq.len(), 1);
+    assert!(
+        dlq[0].attributes["reason"].contains("Batch no longer knows job"),
+        "{:?}",
+        dlq[0].attributes
+    );
+    assert!(ctx
+        .store
+        .list(&ctx.config.layout.open_claim_prefix)
+        .await
+        .unwrap()
+        .is_empty());
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!(s.open_claims, 0);
+    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+}
+
+#[tokio::test]
+async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left_until_its_lease_passes() {
+    let ctx = ctx(Arc::new(MemoryJobRunner::default()));
+    let orphan = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+    let open = claim_key(&ctx.config.layout.open_claim_prefix, &orphan);
+    ctx.store
+        .put(
+            &open,
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let half = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
+    let claim = Claim::new(&half, "t", Utc::now());
+    crate::repositories::write_json(
+        ctx.store.as_ref(),
+        &claim_key(&ctx.config.layout.claim_prefix, &half),
+        &claim,
+        crate::ports::PutCondition::IfAbsent,
+    )
+    .await
+    .unwrap();
+    ctx.store
+        .put(
+            &claim_key(&ctx.config.layout.open_claim_prefix, &half),
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.closed, s.not_submitted), (1, 1), "{s:?}");
+    assert!(ctx.store.get(&open).await.unwrap().is_none());
+    // Past the claim's lease with still no job (its owner died before SubmitJob and its
+    // retry message was parked): the marker goes, or the campaign never settles.
+    let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease).unwrap();
+    let past_lease = Utc::now() + lease + chrono::Duration::seconds(1);
+    let s = reconcile(&ctx, past_lease).await.unwrap();
+    assert_eq!((s.closed, s.not_submitted), (1, 0), "{s:?}");
+    let half_open = claim_key(&ctx.config.layout.open_claim_prefix, &half);
+    assert!(ctx.store.get(&half_open).await.unwrap().is_none());
+}
