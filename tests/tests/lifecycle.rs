@@ -522,7 +522,7 @@ async fn operational_a_file_already_stored_goes_straight_to_downloaded() {
         .put(&key, Bytes::from_static(BODY), PutCondition::Overwrite)
         .await
         .unwrap();
-    importer::run_steps(&w.imp, &id, None).await.unwrap();
+    run_steps(&w.imp, &id, None).await.unwrap();
     let r = w.record(&id).await;
     assert_eq!((r.state, r.attempts.download), (Ready, 0));
     assert_eq!(w.server.archive.gets("i.h5"), 0, "nothing downloaded");
@@ -542,7 +542,7 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     let id = w.only_item().await;
     let r = w.record(&id).await;
     assert_eq!(r.state, Downloaded, "waits for its prerequisite");
-    let waiting = importer::run_steps(&w.imp, &id, None).await.unwrap_err();
+    let waiting = run_steps(&w.imp, &id, None).await.unwrap_err();
     assert!(
         waiting
             .to_string()
@@ -559,7 +559,7 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
         )
         .await
         .unwrap();
-    let after = importer::run_steps(&w.imp, &id, Some(Step::Revalidate))
+    let after = run_steps(&w.imp, &id, Some(Step::Revalidate))
         .await
         .unwrap();
     assert_eq!(after.final_state, Some(DownloadingFailed));
@@ -825,4 +825,19 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
             Some(format!("{url}{}", r.name).as_str())
         );
     }
+}
+
+/// The import message for `id` (at `step`), delivered to the importer as SQS would.
+async fn run_steps(
+    imp: &Ctx,
+    id: &GranuleId,
+    step: Option<Step>,
+) -> Result<importer::StepReport, granary::handlers::HandlerError> {
+    let message = granary::contracts::messages::ImportMessage {
+        item_id: id.clone(),
+        step,
+        resume: false,
+    };
+    let body = serde_json::to_string(&message).unwrap();
+    importer::handle_message(imp, &body).await
 }

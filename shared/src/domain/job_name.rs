@@ -45,20 +45,21 @@ pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
     stem + &suffix
 }
 
-/// True when `name` is a job name AWS Batch accepts.
-pub fn is_valid_batch_job_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_JOB_NAME
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// True when a job name is one AWS Batch accepts (SubmitJob's jobName: up to 128 letters,
+    /// numbers, hyphens and underscores, starting with a letter or number).
+    fn is_valid_batch_job_name(name: &str) -> bool {
+        !name.is_empty()
+            && name.len() <= MAX_JOB_NAME
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
 
     fn id(s: &str) -> GranuleId {
         GranuleId::parse(s).unwrap()

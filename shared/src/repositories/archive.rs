@@ -5,7 +5,9 @@
 //! Their keys: `domain::layout::archive`.
 
 pub use super::json::Changed;
-use super::json::{change_json, read_json, write_json, RecordAt, RecordError, Versioned};
+use super::json::{
+    change_record, read_json, record_names, write_json, RecordAt, RecordError, Versioned,
+};
 use crate::domain::archive::job::Phase;
 use crate::domain::archive::job::TaskState;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
@@ -82,23 +84,7 @@ impl Archives {
 
     /// Every job id, oldest first (ids sort by creation time).
     pub async fn ids(&self) -> Result<Vec<String>, RecordError> {
-        let prefix = self.keys.jobs();
-        let mut ids: Vec<String> = self
-            .store
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|m| {
-                Some(
-                    m.key
-                        .strip_prefix(&prefix)?
-                        .strip_suffix(".json")?
-                        .to_owned(),
-                )
-            })
-            .collect();
-        ids.sort();
-        Ok(ids)
+        Ok(record_names(self.store.as_ref(), &self.keys.jobs()).await?)
     }
 
     /// Reads the job, asks `decide` for the next record, writes it with If-Match.
@@ -112,7 +98,7 @@ impl Archives {
             what: "archive job",
             id,
         };
-        change_json(self.store.as_ref(), at, decide).await
+        change_record(self.store.as_ref(), at, decide, &()).await
     }
 
     pub async fn put_shard(&self, id: &str, n: u32, keys: &[String]) -> Result<(), RecordError> {
@@ -189,7 +175,7 @@ impl Archives {
             what: "archive task",
             id: &named,
         };
-        change_json(self.store.as_ref(), at, |t| Ok(decide(t))).await
+        change_record(self.store.as_ref(), at, |t| Ok(decide(t)), &()).await
     }
 
     /// Every task of the phase, in name order.

@@ -11,7 +11,7 @@
 
 pub use super::json::Changed;
 use super::json::{
-    change_record, read_json, write_json, Markers, RecordAt, RecordError, Versioned,
+    change_record, read_json, record_names, write_json, Markers, RecordAt, RecordError, Versioned,
 };
 use crate::domain::ingest::batch::BatchState;
 use crate::domain::ingest::index::{BatchId, JobId};
@@ -115,19 +115,11 @@ impl Ingest {
 
     /// Every batch id, oldest first (ids sort by submission time).
     pub async fn batch_ids(&self) -> Result<Vec<BatchId>, RecordError> {
-        let prefix = self.keys.batches();
-        let mut ids: Vec<BatchId> = self
-            .store
-            .list(&prefix)
-            .await?
-            .into_iter()
-            .filter_map(|m| {
-                let name = m.key.strip_prefix(&prefix)?.strip_suffix(".json")?;
-                BatchId::parse(name).ok()
-            })
-            .collect();
-        ids.sort();
-        Ok(ids)
+        let names = record_names(self.store.as_ref(), &self.keys.batches()).await?;
+        Ok(names
+            .iter()
+            .filter_map(|n| BatchId::parse(n).ok())
+            .collect())
     }
 
     /// Reads the batch, asks `decide` for the next record, writes it with If-Match.

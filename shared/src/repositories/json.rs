@@ -72,6 +72,28 @@ pub async fn read_json<T: DeserializeOwned>(
     }))
 }
 
+/// The names of the JSON records directly under `prefix` (`<prefix><name>.json`), sorted.
+pub async fn record_names(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<Vec<String>, StoreError> {
+    let mut names: Vec<String> = store
+        .list(prefix)
+        .await?
+        .into_iter()
+        .filter_map(|m| {
+            Some(
+                m.key
+                    .strip_prefix(prefix)?
+                    .strip_suffix(".json")?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 /// [`read_json`], tried again after a backoff while the read is refused (throttled past the
 /// SDK's retries): for a caller that would otherwise redo a whole sequence of calls for one.
 pub async fn read_json_retrying<T: DeserializeOwned>(
@@ -217,7 +239,7 @@ pub trait Followers<T> {
     }
 }
 
-/// A record nothing follows.
+/// A record nothing follows (`&()` as the followers).
 impl<T> Followers<T> for () {}
 
 /// Index markers that move with a record (`moving(before, after)`: the new ones put before the
@@ -247,19 +269,6 @@ where
         }
         Ok(())
     }
-}
-
-/// [`change_record`] of a record nothing follows.
-pub async fn change_json<T, F>(
-    store: &dyn ObjectStore,
-    at: RecordAt<'_>,
-    decide: F,
-) -> Result<Changed<T>, RecordError>
-where
-    T: Serialize + DeserializeOwned,
-    F: Fn(&T) -> Result<Option<T>, String>,
-{
-    change_record(store, at, decide, &()).await
 }
 
 /// The one record protocol: reads the record, asks `decide` for its next value (`None`: nothing
@@ -315,13 +324,13 @@ mod tests {
             .await
             .unwrap_err();
         assert!(e.is_conflict(), "{e}");
-        // change_json reads again and finds it missing.
+        // change_record reads again and finds it missing.
         let at = RecordAt {
             key: "k",
             what: "a number",
             id: "k",
         };
-        let changed = change_json::<u32, _>(&store, at, |v| Ok(Some(v + 1)))
+        let changed = change_record::<u32, _>(&store, at, |v| Ok(Some(v + 1)), &())
             .await
             .unwrap();
         assert!(matches!(changed, Changed::Missing));

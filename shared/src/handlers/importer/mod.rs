@@ -166,19 +166,6 @@ pub async fn handle_message(imp: &Ctx, body: &str) -> Result<StepReport, Handler
 }
 
 /// Runs the item forward as far as it goes now: download, then admission.
-pub async fn run_steps(
-    imp: &Ctx,
-    id: &GranuleId,
-    step: Option<Step>,
-) -> Result<StepReport, HandlerError> {
-    let message = ImportMessage {
-        item_id: id.clone(),
-        step,
-        resume: false,
-    };
-    run(imp, &message).await
-}
-
 async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerError> {
     let (id, step) = (&message.item_id, message.step);
     let mut report = StepReport {
