@@ -362,7 +362,7 @@ mod tests {
         );
         assert_eq!(
             route(&[AttemptEnd::Timeout], "FAILED", 2),
-            Route::FailureDlq
+            Route::RetryQueue
         );
         assert_eq!(
             route(&[AttemptEnd::PullError], "FAILED", 1),

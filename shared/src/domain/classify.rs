@@ -174,8 +174,13 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
         )
     } else if status_reason.starts_with(ATTEMPT_TIMEOUT) || job_reason.starts_with(ATTEMPT_TIMEOUT)
     {
+        // Batch never retries a job terminated at its attempt timeout ("Job timeouts": "If a
+        // job is terminated for exceeding the timeout duration, it isn't retried"); the item
+        // lifecycle's retry policy does (a slow node, a stalled read), through the requeuer,
+        // while the granule's attempts last — then the requeuer dead-letters it and the item is
+        // ABANDONED, like any retryable failure.
         (
-            JobOutcome::NonRetryable,
+            JobOutcome::Retryable,
             FailureKind::AttemptTimeout,
             "attempt timed out".to_owned(),
         )
@@ -317,7 +322,7 @@ mod tests {
     }
 
     #[test]
-    fn timeouts_cancels_and_unknowns_are_non_retryable() {
+    fn a_timed_out_attempt_is_retried_by_granary() {
         let t = classify(&failed(
             "Job attempt duration exceeded timeout",
             None,
@@ -325,7 +330,12 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(t.failure, Some(FailureKind::AttemptTimeout));
-        assert_eq!(t.route(), Route::FailureDlq);
+        assert_eq!(t.outcome, JobOutcome::Retryable);
+        assert_eq!(t.route(), Route::RetryQueue);
+    }
+
+    #[test]
+    fn cancels_and_unknowns_are_non_retryable() {
         let mut cancelled = failed("", None, None);
         cancelled.status_reason = Some("Cancelled by operator".into());
         cancelled.attempts.clear();
