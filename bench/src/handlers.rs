@@ -91,7 +91,7 @@ pub(crate) async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<
                         &setup,
                         &e,
                         &job,
-                        granary::domain::lifecycle::ItemState::ProcessingFailed,
+                        &[granary::domain::lifecycle::ItemState::ProcessingFailed],
                         "Spot",
                         "bench",
                     )

@@ -110,12 +110,14 @@ enum Command {
     /// Example: granary release
     #[command(verbatim_doc_comment)]
     Release,
-    /// Failed items back to their last successful state, their next attempt granted; a
-    /// DOWNLOADED item (its admission waited until its message was parked) admitted again.
+    /// Failed or abandoned items back to their last successful state, their next attempt
+    /// granted; a DOWNLOADED item (its admission waited until its message was parked) admitted
+    /// again.
     ///
     /// Examples:
     ///   granary resume HLS.S30.T01GBH.2022226T214921.v2.0
     ///   granary resume --state PROCESSING_FAILED --dry-run
+    ///   granary resume --state ABANDONED
     ///   granary resume --state DOWNLOADED
     #[command(verbatim_doc_comment)]
     Resume(ops_cmd::ResumeArgs),

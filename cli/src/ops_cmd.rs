@@ -474,8 +474,8 @@ pub async fn release() -> Result<ExitCode> {
 pub struct ResumeArgs {
     /// Items to resume (ids).
     ids: Vec<String>,
-    /// Resume every item in this state (PROCESSING_FAILED, DOWNLOADING_FAILED, or DOWNLOADED:
-    /// its admission looked at again).
+    /// Resume every item in this state (PROCESSING_FAILED, ABANDONED: dead-lettered or its
+    /// attempts spent, DOWNLOADING_FAILED, or DOWNLOADED: its admission looked at again).
     #[arg(long)]
     state: Option<String>,
     #[arg(long)]
@@ -496,9 +496,12 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
         let state: ItemState = state.parse()?;
         if !matches!(
             state,
-            ItemState::ProcessingFailed | ItemState::DownloadingFailed | ItemState::Downloaded
+            ItemState::ProcessingFailed
+                | ItemState::Abandoned
+                | ItemState::DownloadingFailed
+                | ItemState::Downloaded
         ) {
-            bail!("--state must be PROCESSING_FAILED, DOWNLOADING_FAILED or DOWNLOADED: only those have a way on");
+            bail!("--state must be PROCESSING_FAILED, ABANDONED, DOWNLOADING_FAILED or DOWNLOADED: only those have a way on");
         }
         let query = granary::domain::item::ItemQuery {
             state: Some(state),

@@ -351,18 +351,28 @@ async fn a_truncated_download_is_detected_and_retried() {
 }
 
 #[tokio::test]
-async fn failure5_a_processing_timeout_fails_the_item() {
+async fn failure5_a_processing_timeout_is_retried_while_attempts_remain_then_abandoned() {
     let w = world("lcfail5", &[]).await;
     w.server.archive.put("e.h5", BODY, vec![Behaviour::Serve]);
     discover::discover(&w.imp).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
-    w.run_requeuer().await;
-    // Batch killed the attempt at the job definition's timeout: not retried by granary.
-    w.end_job(&id, AttemptEnd::Timeout).await;
+    // Batch kills each attempt at the job definition's timeout and never retries it; granary
+    // does, through the retry queue, while the item has attempts (two here).
+    for attempt in 1..=2 {
+        assert_eq!(w.run_requeuer().await, 1, "attempt {attempt} submitted");
+        w.end_job(&id, AttemptEnd::Timeout).await;
+        let r = w.record(&id).await;
+        assert_eq!(
+            (r.state, r.attempts.processing),
+            (ProcessingFailed, attempt)
+        );
+        assert!(r.reason.contains("timed out"), "{}", r.reason);
+    }
+    // The second timeout's retry message finds the budget spent: dead-lettered, ABANDONED.
+    assert_eq!(w.run_requeuer().await, 1);
     let r = w.record(&id).await;
-    assert_eq!((r.state, r.attempts.processing), (ProcessingFailed, 1));
-    assert!(r.reason.contains("timed out"), "{}", r.reason);
+    assert_eq!((r.state, r.attempts.processing), (Abandoned, 2));
     assert_eq!(
         w.path(&id).await,
         chain(&[
@@ -371,13 +381,57 @@ async fn failure5_a_processing_timeout_fails_the_item() {
             Downloaded,
             Ready,
             Processing,
-            ProcessingFailed
+            ProcessingFailed,
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Abandoned
         ])
     );
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1, "one notice, when the attempts are spent");
+}
+
+#[tokio::test]
+async fn a_non_retryable_end_is_dead_lettered_and_abandoned_at_once_and_resume_sends_it_round() {
+    let w = world("lcnonretry", &[]).await;
+    w.server.archive.put("n.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    assert_eq!(w.run_requeuer().await, 1);
+    // The application failed: granary does not retry what the code broke.
+    w.end_job(&id, AttemptEnd::AppFailure { exit_code: 2 })
+        .await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (Abandoned, 1));
+    assert!(r.reason.contains("dead-lettered"), "{}", r.reason);
+    assert_eq!(w.run_requeuer().await, 0, "nothing on the retry queue");
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1, "the notice a human reads");
+    // Fixed: the operator resumes it, and its next attempt runs and succeeds.
+    let resumed = granary::handlers::resume::resume(&w.imp, std::slice::from_ref(&id), false)
+        .await
+        .unwrap();
+    assert_eq!(resumed.resumed[0].from, "ABANDONED");
+    assert_eq!(w.run_requeuer().await, 1);
+    w.end_job(&id, AttemptEnd::Success).await;
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (Processed, 2));
     assert_eq!(
-        w.run_requeuer().await,
-        0,
-        "timeouts go to the DLQ, not the retry queue"
+        w.path(&id).await,
+        chain(&[
+            Discovered,
+            Downloading,
+            Downloaded,
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Abandoned,
+            Ready,
+            Processing,
+            Processed
+        ])
     );
 }
 

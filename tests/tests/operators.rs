@@ -357,11 +357,15 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     item_sync::submitted(ctx, &first, "job-1", None, "test")
         .await
         .unwrap();
+    // Its application failed: dead-lettered, the item ABANDONED (nothing automatic retries it).
+    let dead_lettered = granary::domain::lifecycle::decisions::end_states(
+        granary::domain::classify::Route::FailureDlq,
+    );
     item_sync::finished(
         ctx,
         &first,
         "job-1",
-        ProcessingFailed,
+        dead_lettered,
         "exit code 2",
         "job-monitor",
     )
@@ -387,7 +391,7 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     assert_eq!(dry.resumed.len(), 1);
     assert_eq!(
         ctx.items().get(&id).await.unwrap().unwrap().value.state,
-        ProcessingFailed
+        Abandoned
     );
 
     let done = resume::resume(&imp, &[id.clone(), untouched.clone()], false)
@@ -420,7 +424,14 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
         .collect();
     assert_eq!(
         path,
-        vec![Ready, Processing, ProcessingFailed, Ready, Processing]
+        vec![
+            Ready,
+            Processing,
+            ProcessingFailed,
+            Abandoned,
+            Ready,
+            Processing
+        ]
     );
     assert_eq!(all_jobs(&s).await.len(), 1, "attempt 2 submitted to Batch");
 }

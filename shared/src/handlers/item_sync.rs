@@ -109,19 +109,20 @@ pub async fn window_submitted(
     Ok(made.iter().map(Option::is_some).collect())
 }
 
-/// The monitor saw attempt `event.attempt` end: PROCESSING → `to` (PROCESSED or PROCESSING_FAILED).
+/// The monitor saw attempt `event.attempt` end: PROCESSING → along `ends`
+/// (`decisions::end_states` of its route).
 pub async fn finished(
     ctx: &Ctx,
     event: &GranuleProcessingEvent,
     job_id: &str,
-    to: ItemState,
+    ends: &[ItemState],
     reason: &str,
     by: &str,
 ) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
-    let result = record_finished(ctx, event, job_id, to, reason, by).await;
+    let result = record_finished(ctx, event, job_id, ends, reason, by).await;
     unless_corrupt(ctx, result).await
 }
 
@@ -129,15 +130,16 @@ async fn record_finished(
     ctx: &Ctx,
     event: &GranuleProcessingEvent,
     job_id: &str,
-    to: ItemState,
+    ends: &[ItemState],
     reason: &str,
     by: &str,
 ) -> Result<(), RecordError> {
     let items = ctx.items();
     let attempt = event.attempt;
+    let to = ends.last().copied().unwrap_or(ItemState::ProcessingFailed);
     let advance = || {
         items.advance_steps(&event.granule_id, by, |r| {
-            decisions::on_job_finished(r, attempt, job_id, to, reason)
+            decisions::on_job_finished(r, attempt, job_id, ends, reason)
         })
     };
     let moved = advance().await?;
@@ -149,7 +151,7 @@ async fn record_finished(
         warn_if_lagging(&moved, event, to);
         return Ok(());
     };
-    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, to, reason);
+    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, ends, reason);
     if crate::mutants::on("monitor-leaves-a-missing-record")
         || (attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt"))
     {
@@ -248,7 +250,7 @@ mod tests {
             attempt: 2,
         };
         submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
-        finished(&ctx, &event, "job-1", Processed, "ok", "job-monitor")
+        finished(&ctx, &event, "job-1", &[Processed], "ok", "job-monitor")
             .await
             .unwrap();
         let rejects = ctx

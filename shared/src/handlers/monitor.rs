@@ -264,13 +264,9 @@ async fn handle_end(
     };
     // The log is the evidence and the route is the action; the item record follows them, also on
     // a duplicate delivery (the first may have died before getting here).
-    let to = match (route, &outcome) {
-        (_, MonitorOutcome::AlreadySucceeded) => None,
-        (Route::Done, _) => Some(crate::domain::lifecycle::ItemState::Processed),
-        _ => Some(crate::domain::lifecycle::ItemState::ProcessingFailed),
-    };
-    if let Some(to) = to {
-        super::item_sync::finished(ctx, &granule, &ended_job, to, &reason, by).await?;
+    if !matches!(outcome, MonitorOutcome::AlreadySucceeded) {
+        let ends = crate::domain::lifecycle::decisions::end_states(route);
+        super::item_sync::finished(ctx, &granule, &ended_job, ends, &reason, by).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
     let marker =

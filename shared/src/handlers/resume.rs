@@ -1,9 +1,9 @@
 //! Admin resume: failed items back to their last successful state, their next attempt granted
-//! even past the budget. PROCESSING_FAILED → READY and a redrive-flagged retry message (the
-//! requeuer submits attempt n + 1); DOWNLOADING_FAILED → its next download attempt through the
+//! even past the budget. PROCESSING_FAILED or ABANDONED (dead-lettered, or its attempts spent) →
+//! READY and a redrive-flagged retry message (the requeuer submits attempt n + 1); DOWNLOADING_FAILED → its next download attempt through the
 //! import queue; DOWNLOADED (an item whose admission waited for prerequisites until its import
 //! message was parked in the import DLQ) → its admission looked at again through the import
-//! queue. Terminal states (IGNORE, ABANDONED) have no way back in the lifecycle table.
+//! queue. IGNORE (a download given up) has no way back in the lifecycle table.
 
 use super::importer::{ImportMessage, Step};
 use super::Ctx;
@@ -45,7 +45,7 @@ pub async fn resume(
         };
         let r = current.value;
         let (next_attempt, from) = match r.state {
-            ProcessingFailed => (r.attempts.processing + 1, r.state),
+            ProcessingFailed | Abandoned => (r.attempts.processing + 1, r.state),
             DownloadingFailed => (r.attempts.download + 1, r.state),
             // Not failed, but waiting with nothing to wake it once its message is parked: the
             // admission is decided again (it waits again if the prerequisites are still
@@ -57,7 +57,7 @@ pub async fn resume(
             }
         };
         if !dry_run {
-            if from == ProcessingFailed {
+            if matches!(from, ProcessingFailed | Abandoned) {
                 // The message first: the requeuer moves a PROCESSING_FAILED item on by itself
                 // (→ READY → PROCESSING), so a crash before the READY write below strands
                 // nothing, and a rerun of the command only repeats a message the requeuer's

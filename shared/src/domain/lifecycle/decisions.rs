@@ -6,6 +6,7 @@
 
 use super::ItemState::{self, *};
 use super::RetryPolicy;
+use crate::domain::classify::Route;
 use crate::domain::item::{Change, ItemRecord};
 use chrono::{DateTime, Utc};
 
@@ -23,7 +24,8 @@ fn submit_change(attempt: u32, job_id: &str) -> Change {
 
 /// Attempt `attempt` was submitted as `job_id`. An attempt begins on entering PROCESSING, so a
 /// record already at this attempt or later changes nothing. A retry goes PROCESSING_FAILED →
-/// READY → PROCESSING in one write; a record still PROCESSING an earlier attempt (the sweeper sent
+/// READY → PROCESSING in one write, and so does an ABANDONED item an operator sent round again
+/// (`granary resume`, a redrive of its DLQ notice: nothing else submits past the end); a record still PROCESSING an earlier attempt (the sweeper sent
 /// its retry before recording the timeout, and may have died before the write) records that
 /// attempt as superseded first — the next attempt's submission proves the earlier one is over.
 pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
@@ -33,7 +35,7 @@ pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
     let retrying = || Change::to(Ready, format!("retrying as attempt {attempt}"));
     let submit = submit_change(attempt, job_id);
     match r.state {
-        ProcessingFailed => vec![retrying(), submit],
+        ProcessingFailed | Abandoned => vec![retrying(), submit],
         Ready => vec![submit],
         Processing => vec![
             Change::to(
@@ -64,26 +66,52 @@ pub fn submission(attempt: u32, job_id: &str) -> Change {
     submit_change(attempt, job_id)
 }
 
-/// The monitor saw attempt `attempt` (job `job_id`) end: PROCESSING (that attempt) → `to`
-/// (PROCESSED or PROCESSING_FAILED). A record that does not know yet that the attempt was
-/// submitted (its submitter's record write came late: the requeuer's message was redelivered
-/// after the job had already run) is caught up first, in the same write — else the submitter's
-/// late write would leave it PROCESSING an attempt whose end was already handled. An end of an
-/// earlier attempt changes nothing.
+/// Where a job's end takes its item, by the monitor's route: a success to PROCESSED; a failure
+/// granary retries to PROCESSING_FAILED, which the requeuer moves on (READY for the next attempt,
+/// or ABANDONED once the attempts are spent); a failure dead-lettered for a human (the
+/// application's exit, a cancel, an unknown end) on to ABANDONED in the same write. Nothing would
+/// ever move that one out of PROCESSING_FAILED, and granary does not retry what the code broke:
+/// `granary resume` (or a redrive of its DLQ notice) sends it round again once it is fixed.
+pub fn end_states(route: Route) -> &'static [ItemState] {
+    match route {
+        Route::Done => &[Processed],
+        Route::RetryQueue => &[ProcessingFailed],
+        Route::FailureDlq => &[ProcessingFailed, Abandoned],
+    }
+}
+
+/// The changes that take an item along `ends` ([`end_states`]) for attempt `attempt`'s end.
+fn ended(attempt: u32, ends: &[ItemState], reason: &str) -> Vec<Change> {
+    ends.iter()
+        .map(|to| match to {
+            Abandoned => Change::to(
+                Abandoned,
+                format!("attempt {attempt} dead-lettered: {reason}"),
+            ),
+            to => Change::to(*to, format!("attempt {attempt}: {reason}")),
+        })
+        .collect()
+}
+
+/// The monitor saw attempt `attempt` (job `job_id`) end: PROCESSING (that attempt) → along
+/// `ends` ([`end_states`]). A record that does not know yet that the attempt was submitted (its
+/// submitter's record write came late: the requeuer's message was redelivered after the job had
+/// already run) is caught up first, in the same write — else the submitter's late write would
+/// leave it PROCESSING an attempt whose end was already handled. An end of an earlier attempt
+/// changes nothing.
 pub fn on_job_finished(
     r: &ItemRecord,
     attempt: u32,
     job_id: &str,
-    to: ItemState,
+    ends: &[ItemState],
     reason: &str,
 ) -> Vec<Change> {
-    let end = || Change::to(to, format!("attempt {attempt}: {reason}"));
     if r.state == Processing && r.attempts.processing == attempt {
-        return vec![end()];
+        return ended(attempt, ends, reason);
     }
     let mut steps = on_submitted(r, attempt, job_id);
     if !steps.is_empty() {
-        steps.push(end());
+        steps.extend(ended(attempt, ends, reason));
     }
     steps
 }
@@ -97,13 +125,12 @@ pub fn on_job_finished(
 pub fn on_job_finished_unrecorded(
     attempt: u32,
     job_id: &str,
-    to: ItemState,
+    ends: &[ItemState],
     reason: &str,
 ) -> Vec<Change> {
-    vec![
-        submit_change(attempt, job_id),
-        Change::to(to, format!("attempt {attempt}: {reason}")),
-    ]
+    let mut steps = vec![submit_change(attempt, job_id)];
+    steps.extend(ended(attempt, ends, reason));
+    steps
 }
 
 /// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
@@ -117,10 +144,10 @@ pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, max_attempt: u32) -> Opti
     })
 }
 
-/// An operator resumed a failed item read at `seq`: PROCESSING_FAILED → READY, if the record has
-/// not moved since (the requeuer may have got there first).
+/// An operator resumed a failed or abandoned item read at `seq`: PROCESSING_FAILED or ABANDONED
+/// → READY, if the record has not moved since (the requeuer may have got there first).
 pub fn on_operator_resume(r: &ItemRecord, seq: u32, next_attempt: u32) -> Option<Change> {
-    (r.state == ProcessingFailed && r.seq == seq).then(|| {
+    (matches!(r.state, ProcessingFailed | Abandoned) && r.seq == seq).then(|| {
         Change::to(
             Ready,
             format!("resumed by an operator: attempt {next_attempt} next"),

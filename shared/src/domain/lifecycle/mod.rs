@@ -66,16 +66,16 @@ impl ItemState {
     }
 
     /// Nothing happens to an item in a terminal state unless re-validation finds it corrupt
-    /// (PROCESSED → PROCESSING_FAILED) or an operator resumes it.
+    /// (PROCESSED → PROCESSING_FAILED) or an operator sends it round again (ABANDONED → READY).
     pub fn is_terminal(self) -> bool {
         matches!(self, Ignore | Skipped | Processed | Abandoned)
     }
 }
 
 /// The whole transition table. Nothing else may change an item's state. An operator's resume
-/// takes the same edges the automatic retries take (PROCESSING_FAILED → READY, DOWNLOADING_FAILED
-/// → DOWNLOADING), so every edge is listed as automatic.
-pub const TRANSITIONS: [(ItemState, ItemState, Cause); 15] = [
+/// of a failed item takes the same edges the automatic retries take (PROCESSING_FAILED → READY,
+/// DOWNLOADING_FAILED → DOWNLOADING); only an abandoned item's way back is the operator's alone.
+pub const TRANSITIONS: [(ItemState, ItemState, Cause); 16] = [
     (Discovered, Downloading, Cause::Automatic),
     // The file is already where it belongs (the operational scenario).
     (Discovered, Downloaded, Cause::Automatic),
@@ -92,6 +92,8 @@ pub const TRANSITIONS: [(ItemState, ItemState, Cause); 15] = [
     (Processing, Processed, Cause::Automatic),
     (ProcessingFailed, Ready, Cause::Automatic),
     (ProcessingFailed, Abandoned, Cause::Automatic),
+    // A dead-lettered or spent item sent round again (`granary resume`, a DLQ redrive).
+    (Abandoned, Ready, Cause::Operator),
     // Re-validation found the product corrupt.
     (Processed, ProcessingFailed, Cause::Automatic),
 ];

@@ -63,10 +63,10 @@ fn a_job_end_applies_to_its_own_attempt_and_never_to_a_later_one() {
     let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
     let done = apply(
         &running,
-        &on_job_finished(&running, 1, "j-1", Processed, "ok"),
+        &on_job_finished(&running, 1, "j-1", &[Processed], "ok"),
     );
     assert_eq!(done.state, Processed);
-    assert!(on_job_finished(&done, 1, "j-1", ProcessingFailed, "late").is_empty());
+    assert!(on_job_finished(&done, 1, "j-1", &[ProcessingFailed], "late").is_empty());
 }
 
 #[test]
@@ -76,9 +76,9 @@ fn a_job_end_ahead_of_its_record_catches_the_record_up_in_one_write() {
     let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
     let failed = apply(
         &running,
-        &on_job_finished(&running, 1, "j-1", ProcessingFailed, "Spot"),
+        &on_job_finished(&running, 1, "j-1", &[ProcessingFailed], "Spot"),
     );
-    let changes = on_job_finished(&failed, 2, "j-2", Processed, "ok");
+    let changes = on_job_finished(&failed, 2, "j-2", &[Processed], "ok");
     assert_eq!(changes.len(), 3, "READY, PROCESSING 2, PROCESSED");
     let done = apply(&failed, &changes);
     assert_eq!((done.state, done.attempts.processing), (Processed, 2));
@@ -89,10 +89,10 @@ fn a_job_end_ahead_of_its_record_catches_the_record_up_in_one_write() {
 #[test]
 fn an_end_before_any_record_makes_the_record_at_its_end_and_the_late_submission_changes_nothing() {
     let ready = item(Ready);
-    let changes = on_job_finished_unrecorded(1, "j-1", Processed, "ok");
+    let changes = on_job_finished_unrecorded(1, "j-1", &[Processed], "ok");
     assert_eq!(
         changes,
-        on_job_finished(&ready, 1, "j-1", Processed, "ok"),
+        on_job_finished(&ready, 1, "j-1", &[Processed], "ok"),
         "the same as an end met by a fresh READY record"
     );
     let done = apply(&ready, &changes);
@@ -101,19 +101,19 @@ fn an_end_before_any_record_makes_the_record_at_its_end_and_the_late_submission_
     assert!(on_submitted(&done, 1, "j-1").is_empty());
     let failed = apply(
         &ready,
-        &on_job_finished_unrecorded(1, "j-1", ProcessingFailed, "exit 1"),
+        &on_job_finished_unrecorded(1, "j-1", &[ProcessingFailed], "exit 1"),
     );
     assert!(on_submitted(&failed, 1, "j-1").is_empty());
     // A retry that succeeded before the window's record was made: the record counts two
     // attempts, and the window's late submission of the first changes nothing.
     let second = apply(
         &ready,
-        &on_job_finished_unrecorded(2, "j-2", Processed, "ok"),
+        &on_job_finished_unrecorded(2, "j-2", &[Processed], "ok"),
     );
     assert_eq!((second.state, second.attempts.processing), (Processed, 2));
     assert_eq!(second.job_id.as_deref(), Some("j-2"));
     assert!(on_submitted(&second, 1, "j-1").is_empty());
-    assert!(on_job_finished(&second, 1, "j-1", ProcessingFailed, "late Spot").is_empty());
+    assert!(on_job_finished(&second, 1, "j-1", &[ProcessingFailed], "late Spot").is_empty());
 }
 
 #[test]
@@ -243,4 +243,33 @@ fn a_download_past_its_timeout_is_recorded_failed_once() {
     let failed = apply(&r, &[on_download_timed_out(&r, &p, late).unwrap()]);
     assert_eq!(failed.state, DownloadingFailed);
     assert!(on_download_timed_out(&failed, &p, late).is_none());
+}
+
+#[test]
+fn a_dead_lettered_end_abandons_the_item_and_an_operator_can_send_it_round_again() {
+    let ready = item(Ready);
+    let running = apply(&ready, &on_submitted(&ready, 1, "j-1"));
+    let ends = end_states(Route::FailureDlq);
+    let gone = apply(
+        &running,
+        &on_job_finished(&running, 1, "j-1", ends, "application exited with code 1"),
+    );
+    assert_eq!((gone.state, gone.attempts.processing), (Abandoned, 1));
+    assert!(gone.reason.contains("dead-lettered"), "{}", gone.reason);
+    // Its end delivered again changes nothing.
+    assert!(on_job_finished(&gone, 1, "j-1", ends, "again").is_empty());
+    // Unrecorded: made at its end, abandoned, in one write.
+    let made = apply(
+        &ready,
+        &on_job_finished_unrecorded(1, "j-1", ends, "exit 1"),
+    );
+    assert_eq!(made.state, Abandoned);
+    // An operator's resume, or the next attempt a redrive submits, brings it back.
+    let resumed = apply(&gone, &[on_operator_resume(&gone, gone.seq, 2).unwrap()]);
+    assert_eq!(resumed.state, Ready);
+    let again = apply(&gone, &on_submitted(&gone, 2, "j-2"));
+    assert_eq!((again.state, again.attempts.processing), (Processing, 2));
+    // A retried end stops at PROCESSING_FAILED for the requeuer; a success at PROCESSED.
+    assert_eq!(end_states(Route::RetryQueue), &[ProcessingFailed]);
+    assert_eq!(end_states(Route::Done), &[Processed]);
 }
