@@ -474,6 +474,52 @@ async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
     assert!(w.items().inflight().await.unwrap().is_empty());
 }
 
+/// The seed's DOWNLOADING-timeout rule on the last attempt: the sweeper, not a download message,
+/// finds the item stuck past its time with no attempt left and gives it up (DOWNLOADING →
+/// DOWNLOADING_FAILED → IGNORE in one write), with its DLQ notice first.
+#[tokio::test]
+async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() {
+    let w = world("lcfail6i", &[("GRANARY_MAX_DOWNLOAD_ATTEMPTS", "1")]).await;
+    w.server.archive.put("i.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+    let id = w.only_item().await;
+    // A worker began the only download attempt and died.
+    w.items()
+        .advance(&id, "crashed-worker", |r| {
+            (r.state == Discovered).then(|| Change::to(Downloading, "download attempt 1"))
+        })
+        .await
+        .unwrap();
+    let swept = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(3))
+        .await
+        .unwrap();
+    assert_eq!((swept.gave_up, swept.retried), (1, 0), "{swept:?}");
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.download), (Ignore, 1));
+    assert!(r.workflow_complete);
+    assert!(r.reason.contains("timed out"), "{}", r.reason);
+    assert_eq!(
+        w.path(&id).await,
+        chain(&[Discovered, Downloading, DownloadingFailed, Ignore])
+    );
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1, "one notice for the item given up");
+    assert!(dlq[0].body.contains(id.as_str()), "{}", dlq[0].body);
+    assert!(
+        drain(&w.s.clients, &w.s.stack.import_queue_url)
+            .await
+            .is_empty(),
+        "no download is asked for again"
+    );
+    assert!(w.items().inflight().await.unwrap().is_empty());
+    // A second sweep finds nothing to do.
+    let again = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(6))
+        .await
+        .unwrap();
+    assert_eq!((again.examined, again.gave_up), (0, 0), "{again:?}");
+}
+
 #[tokio::test]
 async fn failure7_a_crash_during_processing_is_recovered_by_the_sweeper() {
     let w = world("lcfail7", &[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]).await;
