@@ -212,6 +212,44 @@ async fn failure1_download_fails_until_the_limit_then_ignore() {
     );
 }
 
+/// The seed's outdated-timestamp rule: a file the source last modified before
+/// `GRANARY_NOT_BEFORE` is SKIPPED with the reason; the same file under an earlier cut-off is
+/// admitted (the test server's Last-Modified is 2022-11-15T08:12:31Z).
+#[tokio::test]
+async fn an_outdated_file_is_skipped_and_a_current_one_admitted() {
+    for (tag, not_before, want) in [
+        ("lcoutdated", "2023-01-01T00:00:00Z", Skipped),
+        ("lccurrent", "2022-01-01T00:00:00Z", Ready),
+    ] {
+        let w = world(tag, &[("GRANARY_NOT_BEFORE", not_before)]).await;
+        w.server.archive.put("o.h5", BODY, vec![Behaviour::Serve]);
+        discover::discover(&w.imp).await.unwrap();
+        w.run_import_queue().await;
+        let id = w.only_item().await;
+        let r = w.record(&id).await;
+        assert_eq!(
+            r.state, want,
+            "GRANARY_NOT_BEFORE={not_before}: {}",
+            r.reason
+        );
+        assert_eq!(
+            r.source_modified.map(|t| t.to_rfc3339()).as_deref(),
+            Some("2022-11-15T08:12:31+00:00")
+        );
+        if want == Skipped {
+            assert!(
+                r.reason.contains("outdated") && r.reason.contains("GRANARY_NOT_BEFORE"),
+                "{}",
+                r.reason
+            );
+            assert_eq!(
+                w.path(&id).await,
+                chain(&[Discovered, Downloading, Downloaded, Skipped])
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn failure2_ineligible_files_are_skipped() {
     let w = world(
