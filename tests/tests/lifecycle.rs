@@ -250,6 +250,43 @@ async fn an_outdated_file_is_skipped_and_a_current_one_admitted() {
     }
 }
 
+/// Validation checks that a file is the kind its name says, not only its size and digest: an
+/// error page served as `scene.png` downloads and hashes fine, and is never admitted (each
+/// admission sends it back to download, until the attempts are spent: IGNORE); a real PNG is.
+#[tokio::test]
+async fn a_file_that_is_not_the_kind_its_name_says_is_never_admitted() {
+    let w = world("lcformat", &[]).await;
+    let page = b"<html><body>Service Unavailable</body></html>".to_vec();
+    let png = [
+        &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A][..],
+        b"\0\0\0\x0dIHDR",
+    ]
+    .concat();
+    w.server
+        .archive
+        .put("scene.png", &page, vec![Behaviour::Serve]);
+    w.server
+        .archive
+        .put("real.png", &png, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    for r in w.items().find(&Default::default()).await.unwrap() {
+        if r.name == "real.png" {
+            assert_eq!(r.state, Ready, "{}", r.reason);
+            continue;
+        }
+        assert_eq!((r.state, r.attempts.download), (Ignore, 3), "{}", r.reason);
+        let history = w.items().history(&r.id).await.unwrap();
+        assert!(
+            history
+                .iter()
+                .any(|e| e.reason.contains("scene.png is not a PNG file")),
+            "{:?}",
+            history.iter().map(|e| &e.reason).collect::<Vec<_>>()
+        );
+    }
+}
+
 #[tokio::test]
 async fn failure2_ineligible_files_are_skipped() {
     let w = world(

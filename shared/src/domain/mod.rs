@@ -9,12 +9,13 @@
 //!   (what an event decides), [`retry_strategy`];
 //! - where things live: [`layout`] (every S3 key);
 //! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`progress`], [`report`];
-//! - [`poison`]: inputs set aside.
+//! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
 pub mod batch_event;
 pub mod claim;
 pub mod classify;
+pub mod file_format;
 pub mod granule;
 pub mod hold;
 pub mod ingest;

@@ -1,9 +1,10 @@
-//! File validation (size and digest) and the re-validation step: a stored raw file that no longer
+//! File validation (size, digest, and the kind of file its name says) and the re-validation step: a stored raw file that no longer
 //! validates sends its item back to the download path, a processed item whose products are
 //! missing or empty back to the processing path.
 
 use super::{Ctx, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
+use crate::domain::file_format::{self, SIGNATURE_BYTES};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
@@ -81,7 +82,8 @@ impl Digests {
 }
 
 /// Whether the object at `key` is the item's file: present, the registered size, the recorded
-/// digest. Read in ranges, so a large file never sits in memory whole.
+/// digest, and the first and last bytes of the kind its name says (`domain::file_format`). Read
+/// in ranges, so a large file never sits in memory whole.
 pub async fn check_stored(
     store: &dyn ObjectStore,
     key: &str,
@@ -99,6 +101,7 @@ pub async fn check_stored(
         return Err(format!("{key} is empty"));
     }
     let mut digests = Digests::new(record.checksum.as_deref());
+    let (mut head, mut tail) = (Vec::new(), Vec::new());
     let mut offset = 0;
     while offset < meta.size {
         let end = (offset + READ_BYTES).min(meta.size);
@@ -111,9 +114,14 @@ pub async fn check_stored(
         }
         offset += chunk.len() as u64;
         digests.update(&chunk);
+        let wanted = SIGNATURE_BYTES.saturating_sub(head.len());
+        head.extend_from_slice(&chunk[..wanted.min(chunk.len())]);
+        tail.extend_from_slice(&chunk[chunk.len().saturating_sub(SIGNATURE_BYTES)..]);
+        tail.drain(..tail.len().saturating_sub(SIGNATURE_BYTES));
     }
     let found = digests.finish();
     found.verify(record.checksum.as_deref())?;
+    file_format::check(&record.name, &head, &tail)?;
     Ok(found)
 }
 
