@@ -121,6 +121,15 @@ enum Command {
     ///   granary resume --state DOWNLOADED
     #[command(verbatim_doc_comment)]
     Resume(ops_cmd::ResumeArgs),
+    /// Ask the importer to check again what is stored for items: a DOWNLOADED item's raw file
+    /// (size, digest, the kind its name says) or a PROCESSED item's products. What fails goes
+    /// back to its download or processing path; the importer-step Lambda does the checking.
+    ///
+    /// Examples:
+    ///   granary revalidate HLS.S30.T01GBH.2022226T214921.v2.0
+    ///   granary revalidate --state PROCESSED --dry-run
+    #[command(verbatim_doc_comment)]
+    Revalidate(ops_cmd::RevalidateArgs),
 }
 
 #[tokio::main]
@@ -140,6 +149,7 @@ async fn main() -> ExitCode {
         Command::Hold(args) => ops_cmd::hold(args).await,
         Command::Release => ops_cmd::release().await,
         Command::Resume(args) => ops_cmd::resume(args).await,
+        Command::Revalidate(args) => ops_cmd::revalidate(args).await,
     };
     match result {
         Ok(code) => code,

@@ -542,3 +542,60 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
         ExitCode::from(1)
     })
 }
+
+#[derive(clap::Args)]
+pub struct RevalidateArgs {
+    /// Items to re-validate (ids).
+    ids: Vec<String>,
+    /// Re-validate every item in this state (DOWNLOADED or PROCESSED).
+    #[arg(long)]
+    state: Option<String>,
+    #[arg(long)]
+    dry_run: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub async fn revalidate(args: RevalidateArgs) -> Result<ExitCode> {
+    let ctx = ctx(&[Section::Importer]).await?;
+    let mut ids: Vec<GranuleId> = args
+        .ids
+        .iter()
+        .map(|i| GranuleId::parse(i).map_err(anyhow::Error::from))
+        .collect::<Result<_>>()?;
+    if let Some(state) = &args.state {
+        let state: ItemState = state.parse()?;
+        if !matches!(state, ItemState::Downloaded | ItemState::Processed) {
+            bail!("--state must be DOWNLOADED or PROCESSED: only those have something stored to check");
+        }
+        let query = granary::domain::item::ItemQuery {
+            state: Some(state),
+            ..Default::default()
+        };
+        ids.extend(ctx.items().find(&query).await?.into_iter().map(|r| r.id));
+    }
+    if ids.is_empty() {
+        bail!("name items to re-validate, or --state PROCESSED");
+    }
+    let s = granary::handlers::importer::validate::request_revalidation(&ctx, &ids, args.dry_run)
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+    } else {
+        let verb = if args.dry_run { "would ask" } else { "asked" };
+        for (id, state) in &s.requested {
+            println!("{verb} the importer to re-validate {id} ({state})");
+        }
+        for (id, state) in &s.nothing_to_check {
+            println!("left alone {id}: it is {state}, nothing stored to check");
+        }
+        for id in &s.missing {
+            println!("no item {id}");
+        }
+    }
+    Ok(if s.missing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -113,3 +113,96 @@ async fn finders_answer_by_id_name_state_completion_time_log_and_day() {
     assert_eq!(code, 2);
     assert!(err.contains("states are DISCOVERED"), "{err}");
 }
+
+/// `granary revalidate --state PROCESSED` as an operator runs it: a dry run lists the items and
+/// sends nothing; the run puts one `revalidate` import message per item on the import queue
+/// (what the importer-step Lambda then runs); an item with nothing stored is left alone.
+#[tokio::test]
+async fn revalidate_asks_the_importer_once_per_stored_item() {
+    assert!(
+        std::env::var_os("AWS_ENDPOINT_URL").is_some(),
+        "needs an AWS endpoint: run `make test`, or set AWS_ENDPOINT_URL"
+    );
+    let clients = AwsClients::from_env().await;
+    let bucket = common::bucket(&clients, format!("gt-reval-{}", std::process::id())).await;
+    let queue = clients
+        .sqs
+        .create_queue()
+        .queue_name(format!("gt-reval-{}", std::process::id()))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let items = Items::new(
+        Arc::new(S3Store::new(clients.s3.clone(), &bucket)),
+        ItemPrefixes::default(),
+    );
+    for (id, state) in [
+        ("done-1", Processed),
+        ("done-2", Processed),
+        ("fresh", Ready),
+    ] {
+        items
+            .create(
+                NewItem {
+                    id: GranuleId::parse(id).unwrap(),
+                    name: format!("{id}.h5"),
+                    state,
+                    reason: "test".into(),
+                    raw_file_hash: None,
+                    size: None,
+                    checksum: None,
+                    source: None,
+                    source_modified: None,
+                },
+                "test",
+            )
+            .await
+            .unwrap();
+    }
+    let vars = [
+        ("GRANARY_BUCKET", bucket.as_str()),
+        ("GRANARY_IMPORT_QUEUE_URL", queue.as_str()),
+    ];
+    let waiting = |clients: &AwsClients| {
+        let (sqs, queue) = (clients.sqs.clone(), queue.clone());
+        async move {
+            let got = sqs
+                .receive_message()
+                .queue_url(&queue)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .unwrap();
+            got.messages.unwrap_or_default()
+        }
+    };
+    let (code, out, err) =
+        common::granary(&vars, &["revalidate", "--state", "PROCESSED", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("would ask the importer").count(), 2, "{out}");
+    assert!(
+        waiting(&clients).await.is_empty(),
+        "a dry run sends nothing"
+    );
+    let (code, out, err) = common::granary(&vars, &["revalidate", "done-1", "fresh", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["requested"][0][0], "done-1");
+    assert_eq!(
+        summary["nothing_to_check"][0],
+        serde_json::json!(["fresh", "READY"])
+    );
+    let sent = waiting(&clients).await;
+    assert_eq!(sent.len(), 1);
+    let body: serde_json::Value = serde_json::from_str(sent[0].body().unwrap()).unwrap();
+    assert_eq!(
+        (body["item_id"].as_str(), body["step"].as_str()),
+        (Some("done-1"), Some("revalidate"))
+    );
+    let (code, _, err) = common::granary(&vars, &["revalidate", "--state", "READY"]);
+    assert_eq!(code, 2, "a state with nothing stored is refused");
+    assert!(err.contains("DOWNLOADED or PROCESSED"), "{err}");
+}

@@ -9,7 +9,7 @@ use chrono::{Duration, Utc};
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemRecord};
 use granary::domain::lifecycle::ItemState::{self, *};
-use granary::handlers::importer::{self, discover, download, sweeper, Step};
+use granary::handlers::importer::{self, discover, download, sweeper, validate, Step};
 use granary::handlers::Ctx;
 use granary::handlers::{item_sync, monitor, requeuer};
 use granary::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
@@ -734,7 +734,26 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
         )
         .await
         .unwrap();
-    let after = run_steps(&w.imp, &id, Some(Step::Revalidate))
+    // The operator asks for a re-validation (`granary revalidate`): a dry run sends nothing, the
+    // request one import message, which the importer step runs.
+    let ids = [id.clone(), GranuleId::parse("no-such-item").unwrap()];
+    let dry = validate::request_revalidation(&w.imp, &ids, true)
+        .await
+        .unwrap();
+    assert_eq!(
+        dry.requested,
+        vec![(id.to_string(), "DOWNLOADED".to_owned())]
+    );
+    assert_eq!(dry.missing, vec!["no-such-item".to_owned()]);
+    assert!(drain(&w.s.clients, &w.s.stack.import_queue_url)
+        .await
+        .is_empty());
+    validate::request_revalidation(&w.imp, &ids, false)
+        .await
+        .unwrap();
+    let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+    assert_eq!(asked.len(), 1);
+    let after = importer::handle_message(&w.imp, &asked[0].body)
         .await
         .unwrap();
     assert_eq!(after.final_state, Some(DownloadingFailed));

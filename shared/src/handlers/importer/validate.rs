@@ -125,6 +125,44 @@ pub async fn check_stored(
     Ok(found)
 }
 
+/// What an operator's `granary revalidate` asked for.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RevalidationRequests {
+    /// Items whose re-validation was asked of the importer, or would be in a dry run (id, state).
+    pub requested: Vec<(String, String)>,
+    /// Items in a state with nothing stored to re-validate (id, state).
+    pub nothing_to_check: Vec<(String, String)>,
+    pub missing: Vec<String>,
+}
+
+/// Asks the importer to re-validate each of `ids` that is DOWNLOADED (its stored file) or
+/// PROCESSED (its products): one import message each, step `revalidate`, which the
+/// importer-step Lambda runs like any other step ([`revalidate`]). `dry_run` sends nothing.
+pub async fn request_revalidation(
+    imp: &Ctx,
+    ids: &[GranuleId],
+    dry_run: bool,
+) -> Result<RevalidationRequests, HandlerError> {
+    let mut out = RevalidationRequests::default();
+    for id in ids {
+        let Some(current) = imp.items().get(id).await? else {
+            out.missing.push(id.to_string());
+            continue;
+        };
+        let state = current.value.state;
+        if !matches!(state, Downloaded | Processed) {
+            out.nothing_to_check
+                .push((id.to_string(), state.to_string()));
+            continue;
+        }
+        if !dry_run {
+            imp.enqueue(id, Some(Step::Revalidate)).await?;
+        }
+        out.requested.push((id.to_string(), state.to_string()));
+    }
+    Ok(out)
+}
+
 const BY: &str = "importer-revalidate";
 
 const REVALIDATION_FAILED: &str = "re-validation failed";
