@@ -2,16 +2,19 @@
 """Checks athena/ with real engines.
 
   athena_check.py parse                 every athena/**/*.sql must parse as Athena SQL (sqlglot)
-  athena_check.py run LOGS_DIR INVENTORY_CSV
+  athena_check.py run LOGS_DIR INVENTORY_CSV HISTORY_DIR
                                         DuckDB runs the views and reports (transpiled from Athena)
-                                        over a local copy of the logs and of the S3 Inventory
-                                        reports of logs/; prints {report: rows} as JSON, the
-                                        reports over the inventory under "from_inventory"
+                                        over a local copy of the logs, of the S3 Inventory
+                                        reports of logs/ and of the item history; prints
+                                        {report: rows} as JSON, the reports over the inventory
+                                        under "from_inventory", the item steps view's rows under
+                                        "item_steps"
 
 LOGS_DIR holds the logs as outcome=…/platform=…/acquisition_date=…/<file>.json, one JSON object per
 file, as granary writes them under logs/ (the test copies them out of the emulator). INVENTORY_CSV
 holds the rows S3 Inventory reports would hold (bucket, key, size, last_modified_date, dt), one
-report per dt.
+report per dt. HISTORY_DIR holds history/ as granary writes it (date=…/state=…/ objects: one
+JSON entry each, or a window's entries as JSON lines).
 """
 import json
 import pathlib
@@ -49,7 +52,7 @@ def to_duckdb(sql):
     return [s for s in sqlglot.transpile(sql, read="athena", write="duckdb") if s.strip()]
 
 
-def run(logs_dir, inventory_csv):
+def run(logs_dir, inventory_csv, history_dir):
     import duckdb
 
     con = duckdb.connect()
@@ -76,6 +79,16 @@ def run(logs_dir, inventory_csv):
     ]
     replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
+    history = [str(pathlib.Path(history_dir) / "**" / f"*.{ext}") for ext in ("json", "jsonl")]
+    # The columns the views read, as the Athena table declares them (the whole record is not
+    # needed, and inferring its schema over every file costs more memory than it is worth).
+    columns = ("{'item_id': 'VARCHAR', 'seq': 'INTEGER', 'from': 'VARCHAR', 'to': 'VARCHAR', "
+               "'reason': 'VARCHAR', 'attempt': 'INTEGER', 'at': 'VARCHAR', 'by': 'VARCHAR'}")
+    con.execute(
+        "CREATE VIEW granary_item_history AS SELECT * FROM read_json("
+        f"{history}, format='newline_delimited', columns={columns}, hive_partitioning=true, "
+        "hive_types_autocast=false)"
+    )
     # Views build on each other: create them in whatever order succeeds.
     pending = sorted((ROOT / "views").glob("*.sql"))
     while pending:
@@ -100,13 +113,18 @@ def run(logs_dir, inventory_csv):
             out["from_inventory"][report.stem] = rows
         else:
             out[report.stem] = rows
+    steps = con.execute(
+        "SELECT id, name, type, step_complete, ended_in FROM granary_item_steps ORDER BY id"
+    )
+    names = [d[0] for d in steps.description]
+    out["item_steps"] = [dict(zip(names, row)) for row in steps.fetchall()]
     print(json.dumps(out, default=str, indent=1))
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "parse":
         parse_all()
-    elif len(sys.argv) == 4 and sys.argv[1] == "run":
-        run(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "run":
+        run(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         sys.exit(__doc__)

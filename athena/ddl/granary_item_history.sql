@@ -12,6 +12,7 @@ CREATE EXTERNAL TABLE IF NOT EXISTS granary_item_history (
   record struct<
     name: string,
     workflow_complete: boolean,
+    terminal: boolean,
     download: int,
     processing: int,
     raw_file_hash: string,

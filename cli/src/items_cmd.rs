@@ -1,5 +1,5 @@
 //! `granary items`: the item finders (by id, name, state, completion, update time, log message,
-//! creation day) and an item's history.
+//! creation day), an item's history, and the status of its steps (seed 001's finders).
 
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, NaiveDate, Utc};
@@ -7,6 +7,7 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::adapters::aws::AwsClients;
 use granary::domain::granule::GranuleId;
 use granary::domain::item::{HistoryEntry, ItemQuery, ItemRecord};
+use granary::domain::item_steps::{StepQuery, StepStatus, StepType};
 use granary::domain::lifecycle::ItemState;
 use granary::repositories::items::{ItemPrefixes, Items};
 use std::process::ExitCode;
@@ -50,6 +51,36 @@ enum ItemsCommand {
     /// Example: granary items history f0123456789abcdef0123456789abcdef
     #[command(verbatim_doc_comment)]
     History { id: String },
+    /// The status of each step of items' workflows (a download attempt, the admission, a
+    /// processing attempt), read from the history, matching every filter given. Without
+    /// --item or --id it reads every item's history: at scale, query the Athena view
+    /// granary_item_steps instead.
+    ///
+    /// Examples:
+    ///   granary items steps --item f0123456789abcdef0123456789abcdef
+    ///   granary items steps --complete false --type processing
+    ///   granary items steps --id f0123456789abcdef0123456789abcdef.3 --json
+    #[command(verbatim_doc_comment)]
+    Steps(StepsArgs),
+}
+
+#[derive(clap::Args)]
+struct StepsArgs {
+    /// A step's id (`<item id>.<seq>`).
+    #[arg(long)]
+    id: Option<String>,
+    /// Exact step name ("download attempt 1", "admission", "processing attempt 2").
+    #[arg(long)]
+    name: Option<String>,
+    /// Steps complete (true) or still running (false).
+    #[arg(long)]
+    complete: Option<bool>,
+    /// The item whose steps to list.
+    #[arg(long)]
+    item: Option<String>,
+    /// download, admission or processing.
+    #[arg(long = "type")]
+    step_type: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -60,9 +91,12 @@ struct FindArgs {
     /// Current state (DISCOVERED, READY, PROCESSING_FAILED, ...).
     #[arg(long)]
     state: Option<String>,
-    /// Workflow complete (true) or not (false).
+    /// Workflow complete: the product made and stored (true), or not (false).
     #[arg(long)]
     complete: Option<bool>,
+    /// In a terminal state, success or not (true), or not (false).
+    #[arg(long)]
+    terminal: Option<bool>,
     /// Updated after this RFC 3339 time.
     #[arg(long)]
     updated_after: Option<String>,
@@ -84,6 +118,7 @@ impl FindArgs {
                 .map(str::parse::<ItemState>)
                 .transpose()?,
             workflow_complete: self.complete,
+            terminal: self.terminal,
             updated_after: self
                 .updated_after
                 .as_deref()
@@ -156,6 +191,25 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             }
             print_history(&entries, args.json)?;
         }
+        ItemsCommand::Steps(a) => {
+            let query = StepQuery {
+                id: a.id.clone(),
+                name: a.name.clone(),
+                step_complete: a.complete,
+                item: a.item.as_deref().map(parse_id).transpose()?,
+                step_type: a
+                    .step_type
+                    .as_deref()
+                    .map(str::parse::<StepType>)
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?,
+            };
+            let steps = items.steps(&query).await?;
+            print_steps(&steps, args.json)?;
+            if !args.json {
+                eprintln!("{} step(s)", steps.len());
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -180,6 +234,7 @@ fn print_records(records: &[ItemRecord], json: bool) -> Result<()> {
         "downloads",
         "processing",
         "complete",
+        "terminal",
         "last updated",
         "last message",
     ]);
@@ -191,8 +246,34 @@ fn print_records(records: &[ItemRecord], json: bool) -> Result<()> {
             r.attempts.download.to_string(),
             r.attempts.processing.to_string(),
             r.workflow_complete.to_string(),
+            r.terminal.to_string(),
             r.last_updated.format("%Y-%m-%d %H:%M:%S").to_string(),
             r.log_messages.last().cloned().unwrap_or_default(),
+        ]);
+    }
+    println!("{table}");
+    Ok(())
+}
+
+fn print_steps(steps: &[StepStatus], json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(steps)?);
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "id", "name", "type", "complete", "started", "ended", "ended in",
+    ]);
+    let time = |t: &DateTime<Utc>| t.format("%Y-%m-%d %H:%M:%S").to_string();
+    for s in steps {
+        table.add_row([
+            s.id.clone(),
+            s.name.clone(),
+            s.step_type.as_str().to_owned(),
+            s.step_complete.to_string(),
+            time(&s.started),
+            s.ended.as_ref().map(time).unwrap_or_default(),
+            s.ended_in.map(|e| e.to_string()).unwrap_or_default(),
         ]);
     }
     println!("{table}");

@@ -91,6 +91,7 @@ async fn finders_answer_by_id_name_state_completion_time_log_and_day() {
     assert_eq!(find(&["--name", "gamma.h5"]), ["gamma"]);
     assert_eq!(find(&["--complete", "false"]).len(), 3);
     assert!(find(&["--complete", "true"]).is_empty());
+    assert!(find(&["--terminal", "true"]).is_empty());
     assert_eq!(find(&["--log", r"Host EC2 \(instance"]), ["beta"]);
     let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
     assert_eq!(find(&["--created-on", &today]).len(), 3);
@@ -106,6 +107,33 @@ async fn finders_answer_by_id_name_state_completion_time_log_and_day() {
         out.contains("PROCESSING_FAILED") && out.contains("(created)"),
         "{out}"
     );
+    // The status of each step, by the seed's finders.
+    let steps = |args: &[&str]| -> Vec<serde_json::Value> {
+        let mut all = vec!["steps", "--json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = granary(&bucket, &all);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    let beta_steps = steps(&["--item", "beta"]);
+    assert_eq!(beta_steps.len(), 1, "{beta_steps:?}");
+    assert_eq!(beta_steps[0]["id"], "beta.1");
+    assert_eq!(beta_steps[0]["name"], "processing attempt 1");
+    assert_eq!(beta_steps[0]["type"], "processing");
+    assert_eq!(beta_steps[0]["step_complete"], true);
+    assert_eq!(beta_steps[0]["ended_in"], "PROCESSING_FAILED");
+    assert_eq!(beta_steps[0]["item_record"], "items/beta.json");
+    assert_eq!(steps(&["--id", "beta.1"]), beta_steps);
+    assert_eq!(
+        steps(&["--type", "processing", "--complete", "true"]),
+        beta_steps
+    );
+    assert_eq!(steps(&["--name", "processing attempt 1"]), beta_steps);
+    assert!(steps(&["--complete", "false"]).is_empty());
+    assert!(steps(&["--type", "download"]).is_empty());
+    let (code, _, err) = granary(&bucket, &["steps", "--type", "upload"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("download, admission or processing"), "{err}");
     let (code, _, err) = granary(&bucket, &["get", "nobody"]);
     assert_eq!(code, 1);
     assert!(err.contains("no item nobody"), "{err}");

@@ -132,6 +132,34 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     }
     assert!(copied >= 400, "{copied} logs");
 
+    // The item history as granary wrote it (one entry an object, or a window's as JSON lines),
+    // and the steps the domain reads from the same entries.
+    let history_prefix = c.runtime.ctx.config.layout.item_prefixes.history.clone();
+    let history_dir = dir.join("history");
+    let mut entries: Vec<granary::domain::item::HistoryEntry> = Vec::new();
+    for meta in store.list(&history_prefix).await.unwrap() {
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        let path = history_dir.join(&meta.key[history_prefix.len()..]);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &body).unwrap();
+        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            entries.push(serde_json::from_slice(line).unwrap());
+        }
+    }
+    let mut by_item: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    for e in entries {
+        by_item.entry(e.item_id.to_string()).or_default().push(e);
+    }
+    let mut want_steps: Vec<serde_json::Value> = by_item
+        .values()
+        .flat_map(|h| granary::domain::item_steps::steps_of(h, "items/"))
+        .map(|s| {
+            serde_json::json!({"id": s.id, "name": s.name, "type": s.step_type.as_str(),
+                "step_complete": s.step_complete, "ended_in": s.ended_in.map(|e| e.to_string())})
+        })
+        .collect();
+    want_steps.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+
     let scanned = report::scan(store.as_ref(), &prefix, &|_, _| {})
         .await
         .unwrap();
@@ -139,6 +167,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         "run",
         logs_dir.to_str().unwrap(),
         inventory_csv.to_str().unwrap(),
+        history_dir.to_str().unwrap(),
     ]))
     .unwrap();
     let from_inventory = engine
@@ -146,6 +175,24 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         .unwrap()
         .remove("from_inventory")
         .unwrap();
+    let steps = engine
+        .as_object_mut()
+        .unwrap()
+        .remove("item_steps")
+        .unwrap();
+    assert!(
+        want_steps.len() >= 400
+            && want_steps
+                .iter()
+                .any(|s| s["ended_in"] == "PROCESSING_FAILED"),
+        "a processing step per granule at least, some failed: {}",
+        want_steps.len()
+    );
+    assert_eq!(
+        steps,
+        serde_json::Value::Array(want_steps),
+        "the granary_item_steps view vs domain::item_steps over the same history"
+    );
     let want: Vec<serde_json::Value> = by_key
         .iter()
         .map(|((outcome, platform), (objects, granules))| {

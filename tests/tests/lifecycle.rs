@@ -154,7 +154,10 @@ async fn normal_workflow() {
     w.end_job(&id, AttemptEnd::Success).await;
     let r = w.record(&id).await;
     assert_eq!(r.state, Processed);
-    assert!(r.workflow_complete);
+    assert!(
+        r.workflow_complete && r.terminal,
+        "stored: the workflow is complete"
+    );
     assert_eq!((r.attempts.download, r.attempts.processing), (1, 1));
     assert_eq!(r.size, Some(BODY.len() as u64));
     assert!(r.checksum.as_deref().unwrap().starts_with("sha256:"));
@@ -189,7 +192,10 @@ async fn failure1_download_fails_until_the_limit_then_ignore() {
     let id = w.only_item().await;
     let r = w.record(&id).await;
     assert_eq!((r.state, r.attempts.download), (Ignore, 3));
-    assert!(r.workflow_complete);
+    assert!(
+        r.terminal && !r.workflow_complete,
+        "given up: terminal, never complete"
+    );
     assert_eq!(w.server.archive.gets("a.h5"), 3);
     assert_eq!(
         w.path(&id).await,
@@ -572,7 +578,7 @@ async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() 
     assert_eq!((swept.gave_up, swept.retried), (1, 0), "{swept:?}");
     let r = w.record(&id).await;
     assert_eq!((r.state, r.attempts.download), (Ignore, 1));
-    assert!(r.workflow_complete);
+    assert!(r.terminal && !r.workflow_complete);
     assert!(r.reason.contains("timed out"), "{}", r.reason);
     assert_eq!(
         w.path(&id).await,

@@ -25,8 +25,14 @@ pub struct ItemRecord {
     pub reason: String,
     /// Transitions applied so far; the history entry of the current state has this number.
     pub seq: u32,
-    /// True once the item is in a terminal state: nothing more will happen to it by itself.
+    /// True once the item's workflow succeeded: its product is made and stored (PROCESSED), as
+    /// seed 001's `workflow_complete` ("the data file has been stored successfully").
     pub workflow_complete: bool,
+    /// True in a terminal state, success or not (PROCESSED, SKIPPED, IGNORE, ABANDONED): nothing
+    /// more happens to the item by itself. (Records written before this field read as false
+    /// until their next change.)
+    #[serde(default)]
+    pub terminal: bool,
     pub log_messages: Vec<String>,
     #[serde(flatten)]
     pub attempts: Attempts,
@@ -133,7 +139,8 @@ impl NewItem {
             previous_state: None,
             reason: self.reason.clone(),
             seq: 0,
-            workflow_complete: self.state.is_terminal(),
+            workflow_complete: self.state.completes_the_workflow(),
+            terminal: self.state.is_terminal(),
             log_messages: Vec::new(),
             attempts: Attempts::default(),
             last_updated: now,
@@ -181,7 +188,8 @@ impl ItemRecord {
             next.state = to;
             next.seq += 1;
             next.reason = change.reason.clone();
-            next.workflow_complete = to.is_terminal();
+            next.workflow_complete = to.completes_the_workflow();
+            next.terminal = to.is_terminal();
             next.attempts.begin(to, now);
             if let (ItemState::Processing, Some(attempt)) = (to, change.attempt) {
                 next.attempts.processing = attempt;
@@ -301,6 +309,7 @@ pub struct ItemQuery {
     pub name: Option<String>,
     pub state: Option<ItemState>,
     pub workflow_complete: Option<bool>,
+    pub terminal: Option<bool>,
     pub updated_after: Option<DateTime<Utc>>,
     pub log_message: Option<Regex>,
     pub created_on: Option<NaiveDate>,
@@ -313,6 +322,7 @@ impl ItemQuery {
             && self
                 .workflow_complete
                 .is_none_or(|w| r.workflow_complete == w)
+            && self.terminal.is_none_or(|t| r.terminal == t)
             && self.updated_after.is_none_or(|t| r.last_updated > t)
             && self
                 .log_message
@@ -385,17 +395,24 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_complete_the_workflow_and_corruption_reopens_it() {
+    fn only_a_stored_product_completes_the_workflow_and_corruption_reopens_it() {
         let mut r = new(Ready);
-        for (to, complete) in [
-            (Processing, false),
-            (Processed, true),
-            (ProcessingFailed, false),
+        for (to, complete, terminal) in [
+            (Processing, false, false),
+            (Processed, true, true),
+            (ProcessingFailed, false, false),
+            (Abandoned, false, true),
         ] {
             r = r.apply(&Change::to(to, "x"), Utc::now(), "t").unwrap();
-            assert_eq!(r.workflow_complete, complete, "{to}");
+            assert_eq!(
+                (r.workflow_complete, r.terminal),
+                (complete, terminal),
+                "{to}"
+            );
         }
         assert_eq!(r.attempts.processing, 1);
+        let skipped = new(Skipped);
+        assert_eq!((skipped.workflow_complete, skipped.terminal), (false, true));
     }
 
     #[test]

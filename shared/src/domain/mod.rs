@@ -1,7 +1,8 @@
 //! Pure rules: no I/O, no AWS. Everything here is unit-tested on its own.
 //!
 //! - the kernel: [`machine`] (states and tables, the one `moved`, the `Move` a decision returns);
-//! - the workflows on it: [`lifecycle`] and [`item`] (the backfill's items), [`ingest`],
+//! - the workflows on it: [`lifecycle`] and [`item`] (the backfill's items; [`item_steps`] the
+//!   status of each step, read from the history), [`ingest`],
 //!   [`archive`], each with its `decisions`;
 //! - submissions: [`claim`] (the claim protocol's shapes; one job), [`window`] (a feeder window),
 //!   [`job_name`] and [`job_tags`] (what a Batch job is called and carries);
@@ -20,6 +21,7 @@ pub mod granule;
 pub mod hold;
 pub mod ingest;
 pub mod item;
+pub mod item_steps;
 pub mod job_end;
 pub mod job_name;
 pub mod job_tags;

@@ -70,6 +70,11 @@ impl ItemState {
     pub fn is_terminal(self) -> bool {
         matches!(self, Ignore | Skipped | Processed | Abandoned)
     }
+
+    /// The item's workflow succeeded: its product is made and stored.
+    pub fn completes_the_workflow(self) -> bool {
+        self == Processed
+    }
 }
 
 /// The whole transition table. Nothing else may change an item's state. An operator's resume

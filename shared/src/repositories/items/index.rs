@@ -1,6 +1,8 @@
-//! Reading items back: the in-flight index, queries over the records, an item's history.
+//! Reading items back: the in-flight index, queries over the records, an item's history and
+//! the status of its steps.
 
 use super::*;
+use crate::domain::item_steps::{steps_of, StepQuery, StepStatus};
 
 impl Items {
     /// Items the in-flight index lists, with the state the marker names.
@@ -102,6 +104,34 @@ impl Items {
             }
         }
         out.sort_by_key(|e| e.seq);
+        Ok(out)
+    }
+
+    /// The steps (seed 001's status rows: a download attempt, the admission, a processing
+    /// attempt) of the items `query` names, matching it, each item's oldest first. A query
+    /// naming one item (by `item`, or by a step id) reads that item's history; any other reads
+    /// every item's, one by one: meant for the CLI and tests, and at scale the Athena view
+    /// `granary_item_steps` answers the same question.
+    pub async fn steps(&self, query: &StepQuery) -> Result<Vec<StepStatus>, RecordError> {
+        let ids: Vec<GranuleId> = match query.only_item() {
+            Some(id) => vec![id],
+            None => self
+                .find(&ItemQuery::default())
+                .await?
+                .into_iter()
+                .map(|r| r.id)
+                .collect(),
+        };
+        let mut out = Vec::new();
+        for id in ids {
+            let history = self.history(&id).await?;
+            let key = record_key(&self.prefixes.items, &id);
+            out.extend(
+                steps_of(&history, &key)
+                    .into_iter()
+                    .filter(|s| query.matches(s)),
+            );
+        }
         Ok(out)
     }
 }
