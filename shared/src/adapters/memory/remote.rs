@@ -9,7 +9,12 @@ use std::sync::Mutex;
 #[derive(Debug, Default)]
 pub struct MemoryRemote {
     files: Mutex<BTreeMap<String, Bytes>>,
-    /// URLs whose HEAD announces no size.
+    /// URLs whose HEAD announces no size (a server streaming without Content-Length).
+    sizeless: Mutex<BTreeSet<String>>,
+    /// URLs whose next GETs fail with a 503, and how many more will.
+    flaky: Mutex<BTreeMap<String, u32>>,
+    /// GETs asked of each URL.
+    fetches: Mutex<BTreeMap<String, u32>>,
     /// Callback URLs that answer with an error.
     failing: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<(String, serde_json::Value)>>,
@@ -18,6 +23,21 @@ pub struct MemoryRemote {
 impl MemoryRemote {
     pub fn serve(&self, url: &str, body: impl Into<Bytes>) {
         self.lock_files().insert(url.to_owned(), body.into());
+    }
+
+    /// HEAD of `url` announces no size from now on.
+    pub fn hide_size(&self, url: &str) {
+        lock(&self.sizeless).insert(url.to_owned());
+    }
+
+    /// The next `times` GETs of `url` answer 503.
+    pub fn fail_fetches(&self, url: &str, times: u32) {
+        lock(&self.flaky).insert(url.to_owned(), times);
+    }
+
+    /// How many GETs `url` was asked for.
+    pub fn fetches(&self, url: &str) -> u32 {
+        lock(&self.fetches).get(url).copied().unwrap_or(0)
     }
 
     pub fn fail_callbacks_to(&self, url: &str) {
@@ -51,10 +71,22 @@ impl Remote for MemoryRemote {
     async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
         let files = self.lock_files();
         let body = files.get(url).ok_or_else(|| Self::missing(url))?;
+        if lock(&self.sizeless).contains(url) {
+            return Ok(None);
+        }
         Ok(Some(body.len() as u64))
     }
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
+        *lock(&self.fetches).entry(url.to_owned()).or_default() += 1;
+        if let Some(left) = lock(&self.flaky).get_mut(url).filter(|n| **n > 0) {
+            *left -= 1;
+            return Err(SourceError::Transient {
+                url: url.to_owned(),
+                message: "HTTP 503 Service Unavailable".into(),
+                source: None,
+            });
+        }
         let body = self
             .lock_files()
             .get(url)

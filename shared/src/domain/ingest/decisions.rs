@@ -147,13 +147,16 @@ pub fn on_cleaned_up() -> (JobMove, BatchMove) {
     )
 }
 
-/// Priority after estimating: a job over `large_bytes` steps back by five (it would hold the
-/// capacity a long time), never past the lowest.
-pub fn priority_after_estimate(priority: u8, space_needed: u64, large_bytes: u64) -> u8 {
+/// A job's priority for its size: over `large_bytes` it steps back by five from the priority its
+/// submission asked for (it would hold the capacity a long time), never past the lowest. Asked
+/// after the estimate and again after the download, which knows the true size (seed 004: the
+/// download recalculates space_needed and priority "in case the estimate was inaccurate"); from
+/// the submitted priority each time, so asking twice never steps back twice.
+pub fn priority_for(submitted: u8, space_needed: u64, large_bytes: u64) -> u8 {
     if large_bytes > 0 && space_needed > large_bytes {
-        priority.saturating_add(5).min(super::index::MAX_PRIORITY)
+        submitted.saturating_add(5).min(super::index::MAX_PRIORITY)
     } else {
-        priority
+        submitted
     }
 }
 

@@ -76,7 +76,13 @@ pub struct JobRecord {
     pub state: JobState,
     pub last_successful_status: Option<JobState>,
     pub retry_count: u32,
+    /// Where the job's keys sort in each state's queue (lower first): its submission's, stepped
+    /// back while its size is large ([`crate::domain::ingest::decisions::priority_for`]).
     pub priority: u8,
+    /// The priority its submission asked for, which every size check starts from (absent in
+    /// records written before it was kept: their current priority stands in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted_priority: Option<u8>,
     /// Bytes the job needs (0 until estimated, or when the estimate could not be made).
     pub space_needed: u64,
     pub object: ManifestObject,
@@ -108,6 +114,7 @@ impl JobRecord {
             last_successful_status: None,
             retry_count: 0,
             priority: batch.submission.priority,
+            submitted_priority: Some(batch.submission.priority),
             space_needed: 0,
             object,
             stored: Vec::new(),

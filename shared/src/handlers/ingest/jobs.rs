@@ -133,8 +133,11 @@ pub async fn estimate(
         }
     }
     let need = total.unwrap_or(0);
-    let priority =
-        decisions::priority_after_estimate(job.priority, need, ictx.config.ingest.large_job_bytes);
+    let priority = decisions::priority_for(
+        job.submitted_priority.unwrap_or(job.priority),
+        need,
+        ictx.config.ingest.large_job_bytes,
+    );
     if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
         r.space_needed = need;
         r.priority = priority;
@@ -262,11 +265,19 @@ pub async fn download(
         Some(why) => Err(why.as_str()),
         None => Ok(stored.as_slice()),
     });
+    // The true size, and the priority it gives (the estimate may have been wrong, or 0 when no
+    // server announced a size): the job's processing marker sorts by it.
     let size: u64 = stored.iter().map(|f| f.size).sum();
+    let priority = decisions::priority_for(
+        job.submitted_priority.unwrap_or(job.priority),
+        size,
+        ictx.config.ingest.large_job_bytes,
+    );
     let moved = advance(ictx, &job, &mv, now, |r| {
         if failure.is_none() {
             r.stored = stored.clone();
             r.space_needed = size;
+            r.priority = priority;
         }
     })
     .await?;

@@ -232,9 +232,18 @@ fn a_processing_end_counts_only_for_the_attempt_the_record_waits_for() {
 
 #[test]
 fn large_jobs_step_back_and_capacity_admits_what_fits() {
-    assert_eq!(priority_after_estimate(5, 10, 100), 5);
-    assert_eq!(priority_after_estimate(5, 101, 100), 10);
-    assert_eq!(priority_after_estimate(97, 101, 100), 99);
+    assert_eq!(priority_for(5, 10, 100), 5);
+    assert_eq!(priority_for(5, 101, 100), 10);
+    assert_eq!(priority_for(97, 101, 100), 99);
+    // Asked again (after the download) from the submitted priority: never stepped back twice,
+    // and a job found small after all comes forward again.
+    assert_eq!(priority_for(5, 101, 100), priority_for(5, 5_000, 100));
+    assert_eq!(priority_for(5, 0, 100), 5);
+    assert_eq!(
+        priority_for(5, 101, 0),
+        5,
+        "no large-job threshold: no step back"
+    );
     assert!(admits(500, 0, 100), "alone, even too big");
     assert!(admits(40, 60, 100));
     assert!(!admits(41, 60, 100));

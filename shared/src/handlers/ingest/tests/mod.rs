@@ -1105,3 +1105,5 @@ async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
         .collect();
     assert_eq!(records.len(), 1, "{batches:?}");
 }
+
+mod priority;
