@@ -9,7 +9,7 @@
 //! tick takes the claim over and finds the job by name. Audited after each run: every job ended where it should, both indexes list
 //! each job exactly as its record says, no processing attempt was submitted twice, the failed
 //! processing job is on the failure DLQ, every completed job's files are in the bucket and it
-//! was announced, and the batch reported the right jobs.
+//! was announced, the batch's queueing was confirmed, and the batch reported the right jobs.
 
 mod platform;
 
@@ -70,6 +70,8 @@ fn config_of(f: Function) -> Config {
         "GRANARY_MAX_RETRIES" => Some((MAX_ATTEMPTS - 1).to_string()),
         "GRANARY_JOB_QUEUE" => Some("q".into()),
         "GRANARY_JOB_DEFINITION" => Some("d".into()),
+        // Every batch confirms its queueing: the confirmation's calls are crash points too.
+        "GRANARY_INGEST_QUEUED_CONFIRMATION" => Some("*".into()),
         _ => None,
     })
     .expect("the harness's configuration is valid")
@@ -331,10 +333,19 @@ async fn audit(w: &World) -> Result<(), String> {
     if letters != BTreeSet::from([w.batch.job(4).to_string()]) {
         return Err(format!("dead-lettered {letters:?}"));
     }
-    let announced = w.bus.events().len();
-    if announced < 3 {
+    // Announced at least once each (a crash between an announcement and its record's move
+    // announces again): the batch's queueing with its four jobs, two completed jobs, the report.
+    let events = w.bus.events();
+    let of = |kind: &str| events.iter().filter(|e| e.detail_type == kind).count();
+    let queued_with_four = events
+        .iter()
+        .any(|e| e.detail_type == "Ingest Batch Queued" && e.detail["jobs"] == 4);
+    if !queued_with_four || of("Ingest Job Completed") < 2 || of("Ingest Batch Reported") < 1 {
         return Err(format!(
-            "{announced} announcements, want 2 jobs + 1 batch at least"
+            "announcements: queued {} (four jobs: {queued_with_four}), completed {}, reported {}",
+            of("Ingest Batch Queued"),
+            of("Ingest Job Completed"),
+            of("Ingest Batch Reported")
         ));
     }
     for n in 1..=4 {

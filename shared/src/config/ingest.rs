@@ -30,6 +30,10 @@ pub struct IngestSettings {
     /// Where a completed batch is archived before its cleanup (`GRANARY_INGEST_ARCHIVE_DESTINATIONS`,
     /// comma-separated `s3://bucket/prefix/[:CLASS]`); empty: batches are not archived.
     pub archive_destinations: Vec<crate::domain::archive::record::Destination>,
+    /// The submission profiles whose depositors are told when a batch's jobs are queued
+    /// (`GRANARY_INGEST_QUEUED_CONFIRMATION`: profile names, comma-separated; `*` for every
+    /// batch; empty: nobody).
+    pub queued_confirmation: Vec<String>,
 }
 
 impl Default for IngestSettings {
@@ -43,6 +47,7 @@ impl Default for IngestSettings {
             timeout: Duration::from_secs(DEFAULT_INGEST_TIMEOUT_SECS),
             bus_name: DEFAULT_BUS.to_owned(),
             archive_destinations: Vec::new(),
+            queued_confirmation: Vec::new(),
         }
     }
 }
@@ -82,6 +87,7 @@ impl IngestSettings {
                     value: v.or("GRANARY_INGEST_ARCHIVE_DESTINATIONS", ""),
                     why,
                 })?,
+            queued_confirmation: v.list("GRANARY_INGEST_QUEUED_CONFIRMATION"),
         })
     }
 }

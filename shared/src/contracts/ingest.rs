@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 pub const EVENT_SOURCE: &str = "granary.ingest";
 pub const JOB_COMPLETED: &str = "Ingest Job Completed";
 pub const BATCH_REPORTED: &str = "Ingest Batch Reported";
+pub const BATCH_QUEUED: &str = "Ingest Batch Queued";
 /// The detail-type of a submission sent as an event on the notification bus.
 pub const SUBMISSION: &str = "Ingest Submission";
 
@@ -112,6 +113,29 @@ impl BatchAnnouncement<'_> {
         BusEvent {
             source: EVENT_SOURCE.to_owned(),
             detail_type: BATCH_REPORTED.to_owned(),
+            detail: serde_json::json!(self),
+            resources: Vec::new(),
+        }
+    }
+}
+
+/// A batch's jobs are queued (seed 004's queueing confirmation, for the profiles that ask for
+/// it): on the bus as [`BATCH_QUEUED`], and posted to the batch's callback.
+#[derive(Debug, Serialize)]
+pub struct BatchQueued<'a> {
+    pub batch: &'a BatchId,
+    pub collection: &'a str,
+    pub profile: &'a str,
+    pub submitter: &'a str,
+    pub state: &'static str,
+    pub jobs: usize,
+}
+
+impl BatchQueued<'_> {
+    pub fn event(&self) -> BusEvent {
+        BusEvent {
+            source: EVENT_SOURCE.to_owned(),
+            detail_type: BATCH_QUEUED.to_owned(),
             detail: serde_json::json!(self),
             resources: Vec::new(),
         }

@@ -147,6 +147,14 @@ pub fn on_cleaned_up() -> (JobMove, BatchMove) {
     )
 }
 
+/// Whether a batch submitted under `profile` confirms the queueing of its jobs to its
+/// depositor: its profile is one of `confirming` (or `confirming` holds `*`).
+pub fn confirms_queueing(profile: Option<&str>, confirming: &[String]) -> bool {
+    confirming
+        .iter()
+        .any(|c| c == "*" || profile.is_some_and(|p| p == c))
+}
+
 /// A job's priority for its size: over `large_bytes` it steps back by five from the priority its
 /// submission asked for (it would hold the capacity a long time), never past the lowest. Asked
 /// after the estimate and again after the download, which knows the true size (seed 004: the

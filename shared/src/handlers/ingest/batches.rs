@@ -2,7 +2,7 @@
 //! (and again after an operator's update-report), and cleaning up a completed one.
 
 use super::{holds, Ctx, TickSummary, MAX_MANIFEST_BYTES};
-use crate::contracts::ingest::BatchAnnouncement;
+use crate::contracts::ingest::{BatchAnnouncement, BatchQueued};
 use crate::domain::ingest::batch::{reported_state, BatchState};
 use crate::domain::ingest::decisions;
 use crate::domain::ingest::index::{BatchId, JobId};
@@ -141,7 +141,9 @@ async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
 }
 
 /// Pending batches: held while their collection is, else their jobs are created (idempotent: a
-/// crash half-way is finished by the next tick) and the batch moves to processing.
+/// crash half-way is finished by the next tick), the depositor is told they are queued when the
+/// batch's profile asks for it, and the batch moves to processing. The confirmation comes before
+/// the move: a crash in between confirms again at the next tick (at least once, never skipped).
 pub async fn spawn(
     ictx: &Ctx,
     batch: BatchRecord,
@@ -163,6 +165,7 @@ pub async fn spawn(
         s.jobs_created += 1;
     }
     let count = objects.len();
+    confirm_queued(ictx, &batch, count).await?;
     let mv = decisions::on_batch_pending(None, count);
     let spawned = ictx
         .ingest()
@@ -173,6 +176,32 @@ pub async fn spawn(
         .await?;
     if matches!(spawned, Changed::Moved(_)) {
         s.batches_spawned += 1;
+    }
+    Ok(())
+}
+
+/// Tells the depositor, when the batch's profile asks for it, that its `jobs` are queued: an
+/// `Ingest Batch Queued` event and, with a callback, a POST of the same (a courtesy, as the
+/// report's: a failed callback is logged and the batch goes on).
+async fn confirm_queued(ictx: &Ctx, batch: &BatchRecord, jobs: usize) -> Result<(), HandlerError> {
+    let submission = &batch.submission;
+    let confirming = &ictx.config.ingest.queued_confirmation;
+    if !decisions::confirms_queueing(submission.profile.as_deref(), confirming) {
+        return Ok(());
+    }
+    let queued = BatchQueued {
+        batch: &batch.id,
+        collection: &submission.collection,
+        profile: submission.profile.as_deref().unwrap_or(""),
+        submitter: &submission.submitter,
+        state: "queued",
+        jobs,
+    };
+    ictx.bus.put_events(vec![queued.event()]).await?;
+    if let Some(url) = &submission.callback {
+        if let Err(e) = ictx.remote.call_back(url, &serde_json::json!(queued)).await {
+            tracing::warn!(batch = %batch.id, error = %e, "queued-confirmation callback failed");
+        }
     }
     Ok(())
 }

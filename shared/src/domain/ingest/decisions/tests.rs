@@ -262,3 +262,13 @@ fn mismatches_are_final_and_outages_are_not() {
     assert!(!download_failure_is_final("http://h/a: HTTP 503"));
     assert!(!download_failure_is_final("timed out after 30s"));
 }
+
+#[test]
+fn a_profile_asks_for_the_queueing_confirmation_by_name_or_everyone_does_by_star() {
+    let named = vec!["merritt-demo".to_owned()];
+    assert!(confirms_queueing(Some("merritt-demo"), &named));
+    assert!(!confirms_queueing(Some("other"), &named));
+    assert!(!confirms_queueing(None, &named));
+    assert!(confirms_queueing(None, &["*".to_owned()]));
+    assert!(!confirms_queueing(Some("merritt-demo"), &[]));
+}

@@ -1107,3 +1107,4 @@ async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
 }
 
 mod priority;
+mod queued;
