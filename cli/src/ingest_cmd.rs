@@ -7,7 +7,7 @@ use granary::domain::ingest::batch::BatchState;
 use granary::domain::ingest::index::{BatchId, JobId};
 use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
-use granary::domain::ingest::record::Submission;
+use granary::domain::ingest::record::{Deposit, Submission};
 use granary::handlers::ingest;
 use granary::handlers::ingest::operator::{self, Target};
 use granary::handlers::Ctx;
@@ -48,6 +48,19 @@ enum Command {
         kind: Option<String>,
         #[arg(long, env = "USER", default_value = "operator")]
         submitter: String,
+        /// The object's ERC metadata (who made it, what it is, when, where), passed to the
+        /// processing container.
+        #[arg(long)]
+        erc_who: Option<String>,
+        #[arg(long)]
+        erc_what: Option<String>,
+        #[arg(long)]
+        erc_when: Option<String>,
+        #[arg(long)]
+        erc_where: Option<String>,
+        /// How the deposit changes a stored object: add, update or reset.
+        #[arg(long, default_value = "add", value_parser = ["add", "update", "reset"])]
+        mode: String,
         #[arg(long)]
         json: bool,
     },
@@ -158,6 +171,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             profile,
             kind,
             submitter,
+            erc_who,
+            erc_what,
+            erc_when,
+            erc_where,
+            mode,
             json,
         } => {
             let is_url = ["http://", "https://", "s3://"]
@@ -201,6 +219,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                     callback,
                     profile,
                     submitter,
+                    deposit: Deposit {
+                        erc_who,
+                        erc_what,
+                        erc_when,
+                        erc_where,
+                        submission_mode: mode.parse().map_err(anyhow::Error::msg)?,
+                    },
                 },
                 now(),
             )

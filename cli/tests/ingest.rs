@@ -92,10 +92,16 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
             file.to_str().unwrap(),
             "--collection",
             "maps",
+            "--erc-what",
+            "Map of the coast",
+            "--mode",
+            "update",
         ],
     );
     let batch = submitted["id"].as_str().unwrap().to_owned();
     assert_eq!(submitted["state"], "pending");
+    assert_eq!(submitted["submission"]["erc_what"], "Map of the coast");
+    assert_eq!(submitted["submission"]["submission_mode"], "update");
 
     common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
     let status = common::json(&bucket_only, &["ingest", "status", &batch]);

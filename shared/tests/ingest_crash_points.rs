@@ -153,6 +153,7 @@ fn submission_event() -> aws_lambda_events::event::sqs::SqsEvent {
         callback: Some("http://depositor/cb".into()),
         profile: None,
         submitter: "t".into(),
+        deposit: Default::default(),
     })
     .unwrap();
     let mut m = aws_lambda_events::event::sqs::SqsMessage::default();

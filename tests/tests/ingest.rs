@@ -152,6 +152,7 @@ async fn a_batch_of_two_hundred_objects_with_bad_digests_a_hold_and_a_resume() {
             callback: Some(format!("{base}callback")),
             profile: None,
             submitter: "test".into(),
+            deposit: Default::default(),
         },
         chrono::Utc::now(),
     )
@@ -289,6 +290,7 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
             callback: Some(format!("{base}no-such-callback")),
             profile: None,
             submitter: "test".into(),
+            deposit: Default::default(),
         },
         chrono::Utc::now(),
     )
@@ -371,6 +373,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
                     callback: None,
                     profile: None,
                     submitter: "t".into(),
+                    deposit: Default::default(),
                 },
                 now(),
             )
@@ -591,6 +594,7 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
             priority: 5,
             callback: None,
             profile: None,
+            deposit: Default::default(),
             submitter: "test".into(),
         },
         chrono::Utc::now(),

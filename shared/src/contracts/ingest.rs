@@ -2,6 +2,7 @@
 //! it publishes on the notification bus, and the JSON it posts to a depositor's callback.
 
 use crate::domain::ingest::index::{BatchId, JobId};
+use crate::domain::ingest::record::Deposit;
 use crate::domain::job_name::processing_job_name;
 use crate::domain::job_tags::INGEST_JOB_ENV;
 use crate::ports::{BusEvent, JobRequest};
@@ -30,11 +31,19 @@ pub fn submission_of(body: &str) -> Result<crate::domain::ingest::record::Submis
 }
 
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
-/// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters.
+/// downloaded files are, `s3://bucket/prefix/`) in the container environment and as parameters,
+/// and the deposit's description (`ERC_WHO`, `ERC_WHAT`, `ERC_WHEN`, `ERC_WHERE` when given,
+/// `SUBMISSION_MODE`) in the environment.
 /// The name carries the retry count and the attempt, so a resumed or retried job is a new Batch
 /// job, a lost SubmitJob answer is found by name rather than submitted twice, and an end is
 /// matched to the attempt the record waits for by name alone.
-pub fn processing_job(job: &JobId, retry: u32, attempt: u32, object_prefix: &str) -> JobRequest {
+pub fn processing_job(
+    job: &JobId,
+    retry: u32,
+    attempt: u32,
+    object_prefix: &str,
+    deposit: &Deposit,
+) -> JobRequest {
     let pairs = [
         (INGEST_JOB_ENV, job.to_string()),
         ("INGEST_OBJECT_PREFIX", object_prefix.to_owned()),
@@ -43,7 +52,9 @@ pub fn processing_job(job: &JobId, retry: u32, attempt: u32, object_prefix: &str
         job_name: processing_job_name(job, retry, attempt),
         environment: pairs
             .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .cloned()
+            .chain(deposit.environment())
+            .map(|(k, v)| (k.to_owned(), v))
             .collect(),
         parameters: pairs
             .iter()

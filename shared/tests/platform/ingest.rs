@@ -250,6 +250,7 @@ pub async fn ingest_needs() -> Needs {
                 callback: cb.map(str::to_owned),
                 profile: None,
                 submitter: "svc".into(),
+                deposit: Default::default(),
             })
             .unwrap()
         })

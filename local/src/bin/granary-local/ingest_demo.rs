@@ -102,6 +102,7 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
             callback: None,
             profile: None,
             submitter: "demo".into(),
+            deposit: Default::default(),
         },
         chrono::Utc::now(),
     )

@@ -23,6 +23,76 @@ pub struct Submission {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
     pub submitter: String,
+    /// What the depositor says of the object, and how it changes what is stored.
+    #[serde(flatten)]
+    pub deposit: Deposit,
+}
+
+/// Seed 004's description of a deposit: the object's ERC metadata (who made it, what it is,
+/// when, where) and the submission mode. Each job carries it to its processing container
+/// (`ERC_WHO`, `ERC_WHAT`, `ERC_WHEN`, `ERC_WHERE`, `SUBMISSION_MODE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deposit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erc_who: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erc_what: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erc_when: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub erc_where: Option<String>,
+    #[serde(default)]
+    pub submission_mode: SubmissionMode,
+}
+
+/// How a deposit changes an object already stored: `add` (a new version with these files added
+/// to the last), `update` (a new version of exactly these files), `reset` (the object begun
+/// again). Granary carries it to the processing container, which applies it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmissionMode {
+    #[default]
+    Add,
+    Update,
+    Reset,
+}
+
+impl SubmissionMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Add => "add",
+            Self::Update => "update",
+            Self::Reset => "reset",
+        }
+    }
+}
+
+impl std::str::FromStr for SubmissionMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [Self::Add, Self::Update, Self::Reset]
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("no submission mode {s:?}: add, update or reset"))
+    }
+}
+
+impl Deposit {
+    /// The container environment that carries it (set fields only).
+    pub fn environment(&self) -> Vec<(&'static str, String)> {
+        let erc = [
+            ("ERC_WHO", &self.erc_who),
+            ("ERC_WHAT", &self.erc_what),
+            ("ERC_WHEN", &self.erc_when),
+            ("ERC_WHERE", &self.erc_where),
+        ];
+        let mut env: Vec<(&'static str, String)> = erc
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.clone()?)))
+            .collect();
+        env.push(("SUBMISSION_MODE", self.submission_mode.as_str().to_owned()));
+        env
+    }
 }
 
 fn default_priority() -> u8 {
@@ -86,6 +156,9 @@ pub struct JobRecord {
     /// Bytes the job needs (0 until estimated, or when the estimate could not be made).
     pub space_needed: u64,
     pub object: ManifestObject,
+    /// The batch's deposit description, for the processing container.
+    #[serde(default)]
+    pub deposit: Deposit,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stored: Vec<StoredFile>,
     /// The processing job's id, once submitted.
@@ -117,6 +190,7 @@ impl JobRecord {
             submitted_priority: Some(batch.submission.priority),
             space_needed: 0,
             object,
+            deposit: batch.submission.deposit.clone(),
             stored: Vec::new(),
             processing_job: None,
             processing_attempt: 1,
@@ -190,6 +264,7 @@ mod tests {
                 callback: None,
                 profile: None,
                 submitter: "me".into(),
+                deposit: Default::default(),
             },
             Utc::now(),
         )
@@ -226,5 +301,36 @@ mod tests {
             .unwrap();
         assert_eq!(p.state, BatchState::Processing);
         assert_eq!(p.submission, b.submission);
+    }
+
+    #[test]
+    fn a_submission_carries_its_deposit_description_and_older_ones_read_as_plain_adds() {
+        let old =
+            r#"{"collection":"maps","manifest_url":"s3://b/m","kind":"files","submitter":"svc"}"#;
+        let s: Submission = serde_json::from_str(old).unwrap();
+        assert_eq!(s.deposit, Deposit::default());
+        assert_eq!(
+            s.deposit.environment(),
+            vec![("SUBMISSION_MODE", "add".to_owned())]
+        );
+        let full = r#"{"collection":"maps","manifest_url":"s3://b/m","kind":"files","submitter":"svc",
+            "erc_who":"Lange, Dorothea","erc_what":"Migrant Mother","erc_when":"1936",
+            "submission_mode":"update"}"#;
+        let s: Submission = serde_json::from_str(full).unwrap();
+        assert_eq!(
+            s.deposit.environment(),
+            vec![
+                ("ERC_WHO", "Lange, Dorothea".to_owned()),
+                ("ERC_WHAT", "Migrant Mother".to_owned()),
+                ("ERC_WHEN", "1936".to_owned()),
+                ("SUBMISSION_MODE", "update".to_owned()),
+            ]
+        );
+        // Written back flat, as the design's submission is.
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["erc_what"], "Migrant Mother");
+        assert!(json.get("erc_where").is_none());
+        assert!(serde_json::from_str::<Submission>(&full.replace("update", "merge")).is_err());
+        assert_eq!("reset".parse::<SubmissionMode>(), Ok(SubmissionMode::Reset));
     }
 }

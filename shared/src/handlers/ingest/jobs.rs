@@ -312,7 +312,13 @@ pub async fn process(
                 ictx.config.layout.bucket,
                 ictx.ingest().keys.objects(&job.id)
             );
-            let request = processing_job(&job.id, job.retry_count, job.processing_attempt, &prefix);
+            let request = processing_job(
+                &job.id,
+                job.retry_count,
+                job.processing_attempt,
+                &prefix,
+                &job.deposit,
+            );
             let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
                 HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
             })?;

@@ -21,6 +21,7 @@ fn batch() -> BatchRecord {
             callback: None,
             profile: None,
             submitter: "me".into(),
+            deposit: Default::default(),
         },
         Utc::now(),
     )

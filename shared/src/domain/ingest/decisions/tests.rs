@@ -118,6 +118,7 @@ fn j_submission() -> Submission {
         callback: None,
         profile: None,
         submitter: "s".into(),
+        deposit: Default::default(),
     }
 }
 

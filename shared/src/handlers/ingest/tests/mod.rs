@@ -122,6 +122,7 @@ impl World {
             callback: callback.map(str::to_owned),
             profile: None,
             submitter: "test".into(),
+            deposit: Default::default(),
         };
         submit(&self.ictx, submission, Utc::now()).await.unwrap().id
     }

@@ -17,6 +17,7 @@ async fn submit_at(w: &World, name: &str, files: &[(&str, &str)], priority: u8) 
         callback: None,
         profile: None,
         submitter: "test".into(),
+        deposit: Default::default(),
     };
     submit(&w.ictx, submission, Utc::now()).await.unwrap().id
 }

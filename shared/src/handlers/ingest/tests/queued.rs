@@ -17,6 +17,7 @@ async fn submit_as(w: &World, name: &str, profile: Option<&str>, callback: &str)
         callback: Some(callback.into()),
         profile: profile.map(str::to_owned),
         submitter: "depositor".into(),
+        deposit: Default::default(),
     };
     submit(&w.ictx, submission, Utc::now()).await.unwrap().id
 }
@@ -82,4 +83,38 @@ async fn without_a_confirming_profile_nobody_is_told_of_the_queueing() {
         .events()
         .iter()
         .any(|e| e.detail_type == "Ingest Batch Queued"));
+}
+
+/// The deposit's description reaches the processing container: each processing job carries the
+/// batch's ERC metadata and submission mode in its environment.
+#[tokio::test]
+async fn the_processing_container_gets_the_deposits_erc_metadata_and_mode() {
+    let w = world(IngestSettings::default());
+    let manifest = w.manifest("erc", &[("a.txt", "alpha")], &[]).await;
+    let submission = crate::domain::ingest::record::Submission {
+        collection: "coll".into(),
+        manifest_url: manifest,
+        kind: ManifestKind::Files,
+        priority: 5,
+        callback: None,
+        profile: None,
+        submitter: "depositor".into(),
+        deposit: crate::domain::ingest::record::Deposit {
+            erc_who: Some("Lange, Dorothea".into()),
+            erc_what: Some("Migrant Mother".into()),
+            erc_when: Some("1936".into()),
+            erc_where: None,
+            submission_mode: crate::domain::ingest::record::SubmissionMode::Update,
+        },
+    };
+    submit(&w.ictx, submission, Utc::now()).await.unwrap();
+    w.run(|_| true).await;
+    let submitted = w.jobs.submitted();
+    assert_eq!(submitted.len(), 1);
+    let env = &submitted[0].environment;
+    assert_eq!(env["ERC_WHO"], "Lange, Dorothea");
+    assert_eq!(env["ERC_WHAT"], "Migrant Mother");
+    assert_eq!(env["ERC_WHEN"], "1936");
+    assert!(!env.contains_key("ERC_WHERE"));
+    assert_eq!(env["SUBMISSION_MODE"], "update");
 }
