@@ -42,9 +42,10 @@ enum Command {
         callback: Option<String>,
         #[arg(long)]
         profile: Option<String>,
-        /// files (one line per file), manifests (one object manifest per line) or file (the URL
-        /// is the one file); default: from the manifest's #%profile line.
-        #[arg(long = "type", value_parser = ["files", "manifests", "file"])]
+        /// files (one line per file), manifests (one object manifest per line), file (the URL
+        /// is the one file) or container (the URL is one zip, expanded into the object's
+        /// files); default: from the manifest's #%profile line.
+        #[arg(long = "type", value_parser = ["files", "manifests", "file", "container"])]
         kind: Option<String>,
         #[arg(long, env = "USER", default_value = "operator")]
         submitter: String,

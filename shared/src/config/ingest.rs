@@ -7,6 +7,8 @@ use std::time::Duration;
 pub const DEFAULT_INGEST_PREFIX: &str = "ingest/";
 pub const DEFAULT_CAPACITY_BYTES: u64 = 100 * 1024 * 1024 * 1024;
 pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
+/// The largest zip a container deposit may be: it is expanded in the dispatcher's memory.
+pub const DEFAULT_MAX_CONTAINER_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 pub const DEFAULT_DOWNLOAD_ATTEMPTS: u32 = 3;
 pub const DEFAULT_CALLBACK_ATTEMPTS: u32 = 3;
 pub const DEFAULT_INGEST_TIMEOUT_SECS: u64 = 600;
@@ -34,6 +36,9 @@ pub struct IngestSettings {
     /// (`GRANARY_INGEST_QUEUED_CONFIRMATION`: profile names, comma-separated; `*` for every
     /// batch; empty: nobody).
     pub queued_confirmation: Vec<String>,
+    /// The largest zip a container deposit may be (`GRANARY_INGEST_MAX_CONTAINER_BYTES`): it is
+    /// expanded in the dispatcher's memory, so it must fit its memory setting.
+    pub max_container_bytes: u64,
 }
 
 impl Default for IngestSettings {
@@ -48,6 +53,7 @@ impl Default for IngestSettings {
             bus_name: DEFAULT_BUS.to_owned(),
             archive_destinations: Vec::new(),
             queued_confirmation: Vec::new(),
+            max_container_bytes: DEFAULT_MAX_CONTAINER_BYTES,
         }
     }
 }
@@ -88,6 +94,10 @@ impl IngestSettings {
                     why,
                 })?,
             queued_confirmation: v.list("GRANARY_INGEST_QUEUED_CONFIRMATION"),
+            max_container_bytes: v.number(
+                "GRANARY_INGEST_MAX_CONTAINER_BYTES",
+                DEFAULT_MAX_CONTAINER_BYTES,
+            )?,
         })
     }
 }

@@ -65,6 +65,8 @@ pub enum Payload {
     Files { files: Vec<ManifestFile> },
     /// An object whose files are in its own manifest, read when the job starts.
     Manifest { url: String },
+    /// An object delivered as one zip: downloaded, then expanded into its files.
+    Container { zip: ManifestFile },
     /// What could not be read, and why: the job fails at once.
     Unreadable {
         line: usize,
@@ -89,6 +91,8 @@ pub enum ManifestKind {
     Files,
     Manifests,
     File,
+    /// The URL is one zip holding the object's files (seed 004's container deposit).
+    Container,
 }
 
 impl ManifestKind {
@@ -97,6 +101,7 @@ impl ManifestKind {
             "files" => Some(Self::Files),
             "manifests" => Some(Self::Manifests),
             "file" => Some(Self::File),
+            "container" => Some(Self::Container),
             _ => None,
         }
     }
@@ -251,6 +256,10 @@ pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, Stri
                 }),
                 None => objects.push(unreadable("no manifest URL".to_owned())),
             },
+            // A container deposit's URL is its zip, never a manifest (see [`container`]).
+            ManifestKind::Container => objects.push(unreadable(
+                "a container deposit is one zip, not a manifest".to_owned(),
+            )),
             ManifestKind::Files | ManifestKind::File => match file_of(&line) {
                 Err(why) => objects.push(unreadable(why)),
                 Ok(file) => {
@@ -285,6 +294,22 @@ pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, Stri
         ));
     }
     Ok(objects)
+}
+
+/// The one object a container deposit makes: the zip at `url`, expanded once downloaded.
+pub fn container(url: &str) -> ManifestObject {
+    ManifestObject {
+        local_id: None,
+        primary_id: None,
+        payload: Payload::Container {
+            zip: ManifestFile {
+                url: url.to_owned(),
+                name: url.rsplit('/').next().unwrap_or(url).to_owned(),
+                digest: None,
+                size: None,
+            },
+        },
+    }
 }
 
 /// A single file submitted on its own: one object of one file.

@@ -117,6 +117,12 @@ impl IngestKeys {
         format!("{}{name}", self.objects(jid))
     }
 
+    /// Where a container deposit's zip waits to be expanded: inside the job's object folder (so
+    /// its cleanup removes it too), under a name no zip entry can take (`.container/`).
+    pub fn container(&self, jid: &JobId, name: &str) -> String {
+        format!("{}.container/{name}", self.objects(jid))
+    }
+
     /// Every downloaded file of a batch's jobs (job ids start with the batch's): what a
     /// completed batch's archive job archives.
     pub fn batch_objects(&self, bid: &BatchId) -> String {

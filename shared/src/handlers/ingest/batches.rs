@@ -88,8 +88,10 @@ async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
             why,
         },
     };
-    if batch.submission.kind == ManifestKind::File {
-        return vec![manifest::single_file(url, None)];
+    match batch.submission.kind {
+        ManifestKind::File => return vec![manifest::single_file(url, None)],
+        ManifestKind::Container => return vec![manifest::container(url)],
+        ManifestKind::Files | ManifestKind::Manifests => {}
     }
     let text = match read_text(ictx, url).await {
         Ok(t) => t,

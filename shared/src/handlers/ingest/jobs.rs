@@ -120,7 +120,14 @@ pub async fn estimate(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let mut total = Some(0u64);
-    if let Payload::Files { files } = &job.object.payload {
+    let zip = match &job.object.payload {
+        Payload::Container { zip } => Some(std::slice::from_ref(zip)),
+        _ => None,
+    };
+    if let Some(files) = zip.or(match &job.object.payload {
+        Payload::Files { files } => Some(files.as_slice()),
+        _ => None,
+    }) {
         for f in files {
             let size = match f.size {
                 Some(n) => Some(n),
@@ -186,13 +193,24 @@ pub async fn provision(
     Ok(())
 }
 
-/// One file, with bounded attempts for failures that may pass.
+/// One file into the job's object folder.
 async fn fetch_file(
     ictx: &Ctx,
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
 ) -> Result<StoredFile, String> {
     let key = ictx.ingest().keys.object(&job.id, &file.name);
+    fetch_to(ictx, job, file, &key).await
+}
+
+/// One file into `key`, with bounded attempts for failures that may pass.
+async fn fetch_to(
+    ictx: &Ctx,
+    job: &JobRecord,
+    file: &crate::domain::ingest::manifest::ManifestFile,
+    key: &str,
+) -> Result<StoredFile, String> {
+    let key = key.to_owned();
     let digest = file.digest.as_ref().map(decisions::expected_digest);
     let expected = Expected {
         size: file.size,
@@ -239,6 +257,9 @@ pub async fn download(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
+    if let Payload::Container { zip } = &job.object.payload {
+        return download_container(ictx, job.clone(), zip, now, s).await;
+    }
     let Payload::Files { files } = &job.object.payload else {
         let mv = decisions::on_downloaded(Err("no files to download"));
         advance(ictx, &job, &mv, now, |_| {}).await?;
@@ -285,6 +306,50 @@ pub async fn download(
         (false, _) => {}
         (true, JobState::Failed) => s.failed += 1,
         (true, _) => s.downloaded += 1,
+    }
+    Ok(())
+}
+
+/// A container deposit's download: the zip fetched (bounded attempts, its digest checked) into
+/// the job's folder and expanded into its files ([`super::container`]); the zip then goes, and
+/// the job moves on with the files it held — or fails with why.
+async fn download_container(
+    ictx: &Ctx,
+    job: JobRecord,
+    zip: &crate::domain::ingest::manifest::ManifestFile,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let key = ictx.ingest().keys.container(&job.id, &zip.name);
+    let expanded = match fetch_to(ictx, &job, zip, &key).await {
+        Ok(_) => super::container::expand(ictx, &job.id, &key).await,
+        Err(why) => Err(why),
+    };
+    let outcome = match &expanded {
+        Ok(files) => Ok(files.as_slice()),
+        Err(why) => Err(why.as_str()),
+    };
+    let mv = decisions::on_downloaded(outcome);
+    if let Ok(files) = &expanded {
+        // The record names the files; the zip is not one of them.
+        ictx.store.delete(&key).await?;
+        let size: u64 = files.iter().map(|f| f.size).sum();
+        let priority = decisions::priority_for(
+            job.submitted_priority.unwrap_or(job.priority),
+            size,
+            ictx.config.ingest.large_job_bytes,
+        );
+        if advance(ictx, &job, &mv, now, |r| {
+            r.stored = files.clone();
+            r.space_needed = size;
+            r.priority = priority;
+        })
+        .await?
+        {
+            s.downloaded += 1;
+        }
+    } else if advance(ictx, &job, &mv, now, |_| {}).await? {
+        s.failed += 1;
     }
     Ok(())
 }

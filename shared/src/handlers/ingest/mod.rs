@@ -6,6 +6,7 @@
 //! on its record, and decides with `domain::ingest::decisions`.
 
 pub mod batches;
+pub mod container;
 pub mod holds;
 pub mod jobs;
 pub mod operator;

@@ -1,0 +1,154 @@
+//! Container deposits (seed 004): one zip is the object; the download stores it and expands it
+//! into its files, which processing, recording and the catalog then see as any deposit's files.
+//! A zip entry that would leave the object's folder, a payload that is not a zip, and a zip
+//! over the configured size fail the job with why.
+
+use super::*;
+use std::io::Write;
+
+/// A zip of `entries` (name, body); a name ending in `/` is a directory.
+fn zip_of(entries: &[(&str, &str)]) -> Bytes {
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, body) in entries {
+        if name.ends_with('/') {
+            zip.add_directory(*name, options).unwrap();
+        } else {
+            zip.start_file(*name, options).unwrap();
+            zip.write_all(body.as_bytes()).unwrap();
+        }
+    }
+    Bytes::from(zip.finish().unwrap().into_inner())
+}
+
+/// `n` hexadecimal digits no compressor shrinks much (a linear congruential sequence).
+fn noise(n: usize) -> String {
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            char::from_digit(((x >> 59) & 0xf) as u32, 16).unwrap_or('0')
+        })
+        .collect()
+}
+
+async fn deposit(w: &World, url: &str) -> BatchId {
+    let submission = crate::domain::ingest::record::Submission {
+        collection: "coll".into(),
+        manifest_url: url.into(),
+        kind: ManifestKind::Container,
+        priority: 5,
+        callback: None,
+        profile: None,
+        submitter: "depositor".into(),
+        deposit: Default::default(),
+    };
+    submit(&w.ictx, submission, Utc::now()).await.unwrap().id
+}
+
+#[tokio::test]
+async fn a_zip_is_expanded_into_the_objects_files_and_processed_as_one_object() {
+    let w = world(IngestSettings::default());
+    let url = "http://archive/scans.zip";
+    w.remote.serve(
+        url,
+        zip_of(&[
+            ("a.txt", "alpha"),
+            ("pages/", ""),
+            ("pages/b.txt", "bravo!"),
+        ]),
+    );
+    let id = deposit(&w, url).await;
+    // Up to processing: the stored files are the zip's, and the zip itself is gone.
+    for _ in 0..3 {
+        tick(&w.ictx, Utc::now()).await.unwrap();
+    }
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Processing, "{}", job.reason);
+    let names: Vec<(&str, u64)> = job
+        .stored
+        .iter()
+        .map(|f| (f.name.as_str(), f.size))
+        .collect();
+    assert_eq!(names, vec![("a.txt", 5), ("pages/b.txt", 6)]);
+    use sha2::Digest;
+    assert_eq!(
+        job.stored[0].sha256,
+        format!("sha256:{:x}", sha2::Sha256::digest(b"alpha"))
+    );
+    let folder = w.ictx.ingest().keys.objects(&id.job(1));
+    let mut keys: Vec<String> = w
+        .store
+        .list(&folder)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.key[folder.len()..].to_owned())
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        vec!["a.txt", "pages/b.txt"],
+        "the zip is not left beside its files"
+    );
+    assert_eq!(job.space_needed, 11);
+    // One processing job, then recorded, announced and cleaned up like any object.
+    w.run(|_| true).await;
+    assert_eq!(w.jobs.submitted().len(), 1);
+    assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
+    assert_eq!(w.job(&id.job(1)).await.stored.len(), 2);
+}
+
+#[tokio::test]
+async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_too_large_fail_their_jobs() {
+    let w = world(IngestSettings {
+        max_container_bytes: 2_000,
+        ..IngestSettings::default()
+    });
+    let cases = [
+        (
+            "http://archive/slip.zip",
+            zip_of(&[("../evil.txt", "x")]),
+            "outside the object",
+        ),
+        (
+            "http://archive/page.zip",
+            Bytes::from_static(b"<html>503</html>"),
+            "not a readable zip",
+        ),
+        (
+            "http://archive/big.zip",
+            zip_of(&[("big.bin", &noise(8_000))]),
+            "GRANARY_INGEST_MAX_CONTAINER_BYTES",
+        ),
+        (
+            "http://archive/empty.zip",
+            zip_of(&[("only/", "")]),
+            "holds no files",
+        ),
+    ];
+    let mut ids = Vec::new();
+    for (url, body, _) in &cases {
+        w.remote.serve(url, body.clone());
+        ids.push(deposit(&w, url).await);
+    }
+    w.run(|_| true).await;
+    assert!(w.jobs.submitted().is_empty(), "nothing reaches processing");
+    for (id, (url, _, why)) in ids.iter().zip(&cases) {
+        let job = w.job(&id.job(1)).await;
+        assert_eq!(job.state, JobState::Failed, "{url}");
+        assert!(job.reason.contains(why), "{url}: {}", job.reason);
+        assert!(
+            w.store
+                .list(&w.ictx.ingest().keys.objects(&id.job(1)))
+                .await
+                .unwrap()
+                .iter()
+                .all(|m| !m.key.contains("evil")),
+            "nothing is written outside or for a failed entry"
+        );
+    }
+}
