@@ -487,28 +487,19 @@ pub struct ResumeArgs {
 pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
     let ctx = ctx(&[Section::Queues, Section::Retry, Section::Importer]).await?;
     let imp = ctx.clone();
-    let mut ids: Vec<GranuleId> = args
-        .ids
-        .iter()
-        .map(|i| GranuleId::parse(i).map_err(anyhow::Error::from))
-        .collect::<Result<_>>()?;
-    if let Some(state) = &args.state {
-        let state: ItemState = state.parse()?;
-        if !matches!(
-            state,
-            ItemState::ProcessingFailed
-                | ItemState::Abandoned
-                | ItemState::DownloadingFailed
-                | ItemState::Downloaded
-        ) {
-            bail!("--state must be PROCESSING_FAILED, ABANDONED, DOWNLOADING_FAILED or DOWNLOADED: only those have a way on");
-        }
-        let query = granary::domain::item::ItemQuery {
-            state: Some(state),
-            ..Default::default()
-        };
-        ids.extend(ctx.items().find(&query).await?.into_iter().map(|r| r.id));
-    }
+    let ids = named_items(
+        &ctx,
+        &args.ids,
+        args.state.as_deref(),
+        &[
+            ItemState::ProcessingFailed,
+            ItemState::Abandoned,
+            ItemState::DownloadingFailed,
+            ItemState::Downloaded,
+        ],
+        "only those have a way on",
+    )
+    .await?;
     if ids.is_empty() {
         bail!("name items to resume, or --state PROCESSING_FAILED");
     }
@@ -543,6 +534,34 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
     })
 }
 
+/// The items a command names: `ids`, and every item in `state` when given (which must be one of
+/// `allowed`, else the error says which are and `why`).
+async fn named_items(
+    ctx: &Ctx,
+    ids: &[String],
+    state: Option<&str>,
+    allowed: &[ItemState],
+    why: &str,
+) -> Result<Vec<GranuleId>> {
+    let mut out: Vec<GranuleId> = ids
+        .iter()
+        .map(|i| GranuleId::parse(i).map_err(anyhow::Error::from))
+        .collect::<Result<_>>()?;
+    if let Some(state) = state {
+        let state: ItemState = state.parse()?;
+        if !allowed.contains(&state) {
+            let names: Vec<&str> = allowed.iter().map(|s| s.as_str()).collect();
+            bail!("--state must be {}: {why}", names.join(", "));
+        }
+        let query = granary::domain::item::ItemQuery {
+            state: Some(state),
+            ..Default::default()
+        };
+        out.extend(ctx.items().find(&query).await?.into_iter().map(|r| r.id));
+    }
+    Ok(out)
+}
+
 #[derive(clap::Args)]
 pub struct RevalidateArgs {
     /// Items to re-validate (ids).
@@ -558,22 +577,14 @@ pub struct RevalidateArgs {
 
 pub async fn revalidate(args: RevalidateArgs) -> Result<ExitCode> {
     let ctx = ctx(&[Section::Importer]).await?;
-    let mut ids: Vec<GranuleId> = args
-        .ids
-        .iter()
-        .map(|i| GranuleId::parse(i).map_err(anyhow::Error::from))
-        .collect::<Result<_>>()?;
-    if let Some(state) = &args.state {
-        let state: ItemState = state.parse()?;
-        if !matches!(state, ItemState::Downloaded | ItemState::Processed) {
-            bail!("--state must be DOWNLOADED or PROCESSED: only those have something stored to check");
-        }
-        let query = granary::domain::item::ItemQuery {
-            state: Some(state),
-            ..Default::default()
-        };
-        ids.extend(ctx.items().find(&query).await?.into_iter().map(|r| r.id));
-    }
+    let ids = named_items(
+        &ctx,
+        &args.ids,
+        args.state.as_deref(),
+        &[ItemState::Downloaded, ItemState::Processed],
+        "only those have something stored to check",
+    )
+    .await?;
     if ids.is_empty() {
         bail!("name items to re-validate, or --state PROCESSED");
     }

@@ -232,5 +232,5 @@ async fn revalidate_asks_the_importer_once_per_stored_item() {
     );
     let (code, _, err) = common::granary(&vars, &["revalidate", "--state", "READY"]);
     assert_eq!(code, 2, "a state with nothing stored is refused");
-    assert!(err.contains("DOWNLOADED or PROCESSED"), "{err}");
+    assert!(err.contains("DOWNLOADED, PROCESSED"), "{err}");
 }
