@@ -7,8 +7,9 @@ use std::time::Duration;
 pub const DEFAULT_INGEST_PREFIX: &str = "ingest/";
 pub const DEFAULT_CAPACITY_BYTES: u64 = 100 * 1024 * 1024 * 1024;
 pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
-/// The largest zip a container deposit may be: it is expanded in the dispatcher's memory.
-pub const DEFAULT_MAX_CONTAINER_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+/// The largest a container deposit's zip, and all it expands to, may be: it is expanded in the
+/// dispatcher's memory (512 MB in the template), which holds the zip and one file at a time.
+pub const DEFAULT_MAX_CONTAINER_BYTES: u64 = 128 * 1024 * 1024;
 pub const DEFAULT_DOWNLOAD_ATTEMPTS: u32 = 3;
 pub const DEFAULT_CALLBACK_ATTEMPTS: u32 = 3;
 pub const DEFAULT_INGEST_TIMEOUT_SECS: u64 = 600;
@@ -36,8 +37,9 @@ pub struct IngestSettings {
     /// (`GRANARY_INGEST_QUEUED_CONFIRMATION`: profile names, comma-separated; `*` for every
     /// batch; empty: nobody).
     pub queued_confirmation: Vec<String>,
-    /// The largest zip a container deposit may be (`GRANARY_INGEST_MAX_CONTAINER_BYTES`): it is
-    /// expanded in the dispatcher's memory, so it must fit its memory setting.
+    /// The largest a container deposit's zip, and all it expands to, may be
+    /// (`GRANARY_INGEST_MAX_CONTAINER_BYTES`): it is expanded in the dispatcher's memory, so
+    /// twice it must fit the function's memory setting.
     pub max_container_bytes: u64,
 }
 

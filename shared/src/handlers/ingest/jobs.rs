@@ -289,11 +289,7 @@ pub async fn download(
     // The true size, and the priority it gives (the estimate may have been wrong, or 0 when no
     // server announced a size): the job's processing marker sorts by it.
     let size: u64 = stored.iter().map(|f| f.size).sum();
-    let priority = decisions::priority_for(
-        job.submitted_priority.unwrap_or(job.priority),
-        size,
-        ictx.config.ingest.large_job_bytes,
-    );
+    let priority = rechecked_priority(ictx, &job, size);
     let moved = advance(ictx, &job, &mv, now, |r| {
         if failure.is_none() {
             r.stored = stored.clone();
@@ -310,6 +306,18 @@ pub async fn download(
     Ok(())
 }
 
+/// The priority for the size the download found, from the priority the submission asked for. A
+/// job recorded before that was kept keeps the priority it has (its estimate may already have
+/// stepped it back: it must not step back twice).
+fn rechecked_priority(ictx: &Ctx, job: &JobRecord, size: u64) -> u8 {
+    match job.submitted_priority {
+        Some(submitted) => {
+            decisions::priority_for(submitted, size, ictx.config.ingest.large_job_bytes)
+        }
+        None => job.priority,
+    }
+}
+
 /// A container deposit's download: the zip fetched (bounded attempts, its digest checked) into
 /// the job's folder and expanded into its files ([`super::container`]); the zip then goes, and
 /// the job moves on with the files it held — or fails with why.
@@ -322,7 +330,7 @@ async fn download_container(
 ) -> Result<(), HandlerError> {
     let key = ictx.ingest().keys.container(&job.id, &zip.name);
     let expanded = match fetch_to(ictx, &job, zip, &key).await {
-        Ok(_) => super::container::expand(ictx, &job.id, &key).await,
+        Ok(fetched) => super::container::expand(ictx, &job.id, &key, fetched.size).await,
         Err(why) => Err(why),
     };
     let outcome = match &expanded {
@@ -334,11 +342,7 @@ async fn download_container(
         // The record names the files; the zip is not one of them.
         ictx.store.delete(&key).await?;
         let size: u64 = files.iter().map(|f| f.size).sum();
-        let priority = decisions::priority_for(
-            job.submitted_priority.unwrap_or(job.priority),
-            size,
-            ictx.config.ingest.large_job_bytes,
-        );
+        let priority = rechecked_priority(ictx, &job, size);
         if advance(ictx, &job, &mv, now, |r| {
             r.stored = files.clone();
             r.space_needed = size;

@@ -68,12 +68,13 @@ impl Items {
             what: "item",
             id: &named,
         };
-        let now = Utc::now();
         let next = |current: &ItemRecord| {
             let changes = decide(current);
             if changes.is_empty() {
                 return Ok(None);
             }
+            // The time of each round: after a lost race the entries follow the winner's.
+            let now = Utc::now();
             let steps = along(current.clone(), &changes, now, by).map_err(|e| e.to_string())?;
             Ok(Some(owing(&steps, Some(current.seq))))
         };

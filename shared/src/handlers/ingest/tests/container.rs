@@ -103,7 +103,8 @@ async fn a_zip_is_expanded_into_the_objects_files_and_processed_as_one_object() 
 }
 
 #[tokio::test]
-async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_too_large_fail_their_jobs() {
+async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_or_its_content_too_large_fail_their_jobs(
+) {
     let w = world(IngestSettings {
         max_container_bytes: 2_000,
         ..IngestSettings::default()
@@ -123,6 +124,16 @@ async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_too_large_fail_their
             "http://archive/big.zip",
             zip_of(&[("big.bin", &noise(8_000))]),
             "GRANARY_INGEST_MAX_CONTAINER_BYTES",
+        ),
+        (
+            "http://archive/bomb.zip",
+            zip_of(&[("zeros.bin", &"0".repeat(50_000))]),
+            "expanded content",
+        ),
+        (
+            "http://archive/over.zip",
+            zip_of(&[(".container/over.zip", "x")]),
+            "outside the object",
         ),
         (
             "http://archive/empty.zip",
