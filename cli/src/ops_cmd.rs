@@ -523,15 +523,24 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
         for (id, state) in &s.not_failed {
             println!("left alone {id}: it is {state}, not failed");
         }
-        for id in &s.missing {
-            println!("no item {id}");
-        }
+        print_missing(&s.missing);
     }
-    Ok(if s.missing.is_empty() {
+    Ok(exit_unless_missing(&s.missing))
+}
+
+fn print_missing(missing: &[String]) {
+    for id in missing {
+        println!("no item {id}");
+    }
+}
+
+/// Success, unless an item named was not found (exit code 1).
+fn exit_unless_missing(missing: &[String]) -> ExitCode {
+    if missing.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }
 
 /// The items a command names: `ids`, and every item in `state` when given (which must be one of
@@ -600,13 +609,7 @@ pub async fn revalidate(args: RevalidateArgs) -> Result<ExitCode> {
         for (id, state) in &s.nothing_to_check {
             println!("left alone {id}: it is {state}, nothing stored to check");
         }
-        for id in &s.missing {
-            println!("no item {id}");
-        }
+        print_missing(&s.missing);
     }
-    Ok(if s.missing.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(exit_unless_missing(&s.missing))
 }

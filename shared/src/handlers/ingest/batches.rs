@@ -199,10 +199,24 @@ async fn confirm_queued(ictx: &Ctx, batch: &BatchRecord, jobs: usize) -> Result<
         state: "queued",
         jobs,
     };
-    ictx.bus.put_events(vec![queued.event()]).await?;
-    if let Some(url) = &submission.callback {
-        if let Err(e) = ictx.remote.call_back(url, &serde_json::json!(queued)).await {
-            tracing::warn!(batch = %batch.id, error = %e, "queued-confirmation callback failed");
+    let body = serde_json::json!(queued);
+    announce(ictx, batch, queued.event(), &body, "queued-confirmation").await
+}
+
+/// Puts `event` on the notification bus and POSTs `body` to the batch's callback, if it has one:
+/// a courtesy, so a failed callback is logged and the batch goes on (the event and the records
+/// in S3 stand).
+async fn announce(
+    ictx: &Ctx,
+    batch: &BatchRecord,
+    event: crate::ports::BusEvent,
+    body: &serde_json::Value,
+    what: &str,
+) -> Result<(), HandlerError> {
+    ictx.bus.put_events(vec![event]).await?;
+    if let Some(url) = &batch.submission.callback {
+        if let Err(e) = ictx.remote.call_back(url, body).await {
+            tracing::warn!(batch = %batch.id, error = %e, "{what} callback failed");
         }
     }
     Ok(())
@@ -348,17 +362,8 @@ async fn write_report(
         completed: report.completed.len(),
         failed: report.failed.len(),
     };
-    ictx.bus.put_events(vec![announcement.event()]).await?;
-    if let Some(url) = &batch.submission.callback {
-        // The batch's callback is a courtesy: a failure is logged, the report stays in S3.
-        if let Err(e) = ictx
-            .remote
-            .call_back(url, &serde_json::json!(announcement))
-            .await
-        {
-            tracing::warn!(batch = %batch.id, error = %e, "batch report callback failed");
-        }
-    }
+    let body = serde_json::json!(announcement);
+    announce(ictx, batch, announcement.event(), &body, "batch report").await?;
     let (completed, failed) = (report.completed.len(), report.failed.len());
     ictx.ingest()
         .change_batch(&batch.id, |b| {

@@ -257,44 +257,23 @@ pub async fn download(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    if let Payload::Container { zip } = &job.object.payload {
-        return download_container(ictx, job.clone(), zip, now, s).await;
-    }
-    let Payload::Files { files } = &job.object.payload else {
-        let mv = decisions::on_downloaded(Err("no files to download"));
-        advance(ictx, &job, &mv, now, |_| {}).await?;
-        return Ok(());
+    let stored = match &job.object.payload {
+        Payload::Files { files } => download_files(ictx, &job, files).await,
+        Payload::Container { zip } => download_container(ictx, &job, zip).await?,
+        _ => Err("no files to download".to_owned()),
     };
-    // The job's files download in parallel (in manifest order for the record); the first
-    // failure, in that order, is the job's reason.
-    let fetched: Vec<Result<StoredFile, String>> = futures::stream::iter(files)
-        .map(|f| fetch_file(ictx, &job, f))
-        .buffered(PARALLEL_DOWNLOADS)
-        .collect()
-        .await;
-    let mut stored = Vec::with_capacity(files.len());
-    let mut failure = None;
-    for result in fetched {
-        match result {
-            Ok(file) => stored.push(file),
-            Err(why) => {
-                failure.get_or_insert(why);
-            }
-        }
-    }
-    let mv = decisions::on_downloaded(match &failure {
-        Some(why) => Err(why.as_str()),
-        None => Ok(stored.as_slice()),
+    let mv = decisions::on_downloaded(match &stored {
+        Ok(files) => Ok(files.as_slice()),
+        Err(why) => Err(why.as_str()),
     });
     // The true size, and the priority it gives (the estimate may have been wrong, or 0 when no
     // server announced a size): the job's processing marker sorts by it.
-    let size: u64 = stored.iter().map(|f| f.size).sum();
-    let priority = rechecked_priority(ictx, &job, size);
     let moved = advance(ictx, &job, &mv, now, |r| {
-        if failure.is_none() {
-            r.stored = stored.clone();
+        if let Ok(files) = &stored {
+            let size: u64 = files.iter().map(|f| f.size).sum();
+            r.priority = rechecked_priority(ictx, &job, size);
+            r.stored = files.clone();
             r.space_needed = size;
-            r.priority = priority;
         }
     })
     .await?;
@@ -304,6 +283,22 @@ pub async fn download(
         (true, _) => s.downloaded += 1,
     }
     Ok(())
+}
+
+/// The job's files, downloaded in parallel (in manifest order for the record); the first
+/// failure, in that order, is the job's reason.
+async fn download_files(
+    ictx: &Ctx,
+    job: &JobRecord,
+    files: &[crate::domain::ingest::manifest::ManifestFile],
+) -> Result<Vec<StoredFile>, String> {
+    futures::stream::iter(files)
+        .map(|f| fetch_file(ictx, job, f))
+        .buffered(PARALLEL_DOWNLOADS)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
 }
 
 /// The priority for the size the download found, from the priority the submission asked for. A
@@ -318,44 +313,24 @@ fn rechecked_priority(ictx: &Ctx, job: &JobRecord, size: u64) -> u8 {
     }
 }
 
-/// A container deposit's download: the zip fetched (bounded attempts, its digest checked) into
-/// the job's folder and expanded into its files ([`super::container`]); the zip then goes, and
-/// the job moves on with the files it held — or fails with why.
+/// A container deposit's files: the zip fetched (bounded attempts, its digest checked) into the
+/// job's folder and expanded ([`super::container`]); the zip then goes (the record names the
+/// files, not the zip). A crash after its delete and before the record's write leaves the job
+/// DOWNLOADING: the next tick fetches and expands again.
 async fn download_container(
     ictx: &Ctx,
-    job: JobRecord,
+    job: &JobRecord,
     zip: &crate::domain::ingest::manifest::ManifestFile,
-    now: DateTime<Utc>,
-    s: &mut TickSummary,
-) -> Result<(), HandlerError> {
+) -> Result<Result<Vec<StoredFile>, String>, HandlerError> {
     let key = ictx.ingest().keys.container(&job.id, &zip.name);
-    let expanded = match fetch_to(ictx, &job, zip, &key).await {
+    let expanded = match fetch_to(ictx, job, zip, &key).await {
         Ok(fetched) => super::container::expand(ictx, &job.id, &key, fetched.size).await,
         Err(why) => Err(why),
     };
-    let outcome = match &expanded {
-        Ok(files) => Ok(files.as_slice()),
-        Err(why) => Err(why.as_str()),
-    };
-    let mv = decisions::on_downloaded(outcome);
-    if let Ok(files) = &expanded {
-        // The record names the files; the zip is not one of them.
+    if expanded.is_ok() {
         ictx.store.delete(&key).await?;
-        let size: u64 = files.iter().map(|f| f.size).sum();
-        let priority = rechecked_priority(ictx, &job, size);
-        if advance(ictx, &job, &mv, now, |r| {
-            r.stored = files.clone();
-            r.space_needed = size;
-            r.priority = priority;
-        })
-        .await?
-        {
-            s.downloaded += 1;
-        }
-    } else if advance(ictx, &job, &mv, now, |_| {}).await? {
-        s.failed += 1;
     }
-    Ok(())
+    Ok(expanded)
 }
 
 /// Processing: the job's AWS Batch job for its current attempt is submitted once (found by its
