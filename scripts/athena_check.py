@@ -52,7 +52,8 @@ def to_duckdb(sql):
     return [s for s in sqlglot.transpile(sql, read="athena", write="duckdb") if s.strip()]
 
 
-def run(logs_dir, inventory_csv, history_dir):
+def tables(logs_dir, inventory_csv, history_dir):
+    """The three tables the Athena DDL declares, over local copies of what granary wrote."""
     import duckdb
 
     con = duckdb.connect()
@@ -89,6 +90,13 @@ def run(logs_dir, inventory_csv, history_dir):
         f"{history}, format='newline_delimited', columns={columns}, hive_partitioning=true, "
         "hive_types_autocast=false)"
     )
+    return con
+
+
+def run(logs_dir, inventory_csv, history_dir):
+    import duckdb
+
+    con = tables(logs_dir, inventory_csv, history_dir)
     # Views build on each other: create them in whatever order succeeds.
     pending = sorted((ROOT / "views").glob("*.sql"))
     while pending:
@@ -121,10 +129,83 @@ def run(logs_dir, inventory_csv, history_dir):
     print(json.dumps(out, default=str, indent=1))
 
 
+def serve(logs_dir, inventory_csv, history_dir, queries_log):
+    """Athena's query API over DuckDB, for `granary report --athena` to talk to unchanged."""
+    import http.server
+    import uuid
+
+    con = tables(logs_dir, inventory_csv, history_dir)
+    results = {}
+
+    class Athena(http.server.BaseHTTPRequestHandler):
+        def answer(self, status, body):
+            data = json.dumps(body, default=str).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/x-amz-json-1.1")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):  # noqa: N802 - http.server's name
+            target = self.headers.get("X-Amz-Target", "")
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+            op = target.rsplit(".", 1)[-1]
+            if op == "StartQueryExecution":
+                sql = request["QueryString"]
+                with open(queries_log, "a") as log:
+                    log.write(json.dumps({"sql": sql, "work_group": request.get("WorkGroup"),
+                                          "database": request.get("QueryExecutionContext", {})
+                                          .get("Database")}) + "\n")
+                qid = str(uuid.uuid4())
+                try:
+                    names, rows = [], []
+                    for statement in to_duckdb(sql):
+                        cursor = con.execute(statement)
+                        if cursor.description:
+                            names = [d[0] for d in cursor.description]
+                            rows = cursor.fetchall()
+                    results[qid] = ("SUCCEEDED", "", names, rows)
+                except Exception as e:  # noqa: BLE001 - Athena reports it on the query
+                    results[qid] = ("FAILED", str(e), [], [])
+                return self.answer(200, {"QueryExecutionId": qid})
+            qid = request.get("QueryExecutionId")
+            if qid not in results:
+                return self.answer(400, {"__type": "InvalidRequestException",
+                                         "Message": f"no query {qid}"})
+            state, why, names, rows = results[qid]
+            if op == "GetQueryExecution":
+                status = {"State": state}
+                if why:
+                    status["StateChangeReason"] = why
+                return self.answer(200, {"QueryExecution": {"QueryExecutionId": qid,
+                                                            "Status": status}})
+            if op == "GetQueryResults":
+                # As Athena answers a SELECT: the column names are the first row; every cell
+                # is text, a NULL an empty Data entry.
+                cell = lambda v: {} if v is None else {"VarCharValue": str(v)}  # noqa: E731
+                table = ([{"Data": [cell(n) for n in names]}] if names else []) + [
+                    {"Data": [cell(v) for v in row]} for row in rows]
+                return self.answer(200, {"ResultSet": {
+                    "Rows": table,
+                    "ResultSetMetadata": {"ColumnInfo": [
+                        {"Name": n, "Type": "varchar"} for n in names]}}})
+            return self.answer(400, {"__type": "InvalidRequestException",
+                                     "Message": f"{op} is not served here"})
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Athena)
+    print(f"port {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "parse":
         parse_all()
     elif len(sys.argv) == 5 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 6 and sys.argv[1] == "serve":
+        serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
         sys.exit(__doc__)

@@ -1,6 +1,8 @@
 //! athena/ checked by real engines: every file parses as Athena SQL (sqlglot), and the views and
 //! report queries, transpiled to DuckDB and run over the logs a campaign left in the emulator,
 //! give exactly the numbers `granary report --scan` gives for the same logs.
+//! `granary report --athena` is run as it is, against Athena's query API served on loopback over
+//! the same DuckDB tables: the statements it sends must be athena/'s text, its numbers the scan's.
 //! The engines come from PyPI into .venv-sql (`scripts/sql.sh install`, run by `make test`).
 
 use granary_cli::ops::report;
@@ -223,5 +225,97 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         assert_eq!(ours[name], engine[name], "report {name}: scan vs DuckDB");
     }
     assert_eq!(ours, engine);
+
+    // `granary report --athena` itself, talking to Athena's API served on loopback over the
+    // same tables: the statements it sends are the athena/ files' text, and its reports are
+    // the scan's.
+    let queries = dir.join("queries.jsonl");
+    let athena = AthenaOnLoopback::start(&logs_dir, &inventory_csv, &history_dir, &queries);
+    let target = report::AthenaTarget {
+        workgroup: "granary-operators".into(),
+        database: "granary".into(),
+        output: None,
+    };
+    let from_athena = report::athena(&athena.client().await, &target, &root().join("athena"))
+        .await
+        .unwrap();
+    assert_eq!(
+        serde_json::to_value(&from_athena).unwrap(),
+        ours,
+        "report --athena vs report --scan"
+    );
+    let sent: Vec<serde_json::Value> = std::fs::read_to_string(&queries)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let files = [
+        "views/granary_latest_outcome",
+        "views/granary_current_failures",
+        "reports/granules_by_platform_outcome",
+        "reports/granules_by_acquisition_year",
+        "reports/failures_by_reason",
+        "reports/successes_per_day",
+        "reports/successes_per_acquisition_month",
+    ];
+    assert_eq!(sent.len(), files.len(), "{sent:?}");
+    for (query, file) in sent.iter().zip(files) {
+        let text = std::fs::read_to_string(root().join(format!("athena/{file}.sql"))).unwrap();
+        assert_eq!(
+            query["sql"].as_str().unwrap(),
+            text.trim().trim_end_matches(';'),
+            "{file}: the command sends the file's text"
+        );
+        assert_eq!(query["work_group"], "granary-operators");
+        assert_eq!(query["database"], "granary");
+    }
+    drop(athena);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `athena_check.py serve`: Athena's query API on 127.0.0.1 over DuckDB; stopped (by its PID)
+/// when dropped.
+struct AthenaOnLoopback {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl AthenaOnLoopback {
+    fn start(logs: &Path, inventory: &Path, history: &Path, queries: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(python())
+            .arg(root().join("scripts/athena_check.py"))
+            .arg("serve")
+            .args([logs, inventory, history, queries])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting athena_check.py serve: {e}"));
+        let mut first = String::new();
+        let stdout = child.stdout.take().unwrap();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut first)
+            .unwrap();
+        let port = first
+            .trim()
+            .strip_prefix("port ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| {
+                child.kill().ok();
+                panic!("athena_check.py serve said {first:?}, not its port")
+            });
+        Self { child, port }
+    }
+
+    /// A client made as granary makes its SDK clients, pointed at this server.
+    async fn client(&self) -> aws_sdk_athena::Client {
+        let endpoint = format!("http://127.0.0.1:{}", self.port);
+        aws_sdk_athena::Client::new(&granary::adapters::aws::load_sdk_config_for(&endpoint).await)
+    }
+}
+
+impl Drop for AthenaOnLoopback {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
 }

@@ -424,3 +424,67 @@ fn only_the_archive_tasks_may_decrypt_the_signing_seed() {
         tasks
     );
 }
+
+/// Design 003's cluster: Spot capacity of the compute-optimized families (C: 2 GiB a vCPU, which
+/// is what a job asks for, and away from the general-purpose M types other product compute
+/// competes for), chosen by the Spot allocation strategy that prefers the pools least likely to
+/// be interrupted — `SPOT_CAPACITY_OPTIMIZED`, which AWS offers only for Spot compute resources
+/// (Batch user guide, "Instance type allocation strategies"); one queue over that environment
+/// alone; and the job definition's RetryStrategy retrying a reclaimed host (`Host EC2*`).
+#[test]
+fn the_compute_environment_is_spot_on_compute_optimized_families_capacity_first() {
+    let (_, r) = resolved();
+    let envs: Vec<_> = of_type(&r, "AWS::Batch::ComputeEnvironment").collect();
+    assert_eq!(envs.len(), 1, "one compute environment");
+    let (env_id, env) = envs[0];
+    let p = &env["Properties"];
+    assert_eq!(p["Type"], "MANAGED");
+    let c = &p["ComputeResources"];
+    assert_eq!(c["Type"], "SPOT");
+    assert_eq!(c["AllocationStrategy"], "SPOT_CAPACITY_OPTIMIZED");
+    assert_eq!(number(&c["MinvCpus"]), 0, "scales to nothing when idle");
+    let types: Vec<&str> = c["InstanceTypes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("InstanceTypes is no list: {}", c["InstanceTypes"]))
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(!types.is_empty());
+    for t in &types {
+        let family = t.split('.').next().unwrap_or(t);
+        assert!(
+            family.starts_with('c') && family[1..].starts_with(|ch: char| ch.is_ascii_digit()),
+            "{t} is not a compute-optimized (C) family"
+        );
+    }
+    // The job definition asks for C's ratio: 2 GiB a vCPU.
+    let (_, def) = of_type(&r, "AWS::Batch::JobDefinition").next().unwrap();
+    let wants = |kind: &str| {
+        def["Properties"]["ContainerProperties"]["ResourceRequirements"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|q| q["Type"] == kind)
+            .map(|q| number(&q["Value"]))
+            .unwrap()
+    };
+    assert_eq!(wants("MEMORY"), 2048 * wants("VCPU"));
+    let retries = def["Properties"]["RetryStrategy"]["EvaluateOnExit"]
+        .as_array()
+        .unwrap();
+    assert!(retries
+        .iter()
+        .any(|e| e["OnStatusReason"] == "Host EC2*" && e["Action"] == "RETRY"));
+    // Every queue runs on that environment and nothing else.
+    for (id, q) in of_type(&r, "AWS::Batch::JobQueue") {
+        let order = q["Properties"]["ComputeEnvironmentOrder"]
+            .as_array()
+            .unwrap();
+        assert_eq!(order.len(), 1, "{id}");
+        let named = &order[0]["ComputeEnvironment"];
+        assert!(
+            named.as_str().is_some_and(|s| s.contains(env_id.as_str())) || named == env_id.as_str(),
+            "{id} runs on {named}"
+        );
+    }
+}

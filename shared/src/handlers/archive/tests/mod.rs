@@ -14,6 +14,8 @@ use bytes::Bytes;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
+mod transitions;
+
 const SEED: &str = "2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a";
 
 /// Buckets where `flaky` refuses its first `failures` writes (PUTs and upload parts).
