@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::config::Function;
 use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::deposit::MintFix;
 use granary::domain::ingest::index::{BatchId, JobId};
 use granary::domain::ingest::job::JobState;
 use granary::domain::ingest::manifest::ManifestKind;
@@ -93,6 +94,13 @@ enum Command {
         /// Every failed job of this batch.
         #[arg(long)]
         batch: Option<String>,
+        /// A job failed "minting outcome unknown": EZID holds this identifier for it (its
+        /// granary.job metadata names the job); store under it.
+        #[arg(long, conflicts_with_all = ["batch", "mint_again"])]
+        identifier: Option<String>,
+        /// A job failed "minting outcome unknown": EZID holds no identifier for it; mint one.
+        #[arg(long, conflicts_with = "batch")]
+        mint_again: bool,
         #[arg(long)]
         json: bool,
     },
@@ -267,7 +275,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 r.jobs.len()
             );
         }
-        Command::Resume { jobs, batch, json } => {
+        Command::Resume {
+            jobs,
+            batch,
+            identifier,
+            mint_again,
+            json,
+        } => {
             let mut ids: Vec<JobId> = jobs
                 .iter()
                 .map(|j| JobId::parse(j))
@@ -278,7 +292,18 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             if ids.is_empty() {
                 bail!("name failed jobs to resume, or --batch B");
             }
-            let resumed = operator::resume(&ictx, &ids, now()).await?;
+            let fix = match (identifier, mint_again) {
+                (Some(id), _) => Some(MintFix::Identifier(id)),
+                (None, true) => Some(MintFix::MintAgain),
+                (None, false) => None,
+            };
+            let resumed = match (fix, ids.as_slice()) {
+                (None, _) => operator::resume(&ictx, &ids, now()).await?,
+                (Some(fix), [one]) => {
+                    vec![operator::resume_with_mint(&ictx, one, &fix, now()).await?]
+                }
+                (Some(_), _) => bail!("--identifier and --mint-again resume one job at a time"),
+            };
             if json {
                 println!("{}", serde_json::to_string_pretty(&resumed)?);
             } else {

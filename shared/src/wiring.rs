@@ -74,6 +74,8 @@ impl Ctx {
                 "GRANARY_ARCHIVE_TASK_QUEUE_URL",
             ),
             signing_key: None,
+            // Made by [`Ctx::aws_with_signing_key`], which reads its credentials from SSM.
+            minter: None,
             config,
         })
     }
@@ -103,6 +105,7 @@ impl Ctx {
             buckets: Arc::new(MemoryBuckets::default()),
             task_queue: Arc::new(MemoryQueue::new("archive-tasks")),
             signing_key: None,
+            minter: None,
             config,
         }
     }
@@ -133,6 +136,28 @@ impl Ctx {
             let key = crate::domain::archive::manifest::signing_key(&seed)
                 .map_err(|e| InitError::SigningKey(format!("SSM parameter {name}: {e}")))?;
             ctx.signing_key = Some(Arc::new(key));
+        }
+        if let Some(ezid) = ctx.config.ingest.ezid.clone() {
+            let credentials = match &ezid.credentials_parameter {
+                None => None,
+                Some(name) => {
+                    let raw = crate::adapters::aws::load_secure_parameter(&clients.ssm, name)
+                        .await
+                        .map_err(InitError::Secret)?;
+                    Some(
+                        crate::adapters::http::ezid::parse_credentials(&raw).ok_or_else(|| {
+                            InitError::Secret(format!(
+                                "SSM parameter {name} must hold user:password for EZID"
+                            ))
+                        })?,
+                    )
+                }
+            };
+            ctx.minter = Some(Arc::new(crate::adapters::http::ezid::HttpMinter::new(
+                &ezid.url,
+                credentials,
+                ctx.config.ingest.timeout,
+            )));
         }
         Ok(ctx)
     }
@@ -184,6 +209,12 @@ impl Ctx {
             }),
             task_queue: queue(&self.task_queue),
             signing_key: self.signing_key.clone(),
+            minter: self.minter.as_ref().map(|m| {
+                Arc::new(crate::adapters::tap::TappedMinter {
+                    inner: m.clone(),
+                    tap: tap.clone(),
+                }) as Arc<dyn crate::ports::Minter>
+            }),
             config: self.config.clone(),
         }
     }
@@ -212,6 +243,8 @@ pub enum InitError {
     Source(#[from] SourceError),
     #[error("the archive signing key: {0}")]
     SigningKey(String),
+    #[error("a secret from SSM: {0}")]
+    Secret(String),
 }
 
 /// Logging setup shared by the Lambda binaries: JSON lines (CloudWatch Logs Insights parses them),

@@ -107,6 +107,15 @@ fn built() -> BTreeMap<&'static str, String> {
         ),
         ("ingest file", ingest.object(&jid, "scene.tif")),
         ("ingest catalog", ingest.catalog("maps", &jid)),
+        (
+            "ingest storage",
+            format!(
+                "{}{}",
+                ingest.storage("maps", "ark+=99999=fk4x"),
+                granary::domain::ingest::deposit::STORAGE_MANIFEST
+            ),
+        ),
+        ("ingest local id", ingest.local_id("maps", "sheet-12")),
         ("ingest report", ingest.report(&bid, 1)),
         ("ingest manifest", ingest.manifest("m.txt")),
         ("archive job", archive.job_key("a-1")),

@@ -20,7 +20,8 @@ fn keys_config_reads() -> BTreeSet<String> {
         // Enough for every required key to pass, so every later key is asked too.
         Some(
             match k {
-                "GRANARY_ITEM_RECORDS" => "on",
+                "GRANARY_ITEM_RECORDS" | "GRANARY_INGEST_CONTAINER_STEP" => "on",
+                "GRANARY_INGEST_EZID_URL" => "https://ezid.example",
                 "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
                 k if k.ends_with("_PREFIX") => "p/",

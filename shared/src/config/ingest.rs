@@ -41,6 +41,26 @@ pub struct IngestSettings {
     /// (`GRANARY_INGEST_MAX_CONTAINER_BYTES`): it is expanded in the dispatcher's memory, so
     /// twice it must fit the function's memory setting.
     pub max_container_bytes: u64,
+    /// Whether the depositor's own processing container runs on AWS Batch before the storing
+    /// step (`GRANARY_INGEST_CONTAINER_STEP`, on by default); off: processing hands a job
+    /// straight to storing.
+    pub container_step: bool,
+    /// The EZID-compatible service objects without an identifier are minted one from
+    /// (`GRANARY_INGEST_EZID_URL`, `…_SHOULDER`, `…_CREDENTIALS_PARAMETER`); `None`: nothing is
+    /// minted, and such an object is stored under its job id.
+    pub ezid: Option<EzidSettings>,
+}
+
+/// Where and as whom identifiers are minted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EzidSettings {
+    /// The service's base URL (`https://ezid.cdlib.org`).
+    pub url: String,
+    /// The shoulder minted on (`ark:/99999/fk4`).
+    pub shoulder: String,
+    /// The SSM parameter (SecureString) holding `user:password` for HTTP Basic authentication,
+    /// read once at start-up; `None`: requests go unauthenticated (a test server).
+    pub credentials_parameter: Option<String>,
 }
 
 impl Default for IngestSettings {
@@ -56,6 +76,8 @@ impl Default for IngestSettings {
             archive_destinations: Vec::new(),
             queued_confirmation: Vec::new(),
             max_container_bytes: DEFAULT_MAX_CONTAINER_BYTES,
+            container_step: true,
+            ezid: None,
         }
     }
 }
@@ -100,7 +122,30 @@ impl IngestSettings {
                 "GRANARY_INGEST_MAX_CONTAINER_BYTES",
                 DEFAULT_MAX_CONTAINER_BYTES,
             )?,
+            container_step: v.flag("GRANARY_INGEST_CONTAINER_STEP", true)?,
+            ezid: Self::read_ezid(v)?,
         })
+    }
+
+    fn read_ezid(v: &Vars) -> Result<Option<EzidSettings>, ConfigError> {
+        let Some(url) = v.get("GRANARY_INGEST_EZID_URL") else {
+            return Ok(None);
+        };
+        if !(url.starts_with("https://") || url.starts_with("http://")) {
+            return Err(ConfigError::Invalid {
+                var: "GRANARY_INGEST_EZID_URL",
+                value: url,
+                why: "an http(s) URL, such as https://ezid.cdlib.org".into(),
+            });
+        }
+        Ok(Some(EzidSettings {
+            url: url.trim_end_matches('/').to_owned(),
+            shoulder: v.required(
+                "GRANARY_INGEST_EZID_SHOULDER",
+                "the shoulder identifiers are minted on (ark:/99999/fk4)",
+            )?,
+            credentials_parameter: v.get("GRANARY_INGEST_EZID_CREDENTIALS_PARAMETER"),
+        }))
     }
 }
 

@@ -100,6 +100,8 @@ pub struct Ctx {
     pub task_queue: Arc<dyn Queue>,
     /// The Ed25519 key archive checksums are signed with (`None`: signing fails, not recoverable).
     pub signing_key: Option<Arc<ed25519_dalek::SigningKey>>,
+    /// The identifier service objects are minted from (`None`: nothing is minted).
+    pub minter: Option<Arc<dyn crate::ports::Minter>>,
 }
 
 impl Ctx {

@@ -7,6 +7,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub mod buckets;
 pub mod event_bus;
 pub mod job_runner;
+pub mod minter;
 pub mod object_store;
 pub mod queue;
 pub mod remote;
@@ -17,6 +18,7 @@ pub use event_bus::{BusEvent, EventBus, EventBusError};
 pub use job_runner::{
     ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary, DESCRIBE_BATCH,
 };
+pub use minter::{MintError, Minter};
 pub use object_store::{
     ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,
 };

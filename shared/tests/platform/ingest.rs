@@ -136,7 +136,13 @@ fn recorded(
     // Claims are taken over at once here, so the lost answer's job is found by name in the next
     // tick (with the stack's lease, 15 minutes later).
     config.leases.claim_lease = std::time::Duration::ZERO;
+    // A stack with an identifier service mints from it (its twin here).
+    let minter = config.ingest.ezid.as_ref().map(|_| {
+        Arc::new(granary::adapters::memory::MemoryMinter::default())
+            as Arc<dyn granary::ports::Minter>
+    });
     let ictx = Ctx {
+        minter,
         store: Arc::new(TappedStore {
             inner: store,
             tap: tap.clone(),
@@ -336,6 +342,30 @@ pub async fn ingest_needs() -> Needs {
     assert_eq!(dlq.messages().len(), 2, "{:?}", dlq.messages());
     let mut dispatcher_needs = dispatch.log.accesses();
     dispatcher_needs.extend(dispatch.bus.seen.lock().unwrap().iter().cloned());
+    // EZID's credentials are read once at start-up (wiring, not a port): the access it needs is
+    // the parameter the template names for the dispatcher.
+    let ezid = &dispatch.ictx.config.ingest.ezid;
+    let credentials = ezid.as_ref().and_then(|e| e.credentials_parameter.clone());
+    assert_eq!(credentials.as_deref(), Some(super::EZID_CREDENTIALS));
+    let (s, _) = stack();
+    dispatcher_needs.insert(Access {
+        action: "ssm:GetParameter",
+        resource: format!(
+            "arn:{}:ssm:{}:{}:parameter{}",
+            s.partition,
+            s.region,
+            s.account,
+            super::EZID_CREDENTIALS
+        ),
+    });
+    // Every completed object was minted an identifier (the run's minting is real).
+    let mut minted = 0;
+    for b in dispatch.ictx.ingest().batch_ids().await.unwrap() {
+        for j in dispatch.ictx.ingest().batch_job_records(&b).await.unwrap() {
+            minted += usize::from(j.identifier.is_some());
+        }
+    }
+    assert!(minted >= 4, "{minted} objects got an identifier");
     Needs::from([
         (SUBMIT, submit.log.accesses()),
         (DISPATCHER, dispatcher_needs),

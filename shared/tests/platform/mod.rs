@@ -208,6 +208,9 @@ impl Function {
 
 /// The test stack: the template resolved with an S3 source and stand-ins for the parameters
 /// that name an account's network and image.
+/// The SSM parameter the test stack's ingest dispatcher reads EZID's credentials from.
+pub const EZID_CREDENTIALS: &str = "/granary-test/ezid";
+
 pub fn stack() -> &'static (Stack, Resolved) {
     static STACK: OnceLock<(Stack, Resolved)> = OnceLock::new();
     STACK.get_or_init(|| {
@@ -224,7 +227,10 @@ pub fn stack() -> &'static (Stack, Resolved) {
             .with(
                 "IngestArchiveDestinations",
                 "s3://granary-test-vault-ingest/batches/",
-            );
+            )
+            .with("IngestEzidUrl", "https://ezid.example")
+            .with("IngestEzidShoulder", "ark:/99999/fk4")
+            .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS);
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)

@@ -28,6 +28,14 @@ impl Buckets for S3Buckets {
 /// The Ed25519 seed (hex) kept in SSM parameter `name` (a SecureString, decrypted by SSM with
 /// its KMS key: GetParameter `WithDecryption`). The error names the parameter and SSM's reason.
 pub async fn load_signing_seed(client: &aws_sdk_ssm::Client, name: &str) -> Result<String, String> {
+    load_secure_parameter(client, name).await
+}
+
+/// A SecureString parameter's value, decrypted; the error names the parameter and SSM's reason.
+pub async fn load_secure_parameter(
+    client: &aws_sdk_ssm::Client,
+    name: &str,
+) -> Result<String, String> {
     let out = client
         .get_parameter()
         .name(name)
@@ -36,7 +44,7 @@ pub async fn load_signing_seed(client: &aws_sdk_ssm::Client, name: &str) -> Resu
         .await
         .map_err(|e| {
             format!(
-                "reading the archive signing key {name} from SSM: {}",
+                "reading {name} from SSM: {}",
                 aws_sdk_ssm::error::DisplayErrorContext(&e)
             )
         })?;

@@ -201,11 +201,19 @@ impl ObjectStore for S3Store {
             .bucket(&self.bucket)
             .set_storage_class(self.storage_class.clone())
             .key(to)
-            .copy_source(format!("{}/{}", self.bucket, from))
+            // CopySource is URL-encoded (S3 API reference, CopyObject: "The value must be
+            // URL-encoded"): a key with a space or a `+` names another object otherwise.
+            .copy_source(format!("{}/{}", self.bucket, url_encode_key(from)))
             .send()
             .await
             .map(|_| ())
-            .map_err(|e| StoreError::backend(from, describe(&e)).with_source(e))
+            .map_err(|e| match http_status(&e) {
+                // NoSuchKey: the source is gone.
+                Some(404) => StoreError::NotFound {
+                    key: from.to_owned(),
+                },
+                _ => StoreError::backend(from, describe(&e)).with_source(e),
+            })
     }
 
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
@@ -354,4 +362,16 @@ impl Upload for S3Upload<'_> {
             }
         }
     }
+}
+
+/// A key as a URL path: unreserved characters and `/` kept, every other byte `%XX`.
+fn url_encode_key(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

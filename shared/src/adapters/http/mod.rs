@@ -2,6 +2,7 @@
 //! file. Sizes, dates and ETags come from a HEAD per file; a published digest from a sidecar file
 //! (`<name>.sha256` or `<name>.md5`) listed beside it.
 
+pub mod ezid;
 pub mod remote;
 
 use crate::ports::{Source, SourceError, SourceFile, SourceStream};

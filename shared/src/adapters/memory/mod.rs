@@ -3,6 +3,7 @@
 mod buckets;
 mod bus;
 mod jobs;
+mod minter;
 mod queue;
 mod remote;
 mod scratch;
@@ -12,6 +13,7 @@ mod store;
 pub use buckets::MemoryBuckets;
 pub use bus::MemoryEventBus;
 pub use jobs::{job_state_change, Ending, FlakyJobRunner, MemoryJobRunner, SPOT_RECLAIM};
+pub use minter::{MemoryMinter, MintBehaviour};
 pub use queue::MemoryQueue;
 pub use remote::MemoryRemote;
 pub use scratch::{ScratchFile, Spilled};

@@ -156,9 +156,9 @@ impl Tap for AccessLog {
             }
             Op::JobList => self.record("batch:ListJobs", "*".into()),
             Op::JobDescribe => self.record("batch:DescribeJobs", "*".into()),
-            // A depositor's server needs no IAM. The notification bus's ARN is not in the
+            // A depositor's server and the identifier service need no IAM. The notification bus's ARN is not in the
             // log's configuration: the ingest IAM test names events:PutEvents itself.
-            Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack | Op::BusPut => {}
+            Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack | Op::Mint | Op::BusPut => {}
             // An s3:// source is read with the importer's own role; an HTTP one needs no IAM.
             Op::SourceList | Op::SourceOpen => {
                 if let Some(path) = target.strip_prefix("s3://") {

@@ -34,6 +34,8 @@ pub enum Op {
     RemoteFetch,
     /// POST to a depositor's callback URL.
     RemoteCallBack,
+    /// POST to the identifier service (EZID's mint on a shoulder).
+    Mint,
     /// EventBridge PutEvents (ingest and archive notifications).
     BusPut,
 }
@@ -47,7 +49,11 @@ impl Op {
     /// Calls to servers that are not AWS (a source over HTTP, a depositor's server): no AWS
     /// throttling applies to them, but an invocation may die at them like at any call.
     pub fn is_outside_aws(self) -> bool {
-        self.is_source() || matches!(self, Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack)
+        self.is_source()
+            || matches!(
+                self,
+                Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack | Op::Mint
+            )
     }
 }
 

@@ -75,6 +75,7 @@ impl Tap for RequestCounts {
             | Op::RemoteSize
             | Op::RemoteFetch
             | Op::RemoteCallBack
+            | Op::Mint
             | Op::BusPut => {}
         }
     }

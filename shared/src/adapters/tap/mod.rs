@@ -13,5 +13,6 @@ mod tapped;
 
 pub use call::{Answer, Call, Fate, Op, Refusal, Tap};
 pub use tapped::{
-    TappedBuckets, TappedBus, TappedJobs, TappedQueue, TappedRemote, TappedSource, TappedStore,
+    TappedBuckets, TappedBus, TappedJobs, TappedMinter, TappedQueue, TappedRemote, TappedSource,
+    TappedStore,
 };

@@ -380,6 +380,34 @@ impl Remote for TappedRemote {
     }
 }
 
+/// The identifier service whose mints pass through a tap, named by the shoulder. A refusal the
+/// tap calls ambiguous (the call may have been made) is an unknown answer; any other, a request
+/// never sent.
+pub struct TappedMinter {
+    pub inner: Arc<dyn crate::ports::Minter>,
+    pub tap: Arc<dyn Tap>,
+}
+
+#[async_trait]
+impl crate::ports::Minter for TappedMinter {
+    async fn mint(
+        &self,
+        shoulder: &str,
+        metadata: &str,
+    ) -> Result<String, crate::ports::MintError> {
+        let call = Call::new(Op::Mint, shoulder);
+        let request = self.inner.mint(shoulder, metadata);
+        let error = |why: &str, ambiguous: bool| {
+            if ambiguous {
+                crate::ports::MintError::Unknown(why.to_owned())
+            } else {
+                crate::ports::MintError::NotSent(why.to_owned())
+            }
+        };
+        through(&*self.tap, call, request, Answer::of, error).await
+    }
+}
+
 /// An event bus whose PutEvents calls pass through a tap, named by the first event's
 /// detail-type.
 /// Every bucket's store (archive sources and destinations) through `tap`.

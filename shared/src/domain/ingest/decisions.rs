@@ -68,6 +68,16 @@ pub fn on_downloaded(outcome: Result<&[StoredFile], &str>) -> JobMove {
     }
 }
 
+/// Processing with no container configured (`GRANARY_INGEST_CONTAINER_STEP=off`): straight on
+/// to storing.
+pub fn on_processing_skipped() -> JobMove {
+    Move::new(
+        &[JobState::Processing],
+        JobState::Storing,
+        "no processing container configured: on to storing",
+    )
+}
+
 /// Recording: a stored file no longer as stored (`changed`) fails the job (a resume records
 /// again); else the job's record of stored files is written at `key` and it moves on to notify.
 pub fn on_recording(changed: Option<&str>, key: &str) -> JobMove {
@@ -266,7 +276,7 @@ impl ProcessingEnd {
         match self {
             ProcessingEnd::Stale => Ok(None),
             ProcessingEnd::Processed { reason } => {
-                Move::new(&from, JobState::Recording, reason.as_str()).apply(job, now)
+                Move::new(&from, JobState::Storing, reason.as_str()).apply(job, now)
             }
             ProcessingEnd::Failed { reason } => {
                 Move::new(&from, JobState::Failed, reason.as_str()).apply(job, now)

@@ -16,8 +16,11 @@ pub enum JobState {
     Provisioning,
     /// GET of every file into S3, digests checked.
     Downloading,
-    /// The processing job (AWS Batch) runs.
+    /// The depositor's own processing container runs on AWS Batch (when one is configured).
     Processing,
+    /// Seed 004's processing step: the identifier (kept, looked up or minted), the ERC and
+    /// Dublin Core files, the object stored with its storage manifest, the store's answer checked.
+    Storing,
     /// The catalog record of what was stored is written.
     Recording,
     /// The job's event is announced (and the callback called).
@@ -32,13 +35,14 @@ use JobState::*;
 crate::state_machine!(JobState, "a job", TRANSITIONS);
 
 impl JobState {
-    pub const ALL: [JobState; 11] = [
+    pub const ALL: [JobState; 12] = [
         Pending,
         Held,
         Estimating,
         Provisioning,
         Downloading,
         Processing,
+        Storing,
         Recording,
         Notify,
         Completed,
@@ -47,11 +51,12 @@ impl JobState {
     ];
 
     /// The steps a job works through, in order.
-    pub const STEPS: [JobState; 6] = [
+    pub const STEPS: [JobState; 7] = [
         Estimating,
         Provisioning,
         Downloading,
         Processing,
+        Storing,
         Recording,
         Notify,
     ];
@@ -64,6 +69,7 @@ impl JobState {
             Provisioning => "provisioning",
             Downloading => "downloading",
             Processing => "processing",
+            Storing => "storing",
             Recording => "recording",
             Notify => "notify",
             Completed => "completed",
@@ -84,7 +90,8 @@ impl JobState {
             Estimating => Some(Provisioning),
             Provisioning => Some(Downloading),
             Downloading => Some(Processing),
-            Processing => Some(Recording),
+            Processing => Some(Storing),
+            Storing => Some(Recording),
             Recording => Some(Notify),
             Notify => Some(Completed),
             _ => None,
@@ -93,7 +100,7 @@ impl JobState {
 }
 
 /// Every transition a job may make, and who makes it.
-pub const TRANSITIONS: [(JobState, JobState, Cause); 21] = [
+pub const TRANSITIONS: [(JobState, JobState, Cause); 24] = [
     // A corrupt manifest or a digest that cannot match: no retry can help.
     (Pending, Failed, Cause::Automatic),
     (Pending, Held, Cause::Automatic),
@@ -104,8 +111,11 @@ pub const TRANSITIONS: [(JobState, JobState, Cause); 21] = [
     (Provisioning, Downloading, Cause::Automatic),
     (Downloading, Processing, Cause::Automatic),
     (Downloading, Failed, Cause::Automatic),
-    (Processing, Recording, Cause::Automatic),
+    (Processing, Storing, Cause::Automatic),
     (Processing, Failed, Cause::Automatic),
+    // Minting or storage failed (or a local id names another identifier).
+    (Storing, Recording, Cause::Automatic),
+    (Storing, Failed, Cause::Automatic),
     (Recording, Notify, Cause::Automatic),
     (Recording, Failed, Cause::Automatic),
     (Notify, Completed, Cause::Automatic),
@@ -113,6 +123,7 @@ pub const TRANSITIONS: [(JobState, JobState, Cause); 21] = [
     // Resumes: back to the step after the last one that succeeded.
     (Failed, Downloading, Cause::Operator),
     (Failed, Processing, Cause::Operator),
+    (Failed, Storing, Cause::Operator),
     (Failed, Recording, Cause::Operator),
     (Failed, Notify, Cause::Operator),
     (Failed, Deleted, Cause::Operator),
@@ -141,7 +152,8 @@ pub fn resume_target(last_successful: Option<JobState>) -> Option<JobState> {
     match last_successful? {
         Estimating | Provisioning => Some(Downloading),
         Downloading => Some(Processing),
-        Processing => Some(Recording),
+        Processing => Some(Storing),
+        Storing => Some(Recording),
         Recording => Some(Notify),
         _ => None,
     }
@@ -187,13 +199,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_table_has_the_twenty_one_transitions_and_nothing_else() {
+    fn the_table_has_the_twenty_four_transitions_and_nothing_else() {
         let allowed = JobState::ALL
             .iter()
             .flat_map(|f| JobState::ALL.iter().map(move |t| (*f, *t)))
             .filter(|(f, t)| crate::domain::machine::check(*f, *t).is_ok())
             .count();
-        assert_eq!(allowed, 21);
+        assert_eq!(allowed, 24);
         assert!(crate::domain::machine::check(Pending, Downloading).is_err());
         assert!(crate::domain::machine::check(Failed, Estimating).is_err());
         assert!(crate::domain::machine::check(Completed, Failed).is_err());
@@ -214,6 +226,7 @@ mod tests {
             (Provisioning, false),
             (Downloading, true),
             (Processing, true),
+            (Storing, true),
             (Recording, true),
             (Notify, true),
         ] {

@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod decisions;
+pub mod deposit;
 pub mod index;
 pub mod job;
 pub mod manifest;

@@ -168,6 +168,17 @@ pub struct JobRecord {
     /// failure a new attempt may fix starts the next one, up to the backfill's attempt budget.
     #[serde(default = "first_attempt")]
     pub processing_attempt: u32,
+    /// The identifier the object is stored under, written before anything else the storing
+    /// step does (a restarted job reads it and never mints again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identifier: Option<String>,
+    /// When a mint was claimed for this job and not yet answered: written before EZID is asked,
+    /// cleared in the write that records the identifier (or EZID's refusal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mint_claimed_at: Option<DateTime<Utc>>,
+    /// The storage manifest's key, once the object is stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_manifest: Option<String>,
     pub created_at: DateTime<Utc>,
     pub last_modified: DateTime<Utc>,
     pub reason: String,
@@ -194,6 +205,9 @@ impl JobRecord {
             stored: Vec::new(),
             processing_job: None,
             processing_attempt: 1,
+            identifier: None,
+            mint_claimed_at: None,
+            storage_manifest: None,
             created_at: now,
             last_modified: now,
             reason: "created from the batch's manifest".to_owned(),

@@ -135,6 +135,23 @@ impl IngestKeys {
         format!("{}catalog/collection={collection}/{jid}.json", self.prefix)
     }
 
+    /// Where a stored object lives: its files under `producer/`, granary's (ERC, Dublin Core, the
+    /// storage manifest) under `system/`. `name` is [`crate::domain::ingest::deposit::storage_name`].
+    /// Kept when the batch is cleaned up: this is the object as stored.
+    pub fn storage(&self, collection: &str, name: &str) -> String {
+        format!("{}storage/collection={collection}/{name}/", self.prefix)
+    }
+
+    /// The identifier a collection's local id is stored under (created `If-None-Match`, so the
+    /// first binding stands and a second object claiming the local id is refused).
+    pub fn local_id(&self, collection: &str, local_id: &str) -> String {
+        format!(
+            "{}local-ids/collection={collection}/{}.json",
+            self.prefix,
+            escape_segment(local_id)
+        )
+    }
+
     /// A submitted manifest kept in the bucket (`granary ingest submit` of a local file).
     pub fn manifest(&self, name: &str) -> String {
         format!("{}manifests/{name}", self.prefix)
@@ -149,10 +166,31 @@ impl IngestKeys {
     }
 }
 
+/// A depositor's local id as one key segment: letters, digits, `.`, `_` and `-` kept, every
+/// other byte `%XX`, so two local ids never share a key.
+fn escape_segment(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use chrono::TimeZone;
+
+    #[test]
+    fn local_ids_escape_into_one_segment() {
+        let keys = IngestKeys::new("ingest/");
+        assert_eq!(
+            keys.local_id("maps", "sheet 12/a%"),
+            "ingest/local-ids/collection=maps/sheet%2012%2Fa%25.json"
+        );
+        assert_ne!(keys.local_id("maps", "a/b"), keys.local_id("maps", "a%2Fb"));
+    }
 
     #[test]
     fn job_queue_keys_list_in_priority_order_and_read_back() {

@@ -10,6 +10,7 @@ use crate::domain::claim::Claim;
 use crate::domain::classify::classify;
 use crate::domain::granule::GranuleId;
 use crate::domain::ingest::decisions;
+use crate::domain::ingest::deposit::{parse_storage_manifest, ManifestEntry, STORAGE_MANIFEST};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
@@ -76,7 +77,7 @@ async fn taken(
 
 /// Writes the move a decision made for `job`, with `edit` applied to the new record (the facts
 /// the step learnt). `Ok(false)` when someone else moved it first.
-async fn advance(
+pub(super) async fn advance(
     ictx: &Ctx,
     job: &JobRecord,
     mv: &Move<JobState>,
@@ -159,7 +160,11 @@ pub async fn estimate(
 /// Bytes of the jobs downloading or processing now.
 pub async fn in_flight(ictx: &Ctx) -> Result<u64, HandlerError> {
     let mut total = 0u64;
-    for state in [JobState::Downloading, JobState::Processing] {
+    for state in [
+        JobState::Downloading,
+        JobState::Processing,
+        JobState::Storing,
+    ] {
         for (_, id) in ictx.ingest().listed(state).await? {
             if let Some(j) = ictx.ingest().job(&id).await? {
                 if j.value.state == state {
@@ -344,6 +349,12 @@ pub async fn process(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
+    if !ictx.config.ingest.container_step {
+        if advance(ictx, &job, &decisions::on_processing_skipped(), now, |_| {}).await? {
+            s.processed += 1;
+        }
+        return Ok(());
+    }
     let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
     let batch_job = match &job.processing_job {
         Some(id) => id.clone(),
@@ -448,7 +459,7 @@ pub async fn process(
     .await?
     {
         ProcessingOutcome::Stale => {}
-        ProcessingOutcome::Recording => s.processed += 1,
+        ProcessingOutcome::Processed => s.processed += 1,
         ProcessingOutcome::Retrying { .. } => s.processing_retried += 1,
         ProcessingOutcome::Failed => s.failed += 1,
     }
@@ -473,27 +484,91 @@ async fn changed_file(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, Han
     Ok(None)
 }
 
-/// Recording → notify: the catalog record of what the job stored, once every stored file is
-/// checked to be there as stored; a file that is not fails the job (resume records again).
+/// What recording found of the object: the storage manifest's identifier and files, each
+/// checked to be in the store at its size; `Err(why)` when one is not (or the manifest cannot be
+/// read). A job recorded before storing existed names no manifest: its downloaded files are
+/// checked instead.
+async fn stored_object(
+    ictx: &Ctx,
+    job: &JobRecord,
+) -> Result<Result<(Option<String>, Vec<ManifestEntry>), String>, HandlerError> {
+    let Some(key) = &job.storage_manifest else {
+        return Ok(match changed_file(ictx, job).await? {
+            Some(why) => Err(why),
+            None => Ok((job.identifier.clone(), Vec::new())),
+        });
+    };
+    let Some(body) = ictx.store.get(key).await? else {
+        return Ok(Err(format!("the storage manifest {key} is missing")));
+    };
+    let text = String::from_utf8_lossy(&body.body);
+    let (object, files) = match parse_storage_manifest(&text) {
+        Ok(read) => read,
+        Err(why) => return Ok(Err(format!("{key}: {why}"))),
+    };
+    let prefix = key.strip_suffix(STORAGE_MANIFEST).unwrap_or(key);
+    let listed: std::collections::BTreeMap<String, u64> = ictx
+        .store
+        .list(prefix)
+        .await?
+        .into_iter()
+        .map(|m| (m.key, m.size))
+        .collect();
+    for f in &files {
+        match listed.get(&f.key) {
+            Some(size) if *size == f.size => {}
+            Some(size) => {
+                return Ok(Err(format!(
+                    "{} holds {size} bytes; the storage manifest says {}",
+                    f.key, f.size
+                )))
+            }
+            None => return Ok(Err(format!("{} is missing", f.key))),
+        }
+    }
+    let expected = job.identifier.as_deref().unwrap_or(job.id.as_str());
+    if object != expected {
+        return Ok(Err(format!(
+            "{key} is the manifest of {object}, not of {expected}"
+        )));
+    }
+    Ok(Ok((job.identifier.clone(), files)))
+}
+
+/// Recording → notify: seed 004's inventory step. The storage manifest is read back and every
+/// file it lists checked in the store; the object's catalog record — one per stored object,
+/// queryable in Athena as `granary_ingest_catalog` — is written from it. A file that is not as
+/// the manifest says fails the job (resume records again).
 pub async fn record(
     ictx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let changed = changed_file(ictx, &job).await?;
+    let found = stored_object(ictx, &job).await?;
     let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
-    let mv = decisions::on_recording(changed.as_deref(), &key);
-    if changed.is_some() {
-        if advance(ictx, &job, &mv, now, |_| {}).await? {
-            s.failed += 1;
+    let mv = decisions::on_recording(found.as_ref().err().map(String::as_str), &key);
+    let (identifier, files) = match found {
+        Ok(found) => found,
+        Err(_) => {
+            if advance(ictx, &job, &mv, now, |_| {}).await? {
+                s.failed += 1;
+            }
+            return Ok(());
         }
-        return Ok(());
-    }
+    };
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
     let entry = serde_json::json!({
         "job": job.id, "batch": job.batch, "collection": job.collection,
-        "local_id": job.object.local_id, "primary_id": job.object.primary_id,
-        "files": job.stored, "processing_job": job.processing_job, "recorded_at": now,
+        "identifier": identifier, "local_id": job.object.local_id,
+        "primary_id": job.object.primary_id,
+        "submission_mode": job.deposit.submission_mode,
+        "erc_who": job.deposit.erc_who, "erc_what": job.deposit.erc_what,
+        "erc_when": job.deposit.erc_when,
+        "storage_manifest": job.storage_manifest,
+        "file_count": files.len(), "bytes": bytes,
+        "files": if files.is_empty() { serde_json::json!(job.stored) } else { serde_json::json!(files) },
+        "processing_job": job.processing_job, "recorded_at": now,
     });
     let body = crate::contracts::encode("a catalog record", &entry)?;
     ictx.store

@@ -11,6 +11,7 @@ pub mod holds;
 pub mod jobs;
 pub mod operator;
 pub mod processing;
+pub mod storing;
 
 use crate::domain::ingest::record::{BatchRecord, Submission};
 use crate::handlers::HandlerError;
@@ -130,6 +131,8 @@ pub struct TickSummary {
     /// Processing jobs whose retryable end (found by DescribeJobs) starts their next attempt.
     pub processing_retried: u64,
     pub processed: u64,
+    /// Objects stored (identifier, ERC and Dublin Core, files checked, storage manifest).
+    pub stored: u64,
     pub recorded: u64,
     pub notified: u64,
     pub batches_reported: u64,
@@ -165,6 +168,7 @@ pub async fn tick(
     each_job(ictx, J::Provisioning, now, s, provision).await?;
     each_job(ictx, J::Downloading, now, s, jobs::download).await?;
     each_job(ictx, J::Processing, now, s, jobs::process).await?;
+    each_job(ictx, J::Storing, now, s, storing::store).await?;
     each_job(ictx, J::Recording, now, s, jobs::record).await?;
     each_job(ictx, J::Notify, now, s, jobs::notify).await?;
     each_batch(ictx, B::Processing, now, s, batches::end_processing).await?;

@@ -7,6 +7,7 @@ pub use super::holds::{
 };
 use super::{batches, Ctx};
 use crate::domain::ingest::decisions;
+use crate::domain::ingest::deposit::{apply_mint_fix, resolve_mint, MintFix};
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
@@ -33,23 +34,64 @@ pub async fn resume(
 ) -> Result<Vec<Resumed>, HandlerError> {
     let mut out = Vec::with_capacity(jobs.len());
     for id in jobs {
-        let decided = match ictx.ingest().job(id).await? {
-            None => Err("no such job".to_owned()),
-            Some(j) => decisions::on_resume(&j.value),
-        };
-        let outcome = match decided {
-            Err(why) => Err(why),
-            Ok(mv) => match ictx.ingest().change_job(id, mv.decide(now)).await? {
-                Changed::Moved(_) => Ok(mv.to),
-                _ => Err("it changed meanwhile; look again".to_owned()),
-            },
-        };
-        out.push(Resumed {
-            job: id.clone(),
-            outcome,
-        });
+        out.push(resume_one(ictx, id, None, now).await?);
     }
     Ok(out)
+}
+
+/// Resumes a job that failed with its minting outcome unknown, saying what EZID holds: the
+/// identifier it minted for the job (found by its `granary.job` metadata), or that it minted
+/// none and a new mint is safe.
+pub async fn resume_with_mint(
+    ictx: &Ctx,
+    job: &JobId,
+    fix: &MintFix,
+    now: DateTime<Utc>,
+) -> Result<Resumed, HandlerError> {
+    resume_one(ictx, job, Some(fix), now).await
+}
+
+async fn resume_one(
+    ictx: &Ctx,
+    id: &JobId,
+    fix: Option<&MintFix>,
+    now: DateTime<Utc>,
+) -> Result<Resumed, HandlerError> {
+    let decided = match ictx.ingest().job(id).await? {
+        None => Err("no such job".to_owned()),
+        Some(j) => decisions::on_resume(&j.value).and_then(|mv| match fix {
+            Some(f) => resolve_mint(&j.value, f).map(|_| mv),
+            None => Ok(mv),
+        }),
+    };
+    let outcome = match decided {
+        Err(why) => Err(why),
+        Ok(mv) => {
+            let edit = |r: &mut JobRecord| {
+                if let Some(f) = fix {
+                    // Checked above on the record read; a record changed since is refused by
+                    // If-Match and this resume says so.
+                    if resolve_mint(r, f).is_ok() {
+                        apply_mint_fix(r, f);
+                    }
+                }
+            };
+            let changed = ictx
+                .ingest()
+                .change_job(id, |r| {
+                    mv.apply_with(r, now, edit).map_err(|e| e.to_string())
+                })
+                .await?;
+            match changed {
+                Changed::Moved(_) => Ok(mv.to),
+                _ => Err("it changed meanwhile; look again".to_owned()),
+            }
+        }
+    };
+    Ok(Resumed {
+        job: id.clone(),
+        outcome,
+    })
 }
 
 /// The failed jobs of a batch (for `resume --batch`).

@@ -30,8 +30,8 @@ pub struct EndedProcessing {
 pub enum ProcessingOutcome {
     /// Not the attempt the record waits for (or the job is gone): nothing changed.
     Stale,
-    /// On to recording.
-    Recording,
+    /// On to storing.
+    Processed,
     /// The next attempt is due: the dispatcher submits it on its next tick.
     Retrying { attempt: u32 },
     /// Failed and dead-lettered.
@@ -96,7 +96,7 @@ pub async fn on_end(
     }
     tracing::info!(ingest_job = %after.id, batch_job = ended.batch_job_id, state = %after.state, reason = after.reason, "processing ended");
     Ok(match after.state {
-        JobState::Recording => ProcessingOutcome::Recording,
+        JobState::Storing => ProcessingOutcome::Processed,
         JobState::Failed => ProcessingOutcome::Failed,
         _ => ProcessingOutcome::Retrying {
             attempt: after.processing_attempt,

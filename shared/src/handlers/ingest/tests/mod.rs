@@ -642,7 +642,7 @@ async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
 }
 
 #[tokio::test]
-async fn a_stored_file_lost_before_recording_fails_the_job_and_a_resume_records_it_again() {
+async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores_it_again() {
     let w = world(IngestSettings::default());
     let m = w.manifest("m12", &[("a.txt", "alpha")], &[]).await;
     let id = w.submit(&m, "coll", None).await;
@@ -660,7 +660,7 @@ async fn a_stored_file_lost_before_recording_fails_the_job_and_a_resume_records_
     assert_eq!(failed.state, JobState::Failed);
     assert!(failed.reason.contains("is missing"), "{}", failed.reason);
     assert_eq!(failed.last_successful_status, Some(JobState::Processing));
-    // The file is put back (the processing job's output restored); the resume records again.
+    // The file is put back (the processing job's output restored); the resume stores again.
     w.store
         .put(&stored, kept, PutCondition::Overwrite)
         .await
@@ -668,7 +668,7 @@ async fn a_stored_file_lost_before_recording_fails_the_job_and_a_resume_records_
     let resumed = operator::resume(&w.ictx, &[id.job(1)], Utc::now())
         .await
         .unwrap();
-    assert_eq!(resumed[0].outcome, Ok(JobState::Recording));
+    assert_eq!(resumed[0].outcome, Ok(JobState::Storing));
     w.run(|_| true).await;
     assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
     assert_eq!(w.jobs.submitted().len(), 1, "processing is not repeated");
@@ -1110,3 +1110,4 @@ async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
 mod container;
 mod priority;
 mod queued;
+mod storing;

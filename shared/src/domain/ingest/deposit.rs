@@ -1,0 +1,387 @@
+//! Seed 004's processing step as pure rules: which identifier an object is stored under (the
+//! one its record already holds, the one its local id is known by, the depositor's, or a new
+//! one minted from EZID), how EZID's ANVL bodies and answers read, and the files the step writes
+//! beside the object's own — the ERC record, Dublin Core, and the storage manifest (checkm) that
+//! recording reads back.
+//!
+//! EZID's API (ezid.cdlib.org/doc/apidoc.html, API version 2): `POST /shoulder/<shoulder>`
+//! mints an identifier on a shoulder; request and answer bodies are ANVL (`name: value` lines,
+//! UTF-8, `text/plain`), in which `%`, `:`, CR and LF are percent-encoded in names and `%`, CR
+//! and LF in values; an answer's first line is `success: <identifier>` (a DOI's adds
+//! ` | <shadow ark>`) or `error: <reason>`. A mint is not idempotent: the same request sent
+//! twice makes two identifiers, so granary writes a claim before it mints and never mints for
+//! a job whose claim is not answered (see [`identifier_step`]).
+
+use super::job::JobState;
+use super::record::{Deposit, JobRecord, StoredFile};
+use chrono::{DateTime, Utc};
+
+/// Percent-encodes `%`, CR, LF (and `:` in names) as EZID's ANVL wants.
+fn anvl_escape(text: &str, name: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            ':' if name => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn anvl_unescape(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
+            if let Ok(b) = u8::from_str_radix(hex, 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An ANVL body: one `name: value` line per pair, escaped.
+pub fn anvl(pairs: &[(&str, &str)]) -> String {
+    pairs
+        .iter()
+        .map(|(n, v)| format!("{}: {}\n", anvl_escape(n, true), anvl_escape(v, false)))
+        .collect()
+}
+
+/// The pairs of an ANVL body (lines without `: ` are skipped).
+pub fn parse_anvl(body: &str) -> Vec<(String, String)> {
+    body.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (anvl_unescape(n.trim()), anvl_unescape(v.trim_start())))
+        .collect()
+}
+
+/// EZID's answer to a mint: `Ok(identifier)` for `success: …` (the identifier before any
+/// ` | shadow`), `Err(reason)` for `error: …` or anything else.
+pub fn mint_answer(body: &str) -> Result<String, String> {
+    let first = body.lines().next().unwrap_or("").trim();
+    match first.split_once(':') {
+        Some(("success", rest)) => {
+            let id = anvl_unescape(rest.trim())
+                .split(" | ")
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_owned();
+            if id.is_empty() {
+                Err(format!(
+                    "EZID said success but named no identifier: {first:?}"
+                ))
+            } else {
+                Ok(id)
+            }
+        }
+        Some(("error", why)) => Err(anvl_unescape(why.trim())),
+        _ => Err(format!("not an EZID answer: {first:?}")),
+    }
+}
+
+/// The metadata a mint sends: the deposit's ERC (EZID's `erc.who` … profile), and the job and
+/// collection it was minted for — so an identifier whose answer was lost can be found by an
+/// operator on the shoulder.
+pub fn mint_metadata(job: &JobRecord) -> String {
+    let d = &job.deposit;
+    let job_id = job.id.to_string();
+    let mut pairs: Vec<(&str, &str)> = vec![("_profile", "erc")];
+    for (name, value) in [
+        ("erc.who", &d.erc_who),
+        ("erc.what", &d.erc_what),
+        ("erc.when", &d.erc_when),
+    ] {
+        if let Some(v) = value {
+            pairs.push((name, v));
+        }
+    }
+    pairs.push(("granary.job", &job_id));
+    pairs.push(("granary.collection", &job.collection));
+    anvl(&pairs)
+}
+
+/// What the processing step does about the object's identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdentifierStep {
+    /// Store under this identifier (`why` says where it came from); write it to the record
+    /// first if the record does not hold it yet.
+    Use { identifier: String, why: String },
+    /// Claim, then mint one (no identifier anywhere, and a minter is configured).
+    Mint,
+    /// The job fails with this reason.
+    Fail(String),
+    /// Nothing names the object and nothing may mint: it is stored under its job id.
+    Unidentified,
+}
+
+/// The reason a job fails with when a mint was claimed and its answer never written: EZID may
+/// have minted, and minting again could make a second identifier for one object.
+pub const MINT_UNKNOWN: &str = "minting outcome unknown";
+
+/// The identifier rule, in the seed's order: the record's own (written right after the mint, so
+/// a restarted job never mints again); the one its local id is already `known` by — a
+/// depositor-supplied one that differs fails the job; the depositor's; a mint when `can_mint`,
+/// unless an earlier mint was claimed and not answered (then the job fails for an operator:
+/// `granary ingest resume --identifier ID` with what EZID minted, or `--mint-again`).
+pub fn identifier_step(job: &JobRecord, known: Option<&str>, can_mint: bool) -> IdentifierStep {
+    let supplied = job.object.primary_id.as_deref().filter(|s| !s.is_empty());
+    let local = job.object.local_id.as_deref().unwrap_or("");
+    if let Some(kept) = &job.identifier {
+        return match known {
+            Some(k) if k != kept => IdentifierStep::Fail(format!(
+                "local id {local} is already {k} in {}; this job holds {kept}",
+                job.collection
+            )),
+            _ => IdentifierStep::Use {
+                identifier: kept.clone(),
+                why: "the job's own".into(),
+            },
+        };
+    }
+    if let Some(k) = known {
+        return match supplied {
+            Some(s) if s != k => IdentifierStep::Fail(format!(
+                "local id {local} is {k} in {}; the depositor supplied {s}",
+                job.collection
+            )),
+            _ => IdentifierStep::Use {
+                identifier: k.to_owned(),
+                why: format!("local id {local}"),
+            },
+        };
+    }
+    if let Some(s) = supplied {
+        return IdentifierStep::Use {
+            identifier: s.to_owned(),
+            why: "supplied by the depositor".into(),
+        };
+    }
+    if let Some(at) = job.mint_claimed_at {
+        return IdentifierStep::Fail(format!(
+            "{MINT_UNKNOWN}: a mint was claimed at {} and its answer never recorded; EZID may \
+             hold an identifier whose granary.job is {} — resume with --identifier ID, or \
+             --mint-again if it holds none",
+            at.to_rfc3339(),
+            job.id
+        ));
+    }
+    if can_mint {
+        IdentifierStep::Mint
+    } else {
+        IdentifierStep::Unidentified
+    }
+}
+
+/// The storing step ended: the object stored with its manifest at `key` (on to recording), or
+/// `why` it could not be (minting refused or unknown, a local id bound elsewhere, a store that
+/// answered with other bytes).
+pub fn on_stored(outcome: Result<&str, &str>) -> crate::domain::machine::Move<JobState> {
+    let from = [JobState::Storing];
+    match outcome {
+        Ok(key) => {
+            crate::domain::machine::Move::new(&from, JobState::Recording, format!("stored: {key}"))
+        }
+        Err(why) => crate::domain::machine::Move::new(&from, JobState::Failed, why),
+    }
+}
+
+/// What an operator says of a job whose mint was claimed and never answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MintFix {
+    /// EZID holds this identifier for the job: store under it.
+    Identifier(String),
+    /// EZID holds none for the job: mint again.
+    MintAgain,
+}
+
+/// Whether `fix` applies to `job`: only a job with an unanswered mint claim and no identifier.
+pub fn resolve_mint(job: &JobRecord, fix: &MintFix) -> Result<(), String> {
+    if job.identifier.is_some() || job.mint_claimed_at.is_none() {
+        return Err(format!(
+            "{} has no unanswered mint to resolve (identifier {})",
+            job.id,
+            job.identifier.as_deref().unwrap_or("none")
+        ));
+    }
+    match fix {
+        MintFix::Identifier(id) if id.trim().is_empty() => Err("an empty identifier".into()),
+        _ => Ok(()),
+    }
+}
+
+/// The record as `fix` leaves it: the claim withdrawn, and the identifier taken when given.
+pub fn apply_mint_fix(job: &mut JobRecord, fix: &MintFix) {
+    job.mint_claimed_at = None;
+    if let MintFix::Identifier(id) = fix {
+        job.identifier = Some(id.trim().to_owned());
+    }
+}
+
+/// The object's name in storage: its identifier with `/` and `:` made safe for one key segment
+/// (`ark:/99999/fk4x` → `ark+=99999=fk4x`, the pairtree convention), else its job id.
+pub fn storage_name(identifier: Option<&str>, job: &str) -> String {
+    match identifier {
+        Some(id) => id.replace(':', "+").replace('/', "="),
+        None => job.to_owned(),
+    }
+}
+
+/// The ERC record (Kernel metadata: who, what, when, where) as ANVL. `where` is the object's
+/// identifier when the depositor gave none; `(:unav)` marks what is unknown, as ERC does.
+pub fn erc_file(deposit: &Deposit, identifier: Option<&str>) -> String {
+    let unav = "(:unav)";
+    let place = deposit.erc_where.as_deref().or(identifier).unwrap_or(unav);
+    let mut body = String::from("erc:\n");
+    body.push_str(&anvl(&[
+        ("who", deposit.erc_who.as_deref().unwrap_or(unav)),
+        ("what", deposit.erc_what.as_deref().unwrap_or(unav)),
+        ("when", deposit.erc_when.as_deref().unwrap_or(unav)),
+        ("where", place),
+    ]));
+    body
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The Dublin Core record: creator, title, date from the ERC fields; identifier.
+pub fn dublin_core_file(deposit: &Deposit, identifier: Option<&str>) -> String {
+    let mut body = String::from(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<dc xmlns:dc=\"http://purl.org/dc/elements/1.1/\">\n",
+    );
+    for (element, value) in [
+        ("creator", deposit.erc_who.as_deref()),
+        ("title", deposit.erc_what.as_deref()),
+        ("date", deposit.erc_when.as_deref()),
+        ("identifier", identifier),
+    ] {
+        if let Some(v) = value {
+            body.push_str(&format!(
+                "  <dc:{element}>{}</dc:{element}>\n",
+                xml_escape(v)
+            ));
+        }
+    }
+    body.push_str("</dc>\n");
+    body
+}
+
+/// The files the processing step writes beside the object's own, under `system/`.
+pub const ERC_FILE: &str = "system/mrt-erc.txt";
+pub const DUBLIN_CORE_FILE: &str = "system/mrt-dc.xml";
+/// The storage manifest, written last: its presence says every file listed in it is stored.
+pub const STORAGE_MANIFEST: &str = "system/mrt-manifest.checkm";
+
+/// One line of the storage manifest: a file as stored.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ManifestEntry {
+    /// Its key in the store.
+    pub key: String,
+    pub sha256: String,
+    pub size: u64,
+    /// Its name in the object (`producer/…` for the depositor's, `system/…` for granary's).
+    pub name: String,
+}
+
+const MANIFEST_FIELDS: &str =
+    "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName";
+
+/// The storage manifest (checkm, as Merritt's HandlerDigest writes it) of `files` stored at
+/// `at`, for `identifier`.
+pub fn storage_manifest(identifier: &str, files: &[ManifestEntry], at: DateTime<Utc>) -> String {
+    let mut body = format!(
+        "#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n#%prefix | granary: | https://github.com/granary\n{MANIFEST_FIELDS}\n#%object | {identifier}\n"
+    );
+    let when = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    for f in files {
+        body.push_str(&format!(
+            "{} | sha256 | {} | {} | {when} | {}\n",
+            f.key, f.sha256, f.size, f.name
+        ));
+    }
+    body.push_str("#%eof\n");
+    body
+}
+
+/// The storage manifest read back: the object's identifier and its files; `Err` says which line
+/// cannot be read.
+pub fn parse_storage_manifest(text: &str) -> Result<(String, Vec<ManifestEntry>), String> {
+    let mut object = None;
+    let mut files = Vec::new();
+    let mut ended = false;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("#%object |") {
+            object = Some(rest.trim().to_owned());
+            continue;
+        }
+        if line == "#%eof" {
+            ended = true;
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let cols: Vec<&str> = line.split(" | ").map(str::trim).collect();
+        let [key, algorithm, sha256, size, _modified, name] = cols[..] else {
+            return Err(format!(
+                "storage manifest line {}: {} columns",
+                n + 1,
+                cols.len()
+            ));
+        };
+        if algorithm != "sha256" {
+            return Err(format!("storage manifest line {}: {algorithm}", n + 1));
+        }
+        let size = size
+            .parse()
+            .map_err(|_| format!("storage manifest line {}: size {size:?}", n + 1))?;
+        files.push(ManifestEntry {
+            key: key.to_owned(),
+            sha256: sha256.to_owned(),
+            size,
+            name: name.to_owned(),
+        });
+    }
+    if !ended {
+        return Err("storage manifest has no #%eof: it was cut short".into());
+    }
+    let object = object.ok_or("storage manifest names no #%object")?;
+    Ok((object, files))
+}
+
+/// A stored file's entry under `at` (the object's storage prefix): the depositor's files go
+/// under `producer/`.
+pub fn producer_entry(file: &StoredFile, at: &str) -> ManifestEntry {
+    let name = format!("producer/{}", file.name);
+    ManifestEntry {
+        key: format!("{at}{name}"),
+        // Downloads record digests as the transfer checks them (`sha256:<hex>`).
+        sha256: file
+            .sha256
+            .strip_prefix("sha256:")
+            .unwrap_or(&file.sha256)
+            .to_owned(),
+        size: file.size,
+        name,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,163 @@
+use super::*;
+use crate::domain::ingest::index::BatchId;
+use crate::domain::ingest::manifest::{single_file, ManifestKind};
+use crate::domain::ingest::record::{BatchRecord, Submission};
+
+fn job(local: Option<&str>, supplied: Option<&str>) -> JobRecord {
+    let submission = Submission {
+        collection: "maps".into(),
+        manifest_url: "m".into(),
+        kind: ManifestKind::Files,
+        priority: 5,
+        callback: None,
+        profile: None,
+        submitter: "s".into(),
+        deposit: Deposit {
+            erc_who: Some("Ada <Lovelace> & co".into()),
+            erc_what: Some("Notes: on the engine".into()),
+            erc_when: Some("1843".into()),
+            ..Deposit::default()
+        },
+    };
+    let b = BatchRecord::new(BatchId::parse("b1").unwrap(), submission, Utc::now());
+    let mut object = single_file("http://h/a.dat", local.map(str::to_owned));
+    object.primary_id = supplied.map(str::to_owned);
+    JobRecord::new(b.id.job(1), &b, object, Utc::now())
+}
+
+#[test]
+fn anvl_escapes_what_ezid_says_and_reads_back() {
+    let body = anvl(&[("erc.what", "100% a: b\nc"), ("a:b", "x")]);
+    assert_eq!(body, "erc.what: 100%25 a: b%0Ac\na%3Ab: x\n");
+    assert_eq!(
+        parse_anvl(&body),
+        vec![
+            ("erc.what".to_owned(), "100% a: b\nc".to_owned()),
+            ("a:b".to_owned(), "x".to_owned())
+        ]
+    );
+    // A `%` not followed by two hex digits stays as it is.
+    assert_eq!(parse_anvl("n: 5%\n"), vec![("n".into(), "5%".into())]);
+}
+
+#[test]
+fn mint_answers_read_as_ezid_writes_them() {
+    assert_eq!(
+        mint_answer("success: ark:/99999/fk4abc\n"),
+        Ok("ark:/99999/fk4abc".into())
+    );
+    assert_eq!(
+        mint_answer("success: doi:10.5072/FK2X | ark:/b5072/fk2x\n"),
+        Ok("doi:10.5072/FK2X".into())
+    );
+    assert_eq!(
+        mint_answer("error: bad request - no such shoulder\n"),
+        Err("bad request - no such shoulder".into())
+    );
+    assert!(mint_answer("<html>502</html>").is_err());
+    assert!(mint_answer("success:   \n").is_err());
+}
+
+#[test]
+fn the_identifier_rule_keeps_looks_up_takes_or_mints_and_never_mints_twice() {
+    let plain = job(Some("loc1"), None);
+    assert_eq!(identifier_step(&plain, None, true), IdentifierStep::Mint);
+    assert_eq!(
+        identifier_step(&plain, None, false),
+        IdentifierStep::Unidentified
+    );
+    // The local id is already known: its identifier, no mint.
+    assert!(matches!(
+        identifier_step(&plain, Some("ark:/1/k"), true),
+        IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/k"
+    ));
+    // The depositor's own.
+    let supplied = job(Some("loc1"), Some("ark:/1/s"));
+    assert!(matches!(
+        identifier_step(&supplied, None, true),
+        IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/s"
+    ));
+    // The local id is known by another identifier than the depositor supplied: fail.
+    let IdentifierStep::Fail(why) = identifier_step(&supplied, Some("ark:/1/k"), true) else {
+        panic!("a mismatch must fail");
+    };
+    assert!(
+        why.contains("ark:/1/k") && why.contains("ark:/1/s"),
+        "{why}"
+    );
+    // The record's own identifier wins over minting, even with a claim left behind.
+    let mut kept = plain.clone();
+    kept.identifier = Some("ark:/1/m".into());
+    kept.mint_claimed_at = Some(Utc::now());
+    assert!(matches!(
+        identifier_step(&kept, None, true),
+        IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/m"
+    ));
+    // A claim without an answer: never a second mint.
+    let mut claimed = plain.clone();
+    claimed.mint_claimed_at = Some(Utc::now());
+    let IdentifierStep::Fail(why) = identifier_step(&claimed, None, true) else {
+        panic!("an unanswered claim must not mint again");
+    };
+    assert!(why.starts_with(MINT_UNKNOWN), "{why}");
+}
+
+#[test]
+fn the_mint_names_the_job_and_carries_the_erc() {
+    let j = job(None, None);
+    let pairs = parse_anvl(&mint_metadata(&j));
+    let get = |n: &str| pairs.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("granary.job"), Some(j.id.as_str()));
+    assert_eq!(get("erc.what"), Some("Notes: on the engine"));
+    assert_eq!(get("_profile"), Some("erc"));
+}
+
+#[test]
+fn erc_and_dublin_core_say_who_what_when_where() {
+    let j = job(None, None);
+    let erc = erc_file(&j.deposit, Some("ark:/1/x"));
+    assert!(erc.starts_with("erc:\nwho: Ada <Lovelace> & co\n"), "{erc}");
+    assert!(erc.contains("where: ark:/1/x\n"), "{erc}");
+    let unknown = erc_file(&Deposit::default(), None);
+    assert!(unknown.contains("who: (:unav)"), "{unknown}");
+    let dc = dublin_core_file(&j.deposit, Some("ark:/1/x"));
+    assert!(
+        dc.contains("<dc:creator>Ada &lt;Lovelace&gt; &amp; co</dc:creator>"),
+        "{dc}"
+    );
+    assert!(
+        dc.contains("<dc:identifier>ark:/1/x</dc:identifier>"),
+        "{dc}"
+    );
+}
+
+#[test]
+fn the_storage_manifest_reads_back_and_a_cut_one_does_not() {
+    let files = vec![
+        ManifestEntry {
+            key: "s/o/producer/a b.dat".into(),
+            sha256: "ab".repeat(32),
+            size: 7,
+            name: "producer/a b.dat".into(),
+        },
+        ManifestEntry {
+            key: "s/o/system/mrt-erc.txt".into(),
+            sha256: "cd".repeat(32),
+            size: 30,
+            name: ERC_FILE.into(),
+        },
+    ];
+    let text = storage_manifest("ark:/1/x", &files, Utc::now());
+    assert!(text.starts_with("#%checkm_0.7\n"), "{text}");
+    assert_eq!(
+        parse_storage_manifest(&text),
+        Ok(("ark:/1/x".to_owned(), files))
+    );
+    let cut = text.replace("#%eof\n", "");
+    assert!(parse_storage_manifest(&cut).unwrap_err().contains("eof"));
+    assert_eq!(
+        storage_name(Some("ark:/99999/fk4x"), "j"),
+        "ark+=99999=fk4x"
+    );
+    assert_eq!(storage_name(None, "b1-j00001"), "b1-j00001");
+}
