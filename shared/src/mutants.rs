@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 11] = [
+pub const ALL: [Mutant; 12] = [
     Mutant {
         name: "takeover-without-lookup",
         defect: "a submission that takes over a claim (a feeder window, a requeued attempt, an ingest processing attempt) submits its unrecorded jobs again without looking them up by name",
@@ -62,6 +62,11 @@ pub const ALL: [Mutant; 11] = [
         name: "ingest-record-before-markers-leaving-an-end",
         defect: "an operator's resume or update report writes the record before moving its markers out of a state no tick scans",
         caught_by: "--test ingest_crash_points the_ingest_operator_commands",
+    },
+    Mutant {
+        name: "mint-without-claim",
+        defect: "the storing step mints an identifier without first claiming the mint on the job's record",
+        caught_by: "--test ingest_crash_points the_ingest_queue_recovers_from_a_crash_at_every_call",
     },
     Mutant {
         name: "archive-tick-without-fan-out-repair",

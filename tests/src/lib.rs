@@ -2,6 +2,7 @@
 //! (moto started by `make test`, LocalStack, ...). Every test provisions its own uniquely named
 //! stack, so tests run in parallel on one emulator and never depend on account ids or ARNs.
 
+pub mod ezid_server;
 pub mod http_source;
 
 use anyhow::Result;
