@@ -113,6 +113,8 @@ def run(logs_dir, inventory_csv, history_dir):
     out = {"from_inventory": {}}
     for report in sorted((ROOT / "reports").glob("*.sql")):
         sql = report.read_text()
+        if "granary_ingest_catalog" in sql:
+            continue  # the ingest catalog's reports run in `catalog` mode
         (statement,) = to_duckdb(sql)
         cursor = con.execute(statement)
         names = [d[0] for d in cursor.description]
@@ -200,11 +202,44 @@ def serve(logs_dir, inventory_csv, history_dir, queries_log):
     server.serve_forever()
 
 
+def catalog(catalog_dir, collection):
+    """The ingest catalog's reports over a local copy of ingest/catalog/ (collection=…/ folders
+    of one JSON record per object), for `collection`."""
+    import duckdb
+
+    con = duckdb.connect()
+    pattern = str(pathlib.Path(catalog_dir) / "**" / "*.json")
+    # The columns as the Athena table declares them (timestamps are strings there, as written).
+    text = ["job", "batch", "identifier", "local_id", "primary_id", "submission_mode",
+            "erc_who", "erc_what", "erc_when", "storage_manifest", "processing_job",
+            "recorded_at"]
+    columns = ", ".join([f"'{c}': 'VARCHAR'" for c in text] + [
+        "'file_count': 'INTEGER'", "'bytes': 'BIGINT'",
+        "'files': 'STRUCT(key VARCHAR, sha256 VARCHAR, size BIGINT, name VARCHAR)[]'"])
+    con.execute(
+        "CREATE VIEW granary_ingest_catalog AS SELECT * FROM read_json("
+        f"'{pattern}', format='auto', columns={{{columns}}}, hive_partitioning=true, "
+        "hive_types_autocast=false)"
+    )
+    out = {}
+    for report in sorted((ROOT / "reports").glob("*.sql")):
+        sql = report.read_text()
+        if "granary_ingest_catalog" not in sql:
+            continue
+        (statement,) = to_duckdb(sql.replace("${COLLECTION}", collection))
+        cursor = con.execute(statement)
+        names = [d[0] for d in cursor.description]
+        out[report.stem] = [dict(zip(names, row)) for row in cursor.fetchall()]
+    print(json.dumps(out, default=str, indent=1))
+
+
 if __name__ == "__main__":
     if len(sys.argv) >= 2 and sys.argv[1] == "parse":
         parse_all()
     elif len(sys.argv) == 5 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3], sys.argv[4])
+    elif len(sys.argv) == 4 and sys.argv[1] == "catalog":
+        catalog(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 6 and sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:

@@ -23,9 +23,9 @@ use granary::adapters::tap::Tap;
 use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::deposit::MintFix;
 use granary::domain::ingest::index::BatchId;
 use granary::domain::ingest::job::{BatchGroup, JobState};
-use granary::domain::ingest::deposit::MintFix;
 use granary::domain::ingest::manifest::ManifestKind;
 use granary::domain::ingest::record::Submission;
 use granary::handlers::ingest::{self, operator, operator::Target, IngestSettings, TickSummary};
@@ -454,12 +454,13 @@ async fn audit(w: &World) -> Result<(), String> {
             let manifest = job.storage_manifest.clone().unwrap_or_default();
             let stored = w.store.get(&manifest).await.unwrap();
             let listed = stored.map(|o| {
-                granary::domain::ingest::deposit::parse_storage_manifest(
-                    &String::from_utf8_lossy(&o.body),
-                )
+                granary::domain::ingest::deposit::parse_storage_manifest(&String::from_utf8_lossy(
+                    &o.body,
+                ))
             });
             match listed {
-                Some(Ok((object, files))) if Some(&object) == minted.first() && files.len() == 3 => {}
+                Some(Ok((object, files)))
+                    if Some(&object) == minted.first() && files.len() == 3 => {}
                 other => return Err(format!("{jid}'s storage manifest {manifest}: {other:?}")),
             }
         } else if !minted.is_empty() {
@@ -475,7 +476,9 @@ async fn resolved_mints(w: &World) -> usize {
     let mut n = 0;
     for k in 1..=4 {
         let job = ictx.ingest().job(&w.batch.job(k)).await.unwrap();
-        n += usize::from(job.is_some_and(|j| j.value.retry_count > 0 && j.value.identifier.is_some()));
+        n += usize::from(
+            job.is_some_and(|j| j.value.retry_count > 0 && j.value.identifier.is_some()),
+        );
     }
     n
 }

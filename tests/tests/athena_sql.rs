@@ -319,3 +319,111 @@ impl Drop for AthenaOnLoopback {
         self.child.wait().ok();
     }
 }
+
+/// The ingest catalog's table and report over what recording wrote: a batch of five objects in
+/// one collection and two in another, run through the dispatcher on the in-memory twins (an
+/// identifier minted for each but one the depositor named); the report for `maps` must count
+/// exactly that collection's records.
+#[tokio::test]
+async fn the_ingest_catalog_report_counts_what_recording_wrote() {
+    use granary::adapters::memory::{MemoryMinter, MemoryRemote, MemoryStore};
+    use granary::domain::ingest::manifest::ManifestKind;
+    use granary::domain::ingest::record::Submission;
+    use granary::handlers::ingest;
+    use granary::ports::{ObjectStore, PutCondition};
+    use std::sync::Arc;
+    let store = Arc::new(MemoryStore::new());
+    let remote = Arc::new(MemoryRemote::default());
+    let mut config = granary::config::Config::from_pairs(&[
+        ("GRANARY_BUCKET", "bucket"),
+        ("GRANARY_JOB_QUEUE", "q"),
+        ("GRANARY_JOB_DEFINITION", "d"),
+        ("GRANARY_RETRY_QUEUE_URL", "retry"),
+        ("GRANARY_FAILURE_DLQ_URL", "dlq"),
+        ("GRANARY_INGEST_CONTAINER_STEP", "off"),
+    ])
+    .unwrap();
+    config.ingest.ezid = Some(granary::config::ingest::EzidSettings {
+        url: "https://ezid.example".into(),
+        shoulder: "ark:/99999/fk4".into(),
+        credentials_parameter: None,
+    });
+    let ictx = granary::handlers::Ctx {
+        store: store.clone(),
+        remote: remote.clone(),
+        minter: Some(Arc::new(MemoryMinter::default())),
+        ..granary::handlers::Ctx::in_memory(config)
+    };
+    for (collection, objects) in [("maps", 5), ("plans", 2)] {
+        let mut text = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier | mrt:primaryIdentifier\n");
+        for n in 0..objects {
+            for f in 0..=n % 2 {
+                let url = format!("http://depositor/{collection}/{n}/{f}.tif");
+                remote.serve(&url, bytes::Bytes::from("x".repeat(10 + n + f)));
+                let primary = if n == 0 { "ark:/1/given" } else { "" };
+                text.push_str(&format!(
+                    "{url} | | | | {f}.tif | {collection}-{n} | {primary}\n"
+                ));
+            }
+        }
+        let key = format!("ingest/manifests/{collection}");
+        store
+            .put(&key, bytes::Bytes::from(text), PutCondition::Overwrite)
+            .await
+            .unwrap();
+        ingest::submit(
+            &ictx,
+            Submission {
+                collection: collection.into(),
+                manifest_url: format!("s3://bucket/{key}"),
+                kind: ManifestKind::Files,
+                priority: 5,
+                callback: None,
+                profile: None,
+                submitter: "t".into(),
+                deposit: Default::default(),
+            },
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    }
+    for _ in 0..20 {
+        ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
+    }
+    // The catalog as recording wrote it, copied out; what the report must say, from it.
+    let dir = std::env::temp_dir().join(unique_name("catalog"));
+    let (mut objects, mut files, mut bytes, mut identified) = (0u64, 0u64, 0u64, 0u64);
+    for meta in store.list("ingest/catalog/").await.unwrap() {
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        let path = dir.join(&meta.key["ingest/catalog/".len()..]);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, &body).unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        if record["collection"] == "maps" {
+            objects += 1;
+            files += record["file_count"].as_u64().unwrap();
+            bytes += record["bytes"].as_u64().unwrap();
+            identified += u64::from(record["identifier"].is_string());
+        }
+    }
+    // Five objects of one or two files each, and each object's ERC and Dublin Core files.
+    assert_eq!((objects, files), (5, 7 + 5 * 2));
+    assert_eq!(identified, 5, "four minted, one the depositor's");
+    let out: serde_json::Value =
+        serde_json::from_str(&check(&["catalog", dir.to_str().unwrap(), "maps"])).unwrap();
+    let row = &out["ingest_objects_of_collection"][0];
+    assert_eq!(row["collection"], "maps");
+    assert_eq!(row["objects"], objects);
+    assert_eq!(row["files"], files);
+    assert_eq!(row["bytes"], bytes);
+    assert_eq!(row["identified"], identified);
+    assert_eq!(
+        out["ingest_objects_of_collection"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

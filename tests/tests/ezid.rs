@@ -28,20 +28,32 @@ async fn a_mint_sends_anvl_with_basic_auth_and_reads_the_identifier() {
     let server = ezid_server::start(SHOULDER).await;
     let m = minter(&server, Duration::from_secs(5));
     let id = m
-        .mint(SHOULDER, "_profile: erc\nerc.what: 100%25 maps\ngranary.job: b1-j00001\n")
+        .mint(
+            SHOULDER,
+            "_profile: erc\nerc.what: 100%25 maps\ngranary.job: b1-j00001\n",
+        )
         .await
         .unwrap();
     assert_eq!(id, "ark:/99999/fk400001");
     let got = &server.received()[0];
     assert_eq!(got.method, "POST");
     assert_eq!(got.path, "/shoulder/ark:/99999/fk4");
-    assert_eq!(got.content_type.as_deref(), Some("text/plain; charset=UTF-8"));
+    assert_eq!(
+        got.content_type.as_deref(),
+        Some("text/plain; charset=UTF-8")
+    );
     let pairs = parse_anvl(&got.body);
-    assert!(pairs.contains(&("erc.what".into(), "100% maps".into())), "{pairs:?}");
+    assert!(
+        pairs.contains(&("erc.what".into(), "100% maps".into())),
+        "{pairs:?}"
+    );
     // Without the login: EZID's 401 is a refusal, nothing minted.
     let anonymous = HttpMinter::new(&server.url, None, Duration::from_secs(5));
     let e = anonymous.mint(SHOULDER, "").await.unwrap_err();
-    assert!(matches!(&e, MintError::Refused(why) if why.contains("unauthorized")), "{e}");
+    assert!(
+        matches!(&e, MintError::Refused(why) if why.contains("unauthorized")),
+        "{e}"
+    );
     assert_eq!(server.minted().len(), 1);
 }
 
@@ -53,7 +65,10 @@ async fn ezids_error_answer_is_a_refusal_that_minted_nothing() {
         .mint(SHOULDER, "")
         .await
         .unwrap_err();
-    assert!(matches!(&e, MintError::Refused(why) if why.contains("invalid shoulder")), "{e}");
+    assert!(
+        matches!(&e, MintError::Refused(why) if why.contains("invalid shoulder")),
+        "{e}"
+    );
     assert!(server.minted().is_empty());
     // A shoulder the server does not have: its own error, also a refusal.
     server.plan(vec![Answer::Mint]);
@@ -61,7 +76,10 @@ async fn ezids_error_answer_is_a_refusal_that_minted_nothing() {
         .mint("ark:/1/nope", "")
         .await
         .unwrap_err();
-    assert!(matches!(&e, MintError::Refused(why) if why.contains("no such shoulder")), "{e}");
+    assert!(
+        matches!(&e, MintError::Refused(why) if why.contains("no such shoulder")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -85,13 +103,21 @@ async fn a_stall_or_a_500_after_minting_is_an_unknown_answer_and_no_listener_is_
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let nobody = HttpMinter::new(&format!("http://127.0.0.1:{port}"), None, Duration::from_secs(2));
+    let nobody = HttpMinter::new(
+        &format!("http://127.0.0.1:{port}"),
+        None,
+        Duration::from_secs(2),
+    );
     let e = nobody.mint(SHOULDER, "").await.unwrap_err();
     assert!(matches!(e, MintError::NotSent(_)), "{e}");
 }
 
 /// The dispatcher on in-memory S3 and a depositor's twin, minting from the loopback server.
-fn dispatcher(server: &ezid_server::EzidServer, store: Arc<MemoryStore>, remote: Arc<MemoryRemote>) -> Ctx {
+fn dispatcher(
+    server: &ezid_server::EzidServer,
+    store: Arc<MemoryStore>,
+    remote: Arc<MemoryRemote>,
+) -> Ctx {
     let mut config = granary::config::Config::from_pairs(&[
         ("GRANARY_BUCKET", "bucket"),
         ("GRANARY_JOB_QUEUE", "q"),
@@ -131,11 +157,19 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
         manifest.push_str(&format!("{url} | | | | sheet {n}.tif | sheet-{n}\n"));
     }
     store
-        .put("ingest/manifests/m", bytes::Bytes::from(manifest), PutCondition::Overwrite)
+        .put(
+            "ingest/manifests/m",
+            bytes::Bytes::from(manifest),
+            PutCondition::Overwrite,
+        )
         .await
         .unwrap();
     // The first mint succeeds, the second stalls past the timeout (minted, answer lost).
-    server.plan(vec![Answer::Mint, Answer::MintAndStall(Duration::from_secs(5)), Answer::Mint]);
+    server.plan(vec![
+        Answer::Mint,
+        Answer::MintAndStall(Duration::from_secs(5)),
+        Answer::Mint,
+    ]);
     let batch = ingest::submit(
         &ictx,
         Submission {
@@ -165,11 +199,15 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     };
     let (one, two) = (job(1).await, job(2).await);
     assert_eq!(one.identifier.as_deref(), Some("ark:/99999/fk400001"));
-    assert!(matches!(one.state, JobState::Completed | JobState::Deleted), "{}", one.reason);
+    assert!(
+        matches!(one.state, JobState::Completed | JobState::Deleted),
+        "{}",
+        one.reason
+    );
     assert_eq!(two.state, JobState::Failed);
     assert!(two.reason.starts_with(MINT_UNKNOWN), "{}", two.reason);
     // Twenty ticks and a plain resume later, still two mints: the lost one never again.
-    ingest::operator::resume(&ictx, &[two.id.clone()], chrono::Utc::now())
+    ingest::operator::resume(&ictx, std::slice::from_ref(&two.id), chrono::Utc::now())
         .await
         .unwrap();
     for _ in 0..5 {
@@ -196,7 +234,11 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     }
     let two = job(2).await;
     assert_eq!(two.identifier.as_deref(), Some(minted.as_str()));
-    assert!(matches!(two.state, JobState::Completed | JobState::Deleted), "{}", two.reason);
+    assert!(
+        matches!(two.state, JobState::Completed | JobState::Deleted),
+        "{}",
+        two.reason
+    );
     assert_eq!(server.minted().len(), 2);
     // A file name with a space, copied into storage under the identifier.
     let stored = store

@@ -392,14 +392,16 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     };
 
     // Batch A: o1 fine; an unreadable line (pending → failed); o3's processing fails once
-    // (processing → failed → processing); o4's stored file is lost before recording
-    // (recording → failed → recording); o5 is held and deleted (held → deleted).
+    // (processing → failed → processing); o4's downloaded file is lost before storing
+    // (storing → failed → storing); o5 is held and deleted (held → deleted); o6's stored file
+    // is lost between storing and recording (recording → failed → recording).
     let lines = vec![
         line("a1.dat", "one"),
         "not-a-url | | | | x | x".to_owned(),
         line("a3.dat", "three"),
         line("a4.dat", "four"),
         line("a5.dat", "five"),
+        line("a6.dat", "six"),
     ];
     let a = submit(put_manifest("a.checkm", &lines).await, "c1").await;
     let o3_first = format!("ingest-{}-r0-a1", a.job(3));
@@ -415,10 +417,25 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let lost = o4.stored[0].key.clone();
     let kept = s.ctx.store.get(&lost).await.unwrap().unwrap().body;
     s.ctx.store.delete(&lost).await.unwrap();
-    settle(&s, &ictx, &jobs, &[&o3_first]).await;
+    // o6's stored copy goes missing as recording lists it.
+    let o6_storage = ictx.ingest().keys.storage("c1", a.job(6).as_str());
+    let o6_stored = format!("{o6_storage}producer/a6.dat");
+    let losing = Ctx {
+        store: Arc::new(LosesBeforeListing {
+            inner: s.ctx.store.clone(),
+            prefix: o6_storage.clone(),
+            victim: std::sync::Mutex::new(Some(o6_stored.clone())),
+        }),
+        ..ictx.clone()
+    };
+    settle(&s, &losing, &jobs, &[&o3_first]).await;
     assert_eq!(state(a.job(1)).await.state, JobState::Completed);
     assert_eq!(state(a.job(2)).await.state, JobState::Failed);
     assert_eq!(state(a.job(3)).await.state, JobState::Failed);
+    let o6 = state(a.job(6)).await;
+    assert_eq!(o6.state, JobState::Failed);
+    assert!(o6.reason.contains("is missing"), "{}", o6.reason);
+    assert_eq!(o6.last_successful_status, Some(JobState::Storing));
     // Its processing failure is on the stack's failure DLQ, with its reason, as a granule's is.
     let letters = s.ctx.failure_dlq.receive(10, 30, 1).await.unwrap();
     let notice: Vec<ingest_contract::IngestNotice> = letters
@@ -435,7 +452,9 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         "{:?}",
         letters[0].attributes
     );
-    assert_eq!(state(a.job(4)).await.state, JobState::Failed);
+    let o4 = state(a.job(4)).await;
+    assert_eq!(o4.state, JobState::Failed);
+    assert!(o4.reason.starts_with("storage:"), "{}", o4.reason);
     assert_eq!(state(a.job(5)).await.state, JobState::Held);
     assert_eq!(
         batch_state(a.clone()).await,
@@ -448,21 +467,28 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     assert_eq!(deleted.state, JobState::Deleted);
     settle(&s, &ictx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
-    // Resumes: o3 at processing (a new Batch job), o4 at recording once its file is back.
+    // Resumes: o3 at processing (a new Batch job), o4 at storing once its file is back, o6
+    // at recording once its stored copy is.
     s.ctx
         .store
         .put(&lost, kept, PutCondition::Overwrite)
         .await
         .unwrap();
-    let resumed = operator::resume(&ictx, &[a.job(3), a.job(4), a.job(2)], now())
+    s.ctx
+        .store
+        .put(&o6_stored, Bytes::from("six"), PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let resumed = operator::resume(&ictx, &[a.job(3), a.job(4), a.job(2), a.job(6)], now())
         .await
         .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Processing));
-    assert_eq!(resumed[1].outcome, Ok(JobState::Recording));
+    assert_eq!(resumed[1].outcome, Ok(JobState::Storing));
     assert!(
         resumed[2].outcome.is_err(),
         "an unreadable line cannot resume"
     );
+    assert_eq!(resumed[3].outcome, Ok(JobState::Recording));
     settle(&s, &ictx, &jobs, &[]).await;
     // The unreadable one is still failed: the update report keeps the batch failed.
     operator::update_report(&ictx, &a, now()).await.unwrap();
@@ -479,11 +505,14 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let reports = operator::reports(&ictx, &a).await.unwrap();
     assert_eq!(reports.len(), 3);
     assert_eq!(reports[2].failed.len(), 0);
-    for n in [1, 3, 4] {
-        assert_eq!(
-            state(a.job(n)).await.state,
-            JobState::Deleted,
-            "job {n} cleaned up"
+    for n in [1, 3, 4, 6] {
+        let job = state(a.job(n)).await;
+        assert_eq!(job.state, JobState::Deleted, "job {n} cleaned up");
+        // Stored on the emulator's S3 (a server-side copy per file), and kept after cleanup.
+        let manifest = job.storage_manifest.unwrap();
+        assert!(
+            s.ctx.store.get(&manifest).await.unwrap().is_some(),
+            "{manifest}"
         );
     }
 
@@ -544,6 +573,70 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .unwrap();
     assert_eq!(batch_state(d.clone()).await, BatchState::Deleted);
     assert!(ictx.ingest().job(&d.job(1)).await.unwrap().is_none());
+}
+
+/// A bucket in which `victim` disappears just before the first listing under `prefix` (what
+/// recording does first): a stored copy lost between storing and recording.
+struct LosesBeforeListing {
+    inner: Arc<dyn granary::ports::ObjectStore>,
+    prefix: String,
+    victim: std::sync::Mutex<Option<String>>,
+}
+
+#[async_trait::async_trait]
+impl granary::ports::ObjectStore for LosesBeforeListing {
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<granary::ports::StoredObject>, granary::ports::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, granary::ports::StoreError> {
+        self.inner.get_range(key, range).await
+    }
+    async fn get_suffix(
+        &self,
+        key: &str,
+        len: u64,
+    ) -> Result<(Bytes, u64), granary::ports::StoreError> {
+        self.inner.get_suffix(key, len).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        body: Bytes,
+        condition: PutCondition,
+    ) -> Result<String, granary::ports::StoreError> {
+        self.inner.put(key, body, condition).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<granary::ports::ObjectMeta>, granary::ports::StoreError> {
+        if prefix == self.prefix {
+            let victim = self.victim.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(key) = victim {
+                self.inner.delete(&key).await?;
+            }
+        }
+        self.inner.list(prefix).await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<(), granary::ports::StoreError> {
+        self.inner.copy(from, to).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), granary::ports::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn begin_upload<'a>(
+        &'a self,
+        key: &str,
+    ) -> Result<Box<dyn granary::ports::Upload + 'a>, granary::ports::StoreError> {
+        self.inner.begin_upload(key).await
+    }
 }
 
 /// Dies right after the `nth` write of a job record (a key under `jobs/`): the write is made and
