@@ -28,6 +28,7 @@ pub mod job_tags;
 pub mod layout;
 pub mod lifecycle;
 pub mod machine;
+pub mod percent;
 pub mod poison;
 pub mod progress;
 pub mod report;

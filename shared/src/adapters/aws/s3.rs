@@ -203,7 +203,13 @@ impl ObjectStore for S3Store {
             .key(to)
             // CopySource is URL-encoded (S3 API reference, CopyObject: "The value must be
             // URL-encoded"): a key with a space or a `+` names another object otherwise.
-            .copy_source(format!("{}/{}", self.bucket, url_encode_key(from)))
+            .copy_source(format!(
+                "{}/{}",
+                self.bucket,
+                crate::domain::percent::encode(from, |b| {
+                    crate::domain::percent::unreserved(b) || b == b'/'
+                })
+            ))
             .send()
             .await
             .map(|_| ())
@@ -362,16 +368,4 @@ impl Upload for S3Upload<'_> {
             }
         }
     }
-}
-
-/// A key as a URL path: unreserved characters and `/` kept, every other byte `%XX`.
-fn url_encode_key(key: &str) -> String {
-    key.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -153,26 +153,7 @@ impl HttpIndexSource {
 
 fn file_name(url: &Url) -> String {
     let last = url.path().rsplit('/').next().unwrap_or_default();
-    percent_decode(last)
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz");
-            if let Ok(b) = u8::from_str_radix(hex, 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    crate::domain::percent::decode(last)
 }
 
 /// reqwest's own message hides the cause ("error decoding response body"): name a timeout as

@@ -31,25 +31,6 @@ fn anvl_escape(text: &str, name: bool) -> String {
     out
 }
 
-fn anvl_unescape(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("");
-            if let Ok(b) = u8::from_str_radix(hex, 16) {
-                out.push(b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 /// An ANVL body: one `name: value` line per pair, escaped.
 pub fn anvl(pairs: &[(&str, &str)]) -> String {
     pairs
@@ -62,7 +43,12 @@ pub fn anvl(pairs: &[(&str, &str)]) -> String {
 pub fn parse_anvl(body: &str) -> Vec<(String, String)> {
     body.lines()
         .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (anvl_unescape(n.trim()), anvl_unescape(v.trim_start())))
+        .map(|(n, v)| {
+            (
+                crate::domain::percent::decode(n.trim()),
+                crate::domain::percent::decode(v.trim_start()),
+            )
+        })
         .collect()
 }
 
@@ -72,7 +58,7 @@ pub fn mint_answer(body: &str) -> Result<String, String> {
     let first = body.lines().next().unwrap_or("").trim();
     match first.split_once(':') {
         Some(("success", rest)) => {
-            let id = anvl_unescape(rest.trim())
+            let id = crate::domain::percent::decode(rest.trim())
                 .split(" | ")
                 .next()
                 .unwrap_or("")
@@ -86,7 +72,7 @@ pub fn mint_answer(body: &str) -> Result<String, String> {
                 Ok(id)
             }
         }
-        Some(("error", why)) => Err(anvl_unescape(why.trim())),
+        Some(("error", why)) => Err(crate::domain::percent::decode(why.trim())),
         _ => Err(format!("not an EZID answer: {first:?}")),
     }
 }

@@ -148,7 +148,10 @@ impl IngestKeys {
         format!(
             "{}local-ids/collection={collection}/{}.json",
             self.prefix,
-            escape_segment(local_id)
+            // Every byte but the unreserved ones `%XX`: two local ids never share a key.
+            crate::domain::percent::encode(local_id, |b| {
+                crate::domain::percent::unreserved(b) && b != b'~'
+            })
         )
     }
 
@@ -164,17 +167,6 @@ impl IngestKeys {
     pub fn reports(&self, bid: &BatchId) -> String {
         format!("{}reports/{bid}/", self.prefix)
     }
-}
-
-/// A depositor's local id as one key segment: letters, digits, `.`, `_` and `-` kept, every
-/// other byte `%XX`, so two local ids never share a key.
-fn escape_segment(raw: &str) -> String {
-    raw.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'_' | b'-' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[cfg(test)]
