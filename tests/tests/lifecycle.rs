@@ -789,6 +789,77 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     );
 }
 
+/// A processed item whose product goes missing is found out by re-validation
+/// (`GRANARY_PRODUCT_KEYS`): PROCESSING_FAILED and processed again while attempts remain; an
+/// empty product once the attempts are spent: dead-lettered and ABANDONED.
+#[tokio::test]
+async fn revalidation_reopens_a_processed_item_whose_product_is_missing_or_empty() {
+    let w = world("lcprod", &[("GRANARY_PRODUCT_KEYS", "products/{id}.tif")]).await;
+    w.server.archive.put("p.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    w.run_requeuer().await;
+    w.end_job(&id, AttemptEnd::Success).await;
+    assert_eq!(w.record(&id).await.state, Processed);
+    let product = format!("products/{id}.tif");
+    let revalidate = || async {
+        validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
+            .await
+            .unwrap();
+        let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+        assert_eq!(asked.len(), 1);
+        importer::handle_message(&w.imp, &asked[0].body)
+            .await
+            .unwrap()
+            .final_state
+    };
+    // The product is missing: failed, and handed to processing again (attempt 2 of 2).
+    assert_eq!(revalidate().await, Some(ProcessingFailed));
+    let r = w.record(&id).await;
+    assert!(
+        r.reason.contains(&format!("product {product} is missing")),
+        "{}",
+        r.reason
+    );
+    assert_eq!(w.run_requeuer().await, 1);
+    assert_eq!(w.record(&id).await.state, Processing);
+    w.end_job(&id, AttemptEnd::Success).await;
+    // The product is there: re-validation leaves the item processed.
+    w.s.ctx
+        .store
+        .put(
+            &product,
+            Bytes::from_static(b"tif"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    assert_eq!(revalidate().await, Some(Processed));
+    // Empty, with no attempt left: dead-lettered, abandoned.
+    w.s.ctx
+        .store
+        .put(&product, Bytes::new(), PutCondition::Overwrite)
+        .await
+        .unwrap();
+    assert_eq!(revalidate().await, Some(Abandoned));
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    assert!(dlq[0].body.contains(id.as_str()), "{}", dlq[0].body);
+    assert_eq!(
+        w.path(&id).await[6..],
+        chain(&[
+            Processed,
+            ProcessingFailed,
+            Ready,
+            Processing,
+            Processed,
+            ProcessingFailed,
+            Abandoned
+        ])[1..]
+    );
+}
+
 /// An admission that waited for its prerequisites until SQS parked its message in the import
 /// DLQ leaves the item DOWNLOADED with nothing to move it. Once the prerequisites are there,
 /// `granary redrive-imports` (the parked message back, unchanged) or `granary resume` (a fresh

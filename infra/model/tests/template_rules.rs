@@ -488,3 +488,65 @@ fn the_compute_environment_is_spot_on_compute_optimized_families_capacity_first(
         );
     }
 }
+
+/// Design 003's feeder: one run at a time (the tracker's If-Match is the guard; one run is the
+/// plan), fired by its schedule with the count it feeds; the logs' daily S3 Inventory (Parquet,
+/// with the size and date the job logs table reads) that the job-logs view is built on; and the
+/// job definition's other Batch retry, an image that could not be pulled, before the rule that
+/// hands every other failure back to granary.
+#[test]
+fn the_feeder_runs_alone_on_its_schedule_and_the_logs_are_inventoried_daily() {
+    let (t, r) = resolved();
+    let feeder = r.function("QueueFeederFunction").unwrap();
+    assert_eq!(number(feeder.property("ReservedConcurrentExecutions")), 1);
+    let schedule = &feeder.property("Events")["Schedule"];
+    assert_eq!(schedule["Type"], "Schedule");
+    let input: Value =
+        serde_json::from_str(schedule["Properties"]["Input"].as_str().unwrap()).unwrap();
+    let default_count = &t.doc["Parameters"]["GranuleSubmitCount"]["Default"];
+    assert_eq!(
+        input["granule_submit_count"].as_u64(),
+        Some(number(default_count))
+    );
+    assert!(schedule["Properties"]["Schedule"]
+        .as_str()
+        .is_some_and(|s| s.starts_with("rate(")));
+
+    let (_, bucket) = of_type(&r, "AWS::S3::Bucket")
+        .find(|(id, _)| id.as_str() == "DataBucket")
+        .unwrap();
+    let inventories = bucket["Properties"]["InventoryConfigurations"]
+        .as_array()
+        .unwrap();
+    let logs = inventories
+        .iter()
+        .find(|i| i["Prefix"] == "logs/")
+        .expect("an inventory of logs/");
+    assert_eq!(logs["Enabled"], true);
+    assert_eq!(logs["ScheduleFrequency"], "Daily");
+    assert_eq!(logs["Destination"]["Format"], "Parquet");
+    for field in ["Size", "LastModifiedDate"] {
+        assert!(
+            logs["OptionalFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f == field),
+            "{field}"
+        );
+    }
+
+    let (_, def) = of_type(&r, "AWS::Batch::JobDefinition").next().unwrap();
+    let rules = def["Properties"]["RetryStrategy"]["EvaluateOnExit"]
+        .as_array()
+        .unwrap();
+    let pull = rules
+        .iter()
+        .position(|e| e["OnReason"] == "CannotPullContainerError*" && e["Action"] == "RETRY")
+        .expect("an image pull failure is retried by Batch");
+    let rest = rules
+        .iter()
+        .position(|e| e["OnReason"] == "*" && e["Action"] == "EXIT")
+        .expect("everything else exits to granary");
+    assert!(pull < rest, "Batch takes the first rule that matches");
+}

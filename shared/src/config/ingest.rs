@@ -24,6 +24,10 @@ pub struct IngestSettings {
     pub capacity_bytes: u64,
     /// A job needing more than this steps back in priority after estimating.
     pub large_job_bytes: u64,
+    /// A job whose size is unknown waits in provisioning while less than this much of the
+    /// capacity is free (`GRANARY_INGEST_UNESTIMATED_RESERVE_BYTES`; the large-job size by
+    /// default: an unknown size may be a large one).
+    pub unestimated_reserve_bytes: u64,
     pub download_attempts: u32,
     pub callback_attempts: u32,
     /// Per request (HEAD, GET of one file, callback).
@@ -69,6 +73,7 @@ impl Default for IngestSettings {
             prefix: DEFAULT_INGEST_PREFIX.to_owned(),
             capacity_bytes: DEFAULT_CAPACITY_BYTES,
             large_job_bytes: DEFAULT_LARGE_JOB_BYTES,
+            unestimated_reserve_bytes: DEFAULT_LARGE_JOB_BYTES,
             download_attempts: DEFAULT_DOWNLOAD_ATTEMPTS,
             callback_attempts: DEFAULT_CALLBACK_ATTEMPTS,
             timeout: Duration::from_secs(DEFAULT_INGEST_TIMEOUT_SECS),
@@ -95,6 +100,10 @@ impl IngestSettings {
             prefix: v.prefix("GRANARY_INGEST_PREFIX", DEFAULT_INGEST_PREFIX)?,
             capacity_bytes: v.number("GRANARY_INGEST_CAPACITY_BYTES", DEFAULT_CAPACITY_BYTES)?,
             large_job_bytes: v.number("GRANARY_INGEST_LARGE_JOB_BYTES", DEFAULT_LARGE_JOB_BYTES)?,
+            unestimated_reserve_bytes: v.number(
+                "GRANARY_INGEST_UNESTIMATED_RESERVE_BYTES",
+                DEFAULT_LARGE_JOB_BYTES,
+            )?,
             download_attempts: at_least_one(v.number(
                 "GRANARY_INGEST_DOWNLOAD_ATTEMPTS",
                 DEFAULT_DOWNLOAD_ATTEMPTS,

@@ -44,8 +44,13 @@ pub fn on_estimated(need: u64) -> JobMove {
 
 /// A provisioning job needing `need` bytes while `in_flight` of `capacity` are in use: on to
 /// downloading if [`admits`] says so, else `None` (it waits for the next tick).
-pub fn on_provisioning(need: u64, in_flight: u64, capacity: u64) -> Option<JobMove> {
-    admits(need, in_flight, capacity).then(|| {
+pub fn on_provisioning(
+    need: u64,
+    in_flight: u64,
+    capacity: u64,
+    unestimated_reserve: u64,
+) -> Option<JobMove> {
+    admits(need, in_flight, capacity, unestimated_reserve).then(|| {
         Move::new(
             &[JobState::Provisioning],
             JobState::Downloading,
@@ -180,13 +185,16 @@ pub fn priority_for(submitted: u8, space_needed: u64, large_bytes: u64) -> u8 {
 
 /// Whether a job needing `need` bytes may start downloading while `in_flight` bytes are already
 /// being downloaded or processed, under `capacity`. A job that could never fit runs alone rather
-/// than never; an unestimated job (0) waits while the capacity is used up.
-pub fn admits(need: u64, in_flight: u64, capacity: u64) -> bool {
+/// than never. An unestimated job (0: its size is unknown, it may be large) waits while less
+/// than `unestimated_reserve` of the capacity is free (seed 004: unestimated jobs are held while
+/// the free space is below a threshold).
+pub fn admits(need: u64, in_flight: u64, capacity: u64, unestimated_reserve: u64) -> bool {
     if in_flight == 0 {
         return true;
     }
     if need == 0 {
-        return in_flight < capacity;
+        let free = capacity.saturating_sub(in_flight);
+        return free > 0 && free >= unestimated_reserve;
     }
     in_flight.saturating_add(need) <= capacity
 }

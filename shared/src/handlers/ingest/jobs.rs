@@ -185,8 +185,13 @@ pub async fn provision(
     s: &mut TickSummary,
     used: &mut u64,
 ) -> Result<(), HandlerError> {
-    let admitted =
-        decisions::on_provisioning(job.space_needed, *used, ictx.config.ingest.capacity_bytes);
+    let settings = &ictx.config.ingest;
+    let admitted = decisions::on_provisioning(
+        job.space_needed,
+        *used,
+        settings.capacity_bytes,
+        settings.unestimated_reserve_bytes,
+    );
     let Some(mv) = admitted else {
         s.waiting_for_capacity += 1;
         return Ok(());

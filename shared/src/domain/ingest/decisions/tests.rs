@@ -47,8 +47,8 @@ fn a_pending_job_fails_held_or_moves_on() {
 fn each_tick_step_moves_on_or_fails_with_its_reason() {
     assert_eq!(on_estimated(0).reason, "estimated: size unknown");
     assert_eq!(on_estimated(9).to, JobState::Provisioning);
-    assert_eq!(on_provisioning(10, 95, 100), None);
-    let admitted = on_provisioning(5, 95, 100).unwrap();
+    assert_eq!(on_provisioning(10, 95, 100, 0), None);
+    let admitted = on_provisioning(5, 95, 100, 0).unwrap();
     assert_eq!(admitted.reason, "room for 5 bytes (95 of 100 in use)");
     let stored = [StoredFile {
         name: "a".into(),
@@ -245,11 +245,15 @@ fn large_jobs_step_back_and_capacity_admits_what_fits() {
         5,
         "no large-job threshold: no step back"
     );
-    assert!(admits(500, 0, 100), "alone, even too big");
-    assert!(admits(40, 60, 100));
-    assert!(!admits(41, 60, 100));
-    assert!(admits(0, 99, 100));
-    assert!(!admits(0, 100, 100));
+    assert!(admits(500, 0, 100, 30), "alone, even too big");
+    assert!(admits(40, 60, 100, 30));
+    assert!(!admits(41, 60, 100, 30));
+    // Unestimated: only while at least the reserve is free (and never with nothing free).
+    assert!(admits(0, 70, 100, 30));
+    assert!(!admits(0, 71, 100, 30));
+    assert!(admits(0, 99, 100, 0));
+    assert!(!admits(0, 100, 100, 0));
+    assert!(admits(0, 0, 100, 500), "alone, whatever the reserve");
 }
 
 #[test]

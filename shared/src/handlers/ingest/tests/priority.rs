@@ -198,3 +198,38 @@ async fn a_download_that_keeps_failing_fails_its_job_once_its_attempts_are_spent
     assert_eq!(w.remote.fetches("http://archive/shaky.txt"), attempts);
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
 }
+
+/// Seed 004 holds unestimated jobs while the free capacity is below a threshold: a job whose size
+/// is unknown waits while less than `unestimated_reserve_bytes` is free, though a small job of
+/// known size fits beside the one processing; once that ends, it starts.
+#[tokio::test]
+async fn an_unestimated_job_waits_while_less_than_the_reserve_is_free() {
+    let w = world(IngestSettings {
+        capacity_bytes: 100,
+        unestimated_reserve_bytes: 50,
+        large_job_bytes: 1_000,
+        ..IngestSettings::default()
+    });
+    let big = submit_at(&w, "big", &[("big.bin", &"x".repeat(60))], 1).await;
+    ticks(&w, 3).await;
+    assert_eq!(w.job(&big.job(1)).await.state, JobState::Processing);
+    let unknown = submit_at(&w, "unknown", &[("unknown.bin", "0123456789")], 2).await;
+    w.remote.hide_size("http://archive/unknown.bin");
+    let small = submit_at(&w, "small", &[("small.bin", &"y".repeat(30))], 3).await;
+    ticks(&w, 3).await;
+    // 40 bytes free: the 30-byte job fits, the unknown one waits for 50.
+    let waiting = w.job(&unknown.job(1)).await;
+    assert_eq!(
+        (waiting.state, waiting.space_needed),
+        (JobState::Provisioning, 0)
+    );
+    assert_eq!(w.job(&small.job(1)).await.state, JobState::Processing);
+    w.run(|_| true).await;
+    for id in [&big, &unknown, &small] {
+        assert_eq!(
+            w.job(&id.job(1)).await.state,
+            JobState::Deleted,
+            "completed"
+        );
+    }
+}
