@@ -77,10 +77,19 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
             println!("active Batch jobs: unknown (AWS Batch is not available at this endpoint)")
         }
         Some(active) => {
+            let waited = active.oldest_runnable_created_ms.map(|ms| {
+                let secs = (chrono::Utc::now().timestamp_millis() - ms).max(0) / 1000;
+                format!("{}h {:02}m", secs / 3600, secs / 60 % 60)
+            });
             let jobs: Vec<String> = active
                 .by_status
                 .iter()
-                .map(|(k, v)| format!("{k} {v}"))
+                .map(|(k, v)| match (k.as_str(), &waited) {
+                    ("RUNNABLE", Some(w)) => {
+                        format!("{k} {v}, the oldest submitted {w} ago")
+                    }
+                    _ => format!("{k} {v}"),
+                })
                 .collect();
             println!(
                 "active Batch jobs: {} ({})",

@@ -332,3 +332,44 @@ async fn success_relocates_earlier_failure_logs() {
         .await
         .is_empty());
 }
+
+/// Jobs the job queue's watchdog cancelled in RUNNABLE (never started: no attempt) reach the
+/// monitor as FAILED with Batch's reason: a capacity shortage goes to the retry queue, a job no
+/// compute environment can place to the failure DLQ, each logged with its reason.
+#[tokio::test]
+async fn jobs_the_queue_cancelled_in_runnable_are_retried_for_capacity_and_dead_lettered_for_misconfiguration(
+) {
+    let (s, f) = fed("watchdog", 2, 1).await;
+    let cancelled = |facts: &JobFacts, reason: &str| {
+        let mut event = state_change_event(facts, &[], "FAILED");
+        event["detail"]["statusReason"] =
+            format!("{}{reason}", granary::domain::classify::STATE_TIME_LIMIT).into();
+        event.to_string()
+    };
+    let capacity = cancelled(&f[0], "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY");
+    let out = monitor::handle_message(&s.ctx, &capacity).await.unwrap();
+    assert_eq!(
+        out,
+        MonitorOutcome::Routed {
+            route: Route::RetryQueue
+        }
+    );
+    let misconfigured = cancelled(&f[1], "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT");
+    let out = monitor::handle_message(&s.ctx, &misconfigured)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        MonitorOutcome::Routed {
+            route: Route::FailureDlq
+        }
+    );
+    let dlq = drain(&s.clients, &s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1);
+    assert!(
+        dlq[0].attributes["reason"].contains("MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT"),
+        "{:?}",
+        dlq[0].attributes
+    );
+    assert_eq!(drain(&s.clients, &s.stack.retry_queue_url).await.len(), 1);
+}

@@ -48,9 +48,23 @@ pub enum Route {
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum FailureKind {
     SpotInterruption,
-    ContainerStartup { error: String },
-    ApplicationExit { exit_code: i64 },
+    ContainerStartup {
+        error: String,
+    },
+    ApplicationExit {
+        exit_code: i64,
+    },
     AttemptTimeout,
+    /// Cancelled by the job queue's `jobStateTimeLimitActions` after waiting in RUNNABLE for
+    /// capacity (`CAPACITY:…`): the cloud's doing, worth another attempt later.
+    Capacity {
+        reason: String,
+    },
+    /// Cancelled by the job queue's `jobStateTimeLimitActions` because no compute environment
+    /// can ever place it (`MISCONFIGURATION:…`): ours to fix, not to retry.
+    Misconfiguration {
+        reason: String,
+    },
     Cancelled,
     Unknown,
 }
@@ -111,6 +125,12 @@ fn container_startup_error(text: &str) -> Option<String> {
         .contains(TASK_FAILED_TO_START)
         .then(|| "TaskFailedToStart".to_owned())
 }
+
+/// What Batch writes as a job's `statusReason` when its job queue's `jobStateTimeLimitActions`
+/// cancel it in RUNNABLE, followed by the action's reason (AWS Batch user guide, "Jobs stuck in
+/// RUNNABLE due to capacity" and "… due to misconfiguration": e.g. `Canceled by JobStateTimeLimit
+/// action due to reason: CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY`).
+pub const STATE_TIME_LIMIT: &str = "Canceled by JobStateTimeLimit action due to reason: ";
 
 fn is_cancellation(text: &str) -> bool {
     let lower = text.to_ascii_lowercase();
@@ -184,6 +204,27 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             FailureKind::AttemptTimeout,
             "attempt timed out".to_owned(),
         )
+    } else if let Some(why) = job_reason.strip_prefix(STATE_TIME_LIMIT) {
+        // Before other cancels: the job queue's watchdog, not a person, cancelled it; capacity
+        // may come back, a job no compute environment can place never will.
+        let why = why.trim().to_owned();
+        if why.starts_with("CAPACITY:") {
+            (
+                JobOutcome::Retryable,
+                FailureKind::Capacity {
+                    reason: why.clone(),
+                },
+                format!("cancelled in RUNNABLE waiting for capacity: {why}"),
+            )
+        } else {
+            (
+                JobOutcome::NonRetryable,
+                FailureKind::Misconfiguration {
+                    reason: why.clone(),
+                },
+                format!("cancelled in RUNNABLE: no compute environment can run it: {why}"),
+            )
+        }
     } else if is_cancellation(job_reason) || is_cancellation(status_reason) {
         // Before exit codes: a terminated job's container shows the 137 of its SIGKILL (published
         // event 14), which is the user's doing, not the application's (nor an out-of-memory kill).
@@ -346,6 +387,43 @@ mod tests {
         let unknown = classify(&failed("Something odd", None, Some(0))).unwrap();
         assert_eq!(unknown.failure, Some(FailureKind::Unknown));
         assert_eq!(unknown.outcome, JobOutcome::NonRetryable);
+    }
+
+    #[test]
+    fn the_queues_runnable_watchdog_retries_capacity_and_dead_letters_misconfiguration() {
+        let stuck = |reason: &str| {
+            let mut job = failed("", None, None);
+            job.status_reason = Some(format!("{STATE_TIME_LIMIT}{reason}"));
+            job.attempts.clear();
+            classify(&job).unwrap()
+        };
+        let capacity = stuck("CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY");
+        assert_eq!(capacity.outcome, JobOutcome::Retryable);
+        assert_eq!(
+            capacity.failure,
+            Some(FailureKind::Capacity {
+                reason: "CAPACITY:INSUFFICIENT_INSTANCE_CAPACITY".into()
+            })
+        );
+        for reason in [
+            "MISCONFIGURATION:COMPUTE_ENVIRONMENT_MAX_RESOURCE",
+            "MISCONFIGURATION:JOB_RESOURCE_REQUIREMENT",
+        ] {
+            let c = stuck(reason);
+            assert_eq!(c.outcome, JobOutcome::NonRetryable, "{reason}");
+            assert!(matches!(
+                c.failure,
+                Some(FailureKind::Misconfiguration { .. })
+            ));
+            assert!(c.reason.contains(reason), "{}", c.reason);
+        }
+        // A person's cancel stays a cancel.
+        let mut by_hand = failed("", None, None);
+        by_hand.status_reason = Some("Canceled by the user".into());
+        assert_eq!(
+            classify(&by_hand).unwrap().failure,
+            Some(FailureKind::Cancelled)
+        );
     }
 
     #[test]

@@ -98,6 +98,20 @@ impl JobDescription {
 pub struct ActiveJobs {
     pub by_status: BTreeMap<String, u64>,
     pub total: u64,
+    /// When the oldest RUNNABLE job counted was submitted (epoch milliseconds, ListJobs'
+    /// `createdAt`): how long the queue's head has been waiting for a place to run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oldest_runnable_created_ms: Option<i64>,
+}
+
+impl ActiveJobs {
+    /// Counts a RUNNABLE job submitted at `created_ms`.
+    pub fn saw_runnable_created(&mut self, created_ms: i64) {
+        self.oldest_runnable_created_ms = Some(
+            self.oldest_runnable_created_ms
+                .map_or(created_ms, |o| o.min(created_ms)),
+        );
+    }
 }
 
 #[async_trait]

@@ -204,7 +204,13 @@ impl JobRunner for BatchJobRunner {
                 let page = page.map_err(|e| {
                     JobRunnerError::refused(format!("ListJobs: {}", describe(&e))).with_source(e)
                 })?;
-                let n = page.job_summary_list.map_or(0, |l| l.len()) as u64;
+                let listed = page.job_summary_list.unwrap_or_default();
+                if status == JobStatus::Runnable {
+                    for created in listed.iter().filter_map(|j| j.created_at) {
+                        active.saw_runnable_created(created);
+                    }
+                }
+                let n = listed.len() as u64;
                 if n > 0 {
                     *active
                         .by_status

@@ -41,6 +41,8 @@ pub struct MemoryJobRunner {
     unlisted: Mutex<std::collections::HashSet<String>>,
     listing_lags: bool,
     initial_status: JobStatus,
+    /// When each job was submitted (epoch milliseconds), as ListJobs' `createdAt` says.
+    created: Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl Default for MemoryJobRunner {
@@ -57,6 +59,7 @@ impl MemoryJobRunner {
             forgotten: Mutex::default(),
             unlisted: Mutex::default(),
             listing_lags: false,
+            created: Mutex::default(),
             initial_status,
         }
     }
@@ -183,6 +186,13 @@ impl JobRunner for MemoryJobRunner {
             status: self.initial_status,
         };
         jobs.push((request, summary.clone()));
+        self.created
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                summary.job_id.clone(),
+                chrono::Utc::now().timestamp_millis(),
+            );
         if self.listing_lags {
             self.unlisted
                 .lock()
@@ -207,6 +217,12 @@ impl JobRunner for MemoryJobRunner {
                 .entry(s.status.as_str().to_owned())
                 .or_default() += 1;
             active.total += 1;
+            if s.status == JobStatus::Runnable {
+                let created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(at) = created.get(&s.job_id) {
+                    active.saw_runnable_created(*at);
+                }
+            }
         }
         Ok(active)
     }
@@ -313,6 +329,29 @@ mod tests {
             environment: BTreeMap::new(),
             parameters: BTreeMap::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn counting_says_how_long_the_oldest_runnable_job_has_waited() {
+        let jobs = MemoryJobRunner::new(JobStatus::Runnable);
+        let before = chrono::Utc::now().timestamp_millis();
+        jobs.submit(request("a")).await.unwrap();
+        jobs.submit(request("b")).await.unwrap();
+        let active = jobs.count_active(10).await.unwrap();
+        assert_eq!(active.by_status.get("RUNNABLE"), Some(&2));
+        let oldest = active.oldest_runnable_created_ms.unwrap();
+        assert!(oldest >= before && oldest <= chrono::Utc::now().timestamp_millis());
+        let running = MemoryJobRunner::new(JobStatus::Running);
+        running.submit(request("c")).await.unwrap();
+        assert_eq!(
+            running
+                .count_active(10)
+                .await
+                .unwrap()
+                .oldest_runnable_created_ms,
+            None,
+            "nothing waits in RUNNABLE"
+        );
     }
 
     #[tokio::test]
