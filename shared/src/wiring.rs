@@ -153,10 +153,17 @@ impl Ctx {
                     )
                 }
             };
+            // A mint waits at most a minute: EZID answers in well under a second, and a longer
+            // wait would only hold the dispatcher's pass (and leave the outcome unknown anyway).
+            let timeout = ctx
+                .config
+                .ingest
+                .timeout
+                .min(std::time::Duration::from_secs(60));
             ctx.minter = Some(Arc::new(crate::adapters::http::ezid::HttpMinter::new(
                 &ezid.url,
                 credentials,
-                ctx.config.ingest.timeout,
+                timeout,
             )));
         }
         Ok(ctx)

@@ -291,6 +291,7 @@ async fn passes(w: &World, crashes: &Crashes, hold_and_release: bool) {
         let finished = finish_jobs(w).await;
         if s == TickSummary::default() && finished == 0 && !delivered && release_done {
             if let_claim_leases_run_out(w).await
+                || let_mint_claims_run_out(w).await
                 || resolve_unknown_mints(w).await
                 || update_report_after_resolving(w).await
             {
@@ -300,6 +301,23 @@ async fn passes(w: &World, crashes: &Crashes, hold_and_release: bool) {
         }
     }
     panic!("the ingest queue did not settle");
+}
+
+/// Time passes for a quiet world with a job waiting on a mint claimed by a pass that died (a
+/// crash between the claim and the identifier's write): its claim is made as old as the lease,
+/// so the next pass knows no pass can still be minting and fails the job "minting outcome
+/// unknown". Whether any was.
+async fn let_mint_claims_run_out(w: &World) -> bool {
+    let lease = std::time::Duration::from_secs(granary::config::DEFAULT_CLAIM_LEASE_SECS);
+    let prefix = format!("{}jobs/", IngestSettings::default().prefix);
+    leases::age_leases(
+        w.store.as_ref(),
+        &prefix,
+        "mint_claimed_at",
+        lease,
+        |v, _| v["identifier"].is_null() && v["state"] == "storing",
+    )
+    .await
 }
 
 /// An operator meets a job failed "minting outcome unknown" (a crash between its mint claim and
@@ -459,8 +477,10 @@ async fn audit(w: &World) -> Result<(), String> {
                 ))
             });
             match listed {
-                Some(Ok((object, files)))
-                    if Some(&object) == minted.first() && files.len() == 3 => {}
+                Some(Ok(m))
+                    if Some(&m.object) == minted.first()
+                        && m.job == jid.as_str()
+                        && m.files.len() == 3 => {}
                 other => return Err(format!("{jid}'s storage manifest {manifest}: {other:?}")),
             }
         } else if !minted.is_empty() {

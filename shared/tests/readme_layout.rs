@@ -111,7 +111,13 @@ fn built() -> BTreeMap<&'static str, String> {
             "ingest storage",
             format!(
                 "{}{}",
-                ingest.storage("maps", "ark+=99999=fk4x"),
+                ingest.storage(
+                    "maps",
+                    &granary::domain::ingest::deposit::storage_name(
+                        Some("ark:/99999/fk4x"),
+                        jid.as_str()
+                    )
+                ),
                 granary::domain::ingest::deposit::STORAGE_MANIFEST
             ),
         ),

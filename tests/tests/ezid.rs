@@ -47,11 +47,12 @@ async fn a_mint_sends_anvl_with_basic_auth_and_reads_the_identifier() {
         pairs.contains(&("erc.what".into(), "100% maps".into())),
         "{pairs:?}"
     );
-    // Without the login: EZID's 401 is a refusal, nothing minted.
+    // Without the login: EZID's 401 says the configuration, not the request, is wrong: nothing
+    // minted, and the job waits (tried again) rather than failing.
     let anonymous = HttpMinter::new(&server.url, None, Duration::from_secs(5));
     let e = anonymous.mint(SHOULDER, "").await.unwrap_err();
     assert!(
-        matches!(&e, MintError::Refused(why) if why.contains("unauthorized")),
+        matches!(&e, MintError::Unavailable(why) if why.contains("unauthorized")),
         "{e}"
     );
     assert_eq!(server.minted().len(), 1);
@@ -109,7 +110,7 @@ async fn a_stall_or_a_500_after_minting_is_an_unknown_answer_and_no_listener_is_
         Duration::from_secs(2),
     );
     let e = nobody.mint(SHOULDER, "").await.unwrap_err();
-    assert!(matches!(e, MintError::NotSent(_)), "{e}");
+    assert!(matches!(e, MintError::Unavailable(_)), "{e}");
 }
 
 /// The dispatcher on in-memory S3 and a depositor's twin, minting from the loopback server.
@@ -213,6 +214,32 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     for _ in 0..5 {
         ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
     }
+    assert_eq!(
+        ictx.ingest()
+            .job(&two.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+            .state,
+        JobState::Storing,
+        "waits while a pass may be minting"
+    );
+    // A lease later no pass can be: the outcome is unknown, the job fails again.
+    let lease = chrono::Duration::from_std(ictx.config.leases.claim_lease).unwrap();
+    ingest::tick(&ictx, chrono::Utc::now() + lease)
+        .await
+        .unwrap();
+    assert_eq!(
+        ictx.ingest()
+            .job(&two.id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+            .state,
+        JobState::Failed
+    );
     assert_eq!(server.minted().len(), 2);
     // What EZID minted for job two names it; the operator resumes with it.
     let minted = server.minted()[1].clone();
@@ -241,8 +268,14 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     );
     assert_eq!(server.minted().len(), 2);
     // A file name with a space, copied into storage under the identifier.
+    let folder = granary::domain::ingest::deposit::storage_name(
+        Some("ark:/99999/fk400001"),
+        one.id.as_str(),
+    );
     let stored = store
-        .list("ingest/storage/collection=maps/ark+=99999=fk400001/producer/")
+        .list(&format!(
+            "ingest/storage/collection=maps/{folder}/producer/"
+        ))
         .await
         .unwrap();
     assert_eq!(stored[0].key.rsplit('/').next(), Some("sheet 1.tif"));

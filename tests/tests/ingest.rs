@@ -418,7 +418,10 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let kept = s.ctx.store.get(&lost).await.unwrap().unwrap().body;
     s.ctx.store.delete(&lost).await.unwrap();
     // o6's stored copy goes missing as recording lists it.
-    let o6_storage = ictx.ingest().keys.storage("c1", a.job(6).as_str());
+    let o6_storage = ictx.ingest().keys.storage(
+        "c1",
+        &granary::domain::ingest::deposit::storage_name(None, a.job(6).as_str()),
+    );
     let o6_stored = format!("{o6_storage}producer/a6.dat");
     let losing = Ctx {
         store: Arc::new(LosesBeforeListing {

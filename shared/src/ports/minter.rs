@@ -6,12 +6,15 @@ use async_trait::async_trait;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MintError {
-    /// The service answered and minted nothing (`error: …`, a 4xx): the reason is its own.
+    /// The service answered and minted nothing for this request (`error: …` with a 400): the
+    /// reason is its own, and sending the same request again will not help.
     #[error("the identifier service refused: {0}")]
     Refused(String),
-    /// The request never reached the service (no connection): nothing was minted.
-    #[error("the identifier service could not be reached: {0}")]
-    NotSent(String),
+    /// Nothing was minted, and the reason is the service's state, not the request: it could not
+    /// be reached (no connection), or it refused granary's login or sent granary elsewhere (a
+    /// redirect, a page that is not EZID's): trying later, or fixing the configuration, helps.
+    #[error("the identifier service is unavailable: {0}")]
+    Unavailable(String),
     /// The request may have been acted on and the answer is lost (a timeout, a 5xx, a body that
     /// is not EZID's): an identifier may exist that nobody recorded.
     #[error("the identifier service's answer is unknown: {0}")]

@@ -4,7 +4,7 @@
 use granary::config::Function;
 use granary::handlers::ingest;
 use granary::handlers::Ctx;
-use granary::handlers::LambdaFailure;
+use granary::handlers::{HandlerError, LambdaFailure};
 use lambda_runtime::{service_fn, LambdaEvent};
 
 #[tokio::main]
@@ -13,9 +13,18 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ictx = &Ctx::from_env(Function::IngestDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            ingest::tick(ictx, chrono::Utc::now())
+            let s = ingest::tick(ictx, chrono::Utc::now())
                 .await
-                .map_err(|e| LambdaFailure::of(Function::IngestDispatcher, &e))
+                .map_err(|e| LambdaFailure::of(Function::IngestDispatcher, &e))?;
+            // Every other job went on; the invocation still fails, so the Errors alarm sees it.
+            if s.errors > 0 {
+                let e = HandlerError::Refused(format!(
+                    "{} job or batch steps failed (see the log); the next tick tries them again",
+                    s.errors
+                ));
+                return Err(LambdaFailure::of(Function::IngestDispatcher, &e));
+            }
+            Ok(s)
         },
     ))
     .await

@@ -14,7 +14,20 @@ pub struct S3Store {
     bucket: String,
     /// The storage class every write asks for (`None`: the bucket's default).
     storage_class: Option<aws_sdk_s3::types::StorageClass>,
+    /// Objects larger than this are copied part by part ([`MAX_SINGLE_COPY`]).
+    max_single_copy: u64,
+    /// The smallest part of such a copy.
+    copy_part: u64,
 }
+
+/// The largest object one CopyObject copies (S3 API reference, CopyObject: a copy "up to 5 GB
+/// in size in a single atomic action"; larger objects are copied with UploadPartCopy).
+pub const MAX_SINGLE_COPY: u64 = 5 * 1024 * 1024 * 1024;
+/// A part of a multipart copy: big enough that a 5 TB object needs under S3's 10,000 parts
+/// only when it must (the part grows to `size / 10,000` beyond that).
+const COPY_PART: u64 = 512 * 1024 * 1024;
+/// S3's limit on the parts of one multipart upload.
+const MAX_PARTS: u64 = 10_000;
 
 impl S3Store {
     pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
@@ -22,7 +35,106 @@ impl S3Store {
             client,
             bucket: bucket.into(),
             storage_class: None,
+            max_single_copy: MAX_SINGLE_COPY,
+            copy_part: COPY_PART,
         }
+    }
+
+    /// Copies objects over `max_single` bytes in parts of at least `part` (S3 accepts parts of
+    /// 5 MiB and more): the emulator tests copy part by part without 5 GB objects.
+    pub fn with_copy_limits(mut self, max_single: u64, part: u64) -> Self {
+        self.max_single_copy = max_single;
+        self.copy_part = part;
+        self
+    }
+
+    /// `from` (of `size` bytes, at `source`) copied to `to` with UploadPartCopy; the upload is
+    /// aborted if a part fails.
+    async fn copy_in_parts(
+        &self,
+        source: &str,
+        from: &str,
+        to: &str,
+        size: u64,
+    ) -> Result<(), StoreError> {
+        use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+        let err = |e: &dyn std::fmt::Display| StoreError::backend(to, e);
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(to)
+            .set_storage_class(self.storage_class.clone())
+            .send()
+            .await
+            .map_err(|e| err(&describe(&e)))?;
+        let id = upload.upload_id.ok_or_else(|| {
+            StoreError::backend(to, "CreateMultipartUpload returned no upload id")
+        })?;
+        let part = self.copy_part.max(size.div_ceil(MAX_PARTS));
+        let mut parts = Vec::new();
+        let mut start = 0u64;
+        let mut number = 1i32;
+        let copied: Result<(), StoreError> = async {
+            while start < size {
+                let end = (start + part).min(size) - 1;
+                let out = self
+                    .client
+                    .upload_part_copy()
+                    .bucket(&self.bucket)
+                    .key(to)
+                    .upload_id(&id)
+                    .part_number(number)
+                    .copy_source(source)
+                    .copy_source_range(format!("bytes={start}-{end}"))
+                    .send()
+                    .await
+                    .map_err(|e| match http_status(&e) {
+                        Some(404) => StoreError::NotFound {
+                            key: from.to_owned(),
+                        },
+                        _ => err(&describe(&e)),
+                    })?;
+                let etag = out.copy_part_result.and_then(|r| r.e_tag).ok_or_else(|| {
+                    StoreError::backend(to, format!("UploadPartCopy {number} returned no ETag"))
+                })?;
+                parts.push(
+                    CompletedPart::builder()
+                        .e_tag(etag)
+                        .part_number(number)
+                        .build(),
+                );
+                start = end + 1;
+                number += 1;
+            }
+            self.client
+                .complete_multipart_upload()
+                .bucket(&self.bucket)
+                .key(to)
+                .upload_id(&id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(parts))
+                        .build(),
+                )
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| err(&describe(&e)))
+        }
+        .await;
+        if copied.is_err() {
+            // A lifecycle rule on the bucket frees parts of abandoned uploads (see the template).
+            let _ = self
+                .client
+                .abort_multipart_upload()
+                .bucket(&self.bucket)
+                .key(to)
+                .upload_id(&id)
+                .send()
+                .await;
+        }
+        copied
     }
 
     /// Every object this store writes goes to `class` (`STANDARD`, `GLACIER_IR`, `DEEP_ARCHIVE`,
@@ -196,6 +308,33 @@ impl ObjectStore for S3Store {
     }
 
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
+        let source = format!(
+            "{}/{}",
+            self.bucket,
+            crate::domain::percent::encode(from, |b| {
+                crate::domain::percent::unreserved(b) || b == b'/'
+            })
+        );
+        // Its size decides how: one CopyObject, or part by part past S3's limit for one.
+        let size = match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(from)
+            .send()
+            .await
+        {
+            Ok(h) => h.content_length.unwrap_or(0).max(0) as u64,
+            Err(e) if http_status(&e) == Some(404) => {
+                return Err(StoreError::NotFound {
+                    key: from.to_owned(),
+                })
+            }
+            Err(e) => return Err(StoreError::backend(from, describe(&e)).with_source(e)),
+        };
+        if size > self.max_single_copy {
+            return self.copy_in_parts(&source, from, to, size).await;
+        }
         self.client
             .copy_object()
             .bucket(&self.bucket)
@@ -203,13 +342,7 @@ impl ObjectStore for S3Store {
             .key(to)
             // CopySource is URL-encoded (S3 API reference, CopyObject: "The value must be
             // URL-encoded"): a key with a space or a `+` names another object otherwise.
-            .copy_source(format!(
-                "{}/{}",
-                self.bucket,
-                crate::domain::percent::encode(from, |b| {
-                    crate::domain::percent::unreserved(b) || b == b'/'
-                })
-            ))
+            .copy_source(&source)
             .send()
             .await
             .map(|_| ())

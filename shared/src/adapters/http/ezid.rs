@@ -1,8 +1,11 @@
 //! EZID's mint over HTTP(S) (API version 2, ezid.cdlib.org/doc/apidoc.html): `POST
 //! <base>/shoulder/<shoulder>` with an ANVL body (`text/plain; charset=UTF-8`), HTTP Basic
-//! authentication; `201` with `success: <id>` is a mint, an `error: …` answer (4xx) minted
-//! nothing. What may have reached the service without an answer — a timeout, a 5xx, a body that
-//! is not EZID's — is [`MintError::Unknown`]: the caller must not mint again blindly.
+//! authentication; `201` with `success: <id>` is a mint. Nothing minted: EZID's `error: …` to
+//! the request (`400`: [`MintError::Refused`]), and what says the service, not the request, is
+//! wrong — no connection, a login refused (`401`/`403`), a redirect or a page that is not EZID's
+//! (a wrong base URL) — [`MintError::Unavailable`], tried again later. What may have reached the
+//! service without an answer — a timeout, a 5xx — is [`MintError::Unknown`]: the caller must
+//! not mint again blindly.
 
 use crate::domain::ingest::deposit::mint_answer;
 use crate::ports::{MintError, Minter};
@@ -39,7 +42,7 @@ impl HttpMinter {
             // A mint is a POST: never replayed at another address.
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| MintError::NotSent(format!("the HTTP client: {e}")))?;
+            .map_err(|e| MintError::Unavailable(format!("the HTTP client: {e}")))?;
         Ok(self.client.get_or_init(|| built))
     }
 }
@@ -65,7 +68,7 @@ impl Minter for HttpMinter {
         let response = match request.send().await {
             Ok(r) => r,
             // No connection was made: the service never saw the request.
-            Err(e) if e.is_connect() => return Err(MintError::NotSent(format!("{url}: {e}"))),
+            Err(e) if e.is_connect() => return Err(MintError::Unavailable(format!("{url}: {e}"))),
             Err(e) => return Err(MintError::Unknown(format!("{url}: {e}"))),
         };
         let status = response.status();
@@ -73,6 +76,17 @@ impl Minter for HttpMinter {
             .text()
             .await
             .map_err(|e| MintError::Unknown(format!("{url}: HTTP {status}, body unread: {e}")))?;
+        if status.is_redirection() {
+            return Err(MintError::Unavailable(format!(
+                "{url}: HTTP {status} (a redirect: check GRANARY_INGEST_EZID_URL, https)"
+            )));
+        }
+        if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+            return Err(MintError::Unavailable(format!(
+                "{url}: HTTP {status}: {} (check the credentials parameter)",
+                body.lines().next().unwrap_or("")
+            )));
+        }
         if status.is_server_error() {
             return Err(MintError::Unknown(format!(
                 "{url}: HTTP {status}: {}",
@@ -88,6 +102,10 @@ impl Minter for HttpMinter {
             Err(why) if status.is_client_error() && body.trim_start().starts_with("error") => {
                 Err(MintError::Refused(format!("HTTP {status}: {why}")))
             }
+            // A 4xx that is not EZID's answer (a 404 page at a wrong base URL): nothing minted.
+            Err(why) if status.is_client_error() => Err(MintError::Unavailable(format!(
+                "{url}: HTTP {status}, not EZID's answer ({why}): check GRANARY_INGEST_EZID_URL"
+            ))),
             Err(why) => Err(MintError::Unknown(format!("{url}: HTTP {status}: {why}"))),
         }
     }

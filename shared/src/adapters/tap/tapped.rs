@@ -401,7 +401,7 @@ impl crate::ports::Minter for TappedMinter {
             if ambiguous {
                 crate::ports::MintError::Unknown(why.to_owned())
             } else {
-                crate::ports::MintError::NotSent(why.to_owned())
+                crate::ports::MintError::Unavailable(why.to_owned())
             }
         };
         through(&*self.tap, call, request, Answer::of, error).await

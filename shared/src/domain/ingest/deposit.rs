@@ -84,14 +84,14 @@ pub fn mint_metadata(job: &JobRecord) -> String {
     let d = &job.deposit;
     let job_id = job.id.to_string();
     let mut pairs: Vec<(&str, &str)> = vec![("_profile", "erc")];
+    // Every ERC field, `(:unav)` where the depositor gave none (as ERC marks the unknown): a
+    // service that requires them refuses a mint for a missing one otherwise.
     for (name, value) in [
         ("erc.who", &d.erc_who),
         ("erc.what", &d.erc_what),
         ("erc.when", &d.erc_when),
     ] {
-        if let Some(v) = value {
-            pairs.push((name, v));
-        }
+        pairs.push((name, value.as_deref().unwrap_or("(:unav)")));
     }
     pairs.push(("granary.job", &job_id));
     pairs.push(("granary.collection", &job.collection));
@@ -108,8 +108,13 @@ pub enum IdentifierStep {
     Mint,
     /// The job fails with this reason.
     Fail(String),
-    /// Nothing names the object and nothing may mint: it is stored under its job id.
+    /// Nothing names the object and it is not to be minted one: it is stored under its job id.
     Unidentified,
+    /// The job is to be minted an identifier but this pass has no identifier service (its
+    /// settings are missing): the job waits in storing, and the pass says why.
+    Wait(String),
+    /// A mint claimed less than a lease ago may still be under way in another pass: wait.
+    InFlight(String),
 }
 
 /// The reason a job fails with when a mint was claimed and its answer never written: EZID may
@@ -118,10 +123,17 @@ pub const MINT_UNKNOWN: &str = "minting outcome unknown";
 
 /// The identifier rule, in the seed's order: the record's own (written right after the mint, so
 /// a restarted job never mints again); the one its local id is already `known` by — a
-/// depositor-supplied one that differs fails the job; the depositor's; a mint when `can_mint`,
-/// unless an earlier mint was claimed and not answered (then the job fails for an operator:
-/// `granary ingest resume --identifier ID` with what EZID minted, or `--mint-again`).
-pub fn identifier_step(job: &JobRecord, known: Option<&str>, can_mint: bool) -> IdentifierStep {
+/// depositor-supplied one that differs fails the job; the depositor's; a mint when the job was
+/// made to mint (`mints_identifier`) — unless an earlier mint was claimed and not answered (then
+/// the job fails for an operator: `granary ingest resume --identifier ID` with what EZID minted,
+/// or `--mint-again`), and only if this pass `can_mint`.
+pub fn identifier_step(
+    job: &JobRecord,
+    known: Option<&str>,
+    can_mint: bool,
+    now: DateTime<Utc>,
+    lease: std::time::Duration,
+) -> IdentifierStep {
     let supplied = job.object.primary_id.as_deref().filter(|s| !s.is_empty());
     let local = job.object.local_id.as_deref().unwrap_or("");
     if let Some(kept) = &job.identifier {
@@ -155,6 +167,16 @@ pub fn identifier_step(job: &JobRecord, known: Option<&str>, can_mint: bool) -> 
         };
     }
     if let Some(at) = job.mint_claimed_at {
+        // The claiming pass may still be waiting for EZID's answer; only once no pass can still
+        // be running (a lease, longer than any Lambda runs) is the answer lost.
+        let age = now.signed_duration_since(at).to_std().unwrap_or_default();
+        if age < lease {
+            return IdentifierStep::InFlight(format!(
+                "a mint claimed at {} may be under way; its outcome is decided {}s after it",
+                at.to_rfc3339(),
+                lease.as_secs()
+            ));
+        }
         return IdentifierStep::Fail(format!(
             "{MINT_UNKNOWN}: a mint was claimed at {} and its answer never recorded; EZID may \
              hold an identifier whose granary.job is {} — resume with --identifier ID, or \
@@ -163,10 +185,74 @@ pub fn identifier_step(job: &JobRecord, known: Option<&str>, can_mint: bool) -> 
             job.id
         ));
     }
-    if can_mint {
-        IdentifierStep::Mint
-    } else {
-        IdentifierStep::Unidentified
+    match (job.mints_identifier, can_mint) {
+        (false, _) => IdentifierStep::Unidentified,
+        (true, true) => IdentifierStep::Mint,
+        (true, false) => IdentifierStep::Wait(format!(
+            "{} is to be minted an identifier, and this pass has no identifier service: set \
+             GRANARY_INGEST_EZID_URL and GRANARY_INGEST_EZID_SHOULDER as the dispatcher has them",
+            job.id
+        )),
+    }
+}
+
+/// A local id's binding in its collection: the identifier its objects are stored under, or —
+/// while `identifier` is `None` — the job that reserved it to mint one. Created If-None-Match,
+/// changed If-Match: the first binding stands, and one mint is made per local id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LocalIdBinding {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identifier: Option<String>,
+    /// The job that bound (or reserved) it.
+    pub job: String,
+}
+
+/// What the job that reserved a local id (to mint its identifier) has become.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// Its record is gone (deleted), or it ended without an identifier and with no mint claimed.
+    Gone,
+    /// It holds this identifier (it minted, and died before completing the binding).
+    Identified(String),
+    /// Still working, or stopped with a mint whose outcome is unknown (an operator resolves it).
+    Busy,
+}
+
+/// Before job `me` mints for a local id: mint under its own reservation, reserve the local id
+/// first, take a dead holder's reservation over, use what the holder minted, or wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindingStep {
+    /// `me` holds the reservation: mint.
+    Mint,
+    /// No binding yet: reserve it (If-None-Match), then mint.
+    Reserve,
+    /// The holder is gone: take its reservation over (If-Match), then mint.
+    TakeOver,
+    /// The holder minted this: use it (and complete the binding).
+    Use(String),
+    /// Another job is minting for this local id: wait for it (the next tick looks again).
+    Wait(String),
+}
+
+/// The binding rule for a job about to mint (`binding` as read; `holder` what its holder is,
+/// when another job holds it).
+pub fn binding_step(binding: Option<&LocalIdBinding>, me: &str, holder: Holder) -> BindingStep {
+    let Some(b) = binding else {
+        return BindingStep::Reserve;
+    };
+    if let Some(id) = &b.identifier {
+        return BindingStep::Use(id.clone());
+    }
+    if b.job == me {
+        return BindingStep::Mint;
+    }
+    match holder {
+        Holder::Gone => BindingStep::TakeOver,
+        Holder::Identified(id) => BindingStep::Use(id),
+        Holder::Busy => BindingStep::Wait(format!(
+            "job {} is minting this local id's identifier; this job uses it once it is bound",
+            b.job
+        )),
     }
 }
 
@@ -210,18 +296,25 @@ pub fn resolve_mint(job: &JobRecord, fix: &MintFix) -> Result<(), String> {
 /// The record as `fix` leaves it: the claim withdrawn, and the identifier taken when given.
 pub fn apply_mint_fix(job: &mut JobRecord, fix: &MintFix) {
     job.mint_claimed_at = None;
+    job.mint_claim_token = None;
     if let MintFix::Identifier(id) = fix {
         job.identifier = Some(id.trim().to_owned());
     }
 }
 
-/// The object's name in storage: its identifier with `/` and `:` made safe for one key segment
-/// (`ark:/99999/fk4x` → `ark+=99999=fk4x`, the pairtree convention), else its job id.
+/// The object's folder in storage: `id=<identifier>` (every byte but the unreserved ones
+/// percent-encoded, so two identifiers never share a folder), or `job=<job id>` for an object
+/// stored without one; each deposit (job) of the object is a version under it
+/// (`<object>/<job id>/`), so a later deposit never overwrites an earlier one.
 pub fn storage_name(identifier: Option<&str>, job: &str) -> String {
-    match identifier {
-        Some(id) => id.replace(':', "+").replace('/', "="),
-        None => job.to_owned(),
-    }
+    let object = match identifier {
+        Some(id) => format!(
+            "id={}",
+            crate::domain::percent::encode(id, crate::domain::percent::unreserved)
+        ),
+        None => format!("job={job}"),
+    };
+    format!("{object}/{job}")
 }
 
 /// The ERC record (Kernel metadata: who, what, when, where) as ANVL. `where` is the object's
@@ -288,33 +381,64 @@ pub struct ManifestEntry {
 const MANIFEST_FIELDS: &str =
     "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileLastModified | nfo:fileName";
 
+/// A key or a name as one checkm column: `%`, `|`, whitespace and control characters
+/// percent-encoded (the column separator is ` | `, and readers trim).
+fn checkm_field(text: &str) -> String {
+    crate::domain::percent::encode(text, |b| b > b' ' && b != b'%' && b != b'|' && b != 0x7f)
+}
+
 /// The storage manifest (checkm, as Merritt's HandlerDigest writes it) of `files` stored at
-/// `at`, for `identifier`.
-pub fn storage_manifest(identifier: &str, files: &[ManifestEntry], at: DateTime<Utc>) -> String {
+/// `at`, for `identifier`, deposited by `job`.
+pub fn storage_manifest(
+    identifier: &str,
+    job: &str,
+    files: &[ManifestEntry],
+    at: DateTime<Utc>,
+) -> String {
     let mut body = format!(
-        "#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n#%prefix | granary: | https://github.com/granary\n{MANIFEST_FIELDS}\n#%object | {identifier}\n"
+        "#%checkm_0.7\n#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-ingest-manifest\n#%prefix | granary: | https://github.com/granary\n{MANIFEST_FIELDS}\n#%object | {}\n#%job | {}\n",
+        checkm_field(identifier),
+        checkm_field(job)
     );
     let when = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     for f in files {
         body.push_str(&format!(
             "{} | sha256 | {} | {} | {when} | {}\n",
-            f.key, f.sha256, f.size, f.name
+            checkm_field(&f.key),
+            f.sha256,
+            f.size,
+            checkm_field(&f.name)
         ));
     }
     body.push_str("#%eof\n");
     body
 }
 
-/// The storage manifest read back: the object's identifier and its files; `Err` says which line
-/// cannot be read.
-pub fn parse_storage_manifest(text: &str) -> Result<(String, Vec<ManifestEntry>), String> {
+/// A storage manifest read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageManifest {
+    /// The identifier (or job id) the object is stored under.
+    pub object: String,
+    /// The job whose deposit it is.
+    pub job: String,
+    pub files: Vec<ManifestEntry>,
+}
+
+/// The storage manifest read back; `Err` says which line cannot be read.
+pub fn parse_storage_manifest(text: &str) -> Result<StorageManifest, String> {
+    let decode = crate::domain::percent::decode;
     let mut object = None;
+    let mut job = None;
     let mut files = Vec::new();
     let mut ended = false;
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if let Some(rest) = line.strip_prefix("#%object |") {
-            object = Some(rest.trim().to_owned());
+            object = Some(decode(rest.trim()));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("#%job |") {
+            job = Some(decode(rest.trim()));
             continue;
         }
         if line == "#%eof" {
@@ -339,17 +463,18 @@ pub fn parse_storage_manifest(text: &str) -> Result<(String, Vec<ManifestEntry>)
             .parse()
             .map_err(|_| format!("storage manifest line {}: size {size:?}", n + 1))?;
         files.push(ManifestEntry {
-            key: key.to_owned(),
+            key: decode(key),
             sha256: sha256.to_owned(),
             size,
-            name: name.to_owned(),
+            name: decode(name),
         });
     }
     if !ended {
         return Err("storage manifest has no #%eof: it was cut short".into());
     }
     let object = object.ok_or("storage manifest names no #%object")?;
-    Ok((object, files))
+    let job = job.ok_or("storage manifest names no #%job")?;
+    Ok(StorageManifest { object, job, files })
 }
 
 /// A stored file's entry under `at` (the object's storage prefix): the depositor's files go

@@ -176,6 +176,15 @@ pub struct JobRecord {
     /// cleared in the write that records the identifier (or EZID's refusal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mint_claimed_at: Option<DateTime<Utc>>,
+    /// The claiming pass's token: only the pass that claimed a mint writes its answer (or
+    /// withdraws it), so two passes at once never both mint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mint_claim_token: Option<String>,
+    /// Whether an object with no identifier is minted one (an identifier service was configured
+    /// when the job was made): decided once, so a pass run without the service's settings makes
+    /// the job wait rather than store it unidentified.
+    #[serde(default)]
+    pub mints_identifier: bool,
     /// The storage manifest's key, once the object is stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_manifest: Option<String>,
@@ -207,6 +216,8 @@ impl JobRecord {
             processing_attempt: 1,
             identifier: None,
             mint_claimed_at: None,
+            mint_claim_token: None,
+            mints_identifier: false,
             storage_manifest: None,
             created_at: now,
             last_modified: now,

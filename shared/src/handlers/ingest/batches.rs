@@ -36,7 +36,11 @@ pub async fn each_batch(
 ) -> Result<(), HandlerError> {
     for batch in batches_in(ictx, state).await? {
         let span = batch_span(&batch);
-        step(ictx, batch, now, s).instrument(span).await?;
+        let id = batch.id.clone();
+        if let Err(e) = step(ictx, batch, now, s).instrument(span).await {
+            tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");
+            s.errors += 1;
+        }
     }
     Ok(())
 }
@@ -162,7 +166,8 @@ pub async fn spawn(
     }
     let objects = objects_of(ictx, &batch).await;
     for (n, object) in objects.iter().enumerate() {
-        let job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
+        let mut job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
+        job.mints_identifier = ictx.config.ingest.ezid.is_some();
         ictx.ingest().create_job(&job).await?;
         s.jobs_created += 1;
     }

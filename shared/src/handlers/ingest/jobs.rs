@@ -40,6 +40,8 @@ fn job_span(job: &JobRecord) -> tracing::Span {
 }
 
 /// Runs `step` on every job whose record says `state`, in priority order, each in its own span.
+/// A job whose step fails is logged and counted (`errors`) and left where it is for the next
+/// tick; the other jobs go on (one object the store cannot take must not stop the queue).
 pub async fn each_job(
     ictx: &Ctx,
     state: JobState,
@@ -54,7 +56,11 @@ pub async fn each_job(
 ) -> Result<(), HandlerError> {
     for job in taken(ictx, state, s).await? {
         let span = job_span(&job);
-        step(ictx, job, now, s).instrument(span).await?;
+        let id = job.id.clone();
+        if let Err(e) = step(ictx, job, now, s).instrument(span).await {
+            tracing::error!(job = %id, %state, error = %e, "the job's step failed; the next tick tries again");
+            s.errors += 1;
+        }
     }
     Ok(())
 }
@@ -507,10 +513,18 @@ async fn stored_object(
         return Ok(Err(format!("the storage manifest {key} is missing")));
     };
     let text = String::from_utf8_lossy(&body.body);
-    let (object, files) = match parse_storage_manifest(&text) {
+    let manifest = match parse_storage_manifest(&text) {
         Ok(read) => read,
         Err(why) => return Ok(Err(format!("{key}: {why}"))),
     };
+    let expected = job.identifier.as_deref().unwrap_or(job.id.as_str());
+    if manifest.object != expected || manifest.job != job.id.as_str() {
+        return Ok(Err(format!(
+            "{key} is the manifest of {} deposited by {}, not of {expected} by {}",
+            manifest.object, manifest.job, job.id
+        )));
+    }
+    let files = manifest.files;
     let prefix = key.strip_suffix(STORAGE_MANIFEST).unwrap_or(key);
     let listed: std::collections::BTreeMap<String, u64> = ictx
         .store
@@ -530,12 +544,6 @@ async fn stored_object(
             }
             None => return Ok(Err(format!("{} is missing", f.key))),
         }
-    }
-    let expected = job.identifier.as_deref().unwrap_or(job.id.as_str());
-    if object != expected {
-        return Ok(Err(format!(
-            "{key} is the manifest of {object}, not of {expected}"
-        )));
     }
     Ok(Ok((job.identifier.clone(), files)))
 }

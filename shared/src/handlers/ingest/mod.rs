@@ -141,6 +141,8 @@ pub struct TickSummary {
     pub batches_waiting_for_archive: u64,
     /// Stale index markers repaired on the way.
     pub repaired: u64,
+    /// Job and batch steps that failed (logged with their error); each is tried again next tick.
+    pub errors: u64,
 }
 
 /// One pass of every step, in pipeline order. A step's trouble with one job is logged and left

@@ -69,16 +69,17 @@ async fn resume_one(
         Ok(mv) => {
             let edit = |r: &mut JobRecord| {
                 if let Some(f) = fix {
-                    // Checked above on the record read; a record changed since is refused by
-                    // If-Match and this resume says so.
-                    if resolve_mint(r, f).is_ok() {
-                        apply_mint_fix(r, f);
-                    }
+                    apply_mint_fix(r, f);
                 }
             };
+            // Decided again on the record as written: a fix that no longer applies (another
+            // operator resolved the mint meanwhile) changes nothing, and the resume says so.
             let changed = ictx
                 .ingest()
                 .change_job(id, |r| {
+                    if fix.is_some_and(|f| resolve_mint(r, f).is_err()) {
+                        return Ok(None);
+                    }
                     mv.apply_with(r, now, edit).map_err(|e| e.to_string())
                 })
                 .await?;

@@ -2,29 +2,37 @@
 //! call that depends on it:
 //!
 //! 1. **The identifier** ([`identifier_step`]): the job's own, its local id's, the depositor's,
-//!    or one minted from EZID — the mint claimed on the record *before* the request
-//!    (`mint_claimed_at`, If-Match) and the answer written to the record *right after* it, so a
-//!    restarted job never mints twice; a claim whose answer was never written fails the job
-//!    ("minting outcome unknown") for an operator instead of minting again.
-//! 2. **The local id's binding** (`local-ids/…`, If-None-Match): the first object stored under a
-//!    local id fixes its identifier; another identifier for it fails the job.
-//! 3. **The object stored**: the downloaded files copied under `producer/`, the ERC and Dublin
-//!    Core files under `system/`, every file read back from the store with the SHA-256 recorded
-//!    at download (the store's answer checked), then the storage manifest (checkm) written last.
+//!    or one minted from EZID. A mint is not idempotent, so:
+//!    - the local id is **reserved** for this job first (its binding, If-None-Match) — two jobs
+//!      of one local id never both mint ([`binding_step`]);
+//!    - the mint is **claimed** on the job's record (`mint_claimed_at` and a token, If-Match)
+//!      only while nothing is claimed or known — two passes at once never both mint;
+//!    - the answer is written to the record right after, only by the pass whose token the
+//!      claim holds; a claim whose answer was never written fails the job ("minting outcome
+//!      unknown") for an operator instead of minting again.
+//! 2. **The local id's binding** completed with the identifier (If-Match; created If-None-Match
+//!    for a depositor's identifier): another identifier bound meanwhile fails the job.
+//! 3. **The object stored** under its own folder for this deposit: the downloaded files copied
+//!    under `producer/`, the ERC and Dublin Core files under `system/`, every file read back with
+//!    the SHA-256 recorded at download (the store's answer checked), then the storage manifest
+//!    (checkm, naming the object and the job) written last.
 //! 4. The move to recording, naming the manifest.
 //!
-//! A mint EZID refuses, a store that answers with other bytes, or a local id bound elsewhere
-//! fails the job with its reason (`resume` restarts here: the identifier already on the record
-//! is kept). S3 errors on granary's own bucket leave the job storing: the next tick goes on.
+//! A mint EZID refuses, a store that answers with other bytes, a downloaded file that is gone, or
+//! a local id bound elsewhere fails the job with its reason (`resume` restarts here, keeping the
+//! identifier on the record). What may pass — S3 refusing or throttling granary's bucket, the
+//! identifier service unreachable or refusing granary's login, another job minting for the same
+//! local id — leaves the job storing for the next tick (an error counted in the tick's summary).
 
 use super::jobs::advance;
 use super::{Ctx, TickSummary};
 use crate::domain::archive::manifest::sha256_hex;
 use crate::domain::ingest::deposit::{
-    dublin_core_file, erc_file, identifier_step, mint_metadata, on_stored, producer_entry,
-    storage_manifest, storage_name, IdentifierStep, ManifestEntry, DUBLIN_CORE_FILE, ERC_FILE,
-    MINT_UNKNOWN, STORAGE_MANIFEST,
+    binding_step, dublin_core_file, erc_file, identifier_step, mint_metadata, on_stored,
+    producer_entry, storage_manifest, storage_name, BindingStep, Holder, IdentifierStep,
+    LocalIdBinding, ManifestEntry, DUBLIN_CORE_FILE, ERC_FILE, MINT_UNKNOWN, STORAGE_MANIFEST,
 };
+use crate::domain::ingest::index::JobId;
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::record::JobRecord;
 use crate::handlers::transfer::hash_object;
@@ -33,36 +41,71 @@ use crate::ports::{MintError, PutCondition, StoreError};
 use crate::repositories::ingest::Changed;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
-/// A local id's binding: the identifier its collection's objects are stored under.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct LocalIdBinding {
-    identifier: String,
-    /// The job that bound it.
-    job: String,
-}
+/// A local id's binding as read, with its ETag.
+type Bound = Option<(LocalIdBinding, String)>;
 
-async fn binding(ictx: &Ctx, key: &str) -> Result<Option<LocalIdBinding>, HandlerError> {
+async fn binding(ictx: &Ctx, key: &str) -> Result<Bound, HandlerError> {
     match ictx.store.get(key).await? {
         None => Ok(None),
         Some(o) => serde_json::from_slice(&o.body)
-            .map(Some)
+            .map(|b| Some((b, o.etag)))
             .map_err(|e| HandlerError::Refused(format!("{key} is not a local id binding: {e}"))),
     }
 }
 
-/// Writes `edit` to the job's record while it is still storing; `None` when it moved meanwhile.
+/// Writes `binding` at `key`: created when `etag` is `None`, else replacing that version.
+/// `Ok(false)` when someone else wrote first.
+async fn put_binding(
+    ictx: &Ctx,
+    key: &str,
+    binding: &LocalIdBinding,
+    etag: Option<&str>,
+) -> Result<bool, HandlerError> {
+    let body = crate::contracts::encode("a local id binding", binding)?;
+    let condition = match etag {
+        None => PutCondition::IfAbsent,
+        Some(e) => PutCondition::IfMatch(e.to_owned()),
+    };
+    match ictx.store.put(key, body, condition).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the job holding a local id's reservation has become.
+async fn holder(ictx: &Ctx, job: &str) -> Result<Holder, HandlerError> {
+    let Ok(id) = JobId::parse(job) else {
+        return Ok(Holder::Gone);
+    };
+    Ok(match ictx.ingest().job(&id).await? {
+        None => Holder::Gone,
+        Some(j) => match j.value.identifier {
+            Some(identifier) => Holder::Identified(identifier),
+            None if matches!(j.value.state, JobState::Failed | JobState::Deleted)
+                && j.value.mint_claimed_at.is_none() =>
+            {
+                Holder::Gone
+            }
+            None => Holder::Busy,
+        },
+    })
+}
+
+/// Writes `edit` to the job's record while it is still storing and `when` holds; `None` when it
+/// moved, or `when` no longer holds, meanwhile.
 async fn write_storing(
     ictx: &Ctx,
     job: &JobRecord,
     now: DateTime<Utc>,
+    when: impl Fn(&JobRecord) -> bool,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<Option<JobRecord>, HandlerError> {
     let changed = ictx
         .ingest()
         .change_job(&job.id, |r| {
-            Ok((r.state == JobState::Storing).then(|| {
+            Ok((r.state == JobState::Storing && when(r)).then(|| {
                 let mut next = r.clone();
                 edit(&mut next);
                 next.last_modified = now;
@@ -92,8 +135,16 @@ async fn fail(
     Ok(())
 }
 
-/// Claims a mint on the record, mints, and writes the identifier: `Some(identifier)`, or `None`
-/// when the job failed or moved (or nothing was sent: the next tick tries again).
+/// A token no other pass's claim has: the claim's time and 64 random bits.
+fn claim_token(now: DateTime<Utc>) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_i64(now.timestamp_nanos_opt().unwrap_or_default());
+    format!("{}/{:016x}", now.to_rfc3339(), h.finish())
+}
+
+/// Claims a mint on the record, mints, and writes the identifier: `Some(the record holding it)`,
+/// or `None` when the job failed or moved, or another pass claimed first.
 async fn mint(
     ictx: &Ctx,
     minter: &dyn crate::ports::Minter,
@@ -101,35 +152,60 @@ async fn mint(
     job: &JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<Option<String>, HandlerError> {
+) -> Result<Option<JobRecord>, HandlerError> {
+    let token = claim_token(now);
+    let unclaimed = |r: &JobRecord| r.identifier.is_none() && r.mint_claimed_at.is_none();
+    let ours = |r: &JobRecord| r.mint_claim_token.as_deref() == Some(token.as_str());
     // The claim first: from here on, a lost answer is never minted again.
     let claimed = if crate::mutants::on("mint-without-claim") {
         job.clone()
     } else {
-        match write_storing(ictx, job, now, |r| r.mint_claimed_at = Some(now)).await? {
+        let claim = |r: &mut JobRecord| {
+            r.mint_claimed_at = Some(now);
+            r.mint_claim_token = Some(token.clone());
+        };
+        match write_storing(ictx, job, now, unclaimed, claim).await? {
             Some(claimed) => claimed,
             None => return Ok(None),
         }
     };
     match minter.mint(shoulder, &mint_metadata(&claimed)).await {
         Ok(id) => {
-            let written = write_storing(ictx, &claimed, now, |r| {
+            // Logged before it is written: were the write to fail, the log still has it.
+            tracing::info!(job = %job.id, identifier = id, "minted");
+            let take = |r: &mut JobRecord| {
                 r.identifier = Some(id.clone());
                 r.mint_claimed_at = None;
-            })
-            .await?;
-            tracing::info!(job = %job.id, identifier = id, "minted");
-            Ok(written.map(|_| id))
+                r.mint_claim_token = None;
+            };
+            let when = |r: &JobRecord| ours(r) || crate::mutants::on("mint-without-claim");
+            match write_storing(ictx, &claimed, now, when, take).await {
+                Ok(after) => Ok(after),
+                Err(e) => Err(HandlerError::Refused(format!(
+                    "minted {id} for {} and could not record it: {e}",
+                    job.id
+                ))),
+            }
         }
-        Err(MintError::NotSent(why)) => {
-            // Nothing reached the service: the claim is withdrawn and the next tick mints.
-            tracing::warn!(job = %job.id, reason = why, "minting not sent; tried again next tick");
-            write_storing(ictx, &claimed, now, |r| r.mint_claimed_at = None).await?;
-            Ok(None)
+        Err(MintError::Unavailable(why)) => {
+            // Nothing was minted: the claim is withdrawn and the next tick mints.
+            let withdraw = |r: &mut JobRecord| {
+                r.mint_claimed_at = None;
+                r.mint_claim_token = None;
+            };
+            write_storing(ictx, &claimed, now, ours, withdraw).await?;
+            Err(HandlerError::Refused(format!(
+                "minting for {} not possible now: {why}",
+                job.id
+            )))
         }
         Err(MintError::Refused(why)) => {
             let reason = format!("minting failed: {why}");
-            fail(ictx, &claimed, reason, now, s, |r| r.mint_claimed_at = None).await?;
+            let withdraw = |r: &mut JobRecord| {
+                r.mint_claimed_at = None;
+                r.mint_claim_token = None;
+            };
+            fail(ictx, &claimed, reason, now, s, withdraw).await?;
             Ok(None)
         }
         Err(e @ MintError::Unknown(_)) => {
@@ -144,6 +220,152 @@ async fn mint(
     }
 }
 
+/// The identifier this job's object is stored under (`Ok(None)`: none, by design), or why the
+/// step stops here this tick (`Err`: the job failed, moved, or waits).
+async fn identify(
+    ictx: &Ctx,
+    job: &mut JobRecord,
+    local_key: Option<&str>,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<Result<Option<String>, Stop>, HandlerError> {
+    let bound = match local_key {
+        Some(k) => binding(ictx, k).await?,
+        None => None,
+    };
+    let known = bound.as_ref().and_then(|(b, _)| b.identifier.clone());
+    let ezid = ictx.config.ingest.ezid.as_ref();
+    let minter = ictx.minter.as_deref().zip(ezid);
+    let lease = ictx.config.leases.claim_lease;
+    let step = identifier_step(job, known.as_deref(), minter.is_some(), now, lease);
+    let identifier = match step {
+        IdentifierStep::Fail(why) => {
+            fail(ictx, job, why, now, s, |_| {}).await?;
+            return Ok(Err(Stop));
+        }
+        IdentifierStep::Wait(why) => return Err(HandlerError::Refused(why)),
+        IdentifierStep::InFlight(why) => {
+            tracing::info!(job = %job.id, reason = why, "waiting for a mint");
+            return Ok(Err(Stop));
+        }
+        IdentifierStep::Unidentified => return Ok(Ok(None)),
+        IdentifierStep::Use { identifier, .. } => identifier,
+        IdentifierStep::Mint => {
+            let Some((minter, ezid)) = minter else {
+                return Ok(Err(Stop));
+            };
+            // One mint per local id: reserve it (or find what its holder minted) first.
+            let step = match (&bound, local_key) {
+                (_, None) => BindingStep::Mint,
+                (Some((b, _)), Some(_)) if b.job != job.id.as_str() && b.identifier.is_none() => {
+                    binding_step(Some(b), job.id.as_str(), holder(ictx, &b.job).await?)
+                }
+                (b, Some(_)) => {
+                    binding_step(b.as_ref().map(|(b, _)| b), job.id.as_str(), Holder::Busy)
+                }
+            };
+            let mine = LocalIdBinding {
+                identifier: None,
+                job: job.id.to_string(),
+            };
+            let go = match (step, local_key) {
+                (BindingStep::Mint, _) => true,
+                (BindingStep::Reserve, Some(k)) => put_binding(ictx, k, &mine, None).await?,
+                (BindingStep::TakeOver, Some(k)) => {
+                    let etag = bound.as_ref().map(|(_, e)| e.as_str());
+                    put_binding(ictx, k, &mine, etag).await?
+                }
+                (BindingStep::Use(id), _) => {
+                    tracing::info!(job = %job.id, identifier = id, "the local id's holder minted it");
+                    return use_identifier(ictx, job, id, now).await;
+                }
+                (BindingStep::Wait(why), _) => {
+                    tracing::info!(job = %job.id, reason = why, "waiting");
+                    return Ok(Err(Stop));
+                }
+                (BindingStep::Reserve | BindingStep::TakeOver, None) => true,
+            };
+            if !go {
+                // Another job reserved it meanwhile: the next tick looks again.
+                return Ok(Err(Stop));
+            }
+            match mint(ictx, minter, &ezid.shoulder, job, now, s).await? {
+                Some(after) => {
+                    *job = after;
+                    match job.identifier.clone() {
+                        Some(id) => id,
+                        None => return Ok(Err(Stop)),
+                    }
+                }
+                None => return Ok(Err(Stop)),
+            }
+        }
+    };
+    use_identifier(ictx, job, identifier, now).await
+}
+
+/// The job stops here this tick (failed, moved, or waiting); nothing more to do.
+struct Stop;
+
+/// Writes `identifier` to the record (if it does not hold it yet) before anything is stored.
+async fn use_identifier(
+    ictx: &Ctx,
+    job: &mut JobRecord,
+    identifier: String,
+    now: DateTime<Utc>,
+) -> Result<Result<Option<String>, Stop>, HandlerError> {
+    if job.identifier.as_deref() == Some(identifier.as_str()) {
+        return Ok(Ok(Some(identifier)));
+    }
+    let unset = |r: &JobRecord| r.identifier.is_none();
+    let set = |r: &mut JobRecord| r.identifier = Some(identifier.clone());
+    match write_storing(ictx, job, now, unset, set).await? {
+        Some(after) => {
+            *job = after;
+            Ok(Ok(Some(identifier)))
+        }
+        None => Ok(Err(Stop)),
+    }
+}
+
+/// Completes (or creates) the local id's binding with `identifier`: `Err(why)` when another
+/// identifier is bound to it.
+async fn bind(
+    ictx: &Ctx,
+    key: &str,
+    local: &str,
+    identifier: &str,
+    job: &JobRecord,
+) -> Result<Result<(), String>, HandlerError> {
+    let ours = LocalIdBinding {
+        identifier: Some(identifier.to_owned()),
+        job: job.id.to_string(),
+    };
+    for _ in 0..crate::repositories::json::CAS_ROUNDS {
+        let bound = binding(ictx, key).await?;
+        let written = match &bound {
+            Some((b, _)) if b.identifier.as_deref() == Some(identifier) => return Ok(Ok(())),
+            Some((b, _)) if b.identifier.is_some() => {
+                return Ok(Err(format!(
+                    "local id {local} was bound to {} by {}; this job holds {identifier}",
+                    b.identifier.as_deref().unwrap_or(""),
+                    b.job
+                )))
+            }
+            // Reserved (by this job, or by one that will find this identifier bound).
+            Some((_, etag)) => put_binding(ictx, key, &ours, Some(etag)).await?,
+            None => put_binding(ictx, key, &ours, None).await?,
+        };
+        if written {
+            return Ok(Ok(()));
+        }
+    }
+    Err(HandlerError::Refused(format!(
+        "{key} kept changing while {} bound it",
+        job.id
+    )))
+}
+
 /// The step: identifier, binding, files, manifest, then recording.
 pub async fn store(
     ictx: &Ctx,
@@ -152,77 +374,16 @@ pub async fn store(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let keys = ictx.ingest().keys;
-    let local_key = job
-        .object
-        .local_id
-        .as_deref()
-        .filter(|l| !l.is_empty())
-        .map(|l| keys.local_id(&job.collection, l));
-    let known = match &local_key {
-        Some(k) => binding(ictx, k).await?,
-        None => None,
-    };
-    let ezid = ictx.config.ingest.ezid.as_ref();
-    let minter = ictx.minter.as_deref().zip(ezid);
-    let step = identifier_step(
-        &job,
-        known.as_ref().map(|b| b.identifier.as_str()),
-        minter.is_some(),
-    );
+    let local = job.object.local_id.clone().filter(|l| !l.is_empty());
+    let local_key = local.as_deref().map(|l| keys.local_id(&job.collection, l));
     let mut job = job;
-    let identifier = match step {
-        IdentifierStep::Fail(why) => return fail(ictx, &job, why, now, s, |_| {}).await,
-        IdentifierStep::Unidentified => None,
-        IdentifierStep::Use { identifier, why } => {
-            if job.identifier.as_deref() != Some(identifier.as_str()) {
-                // Written before anything is stored under it.
-                let Some(after) = write_storing(ictx, &job, now, |r| {
-                    r.identifier = Some(identifier.clone());
-                })
-                .await?
-                else {
-                    return Ok(());
-                };
-                tracing::info!(job = %job.id, identifier, why, "identifier");
-                job = after;
-            }
-            Some(identifier)
-        }
-        IdentifierStep::Mint => {
-            let Some((minter, ezid)) = minter else {
-                return Ok(());
-            };
-            match mint(ictx, minter, &ezid.shoulder, &job, now, s).await? {
-                Some(id) => Some(id),
-                None => return Ok(()),
-            }
-        }
+    let identifier = match identify(ictx, &mut job, local_key.as_deref(), now, s).await? {
+        Ok(identifier) => identifier,
+        Err(Stop) => return Ok(()),
     };
-    // The local id's binding: the first one stands.
-    if let (Some(key), Some(id), None) = (&local_key, &identifier, &known) {
-        let body = crate::contracts::encode(
-            "a local id binding",
-            &LocalIdBinding {
-                identifier: id.clone(),
-                job: job.id.to_string(),
-            },
-        )?;
-        match ictx.store.put(key, body, PutCondition::IfAbsent).await {
-            Ok(_) => {}
-            Err(StoreError::Conflict { .. }) => {
-                if let Some(other) = binding(ictx, key).await? {
-                    if &other.identifier != id {
-                        let why = format!(
-                            "local id {} was bound to {} by {} meanwhile; this job holds {id}",
-                            job.object.local_id.as_deref().unwrap_or(""),
-                            other.identifier,
-                            other.job
-                        );
-                        return fail(ictx, &job, why, now, s, |_| {}).await;
-                    }
-                }
-            }
-            Err(e) => return Err(e.into()),
+    if let (Some(key), Some(local), Some(id)) = (&local_key, &local, &identifier) {
+        if let Err(why) = bind(ictx, key, local, id, &job).await? {
+            return fail(ictx, &job, why, now, s, |_| {}).await;
         }
     }
     match stored(ictx, &job, identifier.as_deref(), now).await? {
@@ -241,9 +402,9 @@ pub async fn store(
     }
 }
 
-/// Copies the object into storage with its ERC and Dublin Core files, checks every file reads
-/// back as recorded, then writes the storage manifest: `Ok(its key)`, or `Err(why)` when the
-/// store answered with other bytes than were stored.
+/// Copies the object into its folder in storage with its ERC and Dublin Core files, checks every
+/// file reads back as recorded, then writes the storage manifest: `Ok(its key)`, or `Err(why)`
+/// when a downloaded file is gone or the store answered with other bytes than were stored.
 async fn stored(
     ictx: &Ctx,
     job: &JobRecord,
@@ -259,8 +420,8 @@ async fn stored(
         let entry = producer_entry(file, &at);
         match ictx.store.copy(&file.key, &entry.key).await {
             Ok(()) => {}
-            // The download's copy is gone (removed by hand, or a lifecycle rule): only a resume
-            // that downloads again, or the file put back, can store it.
+            // The download's copy is gone (removed by hand, or a lifecycle rule): only the file
+            // put back, or a new submission, can store it.
             Err(StoreError::NotFound { .. }) => {
                 return Ok(Err(format!("storage: {} is missing", file.key)))
             }
@@ -295,7 +456,10 @@ async fn stored(
                 )))
             }
             Err(crate::ports::SourceError::Permanent { message, .. }) => {
-                return Ok(Err(format!("storage: {} cannot be read back: {message}", e.key)))
+                return Ok(Err(format!(
+                    "storage: {} cannot be read back: {message}",
+                    e.key
+                )))
             }
             // Throttled or cut short: the next tick reads it again.
             Err(e) => return Err(e.into()),
@@ -303,10 +467,11 @@ async fn stored(
     }
     let name = identifier.unwrap_or(job.id.as_str());
     let manifest_key = format!("{at}{STORAGE_MANIFEST}");
+    let manifest = storage_manifest(name, job.id.as_str(), &entries, now);
     ictx.store
         .put(
             &manifest_key,
-            Bytes::from(storage_manifest(name, &entries, now)),
+            Bytes::from(manifest),
             PutCondition::Overwrite,
         )
         .await?;

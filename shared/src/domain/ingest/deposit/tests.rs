@@ -3,6 +3,8 @@ use crate::domain::ingest::index::BatchId;
 use crate::domain::ingest::manifest::{single_file, ManifestKind};
 use crate::domain::ingest::record::{BatchRecord, Submission};
 
+const LEASE: std::time::Duration = std::time::Duration::from_secs(960);
+
 fn job(local: Option<&str>, supplied: Option<&str>) -> JobRecord {
     let submission = Submission {
         collection: "maps".into(),
@@ -22,7 +24,9 @@ fn job(local: Option<&str>, supplied: Option<&str>) -> JobRecord {
     let b = BatchRecord::new(BatchId::parse("b1").unwrap(), submission, Utc::now());
     let mut object = single_file("http://h/a.dat", local.map(str::to_owned));
     object.primary_id = supplied.map(str::to_owned);
-    JobRecord::new(b.id.job(1), &b, object, Utc::now())
+    let mut j = JobRecord::new(b.id.job(1), &b, object, Utc::now());
+    j.mints_identifier = true;
+    j
 }
 
 #[test]
@@ -61,24 +65,36 @@ fn mint_answers_read_as_ezid_writes_them() {
 #[test]
 fn the_identifier_rule_keeps_looks_up_takes_or_mints_and_never_mints_twice() {
     let plain = job(Some("loc1"), None);
-    assert_eq!(identifier_step(&plain, None, true), IdentifierStep::Mint);
     assert_eq!(
-        identifier_step(&plain, None, false),
+        identifier_step(&plain, None, true, Utc::now(), LEASE),
+        IdentifierStep::Mint
+    );
+    // To be minted, in a pass without the service: it waits, never stored unidentified.
+    assert!(matches!(
+        identifier_step(&plain, None, false, Utc::now(), LEASE),
+        IdentifierStep::Wait(why) if why.contains("GRANARY_INGEST_EZID_URL")
+    ));
+    let mut unminted = plain.clone();
+    unminted.mints_identifier = false;
+    assert_eq!(
+        identifier_step(&unminted, None, true, Utc::now(), LEASE),
         IdentifierStep::Unidentified
     );
     // The local id is already known: its identifier, no mint.
     assert!(matches!(
-        identifier_step(&plain, Some("ark:/1/k"), true),
+        identifier_step(&plain, Some("ark:/1/k"), true, Utc::now(), LEASE),
         IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/k"
     ));
     // The depositor's own.
     let supplied = job(Some("loc1"), Some("ark:/1/s"));
     assert!(matches!(
-        identifier_step(&supplied, None, true),
+        identifier_step(&supplied, None, true, Utc::now(), LEASE),
         IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/s"
     ));
     // The local id is known by another identifier than the depositor supplied: fail.
-    let IdentifierStep::Fail(why) = identifier_step(&supplied, Some("ark:/1/k"), true) else {
+    let IdentifierStep::Fail(why) =
+        identifier_step(&supplied, Some("ark:/1/k"), true, Utc::now(), LEASE)
+    else {
         panic!("a mismatch must fail");
     };
     assert!(
@@ -90,13 +106,26 @@ fn the_identifier_rule_keeps_looks_up_takes_or_mints_and_never_mints_twice() {
     kept.identifier = Some("ark:/1/m".into());
     kept.mint_claimed_at = Some(Utc::now());
     assert!(matches!(
-        identifier_step(&kept, None, true),
+        identifier_step(&kept, None, true, Utc::now(), LEASE),
         IdentifierStep::Use { identifier, .. } if identifier == "ark:/1/m"
     ));
-    // A claim without an answer: never a second mint.
+    // A claim without an answer: never a second mint — waited for while its pass may still be
+    // running, then failed for an operator.
     let mut claimed = plain.clone();
-    claimed.mint_claimed_at = Some(Utc::now());
-    let IdentifierStep::Fail(why) = identifier_step(&claimed, None, true) else {
+    let at = Utc::now();
+    claimed.mint_claimed_at = Some(at);
+    assert!(matches!(
+        identifier_step(
+            &claimed,
+            None,
+            true,
+            at + chrono::Duration::seconds(60),
+            LEASE
+        ),
+        IdentifierStep::InFlight(_)
+    ));
+    let later = at + chrono::Duration::from_std(LEASE).unwrap();
+    let IdentifierStep::Fail(why) = identifier_step(&claimed, None, true, later, LEASE) else {
         panic!("an unanswered claim must not mint again");
     };
     assert!(why.starts_with(MINT_UNKNOWN), "{why}");
@@ -135,10 +164,10 @@ fn erc_and_dublin_core_say_who_what_when_where() {
 fn the_storage_manifest_reads_back_and_a_cut_one_does_not() {
     let files = vec![
         ManifestEntry {
-            key: "s/o/producer/a b.dat".into(),
+            key: "s/o/producer/ a | b%\n.dat".into(),
             sha256: "ab".repeat(32),
             size: 7,
-            name: "producer/a b.dat".into(),
+            name: "producer/ a | b%\n.dat".into(),
         },
         ManifestEntry {
             key: "s/o/system/mrt-erc.txt".into(),
@@ -147,17 +176,63 @@ fn the_storage_manifest_reads_back_and_a_cut_one_does_not() {
             name: ERC_FILE.into(),
         },
     ];
-    let text = storage_manifest("ark:/1/x", &files, Utc::now());
+    let text = storage_manifest("ark:/1/x", "b1-j00001", &files, Utc::now());
     assert!(text.starts_with("#%checkm_0.7\n"), "{text}");
+    // A name with the column separator, a newline, spaces and a percent sign reads back whole.
     assert_eq!(
         parse_storage_manifest(&text),
-        Ok(("ark:/1/x".to_owned(), files))
+        Ok(StorageManifest {
+            object: "ark:/1/x".to_owned(),
+            job: "b1-j00001".to_owned(),
+            files
+        })
     );
     let cut = text.replace("#%eof\n", "");
     assert!(parse_storage_manifest(&cut).unwrap_err().contains("eof"));
+    // Each deposit its own folder; two identifiers never one; an unidentified object apart.
     assert_eq!(
-        storage_name(Some("ark:/99999/fk4x"), "j"),
-        "ark+=99999=fk4x"
+        storage_name(Some("ark:/99999/fk4x"), "b1-j00001"),
+        "id=ark%3A%2F99999%2Ffk4x/b1-j00001"
     );
-    assert_eq!(storage_name(None, "b1-j00001"), "b1-j00001");
+    assert_ne!(
+        storage_name(Some("ark:/1/a"), "j"),
+        storage_name(Some("ark+=1=a"), "j")
+    );
+    assert_eq!(storage_name(None, "b1-j00001"), "job=b1-j00001/b1-j00001");
+    assert_ne!(storage_name(None, "x"), storage_name(Some("x"), "x"));
+}
+
+#[test]
+fn one_job_mints_per_local_id_and_a_dead_holder_is_taken_over() {
+    let me = "b1-j00002";
+    assert_eq!(binding_step(None, me, Holder::Busy), BindingStep::Reserve);
+    let reserved = |job: &str| LocalIdBinding {
+        identifier: None,
+        job: job.into(),
+    };
+    assert_eq!(
+        binding_step(Some(&reserved(me)), me, Holder::Busy),
+        BindingStep::Mint
+    );
+    let other = reserved("b1-j00001");
+    assert!(matches!(
+        binding_step(Some(&other), me, Holder::Busy),
+        BindingStep::Wait(why) if why.contains("b1-j00001")
+    ));
+    assert_eq!(
+        binding_step(Some(&other), me, Holder::Identified("ark:/1/k".into())),
+        BindingStep::Use("ark:/1/k".into())
+    );
+    assert_eq!(
+        binding_step(Some(&other), me, Holder::Gone),
+        BindingStep::TakeOver
+    );
+    let bound = LocalIdBinding {
+        identifier: Some("ark:/1/b".into()),
+        job: "b0-j00009".into(),
+    };
+    assert_eq!(
+        binding_step(Some(&bound), me, Holder::Gone),
+        BindingStep::Use("ark:/1/b".into())
+    );
 }

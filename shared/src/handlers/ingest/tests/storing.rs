@@ -51,11 +51,17 @@ async fn an_object_is_minted_once_stored_with_erc_dublin_core_and_manifest_and_r
     // The storage manifest lists the producer file and granary's two, each as stored.
     let key = job.storage_manifest.clone().unwrap();
     assert!(
-        key.starts_with("ingest/storage/collection=maps/ark+=99999=fk40001/"),
+        key.starts_with(&format!(
+            "ingest/storage/collection=maps/id=ark%3A%2F99999%2Ffk40001/{jid}/"
+        )),
         "{key}"
     );
-    let (object, files) = parse_storage_manifest(&text(&w, &key).await).unwrap();
-    assert_eq!(object, minted[0]);
+    let manifest = parse_storage_manifest(&text(&w, &key).await).unwrap();
+    assert_eq!(
+        (manifest.object.as_str(), manifest.job.as_str()),
+        (minted[0].as_str(), jid.as_str())
+    );
+    let files = manifest.files;
     let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, vec!["producer/map.txt", ERC_FILE, DUBLIN_CORE_FILE]);
     assert_eq!(text(&w, &files[0].key).await, "a map");
@@ -160,11 +166,15 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
         assert_eq!(minter.minted_for(jid.as_str()).len(), 1);
     }
     minter.behave(MintBehaviour::Mint);
-    // A plain resume does not mint again: the claim still stands.
+    // A plain resume does not mint again: the claim still stands. While a pass that claimed
+    // could still be running the job waits; a lease later it fails again.
     operator::resume(&w.ictx, std::slice::from_ref(&one), Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
+    assert_eq!(w.job(&one).await.state, JobState::Storing);
+    let lease = chrono::Duration::from_std(w.ictx.config.leases.claim_lease).unwrap();
+    tick(&w.ictx, Utc::now() + lease).await.unwrap();
     let job = w.job(&one).await;
     assert_eq!(job.state, JobState::Failed);
     assert!(job.reason.starts_with(MINT_UNKNOWN), "{}", job.reason);
@@ -299,5 +309,107 @@ async fn a_store_that_answers_with_other_bytes_fails_the_job_before_its_manifest
         .unwrap();
     w.run(|_| true).await;
     assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
+    assert_eq!(minter.minted().len(), 1);
+}
+
+/// A minter that, while its first mint is under way, lets a second dispatcher pass run the
+/// storing step over the same bucket: two passes at once (the scheduled one and an operator's
+/// `granary ingest tick`).
+struct TickDuringMint {
+    inner: Arc<MemoryMinter>,
+    second: std::sync::Mutex<Option<(Ctx, JobId)>>,
+}
+
+#[async_trait::async_trait]
+impl crate::ports::Minter for TickDuringMint {
+    async fn mint(
+        &self,
+        shoulder: &str,
+        metadata: &str,
+    ) -> Result<String, crate::ports::MintError> {
+        let second = self.second.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((ctx, id)) = second {
+            let job = ctx.ingest().job(&id).await.unwrap().unwrap().value;
+            let mut s = TickSummary::default();
+            crate::handlers::ingest::storing::store(&ctx, job, Utc::now(), &mut s)
+                .await
+                .unwrap();
+            assert_eq!(s, TickSummary::default(), "the second pass waits");
+        }
+        self.inner.mint(shoulder, metadata).await
+    }
+}
+
+#[tokio::test]
+async fn a_second_pass_during_a_mint_neither_mints_again_nor_fails_the_job() {
+    let (mut w, minter) = minting_world(false);
+    let second = Ctx {
+        minter: Some(minter.clone()),
+        ..w.ictx.clone()
+    };
+    let m = w.manifest("m1", &[("map.txt", "a map")], &[]).await;
+    let id = w.submit(&m, "maps", None).await;
+    w.ictx.minter = Some(Arc::new(TickDuringMint {
+        inner: minter.clone(),
+        second: std::sync::Mutex::new(Some((second, id.job(1)))),
+    }));
+    w.run(|_| true).await;
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Deleted, "{}", job.reason);
+    assert_eq!(minter.minted().len(), 1, "one mint for two passes");
+    assert_eq!(job.identifier, Some(minter.minted()[0].0.clone()));
+}
+
+#[tokio::test]
+async fn two_objects_of_one_local_id_share_one_minted_identifier_in_their_own_folders() {
+    let (w, minter) = minting_world(false);
+    // Two manifest lines naming the same local id in two batches, run together.
+    let a = w
+        .manifest("a", &[("sheet.txt", "first deposit")], &[])
+        .await;
+    let first = w.submit(&a, "maps", None).await;
+    let b = w
+        .manifest("b", &[("sheet.txt", "first deposit")], &[])
+        .await;
+    let second = w.submit(&b, "maps", None).await;
+    w.run(|_| true).await;
+    let (one, two) = (w.job(&first.job(1)).await, w.job(&second.job(1)).await);
+    assert_eq!(minter.minted().len(), 1, "one mint per local id");
+    assert_eq!(one.identifier, two.identifier);
+    assert!(one.identifier.is_some());
+    assert_ne!(
+        one.storage_manifest, two.storage_manifest,
+        "each deposit its own folder"
+    );
+    for j in [&one, &two] {
+        let m =
+            parse_storage_manifest(&text(&w, j.storage_manifest.as_ref().unwrap()).await).unwrap();
+        assert_eq!(m.job, j.id.as_str());
+    }
+}
+
+#[tokio::test]
+async fn a_reservation_whose_job_failed_is_taken_over_by_the_next_deposit() {
+    let (w, minter) = minting_world(false);
+    minter.behave(MintBehaviour::Refuse("bad request - try later".into()));
+    let a = w.manifest("a", &[("sheet.txt", "s")], &[]).await;
+    let first = w.submit(&a, "maps", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.job(&first.job(1)).await.state, JobState::Failed);
+    // The local id is reserved by the failed job; the next deposit takes it over and mints.
+    minter.behave(MintBehaviour::Mint);
+    let b = w.manifest("b", &[("sheet.txt", "s")], &[]).await;
+    let second = w.submit(&b, "maps", None).await;
+    w.run(|_| true).await;
+    let two = w.job(&second.job(1)).await;
+    assert_eq!(two.state, JobState::Deleted, "{}", two.reason);
+    assert_eq!(minter.minted_for(second.job(1).as_str()).len(), 1);
+    // Resumed, the first finds the local id bound and uses it: no second mint.
+    operator::resume(&w.ictx, &[first.job(1)], Utc::now())
+        .await
+        .unwrap();
+    w.run(|_| true).await;
+    let one = w.job(&first.job(1)).await;
+    assert_eq!(one.identifier, two.identifier);
     assert_eq!(minter.minted().len(), 1);
 }
