@@ -18,11 +18,21 @@ impl Ctx {
     /// The archive signing key is loaded by [`Ctx::from_env`] (it reads SSM).
     pub fn aws(config: Config, clients: &AwsClients) -> Result<Self, InitError> {
         let jobs: Arc<dyn JobRunner> = match &config.jobs {
-            Some(j) => Arc::new(BatchJobRunner::new(
-                clients.batch.clone(),
-                &j.job_queue,
-                &j.job_definition,
-            )),
+            Some(j) => {
+                let batch: Arc<dyn JobRunner> = Arc::new(BatchJobRunner::new(
+                    clients.batch.clone(),
+                    &j.job_queue,
+                    &j.job_definition,
+                ));
+                // Paced to this function's share of the account's SubmitJob budget.
+                match j.submit_spacing {
+                    Some(spacing) => Arc::new(crate::adapters::paced::PacedJobs {
+                        inner: batch,
+                        pacer: crate::adapters::paced::Pacer::spaced(spacing),
+                    }),
+                    None => batch,
+                }
+            }
             None => Arc::new(UnsetJobRunner),
         };
         let sqs = |url: Option<&str>, var: &'static str| -> Arc<dyn Queue> {

@@ -32,7 +32,8 @@ fn keys_config_reads() -> BTreeSet<String> {
                     || k.ends_with("_CONCURRENCY")
                     || k.ends_with("_ATTEMPTS")
                     || k.ends_with("_RETRIES")
-                    || k.ends_with("_JOBS") =>
+                    || k.ends_with("_JOBS")
+                    || k.ends_with("_RATE") =>
                 {
                     "1"
                 }

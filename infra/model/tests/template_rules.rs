@@ -550,3 +550,39 @@ fn the_feeder_runs_alone_on_its_schedule_and_the_logs_are_inventoried_daily() {
         .expect("everything else exits to granary");
     assert!(pull < rest, "Batch takes the first rule that matches");
 }
+
+/// One SubmitJob budget for the account: Batch takes 50 calls a second per account and Region
+/// and AWS does not raise it (AWS Batch user guide, "AWS Batch service quotas"). Every function
+/// that submits is paced to its share (`GRANARY_SUBMIT_JOB_RATE`), and at the template's
+/// defaults the shares — the feeder's, each concurrent requeuer's, the ingest dispatcher's —
+/// add up to at most 40, leaving a fifth of the account's rate to everyone else.
+#[test]
+fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
+    let (t, r) = resolved();
+    let rate = |f: &str| -> f64 {
+        let env = r.function(f).unwrap().environment().unwrap();
+        env.get("GRANARY_SUBMIT_JOB_RATE")
+            .unwrap_or_else(|| panic!("{f} submits unpaced"))
+            .parse()
+            .unwrap()
+    };
+    let concurrency = number(&t.doc["Parameters"]["FunctionConcurrency"]["Default"]) as f64;
+    let total = rate("QueueFeederFunction")
+        + rate("RequeuerFunction") * concurrency
+        + rate("IngestDispatcherFunction");
+    assert!(
+        total <= 40.0,
+        "the submitters take {total} calls a second of 50"
+    );
+    assert!(total >= 20.0, "{total}: a campaign should not crawl either");
+    for p in [
+        "FeederSubmitJobRate",
+        "RequeuerSubmitJobRate",
+        "IngestSubmitJobRate",
+    ] {
+        assert!(
+            number(&t.doc["Parameters"][p]["MaxValue"]) <= 50,
+            "{p} may exceed what Batch takes"
+        );
+    }
+}

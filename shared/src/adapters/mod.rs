@@ -5,6 +5,7 @@
 pub mod aws;
 pub mod http;
 pub mod memory;
+pub mod paced;
 pub mod parquet;
 pub mod tap;
 pub mod unset;

@@ -123,6 +123,10 @@ impl Feeder {
 pub struct Jobs {
     pub job_queue: String,
     pub job_definition: String,
+    /// The least time between two SubmitJob calls of this invocation: one over its share of
+    /// the account's budget (`GRANARY_SUBMIT_JOB_RATE`, calls a second; unset: unpaced). See
+    /// `adapters::paced`.
+    pub submit_spacing: Option<std::time::Duration>,
 }
 
 impl Jobs {
@@ -139,6 +143,20 @@ impl Jobs {
                 "GRANARY_JOB_DEFINITION",
                 "the AWS Batch job definition (name, name:revision or ARN)",
             )?,
+            submit_spacing: match v.get("GRANARY_SUBMIT_JOB_RATE") {
+                None => None,
+                Some(raw) => Some(
+                    raw.parse::<f64>()
+                        .ok()
+                        .filter(|r| r.is_finite() && *r > 0.0 && *r <= 50.0)
+                        .map(|r| std::time::Duration::from_secs_f64(1.0 / r))
+                        .ok_or(ConfigError::Invalid {
+                            var: "GRANARY_SUBMIT_JOB_RATE",
+                            value: raw.clone(),
+                            why: "calls a second: a number above 0 and at most Batch's 50".into(),
+                        })?,
+                ),
+            },
         })
     }
 }

@@ -56,6 +56,20 @@ fn clear_errors() {
     let mut m = base();
     m.insert("GRANARY_ITEM_RECORDS", "maybe");
     assert!(load(&m).unwrap_err().to_string().contains("use on or off"));
+    // A SubmitJob rate past what Batch takes, or not a rate: named, with the limit.
+    for bad in ["60", "0", "fast"] {
+        let mut m = base();
+        m.insert("GRANARY_SUBMIT_JOB_RATE", bad);
+        let e = load(&m).unwrap_err().to_string();
+        assert!(
+            e.contains("GRANARY_SUBMIT_JOB_RATE") && e.contains("50"),
+            "{e}"
+        );
+    }
+    let mut m = base();
+    m.insert("GRANARY_SUBMIT_JOB_RATE", "0.5");
+    let spacing = load(&m).unwrap().jobs.unwrap().submit_spacing;
+    assert_eq!(spacing, Some(std::time::Duration::from_secs(2)));
     let mut m = base();
     m.insert("GRANARY_NOT_BEFORE", "yesterday");
     assert!(load(&m).unwrap_err().to_string().contains("RFC 3339"));
