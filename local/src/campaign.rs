@@ -35,6 +35,10 @@ pub struct CampaignSpec {
     /// How long after SubmitJob the in-memory Batch's ListJobs shows a job (none by default; see
     /// `InMemoryBatch::listing_lag`).
     pub listing_lag: std::time::Duration,
+    /// SubmitJob calls the in-memory Batch accepts in a second (`None`: no limit; Batch's own
+    /// is 50 per account). With `GRANARY_SUBMIT_JOB_RATE` in `env`, the submitters pace
+    /// themselves to it.
+    pub submit_limit: Option<usize>,
 }
 
 impl Default for CampaignSpec {
@@ -47,6 +51,7 @@ impl Default for CampaignSpec {
             batch_attempts: 2,
             env: Vec::new(),
             listing_lag: std::time::Duration::ZERO,
+            submit_limit: None,
         }
     }
 }
@@ -152,6 +157,9 @@ impl Campaign {
     /// no redrive here, so an event that keeps failing the monitor shows as a campaign that does
     /// not settle rather than in an events DLQ.
     pub async fn in_memory(spec: &CampaignSpec) -> Result<Self> {
+        let mut spec = spec.clone();
+        spec.runner.submit_quota |= spec.submit_limit.is_some();
+        let spec = &spec;
         let mut env = campaign_env(spec);
         for (k, v) in [
             ("GRANARY_BUCKET", "granary-in-memory"),
@@ -176,8 +184,17 @@ impl Campaign {
                 default_retry_strategy(attempts),
             )
             .spilling(tempfile::tempfile().context("a scratch file for the Batch twin")?)
-            .listing_lag(spec.listing_lag),
+            .listing_lag(spec.listing_lag)
+            .submit_limit(spec.submit_limit),
         );
+        // The submitters' pacing, as wiring gives a deployed function.
+        let paced: Arc<dyn granary::ports::JobRunner> = match jobs.submit_spacing {
+            Some(spacing) => Arc::new(granary::adapters::paced::PacedJobs {
+                inner: batch.clone(),
+                pacer: granary::adapters::paced::Pacer::spaced(spacing),
+            }),
+            None => batch.clone(),
+        };
         let (retry_url, dlq_url) = config.queue_names();
         let counts = Arc::new(RequestCounts::default());
         // Bodies go to a scratch file (removed when the campaign ends): a million granules write
@@ -189,7 +206,7 @@ impl Campaign {
         let failure_dlq = Arc::new(MemoryQueue::new(&dlq_url));
         let ctx = Ctx {
             store: Arc::new(MemoryStore::spilling(scratch)),
-            jobs: batch.clone(),
+            jobs: paced,
             retry_queue: Arc::new(
                 MemoryQueue::new(&retry_url)
                     .with_redrive(failure_dlq.clone(), RETRY_QUEUE_MAX_RECEIVES),

@@ -94,6 +94,10 @@ pub struct InMemoryBatch {
     scratch: Option<ScratchFile>,
     /// How long after SubmitJob ListJobs starts to show a job (see [`InMemoryBatch::listing_lag`]).
     listing_lag_ms: i64,
+    /// Batch's SubmitJob quota, when enforced ([`InMemoryBatch::submit_limit`]).
+    submit_limit: Option<granary::adapters::paced::RateLimit>,
+    /// SubmitJob calls refused for the quota.
+    refused_submits: std::sync::atomic::AtomicU64,
 }
 
 impl InMemoryBatch {
@@ -113,6 +117,8 @@ impl InMemoryBatch {
             retry_strategy,
             scratch: None,
             listing_lag_ms: 0,
+            submit_limit: None,
+            refused_submits: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -120,6 +126,21 @@ impl InMemoryBatch {
     /// after its SubmitJob: the Batch API reference promises no read-after-write for ListJobs.
     /// granary assumes a job is listed within a claim's lease; a lag shorter than the campaign's
     /// lease keeps the twin inside that assumption while no lookup sees a job at once.
+    /// Refuses SubmitJob past `per_second` calls in any second, as Batch refuses an account's
+    /// calls past its quota (50 a second; AWS Batch user guide, "AWS Batch service quotas").
+    pub fn submit_limit(self, per_second: Option<usize>) -> Self {
+        Self {
+            submit_limit: per_second.map(granary::adapters::paced::RateLimit::per_second),
+            ..self
+        }
+    }
+
+    /// SubmitJob calls refused for the quota so far.
+    pub fn refused_submits(&self) -> u64 {
+        self.refused_submits
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn listing_lag(self, lag: std::time::Duration) -> Self {
         Self {
             listing_lag_ms: i64::try_from(lag.as_millis()).unwrap_or(i64::MAX),
@@ -169,6 +190,11 @@ impl InMemoryBatch {
 #[async_trait]
 impl JobRunner for InMemoryBatch {
     async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        if self.submit_limit.as_ref().is_some_and(|l| !l.admit()) {
+            self.refused_submits
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(granary::adapters::paced::too_many_requests());
+        }
         let mut jobs = self.lock();
         let n = jobs.all.len();
         let name: Arc<str> = request.job_name.as_str().into();

@@ -36,6 +36,9 @@ pub struct RunnerOptions {
     /// Give up, saying what is still open, once nothing has moved for this long: no job
     /// submitted, no event emitted, no queue, DLQ or open-claims count changed.
     pub stall_limit: Duration,
+    /// Batch's SubmitJob quota is enforced by the Batch twin: a feeder run stalled by its
+    /// refusals is one the schedule runs again, not the end of the campaign.
+    pub submit_quota: bool,
 }
 
 /// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -77,6 +80,7 @@ impl Default for RunnerOptions {
             chaos: None,
             reconcile_interval: Duration::from_secs(1),
             stall_limit: Duration::from_secs(300),
+            submit_quota: false,
         }
     }
 }
@@ -391,13 +395,19 @@ impl LocalRuntime {
                     // A dead run's answer is lost; the schedule fires again.
                     Ok(_) => activity += 1,
                     // A failed run is logged by Lambda and the schedule fires again. Only a run
-                    // that keeps failing with no chaos to blame stops the local runtime.
+                    // that keeps failing with no chaos to blame stops the local runtime — or,
+                    // where Batch's SubmitJob quota is enforced, with no refusal to blame (a run
+                    // whose SubmitJob calls stay refused past its retries stalls, as a deployed
+                    // feeder does, and the next run goes on).
                     Err(e) => {
                         tracing::warn!(error = %e, "queue-feeder run failed");
                         self.progress.feeder_errors += 1;
                         feeder_errors_in_a_row += 1;
                         activity += 1;
-                        if self.options.chaos.is_none() || feeder_errors_in_a_row > 1_000 {
+                        let throttled = self.options.submit_quota
+                            && matches!(e, granary::handlers::HandlerError::Stalled { .. });
+                        let blamed = self.options.chaos.is_some() || throttled;
+                        if !blamed || feeder_errors_in_a_row > 1_000 {
                             return Err(anyhow::Error::new(e).context("queue-feeder"));
                         }
                     }

@@ -47,6 +47,45 @@ impl Pacer {
     }
 }
 
+/// Batch's side of the quota, for the in-memory twins: at most `per_second` calls in any second
+/// (on tokio's clock, so a paused test clock counts virtual seconds).
+#[derive(Debug)]
+pub struct RateLimit {
+    per_second: usize,
+    recent: std::sync::Mutex<std::collections::VecDeque<Instant>>,
+}
+
+impl RateLimit {
+    pub fn per_second(per_second: usize) -> Self {
+        Self {
+            per_second,
+            recent: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Whether one more call fits in the last second (and counts it if so).
+    pub fn admit(&self) -> bool {
+        let now = Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        while recent
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(1))
+        {
+            recent.pop_front();
+        }
+        if recent.len() >= self.per_second {
+            return false;
+        }
+        recent.push_back(now);
+        true
+    }
+}
+
+/// What Batch answers a SubmitJob past the account's quota: a refusal (the job is not made).
+pub fn too_many_requests() -> JobRunnerError {
+    JobRunnerError::refused("TooManyRequestsException: Too Many Requests (SubmitJob rate exceeded)")
+}
+
 /// A job runner whose SubmitJob calls are paced; every other call passes straight through.
 pub struct PacedJobs {
     pub inner: Arc<dyn JobRunner>,

@@ -44,9 +44,7 @@ pub struct MemoryJobRunner {
     /// When each job was submitted (epoch milliseconds), as ListJobs' `createdAt` says.
     created: Mutex<std::collections::HashMap<String, i64>>,
     /// SubmitJob calls accepted in a second, if limited ([`MemoryJobRunner::with_submit_limit`]).
-    submit_limit: Option<usize>,
-    /// The accepted SubmitJob calls of the last second.
-    recent_submits: Mutex<std::collections::VecDeque<tokio::time::Instant>>,
+    submit_limit: Option<crate::adapters::paced::RateLimit>,
 }
 
 impl Default for MemoryJobRunner {
@@ -60,31 +58,8 @@ impl MemoryJobRunner {
     /// calls past its quota (50 a second: AWS Batch user guide, "AWS Batch service quotas")
     /// with TooManyRequestsException — a refusal: the job is not created.
     pub fn with_submit_limit(mut self, per_second: usize) -> Self {
-        self.submit_limit = Some(per_second);
+        self.submit_limit = Some(crate::adapters::paced::RateLimit::per_second(per_second));
         self
-    }
-
-    /// Whether one more SubmitJob fits in the last second (and counts it if so).
-    fn admit_submit(&self) -> bool {
-        let Some(limit) = self.submit_limit else {
-            return true;
-        };
-        let now = tokio::time::Instant::now();
-        let mut recent = self
-            .recent_submits
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        while recent
-            .front()
-            .is_some_and(|t| now.duration_since(*t) >= std::time::Duration::from_secs(1))
-        {
-            recent.pop_front();
-        }
-        if recent.len() >= limit {
-            return false;
-        }
-        recent.push_back(now);
-        true
     }
 
     pub fn new(initial_status: JobStatus) -> Self {
@@ -96,7 +71,6 @@ impl MemoryJobRunner {
             listing_lags: false,
             created: Mutex::default(),
             submit_limit: None,
-            recent_submits: Mutex::default(),
             initial_status,
         }
     }
@@ -216,10 +190,8 @@ impl MemoryJobRunner {
 #[async_trait]
 impl JobRunner for MemoryJobRunner {
     async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-        if !self.admit_submit() {
-            return Err(JobRunnerError::refused(
-                "TooManyRequestsException: Too Many Requests (SubmitJob rate exceeded)",
-            ));
+        if self.submit_limit.as_ref().is_some_and(|l| !l.admit()) {
+            return Err(crate::adapters::paced::too_many_requests());
         }
         let mut jobs = self.lock();
         let summary = JobSummary {
