@@ -66,7 +66,7 @@ pub const ALL: [Mutant; 12] = [
     Mutant {
         name: "mint-without-claim",
         defect: "the storing step mints an identifier without first claiming the mint on the job's record",
-        caught_by: "--test ingest_crash_points the_ingest_queue_recovers_from_a_crash_at_every_call",
+        caught_by: "--lib a_lost_mint_answer_is_never_minted_again",
     },
     Mutant {
         name: "archive-tick-without-fan-out-repair",
