@@ -207,6 +207,29 @@ pub struct LocalIdBinding {
     pub job: String,
 }
 
+/// A local id's binding completed with `identifier` for `job`: `None` when it already names it,
+/// `Err` when another identifier is bound (the job fails with why). A reservation (no identifier
+/// yet) is completed whichever job made it: a job that reserved to mint finds this identifier
+/// bound when it comes back, and uses it.
+pub fn rebind(
+    binding: &LocalIdBinding,
+    local: &str,
+    identifier: &str,
+    job: &str,
+) -> Result<Option<LocalIdBinding>, String> {
+    match binding.identifier.as_deref() {
+        Some(bound) if bound == identifier => Ok(None),
+        Some(bound) => Err(format!(
+            "local id {local} was bound to {bound} by {}; this job holds {identifier}",
+            binding.job
+        )),
+        None => Ok(Some(LocalIdBinding {
+            identifier: Some(identifier.to_owned()),
+            job: job.to_owned(),
+        })),
+    }
+}
+
 /// What the job that reserved a local id (to mint its identifier) has become.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Holder {

@@ -29,7 +29,7 @@ use super::{Ctx, TickSummary};
 use crate::domain::archive::manifest::sha256_hex;
 use crate::domain::ingest::deposit::{
     binding_step, dublin_core_file, erc_file, identifier_step, mint_metadata, on_stored,
-    producer_entry, storage_manifest, storage_name, BindingStep, Holder, IdentifierStep,
+    producer_entry, rebind, storage_manifest, storage_name, BindingStep, Holder, IdentifierStep,
     LocalIdBinding, ManifestEntry, DUBLIN_CORE_FILE, ERC_FILE, MINT_UNKNOWN, STORAGE_MANIFEST,
 };
 use crate::domain::ingest::index::JobId;
@@ -38,38 +38,30 @@ use crate::domain::ingest::record::JobRecord;
 use crate::handlers::transfer::hash_object;
 use crate::handlers::HandlerError;
 use crate::ports::{MintError, PutCondition, StoreError};
-use crate::repositories::ingest::Changed;
+use crate::repositories::json::{
+    change_record, read_json, write_json, Changed, RecordAt, RecordError, Versioned,
+};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
-/// A local id's binding as read, with its ETag.
-type Bound = Option<(LocalIdBinding, String)>;
+/// A local id's binding as read, with the condition that replaces exactly that version.
+type Bound = Option<Versioned<LocalIdBinding>>;
 
 async fn binding(ictx: &Ctx, key: &str) -> Result<Bound, HandlerError> {
-    match ictx.store.get(key).await? {
-        None => Ok(None),
-        Some(o) => serde_json::from_slice(&o.body)
-            .map(|b| Some((b, o.etag)))
-            .map_err(|e| HandlerError::Refused(format!("{key} is not a local id binding: {e}"))),
-    }
+    Ok(read_json(ictx.store.as_ref(), key).await?)
 }
 
-/// Writes `binding` at `key`: created when `etag` is `None`, else replacing that version.
-/// `Ok(false)` when someone else wrote first.
+/// Writes `binding` at `key` under `condition` (created If-None-Match, or replacing the version
+/// read); `Ok(false)` when someone else wrote first.
 async fn put_binding(
     ictx: &Ctx,
     key: &str,
     binding: &LocalIdBinding,
-    etag: Option<&str>,
+    condition: PutCondition,
 ) -> Result<bool, HandlerError> {
-    let body = crate::contracts::encode("a local id binding", binding)?;
-    let condition = match etag {
-        None => PutCondition::IfAbsent,
-        Some(e) => PutCondition::IfMatch(e.to_owned()),
-    };
-    match ictx.store.put(key, body, condition).await {
+    match write_json(ictx.store.as_ref(), key, binding, condition).await {
         Ok(_) => Ok(true),
-        Err(StoreError::Conflict { .. } | StoreError::NotFound { .. }) => Ok(false),
+        Err(e) if e.is_conflict() => Ok(false),
         Err(e) => Err(e.into()),
     }
 }
@@ -233,7 +225,7 @@ async fn identify(
         Some(k) => binding(ictx, k).await?,
         None => None,
     };
-    let known = bound.as_ref().and_then(|(b, _)| b.identifier.clone());
+    let known = bound.as_ref().and_then(|b| b.value.identifier.clone());
     let ezid = ictx.config.ingest.ezid.as_ref();
     let minter = ictx.minter.as_deref().zip(ezid);
     let lease = ictx.config.leases.claim_lease;
@@ -255,14 +247,13 @@ async fn identify(
                 return Ok(Err(Stop));
             };
             // One mint per local id: reserve it (or find what its holder minted) first.
-            let step = match (&bound, local_key) {
+            let read = bound.as_ref().map(|b| &b.value);
+            let step = match (read, local_key) {
                 (_, None) => BindingStep::Mint,
-                (Some((b, _)), Some(_)) if b.job != job.id.as_str() && b.identifier.is_none() => {
+                (Some(b), Some(_)) if b.job != job.id.as_str() && b.identifier.is_none() => {
                     binding_step(Some(b), job.id.as_str(), holder(ictx, &b.job).await?)
                 }
-                (b, Some(_)) => {
-                    binding_step(b.as_ref().map(|(b, _)| b), job.id.as_str(), Holder::Busy)
-                }
+                (b, Some(_)) => binding_step(b, job.id.as_str(), Holder::Busy),
             };
             let mine = LocalIdBinding {
                 identifier: None,
@@ -270,11 +261,13 @@ async fn identify(
             };
             let go = match (step, local_key) {
                 (BindingStep::Mint, _) => true,
-                (BindingStep::Reserve, Some(k)) => put_binding(ictx, k, &mine, None).await?,
-                (BindingStep::TakeOver, Some(k)) => {
-                    let etag = bound.as_ref().map(|(_, e)| e.as_str());
-                    put_binding(ictx, k, &mine, etag).await?
+                (BindingStep::Reserve, Some(k)) => {
+                    put_binding(ictx, k, &mine, PutCondition::IfAbsent).await?
                 }
+                (BindingStep::TakeOver, Some(k)) => match &bound {
+                    Some(b) => put_binding(ictx, k, &mine, b.condition()).await?,
+                    None => false,
+                },
                 (BindingStep::Use(id), _) => {
                     tracing::info!(job = %job.id, identifier = id, "the local id's holder minted it");
                     return use_identifier(ictx, job, id, now).await;
@@ -328,8 +321,8 @@ async fn use_identifier(
     }
 }
 
-/// Completes (or creates) the local id's binding with `identifier`: `Err(why)` when another
-/// identifier is bound to it.
+/// Completes (or creates) the local id's binding with `identifier` ([`rebind`], through the one
+/// record protocol): `Err(why)` when another identifier is bound to it.
 async fn bind(
     ictx: &Ctx,
     key: &str,
@@ -337,27 +330,28 @@ async fn bind(
     identifier: &str,
     job: &JobRecord,
 ) -> Result<Result<(), String>, HandlerError> {
-    let ours = LocalIdBinding {
-        identifier: Some(identifier.to_owned()),
-        job: job.id.to_string(),
-    };
-    for _ in 0..crate::repositories::json::CAS_ROUNDS {
-        let bound = binding(ictx, key).await?;
-        let written = match &bound {
-            Some((b, _)) if b.identifier.as_deref() == Some(identifier) => return Ok(Ok(())),
-            Some((b, _)) if b.identifier.is_some() => {
-                return Ok(Err(format!(
-                    "local id {local} was bound to {} by {}; this job holds {identifier}",
-                    b.identifier.as_deref().unwrap_or(""),
-                    b.job
-                )))
-            }
-            // Reserved (by this job, or by one that will find this identifier bound).
-            Some((_, etag)) => put_binding(ictx, key, &ours, Some(etag)).await?,
-            None => put_binding(ictx, key, &ours, None).await?,
+    // Twice at most: a binding created by someone else between our read and our create is then
+    // decided by the protocol like any other.
+    for _ in 0..2 {
+        let decide = |b: &LocalIdBinding| rebind(b, local, identifier, job.id.as_str());
+        let at = RecordAt {
+            key,
+            what: "a local id binding",
+            id: local,
         };
-        if written {
-            return Ok(Ok(()));
+        match change_record(ictx.store.as_ref(), at, decide, &()).await {
+            Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Ok(())),
+            Err(RecordError::Illegal(why)) => return Ok(Err(why)),
+            Err(e) => return Err(e.into()),
+            Ok(Changed::Missing) => {
+                let ours = LocalIdBinding {
+                    identifier: Some(identifier.to_owned()),
+                    job: job.id.to_string(),
+                };
+                if put_binding(ictx, key, &ours, PutCondition::IfAbsent).await? {
+                    return Ok(Ok(()));
+                }
+            }
         }
     }
     Err(HandlerError::Refused(format!(
