@@ -236,3 +236,24 @@ fn one_job_mints_per_local_id_and_a_dead_holder_is_taken_over() {
         BindingStep::Use("ark:/1/b".into())
     );
 }
+
+#[test]
+fn a_binding_is_completed_once_and_never_rebound_to_another_identifier() {
+    let reserved = LocalIdBinding {
+        identifier: None,
+        job: "b1-j00001".into(),
+    };
+    let done = rebind(&reserved, "sheet", "ark:/1/a", "b1-j00002")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (done.identifier.as_deref(), done.job.as_str()),
+        (Some("ark:/1/a"), "b1-j00002")
+    );
+    assert_eq!(rebind(&done, "sheet", "ark:/1/a", "b1-j00003"), Ok(None));
+    let why = rebind(&done, "sheet", "ark:/1/b", "b1-j00003").unwrap_err();
+    assert!(
+        why.contains("ark:/1/a") && why.contains("ark:/1/b"),
+        "{why}"
+    );
+}
