@@ -87,14 +87,52 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
             return Ok(ExitCode::SUCCESS);
         }
+        JobEnd::ArrayParent { job_id, status } => {
+            let msg = format!(
+                "job {job_id} is an array window's parent, {}: each child's own event routes its \
+                 granule, so the monitor ignores the parent's",
+                status.as_str()
+            );
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"job_id": job_id, "status": status, "route": "ignored", "reason": msg})
+                );
+            } else {
+                println!("{msg}");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        JobEnd::WindowChild(child) => {
+            let c = &child.classification;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({
+                        "job_id": child.job_id, "job_name": job.job_name,
+                        "window_claim": child.claim_key, "index": child.index,
+                        "attempt": child.attempt, "classification": c.outcome,
+                        "failure": c.failure, "batch_rules": c.batch_rules,
+                        "route": child.route, "reason": c.reason,
+                    }))?
+                );
+            } else {
+                println!("job:            {} ({})", child.job_id, job.job_name);
+                println!(
+                    "granule:        granule {} of window claim {} (the monitor reads it), attempt {}",
+                    child.index, child.claim_key, child.attempt
+                );
+                println!("classification: {:?}", c.outcome);
+                println!("reason:         {}", c.reason);
+                println!("batch rules:    {}", c.batch_rules);
+                println!("route:          {}", route_text(child.route));
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         JobEnd::Finished(f) => f,
     };
     let c = &finished.classification;
-    let route_text = match finished.route {
-        Route::Done => "log under outcome=success; relocate earlier failure logs",
-        Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
-        Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
-    };
+    let route_text = route_text(finished.route);
     if args.json {
         let out = serde_json::json!({
             "job_id": job.job_id,
@@ -120,4 +158,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("route:          {route_text}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the monitor does for a granule's end on `route`.
+fn route_text(route: Route) -> &'static str {
+    match route {
+        Route::Done => "log under outcome=success; relocate earlier failure logs",
+        Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
+        Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
+    }
 }

@@ -443,6 +443,7 @@ mod tests {
                 ("granule_id".to_owned(), granule.to_owned()),
                 ("attempt".to_owned(), attempt.to_string()),
             ]),
+            array_size: None,
         }
     }
 

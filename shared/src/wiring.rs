@@ -86,6 +86,7 @@ impl Ctx {
             signing_key: None,
             // Made by [`Ctx::aws_with_signing_key`], which reads its credentials from SSM.
             minter: None,
+            window_granules: Arc::default(),
             config,
         })
     }
@@ -116,6 +117,7 @@ impl Ctx {
             task_queue: Arc::new(MemoryQueue::new("archive-tasks")),
             signing_key: None,
             minter: None,
+            window_granules: Arc::default(),
             config,
         }
     }
@@ -232,6 +234,8 @@ impl Ctx {
                     tap: tap.clone(),
                 }) as Arc<dyn crate::ports::Minter>
             }),
+            // A crash ends the instance: the next one starts with nothing read.
+            window_granules: Arc::default(),
             config: self.config.clone(),
         }
     }

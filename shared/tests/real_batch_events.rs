@@ -149,6 +149,10 @@ async fn every_published_event_gets_the_route_sources_md_gives_it() {
             // The published events carry granule jobs' environments (as_granary_event), never
             // an ingest job's.
             JobEnd::IngestJob { .. } => panic!("{name}: read as an ingest job: {end:?}"),
+            // Nor a window claim (`array_windows_children_route_and_parents_are_ignored`).
+            JobEnd::WindowChild(_) | JobEnd::ArrayParent { .. } => {
+                panic!("{name}: read as an array window's job: {end:?}")
+            }
             JobEnd::Finished(f) => Some(f.route),
         };
         assert_eq!(got, want, "{name}: decision {end:?}");
@@ -234,4 +238,103 @@ fn failure_kinds_of_the_cases_a_naive_rule_gets_wrong() {
         kind("18-sfn-cause-cannotinspectcontainer.jobdetail.json"),
         Some(FailureKind::ContainerStartup { .. })
     ));
+}
+
+/// The published array jobs as granary's array windows submit them: the parent and every child
+/// carry the window claim's key (`window_claim`) and the attempt, never a granule. A child's end
+/// is granule `arrayProperties.index` of the claim, routed as SOURCES.md says; a parent's end
+/// (a summary of its children) routes nothing.
+#[tokio::test]
+async fn array_windows_children_route_and_parents_are_ignored() {
+    use granary::domain::claim::JobsClaim;
+    use granary::domain::granule::GranuleId;
+    use granary::domain::window::WindowClaim;
+    let dir = corpus_dir();
+    let expected = expected_routes(&std::fs::read_to_string(dir.join("SOURCES.md")).unwrap());
+    let cases = [
+        (
+            "03-pcluster-array-parent-succeeded.jobdetail.json",
+            "parent",
+        ),
+        ("04-pcluster-array-child-succeeded.jobdetail.json", "child"),
+        (
+            "05-ofiry-array-child-succeeded-no-retrystrategy.jobdetail.json",
+            "child",
+        ),
+        (
+            "11-pcluster-array-child-exit127-failed.jobdetail.json",
+            "child",
+        ),
+        ("12-pcluster-array-parent-failed.jobdetail.json", "parent"),
+        ("29-pcluster-array-parent-pending.jobdetail.json", "parent"),
+    ];
+    for (name, kind) in cases {
+        let raw: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap();
+        let job_id = raw["jobId"].as_str().unwrap().to_owned();
+        let parent = job_id.split(':').next().unwrap().to_owned();
+        let ctx = memory_ctx();
+        let granules: Vec<GranuleId> = ["REAL.ARRAY.G0", "REAL.ARRAY.G1"]
+            .iter()
+            .map(|g| GranuleId::parse(g).unwrap())
+            .collect();
+        let claim = WindowClaim::new(
+            "inventories/real.parquet",
+            0,
+            2,
+            granules,
+            "t",
+            chrono::Utc::now(),
+        )
+        .in_array(true)
+        .recording(&[Some(parent.clone())], chrono::Utc::now());
+        let key = granary::domain::layout::claims::window_key(
+            &ctx.config.layout.claim_prefix,
+            "inventories/real.parquet",
+            0,
+        );
+        granary::repositories::write_json(
+            ctx.store.as_ref(),
+            &key,
+            &claim,
+            granary::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        let mut detail = raw;
+        detail["parameters"] = json!({"window_claim": key, "attempt": "1"});
+        let event = json!({"detail-type": "Batch Job State Change", "source": "aws.batch", "detail": detail});
+        let (_, end) = on_job_event(event.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let out = monitor::handle_message(&ctx, &event.to_string())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let logs = ctx.store.list("logs/").await.unwrap();
+        let want = expected[name];
+        match (kind, want) {
+            ("parent", None) => {
+                assert!(matches!(end, JobEnd::NotFinished { .. }), "{name}: {end:?}");
+                assert_eq!(out, MonitorOutcome::Ignored, "{name}");
+            }
+            ("parent", Some(_)) => {
+                assert!(matches!(end, JobEnd::ArrayParent { .. }), "{name}: {end:?}");
+                assert_eq!(out, MonitorOutcome::ArrayParent, "{name}");
+                assert!(logs.is_empty(), "{name}: a parent logs nothing");
+            }
+            ("child", Some(route)) => {
+                let JobEnd::WindowChild(child) = &end else {
+                    panic!("{name}: {end:?}")
+                };
+                assert_eq!((child.index, child.route), (0, route), "{name}");
+                assert_eq!(logs.len(), 1, "{name}");
+                assert!(
+                    logs[0].key.contains("REAL.ARRAY.G0"),
+                    "{name}: {}",
+                    logs[0].key
+                );
+                let dead = ctx.failure_dlq.depth().await.unwrap().visible;
+                assert_eq!(dead, u64::from(route == Route::FailureDlq), "{name}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
 }

@@ -68,6 +68,7 @@ fn request() -> JobRequest {
         job_name: "g-a1-x".into(),
         environment: BTreeMap::new(),
         parameters: BTreeMap::new(),
+        array_size: None,
     }
 }
 

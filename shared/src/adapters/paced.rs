@@ -120,6 +120,7 @@ mod tests {
             job_name: format!("j{n}"),
             environment: BTreeMap::new(),
             parameters: BTreeMap::new(),
+            array_size: None,
         }
     }
 

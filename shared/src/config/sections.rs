@@ -87,6 +87,10 @@ pub struct Feeder {
     /// The feeder submits nothing while this many jobs are unfinished.
     pub max_active_jobs: u64,
     pub submit_concurrency: usize,
+    /// Each window of two or more granules is submitted as one array job
+    /// (`GRANARY_ARRAY_WINDOWS`; the container then follows docs/array-windows.md). Off: one
+    /// job per granule, the contract every container already follows.
+    pub array_windows: bool,
 }
 
 impl Default for Feeder {
@@ -95,6 +99,7 @@ impl Default for Feeder {
             inventory_id_column: crate::domain::granule::INVENTORY_ID_COLUMN.to_owned(),
             max_active_jobs: DEFAULT_MAX_ACTIVE_JOBS,
             submit_concurrency: DEFAULT_SUBMIT_CONCURRENCY,
+            array_windows: false,
         }
     }
 }
@@ -114,6 +119,7 @@ impl Feeder {
             inventory_id_column: v.or("GRANARY_INVENTORY_ID_COLUMN", &d.inventory_id_column),
             max_active_jobs: v.number("GRANARY_MAX_ACTIVE_JOBS", d.max_active_jobs)?,
             submit_concurrency,
+            array_windows: v.flag("GRANARY_ARRAY_WINDOWS", d.array_windows)?,
         })
     }
 }

@@ -60,6 +60,7 @@ pub fn processing_job(
             .iter()
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect::<BTreeMap<_, _>>(),
+        array_size: None,
     }
 }
 

@@ -3,7 +3,10 @@
 //! back from an event or DescribeJobs, are the domain's (`domain::job_tags`).
 
 use crate::domain::granule::GranuleId;
-use crate::domain::job_tags::{ATTEMPT_ENV, ATTEMPT_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM};
+use crate::domain::job_tags::{
+    ATTEMPT_ENV, ATTEMPT_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM, WINDOW_CLAIM_ENV,
+    WINDOW_CLAIM_PARAM,
+};
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
 
@@ -19,6 +22,33 @@ pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequ
             (GRANULE_ID_PARAM.to_owned(), granule.to_string()),
             (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
         ]),
+        array_size: None,
+    }
+}
+
+/// The SubmitJob request of an array window: `size` children, child `i` processing granule `i`
+/// of the window claim at `claim_key` in `bucket`, at `attempt` (docs/array-windows.md).
+pub fn window_job_request(
+    job_name: &str,
+    bucket: &str,
+    claim_key: &str,
+    size: u32,
+    attempt: u32,
+) -> JobRequest {
+    JobRequest {
+        job_name: job_name.to_owned(),
+        environment: BTreeMap::from([
+            (
+                WINDOW_CLAIM_ENV.to_owned(),
+                format!("s3://{bucket}/{claim_key}"),
+            ),
+            (ATTEMPT_ENV.to_owned(), attempt.to_string()),
+        ]),
+        parameters: BTreeMap::from([
+            (WINDOW_CLAIM_PARAM.to_owned(), claim_key.to_owned()),
+            (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
+        ]),
+        array_size: Some(size),
     }
 }
 

@@ -64,6 +64,23 @@ pub struct JobDetail {
     pub tags: BTreeMap<String, String>,
     #[serde(default)]
     pub timeout: Option<JobTimeout>,
+    /// Present on array jobs only: `size` on the parent, `index` on each child (whose job id is
+    /// the parent's with `:index` appended). AWS Batch API Reference, ArrayPropertiesDetail.
+    #[serde(default)]
+    pub array_properties: Option<ArrayProperties>,
+}
+
+/// An array job's place: the parent has `size` (2 to 10,000) and a `statusSummary` of its
+/// children; a child has its `index` (AWS Batch user guide, "Array jobs").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ArrayProperties {
+    #[serde(default)]
+    pub size: Option<u32>,
+    #[serde(default)]
+    pub index: Option<u32>,
+    #[serde(default)]
+    pub status_summary: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -15,6 +15,15 @@ pub enum JobEnd {
         status: JobStatus,
     },
     Finished(FinishedJob),
+    /// One child of an array window ended: its granule is granule `index` of the window claim
+    /// at `claim_key`, which only a read of the claim can name (`handlers::monitor`).
+    WindowChild(WindowChildEnd),
+    /// The parent of an array window: its status sums up its children, each of which sends its
+    /// own event (AWS Batch user guide, "Array jobs"), so it routes nothing.
+    ArrayParent {
+        job_id: String,
+        status: JobStatus,
+    },
     /// The processing job of an ingest job (`INGEST_JOB_ID`): no granule; its end, classified
     /// as a granule's would be, goes to the ingest job's record.
     IngestJob {
@@ -30,6 +39,31 @@ pub struct FinishedJob {
     pub granule: GranuleProcessingEvent,
     pub classification: Classification,
     pub route: Route,
+}
+
+/// A child of an array window that ended, before its granule is read from the window claim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WindowChildEnd {
+    pub job_id: String,
+    pub claim_key: String,
+    pub index: u32,
+    pub attempt: u32,
+    pub classification: Classification,
+    pub route: Route,
+}
+
+impl WindowChildEnd {
+    /// The end as a granule's, once the claim names the granule at `index`.
+    pub fn of_granule(&self, granule_id: super::granule::GranuleId) -> FinishedJob {
+        FinishedJob {
+            granule: GranuleProcessingEvent {
+                granule_id,
+                attempt: self.attempt,
+            },
+            classification: self.classification.clone(),
+            route: self.route,
+        }
+    }
 }
 
 /// Why an event can never be handled, however often it is delivered: a permanent error. The
@@ -79,6 +113,9 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
             classification,
         });
     }
+    if let Some(claim_key) = super::job_tags::window_claim_of(job) {
+        return window_end(job, claim_key, classification);
+    }
     let granule = granule_of(job)?;
     let route = classification.route();
     Ok(JobEnd::Finished(FinishedJob {
@@ -86,6 +123,53 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
         classification,
         route,
     }))
+}
+
+/// An array window's job ended: the parent is ignored, a child names its place in the window.
+/// A window job without an index and without an array size (a single job carrying a window
+/// claim, which granary never submits) has no granule to name.
+fn window_end(
+    job: &JobDetail,
+    claim_key: &str,
+    classification: Classification,
+) -> Result<JobEnd, EventRejection> {
+    let no_granule = |why: String| EventRejection::NoGranule {
+        job_id: RawText::of(&job.job_id).shown(),
+        why,
+    };
+    let array = job.array_properties.as_ref();
+    let index = array
+        .and_then(|a| a.index)
+        .or_else(|| child_index(&job.job_id));
+    let Some(index) = index else {
+        if array.is_some_and(|a| a.size.is_some()) {
+            return Ok(JobEnd::ArrayParent {
+                job_id: job.job_id.clone(),
+                status: job.status,
+            });
+        }
+        return Err(no_granule(format!(
+            "it names window claim {} but is no array job's child (no arrayProperties.index)",
+            RawText::of(claim_key).shown()
+        )));
+    };
+    let attempt = super::job_tags::attempt_of(job).map_err(no_granule)?;
+    let route = classification.route();
+    Ok(JobEnd::WindowChild(WindowChildEnd {
+        job_id: job.job_id.clone(),
+        claim_key: claim_key.to_owned(),
+        index,
+        attempt,
+        classification,
+        route,
+    }))
+}
+
+/// The index a child's job id ends with (`<parent>:<index>`, AWS Batch user guide, "Array
+/// jobs"), for a detail that lost its arrayProperties.
+pub fn child_index(job_id: &str) -> Option<u32> {
+    let (_, index) = job_id.rsplit_once(':')?;
+    index.parse().ok()
 }
 
 /// The granule and attempt a job was submitted for (the job contract, `job_tags`).

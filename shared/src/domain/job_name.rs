@@ -20,15 +20,32 @@ pub fn processing_job_name(job: &super::ingest::index::JobId, retry: u32, attemp
 }
 
 pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
-    let digest = Sha256::digest(granule_id.as_str().as_bytes());
-    let hash: String = digest
+    let suffix = format!("-a{attempt}-{}", short_hash(granule_id.as_str()));
+    named(granule_id.as_str(), &suffix)
+}
+
+/// The array job of the feeder's window starting at row `start` of `inventory`: one name per
+/// window, so a takeover finds the array a run died submitting. The inventory's file name is
+/// kept readable; the hash of the whole key and the row tell windows apart.
+pub fn window_job_name(inventory: &str, start: u64) -> String {
+    let file = inventory.rsplit('/').next().unwrap_or(inventory);
+    let file = file.strip_suffix(".parquet").unwrap_or(file);
+    let suffix = format!("-w{start}-{}", short_hash(&format!("{inventory}\n{start}")));
+    named(&format!("w-{file}"), &suffix)
+}
+
+fn short_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    digest
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect::<String>()[..HASH_CHARS]
-        .to_owned();
-    let suffix = format!("-a{attempt}-{hash}");
-    let mut stem: String = granule_id
-        .as_str()
+        .to_owned()
+}
+
+/// `stem` mapped into Batch's alphabet and cut so that `stem + suffix` fits in 128 characters.
+fn named(stem: &str, suffix: &str) -> String {
+    let mut stem: String = stem
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -42,7 +59,7 @@ pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
         stem.insert(0, 'g');
     }
     stem.truncate(MAX_JOB_NAME - suffix.len());
-    stem + &suffix
+    stem + suffix
 }
 
 #[cfg(test)]
@@ -63,6 +80,18 @@ mod tests {
 
     fn id(s: &str) -> GranuleId {
         GranuleId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn window_names_are_valid_distinct_and_stable() {
+        let a = window_job_name("inventories/2024/a.parquet", 0);
+        assert!(a.starts_with("w-a-w0-"), "{a}");
+        assert!(is_valid_batch_job_name(&a));
+        assert_eq!(a, window_job_name("inventories/2024/a.parquet", 0));
+        assert_ne!(a, window_job_name("inventories/2024/a.parquet", 10_000));
+        assert_ne!(a, window_job_name("inventories/2025/a.parquet", 0));
+        let long = format!("inv/{}.parquet", "é.x".repeat(100));
+        assert!(is_valid_batch_job_name(&window_job_name(&long, u64::MAX)));
     }
 
     #[test]

@@ -14,6 +14,14 @@ pub const ATTEMPT_ENV: &str = "ATTEMPT";
 pub const GRANULE_ID_PARAM: &str = "granule_id";
 pub const ATTEMPT_PARAM: &str = "attempt";
 
+/// An array window's job names its window claim, not a granule: every child of an array job
+/// has the parent's environment and parameters, and only its index (`AWS_BATCH_JOB_ARRAY_INDEX`
+/// in the container, `arrayProperties.index` in its events) tells them apart. The container
+/// reads granule `index` of the claim at `s3://bucket/key` (docs/array-windows.md); the monitor
+/// reads it from the `window_claim` parameter (the key in granary's bucket).
+pub const WINDOW_CLAIM_ENV: &str = "GRANARY_WINDOW_CLAIM";
+pub const WINDOW_CLAIM_PARAM: &str = "window_claim";
+
 /// The environment variable that marks a Batch job as an ingest job's processing job (the job
 /// monitor leaves those to the ingest dispatcher).
 pub const INGEST_JOB_ENV: &str = "INGEST_JOB_ID";
@@ -29,22 +37,35 @@ pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, String> {
                 "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
             )
         })?;
+    let attempt = attempt_of(job)?;
+    let granule_id = GranuleId::parse(id).map_err(|e| e.to_string())?;
+    Ok(GranuleProcessingEvent {
+        granule_id,
+        attempt,
+    })
+}
+
+/// The window claim an array window's job (parent or child) names, if it is one.
+pub fn window_claim_of(job: &JobDetail) -> Option<&str> {
+    job.parameters
+        .get(WINDOW_CLAIM_PARAM)
+        .map(String::as_str)
+        .filter(|k| !k.is_empty())
+}
+
+/// The attempt a job names (its environment, else its parameters), as a positive integer.
+pub fn attempt_of(job: &JobDetail) -> Result<u32, String> {
     let attempt = job
         .env(ATTEMPT_ENV)
         .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
         .ok_or_else(|| {
             format!("neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter")
         })?;
-    let granule_id = GranuleId::parse(id).map_err(|e| e.to_string())?;
-    let attempt = attempt
+    attempt
         .parse::<u32>()
         .ok()
         .filter(|a| *a >= 1)
-        .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))?;
-    Ok(GranuleProcessingEvent {
-        granule_id,
-        attempt,
-    })
+        .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))
 }
 
 /// The ingest job a Batch job processes, if it is one.

@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 /// The attempt a window claim submits: a granule's first.
 pub const WINDOW_ATTEMPT: u32 = 1;
 
+/// The sizes an array job may have (AWS Batch user guide, "Array jobs": "between 2 and 10,000").
+pub const ARRAY_SIZES: std::ops::RangeInclusive<usize> = 2..=10_000;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WindowClaim {
     /// The inventory's object key.
@@ -29,8 +32,17 @@ pub struct WindowClaim {
     #[serde(flatten)]
     pub lease: Lease,
     /// The job of each granule (same order), once recorded; empty before the first record.
+    /// Empty for an array window, whose granule `i` is child `<array_job_id>:<i>`.
     #[serde(default)]
     pub job_ids: Vec<Option<String>>,
+    /// Submitted as one array job, child `i` processing granule `i`, instead of one job per
+    /// granule ([`WindowClaim::in_array`]). Decided when the window is claimed: a run that
+    /// takes it over submits it as its claim says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub array: bool,
+    /// The array job, once recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_job_id: Option<String>,
     #[serde(default)]
     pub submitted_at: Option<DateTime<Utc>>,
 }
@@ -51,7 +63,51 @@ impl WindowClaim {
             granules,
             lease: Lease::new(claimed_by, now),
             job_ids: Vec::new(),
+            array: false,
+            array_job_id: None,
             submitted_at: None,
+        }
+    }
+
+    /// The window submitted as one array job when `wanted` and its granules make an array of a
+    /// size Batch accepts; a window of one granule (or none) stays a single job.
+    pub fn in_array(self, wanted: bool) -> Self {
+        Self {
+            array: wanted && ARRAY_SIZES.contains(&self.granules.len()),
+            ..self
+        }
+    }
+
+    /// The jobs the window's granules run in, as Batch numbers them: the array's children, or
+    /// one job per granule.
+    pub fn job_count(&self) -> usize {
+        if self.array {
+            1
+        } else {
+            self.granules.len()
+        }
+    }
+
+    /// The name to look granule `i`'s job up by (a takeover, the reconciler): the array's, or
+    /// the granule's own.
+    pub fn lookup_name(&self, i: usize) -> Option<String> {
+        if self.array {
+            return Some(super::job_name::window_job_name(
+                &self.inventory,
+                self.start,
+            ));
+        }
+        self.granules
+            .get(i)
+            .map(|g| super::job_name::job_name(g, WINDOW_ATTEMPT))
+    }
+
+    /// Granule `i`'s job, given the job found by [`Self::lookup_name`].
+    pub fn job_of_found(&self, i: usize, found: &str) -> String {
+        if self.array {
+            child_job_id(found, i)
+        } else {
+            found.to_owned()
         }
     }
 
@@ -63,9 +119,16 @@ impl WindowClaim {
         })
     }
 
-    /// The recorded job of granule `i`, if any.
-    pub fn job_id(&self, i: usize) -> Option<&str> {
-        self.job_ids.get(i).and_then(|j| j.as_deref())
+    /// The recorded job of granule `i`, if any: its own, or its child of the array.
+    pub fn job_id(&self, i: usize) -> Option<String> {
+        if self.array {
+            return self
+                .array_job_id
+                .as_deref()
+                .filter(|_| i < self.granules.len())
+                .map(|parent| child_job_id(parent, i));
+        }
+        self.job_ids.get(i).cloned().flatten()
     }
 
     /// When the jobs were recorded (the claim's time before that): the time of the item
@@ -97,18 +160,25 @@ impl JobsClaim for WindowClaim {
     }
 
     fn recorded(&self) -> Vec<Option<String>> {
-        (0..self.granules.len())
-            .map(|i| self.job_id(i).map(str::to_owned))
-            .collect()
+        if self.array {
+            return vec![self.array_job_id.clone()];
+        }
+        (0..self.granules.len()).map(|i| self.job_id(i)).collect()
     }
 
     fn recording(&self, found: &[Option<String>], now: DateTime<Utc>) -> Self {
+        if self.array {
+            return Self {
+                array_job_id: self
+                    .array_job_id
+                    .clone()
+                    .or_else(|| found.first().cloned().flatten()),
+                submitted_at: Some(now),
+                ..self.clone()
+            };
+        }
         let job_ids = (0..self.granules.len())
-            .map(|i| {
-                self.job_id(i)
-                    .map(str::to_owned)
-                    .or_else(|| found.get(i).cloned().flatten())
-            })
+            .map(|i| self.job_id(i).or_else(|| found.get(i).cloned().flatten()))
             .collect();
         Self {
             job_ids,
@@ -116,6 +186,11 @@ impl JobsClaim for WindowClaim {
             ..self.clone()
         }
     }
+}
+
+/// Child `index` of array job `parent`, as Batch names it (AWS Batch user guide, "Array jobs").
+pub fn child_job_id(parent: &str, index: usize) -> String {
+    format!("{parent}:{index}")
 }
 
 /// What a window's open marker says: which of its granules (by their place in the claim) the
@@ -227,6 +302,57 @@ mod tests {
             w.on_found(w.lease.claimed_at, Duration::MAX),
             FoundClaim::Submitted
         );
+    }
+
+    #[test]
+    fn an_array_window_records_one_job_and_names_its_children() {
+        let lease = Duration::from_secs(900);
+        let w = window().in_array(true);
+        assert!(w.array && w.job_count() == 1);
+        assert_eq!(w.recorded(), vec![None]);
+        assert_eq!(
+            w.lookup_name(0),
+            w.lookup_name(1),
+            "one array for the window"
+        );
+        let done = w.recording(&[Some("p".into())], Utc::now());
+        assert_eq!(
+            done.on_found(w.lease.claimed_at, lease),
+            FoundClaim::Submitted
+        );
+        assert_eq!(done.job_id(0).as_deref(), Some("p:0"));
+        assert_eq!(done.job_id(1).as_deref(), Some("p:1"));
+        assert_eq!(done.job_id(2), None, "no third granule");
+        assert_eq!(done.job_of_found(1, "q"), "q:1");
+        // Recorded once: a later recording keeps the first array.
+        let again = done.recording(&[Some("other".into())], Utc::now());
+        assert_eq!(again.array_job_id.as_deref(), Some("p"));
+        // Its JSON says so, and a claim written before arrays existed reads as single jobs.
+        let json = serde_json::to_value(&done).unwrap();
+        assert_eq!(
+            (json["array"].clone(), json["array_job_id"].clone()),
+            (true.into(), "p".into())
+        );
+        let single = serde_json::to_value(window()).unwrap();
+        assert!(single.get("array").is_none());
+        let read: WindowClaim = serde_json::from_value(single).unwrap();
+        assert!(!read.array);
+    }
+
+    #[test]
+    fn only_windows_of_two_to_ten_thousand_granules_become_arrays() {
+        let mut w = window();
+        assert!(!w.clone().in_array(false).array);
+        w.granules.truncate(1);
+        assert!(
+            !w.clone().in_array(true).array,
+            "Batch refuses an array of one"
+        );
+        let g = w.granules[0].clone();
+        w.granules = vec![g; 10_001];
+        assert!(!w.clone().in_array(true).array, "nor one past 10,000");
+        w.granules.truncate(10_000);
+        assert!(w.in_array(true).array);
     }
 
     #[test]

@@ -102,6 +102,8 @@ pub struct Ctx {
     pub signing_key: Option<Arc<ed25519_dalek::SigningKey>>,
     /// The identifier service objects are minted from (`None`: nothing is minted).
     pub minter: Option<Arc<dyn crate::ports::Minter>>,
+    /// The window claims the job monitor read lately (array windows' children).
+    pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
 }
 
 impl Ctx {
@@ -175,6 +177,7 @@ impl Ctx {
         crate::repositories::windows::Windows {
             store: self.store.as_ref(),
             jobs: self.jobs.as_ref(),
+            bucket: &self.config.layout.bucket,
             claim_prefix: &self.config.layout.claim_prefix,
             open_prefix: &self.config.layout.open_claim_prefix,
             lease: self.config.leases.claim_lease,

@@ -26,6 +26,8 @@ pub enum MonitorOutcome {
     AlreadySucceeded,
     /// Not a terminal state: nothing to do.
     Ignored,
+    /// The parent of an array window ended: its children's own events carry their granules.
+    ArrayParent,
     /// An ingest job's processing job ended: its record moved on (or the end was stale).
     IngestProcessing {
         ingest_job: String,
@@ -117,6 +119,60 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Han
             })
         }
         Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail, BY).await,
+        Ok((JobEnd::WindowChild(child), detail)) => {
+            window_child(ctx, child, detail, BY, "batch events queue", body).await
+        }
+        Ok((JobEnd::ArrayParent { job_id, status }, _)) => {
+            tracing::info!(
+                job_id,
+                status = status.as_str(),
+                "an array window's parent ended: its children's events are handled one by one"
+            );
+            Ok(MonitorOutcome::ArrayParent)
+        }
+    }
+}
+
+/// A child of an array window ended: its granule is read from the window claim, then its end is
+/// handled as a single job's would be. A child whose claim cannot name its granule is rejected
+/// with the reason (no delivery could ever handle it).
+async fn window_child(
+    ctx: &Ctx,
+    child: crate::domain::job_end::WindowChildEnd,
+    detail: serde_json::Value,
+    by: &str,
+    found_by: &str,
+    input: &str,
+) -> Result<MonitorOutcome, HandlerError> {
+    use crate::repositories::windows::WindowGranuleError;
+    let parent = child
+        .job_id
+        .rsplit_once(':')
+        .map_or(child.job_id.as_str(), |(p, _)| p);
+    let granule = ctx
+        .window_granules
+        .granule(
+            ctx.store.as_ref(),
+            &ctx.config.layout.claim_prefix,
+            &child.claim_key,
+            parent,
+            child.index,
+        )
+        .await;
+    match granule {
+        Ok(granule) => job_finished(ctx, child.of_granule(granule), detail, by).await,
+        Err(WindowGranuleError::Read(e)) => Err(e.into()),
+        Err(WindowGranuleError::Unknown(why)) => {
+            let reason = format!("array child {}: {why}", child.job_id);
+            ctx.reject(
+                crate::domain::poison::RejectKind::EventWithoutGranule,
+                &reason,
+                found_by,
+                input,
+            )
+            .await?;
+            Ok(MonitorOutcome::Rejected { reason })
+        }
     }
 }
 
@@ -147,7 +203,23 @@ pub async fn described_job(
         Ok(JobEnd::Finished(finished)) => Ok(Some(
             job_finished(ctx, finished, description.detail, RECOVERED_BY).await?,
         )),
-        Ok(JobEnd::NotFinished { .. } | JobEnd::IngestJob { .. }) => Ok(None),
+        Ok(JobEnd::WindowChild(child)) => {
+            let input = description.detail.to_string();
+            Ok(Some(
+                window_child(
+                    ctx,
+                    child,
+                    description.detail,
+                    RECOVERED_BY,
+                    found_by,
+                    &input,
+                )
+                .await?,
+            ))
+        }
+        Ok(JobEnd::NotFinished { .. } | JobEnd::IngestJob { .. } | JobEnd::ArrayParent { .. }) => {
+            Ok(None)
+        }
         Err(rejection) => {
             let reason = format!(
                 "DescribeJobs answer for job {}: {rejection}",

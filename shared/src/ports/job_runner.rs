@@ -53,6 +53,9 @@ pub struct JobRequest {
     pub environment: BTreeMap<String, String>,
     /// Job parameters, visible in DescribeJobs and in the state-change event.
     pub parameters: BTreeMap<String, String>,
+    /// An array job of this many children (2 to 10,000: AWS Batch user guide, "Array jobs"),
+    /// each `<job id>:<index>`; `None` for a single job.
+    pub array_size: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +82,7 @@ impl JobDescription {
             .iter()
             .map(|(name, value)| serde_json::json!({ "name": name, "value": value }))
             .collect();
-        let detail = serde_json::json!({
+        let mut detail = serde_json::json!({
             "jobId": summary.job_id,
             "jobName": summary.job_name,
             "jobQueue": job_queue,
@@ -88,6 +91,13 @@ impl JobDescription {
             "parameters": request.parameters,
             "container": { "environment": environment },
         });
+        // An array's parent has its size; each child (`<parent>:<index>`) its index.
+        if let Some(size) = request.array_size {
+            detail["arrayProperties"] = match crate::domain::job_end::child_index(&summary.job_id) {
+                Some(index) => serde_json::json!({ "index": index }),
+                None => serde_json::json!({ "size": size }),
+            };
+        }
         Self { summary, detail }
     }
 }

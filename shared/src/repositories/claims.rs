@@ -202,6 +202,7 @@ mod tests {
                 job_name: claim.job_name.clone(),
                 environment: BTreeMap::new(),
                 parameters: BTreeMap::new(),
+                array_size: None,
             })
             .await
             .unwrap();

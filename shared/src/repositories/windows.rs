@@ -1,13 +1,15 @@
 //! The feeder's windows of first attempts on the one submission protocol
 //! (`repositories::submission`): one claim object for the window (`domain::window`), its marker
-//! in the open-claims index, SubmitJob per granule, one write recording every job id.
+//! in the open-claims index, SubmitJob per granule — or one SubmitJob for the whole window as an
+//! array job, child `i` processing granule `i` — and one write recording the job ids.
 
 use super::json::RepositoryError;
-use super::submission::{Submission, Submitted, Submitter};
-use crate::contracts::job::job_request;
-use crate::domain::job_name::job_name;
+use super::submission::{JobSubmission, Submission, Submitted, Submitter};
+use crate::contracts::job::{job_request, window_job_request};
+use crate::domain::granule::GranuleId;
+use crate::domain::job_name::{job_name, window_job_name};
 use crate::domain::layout::claims::window_key;
-use crate::domain::window::{WindowClaim, WINDOW_ATTEMPT};
+use crate::domain::window::{child_job_id, WindowClaim, WINDOW_ATTEMPT};
 use crate::ports::{JobRequest, JobRunner, ObjectStore};
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ use std::time::Duration;
 pub struct Windows<'a> {
     pub store: &'a dyn ObjectStore,
     pub jobs: &'a dyn JobRunner,
+    /// granary's bucket, where an array's children read their window claim.
+    pub bucket: &'a str,
     pub claim_prefix: &'a str,
     pub open_prefix: &'a str,
     pub lease: Duration,
@@ -26,12 +30,47 @@ pub struct Windows<'a> {
 /// What submitting a window did.
 pub type WindowOutcome = Submitted<WindowClaim>;
 
-/// Every granule's attempt-1 job, in the window's order.
-fn requests(window: &WindowClaim) -> Vec<JobRequest> {
+/// Every granule's attempt-1 job, in the window's order; or the window's one array job, whose
+/// children read their granules from the claim at `claim_key`.
+fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobRequest> {
+    if window.array {
+        let size = u32::try_from(window.granules.len()).unwrap_or(u32::MAX);
+        return vec![window_job_request(
+            &window_job_name(&window.inventory, window.start),
+            bucket,
+            claim_key,
+            size,
+            WINDOW_ATTEMPT,
+        )];
+    }
     window
         .granules
         .iter()
         .map(|g| job_request(&job_name(g, WINDOW_ATTEMPT), g, WINDOW_ATTEMPT))
+        .collect()
+}
+
+/// What became of each granule's job: an array's one submission is every child's.
+fn per_granule(claim: &WindowClaim, jobs: Vec<JobSubmission>) -> Vec<JobSubmission> {
+    if !claim.array {
+        return jobs;
+    }
+    let Some(array) = jobs.into_iter().next() else {
+        return Vec::new();
+    };
+    (0..claim.granules.len())
+        .map(|i| match &array {
+            JobSubmission::Submitted { job_id } => JobSubmission::Submitted {
+                job_id: child_job_id(job_id, i),
+            },
+            JobSubmission::AlreadySubmitted { job_id } => JobSubmission::AlreadySubmitted {
+                job_id: child_job_id(job_id, i),
+            },
+            JobSubmission::Recovered { job_id } => JobSubmission::Recovered {
+                job_id: child_job_id(job_id, i),
+            },
+            not @ JobSubmission::NotSubmitted { .. } => not.clone(),
+        })
         .collect()
 }
 
@@ -54,7 +93,8 @@ impl Windows<'_> {
 
     /// Submits each granule of `window` at attempt 1 at most once, however often and
     /// concurrently it is asked. A window already claimed is worked as its claim says (its rows
-    /// and granules, not `window`'s).
+    /// and granules, single jobs or an array, not `window`'s). The outcome names each granule's
+    /// job (an array's child `<id>:<i>`), in the claim's order.
     pub async fn submit(&self, window: WindowClaim) -> Result<WindowOutcome, RepositoryError> {
         let submitter = Submitter {
             store: self.store,
@@ -63,9 +103,11 @@ impl Windows<'_> {
             concurrency: self.concurrency,
             claimed_by: "queue-feeder",
         };
-        submitter
+        let claim_key = window_key(self.claim_prefix, &window.inventory, window.start);
+        let requests = |w: &WindowClaim| requests(w, self.bucket, &claim_key);
+        let outcome = submitter
             .submit(Submission {
-                claim_key: window_key(self.claim_prefix, &window.inventory, window.start),
+                claim_key: claim_key.clone(),
                 open_key: Some(window_key(
                     self.open_prefix,
                     &window.inventory,
@@ -74,7 +116,106 @@ impl Windows<'_> {
                 claim: window,
                 requests: &requests,
             })
-            .await
+            .await?;
+        Ok(match outcome {
+            Submitted::Worked { claim, jobs } => {
+                let jobs = per_granule(&claim, jobs);
+                Submitted::Worked { claim, jobs }
+            }
+            in_flight @ Submitted::InFlight { .. } => in_flight,
+        })
+    }
+}
+
+/// The granules of the window claims the job monitor read lately, so the thousands of child
+/// events of one array window read its claim once per warm Lambda instead of once each. A
+/// claim's granules never change once it is created; the entry names the array it was read
+/// with, and an event from another array (a claim an operator removed and the feeder made
+/// again) reads the claim afresh.
+#[derive(Default)]
+pub struct WindowGranules {
+    recent: std::sync::Mutex<std::collections::VecDeque<ReadClaim>>,
+}
+
+/// A window claim read: its key, the array it was read for, its granules.
+type ReadClaim = (String, String, std::sync::Arc<[GranuleId]>);
+
+/// Claims kept: a window's children end spread over hours, a few windows at a time.
+const WINDOWS_KEPT: usize = 16;
+
+/// Why a child's granule cannot be named: its event can never be handled.
+#[derive(Debug, thiserror::Error)]
+pub enum WindowGranuleError {
+    #[error(transparent)]
+    Read(#[from] RepositoryError),
+    #[error("{0}")]
+    Unknown(String),
+}
+
+impl WindowGranules {
+    /// Granule `index` of the window claim at `claim_key` (which must lie under
+    /// `<claim_prefix>windows/`), for a child of array `parent`.
+    pub async fn granule(
+        &self,
+        store: &dyn ObjectStore,
+        claim_prefix: &str,
+        claim_key: &str,
+        parent: &str,
+        index: u32,
+    ) -> Result<GranuleId, WindowGranuleError> {
+        let unknown = |why: String| WindowGranuleError::Unknown(why);
+        let shown = || crate::domain::poison::RawText::of(claim_key).shown();
+        if !claim_key.starts_with(&format!("{claim_prefix}windows/")) {
+            return Err(unknown(format!(
+                "window claim {} is not under {claim_prefix}windows/",
+                shown()
+            )));
+        }
+        let pick = |granules: &[GranuleId]| {
+            granules.get(index as usize).cloned().ok_or_else(|| {
+                unknown(format!(
+                    "window claim {} has {} granules, none at index {index}",
+                    shown(),
+                    granules.len()
+                ))
+            })
+        };
+        if let Some(granules) = self.cached(claim_key, parent) {
+            return pick(&granules);
+        }
+        let claim = super::json::read_json_retrying::<WindowClaim>(
+            store,
+            claim_key,
+            "reading a window claim",
+        )
+        .await
+        .map_err(|e| {
+            if e.is_transient() {
+                WindowGranuleError::Read(e)
+            } else {
+                unknown(format!("window claim {} is unreadable: {e}", shown()))
+            }
+        })?
+        .ok_or_else(|| unknown(format!("window claim {} does not exist", shown())))?
+        .value;
+        let granules: std::sync::Arc<[GranuleId]> = claim.granules.into();
+        if claim.array_job_id.as_deref() == Some(parent) {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            recent.retain(|(k, _, _)| k != claim_key);
+            if recent.len() >= WINDOWS_KEPT {
+                recent.pop_front();
+            }
+            recent.push_back((claim_key.to_owned(), parent.to_owned(), granules.clone()));
+        }
+        pick(&granules)
+    }
+
+    fn cached(&self, claim_key: &str, parent: &str) -> Option<std::sync::Arc<[GranuleId]>> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .find(|(k, p, _)| k == claim_key && p == parent)
+            .map(|(_, _, g)| g.clone())
     }
 }
 
@@ -105,6 +246,7 @@ mod tests {
         Windows {
             store,
             jobs,
+            bucket: "b",
             claim_prefix: "claims/",
             open_prefix: "open/",
             lease: Duration::from_secs(lease),

@@ -3,7 +3,7 @@ use crate::domain::batch_event::JobStatus;
 use crate::ports::{ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary};
 use async_trait::async_trait;
 use aws_sdk_batch::types::{
-    ContainerOverrides, JobStatus as SdkStatus, KeyValuePair, KeyValuesPair,
+    ArrayProperties, ContainerOverrides, JobStatus as SdkStatus, KeyValuePair, KeyValuesPair,
 };
 
 /// AWS Batch bound to one job queue and job definition.
@@ -123,6 +123,12 @@ pub(crate) fn detail_json(j: &aws_sdk_batch::types::JobDetail) -> serde_json::Va
         "parameters": j.parameters().cloned().unwrap_or_default(),
         "tags": j.tags().cloned().unwrap_or_default(),
         "timeout": j.timeout().map(|t| json!({ "attemptDurationSeconds": t.attempt_duration_seconds() })),
+        // An array's child names its index here; the monitor reads its granule from it.
+        "arrayProperties": j.array_properties().map(|a| json!({
+            "size": a.size(),
+            "index": a.index(),
+            "statusSummary": a.status_summary().cloned().unwrap_or_default(),
+        })),
     });
     if let (Some(obj), Some(c)) = (detail.as_object_mut(), container) {
         obj.insert("container".into(), c);
@@ -158,6 +164,11 @@ impl JobRunner for BatchJobRunner {
                     .build(),
             )
             .set_parameters(Some(request.parameters.into_iter().collect()))
+            .set_array_properties(
+                request
+                    .array_size
+                    .map(|size| ArrayProperties::builder().size(size as i32).build()),
+            )
             // SubmitJob has no idempotency token: an SDK retry after a lost answer would create a
             // second job. One attempt only; granary decides what follows (see `state::submit_once`).
             .customize()
@@ -210,7 +221,9 @@ impl JobRunner for BatchJobRunner {
                         active.saw_runnable_created(created);
                     }
                 }
-                let n = listed.len() as u64;
+                // ListJobs lists an array's parent, not its children (those only with
+                // `arrayJobId`): a parent counts as its children not yet ended.
+                let n: u64 = listed.iter().map(jobs_counted).sum();
                 if n > 0 {
                     *active
                         .by_status
@@ -313,6 +326,27 @@ impl JobRunner for BatchJobRunner {
             }));
         }
         Ok(found)
+    }
+}
+
+/// How many jobs a ListJobs entry stands for: one, or an unfinished array parent's children
+/// not yet SUCCEEDED or FAILED (its `statusSummary`, else its `size`; ArrayPropertiesSummary,
+/// AWS Batch API Reference).
+fn jobs_counted(j: &aws_sdk_batch::types::JobSummary) -> u64 {
+    let Some(array) = j.array_properties().filter(|a| a.size().is_some()) else {
+        return 1;
+    };
+    let size = u64::try_from(array.size().unwrap_or(1)).unwrap_or(1);
+    match array.status_summary().filter(|s| !s.is_empty()) {
+        Some(summary) => {
+            let ended: u64 = ["SUCCEEDED", "FAILED"]
+                .iter()
+                .filter_map(|s| summary.get(*s))
+                .map(|n| u64::try_from(*n).unwrap_or(0))
+                .sum();
+            size.saturating_sub(ended).max(1)
+        }
+        None => size,
     }
 }
 

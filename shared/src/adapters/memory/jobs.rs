@@ -97,7 +97,9 @@ impl MemoryJobRunner {
         any
     }
 
+    /// Whether ListJobs shows the job (an array's child: whether it shows its parent).
     fn is_listed(&self, job_id: &str) -> bool {
+        let job_id = job_id.split(':').next().unwrap_or(job_id);
         !self
             .unlisted
             .lock()
@@ -109,15 +111,21 @@ impl MemoryJobRunner {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// What SubmitJob was asked, in order (an array once, not once per child).
     pub fn submitted(&self) -> Vec<JobRequest> {
-        self.lock().iter().map(|(r, _)| r.clone()).collect()
+        self.lock()
+            .iter()
+            .filter(|(_, s)| !s.job_id.contains(':'))
+            .map(|(r, _)| r.clone())
+            .collect()
     }
 
-    /// The RUNNING jobs, oldest first: what a test's Batch may end next.
+    /// The RUNNING jobs, oldest first: what a test's Batch may end next (an array's children,
+    /// not the parent, which only sums them up).
     pub fn running(&self) -> Vec<(JobRequest, JobSummary)> {
         self.lock()
             .iter()
-            .filter(|(_, s)| s.status == JobStatus::Running)
+            .filter(|(r, s)| s.status == JobStatus::Running && !is_array_parent(r, s))
             .cloned()
             .collect()
     }
@@ -193,20 +201,41 @@ impl JobRunner for MemoryJobRunner {
         if self.submit_limit.as_ref().is_some_and(|l| !l.admit()) {
             return Err(crate::adapters::paced::too_many_requests());
         }
+        if let Some(size) = request.array_size {
+            if !crate::domain::window::ARRAY_SIZES.contains(&(size as usize)) {
+                // Batch's answer to an array size outside 2..=10,000: a ClientException.
+                return Err(JobRunnerError::refused(format!(
+                    "ClientException: array size {size} is outside 2..10000"
+                )));
+            }
+        }
         let mut jobs = self.lock();
         let summary = JobSummary {
             job_id: format!("job-{}", jobs.len() + 1),
             job_name: request.job_name.clone(),
             status: self.initial_status,
         };
+        // An array's children are jobs of their own, `<parent>:<index>`, each with the
+        // parent's request (AWS Batch user guide, "Array jobs").
+        for index in 0..request.array_size.unwrap_or(0) {
+            let child = JobSummary {
+                job_id: crate::domain::window::child_job_id(&summary.job_id, index as usize),
+                ..summary.clone()
+            };
+            jobs.push((request.clone(), child));
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, child) in jobs
+            .iter()
+            .rev()
+            .take(request.array_size.unwrap_or(0) as usize)
+        {
+            created.insert(child.job_id.clone(), now);
+        }
+        created.insert(summary.job_id.clone(), now);
+        drop(created);
         jobs.push((request, summary.clone()));
-        self.created
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                summary.job_id.clone(),
-                chrono::Utc::now().timestamp_millis(),
-            );
         if self.listing_lags {
             self.unlisted
                 .lock()
@@ -219,10 +248,10 @@ impl JobRunner for MemoryJobRunner {
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         let mut active = ActiveJobs::default();
         let jobs = self.lock().clone();
-        for (_, s) in jobs
-            .iter()
-            .filter(|(_, s)| !s.status.is_terminal() && self.is_listed(&s.job_id))
-        {
+        // Counted as the adapter counts Batch's ListJobs: an array as its unfinished children.
+        for (_, s) in jobs.iter().filter(|(r, s)| {
+            !s.status.is_terminal() && !is_array_parent(r, s) && self.is_listed(&s.job_id)
+        }) {
             if active.total >= stop_at {
                 break;
             }
@@ -246,7 +275,10 @@ impl JobRunner for MemoryJobRunner {
             .lock()
             .iter()
             .rev()
-            .find(|(_, s)| s.job_name == job_name && self.is_listed(&s.job_id))
+            // ListJobs lists an array's parent, not its children.
+            .find(|(_, s)| {
+                s.job_name == job_name && !s.job_id.contains(':') && self.is_listed(&s.job_id)
+            })
             .map(|(_, s)| s.clone())
             .filter(|s| !self.is_forgotten(&s.job_id)))
     }
@@ -274,6 +306,11 @@ impl JobRunner for MemoryJobRunner {
             None => JobDescription::of_request(summary, &request, "memory"),
         }))
     }
+}
+
+/// An array job's parent: it runs nothing itself (AWS Batch user guide, "Array jobs").
+fn is_array_parent(request: &JobRequest, summary: &JobSummary) -> bool {
+    request.array_size.is_some() && !summary.job_id.contains(':')
 }
 
 /// A Batch that fails SubmitJob the two ways that matter for exactly-once: it refuses the first
@@ -342,6 +379,7 @@ mod tests {
             job_name: name.into(),
             environment: BTreeMap::new(),
             parameters: BTreeMap::new(),
+            array_size: None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 mod window;
 use window::{feed_window, open_inventory, PAGE_MAP_LOOKAHEAD_ROWS};
-pub use window::{window_ceiling, BATCH_SUBMITS_PER_SEC};
+pub use window::{window_ceiling, ARRAY_WINDOW_ROWS, BATCH_SUBMITS_PER_SEC};
 
 use super::Ctx;
 use crate::adapters::parquet::InventoryError;
@@ -157,7 +157,11 @@ pub async fn feed(
     let mut remaining = count;
     let mut stalled = None;
     let timeout = ctx.config.leases.function_timeout;
-    let ceiling = window_ceiling(timeout);
+    let ceiling = if ctx.config.feeder.array_windows {
+        ARRAY_WINDOW_ROWS
+    } else {
+        window_ceiling(timeout)
+    };
     // No new window once this is spent: the one in hand, at most `ceiling` rows, still fits.
     let budget = Budget::of_invocation(timeout).part(1, 2);
     let mut windows = 0u32;

@@ -9,7 +9,11 @@ use crate::ports::{ObjectStore, PutCondition};
 use std::sync::Arc;
 
 async fn ctx(max_active: &str, jobs: Arc<MemoryJobRunner>) -> Ctx {
-    let config = Config::for_unit_tests(&[("GRANARY_MAX_ACTIVE_JOBS", max_active)]);
+    ctx_with(&[("GRANARY_MAX_ACTIVE_JOBS", max_active)], jobs).await
+}
+
+async fn ctx_with(env: &[(&str, &str)], jobs: Arc<MemoryJobRunner>) -> Ctx {
+    let config = Config::for_unit_tests(env);
     let store = Arc::new(MemoryStore::new());
     let rows: Vec<InventoryRow> = (0..50)
         .map(|i| InventoryRow {
@@ -353,4 +357,164 @@ async fn zero_count_is_an_error() {
         .await,
         Err(HandlerError::BadEvent(_))
     ));
+}
+
+mod array_windows {
+    use super::*;
+    use crate::adapters::memory::{job_state_change, Ending};
+    use crate::domain::window::WindowClaim;
+    use crate::handlers::monitor::{self, MonitorOutcome};
+    use crate::ports::JobRunner;
+
+    async fn array_ctx(jobs: Arc<MemoryJobRunner>) -> Ctx {
+        ctx_with(
+            &[
+                ("GRANARY_MAX_ACTIVE_JOBS", "1000"),
+                ("GRANARY_ARRAY_WINDOWS", "true"),
+            ],
+            jobs,
+        )
+        .await
+    }
+
+    async fn window_claim(ctx: &Ctx) -> WindowClaim {
+        let key = crate::domain::layout::claims::window_key(
+            &ctx.config.layout.claim_prefix,
+            "inventories/a.parquet",
+            0,
+        );
+        crate::repositories::read_json::<WindowClaim>(ctx.store.as_ref(), &key)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
+    }
+
+    /// A window of 20 granules is one SubmitJob; each child's end is its granule's, read from
+    /// the claim; the parent's end routes nothing; the counts of active jobs are the children.
+    #[tokio::test]
+    async fn a_window_is_one_array_job_and_each_child_ends_its_own_granule() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        let summary = feed_rows(&ctx, 20).await;
+        assert_eq!(summary.submitted, 20);
+        let submitted = jobs.submitted();
+        assert_eq!(submitted.len(), 1, "one SubmitJob for the window");
+        assert_eq!(submitted[0].array_size, Some(20));
+        assert_eq!(
+            submitted[0].environment["GRANARY_WINDOW_CLAIM"],
+            "s3://b/claims/windows/inventories/a.parquet/start=000000000000.json"
+        );
+        let claim = window_claim(&ctx).await;
+        assert!(claim.array);
+        let parent = claim.array_job_id.clone().unwrap();
+        assert_eq!(jobs.count_active(1000).await.unwrap().total, 20);
+        // Item records name each granule's child.
+        let record = ctx
+            .items()
+            .get(&GranuleId::parse("g007").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            record.value.job_id.as_deref(),
+            Some(format!("{parent}:7").as_str())
+        );
+
+        // Children end: 7 fails with exit 3 (dead-lettered), the rest succeed.
+        for i in 0..20 {
+            let child = format!("{parent}:{i}");
+            let ending = if i == 7 {
+                Ending::Exited(3)
+            } else {
+                Ending::Succeeded
+            };
+            let detail = jobs.end(&child, ending).unwrap();
+            let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+                .await
+                .unwrap();
+            if i == 7 {
+                assert!(matches!(out, MonitorOutcome::Routed { .. }), "{out:?}");
+            } else {
+                assert!(matches!(out, MonitorOutcome::Succeeded { .. }), "{out:?}");
+            }
+        }
+        let logs = ctx.store.list("logs/").await.unwrap();
+        assert_eq!(logs.len(), 20);
+        assert!(logs
+            .iter()
+            .any(|l| l.key.contains("outcome=failure") && l.key.contains("g007")));
+        assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 1);
+        // The parent's end names no granule and routes nothing.
+        let parent_detail = jobs.end(&parent, Ending::Exited(1)).unwrap();
+        let out = monitor::handle_message(&ctx, &job_state_change(&parent_detail).to_string())
+            .await
+            .unwrap();
+        assert_eq!(out, MonitorOutcome::ArrayParent);
+        assert_eq!(ctx.store.list("logs/").await.unwrap().len(), 20);
+        assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 1);
+        // The next run's window is the next array, of the rows after it.
+        feed_rows(&ctx, 20).await;
+        let submitted = jobs.submitted();
+        assert_eq!(submitted.len(), 2);
+        assert!(
+            submitted[1].environment["GRANARY_WINDOW_CLAIM"].ends_with("start=000000000020.json")
+        );
+    }
+
+    /// A child whose event was lost is found by the reconciler through DescribeJobs of
+    /// `<parent>:<index>`, and the window's marker closes once every child is handled.
+    #[tokio::test]
+    async fn the_reconciler_describes_the_children_it_has_not_heard_from() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 5).await;
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        for i in 0..5 {
+            let detail = jobs
+                .end(&format!("{parent}:{i}"), Ending::Succeeded)
+                .unwrap();
+            // The events of children 1 and 3 are lost.
+            if i != 1 && i != 3 {
+                monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+                    .await
+                    .unwrap();
+            }
+        }
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        let s = crate::handlers::reconciler::reconcile(&ctx, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.recovered, s.handled, s.closed, s.errors),
+            (2, 3, 1, 0),
+            "{s:?}"
+        );
+        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
+        assert_eq!(logs.len(), 5);
+    }
+
+    /// A child event naming an index the claim has no granule at is rejected with the reason.
+    #[tokio::test]
+    async fn a_child_the_claim_cannot_name_is_rejected_with_the_reason() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 3).await;
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let mut detail = jobs.end(&format!("{parent}:2"), Ending::Succeeded).unwrap();
+        detail["jobId"] = format!("{parent}:9").into();
+        detail["arrayProperties"]["index"] = 9.into();
+        let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        let MonitorOutcome::Rejected { reason } = out else {
+            panic!("{out:?}")
+        };
+        assert!(reason.contains("none at index 9"), "{reason}");
+        detail["parameters"]["window_claim"] = "elsewhere/x.json".into();
+        let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        assert!(matches!(out, MonitorOutcome::Rejected { .. }), "{out:?}");
+    }
 }

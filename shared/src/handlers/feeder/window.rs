@@ -34,6 +34,11 @@ pub fn window_ceiling(timeout: Option<std::time::Duration>) -> u64 {
     })
 }
 
+/// The most rows one window may hold when windows are array jobs: the largest array Batch
+/// accepts (10,000 children, AWS Batch user guide, "Array jobs"; a window's granules are at most
+/// its rows). Its one SubmitJob leaves the run's time to the window's item records.
+pub const ARRAY_WINDOW_ROWS: u64 = *crate::domain::window::ARRAY_SIZES.end() as u64;
+
 /// The current inventory, from the tracker's page map when it covers the window (no request),
 /// otherwise from the file's footer and index; `true` when the file was opened.
 pub(super) async fn open_inventory(
@@ -142,7 +147,8 @@ pub(super) async fn feed_window(
         granules,
         "queue-feeder",
         chrono::Utc::now(),
-    );
+    )
+    .in_array(ctx.config.feeder.array_windows);
     let (claim, submissions) = match ctx.windows().submit(window).await? {
         WindowOutcome::InFlight { claim } => {
             return Ok((

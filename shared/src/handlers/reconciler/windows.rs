@@ -22,7 +22,6 @@
 use super::ReconcileSummary;
 use crate::budget::Budget;
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::job_name::job_name;
 use crate::domain::layout::claims::window_key;
 use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
 use crate::domain::lifecycle::ItemState;
@@ -88,16 +87,27 @@ pub(super) async fn reconcile_window(
         .unwrap_or_default();
     let mut newly_handled = 0u64;
     // Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name.
+    // An array window's granules share one name: it is looked up once.
     let mut job_ids: Vec<Option<String>> = Vec::with_capacity(claim.granules.len());
-    for (i, attempt) in claim.attempts().enumerate() {
+    let mut found_by_name: HashMap<String, Option<String>> = HashMap::new();
+    for i in 0..claim.granules.len() {
         job_ids.push(match claim.job_id(i) {
             _ if progress.is_handled(i) => None,
-            Some(id) => Some(id.to_owned()),
-            None => ctx
-                .jobs
-                .find_by_name(&job_name(&attempt.granule_id, attempt.attempt))
-                .await?
-                .map(|job| job.job_id),
+            Some(id) => Some(id),
+            None => match claim.lookup_name(i) {
+                None => None,
+                Some(name) => {
+                    let found = match found_by_name.get(&name) {
+                        Some(found) => found.clone(),
+                        None => {
+                            let found = ctx.jobs.find_by_name(&name).await?.map(|job| job.job_id);
+                            found_by_name.insert(name, found.clone());
+                            found
+                        }
+                    };
+                    found.map(|job| claim.job_of_found(i, &job))
+                }
+            },
         });
     }
     // DescribeJobs, up to 100 jobs a call.
