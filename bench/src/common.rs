@@ -71,6 +71,7 @@ pub(crate) fn bench_facts(
         created_at_ms: 1_700_000_000_000,
         account: "000000000000".into(),
         region: "us-east-1".into(),
+        array: None,
     }
 }
 

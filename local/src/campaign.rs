@@ -259,7 +259,10 @@ impl Campaign {
                 )
                 .await?;
         }
-        // Batch learns of a job when it is submitted; so does the simulator.
+        // Batch learns of a job when it is submitted; so does the simulator. An array window's
+        // children read their claim from granary's bucket, as their containers would.
+        let mut simulator = simulator;
+        simulator.read_claims_from(ctx.store.clone());
         ctx.jobs = simulator.watch(ctx.jobs.clone());
         let runtime = LocalRuntime::new(ctx, events_queue, simulator, spec.runner.clone());
         Ok(Self {

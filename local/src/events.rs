@@ -80,6 +80,98 @@ pub struct JobFacts {
     pub created_at_ms: i64,
     pub account: String,
     pub region: String,
+    /// Its place in an array window, if it is one (then `granule_id` is the child's granule,
+    /// read from the window claim as its container would, or empty for the parent).
+    pub array: Option<ArrayPlace>,
+}
+
+/// Where a job stands in an array window (AWS Batch user guide, "Array jobs").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArrayPlace {
+    /// The parent of `size` children.
+    Parent { size: u32, window: WindowRef },
+    /// Child `index` (its job id is the parent's with `:index`).
+    Child { index: u32, window: WindowRef },
+}
+
+/// The window claim an array's jobs name: its key (the `window_claim` parameter) and where its
+/// container reads it (the `GRANARY_WINDOW_CLAIM` variable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowRef {
+    pub claim_key: String,
+    pub claim_uri: String,
+}
+
+impl ArrayPlace {
+    fn window(&self) -> &WindowRef {
+        match self {
+            ArrayPlace::Parent { window, .. } | ArrayPlace::Child { window, .. } => window,
+        }
+    }
+}
+
+/// What an array's jobs carry instead of a granule: the window claim and the attempt, in the
+/// container environment and as parameters (`contracts::job::window_job_request`).
+fn window_job_tags(window: &WindowRef, attempt: u32) -> (Value, Value) {
+    (
+        json!([
+            {"name": "GRANARY_WINDOW_CLAIM", "value": window.claim_uri},
+            {"name": "ATTEMPT", "value": attempt.to_string()}
+        ]),
+        json!({"window_claim": window.claim_key, "attempt": attempt.to_string()}),
+    )
+}
+
+/// The event Batch sends when an array window's parent ends, once every child has: SUCCEEDED
+/// when all did, else FAILED with "Array Child Job failed" (as the published parent 12 says);
+/// no attempts of its own, and its children counted by status in `arrayProperties`.
+pub fn array_parent_event(facts: &JobFacts, succeeded: u32, failed: u32) -> Value {
+    let Some(ArrayPlace::Parent { size, window }) = &facts.array else {
+        return Value::Null;
+    };
+    let (environment, parameters) = window_job_tags(window, facts.attempt);
+    let status = if failed == 0 { "SUCCEEDED" } else { "FAILED" };
+    let mut detail = json!({
+        "jobArn": facts.job_arn,
+        "jobName": facts.job_name,
+        "jobId": facts.job_id,
+        "jobQueue": facts.job_queue_arn,
+        "status": status,
+        "attempts": [],
+        "createdAt": facts.created_at_ms,
+        "retryStrategy": facts.retry_strategy,
+        "dependsOn": [],
+        "jobDefinition": facts.job_definition_arn,
+        "parameters": parameters,
+        "container": {
+            "image": "public.ecr.aws/docker/library/busybox:latest",
+            "command": ["process-granule"],
+            "environment": environment,
+        },
+        "arrayProperties": {
+            "size": size,
+            "statusSummary": {
+                "SUCCEEDED": succeeded, "FAILED": failed, "RUNNING": 0, "RUNNABLE": 0,
+                "STARTING": 0, "PENDING": 0, "SUBMITTED": 0
+            }
+        },
+        "tags": {},
+        "platformCapabilities": ["EC2"],
+    });
+    if failed > 0 {
+        detail["statusReason"] = json!("Array Child Job failed");
+    }
+    json!({
+        "version": "0",
+        "id": format!("{}-array-{}", facts.job_id, status.to_lowercase()),
+        "detail-type": "Batch Job State Change",
+        "source": "aws.batch",
+        "account": facts.account,
+        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "region": facts.region,
+        "resources": [facts.job_arn],
+        "detail": detail,
+    })
 }
 
 /// The full event for a job whose attempts ended as `ends` (oldest first); `final_status` is
@@ -162,6 +254,13 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
             "eksAttempts": []
         }
     });
+    // An array's child names the window claim, not its granule, and its index.
+    if let Some(place @ ArrayPlace::Child { index, .. }) = &facts.array {
+        let (environment, parameters) = window_job_tags(place.window(), facts.attempt);
+        event["detail"]["container"]["environment"] = environment;
+        event["detail"]["parameters"] = parameters;
+        event["detail"]["arrayProperties"] = json!({"index": index, "statusSummary": {}});
+    }
     if final_status == "RUNNABLE" {
         if let Some(detail) = event["detail"].as_object_mut() {
             detail.remove("statusReason");
@@ -223,10 +322,27 @@ pub async fn describe_facts(
                     .cloned()
                     .or_else(|| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
             };
-            let (Some(granule_id), Some(attempt)) = (
-                lookup("granule_id", "GRANULE_ID"),
-                lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()),
-            ) else {
+            // An array window's parent names its claim; its children are played from it.
+            let array = match (
+                lookup("window_claim", "-"),
+                lookup("-", "GRANARY_WINDOW_CLAIM"),
+                j.array_properties.as_ref().and_then(|a| a.size),
+            ) {
+                (Some(claim_key), Some(claim_uri), Some(size)) => Some(ArrayPlace::Parent {
+                    size: u32::try_from(size).unwrap_or(0),
+                    window: WindowRef {
+                        claim_key,
+                        claim_uri,
+                    },
+                }),
+                _ => None,
+            };
+            let granule_id = match (&array, lookup("granule_id", "GRANULE_ID")) {
+                (Some(_), _) => String::new(),
+                (None, Some(granule_id)) => granule_id,
+                (None, None) => continue,
+            };
+            let Some(attempt) = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()) else {
                 continue;
             };
             let (Some(job_id), Some(job_name), Some(job_arn)) =
@@ -281,6 +397,7 @@ pub async fn describe_facts(
                     .unwrap_or_else(|| chrono::Utc::now().timestamp_millis()),
                 account,
                 region,
+                array,
             });
         }
     }
@@ -324,6 +441,7 @@ mod tests {
             created_at_ms: 1_700_000_000_000,
             account: "123456789012".into(),
             region: "us-east-1".into(),
+            array: None,
         }
     }
 

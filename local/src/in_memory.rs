@@ -7,7 +7,7 @@
 //! than granary itself in the loop. Request counts are the same either way (they are counted at
 //! granary's ports); only the time changes.
 
-use super::events::JobFacts;
+use super::events::{ArrayPlace, JobFacts, WindowRef};
 use super::simulator::JobLedger;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
@@ -36,6 +36,14 @@ struct Job {
     /// How the simulator ended it: the JobDetail its final event carried, as JSON text (a
     /// million parsed details would not fit in memory; DescribeJobs parses the one it answers).
     settled: Option<Detail>,
+    /// An array's children, `<id>:<index>` (none for a single job).
+    children: Box<[Child]>,
+}
+
+/// One child of an array job: what the simulator settled it with.
+struct Child {
+    status: JobStatus,
+    settled: Option<Detail>,
 }
 
 enum Detail {
@@ -57,6 +65,12 @@ struct Jobs {
 /// naming the job's place in the list.
 fn job_id_of(index: usize) -> String {
     format!("{:08x}-0000-4000-8000-{:012x}", index + 1, index + 1)
+}
+
+/// An array child's id split into its parent's and its index (`<parent>:<index>`).
+fn child_of(job_id: &str) -> Option<(&str, usize)> {
+    let (parent, index) = job_id.rsplit_once(':')?;
+    Some((parent, index.parse().ok()?))
 }
 
 /// The place in the list of a job id made by [`job_id_of`]; `None` for any other id.
@@ -135,6 +149,20 @@ impl InMemoryBatch {
         }
     }
 
+    /// SubmitJob calls Batch accepted (an array once, however many children it has).
+    pub fn accepted_submits(&self) -> u64 {
+        self.lock().all.len() as u64
+    }
+
+    /// Array jobs among them.
+    pub fn array_jobs(&self) -> u64 {
+        self.lock()
+            .all
+            .iter()
+            .filter(|j| !j.children.is_empty())
+            .count() as u64
+    }
+
     /// SubmitJob calls refused for the quota so far.
     pub fn refused_submits(&self) -> u64 {
         self.refused_submits
@@ -195,6 +223,13 @@ impl JobRunner for InMemoryBatch {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(granary::adapters::paced::too_many_requests());
         }
+        let size = request.array_size.unwrap_or(0) as usize;
+        if request.array_size.is_some() && !granary::domain::window::ARRAY_SIZES.contains(&size) {
+            // Batch's answer to an array size outside 2..=10,000 (a ClientException): refused.
+            return Err(JobRunnerError::refused(format!(
+                "ClientException: array size {size} is outside 2..10000"
+            )));
+        }
         let mut jobs = self.lock();
         let n = jobs.all.len();
         let name: Arc<str> = request.job_name.as_str().into();
@@ -213,6 +248,12 @@ impl JobRunner for InMemoryBatch {
             request: Some(Box::new(request)),
             created_at_ms: chrono::Utc::now().timestamp_millis(),
             settled: None,
+            children: (0..size)
+                .map(|_| Child {
+                    status: summary.status,
+                    settled: None,
+                })
+                .collect(),
         });
         Ok(summary)
     }
@@ -248,13 +289,29 @@ impl JobRunner for InMemoryBatch {
     /// RUNNABLE (queued, its fate not decided yet).
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         let jobs = self.lock();
-        let Some((index, job)) = jobs.get(job_id) else {
+        // An array's child, `<parent>:<index>`: DescribeJobs takes child ids too.
+        let (parent_id, child) = match child_of(job_id) {
+            Some((parent, i)) => (parent, Some(i)),
+            None => (job_id, None),
+        };
+        let Some((index, job)) = jobs.get(parent_id) else {
             return Ok(None);
         };
-        let Some(summary) = jobs.summary(index) else {
+        let Some(mut summary) = jobs.summary(index) else {
             return Ok(None);
         };
-        Ok(Some(match (&job.settled, &job.request) {
+        let settled = match child {
+            Some(i) => {
+                let Some(c) = job.children.get(i) else {
+                    return Ok(None);
+                };
+                summary.job_id = job_id.to_owned();
+                summary.status = c.status;
+                &c.settled
+            }
+            None => &job.settled,
+        };
+        Ok(Some(match (settled, &job.request) {
             (Some(detail), _) => {
                 let unreadable = |e: &dyn std::fmt::Display| {
                     JobRunnerError::refused(format!("the twin's detail of {job_id}: {e}"))
@@ -306,11 +363,28 @@ impl JobLedger for InMemoryBatch {
                     .or_else(|| request.environment.get(var))
                     .cloned()
             };
+            // An array window's parent names its claim; the simulator plays its children.
+            let array = match (
+                request.parameters.get("window_claim"),
+                request.environment.get("GRANARY_WINDOW_CLAIM"),
+                request.array_size,
+            ) {
+                (Some(key), Some(uri), Some(size)) => Some(ArrayPlace::Parent {
+                    size,
+                    window: WindowRef {
+                        claim_key: key.clone(),
+                        claim_uri: uri.clone(),
+                    },
+                }),
+                _ => None,
+            };
             // Jobs without granary's parameters are not ours, as with DescribeJobs.
-            let (Some(granule_id), Some(attempt)) = (
-                lookup("granule_id", "GRANULE_ID"),
-                lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()),
-            ) else {
+            let granule_id = match (&array, lookup("granule_id", "GRANULE_ID")) {
+                (Some(_), _) => String::new(),
+                (None, Some(granule_id)) => granule_id,
+                (None, None) => continue,
+            };
+            let Some(attempt) = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()) else {
                 continue;
             };
             out.push(JobFacts {
@@ -325,6 +399,7 @@ impl JobLedger for InMemoryBatch {
                 created_at_ms: job.created_at_ms,
                 account: ACCOUNT.into(),
                 region: REGION.into(),
+                array,
             });
         }
         Ok(out)
@@ -332,19 +407,34 @@ impl JobLedger for InMemoryBatch {
 
     async fn settle(&self, job_id: &str, status: JobStatus, detail: &Value) -> Result<()> {
         let mut jobs = self.lock();
+        let text = serde_json::to_vec(detail).context("the job detail as JSON")?;
+        let held = match &self.scratch {
+            Some(scratch) => Detail::Spilled(
+                scratch
+                    .append(&text)
+                    .context("the Batch twin's scratch file")?,
+            ),
+            None => Detail::Held(text.into_boxed_slice()),
+        };
+        // A child is settled in its parent's list; the parent keeps its request for the children
+        // not settled yet (DescribeJobs shows them queued).
+        if let Some((parent, i)) = child_of(job_id) {
+            let child = index_of(parent)
+                .and_then(|p| jobs.all.get_mut(p))
+                .and_then(|job| job.children.get_mut(i));
+            if let Some(child) = child {
+                child.status = status;
+                child.settled = Some(held);
+            }
+            return Ok(());
+        }
         let index = index_of(job_id);
         if let Some(job) = index.and_then(|i| jobs.all.get_mut(i)) {
             job.status = status;
-            let text = serde_json::to_vec(detail).context("the job detail as JSON")?;
-            job.settled = Some(match &self.scratch {
-                Some(scratch) => Detail::Spilled(
-                    scratch
-                        .append(&text)
-                        .context("the Batch twin's scratch file")?,
-                ),
-                None => Detail::Held(text.into_boxed_slice()),
-            });
-            job.request = None;
+            job.settled = Some(held);
+            if job.children.iter().all(|c| c.settled.is_some()) {
+                job.request = None;
+            }
         }
         if let (true, Some(i)) = (status.is_terminal(), index) {
             jobs.active.remove(&i);

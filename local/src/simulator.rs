@@ -2,13 +2,14 @@
 //! fate from the fault plan, and puts "Batch Job State Change" events on the EventBridge bus, from
 //! where the stack's rule delivers them to the events queue — the path real Batch events take.
 
-use super::events::{describe_facts, state_change_event, JobFacts};
+use super::events::{array_parent_event, describe_facts, state_change_event, ArrayPlace, JobFacts};
 use super::fault_plan::{retry_strategy_of, FaultPlan};
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use aws_sdk_batch::types::JobStatus;
 use granary::domain::batch_event::BatchJobStateChange;
 use granary::domain::classify::{classify, Route};
+use granary::domain::granule::GranuleId;
 use granary::ports::{
     ActiveJobs, BusEvent, EventBus, JobRequest, JobRunner, JobRunnerError, JobSummary,
 };
@@ -198,6 +199,8 @@ pub struct SimulatorStats {
     pub dead_letter_bound: u64,
     /// Jobs found only by a full listing, not through the submission tap.
     pub swept: u64,
+    /// Array windows played (each child is counted in `jobs`).
+    pub arrays: u64,
 }
 
 pub struct BatchSimulator {
@@ -217,6 +220,9 @@ pub struct BatchSimulator {
     pub planned: Vec<PlannedJob>,
     pub keep_plan: bool,
     pub stats: SimulatorStats,
+    /// granary's bucket, where an array window's children read their claim (as the container
+    /// does: docs/array-windows.md).
+    claims: Option<Arc<dyn granary::ports::ObjectStore>>,
 }
 
 fn id_hash(job_id: &str) -> u64 {
@@ -261,7 +267,49 @@ impl BatchSimulator {
             planned: Vec::new(),
             keep_plan: true,
             stats: SimulatorStats::default(),
+            claims: None,
         }
+    }
+
+    /// The store array windows' children read their claims from (granary's bucket).
+    pub fn read_claims_from(&mut self, store: Arc<dyn granary::ports::ObjectStore>) {
+        self.claims = Some(store);
+    }
+
+    /// An array window's children, as their containers know them: child `i` processes granule
+    /// `i` of the window claim the parent names.
+    async fn children(&self, parent: &JobFacts) -> Result<Vec<JobFacts>> {
+        let Some(ArrayPlace::Parent { size, window }) = &parent.array else {
+            return Ok(Vec::new());
+        };
+        let store = self.claims.as_ref().context(
+            "an array window was submitted, and the simulator has no store to read its claim from",
+        )?;
+        let claim = granary::repositories::read_json::<granary::domain::window::WindowClaim>(
+            store.as_ref(),
+            &window.claim_key,
+        )
+        .await
+        .with_context(|| format!("reading window claim {}", window.claim_key))?
+        .with_context(|| format!("window claim {} does not exist", window.claim_key))?
+        .value;
+        Ok((0..*size)
+            .map(|i| JobFacts {
+                job_id: granary::domain::window::child_job_id(&parent.job_id, i as usize),
+                // A child without a granule at its index fails in its container; the monitor
+                // rejects its end (no granule to name).
+                granule_id: claim
+                    .granules
+                    .get(i as usize)
+                    .map(|g| g.to_string())
+                    .unwrap_or_default(),
+                array: Some(ArrayPlace::Child {
+                    index: i,
+                    window: window.clone(),
+                }),
+                ..parent.clone()
+            })
+            .collect())
     }
 
     /// Events held back (for reordering, or by the per-tick cap), not yet delivered.
@@ -298,11 +346,36 @@ impl BatchSimulator {
         let mut new_ids = self.submissions.take();
         // `seen` both skips jobs already finished and drops repeats within this batch.
         new_ids.retain(|id| self.seen.insert(id_hash(id)));
-        let facts = self.ledger.facts(&new_ids).await?;
+        let listed = self.ledger.facts(&new_ids).await?;
+        // An array window plays as its children, then its parent's summary.
+        let mut facts = Vec::with_capacity(listed.len());
+        let mut parents = Vec::new();
+        for f in listed {
+            if matches!(f.array, Some(ArrayPlace::Parent { .. })) {
+                facts.extend(self.children(&f).await?);
+                parents.push((f, 0u32, 0u32));
+                self.stats.arrays += 1;
+            } else {
+                facts.push(f);
+            }
+        }
+        let parent_at: std::collections::HashMap<String, usize> = parents
+            .iter()
+            .enumerate()
+            .map(|(i, (p, _, _))| (p.job_id.clone(), i))
+            .collect();
         let mut out = Vec::new();
         for f in &facts {
             let retry = retry_strategy_of(&f.retry_strategy);
-            let fate = self.plan.fate(&f.job_name, &f.granule_id, &retry);
+            // A child's fate is its granule's at its attempt, whether it runs as a child or
+            // alone: the same plan gives the same outcomes in either mode.
+            let fate_key = match (&f.array, GranuleId::parse(&f.granule_id)) {
+                (Some(ArrayPlace::Child { .. }), Ok(g)) => {
+                    granary::domain::job_name::job_name(&g, f.attempt)
+                }
+                _ => f.job_name.clone(),
+            };
+            let fate = self.plan.fate(&fate_key, &f.granule_id, &retry);
             self.stats.jobs += 1;
             self.stats.batch_internal_retries += fate.ends.len() as u64 - 1;
             if self.plan.intermediate_events {
@@ -326,6 +399,20 @@ impl BatchSimulator {
             self.ledger
                 .settle(&f.job_id, parsed.detail.status, &event["detail"])
                 .await?;
+            let parent = match &f.array {
+                Some(ArrayPlace::Child { .. }) => f
+                    .job_id
+                    .rsplit_once(':')
+                    .and_then(|(id, _)| parent_at.get(id).copied()),
+                _ => None,
+            };
+            if let Some((_, succeeded, failed)) = parent.and_then(|p| parents.get_mut(p)) {
+                if fate.succeeded {
+                    *succeeded += 1;
+                } else {
+                    *failed += 1;
+                }
+            }
             match c.route() {
                 Route::Done => self.stats.succeeded += 1,
                 Route::RetryQueue => self.stats.retryable += 1,
@@ -358,6 +445,20 @@ impl BatchSimulator {
                 out.push((delay + 1, bus_event(event.clone())));
             }
             out.push((delay, bus_event(event)));
+        }
+        // Each parent ends once its children have, with their count (its own event routes
+        // nothing; the rule delivers it all the same).
+        for (parent, succeeded, failed) in &parents {
+            let event = array_parent_event(parent, *succeeded, *failed);
+            let status = if *failed == 0 {
+                granary::domain::batch_event::JobStatus::Succeeded
+            } else {
+                granary::domain::batch_event::JobStatus::Failed
+            };
+            self.ledger
+                .settle(&parent.job_id, status, &event["detail"])
+                .await?;
+            out.push((0, bus_event(event)));
         }
         // Deliver what is due now; keep the rest for later ticks (this is the reordering).
         let mut due = Vec::new();

@@ -1,0 +1,105 @@
+//! Array-job windows on the in-memory campaign, with Batch's SubmitJob quota enforced (50 calls a
+//! second): the same granules and the same fault plan in single-job mode and in array mode. Each
+//! granule ends once — succeeded or dead-lettered, its record and history agreeing — in both;
+//! array mode submits a window as one call.
+
+use granary_local::campaign::{Campaign, CampaignSpec};
+use granary_local::chaos;
+use granary_local::fault_plan::FaultPlan;
+use std::time::{Duration, Instant};
+
+struct Run {
+    report: chaos::ChaosReport,
+    accepted: u64,
+    arrays: u64,
+    refused: u64,
+}
+
+async fn run(array: bool, plan: FaultPlan) -> Run {
+    let mut env = vec![("GRANARY_SUBMIT_JOB_RATE".to_owned(), "40".to_owned())];
+    if array {
+        env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "true".to_owned()));
+    }
+    let mut spec = CampaignSpec {
+        granules: 1_200,
+        inventories: 2,
+        submit_limit: Some(50),
+        plan,
+        env,
+        ..CampaignSpec::default()
+    };
+    spec.runner.granule_submit_count = 300;
+    spec.runner.feeder_interval = Duration::from_millis(20);
+    spec.runner.deadline = Duration::from_secs(300);
+    let mut campaign = Campaign::in_memory(&spec).await.unwrap();
+    let started = Instant::now();
+    campaign.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let report = chaos::audit(&campaign, started.elapsed()).await.unwrap();
+    let batch = campaign.in_memory_batch.as_ref().unwrap();
+    Run {
+        report,
+        accepted: batch.accepted_submits(),
+        arrays: batch.array_jobs(),
+        refused: batch.refused_submits(),
+    }
+}
+
+fn assert_whole(name: &str, r: &chaos::ChaosReport) {
+    assert_eq!(r.granules, 1_200, "{name}");
+    assert_eq!(r.unaccounted, 0, "{name}: {r:?}");
+    assert_eq!(r.succeeded + r.dead_lettered, r.granules, "{name}: {r:?}");
+    assert_eq!(r.duplicate_submissions, 0, "{name}: {r:?}");
+    assert_eq!(r.duplicate_successes, 0, "{name}: {r:?}");
+    assert_eq!(r.failures_without_record, 0, "{name}: {r:?}");
+    assert_eq!(r.open_claims_left, 0, "{name}: {r:?}");
+    assert_eq!(r.records_disagreeing, 0, "{name}: {r:?}");
+    assert_eq!(r.history_entries_missing, 0, "{name}: {r:?}");
+    assert_eq!(r.history_entries_wrong, 0, "{name}: {r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn array_windows_end_every_granule_as_single_jobs_do_with_a_call_per_window() {
+    let plan = FaultPlan::default();
+    let single = run(false, plan.clone()).await;
+    let array = run(true, plan).await;
+    assert_whole("single", &single.report);
+    assert_whole("array", &array.report);
+    // The same plan gives each granule the same fate in either mode.
+    assert_eq!(
+        (single.report.succeeded, single.report.dead_lettered),
+        (array.report.succeeded, array.report.dead_lettered)
+    );
+    assert!(
+        array.report.dead_lettered > 0,
+        "the plan fails some granules"
+    );
+    // First attempts: 4 windows of 300 rows, each one array. Later attempts are single jobs.
+    assert_eq!(array.arrays, 4, "one array per window");
+    let retries = single.accepted - 1_200;
+    assert_eq!(array.accepted, 4 + retries, "{} calls", array.accepted);
+    assert_eq!(
+        (single.refused, array.refused),
+        (0, 0),
+        "paced under the quota"
+    );
+}
+
+/// Lost, duplicated and delayed child events: the reconciler describes the children it never
+/// heard from, and the monitor takes each child's end once however often it comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_duplicated_and_reordered_child_events_are_reconciled() {
+    let plan = FaultPlan {
+        lost_rate: 0.05,
+        duplicate_rate: 0.2,
+        delay_rate: 0.3,
+        ..FaultPlan::default()
+    };
+    let array = run(true, plan).await;
+    assert_whole("array", &array.report);
+    assert!(array.report.events_lost > 0, "{:?}", array.report);
+    assert_eq!(
+        array.report.ends_reconciled, array.report.events_lost,
+        "every lost end was found by DescribeJobs: {:?}",
+        array.report
+    );
+}
