@@ -20,7 +20,9 @@ fn keys_config_reads() -> BTreeSet<String> {
         // Enough for every required key to pass, so every later key is asked too.
         Some(
             match k {
-                "GRANARY_ITEM_RECORDS" | "GRANARY_INGEST_CONTAINER_STEP" => "on",
+                "GRANARY_ITEM_RECORDS"
+                | "GRANARY_INGEST_CONTAINER_STEP"
+                | "GRANARY_ARRAY_WINDOWS" => "on",
                 "GRANARY_INGEST_EZID_URL" => "https://ezid.example",
                 "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
@@ -55,8 +57,8 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
     let keys = keys_config_reads();
     assert!(keys.len() > 30, "{keys:?}");
     let globals = &template.doc["Globals"]["Function"]["Environment"]["Variables"];
-    // The ingest queue's and archive jobs' tunables are set on the functions that use them, not
-    // for every function.
+    // The feeder's, the ingest queue's and archive jobs' tunables are set on the functions that
+    // use them, not for every function.
     let own = |f: &str, key: &str| {
         template.doc["Resources"][f]["Properties"]["Environment"]["Variables"][key].clone()
     };
@@ -68,6 +70,7 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
         }
         let value = [
             globals[key.as_str()].clone(),
+            own("QueueFeederFunction", key),
             own("IngestDispatcherFunction", key),
             own("ArchiveDispatcherFunction", key),
             own("ArchiveTaskFunction", key),

@@ -113,9 +113,18 @@ pub enum Scenario {
     /// succeeds before the feeder's schedule comes round, so every record the backfill loop would
     /// make meets a granule further on than the record says (what chaos found in CI).
     RetryBeforeRecords,
+    /// The backfill with array windows: the window is one array job, each child's end is
+    /// handled from the window claim, the parent's end routes nothing.
+    FeederArray,
+    /// As above with every event lost: the reconciler describes each child `<parent>:<index>`
+    /// and closes the window.
+    ReconcilerArrayWindow,
+    /// The array window's children ended: the monitor handles a child's event (its granule read
+    /// from the window claim).
+    MonitorArrayChild,
 }
 
-pub const ALL: [Scenario; 29] = [
+pub const ALL: [Scenario; 32] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -145,6 +154,9 @@ pub const ALL: [Scenario; 29] = [
     Scenario::RedriveEvents,
     Scenario::MonitorBeforeRecords,
     Scenario::RetryBeforeRecords,
+    Scenario::FeederArray,
+    Scenario::ReconcilerArrayWindow,
+    Scenario::MonitorArrayChild,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -349,6 +361,8 @@ pub struct World {
     pub poison: bool,
     /// What each function's calls needed.
     pub logs: BTreeMap<Function, Arc<AccessLog>>,
+    /// Whether the feeder submits its windows as array jobs (`GRANARY_ARRAY_WINDOWS`).
+    pub array: bool,
 }
 
 pub fn world(scenario: Scenario) -> World {
@@ -421,7 +435,10 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::ReconcilerWindow
             | Scenario::ReconcilerWindowRecordsLate
             | Scenario::MonitorBeforeRecords
-            | Scenario::RetryBeforeRecords => BACKFILL.to_vec(),
+            | Scenario::RetryBeforeRecords
+            | Scenario::FeederArray
+            | Scenario::ReconcilerArrayWindow
+            | Scenario::MonitorArrayChild => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -445,6 +462,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerLostAnswer
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
+                | Scenario::ReconcilerArrayWindow
         ),
         feeder: matches!(
             scenario,
@@ -456,6 +474,9 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerWindowRecordsLate
                 | Scenario::MonitorBeforeRecords
                 | Scenario::RetryBeforeRecords
+                | Scenario::FeederArray
+                | Scenario::ReconcilerArrayWindow
+                | Scenario::MonitorArrayChild
         ),
         feeder_from_round: match scenario {
             Scenario::MonitorBeforeRecords => 2,
@@ -472,6 +493,10 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::CorruptRecord
         ),
         logs,
+        array: matches!(
+            scenario,
+            Scenario::FeederArray | Scenario::ReconcilerArrayWindow | Scenario::MonitorArrayChild
+        ),
     }
 }
 
@@ -484,6 +509,7 @@ impl World {
         let mut imp = self.imp.clone();
         imp.config = function_config(f);
         imp.config.layout.track_items = self.records;
+        imp.config.feeder.array_windows = self.array;
         if imp.config.jobs.is_none() {
             imp.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
         }
@@ -563,6 +589,16 @@ pub async fn finish_jobs(w: &World) -> u64 {
                 .unwrap();
         }
         finished += 1;
+    }
+    // An array's parent ends once its children have; its event routes nothing.
+    for detail in w.jobs.end_array_parents() {
+        if !w.lose_events {
+            let event = job_state_change(&detail);
+            w.events
+                .send(granary::ports::OutgoingMessage::new(event.to_string()))
+                .await
+                .unwrap();
+        }
     }
     finished
 }
@@ -915,7 +951,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
         | MonitorBeforeRecords
-        | RetryBeforeRecords => {
+        | RetryBeforeRecords
+        | FeederArray
+        | ReconcilerArrayWindow
+        | MonitorArrayChild => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -951,7 +990,20 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     .unwrap();
                 c.retry_queue.send(handed).await.unwrap();
             }
-            if scenario == ReconcilerWindow {
+            if scenario == MonitorArrayChild {
+                let fed = feeder::run(
+                    &w.as_fn(Function::Feeder),
+                    feeder::FeederEvent {
+                        granule_submit_count: 10,
+                    },
+                )
+                .await
+                .unwrap();
+                assert_eq!(fed.submitted, BACKFILL.len() as u64);
+                assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+            }
+            if matches!(scenario, ReconcilerWindow | ReconcilerArrayWindow) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
                     feeder::FeederEvent {
@@ -1129,17 +1181,20 @@ pub async fn prepare(w: &World, scenario: Scenario) {
 pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow => Some(Function::Feeder),
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray => {
+            Some(Function::Feeder)
+        }
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords => Some(Function::Monitor),
+        | RetryBeforeRecords | MonitorArrayChild => Some(Function::Monitor),
         Reconciler
         | ReconcilerRetryable
         | ReconcilerLostAnswer
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
+        | ReconcilerArrayWindow
         | SweeperProcessing
         | SweeperDownload
         | CorruptRecord => Some(Function::Sweeper),
@@ -1162,7 +1217,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         got.into_iter().next().unwrap()
     };
     let (queue, message) = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow => {
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray => {
             // Three rows: the first inventory's two, then one of the second (a second window,
             // its file opened and the rest of it mapped for the next run).
             let count = if scenario == FeederTwoInventories {
@@ -1207,7 +1262,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerRetryable
         | ReconcilerLostAnswer
         | ReconcilerWindow
-        | ReconcilerWindowRecordsLate => {
+        | ReconcilerWindowRecordsLate
+        | ReconcilerArrayWindow => {
             // The pass runs a day later: ListJobs shows every job by then.
             w.jobs.catch_up_listing();
             let _ = reconciler::reconcile(c, later).await;
@@ -1268,7 +1324,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords => (w.events.clone(), take(w.events.clone()).await),
+        | RetryBeforeRecords | MonitorArrayChild => {
+            (w.events.clone(), take(w.events.clone()).await)
+        }
     };
     let ok = match scenario {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {

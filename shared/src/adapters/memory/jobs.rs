@@ -164,6 +164,45 @@ impl MemoryJobRunner {
         Some(detail)
     }
 
+    /// Ends every array parent whose children have all ended, as Batch does (AWS Batch user
+    /// guide, "Array jobs"): SUCCEEDED when every child did, else FAILED ("Array Child Job
+    /// failed"), with no attempts and its children counted by status. Returns their details.
+    pub fn end_array_parents(&self) -> Vec<serde_json::Value> {
+        let jobs = self.lock().clone();
+        let mut ended = Vec::new();
+        for (request, parent) in jobs
+            .iter()
+            .filter(|(r, s)| is_array_parent(r, s) && !s.status.is_terminal())
+        {
+            let prefix = format!("{}:", parent.job_id);
+            let children: Vec<JobStatus> = jobs
+                .iter()
+                .filter(|(_, s)| s.job_id.starts_with(&prefix))
+                .map(|(_, s)| s.status)
+                .collect();
+            if children.is_empty() || !children.iter().all(|s| s.is_terminal()) {
+                continue;
+            }
+            let failed = children.iter().filter(|s| **s == JobStatus::Failed).count();
+            let status = if failed == 0 {
+                JobStatus::Succeeded
+            } else {
+                JobStatus::Failed
+            };
+            let mut detail = JobDescription::of_request(parent.clone(), request, "memory").detail;
+            detail["status"] = status.as_str().into();
+            detail["arrayProperties"]["statusSummary"] = serde_json::json!({
+                "SUCCEEDED": children.len() - failed, "FAILED": failed,
+            });
+            if failed > 0 {
+                detail["statusReason"] = "Array Child Job failed".into();
+            }
+            self.finish(&parent.job_id, status, detail.clone());
+            ended.push(detail);
+        }
+        ended
+    }
+
     /// The job ended as `detail` (a JobDetail as DescribeJobs returns it) says.
     pub fn finish(&self, job_id: &str, status: JobStatus, detail: serde_json::Value) {
         self.set_status(job_id, status);
