@@ -331,7 +331,12 @@ impl BatchSimulator {
     pub async fn sweep(&mut self) -> Result<usize> {
         let mut found = 0;
         for id in self.ledger.finished().await? {
-            if !self.seen.contains(&id_hash(&id)) {
+            // An array's children were played with their parent. (Batch's ListJobs lists them
+            // only when asked by `arrayJobId`; moto 5.2.5 lists them with the queue's jobs.)
+            let played_with_parent = id
+                .rsplit_once(':')
+                .is_some_and(|(parent, _)| self.seen.contains(&id_hash(parent)));
+            if !played_with_parent && !self.seen.contains(&id_hash(&id)) {
                 self.submissions.push(id);
                 found += 1;
             }
@@ -419,9 +424,15 @@ impl BatchSimulator {
                 Route::FailureDlq => self.stats.dead_letter_bound += 1,
             }
             if self.keep_plan {
+                // A child is named by its array's name and its index: a window submitted twice
+                // would show as two jobs of one name, as two single jobs of one name do.
+                let job_name = match &f.array {
+                    Some(ArrayPlace::Child { index, .. }) => format!("{}:{index}", f.job_name),
+                    _ => f.job_name.clone(),
+                };
                 self.planned.push(PlannedJob {
                     job_id: f.job_id.clone(),
-                    job_name: f.job_name.clone(),
+                    job_name,
                     granule_id: f.granule_id.clone(),
                     attempt: f.attempt,
                     batch_attempts: fate.ends.len(),

@@ -21,14 +21,14 @@ async fn run(array: bool, plan: FaultPlan) -> Run {
         env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "true".to_owned()));
     }
     let mut spec = CampaignSpec {
-        granules: 1_200,
+        granules: 600,
         inventories: 2,
         submit_limit: Some(50),
         plan,
         env,
         ..CampaignSpec::default()
     };
-    spec.runner.granule_submit_count = 300;
+    spec.runner.granule_submit_count = 150;
     spec.runner.feeder_interval = Duration::from_millis(20);
     spec.runner.deadline = Duration::from_secs(300);
     let mut campaign = Campaign::in_memory(&spec).await.unwrap();
@@ -45,7 +45,7 @@ async fn run(array: bool, plan: FaultPlan) -> Run {
 }
 
 fn assert_whole(name: &str, r: &chaos::ChaosReport) {
-    assert_eq!(r.granules, 1_200, "{name}");
+    assert_eq!(r.granules, 600, "{name}");
     assert_eq!(r.unaccounted, 0, "{name}: {r:?}");
     assert_eq!(r.succeeded + r.dead_lettered, r.granules, "{name}: {r:?}");
     assert_eq!(r.duplicate_submissions, 0, "{name}: {r:?}");
@@ -73,9 +73,9 @@ async fn array_windows_end_every_granule_as_single_jobs_do_with_a_call_per_windo
         array.report.dead_lettered > 0,
         "the plan fails some granules"
     );
-    // First attempts: 4 windows of 300 rows, each one array. Later attempts are single jobs.
+    // First attempts: 4 windows of 150 rows, each one array. Later attempts are single jobs.
     assert_eq!(array.arrays, 4, "one array per window");
-    let retries = single.accepted - 1_200;
+    let retries = single.accepted - 600;
     assert_eq!(array.accepted, 4 + retries, "{} calls", array.accepted);
     assert_eq!(
         (single.refused, array.refused),

@@ -1,0 +1,165 @@
+//! Array-job windows against the emulator, through the real SDK: the feeder submits a window as
+//! one SubmitJob with `arrayProperties.size`, Batch's DescribeJobs answers for each child
+//! `<parent>:<index>` with the parent's environment and the child's index, the reference
+//! container wrapper (`container/array_child.py`) run with a child's environment names the
+//! child's granule from the window claim in S3, and the job monitor handles a child's end as
+//! DescribeJobs gives it.
+
+use granary::domain::window::WindowClaim;
+use granary::handlers::monitor::{self, MonitorOutcome};
+use granary::repositories::read_json;
+use granary_tests::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The emulator's Python (it has boto3, which the wrapper uses).
+fn python() -> PathBuf {
+    let p = std::env::var_os("GRANARY_EMULATOR_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv/bin/python"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `scripts/emulator.sh install` (make test does)",
+        p.display()
+    );
+    p
+}
+
+/// Runs the wrapper as Batch would start child `index`: the job's environment plus
+/// AWS_BATCH_JOB_ARRAY_INDEX; the command prints the granule and attempt it was given.
+fn run_child(environment: &[(String, String)], index: Option<u32>) -> (i32, String, String) {
+    let mut cmd = Command::new(python());
+    cmd.arg(root().join("container/array_child.py"))
+        .args(["sh", "-c", "printf '%s %s' \"$GRANULE_ID\" \"$ATTEMPT\""])
+        .env_remove("GRANULE_ID")
+        .env_remove("GRANARY_WINDOW_CLAIM")
+        .env_remove("AWS_BATCH_JOB_ARRAY_INDEX");
+    for (k, v) in environment {
+        cmd.env(k, v);
+    }
+    if let Some(i) = index {
+        cmd.env("AWS_BATCH_JOB_ARRAY_INDEX", i.to_string());
+    }
+    let out = cmd.output().expect("running container/array_child.py");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_claim() {
+    let s = stack("array", 2, &[("GRANARY_ARRAY_WINDOWS", "on")]).await;
+    let granules = ids(25, "AR");
+    put_inventory(
+        s.ctx.store.as_ref(),
+        "inventories/2024-01.parquet",
+        &granules,
+        &small_layout(),
+    )
+    .await;
+    let out = feed(&s.ctx, 25).await;
+    assert_eq!((out.submitted, out.stopped.clone()), (25, None), "{out:?}");
+    let jobs = all_jobs(&s).await;
+    let parents: Vec<&(String, String)> = jobs.iter().filter(|(_, id)| !id.contains(':')).collect();
+    assert_eq!(parents.len(), 1, "one SubmitJob for the window: {jobs:?}");
+
+    let key = granary::domain::layout::claims::window_key(
+        &s.ctx.config.layout.claim_prefix,
+        "inventories/2024-01.parquet",
+        0,
+    );
+    let claim = read_json::<WindowClaim>(s.ctx.store.as_ref(), &key)
+        .await
+        .unwrap()
+        .expect("the window claim")
+        .value;
+    assert!(claim.array);
+    let parent = claim.array_job_id.clone().expect("the array recorded");
+    assert_eq!(parents[0].1, parent);
+
+    // DescribeJobs of the parent and of each child, by id.
+    let mut ids: Vec<String> = vec![parent.clone()];
+    ids.extend((0..25).map(|i| format!("{parent}:{i}")));
+    let described = s.ctx.jobs.describe_many(&ids).await.unwrap();
+    assert_eq!(described.len(), 26, "the parent and its 25 children");
+    let of = |id: &str| {
+        described
+            .iter()
+            .find(|d| d.summary.job_id == id)
+            .unwrap_or_else(|| panic!("{id} not described"))
+    };
+    assert_eq!(of(&parent).detail["arrayProperties"]["size"], 25);
+
+    // Each child, started as Batch starts it, processes its own granule.
+    for i in [0u32, 13, 24] {
+        let child = of(&format!("{parent}:{i}"));
+        // AWS's JobDetail of a child has `arrayProperties.index` (the published children 04,
+        // 05 and 11 do); moto 5.2.5 leaves it out. Either way the job id ends `:index`, which
+        // the monitor reads when the field is missing.
+        let index = child.detail["arrayProperties"]["index"].as_u64();
+        assert!(
+            index.is_none_or(|n| n == u64::from(i)),
+            "{:?}",
+            child.detail
+        );
+        assert_eq!(
+            granary::domain::job_end::child_index(&child.summary.job_id),
+            Some(i)
+        );
+        let env: Vec<(String, String)> = child.detail["container"]["environment"]
+            .as_array()
+            .expect("the child's environment")
+            .iter()
+            .map(|kv| {
+                (
+                    kv["name"].as_str().unwrap().to_owned(),
+                    kv["value"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let (code, stdout, stderr) = run_child(&env, Some(i));
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(stdout, format!("{} 1", granules[i as usize]), "{stderr}");
+    }
+    // A child whose index the claim does not have, and one without an index, exit non-zero
+    // with the reason.
+    let env: Vec<(String, String)> = vec![(
+        "GRANARY_WINDOW_CLAIM".into(),
+        format!("s3://{}/{key}", s.ctx.config.layout.bucket),
+    )];
+    let (code, _, stderr) = run_child(&env, Some(25));
+    assert_eq!(code, 65, "{stderr}");
+    assert!(stderr.contains("none at index 25"), "{stderr}");
+    let (code, _, stderr) = run_child(&env, None);
+    assert_eq!(code, 64, "{stderr}");
+
+    // The emulator's Batch ends a job as it is submitted (moto): the monitor handles a child's
+    // end from DescribeJobs as its event, the granule read from the claim.
+    if s.stack.batch {
+        let child = of(&format!("{parent}:7")).clone();
+        assert!(child.summary.status.is_terminal(), "{:?}", child.summary);
+        let outcome = monitor::described_job(&s.ctx, child, "test").await.unwrap();
+        assert!(
+            matches!(
+                outcome,
+                Some(MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. })
+            ),
+            "{outcome:?}"
+        );
+        let logged = keys(s.ctx.store.as_ref(), &s.ctx.config.layout.log_prefix).await;
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(logged[0].contains(&granules[7]), "{logged:?}");
+        // The parent's own description routes nothing.
+        let parent_description = of(&parent).clone();
+        let outcome = monitor::described_job(&s.ctx, parent_description, "test")
+            .await
+            .unwrap();
+        assert_eq!(outcome, None);
+    }
+}
