@@ -21,6 +21,15 @@ pub(crate) struct CampaignFigures {
     pub(crate) granules: usize,
     pub(crate) ports: &'static str,
     pub(crate) item_records: bool,
+    /// Each window of first attempts submitted as one array job (`GRANARY_ARRAY_WINDOWS`).
+    pub(crate) array_windows: bool,
+    /// SubmitJob calls the Batch twin accepted in a second (`None`: no limit).
+    pub(crate) submit_limit_per_sec: Option<usize>,
+    /// SubmitJob calls made (refused ones too), in all and per granule.
+    pub(crate) submit_job_calls: u64,
+    pub(crate) submit_job_calls_per_granule: f64,
+    /// Array jobs the simulator played (each window of first attempts, in array mode).
+    pub(crate) array_jobs: u64,
     pub(crate) feeder_interval_ms: u64,
     pub(crate) granule_submit_count: u64,
     pub(crate) wall_secs: f64,
@@ -41,19 +50,35 @@ pub(crate) struct CampaignFigures {
     pub(crate) batch_calls_per_granule: f64,
     pub(crate) lambda_invocations_per_granule: f64,
     pub(crate) lambda_gb_s_per_granule: f64,
-    pub(crate) cost_per_million_usd: f64,
+    /// granary's own cost per million granules at the list prices above (Lambda, S3, SQS).
+    pub(crate) dollars_per_million: f64,
     /// The bench process's peak resident set (VmHWM) so far: campaigns run one after another in
     /// one process, so a later campaign's figure is at least an earlier one's.
     pub(crate) peak_rss_mib: f64,
 }
 
-pub(crate) async fn campaign(
-    sizes: Vec<usize>,
-    in_memory: bool,
-    json: bool,
-    feeder_interval_ms: u64,
-    granule_submit_count: u64,
-) -> Result<()> {
+/// How a benchmark campaign runs (the `campaign` subcommand's options).
+pub(crate) struct CampaignOptions {
+    pub(crate) in_memory: bool,
+    pub(crate) json: bool,
+    pub(crate) feeder_interval_ms: u64,
+    pub(crate) granule_submit_count: u64,
+    pub(crate) array_windows: bool,
+    pub(crate) item_records: bool,
+    /// The Batch twin's SubmitJob quota, calls a second (in-memory only; 0: none).
+    pub(crate) submit_limit: usize,
+    /// What submitters pace themselves to (`GRANARY_SUBMIT_JOB_RATE`; 0: unpaced).
+    pub(crate) submit_rate: f64,
+}
+
+pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()> {
+    let CampaignOptions {
+        in_memory,
+        json,
+        feeder_interval_ms,
+        granule_submit_count,
+        ..
+    } = o;
     use granary_local::campaign::{Campaign, CampaignSpec};
     let config = load_sdk_config().await;
     let clients = AwsClients::new(&config);
@@ -63,6 +88,8 @@ pub(crate) async fn campaign(
         "granules",
         "ports",
         "item records",
+        "windows",
+        "SubmitJob / granule",
         "wall s",
         "granules/s",
         "S3 GET",
@@ -75,8 +102,24 @@ pub(crate) async fn campaign(
         "$ per million granules",
     ]);
     for n in sizes {
+        let mut env = vec![(
+            "GRANARY_ITEM_RECORDS".to_owned(),
+            if o.item_records { "on" } else { "off" }.to_owned(),
+        )];
+        if o.array_windows {
+            env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "on".to_owned()));
+        }
+        if o.submit_rate > 0.0 {
+            env.push((
+                "GRANARY_SUBMIT_JOB_RATE".to_owned(),
+                o.submit_rate.to_string(),
+            ));
+        }
+        let submit_limit = (in_memory && o.submit_limit > 0).then_some(o.submit_limit);
         let mut spec = CampaignSpec {
             granules: n,
+            env,
+            submit_limit,
             ..CampaignSpec::default()
         };
         spec.runner.feeder_interval = Duration::from_millis(feeder_interval_ms);
@@ -125,6 +168,7 @@ pub(crate) async fn campaign(
             (p.feeder_time + p.monitor_time + p.requeuer_time).as_secs_f64() / n as f64;
         let gb_s = handler_secs * prices::LAMBDA_MEMORY_GB;
         let batch = d(6);
+        let submits = after[7] - before[7];
         let per_granule = invocations * prices::LAMBDA_REQUEST
             + gb_s * prices::LAMBDA_GB_SECOND
             + (put + list + copy) * prices::S3_PUT
@@ -136,6 +180,11 @@ pub(crate) async fn campaign(
             granules: n,
             ports: if in_memory { "in-memory" } else { "emulator" },
             item_records: c.runtime.ctx.config.layout.track_items,
+            array_windows: c.runtime.ctx.config.feeder.array_windows,
+            submit_limit_per_sec: submit_limit,
+            submit_job_calls: submits,
+            submit_job_calls_per_granule: submits as f64 / n as f64,
+            array_jobs: c.runtime.simulator.stats.arrays,
             feeder_interval_ms,
             granule_submit_count,
             wall_secs: wall,
@@ -154,7 +203,7 @@ pub(crate) async fn campaign(
             batch_calls_per_granule: batch,
             lambda_invocations_per_granule: invocations,
             lambda_gb_s_per_granule: gb_s,
-            cost_per_million_usd: per_granule * 1e6,
+            dollars_per_million: per_granule * 1e6,
             peak_rss_mib: peak_rss_kib() as f64 / 1024.0,
         };
         if json {
@@ -169,6 +218,13 @@ pub(crate) async fn campaign(
                 "off"
             }
             .to_owned(),
+            if o.array_windows {
+                "arrays"
+            } else {
+                "single jobs"
+            }
+            .to_owned(),
+            format!("{:.4}", submits as f64 / n as f64),
             format!("{wall:.0}"),
             format!("{:.1}", n as f64 / wall),
             format!("{get:.2}"),

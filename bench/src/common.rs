@@ -22,7 +22,7 @@ pub(crate) fn process_cpu_secs() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
-pub(crate) fn snapshot_all(c: &RequestCounts) -> [u64; 7] {
+pub(crate) fn snapshot_all(c: &RequestCounts) -> [u64; 8] {
     [
         c.s3_get.load(Ordering::Relaxed),
         c.s3_put.load(Ordering::Relaxed),
@@ -31,6 +31,7 @@ pub(crate) fn snapshot_all(c: &RequestCounts) -> [u64; 7] {
         c.s3_delete.load(Ordering::Relaxed),
         c.sqs_total(),
         c.batch_calls.load(Ordering::Relaxed),
+        c.batch_submits.load(Ordering::Relaxed),
     ]
 }
 

@@ -85,6 +85,20 @@ enum Command {
         /// Granules per feeder run (the schedule's granule_submit_count).
         #[arg(long, default_value_t = 200)]
         granule_submit_count: u64,
+        /// Submit each window of first attempts as one array job (GRANARY_ARRAY_WINDOWS).
+        #[arg(long)]
+        array_windows: bool,
+        /// Keep item records (GRANARY_ITEM_RECORDS): on or off.
+        #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+        item_records: String,
+        /// The in-memory Batch refuses SubmitJob past this many calls a second, as Batch does
+        /// past the account's 50 (0: no limit). In-memory runs only.
+        #[arg(long, default_value_t = 50)]
+        submit_limit: usize,
+        /// SubmitJob calls a second each submitter paces itself to (GRANARY_SUBMIT_JOB_RATE;
+        /// 0: unpaced).
+        #[arg(long, default_value_t = 40.0)]
+        submit_rate: f64,
     },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
@@ -142,13 +156,23 @@ async fn main() -> Result<()> {
             json,
             feeder_interval_ms,
             granule_submit_count,
+            array_windows,
+            item_records,
+            submit_limit,
+            submit_rate,
         } => {
             campaign(
                 granules,
-                in_memory,
-                json,
-                feeder_interval_ms,
-                granule_submit_count,
+                CampaignOptions {
+                    in_memory,
+                    json,
+                    feeder_interval_ms,
+                    granule_submit_count,
+                    array_windows,
+                    item_records: item_records == "on",
+                    submit_limit,
+                    submit_rate,
+                },
             )
             .await
         }

@@ -20,6 +20,8 @@ pub struct RequestCounts {
     pub sqs_other: AtomicU64,
     /// Batch API calls (SubmitJob, ListJobs, DescribeJobs; a paginated listing counts once).
     pub batch_calls: AtomicU64,
+    /// SubmitJob calls among them (refused ones too: each is a call against the quota).
+    pub batch_submits: AtomicU64,
 }
 
 impl RequestCounts {
@@ -69,7 +71,11 @@ impl Tap for RequestCounts {
             Op::QueueReceive => add(&self.sqs_receive, 1),
             Op::QueueDelete => add(&self.sqs_delete, 1),
             Op::QueueRelease | Op::QueueDepth => add(&self.sqs_other, 1),
-            Op::JobSubmit | Op::JobList | Op::JobDescribe => add(&self.batch_calls, 1),
+            Op::JobSubmit => {
+                add(&self.batch_calls, 1);
+                add(&self.batch_submits, 1);
+            }
+            Op::JobList | Op::JobDescribe => add(&self.batch_calls, 1),
             Op::SourceList
             | Op::SourceOpen
             | Op::RemoteSize
