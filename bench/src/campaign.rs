@@ -64,7 +64,8 @@ pub(crate) struct CampaignOptions {
     pub(crate) feeder_interval_ms: u64,
     pub(crate) granule_submit_count: u64,
     pub(crate) array_windows: bool,
-    pub(crate) item_records: bool,
+    /// `Some`: set GRANARY_ITEM_RECORDS; `None`: the environment's.
+    pub(crate) item_records: Option<bool>,
     /// The Batch twin's SubmitJob quota, calls a second (in-memory only; 0: none).
     pub(crate) submit_limit: usize,
     /// What submitters pace themselves to (`GRANARY_SUBMIT_JOB_RATE`; 0: unpaced).
@@ -102,10 +103,13 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         "$ per million granules",
     ]);
     for n in sizes {
-        let mut env = vec![(
-            "GRANARY_ITEM_RECORDS".to_owned(),
-            if o.item_records { "on" } else { "off" }.to_owned(),
-        )];
+        let mut env = Vec::new();
+        if let Some(on) = o.item_records {
+            env.push((
+                "GRANARY_ITEM_RECORDS".to_owned(),
+                if on { "on" } else { "off" }.to_owned(),
+            ));
+        }
         if o.array_windows {
             env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "on".to_owned()));
         }

@@ -88,9 +88,10 @@ enum Command {
         /// Submit each window of first attempts as one array job (GRANARY_ARRAY_WINDOWS).
         #[arg(long)]
         array_windows: bool,
-        /// Keep item records (GRANARY_ITEM_RECORDS): on or off.
-        #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-        item_records: String,
+        /// Keep item records (GRANARY_ITEM_RECORDS): on or off (default: the environment's
+        /// GRANARY_ITEM_RECORDS, else on).
+        #[arg(long, value_parser = ["on", "off"])]
+        item_records: Option<String>,
         /// The in-memory Batch refuses SubmitJob past this many calls a second, as Batch does
         /// past the account's 50 (0: no limit). In-memory runs only.
         #[arg(long, default_value_t = 50)]
@@ -169,7 +170,7 @@ async fn main() -> Result<()> {
                     feeder_interval_ms,
                     granule_submit_count,
                     array_windows,
-                    item_records: item_records == "on",
+                    item_records: item_records.map(|v| v == "on"),
                     submit_limit,
                     submit_rate,
                 },

@@ -164,11 +164,11 @@ impl JobRunner for BatchJobRunner {
                     .build(),
             )
             .set_parameters(Some(request.parameters.into_iter().collect()))
-            .set_array_properties(
-                request
-                    .array_size
-                    .map(|size| ArrayProperties::builder().size(size as i32).build()),
-            )
+            .set_array_properties(request.array_size.map(|size| {
+                ArrayProperties::builder()
+                    .size(i32::try_from(size).unwrap_or(i32::MAX))
+                    .build()
+            }))
             // SubmitJob has no idempotency token: an SDK retry after a lost answer would create a
             // second job. One attempt only; granary decides what follows (see `state::submit_once`).
             .customize()
@@ -223,13 +223,11 @@ impl JobRunner for BatchJobRunner {
                 }
                 // ListJobs lists an array's parent, not its children (those only with
                 // `arrayJobId`): a parent counts as its children not yet ended.
-                let n: u64 = listed.iter().map(jobs_counted).sum();
-                if n > 0 {
-                    *active
-                        .by_status
-                        .entry(status.as_str().to_owned())
-                        .or_default() += n;
-                    active.total += n;
+                for job in &listed {
+                    for (child_status, n) in jobs_counted(job, status) {
+                        *active.by_status.entry(child_status).or_default() += n;
+                        active.total += n;
+                    }
                 }
                 if active.total >= stop_at {
                     break;
@@ -329,24 +327,72 @@ impl JobRunner for BatchJobRunner {
     }
 }
 
-/// How many jobs a ListJobs entry stands for: one, or an unfinished array parent's children
-/// not yet SUCCEEDED or FAILED (its `statusSummary`, else its `size`; ArrayPropertiesSummary,
-/// AWS Batch API Reference).
-fn jobs_counted(j: &aws_sdk_batch::types::JobSummary) -> u64 {
+/// The unfinished jobs a ListJobs entry listed under `listed_as` stands for, by status: itself,
+/// or an array parent's children not yet SUCCEEDED or FAILED, by their own status from the
+/// parent's `statusSummary` (else all of its `size` under the parent's status). A parent is only
+/// ever SUBMITTED, PENDING, SUCCEEDED or FAILED ("Array jobs", AWS Batch User Guide), and
+/// ListJobs shows children only when asked by `arrayJobId` (ListJobs, AWS Batch API
+/// Reference), so counting parents this way counts each child once.
+fn jobs_counted(j: &aws_sdk_batch::types::JobSummary, listed_as: JobStatus) -> Vec<(String, u64)> {
     let Some(array) = j.array_properties().filter(|a| a.size().is_some()) else {
-        return 1;
+        return vec![(listed_as.as_str().to_owned(), 1)];
     };
     let size = u64::try_from(array.size().unwrap_or(1)).unwrap_or(1);
-    match array.status_summary().filter(|s| !s.is_empty()) {
-        Some(summary) => {
-            let ended: u64 = ["SUCCEEDED", "FAILED"]
-                .iter()
-                .filter_map(|s| summary.get(*s))
-                .map(|n| u64::try_from(*n).unwrap_or(0))
-                .sum();
-            size.saturating_sub(ended).max(1)
+    let Some(summary) = array.status_summary().filter(|s| !s.is_empty()) else {
+        return vec![(listed_as.as_str().to_owned(), size)];
+    };
+    JobStatus::ACTIVE
+        .iter()
+        .filter_map(|s| {
+            let n = u64::try_from(*summary.get(s.as_str())?).ok()?;
+            (n > 0).then(|| (s.as_str().to_owned(), n))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod counting_tests {
+    use super::*;
+    use aws_sdk_batch::types::{ArrayPropertiesSummary, JobSummary as SdkSummary};
+
+    fn parent(summary: &[(&str, i32)]) -> SdkSummary {
+        let mut array = ArrayPropertiesSummary::builder().size(100);
+        for (k, v) in summary {
+            array = array.status_summary(*k, *v);
         }
-        None => size,
+        SdkSummary::builder()
+            .job_id("p")
+            .job_name("w")
+            .array_properties(array.build())
+            .build()
+    }
+
+    #[test]
+    fn an_array_parent_counts_as_its_unfinished_children_by_their_status() {
+        let single = SdkSummary::builder().job_id("j").job_name("g").build();
+        assert_eq!(
+            jobs_counted(&single, JobStatus::Runnable),
+            vec![("RUNNABLE".to_owned(), 1)]
+        );
+        let p = parent(&[
+            ("SUCCEEDED", 60),
+            ("FAILED", 5),
+            ("RUNNING", 30),
+            ("RUNNABLE", 5),
+        ]);
+        let mut counted = jobs_counted(&p, JobStatus::Pending);
+        counted.sort();
+        assert_eq!(
+            counted,
+            vec![("RUNNABLE".to_owned(), 5), ("RUNNING".to_owned(), 30)]
+        );
+        // Without a summary yet, every child is counted under the parent's status.
+        assert_eq!(
+            jobs_counted(&parent(&[]), JobStatus::Submitted),
+            vec![("SUBMITTED".to_owned(), 100)]
+        );
+        // Every child ended: nothing is active.
+        assert!(jobs_counted(&parent(&[("SUCCEEDED", 100)]), JobStatus::Pending).is_empty());
     }
 }
 
