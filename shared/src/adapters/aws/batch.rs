@@ -350,6 +350,32 @@ fn jobs_counted(j: &aws_sdk_batch::types::JobSummary, listed_as: JobStatus) -> V
         .collect()
 }
 
+/// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
+/// implemented (HTTP 501, as LocalStack's free edition answers) means no; any other failure (the
+/// endpoint down, bad credentials) is an error, never read as "no Batch". Real AWS always has it;
+/// `granary status` asks so that it can still report on an emulator without Batch.
+pub async fn endpoint_has_batch(client: &aws_sdk_batch::Client) -> Result<bool, JobRunnerError> {
+    match client.describe_compute_environments().send().await {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            let status = e.raw_response().map(|r| r.status().as_u16());
+            let text = aws_sdk_batch::error::DisplayErrorContext(&e)
+                .to_string()
+                .to_lowercase();
+            if status == Some(501)
+                || text.contains("not implemented")
+                || text.contains("not yet been emulated")
+            {
+                Ok(false)
+            } else {
+                Err(JobRunnerError::refused(format!(
+                    "asking the endpoint whether it has AWS Batch: {text}"
+                )))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod counting_tests {
     use super::*;
@@ -393,31 +419,5 @@ mod counting_tests {
         );
         // Every child ended: nothing is active.
         assert!(jobs_counted(&parent(&[("SUCCEEDED", 100)]), JobStatus::Pending).is_empty());
-    }
-}
-
-/// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
-/// implemented (HTTP 501, as LocalStack's free edition answers) means no; any other failure (the
-/// endpoint down, bad credentials) is an error, never read as "no Batch". Real AWS always has it;
-/// `granary status` asks so that it can still report on an emulator without Batch.
-pub async fn endpoint_has_batch(client: &aws_sdk_batch::Client) -> Result<bool, JobRunnerError> {
-    match client.describe_compute_environments().send().await {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let status = e.raw_response().map(|r| r.status().as_u16());
-            let text = aws_sdk_batch::error::DisplayErrorContext(&e)
-                .to_string()
-                .to_lowercase();
-            if status == Some(501)
-                || text.contains("not implemented")
-                || text.contains("not yet been emulated")
-            {
-                Ok(false)
-            } else {
-                Err(JobRunnerError::refused(format!(
-                    "asking the endpoint whether it has AWS Batch: {text}"
-                )))
-            }
-        }
     }
 }
