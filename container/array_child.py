@@ -11,16 +11,23 @@ written for single jobs (GRANULE_ID, ATTEMPT) runs unchanged as an array's child
     ENTRYPOINT ["python3", "/granary/array_child.py"]
     CMD ["/usr/local/bin/process-granule"]
 
-Without GRANARY_WINDOW_CLAIM (a single job) the command runs as it is. The job role needs
-s3:GetObject on the claims (the template's JobRole grants claims/windows/*). Exit codes: the
-command's own; 64 when the environment is not a window child's, 65 when the claim has no granule
-at the index, 66 when the claim cannot be read (after boto3's retries). Each is a non-zero exit:
-the job monitor dead-letters the granule with the reason this wrapper prints.
+Without GRANARY_WINDOW_CLAIM (a single job) the command runs as it is. The image needs
+python3 and boto3; the job role needs s3:GetObject on the claims (the template's JobRole grants
+claims/windows/*; without s3:ListBucket a missing claim reads as AccessDenied). Exit codes: the
+command's own; 64 when the environment is not a window child's, 65 when the claim is missing or has no
+granule at the index, 66 when S3 would not answer (after boto3's retries, 10 calls unless
+AWS_MAX_ATTEMPTS says otherwise), which the template's
+RetryStrategy retries as the cloud's failure. 64 and 65 are failures of the setup: the job
+monitor dead-letters the granule (the reason printed here is in the job's log stream).
 """
 
 import json
 import os
 import sys
+
+WRONG_ENVIRONMENT = 64
+NO_GRANULE = 65
+CLAIM_UNREADABLE = 66
 
 
 def fail(code, message):
@@ -30,37 +37,56 @@ def fail(code, message):
 
 def window_granule(uri, index):
     if not uri.startswith("s3://") or "/" not in uri[5:]:
-        fail(64, f"GRANARY_WINDOW_CLAIM {uri!r} is not s3://bucket/key")
+        fail(WRONG_ENVIRONMENT, f"GRANARY_WINDOW_CLAIM {uri!r} is not s3://bucket/key")
     bucket, key = uri[5:].split("/", 1)
-    try:
-        import boto3
-        from botocore.config import Config
+    # An image without boto3 is a setup failure, not S3's: it fails here, not as "unreadable".
+    import boto3
+    from botocore.config import Config
 
-        s3 = boto3.client("s3", config=Config(retries={"max_attempts": 10, "mode": "standard"}))
+    from botocore.exceptions import ClientError
+
+    # 10 calls unless AWS_MAX_ATTEMPTS says otherwise (boto3's own variable).
+    attempts = int(os.environ.get("AWS_MAX_ATTEMPTS", "10"))
+    try:
+        s3 = boto3.client(
+            "s3", config=Config(retries={"total_max_attempts": attempts, "mode": "standard"})
+        )
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as e:
+        code = e.response.get("Error", {}).get("Code", "")
+        # No such claim (or, without s3:ListBucket, AccessDenied for one): retrying cannot help.
+        if code in ("NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"):
+            fail(NO_GRANULE, f"window claim {uri} cannot be read ({code}): {e}")
+        fail(CLAIM_UNREADABLE, f"reading window claim {uri}: {e}")
+    except Exception as e:  # S3 would not answer: the cloud's failure, retried by Batch
+        fail(CLAIM_UNREADABLE, f"reading window claim {uri}: {e}")
+    try:
         claim = json.loads(body)
-    except Exception as e:  # the claim could not be read: say why, exit non-zero
-        fail(66, f"reading window claim {uri}: {e}")
-    granules = claim.get("granules")
+    except ValueError as e:
+        fail(NO_GRANULE, f"window claim {uri} is not JSON: {e}")
+    granules = claim.get("granules") if isinstance(claim, dict) else None
     if not isinstance(granules, list) or not 0 <= index < len(granules):
         count = len(granules) if isinstance(granules, list) else 0
-        fail(65, f"window claim {uri} has {count} granules, none at index {index}")
+        fail(NO_GRANULE, f"window claim {uri} has {count} granules, none at index {index}")
     return granules[index]
 
 
 def main(argv):
     if len(argv) < 2:
-        fail(64, "usage: array_child.py COMMAND [ARGS...]")
+        fail(WRONG_ENVIRONMENT, "usage: array_child.py COMMAND [ARGS...]")
     env = dict(os.environ)
     uri = env.get("GRANARY_WINDOW_CLAIM")
     if uri:
         raw = env.get("AWS_BATCH_JOB_ARRAY_INDEX")
-        if raw is None or not raw.isdigit():
-            fail(64, f"GRANARY_WINDOW_CLAIM is set but AWS_BATCH_JOB_ARRAY_INDEX is {raw!r}")
+        if raw is None or not (raw.isascii() and raw.isdigit()):
+            fail(
+                WRONG_ENVIRONMENT,
+                f"GRANARY_WINDOW_CLAIM is set but AWS_BATCH_JOB_ARRAY_INDEX is {raw!r}",
+            )
         env["GRANULE_ID"] = window_granule(uri, int(raw))
         print(f"array_child: child {raw} of {uri} processes {env['GRANULE_ID']}", file=sys.stderr)
     elif "GRANULE_ID" not in env:
-        fail(64, "neither GRANARY_WINDOW_CLAIM nor GRANULE_ID is set")
+        fail(WRONG_ENVIRONMENT, "neither GRANARY_WINDOW_CLAIM nor GRANULE_ID is set")
     sys.stdout.flush()
     try:
         os.execvpe(argv[1], argv[1:], env)

@@ -100,6 +100,8 @@ pub enum ArrayPlace {
 pub struct WindowRef {
     pub claim_key: String,
     pub claim_uri: String,
+    /// The claim's token (`window_token`), which every child carries as its parent does.
+    pub token: Option<String>,
 }
 
 impl ArrayPlace {
@@ -118,7 +120,11 @@ fn window_job_tags(window: &WindowRef, attempt: u32) -> (Value, Value) {
             {"name": "GRANARY_WINDOW_CLAIM", "value": window.claim_uri},
             {"name": "ATTEMPT", "value": attempt.to_string()}
         ]),
-        json!({"window_claim": window.claim_key, "attempt": attempt.to_string()}),
+        match &window.token {
+            Some(token) => json!({"window_claim": window.claim_key, "window_token": token,
+                                  "attempt": attempt.to_string()}),
+            None => json!({"window_claim": window.claim_key, "attempt": attempt.to_string()}),
+        },
     )
 }
 
@@ -281,6 +287,7 @@ pub fn default_retry_strategy(attempts: u32) -> Value {
         "evaluateOnExit": [
             {"onStatusReason": "Host EC2*", "action": "retry"},
             {"onReason": "CannotPullContainerError*", "action": "retry"},
+            {"onExitCode": "66", "action": "retry"},
             {"onReason": "*", "action": "exit"}
         ]
     })
@@ -333,6 +340,7 @@ pub async fn describe_facts(
                     window: WindowRef {
                         claim_key,
                         claim_uri,
+                        token: lookup("window_token", "-"),
                     },
                 }),
                 _ => None,

@@ -374,6 +374,7 @@ impl JobLedger for InMemoryBatch {
                     window: WindowRef {
                         claim_key: key.clone(),
                         claim_uri: uri.clone(),
+                        token: request.parameters.get("window_token").cloned(),
                     },
                 }),
                 _ => None,

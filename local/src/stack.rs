@@ -366,6 +366,12 @@ async fn provision_batch(
         )
         .evaluate_on_exit(
             EvaluateOnExit::builder()
+                .on_exit_code("66")
+                .action(RetryAction::Retry)
+                .build(),
+        )
+        .evaluate_on_exit(
+            EvaluateOnExit::builder()
                 .on_reason("*")
                 .action(RetryAction::Exit)
                 .build(),

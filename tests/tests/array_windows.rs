@@ -138,6 +138,22 @@ async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_c
     assert!(stderr.contains("none at index 25"), "{stderr}");
     let (code, _, stderr) = run_child(&env, None);
     assert_eq!(code, 64, "{stderr}");
+    // A claim that does not exist is the setup's failure (65); S3 not answering is the cloud's
+    // (66, which the job definition's RetryStrategy retries).
+    let missing = vec![(
+        "GRANARY_WINDOW_CLAIM".to_owned(),
+        format!(
+            "s3://{}/claims/windows/none.json",
+            s.ctx.config.layout.bucket
+        ),
+    )];
+    let (code, _, stderr) = run_child(&missing, Some(0));
+    assert_eq!(code, 65, "{stderr}");
+    let mut unreachable = env.clone();
+    unreachable.push(("AWS_ENDPOINT_URL".into(), "http://127.0.0.1:9".into()));
+    unreachable.push(("AWS_MAX_ATTEMPTS".into(), "1".into()));
+    let (code, _, stderr) = run_child(&unreachable, Some(0));
+    assert_eq!(code, 66, "{stderr}");
 
     // The emulator's Batch ends a job as it is submitted (moto): the monitor handles a child's
     // end from DescribeJobs as its event, the granule read from the claim.

@@ -549,6 +549,20 @@ fn the_feeder_runs_alone_on_its_schedule_and_the_logs_are_inventoried_daily() {
         .position(|e| e["OnReason"] == "*" && e["Action"] == "EXIT")
         .expect("everything else exits to granary");
     assert!(pull < rest, "Batch takes the first rule that matches");
+    // The array child's wrapper exits 66 when S3 would not give it its window claim.
+    let claim_unread = rules
+        .iter()
+        .position(|e| e["OnExitCode"] == "66" && e["Action"] == "RETRY")
+        .expect("an array child that could not read its claim is retried by Batch");
+    assert!(claim_unread < rest, "before the rule that exits");
+    let wrapper = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../container/array_child.py"),
+    )
+    .unwrap();
+    assert!(
+        wrapper.contains("CLAIM_UNREADABLE = 66"),
+        "the wrapper's code is the rule's"
+    );
 }
 
 /// One SubmitJob budget for the account: Batch takes 50 calls a second per account and Region

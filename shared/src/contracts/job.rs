@@ -5,7 +5,7 @@
 use crate::domain::granule::GranuleId;
 use crate::domain::job_tags::{
     ATTEMPT_ENV, ATTEMPT_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM, WINDOW_CLAIM_ENV,
-    WINDOW_CLAIM_PARAM,
+    WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
 };
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
@@ -27,14 +27,23 @@ pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequ
 }
 
 /// The SubmitJob request of an array window: `size` children, child `i` processing granule `i`
-/// of the window claim at `claim_key` in `bucket`, at `attempt` (docs/array-windows.md).
+/// of the window claim at `claim_key` in `bucket` (whose token is `token`), at `attempt`
+/// (docs/array-windows.md).
 pub fn window_job_request(
     job_name: &str,
     bucket: &str,
     claim_key: &str,
+    token: Option<&str>,
     size: u32,
     attempt: u32,
 ) -> JobRequest {
+    let mut parameters = BTreeMap::from([
+        (WINDOW_CLAIM_PARAM.to_owned(), claim_key.to_owned()),
+        (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
+    ]);
+    if let Some(token) = token {
+        parameters.insert(WINDOW_TOKEN_PARAM.to_owned(), token.to_owned());
+    }
     JobRequest {
         job_name: job_name.to_owned(),
         environment: BTreeMap::from([
@@ -44,10 +53,7 @@ pub fn window_job_request(
             ),
             (ATTEMPT_ENV.to_owned(), attempt.to_string()),
         ]),
-        parameters: BTreeMap::from([
-            (WINDOW_CLAIM_PARAM.to_owned(), claim_key.to_owned()),
-            (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
-        ]),
+        parameters,
         array_size: Some(size),
     }
 }

@@ -46,6 +46,10 @@ pub struct FinishedJob {
 pub struct WindowChildEnd {
     pub job_id: String,
     pub claim_key: String,
+    /// The bucket the job names its claim in, when only its environment names it.
+    pub claim_bucket: Option<String>,
+    /// The claim's token the job carries, if it does.
+    pub claim_token: Option<String>,
     pub index: u32,
     pub attempt: u32,
     pub classification: Classification,
@@ -113,8 +117,8 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
             classification,
         });
     }
-    if let Some(claim_key) = super::job_tags::window_claim_of(job) {
-        return window_end(job, claim_key, classification);
+    if let Some(window) = super::job_tags::window_claim_of(job) {
+        return window_end(job, window, classification);
     }
     let granule = granule_of(job)?;
     let route = classification.route();
@@ -130,9 +134,10 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
 /// claim, which granary never submits) has no granule to name.
 fn window_end(
     job: &JobDetail,
-    claim_key: &str,
+    window: super::job_tags::WindowRef,
     classification: Classification,
 ) -> Result<JobEnd, EventRejection> {
+    let claim_key = window.key.as_str();
     let no_granule = |why: String| EventRejection::NoGranule {
         job_id: RawText::of(&job.job_id).shown(),
         why,
@@ -158,6 +163,8 @@ fn window_end(
     Ok(JobEnd::WindowChild(WindowChildEnd {
         job_id: job.job_id.clone(),
         claim_key: claim_key.to_owned(),
+        claim_bucket: window.bucket.clone(),
+        claim_token: window.token.clone(),
         index,
         attempt,
         classification,
@@ -264,6 +271,52 @@ mod tests {
 
     fn env(id: &str, attempt: &str) -> serde_json::Value {
         json!([{"name": "GRANULE_ID", "value": id}, {"name": "ATTEMPT", "value": attempt}])
+    }
+
+    /// A child names its window claim by its parameters, or — its detail carrying only its
+    /// parent's environment — by the `s3://` URI there; its index by `arrayProperties.index`,
+    /// or by its id's `:N`. The parent, with the same claim and a size, routes nothing.
+    #[test]
+    fn an_array_windows_child_names_its_claim_and_index_and_its_parent_nothing() {
+        let child =
+            |params: serde_json::Value, env: serde_json::Value, array: serde_json::Value| {
+                json!({"detail-type": "Batch Job State Change", "source": "aws.batch",
+                   "detail": {"jobName": "w", "jobId": "p:4", "jobQueue": "q",
+                              "status": "SUCCEEDED", "attempts": [{"container": {"exitCode": 0}}],
+                              "parameters": params, "arrayProperties": array,
+                              "container": {"environment": env}}})
+            };
+        let env = json!([{"name": "GRANARY_WINDOW_CLAIM", "value": "s3://b/claims/windows/k.json"},
+                         {"name": "ATTEMPT", "value": "1"}]);
+        let (_, end) = on_job_event(child(json!({}), env.clone(), json!({"index": 4}))).unwrap();
+        let JobEnd::WindowChild(c) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(
+            (
+                c.claim_key.as_str(),
+                c.claim_bucket.as_deref(),
+                c.index,
+                c.attempt
+            ),
+            ("claims/windows/k.json", Some("b"), 4, 1)
+        );
+        let params = json!({"window_claim": "claims/windows/k.json", "window_token": "t",
+                            "attempt": "1"});
+        let (_, end) = on_job_event(child(params.clone(), json!([]), json!(null))).unwrap();
+        let JobEnd::WindowChild(c) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(
+            (c.index, c.claim_bucket, c.claim_token.as_deref()),
+            (4, None, Some("t"))
+        );
+        let mut parent = child(params, json!([]), json!({"size": 5}));
+        parent["detail"]["jobId"] = "p".into();
+        parent["detail"]["status"] = "FAILED".into();
+        parent["detail"]["statusReason"] = "Array Child Job failed".into();
+        let (_, end) = on_job_event(parent).unwrap();
+        assert!(matches!(end, JobEnd::ArrayParent { .. }), "{end:?}");
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub const ATTEMPT_PARAM: &str = "attempt";
 /// reads it from the `window_claim` parameter (the key in granary's bucket).
 pub const WINDOW_CLAIM_ENV: &str = "GRANARY_WINDOW_CLAIM";
 pub const WINDOW_CLAIM_PARAM: &str = "window_claim";
+/// The window claim's token ([`crate::domain::window::WindowClaim::token`]).
+pub const WINDOW_TOKEN_PARAM: &str = "window_token";
 
 /// The environment variable that marks a Batch job as an ingest job's processing job (the job
 /// monitor leaves those to the ingest dispatcher).
@@ -45,12 +47,43 @@ pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, String> {
     })
 }
 
-/// The window claim an array window's job (parent or child) names, if it is one.
-pub fn window_claim_of(job: &JobDetail) -> Option<&str> {
-    job.parameters
+/// Where an array window's job (parent or child) says its window claim is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowRef {
+    /// The claim's key in granary's bucket.
+    pub key: String,
+    /// The bucket the job names, when it is named only by the environment's `s3://` URI.
+    pub bucket: Option<String>,
+    /// The claim's token, when the job carries it.
+    pub token: Option<String>,
+}
+
+/// The window claim an array window's job names, if it is one: its `window_claim` parameter,
+/// else its `GRANARY_WINDOW_CLAIM` environment variable (a child's detail has its parent's
+/// environment: the published parent 03 and child 04 carry the same; nothing published shows
+/// whether it has the parameters too).
+pub fn window_claim_of(job: &JobDetail) -> Option<WindowRef> {
+    let token = job.parameters.get(WINDOW_TOKEN_PARAM).cloned();
+    if let Some(key) = job
+        .parameters
         .get(WINDOW_CLAIM_PARAM)
-        .map(String::as_str)
         .filter(|k| !k.is_empty())
+    {
+        return Some(WindowRef {
+            key: key.clone(),
+            bucket: None,
+            token,
+        });
+    }
+    let (bucket, key) = job
+        .env(WINDOW_CLAIM_ENV)?
+        .strip_prefix("s3://")?
+        .split_once('/')?;
+    (!bucket.is_empty() && !key.is_empty()).then(|| WindowRef {
+        key: key.to_owned(),
+        bucket: Some(bucket.to_owned()),
+        token,
+    })
 }
 
 /// The attempt a job names (its environment, else its parameters), as a positive integer.

@@ -43,6 +43,11 @@ pub struct WindowClaim {
     /// The array job, once recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_job_id: Option<String>,
+    /// Names this claim (not its key) to the array's jobs: a child whose job carries another
+    /// token belongs to an earlier claim at the same key (one an operator removed) and is never
+    /// given this claim's granule. Set when the window is made an array.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     #[serde(default)]
     pub submitted_at: Option<DateTime<Utc>>,
 }
@@ -65,6 +70,7 @@ impl WindowClaim {
             job_ids: Vec::new(),
             array: false,
             array_job_id: None,
+            token: None,
             submitted_at: None,
         }
     }
@@ -72,19 +78,25 @@ impl WindowClaim {
     /// The window submitted as one array job when `wanted` and its granules make an array of a
     /// size Batch accepts; a window of one granule (or none) stays a single job.
     pub fn in_array(self, wanted: bool) -> Self {
+        let array = wanted && ARRAY_SIZES.contains(&self.granules.len());
+        let token = array.then(|| {
+            use sha2::{Digest, Sha256};
+            let made = format!(
+                "{}\n{}\n{}",
+                self.inventory,
+                self.start,
+                self.lease.claimed_at.format("%Y-%m-%dT%H:%M:%S%.9fZ")
+            );
+            Sha256::digest(made.as_bytes())
+                .iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        });
         Self {
-            array: wanted && ARRAY_SIZES.contains(&self.granules.len()),
+            array,
+            token,
             ..self
-        }
-    }
-
-    /// The jobs the window's granules run in, as Batch numbers them: the array's children, or
-    /// one job per granule.
-    pub fn job_count(&self) -> usize {
-        if self.array {
-            1
-        } else {
-            self.granules.len()
         }
     }
 
@@ -308,7 +320,8 @@ mod tests {
     fn an_array_window_records_one_job_and_names_its_children() {
         let lease = Duration::from_secs(900);
         let w = window().in_array(true);
-        assert!(w.array && w.job_count() == 1);
+        assert!(w.array);
+        assert_eq!(w.token.as_ref().map(String::len), Some(16));
         assert_eq!(w.recorded(), vec![None]);
         assert_eq!(
             w.lookup_name(0),

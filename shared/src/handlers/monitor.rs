@@ -144,21 +144,33 @@ async fn window_child(
     found_by: &str,
     input: &str,
 ) -> Result<MonitorOutcome, HandlerError> {
-    use crate::repositories::windows::WindowGranuleError;
+    use crate::repositories::windows::{ChildOf, WindowGranuleError};
     let parent = child
         .job_id
         .rsplit_once(':')
         .map_or(child.job_id.as_str(), |(p, _)| p);
-    let granule = ctx
-        .window_granules
-        .granule(
-            ctx.store.as_ref(),
-            &ctx.config.layout.claim_prefix,
-            &child.claim_key,
-            parent,
-            child.index,
-        )
-        .await;
+    let granule = match &child.claim_bucket {
+        Some(bucket) if *bucket != ctx.config.layout.bucket => {
+            Err(WindowGranuleError::Unknown(format!(
+                "its window claim is in bucket {}, not granary's",
+                crate::domain::poison::RawText::of(bucket).shown()
+            )))
+        }
+        _ => {
+            ctx.window_granules
+                .granule(
+                    ctx.store.as_ref(),
+                    &ctx.config.layout.claim_prefix,
+                    ChildOf {
+                        claim_key: &child.claim_key,
+                        parent,
+                        token: child.claim_token.as_deref(),
+                        index: child.index,
+                    },
+                )
+                .await
+        }
+    };
     match granule {
         Ok(granule) => job_finished(ctx, child.of_granule(granule), detail, by).await,
         Err(WindowGranuleError::Read(e)) => Err(e.into()),

@@ -74,6 +74,26 @@ pub struct JobDescription {
 }
 
 impl JobDescription {
+    /// Child `index` (`child_id`) of array `parent` as its parent describes it, for a child
+    /// Batch does not describe itself: the parent's status and reason, the child's id and index,
+    /// no attempts of its own.
+    pub fn child_of(parent: &JobDescription, child_id: &str, index: u32) -> Self {
+        let mut detail = parent.detail.clone();
+        detail["jobId"] = child_id.into();
+        detail["attempts"] = serde_json::json!([]);
+        detail["arrayProperties"] = serde_json::json!({ "index": index });
+        if let Some(arn) = detail["jobArn"].as_str().map(|a| format!("{a}:{index}")) {
+            detail["jobArn"] = arn.into();
+        }
+        Self {
+            summary: JobSummary {
+                job_id: child_id.to_owned(),
+                ..parent.summary.clone()
+            },
+            detail,
+        }
+    }
+
     /// What Batch would describe for a job known only by its request and status: no attempts
     /// yet, the request's environment and parameters echoed (the in-memory twins start here).
     pub fn of_request(summary: JobSummary, request: &JobRequest, job_queue: &str) -> Self {
@@ -150,3 +170,102 @@ pub trait JobRunner: Send + Sync {
 
 /// How many job ids one DescribeJobs call takes.
 pub const DESCRIBE_BATCH: usize = 100;
+
+/// DescribeJobs for `job_ids`, answering for an array's child that Batch does not describe from
+/// its parent: an array parent is SUBMITTED until its children exist ("Array jobs", AWS Batch
+/// User Guide: the parent "is updated to PENDING when any child job is updated to RUNNABLE"),
+/// and nothing promises `<parent>:<index>` is described before then. A missing child of an
+/// unfinished parent is described as the parent's status (not ended); of a finished parent (one
+/// cancelled before its children ran), as the parent ended, with its reason
+/// ([`JobDescription::child_of`]); of a parent Batch does not know either, not at all.
+pub async fn describe_with_parents(
+    jobs: &dyn JobRunner,
+    job_ids: &[String],
+) -> Result<Vec<JobDescription>, JobRunnerError> {
+    let mut found = jobs.describe_many(job_ids).await?;
+    let seen: std::collections::HashSet<&str> =
+        found.iter().map(|d| d.summary.job_id.as_str()).collect();
+    let missing: Vec<(&str, &str, u32)> = job_ids
+        .iter()
+        .filter(|id| !seen.contains(id.as_str()))
+        .filter_map(|id| {
+            let (parent, _) = id.rsplit_once(':')?;
+            Some((
+                id.as_str(),
+                parent,
+                crate::domain::job_end::child_index(id)?,
+            ))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let mut parents: Vec<String> = missing.iter().map(|(_, p, _)| (*p).to_owned()).collect();
+    parents.sort();
+    parents.dedup();
+    let parents: BTreeMap<String, JobDescription> = jobs
+        .describe_many(&parents)
+        .await?
+        .into_iter()
+        .map(|d| (d.summary.job_id.clone(), d))
+        .collect();
+    for (child, parent, index) in missing {
+        if let Some(parent) = parents.get(parent) {
+            found.push(JobDescription::child_of(parent, child, index));
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryJobRunner;
+    use crate::domain::job_end::{on_job_detail, JobEnd};
+
+    /// Children Batch does not describe (not created yet, or forgotten) are answered from their
+    /// parent: not ended while it is not, ended as it ended, and not at all without it.
+    #[tokio::test]
+    async fn a_child_batch_does_not_describe_is_answered_from_its_parent() {
+        let jobs = MemoryJobRunner::new(JobStatus::Submitted);
+        let request = crate::contracts::job::window_job_request(
+            "w-a-w0-0123456789",
+            "b",
+            "claims/windows/inv/a.parquet/start=000000000000.json",
+            Some("t0"),
+            3,
+            1,
+        );
+        let parent = jobs.submit(request).await.unwrap().job_id;
+        let (c0, c1) = (format!("{parent}:0"), format!("{parent}:1"));
+        jobs.forget(&c1);
+        let ids = [c0.clone(), c1.clone()];
+        let got = describe_with_parents(&jobs, &ids).await.unwrap();
+        assert_eq!(got.len(), 2);
+        let one = got.iter().find(|d| d.summary.job_id == c1).unwrap();
+        assert_eq!(one.summary.status, JobStatus::Submitted);
+        assert_eq!(one.detail["arrayProperties"]["index"], 1);
+        // The parent cancelled before its children ran: the child ends as it did, with its reason.
+        let mut ended = jobs.describe(&parent).await.unwrap().unwrap().detail;
+        ended["status"] = "FAILED".into();
+        ended["statusReason"] = "Canceled by an operator".into();
+        jobs.finish(&parent, JobStatus::Failed, ended);
+        let got = describe_with_parents(&jobs, &ids[1..]).await.unwrap();
+        let detail: crate::domain::batch_event::JobDetail =
+            serde_json::from_value(got[0].detail.clone()).unwrap();
+        let JobEnd::WindowChild(child) = on_job_detail(&detail).unwrap() else {
+            panic!("{detail:?}")
+        };
+        assert_eq!((child.index, child.job_id.as_str()), (1, c1.as_str()));
+        assert!(
+            child.classification.reason.contains("Canceled"),
+            "{child:?}"
+        );
+        // Batch knows neither: nothing is said.
+        jobs.forget(&parent);
+        assert!(describe_with_parents(&jobs, &ids[1..])
+            .await
+            .unwrap()
+            .is_empty());
+    }
+}

@@ -327,27 +327,44 @@ impl JobRunner for BatchJobRunner {
     }
 }
 
-/// The unfinished jobs a ListJobs entry listed under `listed_as` stands for, by status: itself,
-/// or an array parent's children not yet SUCCEEDED or FAILED, by their own status from the
-/// parent's `statusSummary` (else all of its `size` under the parent's status). A parent is only
-/// ever SUBMITTED, PENDING, SUCCEEDED or FAILED ("Array jobs", AWS Batch User Guide), and
-/// ListJobs shows children only when asked by `arrayJobId` (ListJobs, AWS Batch API
-/// Reference), so counting parents this way counts each child once.
+/// The unfinished jobs a ListJobs entry listed under `listed_as` stands for, by status: itself;
+/// nothing for an array's child (ListJobs is asked for the queue's jobs, which the parent
+/// stands for; moto 5.2.5 lists children there too); or an unfinished array parent's children
+/// not yet SUCCEEDED or FAILED. Those are counted by their own status from the parent's
+/// `statusSummary`, and at least `size` less the ended ones, the rest under the parent's status:
+/// the summary is updated on its own clock (`statusSummaryLastUpdatedAt`, ArrayPropertiesSummary,
+/// AWS Batch API Reference) and may be empty or behind. An unfinished parent counts at least one.
+/// A parent is only ever SUBMITTED, PENDING, SUCCEEDED or FAILED ("Array jobs", AWS Batch User
+/// Guide), so each is counted once across the statuses listed.
 fn jobs_counted(j: &aws_sdk_batch::types::JobSummary, listed_as: JobStatus) -> Vec<(String, u64)> {
-    let Some(array) = j.array_properties().filter(|a| a.size().is_some()) else {
-        return vec![(listed_as.as_str().to_owned(), 1)];
+    let listed = listed_as.as_str().to_owned();
+    let Some(array) = j.array_properties() else {
+        return vec![(listed, 1)];
     };
-    let size = u64::try_from(array.size().unwrap_or(1)).unwrap_or(1);
-    let Some(summary) = array.status_summary().filter(|s| !s.is_empty()) else {
-        return vec![(listed_as.as_str().to_owned(), size)];
+    if array.index().is_some() {
+        return Vec::new();
+    }
+    let Some(size) = array.size() else {
+        return vec![(listed, 1)];
     };
-    JobStatus::ACTIVE
+    let size = u64::try_from(size).unwrap_or(1);
+    let summary = array.status_summary().cloned().unwrap_or_default();
+    let of = |s: &str| u64::try_from(summary.get(s).copied().unwrap_or(0)).unwrap_or(0);
+    let ended = of("SUCCEEDED") + of("FAILED");
+    let mut out: Vec<(String, u64)> = JobStatus::ACTIVE
         .iter()
-        .filter_map(|s| {
-            let n = u64::try_from(*summary.get(s.as_str())?).ok()?;
-            (n > 0).then(|| (s.as_str().to_owned(), n))
-        })
-        .collect()
+        .map(|s| (s.as_str().to_owned(), of(s.as_str())))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let summed: u64 = out.iter().map(|(_, n)| n).sum();
+    let unfinished = size.saturating_sub(ended).max(1);
+    if unfinished > summed {
+        match out.iter_mut().find(|(s, _)| *s == listed) {
+            Some((_, n)) => *n += unfinished - summed,
+            None => out.push((listed, unfinished - summed)),
+        }
+    }
+    out
 }
 
 /// Capability probe: does this endpoint have AWS Batch? Only an answer that the operation is not
@@ -417,7 +434,23 @@ mod counting_tests {
             jobs_counted(&parent(&[]), JobStatus::Submitted),
             vec![("SUBMITTED".to_owned(), 100)]
         );
-        // Every child ended: nothing is active.
-        assert!(jobs_counted(&parent(&[("SUCCEEDED", 100)]), JobStatus::Pending).is_empty());
+        // A summary behind the parent (all zero, or missing some children): the children not
+        // ended are counted all the same, and an unfinished parent is never nothing.
+        let zeros = parent(&[("SUCCEEDED", 0), ("RUNNING", 0)]);
+        assert_eq!(
+            jobs_counted(&zeros, JobStatus::Pending),
+            vec![("PENDING".to_owned(), 100)]
+        );
+        assert_eq!(
+            jobs_counted(&parent(&[("SUCCEEDED", 100)]), JobStatus::Pending),
+            vec![("PENDING".to_owned(), 1)]
+        );
+        // A child listed with the queue's jobs (moto) is its parent's to count.
+        let child = SdkSummary::builder()
+            .job_id("p:3")
+            .job_name("w")
+            .array_properties(ArrayPropertiesSummary::builder().index(3).build())
+            .build();
+        assert!(jobs_counted(&child, JobStatus::Running).is_empty());
     }
 }

@@ -494,6 +494,51 @@ mod array_windows {
         assert_eq!(logs.len(), 5);
     }
 
+    /// A child of an earlier claim at the same key (an operator removed the claim and the
+    /// feeder made the window again) is never given the new claim's granule.
+    #[tokio::test]
+    async fn a_child_of_an_earlier_claim_at_the_key_is_rejected_not_misnamed() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 4).await;
+        let old = window_claim(&ctx).await;
+        let parent = old.array_job_id.clone().unwrap();
+        let key = crate::domain::layout::claims::window_key(
+            &ctx.config.layout.claim_prefix,
+            "inventories/a.parquet",
+            0,
+        );
+        ctx.store.delete(&key).await.unwrap();
+        let mut again = WindowClaim::new(
+            "inventories/a.parquet",
+            0,
+            4,
+            old.granules.iter().rev().cloned().collect(),
+            "queue-feeder",
+            chrono::Utc::now() + chrono::Duration::seconds(1),
+        )
+        .in_array(true);
+        again.array_job_id = Some("another-array".into());
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &key,
+            &again,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        assert_ne!(again.token, old.token);
+        let detail = jobs.end(&format!("{parent}:0"), Ending::Succeeded).unwrap();
+        let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        let MonitorOutcome::Rejected { reason } = out else {
+            panic!("{out:?}")
+        };
+        assert!(reason.contains("earlier claim"), "{reason}");
+        assert!(ctx.store.list("logs/").await.unwrap().is_empty());
+    }
+
     /// A child event naming an index the claim has no granule at is rejected with the reason.
     #[tokio::test]
     async fn a_child_the_claim_cannot_name_is_rejected_with_the_reason() {

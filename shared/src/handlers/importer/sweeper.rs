@@ -295,12 +295,12 @@ enum JobSeen {
 /// What Batch says about a PROCESSING item's job; a finished job is handled as its event would
 /// have been (the monitor's handler logs it, routes it and moves the item).
 async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
-    let Some(description) = imp
-        .jobs
-        .describe(job_id)
-        .await
-        .map_err(|e| HandlerError::during(format!("DescribeJobs {job_id}"), e))?
-    else {
+    // An array's child Batch does not describe yet is answered from its parent.
+    let described =
+        crate::ports::job_runner::describe_with_parents(imp.jobs.as_ref(), &[job_id.to_owned()])
+            .await
+            .map_err(|e| HandlerError::during(format!("DescribeJobs {job_id}"), e))?;
+    let Some(description) = described.into_iter().find(|d| d.summary.job_id == job_id) else {
         return Ok(JobSeen::Unknown);
     };
     let handled =

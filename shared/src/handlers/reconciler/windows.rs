@@ -112,13 +112,13 @@ pub(super) async fn reconcile_window(
     }
     // DescribeJobs, up to 100 jobs a call.
     let known: Vec<String> = job_ids.iter().flatten().cloned().collect();
-    let mut described: HashMap<String, JobDescription> = ctx
-        .jobs
-        .describe_many(&known)
-        .await?
-        .into_iter()
-        .map(|d| (d.summary.job_id.clone(), d))
-        .collect();
+    // A child Batch does not describe yet is answered from its parent.
+    let mut described: HashMap<String, JobDescription> =
+        crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &known)
+            .await?
+            .into_iter()
+            .map(|d| (d.summary.job_id.clone(), d))
+            .collect();
     let mut open = 0u64;
     let to_look: Vec<(
         usize,
