@@ -22,6 +22,19 @@ pub struct RequestCounts {
     pub batch_calls: AtomicU64,
     /// SubmitJob calls among them (refused ones too: each is a call against the quota).
     pub batch_submits: AtomicU64,
+    /// S3 PUTs by the key's first folder (`logs`, `items`, `history`, `claims`, …): where a
+    /// granule's writes go.
+    pub puts_by_folder: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+}
+
+impl RequestCounts {
+    /// The PUTs counted so far, by the key's first folder.
+    pub fn puts_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
+        self.puts_by_folder
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 impl RequestCounts {
@@ -61,7 +74,16 @@ impl Tap for RequestCounts {
                 add(&self.s3_get, 1);
                 add(&self.s3_bytes_read, answer.bytes);
             }
-            Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish => add(&self.s3_put, 1),
+            Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish => {
+                add(&self.s3_put, 1);
+                let folder = call.target.split('/').next().unwrap_or("");
+                *self
+                    .puts_by_folder
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(folder.to_owned())
+                    .or_default() += 1;
+            }
             // One request per 1,000 keys, as S3 pages them.
             Op::StoreList if answer.ok => add(&self.s3_list, answer.items.div_ceil(1000).max(1)),
             Op::StoreList => {}
