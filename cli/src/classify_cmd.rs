@@ -47,15 +47,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "job {job_id} is {}: not finished, the monitor ignores it",
                 status.as_str()
             );
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"job_id": job_id, "status": status, "route": "ignored", "reason": msg})
-                );
-            } else {
-                println!("{msg}");
-            }
-            return Ok(ExitCode::SUCCESS);
+            return ignored(args.json, &job_id, status, &msg);
         }
         JobEnd::IngestJob {
             job_id,
@@ -93,15 +85,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                  granule, so the monitor ignores the parent's",
                 status.as_str()
             );
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"job_id": job_id, "status": status, "route": "ignored", "reason": msg})
-                );
-            } else {
-                println!("{msg}");
-            }
-            return Ok(ExitCode::SUCCESS);
+            return ignored(args.json, &job_id, status, &msg);
         }
         JobEnd::WindowChild(child) => {
             let c = &child.classification;
@@ -167,4 +151,22 @@ fn route_text(route: Route) -> &'static str {
         Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
         Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
     }
+}
+
+/// Prints an event the monitor ignores, and why.
+fn ignored(
+    json: bool,
+    job_id: &str,
+    status: granary::domain::batch_event::JobStatus,
+    msg: &str,
+) -> Result<ExitCode> {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"job_id": job_id, "status": status, "route": "ignored", "reason": msg})
+        );
+    } else {
+        println!("{msg}");
+    }
+    Ok(ExitCode::SUCCESS)
 }

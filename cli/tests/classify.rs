@@ -128,3 +128,43 @@ fn events_the_monitor_rejects_exit_non_zero_with_the_reason() {
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("contains '/'"), "{out}");
 }
+
+/// An array window's child names its place in the window claim; its parent is ignored.
+#[test]
+fn an_array_windows_child_and_parent() {
+    let job = |id: &str, array: serde_json::Value, status: &str, exit: i64| {
+        serde_json::json!({
+            "detail-type": "Batch Job State Change", "source": "aws.batch",
+            "detail": {
+                "jobName": "w-a-w0-0123456789", "jobId": id, "jobQueue": "arn:q", "status": status,
+                "statusReason": "Essential container in task exited",
+                "attempts": [{"container": {"exitCode": exit}}],
+                "parameters": {"window_claim": "claims/windows/a.parquet/start=000000000000.json",
+                               "window_token": "t", "attempt": "1"},
+                "arrayProperties": array
+            }
+        })
+        .to_string()
+    };
+    let (code, out) = classify(
+        &job("p:4", serde_json::json!({"index": 4}), "FAILED", 3),
+        false,
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("granule 4 of window claim claims/windows/a.parquet/start=000000000000.json"),
+        "{out}"
+    );
+    assert!(out.contains("failure DLQ"), "{out}");
+    let (code, out) = classify(&job("p", serde_json::json!({"size": 5}), "FAILED", 3), true);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["route"], "ignored", "{out}");
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("array window's parent"),
+        "{out}"
+    );
+}

@@ -293,6 +293,38 @@ pub fn default_retry_strategy(attempts: u32) -> Value {
     })
 }
 
+/// What a job works on, from its parameters and environment (`lookup(parameter, variable)`)
+/// and its array size: an array window's parent (its claim; its children are played from it,
+/// so no granule), or a granule and attempt. `None`: the job carries neither, so it is not
+/// granary's.
+pub fn job_work(
+    lookup: &dyn Fn(&str, &str) -> Option<String>,
+    array_size: Option<u32>,
+) -> Option<(Option<ArrayPlace>, String, u32)> {
+    let array = match (
+        lookup("window_claim", "-"),
+        lookup("-", "GRANARY_WINDOW_CLAIM"),
+        array_size,
+    ) {
+        (Some(claim_key), Some(claim_uri), Some(size)) => Some(ArrayPlace::Parent {
+            size,
+            window: WindowRef {
+                claim_key,
+                claim_uri,
+                token: lookup("window_token", "-"),
+            },
+        }),
+        _ => None,
+    };
+    let granule_id = match (&array, lookup("granule_id", "GRANULE_ID")) {
+        (Some(_), _) => String::new(),
+        (None, Some(granule_id)) => granule_id,
+        (None, None) => return None,
+    };
+    let attempt = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok())?;
+    Some((array, granule_id, attempt))
+}
+
 /// Reads what Batch knows about jobs (DescribeJobs, 100 ids a call) as [`JobFacts`]. Jobs without
 /// granary's granule_id/attempt parameters are skipped: they are not ours.
 pub async fn describe_facts(
@@ -329,28 +361,12 @@ pub async fn describe_facts(
                     .cloned()
                     .or_else(|| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
             };
-            // An array window's parent names its claim; its children are played from it.
-            let array = match (
-                lookup("window_claim", "-"),
-                lookup("-", "GRANARY_WINDOW_CLAIM"),
-                j.array_properties.as_ref().and_then(|a| a.size),
-            ) {
-                (Some(claim_key), Some(claim_uri), Some(size)) => Some(ArrayPlace::Parent {
-                    size: u32::try_from(size).unwrap_or(0),
-                    window: WindowRef {
-                        claim_key,
-                        claim_uri,
-                        token: lookup("window_token", "-"),
-                    },
-                }),
-                _ => None,
-            };
-            let granule_id = match (&array, lookup("granule_id", "GRANULE_ID")) {
-                (Some(_), _) => String::new(),
-                (None, Some(granule_id)) => granule_id,
-                (None, None) => continue,
-            };
-            let Some(attempt) = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()) else {
+            let size = j
+                .array_properties
+                .as_ref()
+                .and_then(|a| a.size)
+                .and_then(|n| u32::try_from(n).ok());
+            let Some((array, granule_id, attempt)) = job_work(&lookup, size) else {
                 continue;
             };
             let (Some(job_id), Some(job_name), Some(job_arn)) =

@@ -7,7 +7,7 @@
 //! than granary itself in the loop. Request counts are the same either way (they are counted at
 //! granary's ports); only the time changes.
 
-use super::events::{ArrayPlace, JobFacts, WindowRef};
+use super::events::JobFacts;
 use super::simulator::JobLedger;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
@@ -363,29 +363,10 @@ impl JobLedger for InMemoryBatch {
                     .or_else(|| request.environment.get(var))
                     .cloned()
             };
-            // An array window's parent names its claim; the simulator plays its children.
-            let array = match (
-                request.parameters.get("window_claim"),
-                request.environment.get("GRANARY_WINDOW_CLAIM"),
-                request.array_size,
-            ) {
-                (Some(key), Some(uri), Some(size)) => Some(ArrayPlace::Parent {
-                    size,
-                    window: WindowRef {
-                        claim_key: key.clone(),
-                        claim_uri: uri.clone(),
-                        token: request.parameters.get("window_token").cloned(),
-                    },
-                }),
-                _ => None,
-            };
             // Jobs without granary's parameters are not ours, as with DescribeJobs.
-            let granule_id = match (&array, lookup("granule_id", "GRANULE_ID")) {
-                (Some(_), _) => String::new(),
-                (None, Some(granule_id)) => granule_id,
-                (None, None) => continue,
-            };
-            let Some(attempt) = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok()) else {
+            let Some((array, granule_id, attempt)) =
+                super::events::job_work(&lookup, request.array_size)
+            else {
                 continue;
             };
             out.push(JobFacts {
