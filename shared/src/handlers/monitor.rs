@@ -120,7 +120,7 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Han
         }
         Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail, BY).await,
         Ok((JobEnd::WindowChild(child), detail)) => {
-            window_child(ctx, child, detail, BY, "batch events queue", body).await
+            window_child(ctx, child, detail, BY, "batch events queue", Some(body)).await
         }
         Ok((JobEnd::ArrayParent { job_id, status }, _)) => {
             tracing::info!(
@@ -142,7 +142,9 @@ async fn window_child(
     detail: serde_json::Value,
     by: &str,
     found_by: &str,
-    input: &str,
+    // What the reject prefix keeps of an event that cannot be handled: the message as it came,
+    // else (a DescribeJobs answer) the detail, written out only when it is rejected.
+    input: Option<&str>,
 ) -> Result<MonitorOutcome, HandlerError> {
     use crate::repositories::windows::{ChildOf, WindowGranuleError};
     let parent = child
@@ -176,11 +178,12 @@ async fn window_child(
         Err(WindowGranuleError::Read(e)) => Err(e.into()),
         Err(WindowGranuleError::Unknown(why)) => {
             let reason = format!("array child {}: {why}", child.job_id);
+            let input = input.map_or_else(|| detail.to_string(), str::to_owned);
             ctx.reject(
                 crate::domain::poison::RejectKind::EventWithoutGranule,
                 &reason,
                 found_by,
-                input,
+                &input,
             )
             .await?;
             Ok(MonitorOutcome::Rejected { reason })
@@ -215,20 +218,9 @@ pub async fn described_job(
         Ok(JobEnd::Finished(finished)) => Ok(Some(
             job_finished(ctx, finished, description.detail, RECOVERED_BY).await?,
         )),
-        Ok(JobEnd::WindowChild(child)) => {
-            let input = description.detail.to_string();
-            Ok(Some(
-                window_child(
-                    ctx,
-                    child,
-                    description.detail,
-                    RECOVERED_BY,
-                    found_by,
-                    &input,
-                )
-                .await?,
-            ))
-        }
+        Ok(JobEnd::WindowChild(child)) => Ok(Some(
+            window_child(ctx, child, description.detail, RECOVERED_BY, found_by, None).await?,
+        )),
         Ok(JobEnd::NotFinished { .. } | JobEnd::IngestJob { .. } | JobEnd::ArrayParent { .. }) => {
             Ok(None)
         }

@@ -990,7 +990,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     .unwrap();
                 c.retry_queue.send(handed).await.unwrap();
             }
-            if scenario == MonitorArrayChild {
+            if matches!(
+                scenario,
+                MonitorArrayChild | ReconcilerWindow | ReconcilerArrayWindow
+            ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
                     feeder::FeederEvent {
@@ -1000,19 +1003,12 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
                 assert_eq!(fed.submitted, BACKFILL.len() as u64);
+            }
+            if scenario == MonitorArrayChild {
                 assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
             if matches!(scenario, ReconcilerWindow | ReconcilerArrayWindow) {
-                let fed = feeder::run(
-                    &w.as_fn(Function::Feeder),
-                    feeder::FeederEvent {
-                        granule_submit_count: 10,
-                    },
-                )
-                .await
-                .unwrap();
-                assert_eq!(fed.submitted, BACKFILL.len() as u64);
                 // One job ends now; the other is still running at the reconciler's first pass.
                 let (request, job) = w.jobs.running().into_iter().next().unwrap();
                 assert_eq!(request.parameters["attempt"], "1");
