@@ -73,6 +73,7 @@ pub(crate) fn bench_facts(
         account: "000000000000".into(),
         region: "us-east-1".into(),
         array: None,
+        campaign: None,
     }
 }
 

@@ -5,6 +5,7 @@
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::config::{Queues, Section};
+use granary::domain::campaign::Campaign;
 use granary::domain::granule::GranuleId;
 use granary::domain::hold::Hold;
 use granary::domain::lifecycle::ItemState;
@@ -53,6 +54,9 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(campaign) = &s.campaign {
+        println!("campaign {campaign} (GRANARY_CAMPAIGN)");
     }
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
@@ -160,11 +164,103 @@ pub struct ReportArgs {
     /// Also draw successes per acquisition month by platform into this SVG file.
     #[arg(long)]
     chart: Option<PathBuf>,
+    /// Compare with another campaign over the same inventories (its name, or `-` for the
+    /// unnamed campaign): each section side by side with the change, and how each granule's
+    /// latest outcome moved. This campaign is GRANARY_CAMPAIGN's. Needs --scan.
+    #[arg(
+        long,
+        value_name = "CAMPAIGN",
+        requires = "scan",
+        conflicts_with = "chart"
+    )]
+    compare: Option<String>,
+}
+
+/// `-`: the unnamed campaign; else a campaign's name.
+fn campaign_arg(name: &str) -> Result<Option<Campaign>> {
+    if name == "-" {
+        return Ok(None);
+    }
+    Ok(Some(Campaign::parse(name)?))
+}
+
+/// How a campaign is called in a table's header.
+fn campaign_label(c: Option<&Campaign>) -> String {
+    c.map_or_else(|| "(unnamed)".to_owned(), |c| c.to_string())
+}
+
+/// `granary report --scan --compare OTHER`: this campaign's logs and the other's, read from S3.
+async fn compare_campaigns(args: &ReportArgs, other: &str) -> Result<ExitCode> {
+    let here = ctx(&[]).await?;
+    let other = campaign_arg(other)?;
+    let there = here.in_campaign(other.as_ref());
+    let names = [
+        campaign_label(here.campaign()),
+        campaign_label(there.campaign()),
+    ];
+    if names[0] == names[1] {
+        bail!("--compare names this campaign ({}): name another", names[0]);
+    }
+    let mut facts = Vec::new();
+    for (c, name) in [(&here, &names[0]), (&there, &names[1])] {
+        let b = bar(0, &format!("logs of {name} read"));
+        let read = report::scan_facts(
+            c.store.as_ref(),
+            &c.config.layout.log_prefix,
+            &|done, total| {
+                b.set_length(total);
+                b.set_position(done);
+            },
+        )
+        .await?;
+        b.finish_and_clear();
+        facts.push(read);
+    }
+    let reports = [
+        granary::domain::report::compute(&facts[0]),
+        granary::domain::report::compute(&facts[1]),
+    ];
+    let labels = [names[0].as_str(), names[1].as_str()];
+    let changes = granary::domain::report::outcome_changes(&facts[0], &facts[1]);
+    if args.json {
+        let out = serde_json::json!({
+            "campaigns": labels,
+            "reports": reports,
+            "outcome_changes": changes,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut sections = vec![report::changes_section(&changes, labels)];
+    sections.extend(report::compare_sections(&reports[0], &reports[1], labels));
+    print_sections(&sections, args.csv)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sections as tables, or as CSV (one header row per section).
+fn print_sections(sections: &[report::Section], csv: bool) -> Result<()> {
+    if csv {
+        print!("{}", report::sections_csv(sections)?);
+        return Ok(());
+    }
+    for s in sections {
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_header(s.header.clone());
+        for row in &s.rows {
+            t.add_row(row.clone());
+        }
+        println!("{}\n{t}\n", s.title);
+    }
+    Ok(())
 }
 
 pub async fn report(args: ReportArgs) -> Result<ExitCode> {
     if !args.scan && !args.athena {
         bail!("say where the numbers come from: --scan (read the logs in S3) or --athena");
+    }
+    if let Some(other) = &args.compare {
+        return compare_campaigns(&args, other).await;
     }
     let reports = if args.scan {
         let ctx = ctx(&[]).await?;
@@ -192,20 +288,8 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&reports)?);
-    } else if args.csv {
-        print!("{}", report::to_csv(&reports)?);
     } else {
-        {
-            for s in report::sections(&reports) {
-                let mut t = Table::new();
-                t.load_preset(UTF8_FULL_CONDENSED)
-                    .set_header(s.header.clone());
-                for row in &s.rows {
-                    t.add_row(row.clone());
-                }
-                println!("{}\n{t}\n", s.title);
-            }
-        }
+        print_sections(&report::sections(&reports), args.csv)?;
     }
     if let Some(path) = &args.chart {
         chart::successes_per_month(&reports, path)?;

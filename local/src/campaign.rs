@@ -87,6 +87,18 @@ pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
     out
 }
 
+/// Whether a failure-DLQ message is of `campaign`'s (its `campaign` field; none: the unnamed
+/// campaign's). Messages that name no granule or item (poison notices) count for every campaign.
+pub fn dlq_message_of(campaign: Option<&granary::domain::campaign::Campaign>, body: &str) -> bool {
+    let Ok(message) = serde_json::from_str::<serde_json::Value>(body) else {
+        return true;
+    };
+    if message.get("granule_id").is_none() && message.get("item_id").is_none() {
+        return true;
+    }
+    message.get("campaign").and_then(|c| c.as_str()) == campaign.map(|c| c.as_str())
+}
+
 /// maxReceiveCount of the retry queue's redrive policy in infra/template.yaml.
 pub const RETRY_QUEUE_MAX_RECEIVES: u32 = 10;
 /// maxReceiveCount of the Batch events queue's redrive policy in infra/template.yaml.
@@ -322,7 +334,12 @@ impl Campaign {
                 .map(|id| parser.facts(&id).platform_label().to_owned())
                 .unwrap_or_default()
         };
-        let dlq = peek_all(ctx.failure_dlq.as_ref()).await?;
+        // Another campaign's dead letters are not this one's outcomes.
+        let dlq: Vec<_> = peek_all(ctx.failure_dlq.as_ref())
+            .await?
+            .into_iter()
+            .filter(|m| dlq_message_of(ctx.campaign(), &m.body))
+            .collect();
         let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut dead: BTreeSet<String> = BTreeSet::new();
         let mut stale_parked_retries = 0u64;

@@ -181,8 +181,16 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         note("duplicate_submissions", name.clone());
     }
 
+    // This campaign's jobs (the runtime's context names it); another's are its own audit.
+    let planned: Vec<&crate::simulator::PlannedJob> = campaign
+        .runtime
+        .simulator
+        .planned
+        .iter()
+        .filter(|j| j.of_campaign(ctx.campaign()))
+        .collect();
     let mut successes: BTreeMap<&str, u32> = BTreeMap::new();
-    for job in &campaign.runtime.simulator.planned {
+    for job in &planned {
         if job.route == Route::Done {
             *successes.entry(job.granule_id.as_str()).or_default() += 1;
         }
@@ -211,21 +219,21 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
             }
         }
     }
-    let dlq = if summary.dlq.is_empty() {
+    let dlq: Vec<_> = if summary.dlq.is_empty() {
         peek_all(ctx.failure_dlq.as_ref()).await?
     } else {
         summary.dlq.clone()
-    };
+    }
+    .into_iter()
+    .filter(|m| crate::campaign::dlq_message_of(ctx.campaign(), &m.body))
+    .collect();
     let mut without_record = 0u64;
     let mut dead: BTreeSet<String> = BTreeSet::new();
     for m in &dlq {
         let reason = m.attributes.get("reason").map(String::as_str).unwrap_or("");
         let granule = serde_json::from_str::<GranuleProcessingEvent>(&m.body).ok();
         let succeeded_at = granule.as_ref().and_then(|e| {
-            campaign
-                .runtime
-                .simulator
-                .planned
+            planned
                 .iter()
                 .filter(|j| j.route == Route::Done && j.granule_id == e.granule_id.as_str())
                 .map(|j| j.attempt)
@@ -245,10 +253,7 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
             without_record += 1;
             // The whole story of the granule, so a failure in CI can be read without a rerun.
             let story = granule.as_ref().map_or_else(String::new, |e| {
-                let jobs: Vec<String> = campaign
-                    .runtime
-                    .simulator
-                    .planned
+                let jobs: Vec<String> = planned
                     .iter()
                     .filter(|j| j.granule_id == e.granule_id.as_str())
                     .map(|j| {

@@ -83,6 +83,9 @@ pub struct JobFacts {
     /// Its place in an array window, if it is one (then `granule_id` is the child's granule,
     /// read from the window claim as its container would, or empty for the parent).
     pub array: Option<ArrayPlace>,
+    /// The campaign the job names (`campaign` parameter, `GRANARY_CAMPAIGN`), if any: its
+    /// events carry it as Batch would (a child has its parent's parameters and environment).
+    pub campaign: Option<String>,
 }
 
 /// Where a job stands in an array window (AWS Batch user guide, "Array jobs").
@@ -267,6 +270,9 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
         event["detail"]["parameters"] = parameters;
         event["detail"]["arrayProperties"] = json!({"index": index, "statusSummary": {}});
     }
+    if let Some(campaign) = &facts.campaign {
+        tag_campaign(&mut event["detail"], campaign);
+    }
     if final_status == "RUNNABLE" {
         if let Some(detail) = event["detail"].as_object_mut() {
             detail.remove("statusReason");
@@ -278,6 +284,17 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
         }
     }
     event
+}
+
+/// A named campaign's job carries its name as a parameter and in its container's environment
+/// (`contracts::job`).
+fn tag_campaign(detail: &mut Value, campaign: &str) {
+    if let Some(env) = detail["container"]["environment"].as_array_mut() {
+        env.push(json!({"name": "GRANARY_CAMPAIGN", "value": campaign}));
+    }
+    if let Some(params) = detail["parameters"].as_object_mut() {
+        params.insert("campaign".into(), json!(campaign));
+    }
 }
 
 /// The retryStrategy granary's stack registers: Batch retries Spot and pull errors, `attempts` total.
@@ -293,14 +310,24 @@ pub fn default_retry_strategy(attempts: u32) -> Value {
     })
 }
 
+/// What a job works on (`job_work`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobWork {
+    pub array: Option<ArrayPlace>,
+    /// Empty for an array's parent.
+    pub granule_id: String,
+    pub attempt: u32,
+    pub campaign: Option<String>,
+}
+
 /// What a job works on, from its parameters and environment (`lookup(parameter, variable)`)
 /// and its array size: an array window's parent (its claim; its children are played from it,
-/// so no granule), or a granule and attempt. `None`: the job carries neither, so it is not
-/// granary's.
+/// so no granule), or a granule and attempt; and its campaign. `None`: the job carries
+/// neither, so it is not granary's.
 pub fn job_work(
     lookup: &dyn Fn(&str, &str) -> Option<String>,
     array_size: Option<u32>,
-) -> Option<(Option<ArrayPlace>, String, u32)> {
+) -> Option<JobWork> {
     let array = match (
         lookup("window_claim", "-"),
         lookup("-", "GRANARY_WINDOW_CLAIM"),
@@ -322,7 +349,12 @@ pub fn job_work(
         (None, None) => return None,
     };
     let attempt = lookup("attempt", "ATTEMPT").and_then(|a| a.parse().ok())?;
-    Some((array, granule_id, attempt))
+    Some(JobWork {
+        array,
+        granule_id,
+        attempt,
+        campaign: lookup("campaign", "GRANARY_CAMPAIGN"),
+    })
 }
 
 /// Reads what Batch knows about jobs (DescribeJobs, 100 ids a call) as [`JobFacts`]. Jobs without
@@ -366,7 +398,13 @@ pub async fn describe_facts(
                 .as_ref()
                 .and_then(|a| a.size)
                 .and_then(|n| u32::try_from(n).ok());
-            let Some((array, granule_id, attempt)) = job_work(&lookup, size) else {
+            let Some(JobWork {
+                array,
+                granule_id,
+                attempt,
+                campaign,
+            }) = job_work(&lookup, size)
+            else {
                 continue;
             };
             let (Some(job_id), Some(job_name), Some(job_arn)) =
@@ -422,6 +460,7 @@ pub async fn describe_facts(
                 account,
                 region,
                 array,
+                campaign,
             });
         }
     }
@@ -466,6 +505,7 @@ mod tests {
             account: "123456789012".into(),
             region: "us-east-1".into(),
             array: None,
+            campaign: None,
         }
     }
 

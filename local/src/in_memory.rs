@@ -364,8 +364,12 @@ impl JobLedger for InMemoryBatch {
                     .cloned()
             };
             // Jobs without granary's parameters are not ours, as with DescribeJobs.
-            let Some((array, granule_id, attempt)) =
-                super::events::job_work(&lookup, request.array_size)
+            let Some(super::events::JobWork {
+                array,
+                granule_id,
+                attempt,
+                campaign,
+            }) = super::events::job_work(&lookup, request.array_size)
             else {
                 continue;
             };
@@ -382,6 +386,7 @@ impl JobLedger for InMemoryBatch {
                 account: ACCOUNT.into(),
                 region: REGION.into(),
                 array,
+                campaign,
             });
         }
         Ok(out)

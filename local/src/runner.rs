@@ -272,13 +272,21 @@ impl LocalRuntime {
 
     /// Polls one event source until it has nothing visible; returns how many records it handled.
     /// Whether every submitted attempt's end has been handled (the open-claims index is empty).
+    /// Whether no campaign holds an open claim: a campaign the stack was switched away from
+    /// while its jobs ran is finished by the same functions, and quiescence waits for it.
     async fn open_claims_empty(&self) -> Result<bool> {
-        Ok(self
-            .ctx
-            .store
-            .list(&self.ctx.config.layout.open_claim_prefix)
-            .await?
-            .is_empty())
+        for campaign in granary::handlers::campaigns_to_visit(&self.ctx).await? {
+            let there = self.ctx.in_campaign(campaign.as_ref());
+            if !there
+                .store
+                .list(&there.config.layout.open_claim_prefix)
+                .await?
+                .is_empty()
+            {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     async fn drain(&mut self, source: Source) -> Result<u64> {
@@ -353,10 +361,17 @@ impl LocalRuntime {
     }
 
     /// Runs until every inventory is submitted and nothing is left in flight anywhere.
-    pub async fn run_to_quiescence(
+    pub async fn run_to_quiescence(&mut self, on_progress: impl FnMut(&Progress)) -> Result<()> {
+        self.run_while(on_progress, |_| true).await.map(|_| ())
+    }
+
+    /// [`Self::run_to_quiescence`], stopping early once `go_on` says no after a round (an
+    /// operator redeploying mid-campaign, in tests). Whether it settled.
+    pub async fn run_while(
         &mut self,
         mut on_progress: impl FnMut(&Progress),
-    ) -> Result<()> {
+        mut go_on: impl FnMut(&Progress) -> bool,
+    ) -> Result<bool> {
         let started = Instant::now();
         let mut next_feed = Instant::now();
         let mut next_reconcile = Instant::now() + self.options.reconcile_interval;
@@ -434,9 +449,11 @@ impl LocalRuntime {
                 match run {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
-                        activity += summary.recovered + summary.closed;
-                        self.progress.reconciler_progress +=
-                            summary.handled + summary.recovered + summary.closed;
+                        activity += summary.recovered + summary.closed + summary.taken_over;
+                        self.progress.reconciler_progress += summary.handled
+                            + summary.recovered
+                            + summary.closed
+                            + summary.taken_over;
                         self.last_reconcile = Some(summary);
                     }
                     // A failed run is logged by Lambda; the schedule fires again.
@@ -453,6 +470,9 @@ impl LocalRuntime {
             self.progress.retrying = retry.visible + retry.in_flight;
             self.progress.dead_lettered = dlq.visible + dlq.in_flight;
             on_progress(&self.progress);
+            if !go_on(&self.progress) {
+                return Ok(false);
+            }
 
             let mut idle = activity == 0
                 && self.progress.inventories_complete
@@ -480,8 +500,10 @@ impl LocalRuntime {
                     Ok(summary) => {
                         self.progress.reconciled += summary.recovered;
                         activity += summary.recovered;
-                        self.progress.reconciler_progress +=
-                            summary.handled + summary.recovered + summary.closed;
+                        self.progress.reconciler_progress += summary.handled
+                            + summary.recovered
+                            + summary.closed
+                            + summary.taken_over;
                         self.last_reconcile = Some(summary);
                     }
                     Err(_) if self.options.chaos.is_some() => {}
@@ -521,7 +543,7 @@ impl LocalRuntime {
             quiet_rounds = if idle { quiet_rounds + 1 } else { 0 };
             // Two quiet rounds: a job submitted in the last drain is seen by the next tick.
             if quiet_rounds >= 2 {
-                return Ok(());
+                return Ok(true);
             }
             if activity == 0 {
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -182,6 +182,15 @@ pub struct PlannedJob {
     pub batch_attempts: usize,
     pub route: Route,
     pub reason: String,
+    /// The campaign the job named (`GRANARY_CAMPAIGN`), if any.
+    pub campaign: Option<String>,
+}
+
+impl PlannedJob {
+    /// Whether the job is of `campaign`'s (none: the unnamed one).
+    pub fn of_campaign(&self, campaign: Option<&granary::domain::campaign::Campaign>) -> bool {
+        self.campaign.as_deref() == campaign.map(|c| c.as_str())
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -376,7 +385,11 @@ impl BatchSimulator {
             // alone: the same plan gives the same outcomes in either mode.
             let fate_key = match (&f.array, GranuleId::parse(&f.granule_id)) {
                 (Some(ArrayPlace::Child { .. }), Ok(g)) => {
-                    granary::domain::job_name::job_name(&g, f.attempt)
+                    let campaign = f
+                        .campaign
+                        .as_deref()
+                        .and_then(|c| granary::domain::campaign::Campaign::parse(c).ok());
+                    granary::domain::job_name::job_name(campaign.as_ref(), &g, f.attempt)
                 }
                 _ => f.job_name.clone(),
             };
@@ -438,6 +451,7 @@ impl BatchSimulator {
                     batch_attempts: fate.ends.len(),
                     route: c.route(),
                     reason: c.reason,
+                    campaign: f.campaign.clone(),
                 });
             }
             let delay = if fate.delayed {

@@ -76,11 +76,20 @@ where
     }
 }
 
+/// The jitter stream's position (0: not started).
+static JITTER_STATE: AtomicU64 = AtomicU64::new(0);
+
+/// Restarts the jitter sequence from `seed`: a harness that replays a run (the crash-point
+/// harness crashing the same recovery at each of its calls) gets the same choices each time —
+/// which marker a pass starts at included — so a call counted in one run is there in the next.
+pub fn reseed_jitter(seed: u64) {
+    JITTER_STATE.store(seed | 1, Ordering::Relaxed);
+}
+
 /// A cheap, unseeded stream for jitter (no rand crate in the Lambdas for this): splitmix64 over
 /// a process-wide counter started from the clock.
 pub(crate) fn jitter() -> u64 {
-    static STATE: AtomicU64 = AtomicU64::new(0);
-    let mut s = STATE.load(Ordering::Relaxed);
+    let mut s = JITTER_STATE.load(Ordering::Relaxed);
     if s == 0 {
         s = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -88,7 +97,7 @@ pub(crate) fn jitter() -> u64 {
             | 1;
     }
     let next = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    STATE.store(next, Ordering::Relaxed);
+    JITTER_STATE.store(next, Ordering::Relaxed);
     let mut z = next;
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);

@@ -26,9 +26,9 @@ use platform::crashes::CrashRun;
 use platform::{ctx, run, run_with, world, Recovery, Scenario, World, ALL};
 use std::collections::BTreeMap;
 
-/// What is wrong with the settled world; empty when the promise held.
+/// What is wrong with the settled world; empty when the promise held. Each campaign the world
+/// holds is audited in its own state: the promise is per campaign.
 async fn audit(w: &World) -> Vec<String> {
-    let c = ctx(w);
     let mut problems = Vec::new();
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
     for r in w.jobs.submitted() {
@@ -39,6 +39,24 @@ async fn audit(w: &World) -> Vec<String> {
             problems.push(format!("{name} submitted {n} times"));
         }
     }
+    for campaign in w.campaigns() {
+        let c = ctx(w).in_campaign(campaign.as_ref());
+        let named = campaign.map_or("the unnamed campaign".to_owned(), |n| {
+            format!("campaign {n}")
+        });
+        problems.extend(
+            audit_campaign(w, &c)
+                .await
+                .into_iter()
+                .map(|p| format!("{named}: {p}")),
+        );
+    }
+    problems
+}
+
+/// [`audit`] of one campaign's state.
+async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
+    let mut problems = Vec::new();
     // Every end was handled: nothing is left in the open-claims index for the reconciler.
     let open = c
         .store

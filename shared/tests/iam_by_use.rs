@@ -40,13 +40,29 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
             }
         }
     }
+    // Every scenario again with the stack running a named campaign from the start: its state
+    // lives under campaigns/<name>/, which the template grants apart from the root's.
+    let named = || granary::domain::campaign::Campaign::parse("v7").ok();
+    for scenario in ALL {
+        let (w, _, calls, settled) = platform::run_in(scenario, named(), None).await;
+        settled.unwrap();
+        collect(&w);
+        for at_call in 1..=calls {
+            for mode in [CrashMode::Before, CrashMode::After] {
+                let crash = Some(CrashPoint { at_call, mode });
+                let (w, _, _, settled) = platform::run_in(scenario, named(), crash).await;
+                settled.unwrap();
+                collect(&w);
+            }
+        }
+    }
     // The feeder's one-by-one record path: a record that appeared between the feeder's look for
     // known granules and its window's records (the importer made it meanwhile). No scenario
     // reaches that instant, so its calls are made here, as the feeder makes them.
-    {
+    for campaign in [None, named()] {
         use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
         use granary::domain::item::NewItem;
-        let w = platform::world(platform::Scenario::Feeder);
+        let w = platform::world_in(platform::Scenario::Feeder, campaign);
         let feeder = w.as_fn(Function::Feeder);
         let id = GranuleId::parse("HLS.S30.T18TYN.2022099T153012.v2.0").unwrap();
         feeder

@@ -279,6 +279,7 @@ async fn array_windows_children_route_and_parents_are_ignored() {
             .map(|g| GranuleId::parse(g).unwrap())
             .collect();
         let claim = WindowClaim::new(
+            None,
             "inventories/real.parquet",
             0,
             2,

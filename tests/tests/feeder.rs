@@ -35,6 +35,7 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
         .iter()
         .map(|g| {
             granary::domain::job_name::job_name(
+                None,
                 &granary::domain::granule::GranuleId::parse(g).unwrap(),
                 1,
             )

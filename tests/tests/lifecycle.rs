@@ -898,6 +898,7 @@ async fn a_parked_admission_is_woken_by_redrive_imports_or_resume() {
         item_id: k.clone(),
         step: Some(Step::Admit),
         resume: false,
+        campaign: None,
     };
     dlq.send(parked.to_message().unwrap()).await.unwrap();
     for name in ["k.h5", "l.h5"] {
@@ -1108,6 +1109,7 @@ async fn run_steps(
         item_id: id.clone(),
         step,
         resume: false,
+        campaign: None,
     };
     let body = serde_json::to_string(&message).unwrap();
     importer::handle_message(imp, &body).await

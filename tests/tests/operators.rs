@@ -132,7 +132,7 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
     let names: std::collections::BTreeSet<String> =
         all_jobs(&s).await.into_iter().map(|(n, _)| n).collect();
     for (row, g) in granules.iter().enumerate().take(40) {
-        let name = granary::domain::job_name::job_name(&GranuleId::parse(g).unwrap(), 1);
+        let name = granary::domain::job_name::job_name(None, &GranuleId::parse(g).unwrap(), 1);
         assert!(names.contains(&name), "row {row} was not submitted");
     }
     assert_eq!(names.len(), 40);
@@ -324,6 +324,7 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
             attempt: 2,
         },
         redrive: true,
+        campaign: None,
     };
     let out = requeuer::handle_message(&s.ctx, &serde_json::to_string(&m).unwrap())
         .await

@@ -27,7 +27,7 @@ async fn increments_the_attempt_and_submits_once() {
     assert_eq!(out, RequeueOutcome::AlreadySubmitted { attempt: 2 });
     let jobs = all_jobs(&s).await;
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].0, job_name(&GranuleId::parse(id).unwrap(), 2));
+    assert_eq!(jobs[0].0, job_name(None, &GranuleId::parse(id).unwrap(), 2));
     let facts = facts(&s, &[jobs[0].1.clone()]).await;
     assert_eq!((facts[0].granule_id.as_str(), facts[0].attempt), (id, 2));
 }
@@ -79,7 +79,7 @@ async fn reports_failures_per_message() {
         granule_id: GranuleId::parse("held-granule").unwrap(),
         attempt: 2,
     };
-    let claim = granary::domain::claim::Claim::new(&held, "someone", chrono::Utc::now());
+    let claim = granary::domain::claim::Claim::new(&held, None, "someone", chrono::Utc::now());
     granary::repositories::write_json(
         s.ctx.store.as_ref(),
         &granary::domain::layout::claims::claim_key("claims/", &held),

@@ -1,7 +1,7 @@
 //! `granary report`: the report queries' numbers, from Athena or from a scan of the logs.
 
 use anyhow::{bail, Context, Result};
-use granary::domain::report::{compute, Reports};
+use granary::domain::report::{compute, LogFact, OutcomeChange, Reports};
 use serde_json::Value;
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ use std::time::Duration;
 pub struct Section {
     pub name: &'static str,
     pub title: &'static str,
-    pub header: Vec<&'static str>,
+    pub header: Vec<String>,
     pub rows: Vec<Vec<String>>,
 }
 
@@ -18,7 +18,9 @@ pub fn sections(r: &Reports) -> Vec<Section> {
         Section {
             name: "granules_by_platform_outcome",
             title: "Granules by platform and latest outcome",
-            header: vec!["platform", "outcome", "granules"],
+            header: ["platform", "outcome", "granules"]
+                .map(String::from)
+                .to_vec(),
             rows: r
                 .granules_by_platform_outcome
                 .iter()
@@ -34,7 +36,9 @@ pub fn sections(r: &Reports) -> Vec<Section> {
         Section {
             name: "granules_by_acquisition_year",
             title: "Granules by acquisition year",
-            header: vec!["acquisition_year", "outcome", "granules"],
+            header: ["acquisition_year", "outcome", "granules"]
+                .map(String::from)
+                .to_vec(),
             rows: r
                 .granules_by_acquisition_year
                 .iter()
@@ -50,7 +54,7 @@ pub fn sections(r: &Reports) -> Vec<Section> {
         Section {
             name: "failures_by_reason",
             title: "Still failing, by reason",
-            header: vec!["reason", "granules"],
+            header: ["reason", "granules"].map(String::from).to_vec(),
             rows: r
                 .failures_by_reason
                 .iter()
@@ -60,7 +64,7 @@ pub fn sections(r: &Reports) -> Vec<Section> {
         Section {
             name: "successes_per_day",
             title: "Successes per day (UTC, when logged)",
-            header: vec!["day", "granules"],
+            header: ["day", "granules"].map(String::from).to_vec(),
             rows: r
                 .successes_per_day
                 .iter()
@@ -70,7 +74,9 @@ pub fn sections(r: &Reports) -> Vec<Section> {
         Section {
             name: "successes_per_acquisition_month",
             title: "Successes per acquisition month and platform",
-            header: vec!["acquisition_month", "platform", "granules"],
+            header: ["acquisition_month", "platform", "granules"]
+                .map(String::from)
+                .to_vec(),
             rows: r
                 .successes_per_acquisition_month
                 .iter()
@@ -92,10 +98,89 @@ pub async fn scan(
     log_prefix: &str,
     progress: &(dyn Fn(u64, u64) + Sync),
 ) -> Result<Reports> {
-    let facts = granary::repositories::logs::scan_log_facts(store, log_prefix, progress)
+    Ok(compute(&scan_facts(store, log_prefix, progress).await?))
+}
+
+/// What the log objects under `log_prefix` say, one fact a log.
+pub async fn scan_facts(
+    store: &dyn granary::ports::ObjectStore,
+    log_prefix: &str,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<Vec<LogFact>> {
+    granary::repositories::logs::scan_log_facts(store, log_prefix, progress)
         .await
-        .context("reading the logs")?;
-    Ok(compute(&facts))
+        .with_context(|| format!("reading the logs under {log_prefix}"))
+}
+
+/// Two campaigns' reports side by side (`granary report --compare`): each section's rows keyed
+/// by all but their count, with the count in each campaign and the change from the first to
+/// the second; a row one campaign lacks counts 0 there.
+pub fn compare_sections(first: &Reports, second: &Reports, names: [&str; 2]) -> Vec<Section> {
+    sections(first)
+        .into_iter()
+        .zip(sections(second))
+        .map(|(a, b)| {
+            let counts = |s: &Section| -> std::collections::BTreeMap<Vec<String>, i64> {
+                s.rows
+                    .iter()
+                    .filter_map(|row| {
+                        let (count, key) = row.split_last()?;
+                        Some((key.to_vec(), count.parse().ok()?))
+                    })
+                    .collect()
+            };
+            let (in_a, in_b) = (counts(&a), counts(&b));
+            let keys: std::collections::BTreeSet<&Vec<String>> =
+                in_a.keys().chain(in_b.keys()).collect();
+            let rows = keys
+                .into_iter()
+                .map(|key| {
+                    let x = in_a.get(key).copied().unwrap_or(0);
+                    let y = in_b.get(key).copied().unwrap_or(0);
+                    let mut row = key.clone();
+                    row.extend([x.to_string(), y.to_string(), format!("{:+}", y - x)]);
+                    row
+                })
+                .collect();
+            let mut header = a.header[..a.header.len().saturating_sub(1)].to_vec();
+            header.extend([
+                names[0].to_owned(),
+                names[1].to_owned(),
+                "change".to_owned(),
+            ]);
+            Section {
+                name: a.name,
+                title: a.title,
+                header,
+                rows,
+            }
+        })
+        .collect()
+}
+
+/// The outcome changes as a section (granules that moved from one outcome to another).
+pub fn changes_section(changes: &[OutcomeChange], names: [&str; 2]) -> Section {
+    Section {
+        name: "outcome_changes",
+        title: "Each granule's latest outcome, first campaign to second",
+        header: vec![
+            names[0].to_owned(),
+            names[1].to_owned(),
+            "granules".to_owned(),
+            "for example".to_owned(),
+        ],
+        rows: changes
+            .iter()
+            .map(|c| {
+                vec![
+                    c.from.clone(),
+                    c.to.clone(),
+                    c.granules.to_string(),
+                    c.examples.join(", "),
+                ]
+            })
+            .collect(),
+    }
 }
 
 /// Where Athena runs the queries.
@@ -228,8 +313,13 @@ async fn run_query(
 
 /// CSV of every section, each preceded by a `# name` line.
 pub fn to_csv(r: &Reports) -> Result<String> {
+    sections_csv(&sections(r))
+}
+
+/// Sections as CSV: each its name as a comment line, its header, its rows.
+pub fn sections_csv(sections: &[Section]) -> Result<String> {
     let mut out = Vec::new();
-    for s in sections(r) {
+    for s in sections {
         out.extend_from_slice(format!("# {}\n", s.name).as_bytes());
         let mut w = csv::Writer::from_writer(Vec::new());
         w.write_record(&s.header)?;
@@ -260,5 +350,41 @@ mod tests {
             csv.contains("# failures_by_reason\nreason,granules\n\"exit 2, then retried\",4\n"),
             "{csv}"
         );
+    }
+
+    #[test]
+    fn two_campaigns_side_by_side_count_a_missing_row_as_zero() {
+        let mut v1 = Reports::default();
+        v1.failures_by_reason.push(ReasonCount {
+            reason: "exit 2".into(),
+            granules: 4,
+        });
+        let mut v2 = Reports::default();
+        v2.failures_by_reason.push(ReasonCount {
+            reason: "exit 2".into(),
+            granules: 1,
+        });
+        v2.failures_by_reason.push(ReasonCount {
+            reason: "exit 137".into(),
+            granules: 2,
+        });
+        let sections = compare_sections(&v1, &v2, ["v1", "v2"]);
+        let failures = sections
+            .iter()
+            .find(|s| s.name == "failures_by_reason")
+            .unwrap();
+        assert_eq!(failures.header, ["reason", "v1", "v2", "change"]);
+        assert_eq!(
+            failures.rows,
+            vec![
+                vec!["exit 137", "0", "2", "+2"],
+                vec!["exit 2", "4", "1", "-3"],
+            ]
+        );
+        assert_eq!(sections.len(), sections_of_one().len());
+    }
+
+    fn sections_of_one() -> Vec<Section> {
+        sections(&Reports::default())
     }
 }

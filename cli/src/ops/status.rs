@@ -20,6 +20,9 @@ pub struct InventoryStatus {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub at: DateTime<Utc>,
+    /// The campaign looked at (`GRANARY_CAMPAIGN`); none: the unnamed one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<String>,
     pub inventories: Vec<InventoryStatus>,
     pub rows_submitted: u64,
     /// Rows in inventories the feeder has opened; inventories not yet opened count as unknown.
@@ -62,14 +65,11 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
     let hold = read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
         .await
         .context("reading the hold")?;
-    Ok(assemble(
-        &tracker,
-        now,
-        active_jobs,
-        retry_queue,
-        failure_dlq,
-        hold,
-    ))
+    let campaign = ctx.campaign().map(|c| c.to_string());
+    Ok(Status {
+        campaign,
+        ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
+    })
 }
 
 /// The pure part: everything but the reads.
@@ -104,6 +104,7 @@ pub fn assemble(
     };
     Status {
         at: now,
+        campaign: None,
         inventories: tracker
             .inventories
             .iter()

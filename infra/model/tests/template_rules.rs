@@ -568,7 +568,8 @@ fn the_feeder_runs_alone_on_its_schedule_and_the_logs_are_inventoried_daily() {
 /// One SubmitJob budget for the account: Batch takes 50 calls a second per account and Region
 /// and AWS does not raise it (AWS Batch user guide, "AWS Batch service quotas"). Every function
 /// that submits is paced to its share (`GRANARY_SUBMIT_JOB_RATE`), and at the template's
-/// defaults the shares — the feeder's, each concurrent requeuer's, the ingest dispatcher's —
+/// defaults the shares — the feeder's, each concurrent requeuer's, the ingest dispatcher's, the
+/// sweeper's (its reconciler finishes windows of a campaign the stack no longer feeds) —
 /// add up to at most 40, leaving a fifth of the account's rate to everyone else.
 #[test]
 fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
@@ -583,7 +584,8 @@ fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
     let concurrency = number(&t.doc["Parameters"]["FunctionConcurrency"]["Default"]) as f64;
     let total = rate("QueueFeederFunction")
         + rate("RequeuerFunction") * concurrency
-        + rate("IngestDispatcherFunction");
+        + rate("IngestDispatcherFunction")
+        + rate("ItemSweeperFunction");
     assert!(
         total <= 40.0,
         "the submitters take {total} calls a second of 50"
@@ -593,6 +595,7 @@ fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
         "FeederSubmitJobRate",
         "RequeuerSubmitJobRate",
         "IngestSubmitJobRate",
+        "SweeperSubmitJobRate",
     ] {
         assert!(
             number(&t.doc["Parameters"][p]["MaxValue"]) <= 50,

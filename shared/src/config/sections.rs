@@ -2,6 +2,7 @@
 //! constant here, used both when the variable is unset and when the section is not read at all.
 
 use super::{ConfigError, Vars};
+use crate::domain::campaign::Campaign;
 use crate::domain::granule::IdParser;
 use crate::domain::lifecycle::{ActiveSlots, RetryPolicy};
 use crate::repositories::items::ItemPrefixes;
@@ -23,9 +24,16 @@ pub const DEFAULT_SLOT_PATTERN: &str = r"^[^.]+\.([^.]+)\.";
 pub const DEFAULT_ELIGIBLE_PATTERN: &str = ".";
 
 /// The bucket and where everything lives in it; read by every function and command.
+///
+/// Every prefix and key below except the inventories' and the hold's is a campaign's state: under a named
+/// campaign (`GRANARY_CAMPAIGN`) it lives under `campaigns/<name>/` (`domain::campaign`), and
+/// [`Layout::in_campaign`] gives the same layout for another campaign (the monitor handling a
+/// job of the campaign before, the reconciler visiting every campaign).
 #[derive(Debug, Clone)]
 pub struct Layout {
     pub bucket: String,
+    /// Whose state this is: `None` for the unnamed campaign (the bucket's root).
+    pub campaign: Option<Campaign>,
     pub inventory_prefix: String,
     pub tracker_key: String,
     /// While this object exists the feeder submits nothing (`granary hold` / `granary release`).
@@ -54,11 +62,22 @@ impl Layout {
     }
 
     pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
-        Ok(Self {
+        let campaign = v
+            .get("GRANARY_CAMPAIGN")
+            .map(|name| {
+                Campaign::parse(&name).map_err(|e| ConfigError::Invalid {
+                    var: "GRANARY_CAMPAIGN",
+                    value: name,
+                    why: e.to_string(),
+                })
+            })
+            .transpose()?;
+        let unnamed = Self {
             bucket: v.required(
                 "GRANARY_BUCKET",
                 "the S3 bucket holding inventories, tracker, claims and logs",
             )?,
+            campaign: None,
             inventory_prefix: v.prefix("GRANARY_INVENTORY_PREFIX", "inventories/")?,
             tracker_key: v.or("GRANARY_TRACKER_KEY", "tracker/tracker.json"),
             hold_key: v.or("GRANARY_HOLD_KEY", "holds/feeder.json"),
@@ -76,7 +95,35 @@ impl Layout {
                 &v.or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
                 &v.or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
             )?,
-        })
+        };
+        Ok(unnamed.in_campaign(campaign.as_ref()))
+    }
+
+    /// This layout for `campaign`'s state: every key but the inventories' moved under its
+    /// root. The one place that knows which keys are a campaign's.
+    pub fn in_campaign(&self, campaign: Option<&Campaign>) -> Self {
+        let from = self.campaign.as_ref();
+        let moved = |key: &str| crate::domain::campaign::rerooted(key, from, campaign);
+        Self {
+            bucket: self.bucket.clone(),
+            campaign: campaign.cloned(),
+            inventory_prefix: self.inventory_prefix.clone(),
+            tracker_key: moved(&self.tracker_key),
+            // The hold is the stack's feeder's, whichever campaign it feeds: an operator who
+            // holds it before a switch still holds it after.
+            hold_key: self.hold_key.clone(),
+            log_prefix: moved(&self.log_prefix),
+            claim_prefix: moved(&self.claim_prefix),
+            open_claim_prefix: moved(&self.open_claim_prefix),
+            reject_prefix: moved(&self.reject_prefix),
+            item_prefixes: ItemPrefixes {
+                items: moved(&self.item_prefixes.items),
+                history: moved(&self.item_prefixes.history),
+                inflight: moved(&self.item_prefixes.inflight),
+            },
+            track_items: self.track_items,
+            id_parser: self.id_parser.clone(),
+        }
     }
 }
 

@@ -2,28 +2,52 @@
 //! container environment and as job parameters ([`job_request`]); the names, and reading them
 //! back from an event or DescribeJobs, are the domain's (`domain::job_tags`).
 
+use crate::domain::campaign::Campaign;
 use crate::domain::granule::GranuleId;
 use crate::domain::job_tags::{
-    ATTEMPT_ENV, ATTEMPT_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM, WINDOW_CLAIM_ENV,
-    WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
+    ATTEMPT_ENV, ATTEMPT_PARAM, CAMPAIGN_ENV, CAMPAIGN_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM,
+    WINDOW_CLAIM_ENV, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
 };
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
 
-/// The SubmitJob request for (granule, attempt) under its deterministic job name.
-pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequest {
-    JobRequest {
-        job_name: job_name.to_owned(),
-        environment: BTreeMap::from([
-            (GRANULE_ID_ENV.to_owned(), granule.to_string()),
-            (ATTEMPT_ENV.to_owned(), attempt.to_string()),
-        ]),
-        parameters: BTreeMap::from([
-            (GRANULE_ID_PARAM.to_owned(), granule.to_string()),
-            (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
-        ]),
-        array_size: None,
+/// The SubmitJob request for (granule, attempt) of `campaign` under its deterministic job name.
+pub fn job_request(
+    job_name: &str,
+    campaign: Option<&Campaign>,
+    granule: &GranuleId,
+    attempt: u32,
+) -> JobRequest {
+    with_campaign(
+        campaign,
+        JobRequest {
+            job_name: job_name.to_owned(),
+            environment: BTreeMap::from([
+                (GRANULE_ID_ENV.to_owned(), granule.to_string()),
+                (ATTEMPT_ENV.to_owned(), attempt.to_string()),
+            ]),
+            parameters: BTreeMap::from([
+                (GRANULE_ID_PARAM.to_owned(), granule.to_string()),
+                (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
+            ]),
+            array_size: None,
+        },
+    )
+}
+
+/// A named campaign's job says whose it is: the `campaign` parameter (read back by the monitor,
+/// `job_tags::campaign_of`) and `GRANARY_CAMPAIGN` for the container (which may write its
+/// products under a campaign's own prefix). The unnamed campaign's jobs carry neither.
+fn with_campaign(campaign: Option<&Campaign>, mut request: JobRequest) -> JobRequest {
+    if let Some(c) = campaign {
+        request
+            .environment
+            .insert(CAMPAIGN_ENV.to_owned(), c.to_string());
+        request
+            .parameters
+            .insert(CAMPAIGN_PARAM.to_owned(), c.to_string());
     }
+    request
 }
 
 /// The SubmitJob request of an array window: `size` children, child `i` processing granule `i`
@@ -31,6 +55,7 @@ pub fn job_request(job_name: &str, granule: &GranuleId, attempt: u32) -> JobRequ
 /// (docs/array-windows.md).
 pub fn window_job_request(
     job_name: &str,
+    campaign: Option<&Campaign>,
     bucket: &str,
     claim_key: &str,
     token: Option<&str>,
@@ -44,7 +69,7 @@ pub fn window_job_request(
     if let Some(token) = token {
         parameters.insert(WINDOW_TOKEN_PARAM.to_owned(), token.to_owned());
     }
-    JobRequest {
+    let request = JobRequest {
         job_name: job_name.to_owned(),
         environment: BTreeMap::from([
             (
@@ -55,7 +80,8 @@ pub fn window_job_request(
         ]),
         parameters,
         array_size: Some(size),
-    }
+    };
+    with_campaign(campaign, request)
 }
 
 #[cfg(test)]
@@ -77,7 +103,7 @@ mod tests {
     #[test]
     fn what_is_written_is_read_back_from_the_environment_and_from_the_parameters() {
         let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
-        let request = job_request("n", &id, 3);
+        let request = job_request("n", None, &id, 3);
         let env: Vec<_> = request
             .environment
             .iter()
@@ -93,6 +119,44 @@ mod tests {
         );
         let params = serde_json::to_value(&request.parameters).unwrap();
         assert_eq!(granule_of(&detail(serde_json::json!([]), params)), Ok(want));
+    }
+
+    #[test]
+    fn a_named_campaign_is_written_into_the_job_and_read_back_from_either_place() {
+        use crate::domain::job_tags::campaign_of;
+        let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
+        let v2 = Campaign::parse("v2").unwrap();
+        let request = job_request("n", Some(&v2), &id, 1);
+        let params = serde_json::to_value(&request.parameters).unwrap();
+        assert_eq!(
+            campaign_of(&detail(serde_json::json!([]), params)),
+            Ok(Some(v2.clone()))
+        );
+        let env: Vec<_> = request
+            .environment
+            .iter()
+            .map(|(k, v)| serde_json::json!({"name": k, "value": v}))
+            .collect();
+        assert_eq!(
+            campaign_of(&detail(env.into(), serde_json::json!({}))),
+            Ok(Some(v2.clone()))
+        );
+        let window = window_job_request("w", Some(&v2), "b", "k", None, 3, 1);
+        assert_eq!(window.parameters[CAMPAIGN_PARAM], "v2");
+        assert_eq!(window.environment[CAMPAIGN_ENV], "v2");
+        // The unnamed campaign's jobs are as they always were.
+        let plain = job_request("n", None, &id, 1);
+        assert!(!plain.parameters.contains_key(CAMPAIGN_PARAM));
+        let params = serde_json::to_value(&plain.parameters).unwrap();
+        assert_eq!(
+            campaign_of(&detail(serde_json::json!([]), params)),
+            Ok(None)
+        );
+        let bad = campaign_of(&detail(
+            serde_json::json!([]),
+            serde_json::json!({"campaign": "../x"}),
+        ));
+        assert!(bad.unwrap_err().contains("no campaign name"));
     }
 
     #[test]

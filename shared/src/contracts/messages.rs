@@ -7,6 +7,7 @@
 //! body being parsed.
 
 use super::{encode_text, EncodeError};
+use crate::domain::campaign::Campaign;
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::lifecycle::ItemState;
 use crate::domain::poison::{RawText, RejectKind};
@@ -180,6 +181,10 @@ pub struct RetryMessage {
     pub event: GranuleProcessingEvent,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub redrive: bool,
+    /// The campaign whose attempt it is (`domain::campaign`): the requeuer submits the next one
+    /// in that campaign's state. Absent: the unnamed campaign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Campaign>,
 }
 
 impl RetryMessage {
@@ -191,6 +196,7 @@ impl RetryMessage {
                 attempt,
             },
             redrive: false,
+            campaign: None,
         }
     }
 
@@ -199,7 +205,13 @@ impl RetryMessage {
         Self {
             event,
             redrive: true,
+            campaign: None,
         }
+    }
+
+    /// The message as `campaign`'s.
+    pub fn of_campaign(self, campaign: Option<Campaign>) -> Self {
+        Self { campaign, ..self }
     }
 
     pub fn to_message(&self, notice: &Notice) -> Result<OutgoingMessage, EncodeError> {
@@ -212,6 +224,9 @@ impl RetryMessage {
 pub struct ItemNotice {
     pub item_id: GranuleId,
     pub state: ItemState,
+    /// The campaign whose item it is (`granary resume` is run with it); absent: the unnamed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Campaign>,
 }
 
 impl ItemNotice {
@@ -230,6 +245,10 @@ pub struct ImportMessage {
     /// An operator's resume: the next download attempt is granted even past the budget.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub resume: bool,
+    /// The campaign whose item it is (set by `Ctx::send`): its step runs in that campaign's
+    /// state. Absent: the unnamed campaign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Campaign>,
 }
 
 impl ImportMessage {

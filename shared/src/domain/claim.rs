@@ -7,6 +7,7 @@
 //! later attempt, an ingest job's processing attempt) or a window claim of the feeder's first
 //! attempts (`domain::window`). `repositories::submission` runs the one protocol over either.
 
+use super::campaign::Campaign;
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
@@ -86,17 +87,26 @@ pub struct Claim {
     pub job_id: Option<String>,
     #[serde(default)]
     pub submitted_at: Option<DateTime<Utc>>,
+    /// The campaign whose attempt this is (its job says so too); none: the unnamed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Campaign>,
 }
 
 impl Claim {
-    pub fn new(event: &GranuleProcessingEvent, claimed_by: &str, now: DateTime<Utc>) -> Self {
+    pub fn new(
+        event: &GranuleProcessingEvent,
+        campaign: Option<&Campaign>,
+        claimed_by: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
         Self {
             granule_id: event.granule_id.clone(),
             attempt: event.attempt,
-            job_name: super::job_name::job_name(&event.granule_id, event.attempt),
+            job_name: super::job_name::job_name(campaign, &event.granule_id, event.attempt),
             lease: Lease::new(claimed_by, now),
             job_id: None,
             submitted_at: None,
+            campaign: campaign.cloned(),
         }
     }
 
@@ -116,6 +126,7 @@ impl Claim {
             lease: Lease::new(claimed_by, now),
             job_id: None,
             submitted_at: None,
+            campaign: None,
         }
     }
 }
@@ -160,7 +171,7 @@ mod tests {
             claim_key("claims/", &e),
             "claims/granule_id=HLS.L30.T18TYN.2020001T153012.v2.0/attempt=2.json"
         );
-        let c = Claim::new(&e, "requeuer", Utc::now());
+        let c = Claim::new(&e, None, "requeuer", Utc::now());
         assert!(!c.is_submitted());
         assert!(c.job_name.contains("-a2-"));
     }
@@ -172,7 +183,7 @@ mod tests {
             attempt: 2,
         };
         let lease = Duration::from_secs(900);
-        let c = Claim::new(&e, "requeuer", Utc::now());
+        let c = Claim::new(&e, None, "requeuer", Utc::now());
         assert_eq!(c.on_found(c.lease.claimed_at, lease), FoundClaim::InFlight);
         let later = c.lease.claimed_at + chrono::Duration::seconds(901);
         assert_eq!(c.on_found(later, lease), FoundClaim::TakeOver);

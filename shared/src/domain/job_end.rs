@@ -3,6 +3,7 @@
 //! `granary classify` prints it; both call [`on_job_event`], so the two can never disagree.
 
 use super::batch_event::{BatchEventError, BatchJobStateChange, JobDetail, JobStatus};
+use super::campaign::Campaign;
 use super::classify::{classify, Classification, Route};
 use super::granule::GranuleProcessingEvent;
 use super::poison::{RawText, RejectKind};
@@ -37,6 +38,8 @@ pub enum JobEnd {
 #[derive(Debug, Clone, PartialEq)]
 pub struct FinishedJob {
     pub granule: GranuleProcessingEvent,
+    /// The campaign the job belongs to: its end is handled in that campaign's state.
+    pub campaign: Option<Campaign>,
     pub classification: Classification,
     pub route: Route,
 }
@@ -52,6 +55,8 @@ pub struct WindowChildEnd {
     pub claim_token: Option<String>,
     pub index: u32,
     pub attempt: u32,
+    /// The campaign the array belongs to: its claim is read from that campaign's state.
+    pub campaign: Option<Campaign>,
     pub classification: Classification,
     pub route: Route,
 }
@@ -64,6 +69,7 @@ impl WindowChildEnd {
                 granule_id,
                 attempt: self.attempt,
             },
+            campaign: self.campaign.clone(),
             classification: self.classification.clone(),
             route: self.route,
         }
@@ -121,9 +127,11 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
         return window_end(job, window, classification);
     }
     let granule = granule_of(job)?;
+    let campaign = campaign_of(job)?;
     let route = classification.route();
     Ok(JobEnd::Finished(FinishedJob {
         granule,
+        campaign,
         classification,
         route,
     }))
@@ -159,6 +167,7 @@ fn window_end(
         )));
     };
     let attempt = super::job_tags::attempt_of(job).map_err(no_granule)?;
+    let campaign = campaign_of(job)?;
     let route = classification.route();
     Ok(JobEnd::WindowChild(WindowChildEnd {
         job_id: job.job_id.clone(),
@@ -167,6 +176,7 @@ fn window_end(
         claim_token: window.token.clone(),
         index,
         attempt,
+        campaign,
         classification,
         route,
     }))
@@ -177,6 +187,15 @@ fn window_end(
 pub fn child_index(job_id: &str) -> Option<u32> {
     let (_, index) = job_id.rsplit_once(':')?;
     index.parse().ok()
+}
+
+/// The campaign a job was submitted for (the job contract, `job_tags`); a name no campaign
+/// could have leaves its end with nowhere to go.
+pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, EventRejection> {
+    super::job_tags::campaign_of(job).map_err(|why| EventRejection::NoGranule {
+        job_id: RawText::of(&job.job_id).shown(),
+        why,
+    })
 }
 
 /// The granule and attempt a job was submitted for (the job contract, `job_tags`).
@@ -192,9 +211,14 @@ pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventReject
 /// AWS Batch user guide, "Job states"). Nothing can tell any more whether it succeeded, so it
 /// is neither retried blindly nor left unrouted: it is a final failure, dead-lettered with a
 /// reason an operator can act on (`granary redrive` sends it round again).
-pub fn forgotten_by_batch(granule: GranuleProcessingEvent, job_id: &str) -> FinishedJob {
+pub fn forgotten_by_batch(
+    granule: GranuleProcessingEvent,
+    campaign: Option<Campaign>,
+    job_id: &str,
+) -> FinishedJob {
     FinishedJob {
         granule,
+        campaign,
         classification: Classification {
             outcome: super::classify::JobOutcome::NonRetryable,
             failure: Some(super::classify::FailureKind::Unknown),
@@ -229,7 +253,7 @@ mod forgotten_tests {
             granule_id: GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap(),
             attempt: 2,
         };
-        let f = forgotten_by_batch(granule.clone(), "job-9");
+        let f = forgotten_by_batch(granule.clone(), None, "job-9");
         assert_eq!((f.route, f.granule), (Route::FailureDlq, granule));
         assert_eq!(f.classification.route(), Route::FailureDlq);
         assert!(f.classification.reason.contains("job-9"));

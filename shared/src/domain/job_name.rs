@@ -6,6 +6,7 @@
 //! mapped into that alphabet (which can merge distinct ids, e.g. `a.b` and `a_b`), so a short hash
 //! of the exact id is always appended.
 
+use super::campaign::Campaign;
 use super::granule::GranuleId;
 use sha2::{Digest, Sha256};
 
@@ -19,19 +20,33 @@ pub fn processing_job_name(job: &super::ingest::index::JobId, retry: u32, attemp
     format!("ingest-{job}-r{retry}-a{attempt}")
 }
 
-pub fn job_name(granule_id: &GranuleId, attempt: u32) -> String {
-    let suffix = format!("-a{attempt}-{}", short_hash(granule_id.as_str()));
-    named(granule_id.as_str(), &suffix)
+/// The job of (granule, attempt) in `campaign`: a named campaign's name starts with it and its
+/// hash covers it, so two campaigns never share a job name (a takeover finds jobs by name,
+/// `domain::campaign`). The unnamed campaign's names are granary's original ones.
+pub fn job_name(campaign: Option<&Campaign>, granule_id: &GranuleId, attempt: u32) -> String {
+    let (stem, hashed) = in_campaign(campaign, granule_id.as_str());
+    let suffix = format!("-a{attempt}-{}", short_hash(&hashed));
+    named(&stem, &suffix)
 }
 
-/// The array job of the feeder's window starting at row `start` of `inventory`: one name per
-/// window, so a takeover finds the array a run died submitting. The inventory's file name is
-/// kept readable; the hash of the whole key and the row tell windows apart.
-pub fn window_job_name(inventory: &str, start: u64) -> String {
+/// The array job of the feeder's window starting at row `start` of `inventory` in `campaign`:
+/// one name per window, so a takeover finds the array a run died submitting. The inventory's
+/// file name is kept readable; the hash of the whole key and the row tell windows apart.
+pub fn window_job_name(campaign: Option<&Campaign>, inventory: &str, start: u64) -> String {
     let file = inventory.rsplit('/').next().unwrap_or(inventory);
     let file = file.strip_suffix(".parquet").unwrap_or(file);
-    let suffix = format!("-w{start}-{}", short_hash(&format!("{inventory}\n{start}")));
-    named(&format!("w-{file}"), &suffix)
+    let (readable, _) = in_campaign(campaign, &format!("w-{file}"));
+    let (_, hashed) = in_campaign(campaign, &format!("{inventory}\n{start}"));
+    let suffix = format!("-w{start}-{}", short_hash(&hashed));
+    named(&readable, &suffix)
+}
+
+/// The readable stem and the hashed text of `text` in `campaign`.
+fn in_campaign(campaign: Option<&Campaign>, text: &str) -> (String, String) {
+    match campaign {
+        Some(c) => (format!("{c}_{text}"), format!("{c}\n{text}")),
+        None => (text.to_owned(), text.to_owned()),
+    }
 }
 
 fn short_hash(text: &str) -> String {
@@ -84,49 +99,85 @@ mod tests {
 
     #[test]
     fn window_names_are_valid_distinct_and_stable() {
-        let a = window_job_name("inventories/2024/a.parquet", 0);
+        let a = window_job_name(None, "inventories/2024/a.parquet", 0);
         assert!(a.starts_with("w-a-w0-"), "{a}");
         assert!(is_valid_batch_job_name(&a));
-        assert_eq!(a, window_job_name("inventories/2024/a.parquet", 0));
-        assert_ne!(a, window_job_name("inventories/2024/a.parquet", 10_000));
-        assert_ne!(a, window_job_name("inventories/2025/a.parquet", 0));
+        assert_eq!(a, window_job_name(None, "inventories/2024/a.parquet", 0));
+        assert_ne!(
+            a,
+            window_job_name(None, "inventories/2024/a.parquet", 10_000)
+        );
+        assert_ne!(a, window_job_name(None, "inventories/2025/a.parquet", 0));
         let long = format!("inv/{}.parquet", "é.x".repeat(100));
-        assert!(is_valid_batch_job_name(&window_job_name(&long, u64::MAX)));
+        assert!(is_valid_batch_job_name(&window_job_name(
+            None,
+            &long,
+            u64::MAX
+        )));
     }
 
     #[test]
     fn hls_name() {
-        let n = job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1);
+        let n = job_name(None, &id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1);
         assert!(
             n.starts_with("HLS_S30_T01GBH_2022226T214921_v2_0-a1-"),
             "{n}"
         );
         assert!(is_valid_batch_job_name(&n));
-        assert_eq!(n, job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1));
-        assert_ne!(n, job_name(&id("HLS.S30.T01GBH.2022226T214921.v2.0"), 2));
+        assert_eq!(
+            n,
+            job_name(None, &id("HLS.S30.T01GBH.2022226T214921.v2.0"), 1)
+        );
+        assert_ne!(
+            n,
+            job_name(None, &id("HLS.S30.T01GBH.2022226T214921.v2.0"), 2)
+        );
     }
 
     #[test]
     fn merged_stems_still_differ() {
-        assert_ne!(job_name(&id("a.b"), 1), job_name(&id("a_b"), 1));
+        assert_ne!(job_name(None, &id("a.b"), 1), job_name(None, &id("a_b"), 1));
     }
 
     #[test]
     fn odd_starts_and_long_ids() {
-        assert!(is_valid_batch_job_name(&job_name(&id(".hidden"), 1)));
-        assert!(is_valid_batch_job_name(&job_name(&id("-x"), 1)));
-        let long = job_name(&id(&"y".repeat(200)), 4_000_000_000);
+        assert!(is_valid_batch_job_name(&job_name(None, &id(".hidden"), 1)));
+        assert!(is_valid_batch_job_name(&job_name(None, &id("-x"), 1)));
+        let long = job_name(None, &id(&"y".repeat(200)), 4_000_000_000);
         assert!(is_valid_batch_job_name(&long));
         assert_eq!(long.len(), MAX_JOB_NAME);
+    }
+
+    #[test]
+    fn campaigns_never_share_a_job_name_and_say_whose_it_is() {
+        let g = id("HLS.S30.T01GBH.2022226T214921.v2.0");
+        let v2 = Campaign::parse("v2").unwrap();
+        let v3 = Campaign::parse("v3").unwrap();
+        let named = job_name(Some(&v2), &g, 1);
+        assert!(named.starts_with("v2_HLS_S30_T01GBH"), "{named}");
+        assert!(is_valid_batch_job_name(&named));
+        assert_ne!(named, job_name(None, &g, 1));
+        assert_ne!(named, job_name(Some(&v3), &g, 1));
+        // A granule whose id starts like the campaign's stem still gets a name of its own.
+        assert_ne!(
+            named,
+            job_name(None, &id("v2.HLS.S30.T01GBH.2022226T214921.v2.0"), 1)
+        );
+        let window = window_job_name(Some(&v2), "inventories/a.parquet", 0);
+        assert!(window.starts_with("v2_w-a-w0-"), "{window}");
+        assert_ne!(window, window_job_name(None, "inventories/a.parquet", 0));
+        let longest = Campaign::parse(&"c".repeat(32)).unwrap();
+        let long = job_name(Some(&longest), &id(&"y".repeat(200)), 4_000_000_000);
+        assert!(is_valid_batch_job_name(&long) && long.starts_with(&"c".repeat(32)));
     }
 
     proptest! {
         #[test]
         fn every_valid_id_gives_a_valid_deterministic_name(raw in "[!-~]{1,200}", attempt in 1u32..1000) {
             if let Ok(g) = GranuleId::parse(&raw) {
-                let n = job_name(&g, attempt);
+                let n = job_name(None, &g, attempt);
                 prop_assert!(is_valid_batch_job_name(&n), "{}", n);
-                prop_assert_eq!(n, job_name(&g, attempt));
+                prop_assert_eq!(n, job_name(None, &g, attempt));
             }
         }
     }

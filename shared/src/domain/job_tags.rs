@@ -6,6 +6,7 @@
 //! defined here, where they are read; `contracts::job` and `contracts::ingest` write them.
 
 use super::batch_event::JobDetail;
+use super::campaign::Campaign;
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use super::poison::RawText;
 
@@ -23,6 +24,11 @@ pub const WINDOW_CLAIM_ENV: &str = "GRANARY_WINDOW_CLAIM";
 pub const WINDOW_CLAIM_PARAM: &str = "window_claim";
 /// The window claim's token ([`crate::domain::window::WindowClaim::token`]).
 pub const WINDOW_TOKEN_PARAM: &str = "window_token";
+
+/// A named campaign's job carries its name (`domain::campaign`): the container reads the
+/// environment variable, the monitor the parameter (else the variable).
+pub const CAMPAIGN_ENV: &str = "GRANARY_CAMPAIGN";
+pub const CAMPAIGN_PARAM: &str = "campaign";
 
 /// The environment variable that marks a Batch job as an ingest job's processing job (the job
 /// monitor leaves those to the ingest dispatcher).
@@ -99,6 +105,25 @@ pub fn attempt_of(job: &JobDetail) -> Result<u32, String> {
         .ok()
         .filter(|a| *a >= 1)
         .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))
+}
+
+/// The campaign a job belongs to: its `campaign` parameter, else `GRANARY_CAMPAIGN` in its
+/// environment; neither: the unnamed campaign's. `Err(why)` for a name no campaign can have.
+pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, String> {
+    job.parameters
+        .get(CAMPAIGN_PARAM)
+        .map(String::as_str)
+        .or_else(|| job.env(CAMPAIGN_ENV))
+        .filter(|name| !name.is_empty())
+        .map(|name| {
+            Campaign::parse(name).map_err(|_| {
+                format!(
+                    "it names campaign {}, which is no campaign name",
+                    RawText::of(name).shown()
+                )
+            })
+        })
+        .transpose()
 }
 
 /// The ingest job a Batch job processes, if it is one.

@@ -8,12 +8,13 @@
 //!   [`job_name`] and [`job_tags`] (what a Batch job is called and carries);
 //! - Batch's side: [`batch_event`] (its events), [`classify`] (how a job ended), [`job_end`]
 //!   (what an event decides), [`retry_strategy`];
-//! - where things live: [`layout`] (every S3 key);
+//! - where things live: [`layout`] (every S3 key), [`campaign`] (whose state it is);
 //! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`progress`], [`report`];
 //! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
 pub mod batch_event;
+pub mod campaign;
 pub mod claim;
 pub mod classify;
 pub mod file_format;

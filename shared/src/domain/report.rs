@@ -81,6 +81,60 @@ pub fn latest_outcomes(facts: &[LogFact]) -> Vec<&LogFact> {
     latest.into_values().collect()
 }
 
+/// How granules' latest outcomes differ between two campaigns over the same inventory
+/// (`granary report --compare`): granules that went from `from` in the first to `to` in the
+/// second, a few of them named.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeChange {
+    /// `success`, `failure`, or `not run` (no log in that campaign).
+    pub from: String,
+    pub to: String,
+    pub granules: u64,
+    /// Up to [`CHANGE_EXAMPLES`] of them, in id order.
+    pub examples: Vec<String>,
+}
+
+/// How many granules an [`OutcomeChange`] names.
+pub const CHANGE_EXAMPLES: usize = 3;
+
+/// The outcome a granule has in a campaign that never logged it.
+pub const NOT_RUN: &str = "not run";
+
+/// Every (outcome in `first`, outcome in `second`) pair with its granules, most granules
+/// first: the regressions (success → failure) and fixes (failure → success) an operator
+/// looks for after reprocessing, and what one campaign ran that the other did not.
+pub fn outcome_changes(first: &[LogFact], second: &[LogFact]) -> Vec<OutcomeChange> {
+    let outcomes = |facts| -> BTreeMap<String, String> {
+        latest_outcomes(facts)
+            .into_iter()
+            .map(|f| (f.granule_id.clone(), f.outcome.clone()))
+            .collect()
+    };
+    let (a, b) = (outcomes(first), outcomes(second));
+    let mut pairs: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let ids: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    for id in ids {
+        let from = a.get(id).map_or(NOT_RUN, String::as_str).to_owned();
+        let to = b.get(id).map_or(NOT_RUN, String::as_str).to_owned();
+        pairs.entry((from, to)).or_default().push(id.clone());
+    }
+    let mut changes: Vec<OutcomeChange> = pairs
+        .into_iter()
+        .map(|((from, to), ids)| OutcomeChange {
+            from,
+            to,
+            granules: ids.len() as u64,
+            examples: ids.into_iter().take(CHANGE_EXAMPLES).collect(),
+        })
+        .collect();
+    changes.sort_by(|x, y| {
+        y.granules
+            .cmp(&x.granules)
+            .then_with(|| (&x.from, &x.to).cmp(&(&y.from, &y.to)))
+    });
+    changes
+}
+
 /// Spot reasons name the reclaimed instance; masked, they count as one reason (as the
 /// `granary_current_failures` view does with `regexp_replace`).
 pub fn mask_instance(reason: &str) -> String {
@@ -194,6 +248,45 @@ mod tests {
             logged_at: format!("2026-11-2{attempt}T10:00:00.123Z"),
             superseded,
         }
+    }
+
+    #[test]
+    fn a_comparison_counts_each_granules_move_between_campaigns() {
+        let v1 = vec![
+            fact("s1", 1, "success", false),
+            fact("s2", 1, "failure", true),
+            fact("s2", 2, "success", false),
+            fact("s3", 1, "failure", false),
+            fact("s4", 1, "success", false),
+            fact("s5", 1, "success", false),
+        ];
+        let v2 = vec![
+            fact("s1", 1, "success", false),
+            fact("s2", 1, "failure", false),
+            fact("s3", 1, "success", false),
+            fact("s4", 1, "success", false),
+            fact("s6", 1, "success", false),
+        ];
+        let changes = outcome_changes(&v1, &v2);
+        let moved = |from: &str, to: &str| {
+            changes
+                .iter()
+                .find(|c| c.from == from && c.to == to)
+                .map(|c| (c.granules, c.examples.clone()))
+        };
+        assert_eq!(
+            moved("success", "success"),
+            Some((2, vec!["s1".into(), "s4".into()]))
+        );
+        // s2 succeeded on its retry in v1 (the superseded failure does not count) and failed in v2.
+        assert_eq!(moved("success", "failure"), Some((1, vec!["s2".into()])));
+        assert_eq!(moved("failure", "success"), Some((1, vec!["s3".into()])));
+        assert_eq!(moved("success", NOT_RUN), Some((1, vec!["s5".into()])));
+        assert_eq!(moved(NOT_RUN, "success"), Some((1, vec!["s6".into()])));
+        assert_eq!(changes.len(), 5);
+        assert_eq!(changes[0].granules, 2, "most granules first");
+        let total: u64 = changes.iter().map(|c| c.granules).sum();
+        assert_eq!(total, 6);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! whoever takes it over after the lease looks each job up by its deterministic name before
 //! submitting it. Later attempts (the requeuer's) keep their per-granule claims.
 
+use super::campaign::Campaign;
 use super::claim::{JobsClaim, Lease};
 use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
@@ -50,10 +51,14 @@ pub struct WindowClaim {
     pub token: Option<String>,
     #[serde(default)]
     pub submitted_at: Option<DateTime<Utc>>,
+    /// The campaign whose window this is: its jobs' names and parameters carry it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<Campaign>,
 }
 
 impl WindowClaim {
     pub fn new(
+        campaign: Option<&Campaign>,
         inventory: &str,
         start: u64,
         rows: u64,
@@ -72,6 +77,7 @@ impl WindowClaim {
             array_job_id: None,
             token: None,
             submitted_at: None,
+            campaign: campaign.cloned(),
         }
     }
 
@@ -105,13 +111,14 @@ impl WindowClaim {
     pub fn lookup_name(&self, i: usize) -> Option<String> {
         if self.array {
             return Some(super::job_name::window_job_name(
+                self.campaign.as_ref(),
                 &self.inventory,
                 self.start,
             ));
         }
         self.granules
             .get(i)
-            .map(|g| super::job_name::job_name(g, WINDOW_ATTEMPT))
+            .map(|g| super::job_name::job_name(self.campaign.as_ref(), g, WINDOW_ATTEMPT))
     }
 
     /// Granule `i`'s job, given the job found by [`Self::lookup_name`].
@@ -274,6 +281,7 @@ mod tests {
 
     fn window() -> WindowClaim {
         WindowClaim::new(
+            None,
             "inventories/a.parquet",
             400,
             3,

@@ -106,7 +106,56 @@ pub struct Ctx {
     pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
 }
 
+/// A context in some campaign's state ([`Ctx::in_campaign`]): the context itself, or another
+/// campaign's copy on the heap (a context is large, and the handlers' futures that hold one
+/// nest deeply).
+pub enum InCampaign<'a> {
+    Same(&'a Ctx),
+    Other(Box<Ctx>),
+}
+
+impl std::ops::Deref for InCampaign<'_> {
+    type Target = Ctx;
+    fn deref(&self) -> &Ctx {
+        match self {
+            InCampaign::Same(ctx) => ctx,
+            InCampaign::Other(ctx) => ctx,
+        }
+    }
+}
+
+impl InCampaign<'_> {
+    /// The context, owned.
+    pub fn into_owned(self) -> Ctx {
+        match self {
+            InCampaign::Same(ctx) => ctx.clone(),
+            InCampaign::Other(ctx) => *ctx,
+        }
+    }
+}
+
 impl Ctx {
+    /// This context over `campaign`'s state (`domain::campaign`): itself when that is its own,
+    /// else a copy whose layout is the other campaign's. Work names its campaign (a job's
+    /// `campaign` parameter, a retry message's field) and is handled in that campaign's state
+    /// whatever campaign the stack runs now, so switching campaigns strands nothing.
+    pub fn in_campaign(
+        &self,
+        campaign: Option<&crate::domain::campaign::Campaign>,
+    ) -> InCampaign<'_> {
+        if self.config.layout.campaign.as_ref() == campaign {
+            return InCampaign::Same(self);
+        }
+        let mut other = self.clone();
+        other.config.layout = self.config.layout.in_campaign(campaign);
+        InCampaign::Other(Box::new(other))
+    }
+
+    /// The campaign whose state this context works on.
+    pub fn campaign(&self) -> Option<&crate::domain::campaign::Campaign> {
+        self.config.layout.campaign.as_ref()
+    }
+
     /// The ingest queue's records and indexes (`GRANARY_INGEST_PREFIX`).
     pub fn ingest(&self) -> crate::repositories::ingest::Ingest {
         crate::repositories::ingest::Ingest::new(self.store.clone(), &self.config.ingest.prefix)
@@ -194,14 +243,32 @@ impl Ctx {
         crate::repositories::submit_once(
             self.store.as_ref(),
             self.jobs.as_ref(),
-            &self.config.layout.claim_prefix,
-            &self.config.layout.open_claim_prefix,
+            crate::repositories::AttemptAt {
+                claim_prefix: &self.config.layout.claim_prefix,
+                open_prefix: &self.config.layout.open_claim_prefix,
+                campaign: self.campaign(),
+            },
             self.config.leases.claim_lease,
             event,
             claimed_by,
         )
         .await
     }
+}
+
+/// Every campaign a scheduled pass looks at, its own first (`domain::campaign::to_visit`): one
+/// delimited listing of `campaigns/`.
+pub async fn campaigns_to_visit(
+    ctx: &Ctx,
+) -> Result<Vec<Option<crate::domain::campaign::Campaign>>, HandlerError> {
+    use crate::domain::campaign::{of_folder, to_visit, CAMPAIGNS_FOLDER};
+    let folders = ctx
+        .store
+        .list_folders(CAMPAIGNS_FOLDER)
+        .await
+        .map_err(|e| HandlerError::during("listing the campaigns", e))?;
+    let found: Vec<_> = folders.iter().filter_map(|f| of_folder(f)).collect();
+    Ok(to_visit(ctx.campaign(), &found))
 }
 
 /// Runs `handle` on every record of an SQS batch, each on its own: a record whose handling fails

@@ -147,6 +147,8 @@ async fn window_child(
     input: Option<&str>,
 ) -> Result<MonitorOutcome, HandlerError> {
     use crate::repositories::windows::{ChildOf, WindowGranuleError};
+    // The claim is in the array's campaign's state, whichever campaign this stack runs now.
+    let ctx = &*ctx.in_campaign(child.campaign.as_ref());
     let parent = child
         .job_id
         .rsplit_once(':')
@@ -262,6 +264,8 @@ pub async fn logged_end(
             granule_id,
             attempt,
         },
+        // The log was found in this context's campaign.
+        campaign: ctx.campaign().cloned(),
         classification,
         route,
     };
@@ -277,14 +281,18 @@ pub async fn job_finished(
     detail: serde_json::Value,
     by: &str,
 ) -> Result<MonitorOutcome, HandlerError> {
-    // Every log line of the end's handling carries its granule, attempt and job.
+    // Every log line of the end's handling carries its granule, attempt, job and campaign.
     let span = tracing::info_span!(
         "job_end",
         granule_id = %finished.granule.granule_id,
         attempt = finished.granule.attempt,
         job_id = detail.get("jobId").and_then(|v| v.as_str()).unwrap_or("?"),
+        campaign = finished.campaign.as_ref().map_or("", |c| c.as_str()),
     );
-    tracing::Instrument::instrument(handle_end(ctx, finished, detail, by), span).await
+    // The end is handled in its job's campaign's state, whichever campaign this stack runs now:
+    // a campaign switched away from while its jobs ran is still finished where it lives.
+    let ctx = ctx.in_campaign(finished.campaign.as_ref());
+    tracing::Instrument::instrument(handle_end(&ctx, finished, detail, by), span).await
 }
 
 async fn handle_end(
@@ -293,10 +301,12 @@ async fn handle_end(
     detail: serde_json::Value,
     by: &str,
 ) -> Result<MonitorOutcome, HandlerError> {
+    // The campaign is this context's now (`job_finished` moved it there).
     let FinishedJob {
         granule,
         classification,
         route,
+        ..
     } = finished;
     let facts = ctx.config.layout.id_parser.facts(&granule.granule_id);
     let job_id = detail
@@ -412,8 +422,9 @@ async fn log_and_route_failure(
     let notice = Notice::new(outcome, record.classification.reason.clone())
         .job(record.job_id.clone())
         .attempt(record.attempt);
-    let message =
-        RetryMessage::ended(record.granule_id.clone(), record.attempt).to_message(&notice)?;
+    let message = RetryMessage::ended(record.granule_id.clone(), record.attempt)
+        .of_campaign(ctx.campaign().cloned())
+        .to_message(&notice)?;
     // A refused send sent nothing; one whose answer was lost may send it twice, which the
     // requeuer's claim (or the DLQ's reader) absorbs, as with any redelivery.
     crate::retry::again(
@@ -447,9 +458,9 @@ mod tests {
         let mut ctx = Ctx::in_memory(Config::for_unit_tests(&[]));
         ctx.jobs = jobs.clone();
         let id = GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap();
-        let name = crate::domain::job_name::job_name(&id, 2);
+        let name = crate::domain::job_name::job_name(None, &id, 2);
         let job = jobs
-            .submit(crate::contracts::job::job_request(&name, &id, 2))
+            .submit(crate::contracts::job::job_request(&name, None, &id, 2))
             .await
             .unwrap()
             .job_id;

@@ -79,9 +79,12 @@ pub async fn redrive(
     progress: &(dyn Fn(&RedriveSummary) + Sync),
 ) -> Result<RedriveSummary, QueueError> {
     let pick = |m: &ReceivedMessage| -> Result<Pick, QueueError> {
-        let Ok(event) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) else {
+        let Ok(parked) = serde_json::from_str::<RetryMessage>(&m.body) else {
             return Ok(Pick::NotGranule);
         };
+        // It goes back as the same campaign's attempt (`domain::campaign`).
+        let campaign = parked.campaign;
+        let event = parked.event;
         let reason = reason_of(&m.attributes).to_owned();
         if !filter.matches(&event, &reason) {
             return Ok(Pick::NotMatching);
@@ -96,6 +99,7 @@ pub async fn redrive(
             format!("redriven from the DLQ: {reason}"),
         );
         let message = RetryMessage::redriven(event)
+            .of_campaign(campaign)
             .to_message(&notice)
             .map_err(|e| QueueError::new(retry.name(), e))?;
         Ok(Pick::Move { listed, message })

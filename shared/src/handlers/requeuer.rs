@@ -56,18 +56,25 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Han
     let span = tracing::info_span!(
         "retry_message",
         granule_id = %message.event.granule_id,
-        attempt = message.event.attempt
+        attempt = message.event.attempt,
+        campaign = message.campaign.as_ref().map_or("", |c| c.as_str()),
     );
     tracing::Instrument::instrument(requeue(ctx, message), span).await
 }
 
 /// The retry of a readable message (its granule and attempt on the span around it).
 async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, HandlerError> {
+    // The attempt is its campaign's, whichever campaign this stack runs now.
+    let ctx = &*ctx.in_campaign(message.campaign.as_ref());
     let event = message.event;
     let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.
     if next.attempt > ctx.config.max_attempt() && !message.redrive {
-        let body = serde_json::to_string(&event)?;
+        // The DLQ keeps the attempt and its campaign, so a redrive sends it back to the same.
+        let body = serde_json::to_string(
+            &RetryMessage::ended(event.granule_id.clone(), event.attempt)
+                .of_campaign(message.campaign.clone()),
+        )?;
         dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
         super::item_sync::abandoned(ctx, &event).await?;
         tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");

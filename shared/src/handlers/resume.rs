@@ -66,6 +66,7 @@ pub async fn resume(
                     granule_id: id.clone(),
                     attempt: r.attempts.processing,
                 })
+                .of_campaign(imp.campaign().cloned())
                 .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
                 imp.retry_queue.send(message).await?;
                 let seq = r.seq;
@@ -81,6 +82,7 @@ pub async fn resume(
                     item_id: id.clone(),
                     step: Some(Step::Admit),
                     resume: true,
+                    campaign: None,
                 })
                 .await?;
             } else {
@@ -88,6 +90,7 @@ pub async fn resume(
                     item_id: id.clone(),
                     step: Some(Step::Download),
                     resume: true,
+                    campaign: None,
                 })
                 .await?;
             }

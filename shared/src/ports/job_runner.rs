@@ -230,6 +230,7 @@ mod tests {
         let jobs = MemoryJobRunner::new(JobStatus::Submitted);
         let request = crate::contracts::job::window_job_request(
             "w-a-w0-0123456789",
+            None,
             "b",
             "claims/windows/inv/a.parquet/start=000000000000.json",
             Some("t0"),

@@ -65,6 +65,18 @@ pub enum PutCondition {
     IfMatch(String),
 }
 
+/// The distinct folders directly under `prefix` that `keys` lie in, in order.
+pub fn folders_of<'a>(prefix: &str, keys: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let folders: std::collections::BTreeSet<String> = keys
+        .filter_map(|k| {
+            let rest = k.strip_prefix(prefix)?;
+            let (name, _) = rest.split_once('/')?;
+            Some(format!("{prefix}{name}/"))
+        })
+        .collect();
+    folders.into_iter().collect()
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredObject {
     pub body: Bytes,
@@ -95,6 +107,15 @@ pub trait ObjectStore: Send + Sync {
     ) -> Result<String, StoreError>;
     /// Every object under `prefix`, in key order.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError>;
+    /// The folders directly under `prefix` (each `prefix` + a name + `/`, in order): S3's
+    /// ListObjectsV2 with the delimiter `/` ("Organizing objects using prefixes", S3 user
+    /// guide), one request however many objects they hold. The default lists every object.
+    async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(folders_of(
+            prefix,
+            self.list(prefix).await?.iter().map(|m| m.key.as_str()),
+        ))
+    }
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError>;
     /// Deleting an absent object succeeds (as in S3).
     async fn delete(&self, key: &str) -> Result<(), StoreError>;

@@ -4,6 +4,7 @@
 use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
+use crate::domain::campaign::Campaign;
 use crate::domain::claim::Claim;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::claim_key;
@@ -24,22 +25,44 @@ pub enum SubmitOutcome {
     InFlight,
 }
 
+/// Where an attempt's claim lives and whose attempt it is.
+#[derive(Debug, Clone, Copy)]
+pub struct AttemptAt<'a> {
+    /// The claim goes under this prefix.
+    pub claim_prefix: &'a str,
+    /// Its open marker under this one.
+    pub open_prefix: &'a str,
+    /// The campaign the attempt is of (its job's name and parameters say so).
+    pub campaign: Option<&'a Campaign>,
+}
+
 /// Submits (granule, attempt) to Batch at most once, however often and concurrently it is asked,
-/// with its claim under `claim_prefix` and its open marker under `open_prefix`.
+/// with its claim and open marker where `at` says.
 pub async fn submit_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
-    claim_prefix: &str,
-    open_prefix: &str,
+    at: AttemptAt<'_>,
     lease: Duration,
     event: &GranuleProcessingEvent,
     claimed_by: &str,
 ) -> Result<SubmitOutcome, RepositoryError> {
-    let request = |c: &Claim| vec![job_request(&c.job_name, &c.granule_id, c.attempt)];
+    let AttemptAt {
+        claim_prefix,
+        open_prefix,
+        campaign,
+    } = at;
+    let request = |c: &Claim| {
+        vec![job_request(
+            &c.job_name,
+            c.campaign.as_ref(),
+            &c.granule_id,
+            c.attempt,
+        )]
+    };
     let submission = Submission {
         claim_key: claim_key(claim_prefix, event),
         open_key: Some(claim_key(open_prefix, event)),
-        claim: Claim::new(event, claimed_by, Utc::now()),
+        claim: Claim::new(event, campaign, claimed_by, Utc::now()),
         requests: &request,
     };
     submit_claim_once(store, jobs, lease, submission).await
@@ -88,6 +111,14 @@ pub async fn submit_claim_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn at() -> AttemptAt<'static> {
+        AttemptAt {
+            claim_prefix: "c/",
+            open_prefix: "open/",
+            campaign: None,
+        }
+    }
     use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
     use crate::domain::granule::GranuleId;
     use crate::ports::{JobRequest, PutCondition};
@@ -104,12 +135,12 @@ mod tests {
     async fn submits_once_however_often_asked() {
         let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
         let lease = Duration::from_secs(900);
-        let first = submit_once(&store, &jobs, "c/", "open/", lease, &event(), "t")
+        let first = submit_once(&store, &jobs, at(), lease, &event(), "t")
             .await
             .unwrap();
         assert!(matches!(first, SubmitOutcome::Submitted { .. }));
         for _ in 0..3 {
-            let again = submit_once(&store, &jobs, "c/", "open/", lease, &event(), "t")
+            let again = submit_once(&store, &jobs, at(), lease, &event(), "t")
                 .await
                 .unwrap();
             assert!(matches!(again, SubmitOutcome::AlreadySubmitted { .. }));
@@ -126,14 +157,14 @@ mod tests {
         let lost = FlakyJobRunner::losing_answers();
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &lost, "c/", "open/", long, &e, "t")
+        assert!(submit_once(&store, &lost, at(), long, &e, "t")
             .await
             .is_err());
         // A redelivery inside the lease waits.
-        let again = submit_once(&store, &lost.inner, "c/", "open/", long, &e, "t").await;
+        let again = submit_once(&store, &lost.inner, at(), long, &e, "t").await;
         assert_eq!(again.unwrap(), SubmitOutcome::InFlight);
         // After the lease, the job Batch did create is found by its name and recorded.
-        let after = submit_once(&store, &lost.inner, "c/", "open/", Duration::ZERO, &e, "t")
+        let after = submit_once(&store, &lost.inner, at(), Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert!(
@@ -149,10 +180,10 @@ mod tests {
         let refused = FlakyJobRunner::refusing(u32::MAX);
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &refused, "c/", "open/", long, &e, "t")
+        assert!(submit_once(&store, &refused, at(), long, &e, "t")
             .await
             .is_err());
-        let next = submit_once(&store, &refused.inner, "c/", "open/", long, &e, "t")
+        let next = submit_once(&store, &refused.inner, at(), long, &e, "t")
             .await
             .unwrap();
         assert!(matches!(next, SubmitOutcome::Submitted { .. }), "{next:?}");
@@ -164,24 +195,16 @@ mod tests {
         let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
         let e = event();
         // A claim made by a run that died before SubmitJob.
-        let claim = Claim::new(&e, "dead", Utc::now());
+        let claim = Claim::new(&e, None, "dead", Utc::now());
         write_json(&store, &claim_key("c/", &e), &claim, PutCondition::IfAbsent)
             .await
             .unwrap();
-        let fresh = submit_once(
-            &store,
-            &jobs,
-            "c/",
-            "open/",
-            Duration::from_secs(900),
-            &e,
-            "t",
-        )
-        .await
-        .unwrap();
+        let fresh = submit_once(&store, &jobs, at(), Duration::from_secs(900), &e, "t")
+            .await
+            .unwrap();
         assert_eq!(fresh, SubmitOutcome::InFlight);
         assert!(jobs.submitted().is_empty());
-        let taken = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
+        let taken = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert!(matches!(taken, SubmitOutcome::Submitted { .. }));
@@ -193,7 +216,7 @@ mod tests {
         let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
         let e = event();
         // A run that died after SubmitJob but before recording the job id.
-        let claim = Claim::new(&e, "dead", Utc::now());
+        let claim = Claim::new(&e, None, "dead", Utc::now());
         write_json(&store, &claim_key("c/", &e), &claim, PutCondition::IfAbsent)
             .await
             .unwrap();
@@ -206,7 +229,7 @@ mod tests {
             })
             .await
             .unwrap();
-        let out = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
+        let out = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert_eq!(
@@ -216,7 +239,7 @@ mod tests {
             }
         );
         assert_eq!(jobs.submitted().len(), 1);
-        let out = submit_once(&store, &jobs, "c/", "open/", Duration::ZERO, &e, "t")
+        let out = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
             .await
             .unwrap();
         assert_eq!(out, SubmitOutcome::AlreadySubmitted { job_id: job.job_id });

@@ -36,7 +36,8 @@ fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobReque
     if window.array {
         let size = u32::try_from(window.granules.len()).unwrap_or(u32::MAX);
         return vec![window_job_request(
-            &window_job_name(&window.inventory, window.start),
+            &window_job_name(window.campaign.as_ref(), &window.inventory, window.start),
+            window.campaign.as_ref(),
             bucket,
             claim_key,
             window.token.as_deref(),
@@ -47,7 +48,15 @@ fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobReque
     window
         .granules
         .iter()
-        .map(|g| job_request(&job_name(g, WINDOW_ATTEMPT), g, WINDOW_ATTEMPT))
+        .map(|g| {
+            let campaign = window.campaign.as_ref();
+            job_request(
+                &job_name(campaign, g, WINDOW_ATTEMPT),
+                campaign,
+                g,
+                WINDOW_ATTEMPT,
+            )
+        })
         .collect()
 }
 
@@ -275,7 +284,7 @@ mod tests {
     }
 
     fn window() -> WindowClaim {
-        WindowClaim::new("inv/a.parquet", 0, 4, granules(), "t", Utc::now())
+        WindowClaim::new(None, "inv/a.parquet", 0, 4, granules(), "t", Utc::now())
     }
 
     fn windows<'a>(store: &'a MemoryStore, jobs: &'a dyn JobRunner, lease: u64) -> Windows<'a> {

@@ -30,6 +30,7 @@ use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults, Interleave
 use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap};
 use granary::config::Config;
 use granary::domain::batch_event::JobStatus;
+use granary::domain::campaign::Campaign;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemQuery, NewItem};
 use granary::domain::lifecycle::ItemState;
@@ -122,9 +123,28 @@ pub enum Scenario {
     /// The array window's children ended: the monitor handles a child's event (its granule read
     /// from the window claim).
     MonitorArrayChild,
+    /// A second campaign over the same inventory while the first one's jobs still run: the
+    /// unnamed campaign's feeder submitted the window, then the stack was switched to campaign
+    /// `v2`, whose feeder (under test) submits the same granules again as its own. Spot reclaims
+    /// every first attempt, so both campaigns retry. Each campaign must end with one success
+    /// per granule in its own state: v2's takeover never adopts v1's job by name, and v1's ends
+    /// and retries are handled in v1's state by a stack that now runs v2.
+    CampaignSwitch,
+    /// The first campaign's jobs ended with every event lost, then the stack was switched to
+    /// `v2`: the reconciler (under test) of a stack running v2 finds v1's ends through v1's
+    /// open claims and handles them in v1's state.
+    CampaignSwitchReconciled,
+    /// The first campaign's feeder claimed its window and died with no job submitted (every
+    /// SubmitJob refused), then the stack was switched to `v2` and the claim's lease ran out:
+    /// that campaign's feeder never comes back to the window, so the reconciler (under test) of
+    /// a stack running v2 takes it over — jobs looked up by name, submitted, records made.
+    CampaignSwitchHalfWindow,
 }
 
-pub const ALL: [Scenario; 32] = [
+/// The campaign the campaign scenarios switch to.
+pub const SECOND_CAMPAIGN: &str = "v2";
+
+pub const ALL: [Scenario; 35] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -157,6 +177,9 @@ pub const ALL: [Scenario; 32] = [
     Scenario::FeederArray,
     Scenario::ReconcilerArrayWindow,
     Scenario::MonitorArrayChild,
+    Scenario::CampaignSwitch,
+    Scenario::CampaignSwitchReconciled,
+    Scenario::CampaignSwitchHalfWindow,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -363,9 +386,24 @@ pub struct World {
     pub logs: BTreeMap<Function, Arc<AccessLog>>,
     /// Whether the feeder submits its windows as array jobs (`GRANARY_ARRAY_WINDOWS`).
     pub array: bool,
+    /// The campaign the stack runs now (`GRANARY_CAMPAIGN`): every function's context is in it
+    /// ([`World::as_fn`]); a campaign scenario switches it after the first campaign's work.
+    pub campaign: std::sync::Mutex<Option<Campaign>>,
+}
+
+/// [`world`] with the stack running `campaign` from the start (its state under
+/// `campaigns/<name>/`, `ctx(w)` included).
+pub fn world_in(scenario: Scenario, campaign: Option<Campaign>) -> World {
+    let mut w = world(scenario);
+    w.imp.config.layout = w.imp.config.layout.in_campaign(campaign.as_ref());
+    w.switch_to(campaign);
+    w
 }
 
 pub fn world(scenario: Scenario) -> World {
+    // Every run of a scenario makes the same choices (where a pass starts), so a recovery
+    // crashed at its call k meets the same calls as the plain recovery that counted them.
+    granary::retry::reseed_jitter(0x5eed);
     let config = world_config();
     let store = Arc::new(MemoryStore::new());
     // ListJobs shows a new job only once time has passed (`let_leases_run_out`).
@@ -438,7 +476,10 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::RetryBeforeRecords
             | Scenario::FeederArray
             | Scenario::ReconcilerArrayWindow
-            | Scenario::MonitorArrayChild => BACKFILL.to_vec(),
+            | Scenario::MonitorArrayChild
+            | Scenario::CampaignSwitch
+            | Scenario::CampaignSwitchReconciled
+            | Scenario::CampaignSwitchHalfWindow => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -449,7 +490,8 @@ pub fn world(scenario: Scenario) -> World {
         spot_attempts: match scenario {
             Scenario::MonitorRetryable
             | Scenario::ReconcilerRetryable
-            | Scenario::RetryBeforeRecords => BTreeSet::from([1]),
+            | Scenario::RetryBeforeRecords
+            | Scenario::CampaignSwitch => BTreeSet::from([1]),
             Scenario::RequeuerExhausted => {
                 (1..=function_config(Function::Requeuer).max_attempt()).collect()
             }
@@ -463,6 +505,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
                 | Scenario::ReconcilerArrayWindow
+                | Scenario::CampaignSwitchReconciled
         ),
         feeder: matches!(
             scenario,
@@ -477,6 +520,9 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::FeederArray
                 | Scenario::ReconcilerArrayWindow
                 | Scenario::MonitorArrayChild
+                | Scenario::CampaignSwitch
+                | Scenario::CampaignSwitchReconciled
+                | Scenario::CampaignSwitchHalfWindow
         ),
         feeder_from_round: match scenario {
             Scenario::MonitorBeforeRecords => 2,
@@ -497,6 +543,7 @@ pub fn world(scenario: Scenario) -> World {
             scenario,
             Scenario::FeederArray | Scenario::ReconcilerArrayWindow | Scenario::MonitorArrayChild
         ),
+        campaign: std::sync::Mutex::new(None),
     }
 }
 
@@ -508,6 +555,7 @@ impl World {
     pub fn as_fn(&self, f: Function) -> Ctx {
         let mut imp = self.imp.clone();
         imp.config = function_config(f);
+        imp.config.layout = imp.config.layout.in_campaign(self.campaign().as_ref());
         imp.config.layout.track_items = self.records;
         imp.config.feeder.array_windows = self.array;
         if imp.config.jobs.is_none() {
@@ -525,6 +573,31 @@ impl World {
             imp.import_queue = None;
         }
         imp.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
+    }
+}
+
+impl World {
+    /// The campaign the stack runs now.
+    pub fn campaign(&self) -> Option<Campaign> {
+        self.campaign
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The stack is redeployed with `GRANARY_CAMPAIGN` naming `campaign`.
+    pub fn switch_to(&self, campaign: Option<Campaign>) {
+        *self.campaign.lock().unwrap_or_else(|p| p.into_inner()) = campaign;
+    }
+
+    /// Every campaign whose state the world holds: the one it started in, and the one it runs now.
+    pub fn campaigns(&self) -> Vec<Option<Campaign>> {
+        let mut all = vec![self.imp.config.layout.campaign.clone()];
+        let now = self.campaign();
+        if !all.contains(&now) {
+            all.push(now);
+        }
+        all
     }
 }
 
@@ -823,7 +896,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
             )
             .await?
         {
-            activity += r.recovered + r.closed;
+            activity += r.recovered + r.closed + r.taken_over;
         }
         for s in rf
             .scheduled(
@@ -852,12 +925,20 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
 /// would make it, so the next delivery or run takes the work over. Nothing else moves the
 /// clock: while a lease runs, the work waits, as it does in AWS. Whether any lease was aged.
 async fn let_leases_run_out(w: &World) -> bool {
-    let c = ctx(w);
+    // The time that ages a lease also lets ListJobs show the jobs submitted meanwhile.
+    let listed = w.jobs.catch_up_listing();
+    let mut aged = false;
+    for campaign in w.campaigns() {
+        aged |= let_campaign_leases_run_out(&ctx(w).in_campaign(campaign.as_ref())).await;
+    }
+    listed || aged
+}
+
+/// [`let_leases_run_out`] in one campaign's state.
+async fn let_campaign_leases_run_out(c: &Ctx) -> bool {
     let claim_lease = function_config(Function::Feeder).leases.claim_lease;
     let route_lease = function_config(Function::Monitor).leases.route_lease;
     let layout = &c.config.layout;
-    // The time that ages a lease also lets ListJobs show the jobs submitted meanwhile.
-    let listed = w.jobs.catch_up_listing();
     // A window claim until its jobs are recorded; a granule's claim until its job is.
     let claims = leases::age_leases(
         c.store.as_ref(),
@@ -887,7 +968,7 @@ async fn let_leases_run_out(w: &World) -> bool {
         },
     )
     .await;
-    listed || claims || logs
+    claims || logs
 }
 
 pub async fn only_item(w: &World) -> GranuleId {
@@ -954,7 +1035,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | RetryBeforeRecords
         | FeederArray
         | ReconcilerArrayWindow
-        | MonitorArrayChild => {
+        | MonitorArrayChild
+        | CampaignSwitch
+        | CampaignSwitchReconciled
+        | CampaignSwitchHalfWindow => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -983,6 +1067,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     .await
                     .unwrap();
                 let handed = granary::contracts::messages::RetryMessage::ended(id, 0)
+                    .of_campaign(c.campaign().cloned())
                     .to_message(&granary::contracts::messages::Notice::new(
                         granary::contracts::messages::Outcome::Ready,
                         "admitted for processing",
@@ -992,7 +1077,11 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             }
             if matches!(
                 scenario,
-                MonitorArrayChild | ReconcilerWindow | ReconcilerArrayWindow
+                MonitorArrayChild
+                    | ReconcilerWindow
+                    | ReconcilerArrayWindow
+                    | CampaignSwitch
+                    | CampaignSwitchReconciled
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1007,6 +1096,41 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             if scenario == MonitorArrayChild {
                 assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+            }
+            if scenario == CampaignSwitchReconciled {
+                // Every end's event is lost.
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+            }
+            if scenario == CampaignSwitchHalfWindow {
+                // Every SubmitJob refused: the window is claimed and marked open, no job exists.
+                let refused = w
+                    .as_fn(Function::Feeder)
+                    .tapped(Arc::new(RefuseSubmitJob) as Arc<dyn Tap>);
+                let _ = feeder::run(
+                    &refused,
+                    feeder::FeederEvent {
+                        granule_submit_count: 10,
+                    },
+                )
+                .await;
+                assert!(w.jobs.submitted().is_empty());
+            }
+            if matches!(
+                scenario,
+                CampaignSwitch | CampaignSwitchReconciled | CampaignSwitchHalfWindow
+            ) {
+                w.switch_to(Campaign::parse(SECOND_CAMPAIGN).ok());
+            }
+            if scenario == CampaignSwitchHalfWindow {
+                // The run released its claim when Batch refused it (or its lease has run out
+                // by the time the reconciler looks); its window is open with no job.
+                let_leases_run_out(w).await;
+                let open = c
+                    .store
+                    .list(&c.config.layout.open_claim_prefix)
+                    .await
+                    .unwrap();
+                assert_eq!(open.len(), 1, "{open:?}");
             }
             if matches!(scenario, ReconcilerWindow | ReconcilerArrayWindow) {
                 // One job ends now; the other is still running at the reconciler's first pass.
@@ -1177,9 +1301,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
 pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray => {
-            Some(Function::Feeder)
-        }
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
+        | CampaignSwitch => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
@@ -1191,6 +1314,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
         | ReconcilerArrayWindow
+        | CampaignSwitchReconciled
+        | CampaignSwitchHalfWindow
         | SweeperProcessing
         | SweeperDownload
         | CorruptRecord => Some(Function::Sweeper),
@@ -1213,7 +1338,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         got.into_iter().next().unwrap()
     };
     let (queue, message) = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray => {
+        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
+        | CampaignSwitch => {
             // Three rows: the first inventory's two, then one of the second (a second window,
             // its file opened and the rest of it mapped for the next run).
             let count = if scenario == FeederTwoInventories {
@@ -1259,7 +1385,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerLostAnswer
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
-        | ReconcilerArrayWindow => {
+        | ReconcilerArrayWindow
+        | CampaignSwitchReconciled
+        | CampaignSwitchHalfWindow => {
             // The pass runs a day later: ListJobs shows every job by then.
             w.jobs.catch_up_listing();
             let _ = reconciler::reconcile(c, later).await;
@@ -1355,7 +1483,26 @@ pub async fn run_with(
     crash: Option<CrashPoint>,
     recovery: Recovery,
 ) -> (World, bool, u64, Result<Recovered, String>) {
-    let w = world(scenario);
+    run_world(world(scenario), scenario, crash, recovery).await
+}
+
+/// [`run`] with the stack running `campaign` from the start.
+pub async fn run_in(
+    scenario: Scenario,
+    campaign: Option<Campaign>,
+    crash: Option<CrashPoint>,
+) -> (World, bool, u64, Result<(), String>) {
+    let w = world_in(scenario, campaign);
+    let (w, crashed, calls, settled) = run_world(w, scenario, crash, Recovery::default()).await;
+    (w, crashed, calls, settled.map(|_| ()))
+}
+
+async fn run_world(
+    w: World,
+    scenario: Scenario,
+    crash: Option<CrashPoint>,
+    recovery: Recovery,
+) -> (World, bool, u64, Result<Recovered, String>) {
     prepare(&w, scenario).await;
     let faults = Faults::new(crash, 0.0, 0, Arc::new(FaultCounts::default()));
     act(&w, scenario, &faults).await;
@@ -1375,10 +1522,29 @@ struct RefuseItemRecords;
 
 impl Tap for RefuseItemRecords {
     fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
-        let record = call.target.starts_with("items/") || call.target.starts_with("history/");
+        // In any campaign's state (a named one's keys are under campaigns/<name>/).
+        let record = ["items/", "history/"]
+            .iter()
+            .any(|p| call.target.starts_with(p) || call.target.contains(&format!("/{p}")));
         if call.op == Op::StorePut && record {
             Err(Refusal {
                 message: "refused: slow down",
+                ambiguous: false,
+            })
+        } else {
+            Ok(Fate::Make)
+        }
+    }
+}
+
+/// Refuses every SubmitJob (as Batch would past the SDK's retries), unambiguously.
+struct RefuseSubmitJob;
+
+impl Tap for RefuseSubmitJob {
+    fn enter(&self, call: &Call<'_>) -> Result<Fate, Refusal> {
+        if call.op == Op::JobSubmit {
+            Err(Refusal {
+                message: "refused: too many requests",
                 ambiguous: false,
             })
         } else {

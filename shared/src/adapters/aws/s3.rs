@@ -307,6 +307,29 @@ impl ObjectStore for S3Store {
         Ok(out)
     }
 
+    async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .delimiter("/")
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page =
+                page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
+            out.extend(
+                page.common_prefixes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|p| p.prefix),
+            );
+        }
+        Ok(out)
+    }
+
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let source = format!(
             "{}/{}",

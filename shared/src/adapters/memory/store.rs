@@ -109,6 +109,35 @@ impl Objects {
         self.made + chrono::Duration::milliseconds(i64::from(entry.modified_ms))
     }
 
+    /// The folders directly under `prefix`, without reading every key: a key's folder always
+    /// starts with `prefix` when the key lies in a folder under it (`split` keeps all but the
+    /// last segment of the key's path, or all but the last two).
+    fn list_folders(&self, prefix: &str) -> Vec<String> {
+        let mut found = std::collections::BTreeSet::new();
+        for (folder, within) in self
+            .folders
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(f, _)| f.starts_with(prefix))
+        {
+            if folder.len() > prefix.len() {
+                found.extend(crate::ports::object_store::folders_of(
+                    prefix,
+                    std::iter::once(folder.as_ref()),
+                ));
+            } else {
+                let keys: Vec<String> = within
+                    .keys()
+                    .map(|rest| format!("{folder}{rest}"))
+                    .collect();
+                found.extend(crate::ports::object_store::folders_of(
+                    prefix,
+                    keys.iter().map(String::as_str),
+                ));
+            }
+        }
+        found.into_iter().collect()
+    }
+
     /// Every key starting with `prefix`, in key order.
     fn list(&self, prefix: &str) -> Vec<ObjectMeta> {
         let meta = |folder: &str, rest: &str, e: &Entry| ObjectMeta {
@@ -293,6 +322,10 @@ impl ObjectStore for MemoryStore {
         Ok(self.lock().list(prefix))
     }
 
+    async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self.lock().list_folders(prefix))
+    }
+
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let body = self
             .get(from)
@@ -364,6 +397,35 @@ mod tests {
             Bytes::from_static(b"bc")
         );
         assert_eq!(s.list("k").await.unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn folders_under_a_prefix_are_those_a_listing_of_every_key_names() {
+        let store = MemoryStore::default();
+        for key in [
+            "campaigns/v1/claims/a/1.json",
+            "campaigns/v1/logs/x.json",
+            "campaigns/v2/tracker.json",
+            "campaigns/loose.json",
+            "campaignsx/v9/a.json",
+            "claims/a/1.json",
+        ] {
+            store
+                .put(key, Bytes::from_static(b"{}"), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        let want = vec!["campaigns/v1/".to_owned(), "campaigns/v2/".to_owned()];
+        assert_eq!(store.list_folders("campaigns/").await.unwrap(), want);
+        let every = store.list("campaigns/").await.unwrap();
+        assert_eq!(
+            crate::ports::object_store::folders_of(
+                "campaigns/",
+                every.iter().map(|m| m.key.as_str())
+            ),
+            want
+        );
+        assert!(store.list_folders("nothing/").await.unwrap().is_empty());
     }
 
     #[tokio::test]

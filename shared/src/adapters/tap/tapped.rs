@@ -116,6 +116,16 @@ impl ObjectStore for TappedStore {
         let request = self.inner.list(prefix);
         through(&*self.tap, call, request, answer, store_error(prefix)).await
     }
+    async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        let answer = |r: &Result<Vec<String>, StoreError>| Answer {
+            ok: r.is_ok(),
+            items: r.as_ref().map_or(0, |v| v.len() as u64),
+            ..Answer::default()
+        };
+        let call = Call::new(Op::StoreList, prefix);
+        let request = self.inner.list_folders(prefix);
+        through(&*self.tap, call, request, answer, store_error(prefix)).await
+    }
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let call = Call {
             op: Op::StoreCopy,

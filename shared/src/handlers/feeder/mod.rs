@@ -4,7 +4,7 @@
 
 mod window;
 use window::{feed_window, open_inventory, PAGE_MAP_LOOKAHEAD_ROWS};
-pub use window::{window_ceiling, ARRAY_WINDOW_ROWS, BATCH_SUBMITS_PER_SEC};
+pub use window::{finish_claimed_window, window_ceiling, ARRAY_WINDOW_ROWS, BATCH_SUBMITS_PER_SEC};
 
 use super::Ctx;
 use crate::adapters::parquet::InventoryError;

@@ -510,6 +510,7 @@ mod array_windows {
         );
         ctx.store.delete(&key).await.unwrap();
         let mut again = WindowClaim::new(
+            None,
             "inventories/a.parquet",
             0,
             4,

@@ -141,6 +141,7 @@ pub(super) async fn feed_window(
         granules
     };
     let window = WindowClaim::new(
+        ctx.campaign(),
         inventory_key,
         start,
         rows,
@@ -188,6 +189,43 @@ pub(super) async fn feed_window(
     } else {
         (0, stop)
     })
+}
+
+/// Finishes a window another run claimed and left half-submitted, from its claim alone (no
+/// inventory read): the takeover the feeder's next run would make, taken by the reconciler for
+/// a campaign the stack no longer feeds (`domain::campaign`), whose feeder never comes back to
+/// the window. The one submission protocol decides: while the claim's lease runs it is left
+/// (`Ok(false)`); past it the claim is taken over, its unrecorded jobs looked up by name and
+/// the missing ones submitted, then the window's item records made. `Ok(true)` once every
+/// granule's job and record are there.
+pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<bool, HandlerError> {
+    // The claim as found is worked as it says (the submission protocol reads it back): this
+    // copy only names its key and carries the taker's lease.
+    let redo = WindowClaim::new(
+        found.campaign.as_ref(),
+        &found.inventory,
+        found.start,
+        found.rows,
+        found.granules.clone(),
+        "reconciler (a window its campaign's feeder left)",
+        chrono::Utc::now(),
+    )
+    .in_array(found.array);
+    let (claim, submissions) = match ctx.windows().submit(redo).await? {
+        WindowOutcome::InFlight { .. } => return Ok(false),
+        WindowOutcome::Worked { claim, jobs } => (claim, jobs),
+    };
+    let submitted = submissions.iter().all(|s| s.job_id().is_some());
+    let recorded = record_window(
+        ctx,
+        &claim.inventory,
+        &claim,
+        &submissions,
+        &std::collections::HashMap::new(),
+    )
+    .await
+    .is_none();
+    Ok(submitted && recorded)
 }
 
 /// The item records of a window's granules whose jobs exist: made together where missing, the

@@ -125,6 +125,7 @@ async fn dead_letter(imp: &Ctx, record: &ItemRecord) -> Result<(), HandlerError>
     let notice = ItemNotice {
         item_id: record.id.clone(),
         state: Ignore,
+        campaign: imp.campaign().cloned(),
     };
     let reason = format!(
         "{} download attempts failed; the last: {}",

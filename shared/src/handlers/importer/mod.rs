@@ -64,11 +64,17 @@ impl Ctx {
             item_id: id.clone(),
             step,
             resume: false,
+            campaign: None,
         })
         .await
     }
 
     pub async fn send(&self, message: ImportMessage) -> Result<(), HandlerError> {
+        // The item is this context's campaign's; its step is taken there.
+        let message = ImportMessage {
+            campaign: self.campaign().cloned(),
+            ..message
+        };
         let queue = self
             .import_queue
             .as_ref()
@@ -99,8 +105,9 @@ impl Ctx {
         outcome: Outcome,
         reason: &str,
     ) -> Result<(), HandlerError> {
-        let message =
-            RetryMessage::ended(id.clone(), attempt).to_message(&Notice::new(outcome, reason))?;
+        let message = RetryMessage::ended(id.clone(), attempt)
+            .of_campaign(self.campaign().cloned())
+            .to_message(&Notice::new(outcome, reason))?;
         self.retry_queue.send(message).await?;
         Ok(())
     }
@@ -162,6 +169,8 @@ pub async fn handle_message(imp: &Ctx, body: &str) -> Result<StepReport, Handler
         item_id = %message.item_id,
         step = ?message.step
     );
+    // The item's campaign's state, whichever campaign this stack runs now.
+    let imp = &*imp.in_campaign(message.campaign.as_ref());
     tracing::Instrument::instrument(run(imp, &message), span).await
 }
 

@@ -53,6 +53,36 @@ pub struct SweepSummary {
     pub out_of_time: u64,
 }
 
+impl SweepSummary {
+    /// Another campaign's counts added to these.
+    fn add(&mut self, other: SweepSummary) {
+        let SweepSummary {
+            examined,
+            window_granules,
+            within_time,
+            job_alive,
+            finished_by_batch,
+            retried,
+            gave_up,
+            stale_markers,
+            corrupt_records,
+            errors,
+            out_of_time,
+        } = other;
+        self.examined += examined;
+        self.window_granules += window_granules;
+        self.within_time += within_time;
+        self.job_alive += job_alive;
+        self.finished_by_batch += finished_by_batch;
+        self.retried += retried;
+        self.gave_up += gave_up;
+        self.stale_markers += stale_markers;
+        self.corrupt_records += corrupt_records;
+        self.errors += errors;
+        self.out_of_time += out_of_time;
+    }
+}
+
 /// The item sweeper's scheduled invocation: the reconciler, then the sweeper, each within its
 /// share of the invocation's time, so that a long reconciler pass never leaves the sweeper no
 /// time at all. The reconciler gets half; the sweeper what is left.
@@ -81,9 +111,35 @@ pub async fn sweep(imp: &Ctx, now: DateTime<Utc>) -> Result<SweepSummary, Handle
     sweep_within(imp, now, &Budget::unlimited()).await
 }
 
-/// One sweep within `budget`: it starts at a different item each time and stops starting new
-/// ones once the time is spent (`out_of_time`).
+/// One sweep of every campaign's items (its own first, then the unnamed one and every one
+/// under `campaigns/`, as the reconciler visits them), within `budget`.
 pub async fn sweep_within(
+    imp: &Ctx,
+    now: DateTime<Utc>,
+    budget: &Budget,
+) -> Result<SweepSummary, HandlerError> {
+    let mut summary = SweepSummary::default();
+    let campaigns = crate::handlers::campaigns_to_visit(imp).await?;
+    let left = campaigns.len();
+    for (i, campaign) in campaigns.iter().enumerate() {
+        // A fair share of the time left, as the reconciler gives each campaign.
+        let share = budget.part(1, u32::try_from(left - i).unwrap_or(u32::MAX));
+        let there = imp.in_campaign(campaign.as_ref());
+        match sweep_campaign(&there, now, &share).await {
+            Ok(s) => summary.add(s),
+            Err(e) => {
+                tracing::warn!(campaign = ?campaign, error = %e, "cannot sweep this campaign now");
+                summary.errors += 1;
+            }
+        }
+    }
+    tracing::info!(?summary, "sweep finished");
+    Ok(summary)
+}
+
+/// One campaign's items within `budget`: it starts at a different item each time and stops
+/// starting new ones once the time is spent (`out_of_time`).
+async fn sweep_campaign(
     imp: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
@@ -122,7 +178,9 @@ pub async fn sweep_within(
             summary.errors += 1;
         }
     }
-    tracing::info!(?summary, "sweep finished");
+    if summary != SweepSummary::default() {
+        tracing::info!(campaign = ?imp.campaign(), ?summary, "campaign swept");
+    }
     Ok(summary)
 }
 
@@ -206,6 +264,10 @@ async fn sweep_one(
     };
     let record = current.value;
     if record.state != marked {
+        // The record moved on; its writer may have died owing history entries (a give-up
+        // crashed between the record and its entries), and a terminal record has no later
+        // transition to pay them: they are paid before the marker that led here goes.
+        items.look(id, BY).await?;
         items.clear_inflight(marked, id).await?;
         summary.stale_markers += 1;
         return Ok(());
@@ -330,6 +392,7 @@ async fn dead_letter(
     let notice = ItemNotice {
         item_id: id.clone(),
         state,
+        campaign: imp.campaign().cloned(),
     };
     imp.failure_dlq
         .send(notice.to_message(&Notice::new(Outcome::TimedOut, reason))?)

@@ -231,6 +231,7 @@ async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
             ItemNotice {
                 item_id: id.clone(),
                 state: Abandoned,
+                campaign: imp.campaign().cloned(),
             }
             .to_message(&Notice::new(Outcome::NonRetryable, reason.clone()))?,
         )

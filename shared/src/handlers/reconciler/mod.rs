@@ -44,6 +44,9 @@ pub struct ReconcileSummary {
     pub closed: u64,
     /// Claims with no job yet: the claim's owner (or the next delivery of its message) submits it.
     pub not_submitted: u64,
+    /// Windows of a campaign the stack no longer feeds, left half-submitted by its feeder:
+    /// taken over and finished here (their jobs submitted, their item records made).
+    pub taken_over: u64,
     /// Jobs Batch no longer knows (it keeps finished jobs for at least 7 days, not for ever)
     /// whose end was never handled: logged and dead-lettered with that reason
     /// (`domain::job_end::forgotten_by_batch`).
@@ -55,16 +58,82 @@ pub struct ReconcileSummary {
     pub out_of_time: u64,
 }
 
+impl ReconcileSummary {
+    /// Another campaign's counts added to these.
+    fn add(&mut self, other: ReconcileSummary) {
+        let ReconcileSummary {
+            open_claims,
+            windows,
+            young,
+            still_running,
+            recovered,
+            handled,
+            closed,
+            not_submitted,
+            taken_over,
+            unknown_to_batch,
+            errors,
+            out_of_time,
+        } = other;
+        self.open_claims += open_claims;
+        self.windows += windows;
+        self.young += young;
+        self.still_running += still_running;
+        self.recovered += recovered;
+        self.handled += handled;
+        self.closed += closed;
+        self.not_submitted += not_submitted;
+        self.taken_over += taken_over;
+        self.unknown_to_batch += unknown_to_batch;
+        self.errors += errors;
+        self.out_of_time += out_of_time;
+    }
+}
+
 /// One pass over the open-claims index with no time limit (an operator's command, a test).
 pub async fn reconcile(ctx: &Ctx, now: DateTime<Utc>) -> Result<ReconcileSummary, HandlerError> {
     reconcile_within(ctx, now, &Budget::unlimited()).await
 }
 
-/// One pass over the open-claims index, within `budget`: it starts at a different marker each
-/// pass and stops starting new ones once the time is spent (`out_of_time`). One marker's trouble
-/// is logged and counted; the rest go on.
+/// One pass over the open-claims index of every campaign (`domain::campaign::to_visit`: its
+/// own first, then the unnamed one and every one found under `campaigns/`), within `budget`.
+/// A campaign switched away from while its jobs ran keeps its open claims, and they are
+/// reconciled in its own state, as the monitor handles its jobs' events.
 pub async fn reconcile_within(
     ctx: &Ctx,
+    now: DateTime<Utc>,
+    budget: &Budget,
+) -> Result<ReconcileSummary, HandlerError> {
+    let mut summary = ReconcileSummary::default();
+    let campaigns = super::campaigns_to_visit(ctx).await?;
+    let left = campaigns.len();
+    for (i, campaign) in campaigns.iter().enumerate() {
+        // A fair share of the time left: a large campaign never starves another (what one
+        // leaves unspent goes to the next). A spent share still counts its markers out of time.
+        let share = budget.part(1, u32::try_from(left - i).unwrap_or(u32::MAX));
+        let there = ctx.in_campaign(campaign.as_ref());
+        let own = campaign.as_ref() == ctx.campaign();
+        match reconcile_campaign(&there, own, now, &share).await {
+            Ok(s) => summary.add(s),
+            // One campaign's trouble (its listing refused) is counted; the others go on.
+            Err(e) => {
+                tracing::warn!(campaign = ?campaign, error = %e, "cannot reconcile this campaign now");
+                summary.errors += 1;
+            }
+        }
+    }
+    tracing::info!(?summary, "reconcile finished");
+    Ok(summary)
+}
+
+/// One campaign's open-claims index, within `budget`: it starts at a different marker each
+/// pass and stops starting new ones once the time is spent (`out_of_time`). One marker's trouble
+/// is logged and counted; the rest go on.
+/// `own`: the campaign the stack runs (its feeder finishes its half-submitted windows); for
+/// another, the reconciler does (`windows::reconcile_window`).
+async fn reconcile_campaign(
+    ctx: &Ctx,
+    own: bool,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<ReconcileSummary, HandlerError> {
@@ -99,7 +168,7 @@ pub async fn reconcile_within(
                 continue;
             }
             if let Err(e) =
-                windows::reconcile_window(ctx, &inventory, start, &mut summary, budget).await
+                windows::reconcile_window(ctx, &inventory, start, own, &mut summary, budget).await
             {
                 tracing::warn!(inventory, start, error = %e, "cannot reconcile this window now");
                 summary.errors += 1;
@@ -127,7 +196,9 @@ pub async fn reconcile_within(
             }
         }
     }
-    tracing::info!(?summary, "reconcile finished");
+    if summary != ReconcileSummary::default() {
+        tracing::info!(campaign = ?ctx.campaign(), ?summary, "campaign reconciled");
+    }
     Ok(summary)
 }
 
@@ -210,8 +281,10 @@ pub(super) async fn route_forgotten(
     attempt: &GranuleProcessingEvent,
     job_id: &str,
 ) -> Result<MonitorOutcome, HandlerError> {
-    let name = crate::domain::job_name::job_name(&attempt.granule_id, attempt.attempt);
-    let finished = crate::domain::job_end::forgotten_by_batch(attempt.clone(), job_id);
+    let campaign = ctx.campaign();
+    let name = crate::domain::job_name::job_name(campaign, &attempt.granule_id, attempt.attempt);
+    let finished =
+        crate::domain::job_end::forgotten_by_batch(attempt.clone(), campaign.cloned(), job_id);
     let detail = crate::domain::job_end::forgotten_detail(job_id, &name);
     monitor::job_finished(ctx, finished, detail, monitor::RECOVERED_BY).await
 }

@@ -88,7 +88,8 @@ async fn window_before_its_records(
     let id = GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap();
     let job = jobs
         .submit(crate::contracts::job::job_request(
-            &crate::domain::job_name::job_name(&id, 1),
+            &crate::domain::job_name::job_name(None, &id, 1),
+            None,
             &id,
             1,
         ))
@@ -96,6 +97,7 @@ async fn window_before_its_records(
         .unwrap()
         .job_id;
     let claim = WindowClaim::new(
+        None,
         "inventories/a.parquet",
         0,
         1,
@@ -278,7 +280,7 @@ async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left_until_
         .await
         .unwrap();
     let half = attempt("HLS.S30.T18TYN.2020002T153012.v2.0");
-    let claim = Claim::new(&half, "t", Utc::now());
+    let claim = Claim::new(&half, None, "t", Utc::now());
     crate::repositories::write_json(
         ctx.store.as_ref(),
         &claim_key(&ctx.config.layout.claim_prefix, &half),

@@ -21,6 +21,7 @@
 
 use super::ReconcileSummary;
 use crate::budget::Budget;
+use crate::domain::claim::JobsClaim;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::window_key;
 use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
@@ -58,11 +59,15 @@ enum Granule {
 }
 
 /// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
-/// all of them have ended and been handled (or the window claim is gone).
+/// all of them have ended and been handled (or the window claim is gone). `own`: the window is
+/// the campaign the stack feeds, whose feeder finishes it if it was left half-submitted; a
+/// window of another campaign is finished here (`feeder::finish_claimed_window`), or nothing
+/// would.
 pub(super) async fn reconcile_window(
     ctx: &Ctx,
     inventory: &str,
     start: u64,
+    own: bool,
     summary: &mut ReconcileSummary,
     budget: &Budget,
 ) -> Result<(), HandlerError> {
@@ -78,7 +83,27 @@ pub(super) async fn reconcile_window(
         summary.closed += 1;
         return Ok(());
     };
-    let claim = claim.value;
+    let mut claim = claim.value;
+    if !own && !claim.is_submitted() && !budget.spent() {
+        match crate::handlers::feeder::finish_claimed_window(ctx, &claim).await {
+            Ok(true) => summary.taken_over += 1,
+            // Its lease runs (its feeder may be at it): the next pass looks again.
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(inventory, start, error = %e, "cannot finish this window of another campaign now");
+                summary.errors += 1;
+            }
+        }
+        // The jobs the takeover recorded, for the look below.
+        if let Some(again) = read_json::<WindowClaim>(
+            ctx.store.as_ref(),
+            &window_key(&layout.claim_prefix, inventory, start),
+        )
+        .await?
+        {
+            claim = again.value;
+        }
+    }
     // What earlier passes saw handled: those granules are not looked at again.
     let marker = ctx.store.get(&open_key).await?;
     let mut progress = marker

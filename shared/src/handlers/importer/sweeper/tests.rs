@@ -53,7 +53,7 @@ async fn asks_batch_before_failing_a_processing_item() {
     let (imp, dlq) = importer(jobs.clone()).await;
     let request = |item: &str| {
         let id = GranuleId::parse(item).unwrap();
-        crate::contracts::job::job_request(&format!("{item}-1"), &id, 1)
+        crate::contracts::job::job_request(&format!("{item}-1"), None, &id, 1)
     };
     let alive = jobs.submit(request("alive-item")).await.unwrap().job_id;
     let done = jobs.submit(request("done-item")).await.unwrap().job_id;
@@ -93,6 +93,7 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
     let alive = jobs
         .submit(crate::contracts::job::job_request(
             "alive-item-1",
+            None,
             &ids[0],
             1,
         ))
@@ -101,7 +102,7 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
         .job_id;
     // The feeder's window: claimed, jobs recorded, records made together, marker open.
     let found = vec![Some(alive.clone()), Some("forgotten-by-batch".to_owned())];
-    let claim = WindowClaim::new("inv.parquet", 0, 2, ids.clone(), "t", Utc::now())
+    let claim = WindowClaim::new(None, "inv.parquet", 0, 2, ids.clone(), "t", Utc::now())
         .recording(&found, Utc::now());
     let layout = &ctx.config.layout;
     for prefix in [&layout.claim_prefix, &layout.open_claim_prefix] {
