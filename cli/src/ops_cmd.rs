@@ -260,6 +260,9 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         bail!("say where the numbers come from: --scan (read the logs in S3) or --athena");
     }
     if let Some(other) = &args.compare {
+        if !args.scan {
+            bail!("--compare reads both campaigns' logs from S3: use it with --scan");
+        }
         return compare_campaigns(&args, other).await;
     }
     let reports = if args.scan {
