@@ -1,7 +1,7 @@
 use anyhow::{Context, Result};
-use granary::domain::batch_event::{DETAIL_TYPE, SOURCE};
-use granary::domain::classify::Route;
-use granary::domain::job_end::{on_job_event, JobEnd};
+use granary::domain::batch_event::{BatchJobStateChange, DETAIL_TYPE, SOURCE};
+use granary::domain::classify::{classify, Route};
+use granary::domain::job_end::{on_job_event, EventRejection, JobEnd};
 use std::io::Read;
 use std::process::ExitCode;
 
@@ -32,14 +32,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
     } else {
         serde_json::json!({"detail-type": DETAIL_TYPE, "source": SOURCE, "detail": value})
     };
-    // Exactly the monitor's decision: what it rejects, this command rejects, with its reason.
-    let (event, end) = on_job_event(event).map_err(|rejection| {
-        anyhow::anyhow!(
-            "the job monitor rejects this event ({}): {rejection}; it would be recorded under the \
-             reject prefix and sent to the failure DLQ",
-            rejection.kind().as_str()
-        )
-    })?;
+    // Exactly the monitor's decision: what it rejects, this command rejects, with its reason —
+    // after saying how the job ended, when the event is a job's end that names no granule (a
+    // job granary did not submit).
+    let (event, end) = match on_job_event(event.clone()) {
+        Ok(decided) => decided,
+        Err(rejection @ EventRejection::NoGranule { .. }) => {
+            return foreign(args.json, event, &rejection);
+        }
+        Err(rejection) => {
+            return Err(anyhow::anyhow!(
+                "the job monitor rejects this event ({}): {rejection}; it would be recorded under \
+                 the reject prefix and sent to the failure DLQ",
+                rejection.kind().as_str()
+            ))
+        }
+    };
     let job = &event.detail;
     let finished = match end {
         JobEnd::NotFinished { job_id, status } => {
@@ -123,6 +131,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "job_name": job.job_name,
             "granule_id": finished.granule.granule_id,
             "attempt": finished.granule.attempt,
+            "campaign": finished.campaign,
             "classification": c.outcome,
             "failure": c.failure,
             "batch_rules": c.batch_rules,
@@ -136,6 +145,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "granule:        {} attempt {}",
             finished.granule.granule_id, finished.granule.attempt
         );
+        if let Some(campaign) = &finished.campaign {
+            println!("campaign:       {campaign} (its state under campaigns/{campaign}/)");
+        }
         println!("classification: {:?}", c.outcome);
         println!("reason:         {}", c.reason);
         println!("batch rules:    {}", c.batch_rules);
@@ -151,6 +163,47 @@ fn route_text(route: Route) -> &'static str {
         Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
         Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
     }
+}
+
+/// The exit code for a finished job that names no granule: classified (Batch's facts, whoever
+/// submitted the job), then rejected by the monitor, which has nothing to log and route.
+const FOREIGN_EXIT: u8 = 1;
+
+/// A finished job that names no granule granary can use: how it ended and the route it would
+/// take, then why the monitor rejects it (exit 1: it would be set aside, not routed).
+fn foreign(json: bool, event: serde_json::Value, rejection: &EventRejection) -> Result<ExitCode> {
+    let detail = BatchJobStateChange::from_value(event)
+        .map_err(|e| anyhow::anyhow!("the event is not a Batch Job State Change: {e}"))?
+        .detail;
+    let rejected = format!(
+        "the job monitor rejects this event ({}): {rejection}; it would be recorded under the \
+         reject prefix and sent to the failure DLQ",
+        rejection.kind().as_str()
+    );
+    let c =
+        classify(&detail).map_err(|_| anyhow::anyhow!("{rejected} (the job has not finished)"))?;
+    let route = c.route();
+    if json {
+        let out = serde_json::json!({
+            "job_id": detail.job_id, "job_name": detail.job_name,
+            "classification": c.outcome, "failure": c.failure, "batch_rules": c.batch_rules,
+            "route": route, "reason": c.reason,
+            "rejected": {"kind": rejection.kind().as_str(), "reason": rejection.to_string()},
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("job:            {} ({})", detail.job_id, detail.job_name);
+        println!("granule:        none that granary can use");
+        println!("classification: {:?}", c.outcome);
+        println!("reason:         {}", c.reason);
+        println!("batch rules:    {}", c.batch_rules);
+        println!(
+            "route:          {} — had it named a granule",
+            route_text(route)
+        );
+        println!("monitor:        {rejected}");
+    }
+    Ok(ExitCode::from(FOREIGN_EXIT))
 }
 
 /// Prints an event the monitor ignores, and why.

@@ -121,12 +121,65 @@ fn events_the_monitor_rejects_exit_non_zero_with_the_reason() {
     .replace(r#""value":"1""#, r#""value":"-1""#);
     let (code, out) = classify(&bad_attempt, true);
     assert_ne!(code, 0, "{out}");
-    assert!(out.contains("event_without_granule"), "{out}");
-    assert!(out.contains("\"-1\" is not a positive integer"), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["rejected"]["kind"], "event_without_granule", "{out}");
+    let why = v["rejected"]["reason"].as_str().unwrap();
+    assert!(why.contains("\"-1\" is not a positive integer"), "{out}");
     let bad_id = event("SUCCEEDED", "", Some(0), 1, 1).replace("HLS.S30", "HLS/S30");
     let (code, out) = classify(&bad_id, false);
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("contains '/'"), "{out}");
+}
+
+/// A job granary did not submit (no granule in it): how it ended and the route it would take,
+/// then why the monitor rejects it — from a published event, exit 1.
+#[test]
+fn a_foreign_job_is_classified_then_rejected_with_the_reason() {
+    let foreign = event(
+        "FAILED",
+        "Host EC2 (instance i-0abc) terminated.",
+        None,
+        1,
+        1,
+    )
+    .replace("GRANULE_ID", "SOMETHING_ELSE");
+    let (code, out) = classify(&foreign, false);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("classification: Retryable"), "{out}");
+    assert!(
+        out.contains("send to the retry queue — had it named a granule"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the job monitor rejects this event (event_without_granule)"),
+        "{out}"
+    );
+    let (code, out) = classify(&foreign, true);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["route"], "retry_queue", "{out}");
+    assert_eq!(v["rejected"]["kind"], "event_without_granule", "{out}");
+    // A published event of someone else's Fargate job (../shared/real-batch-events, 09): its
+    // exit code 1 is the application's, non-retryable, as SOURCES.md routes it.
+    let corpus = std::env::var_os("GRANARY_REAL_EVENTS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/real-batch-events")
+        });
+    let published = std::fs::read_to_string(corpus.join("09-fargate-exit1-failed.json"))
+        .expect("the published corpus (../shared/real-batch-events)");
+    let (code, out) = classify(&published, true);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["classification"], "NON_RETRYABLE", "{out}");
+    assert_eq!(v["route"], "failure_dlq", "{out}");
+    assert!(
+        v["rejected"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("GRANULE_ID"),
+        "{out}"
+    );
 }
 
 /// An array window's child names its place in the window claim; its parent is ignored.

@@ -100,6 +100,12 @@ pub fn of_folder(folder: &str) -> Option<Campaign> {
     Campaign::parse(name).ok()
 }
 
+/// The campaign whose state `key` is (`campaigns/<name>/…`), if it is a named one's.
+pub fn of_key(key: &str) -> Option<Campaign> {
+    let (name, _) = key.strip_prefix(CAMPAIGNS_FOLDER)?.split_once('/')?;
+    Campaign::parse(name).ok()
+}
+
 /// Every campaign whose state a scheduled pass (the reconciler, the sweeper) must look at: the
 /// unnamed one, every named one found under [`CAMPAIGNS_FOLDER`], and its own, each once, its own
 /// first. A campaign that was switched away from while its jobs ran is still finished this way:
@@ -166,6 +172,9 @@ mod tests {
         assert_eq!(of_folder("campaigns/v2/"), Some(c("v2")));
         assert_eq!(of_folder("campaigns/Not-One/"), None);
         assert_eq!(of_folder("claims/"), None);
+        assert_eq!(of_key("campaigns/v2/claims/windows/a.json"), Some(c("v2")));
+        assert_eq!(of_key("claims/windows/a.json"), None);
+        assert_eq!(of_key("campaigns/v2"), None);
     }
 
     #[test]

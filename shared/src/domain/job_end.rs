@@ -167,7 +167,9 @@ fn window_end(
         )));
     };
     let attempt = super::job_tags::attempt_of(job).map_err(no_granule)?;
-    let campaign = campaign_of(job)?;
+    // The job names its campaign; if a child's details lack it, the claim's key says it (the
+    // claim is read from that key, in that campaign's state).
+    let campaign = campaign_of(job)?.or_else(|| super::campaign::of_key(claim_key));
     let route = classification.route();
     Ok(JobEnd::WindowChild(WindowChildEnd {
         job_id: job.job_id.clone(),
@@ -284,6 +286,45 @@ mod tests {
         assert_eq!(classification.route(), Route::FailureDlq, "exit code 3");
     }
     use serde_json::json;
+
+    /// A job's campaign is its parameter, else its environment; a window child lacking both
+    /// has its claim's key say it; a name no campaign can have is rejected with the reason.
+    #[test]
+    fn an_end_is_its_jobs_campaigns() {
+        let v2 = crate::domain::campaign::Campaign::parse("v2").unwrap();
+        let with = |params: serde_json::Value, env: serde_json::Value| {
+            json!({"detail-type": "Batch Job State Change", "source": "aws.batch",
+                   "detail": {"jobName": "n", "jobId": "j-1", "jobQueue": "q",
+                              "status": "SUCCEEDED", "attempts": [{"container": {"exitCode": 0}}],
+                              "parameters": params, "container": {"environment": env}}})
+        };
+        let granule = env("HLS.S30.T01GBH.2022226T214921.v2.0", "1");
+        let (_, end) = on_job_event(with(json!({"campaign": "v2"}), granule.clone())).unwrap();
+        let JobEnd::Finished(f) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(f.campaign, Some(v2.clone()));
+        let (_, end) = on_job_event(with(json!({}), granule.clone())).unwrap();
+        let JobEnd::Finished(f) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(f.campaign, None, "no campaign named: the unnamed one's");
+        let bad = on_job_event(with(json!({"campaign": "V2/x"}), granule)).unwrap_err();
+        assert!(bad.to_string().contains("no campaign name"), "{bad}");
+        // A child whose details carry only its claim's URI: the key says the campaign.
+        let child = json!({"detail-type": "Batch Job State Change", "source": "aws.batch",
+            "detail": {"jobName": "w", "jobId": "p:1", "jobQueue": "q", "status": "SUCCEEDED",
+                       "attempts": [{"container": {"exitCode": 0}}], "arrayProperties": {"index": 1},
+                       "container": {"environment": [
+                           {"name": "GRANARY_WINDOW_CLAIM",
+                            "value": "s3://b/campaigns/v2/claims/windows/k.json"},
+                           {"name": "ATTEMPT", "value": "1"}]}}});
+        let (_, end) = on_job_event(child).unwrap();
+        let JobEnd::WindowChild(c) = end else {
+            panic!("{end:?}")
+        };
+        assert_eq!(c.campaign, Some(v2));
+    }
 
     fn event(status: &str, env: serde_json::Value) -> serde_json::Value {
         json!({"detail-type": "Batch Job State Change", "source": "aws.batch",

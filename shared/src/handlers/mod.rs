@@ -271,6 +271,48 @@ pub async fn campaigns_to_visit(
     Ok(to_visit(ctx.campaign(), &found))
 }
 
+/// A scheduled pass's way through every campaign ([`campaigns_to_visit`]), each with a fair
+/// share of the time left: a large campaign never starves another, and what one leaves unspent
+/// goes to the next.
+pub struct CampaignVisits {
+    campaigns: std::vec::IntoIter<Option<crate::domain::campaign::Campaign>>,
+}
+
+/// One campaign of a pass.
+pub struct CampaignVisit<'a> {
+    pub campaign: Option<crate::domain::campaign::Campaign>,
+    /// The pass's context in the campaign's state.
+    pub ctx: InCampaign<'a>,
+    /// Whether it is the campaign the stack runs (whose feeder comes back to its windows).
+    pub own: bool,
+    /// Its share of the pass's time (a spent share still counts its work out of time).
+    pub share: crate::budget::Budget,
+}
+
+impl CampaignVisits {
+    pub async fn of(ctx: &Ctx) -> Result<Self, HandlerError> {
+        Ok(Self {
+            campaigns: campaigns_to_visit(ctx).await?.into_iter(),
+        })
+    }
+
+    /// The next campaign to visit with `ctx`, and its share of `budget`.
+    pub fn next<'a>(
+        &mut self,
+        ctx: &'a Ctx,
+        budget: &crate::budget::Budget,
+    ) -> Option<CampaignVisit<'a>> {
+        let left = self.campaigns.len();
+        let campaign = self.campaigns.next()?;
+        Some(CampaignVisit {
+            ctx: ctx.in_campaign(campaign.as_ref()),
+            own: campaign.as_ref() == ctx.campaign(),
+            share: budget.part(1, u32::try_from(left).unwrap_or(u32::MAX)),
+            campaign,
+        })
+    }
+}
+
 /// Runs `handle` on every record of an SQS batch, each on its own: a record whose handling fails
 /// is reported in `batchItemFailures` (and comes back after its visibility timeout), the others are
 /// deleted by Lambda. Records are handled concurrently, up to `concurrency` at once.

@@ -119,16 +119,12 @@ pub async fn sweep_within(
     budget: &Budget,
 ) -> Result<SweepSummary, HandlerError> {
     let mut summary = SweepSummary::default();
-    let campaigns = crate::handlers::campaigns_to_visit(imp).await?;
-    let left = campaigns.len();
-    for (i, campaign) in campaigns.iter().enumerate() {
-        // A fair share of the time left, as the reconciler gives each campaign.
-        let share = budget.part(1, u32::try_from(left - i).unwrap_or(u32::MAX));
-        let there = imp.in_campaign(campaign.as_ref());
-        match sweep_campaign(&there, now, &share).await {
+    let mut visits = crate::handlers::CampaignVisits::of(imp).await?;
+    while let Some(v) = visits.next(imp, budget) {
+        match sweep_campaign(&v.ctx, now, &v.share).await {
             Ok(s) => summary.add(s),
             Err(e) => {
-                tracing::warn!(campaign = ?campaign, error = %e, "cannot sweep this campaign now");
+                tracing::warn!(campaign = ?v.campaign, error = %e, "cannot sweep this campaign now");
                 summary.errors += 1;
             }
         }

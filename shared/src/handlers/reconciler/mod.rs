@@ -105,19 +105,13 @@ pub async fn reconcile_within(
     budget: &Budget,
 ) -> Result<ReconcileSummary, HandlerError> {
     let mut summary = ReconcileSummary::default();
-    let campaigns = super::campaigns_to_visit(ctx).await?;
-    let left = campaigns.len();
-    for (i, campaign) in campaigns.iter().enumerate() {
-        // A fair share of the time left: a large campaign never starves another (what one
-        // leaves unspent goes to the next). A spent share still counts its markers out of time.
-        let share = budget.part(1, u32::try_from(left - i).unwrap_or(u32::MAX));
-        let there = ctx.in_campaign(campaign.as_ref());
-        let own = campaign.as_ref() == ctx.campaign();
-        match reconcile_campaign(&there, own, now, &share).await {
+    let mut visits = super::CampaignVisits::of(ctx).await?;
+    while let Some(v) = visits.next(ctx, budget) {
+        match reconcile_campaign(&v.ctx, v.own, now, &v.share).await {
             Ok(s) => summary.add(s),
             // One campaign's trouble (its listing refused) is counted; the others go on.
             Err(e) => {
-                tracing::warn!(campaign = ?campaign, error = %e, "cannot reconcile this campaign now");
+                tracing::warn!(campaign = ?v.campaign, error = %e, "cannot reconcile this campaign now");
                 summary.errors += 1;
             }
         }
