@@ -37,7 +37,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // job granary did not submit).
     let (event, end) = match on_job_event(event.clone()) {
         Ok(decided) => decided,
-        Err(rejection @ EventRejection::NoGranule { .. }) => {
+        Err(rejection @ EventRejection::NoGranule { .. }) if names_no_work(&event) => {
             return foreign(args.json, event, &rejection);
         }
         Err(rejection) => {
@@ -165,6 +165,20 @@ fn route_text(route: Route) -> &'static str {
     }
 }
 
+/// Whether the event's job carries none of granary's tags (no granule, no window claim, no
+/// ingest job): someone else's job. A job that carries them badly (an attempt of -1, an id
+/// granary cannot use) is granary's own, rejected with exit 2 as before.
+fn names_no_work(event: &serde_json::Value) -> bool {
+    use granary::domain::job_tags::{window_claim_of, GRANULE_ID_ENV, GRANULE_ID_PARAM};
+    let Ok(parsed) = BatchJobStateChange::from_value(event.clone()) else {
+        return false;
+    };
+    let job = &parsed.detail;
+    job.env(GRANULE_ID_ENV).is_none()
+        && !job.parameters.contains_key(GRANULE_ID_PARAM)
+        && window_claim_of(job).is_none()
+}
+
 /// The exit code for a finished job that names no granule: classified (Batch's facts, whoever
 /// submitted the job), then rejected by the monitor, which has nothing to log and route.
 const FOREIGN_EXIT: u8 = 1;
@@ -187,7 +201,7 @@ fn foreign(json: bool, event: serde_json::Value, rejection: &EventRejection) -> 
         let out = serde_json::json!({
             "job_id": detail.job_id, "job_name": detail.job_name,
             "classification": c.outcome, "failure": c.failure, "batch_rules": c.batch_rules,
-            "route": route, "reason": c.reason,
+            "would_route": route, "reason": c.reason,
             "rejected": {"kind": rejection.kind().as_str(), "reason": rejection.to_string()},
         });
         println!("{}", serde_json::to_string_pretty(&out)?);

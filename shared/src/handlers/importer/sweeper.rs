@@ -263,7 +263,11 @@ async fn sweep_one(
         // The record moved on; its writer may have died owing history entries (a give-up
         // crashed between the record and its entries), and a terminal record has no later
         // transition to pay them: they are paid before the marker that led here goes.
-        items.look(id, BY).await?;
+        let now_there = items.look(id, BY).await?;
+        // Moved back into the marked state meanwhile (a retry): the marker is its again.
+        if now_there.is_some_and(|r| r.state == marked) {
+            return Ok(());
+        }
         items.clear_inflight(marked, id).await?;
         summary.stale_markers += 1;
         return Ok(());
