@@ -2,10 +2,10 @@
 """Checks athena/ with real engines.
 
   athena_check.py parse                 every athena/**/*.sql must parse as Athena SQL (sqlglot)
-  athena_check.py run LOGS_DIR INVENTORY_CSV HISTORY_DIR
+  athena_check.py run LOGS_DIR INVENTORY_CSV ITEMS_DIR
                                         DuckDB runs the views and reports (transpiled from Athena)
                                         over a local copy of the logs, of the S3 Inventory
-                                        reports of logs/ and of the item history; prints
+                                        reports of logs/ and of the item history and records; prints
                                         {report: rows} as JSON, the reports over the inventory
                                         under "from_inventory", the item steps view's rows under
                                         "item_steps"
@@ -13,8 +13,9 @@
 LOGS_DIR holds the logs as outcome=…/platform=…/acquisition_date=…/<file>.json, one JSON object per
 file, as granary writes them under logs/ (the test copies them out of the emulator). INVENTORY_CSV
 holds the rows S3 Inventory reports would hold (bucket, key, size, last_modified_date, dt), one
-report per dt. HISTORY_DIR holds history/ as granary writes it (date=…/state=…/ objects: one
-JSON entry each, or a window's entries as JSON lines).
+report per dt. ITEMS_DIR holds history/ as granary writes it (date=…/state=…/ objects: one
+JSON entry each, or a window's entries as JSON lines) and items/ (one record each: a record holds
+the entries of its latest write until it moves past them).
 """
 import json
 import pathlib
@@ -52,8 +53,8 @@ def to_duckdb(sql):
     return [s for s in sqlglot.transpile(sql, read="athena", write="duckdb") if s.strip()]
 
 
-def tables(logs_dir, inventory_csv, history_dir):
-    """The three tables the Athena DDL declares, over local copies of what granary wrote."""
+def tables(logs_dir, inventory_csv, items_dir):
+    """The four tables the Athena DDL declares, over local copies of what granary wrote."""
     import duckdb
 
     con = duckdb.connect()
@@ -80,7 +81,8 @@ def tables(logs_dir, inventory_csv, history_dir):
     ]
     replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
-    history = [str(pathlib.Path(history_dir) / "**" / f"*.{ext}") for ext in ("json", "jsonl")]
+    history = [str(pathlib.Path(items_dir) / "history" / "**" / f"*.{ext}")
+               for ext in ("json", "jsonl")]
     # The columns the views read, as the Athena table declares them (the whole record is not
     # needed, and inferring its schema over every file costs more memory than it is worth).
     columns = ("{'item_id': 'VARCHAR', 'seq': 'INTEGER', 'from': 'VARCHAR', 'to': 'VARCHAR', "
@@ -90,13 +92,28 @@ def tables(logs_dir, inventory_csv, history_dir):
         f"{history}, format='newline_delimited', columns={columns}, hive_partitioning=true, "
         "hive_types_autocast=false)"
     )
+    # The records, with the columns the transitions view reads (as ddl/granary_item_records.sql).
+    entry = ("STRUCT(item_id VARCHAR, seq INTEGER, \"from\" VARCHAR, \"to\" VARCHAR, "
+             "reason VARCHAR, attempt INTEGER, \"at\" VARCHAR, \"by\" VARCHAR)")
+    record_columns = (
+        "{'id': 'VARCHAR', 'seq': 'INTEGER', 'previous_state': 'VARCHAR', 'state': 'VARCHAR', "
+        "'reason': 'VARCHAR', 'download': 'INTEGER', 'processing': 'INTEGER', "
+        "'last_updated': 'VARCHAR', 'updated_by': 'VARCHAR', "
+        "'history_batch': 'STRUCT(keys VARCHAR[], through_seq INTEGER)', "
+        f"'earlier_steps': '{entry}[]'}}"
+    )
+    records = str(pathlib.Path(items_dir) / "items" / "*.json")
+    con.execute(
+        "CREATE VIEW granary_item_records AS SELECT * FROM read_json("
+        f"'{records}', format='auto', columns={record_columns})"
+    )
     return con
 
 
-def run(logs_dir, inventory_csv, history_dir):
+def run(logs_dir, inventory_csv, items_dir):
     import duckdb
 
-    con = tables(logs_dir, inventory_csv, history_dir)
+    con = tables(logs_dir, inventory_csv, items_dir)
     # Views build on each other: create them in whatever order succeeds.
     pending = sorted((ROOT / "views").glob("*.sql"))
     while pending:
@@ -131,12 +148,12 @@ def run(logs_dir, inventory_csv, history_dir):
     print(json.dumps(out, default=str, indent=1))
 
 
-def serve(logs_dir, inventory_csv, history_dir, queries_log):
+def serve(logs_dir, inventory_csv, items_dir, queries_log):
     """Athena's query API over DuckDB, for `granary report --athena` to talk to unchanged."""
     import http.server
     import uuid
 
-    con = tables(logs_dir, inventory_csv, history_dir)
+    con = tables(logs_dir, inventory_csv, items_dir)
     results = {}
 
     class Athena(http.server.BaseHTTPRequestHandler):

@@ -1,5 +1,6 @@
 -- The status of each step of each item's workflow (seed 001's processing-status rows), read from
--- the append-only item history: a step begins with the entry that enters DOWNLOADING (a download
+-- the item's transitions (granary_item_transitions: the append-only history and the entries each
+-- record holds): a step begins with the entry that enters DOWNLOADING (a download
 -- attempt), DOWNLOADED (the admission checks) or PROCESSING (a processing attempt), and is
 -- complete once a later entry of the item leaves that state. The same rows as
 -- `granary items steps` (shared/src/domain/item_steps.rs); tests/tests/athena_sql.rs runs both
@@ -14,7 +15,7 @@ WITH entries AS (
     "at" AS started,
     LEAD("at") OVER (PARTITION BY item_id ORDER BY seq) AS ended,
     LEAD("to") OVER (PARTITION BY item_id ORDER BY seq) AS ended_in
-  FROM granary_item_history
+  FROM granary_item_transitions
 )
 SELECT
   concat(item_id, '.', CAST(seq AS varchar)) AS id,

@@ -440,6 +440,15 @@ async fn audit_records(
             );
         }
         let mut have = seqs.remove(g).unwrap_or_default();
+        // The entries the record holds (its latest write's) and no object has yet, as
+        // `Items::history` reads them.
+        if !record.in_batch_state() {
+            for held in HistoryEntry::held_by(record) {
+                if !have.contains(&held.seq) {
+                    have.push(held.seq);
+                }
+            }
+        }
         have.sort_unstable();
         let total = have.len();
         have.dedup();

@@ -35,7 +35,7 @@ pub const ALL: [Mutant; 12] = [
     },
     Mutant {
         name: "history-not-paid-before-moving",
-        defect: "a record moves on without first writing the history entries its last writer owed",
+        defect: "a record moves on without first writing the history entries it held (its last write's)",
         caught_by: "--test crash_points every_crash_point",
     },
     Mutant {

@@ -134,20 +134,53 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     }
     assert!(copied >= 400, "{copied} logs");
 
-    // The item history as granary wrote it (one entry an object, or a window's as JSON lines),
-    // and the steps the domain reads from the same entries.
+    // The item history as granary wrote it (one entry an object, or a window's as JSON lines)
+    // and the records, each holding the entries of its latest write; the steps the domain reads
+    // from the same entries.
+    let items_dir = dir.join("item-state");
     let history_prefix = c.runtime.ctx.config.layout.item_prefixes.history.clone();
-    let history_dir = dir.join("history");
     let mut entries: Vec<granary::domain::item::HistoryEntry> = Vec::new();
     for meta in store.list(&history_prefix).await.unwrap() {
         let body = store.get(&meta.key).await.unwrap().unwrap().body;
-        let path = history_dir.join(&meta.key[history_prefix.len()..]);
+        let path = items_dir
+            .join("history")
+            .join(&meta.key[history_prefix.len()..]);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &body).unwrap();
         for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
             entries.push(serde_json::from_slice(line).unwrap());
         }
     }
+    let records_prefix = c.runtime.ctx.config.layout.item_prefixes.items.clone();
+    std::fs::create_dir_all(items_dir.join("items")).unwrap();
+    let mut held = 0;
+    for meta in store.list(&records_prefix).await.unwrap() {
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        std::fs::write(
+            items_dir
+                .join("items")
+                .join(&meta.key[records_prefix.len()..]),
+            &body,
+        )
+        .unwrap();
+        let record: granary::domain::item::ItemRecord = serde_json::from_slice(&body).unwrap();
+        if record.in_batch_state() {
+            continue;
+        }
+        for entry in granary::domain::item::HistoryEntry::held_by(&record) {
+            if !entries
+                .iter()
+                .any(|e| e.item_id == entry.item_id && e.seq == entry.seq)
+            {
+                held += 1;
+                entries.push(entry);
+            }
+        }
+    }
+    assert!(
+        held >= 400,
+        "every ended granule's record holds its end: {held}"
+    );
     let mut by_item: std::collections::BTreeMap<String, Vec<_>> = Default::default();
     for e in entries {
         by_item.entry(e.item_id.to_string()).or_default().push(e);
@@ -169,7 +202,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         "run",
         logs_dir.to_str().unwrap(),
         inventory_csv.to_str().unwrap(),
-        history_dir.to_str().unwrap(),
+        items_dir.to_str().unwrap(),
     ]))
     .unwrap();
     let from_inventory = engine
@@ -230,7 +263,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     // same tables: the statements it sends are the athena/ files' text, and its reports are
     // the scan's.
     let queries = dir.join("queries.jsonl");
-    let athena = AthenaOnLoopback::start(&logs_dir, &inventory_csv, &history_dir, &queries);
+    let athena = AthenaOnLoopback::start(&logs_dir, &inventory_csv, &items_dir, &queries);
     let target = report::AthenaTarget {
         workgroup: "granary-operators".into(),
         database: "granary".into(),
@@ -281,12 +314,12 @@ struct AthenaOnLoopback {
 }
 
 impl AthenaOnLoopback {
-    fn start(logs: &Path, inventory: &Path, history: &Path, queries: &Path) -> Self {
+    fn start(logs: &Path, inventory: &Path, items: &Path, queries: &Path) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(python())
             .arg(root().join("scripts/athena_check.py"))
             .arg("serve")
-            .args([logs, inventory, history, queries])
+            .args([logs, inventory, items, queries])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("starting athena_check.py serve: {e}"));

@@ -60,9 +60,12 @@ pub struct ItemRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_batch: Option<HistoryBatch>,
     /// The entries of the transitions this record's last write made before its current one
-    /// (a multi-step write, PROCESSING_FAILED → READY → PROCESSING). The record is the only
-    /// thing written atomically: if its writer dies before those entries, whoever changes the
-    /// record next pays them first ([`crate::repositories::items`]), so none is lost.
+    /// (a multi-step write, PROCESSING_FAILED → READY → PROCESSING). With the current state's
+    /// own entry they are what the record holds of its history ([`HistoryEntry::held_by`]):
+    /// written as history objects only when the record moves past them, by whoever moves it
+    /// ([`crate::repositories::items`]). The record is the only thing written atomically, so
+    /// the entries of its latest write live in it until then: none is lost to a crash, and a
+    /// record that never moves again (a granule's end) costs no history write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_steps: Vec<HistoryEntry>,
 }
@@ -238,8 +241,9 @@ impl ItemRecord {
     }
 }
 
-/// One transition, written once under the history prefix and never rewritten. It carries the
-/// record as it was after the transition, so the latest entry of an item rebuilds its record.
+/// One transition, written once under the history prefix and never rewritten — once the record
+/// has moved past it; until then the record holds it ([`HistoryEntry::held_by`]). It carries
+/// the record as it was after the transition, so the latest entry of an item rebuilds its record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub item_id: GranuleId,
@@ -273,9 +277,10 @@ impl HistoryEntry {
         }
     }
 
-    /// Every entry the record's last write owed, in transition order: the earlier steps of a
-    /// multi-step write, then the current state's.
-    pub fn owed_by(record: &ItemRecord) -> Vec<Self> {
+    /// The entries the record holds (its latest write's), in transition order: the earlier
+    /// steps of a multi-step write, then the current state's. An item's history is its history
+    /// objects and these; they become objects when the record moves past them.
+    pub fn held_by(record: &ItemRecord) -> Vec<Self> {
         let mut owed = record.earlier_steps.clone();
         owed.push(Self::of(record));
         owed

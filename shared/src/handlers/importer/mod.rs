@@ -188,9 +188,9 @@ async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerEr
         report.final_state = state;
         return Ok(report);
     }
-    // A redelivery may find the work done by a run that died before its history entries:
-    // `look` pays them.
-    let Some(record) = imp.items().look(id, "importer").await? else {
+    // A redelivery may find the work done by a run that died after it (the record holds the
+    // entries of what it did: nothing to repair).
+    let Some(record) = imp.items().look(id).await? else {
         tracing::warn!(item_id = %id, "import message for an unknown item: dropped");
         return Ok(report);
     };

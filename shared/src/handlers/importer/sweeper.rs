@@ -260,10 +260,9 @@ async fn sweep_one(
     };
     let record = current.value;
     if record.state != marked {
-        // The record moved on; its writer may have died owing history entries (a give-up
-        // crashed between the record and its entries), and a terminal record has no later
-        // transition to pay them: they are paid before the marker that led here goes.
-        let now_there = items.look(id, BY).await?;
+        // The record moved on (it holds the entries of its move): read again right before
+        // the marker goes, in case it came back meanwhile.
+        let now_there = items.look(id).await?;
         // Moved back into the marked state meanwhile (a retry): the marker is its again.
         if now_there.is_some_and(|r| r.state == marked) {
             return Ok(());

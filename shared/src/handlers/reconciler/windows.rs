@@ -363,17 +363,13 @@ async fn handled(
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
-/// A record an earlier pass moved (an end it found by DescribeJobs) is read with `look`: that
-/// pass may have died between the record and its history entries, and no SQS redelivery repeats
-/// a pass, so this one pays them.
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<bool>, HandlerError> {
-    // Every record is read with `look`, not only those a pass moved: a monitor whose event was
-    // parked in the events DLQ after it died between the record and its entry is never
-    // redelivered (chaos found such a gap when only `RECOVERED_BY` records were paid).
-    let record = ctx.items().look(&attempt.granule_id, "reconciler").await?;
+    // A record holds the entries of its latest write, so one whose writer died right after it
+    // (a monitor whose event was then parked in the events DLQ) owes nothing to repair here.
+    let record = ctx.items().look(&attempt.granule_id).await?;
     Ok(record
         .map(|r| !(r.state == ItemState::Processing && r.attempts.processing == attempt.attempt)))
 }

@@ -1,5 +1,5 @@
-//! Moving item records: one or several transitions in one write, and the history entries
-//! each write owes, paid before the record moves on.
+//! Moving item records: one or several transitions in one write. The entries of a record's
+//! latest write live in the record; they are written as history objects before it moves on.
 
 use super::*;
 
@@ -19,14 +19,10 @@ impl Items {
             .await
     }
 
-    /// The record, as a handler that may act on it reads it: a recovery that finds the work done
-    /// (a redelivery, a reconciler's pass) also pays the entries a dead writer owed, which no
-    /// later transition would (a terminal record has none). `None` without a record.
-    pub async fn look(&self, id: &GranuleId, by: &str) -> Result<Option<ItemRecord>, RecordError> {
-        Ok(match self.advance_steps(id, by, |_| Vec::new()).await? {
-            Changed::Missing => None,
-            Changed::Unchanged(record) | Changed::Moved(record) => Some(record),
-        })
+    /// The record as it stands (`None` without one). Nothing is owed by a record a writer left
+    /// (its latest entries live in it), so a recovery that finds the work done only reads.
+    pub async fn look(&self, id: &GranuleId) -> Result<Option<ItemRecord>, RecordError> {
+        Ok(self.get(id).await?.map(|v| v.value))
     }
 
     /// Like [`Items::advance`], for a decision of several transitions in a row (PROCESSING_FAILED
@@ -76,42 +72,16 @@ impl Items {
             // The time of each round: after a lost race the entries follow the winner's.
             let now = Utc::now();
             let steps = along(current.clone(), &changes, now, by).map_err(|e| e.to_string())?;
-            Ok(Some(owing(&steps, Some(current.seq))))
+            Ok(Some(holding(&steps, Some(current.seq))))
         };
         change_record(self.store.as_ref(), at, next, &ItemFollowers(self)).await
     }
-    /// Whether a record may still owe entries: changed recently (its writer may have died
-    /// between the record and its entries) and not in a batch state (whose entries come first).
-    pub(super) fn owes_history(&self, record: &ItemRecord) -> bool {
-        let age = Utc::now().signed_duration_since(record.last_updated);
-        age.num_seconds() < HISTORY_REPAIR_WINDOW_SECS && !record.in_batch_state()
-    }
-
-    /// Pays what the record's writer may have left owed. Here the entries are almost always
-    /// there (the writer lived), so each is looked for with a GET first ($0.0004 a thousand)
-    /// and written `If-None-Match` only when it is missing, instead of a PUT refused with 412
-    /// that S3 bills as a PUT ($0.005 a thousand): the reconciler looks at every granule of a
-    /// window once. A GET of a missing key needs s3:ListBucket to answer 404 rather than 403
-    /// (S3 API Reference, GetObject, "Permissions"; the roles that look have it); a GET that
-    /// fails for any reason falls back to the conditional PUT.
-    pub(super) async fn pay_owed(&self, record: &ItemRecord) -> Result<(), RecordError> {
-        if !self.owes_history(record) {
-            return Ok(());
-        }
-        for entry in HistoryEntry::owed_by(record) {
-            let key = entry.key(&self.prefixes.history);
-            if !matches!(self.store.get(&key).await, Ok(Some(_))) {
-                self.write_entry(&key, &entry).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Writes every entry the record's write owes ([`HistoryEntry::owed_by`]), in order. Each
-    /// is `If-None-Match` under a key fixed by its sequence number, so paying twice is a no-op;
-    /// a refused write is tried again within the run.
-    pub(super) async fn pay(&self, record: &ItemRecord) -> Result<(), RecordError> {
-        for entry in HistoryEntry::owed_by(record) {
+    /// Writes the entries the record holds ([`HistoryEntry::held_by`]) as history objects, in
+    /// order, before it moves past them. Each is `If-None-Match` under a key fixed by its
+    /// sequence number, so writing twice (a mover that died after its entries, before its
+    /// record) is a no-op; a refused write is tried again within the run.
+    pub(super) async fn write_held(&self, record: &ItemRecord) -> Result<(), RecordError> {
+        for entry in HistoryEntry::held_by(record) {
             let key = entry.key(&self.prefixes.history);
             self.write_entry(&key, &entry).await?;
         }
@@ -147,16 +117,17 @@ impl Items {
     }
 }
 
-/// What an item record's change owes (the order is the module's: marker, record, entries,
-/// old marker's delete).
+/// What an item record's change needs around its write (the order is the module's: the
+/// entries the record moves past, the new marker, the record, the old marker's delete).
 struct ItemFollowers<'a>(&'a Items);
 
 impl Followers<ItemRecord> for ItemFollowers<'_> {
     async fn before(&self, current: &ItemRecord, next: &ItemRecord) -> Result<(), RecordError> {
-        // Before the record moves on, whatever its age: once it moves, nothing else names the
-        // entries its last write owed (a record untouched for a day may still owe one).
+        // Before the record moves on: once it moves, nothing else holds the entries of its
+        // last write. (A record still in its batch state has them as lines of its window's
+        // batch objects.)
         if !current.in_batch_state() && !crate::mutants::on("history-not-paid-before-moving") {
-            self.0.pay(current).await?;
+            self.0.write_held(current).await?;
         }
         if next.seq != current.seq && is_timed(next.state) {
             self.0.mark_inflight(next).await?;
@@ -165,20 +136,15 @@ impl Followers<ItemRecord> for ItemFollowers<'_> {
     }
 
     async fn after(&self, current: &ItemRecord, next: &ItemRecord) -> Result<(), RecordError> {
+        // The new record holds its own entries: nothing to write for them now.
         if next.seq == current.seq {
             return Ok(());
         }
-        self.0.pay(next).await?;
         let left = current.state;
         if is_timed(left) && left != next.state && !current.in_batch_state() {
             let marker = inflight_key(&self.0.prefixes.inflight, left, &current.id);
             self.0.store.delete(&marker).await?;
         }
         Ok(())
-    }
-
-    /// A redelivery finding nothing to do pays what a recent writer may owe.
-    async fn unchanged(&self, current: &ItemRecord) -> Result<(), RecordError> {
-        self.0.pay_owed(current).await
     }
 }

@@ -30,7 +30,8 @@ impl Items {
     }
 
     /// Creates the record already moved along `changes` (each checked against the table), with one
-    /// conditional PUT, and writes a history entry for the creation and for each change. Used
+    /// conditional PUT; the record holds the history entries of the creation and of each change
+    /// until it moves on ([`HistoryEntry::held_by`]). Used
     /// where the first transitions follow at once (a backfill granule is READY and submitted in
     /// the same breath). `Existing` when a record with the id exists: nothing is written.
     pub async fn create_along(
@@ -41,22 +42,16 @@ impl Items {
     ) -> Result<Created, RecordError> {
         let now = Utc::now();
         let steps = along(new.into_record(now, by), changes, now, by)?;
-        let record = owing(&steps, None);
+        let record = holding(&steps, None);
         if is_timed(record.state) {
             self.mark_inflight(&record).await?;
         }
         let key = record_key(&self.prefixes.items, &record.id);
         match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
-            Ok(_) => {
-                self.pay(&record).await?;
-                Ok(Created::New(record))
-            }
+            // The record holds the entries of its creation and changes until it moves on.
+            Ok(_) => Ok(Created::New(record)),
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
-                Some(existing) => {
-                    // Its creator may have died before the entry (a rerun finds it so).
-                    self.pay_owed(&existing.value).await?;
-                    Ok(Created::Existing(existing.value))
-                }
+                Some(existing) => Ok(Created::Existing(existing.value)),
                 // Deleted between our create and our read: an operator's doing; say so.
                 None => Err(RecordError::Contended {
                     what: "item",
@@ -114,7 +109,7 @@ impl Items {
                     made.push(Planned::Found(found.value))
                 }
                 // Made otherwise and already in step (the one-by-one path of an earlier run):
-                // it owes at most its own entry, paid here as the one-by-one path would.
+                // it holds its own entries.
                 Ok(Some(found)) if in_step(&found.value) => made.push(Planned::InStep(found.value)),
                 Ok(Some(_)) => made.push(Planned::Left),
                 Err(e) => {
@@ -154,13 +149,7 @@ impl Items {
             .map(|planned| async move {
                 let record = match planned {
                     Planned::Found(record) => return Some(record),
-                    Planned::InStep(record) => {
-                        if let Err(e) = self.pay_owed(&record).await {
-                            tracing::warn!(item_id = %record.id, error = %e, "history entry not paid; the item is left to the one-by-one path");
-                            return None;
-                        }
-                        return Some(record);
-                    }
+                    Planned::InStep(record) => return Some(record),
                     Planned::Left => return None,
                     Planned::New(steps) => steps.last().cloned()?,
                 };

@@ -66,13 +66,17 @@ impl Items {
         Ok(out)
     }
 
-    /// An item's history in transition order. Lists the whole history prefix: meant for the CLI
-    /// and tests; at scale the Athena history table answers the same question.
+    /// An item's history in transition order: its history objects (and, for a record created
+    /// with its window, the lines of the window's batch objects), then the entries its record
+    /// holds ([`HistoryEntry::held_by`]) that no object has yet. Lists the whole history prefix:
+    /// meant for the CLI and tests; at scale the Athena view `granary_item_transitions` answers
+    /// the same question.
     pub async fn history(&self, id: &GranuleId) -> Result<Vec<HistoryEntry>, RecordError> {
         let suffix_start = format!("/{id}.");
         let mut out = Vec::new();
+        let record = self.get(id).await?.map(|r| r.value);
         // A record created with its window names the batch objects holding its first entries.
-        if let Some(batch) = self.get(id).await?.and_then(|r| r.value.history_batch) {
+        if let Some(batch) = record.as_ref().and_then(|r| r.history_batch.as_ref()) {
             for key in &batch.keys {
                 let Some(object) = self.store.get(key).await? else {
                     continue;
@@ -102,6 +106,14 @@ impl Items {
                     out.push(v.value);
                 }
             }
+        }
+        if let Some(record) = record.filter(|r| !r.in_batch_state()) {
+            let written: Vec<u32> = out.iter().map(|e| e.seq).collect();
+            out.extend(
+                HistoryEntry::held_by(&record)
+                    .into_iter()
+                    .filter(|e| !written.contains(&e.seq)),
+            );
         }
         out.sort_by_key(|e| e.seq);
         Ok(out)

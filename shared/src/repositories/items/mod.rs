@@ -2,21 +2,27 @@
 //! once to the history, and an in-flight index for the sweeper. Used by the importer steps and by
 //! the backfill loop alike.
 //!
-//! Order of writes for a transition: (1) the in-flight marker when entering a timed state,
-//! (2) the record with If-Match — the lock; losing it means re-read and re-decide, (3) the history
-//! entries with If-None-Match, in transition order, (4) the old marker's delete when leaving a
-//! timed state. The record names every entry its write owes (the current state's, and those of a
-//! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]), so a crash after (2) loses
-//! none: whoever next reads the record to change it, or to find nothing to do, pays them first
-//! (idempotently, same keys and bodies), and the sweeper does so for stuck items. The change is
-//! the one record protocol ([`change_record`]) with the marker and the entries as its followers.
+//! A record holds the history entries of its latest write (the current state's, and those of a
+//! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]); they become history objects
+//! when the record moves past them. An item's history is its objects and the entries its record
+//! holds ([`Items::history`]). So the one atomic write, the record's, carries every entry it
+//! makes: a crash after it loses none, nothing is ever owed to be repaired, and a record that
+//! never moves again — a granule's end, most of a campaign's writes — costs no history PUT.
+//!
+//! Order of writes for a transition: (1) the entries the current record holds, with
+//! If-None-Match, in transition order (idempotent: same keys and bodies if repeated), (2) the
+//! in-flight marker when entering a timed state, (3) the record with If-Match — the lock; losing
+//! it means re-read and re-decide, (4) the old marker's delete when leaving a timed state. The
+//! change is the one record protocol ([`change_record`]) with the entries and the markers as its
+//! followers.
 //!
 //! A window's creations ([`Items::create_batch`]) differ: their entries are lines of one object per
-//! state for the whole window, written before the records (so none is ever owed), and they get no
-//! in-flight marker (the window's open marker names them to the sweeper).
+//! state for the whole window, written before the records (a record in its batch state holds
+//! none of its own), and they get no in-flight marker (the window's open marker names them to
+//! the sweeper).
 //!
 //! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions and
-//! the history they owe), [`index`] (the in-flight index, queries, an item's history).
+//! the entries they move past), [`index`] (the in-flight index, queries, an item's history).
 
 mod advance;
 mod create;
@@ -43,12 +49,6 @@ use std::sync::Arc;
 /// Records looked for at once by [`Items::exist`], and how often each look is tried.
 const EXISTENCE_LOOKS_AT_ONCE: usize = 16;
 const EXISTENCE_TRIES: u32 = 10;
-
-/// A record changed this recently may still owe its history entries (its writer may have died
-/// between the writes, and SQS redelivers within minutes): a no-op decision on it pays them.
-/// Older records had their redeliveries long ago; paying again would cost a PUT per no-op. A
-/// transition pays whatever the age: it is the last chance.
-const HISTORY_REPAIR_WINDOW_SECS: i64 = 3600;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
@@ -137,8 +137,8 @@ fn along(
 
 /// The last of `steps` carrying the entries of the transitions before it that are new (past
 /// `since`, the seq of the record they were applied to; all of them for a creation): the one
-/// atomic write then names everything its entries must say.
-fn owing(steps: &[ItemRecord], since: Option<u32>) -> ItemRecord {
+/// atomic write then holds every entry it makes.
+fn holding(steps: &[ItemRecord], since: Option<u32>) -> ItemRecord {
     let mut last = steps[steps.len() - 1].clone();
     let mut seen = since;
     let mut earlier = Vec::new();

@@ -204,12 +204,11 @@ async fn an_illegal_decision_is_an_error_and_changes_nothing() {
     );
 }
 
-/// The writer died after the record and before its entries (deleted here), and the next
-/// thing to happen to the item is another transition: the entries are paid first, the
-/// earlier steps of a multi-step write included, with the bodies the dead writer would have
-/// written.
+/// A multi-step write (PROCESSING_FAILED → READY → PROCESSING) holds the entries of its steps
+/// in the record; the next transition writes them as objects, with the bodies the history showed
+/// while the record held them, before it moves the record.
 #[tokio::test]
-async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
+async fn a_multi_step_writes_entries_become_objects_when_the_record_moves_on() {
     let store = Arc::new(MemoryStore::new());
     let items = Items::new(store.clone(), ItemPrefixes::default());
     let id = GranuleId::parse("a").unwrap();
@@ -232,23 +231,10 @@ async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
         })
         .await
         .unwrap();
+    let objects = || async { store.list("history/").await.unwrap().len() };
     let before = items.history(&id).await.unwrap();
     assert_eq!(before.len(), 5);
-    let lose = |seqs: &'static [u32]| {
-        let store = store.clone();
-        async move {
-            for meta in store.list("history/").await.unwrap() {
-                if seqs
-                    .iter()
-                    .any(|s| meta.key.ends_with(&format!("/a.{s:05}.json")))
-                {
-                    store.delete(&meta.key).await.unwrap();
-                }
-            }
-        }
-    };
-    lose(&[3, 4]).await;
-    assert_eq!(items.history(&id).await.unwrap().len(), 3);
+    assert_eq!(objects().await, 3, "entries 3 and 4 are the record's");
     items
         .advance_steps(&id, "t", step(Processed))
         .await
@@ -257,68 +243,62 @@ async fn entries_a_dead_writer_owed_are_paid_before_the_record_moves_on() {
     assert_eq!(
         after[..5],
         before[..],
-        "the lost entries come back unchanged"
+        "the held entries, written unchanged"
     );
     assert_eq!(after.len(), 6);
-    // A single transition's entry, lost, then a no-op decision: paid too.
-    lose(&[5]).await;
-    assert_eq!(items.history(&id).await.unwrap().len(), 5);
+    assert_eq!(objects().await, 5);
     let none = items.advance_steps(&id, "t", |_| Vec::new()).await.unwrap();
     assert!(matches!(none, Changed::Unchanged(_)));
     assert_eq!(items.history(&id).await.unwrap(), after);
-    // The record names only the last write's earlier steps; its entries carry none.
+    assert_eq!(objects().await, 5, "a no-op writes nothing");
+    // The record holds only the last write's earlier steps; its entries carry none.
     let record = items.get(&id).await.unwrap().unwrap().value;
     assert!(record.earlier_steps.is_empty());
     assert!(after.iter().all(|e| e.record.earlier_steps.is_empty()));
 }
 
-/// A record its writer left owing an entry, untouched for longer than the repair window
-/// (no redelivery came): the next transition still pays the entry before moving it on.
+/// A record holds the entries of its latest write: nothing is written for them until the record
+/// moves on, a no-op writes nothing, the next transition writes them as objects before the
+/// record moves, and the history reads the objects and the record together.
 #[tokio::test]
-async fn an_old_record_pays_its_entry_before_it_moves_on() {
+async fn a_record_holds_its_latest_entries_until_it_moves_on() {
     let store = Arc::new(MemoryStore::new());
     let items = Items::new(store.clone(), ItemPrefixes::default());
     let id = GranuleId::parse("a").unwrap();
+    let objects = || async {
+        let mut seqs = Vec::new();
+        for meta in store.list("history/").await.unwrap() {
+            let body = store.get(&meta.key).await.unwrap().unwrap().body;
+            seqs.push(serde_json::from_slice::<HistoryEntry>(&body).unwrap().seq);
+        }
+        seqs.sort_unstable();
+        seqs
+    };
+    let seqs = |h: Vec<HistoryEntry>| h.iter().map(|e| e.seq).collect::<Vec<_>>();
     items.create(new_item("a", Discovered), "t").await.unwrap();
+    assert_eq!(
+        objects().await,
+        Vec::<u32>::new(),
+        "a creation writes no entry"
+    );
+    assert_eq!(seqs(items.history(&id).await.unwrap()), vec![0]);
     items
         .advance(&id, "t", |_| Some(Change::to(Downloading, "go")))
         .await
         .unwrap();
-    // As if the writer had died two hours ago between the record and its entry.
-    let mut record = items.get(&id).await.unwrap().unwrap().value;
-    record.last_updated -= chrono::Duration::hours(2);
-    store
-        .put(
-            "items/a.json",
-            Bytes::from(serde_json::to_vec(&record).unwrap()),
-            PutCondition::Overwrite,
-        )
-        .await
-        .unwrap();
-    for meta in store.list("history/").await.unwrap() {
-        if meta.key.ends_with("/a.00001.json") {
-            store.delete(&meta.key).await.unwrap();
-        }
-    }
+    assert_eq!(objects().await, vec![0], "the creation's entry, moved past");
     let none = items.advance(&id, "t", |_| None).await.unwrap();
     assert!(matches!(none, Changed::Unchanged(_)));
-    assert_eq!(
-        items.history(&id).await.unwrap().len(),
-        1,
-        "a no-op past the window pays nothing"
-    );
+    assert_eq!(objects().await, vec![0], "a no-op writes nothing");
     items
         .advance(&id, "t", |_| Some(Change::to(Downloaded, "stored")))
         .await
         .unwrap();
-    let seqs: Vec<u32> = items
-        .history(&id)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(seqs, vec![0, 1, 2]);
+    assert_eq!(objects().await, vec![0, 1]);
+    let history = items.history(&id).await.unwrap();
+    assert_eq!(seqs(history.clone()), vec![0, 1, 2]);
+    let record = items.get(&id).await.unwrap().unwrap().value;
+    assert_eq!(history.last(), Some(&HistoryEntry::of(&record)));
 }
 
 #[tokio::test]
