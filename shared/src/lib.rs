@@ -31,6 +31,7 @@ pub mod config;
 pub mod contracts;
 pub mod domain;
 pub mod handlers;
+pub mod metrics;
 pub mod mutants;
 pub mod ports;
 pub mod repositories;

@@ -87,6 +87,7 @@ impl Ctx {
             // Made by [`Ctx::aws_with_signing_key`], which reads its credentials from SSM.
             minter: None,
             window_granules: Arc::default(),
+            metrics: Arc::default(),
             config,
         })
     }
@@ -118,6 +119,7 @@ impl Ctx {
             signing_key: None,
             minter: None,
             window_granules: Arc::default(),
+            metrics: Arc::default(),
             config,
         }
     }
@@ -236,6 +238,7 @@ impl Ctx {
             }),
             // A crash ends the instance: the next one starts with nothing read.
             window_granules: Arc::default(),
+            metrics: self.metrics.clone(),
             config: self.config.clone(),
         }
     }
@@ -292,4 +295,14 @@ where
         .without_time() // CloudWatch stamps every line
         .with_writer(writer)
         .finish()
+}
+
+/// Runs one invocation's handling, then prints the metrics it observed (one Embedded Metric
+/// Format line per set of dimension values, on stdout, which Lambda sends to CloudWatch Logs),
+/// whatever the outcome: a failed invocation's observations happened too. An invocation that
+/// dies prints none (metrics are what was seen, not the proof: the logs and records are).
+pub async fn metered<T>(ctx: &Ctx, handling: impl std::future::Future<Output = T>) -> T {
+    let out = handling.await;
+    ctx.metrics.print(&ctx.config.stack);
+    out
 }

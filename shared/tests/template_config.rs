@@ -91,6 +91,8 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
             Some(name) if !template.doc["Parameters"][name].is_null() => {}
             // Resources: the bucket, queues, job queue and definition of the stack itself.
             Some(name) if !template.doc["Resources"][name].is_null() => {}
+            // A pseudo parameter: the stack's name (the metrics' Stack dimension).
+            Some("AWS::StackName") => {}
             // An attribute of one of the stack's resources (the notification bus's name).
             None if value["Fn::GetAtt"][0]
                 .as_str()

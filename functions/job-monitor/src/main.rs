@@ -10,7 +10,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
     let ctx = &Ctx::from_env(Function::JobMonitor).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        Ok::<SqsBatchResponse, lambda_runtime::Error>(monitor::handle_sqs(ctx, event.payload).await)
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(
+            granary::wiring::metered(ctx, monitor::handle_sqs(ctx, event.payload)).await,
+        )
     }))
     .await
 }

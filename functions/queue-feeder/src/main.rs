@@ -11,7 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ctx = &Ctx::from_env(Function::QueueFeeder).await?;
     lambda_runtime::run(service_fn(
         move |event: LambdaEvent<feeder::FeederEvent>| async move {
-            feeder::run(ctx, event.payload)
+            granary::wiring::metered(ctx, feeder::run(ctx, event.payload))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::QueueFeeder, &e))
         },

@@ -11,7 +11,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ctx = &Ctx::from_env(Function::Requeuer).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            requeuer::handle_sqs(ctx, event.payload).await,
+            granary::wiring::metered(ctx, requeuer::handle_sqs(ctx, event.payload)).await,
         )
     }))
     .await

@@ -107,6 +107,10 @@ impl JobRunner for PacedJobs {
     async fn describe(&self, id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         self.inner.describe(id).await
     }
+    // Forwarded, or the inner runner's batched DescribeJobs would go one id a call.
+    async fn describe_many(&self, ids: &[String]) -> Result<Vec<JobDescription>, JobRunnerError> {
+        self.inner.describe_many(ids).await
+    }
 }
 
 #[cfg(test)]

@@ -118,6 +118,9 @@ impl Function {
 
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// The stack whose metrics these are (`GRANARY_STACK_NAME`, the template sets it to the
+    /// CloudFormation stack's name; `local` when unset): the `Stack` dimension of every metric.
+    pub stack: String,
     pub layout: Layout,
     pub feeder: Feeder,
     /// `None` when the reader did not ask for the Jobs section.
@@ -272,6 +275,7 @@ impl Config {
         let vars = Vars { get: &get };
         let wants = |s: Section| sections.contains(&s);
         let config = Self {
+            stack: vars.or("GRANARY_STACK_NAME", "local"),
             layout: Layout::read(&vars)?,
             feeder: if wants(Section::Feeder) {
                 Feeder::read(&vars)?

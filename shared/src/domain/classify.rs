@@ -69,6 +69,22 @@ pub enum FailureKind {
     Unknown,
 }
 
+impl FailureKind {
+    /// The kind's name, without its details: the `FailureClass` of granary's metrics.
+    pub fn class(&self) -> &'static str {
+        match self {
+            FailureKind::SpotInterruption => "spot_interruption",
+            FailureKind::ContainerStartup { .. } => "container_startup",
+            FailureKind::ApplicationExit { .. } => "application_exit",
+            FailureKind::AttemptTimeout => "attempt_timeout",
+            FailureKind::Capacity { .. } => "capacity",
+            FailureKind::Misconfiguration { .. } => "misconfiguration",
+            FailureKind::Cancelled => "cancelled",
+            FailureKind::Unknown => "unknown",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Classification {
     pub outcome: JobOutcome,

@@ -29,6 +29,7 @@ pub mod job_tags;
 pub mod layout;
 pub mod lifecycle;
 pub mod machine;
+pub mod metrics;
 pub mod percent;
 pub mod poison;
 pub mod progress;

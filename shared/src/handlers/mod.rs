@@ -104,6 +104,8 @@ pub struct Ctx {
     pub minter: Option<Arc<dyn crate::ports::Minter>>,
     /// The window claims the job monitor read lately (array windows' children).
     pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
+    /// What this invocation observed, printed as CloudWatch metrics at its end.
+    pub metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// A context in some campaign's state ([`Ctx::in_campaign`]): the context itself, or another
@@ -231,6 +233,7 @@ impl Ctx {
             open_prefix: &self.config.layout.open_claim_prefix,
             lease: self.config.leases.claim_lease,
             concurrency: self.config.feeder.submit_concurrency,
+            metrics: &self.metrics,
         }
     }
 
@@ -243,6 +246,7 @@ impl Ctx {
         crate::repositories::submit_once(
             self.store.as_ref(),
             self.jobs.as_ref(),
+            &self.metrics,
             crate::repositories::AttemptAt {
                 claim_prefix: &self.config.layout.claim_prefix,
                 open_prefix: &self.config.layout.open_claim_prefix,

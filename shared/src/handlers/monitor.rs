@@ -51,6 +51,16 @@ pub async fn handle_sqs(
 /// Handles one SQS message body: an EventBridge event as delivered by the rule. Transient errors
 /// (S3, SQS) are returned, so SQS redelivers the message; permanent ones are rejected here.
 pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerError> {
+    let outcome = handle_event(ctx, body).await?;
+    use crate::domain::metrics::Metric;
+    match outcome {
+        MonitorOutcome::Rejected { .. } => ctx.metrics.count(Metric::EventsRejected, &[], 1),
+        _ => ctx.metrics.count(Metric::EventsHandled, &[], 1),
+    }
+    Ok(outcome)
+}
+
+async fn handle_event(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerError> {
     let decided = serde_json::from_str::<serde_json::Value>(body)
         .map_err(|e| EventRejection::from(BatchEventError::from(e)))
         .and_then(|raw| {
@@ -344,10 +354,15 @@ async fn handle_end(
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
     let reason = classification.reason.clone();
     let ended_job = record.job_id.clone();
+    let class = classification
+        .failure
+        .as_ref()
+        .map_or("unknown", |f| f.class());
     let outcome = match route {
         Route::Done => log_success(ctx, &key, &record).await?,
         Route::RetryQueue | Route::FailureDlq => log_and_route_failure(ctx, &key, record).await?,
     };
+    count_end(ctx, &outcome, facts.platform.as_deref(), class);
     // The log is the evidence and the route is the action; the item record follows them, also on
     // a duplicate delivery (the first may have died before getting here).
     if !matches!(outcome, MonitorOutcome::AlreadySucceeded) {
@@ -365,6 +380,27 @@ async fn handle_end(
     )
     .await?;
     Ok(outcome)
+}
+
+/// An end this delivery settled, counted once (a duplicate found as such is not).
+fn count_end(ctx: &Ctx, outcome: &MonitorOutcome, platform: Option<&str>, class: &str) {
+    use crate::domain::metrics::{Metric, FAILURE_CLASS, PLATFORM};
+    let platform = platform.unwrap_or("unknown");
+    match outcome {
+        MonitorOutcome::Succeeded { .. } => {
+            ctx.metrics
+                .count(Metric::GranulesSucceeded, &[(PLATFORM, platform)], 1)
+        }
+        MonitorOutcome::Routed { route } => {
+            let metric = match route {
+                Route::RetryQueue => Metric::GranulesRetried,
+                Route::FailureDlq | Route::Done => Metric::GranulesDeadLettered,
+            };
+            let dims = [(PLATFORM, platform), (FAILURE_CLASS, class)];
+            ctx.metrics.count(metric, &dims, 1)
+        }
+        _ => {}
+    }
 }
 
 async fn log_success(

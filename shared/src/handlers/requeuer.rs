@@ -59,7 +59,23 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Han
         attempt = message.event.attempt,
         campaign = message.campaign.as_ref().map_or("", |c| c.as_str()),
     );
-    tracing::Instrument::instrument(requeue(ctx, message), span).await
+    let granule = message.event.granule_id.clone();
+    let outcome = tracing::Instrument::instrument(requeue(ctx, message), span).await?;
+    use crate::domain::metrics::{Metric, FAILURE_CLASS, PLATFORM};
+    match &outcome {
+        RequeueOutcome::Resubmitted { .. } => ctx.metrics.count(Metric::GranulesSubmitted, &[], 1),
+        RequeueOutcome::DeadLettered { .. } => {
+            let facts = ctx.config.layout.id_parser.facts(&granule);
+            let platform = facts.platform.as_deref().unwrap_or("unknown");
+            ctx.metrics.count(
+                Metric::GranulesDeadLettered,
+                &[(PLATFORM, platform), (FAILURE_CLASS, "attempts_exhausted")],
+                1,
+            );
+        }
+        RequeueOutcome::AlreadySubmitted { .. } => {}
+    }
+    Ok(outcome)
 }
 
 /// The retry of a readable message (its granule and attempt on the span around it).

@@ -36,6 +36,13 @@ impl JobRunnerError {
         }
     }
 
+    /// Batch refused the call for its rate (TooManyRequestsException, HTTP 429: "Too many
+    /// requests", AWS Batch API Reference, "Common Errors"), past the SDK's own retries.
+    pub fn is_throttle(&self) -> bool {
+        !self.may_have_taken_effect
+            && (self.message.contains("TooManyRequests") || self.message.contains("Throttl"))
+    }
+
     /// The call's answer is unknown: it may have happened.
     pub fn ambiguous(message: impl Into<String>) -> Self {
         Self {

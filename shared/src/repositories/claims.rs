@@ -41,6 +41,7 @@ pub struct AttemptAt<'a> {
 pub async fn submit_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
+    metrics: &crate::metrics::Metrics,
     at: AttemptAt<'_>,
     lease: Duration,
     event: &GranuleProcessingEvent,
@@ -65,7 +66,7 @@ pub async fn submit_once(
         claim: Claim::new(event, campaign, claimed_by, Utc::now()),
         requests: &request,
     };
-    submit_claim_once(store, jobs, lease, submission).await
+    submit_claim_once(store, jobs, metrics, lease, submission).await
 }
 
 /// Submits one job of any workflow to Batch at most once (its claim says which; `request` is
@@ -74,6 +75,7 @@ pub async fn submit_once(
 pub async fn submit_claim_once(
     store: &dyn ObjectStore,
     jobs: &dyn JobRunner,
+    metrics: &crate::metrics::Metrics,
     lease: Duration,
     submission: Submission<'_, Claim>,
 ) -> Result<SubmitOutcome, RepositoryError> {
@@ -84,6 +86,7 @@ pub async fn submit_claim_once(
         lease,
         concurrency: 1,
         claimed_by: &claimed_by,
+        metrics,
     };
     let mut done = match submitter.submit(submission).await? {
         Submitted::InFlight { .. } => return Ok(SubmitOutcome::InFlight),
@@ -135,14 +138,30 @@ mod tests {
     async fn submits_once_however_often_asked() {
         let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
         let lease = Duration::from_secs(900);
-        let first = submit_once(&store, &jobs, at(), lease, &event(), "t")
-            .await
-            .unwrap();
+        let first = submit_once(
+            &store,
+            &jobs,
+            &Default::default(),
+            at(),
+            lease,
+            &event(),
+            "t",
+        )
+        .await
+        .unwrap();
         assert!(matches!(first, SubmitOutcome::Submitted { .. }));
         for _ in 0..3 {
-            let again = submit_once(&store, &jobs, at(), lease, &event(), "t")
-                .await
-                .unwrap();
+            let again = submit_once(
+                &store,
+                &jobs,
+                &Default::default(),
+                at(),
+                lease,
+                &event(),
+                "t",
+            )
+            .await
+            .unwrap();
             assert!(matches!(again, SubmitOutcome::AlreadySubmitted { .. }));
         }
         assert_eq!(jobs.submitted().len(), 1);
@@ -157,16 +176,35 @@ mod tests {
         let lost = FlakyJobRunner::losing_answers();
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &lost, at(), long, &e, "t")
-            .await
-            .is_err());
+        assert!(
+            submit_once(&store, &lost, &Default::default(), at(), long, &e, "t")
+                .await
+                .is_err()
+        );
         // A redelivery inside the lease waits.
-        let again = submit_once(&store, &lost.inner, at(), long, &e, "t").await;
+        let again = submit_once(
+            &store,
+            &lost.inner,
+            &Default::default(),
+            at(),
+            long,
+            &e,
+            "t",
+        )
+        .await;
         assert_eq!(again.unwrap(), SubmitOutcome::InFlight);
         // After the lease, the job Batch did create is found by its name and recorded.
-        let after = submit_once(&store, &lost.inner, at(), Duration::ZERO, &e, "t")
-            .await
-            .unwrap();
+        let after = submit_once(
+            &store,
+            &lost.inner,
+            &Default::default(),
+            at(),
+            Duration::ZERO,
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert!(
             matches!(after, SubmitOutcome::Recovered { .. }),
             "{after:?}"
@@ -180,12 +218,22 @@ mod tests {
         let refused = FlakyJobRunner::refusing(u32::MAX);
         let e = event();
         let long = Duration::from_secs(900);
-        assert!(submit_once(&store, &refused, at(), long, &e, "t")
-            .await
-            .is_err());
-        let next = submit_once(&store, &refused.inner, at(), long, &e, "t")
-            .await
-            .unwrap();
+        assert!(
+            submit_once(&store, &refused, &Default::default(), at(), long, &e, "t")
+                .await
+                .is_err()
+        );
+        let next = submit_once(
+            &store,
+            &refused.inner,
+            &Default::default(),
+            at(),
+            long,
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert!(matches!(next, SubmitOutcome::Submitted { .. }), "{next:?}");
         assert_eq!(refused.inner.submitted().len(), 1);
     }
@@ -199,14 +247,30 @@ mod tests {
         write_json(&store, &claim_key("c/", &e), &claim, PutCondition::IfAbsent)
             .await
             .unwrap();
-        let fresh = submit_once(&store, &jobs, at(), Duration::from_secs(900), &e, "t")
-            .await
-            .unwrap();
+        let fresh = submit_once(
+            &store,
+            &jobs,
+            &Default::default(),
+            at(),
+            Duration::from_secs(900),
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert_eq!(fresh, SubmitOutcome::InFlight);
         assert!(jobs.submitted().is_empty());
-        let taken = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
-            .await
-            .unwrap();
+        let taken = submit_once(
+            &store,
+            &jobs,
+            &Default::default(),
+            at(),
+            Duration::ZERO,
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert!(matches!(taken, SubmitOutcome::Submitted { .. }));
         assert_eq!(jobs.submitted().len(), 1);
     }
@@ -229,9 +293,17 @@ mod tests {
             })
             .await
             .unwrap();
-        let out = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
-            .await
-            .unwrap();
+        let out = submit_once(
+            &store,
+            &jobs,
+            &Default::default(),
+            at(),
+            Duration::ZERO,
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert_eq!(
             out,
             SubmitOutcome::Recovered {
@@ -239,9 +311,17 @@ mod tests {
             }
         );
         assert_eq!(jobs.submitted().len(), 1);
-        let out = submit_once(&store, &jobs, at(), Duration::ZERO, &e, "t")
-            .await
-            .unwrap();
+        let out = submit_once(
+            &store,
+            &jobs,
+            &Default::default(),
+            at(),
+            Duration::ZERO,
+            &e,
+            "t",
+        )
+        .await
+        .unwrap();
         assert_eq!(out, SubmitOutcome::AlreadySubmitted { job_id: job.job_id });
     }
 }

@@ -38,6 +38,8 @@ pub struct Submitter<'a> {
     pub concurrency: usize,
     /// Who claims (queue-feeder, requeuer, ingest-dispatcher), for the operator.
     pub claimed_by: &'a str,
+    /// Where a throttled SubmitJob is counted (`SubmitJobThrottles`).
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 /// One unit of work to submit at most once.
@@ -258,7 +260,17 @@ impl Submitter<'_> {
                 ..crate::retry::Backoff::IN_RUN
             },
             "SubmitJob",
-            || self.jobs.submit(request.clone()),
+            || async {
+                let answer = self.jobs.submit(request.clone()).await;
+                if answer
+                    .as_ref()
+                    .is_err_and(crate::ports::JobRunnerError::is_throttle)
+                {
+                    let throttles = crate::domain::metrics::Metric::SubmitJobThrottles;
+                    self.metrics.count(throttles, &[], 1);
+                }
+                answer
+            },
             |e| !e.may_have_taken_effect,
         )
         .await;

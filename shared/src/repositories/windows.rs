@@ -25,6 +25,7 @@ pub struct Windows<'a> {
     pub lease: Duration,
     /// SubmitJob calls in flight at once.
     pub concurrency: usize,
+    pub metrics: &'a crate::metrics::Metrics,
 }
 
 /// What submitting a window did.
@@ -112,6 +113,7 @@ impl Windows<'_> {
             lease: self.lease,
             concurrency: self.concurrency,
             claimed_by: "queue-feeder",
+            metrics: self.metrics,
         };
         let claim_key = window_key(self.claim_prefix, &window.inventory, window.start);
         let requests = |w: &WindowClaim| requests(w, self.bucket, &claim_key);
@@ -287,6 +289,9 @@ mod tests {
         WindowClaim::new(None, "inv/a.parquet", 0, 4, granules(), "t", Utc::now())
     }
 
+    static METRICS: std::sync::LazyLock<crate::metrics::Metrics> =
+        std::sync::LazyLock::new(Default::default);
+
     fn windows<'a>(store: &'a MemoryStore, jobs: &'a dyn JobRunner, lease: u64) -> Windows<'a> {
         Windows {
             store,
@@ -296,6 +301,7 @@ mod tests {
             open_prefix: "open/",
             lease: Duration::from_secs(lease),
             concurrency: 2,
+            metrics: &METRICS,
         }
     }
 

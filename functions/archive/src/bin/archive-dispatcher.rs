@@ -14,7 +14,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let actx = &Ctx::from_env(Function::ArchiveDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            archive::tick(actx, chrono::Utc::now())
+            granary::wiring::metered(actx, archive::tick(actx, chrono::Utc::now()))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::ArchiveDispatcher, &e))
         },

@@ -12,7 +12,9 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
     let actx = &Ctx::from_env(Function::ArchiveTask).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
-        Ok::<SqsBatchResponse, lambda_runtime::Error>(tasks::handle_sqs(actx, event.payload).await)
+        Ok::<SqsBatchResponse, lambda_runtime::Error>(
+            granary::wiring::metered(actx, tasks::handle_sqs(actx, event.payload)).await,
+        )
     }))
     .await
 }

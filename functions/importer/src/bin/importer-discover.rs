@@ -13,7 +13,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let imp = &Ctx::from_env(Function::ImporterDiscover).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            discover::discover(imp)
+            granary::wiring::metered(imp, discover::discover(imp))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::ImporterDiscover, &e))
         },

@@ -13,7 +13,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let imp = &Ctx::from_env(Function::ImporterStep).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            importer::handle_sqs(imp, event.payload).await,
+            granary::wiring::metered(imp, importer::handle_sqs(imp, event.payload)).await,
         )
     }))
     .await

@@ -16,9 +16,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
             let budget = Budget::of_invocation(imp.config.leases.function_timeout);
-            let pass = sweeper::scheduled_pass(imp, chrono::Utc::now(), &budget)
-                .await
-                .map_err(|e| LambdaFailure::of(Function::ItemSweeper, &e))?;
+            let pass = granary::wiring::metered(
+                imp,
+                sweeper::scheduled_pass(imp, chrono::Utc::now(), &budget),
+            )
+            .await
+            .map_err(|e| LambdaFailure::of(Function::ItemSweeper, &e))?;
             Ok::<_, LambdaFailure>(pass)
         },
     ))

@@ -13,7 +13,11 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ictx = &Ctx::from_env(Function::IngestSubmit).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            ingest::handle_submissions(ictx, event.payload, chrono::Utc::now()).await,
+            granary::wiring::metered(
+                ictx,
+                ingest::handle_submissions(ictx, event.payload, chrono::Utc::now()),
+            )
+            .await,
         )
     }))
     .await

@@ -80,6 +80,27 @@ impl FeederSummary {
 }
 
 pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, HandlerError> {
+    let summary = run_once(ctx, event).await?;
+    record_metrics(ctx, &summary);
+    Ok(summary)
+}
+
+/// A run's rows left, when it read the tracker (what it submitted is counted per window, as it
+/// happens). A run that exits early (a hold, a full queue) reports no rows left, so the
+/// feeder-stalled alarm (rows left, nothing submitted) stays quiet while granary waits on
+/// purpose.
+fn record_metrics(ctx: &Ctx, summary: &FeederSummary) {
+    use crate::domain::metrics::Metric;
+    if summary.early_exit.is_none() && summary.rows_known_total > 0 {
+        let left = summary
+            .rows_known_total
+            .saturating_sub(summary.rows_submitted_total);
+        ctx.metrics
+            .observe(Metric::FeederRowsLeft, &[], left as f64);
+    }
+}
+
+async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, HandlerError> {
     if event.granule_submit_count == 0 {
         return Err(HandlerError::BadEvent(
             "granule_submit_count must be at least 1".to_owned(),

@@ -164,9 +164,13 @@ pub(super) async fn feed_window(
         WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };
     let mut stop = None;
+    let mut submitted_here = 0;
     for (granule, submission) in claim.granules.iter().zip(&submissions) {
         match submission {
-            JobSubmission::Submitted { .. } => summary.submitted += 1,
+            JobSubmission::Submitted { .. } => {
+                submitted_here += 1;
+                summary.submitted += 1
+            }
             JobSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
             JobSubmission::Recovered { .. } => summary.recovered += 1,
             JobSubmission::NotSubmitted { error, .. } => {
@@ -178,6 +182,14 @@ pub(super) async fn feed_window(
                 });
             }
         }
+    }
+    // Counted as they happen: a run that stops later (a refused call) submitted them all the same.
+    use crate::domain::metrics::Metric;
+    ctx.metrics
+        .count(Metric::GranulesSubmitted, &[], submitted_here);
+    if submitted_here > 0 {
+        ctx.metrics
+            .observe(Metric::FeederWindowSize, &[], submitted_here as f64);
     }
     // The item records follow the claim (an earlier run may have died before them).
     if let Some(failed) = record_window(ctx, inventory_key, &claim, &submissions, &first_row).await
@@ -216,6 +228,12 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
         WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };
     let submitted = submissions.iter().all(|s| s.job_id().is_some());
+    let here = submissions
+        .iter()
+        .filter(|s| matches!(s, JobSubmission::Submitted { .. }))
+        .count();
+    let granules = crate::domain::metrics::Metric::GranulesSubmitted;
+    ctx.metrics.count(granules, &[], here as u64);
     let recorded = record_window(
         ctx,
         &claim.inventory,

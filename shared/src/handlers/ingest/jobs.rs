@@ -409,6 +409,7 @@ pub async fn process(
             let id = match submit_claim_once(
                 ictx.store.as_ref(),
                 ictx.jobs.as_ref(),
+                &ictx.metrics,
                 ictx.config.leases.claim_lease,
                 submission,
             )

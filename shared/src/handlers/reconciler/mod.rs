@@ -117,6 +117,10 @@ pub async fn reconcile_within(
         }
     }
     tracing::info!(?summary, "reconcile finished");
+    // Ends whose events never came: found finished in Batch, or forgotten by it.
+    let found = summary.recovered + summary.unknown_to_batch;
+    ctx.metrics
+        .count(crate::domain::metrics::Metric::ReconcilerFinds, &[], found);
     Ok(summary)
 }
 
