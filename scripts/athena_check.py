@@ -19,6 +19,7 @@ the entries of its latest write until it moves past them).
 """
 import json
 import pathlib
+import re
 import sys
 
 import sqlglot
@@ -49,8 +50,19 @@ def parse_all():
         sys.exit(f"{failed} of {len(files)} files failed to parse")
 
 
+# Athena (Trino) unnests an array of rows into a column per field, named by the alias list
+# (Trino docs, "UNNEST"); DuckDB's UNNEST gives one struct column, and expands it only when asked
+# (`recursive := true`). sqlglot keeps Athena's form, so it is rewritten to DuckDB's here.
+ROWS_UNNEST = re.compile(r"CROSS JOIN UNNEST\((\w+)\) AS (\w+)\(")
+
+
 def to_duckdb(sql):
-    return [s for s in sqlglot.transpile(sql, read="athena", write="duckdb") if s.strip()]
+    out = []
+    for s in sqlglot.transpile(sql, read="athena", write="duckdb"):
+        if s.strip():
+            out.append(ROWS_UNNEST.sub(
+                r"CROSS JOIN LATERAL (SELECT UNNEST(\1, recursive := true)) AS \2(", s))
+    return out
 
 
 def tables(logs_dir, inventory_csv, items_dir):

@@ -25,7 +25,9 @@ SELECT
 FROM granary_item_records
 WHERE history_batch IS NULL OR seq > history_batch.through_seq
 UNION
-SELECT step.item_id, step.seq, step."from", step."to", step.reason, step.attempt, step."at", step."by"
+-- (Unnesting an array of rows gives a column per field: the alias names all eight.)
+SELECT held_item_id, held_seq, held_from, held_to, held_reason, held_attempt, held_at, held_by
 FROM granary_item_records
-CROSS JOIN UNNEST(earlier_steps) AS held (step)
+CROSS JOIN UNNEST(earlier_steps)
+  AS held (held_item_id, held_seq, held_from, held_to, held_reason, held_attempt, held_at, held_by)
 WHERE history_batch IS NULL OR seq > history_batch.through_seq;

@@ -91,6 +91,19 @@ async fn a_campaigns_metrics_are_valid_emf_and_agree_with_its_audit() {
         .filter_map(|v| v.as_f64())
         .sum();
     assert_eq!(windows, 200.0);
+    // Every row settled once, and none left at the end.
+    assert_eq!(sum(&docs, "FeederRowsSettled"), 200.0);
+    let left: Vec<f64> = docs
+        .iter()
+        .filter_map(|d| d["FeederRowsLeft"].as_array())
+        .flatten()
+        .filter_map(|v| v.as_f64())
+        .collect();
+    assert_eq!(
+        left.iter().cloned().fold(f64::MAX, f64::min),
+        0.0,
+        "{left:?}"
+    );
     let events = sum(&docs, "EventsHandled");
     assert!(
         events >= (report.succeeded + report.dead_lettered) as f64,

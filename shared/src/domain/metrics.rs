@@ -42,6 +42,7 @@ pub enum Metric {
     EventsRejected,
     FeederWindowSize,
     FeederRowsLeft,
+    FeederRowsSettled,
     ReconcilerFinds,
     SubmitJobThrottles,
 }
@@ -70,15 +71,15 @@ pub struct MetricSpec {
     pub what: &'static str,
 }
 
-pub const CATALOGUE: [MetricSpec; 10] = [
+pub const CATALOGUE: [MetricSpec; 11] = [
     MetricSpec {
         metric: Metric::GranulesSubmitted,
         name: "GranulesSubmitted",
         unit: "Count",
         kind: Kind::Count,
         dimensions: &[],
-        emitted_by: &["queue-feeder", "requeuer"],
-        what: "granule attempts submitted to Batch (first attempts by the feeder, retries by the requeuer)",
+        emitted_by: &["queue-feeder", "requeuer", "item-sweeper"],
+        what: "granule attempts submitted to Batch (first attempts by the feeder, retries by the requeuer, a window another campaign's feeder left taken over by the reconciler)",
     },
     MetricSpec {
         metric: Metric::GranulesSucceeded,
@@ -86,8 +87,8 @@ pub const CATALOGUE: [MetricSpec; 10] = [
         unit: "Count",
         kind: Kind::Count,
         dimensions: &[PLATFORM],
-        emitted_by: &["job-monitor"],
-        what: "granules whose job succeeded (each end counted once: a duplicate event is not)",
+        emitted_by: &["job-monitor", "item-sweeper"],
+        what: "granules whose job succeeded (each end counted once: a duplicate event found as such is not; the reconciler's finds count here too)",
     },
     MetricSpec {
         metric: Metric::GranulesRetried,
@@ -95,7 +96,7 @@ pub const CATALOGUE: [MetricSpec; 10] = [
         unit: "Count",
         kind: Kind::Count,
         dimensions: &[PLATFORM, FAILURE_CLASS],
-        emitted_by: &["job-monitor"],
+        emitted_by: &["job-monitor", "item-sweeper"],
         what: "failed attempts sent to the retry queue, by platform and failure class",
     },
     MetricSpec {
@@ -104,7 +105,7 @@ pub const CATALOGUE: [MetricSpec; 10] = [
         unit: "Count",
         kind: Kind::Count,
         dimensions: &[PLATFORM, FAILURE_CLASS],
-        emitted_by: &["job-monitor", "requeuer"],
+        emitted_by: &["job-monitor", "requeuer", "item-sweeper"],
         what: "granules sent to the failure DLQ: a failure granary does not retry (monitor), or the last attempt spent (requeuer, class attempts_exhausted)",
     },
     MetricSpec {
@@ -141,7 +142,16 @@ pub const CATALOGUE: [MetricSpec; 10] = [
         kind: Kind::Sample,
         dimensions: &[],
         emitted_by: &["queue-feeder"],
-        what: "inventory rows the feeder has not yet settled, after each run (its lag behind the inventories)",
+        what: "inventory rows the feeder has not yet settled, after each run that read its tracker (its lag behind the inventories)",
+    },
+    MetricSpec {
+        metric: Metric::FeederRowsSettled,
+        name: "FeederRowsSettled",
+        unit: "Count",
+        kind: Kind::Count,
+        dimensions: &[],
+        emitted_by: &["queue-feeder"],
+        what: "inventory rows a feeder run settled (submitted, found submitted, known before, set aside): its progress, also when it stalled part-way",
     },
     MetricSpec {
         metric: Metric::ReconcilerFinds,
@@ -158,8 +168,8 @@ pub const CATALOGUE: [MetricSpec; 10] = [
         unit: "Count",
         kind: Kind::Count,
         dimensions: &[],
-        emitted_by: &["queue-feeder", "requeuer", "item-sweeper", "ingest-submit"],
-        what: "SubmitJob calls Batch refused with TooManyRequestsException past the SDK's retries (backed off and tried again, never sent twice)",
+        emitted_by: &["queue-feeder", "requeuer", "item-sweeper", "ingest-dispatcher"],
+        what: "SubmitJob calls Batch refused with TooManyRequestsException (the SDK does not retry SubmitJob: each refusal is granary's to back off from and try again, never sent twice)",
     },
 ];
 

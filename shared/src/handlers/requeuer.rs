@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::domain::metrics::{Metric, FAILURE_CLASS, PLATFORM};
 use crate::handlers::HandlerError;
 use crate::ports::QueueError;
 use crate::repositories::SubmitOutcome;
@@ -59,23 +60,7 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Han
         attempt = message.event.attempt,
         campaign = message.campaign.as_ref().map_or("", |c| c.as_str()),
     );
-    let granule = message.event.granule_id.clone();
-    let outcome = tracing::Instrument::instrument(requeue(ctx, message), span).await?;
-    use crate::domain::metrics::{Metric, FAILURE_CLASS, PLATFORM};
-    match &outcome {
-        RequeueOutcome::Resubmitted { .. } => ctx.metrics.count(Metric::GranulesSubmitted, &[], 1),
-        RequeueOutcome::DeadLettered { .. } => {
-            let facts = ctx.config.layout.id_parser.facts(&granule);
-            let platform = facts.platform.as_deref().unwrap_or("unknown");
-            ctx.metrics.count(
-                Metric::GranulesDeadLettered,
-                &[(PLATFORM, platform), (FAILURE_CLASS, "attempts_exhausted")],
-                1,
-            );
-        }
-        RequeueOutcome::AlreadySubmitted { .. } => {}
-    }
-    Ok(outcome)
+    tracing::Instrument::instrument(requeue(ctx, message), span).await
 }
 
 /// The retry of a readable message (its granule and attempt on the span around it).
@@ -92,6 +77,14 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
                 .of_campaign(message.campaign.clone()),
         )?;
         dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
+        // Counted once sent: a redelivery after a later failure sends (and counts) it again,
+        // as the DLQ then holds it twice.
+        let facts = ctx.config.layout.id_parser.facts(&event.granule_id);
+        let dims = [
+            (PLATFORM, facts.platform.as_deref().unwrap_or("unknown")),
+            (FAILURE_CLASS, "attempts_exhausted"),
+        ];
+        ctx.metrics.count(Metric::GranulesDeadLettered, &dims, 1);
         super::item_sync::abandoned(ctx, &event).await?;
         tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
         return Ok(RequeueOutcome::DeadLettered {
@@ -99,6 +92,14 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
         });
     }
     let outcome = ctx.submit_once(&next, "requeuer").await?;
+    // Counted as it happens (a record write failing after it does not undo the submission; a
+    // job a dead run submitted, found now, was never counted by that run).
+    if matches!(
+        outcome,
+        SubmitOutcome::Submitted { .. } | SubmitOutcome::Recovered { .. }
+    ) {
+        ctx.metrics.count(Metric::GranulesSubmitted, &[], 1);
+    }
     if let SubmitOutcome::Submitted { job_id }
     | SubmitOutcome::AlreadySubmitted { job_id }
     | SubmitOutcome::Recovered { job_id } = &outcome

@@ -63,6 +63,9 @@ pub struct FeederSummary {
     pub stopped: Option<String>,
     pub rows_submitted_total: u64,
     pub rows_known_total: u64,
+    /// Rows the tracker moved past in this run (a window settled in part is not moved past,
+    /// and its next run settles it): the feeder's progress.
+    pub rows_moved_past: u64,
     pub inventories_complete: bool,
 }
 
@@ -80,18 +83,29 @@ impl FeederSummary {
 }
 
 pub async fn run(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, HandlerError> {
-    let summary = run_once(ctx, event).await?;
-    record_metrics(ctx, &summary);
-    Ok(summary)
+    let ran = run_once(ctx, event).await;
+    match &ran {
+        Ok(summary) => record_metrics(ctx, summary),
+        // A stalled run saved what it did: its progress counts too (none, when it stalled at once).
+        Err(HandlerError::Stalled { summary, .. }) => record_metrics(ctx, summary),
+        Err(_) => {}
+    }
+    ran
 }
 
-/// A run's rows left, when it read the tracker (what it submitted is counted per window, as it
-/// happens). A run that exits early (a hold, a full queue) reports no rows left, so the
-/// feeder-stalled alarm (rows left, nothing submitted) stays quiet while granary waits on
-/// purpose.
+/// A run's progress, when it read the tracker: the rows it settled (the tracker moved past them:
+/// submitted, found submitted, known before, set aside) and the rows left (what it submitted
+/// is counted per window, as it happens). A run that exits early (a hold, a full queue) reports
+/// neither, so the feeder-stalled alarm (rows left, none settled) stays quiet while granary waits
+/// on purpose.
 fn record_metrics(ctx: &Ctx, summary: &FeederSummary) {
     use crate::domain::metrics::Metric;
     if summary.early_exit.is_none() && summary.rows_known_total > 0 {
+        ctx.metrics.observe(
+            Metric::FeederRowsSettled,
+            &[],
+            summary.rows_moved_past as f64,
+        );
         let left = summary
             .rows_known_total
             .saturating_sub(summary.rows_submitted_total);
@@ -168,6 +182,7 @@ pub async fn feed(
         StoreError::is_transient,
     )
     .await?;
+    let rows_before = tracker.value.rows_submitted();
     let added = tracker.value.add_inventories(
         listed
             .into_iter()
@@ -287,6 +302,7 @@ pub async fn feed(
         }
     }
     summary.rows_submitted_total = tracker.value.rows_submitted();
+    summary.rows_moved_past = summary.rows_submitted_total.saturating_sub(rows_before);
     summary.rows_known_total = tracker.value.rows_known();
     summary.inventories_complete = tracker.value.is_complete();
     if let Some(why) = stalled {

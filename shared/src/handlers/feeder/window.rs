@@ -172,7 +172,11 @@ pub(super) async fn feed_window(
                 summary.submitted += 1
             }
             JobSubmission::AlreadySubmitted { .. } => summary.already_submitted += 1,
-            JobSubmission::Recovered { .. } => summary.recovered += 1,
+            // A job a dead run submitted, found now: that run never counted it.
+            JobSubmission::Recovered { .. } => {
+                submitted_here += 1;
+                summary.recovered += 1
+            }
             JobSubmission::NotSubmitted { error, .. } => {
                 tracing::error!(granule_id = %granule, error, "granule not submitted");
                 stop.get_or_insert_with(|| {
@@ -230,7 +234,12 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
     let submitted = submissions.iter().all(|s| s.job_id().is_some());
     let here = submissions
         .iter()
-        .filter(|s| matches!(s, JobSubmission::Submitted { .. }))
+        .filter(|s| {
+            matches!(
+                s,
+                JobSubmission::Submitted { .. } | JobSubmission::Recovered { .. }
+            )
+        })
         .count();
     let granules = crate::domain::metrics::Metric::GranulesSubmitted;
     ctx.metrics.count(granules, &[], here as u64);

@@ -126,6 +126,14 @@ fn along(
 ) -> Result<Vec<ItemRecord>, RecordError> {
     let mut steps = vec![first];
     for change in changes {
+        // A change without a transition would rewrite the entry the record holds (its time
+        // and author) after it may have been written as an object: every change here is one.
+        if change.to.is_none() {
+            return Err(RecordError::Illegal(format!(
+                "item {}: a change without a transition ({})",
+                steps[0].id, change.reason
+            )));
+        }
         let last = &steps[steps.len() - 1];
         let next = last
             .apply(change, at, by)
