@@ -61,6 +61,14 @@ enum Command {
     ///   granary items history HLS.S30.T01GBH.2022226T214921.v2.0
     #[command(verbatim_doc_comment)]
     Items(items_cmd::Args),
+    /// Before launch (and while running): the inventories' rows from their footers, what is left,
+    /// and the forecast duration and cost from the configuration and the measured pace.
+    ///
+    /// Examples:
+    ///   granary plan --job-minutes 20 --job-hour-price 0.012
+    ///   granary plan --inventory inventories/2022.parquet --max-active-jobs 5000 --json
+    #[command(verbatim_doc_comment)]
+    Plan(ops_cmd::PlanArgs),
     /// What is left and when it will finish: inventories, active jobs, queues, hold, throughput, ETA.
     ///
     /// Example: granary status
@@ -141,6 +149,7 @@ async fn main() -> ExitCode {
         Command::Archive(args) => archive_cmd::run(args).await,
         Command::Inventory(args) => inventory_cmd::run(args).await,
         Command::Items(args) => items_cmd::run(args).await,
+        Command::Plan(args) => ops_cmd::plan(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,
         Command::Redrive(args) => ops_cmd::redrive(args).await,

@@ -46,6 +46,146 @@ pub struct StatusArgs {
     json: bool,
 }
 
+#[derive(clap::Args)]
+pub struct PlanArgs {
+    /// An inventory's key in the bucket (repeat for several; default: every .parquet under
+    /// GRANARY_INVENTORY_PREFIX, as the feeder reads them).
+    #[arg(long = "inventory")]
+    inventories: Vec<String>,
+    /// Minutes between feeder runs (template FeederScheduleMinutes).
+    #[arg(long, default_value_t = 60.0)]
+    schedule_minutes: f64,
+    /// Granules a feeder run submits (template GranuleSubmitCount).
+    #[arg(long, default_value_t = 1000)]
+    submit_count: u64,
+    /// Jobs the queue runs at once (default: GRANARY_MAX_ACTIVE_JOBS, the feeder's threshold).
+    #[arg(long)]
+    max_active_jobs: Option<u64>,
+    /// A job's expected run time in minutes, queueing excluded (measure your container's).
+    #[arg(long, default_value_t = 30.0)]
+    job_minutes: f64,
+    /// Retries expected, as a share of granules (Spot reclaims, pull errors): 0.05 is 5 a hundred.
+    #[arg(long, default_value_t = 0.05)]
+    retry_share: f64,
+    /// First attempts as array windows (default: GRANARY_ARRAY_WINDOWS).
+    #[arg(long)]
+    array_windows: bool,
+    /// SubmitJob calls a second the submitters may make (the account allows 50).
+    #[arg(long, default_value_t = 40.0)]
+    submit_rate: f64,
+    /// What one job costs an hour (its share of an instance); without it no compute cost.
+    #[arg(long)]
+    job_hour_price: Option<f64>,
+    /// granary's own cost a million granules (default: BENCHMARKS.md's measured $18.41 with item
+    /// records on, $6.57 off, 2026-11-26, us-east-1 list prices).
+    #[arg(long)]
+    granary_dollars_per_million: Option<f64>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// granary's own cost a million granules, measured (BENCHMARKS.md, "The cost floor", 2026-11-26).
+const GRANARY_DOLLARS_PER_MILLION_RECORDS_ON: f64 = 18.41;
+const GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF: f64 = 6.57;
+
+pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
+    let ctx = ctx(&[Section::Feeder]).await?;
+    let feeder = &ctx.config.feeder;
+    let settings = granary::domain::plan::PlanSettings {
+        schedule_minutes: args.schedule_minutes,
+        submit_count: args.submit_count,
+        max_active_jobs: args.max_active_jobs.unwrap_or(feeder.max_active_jobs),
+        job_minutes: args.job_minutes,
+        retry_share: args.retry_share,
+        array_windows: args.array_windows || feeder.array_windows,
+        submit_rate: args.submit_rate,
+        job_hour_dollars: args.job_hour_price,
+        granary_dollars_per_million: args.granary_dollars_per_million.unwrap_or(
+            if ctx.config.layout.track_items {
+                GRANARY_DOLLARS_PER_MILLION_RECORDS_ON
+            } else {
+                GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF
+            },
+        ),
+    };
+    if settings.schedule_minutes <= 0.0 || settings.job_minutes <= 0.0 {
+        bail!("--schedule-minutes and --job-minutes must be more than 0");
+    }
+    let p = granary_cli::ops::plan::gather(&ctx, &args.inventories, settings, chrono::Utc::now())
+        .await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&p)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(campaign) = &p.campaign {
+        println!("campaign {campaign} (GRANARY_CAMPAIGN)");
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["inventory", "rows", "settled", "left"]);
+    for i in &p.inventories {
+        t.add_row([
+            i.key.clone(),
+            i.rows.to_string(),
+            i.settled.to_string(),
+            i.left.to_string(),
+        ]);
+    }
+    println!("{t}");
+    let f = &p.forecast;
+    let s = &p.settings;
+    println!("{} of {} rows left", p.left, p.rows);
+    println!(
+        "paces (granules an hour): feeder {:.0} ({} every {} min), capacity {:.0} ({} jobs of {} min, {:.0}% retries){}",
+        f.feeder_per_hour,
+        s.submit_count,
+        s.schedule_minutes,
+        f.capacity_per_hour,
+        s.max_active_jobs,
+        s.job_minutes,
+        s.retry_share * 100.0,
+        match f.submit_job_per_hour {
+            Some(p) => format!(", SubmitJob {p:.0} ({} calls a second)", s.submit_rate),
+            None => ", SubmitJob: not a bound (array windows)".to_owned(),
+        }
+    );
+    let when = |at: Option<chrono::DateTime<chrono::Utc>>| {
+        at.map_or("never at this pace".to_owned(), |a| {
+            a.format("%Y-%m-%d %H:%M UTC").to_string()
+        })
+    };
+    println!(
+        "forecast: {:.1} hours at {:.0} granules an hour (bound by {:?}), done {}",
+        f.hours,
+        f.per_hour,
+        f.bound_by,
+        when(f.finish_at)
+    );
+    if let Some(m) = &f.measured {
+        println!(
+            "measured: {:.0} granules an hour over the last day, done {} ({:.1} hours)",
+            m.per_hour,
+            when(m.finish_at),
+            m.hours
+        );
+    }
+    match f.compute_dollars {
+        Some(c) => println!(
+            "cost: compute ${c:.2} ({:.0} attempts), granary ${:.2} (${}/million); ${:.2} in all",
+            f.attempts,
+            f.granary_dollars,
+            s.granary_dollars_per_million,
+            c + f.granary_dollars
+        ),
+        None => println!(
+            "cost: granary ${:.2} (${}/million); compute not forecast (give --job-hour-price)",
+            f.granary_dollars, s.granary_dollars_per_million
+        ),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     let ctx = ctx(&[Section::Jobs, Section::Queues]).await?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;

@@ -1,5 +1,6 @@
-//! Operator commands' logic (the bin only parses arguments and prints): status, reports.
+//! Operator commands' logic (the bin only parses arguments and prints): status, reports, plan.
 
 pub mod chart;
+pub mod plan;
 pub mod report;
 pub mod status;

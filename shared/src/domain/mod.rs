@@ -31,6 +31,7 @@ pub mod lifecycle;
 pub mod machine;
 pub mod metrics;
 pub mod percent;
+pub mod plan;
 pub mod poison;
 pub mod progress;
 pub mod report;

@@ -1,0 +1,97 @@
+//! `granary plan`: what is left of the inventories and when it will finish, before launch and
+//! while running. Each inventory's row count comes from its Parquet footer (the file's last bytes:
+//! a ranged GET or two, never its rows); the tracker says how far the feeder got and how fast it
+//! has moved; `granary::domain::plan` does the arithmetic.
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Duration, Utc};
+use granary::adapters::parquet::Inventory;
+use granary::domain::plan::{forecast, Forecast, PlanSettings};
+use granary::domain::progress::rate;
+use granary::handlers::Ctx;
+use granary::repositories::load_tracker;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct InventoryPlan {
+    pub key: String,
+    pub rows: u64,
+    /// Rows the feeder has moved past (0 before launch).
+    pub settled: u64,
+    pub left: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    pub at: DateTime<Utc>,
+    pub campaign: Option<String>,
+    pub inventories: Vec<InventoryPlan>,
+    pub rows: u64,
+    pub left: u64,
+    pub settings: PlanSettings,
+    pub forecast: Forecast,
+}
+
+/// The inventories `keys` name (every `.parquet` under the inventory prefix when none), their
+/// footers read, against the tracker; the forecast under `settings`.
+pub async fn gather(
+    ctx: &Ctx,
+    keys: &[String],
+    settings: PlanSettings,
+    now: DateTime<Utc>,
+) -> Result<Plan> {
+    let keys: Vec<String> = if keys.is_empty() {
+        let prefix = &ctx.config.layout.inventory_prefix;
+        let listed = ctx
+            .store
+            .list(prefix)
+            .await
+            .with_context(|| format!("listing the inventories under {prefix}"))?;
+        listed
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| k.ends_with(".parquet"))
+            .collect()
+    } else {
+        keys.to_vec()
+    };
+    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
+        .await
+        .context("reading the tracker")?
+        .value;
+    let mut inventories = Vec::with_capacity(keys.len());
+    for key in keys {
+        let inventory = Inventory::open(
+            ctx.store.clone(),
+            &key,
+            &ctx.config.feeder.inventory_id_column,
+        )
+        .await
+        .with_context(|| format!("reading the footer of {key}"))?;
+        let rows = inventory.num_rows();
+        let settled = tracker
+            .inventories
+            .iter()
+            .find(|i| i.key == key)
+            .map_or(0, |i| i.rows_submitted.min(rows));
+        inventories.push(InventoryPlan {
+            key,
+            rows,
+            settled,
+            left: rows - settled,
+        });
+    }
+    let rows = inventories.iter().map(|i| i.rows).sum();
+    let left = inventories.iter().map(|i| i.left).sum();
+    // The pace the campaign has kept over its last day, if it has moved.
+    let measured = rate(&tracker.samples, now, Duration::hours(24)).map(|r| r.per_hour);
+    Ok(Plan {
+        at: now,
+        campaign: ctx.campaign().map(|c| c.to_string()),
+        inventories,
+        rows,
+        left,
+        forecast: forecast(left, &settings, measured, now),
+        settings,
+    })
+}
