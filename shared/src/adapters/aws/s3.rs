@@ -30,6 +30,28 @@ const COPY_PART: u64 = 512 * 1024 * 1024;
 const MAX_PARTS: u64 = 10_000;
 
 impl S3Store {
+    /// Every page of a ListObjectsV2 of `prefix` (grouped at `delimiter`, when given), each
+    /// handed to `take` in order: the one paginator `list` and `list_folders` share.
+    async fn each_page(
+        &self,
+        prefix: &str,
+        delimiter: Option<&str>,
+        mut take: impl FnMut(aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output),
+    ) -> Result<(), StoreError> {
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .set_delimiter(delimiter.map(str::to_owned))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            take(page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?);
+        }
+        Ok(())
+    }
+
     pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
         Self {
             client,
@@ -282,16 +304,7 @@ impl ObjectStore for S3Store {
 
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         let mut out = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page =
-                page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
+        self.each_page(prefix, None, |page| {
             for o in page.contents.unwrap_or_default() {
                 let Some(key) = o.key else { continue };
                 let last_modified = o
@@ -303,30 +316,22 @@ impl ObjectStore for S3Store {
                     last_modified,
                 });
             }
-        }
+        })
+        .await?;
         Ok(out)
     }
 
     async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let mut out = Vec::new();
-        let mut pages = self
-            .client
-            .list_objects_v2()
-            .bucket(&self.bucket)
-            .prefix(prefix)
-            .delimiter("/")
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page =
-                page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
+        self.each_page(prefix, Some("/"), |page| {
             out.extend(
                 page.common_prefixes
                     .unwrap_or_default()
                     .into_iter()
                     .filter_map(|p| p.prefix),
-            );
-        }
+            )
+        })
+        .await?;
         Ok(out)
     }
 
