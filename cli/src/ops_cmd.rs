@@ -58,9 +58,14 @@ pub struct PlanArgs {
     /// Granules a feeder run submits (template GranuleSubmitCount).
     #[arg(long, default_value_t = 1000)]
     submit_count: u64,
-    /// Jobs the queue runs at once (default: GRANARY_MAX_ACTIVE_JOBS, the feeder's threshold).
+    /// Jobs running at once (default: GRANARY_MAX_ACTIVE_JOBS, the feeder's threshold of
+    /// unfinished jobs, an upper bound: the compute environment's vCPUs may run fewer).
     #[arg(long)]
     max_active_jobs: Option<u64>,
+    /// The feeder's time limit in seconds: a run starts no window past half of it (template
+    /// FeederTimeoutSeconds).
+    #[arg(long, env = "GRANARY_FUNCTION_TIMEOUT_SECS", default_value_t = 300.0)]
+    feeder_timeout_secs: f64,
     /// A job's expected run time in minutes, queueing excluded (measure your container's).
     #[arg(long, default_value_t = 30.0)]
     job_minutes: f64,
@@ -68,10 +73,14 @@ pub struct PlanArgs {
     #[arg(long, default_value_t = 0.05)]
     retry_share: f64,
     /// First attempts as array windows (default: GRANARY_ARRAY_WINDOWS).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "single_jobs")]
     array_windows: bool,
-    /// SubmitJob calls a second the submitters may make (the account allows 50).
-    #[arg(long, default_value_t = 40.0)]
+    /// First attempts as one job each, whatever GRANARY_ARRAY_WINDOWS says.
+    #[arg(long)]
+    single_jobs: bool,
+    /// SubmitJob calls a second the feeder may make (its share, template FeederSubmitJobRate;
+    /// the account allows 50).
+    #[arg(long, env = "GRANARY_SUBMIT_JOB_RATE", default_value_t = 20.0)]
     submit_rate: f64,
     /// What one job costs an hour (its share of an instance); without it no compute cost.
     #[arg(long)]
@@ -90,15 +99,50 @@ const GRANARY_DOLLARS_PER_MILLION_RECORDS_ON: f64 = 18.41;
 const GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF: f64 = 6.57;
 
 pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
+    let numbers = [
+        ("--schedule-minutes", args.schedule_minutes, true),
+        ("--job-minutes", args.job_minutes, true),
+        ("--feeder-timeout-secs", args.feeder_timeout_secs, true),
+        ("--retry-share", args.retry_share, false),
+        ("--submit-rate", args.submit_rate, false),
+        (
+            "--job-hour-price",
+            args.job_hour_price.unwrap_or(0.0),
+            false,
+        ),
+        (
+            "--granary-dollars-per-million",
+            args.granary_dollars_per_million.unwrap_or(0.0),
+            false,
+        ),
+    ];
+    for (name, value, positive) in numbers {
+        if !value.is_finite() || value < 0.0 || (positive && value == 0.0) {
+            let must = if positive { "more than 0" } else { "0 or more" };
+            bail!("{name} must be a number {must}, not {value}");
+        }
+    }
+    let limit = granary::domain::plan::BATCH_SUBMIT_JOB_PER_SECOND;
+    if args.submit_rate > limit {
+        bail!("--submit-rate {} is past Batch's SubmitJob quota of {limit} calls a second an account (AWS Batch User Guide, \"Service quotas\")", args.submit_rate);
+    }
     let ctx = ctx(&[Section::Feeder]).await?;
     let feeder = &ctx.config.feeder;
+    let array_windows = !args.single_jobs && (args.array_windows || feeder.array_windows);
+    let run = std::time::Duration::from_secs_f64(args.feeder_timeout_secs);
     let settings = granary::domain::plan::PlanSettings {
         schedule_minutes: args.schedule_minutes,
         submit_count: args.submit_count,
+        run_secs: args.feeder_timeout_secs,
+        window_rows: if array_windows {
+            granary::handlers::feeder::ARRAY_WINDOW_ROWS
+        } else {
+            granary::handlers::feeder::window_ceiling(Some(run))
+        },
         max_active_jobs: args.max_active_jobs.unwrap_or(feeder.max_active_jobs),
         job_minutes: args.job_minutes,
         retry_share: args.retry_share,
-        array_windows: args.array_windows || feeder.array_windows,
+        array_windows,
         submit_rate: args.submit_rate,
         job_hour_dollars: args.job_hour_price,
         granary_dollars_per_million: args.granary_dollars_per_million.unwrap_or(
@@ -133,6 +177,11 @@ pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
         ]);
     }
     println!("{t}");
+    for i in &p.inventories {
+        if let Some(note) = &i.note {
+            eprintln!("warning: {}: {note}", i.key);
+        }
+    }
     let f = &p.forecast;
     let s = &p.settings;
     println!("{} of {} rows left", p.left, p.rows);
@@ -146,7 +195,9 @@ pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
         s.job_minutes,
         s.retry_share * 100.0,
         match f.submit_job_per_hour {
-            Some(p) => format!(", SubmitJob {p:.0} ({} calls a second)", s.submit_rate),
+            Some(p) if s.submit_rate > 0.0 =>
+                format!(", SubmitJob {p:.0} ({} calls a second)", s.submit_rate),
+            Some(p) => format!(", SubmitJob {p:.0} (unpaced: Batch's 50 calls a second)"),
             None => ", SubmitJob: not a bound (array windows)".to_owned(),
         }
     );

@@ -104,8 +104,26 @@ async fn plan_reads_the_footers_and_forecasts_from_the_settings_and_the_tracker(
     assert!(out.contains("compute not forecast"), "{out}");
     assert!(out.contains("measured:"), "{out}");
 
+    // A run asked for more than its time allows: 20 calls a second for half of 300 s, plus the
+    // 3,750-row window in hand, 6,750 an hour.
+    let p = json(&vars, &["plan", "--submit-count", "100000"]);
+    assert_eq!(p["forecast"]["feeder_per_hour"], 6750.0, "{p}");
+    // Past Batch's quota, or not a number: said, nothing forecast.
+    let (code, _, err) = granary(&vars, &["plan", "--submit-rate", "60"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("quota of 50"), "{err}");
+    let (code, _, err) = granary(&vars, &["plan", "--job-minutes", "NaN"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--job-minutes must be a number"), "{err}");
+
     // A key that is no inventory is named.
     let (code, _, err) = granary(&vars, &["plan", "--inventory", "inventories/none.parquet"]);
     assert_ne!(code, 0);
     assert!(err.contains("inventories/none.parquet"), "{err}");
+
+    // A bucket with no inventories says so.
+    let empty = common::bucket(&clients, format!("gt-plan-empty-{}", std::process::id())).await;
+    let (code, _, err) = granary(&[("GRANARY_BUCKET", empty.as_str())], &["plan"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no inventories under inventories/"), "{err}");
 }

@@ -19,6 +19,9 @@ pub struct InventoryPlan {
     /// Rows the feeder has moved past (0 before launch).
     pub settled: u64,
     pub left: u64,
+    /// Where the tracker disagrees with the footer (an inventory replaced under its key).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -47,11 +50,18 @@ pub async fn gather(
             .list(prefix)
             .await
             .with_context(|| format!("listing the inventories under {prefix}"))?;
-        listed
+        let keys: Vec<String> = listed
             .into_iter()
             .map(|o| o.key)
             .filter(|k| k.ends_with(".parquet"))
-            .collect()
+            .collect();
+        if keys.is_empty() {
+            anyhow::bail!(
+                "no inventories under {prefix} (the feeder reads the .parquet files there; \
+                 `granary inventory convert` makes one)"
+            );
+        }
+        keys
     } else {
         keys.to_vec()
     };
@@ -69,16 +79,24 @@ pub async fn gather(
         .await
         .with_context(|| format!("reading the footer of {key}"))?;
         let rows = inventory.num_rows();
-        let settled = tracker
-            .inventories
-            .iter()
-            .find(|i| i.key == key)
-            .map_or(0, |i| i.rows_submitted.min(rows));
+        let tracked = tracker.inventories.iter().find(|i| i.key == key);
+        let submitted = tracked.map_or(0, |i| i.rows_submitted);
+        let note = match tracked.and_then(|i| i.total_rows) {
+            Some(known) if known != rows => Some(format!(
+                "the tracker knew {known} rows, the footer says {rows}: replaced under its key?"
+            )),
+            _ if submitted > rows => Some(format!(
+                "the tracker is past the footer's {rows} rows (at {submitted})"
+            )),
+            _ => None,
+        };
+        let settled = submitted.min(rows);
         inventories.push(InventoryPlan {
             key,
             rows,
             settled,
             left: rows - settled,
+            note,
         });
     }
     let rows = inventories.iter().map(|i| i.rows).sum();

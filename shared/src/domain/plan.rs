@@ -11,8 +11,15 @@ use serde::Serialize;
 pub struct PlanSettings {
     /// Minutes between feeder runs (template `FeederScheduleMinutes`).
     pub schedule_minutes: f64,
-    /// Granules a feeder run submits (template `GranuleSubmitCount`).
+    /// Granules a feeder run is asked to submit (template `GranuleSubmitCount`).
     pub submit_count: u64,
+    /// The feeder's run time limit in seconds (`GRANARY_FUNCTION_TIMEOUT_SECS`): it starts no
+    /// window past half of it, so with single jobs a run submits at most what its SubmitJob
+    /// rate lets through in half its time, plus the window in hand.
+    pub run_secs: f64,
+    /// The most rows one window holds (`handlers::feeder::window_ceiling` of the run time for
+    /// single jobs; 10,000 for array windows).
+    pub window_rows: u64,
     /// The feeder submits nothing while this many jobs are unfinished (`GRANARY_MAX_ACTIVE_JOBS`).
     pub max_active_jobs: u64,
     /// A job's expected run time, queueing excluded.
@@ -22,8 +29,8 @@ pub struct PlanSettings {
     pub retry_share: f64,
     /// First attempts go as array windows (one SubmitJob call a window), or one call a granule.
     pub array_windows: bool,
-    /// SubmitJob calls a second the submitters may make (`GRANARY_SUBMIT_JOB_RATE` shares; 0:
-    /// unpaced, Batch's 50 a second then bounds it).
+    /// SubmitJob calls a second the feeder may make (its `GRANARY_SUBMIT_JOB_RATE` share; 0:
+    /// unpaced, Batch's 50 a second then bounds it). Retries go through the requeuer's own share.
     pub submit_rate: f64,
     /// What one job costs an hour (its share of an instance, Spot or on-demand); `None`: the
     /// compute cost is not forecast.
@@ -40,11 +47,12 @@ pub const BATCH_SUBMIT_JOB_PER_SECOND: f64 = 50.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Bound {
-    /// The feeder's schedule and window: `submit_count` every `schedule_minutes`.
+    /// The feeder's schedule and run: `submit_count` every `schedule_minutes`, as far as a run's
+    /// time lets it.
     Feeder,
     /// The job queue: `max_active_jobs` running, each `job_minutes`.
     Capacity,
-    /// SubmitJob calls a second (single jobs only).
+    /// SubmitJob calls a second (single jobs only: the feeder's share, first attempts).
     SubmitJob,
 }
 
@@ -89,17 +97,25 @@ pub fn forecast(
     now: DateTime<Utc>,
 ) -> Forecast {
     let attempts_per_granule = 1.0 + s.retry_share.max(0.0);
-    let feeder_per_hour = s.submit_count as f64 * 60.0 / s.schedule_minutes.max(f64::MIN_POSITIVE);
-    // Capacity runs attempts, retries included.
-    let capacity_per_hour = s.max_active_jobs as f64 * 60.0
-        / s.job_minutes.max(f64::MIN_POSITIVE)
-        / attempts_per_granule;
     let calls = if s.submit_rate > 0.0 {
         s.submit_rate.min(BATCH_SUBMIT_JOB_PER_SECOND)
     } else {
         BATCH_SUBMIT_JOB_PER_SECOND
     };
-    let submit_job_per_hour = (!s.array_windows).then(|| calls * 3600.0 / attempts_per_granule);
+    // A run asked for more than its time allows submits what fits: with single jobs, the calls
+    // of half its time and the window in hand (`handlers::feeder::feed`).
+    let per_run = if s.array_windows {
+        s.submit_count as f64
+    } else {
+        (s.submit_count as f64).min(calls * s.run_secs / 2.0 + s.window_rows as f64)
+    };
+    let feeder_per_hour = per_run * 60.0 / s.schedule_minutes.max(f64::MIN_POSITIVE);
+    // Capacity runs attempts, retries included.
+    let capacity_per_hour = s.max_active_jobs as f64 * 60.0
+        / s.job_minutes.max(f64::MIN_POSITIVE)
+        / attempts_per_granule;
+    // First attempts: the feeder's share of the account's calls, one a granule.
+    let submit_job_per_hour = (!s.array_windows).then_some(calls * 3600.0);
     let mut paces = vec![
         (Bound::Feeder, feeder_per_hour),
         (Bound::Capacity, capacity_per_hour),
@@ -156,6 +172,8 @@ mod tests {
         PlanSettings {
             schedule_minutes: 60.0,
             submit_count: 1000,
+            run_secs: 300.0,
+            window_rows: 3750,
             max_active_jobs: 1000,
             job_minutes: 30.0,
             retry_share: 0.0,
@@ -193,7 +211,8 @@ mod tests {
             (f.bound_by, f.per_hour, f.hours),
             (Bound::Capacity, 200.0, 50.0)
         );
-        // SubmitJob: a feeder of 100,000 a minute against 1 call a second.
+        // SubmitJob: runs a minute apart at 1 call a second, the window in hand small: 150 + 10
+        // a run, 9,600 an hour against 3,600 calls an hour.
         let f = forecast(
             10_000,
             &PlanSettings {
@@ -201,12 +220,44 @@ mod tests {
                 schedule_minutes: 1.0,
                 max_active_jobs: 1_000_000,
                 submit_rate: 1.0,
+                window_rows: 10,
                 ..settings()
             },
             None,
             at(),
         );
         assert_eq!((f.bound_by, f.per_hour), (Bound::SubmitJob, 3600.0));
+        assert_eq!(f.feeder_per_hour, 9600.0);
+    }
+
+    #[test]
+    fn a_run_submits_no_more_single_jobs_than_its_time_allows() {
+        // 20 calls a second for 150 s, and the 3,750-row window in hand: 6,750 a run.
+        let f = forecast(
+            100_000,
+            &PlanSettings {
+                submit_count: 50_000,
+                submit_rate: 20.0,
+                max_active_jobs: 1_000_000,
+                ..settings()
+            },
+            None,
+            at(),
+        );
+        assert_eq!((f.bound_by, f.feeder_per_hour), (Bound::Feeder, 6750.0));
+        // Array windows: one call a window, the count as asked.
+        let f = forecast(
+            100_000,
+            &PlanSettings {
+                submit_count: 50_000,
+                array_windows: true,
+                max_active_jobs: 1_000_000,
+                ..settings()
+            },
+            None,
+            at(),
+        );
+        assert_eq!(f.feeder_per_hour, 50_000.0);
     }
 
     #[test]
