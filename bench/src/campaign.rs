@@ -44,6 +44,8 @@ pub(crate) struct CampaignFigures {
     pub(crate) s3_put_per_granule: f64,
     /// The PUTs a granule costs, by the key's first folder (logs, items, history, claims, …).
     pub(crate) s3_put_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
+    /// The GETs a granule costs, by the key's first folder.
+    pub(crate) s3_get_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_list_per_granule: f64,
     pub(crate) s3_copy_per_granule: f64,
     pub(crate) s3_delete_per_granule: f64,
@@ -144,6 +146,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let cpu_before = process_cpu_secs();
         let before = snapshot_all(&c.counts);
         let puts_before = c.counts.puts_by_folder();
+        let gets_before = c.counts.gets_by_folder();
         let started = Instant::now();
         let mut last_report = Instant::now();
         c.runtime
@@ -165,15 +168,19 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let wall = started.elapsed().as_secs_f64();
         let cpu = process_cpu_secs() - cpu_before;
         let after = snapshot_all(&c.counts);
-        let puts_by_folder: std::collections::BTreeMap<String, f64> = c
-            .counts
-            .puts_by_folder()
-            .into_iter()
-            .map(|(folder, puts)| {
-                let before = puts_before.get(&folder).copied().unwrap_or(0);
-                (folder, (puts - before) as f64 / n as f64)
-            })
-            .collect();
+        let per_granule_by_folder =
+            |after: std::collections::BTreeMap<String, u64>,
+             before: &std::collections::BTreeMap<String, u64>| {
+                after
+                    .into_iter()
+                    .map(|(folder, count)| {
+                        let before = before.get(&folder).copied().unwrap_or(0);
+                        (folder, (count - before) as f64 / n as f64)
+                    })
+                    .collect::<std::collections::BTreeMap<String, f64>>()
+            };
+        let puts_by_folder = per_granule_by_folder(c.counts.puts_by_folder(), &puts_before);
+        let gets_by_folder = per_granule_by_folder(c.counts.gets_by_folder(), &gets_before);
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
         let p = &c.runtime.progress;
@@ -212,6 +219,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             s3_get_per_granule: get,
             s3_put_per_granule: put,
             s3_put_per_granule_by_folder: puts_by_folder,
+            s3_get_per_granule_by_folder: gets_by_folder,
             s3_list_per_granule: list,
             s3_copy_per_granule: copy,
             s3_delete_per_granule: delete,

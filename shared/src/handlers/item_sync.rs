@@ -76,13 +76,16 @@ async fn record_submitted(
 
 /// A window's first attempts were submitted (`submitted`: each granule's attempt, job and
 /// source): the granules without a record get one at PROCESSING, created together with their
-/// history as lines of the window's batch objects ([`Items::create_batch`]). Returns, in the same
+/// history as lines of the window's batch objects ([`crate::repositories::items::Items::create_batch`]). Returns, in the same
 /// order, whether each record was made here; the others (a record existed, or was unreadable)
 /// are for [`submitted`], one by one. With item records off, every one counts as done.
+/// `known_absent`: the caller found none of these records just before (see
+/// [`crate::repositories::items::Items::create_batch`]).
 pub async fn window_submitted(
     ctx: &Ctx,
     window: &WindowClaim,
     submitted: &[(GranuleProcessingEvent, String, String)],
+    known_absent: bool,
     by: &str,
 ) -> Result<Vec<bool>, RecordError> {
     if !ctx.config.layout.track_items {
@@ -102,7 +105,10 @@ pub async fn window_submitted(
             window.recorded_at(),
             by,
             new,
-            ctx.config.feeder.submit_concurrency,
+            crate::repositories::items::BatchCalls {
+                at_once: ctx.config.feeder.submit_concurrency,
+                known_absent,
+            },
             |r| decisions::submission_recorded(r, crate::domain::window::WINDOW_ATTEMPT),
         )
         .await?;

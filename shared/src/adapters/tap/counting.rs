@@ -24,17 +24,36 @@ pub struct RequestCounts {
     pub batch_submits: AtomicU64,
     /// S3 PUTs by the key's first folder (`logs`, `items`, `history`, `claims`, …): where a
     /// granule's writes go.
-    pub puts_by_folder: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
+    pub puts_by_folder: ByFolder,
+    /// S3 GETs by the key's first folder: where a granule's reads go.
+    pub gets_by_folder: ByFolder,
 }
 
 impl RequestCounts {
     /// The PUTs counted so far, by the key's first folder.
     pub fn puts_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
-        self.puts_by_folder
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        snapshot(&self.puts_by_folder)
     }
+
+    /// The GETs counted so far, by the key's first folder.
+    pub fn gets_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
+        snapshot(&self.gets_by_folder)
+    }
+}
+
+type ByFolder = std::sync::Mutex<std::collections::BTreeMap<String, u64>>;
+
+fn snapshot(counts: &ByFolder) -> std::collections::BTreeMap<String, u64> {
+    counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+fn count_in_folder(counts: &ByFolder, key: &str) {
+    let folder = key.split('/').next().unwrap_or("");
+    *counts
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(folder.to_owned())
+        .or_default() += 1;
 }
 
 impl RequestCounts {
@@ -73,16 +92,11 @@ impl Tap for RequestCounts {
             Op::StoreGet => {
                 add(&self.s3_get, 1);
                 add(&self.s3_bytes_read, answer.bytes);
+                count_in_folder(&self.gets_by_folder, call.target);
             }
             Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish => {
                 add(&self.s3_put, 1);
-                let folder = call.target.split('/').next().unwrap_or("");
-                *self
-                    .puts_by_folder
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(folder.to_owned())
-                    .or_default() += 1;
+                count_in_folder(&self.puts_by_folder, call.target);
             }
             // One request per 1,000 keys, as S3 pages them.
             Op::StoreList if answer.ok => add(&self.s3_list, answer.items.div_ceil(1000).max(1)),

@@ -112,10 +112,10 @@ pub(super) async fn feed_window(
             ))
         }
     };
-    let granules = if ctx.config.layout.track_items
+    let looked_for_records = ctx.config.layout.track_items
         && !claimed
-        && !crate::mutants::on("feeder-submits-known-granules")
-    {
+        && !crate::mutants::on("feeder-submits-known-granules");
+    let granules = if looked_for_records {
         let known = match ctx.items().exist(&granules).await {
             Ok(known) => known,
             Err(e) => {
@@ -196,8 +196,19 @@ pub(super) async fn feed_window(
             .observe(Metric::FeederWindowSize, &[], submitted_here as f64);
     }
     // The item records follow the claim (an earlier run may have died before them).
-    if let Some(failed) = record_window(ctx, inventory_key, &claim, &submissions, &first_row).await
-    {
+    // A window claimed now had its granules looked for just above (none had a record): their
+    // records are made without reading them again. (Were the claim another run's, found in
+    // place, a record made since is only a refused PUT and the one-by-one path.)
+    let recorded = record_window(
+        ctx,
+        inventory_key,
+        &claim,
+        &submissions,
+        &first_row,
+        looked_for_records,
+    )
+    .await;
+    if let Some(failed) = recorded {
         stop.get_or_insert(failed);
     }
     Ok(if stop.is_none() {
@@ -249,6 +260,7 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
         &claim,
         &submissions,
         &std::collections::HashMap::new(),
+        false,
     )
     .await
     .is_none();
@@ -265,6 +277,7 @@ async fn record_window(
     claim: &WindowClaim,
     submissions: &[JobSubmission],
     first_row: &std::collections::HashMap<GranuleId, u64>,
+    known_absent: bool,
 ) -> Option<Stop> {
     let mut failed = None;
     let source = |granule: &GranuleId| match first_row.get(granule) {
@@ -293,7 +306,15 @@ async fn record_window(
             ..Backoff::IN_RUN
         },
         "the window's item records",
-        || crate::handlers::item_sync::window_submitted(ctx, claim, &pending, "queue-feeder"),
+        || {
+            crate::handlers::item_sync::window_submitted(
+                ctx,
+                claim,
+                &pending,
+                known_absent,
+                "queue-feeder",
+            )
+        },
         RecordError::is_transient,
     )
     .await;

@@ -135,9 +135,10 @@ async fn feeder_makes_the_record(ctx: &Ctx, claim: &crate::domain::window::Windo
         job.to_owned(),
         "inventories/a.parquet#row=0".to_owned(),
     )];
-    let made = crate::handlers::item_sync::window_submitted(ctx, claim, &submitted, "queue-feeder")
-        .await
-        .unwrap();
+    let made =
+        crate::handlers::item_sync::window_submitted(ctx, claim, &submitted, false, "queue-feeder")
+            .await
+            .unwrap();
     if !made[0] {
         crate::handlers::item_sync::submitted(
             ctx,

@@ -3,14 +3,13 @@
 //! stays until every granule of the window has ended and its end has been handled; a granule whose
 //! end the monitor never saw is handed to it here, as its event would have been.
 //!
-//! "Handled" is read, not written: the attempt's success log exists, or its failure log exists
-//! and says it was routed (and, with item records on, the record has left PROCESSING at that
-//! attempt). Those are GETs, about a twelfth of a PUT's price, and DescribeJobs costs nothing, so
-//! looking at a window again on each pass costs little; handing an already-handled end to the
-//! monitor would cost a conditional PUT per granule. The one PUT a look may cost: a record an
-//! earlier pass moved (an end found by DescribeJobs) pays the history entries that pass may have
-//! died owing (`Items::look`), as may any record: a monitor's event parked after it died is
-//! never redelivered.
+//! "Handled" is read, not written: with item records on, the record has left PROCESSING at that
+//! attempt (every writer that moves it there has logged and routed first); otherwise, or while
+//! the record is behind, the attempt's success log exists, or its failure log exists and says it
+//! was routed. Those are GETs (one a granule when the record answers), about a twelfth of a PUT's
+//! price, and DescribeJobs costs nothing, so looking at a window again on each pass costs little;
+//! handing an already-handled end to the monitor would cost a conditional PUT per granule. A look
+//! writes nothing: a record holds the history entries of its latest write (`Items::look`).
 //!
 //! A granule's item record may come after its end: the feeder makes a window's records after
 //! its jobs are submitted, and a job can end first. The monitor makes a record still missing
@@ -279,10 +278,8 @@ async fn forgotten(
     job_id: &str,
 ) -> Result<Granule, HandlerError> {
     // With item records, the item sweeper times such an attempt out (the window's open marker
-    // names it to the sweeper) and the record leaves PROCESSING at it: handled.
-    if ctx.config.layout.track_items && record_moved_past(ctx, attempt).await? == Some(true) {
-        return Ok(Granule::Handled);
-    }
+    // names it to the sweeper) and the record leaves PROCESSING at it: handled (`handled` looks
+    // at the record first).
     match handled(ctx, attempt).await? {
         Some(Logged::AndRecorded) => Ok(Granule::Handled),
         // Its end was logged and the record never followed: handled again from the log, which
@@ -311,11 +308,25 @@ enum Logged {
 /// with item records, the record moved past the attempt. No record is not "handled": the
 /// monitor makes a record still missing when it handles an end (its submitter's may come
 /// later), so a record that is missing after the log means the monitor died in between.
+///
+/// With item records the record is read first, and a record past the attempt answers alone
+/// (one GET a granule, not two): every writer that moves a record past PROCESSING has done the
+/// rest before — the monitor logs and routes first (`monitor::handle_end`), the sweeper sends
+/// its message first (`importer::sweeper`), and the requeuer moves only a routed attempt.
 async fn handled(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<Logged>, HandlerError> {
     let layout = &ctx.config.layout;
+    let moved = if layout.track_items {
+        let moved = record_moved_past(ctx, attempt).await?;
+        if moved == Some(true) {
+            return Ok(Some(Logged::AndRecorded));
+        }
+        Some(moved)
+    } else {
+        None
+    };
     let facts = layout.id_parser.facts(&attempt.granule_id);
     let success = LogKey::new(
         LogOutcome::Success,
@@ -348,18 +359,14 @@ async fn handled(
     let Some(log) = log else {
         return Ok(None);
     };
-    if !layout.track_items {
+    // Without item records the log is all there is; with them, the record was not past it.
+    let Some(moved) = moved else {
         return Ok(Some(Logged::AndRecorded));
-    }
-    let moved = record_moved_past(ctx, attempt).await?;
+    };
     if crate::mutants::on("reconciler-counts-no-record-as-handled") && moved.is_none() {
         return Ok(Some(Logged::AndRecorded));
     }
-    Ok(Some(if moved == Some(true) {
-        Logged::AndRecorded
-    } else {
-        Logged::RecordBehind(Box::new(log))
-    }))
+    Ok(Some(Logged::RecordBehind(Box::new(log))))
 }
 
 /// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.

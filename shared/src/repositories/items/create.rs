@@ -23,6 +23,15 @@ impl Planned {
     }
 }
 
+/// How a batch creation makes its calls.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchCalls {
+    /// Reads and writes in flight at once.
+    pub at_once: usize,
+    /// The caller looked for these records just before and found none: they are not read again.
+    pub known_absent: bool,
+}
+
 impl Items {
     /// Creates the record unless one with its id exists (`If-None-Match: *`).
     pub async fn create(&self, new: NewItem, by: &str) -> Result<Created, RecordError> {
@@ -71,6 +80,11 @@ impl Items {
     /// whose read or write failed (a throttled call): one item's trouble must not fail the
     /// window's other records, or a large window under throttling would never be done.
     ///
+    /// `known_absent`: the caller looked for these records just before (the feeder's
+    /// known-granule check of a window it claims now) and found none, so they are not read again;
+    /// one made since is only a refused PUT and the one-by-one path. Otherwise each is read first
+    /// (a window redone after a crash finds its earlier run's records at no PUT).
+    ///
     /// Order: the records are read first; the batch objects are written before any record, so
     /// a record that says its entries are in a batch is never without them. A crash in between
     /// leaves lines for records not yet made; the retry, at the same `tag` and `at`, finds the
@@ -82,10 +96,16 @@ impl Items {
         at: DateTime<Utc>,
         by: &str,
         new: Vec<(NewItem, Vec<Change>)>,
-        concurrency: usize,
+        calls: BatchCalls,
         in_step: impl Fn(&ItemRecord) -> bool,
     ) -> Result<Vec<Option<ItemRecord>>, RecordError> {
-        let found: Vec<Result<Option<Versioned<ItemRecord>>, RecordError>> =
+        let BatchCalls {
+            at_once: concurrency,
+            known_absent,
+        } = calls;
+        let found: Vec<Result<Option<Versioned<ItemRecord>>, RecordError>> = if known_absent {
+            new.iter().map(|_| Ok(None)).collect()
+        } else {
             futures::stream::iter(&new)
                 .map(|(item, _)| {
                     crate::retry::again(
@@ -97,7 +117,8 @@ impl Items {
                 })
                 .buffered(concurrency.max(1))
                 .collect()
-                .await;
+                .await
+        };
         let mut made: Vec<Planned> = Vec::with_capacity(new.len());
         for ((item, changes), found) in new.into_iter().zip(found) {
             match found {

@@ -27,6 +27,7 @@
 mod advance;
 mod create;
 mod index;
+pub use create::BatchCalls;
 
 use crate::domain::granule::GranuleId;
 use crate::domain::item::{

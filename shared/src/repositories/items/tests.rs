@@ -45,6 +45,46 @@ fn submitted(job: &str) -> Vec<Change> {
     }]
 }
 
+/// The feeder's known-granule check found no records just before: the batch does not read them
+/// again, and a record made in between (an import) is kept and left to the caller, not
+/// overwritten.
+#[tokio::test]
+async fn a_batch_known_absent_skips_its_reads_and_keeps_a_record_made_since() {
+    let store = Arc::new(MemoryStore::new());
+    let items = Items::new(store.clone(), ItemPrefixes::default());
+    let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
+    items
+        .create(new_item("since", Ready), "importer")
+        .await
+        .unwrap();
+    let batch = ["a", "since"]
+        .iter()
+        .map(|id| (new_item(id, Ready), submitted(&format!("job-{id}"))))
+        .collect();
+    let made = items
+        .create_batch(
+            "w.1",
+            at,
+            "feeder",
+            batch,
+            BatchCalls {
+                at_once: 2,
+                known_absent: true,
+            },
+            |_| true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        made.iter().map(Option::is_some).collect::<Vec<_>>(),
+        vec![true, false],
+        "the record made since is left to the caller (its in-step check needs a read)"
+    );
+    let since = GranuleId::parse("since").unwrap();
+    let kept = items.get(&since).await.unwrap().unwrap().value;
+    assert_eq!((kept.state, kept.seq), (Ready, 0), "not overwritten");
+}
+
 #[tokio::test]
 async fn a_batch_creation_writes_a_record_each_and_one_history_object_per_state() {
     let store = Arc::new(MemoryStore::new());
@@ -57,7 +97,17 @@ async fn a_batch_creation_writes_a_record_each_and_one_history_object_per_state(
             .collect()
     };
     let made = items
-        .create_batch("w.1", at, "feeder", batch(&["a", "old", "b"]), 4, |_| false)
+        .create_batch(
+            "w.1",
+            at,
+            "feeder",
+            batch(&["a", "old", "b"]),
+            BatchCalls {
+                at_once: 4,
+                known_absent: false,
+            },
+            |_| false,
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -104,7 +154,17 @@ async fn a_batch_creation_writes_a_record_each_and_one_history_object_per_state(
     // A retry (the run died after the records) makes nothing and writes nothing new.
     let before = store.list("").await.unwrap().len();
     let again = items
-        .create_batch("w.1", at, "feeder", batch(&["a", "b"]), 4, |_| false)
+        .create_batch(
+            "w.1",
+            at,
+            "feeder",
+            batch(&["a", "b"]),
+            BatchCalls {
+                at_once: 4,
+                known_absent: false,
+            },
+            |_| false,
+        )
         .await
         .unwrap();
     assert!(
@@ -135,13 +195,33 @@ async fn a_batch_written_before_its_records_is_completed_by_the_retry() {
     let at = "2026-11-24T10:00:00Z".parse::<DateTime<Utc>>().unwrap();
     let batch = vec![(new_item("a", Ready), submitted("job-a"))];
     items
-        .create_batch("w.2", at, "feeder", batch.clone(), 1, |_| false)
+        .create_batch(
+            "w.2",
+            at,
+            "feeder",
+            batch.clone(),
+            BatchCalls {
+                at_once: 1,
+                known_absent: false,
+            },
+            |_| false,
+        )
         .await
         .unwrap();
     // As if the run had died after the batch objects: the record is gone, the lines stay.
     store.delete("items/a.json").await.unwrap();
     let made = items
-        .create_batch("w.2", at, "feeder", batch, 1, |_| false)
+        .create_batch(
+            "w.2",
+            at,
+            "feeder",
+            batch,
+            BatchCalls {
+                at_once: 1,
+                known_absent: false,
+            },
+            |_| false,
+        )
         .await
         .unwrap();
     assert!(made[0].is_some());

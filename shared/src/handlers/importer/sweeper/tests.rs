@@ -120,7 +120,7 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
         .zip(&found)
         .map(|(e, j)| (e, j.clone().unwrap(), "inv.parquet#row=0".to_owned()))
         .collect();
-    let made = crate::handlers::item_sync::window_submitted(ctx, &claim, &submitted, "t")
+    let made = crate::handlers::item_sync::window_submitted(ctx, &claim, &submitted, false, "t")
         .await
         .unwrap();
     assert_eq!(made, vec![true, true]);
