@@ -304,9 +304,19 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         s.failure_dlq.visible,
         s.failure_dlq.in_flight
     );
-    match &s.hold {
-        Some(h) => println!("feeder: HELD — {}", h.describe()),
-        None => println!("feeder: running (no hold)"),
+    match (
+        &s.hold,
+        s.downstream.as_ref().and_then(|d| d.feeder_waits.as_ref()),
+    ) {
+        (Some(h), _) => println!("feeder: HELD — {}", h.describe()),
+        (None, Some(why)) => println!("feeder: WAITS — {why}"),
+        (None, None) => println!("feeder: running (no hold)"),
+    }
+    if let Some(d) = &s.downstream {
+        println!(
+            "downstream queue: {} waiting, {} in flight (the feeder waits past {})",
+            d.waiting, d.in_flight, d.max_messages
+        );
     }
     for r in &s.rates {
         println!(
@@ -323,7 +333,7 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
             e.hours,
             e.at.format("%Y-%m-%d %H:%M UTC")
         ),
-        None => println!("ETA: unknown — nothing was submitted in the last 24 h (held, or at the active-job threshold?)"),
+        None => println!("ETA: unknown — nothing was submitted in the last 24 h (held, waiting on downstream, or at the active-job threshold?)"),
     }
     Ok(ExitCode::SUCCESS)
 }

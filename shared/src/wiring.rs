@@ -83,6 +83,9 @@ impl Ctx {
                 config.archive.task_queue_url.as_deref(),
                 "GRANARY_ARCHIVE_TASK_QUEUE_URL",
             ),
+            downstream: (config.feeder.downstream.as_ref()).map(|d| {
+                Arc::new(SqsQueue::new(clients.sqs.clone(), &d.queue_url)) as Arc<dyn Queue>
+            }),
             signing_key: None,
             // Made by [`Ctx::aws_with_signing_key`], which reads its credentials from SSM.
             minter: None,
@@ -116,6 +119,8 @@ impl Ctx {
             bus: Arc::new(MemoryEventBus::default()),
             buckets: Arc::new(MemoryBuckets::default()),
             task_queue: Arc::new(MemoryQueue::new("archive-tasks")),
+            downstream: (config.feeder.downstream.as_ref())
+                .map(|d| Arc::new(MemoryQueue::new(&d.queue_url)) as Arc<dyn Queue>),
             signing_key: None,
             minter: None,
             window_granules: Arc::default(),
@@ -229,6 +234,7 @@ impl Ctx {
                 tap: tap.clone(),
             }),
             task_queue: queue(&self.task_queue),
+            downstream: self.downstream.as_ref().map(queue),
             signing_key: self.signing_key.clone(),
             minter: self.minter.as_ref().map(|m| {
                 Arc::new(crate::adapters::tap::TappedMinter {

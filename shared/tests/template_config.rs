@@ -35,7 +35,8 @@ fn keys_config_reads() -> BTreeSet<String> {
                     || k.ends_with("_ATTEMPTS")
                     || k.ends_with("_RETRIES")
                     || k.ends_with("_JOBS")
-                    || k.ends_with("_RATE") =>
+                    || k.ends_with("_RATE")
+                    || k.ends_with("_MESSAGES") =>
                 {
                     "1"
                 }
@@ -87,19 +88,10 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
             }
             continue;
         }
-        match value["Ref"].as_str() {
-            Some(name) if !template.doc["Parameters"][name].is_null() => {}
-            // Resources: the bucket, queues, job queue and definition of the stack itself.
-            Some(name) if !template.doc["Resources"][name].is_null() => {}
-            // A pseudo parameter: the stack's name (the metrics' Stack dimension).
-            Some("AWS::StackName") => {}
-            // An attribute of one of the stack's resources (the notification bus's name).
-            None if value["Fn::GetAtt"][0]
-                .as_str()
-                .is_some_and(|r| !template.doc["Resources"][r].is_null()) => {}
-            _ => problems.push(format!(
+        if !is_bound(&template, value) {
+            problems.push(format!(
                 "{key} is not bound to a parameter or resource: {value}"
-            )),
+            ));
         }
     }
     for (id, f) in template.resources_of_type("AWS::Serverless::Function") {
@@ -112,4 +104,37 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
         }
     }
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
+}
+
+/// Whether an environment value comes from a parameter or the stack's own resources: a `Ref` to
+/// either, an attribute of a resource, a `Fn::Sub` naming a parameter (a queue's URL built from
+/// its name), or a `Fn::If` whose value when set is bound and is empty otherwise (a setting that
+/// comes in pairs, both or neither).
+fn is_bound(template: &Template, value: &serde_json::Value) -> bool {
+    let doc = &template.doc;
+    if let Some(name) = value["Ref"].as_str() {
+        // Parameters; resources (the bucket, queues, job queue and definition of the stack
+        // itself); the stack's name (the metrics' Stack dimension).
+        return !doc["Parameters"][name].is_null()
+            || !doc["Resources"][name].is_null()
+            || name == "AWS::StackName";
+    }
+    // An attribute of one of the stack's resources (the notification bus's name).
+    if let Some(r) = value["Fn::GetAtt"][0].as_str() {
+        return !doc["Resources"][r].is_null();
+    }
+    if let Some(sub) = value["Fn::Sub"].as_str() {
+        let params = doc["Parameters"]
+            .as_object()
+            .map(|p| p.keys())
+            .into_iter()
+            .flatten();
+        return params
+            .into_iter()
+            .any(|p| sub.contains(&format!("${{{p}}}")));
+    }
+    if let Some([_, set, unset]) = value["Fn::If"].as_array().map(Vec::as_slice) {
+        return unset == "" && is_bound(template, set);
+    }
+    false
 }

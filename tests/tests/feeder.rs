@@ -287,3 +287,81 @@ async fn a_truncated_inventory_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Paced by what comes after (#32 item 7), through the real SQS API: while the downstream queue
+/// holds more than its limit the feeder submits nothing and `granary status` says why; once the
+/// downstream consumer takes enough, the feeder goes on.
+#[tokio::test]
+async fn waits_while_the_downstream_queue_is_over_its_limit() {
+    let (clients, _) = clients().await;
+    let name = unique_name("downstream");
+    let url = clients
+        .sqs
+        .create_queue()
+        .queue_name(&name)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("creating the downstream queue: {e}"))
+        .queue_url
+        .unwrap_or_else(|| panic!("the emulator answered no queue URL"));
+    let (s, _) = stack_with_inventory(
+        "downstream",
+        &[
+            ("GRANARY_DOWNSTREAM_QUEUE_URL", url.as_str()),
+            ("GRANARY_DOWNSTREAM_MAX_MESSAGES", "2"),
+        ],
+        10,
+        "DS",
+    )
+    .await;
+    for i in 0..3 {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("product {i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let waiting = feed(&s.ctx, 5).await;
+    assert_eq!(waiting.submitted, 0, "{waiting:?}");
+    assert!(
+        all_jobs(&s).await.is_empty(),
+        "no job while downstream is full"
+    );
+    let why = waiting.early_exit.unwrap_or_default();
+    assert!(why.contains(&name) && why.contains("3 messages"), "{why}");
+    let status = granary_cli::ops::status::gather(&s.ctx, chrono::Utc::now(), true)
+        .await
+        .unwrap();
+    let downstream = status
+        .downstream
+        .expect("status shows the downstream queue");
+    assert_eq!((downstream.waiting, downstream.max_messages), (3, 2));
+    assert_eq!(downstream.feeder_waits.as_deref(), Some(why.as_str()));
+    // The downstream consumer takes one: two wait, at the limit, and the feeder feeds.
+    let taken = clients
+        .sqs
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(1)
+        .send()
+        .await
+        .unwrap();
+    let receipt = taken
+        .messages()
+        .first()
+        .and_then(|m| m.receipt_handle())
+        .unwrap_or_else(|| panic!("no message received from the downstream queue"));
+    clients
+        .sqs
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(receipt)
+        .send()
+        .await
+        .unwrap();
+    let fed = feed(&s.ctx, 5).await;
+    assert_eq!((fed.submitted, fed.early_exit), (5, None));
+}

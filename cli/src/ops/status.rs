@@ -33,11 +33,26 @@ pub struct Status {
     pub retry_queue: QueueDepth,
     pub failure_dlq: QueueDepth,
     pub hold: Option<Hold>,
+    /// The queue downstream of granary the feeder is paced by, when one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub downstream: Option<Downstream>,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
     /// movement; the last jobs then need their own run time on top.
     pub eta: Option<Eta>,
+}
+
+/// The downstream queue as the feeder's next run will find it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Downstream {
+    pub queue_url: String,
+    /// Messages available for retrieval (the backlog the gate reads).
+    pub waiting: u64,
+    pub in_flight: u64,
+    pub max_messages: u64,
+    /// Why the feeder waits, in its own words (`None`: it feeds).
+    pub feeder_waits: Option<String>,
 }
 
 /// Active jobs are counted up to this many (ListJobs pages of 100).
@@ -65,9 +80,26 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
     let hold = read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
         .await
         .context("reading the hold")?;
+    let downstream = match (&ctx.config.feeder.downstream, &ctx.downstream) {
+        (Some(gate), Some(queue)) => {
+            let depth = queue
+                .depth()
+                .await
+                .with_context(|| format!("downstream queue {} depth", gate.queue_url))?;
+            Some(Downstream {
+                queue_url: gate.queue_url.clone(),
+                waiting: depth.visible,
+                in_flight: depth.in_flight,
+                max_messages: gate.max_messages,
+                feeder_waits: granary::domain::downstream::feeder_waits(gate, depth.visible),
+            })
+        }
+        _ => None,
+    };
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
+        downstream,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -121,6 +153,7 @@ pub fn assemble(
         retry_queue,
         failure_dlq,
         hold,
+        downstream: None,
         rates,
         eta,
     }

@@ -138,6 +138,9 @@ pub struct Feeder {
     /// (`GRANARY_ARRAY_WINDOWS`; the container then follows docs/array-windows.md). Off: one
     /// job per granule, the contract every container already follows.
     pub array_windows: bool,
+    /// The queue downstream of granary whose backlog holds the feeder back
+    /// (`GRANARY_DOWNSTREAM_QUEUE_URL`, `GRANARY_DOWNSTREAM_MAX_MESSAGES`); `None`: none.
+    pub downstream: Option<crate::domain::downstream::DownstreamGate>,
 }
 
 impl Default for Feeder {
@@ -147,6 +150,7 @@ impl Default for Feeder {
             max_active_jobs: DEFAULT_MAX_ACTIVE_JOBS,
             submit_concurrency: DEFAULT_SUBMIT_CONCURRENCY,
             array_windows: false,
+            downstream: None,
         }
     }
 }
@@ -167,7 +171,32 @@ impl Feeder {
             max_active_jobs: v.number("GRANARY_MAX_ACTIVE_JOBS", d.max_active_jobs)?,
             submit_concurrency,
             array_windows: v.flag("GRANARY_ARRAY_WINDOWS", d.array_windows)?,
+            downstream: Self::read_downstream(v)?,
         })
+    }
+
+    /// A limit without a queue would hold nothing back: refused, so the mistake shows.
+    fn read_downstream(
+        v: &Vars,
+    ) -> Result<Option<crate::domain::downstream::DownstreamGate>, ConfigError> {
+        use crate::domain::downstream::{DownstreamGate, DEFAULT_MAX_MESSAGES};
+        let limit = "GRANARY_DOWNSTREAM_MAX_MESSAGES";
+        match v.get("GRANARY_DOWNSTREAM_QUEUE_URL") {
+            Some(queue_url) => Ok(Some(DownstreamGate {
+                queue_url,
+                max_messages: v.number(limit, DEFAULT_MAX_MESSAGES)?,
+            })),
+            None => match v.get(limit) {
+                Some(value) => Err(ConfigError::Invalid {
+                    var: limit,
+                    value,
+                    why: "set GRANARY_DOWNSTREAM_QUEUE_URL too: a limit needs the queue it \
+                          applies to"
+                        .into(),
+                }),
+                None => Ok(None),
+            },
+        }
     }
 }
 

@@ -9,7 +9,8 @@
 //! - Batch's side: [`batch_event`] (its events), [`classify`] (how a job ended), [`job_end`]
 //!   (what an event decides), [`retry_strategy`];
 //! - where things live: [`layout`] (every S3 key), [`campaign`] (whose state it is);
-//! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`progress`], [`report`];
+//! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`downstream`] (pacing by what
+//!   comes after), [`progress`], [`report`];
 //! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
@@ -17,6 +18,7 @@ pub mod batch_event;
 pub mod campaign;
 pub mod claim;
 pub mod classify;
+pub mod downstream;
 pub mod file_format;
 pub mod granule;
 pub mod hold;

@@ -102,6 +102,8 @@ pub struct Ctx {
     pub signing_key: Option<Arc<ed25519_dalek::SigningKey>>,
     /// The identifier service objects are minted from (`None`: nothing is minted).
     pub minter: Option<Arc<dyn crate::ports::Minter>>,
+    /// The queue downstream of granary the feeder waits on (`GRANARY_DOWNSTREAM_QUEUE_URL`).
+    pub downstream: Option<Arc<dyn Queue>>,
     /// The window claims the job monitor read lately (array windows' children).
     pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
     /// What this invocation observed, printed as CloudWatch metrics at its end.

@@ -265,7 +265,8 @@ pub fn stack() -> &'static (Stack, Resolved) {
             )
             .with("IngestEzidUrl", "https://ezid.example")
             .with("IngestEzidShoulder", "ark:/99999/fk4")
-            .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS);
+            .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS)
+            .with("DownstreamQueueName", "granary-test-archive-intake");
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)

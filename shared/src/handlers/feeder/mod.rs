@@ -137,6 +137,12 @@ async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, Handle
         );
         return Ok(summary);
     }
+    // Before ListJobs: a run that waits on downstream needs no count of its jobs.
+    if let Some(why) = downstream_waits(ctx).await? {
+        tracing::info!(reason = why, "feeder waits on downstream: exiting early");
+        summary.early_exit = Some(why);
+        return Ok(summary);
+    }
     let active = again(
         Backoff::IN_RUN,
         "counting active jobs",
@@ -165,6 +171,23 @@ async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, Handle
     )
     .await?;
     feed(ctx, event.granule_submit_count, tracker, summary).await
+}
+
+/// Why the feeder waits on the queue downstream of granary this run (`domain::downstream`), if
+/// one is configured and holds more than its limit. A depth that cannot be read fails the run:
+/// feeding blind is what the operator configured the gate to prevent.
+pub async fn downstream_waits(ctx: &Ctx) -> Result<Option<String>, HandlerError> {
+    let (Some(gate), Some(queue)) = (&ctx.config.feeder.downstream, &ctx.downstream) else {
+        return Ok(None);
+    };
+    let depth = again(
+        Backoff::IN_RUN,
+        "reading the downstream queue's depth",
+        || queue.depth(),
+        |_| true,
+    )
+    .await?;
+    Ok(crate::domain::downstream::feeder_waits(gate, depth.visible))
 }
 
 /// Feeds up to `count` rows starting where `tracker` says, then advances it with If-Match.

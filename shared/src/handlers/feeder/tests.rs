@@ -564,3 +564,59 @@ mod array_windows {
         assert!(matches!(out, MonitorOutcome::Rejected { .. }), "{out:?}");
     }
 }
+
+/// Paced by what comes after: while the downstream queue holds more than its limit the feeder
+/// submits nothing and says why; once it drains, feeding goes on where it stopped.
+#[tokio::test]
+async fn waits_while_the_downstream_queue_is_over_its_limit_and_resumes_when_it_drains() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
+    let ctx = ctx_with(
+        &[
+            (
+                "GRANARY_DOWNSTREAM_QUEUE_URL",
+                "https://sqs.us-east-1.amazonaws.com/123456789012/archive-intake",
+            ),
+            ("GRANARY_DOWNSTREAM_MAX_MESSAGES", "2"),
+        ],
+        jobs.clone(),
+    )
+    .await;
+    let downstream = ctx.downstream.clone().expect("the gate's queue is wired");
+    for i in 0..3 {
+        downstream
+            .send(crate::ports::OutgoingMessage::new(format!("product {i}")))
+            .await
+            .unwrap();
+    }
+    let waiting = feed_rows(&ctx, 20).await;
+    assert_eq!(waiting.submitted, 0);
+    assert!(
+        jobs.submitted().is_empty(),
+        "no job while downstream is full"
+    );
+    let why = waiting.early_exit.expect("the run says why it waits");
+    assert!(
+        why.contains("archive-intake") && why.contains("3 messages"),
+        "{why}"
+    );
+    // The archive takes one product: two wait, at the limit, so the feeder feeds.
+    let taken = downstream.receive(1, 30, 0).await.unwrap();
+    downstream.delete(&taken[0].receipt_handle).await.unwrap();
+    let fed = feed_rows(&ctx, 20).await;
+    assert_eq!((fed.submitted, fed.early_exit), (20, None));
+    assert_eq!(
+        fed.rows_submitted_total, 20,
+        "from the inventory's first row"
+    );
+}
+
+#[test]
+fn a_downstream_limit_without_its_queue_is_refused() {
+    let e = Config::from_pairs(&[
+        ("GRANARY_BUCKET", "b"),
+        ("GRANARY_DOWNSTREAM_MAX_MESSAGES", "10"),
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("GRANARY_DOWNSTREAM_QUEUE_URL"), "{e}");
+}
