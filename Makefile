@@ -30,6 +30,7 @@ build:
 test:
 	scripts/emulator.sh install
 	scripts/sql.sh install
+	scripts/browser.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
 	scripts/mutants.sh
@@ -48,6 +49,7 @@ test-localstack:
 	scripts/sql.sh install
 	scripts/infra.sh install
 	scripts/localstack.sh install
+	scripts/browser.sh install
 	GRANARY_SUITE=endpoint scripts/localstack.sh run scripts/test-suite.sh
 
 # Benchmarks against a fresh emulator (release build); figures printed, recorded in BENCHMARKS.md.

@@ -375,6 +375,62 @@ pub struct ReportArgs {
         conflicts_with = "chart"
     )]
     compare: Option<String>,
+    /// Also what the campaign cost: compute from each job's reserved vCPU and memory and its
+    /// attempts' run time (the logs hold them), plus granary's own S3, SQS and Lambda requests
+    /// (measured per granule). Needs --scan.
+    #[arg(long, requires = "scan")]
+    cost: bool,
+    /// Also write one self-contained page with the charts (ended over time, outcomes per
+    /// platform, failure reasons, attempts, cost) to this file. Needs --scan.
+    #[arg(long, value_name = "FILE", requires = "scan")]
+    html: Option<PathBuf>,
+    #[command(flatten)]
+    prices: Prices,
+}
+
+/// Compute prices for `report --cost` (defaults: AWS Fargate, Linux/x86, us-east-1, November
+/// 2026; see `granary::domain::cost`).
+#[derive(clap::Args)]
+pub struct Prices {
+    /// The capacity the job queue runs on: `spot` (the template's compute environment) takes
+    /// --spot-discount off the on-demand prices.
+    #[arg(long, value_enum, default_value_t = Capacity::Spot)]
+    capacity: Capacity,
+    /// On-demand price of a vCPU-hour reserved.
+    #[arg(long, default_value_t = granary::domain::cost::FARGATE_ON_DEMAND.vcpu_hour)]
+    vcpu_hour_price: f64,
+    /// On-demand price of a GiB-hour of memory reserved.
+    #[arg(long, default_value_t = granary::domain::cost::FARGATE_ON_DEMAND.gib_hour)]
+    gib_hour_price: f64,
+    /// Spot's share off on demand (AWS advertises up to 70%; the market moves it).
+    #[arg(long, default_value_t = granary::domain::cost::SPOT_DISCOUNT)]
+    spot_discount: f64,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Capacity {
+    Spot,
+    OnDemand,
+}
+
+impl Prices {
+    fn compute(&self) -> Result<granary::domain::cost::ComputePrices> {
+        let fine = |v: f64| v.is_finite() && v >= 0.0;
+        if !fine(self.vcpu_hour_price) || !fine(self.gib_hour_price) {
+            bail!("prices must be numbers of dollars, 0 or more");
+        }
+        if !(0.0..1.0).contains(&self.spot_discount) {
+            bail!("--spot-discount is a share of the on-demand price, from 0 up to (not) 1");
+        }
+        let on_demand = granary::domain::cost::ComputePrices {
+            vcpu_hour: self.vcpu_hour_price,
+            gib_hour: self.gib_hour_price,
+        };
+        Ok(match self.capacity {
+            Capacity::OnDemand => on_demand,
+            Capacity::Spot => on_demand.spot(self.spot_discount),
+        })
+    }
 }
 
 /// `-`: the unnamed campaign; else a campaign's name.
@@ -466,10 +522,13 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         }
         return compare_campaigns(&args, other).await;
     }
+    let prices = args.prices.compute()?;
+    let mut cost = None;
+    let mut page = None;
     let reports = if args.scan {
         let ctx = ctx(&[]).await?;
         let b = bar(0, "logs read");
-        let r = report::scan(
+        let facts = report::scan_facts(
             ctx.store.as_ref(),
             &ctx.config.layout.log_prefix,
             &|done, total| {
@@ -479,7 +538,32 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         )
         .await?;
         b.finish_and_clear();
-        r
+        if args.cost {
+            let own = if ctx.config.layout.track_items {
+                granary::domain::cost::OWN_COST_RECORDS_ON
+            } else {
+                granary::domain::cost::OWN_COST_RECORDS_OFF
+            };
+            cost = Some(granary::domain::cost::cost_of_logs(&facts, prices, own));
+        }
+        let reports = granary::domain::report::compute(&facts);
+        if args.html.is_some() {
+            let title = format!(
+                "granary campaign {} — s3://{}",
+                campaign_label(ctx.campaign()),
+                ctx.config.layout.bucket
+            );
+            page = Some(granary_cli::ops::html::page(
+                &granary_cli::ops::html::PageInput {
+                    title,
+                    generated_at: chrono::Utc::now(),
+                    facts: &facts,
+                    reports: &reports,
+                    cost: cost.as_ref(),
+                },
+            )?);
+        }
+        reports
     } else {
         let config = granary::adapters::aws::load_sdk_config().await;
         let client = aws_sdk_athena::Client::new(&config);
@@ -491,15 +575,52 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         report::athena(&client, &target, &args.sql_dir).await?
     };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        let mut out = serde_json::to_value(&reports)?;
+        if let (Some(cost), Some(map)) = (&cost, out.as_object_mut()) {
+            map.insert("cost".into(), serde_json::to_value(cost)?);
+        }
+        println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_sections(&report::sections(&reports), args.csv)?;
+        if let Some(c) = &cost {
+            print_cost(c);
+        }
     }
     if let Some(path) = &args.chart {
         chart::successes_per_month(&reports, path)?;
         eprintln!("chart written to {}", path.display());
     }
+    if let (Some(path), Some(page)) = (&args.html, page) {
+        std::fs::write(path, page).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("report page written to {}", path.display());
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_cost(c: &granary::domain::cost::CampaignCost) {
+    println!(
+        "cost of {} granules ({} jobs; {} without usage in their detail, not priced):",
+        c.granules, c.jobs, c.jobs_without_usage
+    );
+    println!(
+        "  compute ${:.2}: {:.1} vCPU-hours at ${}, {:.1} GiB-hours at ${} (of it ${:.2} on attempts that were retried)",
+        c.compute_dollars,
+        c.vcpu_hours,
+        c.prices.vcpu_hour,
+        c.gib_hours,
+        c.prices.gib_hour,
+        c.retried_compute_dollars
+    );
+    println!(
+        "  granary: S3 ${:.4}, SQS ${:.4}, Lambda ${:.4} (its requests as measured per granule, BENCHMARKS.md)",
+        c.s3_dollars, c.sqs_dollars, c.lambda_dollars
+    );
+    println!(
+        "  in all ${:.2}: ${:.6} a granule, ${:.0} a million",
+        c.total_dollars,
+        c.dollars_per_granule,
+        c.dollars_per_granule * 1e6
+    );
 }
 
 #[derive(clap::Args)]

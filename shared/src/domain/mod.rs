@@ -10,7 +10,7 @@
 //!   (what an event decides), [`retry_strategy`];
 //! - where things live: [`layout`] (every S3 key), [`campaign`] (whose state it is);
 //! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`downstream`] (pacing by what
-//!   comes after), [`progress`], [`report`];
+//!   comes after), [`progress`], [`report`], [`cost`];
 //! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
@@ -18,6 +18,7 @@ pub mod batch_event;
 pub mod campaign;
 pub mod claim;
 pub mod classify;
+pub mod cost;
 pub mod downstream;
 pub mod file_format;
 pub mod granule;

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// What a report needs from one log object: its key's partitions and three body fields.
+/// What a report needs from one log object: its key's partitions and a few body fields.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogFact {
     pub granule_id: String,
@@ -19,6 +19,8 @@ pub struct LogFact {
     /// RFC 3339, as the monitor wrote it.
     pub logged_at: String,
     pub superseded: bool,
+    /// What the attempt's Batch job reserved and ran for (`domain::cost`), when its detail says.
+    pub usage: Option<crate::domain::cost::Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -247,6 +249,7 @@ mod tests {
             .into(),
             logged_at: format!("2026-11-2{attempt}T10:00:00.123Z"),
             superseded,
+            usage: None,
         }
     }
 

@@ -276,6 +276,7 @@ pub async fn scan_log_facts(
             reason: r.classification.reason,
             logged_at: r.logged_at.to_rfc3339(),
             superseded: r.superseded.is_some(),
+            usage: crate::domain::cost::usage_of(&r.job),
         });
     }
     Ok(facts)

@@ -96,6 +96,33 @@ fn granary_command() -> String {
         .map_or_else(|| "granary".to_owned(), |path| path.display().to_string())
 }
 
+/// Writes the campaign's HTML report with the operator's own command (`granary report --scan
+/// --cost --html`), as an operator would after a campaign: where it is.
+fn html_report(endpoint: &str, s: &EmulatorStack) -> Result<PathBuf> {
+    let dir = std::env::current_dir().context("the working directory")?;
+    let target = dir.join("target");
+    let page = if target.is_dir() { target } else { dir }.join("granary-demo-report.html");
+    let granary = granary_command();
+    let out = std::process::Command::new(&granary)
+        .args(["report", "--scan", "--cost", "--html"])
+        .arg(&page)
+        .env("AWS_ENDPOINT_URL", endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("GRANARY_BUCKET", &s.bucket)
+        .stdout(std::process::Stdio::null())
+        .output()
+        .with_context(|| format!("running {granary} report (make demo builds it)"))?;
+    if !out.status.success() {
+        anyhow::bail!(
+            "{granary} report --html failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(page)
+}
+
 /// The shell lines that point `granary` at the demo's stack, and what to try with it.
 fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
     format!(
@@ -107,7 +134,7 @@ fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
        GRANARY_FAILURE_DLQ_URL={} \\
        GRANARY_EVENTS_QUEUE_URL={} GRANARY_EVENTS_DLQ_URL={}
 {granary} status
-{granary} report --scan
+{granary} report --scan --cost --html report.html
 {granary} redrive --all --dry-run
 {granary} items find --state ABANDONED",
         s.bucket,
@@ -213,6 +240,13 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let Some(stack) = &campaign.stack else {
         return Ok(code);
     };
+    if !args.json {
+        let page = html_report(&endpoint, stack)?;
+        eprintln!(
+            "\nThe campaign's report, its charts on one page: file://{}",
+            page.display()
+        );
+    }
     // The commands go to stderr so that --json output stays one JSON document.
     match (&emulator, args.keep) {
         (Some(_), false) if !args.json => {

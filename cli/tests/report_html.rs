@@ -1,0 +1,206 @@
+//! `granary report --scan --cost` and `--html` as an operator runs them after a campaign on the
+//! emulator (#32 items 2 and 6): the cost agrees with the campaign's own accounting, and the page
+//! is looked at in a real browser (Debian's chromium, headless; `scripts/browser.sh install`,
+//! which `make test` runs): its screenshot must show every chart with data drawn in it — and a
+//! page drawn from no logs must not, so the look can fail.
+
+mod common;
+
+use common::{granary, json};
+use granary_cli::ops::html::{ChartBox, CHART_BOXES, PAGE};
+use granary_local::campaign::{Campaign, CampaignSpec};
+use granary_local::fault_plan::FaultPlan;
+use granary_tests::{clients, unique_name};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn browser() -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/browser.sh");
+    let out = Command::new(&script)
+        .arg("path")
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+    assert!(
+        out.status.success(),
+        "no headless browser: run `scripts/browser.sh install` (make test does): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// The page as chromium draws it, `PAGE` wide and high, one CSS pixel a pixel.
+fn screenshot(page: &Path) -> png::Reader<std::fs::File> {
+    let shot = page.with_extension("png");
+    let out = Command::new(browser())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ])
+        .arg(format!("--window-size={},{}", PAGE.0, PAGE.1))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap_or_else(|e| panic!("running chromium: {e}"));
+    assert!(
+        shot.exists(),
+        "chromium wrote no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    png::Decoder::new(std::fs::File::open(&shot).unwrap())
+        .read_info()
+        .unwrap()
+}
+
+/// In each chart's box, the pixels of a drawn series: saturated colour, which axes, grid lines
+/// and text (black and greys) never are.
+fn series_pixels(page: &Path) -> Vec<(&'static str, u64)> {
+    let mut reader = screenshot(page);
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(
+        (info.width, info.height),
+        PAGE,
+        "the screenshot is the page's size"
+    );
+    let channels = info.color_type.samples();
+    assert!(channels >= 3, "{:?}", info.color_type);
+    let pixel = |x: u32, y: u32| {
+        let i = (y as usize * info.width as usize + x as usize) * channels;
+        (buf[i], buf[i + 1], buf[i + 2])
+    };
+    CHART_BOXES
+        .iter()
+        .map(|b: &ChartBox| {
+            let mut coloured = 0;
+            for y in b.y..(b.y + b.height).min(info.height) {
+                for x in b.x..(b.x + b.width).min(info.width) {
+                    let (r, g, bl) = pixel(x, y);
+                    let (hi, lo) = (r.max(g).max(bl), r.min(g).min(bl));
+                    if hi - lo > 80 {
+                        coloured += 1;
+                    }
+                }
+            }
+            (b.id, coloured)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
+    let (clients, iam) = clients().await;
+    let spec = CampaignSpec {
+        granules: 160,
+        plan: FaultPlan {
+            seed: 32,
+            spot_rate: 0.15,
+            app_failure_rate: 0.06,
+            ..FaultPlan::default()
+        },
+        ..CampaignSpec::default()
+    };
+    let mut c = Campaign::setup(&clients, &iam, &unique_name("html"), &spec)
+        .await
+        .unwrap();
+    c.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let started = std::time::Instant::now();
+    let summary = c.summarize(started.elapsed()).await.unwrap();
+    assert_eq!(summary.unaccounted, 0);
+    assert!(
+        summary.dead_lettered > 0,
+        "the plan fails some: {summary:?}"
+    );
+    let bucket = c.runtime.ctx.config.layout.bucket.clone();
+    let vars = [("GRANARY_BUCKET", bucket.as_str())];
+
+    // The cost: every log's job priced (the simulator's details carry their resources), the
+    // granules those the campaign ended, retried attempts priced apart.
+    let spot = json(&vars, &["report", "--scan", "--cost"]);
+    let cost = &spot["cost"];
+    assert_eq!(
+        cost["granules"],
+        summary.succeeded + summary.dead_lettered,
+        "{cost}"
+    );
+    assert_eq!(cost["jobs"], summary.log_objects, "{cost}");
+    assert_eq!(cost["jobs_without_usage"], 0, "{cost}");
+    let compute = cost["compute_dollars"].as_f64().unwrap();
+    let retried = cost["retried_compute_dollars"].as_f64().unwrap();
+    assert!(
+        compute > 0.0 && retried > 0.0 && retried < compute,
+        "{cost}"
+    );
+    let total = cost["total_dollars"].as_f64().unwrap();
+    let per = cost["dollars_per_granule"].as_f64().unwrap();
+    let granules = cost["granules"].as_f64().unwrap();
+    assert!((per * granules - total).abs() < 1e-9, "{cost}");
+    // On demand costs what Spot costs before its discount.
+    let on_demand = json(
+        &vars,
+        &["report", "--scan", "--cost", "--capacity", "on-demand"],
+    );
+    let od = on_demand["cost"]["compute_dollars"].as_f64().unwrap();
+    assert!(
+        (od * (1.0 - 0.70) - compute).abs() < 1e-9,
+        "{od} vs {compute}"
+    );
+    let (code, out, err) = granary(&vars, &["report", "--scan", "--cost"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("compute $") && out.contains("a million"),
+        "{out}"
+    );
+
+    // The page, in a real browser: every chart has a drawn series.
+    let dir = std::env::temp_dir().join(unique_name("html"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let page = dir.join("report.html");
+    let (code, _, err) = granary(
+        &vars,
+        &[
+            "report",
+            "--scan",
+            "--cost",
+            "--html",
+            page.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!(
+            "<b>{}</b> succeeded, <b>{}</b> failed",
+            summary.succeeded, summary.dead_lettered
+        )),
+        "the page's counts are the campaign's"
+    );
+    for (chart, coloured) in series_pixels(&page) {
+        assert!(
+            coloured > 150,
+            "chart {chart} shows no data in the browser ({coloured} coloured pixels; screenshot {})",
+            page.with_extension("png").display()
+        );
+    }
+
+    // A page drawn from no logs has axes and titles only: the look above can fail.
+    let empty = granary::domain::report::compute(&[]);
+    let blank = granary_cli::ops::html::page(&granary_cli::ops::html::PageInput {
+        title: "no logs".into(),
+        generated_at: chrono::Utc::now(),
+        facts: &[],
+        reports: &empty,
+        cost: None,
+    })
+    .unwrap();
+    let blank_page = dir.join("blank.html");
+    std::fs::write(&blank_page, blank).unwrap();
+    for (chart, coloured) in series_pixels(&blank_page) {
+        assert!(
+            coloured < 50,
+            "chart {chart} of a page without logs shows {coloured} coloured pixels"
+        );
+    }
+}
