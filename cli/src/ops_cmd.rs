@@ -42,8 +42,18 @@ fn bar(len: u64, what: &str) -> ProgressBar {
 #[derive(clap::Args)]
 pub struct StatusArgs {
     /// Print JSON instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     json: bool,
+    /// Redraw the status every --interval seconds, with the reasons of the newest failures,
+    /// until Ctrl-C.
+    #[arg(long)]
+    watch: bool,
+    /// Seconds between redraws of --watch.
+    #[arg(long, default_value_t = 10, requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+    interval: u64,
+    /// Stop --watch after this many redraws (for scripts; default: until Ctrl-C).
+    #[arg(long, requires = "watch")]
+    count: Option<u64>,
 }
 
 #[derive(clap::Args)]
@@ -241,11 +251,62 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
     let ctx = ctx(&[Section::Jobs, Section::Queues]).await?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
     let batch = granary::adapters::aws::batch::endpoint_has_batch(&clients.batch).await?;
+    if args.watch {
+        return watch_status(&ctx, batch, &args).await;
+    }
     let s = status::gather(&ctx, chrono::Utc::now(), batch).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
         return Ok(ExitCode::SUCCESS);
     }
+    print_status(&s);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `granary status --watch`: the status and the newest failures' reasons, redrawn in place
+/// every `--interval` seconds until Ctrl-C (or `--count` redraws).
+async fn watch_status(ctx: &Ctx, batch: bool, args: &StatusArgs) -> Result<ExitCode> {
+    let mut seen = std::collections::HashMap::new();
+    let mut drawn = 0u64;
+    loop {
+        let s = status::gather(ctx, chrono::Utc::now(), batch).await?;
+        let reasons = status::recent_failure_reasons(ctx, &mut seen).await?;
+        // Clear the screen and go home (ANSI), then draw.
+        print!("\x1b[2J\x1b[H");
+        println!(
+            "granary status — {} (every {} s; Ctrl-C stops)",
+            s.at.format("%Y-%m-%d %H:%M:%S UTC"),
+            args.interval
+        );
+        print_status(&s);
+        if reasons.is_empty() {
+            println!("failing now: none");
+        } else {
+            let mut t = Table::new();
+            t.load_preset(UTF8_FULL_CONDENSED).set_header([
+                format!(
+                    "failing now: reason (newest {} failure logs)",
+                    status::RECENT_FAILURES
+                ),
+                "granules".to_owned(),
+            ]);
+            for r in reasons.iter().take(10) {
+                t.add_row([r.reason.clone(), r.granules.to_string()]);
+            }
+            println!("{t}");
+        }
+        drawn += 1;
+        if args.count.is_some_and(|n| drawn >= n) {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(args.interval)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+fn print_status(s: &status::Status) {
     if let Some(campaign) = &s.campaign {
         println!("campaign {campaign} (GRANARY_CAMPAIGN)");
     }
@@ -335,7 +396,6 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
         ),
         None => println!("ETA: unknown — nothing was submitted in the last 24 h (held, waiting on downstream, or at the active-job threshold?)"),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(clap::Args)]

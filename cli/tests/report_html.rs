@@ -154,6 +154,34 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
         "{out}"
     );
 
+    // `status --watch`: redrawn in place, with the reasons of the granules failing now.
+    let stack = c.stack.as_ref().expect("the campaign's stack");
+    let watch_vars = [
+        ("GRANARY_BUCKET", bucket.as_str()),
+        ("GRANARY_JOB_QUEUE", stack.job_queue.as_str()),
+        ("GRANARY_JOB_DEFINITION", stack.job_definition.as_str()),
+        ("GRANARY_RETRY_QUEUE_URL", stack.retry_queue_url.as_str()),
+        ("GRANARY_FAILURE_DLQ_URL", stack.failure_dlq_url.as_str()),
+    ];
+    let (code, out, err) = granary(
+        &watch_vars,
+        &["status", "--watch", "--interval", "1", "--count", "2"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.matches("\x1b[2J\x1b[H").count(),
+        2,
+        "two redraws: {out}"
+    );
+    assert!(out.contains("failing now"), "{out}");
+    for reason in summary.dlq_by_reason.keys() {
+        let masked = granary::domain::report::mask_instance(reason);
+        assert!(
+            out.contains(&masked),
+            "{masked} not among the reasons: {out}"
+        );
+    }
+
     // The page, in a real browser: every chart has a drawn series.
     let dir = std::env::temp_dir().join(unique_name("html"));
     std::fs::create_dir_all(&dir).unwrap();

@@ -55,6 +55,52 @@ pub struct Downstream {
     pub feeder_waits: Option<String>,
 }
 
+/// How many of the newest failure logs `status --watch` reads for its failure reasons.
+pub const RECENT_FAILURES: usize = 500;
+
+/// The reasons of the granules failing now, counted over the newest [`RECENT_FAILURES`] logs
+/// under `outcome=failure` (a granule that later succeeded has had its failure logs moved under
+/// `outcome=success`). `seen` keeps each log's reason across redraws: a log is read once.
+pub async fn recent_failure_reasons(
+    ctx: &Ctx,
+    seen: &mut std::collections::HashMap<String, String>,
+) -> Result<Vec<granary::domain::report::ReasonCount>> {
+    let prefix = format!("{}outcome=failure/", ctx.config.layout.log_prefix);
+    let mut listed = ctx
+        .store
+        .list(&prefix)
+        .await
+        .with_context(|| format!("listing {prefix}"))?;
+    listed.sort_by_key(|m| std::cmp::Reverse(m.last_modified));
+    listed.truncate(RECENT_FAILURES);
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for meta in listed {
+        let reason = match seen.get(&meta.key) {
+            Some(reason) => reason.clone(),
+            None => {
+                let read = granary::repositories::read_json::<
+                    granary::domain::layout::logs::LogRecord,
+                >(ctx.store.as_ref(), &meta.key)
+                .await
+                .with_context(|| format!("reading {}", meta.key))?;
+                // Moved under outcome=success since it was listed: not failing any more.
+                let Some(log) = read else { continue };
+                let reason =
+                    granary::domain::report::mask_instance(&log.value.classification.reason);
+                seen.insert(meta.key.clone(), reason.clone());
+                reason
+            }
+        };
+        *counts.entry(reason).or_default() += 1;
+    }
+    let mut reasons: Vec<granary::domain::report::ReasonCount> = counts
+        .into_iter()
+        .map(|(reason, granules)| granary::domain::report::ReasonCount { reason, granules })
+        .collect();
+    reasons.sort_by(|a, b| b.granules.cmp(&a.granules).then(a.reason.cmp(&b.reason)));
+    Ok(reasons)
+}
+
 /// Active jobs are counted up to this many (ListJobs pages of 100).
 const COUNT_JOBS_UP_TO: u64 = 100_000;
 
