@@ -91,6 +91,17 @@ def tables(logs_dir, inventory_csv, items_dir):
         for c in ("logged_at", "routed_at")
         if "TIMESTAMP" in types.get(c, "")
     ]
+    # The Athena table declares the job's resource fields whatever a log holds; JSON inference
+    # leaves out a field no log has (the simulator's jobs name resourceRequirements, never the
+    # older vcpus and memory): add the missing ones as NULL, so the views bind as on Athena.
+    job_type = types.get("job", "").lower()
+    missing = [f"{field} := NULL::{kind}" for field, kind in (
+        ("vcpus", "DOUBLE"), ("memory", "DOUBLE"),
+        ("resourceRequirements", "STRUCT(\"type\" VARCHAR, \"value\" VARCHAR)[]"))
+        if not re.search(rf"\b{field.lower()}\b", job_type)]
+    if missing:
+        as_text.append(f"struct_update(job, container := struct_insert(job.container, "
+                       f"{', '.join(missing)})) AS job")
     replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
     history = [str(pathlib.Path(items_dir) / "history" / "**" / f"*.{ext}")

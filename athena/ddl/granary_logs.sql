@@ -21,7 +21,14 @@ CREATE EXTERNAL TABLE IF NOT EXISTS granary_logs (
     createdat: bigint,
     startedat: bigint,
     stoppedat: bigint,
-    container: struct<exitcode: int, reason: string, logstreamname: string>,
+    container: struct<
+      exitcode: int,
+      reason: string,
+      logstreamname: string,
+      vcpus: double,
+      memory: double,
+      resourcerequirements: array<struct<type: string, value: string>>
+    >,
     attempts: array<struct<
       startedat: bigint,
       stoppedat: bigint,

@@ -215,6 +215,43 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         .unwrap()
         .remove("item_steps")
         .unwrap();
+    // The compute report: the same hours `granary report --cost` prices, from the same logs.
+    let usage = engine
+        .as_object_mut()
+        .unwrap()
+        .remove("compute_usage")
+        .unwrap();
+    let facts = report::scan_facts(store.as_ref(), &prefix, &|_, _| {})
+        .await
+        .unwrap();
+    let cost = granary::domain::cost::cost_of_logs(
+        &facts,
+        granary::domain::cost::ComputePrices {
+            vcpu_hour: 1.0,
+            gib_hour: 0.0,
+        },
+        granary::domain::cost::OWN_COST_RECORDS_ON,
+    );
+    let row = &usage[0];
+    assert_eq!(row["jobs"], cost.jobs, "{row}");
+    assert_eq!(row["jobs_without_usage"], cost.jobs_without_usage, "{row}");
+    let close = |name: &str, want: f64| {
+        let got = row[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{name} in {row}"));
+        assert!(
+            (got - want).abs() <= 1e-9 * want.max(1.0),
+            "{name}: DuckDB {got}, report --cost {want}"
+        );
+    };
+    assert!(
+        cost.vcpu_hours > 0.0 && cost.retried_compute_dollars > 0.0,
+        "{cost:?}"
+    );
+    close("vcpu_hours", cost.vcpu_hours);
+    close("gib_hours", cost.gib_hours);
+    // At $1 a vCPU-hour and nothing for memory, the retried compute is the retried vCPU-hours.
+    close("retried_vcpu_hours", cost.retried_compute_dollars);
     assert!(
         want_steps.len() >= 400
             && want_steps
