@@ -2,7 +2,7 @@
 -- from its detail as `granary report --cost` reads it (shared/src/domain/cost.rs, usage_of):
 -- the VCPU and MEMORY resource requirements, else the older vcpus and memory (MiB); the run time
 -- of each attempt Batch made with both a start and a stop (epoch milliseconds), else, for a
--- detail without attempts, the job's own. A job that names no resources or never ran has NULL
+-- detail without the attempts field, the job's own (an empty list: nothing ran). A job that names no resources or never ran has NULL
 -- usage (not priced). latest: the attempt is its granule's latest outcome (the others were
 -- retried). vCPU is kept to thousandths and memory to whole MiB, as the command keeps them.
 CREATE OR REPLACE VIEW granary_job_usage AS
@@ -28,7 +28,7 @@ FROM (
       l.job.container.memory
     ) AS memory_mib,
     CASE
-      WHEN coalesce(cardinality(l.job.attempts), 0) = 0 THEN
+      WHEN l.job.attempts IS NULL THEN
         IF(l.job.startedat > 0 AND l.job.stoppedat >= l.job.startedat, l.job.stoppedat - l.job.startedat)
       WHEN cardinality(filter(l.job.attempts, a -> a.startedat > 0 AND a.stoppedat >= a.startedat)) > 0 THEN
         reduce(

@@ -248,7 +248,8 @@ pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
 }
 
 pub async fn status(args: StatusArgs) -> Result<ExitCode> {
-    let ctx = ctx(&[Section::Jobs, Section::Queues]).await?;
+    // The feeder's section too: its downstream queue is part of why it waits.
+    let ctx = ctx(&[Section::Jobs, Section::Queues, Section::Feeder]).await?;
     let clients = granary::adapters::aws::AwsClients::from_env().await;
     let batch = granary::adapters::aws::batch::endpoint_has_batch(&clients.batch).await?;
     if args.watch {
@@ -268,11 +269,37 @@ pub async fn status(args: StatusArgs) -> Result<ExitCode> {
 async fn watch_status(ctx: &Ctx, batch: bool, args: &StatusArgs) -> Result<ExitCode> {
     let mut seen = std::collections::HashMap::new();
     let mut drawn = 0u64;
+    // One Ctrl-C for the whole watch: pressed while a redraw reads, it still stops the watch.
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
     loop {
-        let s = status::gather(ctx, chrono::Utc::now(), batch).await?;
-        let reasons = status::recent_failure_reasons(ctx, &mut seen).await?;
+        let read = async {
+            let s = status::gather(ctx, chrono::Utc::now(), batch).await?;
+            let reasons = status::recent_failure_reasons(ctx, &mut seen).await?;
+            anyhow::Ok((s, reasons))
+        };
+        let read = tokio::select! {
+            read = read => read,
+            _ = &mut stop => return Ok(ExitCode::SUCCESS),
+        };
         // Clear the screen and go home (ANSI), then draw.
         print!("\x1b[2J\x1b[H");
+        // A failed read (a throttled call, the network) is shown and the next redraw tries again.
+        let (s, reasons) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                println!("granary status — could not read the status now: {e:#}");
+                drawn += 1;
+                if args.count.is_some_and(|n| drawn >= n) {
+                    return Ok(ExitCode::FAILURE);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(args.interval)) => {}
+                    _ = &mut stop => return Ok(ExitCode::SUCCESS),
+                }
+                continue;
+            }
+        };
         println!(
             "granary status — {} (every {} s; Ctrl-C stops)",
             s.at.format("%Y-%m-%d %H:%M:%S UTC"),
@@ -301,7 +328,7 @@ async fn watch_status(ctx: &Ctx, batch: bool, args: &StatusArgs) -> Result<ExitC
         }
         tokio::select! {
             _ = tokio::time::sleep(std::time::Duration::from_secs(args.interval)) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(ExitCode::SUCCESS),
+            _ = &mut stop => return Ok(ExitCode::SUCCESS),
         }
     }
 }
@@ -369,7 +396,12 @@ fn print_status(s: &status::Status) {
         &s.hold,
         s.downstream.as_ref().and_then(|d| d.feeder_waits.as_ref()),
     ) {
-        (Some(h), _) => println!("feeder: HELD — {}", h.describe()),
+        (Some(h), _) => {
+            println!("feeder: HELD — {}", h.describe());
+            for seen in &h.evidence {
+                println!("  behind it: {seen}");
+            }
+        }
         (None, Some(why)) => println!("feeder: WAITS — {why}"),
         (None, None) => println!("feeder: running (no hold)"),
     }
@@ -452,9 +484,10 @@ pub struct ReportArgs {
 /// 2026; see `granary::domain::cost`).
 #[derive(clap::Args)]
 pub struct Prices {
-    /// The capacity the job queue runs on: `spot` (the template's compute environment) takes
-    /// --spot-discount off the on-demand prices.
-    #[arg(long, value_enum, default_value_t = Capacity::Spot)]
+    /// The capacity the job queue runs on: `spot` (the template's compute environment is EC2
+    /// Spot) takes --spot-discount off the on-demand prices; the default prices on demand, the
+    /// list price, so an assumed discount never flatters the figure.
+    #[arg(long, value_enum, default_value_t = Capacity::OnDemand)]
     capacity: Capacity,
     /// On-demand price of a vCPU-hour reserved.
     #[arg(long, default_value_t = granary::domain::cost::FARGATE_ON_DEMAND.vcpu_hour)]
@@ -661,6 +694,13 @@ fn print_cost(c: &granary::domain::cost::CampaignCost) {
     println!(
         "cost of {} granules ({} jobs; {} without usage in their detail, not priced):",
         c.granules, c.jobs, c.jobs_without_usage
+    );
+    println!(
+        "  prices: ${} a vCPU-hour and ${} a GiB-hour reserved, for each attempt's run time (an \
+         instance's idle time, image pulls and minimum charges are not in it); the defaults are \
+         AWS Fargate's us-east-1 list prices (--capacity spot assumes --spot-discount): give \
+         the prices on your bill",
+        c.prices.vcpu_hour, c.prices.gib_hour
     );
     println!(
         "  compute ${:.2}: {:.1} vCPU-hours at ${}, {:.1} GiB-hours at ${} (of it ${:.2} on attempts that were retried)",
@@ -921,6 +961,7 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
         reason: args.reason,
         held_by: args.by,
         at: chrono::Utc::now(),
+        evidence: Vec::new(),
     };
     match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
         .await?

@@ -118,7 +118,7 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
 
     // The cost: every log's job priced (the simulator's details carry their resources), the
     // granules those the campaign ended, retried attempts priced apart.
-    let spot = json(&vars, &["report", "--scan", "--cost"]);
+    let spot = json(&vars, &["report", "--scan", "--cost", "--capacity", "spot"]);
     let cost = &spot["cost"];
     assert_eq!(
         cost["granules"],
@@ -138,10 +138,7 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
     let granules = cost["granules"].as_f64().unwrap();
     assert!((per * granules - total).abs() < 1e-9, "{cost}");
     // On demand costs what Spot costs before its discount.
-    let on_demand = json(
-        &vars,
-        &["report", "--scan", "--cost", "--capacity", "on-demand"],
-    );
+    let on_demand = json(&vars, &["report", "--scan", "--cost"]);
     let od = on_demand["cost"]["compute_dollars"].as_f64().unwrap();
     assert!(
         (od * (1.0 - 0.70) - compute).abs() < 1e-9,
@@ -182,6 +179,34 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
         );
     }
 
+    // `status` as the operator runs it says when the feeder waits on its downstream queue.
+    let downstream = clients
+        .sqs
+        .create_queue()
+        .queue_name(unique_name("intake"))
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for i in 0..3 {
+        clients
+            .sqs
+            .send_message()
+            .queue_url(&downstream)
+            .message_body(format!("product {i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let mut paced = watch_vars.to_vec();
+    paced.push(("GRANARY_DOWNSTREAM_QUEUE_URL", downstream.as_str()));
+    paced.push(("GRANARY_DOWNSTREAM_MAX_MESSAGES", "2"));
+    let (code, out, err) = granary(&paced, &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("feeder: WAITS — downstream queue"), "{out}");
+    assert!(out.contains("downstream queue: 3 waiting"), "{out}");
+
     // The page, in a real browser: every chart has a drawn series.
     let dir = std::env::temp_dir().join(unique_name("html"));
     std::fs::create_dir_all(&dir).unwrap();
@@ -206,8 +231,9 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
         "the page's counts are the campaign's"
     );
     for (chart, coloured) in series_pixels(&page) {
+        // More than legend swatches alone (at most two of 12 x 10 pixels): a drawn series.
         assert!(
-            coloured > 150,
+            coloured > 600,
             "chart {chart} shows no data in the browser ({coloured} coloured pixels; screenshot {})",
             page.with_extension("png").display()
         );

@@ -81,6 +81,32 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
         .unwrap();
         collect(&w);
     }
+    // The automatic brake's hold: no scenario ends enough jobs to judge, so the monitor's
+    // calls are made here as it makes them — the hold placed, then found placed.
+    for campaign in [None, named()] {
+        use granary::domain::brake::{BrakeSettings, EndKind};
+        let w = platform::world_in(platform::Scenario::MonitorFailure, campaign);
+        let mut monitor = w.as_fn(Function::Monitor);
+        monitor.config.brake = BrakeSettings {
+            window: 4,
+            min_ends: 1,
+            application_percent: Some(50.0),
+            ..BrakeSettings::default()
+        };
+        for _ in 0..2 {
+            granary::handlers::monitor::brake(&monitor, EndKind::Application, "g: exit 1".into())
+                .await;
+        }
+        let hold = granary::repositories::read_hold(
+            monitor.store.as_ref(),
+            &monitor.config.layout.hold_key,
+        )
+        .await
+        .unwrap()
+        .expect("the brake held the feeder");
+        assert_eq!(hold.evidence, vec!["g: exit 1"]);
+        collect(&w);
+    }
     let ingest = platform::ingest::ingest_needs().await;
     used.entry(Function::Monitor)
         .or_default()

@@ -26,6 +26,7 @@ fn keys_config_reads() -> BTreeSet<String> {
                 "GRANARY_INGEST_EZID_URL" => "https://ezid.example",
                 "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",
+                "GRANARY_BRAKE_WINDOW_ENDS" => "200",
                 k if k.ends_with("_PREFIX") => "p/",
                 k if k.ends_with("_DESTINATIONS") => "s3://b/p/",
                 k if k.ends_with("_SECS")
@@ -36,7 +37,9 @@ fn keys_config_reads() -> BTreeSet<String> {
                     || k.ends_with("_RETRIES")
                     || k.ends_with("_JOBS")
                     || k.ends_with("_RATE")
-                    || k.ends_with("_MESSAGES") =>
+                    || k.ends_with("_MESSAGES")
+                    || k.ends_with("_ENDS")
+                    || k.ends_with("_PERCENT") =>
                 {
                     "1"
                 }
@@ -72,6 +75,7 @@ fn every_tunable_is_a_parameter_and_the_layout_is_left_alone() {
         let value = [
             globals[key.as_str()].clone(),
             own("QueueFeederFunction", key),
+            own("JobMonitorFunction", key),
             own("IngestDispatcherFunction", key),
             own("ArchiveDispatcherFunction", key),
             own("ArchiveTaskFunction", key),

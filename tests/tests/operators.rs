@@ -71,6 +71,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
             reason: "image rollout".into(),
             held_by: "ops".into(),
             at: t0,
+            evidence: Vec::new(),
         },
     )
     .await
@@ -114,6 +115,7 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
             reason: "quota".into(),
             held_by: "ops".into(),
             at: Utc::now(),
+            evidence: Vec::new(),
         },
     )
     .await

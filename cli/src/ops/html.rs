@@ -105,11 +105,16 @@ pub fn page(input: &PageInput<'_>) -> Result<String> {
         || "cost: not computed (add --cost)".to_owned(),
         |c| {
             format!(
-                "cost ${:.2} in all, ${:.0} a million granules ({} jobs, {:.1} vCPU-hours)",
+                "cost ${:.2} in all, ${:.0} a million granules ({} jobs, {:.1} vCPU-hours at ${} \
+                 and {:.1} GiB-hours at ${}: each attempt's run time at the prices given, see \
+                 granary report --cost)",
                 c.total_dollars,
                 c.dollars_per_granule * 1e6,
                 c.jobs,
-                c.vcpu_hours
+                c.vcpu_hours,
+                c.prices.vcpu_hour,
+                c.gib_hours,
+                c.prices.gib_hour
             )
         },
     );

@@ -58,7 +58,8 @@ pub struct Downstream {
 /// How many of the newest failure logs `status --watch` reads for its failure reasons.
 pub const RECENT_FAILURES: usize = 500;
 
-/// The reasons of the granules failing now, counted over the newest [`RECENT_FAILURES`] logs
+/// The reasons of the granules failing now (each granule once, its latest failure's), counted
+/// over the newest [`RECENT_FAILURES`] logs
 /// under `outcome=failure` (a granule that later succeeded has had its failure logs moved under
 /// `outcome=success`). `seen` keeps each log's reason across redraws: a log is read once.
 pub async fn recent_failure_reasons(
@@ -73,7 +74,9 @@ pub async fn recent_failure_reasons(
         .with_context(|| format!("listing {prefix}"))?;
     listed.sort_by_key(|m| std::cmp::Reverse(m.last_modified));
     listed.truncate(RECENT_FAILURES);
-    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    // A granule counts once, under its latest failure's reason (keys sort by attempt).
+    listed.sort_by(|a, b| a.key.cmp(&b.key));
+    let mut latest: std::collections::BTreeMap<String, String> = Default::default();
     for meta in listed {
         let reason = match seen.get(&meta.key) {
             Some(reason) => reason.clone(),
@@ -91,6 +94,13 @@ pub async fn recent_failure_reasons(
                 reason
             }
         };
+        let granule =
+            granary::domain::layout::logs::LogKey::parse(&ctx.config.layout.log_prefix, &meta.key)
+                .map_or_else(|_| meta.key.clone(), |k| k.granule_id.to_string());
+        latest.insert(granule, reason);
+    }
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for reason in latest.into_values() {
         *counts.entry(reason).or_default() += 1;
     }
     let mut reasons: Vec<granary::domain::report::ReasonCount> = counts

@@ -44,7 +44,7 @@ pub enum Section {
     Jobs,
     /// The retry queue and failure DLQ URLs (required when read).
     Queues,
-    /// Attempt budgets and state timeouts.
+    /// Attempt budgets and state timeouts; the automatic brake.
     Retry,
     /// Claim and route leases, reconcile delay, the function's own timeout.
     Leases,
@@ -128,6 +128,9 @@ pub struct Config {
     /// `None` when the reader did not ask for the Queues section.
     pub queues: Option<Queues>,
     pub retry_policy: RetryPolicy,
+    /// When the job monitor holds the feeder itself (`domain::brake`; read with the Retry
+    /// section: it judges failures).
+    pub brake: crate::domain::brake::BrakeSettings,
     pub leases: Leases,
     pub importer: ImporterConfig,
     pub ingest: ingest::IngestSettings,
@@ -292,6 +295,11 @@ impl Config {
                 sections::read_retry_policy(&vars)?
             } else {
                 sections::default_retry_policy()
+            },
+            brake: if wants(Section::Retry) {
+                sections::read_brake(&vars)?
+            } else {
+                Default::default()
             },
             leases: if wants(Section::Leases) {
                 Leases::read(&vars)?

@@ -295,6 +295,42 @@ pub(crate) fn read_retry_policy(v: &Vars) -> Result<RetryPolicy, ConfigError> {
     })
 }
 
+/// The automatic brake's settings (`domain::brake`): the window of ends judged, and the
+/// application and capacity thresholds in percent of it (`off`: never). No judgement before a
+/// quarter of the window has ended.
+pub(crate) fn read_brake(v: &Vars) -> Result<crate::domain::brake::BrakeSettings, ConfigError> {
+    let d = crate::domain::brake::BrakeSettings::default();
+    let window: usize = v.number("GRANARY_BRAKE_WINDOW_ENDS", d.window)?;
+    if window < 4 {
+        return Err(ConfigError::Invalid {
+            var: "GRANARY_BRAKE_WINDOW_ENDS",
+            value: window.to_string(),
+            why: "judge at least 4 ends".into(),
+        });
+    }
+    let percent = |var: &'static str, default: Option<f64>| -> Result<Option<f64>, ConfigError> {
+        match v.get(var) {
+            None => Ok(default),
+            Some(raw) if raw.eq_ignore_ascii_case("off") => Ok(None),
+            Some(raw) => match raw.parse::<f64>() {
+                Ok(p) if p > 0.0 && p <= 100.0 => Ok(Some(p)),
+                _ => Err(ConfigError::Invalid {
+                    var,
+                    value: raw,
+                    why: "a percent above 0 and at most 100, or off".into(),
+                }),
+            },
+        }
+    };
+    Ok(crate::domain::brake::BrakeSettings {
+        window,
+        min_ends: window / 4,
+        application_percent: percent("GRANARY_BRAKE_APPLICATION_PERCENT", d.application_percent)?,
+        capacity_percent: percent("GRANARY_BRAKE_CAPACITY_PERCENT", d.capacity_percent)?,
+        evidence: d.evidence,
+    })
+}
+
 pub(crate) fn default_retry_policy() -> RetryPolicy {
     RetryPolicy {
         max_download_attempts: DEFAULT_MAX_DOWNLOAD_ATTEMPTS,

@@ -36,8 +36,10 @@ pub fn usage_of(detail: &serde_json::Value) -> Option<Usage> {
         let (start, stop) = (a["startedAt"].as_u64()?, a["stoppedAt"].as_u64()?);
         (start > 0 && stop >= start).then_some(stop - start)
     };
-    // Each attempt Batch made, or (a detail without them) the job's own start and stop.
-    let spans: Vec<u64> = match detail["attempts"].as_array().filter(|a| !a.is_empty()) {
+    // Each attempt Batch made, or (a detail without the field) the job's own start and stop. An
+    // empty `attempts` means none ran: an array child answered from its parent's description
+    // carries the parent's times and no attempts, and must not be charged the array's span.
+    let spans: Vec<u64> = match detail["attempts"].as_array() {
         Some(attempts) => attempts.iter().filter_map(span).collect(),
         None => span(detail).into_iter().collect(),
     };
@@ -66,9 +68,9 @@ pub const FARGATE_ON_DEMAND: ComputePrices = ComputePrices {
     gib_hour: 0.004_445,
 };
 
-/// What Spot capacity is taken to save when no price is given: AWS advertises Fargate Spot and
-/// EC2 Spot at up to 70% off on demand. The real discount moves with the market: give the
-/// prices on your bill (`--vcpu-hour-price`, `--gib-hour-price`).
+/// What `--capacity spot` takes off when no discount is given: AWS advertises Fargate Spot at
+/// up to 70% off on demand (EC2 Spot at up to 90%). An "up to", and the market moves it: give
+/// the prices on your bill (`--vcpu-hour-price`, `--gib-hour-price`) for a figure to rely on.
 pub const SPOT_DISCOUNT: f64 = 0.70;
 
 impl ComputePrices {
@@ -245,6 +247,10 @@ mod tests {
         // Never started (a job that failed to pull its image): no compute.
         let never = json!({"container": {"vcpus": 1, "memory": 128}, "stoppedAt": 5});
         assert_eq!(usage_of(&never), None);
+        // An array child described from its parent: the parent's times, no attempts of its own.
+        let from_parent = json!({"container": {"vcpus": 1, "memory": 128},
+            "startedAt": 10, "stoppedAt": 3_600_010, "attempts": []});
+        assert_eq!(usage_of(&from_parent), None);
         assert_eq!(usage_of(&json!({"startedAt": 1, "stoppedAt": 2})), None);
     }
 

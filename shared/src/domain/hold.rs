@@ -9,6 +9,10 @@ pub struct Hold {
     pub reason: String,
     pub held_by: String,
     pub at: DateTime<Utc>,
+    /// What the holder saw: for the automatic brake, the latest failures behind it (granule
+    /// and reason, newest first).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
 }
 
 impl Hold {

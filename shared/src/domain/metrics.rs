@@ -45,6 +45,7 @@ pub enum Metric {
     FeederRowsSettled,
     ReconcilerFinds,
     SubmitJobThrottles,
+    FeederBraked,
 }
 
 /// How observations of a metric combine within one document.
@@ -71,7 +72,7 @@ pub struct MetricSpec {
     pub what: &'static str,
 }
 
-pub const CATALOGUE: [MetricSpec; 11] = [
+pub const CATALOGUE: [MetricSpec; 12] = [
     MetricSpec {
         metric: Metric::GranulesSubmitted,
         name: "GranulesSubmitted",
@@ -170,6 +171,15 @@ pub const CATALOGUE: [MetricSpec; 11] = [
         dimensions: &[],
         emitted_by: &["queue-feeder", "requeuer", "item-sweeper", "ingest-dispatcher"],
         what: "SubmitJob calls Batch refused with TooManyRequestsException (the SDK does not retry SubmitJob: each refusal is granary's to back off from and try again, never sent twice)",
+    },
+    MetricSpec {
+        metric: Metric::FeederBraked,
+        name: "FeederBraked",
+        unit: "Count",
+        kind: Kind::Count,
+        dimensions: &[],
+        emitted_by: &["job-monitor"],
+        what: "holds the automatic brake placed on the feeder (too many application failures, or Spot and capacity ends, among the latest job ends)",
     },
 ];
 

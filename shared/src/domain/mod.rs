@@ -9,12 +9,13 @@
 //! - Batch's side: [`batch_event`] (its events), [`classify`] (how a job ended), [`job_end`]
 //!   (what an event decides), [`retry_strategy`];
 //! - where things live: [`layout`] (every S3 key), [`campaign`] (whose state it is);
-//! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`downstream`] (pacing by what
+//! - the feeder's: [`granule`] (ids), [`tracker`], [`hold`], [`brake`] (the monitor's automatic hold), [`downstream`] (pacing by what
 //!   comes after), [`progress`], [`report`], [`cost`];
 //! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
 pub mod batch_event;
+pub mod brake;
 pub mod campaign;
 pub mod claim;
 pub mod classify;

@@ -106,6 +106,8 @@ pub struct Ctx {
     pub downstream: Option<Arc<dyn Queue>>,
     /// The window claims the job monitor read lately (array windows' children).
     pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
+    /// The latest job ends this instance's monitor handled, for the automatic brake.
+    pub end_window: Arc<std::sync::Mutex<crate::domain::brake::EndWindow>>,
     /// What this invocation observed, printed as CloudWatch metrics at its end.
     pub metrics: Arc<crate::metrics::Metrics>,
 }

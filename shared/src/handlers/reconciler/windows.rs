@@ -369,7 +369,9 @@ async fn handled(
     Ok(Some(Logged::RecordBehind(Box::new(log))))
 }
 
-/// Whether the item record is no longer PROCESSING at this attempt; `None` without a record.
+/// Whether the item record has moved past this attempt (a later attempt, or this one's end);
+/// `None` without a record. A record behind the attempt (READY at attempt 0, made by the
+/// importer between the feeder's look and the window's records) is not past it.
 async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
@@ -377,6 +379,8 @@ async fn record_moved_past(
     // A record holds the entries of its latest write, so one whose writer died right after it
     // (a monitor whose event was then parked in the events DLQ) owes nothing to repair here.
     let record = ctx.items().look(&attempt.granule_id).await?;
-    Ok(record
-        .map(|r| !(r.state == ItemState::Processing && r.attempts.processing == attempt.attempt)))
+    Ok(record.map(|r| {
+        let at = r.attempts.processing;
+        at > attempt.attempt || (at == attempt.attempt && r.state != ItemState::Processing)
+    }))
 }
