@@ -8,6 +8,8 @@ use anyhow::{anyhow, Result};
 use chrono::{DateTime, Utc};
 use granary::domain::cost::CampaignCost;
 use granary::domain::report::{latest_outcomes, LogFact, Reports};
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::collections::BTreeMap;
@@ -283,6 +285,45 @@ fn cost(c: Option<&CampaignCost>) -> Result<String> {
     bars("Cost of the campaign", &categories, &series, "dollars")
 }
 
+/// A chart's drawing context: both kinds of chart plot on f64 axes.
+type Plot<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// One chart as SVG: a white `W` x `H` frame with `title` and axes over `x` × `y`, whatever
+/// `draw` puts on it, and its series' legend at `legend` (none when nothing was drawn: a chart
+/// without data shows its axes and title only).
+fn svg_chart(
+    title: &str,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+    legend: Option<SeriesLabelPosition>,
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, Shift>, &mut Plot<'_, '_>) -> Result<()>,
+) -> Result<String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(x, y)
+            .map_err(|e| anyhow!("{e}"))?;
+        draw(&root, &mut chart)?;
+        if let Some(at) = legend {
+            chart
+                .configure_series_labels()
+                .position(at)
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .draw()
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        root.present().map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(svg)
+}
+
 /// Grouped vertical bars: one group a category, one bar a series.
 fn bars(
     title: &str,
@@ -294,20 +335,10 @@ fn bars(
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
         .fold(0.0_f64, f64::max);
-    let top_drawn = top;
+    let legend = (top > 0.0).then_some(SeriesLabelPosition::UpperRight);
     let top = if top > 0.0 { top * 1.12 } else { 1.0 };
     let n = categories.len().max(1);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..n as f64, 0.0..top)
-            .map_err(|e| anyhow!("{e}"))?;
+    svg_chart(title, 0.0..n as f64, 0.0..top, legend, |root, chart| {
         chart
             .configure_mesh()
             .disable_x_mesh()
@@ -336,19 +367,8 @@ fn bars(
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled())
                 });
         }
-        // No legend for nothing drawn: a chart without data shows its axes and title only.
-        if top_drawn > 0.0 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| anyhow!("{e}"))?;
-        }
-        root.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 /// Lines through (x, y) points, one a series.
@@ -362,19 +382,9 @@ fn lines(
     let right = points().map(|p| p.0).fold(0.0_f64, f64::max);
     let top = points().map(|p| p.1).fold(0.0_f64, f64::max);
     let right = if right > 0.0 { right } else { 1.0 };
-    let top_drawn = top;
+    let legend = (top > 0.0).then_some(SeriesLabelPosition::UpperLeft);
     let top = if top > 0.0 { top * 1.1 } else { 1.0 };
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..right, 0.0..top)
-            .map_err(|e| anyhow!("{e}"))?;
+    svg_chart(title, 0.0..right, 0.0..top, legend, |_, chart| {
         chart
             .configure_mesh()
             .x_desc(x_desc)
@@ -394,18 +404,8 @@ fn lines(
                     PathElement::new(vec![(x, y), (x + 16, y)], colour.stroke_width(3))
                 });
         }
-        if top_drawn > 0.0 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.85))
-                .border_style(BLACK)
-                .draw()
-                .map_err(|e| anyhow!("{e}"))?;
-        }
-        root.present().map_err(|e| anyhow!("{e}"))?;
-    }
-    Ok(svg)
+        Ok(())
+    })
 }
 
 /// At most `n` characters, an ellipsis for the rest.
