@@ -637,7 +637,7 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
             } else {
                 granary::domain::cost::OWN_COST_RECORDS_OFF
             };
-            cost = Some(granary::domain::cost::cost_of_logs(&facts, prices, own));
+            cost = Some(granary::domain::report::cost_of_logs(&facts, prices, own));
         }
         let reports = granary::domain::report::compute(&facts);
         if args.html.is_some() {

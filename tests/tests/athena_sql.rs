@@ -224,7 +224,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let facts = report::scan_facts(store.as_ref(), &prefix, &|_, _| {})
         .await
         .unwrap();
-    let cost = granary::domain::cost::cost_of_logs(
+    let cost = granary::domain::report::cost_of_logs(
         &facts,
         granary::domain::cost::ComputePrices {
             vcpu_hour: 1.0,

@@ -183,29 +183,6 @@ pub fn campaign_cost(
     }
 }
 
-/// A campaign's cost from its logs (one a job): every job priced, the granules being those with a
-/// latest outcome (`report::latest_outcomes`), the jobs of earlier attempts counted as retried.
-pub fn cost_of_logs(
-    facts: &[crate::domain::report::LogFact],
-    prices: ComputePrices,
-    own: OwnCostPerGranule,
-) -> CampaignCost {
-    let latest: std::collections::HashSet<(&str, u32)> =
-        crate::domain::report::latest_outcomes(facts)
-            .into_iter()
-            .map(|f| (f.granule_id.as_str(), f.attempt))
-            .collect();
-    let granules = latest.len() as u64;
-    let jobs: Vec<JobUsage> = facts
-        .iter()
-        .map(|f| JobUsage {
-            usage: f.usage,
-            latest: latest.contains(&(f.granule_id.as_str(), f.attempt)),
-        })
-        .collect();
-    campaign_cost(&jobs, granules, prices, own)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

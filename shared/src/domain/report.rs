@@ -225,6 +225,28 @@ pub fn compute(facts: &[LogFact]) -> Reports {
     }
 }
 
+/// A campaign's cost from its logs (one a job): every job priced, the granules being those with a
+/// latest outcome (`report::latest_outcomes`), the jobs of earlier attempts counted as retried.
+pub fn cost_of_logs(
+    facts: &[LogFact],
+    prices: crate::domain::cost::ComputePrices,
+    own: crate::domain::cost::OwnCostPerGranule,
+) -> crate::domain::cost::CampaignCost {
+    let latest: std::collections::HashSet<(&str, u32)> = latest_outcomes(facts)
+        .into_iter()
+        .map(|f| (f.granule_id.as_str(), f.attempt))
+        .collect();
+    let granules = latest.len() as u64;
+    let jobs: Vec<crate::domain::cost::JobUsage> = facts
+        .iter()
+        .map(|f| crate::domain::cost::JobUsage {
+            usage: f.usage,
+            latest: latest.contains(&(f.granule_id.as_str(), f.attempt)),
+        })
+        .collect();
+    crate::domain::cost::campaign_cost(&jobs, granules, prices, own)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
