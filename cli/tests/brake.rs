@@ -32,11 +32,11 @@ async fn the_monitor_holds_the_feeder_when_the_code_keeps_failing() {
     let mut c = Campaign::setup(&clients, &iam, &unique_name("brake"), &spec)
         .await
         .unwrap();
-    // Forty feeder runs: the first ones submit 20 granules each, their ends (half of them
+    // Twenty-five feeder runs: the first ones submit 20 granules each, their ends (half of them
     // failures) reach the monitor, and its first judgement (5 ends) holds the feeder long before
     // the 400 granules are all submitted.
     c.runtime
-        .run_while(|_| {}, |p| p.feeder_runs < 40)
+        .run_while(|_| {}, |p| p.feeder_runs < 25)
         .await
         .unwrap();
     assert!(

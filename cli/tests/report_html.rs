@@ -93,7 +93,7 @@ fn series_pixels(page: &Path) -> Vec<(&'static str, u64)> {
 async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
     let (clients, iam) = clients().await;
     let spec = CampaignSpec {
-        granules: 160,
+        granules: 100,
         plan: FaultPlan {
             seed: 32,
             spot_rate: 0.15,

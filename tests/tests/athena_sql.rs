@@ -55,7 +55,7 @@ fn every_athena_file_parses_as_athena_sql() {
 async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let (clients, iam) = clients().await;
     let mut spec = CampaignSpec {
-        granules: 400,
+        granules: 250,
         inventories: 1,
         plan: FaultPlan {
             seed: 11,
@@ -132,7 +132,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         .unwrap();
         copied += 1;
     }
-    assert!(copied >= 400, "{copied} logs");
+    assert!(copied >= 250, "{copied} logs");
 
     // The item history as granary wrote it (one entry an object, or a window's as JSON lines)
     // and the records, each holding the entries of its latest write; the steps the domain reads
@@ -178,7 +178,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
         }
     }
     assert!(
-        held >= 400,
+        held >= 250,
         "every ended granule's record holds its end: {held}"
     );
     let mut by_item: std::collections::BTreeMap<String, Vec<_>> = Default::default();
@@ -253,7 +253,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     // At $1 a vCPU-hour and nothing for memory, the retried compute is the retried vCPU-hours.
     close("retried_vcpu_hours", cost.retried_compute_dollars);
     assert!(
-        want_steps.len() >= 400
+        want_steps.len() >= 250
             && want_steps
                 .iter()
                 .any(|s| s["ended_in"] == "PROCESSING_FAILED"),

@@ -6,9 +6,14 @@
 //!
 //! The two rates are judged apart: a campaign on Spot tolerates many more reclaims than
 //! application failures. The window is the ends one job-monitor instance handled lately (each
-//! instance keeps its own: no request and no shared state, so the brake costs nothing per job;
-//! with several instances each judges a sample of the campaign's ends, and a new instance starts
-//! with an empty window). Only settled ends count: a duplicate delivery is not an end again.
+//! instance keeps its own: no request and no shared state, so the brake costs nothing per job).
+//! What that costs in judgement: with N instances each needs its own quarter-window of ends
+//! before it judges (a container that always fails burns up to N × that many attempts first); a
+//! warm instance's window does not age, so it may mix ends hours apart; each instance judges
+//! after every end, so N judges near a threshold hold more readily than one would; a new
+//! instance, and the one that placed or met a hold, start empty. Only settled ends that came as
+//! events count: a duplicate delivery is not an end again, and the reconciler's recoveries are
+//! not judged.
 
 use crate::domain::classify::FailureKind;
 use std::collections::VecDeque;
@@ -234,6 +239,14 @@ mod tests {
         let mut w = window(&[Application; 10]);
         w.clear();
         assert_eq!(w.judge(&settings()), None);
+    }
+
+    #[test]
+    fn both_rates_over_their_thresholds_name_the_application_failures() {
+        let mut kinds = vec![Application; 4];
+        kinds.extend([Capacity; 6]);
+        let b = window(&kinds).judge(&settings()).unwrap();
+        assert!(b.reason.contains("application failures"), "{}", b.reason);
     }
 
     #[test]

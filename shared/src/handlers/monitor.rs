@@ -380,11 +380,15 @@ async fn handle_end(
         crate::ports::StoreError::is_transient,
     )
     .await?;
-    // Last, once the end is handled: the brake only ever places a hold.
-    if matches!(
-        outcome,
-        MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. }
-    ) {
+    // Last, once the end is handled: the brake only ever places a hold. Only ends that came as
+    // events are judged: the item sweeper's recoveries (ends found by DescribeJobs) run in
+    // another function, which neither reads the brake's settings nor may place a hold.
+    if by == BY
+        && matches!(
+            outcome,
+            MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. }
+        )
+    {
         brake(ctx, end_kind, format!("{}: {reason}", granule.granule_id)).await;
     }
     Ok(outcome)

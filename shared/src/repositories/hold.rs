@@ -20,7 +20,16 @@ pub async fn place_hold(
 ) -> Result<Option<Hold>, RepositoryError> {
     match write_json(store, key, hold, PutCondition::IfAbsent).await {
         Ok(_) => Ok(None),
-        Err(e) if e.is_conflict() => read_hold(store, key).await,
+        Err(e) if e.is_conflict() => match read_hold(store, key).await? {
+            Some(existing) => Ok(Some(existing)),
+            // Released between the refused write and the read: placed once more, so that
+            // `None` always means this hold is the one in place.
+            None => match write_json(store, key, hold, PutCondition::IfAbsent).await {
+                Ok(_) => Ok(None),
+                Err(e) if e.is_conflict() => read_hold(store, key).await,
+                Err(e) => Err(e),
+            },
+        },
         Err(e) => Err(e),
     }
 }
