@@ -210,20 +210,26 @@ fn progress(latest: &[&LogFact]) -> Result<String> {
 fn outcomes(r: &Reports) -> Result<String> {
     let mut by: BTreeMap<&str, [f64; 2]> = BTreeMap::new();
     for p in &r.granules_by_platform_outcome {
-        let e = by.entry(p.platform.as_str()).or_default();
-        e[usize::from(p.outcome != "success")] += p.granules as f64;
+        by.entry(p.platform.as_str()).or_default()[usize::from(p.outcome != "success")] +=
+            p.granules as f64;
     }
-    let categories: Vec<String> = by.keys().map(|k| (*k).to_owned()).collect();
-    let series = [
-        ("succeeded", by.values().map(|v| v[0]).collect()),
-        ("failed", by.values().map(|v| v[1]).collect()),
-    ];
-    bars(
+    succeeded_and_failed(
         "Latest outcome per platform",
-        &categories,
-        &series,
-        "granules",
+        by.into_iter().map(|(k, v)| (k.to_owned(), v)),
     )
+}
+
+/// Two bars a group, succeeded and failed granules: `groups` are (name, [succeeded, failed]).
+fn succeeded_and_failed(
+    title: &str,
+    groups: impl Iterator<Item = (String, [f64; 2])>,
+) -> Result<String> {
+    let (categories, counts): (Vec<String>, Vec<[f64; 2]>) = groups.unzip();
+    let series = [
+        ("succeeded", counts.iter().map(|v| v[0]).collect()),
+        ("failed", counts.iter().map(|v| v[1]).collect()),
+    ];
+    bars(title, &categories, &series, "granules")
 }
 
 fn failures(r: &Reports) -> Result<String> {
@@ -246,16 +252,9 @@ fn attempts(latest: &[&LogFact]) -> Result<String> {
     for f in latest {
         by.entry(f.attempt).or_default()[usize::from(f.outcome != "success")] += 1.0;
     }
-    let categories: Vec<String> = by.keys().map(|a| format!("attempt {a}")).collect();
-    let series = [
-        ("succeeded", by.values().map(|v| v[0]).collect()),
-        ("failed", by.values().map(|v| v[1]).collect()),
-    ];
-    bars(
+    succeeded_and_failed(
         "The attempt each granule ended at",
-        &categories,
-        &series,
-        "granules",
+        by.into_iter().map(|(a, v)| (format!("attempt {a}"), v)),
     )
 }
 
