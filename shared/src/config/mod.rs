@@ -189,7 +189,7 @@ impl Vars<'_> {
 
     pub(crate) fn regex(&self, var: &'static str, default: &str) -> Result<Regex, ConfigError> {
         let raw = self.or(var, default);
-        Regex::new(&raw).map_err(|e| ConfigError::Invalid {
+        crate::domain::pattern::compiled(&raw).map_err(|e| ConfigError::Invalid {
             var,
             value: raw.clone(),
             why: e.to_string(),

@@ -435,7 +435,7 @@ pub struct ImporterConfig {
 /// A pattern granary ships as a default: a constant, compiled by a unit test too
 /// (`config::tests::sections_not_read_keep_the_defaults_the_variables_have`).
 fn default_pattern(pattern: &'static str) -> Regex {
-    Regex::new(pattern).expect("granary's default patterns are valid regexes")
+    crate::domain::pattern::compiled(pattern).expect("granary's default patterns are valid regexes")
 }
 
 impl Default for ImporterConfig {

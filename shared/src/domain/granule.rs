@@ -172,7 +172,7 @@ impl IdParser {
     pub const HLS_DATE_FORMAT: &'static str = "%Y%jT%H%M%S";
 
     pub fn new(pattern: &str, date_format: &str) -> Result<Self, IdParserError> {
-        let pattern = Regex::new(pattern)?;
+        let pattern = super::pattern::compiled(pattern)?;
         let names: Vec<_> = pattern.capture_names().flatten().collect();
         if !names.contains(&"platform") || !names.contains(&"date") {
             return Err(IdParserError::MissingGroups);

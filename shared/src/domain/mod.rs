@@ -34,6 +34,7 @@ pub mod layout;
 pub mod lifecycle;
 pub mod machine;
 pub mod metrics;
+pub mod pattern;
 pub mod percent;
 pub mod plan;
 pub mod poison;
