@@ -69,6 +69,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     "the ingest job's next processing attempt, while GRANARY_MAX_RETRIES lasts"
                 }
                 Route::FailureDlq => "the ingest job fails and is dead-lettered",
+                Route::Cancelled => "the ingest job fails (cancelled)",
             };
             let msg = format!(
                 "job {job_id} processes ingest job {ingest_job}: {} ({}) → {next}",
@@ -162,6 +163,9 @@ fn route_text(route: Route) -> &'static str {
         Route::Done => "log under outcome=success; relocate earlier failure logs",
         Route::RetryQueue => "log under outcome=failure, then send to the retry queue",
         Route::FailureDlq => "log under outcome=failure, then send to the failure DLQ",
+        Route::Cancelled => {
+            "log under outcome=failure, then list under claims/cancelled/ for `granary resume --cancelled`"
+        }
     }
 }
 

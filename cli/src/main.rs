@@ -1,6 +1,7 @@
 //! `granary`: the operator's command line. The local runtime (demo, chaos) is `granary-local`.
 
 mod archive_cmd;
+mod cancel_cmd;
 mod classify_cmd;
 mod ingest_cmd;
 mod inventory_cmd;
@@ -127,8 +128,19 @@ enum Command {
     ///   granary resume --state PROCESSING_FAILED --dry-run
     ///   granary resume --state ABANDONED
     ///   granary resume --state DOWNLOADED
+    ///   granary resume --cancelled --cancel c20261127T060001-3f2a9c1d
     #[command(verbatim_doc_comment)]
     Resume(ops_cmd::ResumeArgs),
+    /// Terminate exactly this campaign's open attempts (the job ids granary recorded, never a
+    /// name prefix), or those a filter takes; the feeder is held first. Their ends are logged
+    /// and listed for `granary resume --cancelled`, neither retried nor dead-lettered.
+    ///
+    /// Examples:
+    ///   granary cancel --reason "wrong container image" --dry-run
+    ///   granary cancel --reason "S30 inputs bad" --platform S30 --rate 10
+    ///   granary cancel --reason "redo" --inventory inventories/2022.parquet --attempt 1
+    #[command(verbatim_doc_comment)]
+    Cancel(cancel_cmd::CancelArgs),
     /// Ask the importer to check again what is stored for items: a DOWNLOADED item's raw file
     /// (size, digest, the kind its name says) or a PROCESSED item's products. What fails goes
     /// back to its download or processing path; the importer-step Lambda does the checking.
@@ -158,6 +170,7 @@ async fn main() -> ExitCode {
         Command::Hold(args) => ops_cmd::hold(args).await,
         Command::Release => ops_cmd::release().await,
         Command::Resume(args) => ops_cmd::resume(args).await,
+        Command::Cancel(args) => cancel_cmd::cancel(args).await,
         Command::Revalidate(args) => ops_cmd::revalidate(args).await,
     };
     match result {

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// What the context of a command needs to explain when it cannot be built.
-const CONFIG_HINT: &str =
+pub(crate) const CONFIG_HINT: &str =
     "granary's configuration (export the GRANARY_* variables of your stack; see docs/configuration.md)";
 
 /// The context a command works in: the bucket's layout plus the `sections` it uses, and nothing
@@ -28,7 +28,7 @@ async fn ctx(sections: &[Section]) -> Result<Ctx> {
         .context(CONFIG_HINT)
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
+pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
     let b = ProgressBar::new(len);
     b.set_style(
         ProgressStyle::with_template(&format!(
@@ -392,6 +392,12 @@ fn print_status(s: &status::Status) {
         s.failure_dlq.visible,
         s.failure_dlq.in_flight
     );
+    if s.cancelled > 0 {
+        println!(
+            "cancelled: {} attempts wait for `granary resume --cancelled`",
+            s.cancelled
+        );
+    }
     match (
         &s.hold,
         s.downstream.as_ref().and_then(|d| d.feeder_waits.as_ref()),
@@ -993,6 +999,13 @@ pub async fn release() -> Result<ExitCode> {
 pub struct ResumeArgs {
     /// Items to resume (ids).
     ids: Vec<String>,
+    /// Resume the attempts `granary cancel` ended (every cancel's, or --cancel ID's): each
+    /// goes round again as its next attempt, granted past the attempt budget.
+    #[arg(long, conflicts_with_all = ["ids", "state"])]
+    cancelled: bool,
+    /// With --cancelled: only this cancel's attempts (the id `granary cancel` printed).
+    #[arg(long, requires = "cancelled")]
+    cancel: Option<String>,
     /// Resume every item in this state (PROCESSING_FAILED, ABANDONED: dead-lettered or its
     /// attempts spent, DOWNLOADING_FAILED, or DOWNLOADED: its admission looked at again).
     #[arg(long)]
@@ -1004,6 +1017,14 @@ pub struct ResumeArgs {
 }
 
 pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
+    if args.cancelled {
+        return crate::cancel_cmd::resume_cancelled(
+            args.cancel.as_deref(),
+            args.dry_run,
+            args.json,
+        )
+        .await;
+    }
     let ctx = ctx(&[Section::Queues, Section::Retry, Section::Importer]).await?;
     let imp = ctx.clone();
     let ids = named_items(

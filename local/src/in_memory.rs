@@ -276,6 +276,27 @@ impl JobRunner for InMemoryBatch {
         Ok(active)
     }
 
+    /// TerminateJob of a job this Batch gave (an array's child included): accepted; what it
+    /// does to the job is the simulator's to play (`simulator::Terminations`), as the job's end
+    /// is. An id it never gave is Batch's ClientException.
+    async fn terminate(&self, job_id: &str, _reason: &str) -> Result<(), JobRunnerError> {
+        let jobs = self.lock();
+        let (parent_id, child) = match child_of(job_id) {
+            Some((parent, i)) => (parent, Some(i)),
+            None => (job_id, None),
+        };
+        let known = jobs
+            .get(parent_id)
+            .is_some_and(|(_, job)| child.is_none_or(|i| i < job.children.len()));
+        if known {
+            Ok(())
+        } else {
+            Err(JobRunnerError::refused(format!(
+                "ClientException: job {job_id} not found"
+            )))
+        }
+    }
+
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         let jobs = self.lock();
         Ok(jobs

@@ -41,10 +41,36 @@ impl Submissions {
     }
 }
 
-/// A [`JobRunner`] that tells the simulator about every job it submits.
+/// Jobs TerminateJob was called for, with its reason, that the simulator has not played yet.
+/// Real Batch cancels a job not yet STARTING and terminates a running one, either way FAILED
+/// with that reason (AWS Batch API Reference, TerminateJob); the simulator plays a job's whole
+/// life at the first tick after its submission, so a termination it hears of before then ends
+/// the job cancelled, and one after changes nothing (the job had ended).
+#[derive(Debug, Default, Clone)]
+pub struct Terminations(Arc<Mutex<std::collections::HashMap<String, String>>>);
+
+impl Terminations {
+    fn insert(&self, job_id: &str, reason: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(job_id.to_owned())
+            .or_insert_with(|| reason.to_owned());
+    }
+
+    fn take(&self, job_id: &str) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(job_id)
+    }
+}
+
+/// A [`JobRunner`] that tells the simulator about every job it submits and terminates.
 pub struct SubmissionTap {
     inner: Arc<dyn JobRunner>,
     submissions: Submissions,
+    terminations: Terminations,
 }
 
 #[async_trait]
@@ -56,6 +82,11 @@ impl JobRunner for SubmissionTap {
     }
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         self.inner.count_active(stop_at).await
+    }
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        self.inner.terminate(job_id, reason).await?;
+        self.terminations.insert(job_id, reason);
+        Ok(())
     }
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         self.inner.find_by_name(job_name).await
@@ -220,6 +251,9 @@ pub struct BatchSimulator {
     /// collision would leave a job unplayed, and the campaign would not settle: never silent).
     seen: HashSet<u64>,
     submissions: Submissions,
+    terminations: Terminations,
+    /// Jobs the simulator ended as cancelled (TerminateJob before they ran).
+    pub cancelled: u64,
     held: Vec<(u32, BusEvent)>,
     /// At most this many events are delivered per tick; the rest wait for the next. Real jobs end
     /// spread over time, and the emulator's ReceiveMessage slows with queue length.
@@ -271,6 +305,8 @@ impl BatchSimulator {
             plan,
             seen: HashSet::new(),
             submissions: Submissions::default(),
+            terminations: Terminations::default(),
+            cancelled: 0,
             held: Vec::new(),
             max_events_per_tick: 100,
             planned: Vec::new(),
@@ -331,6 +367,7 @@ impl BatchSimulator {
         Arc::new(SubmissionTap {
             inner: jobs,
             submissions: self.submissions.clone(),
+            terminations: self.terminations.clone(),
         })
     }
 
@@ -393,9 +430,17 @@ impl BatchSimulator {
                 }
                 _ => f.job_name.clone(),
             };
-            let fate = self.plan.fate(&fate_key, &f.granule_id, &retry);
+            let mut fate = self.plan.fate(&fate_key, &f.granule_id, &retry);
             self.stats.jobs += 1;
-            self.stats.batch_internal_retries += fate.ends.len() as u64 - 1;
+            // Terminated before it ran: cancelled, no attempt, the terminator's reason.
+            let terminated = self.terminations.take(&f.job_id);
+            if terminated.is_some() {
+                fate.ends.clear();
+                fate.succeeded = false;
+                fate.lost = false;
+                self.cancelled += 1;
+            }
+            self.stats.batch_internal_retries += (fate.ends.len() as u64).saturating_sub(1);
             if self.plan.intermediate_events {
                 for k in 1..fate.ends.len() {
                     out.push((
@@ -410,7 +455,10 @@ impl BatchSimulator {
             } else {
                 "FAILED"
             };
-            let event = state_change_event(f, &fate.ends, status);
+            let mut event = state_change_event(f, &fate.ends, status);
+            if let Some(reason) = terminated {
+                event["detail"]["statusReason"] = reason.into();
+            }
             let parsed = BatchJobStateChange::from_value(event.clone())
                 .context("simulator built an unparsable event")?;
             let c = classify(&parsed.detail).context("simulator built a non-terminal event")?;
@@ -435,6 +483,7 @@ impl BatchSimulator {
                 Route::Done => self.stats.succeeded += 1,
                 Route::RetryQueue => self.stats.retryable += 1,
                 Route::FailureDlq => self.stats.dead_letter_bound += 1,
+                Route::Cancelled => {}
             }
             if self.keep_plan {
                 // A child is named by its array's name and its index: a window submitted twice

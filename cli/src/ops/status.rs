@@ -36,6 +36,8 @@ pub struct Status {
     /// The queue downstream of granary the feeder is paced by, when one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub downstream: Option<Downstream>,
+    /// Attempts `granary cancel` ended that wait for `granary resume --cancelled`.
+    pub cancelled: u64,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
@@ -152,10 +154,19 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         }
         _ => None,
     };
+    let cancelled_prefix =
+        granary::domain::layout::claims::cancelled_prefix(&ctx.config.layout.claim_prefix);
+    let cancelled = ctx
+        .store
+        .list(&cancelled_prefix)
+        .await
+        .context("listing cancelled attempts")?
+        .len() as u64;
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
         downstream,
+        cancelled,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -210,6 +221,7 @@ pub fn assemble(
         failure_dlq,
         hold,
         downstream: None,
+        cancelled: 0,
         rates,
         eta,
     }

@@ -104,6 +104,12 @@ impl JobRunner for PacedJobs {
     async fn find_by_name(&self, name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         self.inner.find_by_name(name).await
     }
+    /// Drawn from the same budget as SubmitJob: an operator's bulk cancel must not starve the
+    /// account's submitters (Batch throttles its API calls per account).
+    async fn terminate(&self, id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        self.pacer.wait().await;
+        self.inner.terminate(id, reason).await
+    }
     async fn describe(&self, id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         self.inner.describe(id).await
     }

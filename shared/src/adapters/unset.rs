@@ -30,6 +30,9 @@ impl JobRunner for UnsetJobRunner {
     async fn find_by_name(&self, _: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         self.refuse()
     }
+    async fn terminate(&self, _: &str, _: &str) -> Result<(), JobRunnerError> {
+        self.refuse()
+    }
     async fn describe(&self, _: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         self.refuse()
     }

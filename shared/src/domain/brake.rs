@@ -70,9 +70,12 @@ pub fn end_kind(failure: Option<&FailureKind>) -> EndKind {
             | FailureKind::Misconfiguration { .. },
         ) => EndKind::Application,
         Some(FailureKind::SpotInterruption | FailureKind::Capacity { .. }) => EndKind::Capacity,
-        Some(FailureKind::AttemptTimeout | FailureKind::Cancelled | FailureKind::Unknown) => {
-            EndKind::Other
-        }
+        Some(
+            FailureKind::AttemptTimeout
+            | FailureKind::Cancelled
+            | FailureKind::GranaryCancel { .. }
+            | FailureKind::Unknown,
+        ) => EndKind::Other,
     }
 }
 

@@ -41,6 +41,9 @@ pub enum Route {
     Done,
     RetryQueue,
     FailureDlq,
+    /// Ended by `granary cancel`: kept on the campaign's cancelled list for `granary resume
+    /// --cancelled`, neither retried nor dead-lettered.
+    Cancelled,
 }
 
 /// The cause of a failure, as precisely as the event tells it.
@@ -66,6 +69,11 @@ pub enum FailureKind {
         reason: String,
     },
     Cancelled,
+    /// Terminated by `granary cancel` (its reason names the cancel): the operator's, not a
+    /// failure of the cloud or of the code.
+    GranaryCancel {
+        cancel: String,
+    },
     Unknown,
 }
 
@@ -80,6 +88,7 @@ impl FailureKind {
             FailureKind::Capacity { .. } => "capacity",
             FailureKind::Misconfiguration { .. } => "misconfiguration",
             FailureKind::Cancelled => "cancelled",
+            FailureKind::GranaryCancel { .. } => "granary_cancel",
             FailureKind::Unknown => "unknown",
         }
     }
@@ -101,6 +110,11 @@ impl Classification {
         match self.outcome {
             JobOutcome::Success => Route::Done,
             JobOutcome::Retryable => Route::RetryQueue,
+            JobOutcome::NonRetryable
+                if matches!(self.failure, Some(FailureKind::GranaryCancel { .. })) =>
+            {
+                Route::Cancelled
+            }
             JobOutcome::NonRetryable => Route::FailureDlq,
         }
     }
@@ -181,9 +195,17 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
     let job_reason = job.status_reason.as_deref().unwrap_or("");
     let container_reason = job.container_reason().unwrap_or("");
 
-    let (outcome, failure, reason) = if is_spot_interruption(status_reason)
-        || is_spot_interruption(job_reason)
-    {
+    let (outcome, failure, reason) = if let Some(cancel) = super::cancel::cancel_of(job_reason) {
+        // First: the job's reason is the one granary's TerminateJob gave, whatever its last
+        // attempt shows (a terminated container exits 137).
+        (
+            JobOutcome::NonRetryable,
+            FailureKind::GranaryCancel {
+                cancel: cancel.to_owned(),
+            },
+            format!("cancelled: {job_reason}"),
+        )
+    } else if is_spot_interruption(status_reason) || is_spot_interruption(job_reason) {
         let why = if is_spot_interruption(status_reason) {
             status_reason
         } else {
@@ -403,6 +425,34 @@ mod tests {
         let unknown = classify(&failed("Something odd", None, Some(0))).unwrap();
         assert_eq!(unknown.failure, Some(FailureKind::Unknown));
         assert_eq!(unknown.outcome, JobOutcome::NonRetryable);
+    }
+
+    #[test]
+    fn granarys_own_cancel_is_known_by_its_reason_and_routed_to_the_cancelled_list() {
+        let reason = crate::domain::cancel::reason("c20261127T060001-000000ab", "bad image");
+        // Terminated while running: the container shows the kill's 137, the attempt Batch's
+        // own words; the job's reason is the terminator's.
+        let mut running = failed("Essential container in task exited", None, Some(137));
+        running.status_reason = Some(reason.clone());
+        // Cancelled before it ran: no attempt at all.
+        let mut queued = failed("", None, None);
+        queued.status_reason = Some(reason);
+        queued.attempts.clear();
+        for job in [running, queued] {
+            let c = classify(&job).unwrap();
+            assert_eq!(
+                c.failure,
+                Some(FailureKind::GranaryCancel {
+                    cancel: "c20261127T060001-000000ab".into()
+                })
+            );
+            assert_eq!(c.route(), Route::Cancelled);
+            assert!(c.reason.contains("bad image"), "{}", c.reason);
+        }
+        // Anyone else's cancel is still dead-lettered for a human.
+        let mut by_hand = failed("", None, Some(137));
+        by_hand.status_reason = Some("Terminated by the user".into());
+        assert_eq!(classify(&by_hand).unwrap().route(), Route::FailureDlq);
     }
 
     #[test]

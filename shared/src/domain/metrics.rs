@@ -38,6 +38,7 @@ pub enum Metric {
     GranulesSucceeded,
     GranulesRetried,
     GranulesDeadLettered,
+    GranulesCancelled,
     EventsHandled,
     EventsRejected,
     FeederWindowSize,
@@ -72,7 +73,7 @@ pub struct MetricSpec {
     pub what: &'static str,
 }
 
-pub const CATALOGUE: [MetricSpec; 12] = [
+pub const CATALOGUE: [MetricSpec; 13] = [
     MetricSpec {
         metric: Metric::GranulesSubmitted,
         name: "GranulesSubmitted",
@@ -108,6 +109,15 @@ pub const CATALOGUE: [MetricSpec; 12] = [
         dimensions: &[PLATFORM, FAILURE_CLASS],
         emitted_by: &["job-monitor", "requeuer", "item-sweeper"],
         what: "granules sent to the failure DLQ: a failure granary does not retry (monitor), or the last attempt spent (requeuer, class attempts_exhausted)",
+    },
+    MetricSpec {
+        metric: Metric::GranulesCancelled,
+        name: "GranulesCancelled",
+        unit: "Count",
+        kind: Kind::Count,
+        dimensions: &[PLATFORM],
+        emitted_by: &["job-monitor", "item-sweeper"],
+        what: "attempts `granary cancel` ended, kept for `granary resume --cancelled` (neither retried nor dead-lettered)",
     },
     MetricSpec {
         metric: Metric::EventsHandled,

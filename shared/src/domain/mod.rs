@@ -17,6 +17,7 @@ pub mod archive;
 pub mod batch_event;
 pub mod brake;
 pub mod campaign;
+pub mod cancel;
 pub mod claim;
 pub mod classify;
 pub mod cost;

@@ -2,6 +2,7 @@
 //! code runs in Lambda, in the local runtime and in tests.
 
 pub mod archive;
+pub mod cancel;
 pub mod error;
 pub mod feeder;
 pub mod importer;

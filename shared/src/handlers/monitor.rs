@@ -361,7 +361,9 @@ async fn handle_end(
     let end_kind = crate::domain::brake::end_kind(classification.failure.as_ref());
     let outcome = match route {
         Route::Done => log_success(ctx, &key, &record).await?,
-        Route::RetryQueue | Route::FailureDlq => log_and_route_failure(ctx, &key, record).await?,
+        Route::RetryQueue | Route::FailureDlq | Route::Cancelled => {
+            log_and_route_failure(ctx, &key, record).await?
+        }
     };
     count_end(ctx, &outcome, facts.platform.as_deref(), class);
     // The log is the evidence and the route is the action; the item record follows them, also on
@@ -383,7 +385,9 @@ async fn handle_end(
     // Last, once the end is handled: the brake only ever places a hold. Only ends that came as
     // events are judged: the item sweeper's recoveries (ends found by DescribeJobs) run in
     // another function, which neither reads the brake's settings nor may place a hold.
+    // An operator's cancel says nothing of how the campaign fares: not judged either.
     if by == BY
+        && route != Route::Cancelled
         && matches!(
             outcome,
             MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. }
@@ -451,6 +455,11 @@ fn count_end(ctx: &Ctx, outcome: &MonitorOutcome, platform: Option<&str>, class:
             let metric = match route {
                 Route::RetryQueue => Metric::GranulesRetried,
                 Route::FailureDlq | Route::Done => Metric::GranulesDeadLettered,
+                Route::Cancelled => {
+                    return ctx
+                        .metrics
+                        .count(Metric::GranulesCancelled, &[(PLATFORM, platform)], 1)
+                }
             };
             let dims = [(PLATFORM, platform), (FAILURE_CLASS, class)];
             ctx.metrics.count(metric, &dims, 1)
@@ -510,6 +519,13 @@ async fn log_and_route_failure(
     let (queue, outcome) = match route {
         Route::RetryQueue => (&ctx.retry_queue, Outcome::Retryable),
         Route::FailureDlq | Route::Done => (&ctx.failure_dlq, Outcome::NonRetryable),
+        Route::Cancelled => {
+            // The cancelled list is this route's queue: written (overwritten alike by a
+            // redelivery) before the log is marked routed, as a message is sent.
+            put_cancelled(ctx, record).await?;
+            logs.mark_routed(key, log).await?;
+            return Ok(MonitorOutcome::Routed { route });
+        }
     };
     let notice = Notice::new(outcome, record.classification.reason.clone())
         .job(record.job_id.clone())
@@ -528,6 +544,39 @@ async fn log_and_route_failure(
     .await?;
     logs.mark_routed(key, log).await?;
     Ok(MonitorOutcome::Routed { route })
+}
+
+/// The attempt `granary cancel` ended, on the campaign's cancelled list for `granary resume
+/// --cancelled`.
+async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError> {
+    let cancel = match &record.classification.failure {
+        Some(crate::domain::classify::FailureKind::GranaryCancel { cancel }) => cancel.clone(),
+        _ => String::new(),
+    };
+    let entry = crate::domain::cancel::Cancelled {
+        granule_id: record.granule_id.clone(),
+        attempt: record.attempt,
+        cancel,
+        job_id: record.job_id.clone(),
+        reason: record.classification.reason.clone(),
+        at: Utc::now(),
+    };
+    let key = crate::domain::layout::claims::cancelled_key(
+        &ctx.config.layout.claim_prefix,
+        &crate::domain::granule::GranuleProcessingEvent {
+            granule_id: record.granule_id.clone(),
+            attempt: record.attempt,
+        },
+    );
+    crate::repositories::json::write_json_retrying(
+        ctx.store.as_ref(),
+        &key,
+        &entry,
+        crate::ports::PutCondition::Overwrite,
+        "listing a cancelled attempt",
+    )
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -158,6 +158,11 @@ pub trait JobRunner: Send + Sync {
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError>;
     /// The newest job with exactly this name, in any status.
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
+    /// TerminateJob: a job not yet STARTING is cancelled, a STARTING or RUNNING one is
+    /// terminated; either ends FAILED with `reason` as its `statusReason` (AWS Batch API
+    /// Reference, TerminateJob; `reason` at most 1,024 characters). A job that has ended already
+    /// is left as it ended.
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError>;
     /// The job with this id, or `None` when Batch no longer (or never) knew it.
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError>;
     /// The jobs with these ids that Batch knows, in any order. DescribeJobs takes up to

@@ -70,6 +70,13 @@ impl granary::ports::JobRunner for FirstAnswerLost {
     ) -> Result<granary::ports::ActiveJobs, granary::ports::JobRunnerError> {
         self.inner.count_active(n).await
     }
+    async fn terminate(
+        &self,
+        id: &str,
+        reason: &str,
+    ) -> Result<(), granary::ports::JobRunnerError> {
+        self.inner.terminate(id, reason).await
+    }
     async fn find_by_name(
         &self,
         name: &str,

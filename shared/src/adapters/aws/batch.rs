@@ -283,6 +283,26 @@ impl JobRunner for BatchJobRunner {
         Ok(newest.map(|(_, s)| s))
     }
 
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        // Terminating twice is harmless (a job that has ended is left as it ended), so the SDK's
+        // own retries stand here, unlike SubmitJob's.
+        self.client
+            .terminate_job()
+            .job_id(job_id)
+            .reason(reason)
+            .send()
+            .await
+            .map_err(|e| {
+                JobRunnerError {
+                    message: format!("TerminateJob {job_id}: {}", describe(&e)),
+                    may_have_taken_effect: may_have_taken_effect(&e),
+                    source: None,
+                }
+                .with_source(e)
+            })?;
+        Ok(())
+    }
+
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         Ok(self
             .describe_many(&[job_id.to_owned()])

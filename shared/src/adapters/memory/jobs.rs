@@ -164,6 +164,42 @@ impl MemoryJobRunner {
         Some(detail)
     }
 
+    /// TerminateJob as Batch answers it: a job not yet STARTING is cancelled (FAILED, no attempt),
+    /// a STARTING or RUNNING one is terminated (FAILED, its attempt's container killed: exit 137,
+    /// as published event 14 shows), both with `reason` as the `statusReason`; a job that has
+    /// ended is left as it ended (`Ok(None)`). Returns the ended job's detail (what its state
+    /// change event carries). An id Batch never gave is a ClientException.
+    pub fn terminate_now(
+        &self,
+        job_id: &str,
+        reason: &str,
+    ) -> Result<Option<serde_json::Value>, JobRunnerError> {
+        let Some((request, summary)) = self
+            .lock()
+            .iter()
+            .find(|(_, s)| s.job_id == job_id)
+            .cloned()
+        else {
+            return Err(JobRunnerError::refused(format!(
+                "ClientException: job {job_id} not found"
+            )));
+        };
+        if summary.status.is_terminal() {
+            return Ok(None);
+        }
+        let started = matches!(summary.status, JobStatus::Starting | JobStatus::Running);
+        let mut detail = JobDescription::of_request(summary, &request, "memory").detail;
+        detail["status"] = JobStatus::Failed.as_str().into();
+        detail["statusReason"] = reason.into();
+        detail["attempts"] = if started {
+            serde_json::json!([{"container": {"exitCode": 137}, "statusReason": "Essential container in task exited"}])
+        } else {
+            serde_json::json!([])
+        };
+        self.finish(job_id, JobStatus::Failed, detail.clone());
+        Ok(Some(detail))
+    }
+
     /// Ends every array parent whose children have all ended, as Batch does (AWS Batch user
     /// guide, "Array jobs"): SUCCEEDED when every child did, else FAILED ("Array Child Job
     /// failed"), with no attempts and its children counted by status. Returns their details.
@@ -284,6 +320,10 @@ impl JobRunner for MemoryJobRunner {
         Ok(summary)
     }
 
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        self.terminate_now(job_id, reason).map(|_| ())
+    }
+
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         let mut active = ActiveJobs::default();
         let jobs = self.lock().clone();
@@ -399,6 +439,9 @@ impl JobRunner for FlakyJobRunner {
     }
     async fn count_active(&self, n: u64) -> Result<ActiveJobs, JobRunnerError> {
         self.inner.count_active(n).await
+    }
+    async fn terminate(&self, id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        self.inner.terminate(id, reason).await
     }
     async fn find_by_name(&self, name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
         self.inner.find_by_name(name).await

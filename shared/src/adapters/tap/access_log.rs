@@ -156,6 +156,9 @@ impl Tap for AccessLog {
             }
             Op::JobList => self.record("batch:ListJobs", "*".into()),
             Op::JobDescribe => self.record("batch:DescribeJobs", "*".into()),
+            // The job's ARN is Batch's to make; no function of the stack calls it (the
+            // operator's `granary cancel` does, with the operator's own role).
+            Op::JobTerminate => self.record("batch:TerminateJob", "*".into()),
             // A depositor's server and the identifier service need no IAM. The notification bus's ARN is not in the
             // log's configuration: the ingest IAM test names events:PutEvents itself.
             Op::RemoteSize | Op::RemoteFetch | Op::RemoteCallBack | Op::Mint | Op::BusPut => {}

@@ -26,6 +26,8 @@ pub enum Op {
     /// ListJobs (counting active jobs, finding a job by name).
     JobList,
     JobDescribe,
+    /// TerminateJob (`granary cancel`).
+    JobTerminate,
     SourceList,
     SourceOpen,
     /// HEAD of a depositor's file (the ingest queue's size check).

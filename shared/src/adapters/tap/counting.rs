@@ -111,7 +111,7 @@ impl Tap for RequestCounts {
                 add(&self.batch_calls, 1);
                 add(&self.batch_submits, 1);
             }
-            Op::JobList | Op::JobDescribe => add(&self.batch_calls, 1),
+            Op::JobList | Op::JobDescribe | Op::JobTerminate => add(&self.batch_calls, 1),
             Op::SourceList
             | Op::SourceOpen
             | Op::RemoteSize

@@ -289,6 +289,11 @@ impl JobRunner for TappedJobs {
         let request = self.inner.find_by_name(job_name);
         through(&*self.tap, call, request, Answer::of, jobs_error).await
     }
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        let call = Call::new(Op::JobTerminate, job_id);
+        let request = self.inner.terminate(job_id, reason);
+        through(&*self.tap, call, request, Answer::of, jobs_error).await
+    }
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
         let call = Call::new(Op::JobDescribe, job_id);
         let request = self.inner.describe(job_id);

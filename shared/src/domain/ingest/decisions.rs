@@ -269,6 +269,11 @@ pub fn on_processing_end(
         Route::FailureDlq => ProcessingEnd::Failed {
             reason: format!("{batch_job_name} failed ({why}): no retry fixes it"),
         },
+        // `granary cancel` takes the backfill campaign's attempts only; an ingest job someone
+        // terminated with its reason ends as failed, as any other cancel of it does.
+        Route::Cancelled => ProcessingEnd::Failed {
+            reason: format!("{batch_job_name} cancelled ({why})"),
+        },
     }
 }
 

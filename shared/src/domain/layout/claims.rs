@@ -39,6 +39,23 @@ pub fn parse_window_key(prefix: &str, key: &str) -> Option<(String, u64)> {
     Some((inventory.to_owned(), start.parse().ok()?))
 }
 
+/// `claims/cancels/<id>.json`: what `granary cancel` meant to terminate, written before it did.
+pub fn cancel_record_key(prefix: &str, id: &str) -> String {
+    format!("{prefix}cancels/{id}.json")
+}
+
+/// `claims/cancelled/`: the attempts granary's cancel ended, one object each, until
+/// `granary resume --cancelled` sends them round again.
+pub fn cancelled_prefix(prefix: &str) -> String {
+    format!("{prefix}cancelled/")
+}
+
+/// `claims/cancelled/granule_id=G/attempt=N.json`; [`parse_claim_key`] with
+/// [`cancelled_prefix`] reads it back.
+pub fn cancelled_key(prefix: &str, event: &GranuleProcessingEvent) -> String {
+    claim_key(&cancelled_prefix(prefix), event)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,7 +66,17 @@ mod tests {
             granule_id: GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap(),
             attempt: 3,
         };
-        assert_eq!(parse_claim_key("open/", &claim_key("open/", &e)), Some(e));
+        assert_eq!(
+            parse_claim_key("open/", &claim_key("open/", &e)),
+            Some(e.clone())
+        );
+        // A cancelled attempt's key is no claim's, and reads back under its own prefix.
+        let cancelled = cancelled_key("claims/", &e);
+        assert_eq!(parse_claim_key("claims/", &cancelled), None);
+        assert_eq!(
+            parse_claim_key(&cancelled_prefix("claims/"), &cancelled),
+            Some(e)
+        );
         for foreign in [
             "open/x",
             "open/granule_id=g/attempt=x.json",

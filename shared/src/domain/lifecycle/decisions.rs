@@ -76,7 +76,9 @@ pub fn end_states(route: Route) -> &'static [ItemState] {
     match route {
         Route::Done => &[Processed],
         Route::RetryQueue => &[ProcessingFailed],
-        Route::FailureDlq => &[ProcessingFailed, Abandoned],
+        // Given up until an operator sends it round (`granary resume --cancelled`, or
+        // `granary resume --state ABANDONED`): nothing else may move it on.
+        Route::FailureDlq | Route::Cancelled => &[ProcessingFailed, Abandoned],
     }
 }
 
@@ -84,10 +86,7 @@ pub fn end_states(route: Route) -> &'static [ItemState] {
 fn ended(attempt: u32, ends: &[ItemState], reason: &str) -> Vec<Change> {
     ends.iter()
         .map(|to| match to {
-            Abandoned => Change::to(
-                Abandoned,
-                format!("attempt {attempt} dead-lettered: {reason}"),
-            ),
+            Abandoned => Change::to(Abandoned, format!("attempt {attempt} given up: {reason}")),
             to => Change::to(*to, format!("attempt {attempt}: {reason}")),
         })
         .collect()

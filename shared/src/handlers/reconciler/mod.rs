@@ -24,6 +24,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 
 mod windows;
+pub(crate) use windows::end_logged;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReconcileSummary {

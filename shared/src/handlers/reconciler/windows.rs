@@ -296,6 +296,15 @@ async fn forgotten(
     }
 }
 
+/// Whether the monitor has logged (and, a failure, routed) this attempt's end: the job has
+/// ended, and `granary cancel` leaves it alone.
+pub(crate) async fn end_logged(
+    ctx: &Ctx,
+    attempt: &GranuleProcessingEvent,
+) -> Result<bool, HandlerError> {
+    Ok(handled(ctx, attempt).await?.is_some())
+}
+
 /// How far the monitor got with an attempt's end.
 enum Logged {
     /// Logged (a failure also routed) and, with item records, the record moved past the attempt.

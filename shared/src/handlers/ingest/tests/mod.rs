@@ -1014,6 +1014,9 @@ impl crate::ports::JobRunner for LostAnswerLaggingList {
     ) -> Result<crate::ports::ActiveJobs, crate::ports::JobRunnerError> {
         self.inner.count_active(n).await
     }
+    async fn terminate(&self, id: &str, reason: &str) -> Result<(), crate::ports::JobRunnerError> {
+        self.inner.terminate(id, reason).await
+    }
     async fn find_by_name(
         &self,
         _: &str,

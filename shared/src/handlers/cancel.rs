@@ -1,0 +1,265 @@
+//! `granary cancel` and `granary resume --cancelled`: terminate exactly the campaign's open
+//! attempts — the job ids granary recorded in its claims, found through the open-claims index,
+//! never a name prefix — and later send the attempts that cancel ended round again.
+//!
+//! The order, each step a crash point:
+//! 1. the feeder's hold (unless told otherwise), so no new window starts while the cancel runs;
+//! 2. the cancel's record (`claims/cancels/<id>.json`): what it means to terminate and why;
+//! 3. TerminateJob for each target, paced, with a reason naming the cancel (`domain::cancel`).
+//!
+//! A cancel that dies part way is run again (a second id; terminating an ended job changes
+//! nothing). Each terminated job ends as Batch says and comes back as an event: the job monitor
+//! logs it and, knowing the reason, lists it under `claims/cancelled/` instead of retrying or
+//! dead-lettering it; nothing is cancelled that the monitor did not see end.
+
+use super::Ctx;
+use crate::adapters::paced::Pacer;
+use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::domain::cancel::{self, CancelFilter, CancelRecord, Cancelled, OpenAttempt};
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::hold::Hold;
+use crate::domain::layout::claims::{
+    cancel_record_key, cancelled_prefix, claim_key, parse_claim_key, parse_window_key, window_key,
+};
+use crate::domain::window::WindowClaim;
+use crate::handlers::HandlerError;
+use crate::ports::PutCondition;
+use crate::repositories::json::write_json_retrying;
+use crate::repositories::read_json;
+use chrono::{DateTime, Utc};
+use futures::{StreamExt, TryStreamExt};
+use serde::Serialize;
+
+/// What an operator asks of a cancel.
+#[derive(Debug, Clone)]
+pub struct CancelRequest {
+    pub filter: CancelFilter,
+    /// The operator's words, after the cancel's id in the reason Batch keeps.
+    pub reason: String,
+    pub by: String,
+    /// List what would be terminated; change nothing.
+    pub dry_run: bool,
+    /// Place the feeder's hold first (the default): without it new windows keep coming.
+    pub hold_feeder: bool,
+    /// TerminateJob calls a second (Batch throttles each account's API calls: keep this inside
+    /// what the submitters' SubmitJob shares leave).
+    pub per_second: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CancelSummary {
+    pub id: String,
+    /// Open attempts the filter took (terminated, or to be in a dry run).
+    pub targets: Vec<OpenAttempt>,
+    pub terminated: u64,
+    /// Taken, but with no job recorded yet (its submitter's answer is pending): the feeder's
+    /// takeover or the reconciler records it; run the cancel again.
+    pub without_job: u64,
+    /// Open attempts the filter left alone.
+    pub left: u64,
+    /// TerminateJob calls that failed past the SDK's retries (job id, error).
+    pub failed: Vec<(String, String)>,
+    /// Whether this cancel placed the feeder's hold (false: held already, or not asked).
+    pub held: bool,
+}
+
+/// Granules of a window looked at concurrently.
+const LOOKS_AT_ONCE: usize = 32;
+
+/// Every attempt of the campaign whose end the monitor has not logged, with the job granary
+/// recorded for it: the open-claims index, then each claim, then (a window's granules) each
+/// one's log. One that ends between this look and its TerminateJob is left as it ended.
+pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> {
+    let layout = &ctx.config.layout;
+    let mut open = Vec::new();
+    for marker in ctx.store.list(&layout.open_claim_prefix).await? {
+        if let Some((inventory, start)) = parse_window_key(&layout.open_claim_prefix, &marker.key) {
+            let claim_at = window_key(&layout.claim_prefix, &inventory, start);
+            let Some(claim) = read_json::<WindowClaim>(ctx.store.as_ref(), &claim_at).await? else {
+                continue;
+            };
+            let progress = ctx
+                .store
+                .get(&marker.key)
+                .await?
+                .map(|m| crate::domain::window::WindowProgress::from_marker(&m.body))
+                .unwrap_or_default();
+            let claim = claim.value;
+            // The granules whose end is not logged yet: looked at a few at a time (one or two
+            // GETs each), since a window may hold 10,000.
+            let looks = claim
+                .granules
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !progress.is_handled(*i))
+                .map(|(i, granule)| {
+                    let attempt = GranuleProcessingEvent {
+                        granule_id: granule.clone(),
+                        attempt: 1,
+                    };
+                    async move {
+                        let ended = super::reconciler::end_logged(ctx, &attempt).await?;
+                        Ok::<_, HandlerError>((i, attempt, ended))
+                    }
+                });
+            let mut looked: Vec<_> = futures::stream::iter(looks)
+                .buffer_unordered(LOOKS_AT_ONCE)
+                .try_collect()
+                .await?;
+            looked.sort_by_key(|(i, _, _)| *i);
+            for (i, attempt, ended) in looked {
+                if !ended {
+                    open.push(OpenAttempt {
+                        granule_id: attempt.granule_id,
+                        attempt: 1,
+                        job_id: claim.job_id(i),
+                        inventory: Some(inventory.clone()),
+                    });
+                }
+            }
+        } else if let Some(attempt) = parse_claim_key(&layout.open_claim_prefix, &marker.key) {
+            let claim_at = claim_key(&layout.claim_prefix, &attempt);
+            let claim = read_json::<crate::domain::claim::Claim>(ctx.store.as_ref(), &claim_at)
+                .await?
+                .map(|c| c.value);
+            open.push(OpenAttempt {
+                granule_id: attempt.granule_id,
+                attempt: attempt.attempt,
+                job_id: claim.and_then(|c| c.job_id),
+                inventory: None,
+            });
+        }
+    }
+    Ok(open)
+}
+
+/// Runs one cancel (see the module's order). `now` and `entropy` make its id.
+pub async fn cancel(
+    ctx: &Ctx,
+    request: &CancelRequest,
+    now: DateTime<Utc>,
+    entropy: u32,
+    mut progress: impl FnMut(u64, u64),
+) -> Result<CancelSummary, HandlerError> {
+    let id = cancel::new_cancel_id(now, entropy);
+    let parser = &ctx.config.layout.id_parser;
+    let open = open_attempts(ctx).await?;
+    let total = open.len() as u64;
+    let targets: Vec<OpenAttempt> = open
+        .into_iter()
+        .filter(|o| {
+            let facts = parser.facts(&o.granule_id);
+            request.filter.takes(o, facts.platform.as_deref())
+        })
+        .collect();
+    let mut summary = CancelSummary {
+        id: id.clone(),
+        left: total - targets.len() as u64,
+        without_job: targets.iter().filter(|t| t.job_id.is_none()).count() as u64,
+        targets,
+        ..CancelSummary::default()
+    };
+    if request.dry_run {
+        return Ok(summary);
+    }
+    if request.hold_feeder {
+        let hold = Hold {
+            reason: format!("granary cancel {id}: {}", request.reason),
+            held_by: request.by.clone(),
+            at: now,
+            evidence: Vec::new(),
+        };
+        let existing =
+            crate::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
+                .await?;
+        summary.held = existing.is_none();
+    }
+    let record = CancelRecord {
+        id: id.clone(),
+        reason: request.reason.clone(),
+        by: request.by.clone(),
+        at: now,
+        filter: request.filter.clone(),
+        targets: summary.targets.clone(),
+    };
+    write_json_retrying(
+        ctx.store.as_ref(),
+        &cancel_record_key(&ctx.config.layout.claim_prefix, &id),
+        &record,
+        PutCondition::Overwrite,
+        "recording a cancel",
+    )
+    .await?;
+    let reason = cancel::reason(&id, &request.reason);
+    let pacer = Pacer::per_second(request.per_second);
+    let jobs: Vec<String> = summary
+        .targets
+        .iter()
+        .filter_map(|t| t.job_id.clone())
+        .collect();
+    for (n, job) in jobs.iter().enumerate() {
+        if let Some(p) = &pacer {
+            p.wait().await;
+        }
+        match ctx.jobs.terminate(job, &reason).await {
+            Ok(()) => summary.terminated += 1,
+            Err(e) => summary.failed.push((job.clone(), e.to_string())),
+        }
+        progress(n as u64 + 1, jobs.len() as u64);
+    }
+    Ok(summary)
+}
+
+/// Attempts `granary cancel` ended, as the monitor listed them (newest cancel's order is not
+/// kept: by granule).
+pub async fn cancelled(ctx: &Ctx) -> Result<Vec<Cancelled>, HandlerError> {
+    let prefix = cancelled_prefix(&ctx.config.layout.claim_prefix);
+    let mut out = Vec::new();
+    for meta in ctx.store.list(&prefix).await? {
+        if parse_claim_key(&prefix, &meta.key).is_none() {
+            continue;
+        }
+        if let Some(entry) = read_json::<Cancelled>(ctx.store.as_ref(), &meta.key).await? {
+            out.push(entry.value);
+        }
+    }
+    Ok(out)
+}
+
+/// `granary resume --cancelled [--cancel ID]`: each listed attempt (of that cancel, or every
+/// one) goes round again as a redriven retry message — its next attempt granted past the budget,
+/// since the operator, not the granule, ended it — and leaves the list. The message first: a
+/// crash before the delete leaves it listed, and a rerun's second message is absorbed by the
+/// requeuer's claim on the next attempt.
+pub async fn resume_cancelled(
+    ctx: &Ctx,
+    only: Option<&str>,
+    dry_run: bool,
+) -> Result<Vec<Cancelled>, HandlerError> {
+    let mut resumed = Vec::new();
+    for entry in cancelled(ctx).await? {
+        if only.is_some_and(|id| id != entry.cancel) {
+            continue;
+        }
+        if !dry_run {
+            let attempt = GranuleProcessingEvent {
+                granule_id: entry.granule_id.clone(),
+                attempt: entry.attempt,
+            };
+            let message = RetryMessage::redriven(attempt.clone())
+                .of_campaign(ctx.campaign().cloned())
+                .to_message(&Notice::new(
+                    Outcome::Resumed,
+                    format!("resumed after {}", entry.cancel),
+                ))?;
+            ctx.retry_queue.send(message).await?;
+            let key = crate::domain::layout::claims::cancelled_key(
+                &ctx.config.layout.claim_prefix,
+                &attempt,
+            );
+            ctx.store.delete(&key).await?;
+        }
+        resumed.push(entry);
+    }
+    Ok(resumed)
+}
