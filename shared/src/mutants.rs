@@ -12,10 +12,15 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 12] = [
+pub const ALL: [Mutant; 13] = [
     Mutant {
         name: "takeover-without-lookup",
         defect: "a submission that takes over a claim (a feeder window, a requeued attempt, an ingest processing attempt) submits its unrecorded jobs again without looking them up by name",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "cancel-listed-after-routing",
+        defect: "the monitor marks a cancelled end's log routed before listing it for `granary resume --cancelled` (a crash between strands the granule, given up and listed nowhere)",
         caught_by: "--test crash_points every_crash_point",
     },
     Mutant {

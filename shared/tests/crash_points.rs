@@ -67,6 +67,20 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
         let keys: Vec<&str> = open.iter().map(|m| m.key.as_str()).collect();
         problems.push(format!("still open after settling: {keys:?}"));
     }
+    // Nothing `granary cancel` ended is left unresumed (the cancel scenario's operator resumes).
+    let cancelled = c
+        .store
+        .list(&granary::domain::layout::claims::cancelled_prefix(
+            &c.config.layout.claim_prefix,
+        ))
+        .await
+        .unwrap();
+    if !cancelled.is_empty() {
+        let keys: Vec<&str> = cancelled.iter().map(|m| m.key.as_str()).collect();
+        problems.push(format!(
+            "still listed as cancelled after settling: {keys:?}"
+        ));
+    }
     let dlq = w.dlq.messages();
     for m in &dlq {
         if m.attributes.get("reason").is_none_or(|r| r.is_empty()) {
@@ -175,6 +189,19 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             "{scenario:?} without a crash: {problems:?}"
         );
         assert!(calls > 0, "{scenario:?} made no external call");
+        if matches!(scenario, Scenario::Cancel | Scenario::MonitorCancelled) {
+            // The cancel took both running jobs: each granule succeeded at its second attempt.
+            let c = ctx(&w);
+            for g in platform::BACKFILL {
+                let id = granary::domain::granule::GranuleId::parse(g).unwrap();
+                let r = c.items().look(&id).await.unwrap().unwrap();
+                assert_eq!(
+                    (r.state, r.attempts.processing),
+                    (granary::domain::lifecycle::ItemState::Processed, 2),
+                    "{g}"
+                );
+            }
+        }
         if scenario == Scenario::FeederTwoInventories {
             // Two windows in the run under test (one per inventory), the third by the next run
             // from the page map the first left: three window claims.

@@ -522,6 +522,12 @@ async fn log_and_route_failure(
         Route::Cancelled => {
             // The cancelled list is this route's queue: written (overwritten alike by a
             // redelivery) before the log is marked routed, as a message is sent.
+            if crate::mutants::on("cancel-listed-after-routing") {
+                let listed = record.clone();
+                logs.mark_routed(key, log).await?;
+                put_cancelled(ctx, &listed).await?;
+                return Ok(MonitorOutcome::Routed { route });
+            }
             put_cancelled(ctx, record).await?;
             logs.mark_routed(key, log).await?;
             return Ok(MonitorOutcome::Routed { route });

@@ -139,12 +139,20 @@ pub enum Scenario {
     /// that campaign's feeder never comes back to the window, so the reconciler (under test) of
     /// a stack running v2 takes it over — jobs looked up by name, submitted, records made.
     CampaignSwitchHalfWindow,
+    /// The feeder's window submitted and its jobs running; an operator's `granary cancel`
+    /// (under test) holds the feeder, records the cancel and terminates both jobs. Batch ends
+    /// them with the cancel's reason, the monitor lists them as cancelled, the operator resumes
+    /// them (`granary resume --cancelled`) and releases the feeder: each succeeds at attempt 2.
+    Cancel,
+    /// As above, the cancel made and the jobs ended: the monitor (under test) meets a cancelled
+    /// end and lists it for the operator's resume, neither retrying nor dead-lettering it.
+    MonitorCancelled,
 }
 
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 35] = [
+pub const ALL: [Scenario; 37] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -180,6 +188,8 @@ pub const ALL: [Scenario; 35] = [
     Scenario::CampaignSwitch,
     Scenario::CampaignSwitchReconciled,
     Scenario::CampaignSwitchHalfWindow,
+    Scenario::Cancel,
+    Scenario::MonitorCancelled,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -374,6 +384,9 @@ pub struct World {
     pub spot_attempts: BTreeSet<u32>,
     /// Final events EventBridge never delivers: only the reconciler learns those ends.
     pub lose_events: bool,
+    /// An operator resumes the attempts `granary cancel` ended and releases the feeder, in the
+    /// settling rounds.
+    pub resume_cancelled: bool,
     /// Whether the feeder's schedule fires (the backfill scenarios).
     pub feeder: bool,
     /// The settling round from which the feeder's schedule fires (the rounds before it, the
@@ -524,7 +537,10 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::CampaignSwitch
                 | Scenario::CampaignSwitchReconciled
                 | Scenario::CampaignSwitchHalfWindow
+                | Scenario::Cancel
+                | Scenario::MonitorCancelled
         ),
+        resume_cancelled: matches!(scenario, Scenario::Cancel | Scenario::MonitorCancelled),
         feeder_from_round: match scenario {
             Scenario::MonitorBeforeRecords => 2,
             Scenario::RetryBeforeRecords => 4,
@@ -655,6 +671,17 @@ pub async fn finish_jobs(w: &World) -> u64 {
             Ending::Succeeded
         };
         let detail = w.jobs.end(&job.job_id, ending).unwrap();
+        if !w.lose_events {
+            let event = job_state_change(&detail);
+            w.events
+                .send(granary::ports::OutgoingMessage::new(event.to_string()))
+                .await
+                .unwrap();
+        }
+        finished += 1;
+    }
+    // Jobs TerminateJob ended since: Batch sends their events as any other end's.
+    for detail in w.jobs.take_terminated() {
         if !w.lose_events {
             let event = job_state_change(&detail);
             w.events
@@ -887,6 +914,28 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
             .await;
         activity += done;
         failed += refused;
+        if w.resume_cancelled {
+            // The operator, once the cancelled ends are listed: `granary resume --cancelled`
+            // (a run that died is run again next round), then `granary release`.
+            for resumed in rf
+                .scheduled(
+                    "resume-cancelled",
+                    &w.imp,
+                    |i| async move {
+                        granary::handlers::cancel::resume_cancelled(&i, None, false).await
+                    },
+                    &mut failed,
+                )
+                .await?
+            {
+                activity += resumed.len() as u64;
+            }
+            let hold = &w.imp.config.layout.hold_key;
+            if w.imp.store.get(hold).await.unwrap().is_some() {
+                w.imp.store.delete(hold).await.unwrap();
+                activity += 1;
+            }
+        }
         let later = Utc::now() + chrono::Duration::days(1);
         for r in rf
             .scheduled(
@@ -1039,7 +1088,9 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | MonitorArrayChild
         | CampaignSwitch
         | CampaignSwitchReconciled
-        | CampaignSwitchHalfWindow => {
+        | CampaignSwitchHalfWindow
+        | Cancel
+        | MonitorCancelled => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -1083,6 +1134,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     | ReconcilerArrayWindow
                     | CampaignSwitch
                     | CampaignSwitchReconciled
+                    | Cancel
+                    | MonitorCancelled
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1093,6 +1146,22 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
                 assert_eq!(fed.submitted, BACKFILL.len() as u64);
+            }
+            if scenario == MonitorCancelled {
+                let request = granary::handlers::cancel::CancelRequest {
+                    filter: Default::default(),
+                    reason: "wrong container image".into(),
+                    by: "operator".into(),
+                    dry_run: false,
+                    hold_feeder: true,
+                    per_second: 10_000.0,
+                };
+                let s =
+                    granary::handlers::cancel::cancel(&w.imp, &request, Utc::now(), 1, |_, _| {})
+                        .await
+                        .unwrap();
+                assert_eq!(s.terminated, BACKFILL.len() as u64);
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
             if scenario == MonitorArrayChild {
                 assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
@@ -1308,7 +1377,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords | MonitorArrayChild => Some(Function::Monitor),
+        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled => Some(Function::Monitor),
         Reconciler
         | ReconcilerRetryable
         | ReconcilerLostAnswer
@@ -1321,7 +1390,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | SweeperDownload
         | CorruptRecord => Some(Function::Sweeper),
         // Operator commands: run with the operator's credentials, not a function's role.
-        Resume | Redrive | RedriveEvents => None,
+        Resume | Redrive | RedriveEvents | Cancel => None,
     };
     let imp = match function {
         Some(f) => w.as_fn(f).with_faults(faults),
@@ -1402,6 +1471,25 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             let _ = sweeper::sweep(&imp, later).await;
             return;
         }
+        Cancel => {
+            let request = granary::handlers::cancel::CancelRequest {
+                filter: Default::default(),
+                reason: "wrong container image".into(),
+                by: "operator".into(),
+                dry_run: false,
+                hold_feeder: true,
+                per_second: 10_000.0,
+            };
+            let now = Utc::now();
+            let run = granary::handlers::cancel::cancel(&imp, &request, now, 1, |_, _| {}).await;
+            if run.is_err() || faults.crashed() {
+                // An operator reruns a command that died (a second cancel, its own id).
+                granary::handlers::cancel::cancel(&w.imp, &request, now, 2, |_, _| {})
+                    .await
+                    .unwrap();
+            }
+            return;
+        }
         Resume => {
             let id = only_item(w).await;
             if resume::resume(&imp, std::slice::from_ref(&id), false)
@@ -1449,7 +1537,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords | MonitorArrayChild => {
+        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled => {
             (w.events.clone(), take(w.events.clone()).await)
         }
     };

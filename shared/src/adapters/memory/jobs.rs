@@ -45,6 +45,8 @@ pub struct MemoryJobRunner {
     created: Mutex<std::collections::HashMap<String, i64>>,
     /// SubmitJob calls accepted in a second, if limited ([`MemoryJobRunner::with_submit_limit`]).
     submit_limit: Option<crate::adapters::paced::RateLimit>,
+    /// Details of the jobs TerminateJob ended whose events a test has not sent yet.
+    terminated: Mutex<Vec<serde_json::Value>>,
 }
 
 impl Default for MemoryJobRunner {
@@ -71,6 +73,7 @@ impl MemoryJobRunner {
             listing_lags: false,
             created: Mutex::default(),
             submit_limit: None,
+            terminated: Mutex::default(),
             initial_status,
         }
     }
@@ -197,7 +200,16 @@ impl MemoryJobRunner {
             serde_json::json!([])
         };
         self.finish(job_id, JobStatus::Failed, detail.clone());
+        self.terminated
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(detail.clone());
         Ok(Some(detail))
+    }
+
+    /// The jobs TerminateJob ended since the last call (their state change events' details).
+    pub fn take_terminated(&self) -> Vec<serde_json::Value> {
+        std::mem::take(&mut *self.terminated.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Ends every array parent whose children have all ended, as Batch does (AWS Batch user
