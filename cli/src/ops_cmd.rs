@@ -968,6 +968,7 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
         held_by: args.by,
         at: chrono::Utc::now(),
         evidence: Vec::new(),
+        cancel: None,
     };
     match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
         .await?

@@ -189,7 +189,10 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             "{scenario:?} without a crash: {problems:?}"
         );
         assert!(calls > 0, "{scenario:?} made no external call");
-        if matches!(scenario, Scenario::Cancel | Scenario::MonitorCancelled) {
+        if matches!(
+            scenario,
+            Scenario::Cancel | Scenario::MonitorCancelled | Scenario::ReconcilerCancelled
+        ) {
             // The cancel took both running jobs: each granule succeeded at its second attempt.
             let c = ctx(&w);
             for g in platform::BACKFILL {
@@ -201,6 +204,27 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                     "{g}"
                 );
             }
+        }
+        if scenario == Scenario::RequeuerHeldBack {
+            // Held back, then resumed: the one item succeeded at attempt 2, listed no more.
+            let c = ctx(&w);
+            let items = c
+                .items()
+                .find(&granary::domain::item::ItemQuery::default())
+                .await
+                .unwrap();
+            assert_eq!(items.len(), 1);
+            assert_eq!(
+                (items[0].state, items[0].attempts.processing),
+                (granary::domain::lifecycle::ItemState::Processed, 2)
+            );
+            let history = c.items().history(&items[0].id).await.unwrap();
+            assert!(
+                history
+                    .iter()
+                    .any(|e| e.reason.contains("held back by granary cancel")),
+                "{history:?}"
+            );
         }
         if scenario == Scenario::FeederTwoInventories {
             // Two windows in the run under test (one per inventory), the third by the next run

@@ -72,6 +72,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
             held_by: "ops".into(),
             at: t0,
             evidence: Vec::new(),
+            cancel: None,
         },
     )
     .await
@@ -116,6 +117,7 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
             held_by: "ops".into(),
             at: Utc::now(),
             evidence: Vec::new(),
+            cancel: None,
         },
     )
     .await

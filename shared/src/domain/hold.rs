@@ -13,6 +13,16 @@ pub struct Hold {
     /// and reason, newest first).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
+    /// Placed by `granary cancel`: the requeuer holds back the next attempts it takes too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<CancelHold>,
+}
+
+/// The cancel behind a hold: its id and what it takes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelHold {
+    pub id: String,
+    pub filter: super::cancel::CancelFilter,
 }
 
 impl Hold {

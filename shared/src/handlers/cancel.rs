@@ -3,23 +3,28 @@
 //! never a name prefix — and later send the attempts that cancel ended round again.
 //!
 //! The order, each step a crash point:
-//! 1. the feeder's hold (unless told otherwise), so no new window starts while the cancel runs;
-//! 2. the cancel's record (`claims/cancels/<id>.json`): what it means to terminate and why;
-//! 3. TerminateJob for each target, paced, with a reason naming the cancel (`domain::cancel`).
+//! 1. the feeder's hold, naming the cancel and its filter (unless told otherwise): the feeder
+//!    starts no new window (it reads the hold before each one) and the requeuer submits no next
+//!    attempt the filter takes — it lists the granule as cancelled instead;
+//! 2. the open attempts listed, then the cancel's record (`claims/cancels/<id>.json`): what it
+//!    means to terminate and why;
+//! 3. TerminateJob for each target, paced, with a reason naming the cancel (`domain::cancel`);
+//!    then the listing again, for a job a run already under way submitted meanwhile (up to
+//!    [`ROUNDS`] times).
 //!
-//! A cancel that dies part way is run again (a second id; terminating an ended job changes
-//! nothing). Each terminated job ends as Batch says and comes back as an event: the job monitor
-//! logs it and, knowing the reason, lists it under `claims/cancelled/` instead of retrying or
-//! dead-lettering it; nothing is cancelled that the monitor did not see end.
+//! A cancel that dies part way is run again (a second id). Each terminated job ends as Batch
+//! says and comes back as an event: the job monitor logs it and, knowing the reason, lists it
+//! under `claims/cancelled/` instead of retrying or dead-lettering it.
 
 use super::Ctx;
 use crate::adapters::paced::Pacer;
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::cancel::{self, CancelFilter, CancelRecord, Cancelled, OpenAttempt};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::hold::Hold;
+use crate::domain::hold::{CancelHold, Hold};
 use crate::domain::layout::claims::{
-    cancel_record_key, cancelled_prefix, claim_key, parse_claim_key, parse_window_key, window_key,
+    cancel_record_key, cancelled_key, cancelled_prefix, claim_key, parse_claim_key,
+    parse_window_key, window_key,
 };
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
@@ -62,6 +67,10 @@ pub struct CancelSummary {
     /// Whether this cancel placed the feeder's hold (false: held already, or not asked).
     pub held: bool,
 }
+
+/// Listings (and TerminateJob rounds) a cancel makes at most: the first, and again while new
+/// open attempts appear (a feeder window or a requeued attempt under way when the hold came).
+pub const ROUNDS: usize = 3;
 
 /// Granules of a window looked at concurrently.
 const LOOKS_AT_ONCE: usize = 32;
@@ -142,72 +151,133 @@ pub async fn cancel(
     mut progress: impl FnMut(u64, u64),
 ) -> Result<CancelSummary, HandlerError> {
     let id = cancel::new_cancel_id(now, entropy);
+    let mut summary = CancelSummary {
+        id: id.clone(),
+        ..CancelSummary::default()
+    };
+    if request.dry_run {
+        let (targets, left) = Box::pin(take(ctx, &request.filter)).await?;
+        summary.without_job = targets.iter().filter(|t| t.job_id.is_none()).count() as u64;
+        summary.targets = targets;
+        summary.left = left;
+        return Ok(summary);
+    }
+    if request.hold_feeder {
+        summary.held = hold(ctx, request, &id, now).await?;
+    }
+    let reason = cancel::reason(&id, &request.reason);
+    let pacer = Pacer::per_second(request.per_second);
+    let mut terminated: std::collections::HashSet<String> = Default::default();
+    for round in 0..ROUNDS {
+        let (targets, left) = Box::pin(take(ctx, &request.filter)).await?;
+        summary.left = left;
+        summary.without_job = targets.iter().filter(|t| t.job_id.is_none()).count() as u64;
+        let new: Vec<OpenAttempt> = targets
+            .into_iter()
+            .filter(|t| t.job_id.as_ref().is_none_or(|j| !terminated.contains(j)))
+            .collect();
+        let jobs: Vec<String> = new.iter().filter_map(|t| t.job_id.clone()).collect();
+        summary.targets.extend(new);
+        if round > 0 && jobs.is_empty() {
+            break;
+        }
+        // What this cancel means to terminate, before it does: rewritten with each round's.
+        let record = CancelRecord {
+            id: id.clone(),
+            reason: request.reason.clone(),
+            by: request.by.clone(),
+            at: now,
+            filter: request.filter.clone(),
+            targets: summary.targets.clone(),
+        };
+        write_json_retrying(
+            ctx.store.as_ref(),
+            &cancel_record_key(&ctx.config.layout.claim_prefix, &id),
+            &record,
+            PutCondition::Overwrite,
+            "recording a cancel",
+        )
+        .await?;
+        for job in &jobs {
+            if let Some(p) = &pacer {
+                p.wait().await;
+            }
+            match ctx.jobs.terminate(job, &reason).await {
+                Ok(()) => summary.terminated += 1,
+                Err(e) => summary.failed.push((job.clone(), e.to_string())),
+            }
+            terminated.insert(job.clone());
+            progress(summary.terminated, summary.targets.len() as u64);
+        }
+    }
+    Ok(summary)
+}
+
+/// The open attempts `filter` takes, and how many it leaves.
+async fn take(ctx: &Ctx, filter: &CancelFilter) -> Result<(Vec<OpenAttempt>, u64), HandlerError> {
     let parser = &ctx.config.layout.id_parser;
     let open = open_attempts(ctx).await?;
     let total = open.len() as u64;
     let targets: Vec<OpenAttempt> = open
         .into_iter()
-        .filter(|o| {
-            let facts = parser.facts(&o.granule_id);
-            request.filter.takes(o, facts.platform.as_deref())
-        })
+        .filter(|o| filter.takes(o, parser.facts(&o.granule_id).platform.as_deref()))
         .collect();
-    let mut summary = CancelSummary {
-        id: id.clone(),
-        left: total - targets.len() as u64,
-        without_job: targets.iter().filter(|t| t.job_id.is_none()).count() as u64,
-        targets,
-        ..CancelSummary::default()
-    };
-    if request.dry_run {
-        return Ok(summary);
-    }
-    if request.hold_feeder {
-        let hold = Hold {
-            reason: format!("granary cancel {id}: {}", request.reason),
-            held_by: request.by.clone(),
-            at: now,
-            evidence: Vec::new(),
-        };
-        let existing =
-            crate::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
-                .await?;
-        summary.held = existing.is_none();
-    }
-    let record = CancelRecord {
-        id: id.clone(),
-        reason: request.reason.clone(),
-        by: request.by.clone(),
+    let left = total - targets.len() as u64;
+    Ok((targets, left))
+}
+
+/// The feeder's hold, naming this cancel: placed, or put in place of a hold already there (whose
+/// words it keeps as evidence), so the requeuer knows what to hold back. Whether it was placed
+/// where there was none.
+async fn hold(
+    ctx: &Ctx,
+    request: &CancelRequest,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, HandlerError> {
+    let key = &ctx.config.layout.hold_key;
+    let existing = crate::repositories::read_hold(ctx.store.as_ref(), key).await?;
+    let hold = Hold {
+        reason: format!("granary cancel {id}: {}", request.reason),
+        held_by: request.by.clone(),
         at: now,
-        filter: request.filter.clone(),
-        targets: summary.targets.clone(),
+        evidence: existing.iter().map(|h| h.describe()).collect(),
+        cancel: Some(CancelHold {
+            id: id.to_owned(),
+            filter: request.filter.clone(),
+        }),
     };
     write_json_retrying(
         ctx.store.as_ref(),
-        &cancel_record_key(&ctx.config.layout.claim_prefix, &id),
-        &record,
+        key,
+        &hold,
         PutCondition::Overwrite,
-        "recording a cancel",
+        "holding the feeder",
     )
     .await?;
-    let reason = cancel::reason(&id, &request.reason);
-    let pacer = Pacer::per_second(request.per_second);
-    let jobs: Vec<String> = summary
-        .targets
-        .iter()
-        .filter_map(|t| t.job_id.clone())
-        .collect();
-    for (n, job) in jobs.iter().enumerate() {
-        if let Some(p) = &pacer {
-            p.wait().await;
-        }
-        match ctx.jobs.terminate(job, &reason).await {
-            Ok(()) => summary.terminated += 1,
-            Err(e) => summary.failed.push((job.clone(), e.to_string())),
-        }
-        progress(n as u64 + 1, jobs.len() as u64);
-    }
-    Ok(summary)
+    Ok(existing.is_none())
+}
+
+/// Lists `entry` under `claims/cancelled/` (overwriting an earlier listing of the same attempt):
+/// the route of an end `granary cancel` made (the monitor), and of a next attempt it held back
+/// (the requeuer).
+pub async fn list_cancelled(ctx: &Ctx, entry: &Cancelled) -> Result<(), HandlerError> {
+    let key = crate::domain::layout::claims::cancelled_key(
+        &ctx.config.layout.claim_prefix,
+        &GranuleProcessingEvent {
+            granule_id: entry.granule_id.clone(),
+            attempt: entry.attempt,
+        },
+    );
+    write_json_retrying(
+        ctx.store.as_ref(),
+        &key,
+        entry,
+        PutCondition::Overwrite,
+        "listing a cancelled attempt",
+    )
+    .await?;
+    Ok(())
 }
 
 /// Attempts `granary cancel` ended, as the monitor listed them (newest cancel's order is not
@@ -241,11 +311,20 @@ pub async fn resume_cancelled(
         if only.is_some_and(|id| id != entry.cancel) {
             continue;
         }
+        let attempt = GranuleProcessingEvent {
+            granule_id: entry.granule_id.clone(),
+            attempt: entry.attempt,
+        };
+        let key = cancelled_key(&ctx.config.layout.claim_prefix, &attempt);
+        if moved_on(ctx, &attempt).await? {
+            // Sent round already (an item resume, an earlier run whose delete was lost) or
+            // succeeded: only the listing is left.
+            if !dry_run {
+                ctx.store.delete(&key).await?;
+            }
+            continue;
+        }
         if !dry_run {
-            let attempt = GranuleProcessingEvent {
-                granule_id: entry.granule_id.clone(),
-                attempt: entry.attempt,
-            };
             let message = RetryMessage::redriven(attempt.clone())
                 .of_campaign(ctx.campaign().cloned())
                 .to_message(&Notice::new(
@@ -253,13 +332,29 @@ pub async fn resume_cancelled(
                     format!("resumed after {}", entry.cancel),
                 ))?;
             ctx.retry_queue.send(message).await?;
-            let key = crate::domain::layout::claims::cancelled_key(
-                &ctx.config.layout.claim_prefix,
-                &attempt,
-            );
             ctx.store.delete(&key).await?;
         }
         resumed.push(entry);
     }
     Ok(resumed)
+}
+
+/// Whether the granule has moved past the listed attempt: it succeeded, or (item records) its
+/// record is at a later attempt. A record still PROCESSING the attempt has not: the monitor
+/// that listed it died before recording the end, and its redelivery records it.
+async fn moved_on(ctx: &Ctx, attempt: &GranuleProcessingEvent) -> Result<bool, HandlerError> {
+    if ctx.config.layout.track_items {
+        if let Some(r) = ctx.items().look(&attempt.granule_id).await? {
+            use crate::domain::lifecycle::ItemState;
+            return Ok(r.attempts.processing > attempt.attempt || r.state == ItemState::Processed);
+        }
+    }
+    let facts = ctx.config.layout.id_parser.facts(&attempt.granule_id);
+    let key = crate::domain::layout::logs::LogKey::new(
+        crate::domain::layout::logs::LogOutcome::Success,
+        &facts,
+        &attempt.granule_id,
+        attempt.attempt,
+    );
+    Ok(ctx.logs().succeeded_attempt(&key).await?.is_some())
 }

@@ -173,6 +173,25 @@ async fn record_finished(
 }
 
 /// The requeuer spent the last attempt: PROCESSING_FAILED → ABANDONED.
+/// The requeuer held the next attempt back for a cancel: PROCESSING_FAILED → ABANDONED.
+pub async fn held_back(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    cancel: &str,
+) -> Result<(), RecordError> {
+    if !ctx.config.layout.track_items {
+        return Ok(());
+    }
+    let attempt = event.attempt;
+    let moved = ctx
+        .items()
+        .advance(&event.granule_id, "requeuer", |r| {
+            decisions::on_held_back(r, attempt, cancel)
+        })
+        .await;
+    unless_corrupt(ctx, moved.map(|_| ())).await
+}
+
 pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());

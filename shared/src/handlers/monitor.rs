@@ -415,6 +415,7 @@ pub async fn brake(ctx: &Ctx, kind: crate::domain::brake::EndKind, what: String)
         held_by: "job-monitor (automatic brake)".to_owned(),
         at: Utc::now(),
         evidence: braking.evidence,
+        cancel: None,
     };
     let placed =
         crate::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
@@ -525,10 +526,11 @@ async fn log_and_route_failure(
             if crate::mutants::on("cancel-listed-after-routing") {
                 let listed = record.clone();
                 logs.mark_routed(key, log).await?;
-                put_cancelled(ctx, &listed).await?;
+                Box::pin(put_cancelled(ctx, &listed)).await?;
                 return Ok(MonitorOutcome::Routed { route });
             }
-            put_cancelled(ctx, record).await?;
+            // Boxed, as the rare route: the monitor's future stays the size it was.
+            Box::pin(put_cancelled(ctx, record)).await?;
             logs.mark_routed(key, log).await?;
             return Ok(MonitorOutcome::Routed { route });
         }
@@ -567,22 +569,7 @@ async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError
         reason: record.classification.reason.clone(),
         at: Utc::now(),
     };
-    let key = crate::domain::layout::claims::cancelled_key(
-        &ctx.config.layout.claim_prefix,
-        &crate::domain::granule::GranuleProcessingEvent {
-            granule_id: record.granule_id.clone(),
-            attempt: record.attempt,
-        },
-    );
-    crate::repositories::json::write_json_retrying(
-        ctx.store.as_ref(),
-        &key,
-        &entry,
-        crate::ports::PutCondition::Overwrite,
-        "listing a cancelled attempt",
-    )
-    .await?;
-    Ok(())
+    super::cancel::list_cancelled(ctx, &entry).await
 }
 
 #[cfg(test)]

@@ -25,6 +25,11 @@ pub enum RequeueOutcome {
     DeadLettered {
         reason: String,
     },
+    /// `granary cancel`'s hold takes the next attempt: not submitted, the granule listed for
+    /// `granary resume --cancelled`.
+    HeldBack {
+        cancel: String,
+    },
 }
 
 pub async fn handle_sqs(
@@ -91,6 +96,14 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             reason: ATTEMPTS_EXHAUSTED.to_owned(),
         });
     }
+    // An operator's redrive or resume is their decision; a retry (not the importer's hand-off of
+    // a READY item, attempt 0, which has no failed attempt to give up on) meets a cancel's hold.
+    if !message.redrive && event.attempt > 0 {
+        // Boxed: the requeuer's future stays the size it was for the common path.
+        if let Some(cancel) = Box::pin(hold_back(ctx, &event)).await? {
+            return Ok(RequeueOutcome::HeldBack { cancel });
+        }
+    }
     let outcome = ctx.submit_once(&next, "requeuer").await?;
     // Counted as it happens (a record write failing after it does not undo the submission; a
     // job a dead run submitted, found now, was never counted by that run).
@@ -132,4 +145,56 @@ async fn dead_letter(
 ) -> Result<(), QueueError> {
     let notice = Notice::new(Outcome::NonRetryable, reason).attempt(attempt);
     ctx.failure_dlq.send(notice.on(body)).await
+}
+
+/// When a cancel's hold takes `event`'s next attempt: lists the granule as cancelled and gives
+/// it up, and names the cancel.
+async fn hold_back(
+    ctx: &Ctx,
+    event: &crate::domain::granule::GranuleProcessingEvent,
+) -> Result<Option<String>, HandlerError> {
+    let next = event.next_attempt();
+    let Some(cancel) = held_back_by(ctx, &next).await? else {
+        return Ok(None);
+    };
+    let entry = crate::domain::cancel::Cancelled {
+        granule_id: event.granule_id.clone(),
+        attempt: event.attempt,
+        cancel: cancel.clone(),
+        job_id: String::new(),
+        reason: format!(
+            "attempt {} not submitted: held back by granary cancel {cancel}",
+            next.attempt
+        ),
+        at: chrono::Utc::now(),
+    };
+    // Listed first: a crash before the record gives up leaves a listing the redelivered message
+    // writes again.
+    super::cancel::list_cancelled(ctx, &entry).await?;
+    super::item_sync::held_back(ctx, event, &cancel).await?;
+    tracing::info!(granule_id = %event.granule_id, attempt = next.attempt, cancel, "held back by a cancel");
+    Ok(Some(cancel))
+}
+
+/// The cancel whose hold takes `next` (the attempt the requeuer would submit), if any.
+async fn held_back_by(
+    ctx: &Ctx,
+    next: &crate::domain::granule::GranuleProcessingEvent,
+) -> Result<Option<String>, HandlerError> {
+    let hold =
+        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await?;
+    let Some(cancel) = hold.and_then(|h| h.cancel) else {
+        return Ok(None);
+    };
+    let open = crate::domain::cancel::OpenAttempt {
+        granule_id: next.granule_id.clone(),
+        attempt: next.attempt,
+        job_id: None,
+        inventory: None,
+    };
+    let platform = ctx.config.layout.id_parser.facts(&next.granule_id).platform;
+    Ok(cancel
+        .filter
+        .takes(&open, platform.as_deref())
+        .then_some(cancel.id))
 }

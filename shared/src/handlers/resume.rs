@@ -69,6 +69,15 @@ pub async fn resume(
                 .of_campaign(imp.campaign().cloned())
                 .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
                 imp.retry_queue.send(message).await?;
+                // Listed by `granary cancel`, perhaps: sent round now, so no longer waiting.
+                let listed = crate::domain::layout::claims::cancelled_key(
+                    &imp.config.layout.claim_prefix,
+                    &GranuleProcessingEvent {
+                        granule_id: id.clone(),
+                        attempt: r.attempts.processing,
+                    },
+                );
+                imp.store.delete(&listed).await?;
                 let seq = r.seq;
                 // The history says who resumed it; if the requeuer got there first, its own
                 // entries say the same.

@@ -160,8 +160,9 @@ pub trait JobRunner: Send + Sync {
     async fn find_by_name(&self, job_name: &str) -> Result<Option<JobSummary>, JobRunnerError>;
     /// TerminateJob: a job not yet STARTING is cancelled, a STARTING or RUNNING one is
     /// terminated; either ends FAILED with `reason` as its `statusReason` (AWS Batch API
-    /// Reference, TerminateJob; `reason` at most 1,024 characters). A job that has ended already
-    /// is left as it ended.
+    /// Reference, TerminateJob; `reason` at most 1,024 characters). What it does to a job that
+    /// has ended is not documented for TerminateJob (the bulk TerminateJobs treats jobs it cannot
+    /// find as processed); granary's cancel asks only for jobs whose end it has not logged.
     async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError>;
     /// The job with this id, or `None` when Batch no longer (or never) knew it.
     async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError>;

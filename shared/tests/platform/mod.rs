@@ -147,12 +147,19 @@ pub enum Scenario {
     /// As above, the cancel made and the jobs ended: the monitor (under test) meets a cancelled
     /// end and lists it for the operator's resume, neither retrying nor dead-lettering it.
     MonitorCancelled,
+    /// As above with the ends' events lost: the reconciler (under test) finds the cancelled
+    /// ends through the window's marker and lists them.
+    ReconcilerCancelled,
+    /// Spot took attempt 1 and its retry message waits when an operator's `granary cancel`
+    /// holds the feeder: the requeuer (under test) submits nothing, lists the granule as
+    /// cancelled and gives it up; the operator resumes it and it succeeds at attempt 2.
+    RequeuerHeldBack,
 }
 
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 37] = [
+pub const ALL: [Scenario; 39] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -190,6 +197,8 @@ pub const ALL: [Scenario; 37] = [
     Scenario::CampaignSwitchHalfWindow,
     Scenario::Cancel,
     Scenario::MonitorCancelled,
+    Scenario::ReconcilerCancelled,
+    Scenario::RequeuerHeldBack,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -504,6 +513,7 @@ pub fn world(scenario: Scenario) -> World {
         spot_attempts: match scenario {
             Scenario::MonitorRetryable
             | Scenario::ReconcilerRetryable
+            | Scenario::RequeuerHeldBack
             | Scenario::RetryBeforeRecords
             | Scenario::CampaignSwitch => BTreeSet::from([1]),
             Scenario::RequeuerExhausted => {
@@ -520,6 +530,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerWindowRecordsLate
                 | Scenario::ReconcilerArrayWindow
                 | Scenario::CampaignSwitchReconciled
+                | Scenario::ReconcilerCancelled
         ),
         feeder: matches!(
             scenario,
@@ -539,8 +550,15 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::CampaignSwitchHalfWindow
                 | Scenario::Cancel
                 | Scenario::MonitorCancelled
+                | Scenario::ReconcilerCancelled
         ),
-        resume_cancelled: matches!(scenario, Scenario::Cancel | Scenario::MonitorCancelled),
+        resume_cancelled: matches!(
+            scenario,
+            Scenario::Cancel
+                | Scenario::MonitorCancelled
+                | Scenario::ReconcilerCancelled
+                | Scenario::RequeuerHeldBack
+        ),
         feeder_from_round: match scenario {
             Scenario::MonitorBeforeRecords => 2,
             Scenario::RetryBeforeRecords => 4,
@@ -915,26 +933,8 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
         activity += done;
         failed += refused;
         if w.resume_cancelled {
-            // The operator, once the cancelled ends are listed: `granary resume --cancelled`
-            // (a run that died is run again next round), then `granary release`.
-            for resumed in rf
-                .scheduled(
-                    "resume-cancelled",
-                    &w.imp,
-                    |i| async move {
-                        granary::handlers::cancel::resume_cancelled(&i, None, false).await
-                    },
-                    &mut failed,
-                )
-                .await?
-            {
-                activity += resumed.len() as u64;
-            }
-            let hold = &w.imp.config.layout.hold_key;
-            if w.imp.store.get(hold).await.unwrap().is_some() {
-                w.imp.store.delete(hold).await.unwrap();
-                activity += 1;
-            }
+            // Boxed: the settling loop's own future stays the size it was.
+            activity += Box::pin(operator_resumes_cancelled(w, rf, &mut failed)).await?;
         }
         let later = Utc::now() + chrono::Duration::days(1);
         for r in rf
@@ -967,6 +967,33 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
         }
     }
     Err("the platform did not settle in 60 rounds".into())
+}
+
+/// The operator, once `granary cancel`'s ends are listed: `granary resume --cancelled` (a run
+/// that died is run again next round), then `granary release`. Returns the activity.
+async fn operator_resumes_cancelled(
+    w: &World,
+    rf: &RecoveryFaults,
+    failed: &mut u64,
+) -> Result<u64, String> {
+    let mut activity = 0;
+    for resumed in rf
+        .scheduled(
+            "resume-cancelled",
+            &w.imp,
+            |i| async move { granary::handlers::cancel::resume_cancelled(&i, None, false).await },
+            failed,
+        )
+        .await?
+    {
+        activity += resumed.len() as u64;
+    }
+    let hold = &w.imp.config.layout.hold_key;
+    if w.imp.store.get(hold).await.unwrap().is_some() {
+        w.imp.store.delete(hold).await.unwrap();
+        activity += 1;
+    }
+    Ok(activity)
 }
 
 /// Time passes for a quiet platform that still holds leases (a dead invocation's claim without
@@ -1090,7 +1117,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | CampaignSwitchReconciled
         | CampaignSwitchHalfWindow
         | Cancel
-        | MonitorCancelled => {
+        | MonitorCancelled
+        | ReconcilerCancelled => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -1136,6 +1164,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     | CampaignSwitchReconciled
                     | Cancel
                     | MonitorCancelled
+                    | ReconcilerCancelled
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1147,7 +1176,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .unwrap();
                 assert_eq!(fed.submitted, BACKFILL.len() as u64);
             }
-            if scenario == MonitorCancelled {
+            if matches!(scenario, MonitorCancelled | ReconcilerCancelled) {
                 let request = granary::handlers::cancel::CancelRequest {
                     filter: Default::default(),
                     reason: "wrong container image".into(),
@@ -1156,10 +1185,15 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     hold_feeder: true,
                     per_second: 10_000.0,
                 };
-                let s =
-                    granary::handlers::cancel::cancel(&w.imp, &request, Utc::now(), 1, |_, _| {})
-                        .await
-                        .unwrap();
+                let s = Box::pin(granary::handlers::cancel::cancel(
+                    &w.imp,
+                    &request,
+                    Utc::now(),
+                    1,
+                    |_, _| {},
+                ))
+                .await
+                .unwrap();
                 assert_eq!(s.terminated, BACKFILL.len() as u64);
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
@@ -1321,6 +1355,35 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             })
             .await;
             finish_jobs(w).await;
+            if scenario == RequeuerHeldBack {
+                // The Spot end is handled (its retry message waits), then the operator cancels:
+                // nothing is open to terminate, the hold names the cancel.
+                let monitor_fn = &w.as_fn(Function::Monitor);
+                drain(&w.events, |b| async move {
+                    monitor::handle_message(monitor_fn, &b).await
+                })
+                .await;
+                assert_eq!(w.retry.messages().len(), 1);
+                let request = granary::handlers::cancel::CancelRequest {
+                    filter: Default::default(),
+                    reason: "wrong container image".into(),
+                    by: "operator".into(),
+                    dry_run: false,
+                    hold_feeder: true,
+                    per_second: 10_000.0,
+                };
+                let s = Box::pin(granary::handlers::cancel::cancel(
+                    &w.imp,
+                    &request,
+                    Utc::now(),
+                    1,
+                    |_, _| {},
+                ))
+                .await
+                .unwrap();
+                assert_eq!((s.terminated, s.held), (0, true));
+                return;
+            }
             if scenario == RedriveEvents {
                 // The event failed the monitor five times: the redrive policy parked it.
                 for m in w.events.receive(10, 30, 0).await.unwrap() {
@@ -1375,7 +1438,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | CampaignSwitch => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
-        Requeuer | PoisonRetry | RequeuerExhausted => Some(Function::Requeuer),
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
         | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled => Some(Function::Monitor),
         Reconciler
@@ -1386,6 +1449,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerArrayWindow
         | CampaignSwitchReconciled
         | CampaignSwitchHalfWindow
+        | ReconcilerCancelled
         | SweeperProcessing
         | SweeperDownload
         | CorruptRecord => Some(Function::Sweeper),
@@ -1457,7 +1521,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerWindowRecordsLate
         | ReconcilerArrayWindow
         | CampaignSwitchReconciled
-        | CampaignSwitchHalfWindow => {
+        | CampaignSwitchHalfWindow
+        | ReconcilerCancelled => {
             // The pass runs a day later: ListJobs shows every job by then.
             w.jobs.catch_up_listing();
             let _ = reconciler::reconcile(c, later).await;
@@ -1481,12 +1546,25 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
                 per_second: 10_000.0,
             };
             let now = Utc::now();
-            let run = granary::handlers::cancel::cancel(&imp, &request, now, 1, |_, _| {}).await;
+            let run = Box::pin(granary::handlers::cancel::cancel(
+                &imp,
+                &request,
+                now,
+                1,
+                |_, _| {},
+            ))
+            .await;
             if run.is_err() || faults.crashed() {
                 // An operator reruns a command that died (a second cancel, its own id).
-                granary::handlers::cancel::cancel(&w.imp, &request, now, 2, |_, _| {})
-                    .await
-                    .unwrap();
+                Box::pin(granary::handlers::cancel::cancel(
+                    &w.imp,
+                    &request,
+                    now,
+                    2,
+                    |_, _| {},
+                ))
+                .await
+                .unwrap();
             }
             return;
         }
@@ -1533,7 +1611,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             (w.import.clone(), take(w.import.clone()).await)
         }
-        Requeuer | PoisonRetry | RequeuerExhausted => {
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
@@ -1545,7 +1623,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             importer::handle_message(&imp, &message.body).await.is_ok()
         }
-        Requeuer | PoisonRetry | RequeuerExhausted => {
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => {
             requeuer::handle_message(c, &message.body).await.is_ok()
         }
         _ => monitor::handle_message(c, &message.body).await.is_ok(),
@@ -1592,10 +1670,12 @@ async fn run_world(
     crash: Option<CrashPoint>,
     recovery: Recovery,
 ) -> (World, bool, u64, Result<Recovered, String>) {
-    prepare(&w, scenario).await;
+    // Each phase boxed: a test's runtime polls its future on the test thread's stack (2 MiB),
+    // and these debug-build futures, nested by value, would not fit there.
+    Box::pin(prepare(&w, scenario)).await;
     let faults = Faults::new(crash, 0.0, 0, Arc::new(FaultCounts::default()));
-    act(&w, scenario, &faults).await;
-    let settled = settle_with(&w, recovery).await;
+    Box::pin(act(&w, scenario, &faults)).await;
+    let settled = Box::pin(settle_with(&w, recovery)).await;
     (w, faults.crashed(), faults.calls(), settled)
 }
 

@@ -284,8 +284,8 @@ impl JobRunner for BatchJobRunner {
     }
 
     async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
-        // Terminating twice is harmless (a job that has ended is left as it ended), so the SDK's
-        // own retries stand here, unlike SubmitJob's.
+        // A second TerminateJob of the same job asks for what the first did (no second job can
+        // come of it, unlike SubmitJob's), so the SDK's own retries stand here.
         self.client
             .terminate_job()
             .job_id(job_id)

@@ -195,7 +195,9 @@ impl MemoryJobRunner {
         detail["status"] = JobStatus::Failed.as_str().into();
         detail["statusReason"] = reason.into();
         detail["attempts"] = if started {
-            serde_json::json!([{"container": {"exitCode": 137}, "statusReason": "Essential container in task exited"}])
+            // As published event 14 shows a job terminated while running: the kill's 137, and
+            // the terminator's reason on the attempt too.
+            serde_json::json!([{"container": {"exitCode": 137}, "statusReason": reason}])
         } else {
             serde_json::json!([])
         };

@@ -86,7 +86,15 @@ pub fn end_states(route: Route) -> &'static [ItemState] {
 fn ended(attempt: u32, ends: &[ItemState], reason: &str) -> Vec<Change> {
     ends.iter()
         .map(|to| match to {
-            Abandoned => Change::to(Abandoned, format!("attempt {attempt} given up: {reason}")),
+            // Given up for a human: dead-lettered, or (its reason names `granary cancel`) listed
+            // for the operator's resume.
+            Abandoned if reason.contains(crate::domain::cancel::REASON_PREFIX) => {
+                Change::to(Abandoned, format!("attempt {attempt} {reason}"))
+            }
+            Abandoned => Change::to(
+                Abandoned,
+                format!("attempt {attempt} dead-lettered: {reason}"),
+            ),
             to => Change::to(*to, format!("attempt {attempt}: {reason}")),
         })
         .collect()
@@ -139,6 +147,21 @@ pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, max_attempt: u32) -> Opti
         Change::to(
             Abandoned,
             format!("attempt {attempt} was the last of {max_attempt}"),
+        )
+    })
+}
+
+/// `granary cancel`'s hold took the next attempt of an item whose attempt `attempt` failed:
+/// PROCESSING_FAILED → ABANDONED (unless a later attempt has begun since), given up until the
+/// operator's `granary resume --cancelled`.
+pub fn on_held_back(r: &ItemRecord, attempt: u32, cancel: &str) -> Option<Change> {
+    (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
+        Change::to(
+            Abandoned,
+            format!(
+                "attempt {} held back by granary cancel {cancel}",
+                attempt + 1
+            ),
         )
     })
 }

@@ -234,6 +234,22 @@ pub async fn feed(
             ));
             break;
         }
+        // A hold placed while this run works (`granary cancel` places one, then lists what is
+        // open) stops it before its next window, not at the next run.
+        if windows > 0 {
+            // Boxed: the loop's future stays the size it was.
+            let hold = Box::pin(again(
+                Backoff::IN_RUN,
+                "reading the hold",
+                || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
+                RepositoryError::is_transient,
+            ))
+            .await?;
+            if let Some(hold) = hold {
+                summary.stopped = Some(format!("{}; {remaining} rows are left", hold.describe()));
+                break;
+            }
+        }
         windows += 1;
         let start = current.rows_submitted;
         let rows = remaining.min(ceiling);

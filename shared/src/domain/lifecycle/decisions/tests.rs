@@ -256,6 +256,20 @@ fn a_dead_lettered_end_abandons_the_item_and_an_operator_can_send_it_round_again
     );
     assert_eq!((gone.state, gone.attempts.processing), (Abandoned, 1));
     assert!(gone.reason.contains("dead-lettered"), "{}", gone.reason);
+    // A cancel's end says so instead.
+    let reason = format!(
+        "cancelled: {}",
+        crate::domain::cancel::reason("c20261127T060001-000000ab", "bad image")
+    );
+    let cancelled = apply(
+        &running,
+        &on_job_finished(&running, 1, "j-1", ends, &reason),
+    );
+    assert_eq!(cancelled.state, Abandoned);
+    assert_eq!(
+        cancelled.reason,
+        "attempt 1 cancelled: granary cancel c20261127T060001-000000ab: bad image"
+    );
     // Its end delivered again changes nothing.
     assert!(on_job_finished(&gone, 1, "j-1", ends, "again").is_empty());
     // Unrecorded: made at its end, abandoned, in one write.
