@@ -60,6 +60,17 @@ fn built() -> BTreeMap<&'static str, String> {
             "attempt open marker",
             claim_key(&layout.open_claim_prefix, &retry),
         ),
+        (
+            "cancel record",
+            granary::domain::layout::claims::cancel_record_key(
+                &layout.claim_prefix,
+                "c20261126T070000-0a1b2c3d",
+            ),
+        ),
+        (
+            "cancelled attempt",
+            granary::domain::layout::claims::cancelled_key(&layout.claim_prefix, &retry),
+        ),
         ("outcome log", log.to_key(&layout.log_prefix)),
         ("item record", record_key(&items.items, &id)),
         (
