@@ -2,17 +2,9 @@
 
 use super::*;
 
-/// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses.
-pub(crate) mod prices {
-    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
-    /// arm64, per GB-second.
-    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
-    pub const LAMBDA_MEMORY_GB: f64 = 0.25;
-    /// PUT, COPY, POST, LIST per request.
-    pub const S3_PUT: f64 = 0.005 / 1e3;
-    pub const S3_GET: f64 = 0.0004 / 1e3;
-    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
-}
+/// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses: granary's
+/// own table (`domain::cost::prices`), which `granary report --cost` reads too.
+pub(crate) use granary::domain::cost::prices;
 
 /// One campaign's figures, as `granary-bench campaign --json` prints them (per granule unless
 /// the name says otherwise).

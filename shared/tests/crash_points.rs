@@ -193,7 +193,8 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             scenario,
             Scenario::Cancel | Scenario::MonitorCancelled | Scenario::ReconcilerCancelled
         ) {
-            // The cancel took both running jobs: each granule succeeded at its second attempt.
+            // The cancel took both running jobs: each was given up as cancelled (not retried,
+            // not dead-lettered), then resumed, and succeeded at its second attempt.
             let c = ctx(&w);
             for g in platform::BACKFILL {
                 let id = granary::domain::granule::GranuleId::parse(g).unwrap();
@@ -203,7 +204,16 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                     (granary::domain::lifecycle::ItemState::Processed, 2),
                     "{g}"
                 );
+                let history = c.items().history(&id).await.unwrap();
+                assert!(
+                    history.iter().any(|e| {
+                        e.to == granary::domain::lifecycle::ItemState::Abandoned
+                            && e.reason.starts_with("attempt 1 cancelled: granary cancel ")
+                    }),
+                    "{g}: {history:?}"
+                );
             }
+            assert!(w.dlq.messages().is_empty(), "nothing dead-lettered");
         }
         if scenario == Scenario::RequeuerHeldBack {
             // Held back, then resumed: the one item succeeded at attempt 2, listed no more.

@@ -83,6 +83,21 @@ impl ComputePrices {
     }
 }
 
+/// The request list prices granary's own cost is counted at (us-east-1, November 2026; AWS
+/// pricing pages of S3 Standard, SQS standard queues and Lambda arm64): one table, read by
+/// `granary-bench campaign` and by the constants below.
+pub mod prices {
+    pub const LAMBDA_REQUEST: f64 = 0.20 / 1e6;
+    /// arm64, per GB-second.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    /// The functions' memory, GB.
+    pub const LAMBDA_MEMORY_GB: f64 = 0.25;
+    /// PUT, COPY, POST, LIST per request.
+    pub const S3_PUT: f64 = 0.005 / 1e3;
+    pub const S3_GET: f64 = 0.0004 / 1e3;
+    pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+}
+
 /// granary's own cost a granule, by service, at the list prices of `granary-bench campaign`
 /// (us-east-1, November 2026): measured on a 10,000-granule array campaign with item records
 /// on (BENCHMARKS.md, "The cost floor"; 2026-11-27): S3 3.14 PUT/LIST and 3.06 GET, SQS 1.18
@@ -95,16 +110,16 @@ pub struct OwnCostPerGranule {
 }
 
 pub const OWN_COST_RECORDS_ON: OwnCostPerGranule = OwnCostPerGranule {
-    s3: 3.181 * 0.005 / 1e3 + 3.059 * 0.0004 / 1e3,
-    sqs: 1.183 * 0.40 / 1e6,
-    lambda: 0.106 * 0.20 / 1e6 + 7.1e-5 * 0.000_013_333_4,
+    s3: 3.181 * prices::S3_PUT + 3.059 * prices::S3_GET,
+    sqs: 1.183 * prices::SQS_REQUEST,
+    lambda: 0.106 * prices::LAMBDA_REQUEST + 7.1e-5 * prices::LAMBDA_GB_SECOND,
 };
 
 /// With item records off (BENCHMARKS.md: 1.10 PUT and 1.03 GET a granule).
 pub const OWN_COST_RECORDS_OFF: OwnCostPerGranule = OwnCostPerGranule {
-    s3: 1.14 * 0.005 / 1e3 + 1.03 * 0.0004 / 1e3,
-    sqs: 1.183 * 0.40 / 1e6,
-    lambda: 0.106 * 0.20 / 1e6 + 7.1e-5 * 0.000_013_333_4,
+    s3: 1.14 * prices::S3_PUT + 1.03 * prices::S3_GET,
+    sqs: 1.183 * prices::SQS_REQUEST,
+    lambda: 0.106 * prices::LAMBDA_REQUEST + 7.1e-5 * prices::LAMBDA_GB_SECOND,
 };
 
 /// A campaign's cost, in all and per ended granule.

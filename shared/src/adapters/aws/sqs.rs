@@ -128,11 +128,63 @@ impl Queue for SqsQueue {
             .send()
             .await
             .map_err(|e| QueueError::new(&self.url, describe(&e)).with_source(e))?;
-        let attrs = out.attributes.unwrap_or_default();
-        let get = |n: QueueAttributeName| attrs.get(&n).and_then(|v| v.parse().ok()).unwrap_or(0);
-        Ok(QueueDepth {
-            visible: get(QueueAttributeName::ApproximateNumberOfMessages),
-            in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        depth_of(&self.url, &out.attributes.unwrap_or_default())
+    }
+}
+
+/// The two counts GetQueueAttributes answered. A count missing or unreadable is an error, never
+/// 0: the feeder's downstream gate and the runtime's settling read 0 as "nothing waits".
+fn depth_of(
+    url: &str,
+    attrs: &std::collections::HashMap<QueueAttributeName, String>,
+) -> Result<QueueDepth, QueueError> {
+    let get = |n: QueueAttributeName| -> Result<u64, QueueError> {
+        let raw = attrs.get(&n).ok_or_else(|| {
+            QueueError::new(
+                url,
+                format!("GetQueueAttributes answered without {}", n.as_str()),
+            )
+        })?;
+        raw.parse().map_err(|_| {
+            QueueError::new(
+                url,
+                format!("GetQueueAttributes answered {} = {raw:?}", n.as_str()),
+            )
         })
+    };
+    Ok(QueueDepth {
+        visible: get(QueueAttributeName::ApproximateNumberOfMessages)?,
+        in_flight: get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)?,
+    })
+}
+
+#[cfg(test)]
+mod depth_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_or_unreadable_count_is_an_error_not_zero() {
+        let both = std::collections::HashMap::from([
+            (
+                QueueAttributeName::ApproximateNumberOfMessages,
+                "7".to_owned(),
+            ),
+            (
+                QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+                "2".to_owned(),
+            ),
+        ]);
+        let d = depth_of("q", &both).unwrap();
+        assert_eq!((d.visible, d.in_flight), (7, 2));
+        let mut missing = both.clone();
+        missing.remove(&QueueAttributeName::ApproximateNumberOfMessages);
+        let e = depth_of("q", &missing).unwrap_err().to_string();
+        assert!(e.contains("without ApproximateNumberOfMessages"), "{e}");
+        let mut bad = both;
+        bad.insert(
+            QueueAttributeName::ApproximateNumberOfMessages,
+            "many".into(),
+        );
+        assert!(depth_of("q", &bad).is_err());
     }
 }
