@@ -67,6 +67,15 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
         let keys: Vec<&str> = open.iter().map(|m| m.key.as_str()).collect();
         problems.push(format!("still open after settling: {keys:?}"));
     }
+    // The brake, where a scenario sets it, held the feeder (whichever end's handling died).
+    if w.brake.is_some() {
+        let hold = granary::repositories::read_hold(c.store.as_ref(), &c.config.layout.hold_key)
+            .await
+            .unwrap();
+        if hold.is_none_or(|h| h.held_by != "job-monitor (automatic brake)") {
+            problems.push("the brake did not hold the feeder".into());
+        }
+    }
     // Nothing `granary cancel` ended is left unresumed (the cancel scenario's operator resumes).
     let cancelled = c
         .store

@@ -30,6 +30,7 @@ use granary::adapters::tap::faults::{CrashPoint, FaultCounts, Faults, Interleave
 use granary::adapters::tap::{Call, Fate, Op, Refusal, Tap};
 use granary::config::Config;
 use granary::domain::batch_event::JobStatus;
+use granary::domain::brake::BrakeSettings;
 use granary::domain::campaign::Campaign;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::item::{Change, ItemQuery, NewItem};
@@ -154,12 +155,16 @@ pub enum Scenario {
     /// holds the feeder: the requeuer (under test) submits nothing, lists the granule as
     /// cancelled and gives it up; the operator resumes it and it succeeds at attempt 2.
     RequeuerHeldBack,
+    /// The feeder's window of two granules both fail in the application, with the job
+    /// monitor's brake judging from its first end: the monitor (under test) handles an end and
+    /// holds the feeder itself — its hold is the last call of the end's handling.
+    MonitorBrakes,
 }
 
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 39] = [
+pub const ALL: [Scenario; 40] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -199,6 +204,7 @@ pub const ALL: [Scenario; 39] = [
     Scenario::MonitorCancelled,
     Scenario::ReconcilerCancelled,
     Scenario::RequeuerHeldBack,
+    Scenario::MonitorBrakes,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -396,6 +402,9 @@ pub struct World {
     /// An operator resumes the attempts `granary cancel` ended and releases the feeder, in the
     /// settling rounds.
     pub resume_cancelled: bool,
+    /// The job monitor's brake, when a scenario sets it (the template's judges from 50 ends on,
+    /// more than any scenario has).
+    pub brake: Option<BrakeSettings>,
     /// Whether the feeder's schedule fires (the backfill scenarios).
     pub feeder: bool,
     /// The settling round from which the feeder's schedule fires (the rounds before it, the
@@ -507,7 +516,10 @@ pub fn world(scenario: Scenario) -> World {
         },
         records: scenario != Scenario::FeederRecordsOff,
         failing_attempts: match scenario {
-            Scenario::MonitorFailure | Scenario::Resume | Scenario::Redrive => BTreeSet::from([1]),
+            Scenario::MonitorFailure
+            | Scenario::Resume
+            | Scenario::Redrive
+            | Scenario::MonitorBrakes => BTreeSet::from([1]),
             _ => BTreeSet::new(),
         },
         spot_attempts: match scenario {
@@ -551,7 +563,13 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::Cancel
                 | Scenario::MonitorCancelled
                 | Scenario::ReconcilerCancelled
+                | Scenario::MonitorBrakes
         ),
+        brake: (scenario == Scenario::MonitorBrakes).then(|| BrakeSettings {
+            window: 4,
+            min_ends: 1,
+            ..BrakeSettings::default()
+        }),
         resume_cancelled: matches!(
             scenario,
             Scenario::Cancel
@@ -593,6 +611,9 @@ impl World {
         imp.config.layout = imp.config.layout.in_campaign(self.campaign().as_ref());
         imp.config.layout.track_items = self.records;
         imp.config.feeder.array_windows = self.array;
+        if let Some(brake) = self.brake {
+            imp.config.brake = brake;
+        }
         if imp.config.jobs.is_none() {
             imp.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
         }
@@ -1118,7 +1139,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | CampaignSwitchHalfWindow
         | Cancel
         | MonitorCancelled
-        | ReconcilerCancelled => {
+        | ReconcilerCancelled
+        | MonitorBrakes => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -1165,6 +1187,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     | Cancel
                     | MonitorCancelled
                     | ReconcilerCancelled
+                    | MonitorBrakes
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1175,6 +1198,9 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await
                 .unwrap();
                 assert_eq!(fed.submitted, BACKFILL.len() as u64);
+            }
+            if scenario == MonitorBrakes {
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
             if matches!(scenario, MonitorCancelled | ReconcilerCancelled) {
                 let request = granary::handlers::cancel::CancelRequest {
@@ -1440,7 +1466,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled => Some(Function::Monitor),
+        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled | MonitorBrakes => {
+            Some(Function::Monitor)
+        }
         Reconciler
         | ReconcilerRetryable
         | ReconcilerLostAnswer
@@ -1615,7 +1643,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
-        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled => {
+        | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled | MonitorBrakes => {
             (w.events.clone(), take(w.events.clone()).await)
         }
     };
