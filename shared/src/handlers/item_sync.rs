@@ -179,29 +179,33 @@ pub async fn held_back(
     event: &GranuleProcessingEvent,
     cancel: &str,
 ) -> Result<(), RecordError> {
-    if !ctx.config.layout.track_items {
-        return Ok(());
-    }
-    let attempt = event.attempt;
-    let moved = ctx
-        .items()
-        .advance(&event.granule_id, "requeuer", |r| {
-            decisions::on_held_back(r, attempt, cancel)
-        })
-        .await;
-    unless_corrupt(ctx, moved.map(|_| ())).await
+    given_up(ctx, event, |r, attempt| {
+        decisions::on_held_back(r, attempt, cancel)
+    })
+    .await
 }
 
 pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), RecordError> {
+    let max = ctx.config.max_attempt();
+    given_up(ctx, event, |r, attempt| {
+        decisions::on_attempts_spent(r, attempt, max)
+    })
+    .await
+}
+
+/// The requeuer gives the item up as `decide` says (a no-op with item records off).
+async fn given_up(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    decide: impl Fn(&crate::domain::item::ItemRecord, u32) -> Option<crate::domain::item::Change>,
+) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
     let attempt = event.attempt;
     let moved = ctx
         .items()
-        .advance(&event.granule_id, "requeuer", |r| {
-            decisions::on_attempts_spent(r, attempt, ctx.config.max_attempt())
-        })
+        .advance(&event.granule_id, "requeuer", |r| decide(r, attempt))
         .await;
     unless_corrupt(ctx, moved.map(|_| ())).await
 }

@@ -990,6 +990,35 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
     Err("the platform did not settle in 60 rounds".into())
 }
 
+/// The operator's `granary cancel` of every open attempt, run (boxed: see `run_world`).
+async fn operator_cancels(
+    c: &Ctx,
+    now: chrono::DateTime<Utc>,
+    entropy: u32,
+) -> Result<granary::handlers::cancel::CancelSummary, granary::handlers::HandlerError> {
+    let request = operator_cancel();
+    Box::pin(granary::handlers::cancel::cancel(
+        c,
+        &request,
+        now,
+        entropy,
+        |_, _| {},
+    ))
+    .await
+}
+
+/// The operator's `granary cancel` of every open attempt, as the cancel scenarios ask it.
+fn operator_cancel() -> granary::handlers::cancel::CancelRequest {
+    granary::handlers::cancel::CancelRequest {
+        filter: Default::default(),
+        reason: "wrong container image".into(),
+        by: "operator".into(),
+        dry_run: false,
+        hold_feeder: true,
+        per_second: 10_000.0,
+    }
+}
+
 /// The operator, once `granary cancel`'s ends are listed: `granary resume --cancelled` (a run
 /// that died is run again next round), then `granary release`. Returns the activity.
 async fn operator_resumes_cancelled(
@@ -1203,23 +1232,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
             if matches!(scenario, MonitorCancelled | ReconcilerCancelled) {
-                let request = granary::handlers::cancel::CancelRequest {
-                    filter: Default::default(),
-                    reason: "wrong container image".into(),
-                    by: "operator".into(),
-                    dry_run: false,
-                    hold_feeder: true,
-                    per_second: 10_000.0,
-                };
-                let s = Box::pin(granary::handlers::cancel::cancel(
-                    &w.imp,
-                    &request,
-                    Utc::now(),
-                    1,
-                    |_, _| {},
-                ))
-                .await
-                .unwrap();
+                let s = operator_cancels(&w.imp, Utc::now(), 1).await.unwrap();
                 assert_eq!(s.terminated, BACKFILL.len() as u64);
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
@@ -1390,23 +1403,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 })
                 .await;
                 assert_eq!(w.retry.messages().len(), 1);
-                let request = granary::handlers::cancel::CancelRequest {
-                    filter: Default::default(),
-                    reason: "wrong container image".into(),
-                    by: "operator".into(),
-                    dry_run: false,
-                    hold_feeder: true,
-                    per_second: 10_000.0,
-                };
-                let s = Box::pin(granary::handlers::cancel::cancel(
-                    &w.imp,
-                    &request,
-                    Utc::now(),
-                    1,
-                    |_, _| {},
-                ))
-                .await
-                .unwrap();
+                let s = operator_cancels(&w.imp, Utc::now(), 1).await.unwrap();
                 assert_eq!((s.terminated, s.held), (0, true));
                 return;
             }
@@ -1565,34 +1562,11 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             return;
         }
         Cancel => {
-            let request = granary::handlers::cancel::CancelRequest {
-                filter: Default::default(),
-                reason: "wrong container image".into(),
-                by: "operator".into(),
-                dry_run: false,
-                hold_feeder: true,
-                per_second: 10_000.0,
-            };
             let now = Utc::now();
-            let run = Box::pin(granary::handlers::cancel::cancel(
-                &imp,
-                &request,
-                now,
-                1,
-                |_, _| {},
-            ))
-            .await;
+            let run = operator_cancels(&imp, now, 1).await;
             if run.is_err() || faults.crashed() {
                 // An operator reruns a command that died (a second cancel, its own id).
-                Box::pin(granary::handlers::cancel::cancel(
-                    &w.imp,
-                    &request,
-                    now,
-                    2,
-                    |_, _| {},
-                ))
-                .await
-                .unwrap();
+                operator_cancels(&w.imp, now, 2).await.unwrap();
             }
             return;
         }

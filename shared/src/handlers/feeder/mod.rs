@@ -121,14 +121,7 @@ async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, Handle
         ));
     }
     let mut summary = FeederSummary::default();
-    let hold = again(
-        Backoff::IN_RUN,
-        "reading the hold",
-        || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
-        RepositoryError::is_transient,
-    )
-    .await?;
-    if let Some(hold) = hold {
+    if let Some(hold) = current_hold(ctx).await? {
         summary.early_exit = Some(hold.describe());
         tracing::info!(
             reason = hold.reason,
@@ -238,14 +231,7 @@ pub async fn feed(
         // open) stops it before its next window, not at the next run.
         if windows > 0 {
             // Boxed: the loop's future stays the size it was.
-            let hold = Box::pin(again(
-                Backoff::IN_RUN,
-                "reading the hold",
-                || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
-                RepositoryError::is_transient,
-            ))
-            .await?;
-            if let Some(hold) = hold {
+            if let Some(hold) = Box::pin(current_hold(ctx)).await? {
                 summary.stopped = Some(format!("{}; {remaining} rows are left", hold.describe()));
                 break;
             }
@@ -353,6 +339,17 @@ pub async fn feed(
     }
     tracing::info!(?summary, "feeder run finished");
     Ok(summary)
+}
+
+/// The feeder's hold, if one is placed (read again while refused).
+async fn current_hold(ctx: &Ctx) -> Result<Option<crate::domain::hold::Hold>, RepositoryError> {
+    again(
+        Backoff::IN_RUN,
+        "reading the hold",
+        || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
+        RepositoryError::is_transient,
+    )
+    .await
 }
 
 #[cfg(test)]
