@@ -1,11 +1,11 @@
 //! `granary cancel` and `granary resume --cancelled`: the operator's side of
 //! `granary::handlers::cancel`.
 
+use crate::operator::ctx;
 use anyhow::{bail, Context, Result};
 use granary::config::Section;
 use granary::domain::cancel::CancelFilter;
 use granary::handlers::cancel::{self, CancelRequest};
-use granary::handlers::Ctx;
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -40,12 +40,6 @@ pub struct CancelArgs {
     json: bool,
 }
 
-async fn ctx(sections: &[Section]) -> Result<Ctx> {
-    Ctx::for_sections_from_env(sections)
-        .await
-        .context(crate::ops_cmd::CONFIG_HINT)
-}
-
 pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
     if !(args.rate.is_finite() && args.rate > 0.0) {
         bail!("--rate must be a positive number of TerminateJob calls a second");
@@ -63,7 +57,7 @@ pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
         hold_feeder: !args.keep_feeding,
         per_second: args.rate,
     };
-    let bar = crate::ops_cmd::bar(0, "jobs terminated");
+    let bar = crate::operator::bar(0, "jobs terminated");
     let s = cancel::cancel(
         &ctx,
         &request,

@@ -6,6 +6,7 @@ mod classify_cmd;
 mod ingest_cmd;
 mod inventory_cmd;
 mod items_cmd;
+mod operator;
 mod ops_cmd;
 
 use clap::{Parser, Subcommand};

@@ -12,32 +12,10 @@ use granary::domain::lifecycle::ItemState;
 use granary::handlers::redrive::{RedriveFilter, RedriveOptions};
 use granary::handlers::Ctx;
 use granary_cli::ops::{chart, report, status};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// What the context of a command needs to explain when it cannot be built.
-pub(crate) const CONFIG_HINT: &str =
-    "granary's configuration (export the GRANARY_* variables of your stack; see docs/configuration.md)";
-
-/// The context a command works in: the bucket's layout plus the `sections` it uses, and nothing
-/// else — `report --scan` needs GRANARY_BUCKET alone.
-async fn ctx(sections: &[Section]) -> Result<Ctx> {
-    Ctx::for_sections_from_env(sections)
-        .await
-        .context(CONFIG_HINT)
-}
-
-pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
-    let b = ProgressBar::new(len);
-    b.set_style(
-        ProgressStyle::with_template(&format!(
-            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {what}"
-        ))
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    b
-}
+use crate::operator::{bar, ctx, CONFIG_HINT};
 
 #[derive(clap::Args)]
 pub struct StatusArgs {

@@ -23,8 +23,7 @@ use crate::domain::cancel::{self, CancelFilter, CancelRecord, Cancelled, OpenAtt
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::hold::{CancelHold, Hold};
 use crate::domain::layout::claims::{
-    cancel_record_key, cancelled_key, cancelled_prefix, claim_key, parse_claim_key,
-    parse_window_key, window_key,
+    cancel_record_key, cancelled_key, claim_key, parse_claim_key, parse_window_key, window_key,
 };
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
@@ -258,42 +257,12 @@ async fn hold(
     Ok(existing.is_none())
 }
 
-/// Lists `entry` under `claims/cancelled/` (overwriting an earlier listing of the same attempt):
-/// the route of an end `granary cancel` made (the monitor), and of a next attempt it held back
-/// (the requeuer).
-pub async fn list_cancelled(ctx: &Ctx, entry: &Cancelled) -> Result<(), HandlerError> {
-    let key = crate::domain::layout::claims::cancelled_key(
-        &ctx.config.layout.claim_prefix,
-        &GranuleProcessingEvent {
-            granule_id: entry.granule_id.clone(),
-            attempt: entry.attempt,
-        },
-    );
-    write_json_retrying(
-        ctx.store.as_ref(),
-        &key,
-        entry,
-        PutCondition::Overwrite,
-        "listing a cancelled attempt",
-    )
-    .await?;
-    Ok(())
-}
-
-/// Attempts `granary cancel` ended, as the monitor listed them (newest cancel's order is not
-/// kept: by granule).
+/// Attempts `granary cancel` ended or held back, as listed (by granule).
 pub async fn cancelled(ctx: &Ctx) -> Result<Vec<Cancelled>, HandlerError> {
-    let prefix = cancelled_prefix(&ctx.config.layout.claim_prefix);
-    let mut out = Vec::new();
-    for meta in ctx.store.list(&prefix).await? {
-        if parse_claim_key(&prefix, &meta.key).is_none() {
-            continue;
-        }
-        if let Some(entry) = read_json::<Cancelled>(ctx.store.as_ref(), &meta.key).await? {
-            out.push(entry.value);
-        }
-    }
-    Ok(out)
+    Ok(
+        crate::repositories::cancels::listed(ctx.store.as_ref(), &ctx.config.layout.claim_prefix)
+            .await?,
+    )
 }
 
 /// `granary resume --cancelled [--cancel ID]`: each listed attempt (of that cancel, or every

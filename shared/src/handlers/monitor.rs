@@ -569,7 +569,9 @@ async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError
         reason: record.classification.reason.clone(),
         at: Utc::now(),
     };
-    super::cancel::list_cancelled(ctx, &entry).await
+    crate::repositories::cancels::list(ctx.store.as_ref(), &ctx.config.layout.claim_prefix, &entry)
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

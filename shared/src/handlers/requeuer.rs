@@ -170,7 +170,8 @@ async fn hold_back(
     };
     // Listed first: a crash before the record gives up leaves a listing the redelivered message
     // writes again.
-    super::cancel::list_cancelled(ctx, &entry).await?;
+    crate::repositories::cancels::list(ctx.store.as_ref(), &ctx.config.layout.claim_prefix, &entry)
+        .await?;
     super::item_sync::held_back(ctx, event, &cancel).await?;
     tracing::info!(granule_id = %event.granule_id, attempt = next.attempt, cancel, "held back by a cancel");
     Ok(Some(cancel))

@@ -13,6 +13,7 @@
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
 
 pub mod archive;
+pub mod cancels;
 pub mod claims;
 pub mod hold;
 pub mod ingest;
