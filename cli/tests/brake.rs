@@ -69,15 +69,8 @@ async fn the_monitor_holds_the_feeder_when_the_code_keeps_failing() {
     }
 
     // The operator sees it.
-    let stack = c.stack.as_ref().expect("the campaign's stack");
-    let bucket = ctx.config.layout.bucket.clone();
-    let vars = [
-        ("GRANARY_BUCKET", bucket.as_str()),
-        ("GRANARY_JOB_QUEUE", stack.job_queue.as_str()),
-        ("GRANARY_JOB_DEFINITION", stack.job_definition.as_str()),
-        ("GRANARY_RETRY_QUEUE_URL", stack.retry_queue_url.as_str()),
-        ("GRANARY_FAILURE_DLQ_URL", stack.failure_dlq_url.as_str()),
-    ];
+    let owned = common::stack_vars(&c);
+    let vars = common::vars(&owned);
     let (code, out, err) = granary(&vars, &["status"]);
     assert_eq!(code, 0, "{err}");
     assert!(

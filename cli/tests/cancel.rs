@@ -173,15 +173,8 @@ async fn a_cancel_on_the_emulator_takes_exactly_the_open_jobs_and_resume_sends_t
         .unwrap();
     let waiting = one_window_run_and_one_waiting(&mut c).await;
 
-    let stack = c.stack.clone().expect("the campaign's stack");
-    let bucket = c.runtime.ctx.config.layout.bucket.clone();
-    let vars = [
-        ("GRANARY_BUCKET", bucket.as_str()),
-        ("GRANARY_JOB_QUEUE", stack.job_queue.as_str()),
-        ("GRANARY_JOB_DEFINITION", stack.job_definition.as_str()),
-        ("GRANARY_RETRY_QUEUE_URL", stack.retry_queue_url.as_str()),
-        ("GRANARY_FAILURE_DLQ_URL", stack.failure_dlq_url.as_str()),
-    ];
+    let owned = common::stack_vars(&c);
+    let vars = common::vars(&owned);
     // The operator's dry run names exactly the waiting window's jobs, and changes nothing.
     let (code, out, err) = granary(
         &vars,

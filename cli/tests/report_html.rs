@@ -152,14 +152,8 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
     );
 
     // `status --watch`: redrawn in place, with the reasons of the granules failing now.
-    let stack = c.stack.as_ref().expect("the campaign's stack");
-    let watch_vars = [
-        ("GRANARY_BUCKET", bucket.as_str()),
-        ("GRANARY_JOB_QUEUE", stack.job_queue.as_str()),
-        ("GRANARY_JOB_DEFINITION", stack.job_definition.as_str()),
-        ("GRANARY_RETRY_QUEUE_URL", stack.retry_queue_url.as_str()),
-        ("GRANARY_FAILURE_DLQ_URL", stack.failure_dlq_url.as_str()),
-    ];
+    let owned = common::stack_vars(&c);
+    let watch_vars = common::vars(&owned);
     let (code, out, err) = granary(
         &watch_vars,
         &["status", "--watch", "--interval", "1", "--count", "2"],

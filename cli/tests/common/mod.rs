@@ -67,3 +67,21 @@ pub async fn bucket(clients: &granary::adapters::aws::AwsClients, name: String) 
         });
     name
 }
+
+/// The variables an operator exports for a campaign's stack on the emulator: its bucket, job
+/// queue and definition, retry queue and failure DLQ (pass them as [`vars`] gives them).
+pub fn stack_vars(c: &granary_local::campaign::Campaign) -> Vec<(&'static str, String)> {
+    let stack = c.stack.as_ref().expect("the campaign's stack");
+    vec![
+        ("GRANARY_BUCKET", c.runtime.ctx.config.layout.bucket.clone()),
+        ("GRANARY_JOB_QUEUE", stack.job_queue.clone()),
+        ("GRANARY_JOB_DEFINITION", stack.job_definition.clone()),
+        ("GRANARY_RETRY_QUEUE_URL", stack.retry_queue_url.clone()),
+        ("GRANARY_FAILURE_DLQ_URL", stack.failure_dlq_url.clone()),
+    ]
+}
+
+/// `owned` as the `(name, value)` pairs [`granary`] takes.
+pub fn vars<'a>(owned: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    owned.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}

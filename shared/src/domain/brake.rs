@@ -58,6 +58,9 @@ pub enum EndKind {
     Capacity,
     /// Anything else (a timeout, a cancellation, an end no rule knows).
     Other,
+    /// `granary cancel`'s: the operator's, saying nothing of how the campaign fares; not
+    /// counted in the window at all.
+    Operator,
 }
 
 /// The kind of an end from its failure (`None`: it succeeded).
@@ -70,12 +73,10 @@ pub fn end_kind(failure: Option<&FailureKind>) -> EndKind {
             | FailureKind::Misconfiguration { .. },
         ) => EndKind::Application,
         Some(FailureKind::SpotInterruption | FailureKind::Capacity { .. }) => EndKind::Capacity,
-        Some(
-            FailureKind::AttemptTimeout
-            | FailureKind::Cancelled
-            | FailureKind::GranaryCancel { .. }
-            | FailureKind::Unknown,
-        ) => EndKind::Other,
+        Some(FailureKind::AttemptTimeout | FailureKind::Cancelled | FailureKind::Unknown) => {
+            EndKind::Other
+        }
+        Some(FailureKind::GranaryCancel { .. }) => EndKind::Operator,
     }
 }
 
@@ -96,6 +97,9 @@ impl EndWindow {
     /// One more end (`what`: the granule and its reason, for the evidence); the oldest leaves
     /// past the window's size.
     pub fn record(&mut self, kind: EndKind, what: String, settings: &BrakeSettings) {
+        if kind == EndKind::Operator {
+            return;
+        }
         self.ends.push_back((kind, what));
         while self.ends.len() > settings.window.max(1) {
             self.ends.pop_front();
@@ -177,6 +181,24 @@ mod tests {
     }
 
     use EndKind::*;
+
+    #[test]
+    fn an_operators_cancel_is_not_an_end_the_brake_counts() {
+        assert_eq!(
+            end_kind(Some(&FailureKind::GranaryCancel {
+                cancel: "c1".into()
+            })),
+            Operator
+        );
+        // Five application failures judge; five more cancels neither dilute nor count.
+        let mut kinds = vec![Application; 5];
+        kinds.extend([Operator; 5]);
+        assert_eq!(
+            window(&kinds).judge(&settings()),
+            window(&[Application; 5]).judge(&settings())
+        );
+        assert_eq!(window(&[Operator; 10]).judge(&settings()), None);
+    }
 
     #[test]
     fn no_judgement_before_the_minimum_of_ends() {

@@ -385,9 +385,7 @@ async fn handle_end(
     // Last, once the end is handled: the brake only ever places a hold. Only ends that came as
     // events are judged: the item sweeper's recoveries (ends found by DescribeJobs) run in
     // another function, which neither reads the brake's settings nor may place a hold.
-    // An operator's cancel says nothing of how the campaign fares: not judged either.
     if by == BY
-        && route != Route::Cancelled
         && matches!(
             outcome,
             MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. }

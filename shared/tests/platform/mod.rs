@@ -710,37 +710,30 @@ pub async fn finish_jobs(w: &World) -> u64 {
             Ending::Succeeded
         };
         let detail = w.jobs.end(&job.job_id, ending).unwrap();
-        if !w.lose_events {
-            let event = job_state_change(&detail);
-            w.events
-                .send(granary::ports::OutgoingMessage::new(event.to_string()))
-                .await
-                .unwrap();
-        }
+        announce_end(w, &detail).await;
         finished += 1;
     }
     // Jobs TerminateJob ended since: Batch sends their events as any other end's.
     for detail in w.jobs.take_terminated() {
-        if !w.lose_events {
-            let event = job_state_change(&detail);
-            w.events
-                .send(granary::ports::OutgoingMessage::new(event.to_string()))
-                .await
-                .unwrap();
-        }
+        announce_end(w, &detail).await;
         finished += 1;
     }
     // An array's parent ends once its children have; its event routes nothing.
     for detail in w.jobs.end_array_parents() {
-        if !w.lose_events {
-            let event = job_state_change(&detail);
-            w.events
-                .send(granary::ports::OutgoingMessage::new(event.to_string()))
-                .await
-                .unwrap();
-        }
+        announce_end(w, &detail).await;
     }
     finished
+}
+
+/// EventBridge delivers a job's state change to the events queue, unless events are lost.
+async fn announce_end(w: &World, detail: &serde_json::Value) {
+    if !w.lose_events {
+        let event = job_state_change(detail);
+        w.events
+            .send(granary::ports::OutgoingMessage::new(event.to_string()))
+            .await
+            .unwrap();
+    }
 }
 
 /// What the platform does to the recovery: the invocations that run after the one under test,

@@ -110,6 +110,14 @@ impl MemoryJobRunner {
             .contains(job_id)
     }
 
+    /// The job with this id (an array's child included), as submitted and as it stands.
+    fn job(&self, job_id: &str) -> Option<(JobRequest, JobSummary)> {
+        self.lock()
+            .iter()
+            .find(|(_, s)| s.job_id == job_id)
+            .cloned()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(JobRequest, JobSummary)>> {
         self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -177,12 +185,7 @@ impl MemoryJobRunner {
         job_id: &str,
         reason: &str,
     ) -> Result<Option<serde_json::Value>, JobRunnerError> {
-        let Some((request, summary)) = self
-            .lock()
-            .iter()
-            .find(|(_, s)| s.job_id == job_id)
-            .cloned()
-        else {
+        let Some((request, summary)) = self.job(job_id) else {
             return Err(JobRunnerError::refused(format!(
                 "ClientException: job {job_id} not found"
             )));
@@ -380,12 +383,7 @@ impl JobRunner for MemoryJobRunner {
         if self.is_forgotten(job_id) {
             return Ok(None);
         }
-        let Some((request, summary)) = self
-            .lock()
-            .iter()
-            .find(|(_, s)| s.job_id == job_id)
-            .cloned()
-        else {
+        let Some((request, summary)) = self.job(job_id) else {
             return Ok(None);
         };
         let given = self
