@@ -114,16 +114,18 @@ pub struct InMemoryBatch {
     refused_submits: std::sync::atomic::AtomicU64,
 }
 
+/// A Batch resource's ARN from its name (or its ARN as given).
+fn arn(kind: &str, name: &str, revision: &str) -> String {
+    if name.starts_with("arn:") {
+        name.to_owned()
+    } else {
+        format!("arn:aws:batch:{REGION}:{ACCOUNT}:{kind}/{name}{revision}")
+    }
+}
+
 impl InMemoryBatch {
     /// A Batch with one job queue and definition, each named or given as an ARN.
     pub fn new(job_queue: &str, job_definition: &str, retry_strategy: Value) -> Self {
-        let arn = |kind: &str, name: &str, revision: &str| {
-            if name.starts_with("arn:") {
-                name.to_owned()
-            } else {
-                format!("arn:aws:batch:{REGION}:{ACCOUNT}:{kind}/{name}{revision}")
-            }
-        };
         Self {
             jobs: Mutex::new(Jobs::default()),
             job_queue_arn: arn("job-queue", job_queue, ""),
@@ -222,6 +224,16 @@ impl JobRunner for InMemoryBatch {
             self.refused_submits
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Err(granary::adapters::paced::too_many_requests());
+        }
+        if let Some(queue) = request.queue.as_deref() {
+            // This Batch has one job queue: a job for another one is refused, as Batch refuses
+            // a queue it does not know (ClientException), never put on the wrong queue.
+            if arn("job-queue", queue, "") != self.job_queue_arn {
+                return Err(JobRunnerError::refused(format!(
+                    "ClientException: job queue {queue} not found (the local Batch has only {})",
+                    self.job_queue_arn
+                )));
+            }
         }
         let size = request.array_size.unwrap_or(0) as usize;
         if request.array_size.is_some() && !granary::domain::window::ARRAY_SIZES.contains(&size) {
@@ -542,6 +554,7 @@ mod tests {
                 ("attempt".to_owned(), attempt.to_string()),
             ]),
             array_size: None,
+            queue: None,
         }
     }
 

@@ -12,7 +12,12 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 13] = [
+pub const ALL: [Mutant; 14] = [
+    Mutant {
+        name: "last-attempt-queue-not-listed",
+        defect: "granary looks its jobs up by name on the main job queue only, not on the last-attempt queue too (a requeuer's last chance submitted there and its answer lost is submitted again)",
+        caught_by: "--test crash_points every_crash_point",
+    },
     Mutant {
         name: "takeover-without-lookup",
         defect: "a submission that takes over a claim (a feeder window, a requeued attempt, an ingest processing attempt) submits its unrecorded jobs again without looking them up by name",

@@ -19,11 +19,10 @@ impl Ctx {
     pub fn aws(config: Config, clients: &AwsClients) -> Result<Self, InitError> {
         let jobs: Arc<dyn JobRunner> = match &config.jobs {
             Some(j) => {
-                let batch: Arc<dyn JobRunner> = Arc::new(BatchJobRunner::new(
-                    clients.batch.clone(),
-                    &j.job_queue,
-                    &j.job_definition,
-                ));
+                let batch: Arc<dyn JobRunner> = Arc::new(
+                    BatchJobRunner::new(clients.batch.clone(), &j.job_queue, &j.job_definition)
+                        .listing_also(j.other_queues()),
+                );
                 // Paced to this function's share of the account's SubmitJob budget.
                 match j.submit_spacing {
                     Some(spacing) => Arc::new(crate::adapters::paced::PacedJobs {

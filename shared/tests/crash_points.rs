@@ -245,6 +245,36 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                 "{history:?}"
             );
         }
+        if matches!(
+            scenario,
+            Scenario::RequeuerExhausted | Scenario::RequeuerLastChance
+        ) {
+            // Spot took every attempt: the last chance ran on the last-attempt queue (the one a
+            // reclaim would dead-letter), the others on the stack's own, each job carrying the
+            // Spot ends before it.
+            let config = platform::function_config(platform::Function::Requeuer);
+            let last = config.jobs.and_then(|j| j.last_attempt_queue);
+            assert!(last.is_some(), "the test stack has a last-attempt queue");
+            let max = config.attempt_budget.retries + 1;
+            let mut placed: Vec<(String, Option<String>, Option<String>)> = w
+                .jobs
+                .submitted()
+                .into_iter()
+                .map(|r| {
+                    let spot = r.parameters.get("spot_ends").cloned();
+                    (r.parameters["attempt"].clone(), r.queue, spot)
+                })
+                .collect();
+            placed.sort();
+            let want: Vec<(String, Option<String>, Option<String>)> = (1..=max)
+                .map(|a| {
+                    let queue = (a == max).then(|| last.clone()).flatten();
+                    let spot = (a > 1).then(|| (a - 1).to_string());
+                    (a.to_string(), queue, spot)
+                })
+                .collect();
+            assert_eq!(placed, want);
+        }
         if scenario == Scenario::FeederTwoInventories {
             // Two windows in the run under test (one per inventory), the third by the next run
             // from the page map the first left: three window claims.

@@ -69,6 +69,7 @@ fn request() -> JobRequest {
         environment: BTreeMap::new(),
         parameters: BTreeMap::new(),
         array_size: None,
+        queue: None,
     }
 }
 

@@ -322,14 +322,10 @@ async fn retry_granules(s: &TestStack) -> Vec<String> {
 async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
     let s = stack("redrivereq", 1, &[("GRANARY_MAX_RETRIES", "1")]).await;
     let g = "HLS.S30.T01FFF.2022001T000000.v2.0";
-    let m = RetryMessage {
-        event: GranuleProcessingEvent {
-            granule_id: GranuleId::parse(g).unwrap(),
-            attempt: 2,
-        },
-        redrive: true,
-        campaign: None,
-    };
+    let m = RetryMessage::redriven(GranuleProcessingEvent {
+        granule_id: GranuleId::parse(g).unwrap(),
+        attempt: 2,
+    });
     let out = requeuer::handle_message(&s.ctx, &serde_json::to_string(&m).unwrap())
         .await
         .unwrap();

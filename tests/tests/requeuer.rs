@@ -100,3 +100,95 @@ async fn reports_failures_per_message() {
         .collect();
     assert_eq!(failed, vec!["m0"]);
 }
+
+/// A granule's last chance against capacity goes to the last-attempt queue through the real
+/// SDK: the requeuer's SubmitJob names that queue (the endpoint refuses a queue it does not
+/// know), the job carries the Spot ends before it, and only a runner that lists that queue too
+/// finds the job by its name — ListJobs lists one queue a call (AWS Batch API Reference,
+/// "ListJobs": `jobQueue`), which is why the wiring asks both.
+#[tokio::test]
+async fn the_last_chance_goes_to_the_last_attempt_queue() {
+    use granary::adapters::aws::BatchJobRunner;
+    use granary::ports::JobRunner;
+    let s = stack("lastq", 1, &[]).await;
+    let batch = &s.clients.batch;
+    let ce = batch
+        .describe_compute_environments()
+        .compute_environments(format!("{}-ce", s.stack.name))
+        .send()
+        .await
+        .unwrap();
+    let ce_arn = ce.compute_environments()[0]
+        .compute_environment_arn()
+        .unwrap()
+        .to_owned();
+    let on_demand = format!("{}-on-demand", s.stack.name);
+    batch
+        .create_job_queue()
+        .job_queue_name(&on_demand)
+        .state(aws_sdk_batch::types::JqState::Enabled)
+        .priority(1)
+        .compute_environment_order(
+            aws_sdk_batch::types::ComputeEnvironmentOrder::builder()
+                .order(1)
+                .compute_environment(ce_arn)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // One Spot retry apart from two others; the last chance on the on-demand queue.
+    let mut env = s.stack.env.clone();
+    env.insert("GRANARY_LAST_ATTEMPT_JOB_QUEUE".into(), on_demand.clone());
+    env.insert("GRANARY_MAX_RETRIES".into(), "2".into());
+    env.insert("GRANARY_MAX_SPOT_RETRIES".into(), "1".into());
+    let config = granary_local::stack::config_from(&env).unwrap();
+    let ctx = granary::handlers::Ctx::aws(config, &s.clients).unwrap();
+
+    let reclaimed = "HLS.L30.T18TYN.2020001T153012.v2.0";
+    let timed_out = "HLS.L30.T18TYN.2020002T153012.v2.0";
+    let retry = |id: &str, spot_ends: u32| {
+        serde_json::json!({"granule_id": id, "attempt": 1, "spot_ends": spot_ends}).to_string()
+    };
+    // Attempt 1 was reclaimed: a second reclaim would spend the Spot budget, so attempt 2 is
+    // the last chance. Attempt 1 of the other timed out: Spot retries remain for attempt 2.
+    for (id, spot_ends) in [(reclaimed, 1), (timed_out, 0)] {
+        let out = requeuer::handle_message(&ctx, &retry(id, spot_ends))
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, RequeueOutcome::Resubmitted { attempt: 2, .. }),
+            "{out:?}"
+        );
+    }
+    // A duplicate message submits nothing again (the claim, found on the other queue's side).
+    let out = requeuer::handle_message(&ctx, &retry(reclaimed, 1))
+        .await
+        .unwrap();
+    assert_eq!(out, RequeueOutcome::AlreadySubmitted { attempt: 2 });
+
+    let name = |id: &str| job_name(None, &GranuleId::parse(id).unwrap(), 2);
+    let main_only = BatchJobRunner::new(batch.clone(), &s.stack.job_queue, &s.stack.job_definition);
+    let both = main_only.clone().listing_also(vec![on_demand.clone()]);
+    // The last chance is on the on-demand queue only; the other retry on the stack's own.
+    assert!(main_only
+        .find_by_name(&name(reclaimed))
+        .await
+        .unwrap()
+        .is_none());
+    let found = both.find_by_name(&name(reclaimed)).await.unwrap().unwrap();
+    assert!(main_only
+        .find_by_name(&name(timed_out))
+        .await
+        .unwrap()
+        .is_some());
+    let described = both.describe(&found.job_id).await.unwrap().unwrap();
+    assert_eq!(described.detail["parameters"]["spot_ends"], "1");
+    assert!(
+        described.detail["jobQueue"]
+            .as_str()
+            .is_some_and(|q| q.ends_with(&format!("job-queue/{on_demand}"))),
+        "{}",
+        described.detail["jobQueue"]
+    );
+}

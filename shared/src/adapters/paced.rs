@@ -131,6 +131,7 @@ mod tests {
             environment: BTreeMap::new(),
             parameters: BTreeMap::new(),
             array_size: None,
+            queue: None,
         }
     }
 

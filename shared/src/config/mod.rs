@@ -128,6 +128,10 @@ pub struct Config {
     /// `None` when the reader did not ask for the Queues section.
     pub queues: Option<Queues>,
     pub retry_policy: RetryPolicy,
+    /// The retries a granule's failed attempts may have (`domain::attempt_budget`): the
+    /// processing budget of `retry_policy`, and Spot/capacity ends' own when
+    /// `GRANARY_MAX_SPOT_RETRIES` sets one.
+    pub attempt_budget: crate::domain::attempt_budget::AttemptBudget,
     /// When the job monitor holds the feeder itself (`domain::brake`; read with the Retry
     /// section: it judges failures).
     pub brake: crate::domain::brake::BrakeSettings,
@@ -296,6 +300,11 @@ impl Config {
             } else {
                 sections::default_retry_policy()
             },
+            attempt_budget: if wants(Section::Retry) {
+                sections::read_attempt_budget(&vars)?
+            } else {
+                sections::default_attempt_budget()
+            },
             brake: if wants(Section::Retry) {
                 sections::read_brake(&vars)?
             } else {
@@ -337,7 +346,10 @@ impl Config {
         }
     }
 
-    /// The attempt number past which a granule is dead-lettered (1 + GRANARY_MAX_RETRIES).
+    /// The attempt number past which a granule is dead-lettered (1 + GRANARY_MAX_RETRIES) when
+    /// every retried end spends the one budget; the requeuer asks `attempt_budget`, which also
+    /// knows Spot's own (`GRANARY_MAX_SPOT_RETRIES`). An ingest job's processing attempts spend
+    /// this one alone.
     pub fn max_attempt(&self) -> u32 {
         self.retry_policy.max_processing_attempts
     }

@@ -209,9 +209,23 @@ pub struct Jobs {
     /// the account's budget (`GRANARY_SUBMIT_JOB_RATE`, calls a second; unset: unpaced). See
     /// `adapters::paced`.
     pub submit_spacing: Option<std::time::Duration>,
+    /// The job queue a granule's last chance goes to (`GRANARY_LAST_ATTEMPT_JOB_QUEUE`: an
+    /// on-demand queue, where no Spot reclaim ends it; `domain::attempt_budget`). Unset or
+    /// empty: every attempt goes to `job_queue`.
+    pub last_attempt_queue: Option<String>,
 }
 
 impl Jobs {
+    /// The queues besides `job_queue` that granary's jobs may be on: ListJobs asks each (it
+    /// lists one queue a call, AWS Batch API Reference, "ListJobs"), so a job submitted to the
+    /// last-attempt queue is found by its name and counted among the active.
+    pub fn other_queues(&self) -> Vec<String> {
+        if crate::mutants::on("last-attempt-queue-not-listed") {
+            return Vec::new();
+        }
+        self.last_attempt_queue.iter().cloned().collect()
+    }
+
     pub fn from_env() -> Result<Self, ConfigError> {
         Self::read(&Vars {
             get: &|k| std::env::var(k).ok(),
@@ -225,6 +239,7 @@ impl Jobs {
                 "GRANARY_JOB_DEFINITION",
                 "the AWS Batch job definition (name, name:revision or ARN)",
             )?,
+            last_attempt_queue: v.get("GRANARY_LAST_ATTEMPT_JOB_QUEUE"),
             submit_spacing: match v.get("GRANARY_SUBMIT_JOB_RATE") {
                 None => None,
                 Some(raw) => Some(
@@ -293,6 +308,34 @@ pub(crate) fn read_retry_policy(v: &Vars) -> Result<RetryPolicy, ConfigError> {
             DEFAULT_PROCESSING_TIMEOUT_SECS,
         )?,
     })
+}
+
+/// The retries of a granule's attempts: `GRANARY_MAX_RETRIES` after any end, unless
+/// `GRANARY_MAX_SPOT_RETRIES` gives Spot reclaims and capacity cancels a budget of their own
+/// (`shared`, the default, or empty: they spend the one budget).
+pub(crate) fn read_attempt_budget(
+    v: &Vars,
+) -> Result<crate::domain::attempt_budget::AttemptBudget, ConfigError> {
+    let spot_retries = match v.get("GRANARY_MAX_SPOT_RETRIES") {
+        None => None,
+        Some(raw) if raw == "shared" => None,
+        Some(raw) => Some(raw.parse::<u32>().map_err(|_| ConfigError::Invalid {
+            var: "GRANARY_MAX_SPOT_RETRIES",
+            value: raw.clone(),
+            why: "a number of retries after Spot or capacity ends, or `shared`".into(),
+        })?),
+    };
+    Ok(crate::domain::attempt_budget::AttemptBudget {
+        retries: v.number("GRANARY_MAX_RETRIES", DEFAULT_MAX_RETRIES)?,
+        spot_retries,
+    })
+}
+
+pub(crate) fn default_attempt_budget() -> crate::domain::attempt_budget::AttemptBudget {
+    crate::domain::attempt_budget::AttemptBudget {
+        retries: DEFAULT_MAX_RETRIES,
+        spot_retries: None,
+    }
 }
 
 /// The automatic brake's settings (`domain::brake`): the window of ends judged, and the

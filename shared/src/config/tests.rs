@@ -162,3 +162,31 @@ fn max_retries_is_the_one_knob_for_processing_attempts() {
     assert_eq!(c.max_attempt(), 6);
     assert_eq!(c.retry_policy.max_processing_attempts, 6);
 }
+
+#[test]
+fn spot_ends_share_the_budget_unless_given_their_own() {
+    use crate::domain::attempt_budget::AttemptBudget;
+    let mut m = base();
+    m.insert("GRANARY_MAX_RETRIES", "2");
+    let shared = AttemptBudget {
+        retries: 2,
+        spot_retries: None,
+    };
+    assert_eq!(load(&m).unwrap().attempt_budget, shared);
+    m.insert("GRANARY_MAX_SPOT_RETRIES", "shared");
+    assert_eq!(load(&m).unwrap().attempt_budget, shared);
+    m.insert("GRANARY_MAX_SPOT_RETRIES", "5");
+    let apart = load(&m).unwrap().attempt_budget;
+    assert_eq!(apart.spot_retries, Some(5));
+    m.insert("GRANARY_MAX_SPOT_RETRIES", "lots");
+    let e = load(&m).unwrap_err().to_string();
+    assert!(e.contains("GRANARY_MAX_SPOT_RETRIES"), "{e}");
+    // The last-attempt queue: unset or empty is none, and ListJobs then asks one queue.
+    m.remove("GRANARY_MAX_SPOT_RETRIES");
+    m.insert("GRANARY_LAST_ATTEMPT_JOB_QUEUE", "");
+    let jobs = load(&m).unwrap().jobs.unwrap();
+    assert!(jobs.last_attempt_queue.is_none() && jobs.other_queues().is_empty());
+    m.insert("GRANARY_LAST_ATTEMPT_JOB_QUEUE", "on-demand");
+    let jobs = load(&m).unwrap().jobs.unwrap();
+    assert_eq!(jobs.other_queues(), ["on-demand"]);
+}

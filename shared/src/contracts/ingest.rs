@@ -61,6 +61,7 @@ pub fn processing_job(
             .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
             .collect::<BTreeMap<_, _>>(),
         array_size: None,
+        queue: None,
     }
 }
 

@@ -3,10 +3,11 @@
 //! back from an event or DescribeJobs, are the domain's (`domain::job_tags`).
 
 use crate::domain::campaign::Campaign;
+use crate::domain::claim::Placement;
 use crate::domain::granule::GranuleId;
 use crate::domain::job_tags::{
     ATTEMPT_ENV, ATTEMPT_PARAM, CAMPAIGN_ENV, CAMPAIGN_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM,
-    WINDOW_CLAIM_ENV, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
+    SPOT_ENDS_PARAM, WINDOW_CLAIM_ENV, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
 };
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
@@ -31,8 +32,21 @@ pub fn job_request(
                 (ATTEMPT_PARAM.to_owned(), attempt.to_string()),
             ]),
             array_size: None,
+            queue: None,
         },
     )
+}
+
+/// The request placed as its claim says (`domain::claim::Placement`): on its queue, and, when
+/// earlier attempts ended for capacity, with their count as the `spot_ends` parameter.
+pub fn placed(mut request: JobRequest, placement: &Placement) -> JobRequest {
+    if placement.spot_ends > 0 {
+        request
+            .parameters
+            .insert(SPOT_ENDS_PARAM.to_owned(), placement.spot_ends.to_string());
+    }
+    request.queue = placement.job_queue.clone();
+    request
 }
 
 /// A named campaign's job says whose it is: the `campaign` parameter (read back by the monitor,
@@ -80,6 +94,7 @@ pub fn window_job_request(
         ]),
         parameters,
         array_size: Some(size),
+        queue: None,
     };
     with_campaign(campaign, request)
 }

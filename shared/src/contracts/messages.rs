@@ -185,6 +185,15 @@ pub struct RetryMessage {
     /// in that campaign's state. Absent: the unnamed campaign.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub campaign: Option<Campaign>,
+    /// How many of the granule's attempts up to this one ended for capacity (Spot reclaims,
+    /// capacity cancels): the count `domain::attempt_budget` spends. It travels on with the
+    /// message (to the DLQ and back by a redrive). Absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_ends: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl RetryMessage {
@@ -197,6 +206,7 @@ impl RetryMessage {
             },
             redrive: false,
             campaign: None,
+            spot_ends: 0,
         }
     }
 
@@ -206,6 +216,20 @@ impl RetryMessage {
             event,
             redrive: true,
             campaign: None,
+            spot_ends: 0,
+        }
+    }
+
+    /// The message with the granule's capacity ends counted up to its attempt.
+    pub fn with_spot_ends(self, spot_ends: u32) -> Self {
+        Self { spot_ends, ..self }
+    }
+
+    /// The granule's ends so far, as its attempt budget counts them.
+    pub fn ends(&self) -> crate::domain::attempt_budget::Ends {
+        crate::domain::attempt_budget::Ends {
+            attempt: self.event.attempt,
+            spot_ends: self.spot_ends,
         }
     }
 

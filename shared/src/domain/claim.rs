@@ -90,6 +90,24 @@ pub struct Claim {
     /// The campaign whose attempt this is (its job says so too); none: the unnamed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub campaign: Option<Campaign>,
+    #[serde(flatten)]
+    pub placement: Placement,
+}
+
+/// What a granule's attempt is submitted with beyond its name, decided once when it is claimed
+/// (a run taking the claim over submits it the same): how many of the granule's earlier
+/// attempts ended for capacity (its job carries the count on, `domain::attempt_budget`), and
+/// the job queue it goes to (none: the stack's own).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub spot_ends: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_queue: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Claim {
@@ -107,7 +125,13 @@ impl Claim {
             job_id: None,
             submitted_at: None,
             campaign: campaign.cloned(),
+            placement: Placement::default(),
         }
+    }
+
+    /// The claim with its attempt's placement.
+    pub fn placed(self, placement: Placement) -> Self {
+        Self { placement, ..self }
     }
 
     /// The claim of another workflow's unit of work (an ingest job's processing attempt), named
@@ -127,6 +151,7 @@ impl Claim {
             job_id: None,
             submitted_at: None,
             campaign: None,
+            placement: Placement::default(),
         }
     }
 }

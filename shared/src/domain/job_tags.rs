@@ -25,6 +25,27 @@ pub const WINDOW_CLAIM_PARAM: &str = "window_claim";
 /// The window claim's token ([`crate::domain::window::WindowClaim::token`]).
 pub const WINDOW_TOKEN_PARAM: &str = "window_token";
 
+/// How many of the granule's earlier attempts ended for capacity (`domain::attempt_budget`): a
+/// parameter of a retried attempt's job (absent: none), read back from its end by the monitor.
+pub const SPOT_ENDS_PARAM: &str = "spot_ends";
+
+/// The capacity ends a job says came before it (its `spot_ends` parameter), from its detail as
+/// an event or DescribeJobs gives it; 0 when it carries none. A value granary did not write (not
+/// a number) counts as none, and says so in the log: the budget then starts over, never stops a
+/// granule early.
+pub fn spot_ends_before(detail: &serde_json::Value) -> u32 {
+    let Some(raw) = detail["parameters"][SPOT_ENDS_PARAM].as_str() else {
+        return 0;
+    };
+    raw.parse().unwrap_or_else(|_| {
+        tracing::warn!(
+            value = raw,
+            "a job's spot_ends parameter is not a number: counted as 0"
+        );
+        0
+    })
+}
+
 /// A named campaign's job carries its name (`domain::campaign`): the container reads the
 /// environment variable, the monitor the parameter (else the variable).
 pub const CAMPAIGN_ENV: &str = "GRANARY_CAMPAIGN";

@@ -4,6 +4,7 @@
 //! - the workflows on it: [`lifecycle`] and [`item`] (the backfill's items; [`item_steps`] the
 //!   status of each step, read from the history), [`ingest`],
 //!   [`archive`], each with its `decisions`;
+//! - a granule's retries: [`attempt_budget`];
 //! - submissions: [`claim`] (the claim protocol's shapes; one job), [`window`] (a feeder window),
 //!   [`job_name`] and [`job_tags`] (what a Batch job is called and carries);
 //! - Batch's side: [`batch_event`] (its events), [`classify`] (how a job ended), [`job_end`]
@@ -14,6 +15,7 @@
 //! - [`poison`]: inputs set aside; [`file_format`]: a stored file is the kind its name says.
 
 pub mod archive;
+pub mod attempt_budget;
 pub mod batch_event;
 pub mod brake;
 pub mod campaign;

@@ -185,10 +185,14 @@ pub async fn held_back(
     .await
 }
 
-pub async fn abandoned(ctx: &Ctx, event: &GranuleProcessingEvent) -> Result<(), RecordError> {
-    let max = ctx.config.max_attempt();
+/// The requeuer found the granule's attempt budget spent (`why`, as the budget says it).
+pub async fn abandoned(
+    ctx: &Ctx,
+    event: &GranuleProcessingEvent,
+    why: &str,
+) -> Result<(), RecordError> {
     given_up(ctx, event, |r, attempt| {
-        decisions::on_attempts_spent(r, attempt, max)
+        decisions::on_attempts_spent(r, attempt, why)
     })
     .await
 }

@@ -248,6 +248,18 @@ impl Ctx {
         event: &crate::domain::granule::GranuleProcessingEvent,
         claimed_by: &str,
     ) -> Result<crate::repositories::SubmitOutcome, crate::repositories::RepositoryError> {
+        self.submit_placed(event, Default::default(), claimed_by)
+            .await
+    }
+
+    /// [`Ctx::submit_once`], the job placed as `placement` says (its queue, the capacity ends
+    /// before it).
+    pub async fn submit_placed(
+        &self,
+        event: &crate::domain::granule::GranuleProcessingEvent,
+        placement: crate::domain::claim::Placement,
+        claimed_by: &str,
+    ) -> Result<crate::repositories::SubmitOutcome, crate::repositories::RepositoryError> {
         crate::repositories::submit_once(
             self.store.as_ref(),
             self.jobs.as_ref(),
@@ -256,6 +268,7 @@ impl Ctx {
                 claim_prefix: &self.config.layout.claim_prefix,
                 open_prefix: &self.config.layout.open_claim_prefix,
                 campaign: self.campaign(),
+                placement: &placement,
             },
             self.config.leases.claim_lease,
             event,

@@ -536,7 +536,13 @@ async fn log_and_route_failure(
     let notice = Notice::new(outcome, record.classification.reason.clone())
         .job(record.job_id.clone())
         .attempt(record.attempt);
+    // The granule's capacity ends so far: the job's count of those before it, and this one.
+    let spot_ends = crate::domain::job_tags::spot_ends_before(&record.job)
+        + u32::from(crate::domain::attempt_budget::is_spot_end(
+            record.classification.failure.as_ref(),
+        ));
     let message = RetryMessage::ended(record.granule_id.clone(), record.attempt)
+        .with_spot_ends(spot_ends)
         .of_campaign(ctx.campaign().cloned())
         .to_message(&notice)?;
     // A refused send sent nothing; one whose answer was lost may send it twice, which the
@@ -615,5 +621,45 @@ mod tests {
         assert_eq!(end["granule_id"], id.as_str());
         assert_eq!(end["attempt"], 2);
         assert_eq!(end["job_id"], job.as_str());
+    }
+
+    /// The retry message counts the granule's Spot ends: those its job says came before it, and
+    /// this end when it is one (a timed-out attempt adds nothing).
+    #[tokio::test]
+    async fn a_retry_message_counts_the_spot_ends_so_far() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let mut ctx = Ctx::in_memory(Config::for_unit_tests(&[]));
+        ctx.jobs = jobs.clone();
+        const TIMEOUT: &str = "Job attempt duration exceeded timeout";
+        let cases = [
+            ("HLS.S30.T18TYN.2022002T153012.v2.0", 2, None, 3),
+            ("HLS.S30.T18TYN.2022003T153012.v2.0", 0, None, 1),
+            ("HLS.S30.T18TYN.2022004T153012.v2.0", 2, Some(TIMEOUT), 2),
+        ];
+        for (granule, before, reason, want) in cases {
+            let id = GranuleId::parse(granule).unwrap();
+            let name = crate::domain::job_name::job_name(None, &id, 3);
+            let placement = crate::domain::claim::Placement {
+                spot_ends: before,
+                job_queue: None,
+            };
+            let request = crate::contracts::job::placed(
+                crate::contracts::job::job_request(&name, None, &id, 3),
+                &placement,
+            );
+            let job = jobs.submit(request).await.unwrap().job_id;
+            let mut detail = jobs.end(&job, Ending::SpotReclaimed).unwrap();
+            if let Some(reason) = reason {
+                detail["statusReason"] = reason.into();
+                detail["attempts"][0]["statusReason"] = reason.into();
+            }
+            handle_message(&ctx, &job_state_change(&detail).to_string())
+                .await
+                .unwrap();
+            let sent = ctx.retry_queue.receive(10, 30, 0).await.unwrap();
+            assert_eq!(sent.len(), 1, "{granule} is retried");
+            let message: RetryMessage = serde_json::from_str(&sent[0].body).unwrap();
+            assert_eq!((message.event.attempt, message.spot_ends), (3, want));
+        }
     }
 }

@@ -72,13 +72,17 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Han
 async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, HandlerError> {
     // The attempt is its campaign's, whichever campaign this stack runs now.
     let ctx = &*ctx.in_campaign(message.campaign.as_ref());
+    let ends = message.ends();
     let event = message.event;
     let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.
-    if next.attempt > ctx.config.max_attempt() && !message.redrive {
-        // The DLQ keeps the attempt and its campaign, so a redrive sends it back to the same.
+    let budget = ctx.config.attempt_budget;
+    if !budget.allows_retry(ends) && !message.redrive {
+        // The DLQ keeps the attempt, its capacity ends and its campaign, so a redrive sends it
+        // back to the same.
         let body = serde_json::to_string(
             &RetryMessage::ended(event.granule_id.clone(), event.attempt)
+                .with_spot_ends(message.spot_ends)
                 .of_campaign(message.campaign.clone()),
         )?;
         dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
@@ -90,7 +94,7 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             (FAILURE_CLASS, "attempts_exhausted"),
         ];
         ctx.metrics.count(Metric::GranulesDeadLettered, &dims, 1);
-        super::item_sync::abandoned(ctx, &event).await?;
+        super::item_sync::abandoned(ctx, &event, &budget.spent(ends)).await?;
         tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
         return Ok(RequeueOutcome::DeadLettered {
             reason: ATTEMPTS_EXHAUSTED.to_owned(),
@@ -104,7 +108,17 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             return Ok(RequeueOutcome::HeldBack { cancel });
         }
     }
-    let outcome = ctx.submit_once(&next, "requeuer").await?;
+    // A granule's last chance against capacity goes to the on-demand queue, when there is one.
+    let placement = crate::domain::claim::Placement {
+        spot_ends: message.spot_ends,
+        job_queue: ctx
+            .config
+            .jobs
+            .as_ref()
+            .and_then(|j| j.last_attempt_queue.clone())
+            .filter(|_| budget.is_last_chance(ends)),
+    };
+    let outcome = ctx.submit_placed(&next, placement, "requeuer").await?;
     // Counted as it happens (a record write failing after it does not undo the submission; a
     // job a dead run submitted, found now, was never counted by that run).
     if matches!(

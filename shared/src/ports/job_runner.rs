@@ -63,6 +63,9 @@ pub struct JobRequest {
     /// An array job of this many children (2 to 10,000: AWS Batch user guide, "Array jobs"),
     /// each `<job id>:<index>`; `None` for a single job.
     pub array_size: Option<u32>,
+    /// The job queue to submit to instead of the runner's own: a granule's last chance on the
+    /// on-demand queue (`GRANARY_LAST_ATTEMPT_JOB_QUEUE`, `domain::attempt_budget`).
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

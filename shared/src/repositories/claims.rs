@@ -5,7 +5,7 @@ use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
 use crate::domain::campaign::Campaign;
-use crate::domain::claim::Claim;
+use crate::domain::claim::{Claim, Placement};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::claim_key;
 use crate::ports::{JobRunner, JobRunnerError, ObjectStore};
@@ -34,6 +34,8 @@ pub struct AttemptAt<'a> {
     pub open_prefix: &'a str,
     /// The campaign the attempt is of (its job's name and parameters say so).
     pub campaign: Option<&'a Campaign>,
+    /// Its job's queue and the Spot ends before it, kept in the claim.
+    pub placement: &'a Placement,
 }
 
 /// Submits (granule, attempt) to Batch at most once, however often and concurrently it is asked,
@@ -51,19 +53,17 @@ pub async fn submit_once(
         claim_prefix,
         open_prefix,
         campaign,
+        placement,
     } = at;
+    // The claim found is submitted as it says (its placement was decided when it was made).
     let request = |c: &Claim| {
-        vec![job_request(
-            &c.job_name,
-            c.campaign.as_ref(),
-            &c.granule_id,
-            c.attempt,
-        )]
+        let request = job_request(&c.job_name, c.campaign.as_ref(), &c.granule_id, c.attempt);
+        vec![crate::contracts::job::placed(request, &c.placement)]
     };
     let submission = Submission {
         claim_key: claim_key(claim_prefix, event),
         open_key: Some(claim_key(open_prefix, event)),
-        claim: Claim::new(event, campaign, claimed_by, Utc::now()),
+        claim: Claim::new(event, campaign, claimed_by, Utc::now()).placed(placement.clone()),
         requests: &request,
     };
     submit_claim_once(store, jobs, metrics, lease, submission).await
@@ -120,6 +120,10 @@ mod tests {
             claim_prefix: "c/",
             open_prefix: "open/",
             campaign: None,
+            placement: &Placement {
+                spot_ends: 0,
+                job_queue: None,
+            },
         }
     }
     use crate::adapters::memory::{FlakyJobRunner, MemoryJobRunner, MemoryStore};
@@ -290,6 +294,7 @@ mod tests {
                 environment: BTreeMap::new(),
                 parameters: BTreeMap::new(),
                 array_size: None,
+                queue: None,
             })
             .await
             .unwrap();

@@ -104,6 +104,10 @@ pub enum Scenario {
     /// Every attempt reclaimed by Spot: the requeuer meets the last attempt's retry message and
     /// dead-letters it ("attempts exhausted"), abandoning the item.
     RequeuerExhausted,
+    /// Every attempt reclaimed by Spot: the requeuer meets the retry message of the attempt
+    /// before the last and submits the last chance to the last-attempt (on-demand) queue, whose
+    /// job a takeover must look for there.
+    RequeuerLastChance,
     /// A Batch event parked on the events DLQ is moved back by `granary redrive-events`.
     RedriveEvents,
     /// The feeder's run failed after its window's job ids and before their item records, and
@@ -164,7 +168,7 @@ pub enum Scenario {
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 40] = [
+pub const ALL: [Scenario; 41] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -191,6 +195,7 @@ pub const ALL: [Scenario; 40] = [
     Scenario::FeederTwoInventories,
     Scenario::FeederRecordsOff,
     Scenario::RequeuerExhausted,
+    Scenario::RequeuerLastChance,
     Scenario::RedriveEvents,
     Scenario::MonitorBeforeRecords,
     Scenario::RetryBeforeRecords,
@@ -291,7 +296,8 @@ pub fn stack() -> &'static (Stack, Resolved) {
             .with("IngestEzidUrl", "https://ezid.example")
             .with("IngestEzidShoulder", "ark:/99999/fk4")
             .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS)
-            .with("DownstreamQueueName", "granary-test-archive-intake");
+            .with("DownstreamQueueName", "granary-test-archive-intake")
+            .with("LastAttemptOnDemand", "true");
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)
@@ -439,7 +445,16 @@ pub fn world(scenario: Scenario) -> World {
     let config = world_config();
     let store = Arc::new(MemoryStore::new());
     // ListJobs shows a new job only once time has passed (`let_leases_run_out`).
-    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running).listing_lags());
+    // Asked about the queues every function's ListJobs asks about (a last-attempt queue too).
+    let other_queues = config
+        .jobs
+        .as_ref()
+        .map_or(Vec::new(), |j| j.other_queues());
+    let jobs = Arc::new(
+        MemoryJobRunner::new(JobStatus::Running)
+            .listing_lags()
+            .listing_also(other_queues),
+    );
     let (retry_url, dlq_url) = config.queue_names();
     let retry = Arc::new(MemoryQueue::new(&retry_url));
     let dlq = Arc::new(MemoryQueue::new(&dlq_url));
@@ -528,7 +543,7 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::RequeuerHeldBack
             | Scenario::RetryBeforeRecords
             | Scenario::CampaignSwitch => BTreeSet::from([1]),
-            Scenario::RequeuerExhausted => {
+            Scenario::RequeuerExhausted | Scenario::RequeuerLastChance => {
                 (1..=function_config(Function::Requeuer).max_attempt()).collect()
             }
             _ => BTreeSet::new(),
@@ -1097,16 +1112,14 @@ pub async fn only_item(w: &World) -> GranuleId {
     items[0].id.clone()
 }
 
-/// Runs the item's attempts (each reclaimed by Spot, each retried) until the retry queue holds
-/// the last attempt's message, and leaves it there for the requeuer under test.
-async fn run_to_the_last_retry(w: &World) {
+async fn run_to_the_retry_of(w: &World, attempt: u32) {
     let max = function_config(Function::Requeuer).max_attempt();
     let requeuer_fn = w.as_fn(Function::Requeuer);
     let monitor_fn = &w.as_fn(Function::Monitor);
     for _ in 0..4 * max {
         for m in w.retry.receive(10, 30, 0).await.unwrap() {
             let ended: GranuleProcessingEvent = serde_json::from_str(&m.body).unwrap();
-            if ended.attempt == max {
+            if ended.attempt == attempt {
                 w.retry.expire_visibility();
                 return;
             }
@@ -1121,7 +1134,7 @@ async fn run_to_the_last_retry(w: &World) {
         })
         .await;
     }
-    panic!("the last attempt's retry message never came");
+    panic!("the retry message of attempt {attempt} never came");
 }
 
 /// Brings the world to the moment just before the invocation under test.
@@ -1366,7 +1379,12 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 return;
             }
             if scenario == RequeuerExhausted {
-                run_to_the_last_retry(w).await;
+                run_to_the_retry_of(w, function_config(Function::Requeuer).max_attempt()).await;
+                return;
+            }
+            if scenario == RequeuerLastChance {
+                let max = function_config(Function::Requeuer).max_attempt();
+                run_to_the_retry_of(w, max - 1).await;
                 return;
             }
             let requeuer_fn = w.as_fn(Function::Requeuer);
@@ -1454,7 +1472,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | CampaignSwitch => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => Some(Function::Requeuer),
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
+            Some(Function::Requeuer)
+        }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
         | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled | MonitorBrakes => {
             Some(Function::Monitor)
@@ -1606,7 +1626,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             (w.import.clone(), take(w.import.clone()).await)
         }
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => {
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
             (w.retry.clone(), take(w.retry.clone()).await)
         }
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
@@ -1618,7 +1638,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             importer::handle_message(&imp, &message.body).await.is_ok()
         }
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerHeldBack => {
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
             requeuer::handle_message(c, &message.body).await.is_ok()
         }
         _ => monitor::handle_message(c, &message.body).await.is_ok(),

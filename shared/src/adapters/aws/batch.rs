@@ -6,12 +6,14 @@ use aws_sdk_batch::types::{
     ArrayProperties, ContainerOverrides, JobStatus as SdkStatus, KeyValuePair, KeyValuesPair,
 };
 
-/// AWS Batch bound to one job queue and job definition.
+/// AWS Batch bound to one job queue and job definition, and to the other queues granary's jobs
+/// may be on (a last-attempt queue), which ListJobs is asked about too.
 #[derive(Clone, Debug)]
 pub struct BatchJobRunner {
     client: aws_sdk_batch::Client,
     job_queue: String,
     job_definition: String,
+    other_queues: Vec<String>,
 }
 
 impl BatchJobRunner {
@@ -24,7 +26,21 @@ impl BatchJobRunner {
             client,
             job_queue: job_queue.into(),
             job_definition: job_definition.into(),
+            other_queues: Vec::new(),
         }
+    }
+
+    /// The same Batch, listing `queues` as well as its own (`config::Jobs::other_queues`).
+    pub fn listing_also(self, queues: Vec<String>) -> Self {
+        Self {
+            other_queues: queues,
+            ..self
+        }
+    }
+
+    /// Every queue ListJobs is asked about: its own first.
+    fn queues(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.job_queue).chain(&self.other_queues)
     }
 }
 
@@ -156,7 +172,7 @@ impl JobRunner for BatchJobRunner {
             .client
             .submit_job()
             .job_name(&request.job_name)
-            .job_queue(&self.job_queue)
+            .job_queue(request.queue.as_deref().unwrap_or(&self.job_queue))
             .job_definition(&self.job_definition)
             .container_overrides(
                 ContainerOverrides::builder()
@@ -200,14 +216,17 @@ impl JobRunner for BatchJobRunner {
 
     async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
         let mut active = ActiveJobs::default();
-        for status in JobStatus::ACTIVE {
+        let asked = self
+            .queues()
+            .flat_map(|q| JobStatus::ACTIVE.into_iter().map(move |s| (q, s)));
+        for (queue, status) in asked {
             if active.total >= stop_at {
                 break;
             }
             let mut pages = self
                 .client
                 .list_jobs()
-                .job_queue(&self.job_queue)
+                .job_queue(queue)
                 .job_status(SdkStatus::from(status.as_str()))
                 .into_paginator()
                 .send();
@@ -242,41 +261,47 @@ impl JobRunner for BatchJobRunner {
             .name("JOB_NAME")
             .values(job_name)
             .build();
-        let mut pages = self
-            .client
-            .list_jobs()
-            .job_queue(&self.job_queue)
-            .filters(filter)
-            .into_paginator()
-            .send();
         let mut newest: Option<(i64, JobSummary)> = None;
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                JobRunnerError::refused(format!("ListJobs JOB_NAME={job_name}: {}", describe(&e)))
+        for queue in self.queues() {
+            let mut pages = self
+                .client
+                .list_jobs()
+                .job_queue(queue)
+                .filters(filter.clone())
+                .into_paginator()
+                .send();
+            while let Some(page) = pages.next().await {
+                let page = page.map_err(|e| {
+                    JobRunnerError::refused(format!(
+                        "ListJobs JOB_NAME={job_name}: {}",
+                        describe(&e)
+                    ))
                     .with_source(e)
-            })?;
-            // Batch's name filter is case-insensitive; our names are exact.
-            let summaries = page.job_summary_list.unwrap_or_default();
-            for j in summaries
-                .into_iter()
-                .filter(|j| j.job_name.as_deref() == Some(job_name))
-            {
-                let (Some(job_id), Some(job_name)) = (j.job_id.clone(), j.job_name.clone()) else {
-                    continue;
-                };
-                let Some(status) = j.status.as_ref().and_then(from_sdk_status) else {
-                    continue;
-                };
-                let created = j.created_at.unwrap_or(0);
-                if newest.as_ref().is_none_or(|(c, _)| created >= *c) {
-                    newest = Some((
-                        created,
-                        JobSummary {
-                            job_id,
-                            job_name,
-                            status,
-                        },
-                    ));
+                })?;
+                // Batch's name filter is case-insensitive; our names are exact.
+                let summaries = page.job_summary_list.unwrap_or_default();
+                for j in summaries
+                    .into_iter()
+                    .filter(|j| j.job_name.as_deref() == Some(job_name))
+                {
+                    let (Some(job_id), Some(job_name)) = (j.job_id.clone(), j.job_name.clone())
+                    else {
+                        continue;
+                    };
+                    let Some(status) = j.status.as_ref().and_then(from_sdk_status) else {
+                        continue;
+                    };
+                    let created = j.created_at.unwrap_or(0);
+                    if newest.as_ref().is_none_or(|(c, _)| created >= *c) {
+                        newest = Some((
+                            created,
+                            JobSummary {
+                                job_id,
+                                job_name,
+                                status,
+                            },
+                        ));
+                    }
                 }
             }
         }

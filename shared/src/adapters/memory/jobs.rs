@@ -47,7 +47,12 @@ pub struct MemoryJobRunner {
     submit_limit: Option<crate::adapters::paced::RateLimit>,
     /// Details of the jobs TerminateJob ended whose events a test has not sent yet.
     terminated: Mutex<Vec<serde_json::Value>>,
+    /// The queues ListJobs is asked about besides the runner's own ([`Self::listing_also`]).
+    other_queues: Vec<String>,
 }
+
+/// The twin's own job queue: where a request that names none goes.
+pub const MEMORY_QUEUE: &str = "memory";
 
 impl Default for MemoryJobRunner {
     fn default() -> Self {
@@ -74,8 +79,30 @@ impl MemoryJobRunner {
             created: Mutex::default(),
             submit_limit: None,
             terminated: Mutex::default(),
+            other_queues: Vec::new(),
             initial_status,
         }
+    }
+
+    /// The same Batch, whose ListJobs is asked about `queues` as well as the runner's own, as
+    /// the SDK adapter is (`BatchJobRunner::listing_also`): a job submitted to a queue not asked
+    /// about is neither found by its name nor counted, as ListJobs lists one queue a call.
+    pub fn listing_also(self, queues: Vec<String>) -> Self {
+        Self {
+            other_queues: queues,
+            ..self
+        }
+    }
+
+    /// The queue a request went to.
+    fn queue_of(request: &JobRequest) -> &str {
+        request.queue.as_deref().unwrap_or(MEMORY_QUEUE)
+    }
+
+    /// Whether ListJobs, as this runner asks it, lists the queue `request` went to.
+    fn lists_queue_of(&self, request: &JobRequest) -> bool {
+        let queue = Self::queue_of(request);
+        queue == MEMORY_QUEUE || self.other_queues.iter().any(|q| q == queue)
     }
 
     /// The same Batch, whose ListJobs does not show a new job until [`Self::catch_up_listing`]:
@@ -150,7 +177,8 @@ impl MemoryJobRunner {
             .iter()
             .find(|(_, s)| s.job_id == job_id)
             .cloned()?;
-        let mut detail = JobDescription::of_request(summary, &request, "memory").detail;
+        let mut detail =
+            JobDescription::of_request(summary, &request, Self::queue_of(&request)).detail;
         let (status, reason, attempt) = match ending {
             Ending::Succeeded => (
                 JobStatus::Succeeded,
@@ -194,7 +222,8 @@ impl MemoryJobRunner {
             return Ok(None);
         }
         let started = matches!(summary.status, JobStatus::Starting | JobStatus::Running);
-        let mut detail = JobDescription::of_request(summary, &request, "memory").detail;
+        let mut detail =
+            JobDescription::of_request(summary, &request, Self::queue_of(&request)).detail;
         detail["status"] = JobStatus::Failed.as_str().into();
         detail["statusReason"] = reason.into();
         detail["attempts"] = if started {
@@ -242,7 +271,8 @@ impl MemoryJobRunner {
             } else {
                 JobStatus::Failed
             };
-            let mut detail = JobDescription::of_request(parent.clone(), request, "memory").detail;
+            let mut detail =
+                JobDescription::of_request(parent.clone(), request, Self::queue_of(request)).detail;
             detail["status"] = status.as_str().into();
             detail["arrayProperties"]["statusSummary"] = serde_json::json!({
                 "SUCCEEDED": children.len() - failed, "FAILED": failed,
@@ -346,7 +376,10 @@ impl JobRunner for MemoryJobRunner {
         let jobs = self.lock().clone();
         // Counted as the adapter counts Batch's ListJobs: an array as its unfinished children.
         for (_, s) in jobs.iter().filter(|(r, s)| {
-            !s.status.is_terminal() && !is_array_parent(r, s) && self.is_listed(&s.job_id)
+            !s.status.is_terminal()
+                && !is_array_parent(r, s)
+                && self.is_listed(&s.job_id)
+                && self.lists_queue_of(r)
         }) {
             if active.total >= stop_at {
                 break;
@@ -372,8 +405,11 @@ impl JobRunner for MemoryJobRunner {
             .iter()
             .rev()
             // ListJobs lists an array's parent, not its children.
-            .find(|(_, s)| {
-                s.job_name == job_name && !s.job_id.contains(':') && self.is_listed(&s.job_id)
+            .find(|(r, s)| {
+                s.job_name == job_name
+                    && !s.job_id.contains(':')
+                    && self.is_listed(&s.job_id)
+                    && self.lists_queue_of(r)
             })
             .map(|(_, s)| s.clone())
             .filter(|s| !self.is_forgotten(&s.job_id)))
@@ -394,7 +430,7 @@ impl JobRunner for MemoryJobRunner {
             .cloned();
         Ok(Some(match given {
             Some(detail) => JobDescription { summary, detail },
-            None => JobDescription::of_request(summary, &request, "memory"),
+            None => JobDescription::of_request(summary, &request, Self::queue_of(&request)),
         }))
     }
 }
@@ -474,6 +510,7 @@ mod tests {
             environment: BTreeMap::new(),
             parameters: BTreeMap::new(),
             array_size: None,
+            queue: None,
         }
     }
 

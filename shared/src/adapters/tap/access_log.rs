@@ -151,7 +151,13 @@ impl Tap for AccessLog {
             Op::QueueRelease => self.record("sqs:ChangeMessageVisibility", self.queue(target)),
             Op::QueueDepth => self.record("sqs:GetQueueAttributes", self.queue(target)),
             Op::JobSubmit => {
-                self.record("batch:SubmitJob", self.job_queue.clone());
+                // IAM checks the queue the request names (AWS Batch User Guide, "Restrict to
+                // a job queue"): the last-attempt queue for a granule's last chance.
+                let queue = call.job_queue.map_or_else(
+                    || self.job_queue.clone(),
+                    |q| batch_arn(&self.account, "job-queue", q),
+                );
+                self.record("batch:SubmitJob", queue);
                 self.record("batch:SubmitJob", self.job_definition.clone());
             }
             Op::JobList => self.record("batch:ListJobs", "*".into()),
@@ -247,6 +253,38 @@ mod tests {
         assert_eq!(
             log.job_definition,
             "arn:aws:batch:eu-west-1:1:job-definition/d:3"
+        );
+    }
+
+    /// IAM checks the job queue a SubmitJob names: the runner's own, or the request's own (a
+    /// granule's last chance on the last-attempt queue).
+    #[tokio::test]
+    async fn a_submit_to_another_queue_needs_that_queue() {
+        use crate::adapters::memory::MemoryJobRunner;
+        use crate::adapters::tap::TappedJobs;
+        use crate::ports::JobRunner;
+        let log = log();
+        let jobs = TappedJobs {
+            inner: Arc::new(MemoryJobRunner::default()),
+            tap: log.clone(),
+        };
+        let id = crate::domain::granule::GranuleId::parse("g").unwrap();
+        let mut request = crate::contracts::job::job_request("n", None, &id, 2);
+        jobs.submit(request.clone()).await.unwrap();
+        request.queue = Some("on-demand".into());
+        jobs.submit(request).await.unwrap();
+        let queues: Vec<String> = log
+            .accesses()
+            .into_iter()
+            .filter(|a| a.action == "batch:SubmitJob" && a.resource.contains("job-queue"))
+            .map(|a| a.resource)
+            .collect();
+        assert_eq!(
+            queues,
+            [
+                "arn:aws:batch:eu-west-1:1:job-queue/on-demand",
+                "arn:aws:batch:eu-west-1:1:job-queue/q"
+            ]
         );
     }
 }

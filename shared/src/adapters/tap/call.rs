@@ -60,12 +60,14 @@ impl Op {
 }
 
 /// One external call: its operation and what it names (an object key or prefix, a queue's name,
-/// a job's name or id, a source URL). A copy also names its source key.
+/// a job's name or id, a source URL). A copy also names its source key; a SubmitJob the job
+/// queue it names, when not the runner's own.
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     pub op: Op,
     pub target: &'a str,
     pub from: Option<&'a str>,
+    pub job_queue: Option<&'a str>,
 }
 
 impl<'a> Call<'a> {
@@ -74,7 +76,13 @@ impl<'a> Call<'a> {
             op,
             target,
             from: None,
+            job_queue: None,
         }
+    }
+
+    /// The call as made to `job_queue` (`None`: the runner's own).
+    pub fn on_queue(self, job_queue: Option<&'a str>) -> Self {
+        Self { job_queue, ..self }
     }
 }
 

@@ -128,9 +128,8 @@ impl ObjectStore for TappedStore {
     }
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let call = Call {
-            op: Op::StoreCopy,
-            target: to,
             from: Some(from),
+            ..Call::new(Op::StoreCopy, to)
         };
         let request = self.inner.copy(from, to);
         through(&*self.tap, call, request, Answer::of, store_error(to)).await
@@ -274,8 +273,8 @@ fn jobs_error(why: &str, ambiguous: bool) -> JobRunnerError {
 #[async_trait]
 impl JobRunner for TappedJobs {
     async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-        let name = request.job_name.clone();
-        let call = Call::new(Op::JobSubmit, &name);
+        let (name, queue) = (request.job_name.clone(), request.queue.clone());
+        let call = Call::new(Op::JobSubmit, &name).on_queue(queue.as_deref());
         let submit = self.inner.submit(request);
         through(&*self.tap, call, submit, Answer::of, jobs_error).await
     }

@@ -140,15 +140,12 @@ pub fn on_job_finished_unrecorded(
     steps
 }
 
-/// The requeuer found attempt `attempt` was the last of `max_attempt`: PROCESSING_FAILED →
-/// ABANDONED (unless a later attempt has begun since).
-pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, max_attempt: u32) -> Option<Change> {
-    (r.state == ProcessingFailed && r.attempts.processing <= attempt).then(|| {
-        Change::to(
-            Abandoned,
-            format!("attempt {attempt} was the last of {max_attempt}"),
-        )
-    })
+/// The requeuer found the attempt budget spent after attempt `attempt` (`why`: the budget's own
+/// words, `domain::attempt_budget`): PROCESSING_FAILED → ABANDONED (unless a later attempt has
+/// begun since).
+pub fn on_attempts_spent(r: &ItemRecord, attempt: u32, why: &str) -> Option<Change> {
+    (r.state == ProcessingFailed && r.attempts.processing <= attempt)
+        .then(|| Change::to(Abandoned, why.to_owned()))
 }
 
 /// `granary cancel`'s hold took the next attempt of an item whose attempt `attempt` failed:

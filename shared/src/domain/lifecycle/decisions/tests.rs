@@ -119,9 +119,12 @@ fn an_end_before_any_record_makes_the_record_at_its_end_and_the_late_submission_
 #[test]
 fn spent_attempts_abandon_only_a_failed_record_not_one_already_retried() {
     let failed = item(ProcessingFailed);
-    let gone = apply(&failed, &[on_attempts_spent(&failed, 4, 4).unwrap()]);
+    let gone = apply(
+        &failed,
+        &[on_attempts_spent(&failed, 4, "attempt 4 was the last of 4").unwrap()],
+    );
     assert_eq!(gone.state, Abandoned);
-    assert!(on_attempts_spent(&item(Processing), 4, 4).is_none());
+    assert!(on_attempts_spent(&item(Processing), 4, "spent").is_none());
 }
 
 #[test]
