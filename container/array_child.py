@@ -4,8 +4,9 @@
 A feeder window submitted as one array job (GRANARY_ARRAY_WINDOWS) gives every child the same
 environment: GRANARY_WINDOW_CLAIM (s3://bucket/key of the window claim) and ATTEMPT. Batch adds
 AWS_BATCH_JOB_ARRAY_INDEX, the child's index (AWS Batch user guide, "Array jobs"). The child's
-granule is entry AWS_BATCH_JOB_ARRAY_INDEX of the claim's "granules" list. This wrapper reads it,
-exports GRANULE_ID (and keeps ATTEMPT), and runs the container's own command, so a container
+granule is entry AWS_BATCH_JOB_ARRAY_INDEX of the claim's "granules" list, and its attempt the same
+entry of the claim's "attempts" list when it has one (a window of retries), else ATTEMPT. This
+wrapper reads them, exports GRANULE_ID and ATTEMPT, and runs the container's own command, so a container
 written for single jobs (GRANULE_ID, ATTEMPT) runs unchanged as an array's child:
 
     ENTRYPOINT ["python3", "/granary/array_child.py"]
@@ -68,7 +69,14 @@ def window_granule(uri, index):
     if not isinstance(granules, list) or not 0 <= index < len(granules):
         count = len(granules) if isinstance(granules, list) else 0
         fail(NO_GRANULE, f"window claim {uri} has {count} granules, none at index {index}")
-    return granules[index]
+    # A window of retries lists each granule's attempt; a window of first attempts has none.
+    attempts = claim.get("attempts")
+    attempt = None
+    if isinstance(attempts, list) and attempts:
+        if index >= len(attempts) or not isinstance(attempts[index], int):
+            fail(NO_GRANULE, f"window claim {uri} lists no attempt at index {index}")
+        attempt = str(attempts[index])
+    return granules[index], attempt
 
 
 def main(argv):
@@ -83,8 +91,14 @@ def main(argv):
                 WRONG_ENVIRONMENT,
                 f"GRANARY_WINDOW_CLAIM is set but AWS_BATCH_JOB_ARRAY_INDEX is {raw!r}",
             )
-        env["GRANULE_ID"] = window_granule(uri, int(raw))
-        print(f"array_child: child {raw} of {uri} processes {env['GRANULE_ID']}", file=sys.stderr)
+        env["GRANULE_ID"], attempt = window_granule(uri, int(raw))
+        if attempt is not None:
+            env["ATTEMPT"] = attempt
+        print(
+            f"array_child: child {raw} of {uri} processes {env['GRANULE_ID']}"
+            f" (attempt {env.get('ATTEMPT', '?')})",
+            file=sys.stderr,
+        )
     elif "GRANULE_ID" not in env:
         fail(WRONG_ENVIRONMENT, "neither GRANARY_WINDOW_CLAIM nor GRANULE_ID is set")
     sys.stdout.flush()

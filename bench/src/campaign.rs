@@ -15,6 +15,8 @@ pub(crate) struct CampaignFigures {
     pub(crate) item_records: bool,
     /// Each window of first attempts submitted as one array job (`GRANARY_ARRAY_WINDOWS`).
     pub(crate) array_windows: bool,
+    /// Retries parked and submitted by the window (`GRANARY_ARRAY_RETRIES`).
+    pub(crate) array_retries: bool,
     /// SubmitJob calls the Batch twin accepted in a second (`None`: no limit).
     pub(crate) submit_limit_per_sec: Option<usize>,
     /// SubmitJob calls made (refused ones too), in all and per granule.
@@ -60,6 +62,7 @@ pub(crate) struct CampaignOptions {
     pub(crate) feeder_interval_ms: u64,
     pub(crate) granule_submit_count: u64,
     pub(crate) array_windows: bool,
+    pub(crate) array_retries: bool,
     /// `Some`: set GRANARY_ITEM_RECORDS; `None`: the environment's.
     pub(crate) item_records: Option<bool>,
     /// The Batch twin's SubmitJob quota, calls a second (in-memory only; 0: none).
@@ -108,6 +111,9 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         }
         if o.array_windows {
             env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "on".to_owned()));
+        }
+        if o.array_retries {
+            env.push(("GRANARY_ARRAY_RETRIES".to_owned(), "on".to_owned()));
         }
         if o.submit_rate > 0.0 {
             env.push((
@@ -196,6 +202,13 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             ports: if in_memory { "in-memory" } else { "emulator" },
             item_records: c.runtime.ctx.config.layout.track_items,
             array_windows: c.runtime.ctx.config.feeder.array_windows,
+            array_retries: c
+                .runtime
+                .ctx
+                .config
+                .jobs
+                .as_ref()
+                .is_some_and(|j| j.array_retries),
             submit_limit_per_sec: submit_limit,
             submit_job_calls: submits,
             submit_job_calls_per_granule: submits as f64 / n as f64,
@@ -235,10 +248,11 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
                 "off"
             }
             .to_owned(),
-            if o.array_windows {
-                "arrays"
-            } else {
-                "single jobs"
+            match (o.array_windows, o.array_retries) {
+                (true, true) => "arrays, retries too",
+                (true, false) => "arrays",
+                (false, true) => "single jobs, retries by window",
+                (false, false) => "single jobs",
             }
             .to_owned(),
             format!("{:.4}", submits as f64 / n as f64),

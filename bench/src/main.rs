@@ -88,6 +88,10 @@ enum Command {
         /// Submit each window of first attempts as one array job (GRANARY_ARRAY_WINDOWS).
         #[arg(long)]
         array_windows: bool,
+        /// Park retries and submit them as windows of retries (GRANARY_ARRAY_RETRIES): with
+        /// --array-windows, one array job a window of retries.
+        #[arg(long)]
+        array_retries: bool,
         /// Keep item records (GRANARY_ITEM_RECORDS): on or off (default: the environment's
         /// GRANARY_ITEM_RECORDS, else on).
         #[arg(long, value_parser = ["on", "off"])]
@@ -158,6 +162,7 @@ async fn main() -> Result<()> {
             feeder_interval_ms,
             granule_submit_count,
             array_windows,
+            array_retries,
             item_records,
             submit_limit,
             submit_rate,
@@ -170,6 +175,7 @@ async fn main() -> Result<()> {
                     feeder_interval_ms,
                     granule_submit_count,
                     array_windows,
+                    array_retries,
                     item_records: item_records.map(|v| v == "on"),
                     submit_limit,
                     submit_rate,

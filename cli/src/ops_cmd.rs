@@ -376,6 +376,12 @@ fn print_status(s: &status::Status) {
             s.cancelled
         );
     }
+    if s.parked_retries > 0 {
+        println!(
+            "parked: {} retries wait for the feeder's next window of retries",
+            s.parked_retries
+        );
+    }
     match (
         &s.hold,
         s.downstream.as_ref().and_then(|d| d.feeder_waits.as_ref()),

@@ -41,6 +41,7 @@ async fn logged(store: &S3Store, log_prefix: &str, granule: &str, attempt: u32, 
         routed_at: None,
         superseded: None,
         job: serde_json::json!({}),
+        spot_ends_before: None,
     };
     let key = LogKey::new(outcome, &IdParser::hls().facts(&id), &id, attempt).to_key(log_prefix);
     let body = serde_json::to_vec(&record).unwrap();

@@ -277,13 +277,14 @@ impl LocalRuntime {
     async fn open_claims_empty(&self) -> Result<bool> {
         for campaign in granary::handlers::campaigns_to_visit(&self.ctx).await? {
             let there = self.ctx.in_campaign(campaign.as_ref());
-            if !there
-                .store
-                .list(&there.config.layout.open_claim_prefix)
-                .await?
-                .is_empty()
-            {
-                return Ok(false);
+            let layout = &there.config.layout;
+            // Nor a retry parked for the feeder's next window of retries (GRANARY_ARRAY_RETRIES):
+            // the feeder's schedule takes it, and the campaign is not settled before.
+            let parked = granary::domain::layout::claims::parked_prefix(&layout.claim_prefix);
+            for prefix in [&layout.open_claim_prefix, &parked] {
+                if !there.store.list(prefix).await?.is_empty() {
+                    return Ok(false);
+                }
             }
         }
         Ok(true)

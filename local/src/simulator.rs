@@ -348,6 +348,10 @@ impl BatchSimulator {
                     .get(i as usize)
                     .map(|g| g.to_string())
                     .unwrap_or_default(),
+                // A window of retries holds each child's attempt (its container reads it there).
+                attempt: claim
+                    .entry(i as usize)
+                    .map_or(parent.attempt, |e| e.attempt),
                 array: Some(ArrayPlace::Child {
                     index: i,
                     window: window.clone(),

@@ -12,7 +12,17 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 14] = [
+pub const ALL: [Mutant; 16] = [
+    Mutant {
+        name: "parked-markers-removed-first",
+        defect: "the feeder removes the markers of the parked retries it lists before it claims their window of retries (a crash between strands them: parked, with no marker and no window)",
+        caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "parked-marker-trusted",
+        defect: "the feeder takes a parked retry's marker without reading its claim (a marker written again after a window took the granule submits it twice)",
+        caught_by: "--lib a_stale_parked_marker_is_removed_not_submitted_again",
+    },
     Mutant {
         name: "last-attempt-queue-not-listed",
         defect: "granary looks its jobs up by name on the main job queue only, not on the last-attempt queue too (a requeuer's last chance submitted there and its answer lost is submitted again)",

@@ -67,6 +67,18 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
         let keys: Vec<&str> = open.iter().map(|m| m.key.as_str()).collect();
         problems.push(format!("still open after settling: {keys:?}"));
     }
+    // No retry is left parked for a window of retries that never came.
+    let parked = c
+        .store
+        .list(&granary::domain::layout::claims::parked_prefix(
+            &c.config.layout.claim_prefix,
+        ))
+        .await
+        .unwrap();
+    if !parked.is_empty() {
+        let keys: Vec<&str> = parked.iter().map(|m| m.key.as_str()).collect();
+        problems.push(format!("still parked after settling: {keys:?}"));
+    }
     // The brake, where a scenario sets it, held the feeder (whichever end's handling died).
     if w.brake.is_some() {
         let hold = granary::repositories::read_hold(c.store.as_ref(), &c.config.layout.hold_key)
@@ -274,6 +286,40 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                 })
                 .collect();
             assert_eq!(placed, want);
+        }
+        if matches!(
+            scenario,
+            Scenario::RequeuerParks | Scenario::FeederRetryWindow
+        ) {
+            // The window of first attempts, then the retries by windows: with both parked when
+            // the feeder came (FeederRetryWindow), one array of two; parked one at a time
+            // (RequeuerParks: the feeder's schedule came between), a window each. Both granules
+            // succeeded at attempt 2.
+            let submitted = w.jobs.submitted();
+            let arrays: Vec<(Option<u32>, String)> = submitted
+                .iter()
+                .map(|r| (r.array_size, r.parameters["attempt"].clone()))
+                .collect();
+            let (first, second) = ((Some(2), "1".to_owned()), "2".to_owned());
+            let want = if scenario == Scenario::FeederRetryWindow {
+                vec![first, (Some(2), second)]
+            } else {
+                vec![first, (None, second.clone()), (None, second)]
+            };
+            assert_eq!(arrays, want, "{scenario:?}");
+            let c = ctx(&w);
+            for g in platform::BACKFILL {
+                let id = granary::domain::granule::GranuleId::parse(g).unwrap();
+                let r = c.items().look(&id).await.unwrap().unwrap();
+                assert_eq!(
+                    (r.state, r.attempts.processing),
+                    (granary::domain::lifecycle::ItemState::Processed, 2),
+                    "{g}"
+                );
+            }
+            let parked =
+                granary::domain::layout::claims::parked_prefix(&c.config.layout.claim_prefix);
+            assert!(c.store.list(&parked).await.unwrap().is_empty());
         }
         if scenario == Scenario::FeederTwoInventories {
             // Two windows in the run under test (one per inventory), the third by the next run

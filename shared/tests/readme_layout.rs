@@ -61,6 +61,18 @@ fn built() -> BTreeMap<&'static str, String> {
             claim_key(&layout.open_claim_prefix, &retry),
         ),
         (
+            "parked retry",
+            granary::domain::layout::claims::parked_key(&layout.claim_prefix, &retry),
+        ),
+        (
+            "window of retries",
+            window_key(
+                &layout.claim_prefix,
+                granary::domain::window::RETRY_WINDOWS,
+                7,
+            ),
+        ),
+        (
             "cancel record",
             granary::domain::layout::claims::cancel_record_key(
                 &layout.claim_prefix,

@@ -179,3 +179,123 @@ async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_c
         assert_eq!(outcome, None);
     }
 }
+
+/// Retries gathered into arrays (`GRANARY_ARRAY_RETRIES`), through the real SDK: three retries
+/// the requeuer parked go as one SubmitJob with `arrayProperties.size` 3 at the feeder's next
+/// run; the reference wrapper, started as a child of that array, reads its granule and its own
+/// attempt from the window claim (the array's `ATTEMPT` is only the lowest); the monitor logs a
+/// child's end at that attempt.
+#[tokio::test]
+async fn parked_retries_go_as_one_array_whose_children_read_their_own_attempts() {
+    use granary::handlers::requeuer::{self, RequeueOutcome};
+    let s = stack(
+        "arrayretries",
+        2,
+        &[
+            ("GRANARY_ARRAY_WINDOWS", "on"),
+            ("GRANARY_ARRAY_RETRIES", "on"),
+        ],
+    )
+    .await;
+    let granules = ids(3, "RT");
+    let attempts = [1u32, 2, 1];
+    for (g, attempt) in granules.iter().zip(attempts) {
+        let message = serde_json::json!({"granule_id": g, "attempt": attempt}).to_string();
+        let out = requeuer::handle_message(&s.ctx, &message).await.unwrap();
+        assert_eq!(
+            out,
+            RequeueOutcome::Parked {
+                attempt: attempt + 1
+            }
+        );
+    }
+    assert!(all_jobs(&s).await.is_empty(), "parked: nothing submitted");
+    let out = feed(&s.ctx, 1).await;
+    assert_eq!(out.retries_submitted, 3, "{out:?}");
+    let jobs = all_jobs(&s).await;
+    let parents: Vec<&(String, String)> = jobs.iter().filter(|(_, id)| !id.contains(':')).collect();
+    assert_eq!(
+        parents.len(),
+        1,
+        "one SubmitJob for the three retries: {jobs:?}"
+    );
+
+    let key = granary::domain::layout::claims::window_key(
+        &s.ctx.config.layout.claim_prefix,
+        granary::domain::window::RETRY_WINDOWS,
+        0,
+    );
+    let claim = read_json::<WindowClaim>(s.ctx.store.as_ref(), &key)
+        .await
+        .unwrap()
+        .expect("the window of retries")
+        .value;
+    assert!(claim.array && claim.is_retries());
+    let parent = claim.array_job_id.clone().expect("the array recorded");
+    assert_eq!(parents[0].1, parent);
+    let ids: Vec<String> = (0..3).map(|i| format!("{parent}:{i}")).collect();
+    let described = s.ctx.jobs.describe_many(&ids).await.unwrap();
+    for (i, entry) in claim.entries().enumerate() {
+        let child = described
+            .iter()
+            .find(|d| d.summary.job_id == ids[i])
+            .unwrap_or_else(|| panic!("{} not described", ids[i]));
+        let env: Vec<(String, String)> = child.detail["container"]["environment"]
+            .as_array()
+            .expect("the child's environment")
+            .iter()
+            .map(|kv| {
+                (
+                    kv["name"].as_str().unwrap().to_owned(),
+                    kv["value"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert!(
+            env.contains(&("ATTEMPT".to_owned(), "2".to_owned())),
+            "{env:?}"
+        );
+        let (code, stdout, stderr) = run_child(&env, Some(i as u32));
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(
+            stdout,
+            format!("{} {}", entry.granule_id, entry.attempt),
+            "{stderr}"
+        );
+    }
+    // The attempts the wrapper printed are the retries' own: 2, 3, 2 in the requeuer's order
+    // of granule ids.
+    let mut printed: Vec<(String, u32)> = claim
+        .entries()
+        .map(|e| (e.granule_id.to_string(), e.attempt))
+        .collect();
+    printed.sort();
+    let mut want: Vec<(String, u32)> = granules
+        .iter()
+        .cloned()
+        .zip(attempts.iter().map(|a| a + 1))
+        .collect();
+    want.sort();
+    assert_eq!(printed, want);
+
+    // moto ends a job as it is submitted: the monitor handles child 1's end at its attempt.
+    if s.stack.batch {
+        let child = described
+            .iter()
+            .find(|d| d.summary.job_id == ids[1])
+            .unwrap()
+            .clone();
+        let entry = claim.entry(1).unwrap();
+        let outcome = monitor::described_job(&s.ctx, child, "test").await.unwrap();
+        assert!(outcome.is_some(), "{outcome:?}");
+        let logged = keys(s.ctx.store.as_ref(), &s.ctx.config.layout.log_prefix).await;
+        assert_eq!(logged.len(), 1, "{logged:?}");
+        assert!(
+            logged[0].contains(&format!(
+                "granule_id={}/attempt={}.json",
+                entry.granule_id, entry.attempt
+            )),
+            "{logged:?}"
+        );
+    }
+}

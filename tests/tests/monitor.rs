@@ -151,9 +151,10 @@ async fn routes_each_outcome_and_writes_the_keys() {
         })
         .collect();
     retried.sort_by_key(|v| v["granule_id"].to_string());
+    // Each counts its Spot end: the attempt budget's count (`domain::attempt_budget`).
     let mut expected = vec![
-        serde_json::json!({"granule_id": f[1].granule_id, "attempt": 1}),
-        serde_json::json!({"granule_id": f[3].granule_id, "attempt": 1}),
+        serde_json::json!({"granule_id": f[1].granule_id, "attempt": 1, "spot_ends": 1}),
+        serde_json::json!({"granule_id": f[3].granule_id, "attempt": 1, "spot_ends": 1}),
     ];
     expected.sort_by_key(|v| v["granule_id"].to_string());
     assert_eq!(retried, expected);

@@ -46,6 +46,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
                 rows: 3_000 * h as u64,
             })
             .collect(),
+        retry_windows: 0,
     };
     let mut v = Versioned {
         value: tracker,

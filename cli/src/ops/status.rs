@@ -38,6 +38,9 @@ pub struct Status {
     pub downstream: Option<Downstream>,
     /// Attempts `granary cancel` ended that wait for `granary resume --cancelled`.
     pub cancelled: u64,
+    /// Retries the requeuer parked for the feeder's next window of retries
+    /// (`GRANARY_ARRAY_RETRIES`).
+    pub parked_retries: u64,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
@@ -162,11 +165,20 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         .await
         .context("listing cancelled attempts")?
         .len() as u64;
+    let parked_prefix =
+        granary::domain::layout::claims::parked_prefix(&ctx.config.layout.claim_prefix);
+    let parked_retries = ctx
+        .store
+        .list(&parked_prefix)
+        .await
+        .context("listing parked retries")?
+        .len() as u64;
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
         downstream,
         cancelled,
+        parked_retries,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -222,6 +234,7 @@ pub fn assemble(
         hold,
         downstream: None,
         cancelled: 0,
+        parked_retries: 0,
         rates,
         eta,
     }
@@ -270,6 +283,7 @@ mod tests {
             ],
             updated_at: None,
             samples,
+            retry_windows: 0,
         };
         let now = t0 + Duration::hours(7);
         let s = assemble(

@@ -346,6 +346,16 @@ impl Config {
         }
     }
 
+    /// The item lifecycle's budgets for the importer's rules (the item sweeper's timeout
+    /// recovery, re-validation): processing attempts up to the highest the attempt budget can
+    /// reach, so a granule with Spot retries left is handed to the requeuer, which decides.
+    pub fn item_retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_processing_attempts: self.attempt_budget.last_attempt(),
+            ..self.retry_policy
+        }
+    }
+
     /// The attempt number past which a granule is dead-lettered (1 + GRANARY_MAX_RETRIES) when
     /// every retried end spends the one budget; the requeuer asks `attempt_budget`, which also
     /// knows Spot's own (`GRANARY_MAX_SPOT_RETRIES`). An ingest job's processing attempts spend

@@ -213,6 +213,11 @@ pub struct Jobs {
     /// on-demand queue, where no Spot reclaim ends it; `domain::attempt_budget`). Unset or
     /// empty: every attempt goes to `job_queue`.
     pub last_attempt_queue: Option<String>,
+    /// Retries gathered into array jobs (`GRANARY_ARRAY_RETRIES`, default off): the requeuer
+    /// parks an ordinary retry and the feeder submits the parked ones as one window of retries
+    /// before its inventory windows (`domain::window::RETRY_WINDOWS`), so retries spend
+    /// Batch's SubmitJob quota by the window, not by the granule.
+    pub array_retries: bool,
 }
 
 impl Jobs {
@@ -240,6 +245,7 @@ impl Jobs {
                 "the AWS Batch job definition (name, name:revision or ARN)",
             )?,
             last_attempt_queue: v.get("GRANARY_LAST_ATTEMPT_JOB_QUEUE"),
+            array_retries: v.flag("GRANARY_ARRAY_RETRIES", false)?,
             submit_spacing: match v.get("GRANARY_SUBMIT_JOB_RATE") {
                 None => None,
                 Some(raw) => Some(

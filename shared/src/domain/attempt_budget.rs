@@ -55,12 +55,21 @@ impl AttemptBudget {
 
     /// Whether attempt `ends.attempt + 1` is the granule's last chance against capacity: were it
     /// reclaimed or cancelled for capacity too, the granule would be dead-lettered. The attempt
-    /// an on-demand job queue takes, where no reclaim can end it.
+    /// an on-demand job queue takes, where no reclaim can end it. A first attempt (an imported
+    /// item's, `ends.attempt` 0) is never one: it goes where every first attempt goes.
     pub fn is_last_chance(&self, ends: Ends) -> bool {
-        !self.allows_retry(Ends {
-            attempt: ends.attempt + 1,
-            spot_ends: ends.spot_ends + 1,
-        })
+        ends.attempt > 0
+            && !self.allows_retry(Ends {
+                attempt: ends.attempt + 1,
+                spot_ends: ends.spot_ends + 1,
+            })
+    }
+
+    /// The highest attempt number the budget can reach (every retry of both kinds spent): how
+    /// far the item sweeper's and re-validation's own rules let a granule go before the
+    /// requeuer, which knows its Spot ends, decides.
+    pub fn last_attempt(&self) -> u32 {
+        1 + self.retries + self.spot_retries.unwrap_or(0)
     }
 
     /// Why a granule whose attempts ended as `ends` gets no more (for its history).
@@ -133,12 +142,16 @@ mod tests {
         assert!(APART.is_last_chance(ends(3, 3)));
         // Two timeouts with reclaims to spare: a reclaim of the next still leaves a retry.
         assert!(!APART.is_last_chance(ends(2, 0)));
-        // Without spot retries at all, every retry is a last chance against capacity.
+        // Without spot retries at all, every retry is a last chance against capacity; a
+        // first attempt (an imported item's hand-off) never is.
         let none = AttemptBudget {
             retries: 2,
             spot_retries: Some(0),
         };
         assert!(none.is_last_chance(ends(1, 0)));
+        assert!(!none.is_last_chance(ends(0, 0)));
+        assert_eq!((none.last_attempt(), APART.last_attempt()), (3, 6));
+        assert_eq!(SHARED.last_attempt(), 4);
     }
 
     #[test]

@@ -92,6 +92,11 @@ pub struct Claim {
     pub campaign: Option<Campaign>,
     #[serde(flatten)]
     pub placement: Placement,
+    /// Parked by the requeuer for the feeder's next window of retries (`GRANARY_ARRAY_RETRIES`)
+    /// instead of submitted: never taken over as a single job. The window that takes it records
+    /// its job here (`job_id`, a child `<array>:<i>`); until then its pending marker waits.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub parked: bool,
 }
 
 /// What a granule's attempt is submitted with beyond its name, decided once when it is claimed
@@ -126,12 +131,21 @@ impl Claim {
             submitted_at: None,
             campaign: campaign.cloned(),
             placement: Placement::default(),
+            parked: false,
         }
     }
 
     /// The claim with its attempt's placement.
     pub fn placed(self, placement: Placement) -> Self {
         Self { placement, ..self }
+    }
+
+    /// The claim as the requeuer parks it for a window of retries.
+    pub fn parked(self) -> Self {
+        Self {
+            parked: true,
+            ..self
+        }
     }
 
     /// The claim of another workflow's unit of work (an ingest job's processing attempt), named
@@ -152,6 +166,7 @@ impl Claim {
             submitted_at: None,
             campaign: None,
             placement: Placement::default(),
+            parked: false,
         }
     }
 }

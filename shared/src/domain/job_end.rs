@@ -42,6 +42,9 @@ pub struct FinishedJob {
     pub campaign: Option<Campaign>,
     pub classification: Classification,
     pub route: Route,
+    /// The Spot ends before this attempt, when the job's own parameters cannot say: an array
+    /// child's are its parent's, and its window claim holds its count (`domain::attempt_budget`).
+    pub spot_ends_before: Option<u32>,
 }
 
 /// A child of an array window that ended, before its granule is read from the window claim.
@@ -62,16 +65,15 @@ pub struct WindowChildEnd {
 }
 
 impl WindowChildEnd {
-    /// The end as a granule's, once the claim names the granule at `index`.
-    pub fn of_granule(&self, granule_id: super::granule::GranuleId) -> FinishedJob {
+    /// The end as a granule's, once the claim names the entry at `index`: its granule, its
+    /// attempt (a window of retries holds each child's) and the Spot ends before it.
+    pub fn of_entry(&self, entry: super::window::WindowEntry) -> FinishedJob {
         FinishedJob {
-            granule: GranuleProcessingEvent {
-                granule_id,
-                attempt: self.attempt,
-            },
+            granule: entry.event(),
             campaign: self.campaign.clone(),
             classification: self.classification.clone(),
             route: self.route,
+            spot_ends_before: Some(entry.spot_ends),
         }
     }
 }
@@ -134,6 +136,7 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
         campaign,
         classification,
         route,
+        spot_ends_before: None,
     }))
 }
 
@@ -231,6 +234,7 @@ pub fn forgotten_by_batch(
             ),
         },
         route: Route::FailureDlq,
+        spot_ends_before: None,
     }
 }
 

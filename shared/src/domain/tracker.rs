@@ -62,6 +62,14 @@ pub struct Tracker {
     /// measures throughput and the ETA from.
     #[serde(default)]
     pub samples: Vec<crate::domain::progress::Sample>,
+    /// Windows of parked retries the feeder has finished: the next is this number
+    /// (`GRANARY_ARRAY_RETRIES`, `handlers::feeder::retries`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub retry_windows: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

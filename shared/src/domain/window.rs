@@ -14,8 +14,30 @@ use super::granule::{GranuleId, GranuleProcessingEvent};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-/// The attempt a window claim submits: a granule's first.
+/// The attempt a feeder's window claim submits: a granule's first.
 pub const WINDOW_ATTEMPT: u32 = 1;
+
+/// The "inventory" a window of parked retries names (its `start` is the window's number): not a
+/// key the feeder reads, which all end in `.parquet`. Such a window gathers retries the requeuer
+/// parked (`GRANARY_ARRAY_RETRIES`) into one array job, each at its own attempt.
+pub const RETRY_WINDOWS: &str = "retries";
+
+/// One granule of a window: the attempt its job runs and the Spot ends before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowEntry {
+    pub granule_id: GranuleId,
+    pub attempt: u32,
+    pub spot_ends: u32,
+}
+
+impl WindowEntry {
+    pub fn event(&self) -> GranuleProcessingEvent {
+        GranuleProcessingEvent {
+            granule_id: self.granule_id.clone(),
+            attempt: self.attempt,
+        }
+    }
+}
 
 /// The sizes an array job may have (AWS Batch user guide, "Array jobs": "between 2 and 10,000").
 pub const ARRAY_SIZES: std::ops::RangeInclusive<usize> = 2..=10_000;
@@ -54,6 +76,15 @@ pub struct WindowClaim {
     /// The campaign whose window this is: its jobs' names and parameters carry it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub campaign: Option<Campaign>,
+    /// Each granule's attempt (same order), in a window of parked retries; empty: every
+    /// granule's first ([`WINDOW_ATTEMPT`]). An array's children all carry the parent's
+    /// environment, so a child's container reads its attempt here (docs/array-windows.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<u32>,
+    /// The Spot ends before each granule's attempt (same order; `domain::attempt_budget`);
+    /// empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spot_ends: Vec<u32>,
 }
 
 impl WindowClaim {
@@ -78,7 +109,52 @@ impl WindowClaim {
             token: None,
             submitted_at: None,
             campaign: campaign.cloned(),
+            attempts: Vec::new(),
+            spot_ends: Vec::new(),
         }
+    }
+
+    /// Window `number` of the retries the requeuer parked: each entry's granule at its own
+    /// attempt.
+    pub fn of_retries(
+        campaign: Option<&Campaign>,
+        number: u64,
+        entries: Vec<WindowEntry>,
+        claimed_by: &str,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let mut window = Self::new(
+            campaign,
+            RETRY_WINDOWS,
+            number,
+            entries.len() as u64,
+            entries.iter().map(|e| e.granule_id.clone()).collect(),
+            claimed_by,
+            now,
+        );
+        window.attempts = entries.iter().map(|e| e.attempt).collect();
+        window.spot_ends = entries.iter().map(|e| e.spot_ends).collect();
+        window
+    }
+
+    /// Whether this is a window of parked retries (not of an inventory's rows).
+    pub fn is_retries(&self) -> bool {
+        self.inventory == RETRY_WINDOWS
+    }
+
+    /// Granule `i`'s entry: its attempt and the Spot ends before it.
+    pub fn entry(&self, i: usize) -> Option<WindowEntry> {
+        let granule_id = self.granules.get(i)?.clone();
+        Some(WindowEntry {
+            granule_id,
+            attempt: self.attempts.get(i).copied().unwrap_or(WINDOW_ATTEMPT),
+            spot_ends: self.spot_ends.get(i).copied().unwrap_or(0),
+        })
+    }
+
+    /// Every granule's entry, in order.
+    pub fn entries(&self) -> impl Iterator<Item = WindowEntry> + '_ {
+        (0..self.granules.len()).filter_map(|i| self.entry(i))
     }
 
     /// The window submitted as one array job when `wanted` and its granules make an array of a
@@ -116,9 +192,8 @@ impl WindowClaim {
                 self.start,
             ));
         }
-        self.granules
-            .get(i)
-            .map(|g| super::job_name::job_name(self.campaign.as_ref(), g, WINDOW_ATTEMPT))
+        self.entry(i)
+            .map(|e| super::job_name::job_name(self.campaign.as_ref(), &e.granule_id, e.attempt))
     }
 
     /// Granule `i`'s job, given the job found by [`Self::lookup_name`].
@@ -130,12 +205,9 @@ impl WindowClaim {
         }
     }
 
-    /// The (granule, attempt 1) of every granule in the window.
+    /// The (granule, attempt) of every granule in the window.
     pub fn attempts(&self) -> impl Iterator<Item = GranuleProcessingEvent> + '_ {
-        self.granules.iter().map(|g| GranuleProcessingEvent {
-            granule_id: g.clone(),
-            attempt: WINDOW_ATTEMPT,
-        })
+        self.entries().map(|e| e.event())
     }
 
     /// The recorded job of granule `i`, if any: its own, or its child of the array.

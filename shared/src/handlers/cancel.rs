@@ -96,19 +96,12 @@ pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> 
             // The granules whose end is not logged yet: looked at a few at a time (one or two
             // GETs each), since a window may hold 10,000.
             let looks = claim
-                .granules
-                .iter()
+                .attempts()
                 .enumerate()
                 .filter(|(i, _)| !progress.is_handled(*i))
-                .map(|(i, granule)| {
-                    let attempt = GranuleProcessingEvent {
-                        granule_id: granule.clone(),
-                        attempt: 1,
-                    };
-                    async move {
-                        let ended = super::reconciler::end_logged(ctx, &attempt).await?;
-                        Ok::<_, HandlerError>((i, attempt, ended))
-                    }
+                .map(|(i, attempt)| async move {
+                    let ended = super::reconciler::end_logged(ctx, &attempt).await?;
+                    Ok::<_, HandlerError>((i, attempt, ended))
                 });
             let mut looked: Vec<_> = futures::stream::iter(looks)
                 .buffer_unordered(LOOKS_AT_ONCE)
@@ -119,9 +112,10 @@ pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> 
                 if !ended {
                     open.push(OpenAttempt {
                         granule_id: attempt.granule_id,
-                        attempt: 1,
+                        attempt: attempt.attempt,
                         job_id: claim.job_id(i),
-                        inventory: Some(inventory.clone()),
+                        // A window of retries is no inventory's.
+                        inventory: (!claim.is_retries()).then(|| inventory.clone()),
                     });
                 }
             }
@@ -294,7 +288,9 @@ pub async fn resume_cancelled(
             continue;
         }
         if !dry_run {
+            let spot_ends = ctx.spot_ends_before(&attempt).await?;
             let message = RetryMessage::redriven(attempt.clone())
+                .with_spot_ends(spot_ends)
                 .of_campaign(ctx.campaign().cloned())
                 .to_message(&Notice::new(
                     Outcome::Resumed,

@@ -252,6 +252,50 @@ impl Ctx {
             .await
     }
 
+    /// Parks (granule, attempt) for the feeder's next window of retries, at most once
+    /// (`repositories::claims::park_once`).
+    pub async fn park(
+        &self,
+        event: &crate::domain::granule::GranuleProcessingEvent,
+        placement: crate::domain::claim::Placement,
+        claimed_by: &str,
+    ) -> Result<crate::repositories::ParkOutcome, crate::repositories::RepositoryError> {
+        crate::repositories::park_once(
+            self.store.as_ref(),
+            crate::repositories::AttemptAt {
+                claim_prefix: &self.config.layout.claim_prefix,
+                open_prefix: &self.config.layout.open_claim_prefix,
+                campaign: self.campaign(),
+                placement: &placement,
+            },
+            event,
+            claimed_by,
+        )
+        .await
+    }
+
+    /// The Spot ends before `attempt`, as its claim keeps them (a first attempt, or one whose
+    /// claim is gone, has none): what an operator's resume or the item sweeper sends with a
+    /// retry message, having no end of Spot's to add.
+    pub async fn spot_ends_before(
+        &self,
+        attempt: &crate::domain::granule::GranuleProcessingEvent,
+    ) -> Result<u32, crate::repositories::RepositoryError> {
+        if attempt.attempt <= 1 {
+            return Ok(0);
+        }
+        let key =
+            crate::domain::layout::claims::claim_key(&self.config.layout.claim_prefix, attempt);
+        Ok(
+            crate::repositories::read_json::<crate::domain::claim::Claim>(
+                self.store.as_ref(),
+                &key,
+            )
+            .await?
+            .map_or(0, |c| c.value.placement.spot_ends),
+        )
+    }
+
     /// [`Ctx::submit_once`], the job placed as `placement` says (its queue, the capacity ends
     /// before it).
     pub async fn submit_placed(

@@ -186,7 +186,7 @@ async fn window_child(
         }
     };
     match granule {
-        Ok(granule) => job_finished(ctx, child.of_granule(granule), detail, by).await,
+        Ok(entry) => job_finished(ctx, child.of_entry(entry), detail, by).await,
         Err(WindowGranuleError::Read(e)) => Err(e.into()),
         Err(WindowGranuleError::Unknown(why)) => {
             let reason = format!("array child {}: {why}", child.job_id);
@@ -267,6 +267,7 @@ pub async fn logged_end(
         classification,
         route,
         job,
+        spot_ends_before,
         ..
     } = *log;
     let finished = FinishedJob {
@@ -278,6 +279,7 @@ pub async fn logged_end(
         campaign: ctx.campaign().cloned(),
         classification,
         route,
+        spot_ends_before,
     };
     job_finished(ctx, finished, job, by).await
 }
@@ -316,6 +318,7 @@ async fn handle_end(
         granule,
         classification,
         route,
+        spot_ends_before,
         ..
     } = finished;
     let facts = ctx.config.layout.id_parser.facts(&granule.granule_id);
@@ -350,6 +353,7 @@ async fn handle_end(
         routed_at: None,
         superseded: None,
         job: detail,
+        spot_ends_before,
     };
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
     let reason = classification.reason.clone();
@@ -537,7 +541,10 @@ async fn log_and_route_failure(
         .job(record.job_id.clone())
         .attempt(record.attempt);
     // The granule's capacity ends so far: the job's count of those before it, and this one.
-    let spot_ends = crate::domain::job_tags::spot_ends_before(&record.job)
+    let before = record
+        .spot_ends_before
+        .unwrap_or_else(|| crate::domain::job_tags::spot_ends_before(&record.job));
+    let spot_ends = before
         + u32::from(crate::domain::attempt_budget::is_spot_end(
             record.classification.failure.as_ref(),
         ));

@@ -84,6 +84,9 @@ pub async fn redrive(
         };
         // It goes back as the same campaign's attempt (`domain::campaign`).
         let campaign = parked.campaign;
+        // The Spot ends so far go back with it: the redriven attempt is past the budget, so a
+        // last chance (`domain::attempt_budget`), and its job carries the count on.
+        let spot_ends = parked.spot_ends;
         let event = parked.event;
         let reason = reason_of(&m.attributes).to_owned();
         if !filter.matches(&event, &reason) {
@@ -99,6 +102,7 @@ pub async fn redrive(
             format!("redriven from the DLQ: {reason}"),
         );
         let message = RetryMessage::redriven(event)
+            .with_spot_ends(spot_ends)
             .of_campaign(campaign)
             .to_message(&notice)
             .map_err(|e| QueueError::new(retry.name(), e))?;

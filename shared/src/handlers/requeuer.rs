@@ -30,6 +30,11 @@ pub enum RequeueOutcome {
     HeldBack {
         cancel: String,
     },
+    /// Parked for the feeder's next window of retries (`GRANARY_ARRAY_RETRIES`): submitted with
+    /// the other parked retries as one array job.
+    Parked {
+        attempt: u32,
+    },
 }
 
 pub async fn handle_sqs(
@@ -70,6 +75,8 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<RequeueOutcome, Han
 
 /// The retry of a readable message (its granule and attempt on the span around it).
 async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, HandlerError> {
+    // Only the campaign the stack feeds has a feeder to take parked retries.
+    let fed = message.campaign.as_ref() == ctx.campaign();
     // The attempt is its campaign's, whichever campaign this stack runs now.
     let ctx = &*ctx.in_campaign(message.campaign.as_ref());
     let ends = message.ends();
@@ -118,6 +125,19 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             .and_then(|j| j.last_attempt_queue.clone())
             .filter(|_| budget.is_last_chance(ends)),
     };
+    // An ordinary retry of the fed campaign waits for the feeder's next window of retries, one
+    // array job for all of them; a last chance (its own queue), an operator's resend and an
+    // imported item's first attempt go at once, as single jobs.
+    let parks = ctx.config.jobs.as_ref().is_some_and(|j| j.array_retries)
+        && fed
+        && !message.redrive
+        && event.attempt > 0
+        && placement.job_queue.is_none();
+    if parks {
+        if let Some(parked) = Box::pin(park(ctx, &next, placement.clone())).await? {
+            return Ok(parked);
+        }
+    }
     let outcome = ctx.submit_placed(&next, placement, "requeuer").await?;
     // Counted as it happens (a record write failing after it does not undo the submission; a
     // job a dead run submitted, found now, was never counted by that run).
@@ -149,6 +169,31 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             next.attempt, next.granule_id
         ))),
     }
+}
+
+/// Parks `next` for the feeder's next window of retries; `None` when the attempt has an
+/// ordinary claim already (made before parking was on), which is finished as a single job. Its
+/// item record stays as the failure left it (PROCESSING_FAILED) until the window submits it:
+/// the pending marker and the feeder's schedule are what move it on.
+async fn park(
+    ctx: &Ctx,
+    next: &crate::domain::granule::GranuleProcessingEvent,
+    placement: crate::domain::claim::Placement,
+) -> Result<Option<RequeueOutcome>, HandlerError> {
+    use crate::repositories::ParkOutcome;
+    Ok(match ctx.park(next, placement, "requeuer").await? {
+        ParkOutcome::Parked => {
+            tracing::info!(granule_id = %next.granule_id, attempt = next.attempt, "parked for the next window of retries");
+            Some(RequeueOutcome::Parked {
+                attempt: next.attempt,
+            })
+        }
+        // A duplicate message: the item record is the window's to make.
+        ParkOutcome::Windowed { .. } => Some(RequeueOutcome::AlreadySubmitted {
+            attempt: next.attempt,
+        }),
+        ParkOutcome::Claimed => None,
+    })
 }
 
 async fn dead_letter(

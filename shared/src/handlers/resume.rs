@@ -62,12 +62,15 @@ pub async fn resume(
                 // (→ READY → PROCESSING), so a crash before the READY write below strands
                 // nothing, and a rerun of the command only repeats a message the requeuer's
                 // claim makes harmless.
-                let message = RetryMessage::redriven(GranuleProcessingEvent {
+                let ended = GranuleProcessingEvent {
                     granule_id: id.clone(),
                     attempt: r.attempts.processing,
-                })
-                .of_campaign(imp.campaign().cloned())
-                .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
+                };
+                let spot_ends = imp.spot_ends_before(&ended).await?;
+                let message = RetryMessage::redriven(ended)
+                    .with_spot_ends(spot_ends)
+                    .of_campaign(imp.campaign().cloned())
+                    .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
                 imp.retry_queue.send(message).await?;
                 // Listed by `granary cancel`, perhaps: sent round now, so no longer waiting.
                 let listed = crate::domain::layout::claims::cancelled_key(

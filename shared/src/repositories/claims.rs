@@ -2,13 +2,14 @@
 //! one submission protocol (`repositories::submission`).
 
 use super::json::RepositoryError;
+use super::json::{read_json_retrying, write_json_retrying};
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
 use crate::domain::campaign::Campaign;
 use crate::domain::claim::{Claim, Placement};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::claim_key;
-use crate::ports::{JobRunner, JobRunnerError, ObjectStore};
+use crate::ports::{JobRunner, JobRunnerError, ObjectStore, PutCondition};
 use chrono::Utc;
 use std::time::Duration;
 
@@ -67,6 +68,79 @@ pub async fn submit_once(
         requests: &request,
     };
     submit_claim_once(store, jobs, metrics, lease, submission).await
+}
+
+/// What parking a retry found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParkOutcome {
+    /// Parked for the feeder's next window of retries (now, or again: its marker rewritten,
+    /// which the window reading its claim tells from a fresh one).
+    Parked,
+    /// A window of retries took it already: its job.
+    Windowed { job_id: String },
+    /// The attempt has an ordinary claim (a single job, submitted or being submitted).
+    Claimed,
+}
+
+/// Parks (granule, attempt) for the feeder's next window of retries, at most once: its claim,
+/// created If-None-Match (the same guard a single job's submission has), marked parked; then
+/// its pending marker, which the feeder lists. A crash between the two leaves a parked claim
+/// without a marker: the retry message comes back, finds the claim parked and not taken, and
+/// writes the marker. A marker written again after a window took the claim is stale: the
+/// window that lists it reads the claim, finds its job, and removes it.
+pub async fn park_once(
+    store: &dyn ObjectStore,
+    at: AttemptAt<'_>,
+    event: &GranuleProcessingEvent,
+    claimed_by: &str,
+) -> Result<ParkOutcome, RepositoryError> {
+    let key = claim_key(at.claim_prefix, event);
+    let claim = Claim::new(event, at.campaign, claimed_by, Utc::now())
+        .placed(at.placement.clone())
+        .parked();
+    match write_json_retrying(
+        store,
+        &key,
+        &claim,
+        PutCondition::IfAbsent,
+        "parking a retry",
+    )
+    .await
+    {
+        Ok(_) => {}
+        Err(e) if e.is_conflict() => {
+            match read_json_retrying::<Claim>(store, &key, "reading a retry's claim").await? {
+                Some(found) if !found.value.parked => return Ok(ParkOutcome::Claimed),
+                Some(found) => {
+                    if let Some(job_id) = found.value.job_id {
+                        return Ok(ParkOutcome::Windowed { job_id });
+                    }
+                }
+                // Made and gone since (an operator's cleanup): parked again below.
+                None => {
+                    write_json_retrying(
+                        store,
+                        &key,
+                        &claim,
+                        PutCondition::IfAbsent,
+                        "parking a retry",
+                    )
+                    .await?;
+                }
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    let marker = crate::domain::layout::claims::parked_key(at.claim_prefix, event);
+    write_json_retrying(
+        store,
+        &marker,
+        &serde_json::json!({ "parked_at": Utc::now() }),
+        PutCondition::Overwrite,
+        "marking a parked retry",
+    )
+    .await?;
+    Ok(ParkOutcome::Parked)
 }
 
 /// Submits one job of any workflow to Batch at most once (its claim says which; `request` is

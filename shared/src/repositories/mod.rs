@@ -25,7 +25,9 @@ pub mod submission;
 pub mod tracker;
 pub mod windows;
 
-pub use claims::{submit_claim_once, submit_once, AttemptAt, SubmitOutcome};
+pub use claims::{
+    park_once, submit_claim_once, submit_once, AttemptAt, ParkOutcome, SubmitOutcome,
+};
 pub use hold::{place_hold, read_hold};
 pub use json::{read_json, write_json, RecordError, RepositoryError, Versioned};
 pub use submission::{JobSubmission, Submission, Submitted, Submitter};

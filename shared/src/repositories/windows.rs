@@ -6,10 +6,9 @@
 use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::{job_request, window_job_request};
-use crate::domain::granule::GranuleId;
 use crate::domain::job_name::{job_name, window_job_name};
 use crate::domain::layout::claims::window_key;
-use crate::domain::window::{child_job_id, WindowClaim, WINDOW_ATTEMPT};
+use crate::domain::window::{child_job_id, WindowClaim, WindowEntry, WINDOW_ATTEMPT};
 use crate::ports::{JobRequest, JobRunner, ObjectStore};
 use std::time::Duration;
 
@@ -31,11 +30,14 @@ pub struct Windows<'a> {
 /// What submitting a window did.
 pub type WindowOutcome = Submitted<WindowClaim>;
 
-/// Every granule's attempt-1 job, in the window's order; or the window's one array job, whose
-/// children read their granules from the claim at `claim_key`.
+/// Every granule's job at its attempt, in the window's order; or the window's one array job,
+/// whose children read their granules (and, in a window of retries, their attempts) from the
+/// claim at `claim_key`. The array's `ATTEMPT` is its children's lowest: a window of first
+/// attempts says 1, as it always has.
 fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobRequest> {
     if window.array {
         let size = u32::try_from(window.granules.len()).unwrap_or(u32::MAX);
+        let lowest = window.attempts().map(|e| e.attempt).min();
         return vec![window_job_request(
             &window_job_name(window.campaign.as_ref(), &window.inventory, window.start),
             window.campaign.as_ref(),
@@ -43,20 +45,24 @@ fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobReque
             claim_key,
             window.token.as_deref(),
             size,
-            WINDOW_ATTEMPT,
+            lowest.unwrap_or(WINDOW_ATTEMPT),
         )];
     }
     window
-        .granules
-        .iter()
-        .map(|g| {
+        .entries()
+        .map(|e| {
             let campaign = window.campaign.as_ref();
-            job_request(
-                &job_name(campaign, g, WINDOW_ATTEMPT),
+            let request = job_request(
+                &job_name(campaign, &e.granule_id, e.attempt),
                 campaign,
-                g,
-                WINDOW_ATTEMPT,
-            )
+                &e.granule_id,
+                e.attempt,
+            );
+            let placement = crate::domain::claim::Placement {
+                spot_ends: e.spot_ends,
+                job_queue: None,
+            };
+            crate::contracts::job::placed(request, &placement)
         })
         .collect()
 }
@@ -150,7 +156,7 @@ pub struct WindowGranules {
 }
 
 /// A window claim read: its key, what names it (its token, else its array's id), its granules.
-type ReadClaim = (String, String, std::sync::Arc<[GranuleId]>);
+type ReadClaim = (String, String, std::sync::Arc<[WindowEntry]>);
 
 /// Claims kept: a window's children end spread over hours, a few windows at a time.
 const WINDOWS_KEPT: usize = 16;
@@ -175,14 +181,15 @@ pub struct ChildOf<'a> {
 }
 
 impl WindowGranules {
-    /// The granule of `child` in its window claim (which must lie under
-    /// `<claim_prefix>windows/` and be the claim the child's array was submitted for).
+    /// The entry of `child` in its window claim — its granule, attempt and the Spot ends before
+    /// it (the claim must lie under `<claim_prefix>windows/` and be the claim the child's array
+    /// was submitted for).
     pub async fn granule(
         &self,
         store: &dyn ObjectStore,
         claim_prefix: &str,
         child: ChildOf<'_>,
-    ) -> Result<GranuleId, WindowGranuleError> {
+    ) -> Result<WindowEntry, WindowGranuleError> {
         let claim_key = child.claim_key;
         let unknown = |why: String| WindowGranuleError::Unknown(why);
         let shown = || crate::domain::poison::RawText::of(claim_key).shown();
@@ -193,7 +200,7 @@ impl WindowGranules {
             )));
         }
         let index = child.index;
-        let pick = |granules: &[GranuleId]| {
+        let pick = |granules: &[WindowEntry]| {
             granules.get(index as usize).cloned().ok_or_else(|| {
                 unknown(format!(
                     "window claim {} has {} granules, none at index {index}",
@@ -245,7 +252,7 @@ impl WindowGranules {
                     .unwrap_or("no array")
             )));
         }
-        let granules: std::sync::Arc<[GranuleId]> = claim.granules.into();
+        let granules: std::sync::Arc<[WindowEntry]> = claim.entries().collect();
         if names_it {
             let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             recent.retain(|(k, _, _)| k != claim_key);
@@ -257,7 +264,7 @@ impl WindowGranules {
         pick(&granules)
     }
 
-    fn cached(&self, claim_key: &str, named_by: &str) -> Option<std::sync::Arc<[GranuleId]>> {
+    fn cached(&self, claim_key: &str, named_by: &str) -> Option<std::sync::Arc<[WindowEntry]>> {
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent
             .iter()

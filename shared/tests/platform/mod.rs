@@ -108,6 +108,13 @@ pub enum Scenario {
     /// before the last and submits the last chance to the last-attempt (on-demand) queue, whose
     /// job a takeover must look for there.
     RequeuerLastChance,
+    /// Array retries (`GRANARY_ARRAY_RETRIES`): both granules of an array window reclaimed by
+    /// Spot; the requeuer parks one's retry (the other's comes in the recovery), and the
+    /// feeder's schedule submits both as one window of retries.
+    RequeuerParks,
+    /// Array retries: both granules' retries parked; the feeder's run submits them as one
+    /// window of retries, an array job of two children at attempt 2.
+    FeederRetryWindow,
     /// A Batch event parked on the events DLQ is moved back by `granary redrive-events`.
     RedriveEvents,
     /// The feeder's run failed after its window's job ids and before their item records, and
@@ -168,7 +175,7 @@ pub enum Scenario {
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 41] = [
+pub const ALL: [Scenario; 43] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -196,6 +203,8 @@ pub const ALL: [Scenario; 41] = [
     Scenario::FeederRecordsOff,
     Scenario::RequeuerExhausted,
     Scenario::RequeuerLastChance,
+    Scenario::RequeuerParks,
+    Scenario::FeederRetryWindow,
     Scenario::RedriveEvents,
     Scenario::MonitorBeforeRecords,
     Scenario::RetryBeforeRecords,
@@ -297,7 +306,8 @@ pub fn stack() -> &'static (Stack, Resolved) {
             .with("IngestEzidShoulder", "ark:/99999/fk4")
             .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS)
             .with("DownstreamQueueName", "granary-test-archive-intake")
-            .with("LastAttemptOnDemand", "true");
+            .with("LastAttemptOnDemand", "true")
+            .with("ArrayRetries", "true");
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)
@@ -424,6 +434,9 @@ pub struct World {
     pub logs: BTreeMap<Function, Arc<AccessLog>>,
     /// Whether the feeder submits its windows as array jobs (`GRANARY_ARRAY_WINDOWS`).
     pub array: bool,
+    /// Whether the requeuer parks retries for the feeder's windows of retries
+    /// (`GRANARY_ARRAY_RETRIES`).
+    pub array_retries: bool,
     /// The campaign the stack runs now (`GRANARY_CAMPAIGN`): every function's context is in it
     /// ([`World::as_fn`]); a campaign scenario switches it after the first campaign's work.
     pub campaign: std::sync::Mutex<Option<Campaign>>,
@@ -526,7 +539,9 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::MonitorArrayChild
             | Scenario::CampaignSwitch
             | Scenario::CampaignSwitchReconciled
-            | Scenario::CampaignSwitchHalfWindow => BACKFILL.to_vec(),
+            | Scenario::CampaignSwitchHalfWindow
+            | Scenario::RequeuerParks
+            | Scenario::FeederRetryWindow => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -542,7 +557,9 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::ReconcilerRetryable
             | Scenario::RequeuerHeldBack
             | Scenario::RetryBeforeRecords
-            | Scenario::CampaignSwitch => BTreeSet::from([1]),
+            | Scenario::CampaignSwitch
+            | Scenario::RequeuerParks
+            | Scenario::FeederRetryWindow => BTreeSet::from([1]),
             Scenario::RequeuerExhausted | Scenario::RequeuerLastChance => {
                 (1..=function_config(Function::Requeuer).max_attempt()).collect()
             }
@@ -579,6 +596,8 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::MonitorCancelled
                 | Scenario::ReconcilerCancelled
                 | Scenario::MonitorBrakes
+                | Scenario::RequeuerParks
+                | Scenario::FeederRetryWindow
         ),
         brake: (scenario == Scenario::MonitorBrakes).then(|| BrakeSettings {
             window: 4,
@@ -609,7 +628,15 @@ pub fn world(scenario: Scenario) -> World {
         logs,
         array: matches!(
             scenario,
-            Scenario::FeederArray | Scenario::ReconcilerArrayWindow | Scenario::MonitorArrayChild
+            Scenario::FeederArray
+                | Scenario::ReconcilerArrayWindow
+                | Scenario::MonitorArrayChild
+                | Scenario::RequeuerParks
+                | Scenario::FeederRetryWindow
+        ),
+        array_retries: matches!(
+            scenario,
+            Scenario::RequeuerParks | Scenario::FeederRetryWindow
         ),
         campaign: std::sync::Mutex::new(None),
     }
@@ -626,6 +653,9 @@ impl World {
         imp.config.layout = imp.config.layout.in_campaign(self.campaign().as_ref());
         imp.config.layout.track_items = self.records;
         imp.config.feeder.array_windows = self.array;
+        if let Some(jobs) = imp.config.jobs.as_mut() {
+            jobs.array_retries = self.array_retries;
+        }
         if let Some(brake) = self.brake {
             imp.config.brake = brake;
         }
@@ -924,7 +954,7 @@ pub async fn settle_with(w: &World, plan: Recovery) -> Result<Recovered, String>
                 )
                 .await?
             {
-                activity += run.submitted;
+                activity += run.submitted + run.retries_submitted + run.stale_parked;
             }
         }
         if w.discover {
@@ -1175,7 +1205,9 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | Cancel
         | MonitorCancelled
         | ReconcilerCancelled
-        | MonitorBrakes => {
+        | MonitorBrakes
+        | RequeuerParks
+        | FeederRetryWindow => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -1223,6 +1255,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     | MonitorCancelled
                     | ReconcilerCancelled
                     | MonitorBrakes
+                    | RequeuerParks
+                    | FeederRetryWindow
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1245,6 +1279,27 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             if scenario == MonitorArrayChild {
                 assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+            }
+            if matches!(scenario, RequeuerParks | FeederRetryWindow) {
+                // Both children reclaimed, both ends handled: a retry message each.
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+                let monitor_fn = &w.as_fn(Function::Monitor);
+                drain(&w.events, |b| async move {
+                    monitor::handle_message(monitor_fn, &b).await
+                })
+                .await;
+                assert_eq!(w.retry.messages().len(), BACKFILL.len());
+            }
+            if scenario == FeederRetryWindow {
+                let requeuer_fn = &w.as_fn(Function::Requeuer);
+                drain(&w.retry, |b| async move {
+                    requeuer::handle_message(requeuer_fn, &b).await
+                })
+                .await;
+                let parked =
+                    granary::domain::layout::claims::parked_prefix(&c.config.layout.claim_prefix);
+                assert_eq!(c.store.list(&parked).await.unwrap().len(), BACKFILL.len());
+                assert_eq!(w.jobs.submitted().len(), 1, "parked: nothing submitted yet");
             }
             if scenario == CampaignSwitchReconciled {
                 // Every end's event is lost.
@@ -1469,12 +1524,11 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
         Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch => Some(Function::Feeder),
+        | CampaignSwitch | FeederRetryWindow => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
-            Some(Function::Requeuer)
-        }
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
+        | RequeuerParks => Some(Function::Requeuer),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
         | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled | MonitorBrakes => {
             Some(Function::Monitor)
@@ -1511,7 +1565,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     };
     let (queue, message) = match scenario {
         Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch => {
+        | CampaignSwitch | FeederRetryWindow => {
             // Three rows: the first inventory's two, then one of the second (a second window,
             // its file opened and the rest of it mapped for the next run).
             let count = if scenario == FeederTwoInventories {
@@ -1626,9 +1680,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             (w.import.clone(), take(w.import.clone()).await)
         }
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
-            (w.retry.clone(), take(w.retry.clone()).await)
-        }
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
+        | RequeuerParks => (w.retry.clone(), take(w.retry.clone()).await),
         MonitorSuccess | MonitorFailure | MonitorRetryable | PoisonEvent | MonitorBeforeRecords
         | RetryBeforeRecords | MonitorArrayChild | MonitorCancelled | MonitorBrakes => {
             (w.events.clone(), take(w.events.clone()).await)
@@ -1638,9 +1691,8 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
             importer::handle_message(&imp, &message.body).await.is_ok()
         }
-        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack => {
-            requeuer::handle_message(c, &message.body).await.is_ok()
-        }
+        Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
+        | RequeuerParks => requeuer::handle_message(c, &message.body).await.is_ok(),
         _ => monitor::handle_message(c, &message.body).await.is_ok(),
     };
     if ok && !faults.crashed() {

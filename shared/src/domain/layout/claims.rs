@@ -56,6 +56,18 @@ pub fn cancelled_key(prefix: &str, event: &GranuleProcessingEvent) -> String {
     claim_key(&cancelled_prefix(prefix), event)
 }
 
+/// Where the requeuer parks retries for the feeder's next window of retries
+/// (`GRANARY_ARRAY_RETRIES`): `claims/retries/pending/`.
+pub fn parked_prefix(prefix: &str) -> String {
+    format!("{prefix}retries/pending/")
+}
+
+/// `claims/retries/pending/granule_id=G/attempt=N.json`: a parked retry's marker (its claim, at
+/// [`claim_key`], says what it is); [`parse_claim_key`] with [`parked_prefix`] reads it back.
+pub fn parked_key(prefix: &str, event: &GranuleProcessingEvent) -> String {
+    claim_key(&parked_prefix(prefix), event)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -175,6 +175,10 @@ pub struct LogRecord {
     pub superseded: Option<Supersession>,
     /// The Batch JobDetail exactly as the event carried it.
     pub job: serde_json::Value,
+    /// The Spot ends before this attempt when the job's parameters cannot say (an array
+    /// child's: its window claim holds them); absent: the job's `spot_ends` parameter says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spot_ends_before: Option<u32>,
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! event, the summary, the loop over inventories and windows under the tracker; [`window`] is
 //! one window (read its rows, claim and submit them, make their item records).
 
+mod retries;
 mod window;
 use window::{feed_window, open_inventory, PAGE_MAP_LOOKAHEAD_ROWS};
 pub use window::{finish_claimed_window, window_ceiling, ARRAY_WINDOW_ROWS, BATCH_SUBMITS_PER_SEC};
@@ -57,6 +58,13 @@ pub struct FeederSummary {
     /// per listing.
     pub known_before: u64,
     pub active_jobs: u64,
+    /// Parked retries this run's window of retries submitted (or found submitted by a run
+    /// before it): not rows of an inventory (`GRANARY_ARRAY_RETRIES`).
+    #[serde(default)]
+    pub retries_submitted: u64,
+    /// Parked retries' markers found stale (a window had taken the granule) and removed.
+    #[serde(default)]
+    pub stale_parked: u64,
     /// Why the run submitted nothing at all (threshold, done, ...).
     pub early_exit: Option<String>,
     /// Why the run stopped before its count (a claim in flight, a submit error, a tracker conflict).
@@ -208,6 +216,18 @@ pub async fn feed(
     let mut changed = added > 0 || tracker.etag.is_none();
     let mut remaining = count;
     let mut stalled = None;
+    // The parked retries first: they are older than any row still to come.
+    if ctx.config.jobs.as_ref().is_some_and(|j| j.array_retries) {
+        let (moved, stop) = retries::feed_retries(ctx, &mut tracker, &mut summary).await?;
+        changed |= moved;
+        if let Some(stop) = stop {
+            summary.stopped = Some(stop.why().to_owned());
+            if let Stop::Fail(why) = stop {
+                stalled = Some(why);
+            }
+            remaining = 0;
+        }
+    }
     let timeout = ctx.config.leases.function_timeout;
     let ceiling = if ctx.config.feeder.array_windows {
         ARRAY_WINDOW_ROWS
@@ -280,7 +300,7 @@ pub async fn feed(
         }
         remaining = remaining.saturating_sub(done);
     }
-    if summary.rows_settled() == 0 && summary.stopped.is_none() {
+    if summary.rows_settled() == 0 && summary.stopped.is_none() && summary.retries_submitted == 0 {
         summary.early_exit = Some(if tracker.value.inventories.is_empty() {
             format!(
                 "no inventories (*.parquet) under {}",

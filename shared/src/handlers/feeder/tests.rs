@@ -620,3 +620,165 @@ fn a_downstream_limit_without_its_queue_is_refused() {
     .to_string();
     assert!(e.contains("GRANARY_DOWNSTREAM_QUEUE_URL"), "{e}");
 }
+
+/// Array retries: the requeuer parks ordinary retries (claim and marker, no job); the feeder's
+/// next run submits them as one window of retries — an array at each granule's own attempt —
+/// records each granule's job in its claim, removes the markers and moves the tracker on; a
+/// duplicate retry message after that finds the attempt taken and parks nothing.
+#[tokio::test]
+async fn parked_retries_go_as_one_array_at_their_own_attempts() {
+    use crate::contracts::messages::RetryMessage;
+    use crate::domain::claim::Claim;
+    use crate::domain::granule::GranuleProcessingEvent;
+    use crate::domain::layout::claims::{claim_key, parked_prefix};
+    use crate::handlers::requeuer::{self, RequeueOutcome};
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx_with(
+        &[
+            ("GRANARY_ARRAY_RETRIES", "on"),
+            ("GRANARY_ARRAY_WINDOWS", "on"),
+            ("GRANARY_MAX_SPOT_RETRIES", "3"),
+        ],
+        jobs.clone(),
+    )
+    .await;
+    let retries = [("r-a", 1, 1), ("r-b", 2, 0), ("r-c", 1, 0)];
+    for (id, attempt, spot_ends) in retries {
+        let message =
+            RetryMessage::ended(GranuleId::parse(id).unwrap(), attempt).with_spot_ends(spot_ends);
+        let out = requeuer::handle_message(&ctx, &serde_json::to_string(&message).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            out,
+            RequeueOutcome::Parked {
+                attempt: attempt + 1
+            }
+        );
+    }
+    assert!(jobs.submitted().is_empty(), "parked, not submitted");
+    let parked = parked_prefix(&ctx.config.layout.claim_prefix);
+    assert_eq!(ctx.store.list(&parked).await.unwrap().len(), 3);
+
+    // One feeder run: the retries first (the inventory's rows follow).
+    let summary = feed_rows(&ctx, 1).await;
+    assert_eq!(summary.retries_submitted, 3);
+    let submitted = jobs.submitted();
+    assert_eq!(submitted[0].array_size, Some(3), "{submitted:?}");
+    assert_eq!(
+        submitted[0].parameters["attempt"], "2",
+        "the lowest attempt"
+    );
+    let claim_at = submitted[0].parameters["window_claim"].clone();
+    let window: crate::domain::window::WindowClaim =
+        crate::repositories::read_json(ctx.store.as_ref(), &claim_at)
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+    let entries: Vec<(String, u32, u32)> = window
+        .entries()
+        .map(|e| (e.granule_id.to_string(), e.attempt, e.spot_ends))
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("r-a".to_owned(), 2, 1),
+            ("r-b".to_owned(), 3, 0),
+            ("r-c".to_owned(), 2, 0)
+        ]
+    );
+    // Each granule's claim names its child; no marker is left; the tracker moved on.
+    let parent = crate::ports::JobRunner::find_by_name(jobs.as_ref(), &submitted[0].job_name)
+        .await
+        .unwrap()
+        .unwrap();
+    for (i, (id, attempt, _)) in retries.iter().enumerate() {
+        let event = GranuleProcessingEvent {
+            granule_id: GranuleId::parse(id).unwrap(),
+            attempt: attempt + 1,
+        };
+        let claim: Claim = crate::repositories::read_json(
+            ctx.store.as_ref(),
+            &claim_key(&ctx.config.layout.claim_prefix, &event),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+        assert_eq!(claim.job_id, Some(format!("{}:{i}", parent.job_id)));
+    }
+    assert!(ctx.store.list(&parked).await.unwrap().is_empty());
+    let tracker =
+        crate::repositories::load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
+            .await
+            .unwrap();
+    assert_eq!(tracker.value.retry_windows, 1);
+
+    // A duplicate retry message: taken already, nothing parked, nothing submitted.
+    let again = RetryMessage::ended(GranuleId::parse("r-a").unwrap(), 1).with_spot_ends(1);
+    let out = requeuer::handle_message(&ctx, &serde_json::to_string(&again).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(out, RequeueOutcome::AlreadySubmitted { attempt: 2 });
+    assert!(ctx.store.list(&parked).await.unwrap().is_empty());
+    let before = jobs.submitted().len();
+    feed_rows(&ctx, 1).await;
+    assert!(
+        jobs.submitted()[before..]
+            .iter()
+            .all(|r| r.parameters["attempt"] == "1"),
+        "no retry submitted again"
+    );
+}
+
+/// A marker written again after a window took its granule (a duplicate retry message that read
+/// the claim just before the window recorded its job) is stale: the next window reads the
+/// claim, removes the marker and submits nothing for it.
+#[tokio::test]
+async fn a_stale_parked_marker_is_removed_not_submitted_again() {
+    use crate::domain::claim::{Claim, Placement};
+    use crate::domain::granule::GranuleProcessingEvent;
+    use crate::domain::layout::claims::{claim_key, parked_key, parked_prefix};
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx_with(&[("GRANARY_ARRAY_RETRIES", "on")], jobs.clone()).await;
+    let event = GranuleProcessingEvent {
+        granule_id: GranuleId::parse("r-a").unwrap(),
+        attempt: 2,
+    };
+    let prefix = &ctx.config.layout.claim_prefix;
+    let taken = Claim {
+        job_id: Some("job-9:0".into()),
+        ..Claim::new(&event, None, "requeuer", chrono::Utc::now())
+            .placed(Placement::default())
+            .parked()
+    };
+    crate::repositories::write_json(
+        ctx.store.as_ref(),
+        &claim_key(prefix, &event),
+        &taken,
+        PutCondition::IfAbsent,
+    )
+    .await
+    .unwrap();
+    ctx.store
+        .put(
+            &parked_key(prefix, &event),
+            bytes::Bytes::from_static(b"{}"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let summary = feed_rows(&ctx, 1).await;
+    assert_eq!((summary.retries_submitted, summary.stale_parked), (0, 1));
+    assert!(jobs
+        .submitted()
+        .iter()
+        .all(|r| r.parameters["attempt"] == "1"));
+    assert!(ctx
+        .store
+        .list(&parked_prefix(prefix))
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -271,7 +271,7 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
 /// others moved one by one (made earlier by another listing, an import, or a retry of this run).
 /// A call throttled past the SDK's retries is tried again within the run; what still fails stops
 /// the window (its tracker does not move past it), as `Some(stop)`.
-async fn record_window(
+pub(super) async fn record_window(
     ctx: &Ctx,
     inventory_key: &str,
     claim: &WindowClaim,
@@ -299,25 +299,31 @@ async fn record_window(
         .collect();
     // The records of granules new to granary, made together; a call throttled past the SDK's
     // retries is tried again within the run (the window only settles when every record is in
-    // step, and each try is idempotent: it makes only the records still missing).
-    let made = again(
-        Backoff {
-            tries: ITEM_SYNC_TRIES,
-            ..Backoff::IN_RUN
-        },
-        "the window's item records",
-        || {
-            crate::handlers::item_sync::window_submitted(
-                ctx,
-                claim,
-                &pending,
-                known_absent,
-                "queue-feeder",
-            )
-        },
-        RecordError::is_transient,
-    )
-    .await;
+    // step, and each try is idempotent: it makes only the records still missing). A window of
+    // retries has its granules' records already (made at their first attempt, or by the
+    // monitor): each is moved on below, one by one, at its own attempt.
+    let made = if claim.is_retries() {
+        Ok(vec![false; pending.len()])
+    } else {
+        again(
+            Backoff {
+                tries: ITEM_SYNC_TRIES,
+                ..Backoff::IN_RUN
+            },
+            "the window's item records",
+            || {
+                crate::handlers::item_sync::window_submitted(
+                    ctx,
+                    claim,
+                    &pending,
+                    known_absent,
+                    "queue-feeder",
+                )
+            },
+            RecordError::is_transient,
+        )
+        .await
+    };
     let made = match made {
         Ok(made) => made,
         Err(e) => {

@@ -97,7 +97,9 @@ impl Ctx {
     }
 
     /// Puts (item, attempt) on the retry queue: the requeuer submits attempt + 1 (or
-    /// dead-letters it past the budget), moving the item record along.
+    /// dead-letters it past the budget), moving the item record along. The Spot ends before
+    /// the attempt go with it, from the attempt's claim (a requeued attempt's keeps them; a
+    /// first attempt has none): the end itself (timed out, re-validated) was not Spot's.
     pub async fn send_retry(
         &self,
         id: &GranuleId,
@@ -105,7 +107,13 @@ impl Ctx {
         outcome: Outcome,
         reason: &str,
     ) -> Result<(), HandlerError> {
+        let event = crate::domain::granule::GranuleProcessingEvent {
+            granule_id: id.clone(),
+            attempt,
+        };
+        let spot_ends = self.spot_ends_before(&event).await?;
         let message = RetryMessage::ended(id.clone(), attempt)
+            .with_spot_ends(spot_ends)
             .of_campaign(self.campaign().cloned())
             .to_message(&Notice::new(outcome, reason))?;
         self.retry_queue.send(message).await?;

@@ -227,7 +227,7 @@ async fn sweep_one(
     summary: &mut SweepSummary,
 ) -> Result<(), HandlerError> {
     let items = imp.items();
-    let policy = imp.config.retry_policy;
+    let policy = imp.config.item_retry_policy();
     let current = match items.get(id).await {
         Ok(c) => c,
         Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt {

@@ -217,7 +217,7 @@ async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    let policy = imp.config.retry_policy;
+    let policy = imp.config.item_retry_policy();
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
         imp.hand_to_processing(failed).await?;
         return Ok(Some(failed.state));

@@ -1,0 +1,261 @@
+//! The feeder's window of parked retries (`GRANARY_ARRAY_RETRIES`): the retries the requeuer
+//! parked since the last such window, submitted together before the run's inventory windows —
+//! one array job when array windows are on — each granule at its own attempt. Retries then
+//! spend Batch's SubmitJob quota (50 calls a second for the account) by the window, not by the
+//! granule (BENCHMARKS.md, "Array-job windows").
+//!
+//! Window `k` (the tracker's `retry_windows`) is the window claim at
+//! `claims/windows/retries/start=k`, worked by the protocol every feeder window uses
+//! (`repositories::windows`). In order, each step a crash point:
+//! 1. the pending markers listed (up to a window's worth), each one's claim read: a claim whose
+//!    job is recorded makes its marker stale (a duplicate retry message wrote it again after a
+//!    window took the granule), and the marker is removed;
+//! 2. the window claimed, submitted and its jobs recorded;
+//! 3. the item records moved to PROCESSING at each granule's attempt;
+//! 4. each granule's own claim records its job, so a duplicate retry message finds it taken;
+//! 5. the pending markers removed, and the tracker moved to `k + 1` (saved with the run's).
+//!
+//! A run that dies anywhere leaves the tracker at `k`: the next one finds window `k` claimed and
+//! works it as its claim says (its granules, not a new listing), then finishes 3–5.
+
+use super::window::record_window;
+use super::{FeederSummary, Stop};
+use crate::domain::claim::Claim;
+use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::layout::claims::{claim_key, parked_key, parked_prefix, parse_claim_key};
+use crate::domain::tracker::Tracker;
+use crate::domain::window::{WindowClaim, WindowEntry, RETRY_WINDOWS};
+use crate::handlers::{Ctx, HandlerError};
+use crate::ports::StoreError;
+use crate::repositories::json::{read_json_retrying, write_json_retrying};
+use crate::repositories::windows::WindowOutcome;
+use crate::repositories::{JobSubmission, RepositoryError, Versioned};
+use crate::retry::{again, Backoff};
+use futures::{StreamExt, TryStreamExt};
+
+/// Claims read (and markers removed) at once.
+const AT_ONCE: usize = 32;
+
+/// Feeds window `tracker.retry_windows` of parked retries. Returns whether the tracker moved,
+/// and why the run must stop short (a window in flight, a call that kept failing).
+pub(super) async fn feed_retries(
+    ctx: &Ctx,
+    tracker: &mut Versioned<Tracker>,
+    summary: &mut FeederSummary,
+) -> Result<(bool, Option<Stop>), HandlerError> {
+    let number = tracker.value.retry_windows;
+    let windows = ctx.windows();
+    let window = if windows.claimed(RETRY_WINDOWS, number).await? {
+        // Worked as its claim says: what this stands for is never read.
+        WindowClaim::of_retries(
+            ctx.campaign(),
+            number,
+            Vec::new(),
+            "queue-feeder",
+            chrono::Utc::now(),
+        )
+    } else {
+        let entries = parked(ctx, summary).await?;
+        if entries.is_empty() {
+            return Ok((false, None));
+        }
+        if crate::mutants::on("parked-markers-removed-first") {
+            let prefix = &ctx.config.layout.claim_prefix;
+            for entry in &entries {
+                remove(ctx, parked_key(prefix, &entry.event())).await?;
+            }
+        }
+        WindowClaim::of_retries(
+            ctx.campaign(),
+            number,
+            entries,
+            "queue-feeder",
+            chrono::Utc::now(),
+        )
+        .in_array(ctx.config.feeder.array_windows)
+    };
+    let (claim, submissions) = match windows.submit(window).await? {
+        WindowOutcome::InFlight { .. } => {
+            return Ok((
+                false,
+                Some(Stop::Wait(format!(
+                    "window {number} of retries is claimed by a run still in flight"
+                ))),
+            ))
+        }
+        WindowOutcome::Worked { claim, jobs } => (claim, jobs),
+    };
+    let mut submitted_here = 0;
+    for (entry, submission) in claim.entries().zip(&submissions) {
+        match submission {
+            JobSubmission::Submitted { .. } | JobSubmission::Recovered { .. } => {
+                submitted_here += 1;
+                summary.retries_submitted += 1;
+            }
+            JobSubmission::AlreadySubmitted { .. } => summary.retries_submitted += 1,
+            JobSubmission::NotSubmitted { error, .. } => {
+                tracing::error!(granule_id = %entry.granule_id, attempt = entry.attempt, error, "retry not submitted");
+                return Ok((
+                    false,
+                    Some(Stop::Fail(format!(
+                        "{} (attempt {}) of window {number} of retries not submitted: {error}",
+                        entry.granule_id, entry.attempt
+                    ))),
+                ));
+            }
+        }
+    }
+    use crate::domain::metrics::Metric;
+    ctx.metrics
+        .count(Metric::GranulesSubmitted, &[], submitted_here);
+    if let Some(stop) = record_window(
+        ctx,
+        RETRY_WINDOWS,
+        &claim,
+        &submissions,
+        &std::collections::HashMap::new(),
+        false,
+    )
+    .await
+    {
+        return Ok((false, Some(stop)));
+    }
+    let taken: Vec<(WindowEntry, String)> = claim
+        .entries()
+        .zip(&submissions)
+        .filter_map(|(e, s)| Some((e, s.job_id()?.to_owned())))
+        .collect();
+    futures::stream::iter(
+        taken
+            .iter()
+            .map(|(entry, job_id)| taken_by_window(ctx, entry, job_id)),
+    )
+    .buffer_unordered(AT_ONCE)
+    .try_collect::<Vec<()>>()
+    .await?;
+    let prefix = &ctx.config.layout.claim_prefix;
+    futures::stream::iter(
+        taken
+            .iter()
+            .map(|(entry, _)| remove(ctx, parked_key(prefix, &entry.event()))),
+    )
+    .buffer_unordered(AT_ONCE)
+    .try_collect::<Vec<()>>()
+    .await?;
+    tracker.value.retry_windows = number + 1;
+    tracing::info!(
+        window = number,
+        granules = claim.granules.len(),
+        array = claim.array,
+        "window of retries submitted"
+    );
+    Ok((true, None))
+}
+
+/// The parked retries a new window takes: up to a window's worth of pending markers, each
+/// still parked (its claim has no job); the stale ones are removed.
+async fn parked(ctx: &Ctx, summary: &mut FeederSummary) -> Result<Vec<WindowEntry>, HandlerError> {
+    let prefix = parked_prefix(&ctx.config.layout.claim_prefix);
+    let listed = again(
+        Backoff::IN_RUN,
+        "listing the parked retries",
+        || ctx.store.list(&prefix),
+        StoreError::is_transient,
+    )
+    .await?;
+    let mut pending: Vec<GranuleProcessingEvent> = listed
+        .iter()
+        .filter_map(|m| parse_claim_key(&prefix, &m.key))
+        .collect();
+    pending.sort_by(|a, b| (&a.granule_id, a.attempt).cmp(&(&b.granule_id, b.attempt)));
+    pending.truncate(super::ARRAY_WINDOW_ROWS as usize);
+    let looked: Vec<(GranuleProcessingEvent, Option<WindowEntry>)> =
+        futures::stream::iter(pending.into_iter().map(|event| async move {
+            let key = claim_key(&ctx.config.layout.claim_prefix, &event);
+            let claim = read_json_retrying::<Claim>(
+                ctx.store.as_ref(),
+                &key,
+                "reading a parked retry's claim",
+            )
+            .await?
+            .map(|c| c.value);
+            // The claim decides, not the marker: a marker written again after a window took
+            // the granule must not submit it twice.
+            let trusted = crate::mutants::on("parked-marker-trusted");
+            let entry = claim
+                .filter(|c| trusted || (c.parked && c.job_id.is_none()))
+                .map(|c| WindowEntry {
+                    granule_id: event.granule_id.clone(),
+                    attempt: event.attempt,
+                    spot_ends: c.placement.spot_ends,
+                });
+            Ok::<_, RepositoryError>((event, entry))
+        }))
+        .buffered(AT_ONCE)
+        .try_collect()
+        .await?;
+    let mut entries = Vec::with_capacity(looked.len());
+    for (event, entry) in looked {
+        match entry {
+            Some(entry) => entries.push(entry),
+            None => {
+                tracing::info!(granule_id = %event.granule_id, attempt = event.attempt, "a parked retry's marker is stale (a window took it, or its claim is gone): removed");
+                remove(ctx, parked_key(&ctx.config.layout.claim_prefix, &event)).await?;
+                summary.stale_parked += 1;
+            }
+        }
+    }
+    Ok(entries)
+}
+
+/// The granule's own claim records the job the window gave it (If-Match; read again when it
+/// changed meanwhile): a duplicate retry message then finds the attempt taken.
+async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result<(), HandlerError> {
+    let key = claim_key(&ctx.config.layout.claim_prefix, &entry.event());
+    for _ in 0..crate::repositories::json::CAS_ROUNDS {
+        let Some(found) =
+            read_json_retrying::<Claim>(ctx.store.as_ref(), &key, "reading a parked retry's claim")
+                .await?
+        else {
+            // Gone (an operator's cleanup): the window's own claim holds the job.
+            return Ok(());
+        };
+        if found.value.job_id.is_some() {
+            return Ok(());
+        }
+        let condition = found.condition();
+        let recorded = Claim {
+            job_id: Some(job_id.to_owned()),
+            submitted_at: Some(chrono::Utc::now()),
+            ..found.value
+        };
+        match write_json_retrying(
+            ctx.store.as_ref(),
+            &key,
+            &recorded,
+            condition,
+            "recording a parked retry's job",
+        )
+        .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if e.is_conflict() => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(HandlerError::InFlight(format!(
+        "the claim of {} (attempt {}) kept changing",
+        entry.granule_id, entry.attempt
+    )))
+}
+
+async fn remove(ctx: &Ctx, key: String) -> Result<(), HandlerError> {
+    again(
+        Backoff::IN_RUN,
+        "removing a parked retry's marker",
+        || ctx.store.delete(&key),
+        StoreError::is_transient,
+    )
+    .await?;
+    Ok(())
+}
