@@ -104,16 +104,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     serde_json::to_string_pretty(&serde_json::json!({
                         "job_id": child.job_id, "job_name": job.job_name,
                         "window_claim": child.claim_key, "index": child.index,
-                        "attempt": child.attempt, "classification": c.outcome,
+                        "attempt": child.attempt, "attempt_is_the_arrays_lowest":
+                            child.claim_key.contains(&format!("windows/{}/", granary::domain::window::RETRY_WINDOWS)),
+                        "classification": c.outcome,
                         "failure": c.failure, "batch_rules": c.batch_rules,
                         "route": child.route, "reason": c.reason,
                     }))?
                 );
             } else {
                 println!("job:            {} ({})", child.job_id, job.job_name);
+                // A window of retries holds each child's own attempt: the array's is the lowest.
+                let attempt = if child.claim_key.contains(&format!(
+                    "windows/{}/",
+                    granary::domain::window::RETRY_WINDOWS
+                )) {
+                    format!(
+                        "its own in the claim (the array's lowest is {})",
+                        child.attempt
+                    )
+                } else {
+                    child.attempt.to_string()
+                };
                 println!(
-                    "granule:        granule {} of window claim {} (the monitor reads it), attempt {}",
-                    child.index, child.claim_key, child.attempt
+                    "granule:        granule {} of window claim {} (the monitor reads it), attempt {attempt}",
+                    child.index, child.claim_key
                 );
                 println!("classification: {:?}", c.outcome);
                 println!("reason:         {}", c.reason);

@@ -28,6 +28,8 @@ pub struct ChaosSpec {
     pub lost_rate: f64,
     /// How long after SubmitJob the Batch twin's ListJobs shows a job.
     pub listing_lag: Duration,
+    /// More of granary's configuration for the campaign (array windows, array retries, …).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for ChaosSpec {
@@ -41,6 +43,7 @@ impl Default for ChaosSpec {
             lost_rate: 0.01,
             // Well below the campaign's 1 s claim lease, as ListJobs's lag is below the 16 min one.
             listing_lag: Duration::from_millis(250),
+            env: Vec::new(),
         }
     }
 }
@@ -65,6 +68,10 @@ pub struct ChaosReport {
     /// Markers left in the open-claims index once the campaign settled (an end nobody handled,
     /// or a window nobody closed). Must be 0.
     pub open_claims_left: u64,
+    /// Retries still parked for a window of retries once the campaign settled. Must be 0.
+    pub parked_retries_left: u64,
+    /// Windows of parked retries the feeder claimed (`GRANARY_ARRAY_RETRIES`).
+    pub retry_windows: u64,
     /// Granules whose item record is missing or disagrees with their outcome (a success not
     /// PROCESSED, a dead-lettered granule not in a failed state). Must be 0 with item records on.
     pub records_disagreeing: u64,
@@ -105,6 +112,7 @@ impl ChaosReport {
             && self.duplicate_successes == 0
             && self.failures_without_record == 0
             && self.open_claims_left == 0
+            && self.parked_retries_left == 0
             && self.records_disagreeing == 0
             && self.history_entries_wrong == 0
             && self.history_entries_missing == 0
@@ -132,6 +140,7 @@ pub fn campaign_spec(spec: &ChaosSpec) -> CampaignSpec {
         ],
         ..CampaignSpec::default()
     };
+    c.env.extend(spec.env.iter().cloned());
     c.listing_lag = spec.listing_lag;
     c.runner.visibility_timeout_secs = 1;
     c.runner.granule_submit_count = spec.granule_submit_count;
@@ -288,6 +297,29 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     for m in open.iter().take(5) {
         note("open_claims_left", m.key.clone());
     }
+    // Nothing is left parked, and the windows of retries are counted.
+    let layout = &ctx.config.layout;
+    let parked = ctx
+        .store
+        .list(&granary::domain::layout::claims::parked_prefix(
+            &layout.claim_prefix,
+        ))
+        .await?;
+    for m in parked.iter().take(5) {
+        note("parked_retries_left", m.key.clone());
+    }
+    let retry_windows = ctx
+        .store
+        .list(
+            &granary::domain::layout::claims::window_key(
+                &layout.claim_prefix,
+                granary::domain::window::RETRY_WINDOWS,
+                0,
+            )
+            .replace("start=000000000000.json", ""),
+        )
+        .await?
+        .len() as u64;
     // Each granule's record agrees with its outcome, and its history with its record.
     let records = if ctx.config.layout.track_items {
         audit_records(ctx, &campaign.granules, &successes, &dead, &mut note).await?
@@ -308,6 +340,8 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         failures_without_record: without_record,
         stale_parked_retries: summary.stale_parked_retries,
         open_claims_left: open.len() as u64,
+        parked_retries_left: parked.len() as u64,
+        retry_windows,
         records_disagreeing: records.disagreeing,
         history_entries_wrong: records.history_wrong,
         history_entries_missing: records.history_missing,

@@ -9,8 +9,23 @@ use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
+    holds_under_chaos(600, Vec::new()).await;
+}
+
+/// The same chaos with array windows and retries gathered into arrays: every retry parked by a
+/// requeuer that may die at any call and submitted by a feeder that may too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_lost_nothing_twice_with_array_windows_and_array_retries() {
+    let env = ["GRANARY_ARRAY_WINDOWS", "GRANARY_ARRAY_RETRIES"]
+        .map(|var| (var.to_owned(), "on".to_owned()))
+        .to_vec();
+    let report = holds_under_chaos(400, env).await;
+    assert!(report.retry_windows > 0, "{report:#?}");
+}
+
+async fn holds_under_chaos(granules: usize, env: Vec<(String, String)>) -> chaos::ChaosReport {
     let spec = ChaosSpec {
-        granules: 600,
+        granules,
         seed: 11,
         chaos: ChaosOptions {
             seed: 11,
@@ -27,13 +42,14 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
         // read-after-write for it). The margin to the 1 s chaos lease must cover how late in its
         // lease a run may send SubmitJob (throttling backoffs); production's is 16 min to seconds.
         listing_lag: Duration::from_millis(250),
+        env,
     };
     let report = chaos::run(&spec, |_| {})
         .await
         .expect("the campaign settles");
     assert!(report.holds(), "{report:#?}");
     assert_eq!(report.unaccounted, 0);
-    assert_eq!(report.succeeded + report.dead_lettered, 600);
+    assert_eq!(report.succeeded + report.dead_lettered, granules as u64);
     // The test is only as strong as the faults it met.
     assert!(report.crashes_injected >= 15, "{report:#?}");
     assert!(report.throttles_injected >= 100, "{report:#?}");
@@ -43,4 +59,5 @@ async fn nothing_lost_nothing_twice_under_crashes_and_throttling() {
     // figures need not match).
     assert!(report.events_lost > 0, "{report:#?}");
     assert!(report.ends_reconciled > 0, "{report:#?}");
+    report
 }

@@ -52,15 +52,21 @@ pub trait JobsClaim: Clone + Serialize + DeserializeOwned + Send + Sync {
 
     /// The decision a run that finds this claim makes (pure: the claim, the clock, the lease).
     fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundClaim {
-        if self.is_submitted() {
-            return FoundClaim::Submitted;
-        }
-        let age = now.signed_duration_since(self.lease().claimed_at);
-        if age.to_std().unwrap_or(Duration::ZERO) < lease {
-            FoundClaim::InFlight
-        } else {
-            FoundClaim::TakeOver
-        }
+        by_lease(self, now, lease)
+    }
+}
+
+/// [`JobsClaim::on_found`]'s rule: submitted, else in flight while its lease runs, else taken
+/// over.
+fn by_lease<C: JobsClaim>(claim: &C, now: DateTime<Utc>, lease: Duration) -> FoundClaim {
+    if claim.is_submitted() {
+        return FoundClaim::Submitted;
+    }
+    let age = now.signed_duration_since(claim.lease().claimed_at);
+    if age.to_std().unwrap_or(Duration::ZERO) < lease {
+        FoundClaim::InFlight
+    } else {
+        FoundClaim::TakeOver
     }
 }
 
@@ -176,6 +182,16 @@ impl JobsClaim for Claim {
         &self.lease
     }
 
+    /// A parked retry waits for its window of retries however old its lease: only that window
+    /// submits it (as an array's child, under the window's name, which a lookup by this
+    /// claim's own job name would never find).
+    fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundClaim {
+        if self.parked && self.job_id.is_none() {
+            return FoundClaim::InFlight;
+        }
+        by_lease(self, now, lease)
+    }
+
     fn lease_mut(&mut self) -> &mut Lease {
         &mut self.lease
     }
@@ -237,6 +253,11 @@ mod tests {
             done.on_found(c.lease.claimed_at, lease),
             FoundClaim::Submitted
         );
+        // A parked retry is never taken over, however old: its window submits it.
+        let parked = c.clone().parked();
+        assert_eq!(parked.on_found(later, lease), FoundClaim::InFlight);
+        let windowed = parked.recording(&[Some("a:3".into())], later);
+        assert_eq!(windowed.on_found(later, lease), FoundClaim::Submitted);
         // A job recorded is kept, whatever a later recording finds.
         assert_eq!(
             done.recording(&[Some("j2".into())], later).job_id,

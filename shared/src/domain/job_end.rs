@@ -57,6 +57,8 @@ pub struct WindowChildEnd {
     /// The claim's token the job carries, if it does.
     pub claim_token: Option<String>,
     pub index: u32,
+    /// The array's `ATTEMPT`: every child's in a window of first attempts, only the lowest in a
+    /// window of retries, whose claim holds each child's ([`WindowChildEnd::of_entry`]).
     pub attempt: u32,
     /// The campaign the array belongs to: its claim is read from that campaign's state.
     pub campaign: Option<Campaign>,

@@ -389,10 +389,15 @@ async fn handle_end(
     // Last, once the end is handled: the brake only ever places a hold. Only ends that came as
     // events are judged: the item sweeper's recoveries (ends found by DescribeJobs) run in
     // another function, which neither reads the brake's settings nor may place a hold.
+    // A duplicate delivery is judged again: after a handling that died placing the hold, the
+    // redelivery is the only end left to place it (it may count the end twice in this
+    // instance's window, as EventBridge's at-least-once delivery may anyway).
     if by == BY
         && matches!(
             outcome,
-            MonitorOutcome::Succeeded { .. } | MonitorOutcome::Routed { .. }
+            MonitorOutcome::Succeeded { .. }
+                | MonitorOutcome::Routed { .. }
+                | MonitorOutcome::Duplicate
         )
     {
         brake(ctx, end_kind, format!("{}: {reason}", granule.granule_id)).await;

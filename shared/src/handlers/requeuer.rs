@@ -138,7 +138,17 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             return Ok(parked);
         }
     }
-    let outcome = ctx.submit_placed(&next, placement, "requeuer").await?;
+    let outcome = ctx
+        .submit_placed(&next, placement.clone(), "requeuer")
+        .await?;
+    if outcome == SubmitOutcome::InFlight {
+        // A parked retry (an operator's resend of an item that waits for its window, a message
+        // from before parking was turned off) is the window's to submit: its marker is written
+        // again, and it goes with the next window.
+        if let Some(parked) = Box::pin(park(ctx, &next, placement)).await? {
+            return Ok(parked);
+        }
+    }
     // Counted as it happens (a record write failing after it does not undo the submission; a
     // job a dead run submitted, found now, was never counted by that run).
     if matches!(

@@ -30,6 +30,12 @@ pub struct Args {
     /// no read-after-write for ListJobs); keep it below the campaign's 1 s claim lease.
     #[arg(long, default_value_t = 250)]
     listing_lag_ms: u64,
+    /// Submit each feeder window as one array job (GRANARY_ARRAY_WINDOWS).
+    #[arg(long)]
+    array_windows: bool,
+    /// Park retries and submit them as windows of retries (GRANARY_ARRAY_RETRIES).
+    #[arg(long)]
+    array_retries: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -57,6 +63,14 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         granule_submit_count: args.submit_count.max(1),
         lost_rate: args.lost_event_rate,
         listing_lag: std::time::Duration::from_millis(args.listing_lag_ms),
+        env: [
+            ("GRANARY_ARRAY_WINDOWS", args.array_windows),
+            ("GRANARY_ARRAY_RETRIES", args.array_retries),
+        ]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(var, _)| (var.to_owned(), "on".to_owned()))
+        .collect(),
         ..ChaosSpec::default()
     };
     let bar = ProgressBar::new(args.granules as u64);
@@ -89,6 +103,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("duplicate successes     {}", r.duplicate_successes);
         println!("failures without record {}", r.failures_without_record);
         println!("stale parked retries    {}", r.stale_parked_retries);
+        println!("retries left parked     {}", r.parked_retries_left);
+        println!("windows of retries      {}", r.retry_windows);
         println!(
             "injected                {} crashes, {} throttles in {} external calls over {} invocations",
             r.crashes_injected, r.throttles_injected, r.external_calls, r.handler_invocations

@@ -25,7 +25,13 @@ pub fn parse_claim_key(prefix: &str, key: &str) -> Option<GranuleProcessingEvent
 /// `claims/windows/<inventory key>/start=<row, 12 digits>.json`: one per window, under the claim
 /// prefix so the roles that read claims read these too.
 pub fn window_key(prefix: &str, inventory: &str, start: u64) -> String {
-    format!("{prefix}windows/{inventory}/start={start:012}.json")
+    format!("{}start={start:012}.json", windows_of(prefix, inventory))
+}
+
+/// Where every window claim of `inventory` lives (for `domain::window::RETRY_WINDOWS`, every
+/// window of retries).
+pub fn windows_of(prefix: &str, inventory: &str) -> String {
+    format!("{prefix}windows/{inventory}/")
 }
 
 /// The (inventory, start) a key made by [`window_key`] under `prefix` names.

@@ -216,18 +216,6 @@ pub async fn feed(
     let mut changed = added > 0 || tracker.etag.is_none();
     let mut remaining = count;
     let mut stalled = None;
-    // The parked retries first: they are older than any row still to come.
-    if ctx.config.jobs.as_ref().is_some_and(|j| j.array_retries) {
-        let (moved, stop) = retries::feed_retries(ctx, &mut tracker, &mut summary).await?;
-        changed |= moved;
-        if let Some(stop) = stop {
-            summary.stopped = Some(stop.why().to_owned());
-            if let Stop::Fail(why) = stop {
-                stalled = Some(why);
-            }
-            remaining = 0;
-        }
-    }
     let timeout = ctx.config.leases.function_timeout;
     let ceiling = if ctx.config.feeder.array_windows {
         ARRAY_WINDOW_ROWS
@@ -236,7 +224,23 @@ pub async fn feed(
     };
     // No new window once this is spent: the one in hand, at most `ceiling` rows, still fits.
     let budget = Budget::of_invocation(timeout).part(1, 2);
-    let mut windows = 0u32;
+    // The parked retries first, they are older than any row still to come: this campaign's,
+    // and any other campaign's the requeuer parked before the stack switched (taken whether or
+    // not GRANARY_ARRAY_RETRIES is still on: nothing else submits a parked retry).
+    let (moved, stop) = retries::feed_retries(ctx, &mut tracker, &mut summary, ceiling).await?;
+    changed |= moved;
+    let mut windows = u32::from(summary.retries_submitted > 0);
+    match stop {
+        // A window of retries in another run's hands holds nothing else up.
+        Some(Stop::Wait(why)) => summary.stopped = Some(why),
+        Some(Stop::Fail(why)) => {
+            summary.stopped = Some(why.clone());
+            stalled = Some(why);
+            remaining = 0;
+        }
+        None => {}
+    }
+    retries::feed_other_campaigns(ctx, &mut summary, ceiling).await?;
     while remaining > 0 {
         let Some(current) = tracker.value.current().cloned() else {
             break;

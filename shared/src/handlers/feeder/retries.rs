@@ -38,10 +38,13 @@ const AT_ONCE: usize = 32;
 
 /// Feeds window `tracker.retry_windows` of parked retries. Returns whether the tracker moved,
 /// and why the run must stop short (a window in flight, a call that kept failing).
+/// A window holds at most `ceiling` retries: as many as one array takes, or as many single
+/// jobs as the run has time to submit (`window_ceiling`).
 pub(super) async fn feed_retries(
     ctx: &Ctx,
     tracker: &mut Versioned<Tracker>,
     summary: &mut FeederSummary,
+    ceiling: u64,
 ) -> Result<(bool, Option<Stop>), HandlerError> {
     let number = tracker.value.retry_windows;
     let windows = ctx.windows();
@@ -55,7 +58,7 @@ pub(super) async fn feed_retries(
             chrono::Utc::now(),
         )
     } else {
-        let entries = parked(ctx, summary).await?;
+        let entries = parked(ctx, summary, ceiling).await?;
         if entries.is_empty() {
             return Ok((false, None));
         }
@@ -152,9 +155,61 @@ pub(super) async fn feed_retries(
     Ok((true, None))
 }
 
+/// The parked retries of the other campaigns the stack has state for (parked before it switched
+/// campaigns), each campaign's window of retries with that campaign's own tracker, saved here:
+/// no feeder of that campaign runs any more to save it. A campaign with nothing parked costs
+/// one LIST a run. What goes wrong there is logged and left to the next run: it does not stop
+/// this campaign's feeding.
+pub(super) async fn feed_other_campaigns(
+    ctx: &Ctx,
+    summary: &mut FeederSummary,
+    ceiling: u64,
+) -> Result<(), HandlerError> {
+    for campaign in crate::handlers::campaigns_to_visit(ctx).await? {
+        if campaign.as_ref() == ctx.campaign() {
+            continue;
+        }
+        let there = ctx.in_campaign(campaign.as_ref());
+        let prefix = parked_prefix(&there.config.layout.claim_prefix);
+        if there.store.list(&prefix).await?.is_empty() {
+            continue;
+        }
+        let name = campaign
+            .as_ref()
+            .map_or("the unnamed campaign".to_owned(), |c| c.to_string());
+        let fed = async {
+            let key = &there.config.layout.tracker_key;
+            let mut tracker = crate::repositories::load_tracker(there.store.as_ref(), key).await?;
+            let (moved, stop) = feed_retries(&there, &mut tracker, summary, ceiling).await?;
+            if moved {
+                crate::repositories::save_tracker(there.store.as_ref(), key, &mut tracker).await?;
+            }
+            Ok::<_, HandlerError>(stop)
+        };
+        match fed.await {
+            Ok(None) => {}
+            Ok(Some(stop)) => {
+                tracing::warn!(
+                    campaign = name,
+                    why = stop.why(),
+                    "a window of retries of another campaign stopped short; the next run goes on"
+                )
+            }
+            Err(e) => {
+                tracing::warn!(campaign = name, error = %e, "a window of retries of another campaign failed; the next run goes on")
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The parked retries a new window takes: up to a window's worth of pending markers, each
 /// still parked (its claim has no job); the stale ones are removed.
-async fn parked(ctx: &Ctx, summary: &mut FeederSummary) -> Result<Vec<WindowEntry>, HandlerError> {
+async fn parked(
+    ctx: &Ctx,
+    summary: &mut FeederSummary,
+    ceiling: u64,
+) -> Result<Vec<WindowEntry>, HandlerError> {
     let prefix = parked_prefix(&ctx.config.layout.claim_prefix);
     let listed = again(
         Backoff::IN_RUN,
@@ -168,7 +223,7 @@ async fn parked(ctx: &Ctx, summary: &mut FeederSummary) -> Result<Vec<WindowEntr
         .filter_map(|m| parse_claim_key(&prefix, &m.key))
         .collect();
     pending.sort_by(|a, b| (&a.granule_id, a.attempt).cmp(&(&b.granule_id, b.attempt)));
-    pending.truncate(super::ARRAY_WINDOW_ROWS as usize);
+    pending.truncate(usize::try_from(ceiling).unwrap_or(usize::MAX));
     let looked: Vec<(GranuleProcessingEvent, Option<WindowEntry>)> =
         futures::stream::iter(pending.into_iter().map(|event| async move {
             let key = claim_key(&ctx.config.layout.claim_prefix, &event);
