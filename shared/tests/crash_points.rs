@@ -54,30 +54,38 @@ async fn audit(w: &World) -> Vec<String> {
     problems
 }
 
+/// Every granule of the backfill succeeded at its second attempt.
+async fn backfill_processed_at_attempt_2(c: &granary::handlers::Ctx) {
+    for g in platform::BACKFILL {
+        let id = granary::domain::granule::GranuleId::parse(g).unwrap();
+        let r = c.items().look(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (r.state, r.attempts.processing),
+            (granary::domain::lifecycle::ItemState::Processed, 2),
+            "{g}"
+        );
+    }
+}
+
+/// What is left under `prefix` once the platform settled, as a problem saying `what`.
+async fn left_under(c: &granary::handlers::Ctx, prefix: &str, what: &str) -> Option<String> {
+    let left = c.store.list(prefix).await.unwrap();
+    let keys: Vec<&str> = left.iter().map(|m| m.key.as_str()).collect();
+    (!keys.is_empty()).then(|| format!("{what} after settling: {keys:?}"))
+}
+
 /// [`audit`] of one campaign's state.
 async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
     let mut problems = Vec::new();
-    // Every end was handled: nothing is left in the open-claims index for the reconciler.
-    let open = c
-        .store
-        .list(&c.config.layout.open_claim_prefix)
-        .await
-        .unwrap();
-    if !open.is_empty() {
-        let keys: Vec<&str> = open.iter().map(|m| m.key.as_str()).collect();
-        problems.push(format!("still open after settling: {keys:?}"));
-    }
-    // No retry is left parked for a window of retries that never came.
-    let parked = c
-        .store
-        .list(&granary::domain::layout::claims::parked_prefix(
-            &c.config.layout.claim_prefix,
-        ))
-        .await
-        .unwrap();
-    if !parked.is_empty() {
-        let keys: Vec<&str> = parked.iter().map(|m| m.key.as_str()).collect();
-        problems.push(format!("still parked after settling: {keys:?}"));
+    // Every end was handled: nothing is left in the open-claims index for the reconciler;
+    // no retry is left parked for a window of retries that never came.
+    let layout = &c.config.layout;
+    let parked = granary::domain::layout::claims::parked_prefix(&layout.claim_prefix);
+    for (prefix, left) in [
+        (layout.open_claim_prefix.as_str(), "still open"),
+        (parked.as_str(), "still parked"),
+    ] {
+        problems.extend(left_under(c, prefix, left).await);
     }
     // The brake, where a scenario sets it, held the feeder (whichever end's handling died).
     if w.brake.is_some() {
@@ -89,19 +97,8 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
         }
     }
     // Nothing `granary cancel` ended is left unresumed (the cancel scenario's operator resumes).
-    let cancelled = c
-        .store
-        .list(&granary::domain::layout::claims::cancelled_prefix(
-            &c.config.layout.claim_prefix,
-        ))
-        .await
-        .unwrap();
-    if !cancelled.is_empty() {
-        let keys: Vec<&str> = cancelled.iter().map(|m| m.key.as_str()).collect();
-        problems.push(format!(
-            "still listed as cancelled after settling: {keys:?}"
-        ));
-    }
+    let cancelled = granary::domain::layout::claims::cancelled_prefix(&layout.claim_prefix);
+    problems.extend(left_under(c, &cancelled, "still listed as cancelled").await);
     let dlq = w.dlq.messages();
     for m in &dlq {
         if m.attributes.get("reason").is_none_or(|r| r.is_empty()) {
@@ -217,14 +214,9 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             // The cancel took both running jobs: each was given up as cancelled (not retried,
             // not dead-lettered), then resumed, and succeeded at its second attempt.
             let c = ctx(&w);
+            backfill_processed_at_attempt_2(c).await;
             for g in platform::BACKFILL {
                 let id = granary::domain::granule::GranuleId::parse(g).unwrap();
-                let r = c.items().look(&id).await.unwrap().unwrap();
-                assert_eq!(
-                    (r.state, r.attempts.processing),
-                    (granary::domain::lifecycle::ItemState::Processed, 2),
-                    "{g}"
-                );
                 let history = c.items().history(&id).await.unwrap();
                 assert!(
                     history.iter().any(|e| {
@@ -308,15 +300,7 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             };
             assert_eq!(arrays, want, "{scenario:?}");
             let c = ctx(&w);
-            for g in platform::BACKFILL {
-                let id = granary::domain::granule::GranuleId::parse(g).unwrap();
-                let r = c.items().look(&id).await.unwrap().unwrap();
-                assert_eq!(
-                    (r.state, r.attempts.processing),
-                    (granary::domain::lifecycle::ItemState::Processed, 2),
-                    "{g}"
-                );
-            }
+            backfill_processed_at_attempt_2(c).await;
             let parked =
                 granary::domain::layout::claims::parked_prefix(&c.config.layout.claim_prefix);
             assert!(c.store.list(&parked).await.unwrap().is_empty());

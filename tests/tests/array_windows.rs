@@ -29,6 +29,21 @@ fn python() -> PathBuf {
     p
 }
 
+/// A job's container environment as DescribeJobs gives it.
+fn environment_of(detail: &serde_json::Value) -> Vec<(String, String)> {
+    detail["container"]["environment"]
+        .as_array()
+        .expect("the child's environment")
+        .iter()
+        .map(|kv| {
+            (
+                kv["name"].as_str().unwrap().to_owned(),
+                kv["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
 /// Runs the wrapper as Batch would start child `index`: the job's environment plus
 /// AWS_BATCH_JOB_ARRAY_INDEX; the command prints the granule and attempt it was given.
 fn run_child(environment: &[(String, String)], index: Option<u32>) -> (i32, String, String) {
@@ -112,17 +127,7 @@ async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_c
             granary::domain::job_end::child_index(&child.summary.job_id),
             Some(i)
         );
-        let env: Vec<(String, String)> = child.detail["container"]["environment"]
-            .as_array()
-            .expect("the child's environment")
-            .iter()
-            .map(|kv| {
-                (
-                    kv["name"].as_str().unwrap().to_owned(),
-                    kv["value"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect();
+        let env = environment_of(&child.detail);
         let (code, stdout, stderr) = run_child(&env, Some(i));
         assert_eq!(code, 0, "{stderr}");
         assert_eq!(stdout, format!("{} 1", granules[i as usize]), "{stderr}");
@@ -240,17 +245,7 @@ async fn parked_retries_go_as_one_array_whose_children_read_their_own_attempts()
             .iter()
             .find(|d| d.summary.job_id == ids[i])
             .unwrap_or_else(|| panic!("{} not described", ids[i]));
-        let env: Vec<(String, String)> = child.detail["container"]["environment"]
-            .as_array()
-            .expect("the child's environment")
-            .iter()
-            .map(|kv| {
-                (
-                    kv["name"].as_str().unwrap().to_owned(),
-                    kv["value"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect();
+        let env = environment_of(&child.detail);
         assert!(
             env.contains(&("ATTEMPT".to_owned(), "2".to_owned())),
             "{env:?}"

@@ -157,22 +157,19 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         }
         _ => None,
     };
-    let cancelled_prefix =
-        granary::domain::layout::claims::cancelled_prefix(&ctx.config.layout.claim_prefix);
-    let cancelled = ctx
-        .store
-        .list(&cancelled_prefix)
-        .await
-        .context("listing cancelled attempts")?
-        .len() as u64;
-    let parked_prefix =
-        granary::domain::layout::claims::parked_prefix(&ctx.config.layout.claim_prefix);
-    let parked_retries = ctx
-        .store
-        .list(&parked_prefix)
-        .await
-        .context("listing parked retries")?
-        .len() as u64;
+    let layout = &ctx.config.layout;
+    let cancelled = count_under(
+        ctx,
+        &granary::domain::layout::claims::cancelled_prefix(&layout.claim_prefix),
+        "listing cancelled attempts",
+    )
+    .await?;
+    let parked_retries = count_under(
+        ctx,
+        &granary::domain::layout::claims::parked_prefix(&layout.claim_prefix),
+        "listing parked retries",
+    )
+    .await?;
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
@@ -181,6 +178,15 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         parked_retries,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
+}
+
+/// How many objects lie under `prefix` (one LIST a thousand).
+async fn count_under(
+    ctx: &granary::handlers::Ctx,
+    prefix: &str,
+    what: &'static str,
+) -> Result<u64> {
+    Ok(ctx.store.list(prefix).await.context(what)?.len() as u64)
 }
 
 /// The pure part: everything but the reads.

@@ -262,16 +262,24 @@ impl Ctx {
     ) -> Result<crate::repositories::ParkOutcome, crate::repositories::RepositoryError> {
         crate::repositories::park_once(
             self.store.as_ref(),
-            crate::repositories::AttemptAt {
-                claim_prefix: &self.config.layout.claim_prefix,
-                open_prefix: &self.config.layout.open_claim_prefix,
-                campaign: self.campaign(),
-                placement: &placement,
-            },
+            self.attempt_at(&placement),
             event,
             claimed_by,
         )
         .await
+    }
+
+    /// Where this context's attempts are claimed, placed as `placement` says.
+    fn attempt_at<'a>(
+        &'a self,
+        placement: &'a crate::domain::claim::Placement,
+    ) -> crate::repositories::AttemptAt<'a> {
+        crate::repositories::AttemptAt {
+            claim_prefix: &self.config.layout.claim_prefix,
+            open_prefix: &self.config.layout.open_claim_prefix,
+            campaign: self.campaign(),
+            placement,
+        }
     }
 
     /// The Spot ends before `attempt`, as its claim keeps them (a first attempt, or one whose
@@ -308,12 +316,7 @@ impl Ctx {
             self.store.as_ref(),
             self.jobs.as_ref(),
             &self.metrics,
-            crate::repositories::AttemptAt {
-                claim_prefix: &self.config.layout.claim_prefix,
-                open_prefix: &self.config.layout.open_claim_prefix,
-                campaign: self.campaign(),
-                placement: &placement,
-            },
+            self.attempt_at(&placement),
             self.config.leases.claim_lease,
             event,
             claimed_by,

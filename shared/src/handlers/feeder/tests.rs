@@ -782,3 +782,61 @@ async fn a_stale_parked_marker_is_removed_not_submitted_again() {
         .unwrap()
         .is_empty());
 }
+
+/// Retries parked before the stack switched campaigns are not left behind: the feeder of the
+/// new campaign submits them as a window of retries of the old one, in the old campaign's state
+/// and with its tracker — and whether or not parking is still on.
+#[tokio::test]
+async fn retries_parked_before_a_campaign_switch_go_with_the_old_campaigns_window() {
+    use crate::contracts::messages::RetryMessage;
+    use crate::domain::campaign::Campaign;
+    use crate::domain::layout::claims::parked_prefix;
+    use crate::handlers::requeuer::{self, RequeueOutcome};
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let old = ctx_with(&[("GRANARY_ARRAY_RETRIES", "on")], jobs.clone()).await;
+    for id in ["r-a", "r-b"] {
+        let message = RetryMessage::ended(GranuleId::parse(id).unwrap(), 1);
+        let out = requeuer::handle_message(&old, &serde_json::to_string(&message).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(out, RequeueOutcome::Parked { attempt: 2 });
+    }
+    // The stack now runs campaign v2, with parking off.
+    let v2 = Campaign::parse("v2").unwrap();
+    let mut new = (*old.in_campaign(Some(&v2))).clone();
+    if let Some(j) = new.config.jobs.as_mut() {
+        j.array_retries = false;
+    }
+    let retries = || {
+        jobs.submitted()
+            .into_iter()
+            .filter(|r| r.parameters["attempt"] == "2")
+            .map(|r| {
+                (
+                    r.parameters["granule_id"].clone(),
+                    r.parameters.get("campaign").cloned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let summary = feed_rows(&new, 1).await;
+    assert_eq!(summary.retries_submitted, 2, "{summary:?}");
+    assert_eq!(
+        retries(),
+        [("r-a".to_owned(), None), ("r-b".to_owned(), None)],
+        "the old campaign's retries, once each, in its name"
+    );
+    let parked = parked_prefix(&old.config.layout.claim_prefix);
+    assert!(old.store.list(&parked).await.unwrap().is_empty());
+    let tracker =
+        crate::repositories::load_tracker(old.store.as_ref(), &old.config.layout.tracker_key)
+            .await
+            .unwrap();
+    assert_eq!(
+        tracker.value.retry_windows, 1,
+        "the old campaign's own tracker"
+    );
+    // The next run finds nothing more to do.
+    feed_rows(&new, 1).await;
+    assert_eq!(retries().len(), 2);
+}
