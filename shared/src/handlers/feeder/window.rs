@@ -349,7 +349,10 @@ pub(super) async fn record_window(
                             ctx,
                             &event,
                             &job_id,
-                            Some(source.clone()),
+                            // A window of retries is no listing: a record it must make
+                            // (one lost since its first attempt) names no source, as the
+                            // requeuer's would.
+                            (!claim.is_retries()).then(|| source.clone()),
                             "queue-feeder",
                         )
                     },
