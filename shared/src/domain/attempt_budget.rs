@@ -60,8 +60,9 @@ impl AttemptBudget {
     pub fn is_last_chance(&self, ends: Ends) -> bool {
         ends.attempt > 0
             && !self.allows_retry(Ends {
-                attempt: ends.attempt + 1,
-                spot_ends: ends.spot_ends + 1,
+                // Counts from messages and job parameters: never past u32's end.
+                attempt: ends.attempt.saturating_add(1),
+                spot_ends: ends.spot_ends.saturating_add(1),
             })
     }
 
@@ -69,7 +70,8 @@ impl AttemptBudget {
     /// far the item sweeper's and re-validation's own rules let a granule go before the
     /// requeuer, which knows its Spot ends, decides.
     pub fn last_attempt(&self) -> u32 {
-        1 + self.retries + self.spot_retries.unwrap_or(0)
+        1u32.saturating_add(self.retries)
+            .saturating_add(self.spot_retries.unwrap_or(0))
     }
 
     /// Why a granule whose attempts ended as `ends` gets no more (for its history).
@@ -152,6 +154,8 @@ mod tests {
         assert!(!none.is_last_chance(ends(0, 0)));
         assert_eq!((none.last_attempt(), APART.last_attempt()), (3, 6));
         assert_eq!(SHARED.last_attempt(), 4);
+        // A count no granary wrote (a job's parameter, a message) does not overflow.
+        assert!(SHARED.is_last_chance(ends(u32::MAX, u32::MAX)));
     }
 
     #[test]

@@ -549,10 +549,10 @@ async fn log_and_route_failure(
     let before = record
         .spot_ends_before
         .unwrap_or_else(|| crate::domain::job_tags::spot_ends_before(&record.job));
-    let spot_ends = before
-        + u32::from(crate::domain::attempt_budget::is_spot_end(
-            record.classification.failure.as_ref(),
-        ));
+    // The job's parameter is input from outside: a count past u32's end stays at its end.
+    let spot_ends = before.saturating_add(u32::from(crate::domain::attempt_budget::is_spot_end(
+        record.classification.failure.as_ref(),
+    )));
     let message = RetryMessage::ended(record.granule_id.clone(), record.attempt)
         .with_spot_ends(spot_ends)
         .of_campaign(ctx.campaign().cloned())
