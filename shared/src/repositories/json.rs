@@ -215,6 +215,7 @@ impl RecordError {
 }
 
 /// Which record [`change_record`] changes, for its errors: "an ingest job" and its id.
+#[derive(Clone, Copy)]
 pub struct RecordAt<'a> {
     pub key: &'a str,
     pub what: &'static str,

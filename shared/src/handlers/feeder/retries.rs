@@ -15,19 +15,21 @@
 //! 4. each granule's own claim records its job, so a duplicate retry message finds it taken;
 //! 5. the pending markers removed, and the tracker moved to `k + 1` (saved with the run's).
 //!
-//! A run that dies anywhere leaves the tracker at `k`: the next one finds window `k` claimed and
-//! works it as its claim says (its granules, not a new listing), then finishes 3–5.
+//! A run that dies anywhere leaves the tracker at `k`: the next run that lists a marker finds
+//! window `k` claimed and works it as its claim says (its granules, not a new listing), then
+//! finishes 3–5. A run that lists none stops there (one LIST, the cost of a quiet minute): a
+//! window whose markers are all removed lacks only its tracker move.
 
 use super::window::record_window;
 use super::{FeederSummary, Stop};
-use crate::domain::claim::Claim;
+use crate::domain::claim::{Claim, JobsClaim};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::{claim_key, parked_key, parked_prefix, parse_claim_key};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::{WindowClaim, WindowEntry, RETRY_WINDOWS};
 use crate::handlers::{Ctx, HandlerError};
 use crate::ports::StoreError;
-use crate::repositories::json::{read_json_retrying, write_json_retrying};
+use crate::repositories::json::{change_record, read_json_retrying, RecordAt, RecordError};
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::{JobSubmission, RepositoryError, Versioned};
 use crate::retry::{again, Backoff};
@@ -46,6 +48,23 @@ pub(super) async fn feed_retries(
     summary: &mut FeederSummary,
     ceiling: u64,
 ) -> Result<(bool, Option<Stop>), HandlerError> {
+    let pending = list_parked(ctx).await?;
+    feed_listed(ctx, tracker, summary, ceiling, pending).await
+}
+
+/// [`feed_retries`] with the pending markers already listed. Nothing pending, nothing to do —
+/// not even a window half worked: its markers go last (step 5), so a window whose markers are
+/// all gone lacks only its tracker move, which the next window's run makes.
+async fn feed_listed(
+    ctx: &Ctx,
+    tracker: &mut Versioned<Tracker>,
+    summary: &mut FeederSummary,
+    ceiling: u64,
+    pending: Vec<GranuleProcessingEvent>,
+) -> Result<(bool, Option<Stop>), HandlerError> {
+    if pending.is_empty() {
+        return Ok((false, None));
+    }
     let number = tracker.value.retry_windows;
     let windows = ctx.windows();
     let window = if windows.claimed(RETRY_WINDOWS, number).await? {
@@ -58,7 +77,7 @@ pub(super) async fn feed_retries(
             chrono::Utc::now(),
         )
     } else {
-        let entries = parked(ctx, summary, ceiling).await?;
+        let entries = parked(ctx, summary, ceiling, pending).await?;
         if entries.is_empty() {
             return Ok((false, None));
         }
@@ -170,8 +189,8 @@ pub(super) async fn feed_other_campaigns(
             continue;
         }
         let there = ctx.in_campaign(campaign.as_ref());
-        let prefix = parked_prefix(&there.config.layout.claim_prefix);
-        if there.store.list(&prefix).await?.is_empty() {
+        let pending = list_parked(&there).await?;
+        if pending.is_empty() {
             continue;
         }
         let name = campaign
@@ -180,7 +199,8 @@ pub(super) async fn feed_other_campaigns(
         let fed = async {
             let key = &there.config.layout.tracker_key;
             let mut tracker = crate::repositories::load_tracker(there.store.as_ref(), key).await?;
-            let (moved, stop) = feed_retries(&there, &mut tracker, summary, ceiling).await?;
+            let (moved, stop) =
+                feed_listed(&there, &mut tracker, summary, ceiling, pending).await?;
             if moved {
                 crate::repositories::save_tracker(there.store.as_ref(), key, &mut tracker).await?;
             }
@@ -203,13 +223,8 @@ pub(super) async fn feed_other_campaigns(
     Ok(())
 }
 
-/// The parked retries a new window takes: up to a window's worth of pending markers, each
-/// still parked (its claim has no job); the stale ones are removed.
-async fn parked(
-    ctx: &Ctx,
-    summary: &mut FeederSummary,
-    ceiling: u64,
-) -> Result<Vec<WindowEntry>, HandlerError> {
+/// The retries the requeuer parked, as their pending markers name them (one LIST).
+async fn list_parked(ctx: &Ctx) -> Result<Vec<GranuleProcessingEvent>, HandlerError> {
     let prefix = parked_prefix(&ctx.config.layout.claim_prefix);
     let listed = again(
         Backoff::IN_RUN,
@@ -218,10 +233,20 @@ async fn parked(
         StoreError::is_transient,
     )
     .await?;
-    let mut pending: Vec<GranuleProcessingEvent> = listed
+    Ok(listed
         .iter()
         .filter_map(|m| parse_claim_key(&prefix, &m.key))
-        .collect();
+        .collect())
+}
+
+/// The parked retries a new window takes: up to a window's worth of the pending markers, each
+/// still parked (its claim has no job); the stale ones are removed.
+async fn parked(
+    ctx: &Ctx,
+    summary: &mut FeederSummary,
+    ceiling: u64,
+    mut pending: Vec<GranuleProcessingEvent>,
+) -> Result<Vec<WindowEntry>, HandlerError> {
     pending.sort_by(|a, b| (&a.granule_id, a.attempt).cmp(&(&b.granule_id, b.attempt)));
     pending.truncate(usize::try_from(ceiling).unwrap_or(usize::MAX));
     let looked: Vec<(GranuleProcessingEvent, Option<WindowEntry>)> =
@@ -267,41 +292,29 @@ async fn parked(
 /// changed meanwhile): a duplicate retry message then finds the attempt taken.
 async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result<(), HandlerError> {
     let key = claim_key(&ctx.config.layout.claim_prefix, &entry.event());
-    for _ in 0..crate::repositories::json::CAS_ROUNDS {
-        let Some(found) =
-            read_json_retrying::<Claim>(ctx.store.as_ref(), &key, "reading a parked retry's claim")
-                .await?
-        else {
-            // Gone (an operator's cleanup): the window's own claim holds the job.
-            return Ok(());
-        };
-        if found.value.job_id.is_some() {
-            return Ok(());
-        }
-        let condition = found.condition();
-        let recorded = Claim {
-            job_id: Some(job_id.to_owned()),
-            submitted_at: Some(chrono::Utc::now()),
-            ..found.value
-        };
-        match write_json_retrying(
-            ctx.store.as_ref(),
-            &key,
-            &recorded,
-            condition,
-            "recording a parked retry's job",
-        )
-        .await
-        {
-            Ok(_) => return Ok(()),
-            Err(e) if e.is_conflict() => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Err(HandlerError::InFlight(format!(
-        "the claim of {} (attempt {}) kept changing",
-        entry.granule_id, entry.attempt
-    )))
+    let id = format!("{} (attempt {})", entry.granule_id, entry.attempt);
+    let at = RecordAt {
+        key: &key,
+        what: "parked retry's claim",
+        id: &id,
+    };
+    let found = [Some(job_id.to_owned())];
+    // The submission protocol's own recording rule: a job already recorded is kept. A claim gone
+    // (an operator's cleanup) leaves the window's own claim holding the job.
+    let record = |claim: &Claim| {
+        Ok(claim
+            .job_id
+            .is_none()
+            .then(|| claim.recording(&found, chrono::Utc::now())))
+    };
+    again(
+        Backoff::IN_RUN,
+        "recording a parked retry's job",
+        || change_record(ctx.store.as_ref(), at, record, &()),
+        RecordError::is_transient,
+    )
+    .await?;
+    Ok(())
 }
 
 async fn remove(ctx: &Ctx, key: String) -> Result<(), HandlerError> {
