@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     // Exactly the monitor's decision: what it rejects, this command rejects, with its reason —
     // after saying how the job ended, when the event is a job's end that names no granule (a
     // job granary did not submit).
-    let (event, end) = match on_job_event(event.clone()) {
+    let (event, end) = match on_job_event(&event) {
         Ok(decided) => decided,
         Err(rejection @ EventRejection::NoGranule { .. }) if names_no_work(&event) => {
             return foreign(args.json, event, &rejection);
@@ -188,7 +188,7 @@ fn route_text(route: Route) -> &'static str {
 /// granary cannot use) is granary's own, rejected with exit 2 as before.
 fn names_no_work(event: &serde_json::Value) -> bool {
     use granary::domain::job_tags::{window_claim_of, GRANULE_ID_ENV, GRANULE_ID_PARAM};
-    let Ok(parsed) = BatchJobStateChange::from_value(event.clone()) else {
+    let Ok(parsed) = BatchJobStateChange::from_value(event) else {
         return false;
     };
     let job = &parsed.detail;
@@ -204,7 +204,7 @@ const FOREIGN_EXIT: u8 = 1;
 /// A finished job that names no granule granary can use: how it ended and the route it would
 /// take, then why the monitor rejects it (exit 1: it would be set aside, not routed).
 fn foreign(json: bool, event: serde_json::Value, rejection: &EventRejection) -> Result<ExitCode> {
-    let detail = BatchJobStateChange::from_value(event)
+    let detail = BatchJobStateChange::from_value(&event)
         .map_err(|e| anyhow::anyhow!("the event is not a Batch Job State Change: {e}"))?
         .detail;
     let rejected = format!(

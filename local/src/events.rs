@@ -510,7 +510,7 @@ mod tests {
     }
 
     fn route(ends: &[AttemptEnd], status: &str, batch_attempts: u32) -> Route {
-        let e = BatchJobStateChange::from_value(state_change_event(
+        let e = BatchJobStateChange::from_value(&state_change_event(
             &facts(batch_attempts),
             ends,
             status,
@@ -561,7 +561,7 @@ mod tests {
         let spot = AttemptEnd::SpotInterruption {
             instance: "i-0abc".into(),
         };
-        let e = BatchJobStateChange::from_value(state_change_event(
+        let e = BatchJobStateChange::from_value(&state_change_event(
             &facts(2),
             std::slice::from_ref(&spot),
             "RUNNABLE",

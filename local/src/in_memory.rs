@@ -676,7 +676,7 @@ mod tests {
         let bodies = queue.bodies();
         assert_eq!(bodies.len(), 1, "only the terminal event of this queue");
         let parsed: Value = serde_json::from_str(&bodies[0]).unwrap();
-        let e = BatchJobStateChange::from_value(parsed).unwrap();
+        let e = BatchJobStateChange::from_value(&parsed).unwrap();
         assert_eq!(e.detail_type, "Batch Job State Change");
     }
 
@@ -707,7 +707,7 @@ mod tests {
             .bodies()
             .iter()
             .map(|b| {
-                let e = BatchJobStateChange::from_value(serde_json::from_str(b).unwrap()).unwrap();
+                let e = BatchJobStateChange::from_value(&serde_json::from_str(b).unwrap()).unwrap();
                 e.detail.parameters["granule_id"].clone()
             })
             .collect();

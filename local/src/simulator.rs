@@ -463,7 +463,7 @@ impl BatchSimulator {
             if let Some(reason) = terminated {
                 event["detail"]["statusReason"] = reason.into();
             }
-            let parsed = BatchJobStateChange::from_value(event.clone())
+            let parsed = BatchJobStateChange::from_value(&event)
                 .context("simulator built an unparsable event")?;
             let c = classify(&parsed.detail).context("simulator built a non-terminal event")?;
             self.ledger

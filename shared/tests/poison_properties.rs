@@ -129,7 +129,7 @@ proptest! {
             let path = all[pick.index(all.len())].clone();
             replace(&mut event, &path, with);
         }
-        let _ = on_job_event(event.clone());
+        let _ = on_job_event(&event);
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let ctx = ctx();
         // Permanent errors are outcomes (recorded and dead-lettered); only the store or a queue

@@ -143,7 +143,7 @@ async fn every_published_event_gets_the_route_sources_md_gives_it() {
         let want = expected[name];
 
         // The decision, as `granary classify` prints it.
-        let (_, end) = on_job_event(event.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (_, end) = on_job_event(&event).unwrap_or_else(|e| panic!("{name}: {e}"));
         let got = match &end {
             JobEnd::NotFinished { .. } => None,
             // The published events carry granule jobs' environments (as_granary_event), never
@@ -214,7 +214,7 @@ fn failure_kinds_of_the_cases_a_naive_rule_gets_wrong() {
     let kind = |name: &str| {
         let text = std::fs::read_to_string(dir.join(name)).unwrap();
         let event = as_granary_event(name, serde_json::from_str(&text).unwrap());
-        match on_job_event(event).unwrap().1 {
+        match on_job_event(&event).unwrap().1 {
             JobEnd::Finished(f) => f.classification.failure,
             other => panic!("{name}: {other:?}"),
         }
@@ -305,7 +305,7 @@ async fn array_windows_children_route_and_parents_are_ignored() {
         let mut detail = raw;
         detail["parameters"] = json!({"window_claim": key, "attempt": "1"});
         let event = json!({"detail-type": "Batch Job State Change", "source": "aws.batch", "detail": detail});
-        let (_, end) = on_job_event(event.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let (_, end) = on_job_event(&event).unwrap_or_else(|e| panic!("{name}: {e}"));
         let out = monitor::handle_message(&ctx, &event.to_string())
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -228,11 +228,12 @@ pub enum BatchEventError {
 
 impl BatchJobStateChange {
     pub fn parse(json: &str) -> Result<Self, BatchEventError> {
-        Self::from_value(serde_json::from_str(json)?)
+        Self::from_value(&serde_json::from_str(json)?)
     }
 
-    pub fn from_value(value: serde_json::Value) -> Result<Self, BatchEventError> {
-        let event: Self = serde_json::from_value(value)?;
+    pub fn from_value(value: &serde_json::Value) -> Result<Self, BatchEventError> {
+        // Read in place: the caller keeps the event (the monitor logs its detail as it came).
+        let event = Self::deserialize(value)?;
         if event.detail_type != DETAIL_TYPE || event.source != SOURCE {
             return Err(BatchEventError::WrongKind {
                 event_source: event.source,

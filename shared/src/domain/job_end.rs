@@ -101,7 +101,7 @@ impl EventRejection {
 
 /// Parses an EventBridge event as the rule delivers it and decides what it causes.
 pub fn on_job_event(
-    raw: serde_json::Value,
+    raw: &serde_json::Value,
 ) -> Result<(BatchJobStateChange, JobEnd), EventRejection> {
     let event = BatchJobStateChange::from_value(raw)?;
     let end = on_job_detail(&event.detail)?;
@@ -278,7 +278,7 @@ mod tests {
             "FAILED",
             json!([{"name": "INGEST_JOB_ID", "value": "b1-j00001"}]),
         );
-        let (_, end) = on_job_event(ev).unwrap();
+        let (_, end) = on_job_event(&ev).unwrap();
         let JobEnd::IngestJob {
             job_id,
             ingest_job,
@@ -305,17 +305,17 @@ mod tests {
                               "parameters": params, "container": {"environment": env}}})
         };
         let granule = env("HLS.S30.T01GBH.2022226T214921.v2.0", "1");
-        let (_, end) = on_job_event(with(json!({"campaign": "v2"}), granule.clone())).unwrap();
+        let (_, end) = on_job_event(&with(json!({"campaign": "v2"}), granule.clone())).unwrap();
         let JobEnd::Finished(f) = end else {
             panic!("{end:?}")
         };
         assert_eq!(f.campaign, Some(v2.clone()));
-        let (_, end) = on_job_event(with(json!({}), granule.clone())).unwrap();
+        let (_, end) = on_job_event(&with(json!({}), granule.clone())).unwrap();
         let JobEnd::Finished(f) = end else {
             panic!("{end:?}")
         };
         assert_eq!(f.campaign, None, "no campaign named: the unnamed one's");
-        let bad = on_job_event(with(json!({"campaign": "V2/x"}), granule)).unwrap_err();
+        let bad = on_job_event(&with(json!({"campaign": "V2/x"}), granule)).unwrap_err();
         assert!(bad.to_string().contains("no campaign name"), "{bad}");
         // A child whose details carry only its claim's URI: the key says the campaign.
         let child = json!({"detail-type": "Batch Job State Change", "source": "aws.batch",
@@ -325,7 +325,7 @@ mod tests {
                            {"name": "GRANARY_WINDOW_CLAIM",
                             "value": "s3://b/campaigns/v2/claims/windows/k.json"},
                            {"name": "ATTEMPT", "value": "1"}]}}});
-        let (_, end) = on_job_event(child).unwrap();
+        let (_, end) = on_job_event(&child).unwrap();
         let JobEnd::WindowChild(c) = end else {
             panic!("{end:?}")
         };
@@ -359,7 +359,7 @@ mod tests {
             };
         let env = json!([{"name": "GRANARY_WINDOW_CLAIM", "value": "s3://b/claims/windows/k.json"},
                          {"name": "ATTEMPT", "value": "1"}]);
-        let (_, end) = on_job_event(child(json!({}), env.clone(), json!({"index": 4}))).unwrap();
+        let (_, end) = on_job_event(&child(json!({}), env.clone(), json!({"index": 4}))).unwrap();
         let JobEnd::WindowChild(c) = end else {
             panic!("{end:?}")
         };
@@ -374,7 +374,7 @@ mod tests {
         );
         let params = json!({"window_claim": "claims/windows/k.json", "window_token": "t",
                             "attempt": "1"});
-        let (_, end) = on_job_event(child(params.clone(), json!([]), json!(null))).unwrap();
+        let (_, end) = on_job_event(&child(params.clone(), json!([]), json!(null))).unwrap();
         let JobEnd::WindowChild(c) = end else {
             panic!("{end:?}")
         };
@@ -386,13 +386,13 @@ mod tests {
         parent["detail"]["jobId"] = "p".into();
         parent["detail"]["status"] = "FAILED".into();
         parent["detail"]["statusReason"] = "Array Child Job failed".into();
-        let (_, end) = on_job_event(parent).unwrap();
+        let (_, end) = on_job_event(&parent).unwrap();
         assert!(matches!(end, JobEnd::ArrayParent { .. }), "{end:?}");
     }
 
     #[test]
     fn a_failed_job_is_finished_and_routed() {
-        let (_, end) = on_job_event(event("FAILED", env("G.1", "2"))).unwrap();
+        let (_, end) = on_job_event(&event("FAILED", env("G.1", "2"))).unwrap();
         let JobEnd::Finished(f) = end else {
             panic!("{end:?}")
         };
@@ -402,7 +402,7 @@ mod tests {
 
     #[test]
     fn unfinished_jobs_are_ignored_even_without_a_granule() {
-        let (_, end) = on_job_event(event("RUNNABLE", json!([]))).unwrap();
+        let (_, end) = on_job_event(&event("RUNNABLE", json!([]))).unwrap();
         assert!(matches!(
             end,
             JobEnd::NotFinished {
@@ -414,16 +414,16 @@ mod tests {
 
     #[test]
     fn permanent_errors_are_rejections_with_a_reason() {
-        let no_env = on_job_event(event("FAILED", json!([]))).unwrap_err();
+        let no_env = on_job_event(&event("FAILED", json!([]))).unwrap_err();
         assert_eq!(no_env.kind(), RejectKind::EventWithoutGranule);
-        let bad_attempt = on_job_event(event("FAILED", env("G.1", "-1"))).unwrap_err();
+        let bad_attempt = on_job_event(&event("FAILED", env("G.1", "-1"))).unwrap_err();
         assert!(bad_attempt.to_string().contains("not a positive integer"));
-        let bad_id = on_job_event(event("SUCCEEDED", env("a/b", "1"))).unwrap_err();
+        let bad_id = on_job_event(&event("SUCCEEDED", env("a/b", "1"))).unwrap_err();
         assert!(bad_id.to_string().contains("'/'"));
         let long = "x".repeat(100_000);
-        let long_attempt = on_job_event(event("FAILED", env("G.1", &long))).unwrap_err();
+        let long_attempt = on_job_event(&event("FAILED", env("G.1", &long))).unwrap_err();
         assert!(long_attempt.to_string().len() < 400, "reasons stay short");
-        let wrong = on_job_event(json!({"detail-type": "x", "source": "aws.ec2", "detail": {}}));
+        let wrong = on_job_event(&json!({"detail-type": "x", "source": "aws.ec2", "detail": {}}));
         assert_eq!(wrong.unwrap_err().kind(), RejectKind::UnreadableEvent);
     }
 }

@@ -63,12 +63,13 @@ pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, Han
 async fn handle_event(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerError> {
     let decided = serde_json::from_str::<serde_json::Value>(body)
         .map_err(|e| EventRejection::from(BatchEventError::from(e)))
-        .and_then(|raw| {
+        .and_then(|mut raw| {
+            let (_, end) = on_job_event(&raw)?;
+            // Moved out, not copied: the event is done with once decided.
             let detail = raw
-                .get("detail")
-                .cloned()
-                .unwrap_or(serde_json::Value::Null);
-            on_job_event(raw).map(|(_, end)| (end, detail))
+                .get_mut("detail")
+                .map_or(serde_json::Value::Null, serde_json::Value::take);
+            Ok((end, detail))
         });
     match decided {
         Err(rejection) => {
@@ -222,10 +223,11 @@ pub async fn described_job(
     if !description.summary.status.is_terminal() {
         return Ok(None);
     }
-    let decided =
-        serde_json::from_value::<crate::domain::batch_event::JobDetail>(description.detail.clone())
-            .map_err(|e| EventRejection::from(BatchEventError::from(e)))
-            .and_then(|detail| crate::domain::job_end::on_job_detail(&detail));
+    let decided = <crate::domain::batch_event::JobDetail as serde::Deserialize>::deserialize(
+        &description.detail,
+    )
+    .map_err(|e| EventRejection::from(BatchEventError::from(e)))
+    .and_then(|detail| crate::domain::job_end::on_job_detail(&detail));
     match decided {
         Ok(JobEnd::Finished(finished)) => Ok(Some(
             job_finished(ctx, finished, description.detail, RECOVERED_BY).await?,

@@ -177,7 +177,7 @@ pub(super) async fn reconcile_window(
                                 ..crate::retry::Backoff::IN_RUN
                             },
                             "looking at a granule of a window",
-                            || granule(ctx, &attempt, &job_id, description.clone()),
+                            || granule(ctx, &attempt, &job_id, description.as_ref()),
                             |_| true,
                         )
                         .await
@@ -241,7 +241,7 @@ async fn granule(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
-    description: Option<JobDescription>,
+    description: Option<&JobDescription>,
 ) -> Result<Granule, HandlerError> {
     let Some(description) = description else {
         return forgotten(ctx, attempt, job_id).await;
@@ -256,7 +256,8 @@ async fn granule(
     // its event was parked or lost): its handler again, which logs once, routes once and makes
     // or moves the record.
     Ok(
-        match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+        // Copied only here, for the rare end no one handled: most granules a pass looks at are.
+        match monitor::described_job(ctx, description.clone(), "reconciler (DescribeJobs)").await? {
             None => Granule::StillRunning,
             Some(
                 MonitorOutcome::Duplicate
