@@ -276,7 +276,7 @@ fn id_hash(job_id: &str) -> u64 {
     h.finish()
 }
 
-fn bus_event(value: serde_json::Value) -> BusEvent {
+fn bus_event(mut value: serde_json::Value) -> BusEvent {
     BusEvent {
         source: "aws.batch".into(),
         detail_type: "Batch Job State Change".into(),
@@ -288,7 +288,10 @@ fn bus_event(value: serde_json::Value) -> BusEvent {
                     .collect()
             })
             .unwrap_or_default(),
-        detail: value["detail"].clone(),
+        // Moved, not copied: the event is the simulator's own and done with.
+        detail: value
+            .get_mut("detail")
+            .map_or(serde_json::Value::Null, serde_json::Value::take),
     }
 }
 

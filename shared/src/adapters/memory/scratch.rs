@@ -15,10 +15,24 @@ pub struct Spilled {
     pub len: u32,
 }
 
+/// Appends gather here and reach the file a mebibyte at a time: one write call per object
+/// spent more CPU in the kernel than the twin spent on the object (perf, a 100,000-granule
+/// campaign: 13% in pwrite).
+const FLUSH_AT: usize = 1 << 20;
+
 #[derive(Debug)]
 pub struct ScratchFile {
     file: File,
-    end: Mutex<u64>,
+    tail: Mutex<Tail>,
+}
+
+/// The bytes past the file's end, not written yet. An entry is appended whole, and the tail is
+/// written whole: an entry is either all in the file or all in the tail.
+#[derive(Debug, Default)]
+struct Tail {
+    /// Where the file ends (and the tail starts).
+    flushed: u64,
+    bytes: Vec<u8>,
 }
 
 impl ScratchFile {
@@ -26,8 +40,12 @@ impl ScratchFile {
     pub fn new(file: File) -> Self {
         Self {
             file,
-            end: Mutex::new(0),
+            tail: Mutex::new(Tail::default()),
         }
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn append(&self, bytes: &[u8]) -> io::Result<Spilled> {
@@ -38,17 +56,37 @@ impl ScratchFile {
             )
         })?;
         // The lock orders the appends; bytes already written are never moved.
-        let mut end = self.end.lock().unwrap_or_else(|p| p.into_inner());
-        self.file.write_all_at(bytes, *end)?;
-        let offset = *end;
-        *end += u64::from(len);
+        let mut tail = self.tail();
+        let offset = tail.flushed + tail.bytes.len() as u64;
+        tail.bytes.extend_from_slice(bytes);
+        if tail.bytes.len() >= FLUSH_AT {
+            self.file.write_all_at(&tail.bytes, tail.flushed)?;
+            tail.flushed += tail.bytes.len() as u64;
+            tail.bytes.clear();
+        }
         Ok(Spilled { offset, len })
     }
 
     /// `len` bytes from `skip` bytes into the entry at `at`.
     pub fn read(&self, at: Spilled, skip: u64, len: u64) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len.min(u64::from(at.len).saturating_sub(skip)) as usize];
-        self.file.read_exact_at(&mut buf, at.offset + skip)?;
+        let len = len.min(u64::from(at.len).saturating_sub(skip));
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let start = at.offset + skip;
+        {
+            let tail = self.tail();
+            if at.offset >= tail.flushed {
+                let from = usize::try_from(start - tail.flushed).map_err(io::Error::other)?;
+                let to = usize::try_from(len).map_err(io::Error::other)? + from;
+                return tail.bytes.get(from..to).map(<[u8]>::to_vec).ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "past the scratch file's end")
+                });
+            }
+        }
+        // In the file, which never changes under bytes already written.
+        let mut buf = vec![0u8; usize::try_from(len).map_err(io::Error::other)?];
+        self.file.read_exact_at(&mut buf, start)?;
         Ok(buf)
     }
 }
@@ -65,6 +103,29 @@ pub(crate) mod tests {
         assert_eq!(scratch.read(a, 0, 5).unwrap(), b"hello");
         assert_eq!(scratch.read(b, 1, 100).unwrap(), b"orld!");
         assert_eq!(scratch.read(b, 9, 2).unwrap(), b"");
+    }
+
+    #[test]
+    fn entries_read_back_alike_from_the_file_and_from_the_unwritten_tail() {
+        let scratch = ScratchFile::new(tempfile_in_temp_dir());
+        // Enough entries that the early ones reach the file and the last ones do not.
+        let entries: Vec<(Spilled, Vec<u8>)> = (0..3_000u32)
+            .map(|i| {
+                let bytes = format!("entry {i} ")
+                    .repeat(1 + (i as usize % 97))
+                    .into_bytes();
+                (scratch.append(&bytes).unwrap(), bytes)
+            })
+            .collect();
+        assert!(scratch.tail().flushed > 0, "nothing reached the file");
+        assert!(
+            !scratch.tail().bytes.is_empty(),
+            "nothing stayed in the tail"
+        );
+        for (at, bytes) in &entries {
+            assert_eq!(&scratch.read(*at, 0, u64::from(at.len)).unwrap(), bytes);
+            assert_eq!(scratch.read(*at, 2, 3).unwrap(), bytes[2..5].to_vec());
+        }
     }
 
     /// An unlinked file in the temp dir (the library has no tempfile dependency).
