@@ -189,13 +189,19 @@ pub(super) async fn feed_other_campaigns(
             continue;
         }
         let there = ctx.in_campaign(campaign.as_ref());
-        let pending = list_parked(&there).await?;
-        if pending.is_empty() {
-            continue;
-        }
         let name = campaign
             .as_ref()
             .map_or("the unnamed campaign".to_owned(), |c| c.to_string());
+        let pending = match list_parked(&there).await {
+            Ok(pending) => pending,
+            Err(e) => {
+                tracing::warn!(campaign = name, error = %e, "the parked retries of another campaign could not be listed; the next run looks again");
+                continue;
+            }
+        };
+        if pending.is_empty() {
+            continue;
+        }
         let fed = async {
             let key = &there.config.layout.tracker_key;
             let mut tracker = crate::repositories::load_tracker(there.store.as_ref(), key).await?;
