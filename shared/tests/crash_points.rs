@@ -305,6 +305,22 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                 granary::domain::layout::claims::parked_prefix(&c.config.layout.claim_prefix);
             assert!(c.store.list(&parked).await.unwrap().is_empty());
         }
+        if scenario == Scenario::CampaignSwitchParked {
+            // Each campaign's granules succeeded at their second attempt in its own state; the
+            // unnamed campaign's two retries went as its one window of retries (its tracker
+            // moved on by one), taken by the stack that runs v2.
+            for campaign in w.campaigns() {
+                backfill_processed_at_attempt_2(&ctx(&w).in_campaign(campaign.as_ref())).await;
+            }
+            let first = ctx(&w).in_campaign(None);
+            let tracker = granary::repositories::load_tracker(
+                first.store.as_ref(),
+                &first.config.layout.tracker_key,
+            )
+            .await
+            .unwrap();
+            assert_eq!(tracker.value.retry_windows, 1, "{scenario:?}");
+        }
         if scenario == Scenario::FeederTwoInventories {
             // Two windows in the run under test (one per inventory), the third by the next run
             // from the page map the first left: three window claims.

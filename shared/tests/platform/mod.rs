@@ -151,6 +151,12 @@ pub enum Scenario {
     /// that campaign's feeder never comes back to the window, so the reconciler (under test) of
     /// a stack running v2 takes it over — jobs looked up by name, submitted, records made.
     CampaignSwitchHalfWindow,
+    /// Array retries: the unnamed campaign's window reclaimed by Spot and both retries parked,
+    /// then the stack switched to `v2` before any feeder run took them: v2's feeder (under
+    /// test) takes the unnamed campaign's parked retries as that campaign's window of retries,
+    /// with that campaign's tracker (`feed_other_campaigns`), and feeds its own window. Each
+    /// campaign must end with one success per granule in its own state, nothing left parked.
+    CampaignSwitchParked,
     /// The feeder's window submitted and its jobs running; an operator's `granary cancel`
     /// (under test) holds the feeder, records the cancel and terminates both jobs. Batch ends
     /// them with the cancel's reason, the monitor lists them as cancelled, the operator resumes
@@ -175,7 +181,7 @@ pub enum Scenario {
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 43] = [
+pub const ALL: [Scenario; 44] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -214,6 +220,7 @@ pub const ALL: [Scenario; 43] = [
     Scenario::CampaignSwitch,
     Scenario::CampaignSwitchReconciled,
     Scenario::CampaignSwitchHalfWindow,
+    Scenario::CampaignSwitchParked,
     Scenario::Cancel,
     Scenario::MonitorCancelled,
     Scenario::ReconcilerCancelled,
@@ -541,7 +548,8 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::CampaignSwitchReconciled
             | Scenario::CampaignSwitchHalfWindow
             | Scenario::RequeuerParks
-            | Scenario::FeederRetryWindow => BACKFILL.to_vec(),
+            | Scenario::FeederRetryWindow
+            | Scenario::CampaignSwitchParked => BACKFILL.to_vec(),
             _ => Vec::new(),
         },
         records: scenario != Scenario::FeederRecordsOff,
@@ -559,7 +567,8 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::RetryBeforeRecords
             | Scenario::CampaignSwitch
             | Scenario::RequeuerParks
-            | Scenario::FeederRetryWindow => BTreeSet::from([1]),
+            | Scenario::FeederRetryWindow
+            | Scenario::CampaignSwitchParked => BTreeSet::from([1]),
             Scenario::RequeuerExhausted | Scenario::RequeuerLastChance => {
                 (1..=function_config(Function::Requeuer).max_attempt()).collect()
             }
@@ -598,6 +607,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::MonitorBrakes
                 | Scenario::RequeuerParks
                 | Scenario::FeederRetryWindow
+                | Scenario::CampaignSwitchParked
         ),
         brake: (scenario == Scenario::MonitorBrakes).then(|| BrakeSettings {
             window: 4,
@@ -633,10 +643,11 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::MonitorArrayChild
                 | Scenario::RequeuerParks
                 | Scenario::FeederRetryWindow
+                | Scenario::CampaignSwitchParked
         ),
         array_retries: matches!(
             scenario,
-            Scenario::RequeuerParks | Scenario::FeederRetryWindow
+            Scenario::RequeuerParks | Scenario::FeederRetryWindow | Scenario::CampaignSwitchParked
         ),
         campaign: std::sync::Mutex::new(None),
     }
@@ -1207,7 +1218,8 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | ReconcilerCancelled
         | MonitorBrakes
         | RequeuerParks
-        | FeederRetryWindow => {
+        | FeederRetryWindow
+        | CampaignSwitchParked => {
             let poison = (scenario == PoisonRow).then_some(POISON_ROW);
             let rows: Vec<InventoryRow> = BACKFILL
                 .iter()
@@ -1257,6 +1269,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     | MonitorBrakes
                     | RequeuerParks
                     | FeederRetryWindow
+                    | CampaignSwitchParked
             ) {
                 let fed = feeder::run(
                     &w.as_fn(Function::Feeder),
@@ -1280,7 +1293,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
-            if matches!(scenario, RequeuerParks | FeederRetryWindow) {
+            if matches!(
+                scenario,
+                RequeuerParks | FeederRetryWindow | CampaignSwitchParked
+            ) {
                 // Both children reclaimed, both ends handled: a retry message each.
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
                 let monitor_fn = &w.as_fn(Function::Monitor);
@@ -1290,7 +1306,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 .await;
                 assert_eq!(w.retry.messages().len(), BACKFILL.len());
             }
-            if scenario == FeederRetryWindow {
+            if matches!(scenario, FeederRetryWindow | CampaignSwitchParked) {
                 let requeuer_fn = &w.as_fn(Function::Requeuer);
                 drain(&w.retry, |b| async move {
                     requeuer::handle_message(requeuer_fn, &b).await
@@ -1321,7 +1337,10 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             }
             if matches!(
                 scenario,
-                CampaignSwitch | CampaignSwitchReconciled | CampaignSwitchHalfWindow
+                CampaignSwitch
+                    | CampaignSwitchReconciled
+                    | CampaignSwitchHalfWindow
+                    | CampaignSwitchParked
             ) {
                 w.switch_to(Campaign::parse(SECOND_CAMPAIGN).ok());
             }
@@ -1524,7 +1543,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
         Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch | FeederRetryWindow => Some(Function::Feeder),
+        | CampaignSwitch | FeederRetryWindow | CampaignSwitchParked => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
@@ -1565,7 +1584,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     };
     let (queue, message) = match scenario {
         Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch | FeederRetryWindow => {
+        | CampaignSwitch | FeederRetryWindow | CampaignSwitchParked => {
             // Three rows: the first inventory's two, then one of the second (a second window,
             // its file opened and the rest of it mapped for the next run).
             let count = if scenario == FeederTwoInventories {
