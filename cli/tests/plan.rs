@@ -59,6 +59,20 @@ async fn plan_reads_the_footers_and_forecasts_from_the_settings_and_the_tracker(
     assert_eq!(p["rows"], 4000, "{p}");
     assert_eq!(p["left"], 4000);
     assert_eq!(p["inventories"].as_array().unwrap().len(), 2);
+    // Each footer's count under its own key, in the listing's order (footers are read at once).
+    let per_key: Vec<(&str, u64)> = p["inventories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["key"].as_str().unwrap(), i["rows"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        per_key,
+        [
+            ("inventories/a.parquet", 3000),
+            ("inventories/b.parquet", 1000)
+        ]
+    );
     let f = &p["forecast"];
     assert_eq!(f["bound_by"], "feeder");
     assert_eq!(f["hours"], 4.0);

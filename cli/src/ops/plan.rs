@@ -5,12 +5,16 @@
 
 use anyhow::{Context, Result};
 use chrono::{DateTime, Duration, Utc};
+use futures::{StreamExt, TryStreamExt};
 use granary::adapters::parquet::Inventory;
 use granary::domain::plan::{forecast, Forecast, PlanSettings};
 use granary::domain::progress::rate;
 use granary::handlers::Ctx;
 use granary::repositories::load_tracker;
 use serde::Serialize;
+
+/// Inventory footers read at once.
+const FOOTERS_AT_ONCE: usize = 16;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct InventoryPlan {
@@ -69,16 +73,24 @@ pub async fn gather(
         .await
         .context("reading the tracker")?
         .value;
-    let mut inventories = Vec::with_capacity(keys.len());
-    for key in keys {
-        let inventory = Inventory::open(
-            ctx.store.clone(),
-            &key,
-            &ctx.config.feeder.inventory_id_column,
-        )
-        .await
-        .with_context(|| format!("reading the footer of {key}"))?;
-        let rows = inventory.num_rows();
+    // Footers read a few at a time, in the listing's order: a campaign of thousands of
+    // inventories is thousands of small ranged GETs, each mostly waiting on S3.
+    let footers: Vec<(String, u64)> = futures::stream::iter(keys)
+        .map(|key| async move {
+            let inventory = Inventory::open(
+                ctx.store.clone(),
+                &key,
+                &ctx.config.feeder.inventory_id_column,
+            )
+            .await
+            .with_context(|| format!("reading the footer of {key}"))?;
+            anyhow::Ok((key, inventory.num_rows()))
+        })
+        .buffered(FOOTERS_AT_ONCE)
+        .try_collect()
+        .await?;
+    let mut inventories = Vec::with_capacity(footers.len());
+    for (key, rows) in footers {
         let tracked = tracker.inventories.iter().find(|i| i.key == key);
         let submitted = tracked.map_or(0, |i| i.rows_submitted);
         let note = match tracked.and_then(|i| i.total_rows) {
