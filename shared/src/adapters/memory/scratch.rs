@@ -57,10 +57,16 @@ impl ScratchFile {
         })?;
         // The lock orders the appends; bytes already written are never moved.
         let mut tail = self.tail();
-        let offset = tail.flushed + tail.bytes.len() as u64;
+        let before = tail.bytes.len();
+        let offset = tail.flushed + before as u64;
         tail.bytes.extend_from_slice(bytes);
         if tail.bytes.len() >= FLUSH_AT {
-            self.file.write_all_at(&tail.bytes, tail.flushed)?;
+            if let Err(e) = self.file.write_all_at(&tail.bytes, tail.flushed) {
+                // This entry fails and leaves; the ones before it stay readable in the tail and
+                // are written by the next append that can (a full disk does not grow the tail).
+                tail.bytes.truncate(before);
+                return Err(e);
+            }
             tail.flushed += tail.bytes.len() as u64;
             tail.bytes.clear();
         }
@@ -126,6 +132,26 @@ pub(crate) mod tests {
             assert_eq!(&scratch.read(*at, 0, u64::from(at.len)).unwrap(), bytes);
             assert_eq!(scratch.read(*at, 2, 3).unwrap(), bytes[2..5].to_vec());
         }
+    }
+
+    #[test]
+    fn an_entry_whose_write_fails_leaves_and_the_ones_before_it_stay_readable() {
+        // A file open for reading only: every write to it fails, as on a full disk.
+        let path = std::env::temp_dir().join(format!("granary-scratch-ro-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let read_only = std::fs::File::open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let scratch = ScratchFile::new(read_only);
+        let kept = scratch.append(b"kept in the tail").unwrap();
+        let big = vec![7u8; FLUSH_AT];
+        assert!(scratch.append(&big).is_err());
+        assert_eq!(scratch.tail().bytes.len(), b"kept in the tail".len());
+        assert_eq!(scratch.read(kept, 0, 100).unwrap(), b"kept in the tail");
+        assert!(
+            scratch.append(&big).is_err(),
+            "still failing, still not kept"
+        );
+        assert_eq!(scratch.tail().bytes.len(), b"kept in the tail".len());
     }
 
     /// An unlinked file in the temp dir (the library has no tempfile dependency).
