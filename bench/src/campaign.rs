@@ -53,6 +53,9 @@ pub(crate) struct CampaignFigures {
     /// The bench process's peak resident set (VmHWM) so far: campaigns run one after another in
     /// one process, so a later campaign's figure is at least an earlier one's.
     pub(crate) peak_rss_mib: f64,
+    /// Disk the in-memory twins' scratch files took (object bodies and job details, each
+    /// compressed on its own); 0 against the emulator.
+    pub(crate) scratch_mib: f64,
 }
 
 /// How a benchmark campaign runs (the `campaign` subcommand's options).
@@ -235,6 +238,8 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             lambda_gb_s_per_granule: gb_s,
             dollars_per_million: per_granule * 1e6,
             peak_rss_mib: peak_rss_kib() as f64 / 1024.0,
+            scratch_mib: c.scratch_bytes().context("the scratch files' sizes")? as f64
+                / (1024.0 * 1024.0),
         };
         if json {
             println!("{}", serde_json::to_string(&figures)?);

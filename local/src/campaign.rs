@@ -114,6 +114,9 @@ pub struct Campaign {
     events_dlq: Arc<dyn Queue>,
     /// The in-memory Batch, for a campaign on the in-memory twins.
     pub in_memory_batch: Option<Arc<InMemoryBatch>>,
+    /// The in-memory twins' scratch files (handles to the same unlinked files), to say how much
+    /// disk a campaign's bodies and job details took.
+    scratch_files: Vec<std::fs::File>,
 }
 
 impl Campaign {
@@ -189,13 +192,17 @@ impl Campaign {
             .jobs
             .clone()
             .context("the in-memory campaign's configuration names no job queue")?;
+        let batch_scratch = tempfile::tempfile().context("a scratch file for the Batch twin")?;
+        let mut scratch_files = vec![batch_scratch
+            .try_clone()
+            .context("a second handle on the Batch twin's scratch file")?];
         let batch = Arc::new(
             InMemoryBatch::new(
                 &jobs.job_queue,
                 &jobs.job_definition,
                 default_retry_strategy(attempts),
             )
-            .spilling(tempfile::tempfile().context("a scratch file for the Batch twin")?)
+            .spilling(batch_scratch)
             .listing_lag(spec.listing_lag)
             .submit_limit(spec.submit_limit),
         );
@@ -212,6 +219,11 @@ impl Campaign {
         // Bodies go to a scratch file (removed when the campaign ends): a million granules write
         // gigabytes of logs, records and history.
         let scratch = tempfile::tempfile().context("a scratch file for the in-memory store")?;
+        scratch_files.push(
+            scratch
+                .try_clone()
+                .context("a second handle on the store's scratch file")?,
+        );
         // The queues' redrive policies as the template sets them (`local/tests` checks the
         // counts against infra/template.yaml): a retry message the requeuer keeps failing on is
         // parked on the failure DLQ, an event the monitor keeps failing on on the events DLQ.
@@ -244,6 +256,7 @@ impl Campaign {
         let mut campaign =
             Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await?;
         campaign.in_memory_batch = Some(batch);
+        campaign.scratch_files = scratch_files;
         Ok(campaign)
     }
 
@@ -284,7 +297,16 @@ impl Campaign {
             granules: rows.into_iter().map(|r| r.granule_id).collect(),
             events_dlq,
             in_memory_batch: None,
+            scratch_files: Vec::new(),
         })
+    }
+
+    /// Bytes the in-memory twins have written to their scratch files (0 on the emulator).
+    pub fn scratch_bytes(&self) -> std::io::Result<u64> {
+        self.scratch_files
+            .iter()
+            .map(|f| f.metadata().map(|m| m.len()))
+            .sum()
     }
 
     pub async fn summarize(&self, wall: Duration) -> Result<Summary> {

@@ -2,6 +2,11 @@
 //! once, read back by position. A twin that keeps a million granules' logs and job details in
 //! memory would need gigabytes; in a scratch file they cost disk, and the page cache holds them
 //! or drops them as the machine allows.
+//!
+//! Each entry is compressed on its own (zstd, level 1) so that it can still be read back alone:
+//! the twins' bytes are JSON (logs, item records, job details, history lines), which zstd shrinks
+//! several times over, and uncompressed a ten-million-granule campaign would spill ~84 GB
+//! (BENCHMARKS.md, "Where a granule's bytes go"). An entry that does not shrink is kept as it is.
 
 use std::fs::File;
 use std::io;
@@ -12,7 +17,16 @@ use std::sync::Mutex;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spilled {
     pub offset: u64,
+    /// The entry's own length (what a reader gets back).
     pub len: u32,
+    /// Its bytes in the file: fewer than `len` when compressed, `len` when kept as it is.
+    pub stored: u32,
+}
+
+impl Spilled {
+    fn compressed(&self) -> bool {
+        self.stored < self.len
+    }
 }
 
 /// Appends gather here and reach the file a mebibyte at a time: one write call per object
@@ -20,19 +34,37 @@ pub struct Spilled {
 /// campaign: 13% in pwrite).
 const FLUSH_AT: usize = 1 << 20;
 
-#[derive(Debug)]
+/// zstd's fastest regular level: the twins compress every object a campaign writes.
+const LEVEL: i32 = 1;
+
 pub struct ScratchFile {
     file: File,
     tail: Mutex<Tail>,
+    /// Made on the first compressed read (a zstd context is a few hundred KB).
+    unpack: Mutex<Option<zstd::bulk::Decompressor<'static>>>,
+}
+
+impl std::fmt::Debug for ScratchFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tail = self.tail();
+        f.debug_struct("ScratchFile")
+            .field("flushed", &tail.flushed)
+            .field("unwritten", &tail.bytes.len())
+            .finish()
+    }
 }
 
 /// The bytes past the file's end, not written yet. An entry is appended whole, and the tail is
 /// written whole: an entry is either all in the file or all in the tail.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Tail {
     /// Where the file ends (and the tail starts).
     flushed: u64,
     bytes: Vec<u8>,
+    /// Made on the first append.
+    pack: Option<zstd::bulk::Compressor<'static>>,
+    /// The entry being compressed (kept to reuse its allocation).
+    packed: Vec<u8>,
 }
 
 impl ScratchFile {
@@ -41,6 +73,7 @@ impl ScratchFile {
         Self {
             file,
             tail: Mutex::new(Tail::default()),
+            unpack: Mutex::new(None),
         }
     }
 
@@ -56,10 +89,24 @@ impl ScratchFile {
             )
         })?;
         // The lock orders the appends; bytes already written are never moved.
-        let mut tail = self.tail();
+        let mut guard = self.tail();
+        let tail = &mut *guard;
+        let pack = match &mut tail.pack {
+            Some(pack) => pack,
+            None => tail.pack.insert(zstd::bulk::Compressor::new(LEVEL)?),
+        };
+        tail.packed.clear();
+        tail.packed
+            .reserve(zstd::zstd_safe::compress_bound(bytes.len()));
+        let kept: &[u8] = match pack.compress_to_buffer(bytes, &mut tail.packed) {
+            Ok(n) if n < bytes.len() => &tail.packed,
+            // Not smaller (or zstd could not): kept as it is.
+            _ => bytes,
+        };
+        let stored = kept.len() as u32; // ≤ len, which fits
         let before = tail.bytes.len();
         let offset = tail.flushed + before as u64;
-        tail.bytes.extend_from_slice(bytes);
+        tail.bytes.extend_from_slice(kept);
         if tail.bytes.len() >= FLUSH_AT {
             if let Err(e) = self.file.write_all_at(&tail.bytes, tail.flushed) {
                 // This entry fails and leaves; the ones before it stay readable in the tail and
@@ -70,7 +117,11 @@ impl ScratchFile {
             tail.flushed += tail.bytes.len() as u64;
             tail.bytes.clear();
         }
-        Ok(Spilled { offset, len })
+        Ok(Spilled {
+            offset,
+            len,
+            stored,
+        })
     }
 
     /// `len` bytes from `skip` bytes into the entry at `at`.
@@ -79,10 +130,39 @@ impl ScratchFile {
         if len == 0 {
             return Ok(Vec::new());
         }
-        let start = at.offset + skip;
+        if !at.compressed() {
+            return self.read_stored(at.offset + skip, len);
+        }
+        let packed = self.read_stored(at.offset, u64::from(at.stored))?;
+        let mut unpack = self.unpack.lock().unwrap_or_else(|p| p.into_inner());
+        let unpack = match &mut *unpack {
+            Some(unpack) => unpack,
+            None => unpack.insert(zstd::bulk::Decompressor::new()?),
+        };
+        let whole = unpack.decompress(&packed, at.len as usize)?;
+        if whole.len() != at.len as usize {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "an entry of {} bytes came back as {} from the scratch file",
+                    at.len,
+                    whole.len()
+                ),
+            ));
+        }
+        let from = usize::try_from(skip).map_err(io::Error::other)?;
+        let to = from + usize::try_from(len).map_err(io::Error::other)?;
+        if from == 0 && to == whole.len() {
+            return Ok(whole);
+        }
+        Ok(whole[from..to].to_vec()) // to ≤ at.len: `len` was clamped above
+    }
+
+    /// `len` bytes of the file as written, from `start`: from the unwritten tail or the file.
+    fn read_stored(&self, start: u64, len: u64) -> io::Result<Vec<u8>> {
         {
             let tail = self.tail();
-            if at.offset >= tail.flushed {
+            if start >= tail.flushed {
                 let from = usize::try_from(start - tail.flushed).map_err(io::Error::other)?;
                 let to = usize::try_from(len).map_err(io::Error::other)? + from;
                 return tail.bytes.get(from..to).map(<[u8]>::to_vec).ok_or_else(|| {
@@ -117,9 +197,13 @@ pub(crate) mod tests {
         // Enough entries that the early ones reach the file and the last ones do not.
         let entries: Vec<(Spilled, Vec<u8>)> = (0..3_000u32)
             .map(|i| {
-                let bytes = format!("entry {i} ")
+                // Half compressible, half kept as they are.
+                let mut bytes = format!("entry {i} ")
                     .repeat(1 + (i as usize % 97))
                     .into_bytes();
+                if i % 2 == 1 {
+                    bytes.extend(incompressible(800));
+                }
                 (scratch.append(&bytes).unwrap(), bytes)
             })
             .collect();
@@ -143,7 +227,7 @@ pub(crate) mod tests {
         std::fs::remove_file(&path).unwrap();
         let scratch = ScratchFile::new(read_only);
         let kept = scratch.append(b"kept in the tail").unwrap();
-        let big = vec![7u8; FLUSH_AT];
+        let big = incompressible(FLUSH_AT);
         assert!(scratch.append(&big).is_err());
         assert_eq!(scratch.tail().bytes.len(), b"kept in the tail".len());
         assert_eq!(scratch.read(kept, 0, 100).unwrap(), b"kept in the tail");
@@ -152,6 +236,48 @@ pub(crate) mod tests {
             "still failing, still not kept"
         );
         assert_eq!(scratch.tail().bytes.len(), b"kept in the tail".len());
+    }
+
+    #[test]
+    fn json_is_kept_compressed_and_bytes_that_do_not_shrink_are_kept_as_they_are() {
+        let scratch = ScratchFile::new(tempfile_in_temp_dir());
+        let log = br#"{"granule_id":"HLS.S30.T10SEG.2024001T183959.v2.0","attempt":1,"state":"SUCCEEDED","job_id":"5b1f-0c2e:17","message":"processed"}"#
+            .repeat(8);
+        let at = scratch.append(&log).unwrap();
+        assert!(
+            at.stored * 3 < at.len,
+            "{} bytes kept as {}",
+            at.len,
+            at.stored
+        );
+        let noise = incompressible(4_000);
+        let raw = scratch.append(&noise).unwrap();
+        assert_eq!(raw.stored, raw.len);
+        // Both read back whole and in part, from the tail and (after a flush) from the file.
+        for _ in 0..2 {
+            assert_eq!(scratch.read(at, 0, u64::from(at.len)).unwrap(), log);
+            assert_eq!(scratch.read(at, 10, 12).unwrap(), log[10..22].to_vec());
+            assert_eq!(scratch.read(raw, 0, 4_000).unwrap(), noise);
+            assert_eq!(
+                scratch.read(raw, 3_990, 50).unwrap(),
+                noise[3_990..].to_vec()
+            );
+            scratch.append(&incompressible(FLUSH_AT)).unwrap();
+            assert!(scratch.tail().flushed > u64::from(at.len));
+        }
+    }
+
+    /// Bytes zstd cannot shrink (a linear congruential sequence's high bytes).
+    fn incompressible(n: usize) -> Vec<u8> {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        (0..n)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                (x >> 56) as u8
+            })
+            .collect()
     }
 
     /// An unlinked file in the temp dir (the library has no tempfile dependency).
