@@ -17,6 +17,8 @@ pub(crate) struct CampaignFigures {
     pub(crate) array_windows: bool,
     /// Retries parked and submitted by the window (`GRANARY_ARRAY_RETRIES`).
     pub(crate) array_retries: bool,
+    /// Whether the runner's invocations ran side by side on every core.
+    pub(crate) parallel: bool,
     /// SubmitJob calls the Batch twin accepted in a second (`None`: no limit).
     pub(crate) submit_limit_per_sec: Option<usize>,
     /// SubmitJob calls made (refused ones too), in all and per granule.
@@ -72,6 +74,8 @@ pub(crate) struct CampaignOptions {
     pub(crate) submit_limit: usize,
     /// What submitters pace themselves to (`GRANARY_SUBMIT_JOB_RATE`; 0: unpaced).
     pub(crate) submit_rate: f64,
+    /// The runner's invocations side by side on every worker thread (`RunnerOptions::parallel`).
+    pub(crate) parallel: bool,
 }
 
 pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()> {
@@ -127,12 +131,16 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let submit_limit = (in_memory && o.submit_limit > 0).then_some(o.submit_limit);
         let mut spec = CampaignSpec {
             granules: n,
+            // An inventory of a million rows at most, as a bucket inventory splits its listing
+            // (the sample's rows are made an inventory at a time: ten million at once are ~1.3 GB).
+            inventories: n.div_ceil(1_000_000).max(2),
             env,
             submit_limit,
             ..CampaignSpec::default()
         };
         spec.runner.feeder_interval = Duration::from_millis(feeder_interval_ms);
         spec.runner.granule_submit_count = granule_submit_count;
+        spec.runner.parallel = o.parallel;
         // The emulator settles ~25 granules/s: allow a large campaign the time it needs.
         spec.runner.deadline = spec.runner.deadline.max(Duration::from_secs(n as u64 / 5));
         let mut c = if in_memory {
@@ -212,6 +220,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
                 .jobs
                 .as_ref()
                 .is_some_and(|j| j.array_retries),
+            parallel: o.parallel,
             submit_limit_per_sec: submit_limit,
             submit_job_calls: submits,
             submit_job_calls_per_granule: submits as f64 / n as f64,

@@ -111,6 +111,10 @@ enum Command {
         /// 0: unpaced).
         #[arg(long, default_value_t = 40.0)]
         submit_rate: f64,
+        /// Run the invocations one after another on one thread, in the tests' order (default:
+        /// side by side on the runtime's worker threads, one per core, as Lambda runs them).
+        #[arg(long)]
+        serial: bool,
     },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
@@ -173,6 +177,7 @@ async fn main() -> Result<()> {
             item_records,
             submit_limit,
             submit_rate,
+            serial,
         } => {
             campaign(
                 granules,
@@ -186,6 +191,7 @@ async fn main() -> Result<()> {
                     item_records: item_records.map(|v| v == "on"),
                     submit_limit,
                     submit_rate,
+                    parallel: !serial,
                 },
             )
             .await

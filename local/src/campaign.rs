@@ -3,6 +3,7 @@
 
 use super::events::default_retry_strategy;
 use super::fault_plan::FaultPlan;
+use super::granule_list::GranuleList;
 use super::in_memory::{InMemoryBatch, RuleToQueue};
 use super::runner::{LocalRuntime, RunnerOptions};
 use super::simulator::BatchSimulator;
@@ -67,24 +68,45 @@ fn campaign_env(spec: &CampaignSpec) -> HashMap<String, String> {
 
 /// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
 pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut t = chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
-        .and_then(|d| d.and_hms_opt(23, 59, 59))
-        .unwrap_or_default();
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        t -= chrono::Duration::seconds(rng.random_range(30..900));
+    SampleGranules::new(seed).take(n).collect()
+}
+
+/// [`sample_granules`] one row at a time: a campaign of ten million granules writes its
+/// inventories a chunk at a time instead of holding every row (~130 bytes each) at once.
+pub struct SampleGranules {
+    rng: rand::rngs::StdRng,
+    /// The last granule's acquisition time; each next one is earlier (newest first).
+    t: chrono::NaiveDateTime,
+}
+
+impl SampleGranules {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            t: chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
+                .and_then(|d| d.and_hms_opt(23, 59, 59))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Iterator for SampleGranules {
+    type Item = InventoryRow;
+
+    fn next(&mut self) -> Option<InventoryRow> {
+        let rng = &mut self.rng;
+        self.t -= chrono::Duration::seconds(rng.random_range(30..900));
+        let t = self.t;
         let platform = if rng.random_bool(0.55) { "S30" } else { "L30" };
         let letters: String = (0..3)
             .map(|_| char::from(b'A' + rng.random_range(0..26u8)))
             .collect();
         let tile = format!("{:02}{letters}", rng.random_range(1..=60));
-        out.push(InventoryRow {
+        Some(InventoryRow {
             granule_id: format!("HLS.{platform}.T{tile}.{}.v2.0", t.format("%Y%jT%H%M%S")),
             start_datetime: t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        });
+        })
     }
-    out
 }
 
 /// Whether a failure-DLQ message is of `campaign`'s (its `campaign` field; none: the unnamed
@@ -109,7 +131,8 @@ pub struct Campaign {
     pub stack: Option<EmulatorStack>,
     pub runtime: LocalRuntime,
     pub counts: Arc<RequestCounts>,
-    pub granules: Vec<String>,
+    /// Every granule the campaign's inventories list, in their order.
+    pub granules: GranuleList,
     /// Where the events queue's redrive policy puts events that failed the monitor five times.
     events_dlq: Arc<dyn Queue>,
     /// The in-memory Batch, for a campaign on the in-memory twins.
@@ -270,10 +293,19 @@ impl Campaign {
         simulator: BatchSimulator,
         spec: &CampaignSpec,
     ) -> Result<Self> {
-        let rows = sample_granules(spec.granules, spec.plan.seed);
-        let per = rows.len().div_ceil(spec.inventories.max(1)).max(1);
-        for (i, chunk) in rows.chunks(per).enumerate() {
-            let bytes = write_inventory(chunk, &InventoryLayout::granary())
+        // One inventory's rows at a time (a campaign of millions never holds them all).
+        let per = spec.granules.div_ceil(spec.inventories.max(1)).max(1);
+        let mut rows = SampleGranules::new(spec.plan.seed).take(spec.granules);
+        let mut granules = GranuleList::with_capacity(spec.granules);
+        for i in 0.. {
+            let chunk: Vec<InventoryRow> = rows.by_ref().take(per).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            for row in &chunk {
+                granules.push(&row.granule_id)?;
+            }
+            let bytes = write_inventory(&chunk, &InventoryLayout::granary())
                 .context("writing the sample inventory")?;
             // Inventory keys sort in feed order: newest first.
             ctx.store
@@ -294,7 +326,7 @@ impl Campaign {
             stack,
             runtime,
             counts,
-            granules: rows.into_iter().map(|r| r.granule_id).collect(),
+            granules,
             events_dlq,
             in_memory_batch: None,
             scratch_files: Vec::new(),
@@ -315,18 +347,19 @@ impl Campaign {
         let parser = &ctx.config.layout.id_parser;
         // Per granule, by its place in the campaign's list: a million granules' logs are read
         // one partition folder at a time, never all keys at once.
-        let mut by_id: Vec<usize> = (0..self.granules.len()).collect();
-        by_id.sort_unstable_by(|&a, &b| self.granules[a].cmp(&self.granules[b]));
+        let ids = &self.granules;
+        let mut by_id: Vec<u32> = (0..u32::try_from(ids.len())?).collect();
+        by_id.sort_unstable_by_key(|&i| ids.get(i as usize));
         let place = |g: &str| {
             by_id
-                .binary_search_by(|&i| self.granules[i].as_str().cmp(g))
+                .binary_search_by(|&i| ids.get(i as usize).cmp(&Some(g)))
                 .ok()
-                .map(|at| by_id[at])
+                .map(|at| by_id[at] as usize)
         };
         let mut success_attempt: Vec<u32> = vec![0; self.granules.len()];
         let mut still_failing: Vec<bool> = vec![false; self.granules.len()];
         let mut partitions: BTreeSet<String> = BTreeSet::new();
-        for g in &self.granules {
+        for g in self.granules.iter() {
             let Ok(id) = GranuleId::parse(g) else {
                 continue;
             };

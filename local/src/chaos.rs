@@ -287,9 +287,9 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     for g in campaign
         .granules
         .iter()
-        .filter(|g| !dead.contains(*g) && !successes.contains_key(g.as_str()))
+        .filter(|g| !dead.contains(*g) && !successes.contains_key(g))
     {
-        note("unaccounted", g.clone());
+        note("unaccounted", g.to_owned());
     }
 
     // Nothing is left for the reconciler: every end was handled, every window closed.
@@ -392,7 +392,7 @@ struct RecordAudit {
 /// number at most once and none past the record's; which of 0..=seq have no entry.
 async fn audit_records(
     ctx: &granary::handlers::Ctx,
-    granules: &[String],
+    granules: &crate::granule_list::GranuleList,
     successes: &BTreeMap<&str, u32>,
     dead: &BTreeSet<String>,
     note: &mut impl FnMut(&str, String),
@@ -441,13 +441,13 @@ async fn audit_records(
         }
     }
     let mut out = RecordAudit::default();
-    for g in granules {
+    for g in granules.iter() {
         let Some(record) = records.get(g) else {
             out.disagreeing += 1;
             note("records_disagreeing", format!("{g}: no item record"));
             continue;
         };
-        let agrees = if successes.contains_key(g.as_str()) {
+        let agrees = if successes.contains_key(g) {
             record.state == ItemState::Processed
         } else if dead.contains(g) {
             matches!(
@@ -468,7 +468,7 @@ async fn audit_records(
                     record.seq,
                     record.updated_by,
                     record.last_updated.to_rfc3339(),
-                    successes.contains_key(g.as_str()),
+                    successes.contains_key(g),
                     dead.contains(g),
                 ),
             );

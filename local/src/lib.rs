@@ -8,6 +8,7 @@ pub mod chaos;
 pub mod emulator;
 pub mod events;
 pub mod fault_plan;
+pub mod granule_list;
 pub mod in_memory;
 pub mod runner;
 pub mod runtime_api;

@@ -39,6 +39,12 @@ pub struct RunnerOptions {
     /// Batch's SubmitJob quota is enforced by the Batch twin: a feeder run stalled by its
     /// refusals is one the schedule runs again, not the end of the campaign.
     pub submit_quota: bool,
+    /// Invocations run on the async runtime's worker threads, side by side as Lambda runs them:
+    /// the feeder's run goes on while the simulator ticks and the queues drain, and a drain's
+    /// concurrent invocations are spread over the threads (a campaign of millions of granules
+    /// then uses every core). Off by default: the order in which the handlers' calls interleave
+    /// would follow the threads, and chaos replays a seed (the two do not mix).
+    pub parallel: bool,
 }
 
 /// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -81,6 +87,7 @@ impl Default for RunnerOptions {
             reconcile_interval: Duration::from_secs(1),
             stall_limit: Duration::from_secs(300),
             submit_quota: false,
+            parallel: false,
         }
     }
 }
@@ -108,7 +115,9 @@ pub struct Progress {
     pub reconciler_progress: u64,
     pub failed_records: u64,
     pub inventories_complete: bool,
-    /// Wall time spent in each phase, for finding the bottleneck.
+    /// Wall time spent in each phase, for finding the bottleneck: the feeder's its runs' own
+    /// (under `RunnerOptions::parallel` they overlap the other phases), the drains' each drain's
+    /// (its invocations side by side, so under `parallel` less than their sum).
     pub feeder_time: Duration,
     pub simulator_time: Duration,
     pub monitor_time: Duration,
@@ -173,6 +182,44 @@ pub fn lambda_sqs_event(queue_name: &str, messages: &[ReceivedMessage]) -> Resul
         })
         .collect();
     serde_json::from_value(json!({ "Records": records })).context("building the Lambda SQS event")
+}
+
+/// One feeder run: its answer, whether it died at an injected crash, and how long it took.
+struct FeederRun {
+    run: std::result::Result<FeederSummary, granary::handlers::HandlerError>,
+    crashed: bool,
+    took: Duration,
+}
+
+/// One invocation of the monitor or the requeuer on one batch, and what Lambda then does with
+/// the batch's messages: (records, records failed, whether the invocation died).
+async fn invoke(
+    source: Source,
+    queue: Arc<dyn Queue>,
+    batch: Vec<ReceivedMessage>,
+    ctx: Ctx,
+    faults: Option<Arc<Faults>>,
+) -> Result<(u64, u64, bool)> {
+    let event = lambda_sqs_event(queue.name(), &batch)?;
+    let response: SqsBatchResponse = match source {
+        Source::Monitor => monitor::handle_sqs(&ctx, event).await,
+        Source::Requeuer => requeuer::handle_sqs(&ctx, event).await,
+    };
+    // A dead invocation returns nothing to Lambda: every message of its batch comes back after
+    // the visibility timeout, handled or not.
+    if faults.as_ref().is_some_and(|f| f.crashed()) {
+        return Ok((batch.len() as u64, batch.len() as u64, true));
+    }
+    // Lambda deletes every record not reported as failed; failed ones reappear later.
+    let failed: HashSet<String> = response
+        .batch_item_failures
+        .into_iter()
+        .map(|f| f.item_identifier)
+        .collect();
+    for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
+        queue.delete(&m.receipt_handle).await?;
+    }
+    Ok((batch.len() as u64, failed.len() as u64, false))
 }
 
 #[derive(Clone, Copy)]
@@ -321,34 +368,21 @@ impl LocalRuntime {
             };
             let contexts: Vec<(Ctx, Option<Arc<Faults>>)> =
                 batches.iter().map(|_| self.invocation(function)).collect();
-            let queue = &queue;
-            let invocations =
-                batches
-                    .iter()
-                    .zip(&contexts)
-                    .map(|(batch, (ctx, faults))| async move {
-                        let event = lambda_sqs_event(queue.name(), batch)?;
-                        let response: SqsBatchResponse = match source {
-                            Source::Monitor => monitor::handle_sqs(ctx, event).await,
-                            Source::Requeuer => requeuer::handle_sqs(ctx, event).await,
-                        };
-                        // A dead invocation returns nothing to Lambda: every message of its batch comes
-                        // back after the visibility timeout, handled or not.
-                        if faults.as_ref().is_some_and(|f| f.crashed()) {
-                            return anyhow::Ok((batch.len() as u64, batch.len() as u64, true));
-                        }
-                        // Lambda deletes every record not reported as failed; failed ones reappear later.
-                        let failed: HashSet<String> = response
-                            .batch_item_failures
-                            .into_iter()
-                            .map(|f| f.item_identifier)
-                            .collect();
-                        for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
-                            queue.delete(&m.receipt_handle).await?;
-                        }
-                        anyhow::Ok((batch.len() as u64, failed.len() as u64, false))
-                    });
-            for r in futures::future::join_all(invocations).await {
+            let invocations = batches
+                .into_iter()
+                .zip(contexts)
+                .map(|(batch, (ctx, faults))| invoke(source, queue.clone(), batch, ctx, faults));
+            let ended: Vec<Result<(u64, u64, bool)>> = if self.options.parallel {
+                let tasks = invocations.map(tokio::spawn).collect::<Vec<_>>();
+                futures::future::join_all(tasks)
+                    .await
+                    .into_iter()
+                    .map(|joined| joined.context("an invocation's task")?)
+                    .collect()
+            } else {
+                futures::future::join_all(invocations).await
+            };
+            for r in ended {
                 let (n, failed, crashed) = r?;
                 handled += n;
                 self.progress.failed_records += failed;
@@ -359,6 +393,44 @@ impl LocalRuntime {
                 }
             }
         }
+    }
+
+    /// A feeder run's end, as the schedule sees it: its activity, or the error that stops the
+    /// local runtime.
+    fn feeder_ended(&mut self, ended: FeederRun, errors_in_a_row: &mut u32) -> Result<u64> {
+        let FeederRun { run, crashed, took } = ended;
+        self.progress.feeder_time += took;
+        self.progress.feeder_runs += 1;
+        self.progress.crashed_invocations += u64::from(crashed);
+        let mut activity = 0;
+        match run {
+            Ok(summary) if !crashed => {
+                *errors_in_a_row = 0;
+                self.progress.inventories_complete = summary.inventories_complete;
+                activity += summary.submitted;
+                self.last_feed = Some(summary);
+            }
+            // A dead run's answer is lost; the schedule fires again.
+            Ok(_) => activity += 1,
+            // A failed run is logged by Lambda and the schedule fires again. Only a run
+            // that keeps failing with no chaos to blame stops the local runtime — or,
+            // where Batch's SubmitJob quota is enforced, with no refusal to blame (a run
+            // whose SubmitJob calls stay refused past its retries stalls, as a deployed
+            // feeder does, and the next run goes on).
+            Err(e) => {
+                tracing::warn!(error = %e, "queue-feeder run failed");
+                self.progress.feeder_errors += 1;
+                *errors_in_a_row += 1;
+                activity += 1;
+                let throttled = self.options.submit_quota
+                    && matches!(e, granary::handlers::HandlerError::Stalled { .. });
+                let blamed = self.options.chaos.is_some() || throttled;
+                if !blamed || *errors_in_a_row > 1_000 {
+                    return Err(anyhow::Error::new(e).context("queue-feeder"));
+                }
+            }
+        }
+        Ok(activity)
     }
 
     /// Runs until every inventory is submitted and nothing is left in flight anywhere.
@@ -380,6 +452,12 @@ impl LocalRuntime {
         let mut feeder_errors_in_a_row = 0u32;
         let mut last_movement: Option<Movement> = None;
         let mut last_moved = Instant::now();
+        // The feeder's run under way on another thread (`RunnerOptions::parallel`).
+        let mut feeding: Option<tokio::task::JoinHandle<FeederRun>> = None;
+        anyhow::ensure!(
+            !(self.options.parallel && self.options.chaos.is_some()),
+            "parallel invocations and chaos do not mix: a chaos seed replays one order of calls"
+        );
         loop {
             anyhow::ensure!(
                 started.elapsed() < self.options.deadline,
@@ -387,49 +465,37 @@ impl LocalRuntime {
                 self.options.deadline
             );
             let mut activity = 0u64;
-            let phase = Instant::now();
-            if Instant::now() >= next_feed {
+            if Instant::now() >= next_feed && feeding.is_none() {
                 next_feed = Instant::now() + self.options.feeder_interval;
                 let (ctx, faults) = self.invocation(LambdaFunction::Feeder);
-                let run = feeder::run(
-                    &ctx,
-                    FeederEvent {
-                        granule_submit_count: self.options.granule_submit_count,
-                    },
-                )
-                .await;
-                self.progress.feeder_runs += 1;
-                let crashed = faults.as_ref().is_some_and(|f| f.crashed());
-                self.progress.crashed_invocations += u64::from(crashed);
-                match run {
-                    Ok(summary) if !crashed => {
-                        feeder_errors_in_a_row = 0;
-                        self.progress.inventories_complete = summary.inventories_complete;
-                        activity += summary.submitted;
-                        self.last_feed = Some(summary);
+                let granule_submit_count = self.options.granule_submit_count;
+                let run = move || async move {
+                    let started = Instant::now();
+                    let run = feeder::run(
+                        &ctx,
+                        FeederEvent {
+                            granule_submit_count,
+                        },
+                    )
+                    .await;
+                    let crashed = faults.as_ref().is_some_and(|f| f.crashed());
+                    FeederRun {
+                        run,
+                        crashed,
+                        took: started.elapsed(),
                     }
-                    // A dead run's answer is lost; the schedule fires again.
-                    Ok(_) => activity += 1,
-                    // A failed run is logged by Lambda and the schedule fires again. Only a run
-                    // that keeps failing with no chaos to blame stops the local runtime — or,
-                    // where Batch's SubmitJob quota is enforced, with no refusal to blame (a run
-                    // whose SubmitJob calls stay refused past its retries stalls, as a deployed
-                    // feeder does, and the next run goes on).
-                    Err(e) => {
-                        tracing::warn!(error = %e, "queue-feeder run failed");
-                        self.progress.feeder_errors += 1;
-                        feeder_errors_in_a_row += 1;
-                        activity += 1;
-                        let throttled = self.options.submit_quota
-                            && matches!(e, granary::handlers::HandlerError::Stalled { .. });
-                        let blamed = self.options.chaos.is_some() || throttled;
-                        if !blamed || feeder_errors_in_a_row > 1_000 {
-                            return Err(anyhow::Error::new(e).context("queue-feeder"));
-                        }
-                    }
+                };
+                if self.options.parallel {
+                    // On a thread of its own, driven by the runtime's handle: the feeder's future
+                    // is made there and never moves between threads (the compiler cannot prove
+                    // it Send, rust-lang/rust#102211), and it needs only its context to be Send.
+                    let runtime = tokio::runtime::Handle::current();
+                    feeding = Some(tokio::task::spawn_blocking(move || runtime.block_on(run())));
+                } else {
+                    let ended = run().await;
+                    activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
                 }
             }
-            self.progress.feeder_time += phase.elapsed();
             let phase = Instant::now();
             activity += self.simulator.tick().await.context("batch simulator")? as u64;
             self.progress.simulator_time += phase.elapsed();
@@ -439,6 +505,12 @@ impl LocalRuntime {
             let phase = Instant::now();
             activity += self.drain(Source::Requeuer).await.context("requeuer")?;
             self.progress.requeuer_time += phase.elapsed();
+            if feeding.as_ref().is_some_and(|f| f.is_finished()) {
+                if let Some(task) = feeding.take() {
+                    let ended = task.await.context("the queue-feeder's task")?;
+                    activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
+                }
+            }
 
             if Instant::now() >= next_reconcile {
                 next_reconcile = Instant::now() + self.options.reconcile_interval;
@@ -472,10 +544,15 @@ impl LocalRuntime {
             self.progress.dead_lettered = dlq.visible + dlq.in_flight;
             on_progress(&self.progress);
             if !go_on(&self.progress) {
+                if let Some(task) = feeding.take() {
+                    let ended = task.await.context("the queue-feeder's task")?;
+                    self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
+                }
                 return Ok(false);
             }
 
             let mut idle = activity == 0
+                && feeding.is_none()
                 && self.progress.inventories_complete
                 && self.simulator.pending() == 0
                 && events.visible + events.in_flight == 0
@@ -547,7 +624,9 @@ impl LocalRuntime {
                 return Ok(true);
             }
             if activity == 0 {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // With a feeder run under way, what it submits is soon there to tick.
+                let nap = if feeding.is_some() { 5 } else { 100 };
+                tokio::time::sleep(Duration::from_millis(nap)).await;
             }
         }
     }

@@ -16,10 +16,16 @@ struct Run {
 }
 
 async fn run(array: bool, plan: FaultPlan) -> Run {
+    run_with(array, plan, &[], false).await
+}
+
+/// `run`, with more settings and the runner's invocations side by side or not.
+async fn run_with(array: bool, plan: FaultPlan, more: &[(&str, &str)], parallel: bool) -> Run {
     let mut env = vec![("GRANARY_SUBMIT_JOB_RATE".to_owned(), "40".to_owned())];
     if array {
         env.push(("GRANARY_ARRAY_WINDOWS".to_owned(), "true".to_owned()));
     }
+    env.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let mut spec = CampaignSpec {
         granules: 600,
         inventories: 2,
@@ -31,6 +37,7 @@ async fn run(array: bool, plan: FaultPlan) -> Run {
     spec.runner.granule_submit_count = 150;
     spec.runner.feeder_interval = Duration::from_millis(20);
     spec.runner.deadline = Duration::from_secs(300);
+    spec.runner.parallel = parallel;
     let mut campaign = Campaign::in_memory(&spec).await.unwrap();
     let started = Instant::now();
     campaign.runtime.run_to_quiescence(|_| {}).await.unwrap();
@@ -102,4 +109,33 @@ async fn lost_duplicated_and_reordered_child_events_are_reconciled() {
         "every lost end was found by DescribeJobs: {:?}",
         array.report
     );
+}
+
+/// The runner's invocations side by side on both worker threads (how the bench uses every core):
+/// feeder runs overlap the monitor's and the requeuer's, retries are parked and taken by windows
+/// of retries, child events are lost, duplicated and reordered. Each granule still ends once, with
+/// the fate it has when the invocations run one at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invocations_side_by_side_end_every_granule_once_with_the_same_fates() {
+    let plan = FaultPlan {
+        lost_rate: 0.05,
+        duplicate_rate: 0.2,
+        delay_rate: 0.3,
+        ..FaultPlan::default()
+    };
+    let retries = [("GRANARY_ARRAY_RETRIES", "true")];
+    let serial = run_with(true, plan.clone(), &retries, false).await;
+    let parallel = run_with(true, plan, &retries, true).await;
+    assert_whole("serial", &serial.report);
+    assert_whole("parallel", &parallel.report);
+    assert!(parallel.report.holds(), "{:?}", parallel.report);
+    assert_eq!(
+        (serial.report.succeeded, serial.report.dead_lettered),
+        (parallel.report.succeeded, parallel.report.dead_lettered)
+    );
+    assert!(
+        parallel.report.dead_lettered > 0,
+        "the plan fails some granules"
+    );
+    assert_eq!(parallel.refused, 0, "paced under the quota");
 }
