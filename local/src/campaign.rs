@@ -475,7 +475,13 @@ impl Campaign {
 /// so an operator exploring the campaign afterwards (`granary redrive --dry-run`) sees them all.
 pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedMessage>> {
     let mut seen = BTreeMap::new();
-    for _ in 0..10_000 {
+    // As many receives as the queue's depth needs, and some: a message read once stays invisible
+    // for 30 s, so a long peek meets the first ones again (kept once) and must stop somewhere.
+    // (A fixed 10,000 receives read at most 100,000 messages: a ten-million-granule campaign's
+    // 200,000 dead letters were half unread, and their granules counted unaccounted.)
+    let depth = queue.depth().await?;
+    let receives = (depth.visible + depth.in_flight).div_ceil(10) + 100;
+    for _ in 0..receives {
         let got = queue.receive(10, 30, 0).await?;
         if got.is_empty() {
             break;

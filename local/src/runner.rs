@@ -184,6 +184,70 @@ pub fn lambda_sqs_event(queue_name: &str, messages: &[ReceivedMessage]) -> Resul
     serde_json::from_value(json!({ "Records": records })).context("building the Lambda SQS event")
 }
 
+/// What one drain of an event source did.
+#[derive(Debug, Default)]
+struct Drained {
+    /// Records handed to invocations (handled or failed).
+    handled: u64,
+    failed: u64,
+    crashed: u64,
+    invocations: u64,
+}
+
+/// Polls one event source until it has nothing visible, as Lambda's event source mapping does:
+/// `concurrency` pollers, each one receive and one invocation, with the context `invocation`
+/// gives. Under `RunnerOptions::parallel` the invocations run on the worker threads.
+async fn drain(
+    source: Source,
+    queue: Arc<dyn Queue>,
+    options: &RunnerOptions,
+    mut invocation: impl FnMut() -> (Ctx, Option<Arc<Faults>>),
+) -> Result<Drained> {
+    let mut out = Drained::default();
+    loop {
+        let mut batches = Vec::new();
+        for _ in 0..options.concurrency {
+            let got = queue
+                .receive(options.batch_size, options.visibility_timeout_secs, 0)
+                .await?;
+            if got.is_empty() {
+                break;
+            }
+            batches.push(got);
+        }
+        if batches.is_empty() {
+            return Ok(out);
+        }
+        let invocations: Vec<_> = batches
+            .into_iter()
+            .map(|batch| {
+                let (ctx, faults) = invocation();
+                invoke(source, queue.clone(), batch, ctx, faults)
+            })
+            .collect();
+        let ended: Vec<Result<(u64, u64, bool)>> = if options.parallel {
+            let tasks = invocations
+                .into_iter()
+                .map(tokio::spawn)
+                .collect::<Vec<_>>();
+            futures::future::join_all(tasks)
+                .await
+                .into_iter()
+                .map(|joined| joined.context("an invocation's task")?)
+                .collect()
+        } else {
+            futures::future::join_all(invocations).await
+        };
+        for r in ended {
+            let (n, failed, crashed) = r?;
+            out.handled += n;
+            out.failed += failed;
+            out.crashed += u64::from(crashed);
+            out.invocations += 1;
+        }
+    }
+}
+
 /// One feeder run: its answer, whether it died at an injected crash, and how long it took.
 struct FeederRun {
     run: std::result::Result<FeederSummary, granary::handlers::HandlerError>,
@@ -228,6 +292,15 @@ enum Source {
     Requeuer,
 }
 
+impl Source {
+    fn function(self) -> LambdaFunction {
+        match self {
+            Source::Monitor => LambdaFunction::Monitor,
+            Source::Requeuer => LambdaFunction::Requeuer,
+        }
+    }
+}
+
 impl LocalRuntime {
     pub fn new(
         ctx: Ctx,
@@ -257,10 +330,7 @@ impl LocalRuntime {
     /// The context one invocation sees: the runtime's, or under chaos one whose external calls
     /// pass through a fresh [`Faults`] (and the handle to ask whether the invocation died).
     fn invocation(&mut self, function: LambdaFunction) -> (Ctx, Option<Arc<Faults>>) {
-        let ctx = match self.function_taps.get(&function) {
-            Some(tap) => self.ctx.tapped(tap.clone()),
-            None => self.ctx.clone(),
-        };
+        let ctx = self.function_ctx(function);
         let Some(chaos) = self.options.chaos.clone() else {
             return (ctx, None);
         };
@@ -338,60 +408,39 @@ impl LocalRuntime {
     }
 
     async fn drain(&mut self, source: Source) -> Result<u64> {
-        let queue = match source {
+        let queue = self.source_queue(source);
+        let options = self.options.clone();
+        let drained = drain(source, queue, &options, || {
+            self.invocation(source.function())
+        })
+        .await?;
+        Ok(self.drained(source, drained))
+    }
+
+    fn source_queue(&self, source: Source) -> Arc<dyn Queue> {
+        match source {
             Source::Monitor => self.events_queue.clone(),
             Source::Requeuer => self.ctx.retry_queue.clone(),
-        };
-        let mut handled = 0;
-        loop {
-            // `concurrency` pollers, each one receive + one invocation, as Lambda scales out.
-            let mut batches = Vec::new();
-            for _ in 0..self.options.concurrency {
-                let got = queue
-                    .receive(
-                        self.options.batch_size,
-                        self.options.visibility_timeout_secs,
-                        0,
-                    )
-                    .await?;
-                if got.is_empty() {
-                    break;
-                }
-                batches.push(got);
-            }
-            if batches.is_empty() {
-                return Ok(handled);
-            }
-            let function = match source {
-                Source::Monitor => LambdaFunction::Monitor,
-                Source::Requeuer => LambdaFunction::Requeuer,
-            };
-            let contexts: Vec<(Ctx, Option<Arc<Faults>>)> =
-                batches.iter().map(|_| self.invocation(function)).collect();
-            let invocations = batches
-                .into_iter()
-                .zip(contexts)
-                .map(|(batch, (ctx, faults))| invoke(source, queue.clone(), batch, ctx, faults));
-            let ended: Vec<Result<(u64, u64, bool)>> = if self.options.parallel {
-                let tasks = invocations.map(tokio::spawn).collect::<Vec<_>>();
-                futures::future::join_all(tasks)
-                    .await
-                    .into_iter()
-                    .map(|joined| joined.context("an invocation's task")?)
-                    .collect()
-            } else {
-                futures::future::join_all(invocations).await
-            };
-            for r in ended {
-                let (n, failed, crashed) = r?;
-                handled += n;
-                self.progress.failed_records += failed;
-                self.progress.crashed_invocations += u64::from(crashed);
-                match source {
-                    Source::Monitor => self.progress.monitor_invocations += 1,
-                    Source::Requeuer => self.progress.requeuer_invocations += 1,
-                }
-            }
+        }
+    }
+
+    /// A drain's figures into the progress; the records it handled.
+    fn drained(&mut self, source: Source, d: Drained) -> u64 {
+        self.progress.failed_records += d.failed;
+        self.progress.crashed_invocations += d.crashed;
+        match source {
+            Source::Monitor => self.progress.monitor_invocations += d.invocations,
+            Source::Requeuer => self.progress.requeuer_invocations += d.invocations,
+        }
+        d.handled
+    }
+
+    /// The context a function's invocations see without chaos: the runtime's, through the
+    /// function's own tap when it has one.
+    fn function_ctx(&self, function: LambdaFunction) -> Ctx {
+        match self.function_taps.get(&function) {
+            Some(tap) => self.ctx.tapped(tap.clone()),
+            None => self.ctx.clone(),
         }
     }
 
@@ -454,6 +503,8 @@ impl LocalRuntime {
         let mut last_moved = Instant::now();
         // The feeder's run under way on another thread (`RunnerOptions::parallel`).
         let mut feeding: Option<tokio::task::JoinHandle<FeederRun>> = None;
+        // The job-monitor's poller under way on other threads (`RunnerOptions::parallel`).
+        let mut monitoring: Option<tokio::task::JoinHandle<(Result<Drained>, Duration)>> = None;
         anyhow::ensure!(
             !(self.options.parallel && self.options.chaos.is_some()),
             "parallel invocations and chaos do not mix: a chaos seed replays one order of calls"
@@ -499,9 +550,32 @@ impl LocalRuntime {
             let phase = Instant::now();
             activity += self.simulator.tick().await.context("batch simulator")? as u64;
             self.progress.simulator_time += phase.elapsed();
-            let phase = Instant::now();
-            activity += self.drain(Source::Monitor).await.context("job-monitor")?;
-            self.progress.monitor_time += phase.elapsed();
+            if self.options.parallel {
+                // The monitor's poller on tasks of its own, while this thread ticks the
+                // simulator: Batch and the monitor work side by side as they do on AWS.
+                if monitoring.as_ref().is_some_and(|m| m.is_finished()) {
+                    if let Some(task) = monitoring.take() {
+                        let (drained, took) = task.await.context("the job-monitor's poller")?;
+                        self.progress.monitor_time += took;
+                        activity += self.drained(Source::Monitor, drained.context("job-monitor")?);
+                    }
+                }
+                let queue = self.source_queue(Source::Monitor);
+                if monitoring.is_none() && queue.depth().await?.visible > 0 {
+                    let options = self.options.clone();
+                    let ctx = self.function_ctx(LambdaFunction::Monitor);
+                    monitoring = Some(tokio::spawn(async move {
+                        let started = Instant::now();
+                        let drained =
+                            drain(Source::Monitor, queue, &options, || (ctx.clone(), None)).await;
+                        (drained, started.elapsed())
+                    }));
+                }
+            } else {
+                let phase = Instant::now();
+                activity += self.drain(Source::Monitor).await.context("job-monitor")?;
+                self.progress.monitor_time += phase.elapsed();
+            }
             let phase = Instant::now();
             activity += self.drain(Source::Requeuer).await.context("requeuer")?;
             self.progress.requeuer_time += phase.elapsed();
@@ -548,11 +622,16 @@ impl LocalRuntime {
                     let ended = task.await.context("the queue-feeder's task")?;
                     self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
                 }
+                if let Some(task) = monitoring.take() {
+                    let (drained, _) = task.await.context("the job-monitor's poller")?;
+                    self.drained(Source::Monitor, drained.context("job-monitor")?);
+                }
                 return Ok(false);
             }
 
             let mut idle = activity == 0
                 && feeding.is_none()
+                && monitoring.is_none()
                 && self.progress.inventories_complete
                 && self.simulator.pending() == 0
                 && events.visible + events.in_flight == 0
@@ -625,7 +704,11 @@ impl LocalRuntime {
             }
             if activity == 0 {
                 // With a feeder run under way, what it submits is soon there to tick.
-                let nap = if feeding.is_some() { 5 } else { 100 };
+                let nap = if feeding.is_some() || monitoring.is_some() {
+                    5
+                } else {
+                    100
+                };
                 tokio::time::sleep(Duration::from_millis(nap)).await;
             }
         }

@@ -40,8 +40,44 @@ const LEVEL: i32 = 1;
 pub struct ScratchFile {
     file: File,
     tail: Mutex<Tail>,
-    /// Made on the first compressed read (a zstd context is a few hundred KB).
-    unpack: Mutex<Option<zstd::bulk::Decompressor<'static>>>,
+}
+
+thread_local! {
+    /// Each thread's zstd contexts (a few hundred KB each, so made once a thread, on first
+    /// use): threads compress and decompress side by side, outside the tail's lock.
+    static PACK: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+    static UNPACK: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// `bytes` compressed, or `None` when that does not make them smaller.
+fn packed(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
+    PACK.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let pack = match &mut *cell {
+            Some(pack) => pack,
+            None => cell.insert(zstd::bulk::Compressor::new(LEVEL)?),
+        };
+        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
+        Ok(match pack.compress_to_buffer(bytes, &mut out) {
+            Ok(n) if n < bytes.len() => Some(out),
+            // Not smaller (or zstd could not): kept as it is.
+            _ => None,
+        })
+    })
+}
+
+/// The `len` bytes `packed` holds.
+fn unpacked(packed: &[u8], len: usize) -> io::Result<Vec<u8>> {
+    UNPACK.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        let unpack = match &mut *cell {
+            Some(unpack) => unpack,
+            None => cell.insert(zstd::bulk::Decompressor::new()?),
+        };
+        unpack.decompress(packed, len)
+    })
 }
 
 impl std::fmt::Debug for ScratchFile {
@@ -61,10 +97,6 @@ struct Tail {
     /// Where the file ends (and the tail starts).
     flushed: u64,
     bytes: Vec<u8>,
-    /// Made on the first append.
-    pack: Option<zstd::bulk::Compressor<'static>>,
-    /// The entry being compressed (kept to reuse its allocation).
-    packed: Vec<u8>,
 }
 
 impl ScratchFile {
@@ -73,7 +105,6 @@ impl ScratchFile {
         Self {
             file,
             tail: Mutex::new(Tail::default()),
-            unpack: Mutex::new(None),
         }
     }
 
@@ -88,22 +119,12 @@ impl ScratchFile {
                 format!("{} bytes is too much for one entry", bytes.len()),
             )
         })?;
+        let packed = packed(bytes)?;
+        let kept: &[u8] = packed.as_deref().unwrap_or(bytes);
+        // No longer than `len`, which fits.
+        let stored = kept.len() as u32;
         // The lock orders the appends; bytes already written are never moved.
-        let mut guard = self.tail();
-        let tail = &mut *guard;
-        let pack = match &mut tail.pack {
-            Some(pack) => pack,
-            None => tail.pack.insert(zstd::bulk::Compressor::new(LEVEL)?),
-        };
-        tail.packed.clear();
-        tail.packed
-            .reserve(zstd::zstd_safe::compress_bound(bytes.len()));
-        let kept: &[u8] = match pack.compress_to_buffer(bytes, &mut tail.packed) {
-            Ok(n) if n < bytes.len() => &tail.packed,
-            // Not smaller (or zstd could not): kept as it is.
-            _ => bytes,
-        };
-        let stored = kept.len() as u32; // ≤ len, which fits
+        let mut tail = self.tail();
         let before = tail.bytes.len();
         let offset = tail.flushed + before as u64;
         tail.bytes.extend_from_slice(kept);
@@ -134,12 +155,7 @@ impl ScratchFile {
             return self.read_stored(at.offset + skip, len);
         }
         let packed = self.read_stored(at.offset, u64::from(at.stored))?;
-        let mut unpack = self.unpack.lock().unwrap_or_else(|p| p.into_inner());
-        let unpack = match &mut *unpack {
-            Some(unpack) => unpack,
-            None => unpack.insert(zstd::bulk::Decompressor::new()?),
-        };
-        let whole = unpack.decompress(&packed, at.len as usize)?;
+        let whole = unpacked(&packed, at.len as usize)?;
         if whole.len() != at.len as usize {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

@@ -61,8 +61,6 @@ struct Objects {
     folders: BTreeMap<Box<str>, BTreeMap<Box<str>, Entry>>,
     versions: u32,
     made: DateTime<Utc>,
-    /// Bytes of replaced and deleted objects stay there (it is a scratch file).
-    spill: Option<ScratchFile>,
 }
 
 impl Default for Objects {
@@ -71,7 +69,6 @@ impl Default for Objects {
             folders: BTreeMap::new(),
             versions: 0,
             made: Utc::now(),
-            spill: None,
         }
     }
 }
@@ -182,6 +179,10 @@ impl Objects {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     objects: Mutex<Objects>,
+    /// Where bodies go, outside the objects' lock: a body is compressed, written and read back
+    /// without holding up other requests (the scratch file orders its own appends, and bytes it
+    /// has written never move). Bytes of replaced and deleted objects stay there.
+    spill: Option<ScratchFile>,
 }
 
 impl MemoryStore {
@@ -193,10 +194,8 @@ impl MemoryStore {
     /// writing; a `tempfile::tempfile()` removes itself).
     pub fn spilling(scratch: File) -> Self {
         Self {
-            objects: Mutex::new(Objects {
-                spill: Some(ScratchFile::new(scratch)),
-                ..Objects::default()
-            }),
+            objects: Mutex::new(Objects::default()),
+            spill: Some(ScratchFile::new(scratch)),
         }
     }
 
@@ -209,17 +208,23 @@ impl MemoryStore {
         self.lock().list("").into_iter().map(|m| m.key).collect()
     }
 
-    /// Bytes `range` (clamped to the body) of `entry`.
-    fn read(
-        objects: &Objects,
-        key: &str,
-        entry: &Entry,
-        range: Range<u64>,
-    ) -> Result<Bytes, StoreError> {
-        let len = entry.len();
+    /// Where `key`'s body is, its length and its ETag, read under the lock; the bytes are read
+    /// after it is let go.
+    fn locate(&self, key: &str) -> Option<(Body, u64, String)> {
+        let objects = self.lock();
+        let e = objects.entry(key)?;
+        Some((e.body.clone(), e.len(), e.etag()))
+    }
+
+    /// Bytes `range` (clamped to the body) of `body`.
+    fn read(&self, key: &str, body: &Body, range: Range<u64>) -> Result<Bytes, StoreError> {
+        let len = match body {
+            Body::Held(b) => b.len() as u64,
+            Body::Spilled(at) => u64::from(at.len),
+        };
         let (start, end) = (range.start.min(len), range.end.min(len));
         let end = end.max(start);
-        match (&entry.body, &objects.spill) {
+        match (body, &self.spill) {
             (Body::Held(b), _) => Ok(Bytes::copy_from_slice(&b[start as usize..end as usize])),
             (Body::Spilled(at), Some(file)) => file
                 .read(*at, start, end - start)
@@ -240,34 +245,27 @@ fn spill_error(key: &str, e: &std::io::Error) -> StoreError {
 #[async_trait]
 impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
-        let objects = self.lock();
-        let Some(e) = objects.entry(key) else {
+        let Some((body, len, etag)) = self.locate(key) else {
             return Ok(None);
         };
         Ok(Some(StoredObject {
-            body: Self::read(&objects, key, e, 0..e.len())?,
-            etag: e.etag(),
+            body: self.read(key, &body, 0..len)?,
+            etag,
         }))
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
-        let objects = self.lock();
-        let e = objects.entry(key).ok_or_else(|| StoreError::NotFound {
+        let (body, _, _) = self.locate(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
-        Self::read(&objects, key, e, range)
+        self.read(key, &body, range)
     }
 
     async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
-        let objects = self.lock();
-        let e = objects.entry(key).ok_or_else(|| StoreError::NotFound {
+        let (body, size, _) = self.locate(key).ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
-        let size = e.len();
-        Ok((
-            Self::read(&objects, key, e, size.saturating_sub(len)..size)?,
-            size,
-        ))
+        Ok((self.read(key, &body, size.saturating_sub(len)..size)?, size))
     }
 
     async fn put(
@@ -276,6 +274,14 @@ impl ObjectStore for MemoryStore {
         body: Bytes,
         condition: PutCondition,
     ) -> Result<String, StoreError> {
+        // Written before the lock is taken: a write the condition then refuses leaves its bytes
+        // in the scratch file unreferenced, as a replaced object's do.
+        let body = match &self.spill {
+            Some(file) if body.len() >= SPILL_MIN_BYTES => {
+                Body::Spilled(file.append(&body).map_err(|e| spill_error(key, &e))?)
+            }
+            _ => Body::Held(body.to_vec().into_boxed_slice()),
+        };
         let mut guard = self.lock();
         let objects = &mut *guard;
         let current = objects.entry(key).map(Entry::etag);
@@ -295,12 +301,6 @@ impl ObjectStore for MemoryStore {
                 key: key.to_owned(),
             });
         }
-        let body = match &mut objects.spill {
-            Some(file) if body.len() >= SPILL_MIN_BYTES => {
-                Body::Spilled(file.append(&body).map_err(|e| spill_error(key, &e))?)
-            }
-            _ => Body::Held(body.to_vec().into_boxed_slice()),
-        };
         objects.versions = objects
             .versions
             .checked_add(1)
