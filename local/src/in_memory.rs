@@ -426,7 +426,8 @@ impl JobLedger for InMemoryBatch {
     }
 
     async fn settle(&self, job_id: &str, status: JobStatus, detail: &Value) -> Result<()> {
-        let mut jobs = self.lock();
+        // Written and compressed before the jobs' lock is taken (DescribeJobs and SubmitJob wait
+        // on it); the scratch file orders its own appends.
         let text = serde_json::to_vec(detail).context("the job detail as JSON")?;
         let held = match &self.scratch {
             Some(scratch) => Detail::Spilled(
@@ -436,6 +437,7 @@ impl JobLedger for InMemoryBatch {
             ),
             None => Detail::Held(text.into_boxed_slice()),
         };
+        let mut jobs = self.lock();
         // A child is settled in its parent's list; the parent keeps its request for the children
         // not settled yet (DescribeJobs shows them queued).
         if let Some((parent, i)) = child_of(job_id) {

@@ -115,9 +115,10 @@ pub struct Progress {
     pub reconciler_progress: u64,
     pub failed_records: u64,
     pub inventories_complete: bool,
-    /// Wall time spent in each phase, for finding the bottleneck: the feeder's its runs' own
-    /// (under `RunnerOptions::parallel` they overlap the other phases), the drains' each drain's
-    /// (its invocations side by side, so under `parallel` less than their sum).
+    /// Time spent in each phase, for finding the bottleneck and pricing Lambda: the feeder's runs'
+    /// own; a drain's wall time when the runner goes one invocation after another, and under
+    /// `RunnerOptions::parallel` (the monitor's poller on threads of its own) its invocations'
+    /// durations added up, as Lambda bills invocations that run side by side.
     pub feeder_time: Duration,
     pub simulator_time: Duration,
     pub monitor_time: Duration,
@@ -184,6 +185,19 @@ pub fn lambda_sqs_event(queue_name: &str, messages: &[ReceivedMessage]) -> Resul
     serde_json::from_value(json!({ "Records": records })).context("building the Lambda SQS event")
 }
 
+/// Work the runner started on other threads and has not reaped yet (`RunnerOptions::parallel`).
+#[derive(Default)]
+struct UnderWay {
+    feeding: Option<tokio::task::JoinHandle<FeederRun>>,
+    monitoring: Option<tokio::task::JoinHandle<Result<Drained>>>,
+}
+
+impl UnderWay {
+    fn any(&self) -> bool {
+        self.feeding.is_some() || self.monitoring.is_some()
+    }
+}
+
 /// What one drain of an event source did.
 #[derive(Debug, Default)]
 struct Drained {
@@ -192,6 +206,8 @@ struct Drained {
     failed: u64,
     crashed: u64,
     invocations: u64,
+    /// The invocations' durations added up (side by side, more than the drain's wall time).
+    busy: Duration,
 }
 
 /// Polls one event source until it has nothing visible, as Lambda's event source mapping does:
@@ -225,7 +241,7 @@ async fn drain(
                 invoke(source, queue.clone(), batch, ctx, faults)
             })
             .collect();
-        let ended: Vec<Result<(u64, u64, bool)>> = if options.parallel {
+        let ended: Vec<Result<Invoked>> = if options.parallel {
             let tasks = invocations
                 .into_iter()
                 .map(tokio::spawn)
@@ -239,14 +255,19 @@ async fn drain(
             futures::future::join_all(invocations).await
         };
         for r in ended {
-            let (n, failed, crashed) = r?;
-            out.handled += n;
-            out.failed += failed;
-            out.crashed += u64::from(crashed);
+            let i = r?;
+            out.handled += i.records;
+            out.failed += i.failed;
+            out.crashed += u64::from(i.crashed);
             out.invocations += 1;
+            out.busy += i.took;
         }
     }
 }
+
+/// How long a round with nothing else to do waits for a feeder run or the monitor's poller
+/// under way on another thread.
+const UNDER_WAY_WAIT: Duration = Duration::from_millis(50);
 
 /// One feeder run: its answer, whether it died at an injected crash, and how long it took.
 struct FeederRun {
@@ -255,24 +276,41 @@ struct FeederRun {
     took: Duration,
 }
 
+/// What one invocation of the monitor or the requeuer did with its batch.
+struct Invoked {
+    records: u64,
+    failed: u64,
+    /// Whether it died at an injected crash.
+    crashed: bool,
+    /// How long it ran (what Lambda bills it for).
+    took: Duration,
+}
+
 /// One invocation of the monitor or the requeuer on one batch, and what Lambda then does with
-/// the batch's messages: (records, records failed, whether the invocation died).
+/// the batch's messages.
 async fn invoke(
     source: Source,
     queue: Arc<dyn Queue>,
     batch: Vec<ReceivedMessage>,
     ctx: Ctx,
     faults: Option<Arc<Faults>>,
-) -> Result<(u64, u64, bool)> {
+) -> Result<Invoked> {
+    let started = Instant::now();
     let event = lambda_sqs_event(queue.name(), &batch)?;
     let response: SqsBatchResponse = match source {
         Source::Monitor => monitor::handle_sqs(&ctx, event).await,
         Source::Requeuer => requeuer::handle_sqs(&ctx, event).await,
     };
+    let records = batch.len() as u64;
     // A dead invocation returns nothing to Lambda: every message of its batch comes back after
     // the visibility timeout, handled or not.
     if faults.as_ref().is_some_and(|f| f.crashed()) {
-        return Ok((batch.len() as u64, batch.len() as u64, true));
+        return Ok(Invoked {
+            records,
+            failed: records,
+            crashed: true,
+            took: started.elapsed(),
+        });
     }
     // Lambda deletes every record not reported as failed; failed ones reappear later.
     let failed: HashSet<String> = response
@@ -283,7 +321,12 @@ async fn invoke(
     for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
         queue.delete(&m.receipt_handle).await?;
     }
-    Ok((batch.len() as u64, failed.len() as u64, false))
+    Ok(Invoked {
+        records,
+        failed: failed.len() as u64,
+        crashed: false,
+        took: started.elapsed(),
+    })
 }
 
 #[derive(Clone, Copy)]
@@ -444,6 +487,36 @@ impl LocalRuntime {
         }
     }
 
+    /// The feeder run and the monitor's poller under way on other threads
+    /// (`RunnerOptions::parallel`), reaped once done — waiting up to `wait` for each — into the
+    /// progress; the activity they bring.
+    async fn reap(
+        &mut self,
+        under_way: &mut UnderWay,
+        wait: Duration,
+        feeder_errors_in_a_row: &mut u32,
+    ) -> Result<u64> {
+        let mut activity = 0;
+        if let Some(task) = under_way.feeding.as_mut() {
+            if let Ok(joined) = tokio::time::timeout(wait, task).await {
+                under_way.feeding = None;
+                let ended = joined.context("the queue-feeder's task")?;
+                activity += self.feeder_ended(ended, feeder_errors_in_a_row)?;
+            }
+        }
+        if let Some(task) = under_way.monitoring.as_mut() {
+            if let Ok(joined) = tokio::time::timeout(wait, task).await {
+                under_way.monitoring = None;
+                let drained = joined.context("the job-monitor's poller")?;
+                let drained = drained.context("job-monitor")?;
+                // Lambda bills each invocation its own duration, side by side or not.
+                self.progress.monitor_time += drained.busy;
+                activity += self.drained(Source::Monitor, drained);
+            }
+        }
+        Ok(activity)
+    }
+
     /// A feeder run's end, as the schedule sees it: its activity, or the error that stops the
     /// local runtime.
     fn feeder_ended(&mut self, ended: FeederRun, errors_in_a_row: &mut u32) -> Result<u64> {
@@ -501,10 +574,7 @@ impl LocalRuntime {
         let mut feeder_errors_in_a_row = 0u32;
         let mut last_movement: Option<Movement> = None;
         let mut last_moved = Instant::now();
-        // The feeder's run under way on another thread (`RunnerOptions::parallel`).
-        let mut feeding: Option<tokio::task::JoinHandle<FeederRun>> = None;
-        // The job-monitor's poller under way on other threads (`RunnerOptions::parallel`).
-        let mut monitoring: Option<tokio::task::JoinHandle<(Result<Drained>, Duration)>> = None;
+        let mut under_way = UnderWay::default();
         anyhow::ensure!(
             !(self.options.parallel && self.options.chaos.is_some()),
             "parallel invocations and chaos do not mix: a chaos seed replays one order of calls"
@@ -516,7 +586,7 @@ impl LocalRuntime {
                 self.options.deadline
             );
             let mut activity = 0u64;
-            if Instant::now() >= next_feed && feeding.is_none() {
+            if Instant::now() >= next_feed && under_way.feeding.is_none() {
                 next_feed = Instant::now() + self.options.feeder_interval;
                 let (ctx, faults) = self.invocation(LambdaFunction::Feeder);
                 let granule_submit_count = self.options.granule_submit_count;
@@ -541,7 +611,8 @@ impl LocalRuntime {
                     // is made there and never moves between threads (the compiler cannot prove
                     // it Send, rust-lang/rust#102211), and it needs only its context to be Send.
                     let runtime = tokio::runtime::Handle::current();
-                    feeding = Some(tokio::task::spawn_blocking(move || runtime.block_on(run())));
+                    under_way.feeding =
+                        Some(tokio::task::spawn_blocking(move || runtime.block_on(run())));
                 } else {
                     let ended = run().await;
                     activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
@@ -553,22 +624,15 @@ impl LocalRuntime {
             if self.options.parallel {
                 // The monitor's poller on tasks of its own, while this thread ticks the
                 // simulator: Batch and the monitor work side by side as they do on AWS.
-                if monitoring.as_ref().is_some_and(|m| m.is_finished()) {
-                    if let Some(task) = monitoring.take() {
-                        let (drained, took) = task.await.context("the job-monitor's poller")?;
-                        self.progress.monitor_time += took;
-                        activity += self.drained(Source::Monitor, drained.context("job-monitor")?);
-                    }
-                }
+                activity += self
+                    .reap(&mut under_way, Duration::ZERO, &mut feeder_errors_in_a_row)
+                    .await?;
                 let queue = self.source_queue(Source::Monitor);
-                if monitoring.is_none() && queue.depth().await?.visible > 0 {
+                if under_way.monitoring.is_none() && queue.depth().await?.visible > 0 {
                     let options = self.options.clone();
                     let ctx = self.function_ctx(LambdaFunction::Monitor);
-                    monitoring = Some(tokio::spawn(async move {
-                        let started = Instant::now();
-                        let drained =
-                            drain(Source::Monitor, queue, &options, || (ctx.clone(), None)).await;
-                        (drained, started.elapsed())
+                    under_way.monitoring = Some(tokio::spawn(async move {
+                        drain(Source::Monitor, queue, &options, || (ctx.clone(), None)).await
                     }));
                 }
             } else {
@@ -579,11 +643,15 @@ impl LocalRuntime {
             let phase = Instant::now();
             activity += self.drain(Source::Requeuer).await.context("requeuer")?;
             self.progress.requeuer_time += phase.elapsed();
-            if feeding.as_ref().is_some_and(|f| f.is_finished()) {
-                if let Some(task) = feeding.take() {
-                    let ended = task.await.context("the queue-feeder's task")?;
-                    activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
-                }
+            activity += self
+                .reap(&mut under_way, Duration::ZERO, &mut feeder_errors_in_a_row)
+                .await?;
+            // A round that found nothing to do waits a little for the work under way rather
+            // than judging the campaign on a run that has only just started (or spinning).
+            if activity == 0 && under_way.any() {
+                activity += self
+                    .reap(&mut under_way, UNDER_WAY_WAIT, &mut feeder_errors_in_a_row)
+                    .await?;
             }
 
             if Instant::now() >= next_reconcile {
@@ -618,20 +686,15 @@ impl LocalRuntime {
             self.progress.dead_lettered = dlq.visible + dlq.in_flight;
             on_progress(&self.progress);
             if !go_on(&self.progress) {
-                if let Some(task) = feeding.take() {
-                    let ended = task.await.context("the queue-feeder's task")?;
-                    self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
-                }
-                if let Some(task) = monitoring.take() {
-                    let (drained, _) = task.await.context("the job-monitor's poller")?;
-                    self.drained(Source::Monitor, drained.context("job-monitor")?);
+                while under_way.any() {
+                    self.reap(&mut under_way, UNDER_WAY_WAIT, &mut feeder_errors_in_a_row)
+                        .await?;
                 }
                 return Ok(false);
             }
 
             let mut idle = activity == 0
-                && feeding.is_none()
-                && monitoring.is_none()
+                && !under_way.any()
                 && self.progress.inventories_complete
                 && self.simulator.pending() == 0
                 && events.visible + events.in_flight == 0
@@ -702,14 +765,9 @@ impl LocalRuntime {
             if quiet_rounds >= 2 {
                 return Ok(true);
             }
-            if activity == 0 {
-                // With a feeder run under way, what it submits is soon there to tick.
-                let nap = if feeding.is_some() || monitoring.is_some() {
-                    5
-                } else {
-                    100
-                };
-                tokio::time::sleep(Duration::from_millis(nap)).await;
+            // With work under way, the round above already waited for it.
+            if activity == 0 && !under_way.any() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
     }

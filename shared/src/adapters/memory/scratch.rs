@@ -6,7 +6,9 @@
 //! Each entry is compressed on its own (zstd, level 1) so that it can still be read back alone:
 //! the twins' bytes are JSON (logs, item records, job details, history lines), which zstd shrinks
 //! several times over, and uncompressed a ten-million-granule campaign would spill ~84 GB
-//! (BENCHMARKS.md, "Where a granule's bytes go"). An entry that does not shrink is kept as it is.
+//! (BENCHMARKS.md). An entry that does not shrink by an eighth is kept as it is: a partial read
+//! of a compressed entry unpacks all of it, and what does not shrink is mostly compressed already
+//! (Parquet inventories, read a page range at a time).
 
 use std::fs::File;
 use std::io;
@@ -61,8 +63,10 @@ fn packed(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
         };
         let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
         Ok(match pack.compress_to_buffer(bytes, &mut out) {
-            Ok(n) if n < bytes.len() => Some(out),
-            // Not smaller (or zstd could not): kept as it is.
+            Ok(n) if n <= bytes.len() - bytes.len() / 8 => Some(out),
+            // Not an eighth smaller (or zstd could not): kept as it is. Bytes compressed already
+            // (the Parquet inventories, zstd inside) stay readable by range without unpacking
+            // the whole entry, which a compressed entry needs for every partial read.
             _ => None,
         })
     })

@@ -7,8 +7,11 @@
 //! attempt (every writer that moves it there has logged and routed first); otherwise, or while
 //! the record is behind, the attempt's success log exists, or its failure log exists and says it
 //! was routed. Those are GETs (one a granule when the record answers), about a twelfth of a PUT's
-//! price, and DescribeJobs costs nothing, so looking at a window again on each pass costs little;
-//! handing an already-handled end to the monitor would cost a conditional PUT per granule. A look
+//! price, so looking at a window again on each pass costs little; handing an already-handled end
+//! to the monitor would cost a conditional PUT per granule. The store is read first, and Batch is
+//! asked (DescribeJobs, 100 jobs a call) only of the granules the store does not show handled:
+//! DescribeJobs is free but shares Batch's API throttle with SubmitJob, and most granules a pass
+//! looks at were handled (a granule found unhandled is read once more in its own look). A look
 //! writes nothing: a record holds the history entries of its latest write (`Items::look`).
 //!
 //! A granule's item record may come after its end: the feeder makes a window's records after
@@ -56,6 +59,16 @@ enum Granule {
     /// Not looked at: the pass's time was spent (the next pass does it).
     NotLooked,
 }
+
+/// A granule to look at: its place, attempt, job, Batch's description, whether the store showed
+/// its end handled already.
+type ToLook = (
+    usize,
+    GranuleProcessingEvent,
+    Option<String>,
+    Option<JobDescription>,
+    bool,
+);
 
 /// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
 /// all of them have ended and been handled (or the window claim is gone). `own`: the window is
@@ -134,8 +147,29 @@ pub(super) async fn reconcile_window(
             },
         });
     }
-    // DescribeJobs, up to 100 jobs a call.
-    let known: Vec<String> = job_ids.iter().flatten().cloned().collect();
+    // The store first: a granule whose end was handled needs no DescribeJobs. Most granules a
+    // pass looks at were handled (their events came), and describing a window's every child
+    // was 100 DescribeJobs calls for 10,000 children a pass, which share Batch's API throttle
+    // with SubmitJob (a ten-million-granule campaign's last pass described every child).
+    let looked_up = &progress;
+    let already: Vec<bool> = futures::stream::iter(claim.attempts().zip(&job_ids).enumerate())
+        .map(|(i, (attempt, job_id))| async move {
+            if looked_up.is_handled(i) || job_id.is_none() || budget.spent() {
+                return false;
+            }
+            // A failed read only means the granule is looked at the long way below.
+            matches!(handled(ctx, &attempt).await, Ok(Some(Logged::AndRecorded)))
+        })
+        .buffered(GRANULE_LOOKS_AT_ONCE)
+        .collect()
+        .await;
+    // DescribeJobs of the rest, up to 100 jobs a call.
+    let known: Vec<String> = job_ids
+        .iter()
+        .zip(&already)
+        .filter(|(_, handled)| !**handled)
+        .filter_map(|(job_id, _)| job_id.clone())
+        .collect();
     // A child Batch does not describe yet is answered from its parent.
     let mut described: HashMap<String, JobDescription> =
         crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &known)
@@ -144,27 +178,24 @@ pub(super) async fn reconcile_window(
             .map(|d| (d.summary.job_id.clone(), d))
             .collect();
     let mut open = 0u64;
-    let to_look: Vec<(
-        usize,
-        GranuleProcessingEvent,
-        Option<String>,
-        Option<JobDescription>,
-    )> = claim
+    let to_look: Vec<ToLook> = claim
         .attempts()
         .zip(job_ids)
+        .zip(already)
         .enumerate()
         .filter(|(i, _)| !progress.is_handled(*i))
-        .map(|(i, (attempt, job_id))| {
+        .map(|(i, ((attempt, job_id), handled))| {
             let description = job_id.as_ref().and_then(|j| described.remove(j));
-            (i, attempt, job_id, description)
+            (i, attempt, job_id, description, handled)
         })
         .collect();
     // Granules are looked at a few at a time: a pass over a large window under throttling would
     // otherwise add up every granule's backoff one after another.
     let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
         futures::stream::iter(to_look)
-            .map(|(i, attempt, job_id, description)| async move {
+            .map(|(i, attempt, job_id, description, handled)| async move {
                 let step = match job_id {
+                    _ if handled => Ok(Granule::Handled),
                     _ if budget.spent() => Ok(Granule::NotLooked),
                     None => Ok(Granule::NotSubmitted),
                     // The window closes only in a pass where every granule could be looked at:
