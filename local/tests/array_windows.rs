@@ -64,22 +64,26 @@ fn assert_whole(name: &str, r: &chaos::ChaosReport) {
     assert_eq!(r.history_entries_wrong, 0, "{name}: {r:?}");
 }
 
+/// Both runs end every granule once, each granule with the same fate in both, and the plan
+/// fails some.
+fn assert_same_ends((a_name, a): (&str, &Run), (b_name, b): (&str, &Run)) {
+    assert_whole(a_name, &a.report);
+    assert_whole(b_name, &b.report);
+    assert_eq!(
+        (a.report.succeeded, a.report.dead_lettered),
+        (b.report.succeeded, b.report.dead_lettered),
+        "{a_name} and {b_name}"
+    );
+    assert!(b.report.dead_lettered > 0, "the plan fails some granules");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn array_windows_end_every_granule_as_single_jobs_do_with_a_call_per_window() {
     let plan = FaultPlan::default();
     let single = run(false, plan.clone()).await;
     let array = run(true, plan).await;
-    assert_whole("single", &single.report);
-    assert_whole("array", &array.report);
     // The same plan gives each granule the same fate in either mode.
-    assert_eq!(
-        (single.report.succeeded, single.report.dead_lettered),
-        (array.report.succeeded, array.report.dead_lettered)
-    );
-    assert!(
-        array.report.dead_lettered > 0,
-        "the plan fails some granules"
-    );
+    assert_same_ends(("single", &single), ("array", &array));
     // First attempts: 4 windows of 150 rows, each one array. Later attempts are single jobs.
     assert_eq!(array.arrays, 4, "one array per window");
     let retries = single.accepted - 600;
@@ -126,16 +130,7 @@ async fn invocations_side_by_side_end_every_granule_once_with_the_same_fates() {
     let retries = [("GRANARY_ARRAY_RETRIES", "true")];
     let serial = run_with(true, plan.clone(), &retries, false).await;
     let parallel = run_with(true, plan, &retries, true).await;
-    assert_whole("serial", &serial.report);
-    assert_whole("parallel", &parallel.report);
+    assert_same_ends(("serial", &serial), ("parallel", &parallel));
     assert!(parallel.report.holds(), "{:?}", parallel.report);
-    assert_eq!(
-        (serial.report.succeeded, serial.report.dead_lettered),
-        (parallel.report.succeeded, parallel.report.dead_lettered)
-    );
-    assert!(
-        parallel.report.dead_lettered > 0,
-        "the plan fails some granules"
-    );
     assert_eq!(parallel.refused, 0, "paced under the quota");
 }
