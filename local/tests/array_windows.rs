@@ -95,16 +95,21 @@ async fn array_windows_end_every_granule_as_single_jobs_do_with_a_call_per_windo
     );
 }
 
-/// Lost, duplicated and delayed child events: the reconciler describes the children it never
-/// heard from, and the monitor takes each child's end once however often it comes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lost_duplicated_and_reordered_child_events_are_reconciled() {
-    let plan = FaultPlan {
+/// A plan that loses 5% of child events, duplicates 20% and delays 30%.
+fn noisy_child_events() -> FaultPlan {
+    FaultPlan {
         lost_rate: 0.05,
         duplicate_rate: 0.2,
         delay_rate: 0.3,
         ..FaultPlan::default()
-    };
+    }
+}
+
+/// Lost, duplicated and delayed child events: the reconciler describes the children it never
+/// heard from, and the monitor takes each child's end once however often it comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_duplicated_and_reordered_child_events_are_reconciled() {
+    let plan = noisy_child_events();
     let array = run(true, plan).await;
     assert_whole("array", &array.report);
     assert!(array.report.events_lost > 0, "{:?}", array.report);
@@ -121,12 +126,7 @@ async fn lost_duplicated_and_reordered_child_events_are_reconciled() {
 /// the fate it has when the invocations run one at a time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invocations_side_by_side_end_every_granule_once_with_the_same_fates() {
-    let plan = FaultPlan {
-        lost_rate: 0.05,
-        duplicate_rate: 0.2,
-        delay_rate: 0.3,
-        ..FaultPlan::default()
-    };
+    let plan = noisy_child_events();
     let retries = [("GRANARY_ARRAY_RETRIES", "true")];
     let serial = run_with(true, plan.clone(), &retries, false).await;
     let parallel = run_with(true, plan, &retries, true).await;
