@@ -7,6 +7,7 @@ mod minter;
 mod queue;
 mod remote;
 mod scratch;
+mod shelf;
 mod source;
 mod store;
 

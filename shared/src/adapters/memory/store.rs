@@ -1,4 +1,5 @@
 use super::scratch::{ScratchFile, Spilled};
+use super::shelf::Shelf;
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -58,7 +59,9 @@ fn split(key: &str) -> (&str, &str) {
 
 #[derive(Debug)]
 struct Objects {
-    folders: BTreeMap<Box<str>, BTreeMap<Box<str>, Entry>>,
+    /// Each folder's keys (the rest of each) packed on a shelf: a campaign's ten million
+    /// `items/` keys cost ~25 bytes each instead of ~130 in a map of boxed strings.
+    folders: BTreeMap<Box<str>, Shelf<Entry>>,
     versions: u32,
     made: DateTime<Utc>,
 }
@@ -82,12 +85,11 @@ impl Objects {
     fn insert(&mut self, key: &str, entry: Entry) {
         let (folder, rest) = split(key);
         match self.folders.get_mut(folder) {
-            Some(within) => {
-                within.insert(rest.into(), entry);
-            }
+            Some(within) => within.insert(rest, entry),
             None => {
-                self.folders
-                    .insert(folder.into(), BTreeMap::from([(rest.into(), entry)]));
+                let mut within = Shelf::default();
+                within.insert(rest, entry);
+                self.folders.insert(folder.into(), within);
             }
         }
     }
@@ -124,6 +126,7 @@ impl Objects {
             } else {
                 let keys: Vec<String> = within
                     .keys()
+                    .into_iter()
                     .map(|rest| format!("{folder}{rest}"))
                     .collect();
                 found.extend(crate::ports::object_store::folders_of(
@@ -149,7 +152,10 @@ impl Objects {
             .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
             .take_while(|(f, _)| f.starts_with(prefix))
         {
-            out.extend(within.iter().map(|(rest, e)| meta(folder, rest, e)));
+            within.each_from("", |rest, e| {
+                out.push(meta(folder, rest, e));
+                true
+            });
         }
         // Folders the prefix runs into: their keys whose rest continues it.
         let shorter = std::iter::once(0)
@@ -158,12 +164,13 @@ impl Objects {
         for end in shorter {
             let (folder, wanted) = prefix.split_at(end);
             if let Some(within) = self.folders.get(folder) {
-                out.extend(
-                    within
-                        .range::<str, _>((Bound::Included(wanted), Bound::Unbounded))
-                        .take_while(|(rest, _)| rest.starts_with(wanted))
-                        .map(|(rest, e)| meta(folder, rest, e)),
-                );
+                within.each_from(wanted, |rest, e| {
+                    let wanted_here = rest.starts_with(wanted);
+                    if wanted_here {
+                        out.push(meta(folder, rest, e));
+                    }
+                    wanted_here
+                });
             }
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
