@@ -296,14 +296,11 @@ impl Campaign {
         // One inventory's rows at a time (a campaign of millions never holds them all).
         let per = spec.granules.div_ceil(spec.inventories.max(1)).max(1);
         let mut rows = SampleGranules::new(spec.plan.seed).take(spec.granules);
-        let mut granules = GranuleList::with_capacity(spec.granules);
+        let granules = GranuleList::sample(spec.plan.seed, spec.granules);
         for i in 0.. {
             let chunk: Vec<InventoryRow> = rows.by_ref().take(per).collect();
             if chunk.is_empty() {
                 break;
-            }
-            for row in &chunk {
-                granules.push(&row.granule_id)?;
             }
             let bytes = write_inventory(&chunk, &InventoryLayout::granary())
                 .context("writing the sample inventory")?;
@@ -347,20 +344,13 @@ impl Campaign {
         let parser = &ctx.config.layout.id_parser;
         // Per granule, by its place in the campaign's list: a million granules' logs are read
         // one partition folder at a time, never all keys at once.
-        let ids = &self.granules;
-        let mut by_id: Vec<u32> = (0..u32::try_from(ids.len())?).collect();
-        by_id.sort_unstable_by_key(|&i| ids.get(i as usize));
-        let place = |g: &str| {
-            by_id
-                .binary_search_by(|&i| ids.get(i as usize).cmp(&Some(g)))
-                .ok()
-                .map(|at| by_id[at] as usize)
-        };
+        let places = self.granules.places()?;
+        let place = |g: &str| places.of(g);
         let mut success_attempt: Vec<u32> = vec![0; self.granules.len()];
         let mut still_failing: Vec<bool> = vec![false; self.granules.len()];
         let mut partitions: BTreeSet<String> = BTreeSet::new();
         for g in self.granules.iter() {
-            let Ok(id) = GranuleId::parse(g) else {
+            let Ok(id) = GranuleId::parse(&g) else {
                 continue;
             };
             let facts = parser.facts(&id);
@@ -426,7 +416,7 @@ impl Campaign {
                 continue;
             }
             succeeded += 1;
-            per_platform.entry(platform(g)).or_default().succeeded += 1;
+            per_platform.entry(platform(&g)).or_default().succeeded += 1;
             *attempts_histogram.entry(attempt).or_default() += 1;
         }
         for id in &dead {
@@ -436,7 +426,7 @@ impl Campaign {
             .granules
             .iter()
             .zip(&success_attempt)
-            .filter(|(g, &attempt)| attempt == 0 && !dead.contains(*g))
+            .filter(|(g, &attempt)| attempt == 0 && !dead.contains(g))
             .count() as u64;
         let events_dlq = self.events_dlq.depth().await?;
         let n = self.granules.len().max(1) as f64;

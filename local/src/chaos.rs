@@ -287,9 +287,9 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     for g in campaign
         .granules
         .iter()
-        .filter(|g| !dead.contains(*g) && !successes.contains_key(g))
+        .filter(|g| !dead.contains(g) && !successes.contains_key(g.as_str()))
     {
-        note("unaccounted", g.to_owned());
+        note("unaccounted", g);
     }
 
     // Nothing is left for the reconciler: every end was handled, every window closed.
@@ -442,6 +442,7 @@ async fn audit_records(
     }
     let mut out = RecordAudit::default();
     for g in granules.iter() {
+        let g = g.as_str();
         let Some(record) = records.get(g) else {
             out.disagreeing += 1;
             note("records_disagreeing", format!("{g}: no item record"));

@@ -1,59 +1,81 @@
-//! A campaign's granule ids, kept compactly: the local campaign holds every id it put in its
-//! inventories to account for each at the end, and ten million ids as `String`s cost ~72 bytes
-//! each (the `String` and its heap block) where the text is ~35. Here they share one buffer.
+//! A campaign's granule ids, for the accounting at its end. The local campaign's inventories are
+//! the sample rows of one seed ([`crate::campaign::SampleGranules`]), so the list keeps the seed
+//! and the count and makes the ids again when read: ten million ids held as text cost ~400 MB
+//! for the whole campaign, though they are read only once it is over.
 
-/// Granule ids in the order they were added, in one text buffer.
-#[derive(Debug, Default, Clone)]
+use crate::campaign::SampleGranules;
+
+/// The first `len` sample granules of `seed`, in inventory order.
+#[derive(Debug, Default, Clone, Copy)]
 pub struct GranuleList {
-    text: String,
-    /// Where each id ends in `text` (the next starts there).
-    ends: Vec<u32>,
+    seed: u64,
+    len: usize,
 }
 
 impl GranuleList {
-    pub fn with_capacity(ids: usize) -> Self {
-        Self {
-            // The sample ids are ~35 bytes (HLS.S30.T10SEG.2024001T183959.v2.0).
-            text: String::with_capacity(ids.saturating_mul(36)),
-            ends: Vec::with_capacity(ids),
-        }
-    }
-
-    /// Adds `id`; refused past 4 GiB of ids (a hundred million of them).
-    pub fn push(&mut self, id: &str) -> anyhow::Result<()> {
-        let end = u32::try_from(self.text.len() + id.len()).map_err(|_| {
-            anyhow::anyhow!("more than 4 GiB of granule ids ({} of them)", self.len())
-        })?;
-        self.text.push_str(id);
-        self.ends.push(end);
-        Ok(())
+    pub fn sample(seed: u64, len: usize) -> Self {
+        Self { seed, len }
     }
 
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.len
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.len == 0
     }
 
-    /// The `i`th id, if there are that many.
-    pub fn get(&self, i: usize) -> Option<&str> {
-        let end = *self.ends.get(i)? as usize;
-        let start = match i {
-            0 => 0,
-            _ => self.ends[i - 1] as usize,
-        };
-        self.text.get(start..end)
+    /// The ids, made again from the seed.
+    pub fn iter(&self) -> impl Iterator<Item = String> {
+        SampleGranules::new(self.seed)
+            .take(self.len)
+            .map(|row| row.granule_id)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
-        (0..self.len()).filter_map(|i| self.get(i))
+    /// Each id's place in the list, found by a hash of the id (16 bytes a granule while the
+    /// accounting runs, instead of the ids' text). Refused if two ids share a hash (never seen:
+    /// one chance in ~10^11 at ten million), since a place must name one granule.
+    pub fn places(&self) -> anyhow::Result<Places> {
+        let mut by_hash: Vec<(u64, u32)> = Vec::with_capacity(self.len);
+        for (i, id) in self.iter().enumerate() {
+            let i = u32::try_from(i)
+                .map_err(|_| anyhow::anyhow!("more than 2^32 granules in one campaign"))?;
+            by_hash.push((id_hash(&id), i));
+        }
+        by_hash.sort_unstable();
+        if let Some(pair) = by_hash.windows(2).find(|w| w[0].0 == w[1].0) {
+            anyhow::bail!(
+                "granules {} and {} of the sample share a hash",
+                pair[0].1,
+                pair[1].1
+            );
+        }
+        Ok(Places(by_hash))
     }
+}
 
-    pub fn contains(&self, id: &str) -> bool {
-        self.iter().any(|g| g == id)
+/// Where each id of a [`GranuleList`] is.
+pub struct Places(Vec<(u64, u32)>);
+
+impl Places {
+    /// The place of `id`; `None` for an id not in the list (but for a 2^-64 chance per id of
+    /// meeting one of the list's hashes).
+    pub fn of(&self, id: &str) -> Option<usize> {
+        let h = id_hash(id);
+        let at = self.0.partition_point(|&(k, _)| k < h);
+        self.0
+            .get(at)
+            .filter(|(k, _)| *k == h)
+            .map(|&(_, i)| i as usize)
     }
+}
+
+fn id_hash(id: &str) -> u64 {
+    use std::hash::Hasher;
+    // SipHash with fixed keys: the same id hashes the same way every time.
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(id.as_bytes());
+    h.finish()
 }
 
 #[cfg(test)]
@@ -61,19 +83,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_come_back_in_order_and_by_place() {
-        let ids = ["HLS.S30.T10SEG.2024001T183959.v2.0", "", "b"];
-        let mut list = GranuleList::with_capacity(2);
-        for id in ids {
-            list.push(id).unwrap();
+    fn ids_are_the_sample_rows_and_each_has_its_place() {
+        let list = GranuleList::sample(7, 500);
+        let ids: Vec<String> = list.iter().collect();
+        let rows: Vec<String> = crate::campaign::sample_granules(500, 7)
+            .into_iter()
+            .map(|r| r.granule_id)
+            .collect();
+        assert_eq!(ids, rows);
+        assert_eq!(list.len(), 500);
+        let places = list.places().unwrap();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(places.of(id), Some(i), "{id}");
         }
-        assert_eq!(list.len(), 3);
-        assert_eq!(list.iter().collect::<Vec<_>>(), ids);
-        assert_eq!(list.get(0), Some(ids[0]));
-        assert_eq!(list.get(1), Some(""));
-        assert_eq!(list.get(2), Some("b"));
-        assert_eq!(list.get(3), None);
-        assert!(list.contains("b") && !list.contains("c"));
+        assert_eq!(places.of("HLS.S30.T10SEG.1999001T000000.v2.0"), None);
         assert!(GranuleList::default().is_empty());
     }
 }

@@ -4,7 +4,7 @@
 //! nothing to grant. Handlers record through the context's recorder (`Ctx::metrics`); the
 //! Lambda main and the local runtime take what was recorded after each invocation.
 
-use crate::domain::metrics::{emf_documents, Metric, Observed};
+use crate::domain::metrics::{emf_documents, Kind, Metric, Observed};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -33,7 +33,15 @@ impl Metrics {
         };
         // A poisoned lock means a handler panicked mid-record: its observations still count.
         let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
-        observed.entry(key).or_default().push(value);
+        let values = observed.entry(key).or_default();
+        match (metric.spec().kind, values.first_mut()) {
+            // A counted metric is published as its sum (`emf_documents`): kept as one running
+            // sum, not a value per occurrence. A recorder that lives long (the local runtime's
+            // one context for a whole campaign) would otherwise keep a number per granule per
+            // metric — ~400 MB over ten million granules.
+            (Kind::Count, Some(sum)) => *sum += value,
+            _ => values.push(value),
+        }
     }
 
     /// Everything observed since the last take, as EMF documents, leaving nothing behind.
@@ -52,5 +60,37 @@ impl Metrics {
         for doc in self.take_documents(stack, chrono::Utc::now()) {
             println!("{doc}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_kept_as_their_sum_and_samples_each() {
+        let metrics = Metrics::default();
+        for _ in 0..1000 {
+            metrics.count(Metric::GranulesSucceeded, &[("Platform", "S30")], 1);
+        }
+        metrics.observe(Metric::FeederRowsLeft, &[], 7.0);
+        metrics.observe(Metric::FeederRowsLeft, &[], 3.0);
+        {
+            let observed = metrics.observed.lock().unwrap();
+            let mut lengths: Vec<usize> = observed.values().map(Vec::len).collect();
+            lengths.sort();
+            assert_eq!(lengths, vec![1, 2], "{observed:?}");
+        }
+        let docs = metrics.take_documents("s", chrono::Utc::now());
+        let succeeded: f64 = docs
+            .iter()
+            .filter_map(|d| d["GranulesSucceeded"].as_f64())
+            .sum();
+        assert_eq!(succeeded, 1000.0);
+        let left: Vec<&serde_json::Value> = docs
+            .iter()
+            .filter_map(|d| d.get("FeederRowsLeft"))
+            .collect();
+        assert_eq!(left, vec![&serde_json::json!([7.0, 3.0])]);
     }
 }
