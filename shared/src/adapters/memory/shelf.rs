@@ -171,8 +171,8 @@ impl<V: Clone> Shelf<V> {
         block.values.get(i)
     }
 
-    /// Sets `key` to `value`, replacing any value it had.
-    pub(super) fn insert(&mut self, key: &str, value: V) {
+    /// Sets `key` to `value`; returns the value it replaced.
+    pub(super) fn insert(&mut self, key: &str, value: V) -> Option<V> {
         let key = key.as_bytes();
         let filed: Option<Box<[u8]>> = self
             .holder(key)
@@ -183,27 +183,23 @@ impl<V: Clone> Shelf<V> {
             self.blocks
                 .insert(key.into(), Block::from_parts(&[key.into()], vec![value]));
             self.len = 1;
-            return;
+            return None;
         };
-        let Some(block) = self.blocks.get_mut(&filed) else {
-            return;
-        };
+        let block = self.blocks.get_mut(&filed)?;
         match block.position(key) {
-            Ok(i) => {
-                if let Some(slot) = block.values.get_mut(i) {
-                    *slot = value;
-                }
-            }
+            Ok(i) => block
+                .values
+                .get_mut(i)
+                .map(|slot| std::mem::replace(slot, value)),
             Err(i) => {
-                let Some(block) = self.blocks.remove(&filed) else {
-                    return;
-                };
+                let block = self.blocks.remove(&filed)?;
                 let mut keys = block.decoded();
                 let mut values = block.values.into_vec();
                 keys.insert(i, key.into());
                 values.insert(i, value);
                 self.len += 1;
                 self.file(keys, values, filed);
+                None
             }
         }
     }
@@ -243,29 +239,23 @@ impl<V: Clone> Shelf<V> {
         }
     }
 
-    /// Removes `key`; `true` when it was there.
-    pub(super) fn remove(&mut self, key: &str) -> bool {
+    /// Removes `key`; returns its value.
+    pub(super) fn remove(&mut self, key: &str) -> Option<V> {
         let key = key.as_bytes();
-        let Some((filed, block)) = self.holder(key) else {
-            return false;
-        };
-        let Ok(i) = block.position(key) else {
-            return false;
-        };
+        let (filed, block) = self.holder(key)?;
+        let i = block.position(key).ok()?;
         let filed = Box::from(filed);
-        let Some(block) = self.blocks.remove(&filed) else {
-            return false;
-        };
+        let block = self.blocks.remove(&filed)?;
         let mut keys = block.decoded();
         let mut values = block.values.into_vec();
         keys.remove(i);
-        values.remove(i);
+        let removed = values.remove(i);
         self.len -= 1;
         if !keys.is_empty() {
             // Filed where it was: still no greater than its keys, above the block before.
             self.blocks.insert(filed, Block::from_parts(&keys, values));
         }
-        true
+        Some(removed)
     }
 
     /// Calls `visit` with each key at or after `start`, in order, while it returns `true`.
@@ -345,11 +335,10 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(k, v) => {
-                        shelf.insert(&k, v);
-                        model.insert(k, v);
+                        prop_assert_eq!(shelf.insert(&k, v), model.insert(k, v));
                     }
                     Op::Remove(k) => {
-                        prop_assert_eq!(shelf.remove(&k), model.remove(&k).is_some());
+                        prop_assert_eq!(shelf.remove(&k), model.remove(&k));
                     }
                 }
             }

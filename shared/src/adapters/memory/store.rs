@@ -9,7 +9,7 @@ use std::fs::File;
 use std::ops::{Bound, Range};
 use std::sync::Mutex;
 
-/// Where an object's bytes are.
+/// Where an object's bytes are, as read out under the lock.
 #[derive(Debug, Clone)]
 enum Body {
     Held(Box<[u8]>),
@@ -17,11 +17,16 @@ enum Body {
     Spilled(Spilled),
 }
 
-/// One object. Kept small (the key is the maps', the ETag a number, the time relative to the
-/// store's creation): a million-granule campaign holds a few million of them.
-#[derive(Debug, Clone)]
+/// `Entry::at.offset` of a body the store holds itself (in `Objects::held`, by version).
+const HELD: u64 = u64::MAX;
+
+/// One object. Kept small — 24 bytes (the key is the shelf's, the ETag a number, the time
+/// relative to the store's creation, a held body in a side table): a ten-million-granule
+/// campaign holds ~21 million of them.
+#[derive(Debug, Clone, Copy)]
 struct Entry {
-    body: Body,
+    /// Where its body is in the spill file, or [`HELD`] with the body's length.
+    at: Spilled,
     version: u32,
     /// Milliseconds after the store was made (a twin lives far less than the 49 days this holds).
     modified_ms: u32,
@@ -29,10 +34,11 @@ struct Entry {
 
 impl Entry {
     fn len(&self) -> u64 {
-        match &self.body {
-            Body::Held(b) => b.len() as u64,
-            Body::Spilled(at) => u64::from(at.len),
-        }
+        u64::from(self.at.len)
+    }
+
+    fn is_held(&self) -> bool {
+        self.at.offset == HELD
     }
 
     fn etag(&self) -> String {
@@ -62,6 +68,9 @@ struct Objects {
     /// Each folder's keys (the rest of each) packed on a shelf: a campaign's ten million
     /// `items/` keys cost ~25 bytes each instead of ~130 in a map of boxed strings.
     folders: BTreeMap<Box<str>, Shelf<Entry>>,
+    /// The bodies the store holds itself (all of a store without a spill file, the short ones
+    /// of one with), by their entry's version; an empty body is not kept.
+    held: std::collections::HashMap<u32, Box<[u8]>>,
     versions: u32,
     made: DateTime<Utc>,
 }
@@ -70,6 +79,7 @@ impl Default for Objects {
     fn default() -> Self {
         Self {
             folders: BTreeMap::new(),
+            held: Default::default(),
             versions: 0,
             made: Utc::now(),
         }
@@ -84,23 +94,46 @@ impl Objects {
 
     fn insert(&mut self, key: &str, entry: Entry) {
         let (folder, rest) = split(key);
-        match self.folders.get_mut(folder) {
+        let replaced = match self.folders.get_mut(folder) {
             Some(within) => within.insert(rest, entry),
             None => {
                 let mut within = Shelf::default();
                 within.insert(rest, entry);
                 self.folders.insert(folder.into(), within);
+                None
             }
-        }
+        };
+        self.let_go(replaced);
     }
 
     fn remove(&mut self, key: &str) {
         let (folder, rest) = split(key);
         if let Some(within) = self.folders.get_mut(folder) {
-            within.remove(rest);
+            let removed = within.remove(rest);
             if within.is_empty() {
                 self.folders.remove(folder);
             }
+            self.let_go(removed);
+        }
+    }
+
+    /// Drops the held body of an entry replaced or removed.
+    fn let_go(&mut self, gone: Option<Entry>) {
+        if let Some(gone) = gone.filter(Entry::is_held) {
+            self.held.remove(&gone.version);
+        }
+    }
+
+    /// Where `entry`'s bytes are, copied out if the store holds them; `None` if a held body
+    /// is missing (a bug of the twin's, said as such by the caller).
+    fn body(&self, entry: &Entry) -> Option<Body> {
+        if !entry.is_held() {
+            return Some(Body::Spilled(entry.at));
+        }
+        match self.held.get(&entry.version) {
+            Some(bytes) => Some(Body::Held(bytes.clone())),
+            None if entry.len() == 0 => Some(Body::Held(Box::default())),
+            None => None,
         }
     }
 
@@ -217,10 +250,15 @@ impl MemoryStore {
 
     /// Where `key`'s body is, its length and its ETag, read under the lock; the bytes are read
     /// after it is let go.
-    fn locate(&self, key: &str) -> Option<(Body, u64, String)> {
+    fn locate(&self, key: &str) -> Result<Option<(Body, u64, String)>, StoreError> {
         let objects = self.lock();
-        let e = objects.entry(key)?;
-        Some((e.body.clone(), e.len(), e.etag()))
+        let Some(e) = objects.entry(key) else {
+            return Ok(None);
+        };
+        let body = objects
+            .body(e)
+            .ok_or_else(|| StoreError::backend(key, "the memory store lost a held body"))?;
+        Ok(Some((body, e.len(), e.etag())))
     }
 
     /// Bytes `range` (clamped to the body) of `body`.
@@ -252,7 +290,7 @@ fn spill_error(key: &str, e: &std::io::Error) -> StoreError {
 #[async_trait]
 impl ObjectStore for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
-        let Some((body, len, etag)) = self.locate(key) else {
+        let Some((body, len, etag)) = self.locate(key)? else {
             return Ok(None);
         };
         Ok(Some(StoredObject {
@@ -262,14 +300,14 @@ impl ObjectStore for MemoryStore {
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
-        let (body, _, _) = self.locate(key).ok_or_else(|| StoreError::NotFound {
+        let (body, _, _) = self.locate(key)?.ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         self.read(key, &body, range)
     }
 
     async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), StoreError> {
-        let (body, size, _) = self.locate(key).ok_or_else(|| StoreError::NotFound {
+        let (body, size, _) = self.locate(key)?.ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
         })?;
         Ok((self.read(key, &body, size.saturating_sub(len)..size)?, size))
@@ -283,11 +321,11 @@ impl ObjectStore for MemoryStore {
     ) -> Result<String, StoreError> {
         // Written before the lock is taken: a write the condition then refuses leaves its bytes
         // in the scratch file unreferenced, as a replaced object's do.
-        let body = match &self.spill {
+        let spilled = match &self.spill {
             Some(file) if body.len() >= SPILL_MIN_BYTES => {
-                Body::Spilled(file.append(&body).map_err(|e| spill_error(key, &e))?)
+                Some(file.append(&body).map_err(|e| spill_error(key, &e))?)
             }
-            _ => Body::Held(body.to_vec().into_boxed_slice()),
+            _ => None,
         };
         let mut guard = self.lock();
         let objects = &mut *guard;
@@ -315,9 +353,27 @@ impl ObjectStore for MemoryStore {
         let since = Utc::now()
             .signed_duration_since(objects.made)
             .num_milliseconds();
+        let version = objects.versions;
+        let len = u32::try_from(body.len())
+            .map_err(|_| StoreError::backend(key, "the memory store holds bodies under 4 GiB"))?;
+        let at = match spilled {
+            Some(at) => at,
+            None => {
+                if !body.is_empty() {
+                    objects
+                        .held
+                        .insert(version, body.to_vec().into_boxed_slice());
+                }
+                Spilled {
+                    offset: HELD,
+                    len,
+                    stored: len,
+                }
+            }
+        };
         let entry = Entry {
-            body,
-            version: objects.versions,
+            at,
+            version,
             modified_ms: u32::try_from(since.max(0)).unwrap_or(u32::MAX),
         };
         let etag = entry.etag();
@@ -499,6 +555,29 @@ mod tests {
         }
         assert!(s.get("a/b/c").await.unwrap().is_none());
         assert!(s.get("a/b/c/d").await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn held_bodies_are_let_go_with_their_objects() {
+        let s = MemoryStore::new();
+        for body in [&b"first"[..], b"second"] {
+            s.put("a", Bytes::from_static(body), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        s.put("b", Bytes::from_static(b"gone"), PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        s.delete("b").await.unwrap();
+        s.put("c", Bytes::new(), PutCondition::IfAbsent)
+            .await
+            .unwrap();
+        assert_eq!(s.get("a").await.unwrap().unwrap().body, &b"second"[..]);
+        assert!(s.get("b").await.unwrap().is_none());
+        assert!(s.get("c").await.unwrap().unwrap().body.is_empty());
+        // Only `a`'s latest body is held: replaced, deleted and empty ones are not.
+        assert_eq!(s.lock().held.len(), 1);
+        assert_eq!(std::mem::size_of::<Entry>(), 24);
     }
 
     #[tokio::test]
