@@ -152,6 +152,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         // The bench counts by logs and the DLQ; the simulator's per-job plan (for tests) would
         // cost a few hundred bytes a job.
         c.runtime.simulator.keep_plan = false;
+        c.keep_dlq_messages = false;
         let cpu_before = process_cpu_secs();
         let before = snapshot_all(&c.counts);
         let puts_before = c.counts.puts_by_folder();

@@ -140,6 +140,9 @@ pub struct Campaign {
     /// The in-memory twins' scratch files (handles to the same unlinked files), to say how much
     /// disk a campaign's bodies and job details took.
     scratch_files: Vec<std::fs::File>,
+    /// Whether [`Campaign::summarize`] hands back the DLQ's messages (`Summary::dlq`, on by
+    /// default; the bench's ten million granules' 200,000 are ~200 MB it does not need).
+    pub keep_dlq_messages: bool,
 }
 
 impl Campaign {
@@ -327,6 +330,7 @@ impl Campaign {
             events_dlq,
             in_memory_batch: None,
             scratch_files: Vec::new(),
+            keep_dlq_messages: true,
         })
     }
 
@@ -379,16 +383,17 @@ impl Campaign {
                 .map(|id| parser.facts(&id).platform_label().to_owned())
                 .unwrap_or_default()
         };
-        // Another campaign's dead letters are not this one's outcomes.
-        let dlq: Vec<_> = peek_all(ctx.failure_dlq.as_ref())
-            .await?
-            .into_iter()
-            .filter(|m| dlq_message_of(ctx.campaign(), &m.body))
-            .collect();
         let mut dlq_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut dead: BTreeSet<String> = BTreeSet::new();
         let mut stale_parked_retries = 0u64;
-        for m in &dlq {
+        let mut dlq_messages = 0u64;
+        let mut dlq = Vec::new();
+        peek_each(ctx.failure_dlq.as_ref(), |m| {
+            // Another campaign's dead letters are not this one's outcomes.
+            if !dlq_message_of(ctx.campaign(), &m.body) {
+                return;
+            }
+            dlq_messages += 1;
             *dlq_by_reason
                 .entry(
                     m.attributes
@@ -399,15 +404,19 @@ impl Campaign {
                 .or_default() += 1;
             if let Ok(e) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) {
                 if is_stale_parked_retry(
-                    m,
+                    &m,
                     place(e.granule_id.as_str()).map(|i| success_attempt[i]),
                 ) {
                     stale_parked_retries += 1;
-                    continue;
+                } else {
+                    dead.insert(e.granule_id.to_string());
                 }
-                dead.insert(e.granule_id.to_string());
             }
-        }
+            if self.keep_dlq_messages {
+                dlq.push(m);
+            }
+        })
+        .await?;
         let mut per_platform: BTreeMap<String, PlatformCounts> = BTreeMap::new();
         let mut attempts_histogram: BTreeMap<u32, u64> = BTreeMap::new();
         let mut succeeded = 0u64;
@@ -436,7 +445,7 @@ impl Campaign {
             granules: self.granules.len() as u64,
             succeeded,
             dead_lettered: dead.len() as u64,
-            dlq_messages: dlq.len() as u64,
+            dlq_messages,
             stale_parked_retries,
             still_failing_logs: still_failing.iter().filter(|f| **f).count() as u64,
             unaccounted,
@@ -464,7 +473,20 @@ impl Campaign {
 /// Reads every message on a queue without consuming it: each is made visible again once read,
 /// so an operator exploring the campaign afterwards (`granary redrive --dry-run`) sees them all.
 pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedMessage>> {
-    let mut seen = BTreeMap::new();
+    let mut all = Vec::new();
+    peek_each(queue, |m| all.push(m)).await?;
+    Ok(all)
+}
+
+/// Every message on `queue`, each given to `visit` once, then made visible again; only their
+/// ids and receipts are kept meanwhile (a ten-million-granule campaign's 200,000 dead letters
+/// held whole were ~200 MB at the very end of the run).
+pub async fn peek_each(
+    queue: &dyn Queue,
+    mut visit: impl FnMut(granary::ports::ReceivedMessage),
+) -> Result<()> {
+    let mut seen = std::collections::HashSet::new();
+    let mut receipts = Vec::new();
     // As many receives as the queue's depth needs, and some: a message read once stays invisible
     // for 30 s, so a long peek meets the first ones again (kept once) and must stop somewhere.
     // (A fixed 10,000 receives read at most 100,000 messages: a ten-million-granule campaign's
@@ -477,13 +499,16 @@ pub async fn peek_all(queue: &dyn Queue) -> Result<Vec<granary::ports::ReceivedM
             break;
         }
         for m in got {
-            seen.entry(m.message_id.clone()).or_insert(m);
+            if seen.insert(m.message_id.clone()) {
+                receipts.push(m.receipt_handle.clone());
+                visit(m);
+            }
         }
     }
-    for m in seen.values() {
-        queue.release(&m.receipt_handle).await?;
+    for receipt in &receipts {
+        queue.release(receipt).await?;
     }
-    Ok(seen.into_values().collect())
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
@@ -524,8 +549,9 @@ pub struct Summary {
     pub sqs_requests: u64,
     pub s3_per_granule: f64,
     pub sqs_per_granule: f64,
-    /// The DLQ's messages as read for this summary (reading hides them for a while, so callers
-    /// use these rather than reading again).
+    /// The DLQ's messages as read for this summary, when the campaign keeps them
+    /// ([`Campaign::keep_dlq_messages`]; reading hides them for a while, so callers use these
+    /// rather than reading again).
     #[serde(skip)]
     pub dlq: Vec<granary::ports::ReceivedMessage>,
 }
