@@ -33,9 +33,14 @@ impl GranuleList {
     }
 
     /// Each id's place in the list, found by a hash of the id (16 bytes a granule while the
-    /// accounting runs, instead of the ids' text). Refused if two ids share a hash (never seen:
-    /// one chance in ~10^11 at ten million), since a place must name one granule.
+    /// accounting runs, instead of the ids' text). Ids whose hashes meet (about one chance in
+    /// 370,000 at ten million ids) are kept by their text instead.
     pub fn places(&self) -> anyhow::Result<Places> {
+        self.places_by(id_hash)
+    }
+
+    fn places_by(&self, hash: fn(&str) -> u64) -> anyhow::Result<Places> {
+        let id_hash = hash;
         let mut by_hash: Vec<(u64, u32)> = Vec::with_capacity(self.len);
         for (i, id) in self.iter().enumerate() {
             let i = u32::try_from(i)
@@ -43,27 +48,48 @@ impl GranuleList {
             by_hash.push((id_hash(&id), i));
         }
         by_hash.sort_unstable();
-        if let Some(pair) = by_hash.windows(2).find(|w| w[0].0 == w[1].0) {
-            anyhow::bail!(
-                "granules {} and {} of the sample share a hash",
-                pair[0].1,
-                pair[1].1
-            );
+        let shared: std::collections::BTreeSet<u64> = by_hash
+            .windows(2)
+            .filter(|w| w[0].0 == w[1].0)
+            .map(|w| w[0].0)
+            .collect();
+        let mut by_text = std::collections::HashMap::new();
+        if !shared.is_empty() {
+            by_hash.retain(|(h, _)| !shared.contains(h));
+            for (i, id) in self.iter().enumerate() {
+                if shared.contains(&id_hash(&id)) {
+                    by_text.insert(id, i);
+                }
+            }
         }
-        Ok(Places(by_hash))
+        Ok(Places {
+            hash,
+            by_hash,
+            shared,
+            by_text,
+        })
     }
 }
 
 /// Where each id of a [`GranuleList`] is.
-pub struct Places(Vec<(u64, u32)>);
+pub struct Places {
+    hash: fn(&str) -> u64,
+    by_hash: Vec<(u64, u32)>,
+    /// Hashes more than one id of the list has, and those ids' places by their text.
+    shared: std::collections::BTreeSet<u64>,
+    by_text: std::collections::HashMap<String, usize>,
+}
 
 impl Places {
     /// The place of `id`; `None` for an id not in the list (but for a 2^-64 chance per id of
     /// meeting one of the list's hashes).
     pub fn of(&self, id: &str) -> Option<usize> {
-        let h = id_hash(id);
-        let at = self.0.partition_point(|&(k, _)| k < h);
-        self.0
+        let h = (self.hash)(id);
+        if self.shared.contains(&h) {
+            return self.by_text.get(id).copied();
+        }
+        let at = self.by_hash.partition_point(|&(k, _)| k < h);
+        self.by_hash
             .get(at)
             .filter(|(k, _)| *k == h)
             .map(|&(_, i)| i as usize)
@@ -98,5 +124,16 @@ mod tests {
         }
         assert_eq!(places.of("HLS.S30.T10SEG.1999001T000000.v2.0"), None);
         assert!(GranuleList::default().is_empty());
+    }
+
+    #[test]
+    fn ids_whose_hashes_meet_still_have_their_places() {
+        let list = GranuleList::sample(7, 300);
+        // A hash of eight values: every id shares its hash with dozens of others.
+        let places = list.places_by(|id| id.len() as u64 % 8).unwrap();
+        for (i, id) in list.iter().enumerate() {
+            assert_eq!(places.of(&id), Some(i), "{id}");
+        }
+        assert_eq!(places.of("HLS.S30.T10SEG.1999001T000000.v2.0"), None);
     }
 }

@@ -22,7 +22,9 @@ const HELD: u64 = u64::MAX;
 
 /// One object. Kept small — 24 bytes (the key is the shelf's, the ETag a number, the time
 /// relative to the store's creation, a held body in a side table): a ten-million-granule
-/// campaign holds ~21 million of them.
+/// campaign holds ~21 million of them. A held body belongs to its version: an entry must never
+/// be duplicated under a second key (a copy is a put, with a version of its own), or deleting
+/// one would drop the other's body.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// Where its body is in the spill file, or [`HELD`] with the body's length.
@@ -321,11 +323,13 @@ impl ObjectStore for MemoryStore {
     ) -> Result<String, StoreError> {
         // Written before the lock is taken: a write the condition then refuses leaves its bytes
         // in the scratch file unreferenced, as a replaced object's do.
-        let spilled = match &self.spill {
-            Some(file) if body.len() >= SPILL_MIN_BYTES => {
-                Some(file.append(&body).map_err(|e| spill_error(key, &e))?)
-            }
-            _ => None,
+        let (spilled, held) = match &self.spill {
+            Some(file) if body.len() >= SPILL_MIN_BYTES => (
+                Some(file.append(&body).map_err(|e| spill_error(key, &e))?),
+                None,
+            ),
+            // Copied before the lock too.
+            _ => (None, Some(body.to_vec().into_boxed_slice())),
         };
         let mut guard = self.lock();
         let objects = &mut *guard;
@@ -359,10 +363,8 @@ impl ObjectStore for MemoryStore {
         let at = match spilled {
             Some(at) => at,
             None => {
-                if !body.is_empty() {
-                    objects
-                        .held
-                        .insert(version, body.to_vec().into_boxed_slice());
+                if let Some(held) = held.filter(|b| !b.is_empty()) {
+                    objects.held.insert(version, held);
                 }
                 Spilled {
                     offset: HELD,
