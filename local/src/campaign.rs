@@ -18,7 +18,6 @@ use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::layout::logs::{LogKey, LogOutcome};
 use granary::handlers::Ctx;
 use granary::ports::{PutCondition, Queue};
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -66,48 +65,7 @@ fn campaign_env(spec: &CampaignSpec) -> HashMap<String, String> {
     env
 }
 
-/// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
-pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
-    SampleGranules::new(seed).take(n).collect()
-}
-
-/// [`sample_granules`] one row at a time: a campaign of ten million granules writes its
-/// inventories a chunk at a time instead of holding every row (~130 bytes each) at once.
-pub struct SampleGranules {
-    rng: rand::rngs::StdRng,
-    /// The last granule's acquisition time; each next one is earlier (newest first).
-    t: chrono::NaiveDateTime,
-}
-
-impl SampleGranules {
-    pub fn new(seed: u64) -> Self {
-        Self {
-            rng: rand::rngs::StdRng::seed_from_u64(seed),
-            t: chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
-                .and_then(|d| d.and_hms_opt(23, 59, 59))
-                .unwrap_or_default(),
-        }
-    }
-}
-
-impl Iterator for SampleGranules {
-    type Item = InventoryRow;
-
-    fn next(&mut self) -> Option<InventoryRow> {
-        let rng = &mut self.rng;
-        self.t -= chrono::Duration::seconds(rng.random_range(30..900));
-        let t = self.t;
-        let platform = if rng.random_bool(0.55) { "S30" } else { "L30" };
-        let letters: String = (0..3)
-            .map(|_| char::from(b'A' + rng.random_range(0..26u8)))
-            .collect();
-        let tile = format!("{:02}{letters}", rng.random_range(1..=60));
-        Some(InventoryRow {
-            granule_id: format!("HLS.{platform}.T{tile}.{}.v2.0", t.format("%Y%jT%H%M%S")),
-            start_datetime: t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        })
-    }
-}
+pub use super::granule_list::{sample_granules, SampleGranules};
 
 /// Whether a failure-DLQ message is of `campaign`'s (its `campaign` field; none: the unnamed
 /// campaign's). Messages that name no granule or item (poison notices) count for every campaign.

@@ -1,9 +1,53 @@
-//! A campaign's granule ids, for the accounting at its end. The local campaign's inventories are
-//! the sample rows of one seed ([`crate::campaign::SampleGranules`]), so the list keeps the seed
-//! and the count and makes the ids again when read: ten million ids held as text cost ~400 MB
-//! for the whole campaign, though they are read only once it is over.
+//! The local campaign's granules: the sample inventory rows of one seed ([`SampleGranules`]),
+//! and the list of their ids for the accounting at the campaign's end ([`GranuleList`]), which
+//! keeps only the seed and the count and makes the ids again when read — ten million ids held
+//! as text cost ~400 MB for the whole campaign, though they are read only once it is over.
 
-use crate::campaign::SampleGranules;
+use granary::adapters::parquet::InventoryRow;
+use rand::{Rng, SeedableRng};
+
+/// HLS-like granule ids, newest first, L30 and S30 mixed, reproducible from `seed`.
+pub fn sample_granules(n: usize, seed: u64) -> Vec<InventoryRow> {
+    SampleGranules::new(seed).take(n).collect()
+}
+
+/// [`sample_granules`] one row at a time: a campaign of ten million granules writes its
+/// inventories a chunk at a time instead of holding every row (~130 bytes each) at once.
+pub struct SampleGranules {
+    rng: rand::rngs::StdRng,
+    /// The last granule's acquisition time; each next one is earlier (newest first).
+    t: chrono::NaiveDateTime,
+}
+
+impl SampleGranules {
+    pub fn new(seed: u64) -> Self {
+        Self {
+            rng: rand::rngs::StdRng::seed_from_u64(seed),
+            t: chrono::NaiveDate::from_ymd_opt(2025, 2, 8)
+                .and_then(|d| d.and_hms_opt(23, 59, 59))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl Iterator for SampleGranules {
+    type Item = InventoryRow;
+
+    fn next(&mut self) -> Option<InventoryRow> {
+        let rng = &mut self.rng;
+        self.t -= chrono::Duration::seconds(rng.random_range(30..900));
+        let t = self.t;
+        let platform = if rng.random_bool(0.55) { "S30" } else { "L30" };
+        let letters: String = (0..3)
+            .map(|_| char::from(b'A' + rng.random_range(0..26u8)))
+            .collect();
+        let tile = format!("{:02}{letters}", rng.random_range(1..=60));
+        Some(InventoryRow {
+            granule_id: format!("HLS.{platform}.T{tile}.{}.v2.0", t.format("%Y%jT%H%M%S")),
+            start_datetime: t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        })
+    }
+}
 
 /// The first `len` sample granules of `seed`, in inventory order.
 #[derive(Debug, Default, Clone, Copy)]
@@ -112,7 +156,7 @@ mod tests {
     fn ids_are_the_sample_rows_and_each_has_its_place() {
         let list = GranuleList::sample(7, 500);
         let ids: Vec<String> = list.iter().collect();
-        let rows: Vec<String> = crate::campaign::sample_granules(500, 7)
+        let rows: Vec<String> = sample_granules(500, 7)
             .into_iter()
             .map(|r| r.granule_id)
             .collect();
