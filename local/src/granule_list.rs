@@ -140,9 +140,10 @@ impl Places {
     }
 }
 
-fn id_hash(id: &str) -> u64 {
+/// A 64-bit hash of an id, the same every time (SipHash with fixed keys): the granule list's
+/// places and the simulator's set of jobs seen.
+pub(crate) fn id_hash(id: &str) -> u64 {
     use std::hash::Hasher;
-    // SipHash with fixed keys: the same id hashes the same way every time.
     let mut h = std::hash::DefaultHasher::new();
     h.write(id.as_bytes());
     h.finish()

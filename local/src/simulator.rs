@@ -4,6 +4,7 @@
 
 use super::events::{array_parent_event, describe_facts, state_change_event, ArrayPlace, JobFacts};
 use super::fault_plan::{retry_strategy_of, FaultPlan};
+use crate::granule_list::id_hash;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
 use aws_sdk_batch::types::JobStatus;
@@ -266,14 +267,6 @@ pub struct BatchSimulator {
     /// granary's bucket, where an array window's children read their claim (as the container
     /// does: docs/array-windows.md).
     claims: Option<Arc<dyn granary::ports::ObjectStore>>,
-}
-
-fn id_hash(job_id: &str) -> u64 {
-    use std::hash::Hasher;
-    // SipHash with fixed keys: an id hashes the same way every time.
-    let mut h = std::hash::DefaultHasher::new();
-    h.write(job_id.as_bytes());
-    h.finish()
 }
 
 fn bus_event(mut value: serde_json::Value) -> BusEvent {
