@@ -11,7 +11,7 @@ use super::events::JobFacts;
 use super::simulator::JobLedger;
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use granary::adapters::memory::{ScratchFile, Spilled};
+use granary::adapters::memory::ScratchFile;
 use granary::domain::batch_event::JobStatus;
 use granary::ports::{
     ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
@@ -35,21 +35,64 @@ struct Job {
     created_at_ms: i64,
     /// How the simulator ended it: the JobDetail its final event carried, as JSON text (a
     /// million parsed details would not fit in memory; DescribeJobs parses the one it answers).
-    settled: Option<Detail>,
+    settled: Option<DetailAt>,
     /// An array's children, `<id>:<index>` (none for a single job).
     children: Box<[Child]>,
 }
 
-/// One child of an array job: what the simulator settled it with.
-struct Child {
-    status: JobStatus,
-    settled: Option<Detail>,
-}
+/// Where a settled job's detail is: a framed entry's offset in the twin's scratch file, or, for
+/// a twin without one, its place in [`Jobs::held`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct DetailAt(u64);
 
-enum Detail {
-    Held(Box<[u8]>),
-    /// In the twin's scratch file.
-    Spilled(Spilled),
+/// One child of an array job in 8 bytes (a campaign of ten million granules has ten million
+/// children, and 32 bytes each were 300 MB): its status in the top byte and, below, where its
+/// settled detail is ([`DetailAt`]) or [`Child::UNSETTLED`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Child(u64);
+
+/// Every status, each at the place [`Child`] keeps it by.
+const STATUSES: [JobStatus; 7] = [
+    JobStatus::Submitted,
+    JobStatus::Pending,
+    JobStatus::Runnable,
+    JobStatus::Starting,
+    JobStatus::Running,
+    JobStatus::Succeeded,
+    JobStatus::Failed,
+];
+
+impl Child {
+    const PLACE_BITS: u32 = 56;
+    const UNSETTLED: u64 = (1 << Self::PLACE_BITS) - 1;
+
+    fn new(status: JobStatus, settled: Option<DetailAt>) -> Result<Self> {
+        let status_at = STATUSES
+            .iter()
+            .position(|s| *s == status)
+            .context("a job status the Batch twin does not know")? as u64;
+        let place = match settled {
+            Some(DetailAt(place)) if place < Self::UNSETTLED => place,
+            Some(DetailAt(place)) => {
+                anyhow::bail!("the Batch twin cannot keep a child's detail at {place} (past 2^56)")
+            }
+            None => Self::UNSETTLED,
+        };
+        Ok(Self(status_at << Self::PLACE_BITS | place))
+    }
+
+    fn status(self) -> JobStatus {
+        // Only `new` makes a child, from a place in STATUSES.
+        STATUSES
+            .get((self.0 >> Self::PLACE_BITS) as usize)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn settled(self) -> Option<DetailAt> {
+        let place = self.0 & Self::UNSETTLED;
+        (place != Self::UNSETTLED).then_some(DetailAt(place))
+    }
 }
 
 #[derive(Default)]
@@ -59,6 +102,8 @@ struct Jobs {
     active: std::collections::BTreeSet<usize>,
     /// The newest job of each name (a name is submitted again only by a bug; the newest wins).
     by_name: HashMap<Arc<str>, usize>,
+    /// Settled details, when the twin has no scratch file ([`DetailAt`] is the place here).
+    held: Vec<Box<[u8]>>,
 }
 
 /// Shaped like Batch's UUIDs (log streams and event ids take their first characters), and
@@ -242,6 +287,8 @@ impl JobRunner for InMemoryBatch {
                 "ClientException: array size {size} is outside 2..10000"
             )));
         }
+        let queued = Child::new(JobStatus::Succeeded, None)
+            .map_err(|e| JobRunnerError::refused(format!("{e:#}")))?;
         let mut jobs = self.lock();
         let n = jobs.all.len();
         let name: Arc<str> = request.job_name.as_str().into();
@@ -260,12 +307,7 @@ impl JobRunner for InMemoryBatch {
             request: Some(Box::new(request)),
             created_at_ms: chrono::Utc::now().timestamp_millis(),
             settled: None,
-            children: (0..size)
-                .map(|_| Child {
-                    status: summary.status,
-                    settled: None,
-                })
-                .collect(),
+            children: vec![queued; size].into_boxed_slice(),
         });
         Ok(summary)
     }
@@ -339,24 +381,27 @@ impl JobRunner for InMemoryBatch {
                     return Ok(None);
                 };
                 summary.job_id = job_id.to_owned();
-                summary.status = c.status;
-                &c.settled
+                summary.status = c.status();
+                c.settled()
             }
-            None => &job.settled,
+            None => job.settled,
         };
         Ok(Some(match (settled, &job.request) {
-            (Some(detail), _) => {
+            (Some(DetailAt(place)), _) => {
                 let unreadable = |e: &dyn std::fmt::Display| {
                     JobRunnerError::refused(format!("the twin's detail of {job_id}: {e}"))
                 };
-                let text = match (detail, &self.scratch) {
-                    (Detail::Held(bytes), _) => std::borrow::Cow::Borrowed(&bytes[..]),
-                    (Detail::Spilled(at), Some(scratch)) => std::borrow::Cow::Owned(
-                        scratch
-                            .read(*at, 0, u64::from(at.len))
-                            .map_err(|e| unreadable(&e))?,
+                let text = match &self.scratch {
+                    Some(scratch) => std::borrow::Cow::Owned(
+                        scratch.read_framed(place).map_err(|e| unreadable(&e))?,
                     ),
-                    (Detail::Spilled(_), None) => return Err(unreadable(&"no scratch file")),
+                    None => std::borrow::Cow::Borrowed(
+                        usize::try_from(place)
+                            .ok()
+                            .and_then(|i| jobs.held.get(i))
+                            .map(|bytes| &bytes[..])
+                            .ok_or_else(|| unreadable(&"no detail held there"))?,
+                    ),
                 };
                 JobDescription {
                     summary,
@@ -429,15 +474,22 @@ impl JobLedger for InMemoryBatch {
         // Written and compressed before the jobs' lock is taken (DescribeJobs and SubmitJob wait
         // on it); the scratch file orders its own appends.
         let text = serde_json::to_vec(detail).context("the job detail as JSON")?;
-        let held = match &self.scratch {
-            Some(scratch) => Detail::Spilled(
+        let spilled = match &self.scratch {
+            Some(scratch) => Some(DetailAt(
                 scratch
-                    .append(&text)
+                    .append_framed(&text)
                     .context("the Batch twin's scratch file")?,
-            ),
-            None => Detail::Held(text.into_boxed_slice()),
+            )),
+            None => None,
         };
         let mut jobs = self.lock();
+        let held = match spilled {
+            Some(at) => at,
+            None => {
+                jobs.held.push(text.into_boxed_slice());
+                DetailAt(jobs.held.len() as u64 - 1)
+            }
+        };
         // A child is settled in its parent's list; the parent keeps its request for the children
         // not settled yet (DescribeJobs shows them queued).
         if let Some((parent, i)) = child_of(job_id) {
@@ -445,8 +497,7 @@ impl JobLedger for InMemoryBatch {
                 .and_then(|p| jobs.all.get_mut(p))
                 .and_then(|job| job.children.get_mut(i));
             if let Some(child) = child {
-                child.status = status;
-                child.settled = Some(held);
+                *child = Child::new(status, Some(held))?;
             }
             return Ok(());
         }
@@ -454,7 +505,7 @@ impl JobLedger for InMemoryBatch {
         if let Some(job) = index.and_then(|i| jobs.all.get_mut(i)) {
             job.status = status;
             job.settled = Some(held);
-            if job.children.iter().all(|c| c.settled.is_some()) {
+            if job.children.iter().all(|c| c.settled().is_some()) {
                 job.request = None;
             }
         }
@@ -620,6 +671,63 @@ mod tests {
                 .is_empty(),
             "a settled job was seen: its request is no longer kept"
         );
+    }
+
+    #[tokio::test]
+    async fn an_array_childs_status_and_detail_come_back_as_settled_held_or_spilled() {
+        for batch in [
+            InMemoryBatch::new("q", "d", default_retry_strategy(2)),
+            InMemoryBatch::new("q", "d", default_retry_strategy(2))
+                .spilling(tempfile::tempfile().unwrap()),
+        ] {
+            let mut array = request("w-1", "G1", 1);
+            array.array_size = Some(3);
+            let parent = batch.submit(array).await.unwrap().job_id;
+            let mut details = Vec::new();
+            for (i, status) in [(2, JobStatus::Failed), (0, JobStatus::Succeeded)] {
+                let id = format!("{parent}:{i}");
+                let detail = serde_json::json!({"jobId": id, "status": status.as_str()});
+                batch.settle(&id, status, &detail).await.unwrap();
+                details.push((id, status, detail));
+            }
+            for (id, status, detail) in details {
+                let described = batch.describe(&id).await.unwrap().unwrap();
+                assert_eq!(described.summary.job_id, id);
+                assert_eq!(
+                    (described.summary.status, described.detail),
+                    (status, detail)
+                );
+            }
+            // Not settled yet: queued, described from the array's request.
+            let queued = batch
+                .describe(&format!("{parent}:1"))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(queued.summary.status, JobStatus::Runnable);
+            assert!(batch
+                .describe(&format!("{parent}:3"))
+                .await
+                .unwrap()
+                .is_none());
+        }
+    }
+
+    #[test]
+    fn a_child_keeps_every_status_beside_any_place_below_two_to_the_56() {
+        for status in STATUSES {
+            for place in [0, 1, 41, Child::UNSETTLED - 1] {
+                let child = Child::new(status, Some(DetailAt(place))).unwrap();
+                assert_eq!(
+                    (child.status(), child.settled()),
+                    (status, Some(DetailAt(place)))
+                );
+            }
+            let queued = Child::new(status, None).unwrap();
+            assert_eq!((queued.status(), queued.settled()), (status, None));
+        }
+        assert!(Child::new(JobStatus::Failed, Some(DetailAt(Child::UNSETTLED))).is_err());
+        assert_eq!(std::mem::size_of::<Child>(), 8);
     }
 
     #[test]
