@@ -33,8 +33,8 @@ struct Job {
     /// What was asked, until the simulator settles the job (DescribeJobs shows it queued).
     request: Option<Box<JobRequest>>,
     created_at_ms: i64,
-    /// How the simulator ended it: the JobDetail its final event carried, as JSON text (a
-    /// million parsed details would not fit in memory; DescribeJobs parses the one it answers).
+    /// Where the JobDetail its final event carried is kept, as JSON text (a million parsed
+    /// details would not fit in memory; DescribeJobs parses the one it answers).
     settled: Option<DetailAt>,
     /// An array's children, `<id>:<index>` (none for a single job).
     children: Box<[Child]>,
@@ -52,41 +52,49 @@ struct DetailAt(u64);
 struct Child(u64);
 
 /// Every status, each at the place [`Child`] keeps it by.
-const STATUSES: [JobStatus; 7] = [
-    JobStatus::Submitted,
-    JobStatus::Pending,
-    JobStatus::Runnable,
-    JobStatus::Starting,
-    JobStatus::Running,
-    JobStatus::Succeeded,
-    JobStatus::Failed,
-];
+const STATUSES: [JobStatus; 7] = JobStatus::ALL;
 
 impl Child {
     const PLACE_BITS: u32 = 56;
     const UNSETTLED: u64 = (1 << Self::PLACE_BITS) - 1;
 
-    fn new(status: JobStatus, settled: Option<DetailAt>) -> Result<Self> {
-        let status_at = STATUSES
-            .iter()
-            .position(|s| *s == status)
-            .context("a job status the Batch twin does not know")? as u64;
-        let place = match settled {
-            Some(DetailAt(place)) if place < Self::UNSETTLED => place,
-            Some(DetailAt(place)) => {
-                anyhow::bail!("the Batch twin cannot keep a child's detail at {place} (past 2^56)")
-            }
-            None => Self::UNSETTLED,
-        };
-        Ok(Self(status_at << Self::PLACE_BITS | place))
+    /// Where `status` is in [`STATUSES`]: a match, so a status added to the list is a compile
+    /// error here rather than a child kept with another status.
+    fn status_at(status: JobStatus) -> u64 {
+        match status {
+            JobStatus::Submitted => 0,
+            JobStatus::Pending => 1,
+            JobStatus::Runnable => 2,
+            JobStatus::Starting => 3,
+            JobStatus::Running => 4,
+            JobStatus::Succeeded => 5,
+            JobStatus::Failed => 6,
+        }
+    }
+
+    /// A child not settled yet.
+    fn queued(status: JobStatus) -> Self {
+        Self(Self::status_at(status) << Self::PLACE_BITS | Self::UNSETTLED)
+    }
+
+    fn new(status: JobStatus, settled: DetailAt) -> Result<Self> {
+        anyhow::ensure!(
+            settled.0 < Self::UNSETTLED,
+            "the Batch twin cannot keep a child's detail at {} (past 2^56)",
+            settled.0
+        );
+        Ok(Self(
+            Self::status_at(status) << Self::PLACE_BITS | settled.0,
+        ))
     }
 
     fn status(self) -> JobStatus {
-        // Only `new` makes a child, from a place in STATUSES.
+        // The top byte is always a place `status_at` gave (only `queued` and `new` make a
+        // child); were it not, a failed child is routed like any end, never left looking active.
         STATUSES
             .get((self.0 >> Self::PLACE_BITS) as usize)
             .copied()
-            .unwrap_or_default()
+            .unwrap_or(JobStatus::Failed)
     }
 
     fn settled(self) -> Option<DetailAt> {
@@ -287,8 +295,6 @@ impl JobRunner for InMemoryBatch {
                 "ClientException: array size {size} is outside 2..10000"
             )));
         }
-        let queued = Child::new(JobStatus::Succeeded, None)
-            .map_err(|e| JobRunnerError::refused(format!("{e:#}")))?;
         let mut jobs = self.lock();
         let n = jobs.all.len();
         let name: Arc<str> = request.job_name.as_str().into();
@@ -307,7 +313,7 @@ impl JobRunner for InMemoryBatch {
             request: Some(Box::new(request)),
             created_at_ms: chrono::Utc::now().timestamp_millis(),
             settled: None,
-            children: vec![queued; size].into_boxed_slice(),
+            children: vec![Child::queued(summary.status); size].into_boxed_slice(),
         });
         Ok(summary)
     }
@@ -497,7 +503,7 @@ impl JobLedger for InMemoryBatch {
                 .and_then(|p| jobs.all.get_mut(p))
                 .and_then(|job| job.children.get_mut(i));
             if let Some(child) = child {
-                *child = Child::new(status, Some(held))?;
+                *child = Child::new(status, held)?;
             }
             return Ok(());
         }
@@ -717,16 +723,16 @@ mod tests {
     fn a_child_keeps_every_status_beside_any_place_below_two_to_the_56() {
         for status in STATUSES {
             for place in [0, 1, 41, Child::UNSETTLED - 1] {
-                let child = Child::new(status, Some(DetailAt(place))).unwrap();
+                let child = Child::new(status, DetailAt(place)).unwrap();
                 assert_eq!(
                     (child.status(), child.settled()),
                     (status, Some(DetailAt(place)))
                 );
             }
-            let queued = Child::new(status, None).unwrap();
+            let queued = Child::queued(status);
             assert_eq!((queued.status(), queued.settled()), (status, None));
         }
-        assert!(Child::new(JobStatus::Failed, Some(DetailAt(Child::UNSETTLED))).is_err());
+        assert!(Child::new(JobStatus::Failed, DetailAt(Child::UNSETTLED)).is_err());
         assert_eq!(std::mem::size_of::<Child>(), 8);
     }
 

@@ -269,15 +269,16 @@ async fn drain(
 /// under way on another thread.
 const UNDER_WAY_WAIT: Duration = Duration::from_millis(50);
 
-/// Whether the feeder may start a run while `backlog` job ends (events waiting for the job
-/// monitor, and events the simulator holds back) are not handled yet.
+/// Whether the feeder may start a run while `backlog` Batch events (waiting for the job monitor,
+/// or held back by the simulator) are not handled yet: mostly jobs' ends, with the fault plan's
+/// duplicates and intermediate states and the arrays' own events.
 ///
 /// On AWS the feeder is metered by the jobs Batch still runs (`max_active_jobs`): jobs take
 /// minutes, so ends reach the monitor at the pace the compute environment finishes them, and
 /// Lambda scales the monitor out. The twins end a job the moment it is submitted, so nothing
 /// meters the feeder but the monitor's own pace on the machine's cores: on a machine a few
-/// times slower, a million-granule campaign held ~300,000 unhandled ends in memory (1.3 GB of
-/// RSS at its peak, against 0.4 GB once they were handled). Two feeder runs' worth of ends
+/// times slower, a million-granule campaign held ~300,000 unhandled events in memory (1.3 GB of
+/// RSS at its peak, against 0.4 GB once they were handled). Two feeder runs' worth of events
 /// keeps the monitor busy and the backlog bounded, whatever the machine's speed.
 fn feeder_may_run(backlog: u64, granule_submit_count: u64) -> bool {
     backlog <= granule_submit_count.saturating_mul(2)
@@ -444,10 +445,6 @@ impl LocalRuntime {
         calls
     }
 
-    /// Polls one event source until it has nothing visible; returns how many records it handled.
-    /// Whether every submitted attempt's end has been handled (the open-claims index is empty).
-    /// Whether no campaign holds an open claim: a campaign the stack was switched away from
-    /// while its jobs ran is finished by the same functions, and quiescence waits for it.
     /// [`feeder_may_run`] with the events queue's depth and the simulator's held events.
     async fn monitor_keeps_up(&self) -> Result<bool> {
         let events = self.events_queue.depth().await?;
@@ -455,6 +452,9 @@ impl LocalRuntime {
         Ok(feeder_may_run(backlog, self.options.granule_submit_count))
     }
 
+    /// Whether no campaign holds an open claim or a parked retry: every submitted attempt's end
+    /// has been handled. A campaign the stack was switched away from while its jobs ran is
+    /// finished by the same functions, and quiescence waits for it.
     async fn open_claims_empty(&self) -> Result<bool> {
         for campaign in granary::handlers::campaigns_to_visit(&self.ctx).await? {
             let there = self.ctx.in_campaign(campaign.as_ref());

@@ -105,6 +105,17 @@ impl JobStatus {
         JobStatus::Running,
     ];
 
+    /// Every status, in the order a job moves through them.
+    pub const ALL: [JobStatus; 7] = [
+        JobStatus::Submitted,
+        JobStatus::Pending,
+        JobStatus::Runnable,
+        JobStatus::Starting,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Submitted => "SUBMITTED",

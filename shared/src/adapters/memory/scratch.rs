@@ -142,7 +142,8 @@ impl ScratchFile {
         self.put(&[&frame, &kept])
     }
 
-    /// The whole entry [`Self::append_framed`] put at `offset`.
+    /// The whole entry [`Self::append_framed`] put at `offset` (an offset it gave: any other
+    /// is read as a frame all the same, and only a frame past the file's end is refused).
     pub fn read_framed(&self, offset: u64) -> io::Result<Vec<u8>> {
         let frame = self.read_stored(offset, FRAME)?;
         let length = |at: usize| {
@@ -310,10 +311,11 @@ pub(crate) mod tests {
         for (offset, bytes) in &framed {
             assert_eq!(&scratch.read_framed(*offset).unwrap(), bytes);
         }
-        let plain = scratch.append(b"ab").unwrap();
-        assert!(
-            scratch.read_framed(plain.offset).is_err(),
-            "a plain entry is no frame"
+        // A frame would run past the end: refused, not read from beyond the file.
+        let last = scratch.append(b"ab").unwrap();
+        assert_eq!(
+            scratch.read_framed(last.offset).unwrap_err().kind(),
+            io::ErrorKind::UnexpectedEof
         );
     }
 
