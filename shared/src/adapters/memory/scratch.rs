@@ -145,6 +145,13 @@ impl ScratchFile {
     /// The whole entry [`Self::append_framed`] put at `offset` (an offset it gave: any other
     /// is read as a frame all the same, and only a frame past the file's end is refused).
     pub fn read_framed(&self, offset: u64) -> io::Result<Vec<u8>> {
+        let at = self.frame(offset)?;
+        self.read(at, 0, u64::from(at.len))
+    }
+
+    /// Where the entry [`Self::append_framed`] put at `offset` is, from its frame: what
+    /// [`Self::read`] takes, for a part of it.
+    pub fn frame(&self, offset: u64) -> io::Result<Spilled> {
         let frame = self.read_stored(offset, FRAME)?;
         let length = |at: usize| {
             frame
@@ -164,7 +171,7 @@ impl ScratchFile {
                 format!("no entry starts at {offset} of the scratch file"),
             ));
         }
-        self.read(at, 0, u64::from(at.len))
+        Ok(at)
     }
 
     /// An entry's length and the bytes to store for it (compressed when that pays).

@@ -1,13 +1,16 @@
 //! A sorted map from string keys to small values, packed for tens of millions of keys: the keys
-//! sit in blocks of at most [`BLOCK_KEYS`], each block's keys front-coded (a key stores only
-//! what differs from the key before it) in one boxed byte string, its values in one boxed slice.
+//! sit in blocks of at most [`BLOCK_KEYS`], each block's keys front- and rear-coded (a key
+//! stores only what differs from the key before it, between the start and the end they share)
+//! in one boxed byte string, its values in one boxed slice.
 //!
 //! Why: the in-memory store twin of a ten-million-granule campaign holds ~21 million keys. In a
 //! `BTreeMap<Box<str>, _>` each costs its own heap string (~40–60 bytes, plus the allocator's
 //! rounding) and a B-tree slot that is half empty when keys arrive in order — ~130 bytes a key
 //! beside its value, 2.6 GB of the campaign's 4.4. Keys of one folder share most of their bytes
-//! (`HLS.S30.T18TYN.2020001T…`), so front coding keeps ~15–25 of them. A lookup binary-searches
-//! the blocks by their first key and scans one block; an edit re-encodes one block.
+//! (`HLS.S30.T18TYN.2020001T…`), so front coding keeps ~15–25 of them; and neighbours end alike
+//! (`….v2.0.json`, `….v2.0/attempt=1.json`), so rear coding keeps ~10–20 fewer. A lookup
+//! binary-searches the blocks by their first key and scans one block; an edit re-encodes one
+//! block.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -15,8 +18,9 @@ use std::ops::Bound;
 /// Keys in one block: a lookup decodes at most this many, an edit re-encodes them.
 const BLOCK_KEYS: usize = 32;
 
-/// One block: its keys front-coded in order (each as `shared` and `suffix length`, LEB128, then
-/// the suffix), and their values in the same order. Both boxed, sized exactly: a `Vec`'s spare
+/// One block: its keys coded in order against the key before each (as the lengths of the start
+/// and of the end it shares with it and of what lies between, LEB128, then what lies between),
+/// and their values in the same order. Both boxed, sized exactly: a `Vec`'s spare
 /// capacity would cost as much as the coding saves.
 #[derive(Debug, Clone)]
 struct Block<V> {
@@ -51,25 +55,38 @@ fn shared_len(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// Front-codes `keys` (sorted) into one byte string.
+fn shared_end_len(a: &[u8], b: &[u8]) -> usize {
+    a.iter()
+        .rev()
+        .zip(b.iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Codes `keys` (sorted) into one byte string, each against the one before it: the start they
+/// share, then the end they share past it (so the two never overlap in either key).
 fn encode<'a>(keys: impl IntoIterator<Item = &'a [u8]>) -> Box<[u8]> {
     let mut out = Vec::new();
     let mut previous: &[u8] = &[];
     for key in keys {
-        let shared = shared_len(previous, key);
-        put_varint(&mut out, shared);
-        put_varint(&mut out, key.len() - shared);
-        out.extend_from_slice(&key[shared..]);
+        let start = shared_len(previous, key);
+        let end = shared_end_len(&previous[start..], &key[start..]);
+        put_varint(&mut out, start);
+        put_varint(&mut out, end);
+        put_varint(&mut out, key.len() - start - end);
+        out.extend_from_slice(&key[start..key.len() - end]);
         previous = key;
     }
     out.into_boxed_slice()
 }
 
-/// Walks a block's keys in order, decoding each into one reused buffer.
+/// Walks a block's keys in order, decoding each into one of two reused buffers (the key before
+/// it is read from the other).
 struct Cursor<'a> {
     bytes: &'a [u8],
     at: usize,
     key: Vec<u8>,
+    previous: Vec<u8>,
 }
 
 impl<'a> Cursor<'a> {
@@ -78,6 +95,7 @@ impl<'a> Cursor<'a> {
             bytes,
             at: 0,
             key: Vec::new(),
+            previous: Vec::new(),
         }
     }
 
@@ -86,12 +104,19 @@ impl<'a> Cursor<'a> {
         if self.at >= self.bytes.len() {
             return None;
         }
-        let shared = take_varint(self.bytes, &mut self.at);
+        let start = take_varint(self.bytes, &mut self.at);
+        let end = take_varint(self.bytes, &mut self.at);
         let len = take_varint(self.bytes, &mut self.at);
-        let end = (self.at + len).min(self.bytes.len());
-        self.key.truncate(shared);
-        self.key.extend_from_slice(&self.bytes[self.at..end]);
-        self.at = end;
+        let between = (self.at + len).min(self.bytes.len());
+        std::mem::swap(&mut self.key, &mut self.previous);
+        let before = &self.previous;
+        let start = start.min(before.len());
+        let end_from = before.len().saturating_sub(end).max(start);
+        self.key.clear();
+        self.key.extend_from_slice(&before[..start]);
+        self.key.extend_from_slice(&self.bytes[self.at..between]);
+        self.key.extend_from_slice(&before[end_from..]);
+        self.at = between;
         Some(&self.key)
     }
 }
@@ -371,5 +396,43 @@ mod tests {
             bytes * 4 < BLOCK_KEYS * 10 * 12 * 3,
             "{bytes} bytes of keys"
         );
+    }
+
+    #[test]
+    fn neighbours_ending_alike_are_coded_by_what_lies_between() {
+        // A log folder's rests: each shares `granule_id=HLS.S30.T18TYN.2025039T2359` with the
+        // key before it and `.v2.0/attempt=1.json` after; what is left is two digits.
+        let keys: Vec<String> = (10..42)
+            .map(|s| format!("granule_id=HLS.S30.T18TYN.2025039T2359{s}.v2.0/attempt=1.json"))
+            .collect();
+        let coded = encode(keys.iter().map(|k| k.as_bytes()));
+        let first = keys[0].len() + 3;
+        assert!(
+            coded.len() <= first + (keys.len() - 1) * 6,
+            "{} bytes for {} keys",
+            coded.len(),
+            keys.len()
+        );
+        let block = Block::from_parts(
+            &keys.iter().map(|k| k.as_bytes().into()).collect::<Vec<_>>(),
+            vec![(); keys.len()],
+        );
+        let decoded: Vec<String> = block
+            .decoded()
+            .iter()
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect();
+        assert_eq!(decoded, keys);
+        // A start and an end that would overlap in the shorter key are not both taken.
+        let tricky = ["ab", "abab", "ababab", "b", "bab"];
+        let block = Block::from_parts(
+            &tricky
+                .iter()
+                .map(|k| k.as_bytes().into())
+                .collect::<Vec<_>>(),
+            vec![(); tricky.len()],
+        );
+        let decoded: Vec<Box<[u8]>> = block.decoded();
+        assert_eq!(decoded, tricky.map(|k| Box::<[u8]>::from(k.as_bytes())));
     }
 }

@@ -1,4 +1,4 @@
-use super::scratch::{ScratchFile, Spilled};
+use super::scratch::ScratchFile;
 use super::shelf::Shelf;
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use async_trait::async_trait;
@@ -13,38 +13,45 @@ use std::sync::Mutex;
 #[derive(Debug, Clone)]
 enum Body {
     Held(Box<[u8]>),
-    /// In the spill file.
-    Spilled(Spilled),
+    /// In the spill file, at this frame ([`ScratchFile::append_framed`]).
+    Spilled(u64),
 }
 
-/// `Entry::at.offset` of a body the store holds itself (in `Objects::held`, by version).
-const HELD: u64 = u64::MAX;
+/// The bit of `Entry::at` saying the store holds the body itself (in `Objects::held`, under the
+/// rest of `at`: the write's number).
+const HELD: u64 = 1 << 63;
 
-/// One object. Kept small — 24 bytes (the key is the shelf's, the ETag a number, the time
-/// relative to the store's creation, a held body in a side table): a ten-million-granule
-/// campaign holds ~21 million of them. A held body belongs to its version: an entry must never
-/// be duplicated under a second key (a copy is a put, with a version of its own), or deleting
-/// one would drop the other's body.
+/// One object. Kept small — 16 bytes (the key is the shelf's, the body's compressed length in
+/// its frame in the scratch file, the time relative to the store's creation, a held body in a
+/// side table): a ten-million-granule campaign holds ~21 million of them. A held body belongs to
+/// its write: an entry must never be duplicated under a second key (a copy is a put, a write of
+/// its own), or deleting one would drop the other's body.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    /// Where its body is in the spill file, or [`HELD`] with the body's length.
-    at: Spilled,
-    version: u32,
+    /// Where its body is: its frame's offset in the scratch file, or [`HELD`] with the write's
+    /// number. Each write has its own (a frame is never written twice, a number never given
+    /// twice), so this is the object's ETag too.
+    at: u64,
+    /// The body's length.
+    len: u32,
     /// Milliseconds after the store was made (a twin lives far less than the 49 days this holds).
     modified_ms: u32,
 }
 
 impl Entry {
     fn len(&self) -> u64 {
-        u64::from(self.at.len)
+        u64::from(self.len)
     }
 
     fn is_held(&self) -> bool {
-        self.at.offset == HELD
+        self.at & HELD != 0
     }
 
     fn etag(&self) -> String {
-        format!("\"m{}\"", self.version)
+        match self.is_held() {
+            true => format!("\"h{}\"", self.at & !HELD),
+            false => format!("\"s{}\"", self.at),
+        }
     }
 }
 
@@ -71,9 +78,10 @@ struct Objects {
     /// `items/` keys cost ~25 bytes each instead of ~130 in a map of boxed strings.
     folders: BTreeMap<Box<str>, Shelf<Entry>>,
     /// The bodies the store holds itself (all of a store without a spill file, the short ones
-    /// of one with), by their entry's version; an empty body is not kept.
-    held: std::collections::HashMap<u32, Box<[u8]>>,
-    versions: u32,
+    /// of one with), by their entry's `at`; an empty body is not kept.
+    held: std::collections::HashMap<u64, Box<[u8]>>,
+    /// Bodies held so far: the number of the next one's write.
+    held_writes: u64,
     made: DateTime<Utc>,
 }
 
@@ -82,7 +90,7 @@ impl Default for Objects {
         Self {
             folders: BTreeMap::new(),
             held: Default::default(),
-            versions: 0,
+            held_writes: 0,
             made: Utc::now(),
         }
     }
@@ -122,7 +130,7 @@ impl Objects {
     /// Drops the held body of an entry replaced or removed.
     fn let_go(&mut self, gone: Option<Entry>) {
         if let Some(gone) = gone.filter(Entry::is_held) {
-            self.held.remove(&gone.version);
+            self.held.remove(&gone.at);
         }
     }
 
@@ -132,7 +140,7 @@ impl Objects {
         if !entry.is_held() {
             return Some(Body::Spilled(entry.at));
         }
-        match self.held.get(&entry.version) {
+        match self.held.get(&entry.at) {
             Some(bytes) => Some(Body::Held(bytes.clone())),
             None if entry.len() == 0 => Some(Body::Held(Box::default())),
             None => None,
@@ -265,18 +273,23 @@ impl MemoryStore {
 
     /// Bytes `range` (clamped to the body) of `body`.
     fn read(&self, key: &str, body: &Body, range: Range<u64>) -> Result<Bytes, StoreError> {
-        let len = match body {
-            Body::Held(b) => b.len() as u64,
-            Body::Spilled(at) => u64::from(at.len),
+        let clamp = |len: u64| {
+            let (start, end) = (range.start.min(len), range.end.min(len));
+            (start, end.max(start))
         };
-        let (start, end) = (range.start.min(len), range.end.min(len));
-        let end = end.max(start);
         match (body, &self.spill) {
-            (Body::Held(b), _) => Ok(Bytes::copy_from_slice(&b[start as usize..end as usize])),
-            (Body::Spilled(at), Some(file)) => file
-                .read(*at, start, end - start)
-                .map(Bytes::from)
-                .map_err(|e| spill_error(key, &e)),
+            (Body::Held(b), _) => {
+                let (start, end) = clamp(b.len() as u64);
+                Ok(Bytes::copy_from_slice(&b[start as usize..end as usize]))
+            }
+            (Body::Spilled(frame), Some(file)) => {
+                let read = || {
+                    let at = file.frame(*frame)?;
+                    let (start, end) = clamp(u64::from(at.len));
+                    file.read(at, start, end - start)
+                };
+                read().map(Bytes::from).map_err(|e| spill_error(key, &e))
+            }
             (Body::Spilled(_), None) => Err(StoreError::backend(
                 key,
                 "the body was spilled but the store has no spill file",
@@ -325,7 +338,10 @@ impl ObjectStore for MemoryStore {
         // in the scratch file unreferenced, as a replaced object's do.
         let (spilled, held) = match &self.spill {
             Some(file) if body.len() >= SPILL_MIN_BYTES => (
-                Some(file.append(&body).map_err(|e| spill_error(key, &e))?),
+                Some(
+                    file.append_framed(&body)
+                        .map_err(|e| spill_error(key, &e))?,
+                ),
                 None,
             ),
             // Copied before the lock too.
@@ -350,32 +366,31 @@ impl ObjectStore for MemoryStore {
                 key: key.to_owned(),
             });
         }
-        objects.versions = objects
-            .versions
-            .checked_add(1)
-            .ok_or_else(|| StoreError::backend(key, "the memory store ran out of versions"))?;
         let since = Utc::now()
             .signed_duration_since(objects.made)
             .num_milliseconds();
-        let version = objects.versions;
         let len = u32::try_from(body.len())
             .map_err(|_| StoreError::backend(key, "the memory store holds bodies under 4 GiB"))?;
         let at = match spilled {
-            Some(at) => at,
+            Some(frame) if frame & HELD == 0 => frame,
+            Some(_) => {
+                return Err(StoreError::backend(
+                    key,
+                    "the memory store's spill file is past 8 EiB",
+                ))
+            }
             None => {
+                objects.held_writes += 1;
+                let at = HELD | objects.held_writes;
                 if let Some(held) = held.filter(|b| !b.is_empty()) {
-                    objects.held.insert(version, held);
+                    objects.held.insert(at, held);
                 }
-                Spilled {
-                    offset: HELD,
-                    len,
-                    stored: len,
-                }
+                at
             }
         };
         let entry = Entry {
             at,
-            version,
+            len,
             modified_ms: u32::try_from(since.max(0)).unwrap_or(u32::MAX),
         };
         let etag = entry.etag();
@@ -579,7 +594,7 @@ mod tests {
         assert!(s.get("c").await.unwrap().unwrap().body.is_empty());
         // Only `a`'s latest body is held: replaced, deleted and empty ones are not.
         assert_eq!(s.lock().held.len(), 1);
-        assert_eq!(std::mem::size_of::<Entry>(), 24);
+        assert_eq!(std::mem::size_of::<Entry>(), 16);
     }
 
     #[tokio::test]
@@ -594,7 +609,7 @@ mod tests {
             .await
             .unwrap();
         let replaced = Bytes::from(vec![7u8; 100]);
-        s.put("a", replaced.clone(), PutCondition::IfMatch(e1))
+        s.put("a", replaced.clone(), PutCondition::IfMatch(e1.clone()))
             .await
             .unwrap();
         assert_eq!(s.get("a").await.unwrap().unwrap().body, replaced);
@@ -614,5 +629,23 @@ mod tests {
         assert_eq!(s.get("c").await.unwrap().unwrap().body, replaced);
         let sizes: Vec<u64> = s.list("").await.unwrap().iter().map(|m| m.size).collect();
         assert_eq!(sizes, vec![100, 5, 100]);
+        // Each write its own ETag (a spilled body's is its frame): the first one no longer
+        // matches, the copy is not its source's version.
+        let stale = s.put("a", long.clone(), PutCondition::IfMatch(e1.clone()));
+        assert!(matches!(stale.await, Err(StoreError::Conflict { .. })));
+        let (a, c) = (
+            s.get("a").await.unwrap().unwrap(),
+            s.get("c").await.unwrap().unwrap(),
+        );
+        assert!(a.etag != c.etag && a.etag != e1 && c.etag != e1);
+        let short = s.get("b").await.unwrap().unwrap().etag;
+        s.put(
+            "b",
+            Bytes::from_static(b"again"),
+            PutCondition::IfMatch(short.clone()),
+        )
+        .await
+        .unwrap();
+        assert_ne!(s.get("b").await.unwrap().unwrap().etag, short);
     }
 }
