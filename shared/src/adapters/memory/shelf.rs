@@ -8,7 +8,7 @@
 //! rounding) and a B-tree slot that is half empty when keys arrive in order — ~130 bytes a key
 //! beside its value, 2.6 GB of the campaign's 4.4. Keys of one folder share most of their bytes
 //! (`HLS.S30.T18TYN.2020001T…`), so front coding keeps ~15–25 of them; and neighbours end alike
-//! (`….v2.0.json`, `….v2.0/attempt=1.json`), so rear coding keeps ~10–20 fewer. A lookup
+//! (`….v2.0.json`, `….v2.0/attempt=1.json`), which rear coding keeps once for a byte a key. A lookup
 //! binary-searches the blocks by their first key and scans one block; an edit re-encodes one
 //! block.
 
@@ -55,6 +55,7 @@ fn shared_len(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
+/// How many bytes `a` and `b` end with alike (what a key shares with its neighbour's end).
 fn shared_end_len(a: &[u8], b: &[u8]) -> usize {
     a.iter()
         .rev()
@@ -400,8 +401,8 @@ mod tests {
 
     #[test]
     fn neighbours_ending_alike_are_coded_by_what_lies_between() {
-        // A log folder's rests: each shares `granule_id=HLS.S30.T18TYN.2025039T2359` with the
-        // key before it and `.v2.0/attempt=1.json` after; what is left is two digits.
+        // A log folder's rests: each shares its start with the key before it (up to the
+        // seconds' last digit or two) and `.v2.0/attempt=1.json` after; a byte or two is left.
         let keys: Vec<String> = (10..42)
             .map(|s| format!("granule_id=HLS.S30.T18TYN.2025039T2359{s}.v2.0/attempt=1.json"))
             .collect();

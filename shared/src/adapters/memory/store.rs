@@ -21,9 +21,10 @@ enum Body {
 /// rest of `at`: the write's number).
 const HELD: u64 = 1 << 63;
 
-/// One object. Kept small — 16 bytes (the key is the shelf's, the body's compressed length in
-/// its frame in the scratch file, the time relative to the store's creation, a held body in a
-/// side table): a ten-million-granule campaign holds ~21 million of them. A held body belongs to
+/// One object. Kept small — 16 bytes (the key is the shelf's; where the body is — a frame in the
+/// scratch file, whose header holds its stored length, or a held write's number —, its length,
+/// its time relative to the store's creation; a held body in a side table): a
+/// ten-million-granule campaign holds ~21 million of them. A held body belongs to
 /// its write: an entry must never be duplicated under a second key (a copy is a put, a write of
 /// its own), or deleting one would drop the other's body.
 #[derive(Debug, Clone, Copy)]
@@ -80,7 +81,7 @@ struct Objects {
     /// The bodies the store holds itself (all of a store without a spill file, the short ones
     /// of one with), by their entry's `at`; an empty body is not kept.
     held: std::collections::HashMap<u64, Box<[u8]>>,
-    /// Bodies held so far: the number of the next one's write.
+    /// Writes given a held number so far (the last one's number); empty bodies count too.
     held_writes: u64,
     made: DateTime<Utc>,
 }
