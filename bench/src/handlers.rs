@@ -87,15 +87,13 @@ pub(crate) async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<
                     let job = format!("bench-failed-{serial}");
                     granary::handlers::item_sync::submitted(&setup, &e, &job, None, "bench")
                         .await?;
-                    granary::handlers::item_sync::finished(
-                        &setup,
-                        &e,
-                        &job,
-                        &[granary::domain::lifecycle::ItemState::ProcessingFailed],
-                        "Spot",
-                        "bench",
-                    )
-                    .await?;
+                    let end = granary::handlers::item_sync::End {
+                        job_id: &job,
+                        ends: &[granary::domain::lifecycle::ItemState::ProcessingFailed],
+                        reason: "Spot",
+                        listed_in: None,
+                    };
+                    granary::handlers::item_sync::finished(&setup, &e, end, "bench").await?;
                 }
                 requeuer_bodies.push(serde_json::to_string(&e)?);
             }

@@ -89,6 +89,7 @@ impl Ctx {
             // Made by [`Ctx::aws_with_signing_key`], which reads its credentials from SSM.
             minter: None,
             window_granules: Arc::default(),
+            open_windows: Arc::default(),
             end_window: Arc::default(),
             metrics: Arc::default(),
             config,
@@ -124,6 +125,7 @@ impl Ctx {
             signing_key: None,
             minter: None,
             window_granules: Arc::default(),
+            open_windows: Arc::default(),
             end_window: Arc::default(),
             metrics: Arc::default(),
             config,
@@ -245,6 +247,7 @@ impl Ctx {
             }),
             // A crash ends the instance: the next one starts with nothing read.
             window_granules: Arc::default(),
+            open_windows: Arc::default(),
             // What the monitor judged so far stays the instance's (the local runtime's one
             // warm instance); it only ever decides a hold.
             end_window: self.end_window.clone(),

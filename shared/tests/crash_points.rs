@@ -39,6 +39,7 @@ async fn audit(w: &World) -> Vec<String> {
             problems.push(format!("{name} submitted {n} times"));
         }
     }
+    problems.extend(attempts_submitted_twice(w).await);
     for campaign in w.campaigns() {
         let c = ctx(w).in_campaign(campaign.as_ref());
         let named = campaign.map_or("the unnamed campaign".to_owned(), |n| {
@@ -50,6 +51,75 @@ async fn audit(w: &World) -> Vec<String> {
                 .into_iter()
                 .map(|p| format!("{named}: {p}")),
         );
+    }
+    problems
+}
+
+/// Each (campaign, granule, attempt) given to Batch at most once, however it went: as its own
+/// job (named by its parameters) or as a child of an array window (its granule and attempt read
+/// from the claim the array names, the one with the array's token). Job names alone cannot see
+/// a granule put into two arrays, or into an array and a single job.
+async fn attempts_submitted_twice(w: &World) -> Vec<String> {
+    use granary::domain::job_tags::{
+        ATTEMPT_PARAM, CAMPAIGN_PARAM, GRANULE_ID_PARAM, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
+    };
+    let mut problems = Vec::new();
+    let mut given: BTreeMap<(String, String, u32), Vec<String>> = BTreeMap::new();
+    for r in w.jobs.submitted() {
+        let campaign = r
+            .parameters
+            .get(CAMPAIGN_PARAM)
+            .cloned()
+            .unwrap_or_default();
+        let mut give = |granule: String, attempt: u32, how: String| {
+            given
+                .entry((campaign.clone(), granule, attempt))
+                .or_default()
+                .push(how)
+        };
+        if let Some(claim_key) = r.parameters.get(WINDOW_CLAIM_PARAM) {
+            let claim = granary::repositories::read_json::<granary::domain::window::WindowClaim>(
+                w.imp.store.as_ref(),
+                claim_key,
+            )
+            .await;
+            let claim = match claim {
+                Ok(Some(c)) => c.value,
+                other => {
+                    problems.push(format!(
+                        "array {} names claim {claim_key}, unreadable: {other:?}",
+                        r.job_name
+                    ));
+                    continue;
+                }
+            };
+            if r.parameters.get(WINDOW_TOKEN_PARAM) != claim.token.as_ref() {
+                problems.push(format!(
+                    "array {}'s claim {claim_key} is another claim now",
+                    r.job_name
+                ));
+                continue;
+            }
+            for (i, entry) in claim.entries().enumerate() {
+                give(
+                    entry.granule_id.to_string(),
+                    entry.attempt,
+                    format!("{}:{i}", r.job_name),
+                );
+            }
+        } else if let Some(granule) = r.parameters.get(GRANULE_ID_PARAM) {
+            let attempt = r
+                .parameters
+                .get(ATTEMPT_PARAM)
+                .and_then(|a| a.parse().ok())
+                .unwrap_or(0);
+            give(granule.clone(), attempt, r.job_name.clone());
+        }
+    }
+    for ((campaign, granule, attempt), how) in given {
+        if how.len() > 1 {
+            problems.push(format!("{granule} attempt {attempt} (campaign {campaign:?}) given to Batch {} times: {how:?}", how.len()));
+        }
     }
     problems
 }
@@ -321,7 +391,10 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             .unwrap();
             assert_eq!(tracker.value.retry_windows, 1, "{scenario:?}");
         }
-        if scenario == Scenario::FeederTwoInventories {
+        if matches!(
+            scenario,
+            Scenario::FeederTwoInventories | Scenario::FeederTwoInventoriesArray
+        ) {
             // Two windows in the run under test (one per inventory), the third by the next run
             // from the page map the first left: three window claims.
             let c = ctx(&w);

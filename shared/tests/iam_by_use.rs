@@ -81,6 +81,49 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
         .unwrap();
         collect(&w);
     }
+    // Discovery while an array window of first attempts runs: its granules have no record yet,
+    // so discovery reads the window's claim. No scenario discovers during one: made here.
+    for campaign in [None, named()] {
+        use granary::domain::layout::claims::window_key;
+        use granary::domain::window::WindowClaim;
+        use granary::ports::PutCondition;
+        let w = platform::world_in(platform::Scenario::Discover, campaign);
+        let discover = w.as_fn(Function::Discover);
+        let layout = &discover.config.layout;
+        let granules = platform::BACKFILL
+            .iter()
+            .map(|g| granary::domain::granule::GranuleId::parse(g).unwrap())
+            .collect();
+        let claim = WindowClaim::new(
+            None,
+            "inventories/0001.parquet",
+            0,
+            2,
+            granules,
+            "t",
+            chrono::Utc::now(),
+        )
+        .in_array(true)
+        .with_records_at_end(true);
+        let body = bytes::Bytes::from(serde_json::to_vec(&claim).unwrap());
+        for (key, body) in [
+            (window_key(&layout.claim_prefix, &claim.inventory, 0), body),
+            (
+                window_key(&layout.open_claim_prefix, &claim.inventory, 0),
+                bytes::Bytes::new(),
+            ),
+        ] {
+            w.imp
+                .store
+                .put(&key, body, PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        granary::handlers::importer::discover::discover(&discover)
+            .await
+            .unwrap();
+        collect(&w);
+    }
     // The automatic brake's hold: no scenario ends enough jobs to judge, so the monitor's
     // calls are made here as it makes them — the hold placed, then found placed.
     for campaign in [None, named()] {

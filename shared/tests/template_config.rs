@@ -22,7 +22,8 @@ fn keys_config_reads() -> BTreeSet<String> {
             match k {
                 "GRANARY_ITEM_RECORDS"
                 | "GRANARY_INGEST_CONTAINER_STEP"
-                | "GRANARY_ARRAY_WINDOWS" => "on",
+                | "GRANARY_ARRAY_WINDOWS"
+                | "GRANARY_ARRAY_RECORDS_AT_SUBMISSION" => "on",
                 "GRANARY_INGEST_EZID_URL" => "https://ezid.example",
                 "GRANARY_NOT_BEFORE" | "GRANARY_ID_PATTERN" | "GRANARY_ID_DATE_FORMAT" => "",
                 "GRANARY_FUNCTION_TIMEOUT_SECS" => "",

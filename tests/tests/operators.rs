@@ -363,16 +363,15 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     let dead_lettered = granary::domain::lifecycle::decisions::end_states(
         granary::domain::classify::Route::FailureDlq,
     );
-    item_sync::finished(
-        ctx,
-        &first,
-        "job-1",
-        dead_lettered,
-        "exit code 2",
-        "job-monitor",
-    )
-    .await
-    .unwrap();
+    let end = item_sync::End {
+        job_id: "job-1",
+        ends: dead_lettered,
+        reason: "exit code 2",
+        listed_in: None,
+    };
+    item_sync::finished(ctx, &first, end, "job-monitor")
+        .await
+        .unwrap();
     let untouched = GranuleId::parse("HLS.L30.T18TYN.2020002T153012.v2.0").unwrap();
     item_sync::submitted(
         ctx,

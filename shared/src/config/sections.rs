@@ -138,6 +138,11 @@ pub struct Feeder {
     /// (`GRANARY_ARRAY_WINDOWS`; the container then follows docs/array-windows.md). Off: one
     /// job per granule, the contract every container already follows.
     pub array_windows: bool,
+    /// The item records of an array window's first attempts are made when the window is
+    /// submitted, as a single job's are (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION`). Off (the
+    /// default): each is made by the job monitor at its child's end, one write a granule instead
+    /// of two; until then the window's claim and open marker are what say it is in flight.
+    pub array_records_at_submission: bool,
     /// The queue downstream of granary whose backlog holds the feeder back
     /// (`GRANARY_DOWNSTREAM_QUEUE_URL`, `GRANARY_DOWNSTREAM_MAX_MESSAGES`); `None`: none.
     pub downstream: Option<crate::domain::downstream::DownstreamGate>,
@@ -150,6 +155,7 @@ impl Default for Feeder {
             max_active_jobs: DEFAULT_MAX_ACTIVE_JOBS,
             submit_concurrency: DEFAULT_SUBMIT_CONCURRENCY,
             array_windows: false,
+            array_records_at_submission: false,
             downstream: None,
         }
     }
@@ -171,6 +177,10 @@ impl Feeder {
             max_active_jobs: v.number("GRANARY_MAX_ACTIVE_JOBS", d.max_active_jobs)?,
             submit_concurrency,
             array_windows: v.flag("GRANARY_ARRAY_WINDOWS", d.array_windows)?,
+            array_records_at_submission: v.flag(
+                "GRANARY_ARRAY_RECORDS_AT_SUBMISSION",
+                d.array_records_at_submission,
+            )?,
             downstream: Self::read_downstream(v)?,
         })
     }

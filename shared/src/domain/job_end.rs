@@ -45,6 +45,10 @@ pub struct FinishedJob {
     /// The Spot ends before this attempt, when the job's own parameters cannot say: an array
     /// child's are its parent's, and its window claim holds its count (`domain::attempt_budget`).
     pub spot_ends_before: Option<u32>,
+    /// Where a first attempt submitted in an array window was listed (its window claim's key):
+    /// its item record is made at its end (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off), and says
+    /// so. `None` for any other job.
+    pub listed_in: Option<String>,
 }
 
 /// A child of an array window that ended, before its granule is read from the window claim.
@@ -75,6 +79,7 @@ impl WindowChildEnd {
             campaign: self.campaign.clone(),
             classification: self.classification.clone(),
             route: self.route,
+            listed_in: entry.record_at_end.then(|| self.claim_key.clone()),
             spot_ends_before: Some(entry.spot_ends),
         }
     }
@@ -139,6 +144,7 @@ pub fn on_job_detail(job: &JobDetail) -> Result<JobEnd, EventRejection> {
         classification,
         route,
         spot_ends_before: None,
+        listed_in: None,
     }))
 }
 
@@ -237,6 +243,7 @@ pub fn forgotten_by_batch(
         },
         route: Route::FailureDlq,
         spot_ends_before: None,
+        listed_in: None,
     }
 }
 

@@ -28,6 +28,8 @@ pub struct WindowEntry {
     pub granule_id: GranuleId,
     pub attempt: u32,
     pub spot_ends: u32,
+    /// Its item record is made at its end, by the job monitor ([`WindowClaim::records_at_end`]).
+    pub record_at_end: bool,
 }
 
 impl WindowEntry {
@@ -85,6 +87,13 @@ pub struct WindowClaim {
     /// empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spot_ends: Vec<u32>,
+    /// An array window of first attempts whose granules' item records are made at their ends by
+    /// the job monitor, not when it is submitted (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off):
+    /// until each child ends, this claim and the window's open marker are what say its granule is
+    /// in flight. Decided when the window is claimed, so a run that takes it over, and the
+    /// monitor, do as its claim says.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub records_at_end: bool,
 }
 
 impl WindowClaim {
@@ -111,7 +120,16 @@ impl WindowClaim {
             campaign: campaign.cloned(),
             attempts: Vec::new(),
             spot_ends: Vec::new(),
+            records_at_end: false,
         }
+    }
+
+    /// The window's first attempts recorded at their ends when `wanted` and it is an array
+    /// window of first attempts (a single job's record, or a retry's, is written when it is
+    /// submitted).
+    pub fn with_records_at_end(mut self, wanted: bool) -> Self {
+        self.records_at_end = wanted && self.array && !self.is_retries();
+        self
     }
 
     /// Window `number` of the retries the requeuer parked: each entry's granule at its own
@@ -149,6 +167,7 @@ impl WindowClaim {
             granule_id,
             attempt: self.attempts.get(i).copied().unwrap_or(WINDOW_ATTEMPT),
             spot_ends: self.spot_ends.get(i).copied().unwrap_or(0),
+            record_at_end: self.records_at_end,
         })
     }
 

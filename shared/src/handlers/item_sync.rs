@@ -115,39 +115,63 @@ pub async fn window_submitted(
     Ok(made.iter().map(Option::is_some).collect())
 }
 
-/// The monitor saw attempt `event.attempt` end: PROCESSING → along `ends`
-/// (`decisions::end_states` of its route).
+/// An attempt's end as the monitor handled it: its job, the states its route takes the record
+/// along (`decisions::end_states`), the reason, and — for a first attempt of an array window
+/// whose record is made at its end — where it was listed (its window claim's key).
+pub struct End<'a> {
+    pub job_id: &'a str,
+    pub ends: &'a [ItemState],
+    pub reason: &'a str,
+    pub listed_in: Option<&'a str>,
+}
+
+/// The monitor saw attempt `event.attempt` end: PROCESSING → along `end.ends`.
 pub async fn finished(
     ctx: &Ctx,
     event: &GranuleProcessingEvent,
-    job_id: &str,
-    ends: &[ItemState],
-    reason: &str,
+    end: End<'_>,
     by: &str,
 ) -> Result<(), RecordError> {
     if !ctx.config.layout.track_items {
         return Ok(());
     }
-    let result = record_finished(ctx, event, job_id, ends, reason, by).await;
+    let result = record_finished(ctx, event, end, by).await;
     unless_corrupt(ctx, result).await
 }
 
 async fn record_finished(
     ctx: &Ctx,
     event: &GranuleProcessingEvent,
-    job_id: &str,
-    ends: &[ItemState],
-    reason: &str,
+    end: End<'_>,
     by: &str,
 ) -> Result<(), RecordError> {
     let items = ctx.items();
     let attempt = event.attempt;
+    let End {
+        job_id,
+        ends,
+        reason,
+        listed_in,
+    } = end;
     let to = ends.last().copied().unwrap_or(ItemState::ProcessingFailed);
     let advance = || {
         items.advance_steps(&event.granule_id, by, |r| {
             decisions::on_job_finished(r, attempt, job_id, ends, reason)
         })
     };
+    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, ends, reason);
+    // A first attempt of an array window has no record until now (its window left it to its
+    // end): made at once, READY to its end in one conditional PUT, its listing its source. A
+    // record there already (a duplicate delivery, the reconciler's recovery) refuses it and is
+    // advanced as any record, which changes nothing at the same attempt's end.
+    if let Some(claim) = listed_in {
+        let new = NewItem::ready(event.granule_id.clone(), LISTED, Some(claim.to_owned()));
+        if let Created::Existing(_) = items.create_along(new, &changes, by).await? {
+            let moved = advance().await?;
+            warn_if_lagging(&moved, event, to);
+        }
+        return Ok(());
+    }
     let moved = advance().await?;
     // No record: its submitter has not made it yet (a window's records follow its jobs, and a
     // job — or a first attempt and its retry — can end first). Made here at its end, so that the
@@ -157,7 +181,6 @@ async fn record_finished(
         warn_if_lagging(&moved, event, to);
         return Ok(());
     };
-    let changes = decisions::on_job_finished_unrecorded(attempt, job_id, ends, reason);
     if crate::mutants::on("monitor-leaves-a-missing-record")
         || (attempt > 1 && crate::mutants::on("records-made-only-at-a-first-attempt"))
     {
@@ -283,9 +306,13 @@ mod tests {
             attempt: 2,
         };
         submitted(&ctx, &event, "job-1", None, "t").await.unwrap();
-        finished(&ctx, &event, "job-1", &[Processed], "ok", "job-monitor")
-            .await
-            .unwrap();
+        let end = End {
+            job_id: "job-1",
+            ends: &[Processed],
+            reason: "ok",
+            listed_in: None,
+        };
+        finished(&ctx, &event, end, "job-monitor").await.unwrap();
         let rejects = ctx
             .store
             .list(&ctx.config.layout.reject_prefix)

@@ -282,6 +282,7 @@ pub async fn logged_end(
         classification,
         route,
         spot_ends_before,
+        listed_in: None,
     };
     job_finished(ctx, finished, job, by).await
 }
@@ -321,6 +322,7 @@ async fn handle_end(
         classification,
         route,
         spot_ends_before,
+        listed_in,
         ..
     } = finished;
     let facts = ctx.config.layout.id_parser.facts(&granule.granule_id);
@@ -376,7 +378,13 @@ async fn handle_end(
     // a duplicate delivery (the first may have died before getting here).
     if !matches!(outcome, MonitorOutcome::AlreadySucceeded) {
         let ends = crate::domain::lifecycle::decisions::end_states(route);
-        super::item_sync::finished(ctx, &granule, &ended_job, ends, &reason, by).await?;
+        let end = super::item_sync::End {
+            job_id: &ended_job,
+            ends,
+            reason: &reason,
+            listed_in: listed_in.as_deref(),
+        };
+        super::item_sync::finished(ctx, &granule, end, by).await?;
     }
     // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
     let marker =

@@ -6,10 +6,12 @@
 use super::json::RepositoryError;
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::{job_request, window_job_request};
+use crate::domain::granule::GranuleId;
 use crate::domain::job_name::{job_name, window_job_name};
-use crate::domain::layout::claims::window_key;
+use crate::domain::layout::claims::{parse_window_key, window_key};
 use crate::domain::window::{child_job_id, WindowClaim, WindowEntry, WINDOW_ATTEMPT};
 use crate::ports::{JobRequest, JobRunner, ObjectStore};
+use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// Where window claims live and how they are worked.
@@ -142,6 +144,106 @@ impl Windows<'_> {
             }
             in_flight @ Submitted::InFlight { .. } => in_flight,
         })
+    }
+}
+
+/// A window whose open marker stands: its place, whether it holds first attempts submitted as
+/// one array job, and its granules.
+#[derive(Debug, Clone)]
+pub struct OpenWindow {
+    pub inventory: String,
+    pub start: u64,
+    /// A window of first attempts submitted as one array job: its granules' item records are
+    /// made at their ends (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off), so until then the claim is
+    /// the only place that says they are in flight.
+    pub array_first_attempts: bool,
+    pub granules: std::sync::Arc<[GranuleId]>,
+}
+
+/// The open windows as read: those whose claim could be read, and the places of those whose
+/// claim could not (an error the caller weighs: the feeder stops, the sweeper counts it).
+#[derive(Debug, Default)]
+pub struct OpenWindows {
+    pub windows: Vec<OpenWindow>,
+    pub unreadable: Vec<(String, u64, RepositoryError)>,
+}
+
+impl OpenWindows {
+    /// The granules of the open array windows of first attempts: in flight, perhaps with no item
+    /// record yet.
+    pub fn array_granules(&self) -> std::collections::HashSet<&GranuleId> {
+        self.windows
+            .iter()
+            .filter(|w| w.array_first_attempts)
+            .flat_map(|w| w.granules.iter())
+            .collect()
+    }
+}
+
+/// The window claims read for [`Windows::open`] by a warm instance, by claim key, each with the
+/// time its open marker was last written: a claim's granules never change while it stands, and a
+/// claim an operator removed and a feeder made again gets its marker written again after it, so
+/// a marker with another time is read afresh. Only windows still open are kept.
+#[derive(Default)]
+pub struct OpenWindowClaims {
+    read: std::sync::Mutex<std::collections::HashMap<String, (DateTime<Utc>, OpenWindow)>>,
+}
+
+impl Windows<'_> {
+    /// Every window whose open marker stands, with its granules from its claim (one LIST, and a
+    /// GET for each claim `cache` has not read under that marker). A marker whose claim is gone
+    /// is left out (the reconciler closes it).
+    pub async fn open(&self, cache: &OpenWindowClaims) -> Result<OpenWindows, RepositoryError> {
+        let markers = crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "listing the open windows",
+            || self.store.list(self.open_prefix),
+            crate::ports::StoreError::is_transient,
+        )
+        .await?;
+        let mut out = OpenWindows::default();
+        let mut kept = std::collections::HashMap::new();
+        for marker in markers {
+            let Some((inventory, start)) = parse_window_key(self.open_prefix, &marker.key) else {
+                continue;
+            };
+            let claim_key = window_key(self.claim_prefix, &inventory, start);
+            let stamp = marker.last_modified;
+            let cached = stamp.and_then(|at| {
+                let read = cache.read.lock().unwrap_or_else(|p| p.into_inner());
+                read.get(&claim_key)
+                    .filter(|(seen, _)| *seen == at)
+                    .map(|(_, w)| w.clone())
+            });
+            let window = match cached {
+                Some(window) => window,
+                None => match super::json::read_json_retrying::<WindowClaim>(
+                    self.store,
+                    &claim_key,
+                    "reading an open window's claim",
+                )
+                .await
+                {
+                    Ok(Some(claim)) => OpenWindow {
+                        array_first_attempts: claim.value.array && !claim.value.is_retries(),
+                        granules: claim.value.granules.into(),
+                        inventory,
+                        start,
+                    },
+                    Ok(None) => continue,
+                    Err(e) => {
+                        out.unreadable.push((inventory, start, e));
+                        continue;
+                    }
+                },
+            };
+            if let Some(at) = stamp {
+                kept.insert(claim_key, (at, window.clone()));
+            }
+            out.windows.push(window);
+        }
+        *cache.read.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+        Ok(out)
     }
 }
 

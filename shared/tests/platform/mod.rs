@@ -99,6 +99,10 @@ pub enum Scenario {
     /// Two inventories sharing a granule, fed by one run as two windows (one per inventory),
     /// the second read from the page map the first left in the tracker.
     FeederTwoInventories,
+    /// As above with array windows: the first window's array is still running, with no item
+    /// records (made at its children's ends), when the second window lists its granule again:
+    /// only the first window's open claim says the granule is in flight.
+    FeederTwoInventoriesArray,
     /// The backfill with item records off: outcomes are the logs and the DLQ alone.
     FeederRecordsOff,
     /// Every attempt reclaimed by Spot: the requeuer meets the last attempt's retry message and
@@ -181,7 +185,7 @@ pub enum Scenario {
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 44] = [
+pub const ALL: [Scenario; 45] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -206,6 +210,7 @@ pub const ALL: [Scenario; 44] = [
     Scenario::CorruptRecord,
     Scenario::DownloadFails,
     Scenario::FeederTwoInventories,
+    Scenario::FeederTwoInventoriesArray,
     Scenario::FeederRecordsOff,
     Scenario::RequeuerExhausted,
     Scenario::RequeuerLastChance,
@@ -528,7 +533,7 @@ pub fn world(scenario: Scenario) -> World {
         events: Arc::new(MemoryQueue::new("batch-events")),
         events_dlq: Arc::new(MemoryQueue::new("batch-events-dlq")),
         listed: match scenario {
-            Scenario::FeederTwoInventories => {
+            Scenario::FeederTwoInventories | Scenario::FeederTwoInventoriesArray => {
                 let mut all: Vec<&str> = TWO_INVENTORIES.concat();
                 all.sort_unstable();
                 all.dedup();
@@ -589,6 +594,7 @@ pub fn world(scenario: Scenario) -> World {
             scenario,
             Scenario::Feeder
                 | Scenario::FeederTwoInventories
+                | Scenario::FeederTwoInventoriesArray
                 | Scenario::FeederRecordsOff
                 | Scenario::PoisonRow
                 | Scenario::ReconcilerWindow
@@ -639,6 +645,7 @@ pub fn world(scenario: Scenario) -> World {
         array: matches!(
             scenario,
             Scenario::FeederArray
+                | Scenario::FeederTwoInventoriesArray
                 | Scenario::ReconcilerArrayWindow
                 | Scenario::MonitorArrayChild
                 | Scenario::RequeuerParks
@@ -1183,7 +1190,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
     let c = ctx(w);
     use Scenario::*;
     match scenario {
-        FeederTwoInventories => {
+        FeederTwoInventories | FeederTwoInventoriesArray => {
             for (n, granules) in TWO_INVENTORIES.iter().enumerate() {
                 let rows: Vec<InventoryRow> = granules
                     .iter()
@@ -1542,8 +1549,15 @@ pub async fn prepare(w: &World, scenario: Scenario) {
 pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     use Scenario::*;
     let function = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch | FeederRetryWindow | CampaignSwitchParked => Some(Function::Feeder),
+        Feeder
+        | FeederTwoInventories
+        | FeederTwoInventoriesArray
+        | FeederRecordsOff
+        | PoisonRow
+        | FeederArray
+        | CampaignSwitch
+        | FeederRetryWindow
+        | CampaignSwitchParked => Some(Function::Feeder),
         Discover => Some(Function::Discover),
         ImportStep | Revalidate | PoisonImport | DownloadFails => Some(Function::ImportStep),
         Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
@@ -1583,11 +1597,18 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         got.into_iter().next().unwrap()
     };
     let (queue, message) = match scenario {
-        Feeder | FeederTwoInventories | FeederRecordsOff | PoisonRow | FeederArray
-        | CampaignSwitch | FeederRetryWindow | CampaignSwitchParked => {
+        Feeder
+        | FeederTwoInventories
+        | FeederTwoInventoriesArray
+        | FeederRecordsOff
+        | PoisonRow
+        | FeederArray
+        | CampaignSwitch
+        | FeederRetryWindow
+        | CampaignSwitchParked => {
             // Three rows: the first inventory's two, then one of the second (a second window,
             // its file opened and the rest of it mapped for the next run).
-            let count = if scenario == FeederTwoInventories {
+            let count = if matches!(scenario, FeederTwoInventories | FeederTwoInventoriesArray) {
                 3
             } else {
                 10

@@ -274,6 +274,7 @@ async fn parked(
                     granule_id: event.granule_id.clone(),
                     attempt: event.attempt,
                     spot_ends: c.placement.spot_ends,
+                    record_at_end: false,
                 });
             Ok::<_, RepositoryError>((event, entry))
         }))

@@ -409,17 +409,10 @@ mod array_windows {
         assert!(claim.array);
         let parent = claim.array_job_id.clone().unwrap();
         assert_eq!(jobs.count_active(1000).await.unwrap().total, 20);
-        // Item records name each granule's child.
-        let record = ctx
-            .items()
-            .get(&GranuleId::parse("g007").unwrap())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            record.value.job_id.as_deref(),
-            Some(format!("{parent}:7").as_str())
-        );
+        // No item record while the children run: the claim says they are in flight, and the
+        // monitor makes each record at its child's end.
+        let g007 = GranuleId::parse("g007").unwrap();
+        assert!(ctx.items().get(&g007).await.unwrap().is_none());
 
         // Children end: 7 fails with exit 3 (dead-lettered), the rest succeed.
         for i in 0..20 {
@@ -444,6 +437,18 @@ mod array_windows {
         assert!(logs
             .iter()
             .any(|l| l.key.contains("outcome=failure") && l.key.contains("g007")));
+        // Each record, made at its end, names the granule's child and the window it was listed in.
+        let record = ctx.items().get(&g007).await.unwrap().unwrap().value;
+        assert_eq!(
+            record.job_id.as_deref(),
+            Some(format!("{parent}:7").as_str())
+        );
+        assert_eq!(
+            record.source.as_deref(),
+            Some("claims/windows/inventories/a.parquet/start=000000000000.json")
+        );
+        let history = ctx.items().history(&g007).await.unwrap();
+        assert_eq!(history[0].reason, "listed in an inventory", "{history:?}");
         assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 1);
         // The parent's end names no granule and routes nothing.
         let parent_detail = jobs.end(&parent, Ending::Exited(1)).unwrap();
@@ -459,6 +464,33 @@ mod array_windows {
         assert_eq!(submitted.len(), 2);
         assert!(
             submitted[1].environment["GRANARY_WINDOW_CLAIM"].ends_with("start=000000000020.json")
+        );
+    }
+
+    /// `GRANARY_ARRAY_RECORDS_AT_SUBMISSION`: the window's records are made when it is
+    /// submitted, as a single job's are, each naming its child.
+    #[tokio::test]
+    async fn records_are_made_at_submission_when_asked() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let settings = [
+            ("GRANARY_MAX_ACTIVE_JOBS", "1000"),
+            ("GRANARY_ARRAY_WINDOWS", "true"),
+            ("GRANARY_ARRAY_RECORDS_AT_SUBMISSION", "true"),
+        ];
+        let ctx = ctx_with(&settings, jobs.clone()).await;
+        assert_eq!(feed_rows(&ctx, 20).await.submitted, 20);
+        let claim = window_claim(&ctx).await;
+        assert!(claim.array && !claim.records_at_end);
+        let parent = claim.array_job_id.unwrap();
+        let g007 = GranuleId::parse("g007").unwrap();
+        let record = ctx.items().get(&g007).await.unwrap().unwrap().value;
+        assert_eq!(
+            record.state,
+            crate::domain::lifecycle::ItemState::Processing
+        );
+        assert_eq!(
+            record.job_id.as_deref(),
+            Some(format!("{parent}:7").as_str())
         );
     }
 

@@ -20,6 +20,9 @@ pub struct DiscoverSummary {
     pub duplicates: u64,
     /// Files that could not be registered (a name that makes no key, ...).
     pub rejected: u64,
+    /// Files whose id is a granule of an open array window of first attempts: in flight with
+    /// no record yet (made at its end); the next discovery finds that record.
+    pub in_flight: u64,
 }
 
 /// The identity of a file as its source describes it.
@@ -49,6 +52,20 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         listed: files.len() as u64,
         ..DiscoverSummary::default()
     };
+    // The granules of the open array windows of first attempts have no record until their
+    // children end. Read before any record is created: a window closed since was closed only
+    // once its granules' records were made, and the creation below finds those.
+    let mut open = imp.windows().open(&imp.open_windows).await?;
+    if !open.unreadable.is_empty() {
+        let (inventory, start, e) = open.unreadable.swap_remove(0);
+        tracing::error!(inventory, start, error = %e, "an open window's claim cannot be read: nothing is registered until it can");
+        return Err(e.into());
+    }
+    let in_flight = if crate::mutants::on("discover-ignores-open-windows") {
+        std::collections::HashSet::new()
+    } else {
+        open.array_granules()
+    };
     let items = imp.items();
     for file in files {
         let hash = raw_file_hash(&file);
@@ -60,6 +77,11 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
                 continue;
             }
         };
+        if in_flight.contains(&id) {
+            tracing::info!(item_id = %id, url = file.url, "a granule of an open array window, in flight: not registered now");
+            summary.in_flight += 1;
+            continue;
+        }
         let new = NewItem {
             id: id.clone(),
             name: file.name.clone(),
@@ -90,4 +112,82 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     }
     tracing::info!(?summary, "discovery finished");
     Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::{MemoryQueue, MemorySource};
+    use crate::config::Config;
+    use crate::domain::granule::GranuleId;
+    use crate::domain::layout::claims::window_key;
+    use crate::domain::window::WindowClaim;
+    use crate::ports::PutCondition;
+    use std::sync::Arc;
+
+    fn file(hex: &str) -> (SourceFile, bytes::Bytes) {
+        let file = SourceFile {
+            url: format!("https://source.example/{hex}.h5"),
+            name: format!("{hex}.h5"),
+            size: Some(3),
+            last_modified: None,
+            version: None,
+            digest: Some(format!("sha256:{hex}")),
+        };
+        (file, bytes::Bytes::from_static(b"abc"))
+    }
+
+    #[tokio::test]
+    async fn discovery_leaves_a_granule_of_an_open_array_window_alone() {
+        let (running, other, new) = ("a".repeat(32), "b".repeat(32), "c".repeat(32));
+        let ctx = Ctx {
+            source: Some(Arc::new(MemorySource {
+                files: vec![file(&running), file(&new)],
+            })),
+            import_queue: Some(Arc::new(MemoryQueue::new("import"))),
+            ..Ctx::in_memory(Config::for_unit_tests(&[]))
+        };
+        // An array window of first attempts whose children run: no record for its granules
+        // until they end, only its claim and its open marker.
+        let granules: Vec<GranuleId> = [&running, &other]
+            .iter()
+            .map(|h| id_from_hash(&format!("sha256:{h}")).unwrap())
+            .collect();
+        let claim = WindowClaim::new(
+            None,
+            "inv.parquet",
+            0,
+            2,
+            granules.clone(),
+            "t",
+            chrono::Utc::now(),
+        )
+        .in_array(true)
+        .with_records_at_end(true);
+        let layout = &ctx.config.layout;
+        let body = bytes::Bytes::from(serde_json::to_vec(&claim).unwrap());
+        for (key, body) in [
+            (window_key(&layout.claim_prefix, "inv.parquet", 0), body),
+            (
+                window_key(&layout.open_claim_prefix, "inv.parquet", 0),
+                bytes::Bytes::new(),
+            ),
+        ] {
+            ctx.store
+                .put(&key, body, PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        let summary = discover(&ctx).await.unwrap();
+        assert_eq!((summary.new, summary.in_flight), (1, 1), "{summary:?}");
+        assert!(ctx.items().look(&granules[0]).await.unwrap().is_none());
+        // Its window closed (in a campaign, once the record was made at the child's end, which
+        // this discovery would then find): nothing holds the file back any more.
+        ctx.store
+            .delete(&window_key(&layout.open_claim_prefix, "inv.parquet", 0))
+            .await
+            .unwrap();
+        let summary = discover(&ctx).await.unwrap();
+        assert_eq!((summary.new, summary.in_flight), (1, 0), "{summary:?}");
+    }
 }

@@ -17,12 +17,9 @@ use super::{Ctx, Step};
 use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
-use crate::domain::layout::claims::{parse_window_key, window_key};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
-use crate::repositories::read_json;
 use crate::repositories::RecordError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -190,32 +187,28 @@ enum Index {
     Window,
 }
 
-/// The granules of every open window, from their claims.
+/// The granules of every open window, from their claims (`Windows::open`).
 async fn window_granules(
     imp: &Ctx,
     summary: &mut SweepSummary,
 ) -> Result<Vec<GranuleId>, HandlerError> {
-    let layout = &imp.config.layout;
-    if !layout.track_items {
+    if !imp.config.layout.track_items {
         return Ok(Vec::new());
     }
-    let prefix = &layout.open_claim_prefix;
-    let mut out = Vec::new();
-    for meta in imp.store.list(prefix).await.map_err(RecordError::from)? {
-        let Some((inventory, start)) = parse_window_key(prefix, &meta.key) else {
-            continue;
-        };
-        let claim = window_key(&layout.claim_prefix, &inventory, start);
-        match read_json::<WindowClaim>(imp.store.as_ref(), &claim).await {
-            Ok(Some(claim)) => out.extend(claim.value.granules),
-            Ok(None) => {}
-            Err(e) => {
-                tracing::warn!(inventory, start, error = %e, "cannot read this window's claim; the next sweep tries again");
-                summary.errors += 1;
-            }
-        }
+    let open = imp
+        .windows()
+        .open(&imp.open_windows)
+        .await
+        .map_err(RecordError::from)?;
+    for (inventory, start, e) in &open.unreadable {
+        tracing::warn!(inventory, start, error = %e, "cannot read this window's claim; the next sweep tries again");
+        summary.errors += 1;
     }
-    Ok(out)
+    Ok(open
+        .windows
+        .iter()
+        .flat_map(|w| w.granules.iter().cloned())
+        .collect())
 }
 
 async fn sweep_one(

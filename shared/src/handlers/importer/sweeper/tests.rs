@@ -5,6 +5,8 @@ use crate::domain::batch_event::JobStatus;
 use crate::domain::claim::JobsClaim;
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::item::NewItem;
+use crate::domain::layout::claims::window_key;
+use crate::domain::window::WindowClaim;
 use crate::handlers::Ctx;
 use crate::ports::{JobRunner, Queue};
 use std::sync::Arc;
