@@ -43,6 +43,9 @@ pub(crate) struct CampaignFigures {
     /// The GETs a granule costs, by the key's first folder.
     pub(crate) s3_get_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_list_per_granule: f64,
+    /// The LIST requests (pages of 1,000 keys) a granule costs, by the listed prefix's first
+    /// folder.
+    pub(crate) s3_list_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_copy_per_granule: f64,
     pub(crate) s3_delete_per_granule: f64,
     pub(crate) s3_requests_per_granule: f64,
@@ -157,6 +160,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let before = snapshot_all(&c.counts);
         let puts_before = c.counts.puts_by_folder();
         let gets_before = c.counts.gets_by_folder();
+        let lists_before = c.counts.lists_by_folder();
         let started = Instant::now();
         let mut last_report = Instant::now();
         c.runtime
@@ -191,6 +195,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             };
         let puts_by_folder = per_granule_by_folder(c.counts.puts_by_folder(), &puts_before);
         let gets_by_folder = per_granule_by_folder(c.counts.gets_by_folder(), &gets_before);
+        let lists_by_folder = per_granule_by_folder(c.counts.lists_by_folder(), &lists_before);
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
         let p = &c.runtime.progress;
@@ -239,6 +244,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             s3_put_per_granule_by_folder: puts_by_folder,
             s3_get_per_granule_by_folder: gets_by_folder,
             s3_list_per_granule: list,
+            s3_list_per_granule_by_folder: lists_by_folder,
             s3_copy_per_granule: copy,
             s3_delete_per_granule: delete,
             s3_requests_per_granule: get + put + list + copy + delete,

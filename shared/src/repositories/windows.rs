@@ -153,11 +153,11 @@ impl Windows<'_> {
 pub struct OpenWindow {
     pub inventory: String,
     pub start: u64,
-    /// A window of first attempts submitted as one array job: its granules' item records are
-    /// made at their ends (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off), so until then the claim is
-    /// the only place that says they are in flight.
+    /// A window of first attempts submitted as one array job: its granules' item records may be
+    /// made only at their ends ([`WindowClaim::records_at_end`]), so until then the claim is the
+    /// only place that says they are in flight.
     pub array_first_attempts: bool,
-    pub granules: std::sync::Arc<[GranuleId]>,
+    pub granules: Vec<GranuleId>,
 }
 
 /// The open windows as read: those whose claim could be read, and the places of those whose
@@ -168,32 +168,59 @@ pub struct OpenWindows {
     pub unreadable: Vec<(String, u64, RepositoryError)>,
 }
 
-impl OpenWindows {
-    /// The granules of the open array windows of first attempts: in flight, perhaps with no item
-    /// record yet.
-    pub fn array_granules(&self) -> std::collections::HashSet<&GranuleId> {
-        self.windows
-            .iter()
-            .filter(|w| w.array_first_attempts)
-            .flat_map(|w| w.granules.iter())
-            .collect()
+/// Which of the granules asked about belong to an open array window of first attempts (exactly:
+/// each answer is checked against the claim itself), and the open windows whose claim could not
+/// be read (the caller cannot know what they hold).
+#[derive(Debug, Default)]
+pub struct InOpenArrays {
+    pub in_flight: std::collections::HashSet<GranuleId>,
+    pub unreadable: Vec<(String, u64, RepositoryError)>,
+}
+
+/// What a warm instance keeps of the open array windows it read, for
+/// [`Windows::in_open_arrays`]: by claim key, the time its open marker was last written and a
+/// 64-bit fingerprint of each of its granules, sorted (8 bytes a granule in flight, however long
+/// its id). A fingerprint only says where to look: a match is confirmed against the claim
+/// itself, so a collision costs a GET, never a granule. A claim's granules never change while
+/// it stands, and one an operator removed and a feeder made again has its marker written again
+/// after it, so a marker with another time is read afresh. Only windows still open are kept.
+#[derive(Default)]
+pub struct OpenArrayWindows {
+    seed: std::hash::RandomState,
+    read: std::sync::Mutex<std::collections::HashMap<String, (DateTime<Utc>, Fingerprints)>>,
+}
+
+/// An open window's granules as fingerprints; empty for a window that is not an array of
+/// first attempts (its granules have records from their submission).
+type Fingerprints = std::sync::Arc<[u64]>;
+
+impl OpenArrayWindows {
+    fn fingerprint(&self, granule: &GranuleId) -> u64 {
+        use std::hash::BuildHasher;
+        self.seed.hash_one(granule.as_str())
+    }
+
+    fn fingerprints(&self, claim: &WindowClaim) -> Fingerprints {
+        if !(claim.array && !claim.is_retries()) {
+            return std::sync::Arc::from([]);
+        }
+        let mut prints: Vec<u64> = claim.granules.iter().map(|g| self.fingerprint(g)).collect();
+        prints.sort_unstable();
+        prints.into()
     }
 }
 
-/// The window claims read for [`Windows::open`] by a warm instance, by claim key, each with the
-/// time its open marker was last written: a claim's granules never change while it stands, and a
-/// claim an operator removed and a feeder made again gets its marker written again after it, so
-/// a marker with another time is read afresh. Only windows still open are kept.
-#[derive(Default)]
-pub struct OpenWindowClaims {
-    read: std::sync::Mutex<std::collections::HashMap<String, (DateTime<Utc>, OpenWindow)>>,
+/// An open marker's window: its place and the key of its claim.
+struct Marked {
+    inventory: String,
+    start: u64,
+    claim_key: String,
+    stamp: Option<DateTime<Utc>>,
 }
 
 impl Windows<'_> {
-    /// Every window whose open marker stands, with its granules from its claim (one LIST, and a
-    /// GET for each claim `cache` has not read under that marker). A marker whose claim is gone
-    /// is left out (the reconciler closes it).
-    pub async fn open(&self, cache: &OpenWindowClaims) -> Result<OpenWindows, RepositoryError> {
+    /// The open markers (one LIST, retried while refused).
+    async fn marked(&self) -> Result<Vec<Marked>, RepositoryError> {
         let markers = crate::retry::again(
             crate::retry::Backoff::IN_RUN,
             "listing the open windows",
@@ -201,46 +228,110 @@ impl Windows<'_> {
             crate::ports::StoreError::is_transient,
         )
         .await?;
+        Ok(markers
+            .into_iter()
+            .filter_map(|marker| {
+                let (inventory, start) = parse_window_key(self.open_prefix, &marker.key)?;
+                Some(Marked {
+                    claim_key: window_key(self.claim_prefix, &inventory, start),
+                    inventory,
+                    start,
+                    stamp: marker.last_modified,
+                })
+            })
+            .collect())
+    }
+
+    async fn read_claim(&self, key: &str) -> Result<Option<WindowClaim>, RepositoryError> {
+        super::json::read_json_retrying::<WindowClaim>(
+            self.store,
+            key,
+            "reading an open window's claim",
+        )
+        .await
+        .map(|c| c.map(|c| c.value))
+    }
+
+    /// Every window whose open marker stands, with all its granules from its claim (one LIST
+    /// and a GET a window). A marker whose claim is gone is left out (the reconciler closes it).
+    pub async fn open(&self) -> Result<OpenWindows, RepositoryError> {
         let mut out = OpenWindows::default();
+        for m in self.marked().await? {
+            match self.read_claim(&m.claim_key).await {
+                Ok(Some(claim)) => out.windows.push(OpenWindow {
+                    array_first_attempts: claim.array && !claim.is_retries(),
+                    granules: claim.granules,
+                    inventory: m.inventory,
+                    start: m.start,
+                }),
+                Ok(None) => {}
+                Err(e) => out.unreadable.push((m.inventory, m.start, e)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Which of `granules` are in an open array window of first attempts: in flight, perhaps
+    /// with no item record yet. One LIST of the open markers; a GET for each claim `cache` has
+    /// not read under its marker's time, and for each cached window a fingerprint of `granules`
+    /// matches (the claim decides).
+    pub async fn in_open_arrays(
+        &self,
+        cache: &OpenArrayWindows,
+        granules: &[GranuleId],
+    ) -> Result<InOpenArrays, RepositoryError> {
+        let mut out = InOpenArrays::default();
         let mut kept = std::collections::HashMap::new();
-        for marker in markers {
-            let Some((inventory, start)) = parse_window_key(self.open_prefix, &marker.key) else {
-                continue;
-            };
-            let claim_key = window_key(self.claim_prefix, &inventory, start);
-            let stamp = marker.last_modified;
-            let cached = stamp.and_then(|at| {
+        let asked: Vec<(u64, &GranuleId)> =
+            granules.iter().map(|g| (cache.fingerprint(g), g)).collect();
+        for m in self.marked().await? {
+            let cached = m.stamp.and_then(|at| {
                 let read = cache.read.lock().unwrap_or_else(|p| p.into_inner());
-                read.get(&claim_key)
+                read.get(&m.claim_key)
                     .filter(|(seen, _)| *seen == at)
-                    .map(|(_, w)| w.clone())
+                    .map(|(_, prints)| prints.clone())
             });
-            let window = match cached {
-                Some(window) => window,
-                None => match super::json::read_json_retrying::<WindowClaim>(
-                    self.store,
-                    &claim_key,
-                    "reading an open window's claim",
-                )
-                .await
-                {
-                    Ok(Some(claim)) => OpenWindow {
-                        array_first_attempts: claim.value.array && !claim.value.is_retries(),
-                        granules: claim.value.granules.into(),
-                        inventory,
-                        start,
-                    },
+            let (prints, claim) = match cached {
+                // Read before: only a fingerprint's match sends us to the claim.
+                Some(prints) => {
+                    let matched = asked
+                        .iter()
+                        .any(|(print, _)| prints.binary_search(print).is_ok());
+                    let claim = if matched {
+                        match self.read_claim(&m.claim_key).await {
+                            Ok(claim) => claim,
+                            Err(e) => {
+                                out.unreadable.push((m.inventory, m.start, e));
+                                continue;
+                            }
+                        }
+                    } else {
+                        None
+                    };
+                    (prints, claim)
+                }
+                None => match self.read_claim(&m.claim_key).await {
+                    Ok(Some(claim)) => (cache.fingerprints(&claim), Some(claim)),
                     Ok(None) => continue,
                     Err(e) => {
-                        out.unreadable.push((inventory, start, e));
+                        out.unreadable.push((m.inventory, m.start, e));
                         continue;
                     }
                 },
             };
-            if let Some(at) = stamp {
-                kept.insert(claim_key, (at, window.clone()));
+            if let Some(claim) = claim.filter(|c| c.array && !c.is_retries()) {
+                let members: std::collections::HashSet<&GranuleId> =
+                    claim.granules.iter().collect();
+                out.in_flight.extend(
+                    asked
+                        .iter()
+                        .filter(|(_, g)| members.contains(g))
+                        .map(|(_, g)| (*g).clone()),
+                );
             }
-            out.windows.push(window);
+            if let Some(at) = m.stamp {
+                kept.insert(m.claim_key, (at, prints));
+            }
         }
         *cache.read.lock().unwrap_or_else(|p| p.into_inner()) = kept;
         Ok(out)
@@ -503,6 +594,52 @@ mod tests {
             .iter()
             .all(|g| matches!(g, JobSubmission::Recovered { .. })));
         assert_eq!(lossy.inner.submitted().len(), 3, "never submitted twice");
+    }
+
+    #[tokio::test]
+    async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() {
+        let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
+        let w = windows(&store, &jobs, 900);
+        let all = granules();
+        let array = WindowClaim::new(
+            None,
+            "inv/a.parquet",
+            0,
+            2,
+            all[..2].to_vec(),
+            "t",
+            Utc::now(),
+        )
+        .in_array(true)
+        .with_records_at_end(true);
+        w.submit(array).await.unwrap();
+        let single = WindowClaim::new(
+            None,
+            "inv/b.parquet",
+            0,
+            1,
+            all[2..].to_vec(),
+            "t",
+            Utc::now(),
+        );
+        w.submit(single).await.unwrap();
+        let other = GranuleId::parse("HLS.S30.T18TYN.2021001T153012.v2.0").unwrap();
+        let asked = [all[0].clone(), all[2].clone(), other];
+        let cache = OpenArrayWindows::default();
+        for _ in 0..2 {
+            // Read, then answered from the fingerprints kept (a match confirmed by its claim).
+            let found = w.in_open_arrays(&cache, &asked).await.unwrap();
+            assert_eq!(found.in_flight, [all[0].clone()].into_iter().collect());
+        }
+        assert_eq!(w.open().await.unwrap().windows.len(), 2);
+        // The array window closed: nothing of it is in flight, and nothing of it is kept.
+        store
+            .delete(&window_key("open/", "inv/a.parquet", 0))
+            .await
+            .unwrap();
+        let found = w.in_open_arrays(&cache, &asked).await.unwrap();
+        assert!(found.in_flight.is_empty());
+        assert_eq!(cache.read.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

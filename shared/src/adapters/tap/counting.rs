@@ -27,6 +27,8 @@ pub struct RequestCounts {
     pub puts_by_folder: ByFolder,
     /// S3 GETs by the key's first folder: where a granule's reads go.
     pub gets_by_folder: ByFolder,
+    /// S3 LIST requests (pages of 1,000 keys) by the listed prefix's first folder.
+    pub lists_by_folder: ByFolder,
 }
 
 impl RequestCounts {
@@ -39,6 +41,11 @@ impl RequestCounts {
     pub fn gets_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
         snapshot(&self.gets_by_folder)
     }
+
+    /// The LIST requests counted so far, by the listed prefix's first folder.
+    pub fn lists_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
+        snapshot(&self.lists_by_folder)
+    }
 }
 
 type ByFolder = std::sync::Mutex<std::collections::BTreeMap<String, u64>>;
@@ -48,12 +55,16 @@ fn snapshot(counts: &ByFolder) -> std::collections::BTreeMap<String, u64> {
 }
 
 fn count_in_folder(counts: &ByFolder, key: &str) {
+    count_in_folder_n(counts, key, 1);
+}
+
+fn count_in_folder_n(counts: &ByFolder, key: &str, n: u64) {
     let folder = key.split('/').next().unwrap_or("");
     *counts
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .entry(folder.to_owned())
-        .or_default() += 1;
+        .or_default() += n;
 }
 
 impl RequestCounts {
@@ -99,7 +110,11 @@ impl Tap for RequestCounts {
                 count_in_folder(&self.puts_by_folder, call.target);
             }
             // One request per 1,000 keys, as S3 pages them.
-            Op::StoreList if answer.ok => add(&self.s3_list, answer.items.div_ceil(1000).max(1)),
+            Op::StoreList if answer.ok => {
+                let pages = answer.items.div_ceil(1000).max(1);
+                add(&self.s3_list, pages);
+                count_in_folder_n(&self.lists_by_folder, call.target, pages);
+            }
             Op::StoreList => {}
             Op::StoreCopy | Op::StoreUploadAbort => add(&self.s3_other, 1),
             Op::StoreDelete => add(&self.s3_delete, 1),

@@ -120,7 +120,11 @@ pub(super) async fn feed_window(
         // child ends. The open windows are read before the records: a window closed in between
         // closed only once its granules' records were made, so each granule is found in one
         // look or the other.
-        let open = match ctx.windows().open(&ctx.open_windows).await {
+        let open = match ctx
+            .windows()
+            .in_open_arrays(&ctx.open_windows, &granules)
+            .await
+        {
             Ok(open) => open,
             Err(e) => {
                 return Ok((
@@ -142,7 +146,7 @@ pub(super) async fn feed_window(
         let in_flight = if crate::mutants::on("feeder-ignores-open-windows") {
             std::collections::HashSet::new()
         } else {
-            open.array_granules()
+            open.in_flight
         };
         let known = match ctx.items().exist(&granules).await {
             Ok(known) => known,

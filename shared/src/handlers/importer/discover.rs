@@ -55,7 +55,14 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     // The granules of the open array windows of first attempts have no record until their
     // children end. Read before any record is created: a window closed since was closed only
     // once its granules' records were made, and the creation below finds those.
-    let mut open = imp.windows().open(&imp.open_windows).await?;
+    let ids: Vec<_> = files
+        .iter()
+        .filter_map(|f| id_from_hash(&raw_file_hash(f)).ok())
+        .collect();
+    let mut open = imp
+        .windows()
+        .in_open_arrays(&imp.open_windows, &ids)
+        .await?;
     if !open.unreadable.is_empty() {
         let (inventory, start, e) = open.unreadable.swap_remove(0);
         tracing::error!(inventory, start, error = %e, "an open window's claim cannot be read: nothing is registered until it can");
@@ -64,7 +71,7 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     let in_flight = if crate::mutants::on("discover-ignores-open-windows") {
         std::collections::HashSet::new()
     } else {
-        open.array_granules()
+        open.in_flight
     };
     let items = imp.items();
     for file in files {

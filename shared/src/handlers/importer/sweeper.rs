@@ -195,19 +195,15 @@ async fn window_granules(
     if !imp.config.layout.track_items {
         return Ok(Vec::new());
     }
-    let open = imp
-        .windows()
-        .open(&imp.open_windows)
-        .await
-        .map_err(RecordError::from)?;
+    let open = imp.windows().open().await.map_err(RecordError::from)?;
     for (inventory, start, e) in &open.unreadable {
         tracing::warn!(inventory, start, error = %e, "cannot read this window's claim; the next sweep tries again");
         summary.errors += 1;
     }
     Ok(open
         .windows
-        .iter()
-        .flat_map(|w| w.granules.iter().cloned())
+        .into_iter()
+        .flat_map(|w| w.granules.into_iter())
         .collect())
 }
 
