@@ -128,7 +128,7 @@ impl WindowClaim {
     /// window of first attempts (a single job's record, or a retry's, is written when it is
     /// submitted).
     pub fn with_records_at_end(mut self, wanted: bool) -> Self {
-        self.records_at_end = wanted && self.array && !self.is_retries();
+        self.records_at_end = wanted && self.is_array_of_first_attempts();
         self
     }
 
@@ -153,6 +153,11 @@ impl WindowClaim {
         window.attempts = entries.iter().map(|e| e.attempt).collect();
         window.spot_ends = entries.iter().map(|e| e.spot_ends).collect();
         window
+    }
+
+    /// Whether this window is one array job of first attempts (an inventory's rows).
+    pub fn is_array_of_first_attempts(&self) -> bool {
+        self.array && !self.is_retries()
     }
 
     /// Whether this is a window of parked retries (not of an inventory's rows).

@@ -201,7 +201,7 @@ impl OpenArrayWindows {
     }
 
     fn fingerprints(&self, claim: &WindowClaim) -> Fingerprints {
-        if !(claim.array && !claim.is_retries()) {
+        if !claim.is_array_of_first_attempts() {
             return std::sync::Arc::from([]);
         }
         let mut prints: Vec<u64> = claim.granules.iter().map(|g| self.fingerprint(g)).collect();
@@ -259,7 +259,7 @@ impl Windows<'_> {
         for m in self.marked().await? {
             match self.read_claim(&m.claim_key).await {
                 Ok(Some(claim)) => out.windows.push(OpenWindow {
-                    array_first_attempts: claim.array && !claim.is_retries(),
+                    array_first_attempts: claim.is_array_of_first_attempts(),
                     granules: claim.granules,
                     inventory: m.inventory,
                     start: m.start,
@@ -319,7 +319,7 @@ impl Windows<'_> {
                     }
                 },
             };
-            if let Some(claim) = claim.filter(|c| c.array && !c.is_retries()) {
+            if let Some(claim) = claim.filter(WindowClaim::is_array_of_first_attempts) {
                 let members: std::collections::HashSet<&GranuleId> =
                     claim.granules.iter().collect();
                 out.in_flight.extend(
