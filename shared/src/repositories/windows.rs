@@ -147,16 +147,11 @@ impl Windows<'_> {
     }
 }
 
-/// A window whose open marker stands: its place, whether it holds first attempts submitted as
-/// one array job, and its granules.
+/// A window whose open marker stands: its place and its granules.
 #[derive(Debug, Clone)]
 pub struct OpenWindow {
     pub inventory: String,
     pub start: u64,
-    /// A window of first attempts submitted as one array job: its granules' item records may be
-    /// made only at their ends ([`WindowClaim::records_at_end`]), so until then the claim is the
-    /// only place that says they are in flight.
-    pub array_first_attempts: bool,
     pub granules: Vec<GranuleId>,
 }
 
@@ -219,12 +214,14 @@ struct Marked {
 }
 
 impl Windows<'_> {
-    /// The open markers (one LIST, retried while refused).
+    /// The open windows' markers (one LIST of `<open prefix>windows/`, retried while refused;
+    /// not the requeued attempts' markers beside them).
     async fn marked(&self) -> Result<Vec<Marked>, RepositoryError> {
+        let windows = crate::domain::layout::claims::windows_root(self.open_prefix);
         let markers = crate::retry::again(
             crate::retry::Backoff::IN_RUN,
             "listing the open windows",
-            || self.store.list(self.open_prefix),
+            || self.store.list(&windows),
             crate::ports::StoreError::is_transient,
         )
         .await?;
@@ -259,7 +256,6 @@ impl Windows<'_> {
         for m in self.marked().await? {
             match self.read_claim(&m.claim_key).await {
                 Ok(Some(claim)) => out.windows.push(OpenWindow {
-                    array_first_attempts: claim.is_array_of_first_attempts(),
                     granules: claim.granules,
                     inventory: m.inventory,
                     start: m.start,

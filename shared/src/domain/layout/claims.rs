@@ -31,7 +31,12 @@ pub fn window_key(prefix: &str, inventory: &str, start: u64) -> String {
 /// Where every window claim of `inventory` lives (for `domain::window::RETRY_WINDOWS`, every
 /// window of retries).
 pub fn windows_of(prefix: &str, inventory: &str) -> String {
-    format!("{prefix}windows/{inventory}/")
+    format!("{}{inventory}/", windows_root(prefix))
+}
+
+/// Where every window (claim, or open marker) under `prefix` lives.
+pub fn windows_root(prefix: &str) -> String {
+    format!("{prefix}windows/")
 }
 
 /// The (inventory, start) a key made by [`window_key`] under `prefix` names.

@@ -97,8 +97,9 @@ pub(super) async fn feed_window(
     }
     // A granule granary already has a record for was listed before (an earlier window, another
     // inventory) or found by the importer: it is on its way, and this listing submits nothing
-    // for it. The feeder runs one window at a time and makes a window's records before it moves
-    // past it, so an earlier listing's records are there by now.
+    // for it; nor for one an open array window holds, whose record comes at its child's end.
+    // The feeder runs one window at a time and settles a window (its records made, or its array
+    // submitted with its marker open) before it moves past it, so an earlier listing shows.
     // A window claimed before (a run redoing it) is worked as its claim says: its granules were
     // looked for when it was claimed, and are known now because that run made their records.
     let claimed = match ctx.windows().claimed(inventory_key, start).await {

@@ -55,9 +55,16 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     // The granules of the open array windows of first attempts have no record until their
     // children end. Read before any record is created: a window closed since was closed only
     // once its granules' records were made, and the creation below finds those.
+    let files: Vec<(SourceFile, String)> = files
+        .into_iter()
+        .map(|f| {
+            let hash = raw_file_hash(&f);
+            (f, hash)
+        })
+        .collect();
     let ids: Vec<_> = files
         .iter()
-        .filter_map(|f| id_from_hash(&raw_file_hash(f)).ok())
+        .filter_map(|(_, hash)| id_from_hash(hash).ok())
         .collect();
     let mut open = imp
         .windows()
@@ -74,8 +81,7 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         open.in_flight
     };
     let items = imp.items();
-    for file in files {
-        let hash = raw_file_hash(&file);
+    for (file, hash) in files {
         let id = match id_from_hash(&hash) {
             Ok(id) => id,
             Err(e) => {

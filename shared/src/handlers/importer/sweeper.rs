@@ -7,6 +7,8 @@
 //! counted and retried next sweep, never the end of the sweep. A backfill window's granules have
 //! no marker of their own during their first attempt: the window's open marker stands for them,
 //! and the sweeper reads the window's claim for their ids (the marker stays the reconciler's).
+//! An array window recorded at its children's ends (`WindowClaim::records_at_end`) has no record
+//! to sweep for a granule in flight: the reconciler describes its children instead.
 //!
 //! Order of effects, so a crash between two of them strands nothing: the message that moves the
 //! item on is sent before the state is written. If the write is lost, the item is still overdue in

@@ -15,7 +15,9 @@
 //! writes nothing: a record holds the history entries of its latest write (`Items::look`).
 //!
 //! A granule's item record may come after its end: the feeder makes a window's records after
-//! its jobs are submitted, and a job can end first. The monitor makes a record still missing
+//! its jobs are submitted, and a job can end first; an array window of first attempts leaves
+//! them to its children's ends (`WindowClaim::records_at_end`), so its granules have none until
+//! then, and only this reconciler (describing the child) moves one whose event was lost. The monitor makes a record still missing
 //! when it handles an end (`item_sync::finished`), so the submitter's late creation finds it and
 //! changes nothing. A logged end with no record, or with its record still PROCESSING the
 //! attempt, therefore means the monitor died between the log and the record: the end is handed
@@ -309,9 +311,10 @@ async fn forgotten(
     attempt: &GranuleProcessingEvent,
     job_id: &str,
 ) -> Result<Granule, HandlerError> {
-    // With item records, the item sweeper times such an attempt out (the window's open marker
-    // names it to the sweeper) and the record leaves PROCESSING at it: handled (`handled` looks
-    // at the record first).
+    // With item records made at submission, the item sweeper times such an attempt out (the
+    // window's open marker names it to the sweeper) and the record leaves PROCESSING at it:
+    // handled (`handled` looks at the record first). A granule of an array window recorded at
+    // its ends has no record to time out: it is dead-lettered below.
     match handled(ctx, attempt).await? {
         Some(Logged::AndRecorded) => Ok(Granule::Handled),
         // Its end was logged and the record never followed: handled again from the log, which
