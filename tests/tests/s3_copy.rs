@@ -1,7 +1,8 @@
 //! granary's S3 adapter copying on the emulator: a key with spaces and a `+` (CopySource must be
 //! URL-encoded, or it names another object), a missing source (NotFound, not a backend error), and
 //! an object past the single-copy limit copied part by part (UploadPartCopy) — with the limit
-//! lowered, so the test needs 11 MiB, not 5 GB.
+//! lowered, so the test needs 11 MiB, not 5 GB. And its one-page listing (ListObjectsV2 with
+//! StartAfter and MaxKeys), which the feeder's look for item records pages with.
 
 use bytes::Bytes;
 use granary::adapters::aws::S3Store;
@@ -54,4 +55,40 @@ async fn copies_awkward_keys_reports_a_missing_source_and_copies_large_objects_i
         "{}",
         copied.etag
     );
+}
+
+#[tokio::test]
+async fn lists_one_page_of_keys_after_any_key() {
+    use futures::StreamExt;
+    let s = stack("s3page", 1, &[]).await;
+    let store = S3Store::new(s.clients.s3.clone(), &s.stack.bucket);
+    let keys: Vec<String> = (0..1_003).map(|i| format!("items/k{i:04}.json")).collect();
+    let others = ["item", "itemsz/x.json", "other/k0001.json"];
+    let writes: Vec<Result<String, StoreError>> =
+        futures::stream::iter(keys.iter().map(String::as_str).chain(others))
+            .map(|k| store.put(k, Bytes::from_static(b"{}"), PutCondition::Overwrite))
+            .buffer_unordered(16)
+            .collect()
+            .await;
+    assert!(writes.iter().all(Result::is_ok));
+    let listed = |page: &granary::ports::ListPage| -> Vec<String> {
+        page.objects.iter().map(|m| m.key.clone()).collect()
+    };
+
+    let first = store.list_page("items/", "").await.unwrap();
+    assert!(first.truncated, "1,003 keys are more than a page");
+    assert_eq!(listed(&first), keys[..1_000]);
+    let rest = store.list_page("items/", &keys[999]).await.unwrap();
+    assert!(!rest.truncated);
+    assert_eq!(listed(&rest), keys[1_000..]);
+    // StartAfter need not be a key: just before one starts the page at it.
+    let from_500 = store.list_page("items/", "items/k0500.jso").await.unwrap();
+    assert!(!from_500.truncated);
+    assert_eq!(listed(&from_500), keys[500..]);
+    assert!(store
+        .list_page("items/", "items/z")
+        .await
+        .unwrap()
+        .objects
+        .is_empty());
 }

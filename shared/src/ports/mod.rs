@@ -20,7 +20,8 @@ pub use job_runner::{
 };
 pub use minter::{MintError, Minter};
 pub use object_store::{
-    ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload, MIN_PART_BYTES,
+    ListPage, ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload,
+    LIST_PAGE_KEYS, MIN_PART_BYTES,
 };
 pub use queue::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
 pub use remote::Remote;

@@ -77,6 +77,18 @@ pub fn folders_of<'a>(prefix: &str, keys: impl Iterator<Item = &'a str>) -> Vec<
     folders.into_iter().collect()
 }
 
+/// Keys in one ListObjectsV2 answer (its `MaxKeys` default and ceiling).
+pub const LIST_PAGE_KEYS: usize = 1000;
+
+/// One page of a listing ([`ObjectStore::list_page`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListPage {
+    /// In key order.
+    pub objects: Vec<ObjectMeta>,
+    /// More keys under the prefix follow the last one (S3's `IsTruncated`).
+    pub truncated: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct StoredObject {
     pub body: Bytes,
@@ -115,6 +127,22 @@ pub trait ObjectStore: Send + Sync {
             prefix,
             self.list(prefix).await?.iter().map(|m| m.key.as_str()),
         ))
+    }
+    /// One ListObjectsV2 request: the first [`LIST_PAGE_KEYS`] keys under `prefix` that sort
+    /// after `start_after` (its `StartAfter`: "Amazon S3 starts listing after this specified
+    /// key", which need not exist; keys come in UTF-8 binary order), and whether more follow.
+    /// A LIST sees every write that succeeded before it ("Amazon S3 data consistency model",
+    /// S3 user guide). The default lists the whole prefix.
+    async fn list_page(&self, prefix: &str, start_after: &str) -> Result<ListPage, StoreError> {
+        let mut objects: Vec<ObjectMeta> = self
+            .list(prefix)
+            .await?
+            .into_iter()
+            .filter(|m| m.key.as_str() > start_after)
+            .collect();
+        let truncated = objects.len() > LIST_PAGE_KEYS;
+        objects.truncate(LIST_PAGE_KEYS);
+        Ok(ListPage { objects, truncated })
     }
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError>;
     /// Deleting an absent object succeeds (as in S3).

@@ -20,6 +20,11 @@ use crate::ports::{ObjectStore, PutCondition};
 use chrono::Utc;
 use futures::StreamExt;
 
+/// Attempts whose logs are looked up by key, one GET each, before a granule's log folder is
+/// listed instead: S3 prices a LIST as a PUT ($0.005 a thousand) and a GET at $0.0004, so twelve
+/// GETs cost what one LIST does.
+const ATTEMPTS_LOOKED_UP_BY_KEY: u32 = 12;
+
 /// The logs under one prefix.
 #[derive(Clone, Copy)]
 pub struct Logs<'a> {
@@ -90,19 +95,37 @@ impl<'a> Logs<'a> {
         success_key: &LogKey,
         success: &LogRecord,
     ) -> Result<usize, RepositoryError> {
-        let failures = success_key
-            .with_outcome(LogOutcome::Failure)
-            .granule_prefix(self.prefix);
+        let failure = success_key.with_outcome(LogOutcome::Failure);
+        // The earlier attempts' keys are known: a GET each (absent ones answer 404) costs less
+        // than the LIST of the granule's failure folder while there are few of them.
+        let candidates: Vec<String> = if success.attempt <= ATTEMPTS_LOOKED_UP_BY_KEY + 1 {
+            (1..success.attempt)
+                .map(|attempt| {
+                    LogKey {
+                        attempt,
+                        ..failure.clone()
+                    }
+                    .to_key(self.prefix)
+                })
+                .collect()
+        } else {
+            let listed = self
+                .store
+                .list(&failure.granule_prefix(self.prefix))
+                .await?;
+            listed.into_iter().map(|meta| meta.key).collect()
+        };
         let mut moved = 0;
-        for meta in self.store.list(&failures).await? {
-            let Ok(old_key) = LogKey::parse(self.prefix, &meta.key) else {
-                tracing::warn!(
-                    key = meta.key,
-                    "foreign object under the failure logs left alone"
-                );
+        for key in candidates {
+            let Ok(old_key) = LogKey::parse(self.prefix, &key) else {
+                tracing::warn!(key, "foreign object under the failure logs left alone");
                 continue;
             };
-            let Some(old) = read_json::<LogRecord>(self.store, &meta.key).await? else {
+            // Only attempts before the success are superseded by it.
+            if old_key.attempt >= success.attempt {
+                continue;
+            }
+            let Some(old) = read_json::<LogRecord>(self.store, &key).await? else {
                 continue;
             };
             let mut record = old.value;
@@ -122,24 +145,43 @@ impl<'a> Logs<'a> {
                 "writing a log",
             )
             .await?;
-            self.store.delete(&meta.key).await?;
+            self.store.delete(&key).await?;
             moved += 1;
         }
         Ok(moved)
     }
 
-    /// The latest attempt of `key`'s granule that succeeded, if one did.
+    /// The attempt of `key`'s granule that succeeded, if one did by `key`'s attempt or since.
+    ///
+    /// While attempts are few, one GET a key from `key`'s attempt down: a success at a later
+    /// attempt moved this attempt's failure log to this attempt's success-side key (marked
+    /// superseded by it), and this attempt's log exists before any later attempt does (every
+    /// end is logged before it is routed, and only a routed end makes the next attempt). So the
+    /// success-side key of `key`'s attempt or an earlier one holds a success or a failure it
+    /// superseded. Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder.
     pub async fn succeeded_attempt(&self, key: &LogKey) -> Result<Option<u32>, RepositoryError> {
-        let successes = key
-            .with_outcome(LogOutcome::Success)
-            .granule_prefix(self.prefix);
-        Ok(self
-            .store
-            .list(&successes)
-            .await?
-            .iter()
-            .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
-            .max())
+        let success = key.with_outcome(LogOutcome::Success);
+        if key.attempt > ATTEMPTS_LOOKED_UP_BY_KEY {
+            let listed = self
+                .store
+                .list(&success.granule_prefix(self.prefix))
+                .await?;
+            return Ok(listed
+                .iter()
+                .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
+                .max());
+        }
+        for attempt in (1..=key.attempt).rev() {
+            let at = LogKey {
+                attempt,
+                ..success.clone()
+            };
+            if let Some(log) = read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
+                let log = log.value;
+                return Ok(Some(log.superseded.map_or(log.attempt, |s| s.by_attempt)));
+            }
+        }
+        Ok(None)
     }
 
     /// Keeps a late failure of a granule that succeeded at `by_attempt` as evidence, filed under
@@ -280,4 +322,162 @@ pub async fn scan_log_facts(
         });
     }
     Ok(facts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+    use crate::adapters::tap::counting::RequestCounts;
+    use crate::adapters::tap::TappedStore;
+    use crate::domain::classify::{Classification, JobOutcome, Route};
+    use crate::domain::granule::{GranuleId, IdParser};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    const PREFIX: &str = "logs/";
+
+    fn key(outcome: LogOutcome, attempt: u32) -> LogKey {
+        let id = GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.0").unwrap();
+        LogKey::new(outcome, &IdParser::hls().facts(&id), &id, attempt)
+    }
+
+    fn record(outcome: LogOutcome, attempt: u32) -> LogRecord {
+        LogRecord {
+            granule_id: key(outcome, attempt).granule_id,
+            attempt,
+            outcome,
+            classification: Classification {
+                outcome: match outcome {
+                    LogOutcome::Success => JobOutcome::Success,
+                    LogOutcome::Failure => JobOutcome::Retryable,
+                },
+                failure: None,
+                batch_rules: String::new(),
+                reason: "test".into(),
+            },
+            route: Route::RetryQueue,
+            job_id: format!("job-{attempt}"),
+            job_name: format!("name-{attempt}"),
+            logged_at: Utc::now(),
+            routed_at: Some(Utc::now()),
+            superseded: None,
+            job: serde_json::Value::Null,
+            spot_ends_before: None,
+        }
+    }
+
+    /// Failure logs at `failed`, then a success at `succeeded`: what is left under each
+    /// outcome, and the LIST pages the success took.
+    async fn succeed_after(failed: &[u32], succeeded: u32) -> (Vec<u32>, Vec<u32>, u64) {
+        let counts = Arc::new(RequestCounts::default());
+        let store = TappedStore {
+            inner: Arc::new(MemoryStore::new()),
+            tap: counts.clone(),
+        };
+        let logs = Logs::new(&store, PREFIX);
+        for attempt in failed {
+            let failure = record(LogOutcome::Failure, *attempt);
+            let logged = logs
+                .log_failure(&key(LogOutcome::Failure, *attempt), failure)
+                .await
+                .unwrap();
+            assert!(matches!(logged, FailureLogged::New(_)));
+        }
+        let before = counts.s3_list.load(Ordering::Relaxed);
+        let logged = logs
+            .log_success(
+                &key(LogOutcome::Success, succeeded),
+                &record(LogOutcome::Success, succeeded),
+            )
+            .await
+            .unwrap();
+        let lists = counts.s3_list.load(Ordering::Relaxed) - before;
+        let moved = failed.iter().filter(|a| **a < succeeded).count();
+        assert_eq!(logged.relocated, moved);
+        let attempts = |outcome: LogOutcome| {
+            let store = &store;
+            async move {
+                let folder = key(outcome, 1).granule_prefix(PREFIX);
+                let mut found = Vec::new();
+                for meta in store.list(&folder).await.unwrap() {
+                    let k = LogKey::parse(PREFIX, &meta.key).unwrap();
+                    let log = read_json::<LogRecord>(store, &meta.key)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    if k.attempt < succeeded {
+                        let by = log
+                            .value
+                            .superseded
+                            .expect("an earlier failure is superseded");
+                        assert_eq!(by.by_attempt, succeeded);
+                    }
+                    found.push(k.attempt);
+                }
+                found.sort_unstable();
+                found
+            }
+        };
+        (
+            attempts(LogOutcome::Failure).await,
+            attempts(LogOutcome::Success).await,
+            lists,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_success_moves_the_earlier_failures_by_their_keys_while_there_are_few() {
+        // Attempts 1 and 2 failed (3 was never logged): found by key, no LIST.
+        let (failure, success, lists) = succeed_after(&[1, 2], 4).await;
+        assert_eq!((failure, success, lists), (vec![], vec![1, 2, 4], 0));
+        // A later attempt's failure is not this success's to supersede.
+        let (failure, success, _) = succeed_after(&[1, 5], 4).await;
+        assert_eq!((failure, success), (vec![5], vec![1, 4]));
+    }
+
+    #[tokio::test]
+    async fn a_late_failure_finds_the_success_before_or_after_it() {
+        let store = MemoryStore::new();
+        let logs = Logs::new(&store, PREFIX);
+        let failure = |attempt| key(LogOutcome::Failure, attempt);
+        assert_eq!(logs.succeeded_attempt(&failure(1)).await.unwrap(), None);
+        for attempt in [1, 2] {
+            logs.log_failure(&failure(attempt), record(LogOutcome::Failure, attempt))
+                .await
+                .unwrap();
+        }
+        assert_eq!(logs.succeeded_attempt(&failure(2)).await.unwrap(), None);
+        logs.log_success(
+            &key(LogOutcome::Success, 3),
+            &record(LogOutcome::Success, 3),
+        )
+        .await
+        .unwrap();
+        // Attempt 1's or 2's failure delivered again after attempt 3 succeeded: its own
+        // success-side key holds it, superseded by 3.
+        for attempt in [1, 2, 3] {
+            let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
+            assert_eq!(found, Some(3), "attempt {attempt}");
+        }
+        // A failure at a later attempt than the success (a stray job): found below it.
+        assert_eq!(logs.succeeded_attempt(&failure(5)).await.unwrap(), Some(3));
+        // Past the attempts looked up by key, the folder is listed.
+        let late = ATTEMPTS_LOOKED_UP_BY_KEY + 4;
+        assert_eq!(
+            logs.succeeded_attempt(&failure(late)).await.unwrap(),
+            Some(3)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_success_after_many_attempts_lists_the_failures_instead() {
+        let failed: Vec<u32> = (1..20).filter(|a| *a != 7).collect();
+        let (failure, success, lists) = succeed_after(&failed, 20).await;
+        assert_eq!(failure, Vec::<u32>::new());
+        assert_eq!(success, (1..=20).filter(|a| *a != 7).collect::<Vec<_>>());
+        assert_eq!(lists, 1);
+        let (failure, _, _) = succeed_after(&[3, 21], 20).await;
+        assert_eq!(failure, vec![21]);
+    }
 }

@@ -1,5 +1,8 @@
 use super::describe;
-use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload};
+use crate::ports::{
+    ListPage, ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, Upload,
+    LIST_PAGE_KEYS,
+};
 use async_trait::async_trait;
 use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::primitives::ByteStream;
@@ -171,6 +174,18 @@ impl S3Store {
     }
 }
 
+/// A listed object's key, size and time (`None` for an entry without a key).
+fn meta(o: aws_sdk_s3::types::Object) -> Option<ObjectMeta> {
+    let last_modified = o
+        .last_modified
+        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()));
+    Some(ObjectMeta {
+        key: o.key?,
+        size: o.size.unwrap_or(0).max(0) as u64,
+        last_modified,
+    })
+}
+
 fn http_status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
     e.raw_response().map(|r| r.status_code())
 }
@@ -305,20 +320,37 @@ impl ObjectStore for S3Store {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         let mut out = Vec::new();
         self.each_page(prefix, None, |page| {
-            for o in page.contents.unwrap_or_default() {
-                let Some(key) = o.key else { continue };
-                let last_modified = o
-                    .last_modified
-                    .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()));
-                out.push(ObjectMeta {
-                    key,
-                    size: o.size.unwrap_or(0).max(0) as u64,
-                    last_modified,
-                });
-            }
+            out.extend(
+                page.contents
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(meta),
+            );
         })
         .await?;
         Ok(out)
+    }
+
+    async fn list_page(&self, prefix: &str, start_after: &str) -> Result<ListPage, StoreError> {
+        let page = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(prefix)
+            .start_after(start_after)
+            .max_keys(LIST_PAGE_KEYS as i32)
+            .send()
+            .await
+            .map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
+        Ok(ListPage {
+            truncated: page.is_truncated.unwrap_or(false),
+            objects: page
+                .contents
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(meta)
+                .collect(),
+        })
     }
 
     async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {

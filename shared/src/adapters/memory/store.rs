@@ -1,6 +1,8 @@
 use super::scratch::ScratchFile;
 use super::shelf::Shelf;
-use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
+use crate::ports::{
+    ListPage, ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject, LIST_PAGE_KEYS,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -220,6 +222,52 @@ impl Objects {
         out.sort_by(|a, b| a.key.cmp(&b.key));
         out
     }
+
+    /// The first `max` keys under `prefix` after `start_after`, and whether more follow: each
+    /// folder that can hold such keys is read from where `start_after` falls in it, for at most
+    /// `max + 1` keys (a folder's keys are in order; folders' keys interleave, so the pages are
+    /// merged).
+    fn list_page(&self, prefix: &str, start_after: &str, max: usize) -> (Vec<ObjectMeta>, bool) {
+        let mut out = Vec::new();
+        let under = self
+            .folders
+            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+            .take_while(|(f, _)| f.starts_with(prefix));
+        // Folders the prefix runs into (`items/` for the prefix `items/HLS`).
+        let into = std::iter::once(0)
+            .chain(prefix.match_indices('/').map(|(i, _)| i + 1))
+            .filter(|&end| end < prefix.len())
+            .filter_map(|end| self.folders.get_key_value(&prefix[..end]));
+        for (folder, within) in under.chain(into) {
+            let start = match start_after.strip_prefix(&**folder) {
+                Some(rest) => rest,
+                // Every key of the folder sorts after `start_after`.
+                None if start_after < &**folder => "",
+                // Or none does.
+                None => continue,
+            };
+            let wanted = prefix.strip_prefix(&**folder).unwrap_or("");
+            let mut taken = 0;
+            within.each_from(start.max(wanted), |rest, e| {
+                if !rest.starts_with(wanted) {
+                    return false;
+                }
+                if rest > start {
+                    out.push(ObjectMeta {
+                        key: format!("{folder}{rest}"),
+                        size: e.len(),
+                        last_modified: Some(self.modified(e)),
+                    });
+                    taken += 1;
+                }
+                taken <= max
+            });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        let truncated = out.len() > max;
+        out.truncate(max);
+        (out, truncated)
+    }
 }
 
 /// In-memory object store with S3's conditional-write semantics (atomic, unlike some emulators).
@@ -407,6 +455,11 @@ impl ObjectStore for MemoryStore {
         Ok(self.lock().list_folders(prefix))
     }
 
+    async fn list_page(&self, prefix: &str, start_after: &str) -> Result<ListPage, StoreError> {
+        let (objects, truncated) = self.lock().list_page(prefix, start_after, LIST_PAGE_KEYS);
+        Ok(ListPage { objects, truncated })
+    }
+
     async fn copy(&self, from: &str, to: &str) -> Result<(), StoreError> {
         let body = self
             .get(from)
@@ -570,6 +623,30 @@ mod tests {
                 .filter(|k| k.starts_with(prefix))
                 .collect();
             assert_eq!(listed, wanted, "prefix {prefix:?}");
+            // A page from any point, of any size, is the filter's next keys.
+            let starts = all
+                .iter()
+                .flat_map(|k| [k.to_string(), k[..k.len() - 1].to_string()])
+                .chain(["", "a/b/", "m", "zzz"].map(String::from));
+            for start in starts {
+                let after: Vec<&str> = wanted
+                    .iter()
+                    .copied()
+                    .filter(|k| *k > start.as_str())
+                    .collect();
+                for max in 1..4 {
+                    let (page, truncated) = s.lock().list_page(prefix, &start, max);
+                    let page: Vec<String> = page.into_iter().map(|m| m.key).collect();
+                    let want = &after[..after.len().min(max)];
+                    assert_eq!(page, want, "prefix {prefix:?} after {start:?} max {max}");
+                    assert_eq!(truncated, after.len() > max, "{prefix:?} {start:?} {max}");
+                }
+            }
+            // Paging through the port's pages gives the whole listing.
+            let page = s.list_page(prefix, "").await.unwrap();
+            assert!(!page.truncated);
+            let paged: Vec<String> = page.objects.into_iter().map(|m| m.key).collect();
+            assert_eq!(paged, wanted, "prefix {prefix:?}");
         }
         assert!(s.get("a/b/c").await.unwrap().is_none());
         assert!(s.get("a/b/c/d").await.unwrap().is_some());

@@ -3,9 +3,9 @@
 use super::{Answer, Call, Fate, Op, Tap};
 use crate::ports::{
     ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
-    JobRunnerError, JobSummary, ObjectMeta, ObjectStore, OutgoingMessage, PutCondition, Queue,
-    QueueDepth, QueueError, ReceivedMessage, Remote, Source, SourceError, SourceFile, SourceStream,
-    StoreError, StoredObject, Upload,
+    JobRunnerError, JobSummary, ListPage, ObjectMeta, ObjectStore, OutgoingMessage, PutCondition,
+    Queue, QueueDepth, QueueError, ReceivedMessage, Remote, Source, SourceError, SourceFile,
+    SourceStream, StoreError, StoredObject, Upload,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -114,6 +114,16 @@ impl ObjectStore for TappedStore {
         };
         let call = Call::new(Op::StoreList, prefix);
         let request = self.inner.list(prefix);
+        through(&*self.tap, call, request, answer, store_error(prefix)).await
+    }
+    async fn list_page(&self, prefix: &str, start_after: &str) -> Result<ListPage, StoreError> {
+        let answer = |r: &Result<ListPage, StoreError>| Answer {
+            ok: r.is_ok(),
+            items: r.as_ref().map_or(0, |p| p.objects.len() as u64),
+            ..Answer::default()
+        };
+        let call = Call::new(Op::StoreList, prefix);
+        let request = self.inner.list_page(prefix, start_after);
         through(&*self.tap, call, request, answer, store_error(prefix)).await
     }
     async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {

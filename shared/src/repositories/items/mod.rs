@@ -49,7 +49,13 @@ use std::sync::Arc;
 
 /// Records looked for at once by [`Items::exist`], and how often each look is tried.
 const EXISTENCE_LOOKS_AT_ONCE: usize = 16;
-const EXISTENCE_TRIES: u32 = 10;
+const EXISTENCE_BACKOFF: crate::retry::Backoff = crate::retry::Backoff {
+    tries: 10,
+    ..crate::retry::Backoff::IN_RUN
+};
+
+/// GETs that cost what one LIST page does (S3 prices a LIST as a PUT: 0.005 / 0.0004 = 12.5).
+const GETS_A_LIST_PAGE_IS_WORTH: usize = 12;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
@@ -91,30 +97,94 @@ impl Items {
         Ok(read_json(self.store.as_ref(), &record_key(&self.prefixes.items, id)).await?)
     }
 
-    /// Which of `ids` have a record (one GET each, a few at a time, each retried within the
-    /// run). A record that is there but unreadable counts as there.
+    /// Which of `ids` have a record. The keys are looked for in key order with LIST pages
+    /// (ListObjectsV2 from just before the next key sought: a page answers for up to 1,000
+    /// keys, and a window of an inventory sorted by granule id is one range), while the pages
+    /// cost less than GETs would: a LIST is priced as a PUT, $0.005 a thousand, a GET $0.0004
+    /// (`domain::cost::prices`), so [`GETS_A_LIST_PAGE_IS_WORTH`] keys a page. Where records
+    /// lie thick between the keys sought (an unsorted inventory over a campaign's records), the
+    /// pages run out and the rest are looked for one GET each. A LIST sees every record written
+    /// before it, as a GET does ("Amazon S3 data consistency model", S3 user guide). Each call
+    /// is tried again within the run; a record that is there but unreadable counts as there.
     pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, RecordError> {
-        let looks: Vec<Result<bool, StoreError>> = futures::stream::iter(ids)
-            .map(|id| async move {
-                let key = record_key(&self.prefixes.items, id);
-                // One look out of a window's thousand that stays refused would hold the whole
-                // window back: more tries than a lone call gets (at 30% refused, ten in a row
-                // happen once in 170,000 looks).
-                crate::retry::again(
-                    crate::retry::Backoff {
-                        tries: EXISTENCE_TRIES,
-                        ..crate::retry::Backoff::IN_RUN
-                    },
-                    "looking for an item record",
-                    || async { Ok(self.store.get(&key).await?.is_some()) },
-                    StoreError::is_transient,
-                )
-                .await
-            })
-            .buffered(EXISTENCE_LOOKS_AT_ONCE)
-            .collect()
-            .await;
-        Ok(looks.into_iter().collect::<Result<_, _>>()?)
+        let mut sought: Vec<(String, usize)> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (record_key(&self.prefixes.items, id), i))
+            .collect();
+        sought.sort_unstable();
+        let mut found = vec![false; ids.len()];
+        let listed = self
+            .exist_by_listing(&sought, ids.len() / GETS_A_LIST_PAGE_IS_WORTH, &mut found)
+            .await?;
+        let looks: Vec<Result<(usize, bool), StoreError>> =
+            futures::stream::iter(&sought[listed..])
+                .map(|(key, i)| async move {
+                    // One look out of a window's thousand that stays refused would hold the
+                    // whole window back: more tries than a lone call gets (at 30% refused, ten
+                    // in a row happen once in 170,000 looks).
+                    let there = crate::retry::again(
+                        EXISTENCE_BACKOFF,
+                        "looking for an item record",
+                        || async { Ok(self.store.get(key).await?.is_some()) },
+                        StoreError::is_transient,
+                    )
+                    .await?;
+                    Ok((*i, there))
+                })
+                .buffered(EXISTENCE_LOOKS_AT_ONCE)
+                .collect()
+                .await;
+        for look in looks {
+            let (i, there) = look?;
+            found[i] = there;
+        }
+        Ok(found)
+    }
+
+    /// Settles `sought` (sorted keys, each with its place in `found`) from the front with at
+    /// most `pages` LIST pages; returns how many it settled.
+    async fn exist_by_listing(
+        &self,
+        sought: &[(String, usize)],
+        pages: usize,
+        found: &mut [bool],
+    ) -> Result<usize, RecordError> {
+        let mut settled = 0;
+        let mut page_ended_at = String::new();
+        for _ in 0..pages {
+            let Some((next, _)) = sought.get(settled) else {
+                break;
+            };
+            // Just before the next key sought (it without its last character: keys between
+            // the two only take a place on the page), or past the last page's end.
+            let mut after = next.clone();
+            after.pop();
+            let after = after.max(std::mem::take(&mut page_ended_at));
+            let page = crate::retry::again(
+                EXISTENCE_BACKOFF,
+                "listing item records",
+                || self.store.list_page(&self.prefixes.items, &after),
+                StoreError::is_transient,
+            )
+            .await?;
+            let last = page.objects.last().map(|m| m.key.as_str());
+            let mut listed = page.objects.iter().map(|m| m.key.as_str()).peekable();
+            for (key, i) in &sought[settled..] {
+                // Past the page's end, a truncated page says nothing.
+                if page.truncated && last.is_none_or(|last| key.as_str() > last) {
+                    break;
+                }
+                while listed.next_if(|k| *k < key.as_str()).is_some() {}
+                found[*i] = listed.peek() == Some(&key.as_str());
+                settled += 1;
+            }
+            match last {
+                Some(last) if page.truncated => page_ended_at = last.to_owned(),
+                _ => break,
+            }
+        }
+        Ok(settled)
     }
 }
 

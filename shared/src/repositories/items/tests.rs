@@ -460,3 +460,90 @@ async fn several_steps_are_one_write_with_a_history_entry_each() {
         Processing
     );
 }
+
+mod looking_for_records {
+    use super::*;
+    use crate::adapters::tap::counting::RequestCounts;
+    use crate::adapters::tap::TappedStore;
+    use proptest::prelude::*;
+    use std::sync::atomic::Ordering;
+
+    fn id(n: u32) -> GranuleId {
+        GranuleId::parse(&format!("HLS.S30.T{n:06}.2022001")).unwrap()
+    }
+
+    /// Items over a store holding records for `with_records`, and the store's request counts.
+    async fn store_with(with_records: &[u32]) -> (Items, Arc<RequestCounts>) {
+        let memory = Arc::new(MemoryStore::new());
+        for n in with_records {
+            let key = record_key("items/", &id(*n));
+            memory
+                .put(&key, Bytes::from_static(b"{}"), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        let counts = Arc::new(RequestCounts::default());
+        let store: Arc<dyn ObjectStore> = Arc::new(TappedStore {
+            inner: memory,
+            tap: counts.clone(),
+        });
+        (Items::new(store, ItemPrefixes::default()), counts)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Whatever lies between the keys sought (records thick or thin, pages cut anywhere,
+        /// the pages running out), each granule is found exactly when its record is there.
+        #[test]
+        fn each_granule_is_found_exactly_when_its_record_exists(
+            records in proptest::collection::btree_set(0u32..6_000, 0..3_000),
+            sought in proptest::collection::vec(0u32..6_000, 0..400),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            runtime.block_on(async {
+                let records: Vec<u32> = records.into_iter().collect();
+                let (items, _) = store_with(&records).await;
+                let ids: Vec<GranuleId> = sought.iter().map(|n| id(*n)).collect();
+                let found = items.exist(&ids).await.unwrap();
+                let truth: Vec<bool> =
+                    sought.iter().map(|n| records.binary_search(n).is_ok()).collect();
+                assert_eq!(found, truth);
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn a_window_of_a_sorted_inventory_is_looked_at_with_a_few_list_pages() {
+        // A campaign's records below and above the window, none in it but every tenth.
+        let mut records: Vec<u32> = (0..20_000).chain(40_000..60_000).collect();
+        records.extend((20_000..30_000).step_by(10));
+        let (items, counts) = store_with(&records).await;
+        let window: Vec<GranuleId> = (20_000..30_000).map(id).collect();
+        let found = items.exist(&window).await.unwrap();
+        assert_eq!(found.iter().filter(|f| **f).count(), 1_000);
+        assert!(found.iter().step_by(10).all(|f| *f));
+        assert_eq!(counts.s3_get.load(Ordering::Relaxed), 0, "no GET a granule");
+        // 10,000 keys at 1,000 a page, each page starting at the next key sought.
+        let pages = counts.s3_list.load(Ordering::Relaxed);
+        assert!(pages <= 11, "{pages} LIST pages for a window of 10,000");
+    }
+
+    #[tokio::test]
+    async fn records_thick_between_the_keys_sought_fall_back_to_a_get_each() {
+        // Every granule of the campaign has a record; the window is every 1,000th (an
+        // inventory in no order over them): each page answers for one key only.
+        let records: Vec<u32> = (0..60_000).collect();
+        let (items, counts) = store_with(&records).await;
+        let window: Vec<GranuleId> = (0..60_000).step_by(2_000).map(id).collect();
+        let found = items.exist(&window).await.unwrap();
+        assert!(found.iter().all(|f| *f));
+        let pages = counts.s3_list.load(Ordering::Relaxed) as usize;
+        let gets = counts.s3_get.load(Ordering::Relaxed) as usize;
+        assert_eq!(
+            pages,
+            window.len() / GETS_A_LIST_PAGE_IS_WORTH,
+            "the pages ran out"
+        );
+        assert_eq!(pages + gets, window.len(), "one request a key after all");
+    }
+}
