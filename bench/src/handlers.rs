@@ -92,6 +92,7 @@ pub(crate) async fn handlers(batches: Vec<usize>, invocations: usize) -> Result<
                         ends: &[granary::domain::lifecycle::ItemState::ProcessingFailed],
                         reason: "Spot",
                         listed_in: None,
+                        repeated: false,
                     };
                     granary::handlers::item_sync::finished(&setup, &e, end, "bench").await?;
                 }

@@ -368,6 +368,7 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
         ends: dead_lettered,
         reason: "exit code 2",
         listed_in: None,
+        repeated: false,
     };
     item_sync::finished(ctx, &first, end, "job-monitor")
         .await

@@ -123,6 +123,8 @@ pub struct End<'a> {
     pub ends: &'a [ItemState],
     pub reason: &'a str,
     pub listed_in: Option<&'a str>,
+    /// The end's log was there already (a repeated delivery): its record most likely is too.
+    pub repeated: bool,
 }
 
 /// The monitor saw attempt `event.attempt` end: PROCESSING → along `end.ends`.
@@ -152,6 +154,7 @@ async fn record_finished(
         ends,
         reason,
         listed_in,
+        repeated,
     } = end;
     let to = ends.last().copied().unwrap_or(ItemState::ProcessingFailed);
     let advance = || {
@@ -165,6 +168,16 @@ async fn record_finished(
     // record there already (a duplicate delivery, the reconciler's recovery) refuses it and is
     // advanced as any record, which changes nothing at the same attempt's end.
     if let Some(claim) = listed_in {
+        // A repeated end reads first: a GET where a refused conditional PUT would be billed as
+        // a PUT, twelve times as dear (S3 bills 4XX answers in general: "Billing for Amazon S3
+        // error responses", S3 user guide). Either order ends with one record at the end state.
+        if repeated {
+            let moved = advance().await?;
+            if !matches!(moved, Changed::Missing) {
+                warn_if_lagging(&moved, event, to);
+                return Ok(());
+            }
+        }
         let new = NewItem::ready(event.granule_id.clone(), LISTED, Some(claim.to_owned()));
         if let Created::Existing(_) = items.create_along(new, &changes, by).await? {
             let moved = advance().await?;
@@ -311,6 +324,7 @@ mod tests {
             ends: &[Processed],
             reason: "ok",
             listed_in: None,
+            repeated: false,
         };
         finished(&ctx, &event, end, "job-monitor").await.unwrap();
         let rejects = ctx
@@ -323,5 +337,65 @@ mod tests {
         let dlq = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
         assert!(!dlq.is_empty());
         assert!(dlq[0].attributes["reason"].contains("not valid JSON"));
+    }
+
+    #[tokio::test]
+    async fn a_repeated_end_of_an_array_child_reads_its_record_before_writing() {
+        use crate::adapters::tap::counting::RequestCounts;
+        use std::sync::atomic::Ordering;
+        let plain = Ctx::in_memory(Config::for_unit_tests(&[]));
+        let counts = std::sync::Arc::new(RequestCounts::default());
+        let ctx = plain.tapped(counts.clone());
+        let claim = "claims/windows/inv.parquet/start=0.json";
+        let end = |repeated| End {
+            job_id: "array-1:3",
+            ends: &[Processed],
+            reason: "ok",
+            listed_in: Some(claim),
+            repeated,
+        };
+        let first = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap(),
+            attempt: 1,
+        };
+        // The first delivery makes the record at its end; a repeat whose first delivery died
+        // before the record (its log there) makes it too.
+        let died = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.S30.T18TYN.2020001T153012.v2.0").unwrap(),
+            attempt: 1,
+        };
+        finished(&ctx, &first, end(false), "job-monitor")
+            .await
+            .unwrap();
+        finished(&ctx, &died, end(true), "job-monitor")
+            .await
+            .unwrap();
+        for event in [&first, &died] {
+            let record = ctx
+                .items()
+                .get(&event.granule_id)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
+            assert_eq!(record.state, Processed);
+            assert_eq!(record.source.as_deref(), Some(claim));
+        }
+        // A repeat where the record is there: one GET, no refused PUT.
+        let puts = counts.s3_put.load(Ordering::Relaxed);
+        let gets = counts.s3_get.load(Ordering::Relaxed);
+        finished(&ctx, &first, end(true), "job-monitor")
+            .await
+            .unwrap();
+        assert_eq!(counts.s3_put.load(Ordering::Relaxed), puts);
+        assert_eq!(counts.s3_get.load(Ordering::Relaxed), gets + 1);
+        let record = ctx
+            .items()
+            .get(&first.granule_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        assert_eq!(record.state, Processed);
     }
 }

@@ -257,11 +257,13 @@ pub async fn described_job(
 
 /// An end already logged, handled again from its log (which holds the job's detail as its event
 /// or DescribeJobs gave it): for an end whose item record never followed its log, once Batch no
-/// longer describes the job. Duplicate-safe like any delivery.
+/// longer describes the job. Duplicate-safe like any delivery. `listed_in`: the window claim of
+/// an array whose records are made at its children's ends, the record's source.
 pub async fn logged_end(
     ctx: &Ctx,
     log: Box<LogRecord>,
     by: &str,
+    listed_in: Option<&str>,
 ) -> Result<MonitorOutcome, HandlerError> {
     let LogRecord {
         granule_id,
@@ -282,7 +284,7 @@ pub async fn logged_end(
         classification,
         route,
         spot_ends_before,
-        listed_in: None,
+        listed_in: listed_in.map(str::to_owned),
     };
     job_finished(ctx, finished, job, by).await
 }
@@ -383,6 +385,7 @@ async fn handle_end(
             ends,
             reason: &reason,
             listed_in: listed_in.as_deref(),
+            repeated: matches!(outcome, MonitorOutcome::Duplicate),
         };
         super::item_sync::finished(ctx, &granule, end, by).await?;
     }

@@ -254,7 +254,7 @@ async fn reconcile_one(
     };
     let Some(description) = ctx.jobs.describe(&job_id).await? else {
         tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
-        route_forgotten(ctx, attempt, &job_id).await?;
+        route_forgotten(ctx, attempt, &job_id, None).await?;
         return Ok(Step::UnknownToBatch);
     };
     match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
@@ -275,15 +275,19 @@ async fn reconcile_one(
 
 /// Logs and routes an attempt whose job Batch forgot before its end was seen, through the
 /// monitor's own handler (a duplicate-safe log, the DLQ, the item record, the marker).
+/// `listed_in`: the window claim whose records are made at their ends, if the attempt is one.
 pub(super) async fn route_forgotten(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
+    listed_in: Option<&str>,
 ) -> Result<MonitorOutcome, HandlerError> {
     let campaign = ctx.campaign();
     let name = crate::domain::job_name::job_name(campaign, &attempt.granule_id, attempt.attempt);
-    let finished =
-        crate::domain::job_end::forgotten_by_batch(attempt.clone(), campaign.cloned(), job_id);
+    let finished = crate::domain::job_end::FinishedJob {
+        listed_in: listed_in.map(str::to_owned),
+        ..crate::domain::job_end::forgotten_by_batch(attempt.clone(), campaign.cloned(), job_id)
+    };
     let detail = crate::domain::job_end::forgotten_detail(job_id, &name);
     monitor::job_finished(ctx, finished, detail, monitor::RECOVERED_BY).await
 }

@@ -191,6 +191,8 @@ pub(super) async fn reconcile_window(
             (i, attempt, job_id, description, handled)
         })
         .collect();
+    let claim_key = window_key(&layout.claim_prefix, inventory, start);
+    let listed_in = claim.records_at_end.then_some(claim_key.as_str());
     // Granules are looked at a few at a time: a pass over a large window under throttling would
     // otherwise add up every granule's backoff one after another.
     let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
@@ -210,7 +212,7 @@ pub(super) async fn reconcile_window(
                                 ..crate::retry::Backoff::IN_RUN
                             },
                             "looking at a granule of a window",
-                            || granule(ctx, &attempt, &job_id, description.as_ref()),
+                            || granule(ctx, &attempt, &job_id, description.as_ref(), listed_in),
                             |_| true,
                         )
                         .await
@@ -270,14 +272,17 @@ pub(super) async fn reconcile_window(
     Ok(())
 }
 
+/// `listed_in`: the window claim's key where the window's records are made at its ends (the
+/// record a recovery makes names it as its source, as the monitor's would).
 async fn granule(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
     description: Option<&JobDescription>,
+    listed_in: Option<&str>,
 ) -> Result<Granule, HandlerError> {
     let Some(description) = description else {
-        return forgotten(ctx, attempt, job_id).await;
+        return forgotten(ctx, attempt, job_id, listed_in).await;
     };
     if !description.summary.status.is_terminal() {
         return Ok(Granule::StillRunning);
@@ -310,6 +315,7 @@ async fn forgotten(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
     job_id: &str,
+    listed_in: Option<&str>,
 ) -> Result<Granule, HandlerError> {
     // With item records made at submission, the item sweeper times such an attempt out (the
     // window's open marker names it to the sweeper) and the record leaves PROCESSING at it:
@@ -320,12 +326,12 @@ async fn forgotten(
         // Its end was logged and the record never followed: handled again from the log, which
         // holds the job's detail as its event or DescribeJobs gave it.
         Some(Logged::RecordBehind(log)) => {
-            monitor::logged_end(ctx, log, monitor::RECOVERED_BY).await?;
+            monitor::logged_end(ctx, log, monitor::RECOVERED_BY, listed_in).await?;
             Ok(Granule::Recovered)
         }
         None => {
             tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, "Batch no longer knows this job; its end was never logged: dead-lettered");
-            super::route_forgotten(ctx, attempt, job_id).await?;
+            super::route_forgotten(ctx, attempt, job_id, listed_in).await?;
             Ok(Granule::UnknownToBatch)
         }
     }

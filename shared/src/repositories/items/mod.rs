@@ -103,7 +103,7 @@ impl Items {
     /// cost less than GETs would: a LIST is priced as a PUT, $0.005 a thousand, a GET $0.0004
     /// (`domain::cost::prices`), so [`GETS_A_LIST_PAGE_IS_WORTH`] keys a page. Where records
     /// lie thick between the keys sought (an unsorted inventory over a campaign's records), the
-    /// pages run out and the rest are looked for one GET each. A LIST sees every record written
+    /// pages stop once they answer for fewer keys than that, and the rest are one GET each. A LIST sees every record written
     /// before it, as a GET does ("Amazon S3 data consistency model", S3 user guide). Each call
     /// is tried again within the run; a record that is there but unreadable counts as there.
     pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, RecordError> {
@@ -152,7 +152,12 @@ impl Items {
     ) -> Result<usize, RecordError> {
         let mut settled = 0;
         let mut page_ended_at = String::new();
-        for _ in 0..pages {
+        for listed_pages in 0..pages {
+            // Pages that answer for fewer keys than their price in GETs stop the listing (the
+            // records between the keys sought are thick here: an inventory in no order).
+            if settled < listed_pages * GETS_A_LIST_PAGE_IS_WORTH {
+                break;
+            }
             let Some((next, _)) = sought.get(settled) else {
                 break;
             };
