@@ -20,9 +20,9 @@ use crate::ports::{ObjectStore, PutCondition};
 use chrono::Utc;
 use futures::StreamExt;
 
-/// Attempts whose logs are looked up by key, one GET each, before a granule's log folder is
-/// listed instead: S3 prices a LIST as a PUT ($0.005 a thousand) and a GET at $0.0004, so twelve
-/// GETs cost what one LIST does.
+/// Earlier attempts whose failure logs a success looks up by key, one GET each, before it lists
+/// the granule's failure folder instead: S3 prices a LIST as a PUT ($0.005 a thousand) and a GET
+/// at $0.0004, so twelve GETs cost what one LIST does.
 const ATTEMPTS_LOOKED_UP_BY_KEY: u32 = 12;
 
 /// The logs under one prefix.
@@ -151,37 +151,22 @@ impl<'a> Logs<'a> {
         Ok(moved)
     }
 
-    /// The attempt of `key`'s granule that succeeded, if one did by `key`'s attempt or since.
-    ///
-    /// While attempts are few, one GET a key from `key`'s attempt down: a success at a later
-    /// attempt moved this attempt's failure log to this attempt's success-side key (marked
-    /// superseded by it), and this attempt's log exists before any later attempt does (every
-    /// end is logged before it is routed, and only a routed end makes the next attempt). So the
-    /// success-side key of `key`'s attempt or an earlier one holds a success or a failure it
-    /// superseded. Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder.
+    /// The latest attempt of `key`'s granule that succeeded, if one did: one LIST of the
+    /// granule's success folder. Not by key like the relocation above: a success at a later
+    /// attempt leaves a trace at this attempt's key only if this attempt was logged, and the
+    /// item sweeper retries a timed-out attempt without logging it, so a key-by-key look could
+    /// miss a success and send a late failure round again.
     pub async fn succeeded_attempt(&self, key: &LogKey) -> Result<Option<u32>, RepositoryError> {
-        let success = key.with_outcome(LogOutcome::Success);
-        if key.attempt > ATTEMPTS_LOOKED_UP_BY_KEY {
-            let listed = self
-                .store
-                .list(&success.granule_prefix(self.prefix))
-                .await?;
-            return Ok(listed
-                .iter()
-                .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
-                .max());
-        }
-        for attempt in (1..=key.attempt).rev() {
-            let at = LogKey {
-                attempt,
-                ..success.clone()
-            };
-            if let Some(log) = read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
-                let log = log.value;
-                return Ok(Some(log.superseded.map_or(log.attempt, |s| s.by_attempt)));
-            }
-        }
-        Ok(None)
+        let successes = key
+            .with_outcome(LogOutcome::Success)
+            .granule_prefix(self.prefix);
+        Ok(self
+            .store
+            .list(&successes)
+            .await?
+            .iter()
+            .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
+            .max())
     }
 
     /// Keeps a late failure of a granule that succeeded at `by_attempt` as evidence, filed under
@@ -454,15 +439,13 @@ mod tests {
         )
         .await
         .unwrap();
-        // Attempt 1's or 2's failure delivered again after attempt 3 succeeded: its own
-        // success-side key holds it, superseded by 3.
+        // Attempt 1's or 2's failure delivered again after attempt 3 succeeded.
         for attempt in [1, 2, 3] {
             let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
             assert_eq!(found, Some(3), "attempt {attempt}");
         }
         // A failure at a later attempt than the success (a stray job): found below it.
         assert_eq!(logs.succeeded_attempt(&failure(5)).await.unwrap(), Some(3));
-        // Past the attempts looked up by key, the folder is listed.
         let late = ATTEMPTS_LOOKED_UP_BY_KEY + 4;
         assert_eq!(
             logs.succeeded_attempt(&failure(late)).await.unwrap(),

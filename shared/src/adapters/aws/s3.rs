@@ -337,20 +337,21 @@ impl ObjectStore for S3Store {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(prefix)
-            .start_after(start_after)
+            .set_start_after(Some(start_after.to_owned()).filter(|s| !s.is_empty()))
             .max_keys(LIST_PAGE_KEYS as i32)
             .send()
             .await
             .map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
-        Ok(ListPage {
-            truncated: page.is_truncated.unwrap_or(false),
-            objects: page
-                .contents
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(meta)
-                .collect(),
-        })
+        let objects: Vec<ObjectMeta> = page
+            .contents
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(meta)
+            .collect();
+        // A full page without IsTruncated (a store that leaves it out) is taken as cut short:
+        // the caller then looks further instead of judging the keys past it absent.
+        let truncated = page.is_truncated.unwrap_or(objects.len() >= LIST_PAGE_KEYS);
+        Ok(ListPage { objects, truncated })
     }
 
     async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
