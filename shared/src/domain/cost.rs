@@ -96,6 +96,9 @@ pub mod prices {
     pub const S3_PUT: f64 = 0.005 / 1e3;
     pub const S3_GET: f64 = 0.0004 / 1e3;
     pub const SQS_REQUEST: f64 = 0.40 / 1e6;
+    /// GETs that cost what one LIST (priced as a PUT) does, whole: 12. A look that could be
+    /// one LIST or a GET a key uses it to choose.
+    pub const GETS_A_LIST_IS_WORTH: usize = (S3_PUT / S3_GET) as usize;
 }
 
 /// granary's own cost a granule, by service, at the list prices of `granary-bench campaign`

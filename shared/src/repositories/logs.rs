@@ -23,7 +23,7 @@ use futures::StreamExt;
 /// Earlier attempts whose failure logs a success looks up by key, one GET each, before it lists
 /// the granule's failure folder instead: S3 prices a LIST as a PUT ($0.005 a thousand) and a GET
 /// at $0.0004, so twelve GETs cost what one LIST does.
-const ATTEMPTS_LOOKED_UP_BY_KEY: u32 = 12;
+const ATTEMPTS_LOOKED_UP_BY_KEY: u32 = crate::domain::cost::prices::GETS_A_LIST_IS_WORTH as u32;
 
 /// The logs under one prefix.
 #[derive(Clone, Copy)]

@@ -55,7 +55,7 @@ const EXISTENCE_BACKOFF: crate::retry::Backoff = crate::retry::Backoff {
 };
 
 /// GETs that cost what one LIST page does (S3 prices a LIST as a PUT: 0.005 / 0.0004 = 12.5).
-const GETS_A_LIST_PAGE_IS_WORTH: usize = 12;
+const GETS_A_LIST_PAGE_IS_WORTH: usize = crate::domain::cost::prices::GETS_A_LIST_IS_WORTH;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
