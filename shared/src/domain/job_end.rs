@@ -257,6 +257,57 @@ pub fn forgotten_detail(job_id: &str, job_name: &str) -> serde_json::Value {
     })
 }
 
+/// A PROCESSING attempt the item sweeper found past its time with no job Batch knows (never
+/// created, forgotten, or described as unreadable): an end like any other, logged before it is
+/// routed, so that every attempt has its log before the next attempt exists (the late-success
+/// check, `repositories::Logs::succeeded_attempt`, rests on it). Retried while the item's
+/// attempts last (`gives_up` false: the requeuer submits the next one, or dead-letters it past
+/// the attempt budget); dead-lettered once they are spent.
+pub fn timed_out(
+    granule: GranuleProcessingEvent,
+    campaign: Option<Campaign>,
+    timeout_secs: i64,
+    gives_up: bool,
+) -> FinishedJob {
+    let (outcome, route, reason) = if gives_up {
+        (
+            super::classify::JobOutcome::NonRetryable,
+            Route::FailureDlq,
+            format!("processing timed out after {timeout_secs}s; no attempts left"),
+        )
+    } else {
+        (
+            super::classify::JobOutcome::Retryable,
+            Route::RetryQueue,
+            format!("processing timed out after {timeout_secs}s (timeout recovery)"),
+        )
+    };
+    FinishedJob {
+        granule,
+        campaign,
+        classification: Classification {
+            outcome,
+            failure: Some(super::classify::FailureKind::AttemptTimeout),
+            batch_rules: String::new(),
+            reason,
+        },
+        route,
+        spot_ends_before: None,
+        listed_in: None,
+    }
+}
+
+/// The JobDetail granary logs for a timed-out attempt: its job as the record names it (none if
+/// the record never learnt it), and that Batch did not describe it.
+pub fn timed_out_detail(job_id: Option<&str>, job_name: &str) -> serde_json::Value {
+    serde_json::json!({
+        "jobId": job_id.unwrap_or(""),
+        "jobName": job_name,
+        "status": "UNKNOWN",
+        "statusReason": "past its processing timeout and not described by DescribeJobs",
+    })
+}
+
 #[cfg(test)]
 mod forgotten_tests {
     use super::*;
@@ -272,6 +323,28 @@ mod forgotten_tests {
         assert_eq!((f.route, f.granule), (Route::FailureDlq, granule));
         assert_eq!(f.classification.route(), Route::FailureDlq);
         assert!(f.classification.reason.contains("job-9"));
+    }
+
+    #[test]
+    fn a_timed_out_attempt_is_retried_while_attempts_last_and_dead_lettered_after() {
+        let granule = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap(),
+            attempt: 3,
+        };
+        for (gives_up, route) in [(false, Route::RetryQueue), (true, Route::FailureDlq)] {
+            let f = timed_out(granule.clone(), None, 60, gives_up);
+            assert_eq!((f.route, f.classification.route()), (route, route));
+            assert_eq!(
+                f.classification.failure,
+                Some(super::super::classify::FailureKind::AttemptTimeout)
+            );
+            assert!(f.classification.reason.contains("60s"), "{f:?}");
+        }
+        let detail = timed_out_detail(None, "g-3");
+        assert_eq!(
+            (detail["jobId"].as_str(), detail["jobName"].as_str()),
+            (Some(""), Some("g-3"))
+        );
     }
 }
 

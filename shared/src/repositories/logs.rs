@@ -151,22 +151,39 @@ impl<'a> Logs<'a> {
         Ok(moved)
     }
 
-    /// The latest attempt of `key`'s granule that succeeded, if one did: one LIST of the
-    /// granule's success folder. Not by key like the relocation above: a success at a later
-    /// attempt leaves a trace at this attempt's key only if this attempt was logged, and the
-    /// item sweeper retries a timed-out attempt without logging it, so a key-by-key look could
-    /// miss a success and send a late failure round again.
+    /// The attempt of `key`'s granule that succeeded, if one did by `key`'s attempt or since.
+    ///
+    /// While attempts are few, one GET a key from `key`'s attempt down: a success at a later
+    /// attempt moved this attempt's failure log to this attempt's success-side key (marked
+    /// superseded by it), and this attempt's log exists before any later attempt does. Every
+    /// end is logged before it is routed and only a routed end makes the next attempt: the
+    /// monitor's, the reconciler's recoveries and the item sweeper's timed-out attempts all go
+    /// through the monitor's handler (`handlers::monitor::job_finished`). So the success-side
+    /// key of `key`'s attempt or an earlier one holds a success or a failure it superseded.
+    /// Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder.
     pub async fn succeeded_attempt(&self, key: &LogKey) -> Result<Option<u32>, RepositoryError> {
-        let successes = key
-            .with_outcome(LogOutcome::Success)
-            .granule_prefix(self.prefix);
-        Ok(self
-            .store
-            .list(&successes)
-            .await?
-            .iter()
-            .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
-            .max())
+        let success = key.with_outcome(LogOutcome::Success);
+        if key.attempt > ATTEMPTS_LOOKED_UP_BY_KEY {
+            let listed = self
+                .store
+                .list(&success.granule_prefix(self.prefix))
+                .await?;
+            return Ok(listed
+                .iter()
+                .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
+                .max());
+        }
+        for attempt in (1..=key.attempt).rev() {
+            let at = LogKey {
+                attempt,
+                ..success.clone()
+            };
+            if let Some(log) = read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
+                let log = log.value;
+                return Ok(Some(log.superseded.map_or(log.attempt, |s| s.by_attempt)));
+            }
+        }
+        Ok(None)
     }
 
     /// Keeps a late failure of a granule that succeeded at `by_attempt` as evidence, filed under

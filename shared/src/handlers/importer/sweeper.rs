@@ -10,17 +10,20 @@
 //! An array window recorded at its children's ends (`WindowClaim::records_at_end`) has no record
 //! to sweep for a granule in flight: the reconciler describes its children instead.
 //!
-//! Order of effects, so a crash between two of them strands nothing: the message that moves the
-//! item on is sent before the state is written. If the write is lost, the item is still overdue in
-//! the index and the next sweep does it again (the receivers tolerate the duplicate: the requeuer
-//! claims each attempt once, the import step re-checks the state, a DLQ notice may repeat).
+//! Order of effects, so a crash between two of them strands nothing. A timed-out PROCESSING
+//! attempt is an end like any other and goes through the monitor's own handler: its failure log,
+//! then the route, then the record (the next sweep finishes a handling that died, as a
+//! redelivered event does). A DOWNLOADING item's message is sent before the state is written: if
+//! the write is lost, the item is still overdue in the index and the next sweep does it again
+//! (the import step re-checks the state, a DLQ notice may repeat).
 
 use super::{Ctx, Step};
 use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
-use crate::domain::granule::GranuleId;
+use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
+use crate::handlers::monitor::MonitorOutcome;
 use crate::handlers::HandlerError;
 use crate::repositories::RecordError;
 use chrono::{DateTime, Utc};
@@ -48,6 +51,9 @@ pub struct SweepSummary {
     pub corrupt_records: u64,
     /// Items that could not be handled this time (an S3, SQS or Batch error); next sweep retries.
     pub errors: u64,
+    /// PROCESSING items past their time whose granule had succeeded meanwhile (its success is
+    /// logged; its own handling, redelivered or reconciled, moves the record): not routed.
+    pub already_succeeded: u64,
     /// Items this sweep had no time left for: the next sweep, which starts elsewhere, does them.
     pub out_of_time: u64,
 }
@@ -65,6 +71,7 @@ impl SweepSummary {
             gave_up,
             stale_markers,
             corrupt_records,
+            already_succeeded,
             errors,
             out_of_time,
         } = other;
@@ -77,6 +84,7 @@ impl SweepSummary {
         self.gave_up += gave_up;
         self.stale_markers += stale_markers;
         self.corrupt_records += corrupt_records;
+        self.already_succeeded += already_succeeded;
         self.errors += errors;
         self.out_of_time += out_of_time;
     }
@@ -289,24 +297,28 @@ async fn sweep_one(
         policy.processing_timeout
     };
     let gives_up = path.last().is_some_and(|s| s.is_terminal());
+    if state == Processing {
+        let attempt = GranuleProcessingEvent {
+            granule_id: id.clone(),
+            attempt: record.attempts.processing,
+        };
+        let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
+        match ended.await? {
+            MonitorOutcome::AlreadySucceeded => {
+                tracing::warn!(item_id = %id, "timed out, but its granule has succeeded: not routed; the success's own handling moves the record");
+                summary.already_succeeded += 1;
+            }
+            _ if gives_up => summary.gave_up += 1,
+            _ => summary.retried += 1,
+        }
+        return Ok(());
+    }
     // The message first (see the module's note on order), then the state.
-    match (state, gives_up) {
-        (_, true) => {
-            let terminal = path.last().copied().unwrap_or(Abandoned);
-            dead_letter(imp, id, terminal, timeout).await?;
-        }
-        (Downloading, false) => imp.enqueue(id, Some(Step::Download)).await?,
-        (_, false) => {
-            // The requeuer submits the next attempt; it moves the item PROCESSING (n) →
-            // PROCESSING_FAILED → READY → PROCESSING (n + 1) itself if this write is lost.
-            imp.send_retry(
-                id,
-                record.attempts.processing,
-                Outcome::TimedOut,
-                "processing timed out (timeout recovery)",
-            )
-            .await?
-        }
+    if gives_up {
+        let terminal = path.last().copied().unwrap_or(Ignore);
+        dead_letter(imp, id, terminal, timeout).await?;
+    } else {
+        imp.enqueue(id, Some(Step::Download)).await?;
     }
     if crate::mutants::on("sweeper-timeout-path-in-steps") {
         let mut expected = (state, seq);
@@ -335,6 +347,37 @@ async fn sweep_one(
         summary.retried += 1;
     }
     Ok(())
+}
+
+/// A PROCESSING attempt past its time whose job Batch does not know, ended through the monitor's
+/// own handler like any end (`domain::job_end::timed_out`): its failure log first, then the
+/// route (the retry queue, or the DLQ once the item's attempts are spent), then the item record
+/// (PROCESSING → PROCESSING_FAILED, and ABANDONED on giving up). A crash between two of them
+/// leaves an unrouted log the next sweep routes once its lease has run (the record is still
+/// PROCESSING and overdue). Logged before the next attempt exists, as every end is, so a success
+/// of a later attempt supersedes this attempt's log at its key.
+async fn timed_out_attempt(
+    imp: &Ctx,
+    attempt: GranuleProcessingEvent,
+    job_id: Option<&str>,
+    gives_up: bool,
+    timeout: chrono::Duration,
+) -> Result<MonitorOutcome, HandlerError> {
+    let campaign = imp.campaign();
+    let name = crate::domain::job_name::job_name(campaign, &attempt.granule_id, attempt.attempt);
+    let detail = crate::domain::job_end::timed_out_detail(job_id, &name);
+    // The Spot ends before the attempt go on with it, from its claim (the timeout was not Spot's).
+    let spot_ends = imp.spot_ends_before(&attempt).await?;
+    let finished = crate::domain::job_end::FinishedJob {
+        spot_ends_before: Some(spot_ends),
+        ..crate::domain::job_end::timed_out(
+            attempt,
+            campaign.cloned(),
+            timeout.num_seconds(),
+            gives_up,
+        )
+    };
+    crate::handlers::monitor::job_finished(imp, finished, detail, BY).await
 }
 
 enum JobSeen {

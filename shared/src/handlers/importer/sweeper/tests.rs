@@ -71,10 +71,15 @@ async fn asks_batch_before_failing_a_processing_item() {
         "{s:?}"
     );
     assert_eq!(state(&imp, &a).await, Processing);
-    // The finished job went through the monitor's handler: logged, and the item PROCESSED.
+    // The finished job went through the monitor's handler: logged, and the item PROCESSED;
+    // so did the lost one's timed-out attempt (logged as a failure).
     assert_eq!(state(&imp, &d).await, Processed);
     let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
-    assert_eq!(logs.len(), 1, "{logs:?}");
+    let logged: Vec<bool> = ["outcome=success/", "outcome=failure/"]
+        .iter()
+        .map(|o| logs.iter().any(|l| l.key.contains(o)))
+        .collect();
+    assert_eq!((logs.len(), logged), (2, vec![true, true]), "{logs:?}");
     // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
     assert_eq!(state(&imp, &lost).await, Abandoned);
     assert_eq!(dlq.depth().await.unwrap().visible, 1);
@@ -222,4 +227,79 @@ async fn leaves_items_within_their_time_and_clears_stale_markers() {
         imp.items().inflight().await.unwrap(),
         vec![(Processing, id)]
     );
+}
+
+/// A timed-out attempt is an end like any other: logged, then routed, then recorded. So once a
+/// later attempt has succeeded, a late end of the timed-out one (its job ran after all) finds
+/// that success at its own attempt's key and is not sent round again: no retry, no DLQ notice
+/// for a granule that succeeded.
+#[tokio::test]
+async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_end() {
+    use crate::domain::classify::{Classification, FailureKind, JobOutcome, Route};
+    use crate::domain::job_end::FinishedJob;
+    use crate::domain::layout::logs::LogRecord;
+    use crate::handlers::monitor::{job_finished, MonitorOutcome};
+    let config = Config::for_unit_tests(&[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]);
+    let (retry, dlq) = (
+        Arc::new(MemoryQueue::new("retry")),
+        Arc::new(MemoryQueue::new("dlq")),
+    );
+    let imp = Ctx {
+        store: Arc::new(MemoryStore::new()),
+        jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
+        retry_queue: retry.clone(),
+        failure_dlq: dlq.clone(),
+        ..Ctx::in_memory(config)
+    };
+    let id = processing(&imp, "slow-item", "job-batch-forgot").await;
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let s = sweep(&imp, late).await.unwrap();
+    assert_eq!((s.retried, s.gave_up), (1, 0), "{s:?}");
+    assert_eq!(state(&imp, &id).await, ProcessingFailed);
+    assert_eq!(retry.depth().await.unwrap().visible, 1);
+    let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert!(logs[0].key.contains("outcome=failure/"), "{}", logs[0].key);
+    let log: LogRecord = crate::repositories::read_json(imp.store.as_ref(), &logs[0].key)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    assert!(log.routed_at.is_some(), "{log:?}");
+    assert_eq!(
+        log.classification.failure,
+        Some(FailureKind::AttemptTimeout)
+    );
+    assert_eq!((log.attempt, log.job_id.as_str()), (1, "job-batch-forgot"));
+
+    let end = |attempt: u32, outcome: JobOutcome, route: Route| {
+        let finished = FinishedJob {
+            granule: GranuleProcessingEvent {
+                granule_id: id.clone(),
+                attempt,
+            },
+            campaign: None,
+            classification: Classification {
+                outcome,
+                failure: (route != Route::Done).then_some(FailureKind::SpotInterruption),
+                batch_rules: String::new(),
+                reason: format!("attempt {attempt} ended"),
+            },
+            route,
+            spot_ends_before: None,
+            listed_in: None,
+        };
+        let detail = serde_json::json!({"jobId": format!("job-{attempt}"), "jobName": "n"});
+        job_finished(&imp, finished, detail, "t")
+    };
+    // The requeuer's attempt 2 succeeds...
+    let succeeded = end(2, JobOutcome::Success, Route::Done).await.unwrap();
+    assert_eq!(succeeded, MonitorOutcome::Succeeded { relocated: 1 });
+    // ...and then attempt 1's own end arrives: a failure, too late to matter.
+    let late_end = end(1, JobOutcome::Retryable, Route::RetryQueue)
+        .await
+        .unwrap();
+    assert_eq!(late_end, MonitorOutcome::AlreadySucceeded);
+    assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
+    assert_eq!(dlq.depth().await.unwrap().visible, 0);
 }
