@@ -103,8 +103,8 @@ pub mod prices {
 
 /// granary's own cost a granule, by service, at the list prices of `granary-bench campaign`
 /// (us-east-1, November 2026): measured on a million-granule array campaign with item records
-/// on (BENCHMARKS.md, "The cost floor reached"; 2026-11-28): S3 2.19 PUT/LIST and 1.29 GET, SQS
-/// 1.19 requests, Lambda 0.106 invocations and their run time.
+/// on (BENCHMARKS.md, "The cost floor reached"; 2026-11-28, ff055c7): S3 2.19 PUT/LIST and
+/// 1.28 GET, SQS 1.18 requests, Lambda 0.105 invocations and their run time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct OwnCostPerGranule {
     pub s3: f64,
@@ -113,9 +113,9 @@ pub struct OwnCostPerGranule {
 }
 
 pub const OWN_COST_RECORDS_ON: OwnCostPerGranule = OwnCostPerGranule {
-    s3: 2.187 * prices::S3_PUT + 1.292 * prices::S3_GET,
-    sqs: 1.188 * prices::SQS_REQUEST,
-    lambda: 0.106 * prices::LAMBDA_REQUEST + 1.13e-4 * prices::LAMBDA_GB_SECOND,
+    s3: 2.186 * prices::S3_PUT + 1.283 * prices::S3_GET,
+    sqs: 1.182 * prices::SQS_REQUEST,
+    lambda: 0.105 * prices::LAMBDA_REQUEST + 1.12e-4 * prices::LAMBDA_GB_SECOND,
 };
 
 /// With item records off (BENCHMARKS.md: 1.10 PUT and 1.03 GET a granule).

@@ -369,8 +369,10 @@ async fn handle_end(
         .as_ref()
         .map_or("unknown", |f| f.class());
     let end_kind = crate::domain::brake::end_kind(classification.failure.as_ref());
-    let outcome = match route {
-        Route::Done => log_success(ctx, &key, &record).await?,
+    // The route the granule took: this end's, or an earlier handling's of the same attempt (a
+    // log already there wins, and the record must follow the message that was sent).
+    let (outcome, route) = match route {
+        Route::Done => (log_success(ctx, &key, &record).await?, route),
         Route::RetryQueue | Route::FailureDlq | Route::Cancelled => {
             log_and_route_failure(ctx, &key, record).await?
         }
@@ -506,22 +508,26 @@ async fn log_success(
 
 /// Logs the failure, routes the granule (retry queue or DLQ), then marks the log routed: a crash
 /// after the send leaves an unrouted log that the next delivery routes again (the requeuer's
-/// claim absorbs the second message), never a granule with no message.
+/// claim absorbs the second message), never a granule with no message. Also returns the route
+/// taken: the attempt's log, once written, decides it (two handlers of one attempt may judge it
+/// differently: the reconciler dead-letters a job Batch forgot, the item sweeper retries an
+/// attempt past its time).
 async fn log_and_route_failure(
     ctx: &Ctx,
     key: &LogKey,
     record: LogRecord,
-) -> Result<MonitorOutcome, HandlerError> {
+) -> Result<(MonitorOutcome, Route), HandlerError> {
     let logs = ctx.logs();
+    let judged = record.route;
     // A late failure for a granule that already succeeded must not send it round again.
     if let Some(by_attempt) = logs.succeeded_attempt(key).await? {
         tracing::warn!(granule_id = %record.granule_id, attempt = record.attempt, by_attempt, "failure for an already-succeeded granule: not routed");
         logs.file_late_failure(key, record, by_attempt).await?;
-        return Ok(MonitorOutcome::AlreadySucceeded);
+        return Ok((MonitorOutcome::AlreadySucceeded, judged));
     }
     let log = match logs.log_failure(key, record).await? {
         FailureLogged::New(log) => log,
-        FailureLogged::AlreadyRouted => return Ok(MonitorOutcome::Duplicate),
+        FailureLogged::AlreadyRouted(route) => return Ok((MonitorOutcome::Duplicate, route)),
         FailureLogged::Unrouted(log) => {
             // Either a concurrent delivery is routing it right now (wait: SQS brings this message
             // back) or one died before routing (finish its work).
@@ -547,12 +553,12 @@ async fn log_and_route_failure(
                 let listed = record.clone();
                 logs.mark_routed(key, log).await?;
                 Box::pin(put_cancelled(ctx, &listed)).await?;
-                return Ok(MonitorOutcome::Routed { route });
+                return Ok((MonitorOutcome::Routed { route }, route));
             }
             // Boxed, as the rare route: the monitor's future stays the size it was.
             Box::pin(put_cancelled(ctx, record)).await?;
             logs.mark_routed(key, log).await?;
-            return Ok(MonitorOutcome::Routed { route });
+            return Ok((MonitorOutcome::Routed { route }, route));
         }
     };
     let notice = Notice::new(outcome, record.classification.reason.clone())
@@ -580,7 +586,7 @@ async fn log_and_route_failure(
     )
     .await?;
     logs.mark_routed(key, log).await?;
-    Ok(MonitorOutcome::Routed { route })
+    Ok((MonitorOutcome::Routed { route }, route))
 }
 
 /// The attempt `granary cancel` ended, on the campaign's cancelled list for `granary resume

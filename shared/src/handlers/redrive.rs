@@ -54,7 +54,7 @@ pub struct RedriveSummary {
     /// Messages matching the filters (redriven, or listed in a dry run).
     pub matched: Vec<Redriven>,
     pub redriven: u64,
-    /// Messages that are not a granule (an invalid inventory row, a timed-out import item):
+    /// Messages that are not a granule (an invalid inventory row, an item timed out downloading):
     /// they need a human, never a retry.
     pub not_granules: u64,
     pub not_matching: u64,

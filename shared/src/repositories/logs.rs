@@ -14,6 +14,7 @@
 
 use super::json::{read_json, write_json_retrying, RepositoryError, Versioned};
 
+use crate::domain::classify::Route;
 use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord, Supersession};
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
@@ -46,8 +47,8 @@ pub struct SuccessLogged {
 pub enum FailureLogged {
     /// Logged now; route it, then [`Logs::mark_routed`] it.
     New(Versioned<LogRecord>),
-    /// Logged and routed before: a duplicate delivery, nothing to do.
-    AlreadyRouted,
+    /// Logged and routed before (on this route): a duplicate delivery, nothing to send.
+    AlreadyRouted(Route),
     /// Logged before but not routed: a delivery is routing it now, or died before routing.
     Unrouted(Versioned<LogRecord>),
 }
@@ -244,7 +245,7 @@ impl<'a> Logs<'a> {
                     return Err(e);
                 };
                 Ok(if existing.value.routed_at.is_some() {
-                    FailureLogged::AlreadyRouted
+                    FailureLogged::AlreadyRouted(existing.value.route)
                 } else {
                     FailureLogged::Unrouted(existing)
                 })

@@ -51,8 +51,10 @@ pub struct SweepSummary {
     pub corrupt_records: u64,
     /// Items that could not be handled this time (an S3, SQS or Batch error); next sweep retries.
     pub errors: u64,
-    /// PROCESSING items past their time whose granule had succeeded meanwhile (its success is
-    /// logged; its own handling, redelivered or reconciled, moves the record): not routed.
+    /// PROCESSING items past their time whose granule has a success logged (at another attempt,
+    /// or at this one with its record left behind): not routed again. A success at this attempt
+    /// whose handling died is finished by its redelivery or the reconciler while Batch still
+    /// describes the job; past that, the item waits for an operator (`granary items resume`).
     pub already_succeeded: u64,
     /// Items this sweep had no time left for: the next sweep, which starts elsewhere, does them.
     pub out_of_time: u64,
@@ -305,9 +307,15 @@ async fn sweep_one(
         let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
         match ended.await? {
             MonitorOutcome::AlreadySucceeded => {
-                tracing::warn!(item_id = %id, "timed out, but its granule has succeeded: not routed; the success's own handling moves the record");
+                tracing::warn!(item_id = %id, "timed out, but its granule has a success logged: not routed");
                 summary.already_succeeded += 1;
             }
+            // The route the attempt's log took (an earlier handling's, if one logged it first).
+            MonitorOutcome::Routed {
+                route: crate::domain::classify::Route::RetryQueue,
+            } => summary.retried += 1,
+            MonitorOutcome::Routed { .. } => summary.gave_up += 1,
+            // Routed by an earlier handling (a sweep that died after its send): counted as now.
             _ if gives_up => summary.gave_up += 1,
             _ => summary.retried += 1,
         }

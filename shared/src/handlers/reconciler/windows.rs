@@ -361,8 +361,9 @@ enum Logged {
 ///
 /// With item records the record is read first, and a record past the attempt answers alone
 /// (one GET a granule, not two): every writer that moves a record past PROCESSING has done the
-/// rest before — the monitor logs and routes first (`monitor::handle_end`), the sweeper sends
-/// its message first (`importer::sweeper`), and the requeuer moves only a routed attempt.
+/// rest before — the monitor logs and routes first (`monitor::handle_end`), and so does the
+/// sweeper's timed-out attempt, through the same handler (`importer::sweeper`); the requeuer
+/// moves only a routed attempt.
 async fn handled(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,

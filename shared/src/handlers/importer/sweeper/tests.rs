@@ -303,3 +303,56 @@ async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_en
     assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
     assert_eq!(dlq.depth().await.unwrap().visible, 0);
 }
+
+/// Two handlers may judge one attempt differently: the reconciler dead-letters a job Batch
+/// forgot, the sweeper retries an attempt past its time. Whichever logged it first decides, and
+/// the record follows the message that was sent: here the reconciler's handling died after its
+/// DLQ notice, before the record; the sweeper's handling finds that log and abandons the item
+/// (a PROCESSING_FAILED record with no retry coming would sit with nothing to move it).
+#[tokio::test]
+async fn an_attempt_already_dead_lettered_is_abandoned_not_left_failed() {
+    use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
+    let config = Config::for_unit_tests(&[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]);
+    let retry = Arc::new(MemoryQueue::new("retry"));
+    let imp = Ctx {
+        store: Arc::new(MemoryStore::new()),
+        jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
+        retry_queue: retry.clone(),
+        ..Ctx::in_memory(config)
+    };
+    let id = processing(&imp, "forgotten-item", "job-forgotten").await;
+    let attempt = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt: 1,
+    };
+    let forgotten = crate::domain::job_end::forgotten_by_batch(attempt, None, "job-forgotten");
+    let record = LogRecord {
+        granule_id: id.clone(),
+        attempt: 1,
+        outcome: LogOutcome::Failure,
+        classification: forgotten.classification.clone(),
+        route: forgotten.route,
+        job_id: "job-forgotten".to_owned(),
+        job_name: "n".to_owned(),
+        logged_at: Utc::now(),
+        routed_at: None,
+        superseded: None,
+        job: serde_json::json!({}),
+        spot_ends_before: None,
+    };
+    let facts = imp.config.layout.id_parser.facts(&id);
+    let key = LogKey::new(LogOutcome::Failure, &facts, &id, 1);
+    let logs = imp.logs();
+    let crate::repositories::logs::FailureLogged::New(log) =
+        logs.log_failure(&key, record).await.unwrap()
+    else {
+        panic!("the log was there before");
+    };
+    logs.mark_routed(&key, log).await.unwrap();
+
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let s = sweep(&imp, late).await.unwrap();
+    assert_eq!(s.errors, 0, "{s:?}");
+    assert_eq!(state(&imp, &id).await, Abandoned);
+    assert_eq!(retry.depth().await.unwrap().visible, 0, "no retry was sent");
+}
