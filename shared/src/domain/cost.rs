@@ -103,7 +103,7 @@ pub mod prices {
 
 /// granary's own cost a granule, by service, at the list prices of `granary-bench campaign`
 /// (us-east-1, November 2026): measured on a million-granule array campaign with item records
-/// on (BENCHMARKS.md, "The cost floor reached"; 2026-11-28, ff055c7): S3 2.19 PUT/LIST and
+/// on (BENCHMARKS.md, "The cost floor met"; 2026-11-28, ff055c7): S3 2.19 PUT/LIST and
 /// 1.28 GET, SQS 1.18 requests, Lambda 0.105 invocations and their run time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct OwnCostPerGranule {

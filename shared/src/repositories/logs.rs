@@ -457,13 +457,15 @@ mod tests {
         )
         .await
         .unwrap();
-        // Attempt 1's or 2's failure delivered again after attempt 3 succeeded.
+        // Attempt 1's or 2's failure delivered again after attempt 3 succeeded: its own
+        // success-side key holds it, superseded by 3.
         for attempt in [1, 2, 3] {
             let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
             assert_eq!(found, Some(3), "attempt {attempt}");
         }
         // A failure at a later attempt than the success (a stray job): found below it.
         assert_eq!(logs.succeeded_attempt(&failure(5)).await.unwrap(), Some(3));
+        // Past the attempts looked up by key, the folder is listed.
         let late = ATTEMPTS_LOOKED_UP_BY_KEY + 4;
         assert_eq!(
             logs.succeeded_attempt(&failure(late)).await.unwrap(),
