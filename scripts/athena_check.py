@@ -103,7 +103,10 @@ def tables(logs_dir, inventory_csv, items_dir):
         as_text.append(f"struct_update(job, container := struct_insert(job.container, "
                        f"{', '.join(missing)})) AS job")
     replace = f" REPLACE ({', '.join(as_text)})" if as_text else ""
-    con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace} FROM granary_logs_raw")
+    # Only a success a re-validation revoked carries `revoked`; the table declares it always.
+    extra = ("" if "revoked" in types else
+             ", NULL::STRUCT(through_attempt INTEGER, reason VARCHAR, \"at\" VARCHAR) AS revoked")
+    con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace}{extra} FROM granary_logs_raw")
     history = [str(pathlib.Path(items_dir) / "history" / "**" / f"*.{ext}")
                for ext in ("json", "jsonl")]
     # The columns the views read, as the Athena table declares them (the whole record is not

@@ -15,6 +15,7 @@ CREATE EXTERNAL TABLE IF NOT EXISTS granary_logs (
   logged_at string,
   routed_at string,
   superseded struct<by_attempt: int, by_job_id: string, at: string>,
+  revoked struct<through_attempt: int, reason: string, at: string>,
   job struct<
     status: string,
     statusreason: string,

@@ -1,6 +1,7 @@
 -- Each granule's latest attempt: the highest attempt among its logs not superseded by a later
 -- success (a success relocates earlier failure logs under outcome=success, marked superseded),
--- with what that attempt's Batch job reported.
+-- with what that attempt's Batch job reported. A success a re-validation revoked (its products
+-- found wanting) counts as that attempt's failure, for the re-validation's reason.
 CREATE OR REPLACE VIEW granary_latest_outcome AS
 SELECT
   granule_id,
@@ -20,10 +21,10 @@ FROM (
   SELECT
     l.granule_id,
     l.attempt,
-    l.outcome,
+    CASE WHEN l.revoked IS NULL THEN l.outcome ELSE 'failure' END AS outcome,
     l.platform,
     l.acquisition_date,
-    l.classification.reason AS reason,
+    coalesce(l.revoked.reason, l.classification.reason) AS reason,
     l.job.container.exitcode AS exit_code,
     l.job.statusreason AS status_reason,
     l.job.container.logstreamname AS log_stream,

@@ -40,6 +40,7 @@ async fn logged(store: &S3Store, log_prefix: &str, granule: &str, attempt: u32, 
         logged_at: chrono::Utc::now(),
         routed_at: None,
         superseded: None,
+        revoked: None,
         job: serde_json::json!({}),
         spot_ends_before: None,
     };

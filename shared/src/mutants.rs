@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 18] = [
+pub const ALL: [Mutant; 20] = [
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -102,6 +102,16 @@ pub const ALL: [Mutant; 18] = [
         name: "archive-tick-without-fan-out-repair",
         defect: "the archive tick leaves a phase's unsent tasks to the job's mover alone",
         caught_by: "--test archive_crash_points an_archive_job_recovers",
+    },
+    Mutant {
+        name: "revalidation-keeps-the-success",
+        defect: "re-validation sends a processed item round without revoking the success its products came from (the new attempt's failure is taken for a late end of a granule that succeeded: not routed, the item left PROCESSING)",
+        caught_by: "--lib the_attempt_a_revalidation_sends_round_is_routed_when_it_fails",
+    },
+    Mutant {
+        name: "already-succeeded-leaves-the-record",
+        defect: "a failure of a granule that succeeded at that attempt or an earlier one leaves its item record as it is (a record still PROCESSING the failing attempt sits there with nothing coming)",
+        caught_by: "--lib a_failure_after_an_earlier_attempts_late_success_leaves_the_item_processed",
     },
 ];
 

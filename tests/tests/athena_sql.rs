@@ -76,6 +76,22 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     c.runtime.run_to_quiescence(|_| {}).await.unwrap();
     let store = c.runtime.ctx.store.clone();
     let prefix = c.runtime.ctx.config.layout.log_prefix.clone();
+    // One success a re-validation found wanting (`granary revalidate`), revoked as the importer
+    // revokes it: both engines count it as its attempt's failure, for the re-validation's reason.
+    const REVOKED: &str = "re-validation failed: product products/x.tif is missing";
+    let logs = granary::repositories::logs::Logs::new(store.as_ref(), &prefix);
+    let mut revoked = None;
+    for meta in store.list(&prefix).await.unwrap() {
+        let key = granary::domain::layout::logs::LogKey::parse(&prefix, &meta.key).unwrap();
+        if key.outcome == granary::domain::layout::logs::LogOutcome::Success && key.attempt == 1 {
+            // A failure a later success superseded has nothing of its own to revoke: None.
+            revoked = logs.revoke_success(&key, REVOKED).await.unwrap();
+            if revoked.is_some() {
+                break;
+            }
+        }
+    }
+    assert_eq!(revoked, Some(1), "a first attempt's success to revoke");
 
     // A local copy of logs/, three partition levels deep like the table's partitions, and the
     // S3 Inventory reports of logs/ as S3 would write them: an older report holding half the
@@ -198,6 +214,16 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     let scanned = report::scan(store.as_ref(), &prefix, &|_, _| {})
         .await
         .unwrap();
+    let revoked_reason = scanned
+        .failures_by_reason
+        .iter()
+        .find(|r| r.reason == REVOKED);
+    assert_eq!(
+        revoked_reason.map(|r| r.granules),
+        Some(1),
+        "{:?}",
+        scanned.failures_by_reason
+    );
     let mut engine: serde_json::Value = serde_json::from_str(&check(&[
         "run",
         logs_dir.to_str().unwrap(),

@@ -860,6 +860,74 @@ async fn revalidation_reopens_a_processed_item_whose_product_is_missing_or_empty
     );
 }
 
+/// Re-validation revokes the success it found wanting before it sends the item round: the new
+/// attempt's failure is then routed like any other (the application's: dead-lettered, ABANDONED),
+/// not taken for a late end of a granule that succeeded, which would leave the item PROCESSING
+/// with nothing coming. The revoked success stays logged as the job's evidence, marked revoked.
+#[tokio::test]
+async fn a_failure_after_revalidation_is_routed_not_taken_for_a_late_end() {
+    let w = world("lcrevoke", &[("GRANARY_PRODUCT_KEYS", "products/{id}.tif")]).await;
+    w.server.archive.put("v.h5", BODY, vec![Behaviour::Serve]);
+    discover::discover(&w.imp).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    w.run_requeuer().await;
+    w.end_job(&id, AttemptEnd::Success).await;
+    assert_eq!(w.record(&id).await.state, Processed);
+    // The product never appeared: re-validation fails the item and hands it to processing.
+    validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
+        .await
+        .unwrap();
+    let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
+    assert_eq!(asked.len(), 1);
+    let state = importer::handle_message(&w.imp, &asked[0].body)
+        .await
+        .unwrap()
+        .final_state;
+    assert_eq!(state, Some(ProcessingFailed));
+    assert_eq!(w.run_requeuer().await, 1);
+    assert_eq!(w.record(&id).await.state, Processing);
+    // Attempt 2's application fails.
+    let outcome = w
+        .end_job(&id, AttemptEnd::AppFailure { exit_code: 2 })
+        .await;
+    assert_eq!(
+        outcome,
+        monitor::MonitorOutcome::Routed {
+            route: granary::domain::classify::Route::FailureDlq
+        }
+    );
+    let r = w.record(&id).await;
+    assert_eq!((r.state, r.attempts.processing), (Abandoned, 2));
+    let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
+    assert_eq!(dlq.len(), 1, "the notice a human reads");
+    // Attempt 1's success is still logged, marked revoked through attempt 1.
+    let facts = w.s.ctx.config.layout.id_parser.facts(&id);
+    let key = granary::domain::layout::logs::LogKey::new(
+        granary::domain::layout::logs::LogOutcome::Success,
+        &facts,
+        &id,
+        1,
+    );
+    let log: granary::domain::layout::logs::LogRecord = serde_json::from_slice(
+        &w.s.ctx
+            .store
+            .get(&key.to_key(&w.s.ctx.config.layout.log_prefix))
+            .await
+            .unwrap()
+            .expect("attempt 1's success log")
+            .body,
+    )
+    .unwrap();
+    let revoked = log.revoked.expect("the success is revoked");
+    assert_eq!(revoked.through_attempt, 1);
+    assert!(
+        revoked.reason.contains("re-validation failed"),
+        "{}",
+        revoked.reason
+    );
+}
+
 /// An admission that waited for its prerequisites until SQS parked its message in the import
 /// DLQ leaves the item DOWNLOADED with nothing to move it. Once the prerequisites are there,
 /// `granary redrive-imports` (the parked message back, unchanged) or `granary resume` (a fresh

@@ -323,7 +323,7 @@ async fn success_relocates_earlier_failure_logs() {
     let late = monitor::handle_message(ctx, &body(&f[0], &[SPOT()], "FAILED"))
         .await
         .unwrap();
-    assert_eq!(late, MonitorOutcome::AlreadySucceeded);
+    assert_eq!(late, MonitorOutcome::AlreadySucceeded { by_attempt: 2 });
     assert_eq!(
         drain(&s.clients, &s.stack.retry_queue_url).await.len(),
         1,

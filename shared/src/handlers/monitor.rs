@@ -22,8 +22,10 @@ pub enum MonitorOutcome {
     Routed { route: Route },
     /// This event was already handled (a duplicate delivery).
     Duplicate,
-    /// A failure for a granule that has already succeeded (a late or reordered event).
-    AlreadySucceeded,
+    /// A failure for a granule that has already succeeded, at `by_attempt` (a late or reordered
+    /// event, or a timeout the sweeper judged of an attempt that had succeeded): not routed; an
+    /// item record still at the failing attempt follows the success.
+    AlreadySucceeded { by_attempt: u32 },
     /// Not a terminal state: nothing to do.
     Ignored,
     /// The parent of an array window ended: its children's own events carry their granules.
@@ -358,6 +360,7 @@ async fn handle_end(
         logged_at: Utc::now(),
         routed_at: None,
         superseded: None,
+        revoked: None,
         job: detail,
         spot_ends_before,
     };
@@ -379,13 +382,30 @@ async fn handle_end(
     };
     count_end(ctx, &outcome, facts.platform.as_deref(), class);
     // The log is the evidence and the route is the action; the item record follows them, also on
-    // a duplicate delivery (the first may have died before getting here).
-    if !matches!(outcome, MonitorOutcome::AlreadySucceeded) {
-        let ends = crate::domain::lifecycle::decisions::end_states(route);
+    // a duplicate delivery (the first may have died before getting here). A failure of a granule
+    // that succeeded at this attempt or an earlier one follows the success: a record still
+    // PROCESSING this attempt (the success logged by an earlier attempt's late end, or by this
+    // attempt's own end whose handler died before the record) would otherwise sit there with
+    // nothing coming; a record at a later attempt is left alone (`decisions::on_job_finished`).
+    // A success at a later attempt moves the record itself, at its own end.
+    let record_end = match outcome {
+        MonitorOutcome::AlreadySucceeded { by_attempt }
+            if by_attempt > granule.attempt
+                || crate::mutants::on("already-succeeded-leaves-the-record") =>
+        {
+            None
+        }
+        MonitorOutcome::AlreadySucceeded { by_attempt } => Some((
+            Route::Done,
+            format!("{reason}; the granule succeeded at attempt {by_attempt}"),
+        )),
+        _ => Some((route, reason.clone())),
+    };
+    if let Some((record_route, record_reason)) = record_end {
         let end = super::item_sync::End {
             job_id: &ended_job,
-            ends,
-            reason: &reason,
+            ends: crate::domain::lifecycle::decisions::end_states(record_route),
+            reason: &record_reason,
             listed_in: listed_in.as_deref(),
             repeated: matches!(outcome, MonitorOutcome::Duplicate),
         };
@@ -523,7 +543,7 @@ async fn log_and_route_failure(
     if let Some(by_attempt) = logs.succeeded_attempt(key).await? {
         tracing::warn!(granule_id = %record.granule_id, attempt = record.attempt, by_attempt, "failure for an already-succeeded granule: not routed");
         logs.file_late_failure(key, record, by_attempt).await?;
-        return Ok((MonitorOutcome::AlreadySucceeded, judged));
+        return Ok((MonitorOutcome::AlreadySucceeded { by_attempt }, judged));
     }
     let log = match logs.log_failure(key, record).await? {
         FailureLogged::New(log) => log,

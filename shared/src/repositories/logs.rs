@@ -15,7 +15,9 @@
 use super::json::{read_json, write_json_retrying, RepositoryError, Versioned};
 
 use crate::domain::classify::Route;
-use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord, Supersession};
+use crate::domain::layout::logs::{
+    LogKey, LogOutcome, LogRecord, Revocation, SuccessEvidence, Supersession,
+};
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
 use chrono::Utc;
@@ -152,7 +154,9 @@ impl<'a> Logs<'a> {
         Ok(moved)
     }
 
-    /// The attempt of `key`'s granule that succeeded, if one did by `key`'s attempt or since.
+    /// The attempt of `key`'s granule that succeeded, if one did by `key`'s attempt or since and
+    /// still stands for `key`'s attempt (a re-validation revokes a success for the attempts it
+    /// sends the granule round to make: `domain::layout::logs::SuccessEvidence`).
     ///
     /// While attempts are few, one GET a key from `key`'s attempt down: a success at a later
     /// attempt moved this attempt's failure log to this attempt's success-side key (marked
@@ -161,30 +165,122 @@ impl<'a> Logs<'a> {
     /// monitor's, the reconciler's recoveries and the item sweeper's timed-out attempts all go
     /// through the monitor's handler (`handlers::monitor::job_finished`). So the success-side
     /// key of `key`'s attempt or an earlier one holds a success or a failure it superseded.
-    /// Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder.
+    /// Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder finds it.
+    /// A late failure filed after an earlier success costs one GET more: that success's log.
     pub async fn succeeded_attempt(&self, key: &LogKey) -> Result<Option<u32>, RepositoryError> {
         let success = key.with_outcome(LogOutcome::Success);
-        if key.attempt > ATTEMPTS_LOOKED_UP_BY_KEY {
+        let Some(found) = self.highest_success_side(&success).await? else {
+            return Ok(None);
+        };
+        Ok(match found.value.success_evidence(key.attempt) {
+            SuccessEvidence::Succeeded(attempt) => Some(attempt),
+            SuccessEvidence::Revoked => None,
+            SuccessEvidence::SeeSuccessAt(attempt) => {
+                let at = LogKey {
+                    attempt,
+                    ..success.clone()
+                };
+                match read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
+                    Some(log) => match log.value.success_evidence(key.attempt) {
+                        SuccessEvidence::Revoked => None,
+                        SuccessEvidence::Succeeded(a) | SuccessEvidence::SeeSuccessAt(a) => Some(a),
+                    },
+                    // Named but not found (a success is written before anything names it):
+                    // taken at its word.
+                    None => Some(attempt),
+                }
+            }
+        })
+    }
+
+    /// The log at the highest attempt up to `success`'s on the granule's success side.
+    async fn highest_success_side(
+        &self,
+        success: &LogKey,
+    ) -> Result<Option<Versioned<LogRecord>>, RepositoryError> {
+        if success.attempt > ATTEMPTS_LOOKED_UP_BY_KEY {
             let listed = self
                 .store
                 .list(&success.granule_prefix(self.prefix))
                 .await?;
-            return Ok(listed
+            let highest = listed
                 .iter()
-                .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok().map(|k| k.attempt))
-                .max());
+                .filter_map(|m| LogKey::parse(self.prefix, &m.key).ok())
+                .filter(|k| k.attempt <= success.attempt)
+                .max_by_key(|k| k.attempt);
+            return match highest {
+                Some(k) => read_json(self.store, &k.to_key(self.prefix)).await,
+                None => Ok(None),
+            };
         }
-        for attempt in (1..=key.attempt).rev() {
+        for attempt in (1..=success.attempt).rev() {
             let at = LogKey {
                 attempt,
                 ..success.clone()
             };
             if let Some(log) = read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
-                let log = log.value;
-                return Ok(Some(log.superseded.map_or(log.attempt, |s| s.by_attempt)));
+                return Ok(Some(log));
             }
         }
         Ok(None)
+    }
+
+    /// Revokes the success that stands for `key`'s granule at `key`'s attempt (the item's, as a
+    /// re-validation found its products wanting), for the attempts after it: written before
+    /// the granule is sent round again, so a failure of the next attempt is routed, not taken
+    /// for a late end of a granule that succeeded. Returns the revoked success's attempt; `None`
+    /// when no success is logged (nothing for a later failure to be mistaken against).
+    /// Idempotent: a redelivery rewrites the same revocation.
+    pub async fn revoke_success(
+        &self,
+        key: &LogKey,
+        reason: &str,
+    ) -> Result<Option<u32>, RepositoryError> {
+        let success = key.with_outcome(LogOutcome::Success);
+        let Some(found) = self.highest_success_side(&success).await? else {
+            return Ok(None);
+        };
+        let log = match found.value.superseded.as_ref().map(|s| s.by_attempt) {
+            None => found,
+            Some(by) if by <= key.attempt => {
+                let at = LogKey {
+                    attempt: by,
+                    ..success.clone()
+                };
+                match read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
+                    Some(log) => log,
+                    None => return Ok(None),
+                }
+            }
+            // A success after the item's attempt: not the one re-validated.
+            Some(_) => return Ok(None),
+        };
+        let mut record = log.value;
+        if record
+            .revoked
+            .as_ref()
+            .is_some_and(|r| r.through_attempt >= key.attempt)
+        {
+            return Ok(Some(record.attempt));
+        }
+        record.revoked = Some(Revocation {
+            through_attempt: key.attempt,
+            reason: reason.to_owned(),
+            at: Utc::now(),
+        });
+        let at = LogKey {
+            attempt: record.attempt,
+            ..success
+        };
+        write_json_retrying(
+            self.store,
+            &at.to_key(self.prefix),
+            &record,
+            PutCondition::Overwrite,
+            "revoking a success log",
+        )
+        .await?;
+        Ok(Some(record.attempt))
     }
 
     /// Keeps a late failure of a granule that succeeded at `by_attempt` as evidence, filed under
@@ -309,16 +405,22 @@ pub async fn scan_log_facts(
         progress(done, total);
         let Some(record) = record? else { continue };
         let r = record.value;
+        // A revoked success is its attempt's failure, for the re-validation's reason (as the
+        // latest-outcome view has it).
+        let (outcome, reason) = match r.revoked {
+            Some(revoked) => (LogOutcome::Failure, revoked.reason),
+            None => (key.outcome, r.classification.reason),
+        };
         facts.push(LogFact {
             granule_id: key.granule_id.to_string(),
             attempt: key.attempt,
-            outcome: key.outcome.as_str().to_owned(),
+            outcome: outcome.as_str().to_owned(),
             platform: key.platform.clone(),
             acquisition_date: key
                 .acquisition_date
                 .map(|d| d.format("%Y-%m-%d").to_string())
                 .unwrap_or_else(|| "unknown".to_owned()),
-            reason: r.classification.reason,
+            reason,
             logged_at: r.logged_at.to_rfc3339(),
             superseded: r.superseded.is_some(),
             usage: crate::domain::cost::usage_of(&r.job),
@@ -365,6 +467,7 @@ mod tests {
             logged_at: Utc::now(),
             routed_at: Some(Utc::now()),
             superseded: None,
+            revoked: None,
             job: serde_json::Value::Null,
             spot_ends_before: None,
         }
@@ -471,6 +574,83 @@ mod tests {
             logs.succeeded_attempt(&failure(late)).await.unwrap(),
             Some(3)
         );
+    }
+
+    #[tokio::test]
+    async fn a_revoked_success_stands_for_the_attempts_before_it_not_after() {
+        let store = MemoryStore::new();
+        let logs = Logs::new(&store, PREFIX);
+        let failure = |attempt| key(LogOutcome::Failure, attempt);
+        logs.log_failure(&failure(1), record(LogOutcome::Failure, 1))
+            .await
+            .unwrap();
+        logs.log_success(
+            &key(LogOutcome::Success, 2),
+            &record(LogOutcome::Success, 2),
+        )
+        .await
+        .unwrap();
+        // Nothing to revoke for a granule that never succeeded.
+        let other = LogKey {
+            granule_id: GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.1").unwrap(),
+            ..key(LogOutcome::Success, 2)
+        };
+        assert_eq!(logs.revoke_success(&other, "gone").await.unwrap(), None);
+        // Re-validation at the item's attempt 2 revokes the success at 2; again is the same.
+        let at_two = key(LogOutcome::Success, 2);
+        for _ in 0..2 {
+            let revoked = logs.revoke_success(&at_two, "gone").await.unwrap();
+            assert_eq!(revoked, Some(2));
+        }
+        // Late ends of attempts 1 and 2 still find it: not routed again.
+        for attempt in [1, 2] {
+            let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
+            assert_eq!(found, Some(2), "attempt {attempt}");
+        }
+        // The attempts re-validation sends the granule round to make are routed.
+        for attempt in [3, ATTEMPTS_LOOKED_UP_BY_KEY + 2] {
+            let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
+            assert_eq!(found, None, "attempt {attempt}");
+        }
+        // Attempt 3 fails and is routed; attempt 4 succeeds: that success stands for all.
+        logs.log_failure(&failure(3), record(LogOutcome::Failure, 3))
+            .await
+            .unwrap();
+        logs.log_success(
+            &key(LogOutcome::Success, 4),
+            &record(LogOutcome::Success, 4),
+        )
+        .await
+        .unwrap();
+        for attempt in [3, 4, 5, ATTEMPTS_LOOKED_UP_BY_KEY + 2] {
+            let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
+            assert_eq!(found, Some(4), "attempt {attempt}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_late_failure_filed_after_a_revoked_success_points_at_it() {
+        let store = MemoryStore::new();
+        let logs = Logs::new(&store, PREFIX);
+        let failure = |attempt| key(LogOutcome::Failure, attempt);
+        // Attempt 1 succeeded late, after attempt 2 was made; attempt 2's failure is filed
+        // under the success side, naming attempt 1.
+        logs.log_success(
+            &key(LogOutcome::Success, 1),
+            &record(LogOutcome::Success, 1),
+        )
+        .await
+        .unwrap();
+        assert_eq!(logs.succeeded_attempt(&failure(2)).await.unwrap(), Some(1));
+        logs.file_late_failure(&failure(2), record(LogOutcome::Failure, 2), 1)
+            .await
+            .unwrap();
+        // Re-validated at the item's attempt 2: the success at 1 is what is revoked.
+        let at_two = key(LogOutcome::Success, 2);
+        let revoked = logs.revoke_success(&at_two, "gone").await.unwrap();
+        assert_eq!(revoked, Some(1));
+        assert_eq!(logs.succeeded_attempt(&failure(2)).await.unwrap(), Some(1));
+        assert_eq!(logs.succeeded_attempt(&failure(3)).await.unwrap(), None);
     }
 
     #[tokio::test]

@@ -157,6 +157,46 @@ pub struct Supersession {
     pub at: chrono::DateTime<chrono::Utc>,
 }
 
+/// Set on a success whose products a re-validation later found wanting, before the granule was
+/// sent round again: the success no longer stands for the attempts after `through_attempt` (the
+/// item's attempt when it was revoked). The log stays where it is, the evidence of what the job
+/// did; the attempts before it still count it (their late ends must not send the granule round).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revocation {
+    pub through_attempt: u32,
+    pub reason: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+/// What the log first found on a granule's success side, at or below a failing attempt, says of
+/// the granule (the success side holds successes, failures a later success superseded, and late
+/// failures filed after the success they name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SuccessEvidence {
+    /// The granule succeeded at this attempt, and that stands for the failing attempt.
+    Succeeded(u32),
+    /// Its success was revoked before the failing attempt was made: the failure is routed.
+    Revoked,
+    /// A failure filed after the success at this (earlier) attempt: that log decides.
+    SeeSuccessAt(u32),
+}
+
+impl LogRecord {
+    /// This success-side log's [`SuccessEvidence`] for a failure of `failing_attempt`.
+    pub fn success_evidence(&self, failing_attempt: u32) -> SuccessEvidence {
+        match &self.superseded {
+            None => match &self.revoked {
+                Some(r) if failing_attempt > r.through_attempt => SuccessEvidence::Revoked,
+                _ => SuccessEvidence::Succeeded(self.attempt),
+            },
+            // A later success than the failing attempt (its log would be found first otherwise):
+            // any revocation of it came after the failing attempt was made, so it stands.
+            Some(s) if s.by_attempt > failing_attempt => SuccessEvidence::Succeeded(s.by_attempt),
+            Some(s) => SuccessEvidence::SeeSuccessAt(s.by_attempt),
+        }
+    }
+}
+
 /// The body of one outcome log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogRecord {
@@ -173,6 +213,9 @@ pub struct LogRecord {
     pub routed_at: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(default)]
     pub superseded: Option<Supersession>,
+    /// Set on a success a re-validation revoked ([`Revocation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<Revocation>,
     /// The Batch JobDetail exactly as the event carried it.
     pub job: serde_json::Value,
     /// The Spot ends before this attempt when the job's parameters cannot say (an array
@@ -229,5 +272,47 @@ mod tests {
         let moved = key.with_outcome(LogOutcome::Success);
         assert_eq!(moved.attempt, 3);
         assert!(moved.to_key("logs/").starts_with("logs/outcome=success/"));
+    }
+
+    #[test]
+    fn a_success_stands_unless_revoked_before_the_failing_attempt() {
+        use crate::domain::classify::{Classification, JobOutcome, Route};
+        let log = |attempt, superseded_by: Option<u32>, revoked_through: Option<u32>| LogRecord {
+            granule_id: GranuleId::parse("g-1").unwrap(),
+            attempt,
+            outcome: LogOutcome::Success,
+            classification: Classification {
+                outcome: JobOutcome::Success,
+                failure: None,
+                batch_rules: String::new(),
+                reason: String::new(),
+            },
+            route: Route::Done,
+            job_id: String::new(),
+            job_name: String::new(),
+            logged_at: chrono::Utc::now(),
+            routed_at: None,
+            superseded: superseded_by.map(|by_attempt| Supersession {
+                by_attempt,
+                by_job_id: String::new(),
+                at: chrono::Utc::now(),
+            }),
+            revoked: revoked_through.map(|through_attempt| Revocation {
+                through_attempt,
+                reason: "gone".into(),
+                at: chrono::Utc::now(),
+            }),
+            job: serde_json::Value::Null,
+            spot_ends_before: None,
+        };
+        use SuccessEvidence::*;
+        assert_eq!(log(2, None, None).success_evidence(5), Succeeded(2));
+        assert_eq!(log(2, None, Some(3)).success_evidence(3), Succeeded(2));
+        assert_eq!(log(2, None, Some(3)).success_evidence(4), Revoked);
+        // A failure a later success superseded: that success came after the failing attempt.
+        assert_eq!(log(1, Some(4), None).success_evidence(2), Succeeded(4));
+        // A failure filed late, after the success it names: that success's log decides.
+        assert_eq!(log(3, Some(1), None).success_evidence(3), SeeSuccessAt(1));
+        assert_eq!(log(3, Some(3), None).success_evidence(3), SeeSuccessAt(3));
     }
 }

@@ -306,8 +306,8 @@ async fn sweep_one(
         };
         let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
         match ended.await? {
-            MonitorOutcome::AlreadySucceeded => {
-                tracing::warn!(item_id = %id, "timed out, but its granule has a success logged: not routed");
+            MonitorOutcome::AlreadySucceeded { by_attempt } => {
+                tracing::warn!(item_id = %id, by_attempt, "timed out, but its granule has a success logged: not routed, the record follows the success");
                 summary.already_succeeded += 1;
             }
             // The route the attempt's log took (an earlier handling's, if one logged it first).

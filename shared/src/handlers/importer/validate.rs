@@ -7,6 +7,7 @@ use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::file_format::{self, SIGNATURE_BYTES};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
+use crate::domain::layout::logs::{LogKey, LogOutcome};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::HandlerError;
@@ -217,6 +218,14 @@ async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
+    // The success the item's products came from no longer stands for the attempts to come:
+    // revoked before the granule is sent round, or the next attempt's failure would be taken
+    // for a late end of a granule that succeeded, and not routed (the record left PROCESSING).
+    let facts = imp.config.layout.id_parser.facts(id);
+    let key = LogKey::new(LogOutcome::Success, &facts, id, failed.attempts.processing);
+    if !crate::mutants::on("revalidation-keeps-the-success") {
+        imp.logs().revoke_success(&key, &failed.reason).await?;
+    }
     let policy = imp.config.item_retry_policy();
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
         imp.hand_to_processing(failed).await?;
@@ -272,6 +281,83 @@ async fn check_products(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The attempt a re-validation sends a processed item round to make is routed when it
+    /// fails: its end is not taken for a late end of the granule's earlier (revoked) success,
+    /// which would leave the item PROCESSING with nothing coming.
+    #[tokio::test]
+    async fn the_attempt_a_revalidation_sends_round_is_routed_when_it_fails() {
+        use crate::adapters::memory::{MemoryQueue, MemoryStore};
+        use crate::config::Config;
+        use crate::domain::classify::Route;
+        use crate::domain::granule::GranuleProcessingEvent;
+        use crate::domain::item::NewItem;
+        use crate::handlers::monitor::{self, MonitorOutcome};
+        use crate::ports::Queue;
+        use std::sync::Arc;
+        let config = Config::for_unit_tests(&[
+            ("GRANARY_PRODUCT_KEYS", "products/{id}.tif"),
+            ("GRANARY_MAX_RETRIES", "3"),
+        ]);
+        let retry = Arc::new(MemoryQueue::new("retry"));
+        let imp = Ctx {
+            store: Arc::new(MemoryStore::new()),
+            retry_queue: retry.clone(),
+            ..Ctx::in_memory(config)
+        };
+        let id = GranuleId::parse("reval-item").unwrap();
+        imp.items()
+            .create(NewItem::ready(id.clone(), "t", None), "t")
+            .await
+            .unwrap();
+        // The requeuer's submission of an attempt, and Batch's event for its end.
+        let run = |attempt: u32, status: &'static str, exit_code: i64| {
+            let (imp, id) = (&imp, id.clone());
+            async move {
+                let job_id = format!("job-{attempt}");
+                let event = GranuleProcessingEvent {
+                    granule_id: id.clone(),
+                    attempt,
+                };
+                crate::handlers::item_sync::submitted(imp, &event, &job_id, None, "t")
+                    .await
+                    .unwrap();
+                let end = serde_json::json!({
+                    "detail-type": "Batch Job State Change", "source": "aws.batch",
+                    "detail": {"jobName": "n", "jobId": job_id, "jobQueue": "q", "status": status,
+                               "statusReason": "Essential container in task exited",
+                               "attempts": [{"container": {"exitCode": exit_code}}],
+                               "container": {"environment": [
+                                   {"name": "GRANULE_ID", "value": id.as_str()},
+                                   {"name": "ATTEMPT", "value": attempt.to_string()}]}}});
+                monitor::handle_message(imp, &end.to_string())
+                    .await
+                    .unwrap()
+            }
+        };
+        let state = |imp: &Ctx| {
+            let items = imp.items();
+            let id = id.clone();
+            async move { items.get(&id).await.unwrap().unwrap().value.state }
+        };
+        let first = run(1, "SUCCEEDED", 0).await;
+        assert!(
+            matches!(first, MonitorOutcome::Succeeded { .. }),
+            "{first:?}"
+        );
+        assert_eq!(state(&imp).await, Processed);
+        // Its product never appeared: failed, and handed to the requeuer.
+        assert_eq!(revalidate(&imp, &id).await.unwrap(), Some(ProcessingFailed));
+        assert_eq!(retry.depth().await.unwrap().visible, 1);
+        let second = run(2, "FAILED", 2).await;
+        assert_eq!(
+            second,
+            MonitorOutcome::Routed {
+                route: Route::FailureDlq
+            }
+        );
+        assert_eq!(state(&imp).await, Abandoned);
+    }
 
     #[test]
     fn digests_verify_sha256_and_md5() {

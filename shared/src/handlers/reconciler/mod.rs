@@ -262,7 +262,7 @@ async fn reconcile_one(
         Some(outcome) => {
             tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
             Ok(match outcome {
-                MonitorOutcome::Duplicate | MonitorOutcome::AlreadySucceeded => Step::Closed,
+                MonitorOutcome::Duplicate | MonitorOutcome::AlreadySucceeded { .. } => Step::Closed,
                 MonitorOutcome::Rejected { .. } => {
                     ctx.store.delete(&open_key).await?;
                     Step::Closed

@@ -299,7 +299,7 @@ async fn granule(
             None => Granule::StillRunning,
             Some(
                 MonitorOutcome::Duplicate
-                | MonitorOutcome::AlreadySucceeded
+                | MonitorOutcome::AlreadySucceeded { .. }
                 | MonitorOutcome::Rejected { .. },
             ) => Granule::Handled,
             Some(outcome) => {

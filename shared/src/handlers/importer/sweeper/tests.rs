@@ -7,6 +7,7 @@ use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
 use crate::domain::item::NewItem;
 use crate::domain::layout::claims::window_key;
 use crate::domain::window::WindowClaim;
+use crate::handlers::monitor::MonitorOutcome;
 use crate::handlers::Ctx;
 use crate::ports::{JobRunner, Queue};
 use std::sync::Arc;
@@ -233,12 +234,11 @@ async fn leaves_items_within_their_time_and_clears_stale_markers() {
 /// later attempt has succeeded, a late end of the timed-out one (its job ran after all) finds
 /// that success at its own attempt's key and is not sent round again: no retry, no DLQ notice
 /// for a granule that succeeded.
-#[tokio::test]
-async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_end() {
-    use crate::domain::classify::{Classification, FailureKind, JobOutcome, Route};
-    use crate::domain::job_end::FinishedJob;
+/// An item whose attempt 1 the sweeper timed out (Batch no longer knowing its job): logged as a
+/// failure and routed to the retry queue. Returns the importer, the item, the retry queue and the DLQ.
+async fn timed_out_at_attempt_one() -> (Ctx, GranuleId, Arc<MemoryQueue>, Arc<MemoryQueue>) {
+    use crate::domain::classify::FailureKind;
     use crate::domain::layout::logs::LogRecord;
-    use crate::handlers::monitor::{job_finished, MonitorOutcome};
     let config = Config::for_unit_tests(&[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]);
     let (retry, dlq) = (
         Arc::new(MemoryQueue::new("retry")),
@@ -271,37 +271,85 @@ async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_en
         Some(FailureKind::AttemptTimeout)
     );
     assert_eq!((log.attempt, log.job_id.as_str()), (1, "job-batch-forgot"));
+    (imp, id, retry, dlq)
+}
 
-    let end = |attempt: u32, outcome: JobOutcome, route: Route| {
-        let finished = FinishedJob {
-            granule: GranuleProcessingEvent {
-                granule_id: id.clone(),
-                attempt,
-            },
-            campaign: None,
-            classification: Classification {
-                outcome,
-                failure: (route != Route::Done).then_some(FailureKind::SpotInterruption),
-                batch_rules: String::new(),
-                reason: format!("attempt {attempt} ended"),
-            },
-            route,
-            spot_ends_before: None,
-            listed_in: None,
-        };
-        let detail = serde_json::json!({"jobId": format!("job-{attempt}"), "jobName": "n"});
-        job_finished(&imp, finished, detail, "t")
+/// Attempt `attempt`'s end (job `job-<attempt>`), handed to the monitor's handler.
+async fn end(imp: &Ctx, id: &GranuleId, attempt: u32, succeeded: bool) -> MonitorOutcome {
+    use crate::domain::classify::{Classification, FailureKind, JobOutcome, Route};
+    use crate::domain::job_end::FinishedJob;
+    let (outcome, route) = if succeeded {
+        (JobOutcome::Success, Route::Done)
+    } else {
+        (JobOutcome::Retryable, Route::RetryQueue)
     };
+    let finished = FinishedJob {
+        granule: GranuleProcessingEvent {
+            granule_id: id.clone(),
+            attempt,
+        },
+        campaign: None,
+        classification: Classification {
+            outcome,
+            failure: (route != Route::Done).then_some(FailureKind::SpotInterruption),
+            batch_rules: String::new(),
+            reason: format!("attempt {attempt} ended"),
+        },
+        route,
+        spot_ends_before: None,
+        listed_in: None,
+    };
+    let detail = serde_json::json!({"jobId": format!("job-{attempt}"), "jobName": "n"});
+    crate::handlers::monitor::job_finished(imp, finished, detail, "t")
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_end() {
+    let (imp, id, retry, dlq) = timed_out_at_attempt_one().await;
     // The requeuer's attempt 2 succeeds...
-    let succeeded = end(2, JobOutcome::Success, Route::Done).await.unwrap();
+    let succeeded = end(&imp, &id, 2, true).await;
     assert_eq!(succeeded, MonitorOutcome::Succeeded { relocated: 1 });
     // ...and then attempt 1's own end arrives: a failure, too late to matter.
-    let late_end = end(1, JobOutcome::Retryable, Route::RetryQueue)
-        .await
-        .unwrap();
-    assert_eq!(late_end, MonitorOutcome::AlreadySucceeded);
+    let late_end = end(&imp, &id, 1, false).await;
+    assert_eq!(late_end, MonitorOutcome::AlreadySucceeded { by_attempt: 2 });
     assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
     assert_eq!(dlq.depth().await.unwrap().visible, 0);
+    assert_eq!(state(&imp, &id).await, Processed);
+}
+
+/// The other order: attempt 1, timed out, succeeds after all while attempt 2 runs (its record
+/// says PROCESSING 2, which the late success leaves alone); attempt 2 then fails. The granule
+/// succeeded: nothing is routed, and the record follows the success to PROCESSED (it was left
+/// PROCESSING with nothing coming).
+#[tokio::test]
+async fn a_failure_after_an_earlier_attempts_late_success_leaves_the_item_processed() {
+    let (imp, id, retry, dlq) = timed_out_at_attempt_one().await;
+    let attempt_two = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt: 2,
+    };
+    crate::handlers::item_sync::submitted(&imp, &attempt_two, "job-2", None, "t")
+        .await
+        .unwrap();
+    let late_success = end(&imp, &id, 1, true).await;
+    assert!(
+        matches!(late_success, MonitorOutcome::Succeeded { .. }),
+        "{late_success:?}"
+    );
+    assert_eq!(state(&imp, &id).await, Processing);
+    let failed = end(&imp, &id, 2, false).await;
+    assert_eq!(failed, MonitorOutcome::AlreadySucceeded { by_attempt: 1 });
+    assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
+    assert_eq!(dlq.depth().await.unwrap().visible, 0);
+    let record = imp.items().get(&id).await.unwrap().unwrap().value;
+    assert_eq!((record.state, record.attempts.processing), (Processed, 2));
+    assert!(
+        record.reason.contains("succeeded at attempt 1"),
+        "{}",
+        record.reason
+    );
 }
 
 /// Two handlers may judge one attempt differently: the reconciler dead-letters a job Batch
@@ -337,6 +385,7 @@ async fn an_attempt_already_dead_lettered_is_abandoned_not_left_failed() {
         logged_at: Utc::now(),
         routed_at: None,
         superseded: None,
+        revoked: None,
         job: serde_json::json!({}),
         spot_ends_before: None,
     };
