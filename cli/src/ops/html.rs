@@ -440,6 +440,7 @@ mod tests {
             reason: reason.into(),
             logged_at: at.into(),
             superseded: false,
+            revoked: false,
             usage: None,
         }
     }

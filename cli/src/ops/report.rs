@@ -199,7 +199,12 @@ pub async fn athena(
 ) -> Result<Reports> {
     for view in ["granary_latest_outcome", "granary_current_failures"] {
         let sql = read_sql(sql_dir, "views", view)?;
-        run_query(client, target, &sql).await?;
+        run_query(client, target, &sql).await.with_context(|| {
+            format!(
+                "creating the view {view} (a granary_logs table made before the `revoked` \
+                 column needs it added once: athena/README.md, \"Upgrading\")"
+            )
+        })?;
     }
     let mut out = serde_json::Map::new();
     for name in [

@@ -19,6 +19,10 @@ pub struct LogFact {
     /// RFC 3339, as the monitor wrote it.
     pub logged_at: String,
     pub superseded: bool,
+    /// A success a re-validation revoked: `outcome` says failure and `reason` the
+    /// re-validation's, but it ranks as the success it was logged as (as the Athena view ranks
+    /// by the log's partition).
+    pub revoked: bool,
     /// What the attempt's Batch job reserved and ran for (`domain::cost`), when its detail says.
     pub usage: Option<crate::domain::cost::Usage>,
 }
@@ -70,7 +74,10 @@ pub struct Reports {
 pub fn latest_outcomes(facts: &[LogFact]) -> Vec<&LogFact> {
     let mut latest: BTreeMap<&str, &LogFact> = BTreeMap::new();
     for f in facts.iter().filter(|f| !f.superseded) {
-        let better = |old: &LogFact| (f.attempt, &f.outcome) > (old.attempt, &old.outcome);
+        fn rank(f: &LogFact) -> (u32, &str) {
+            (f.attempt, if f.revoked { "success" } else { &f.outcome })
+        }
+        let better = |old: &LogFact| rank(f) > rank(old);
         latest
             .entry(f.granule_id.as_str())
             .and_modify(|old| {
@@ -271,6 +278,7 @@ mod tests {
             .into(),
             logged_at: format!("2026-11-2{attempt}T10:00:00.123Z"),
             superseded,
+            revoked: false,
             usage: None,
         }
     }
@@ -312,6 +320,30 @@ mod tests {
         assert_eq!(changes[0].granules, 2, "most granules first");
         let total: u64 = changes.iter().map(|c| c.granules).sum();
         assert_eq!(total, 6);
+    }
+
+    /// An attempt timed out (its failure logged) that then succeeded late, and whose success a
+    /// re-validation revoked: the revoked success ranks as the success it was logged as (as the
+    /// Athena view ranks by the log's partition) and says failure, for its own reason.
+    #[test]
+    fn a_revoked_success_ranks_as_logged_and_reads_as_its_failure() {
+        let timed_out = fact("t1", 3, "failure", false);
+        let revoked = LogFact {
+            revoked: true,
+            reason: "re-validation failed: gone".into(),
+            ..fact("t1", 3, "failure", false)
+        };
+        for facts in [
+            vec![timed_out.clone(), revoked.clone()],
+            vec![revoked.clone(), timed_out.clone()],
+        ] {
+            let latest = latest_outcomes(&facts);
+            assert_eq!(latest.len(), 1);
+            assert_eq!(
+                (latest[0].outcome.as_str(), latest[0].reason.as_str()),
+                ("failure", "re-validation failed: gone")
+            );
+        }
     }
 
     #[test]

@@ -140,14 +140,28 @@ impl<'a> Logs<'a> {
             let new_key = old_key
                 .with_outcome(LogOutcome::Success)
                 .to_key(self.prefix);
-            write_json_retrying(
+            // Never over a log already at the success-side key: this attempt's own success
+            // (an attempt the sweeper timed out that then succeeded late, kept even once a
+            // re-validation revoked it) stays, and the failure stays where it is beside it.
+            // What is there may also be this copy, made by a run that died before the delete.
+            match write_json_retrying(
                 self.store,
                 &new_key,
                 &record,
-                PutCondition::Overwrite,
+                PutCondition::IfAbsent,
                 "writing a log",
             )
-            .await?;
+            .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_conflict() => {
+                    let there = read_json::<LogRecord>(self.store, &new_key).await?;
+                    if there.is_some_and(|l| l.value.superseded.is_none()) {
+                        continue;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
             self.store.delete(&key).await?;
             moved += 1;
         }
@@ -407,6 +421,7 @@ pub async fn scan_log_facts(
         let r = record.value;
         // A revoked success is its attempt's failure, for the re-validation's reason (as the
         // latest-outcome view has it).
+        let revoked = r.revoked.is_some();
         let (outcome, reason) = match r.revoked {
             Some(revoked) => (LogOutcome::Failure, revoked.reason),
             None => (key.outcome, r.classification.reason),
@@ -423,6 +438,7 @@ pub async fn scan_log_facts(
             reason,
             logged_at: r.logged_at.to_rfc3339(),
             superseded: r.superseded.is_some(),
+            revoked,
             usage: crate::domain::cost::usage_of(&r.job),
         });
     }
@@ -651,6 +667,56 @@ mod tests {
         assert_eq!(revoked, Some(1));
         assert_eq!(logs.succeeded_attempt(&failure(2)).await.unwrap(), Some(1));
         assert_eq!(logs.succeeded_attempt(&failure(3)).await.unwrap(), None);
+    }
+
+    /// Attempt 1 timed out (failure logged) and then succeeded late; re-validation revoked that
+    /// success, attempt 2 failed and attempt 3 succeeded. Attempt 1's success log stays (the
+    /// job's evidence, revoked); its failure stays beside it on the failure side.
+    #[tokio::test]
+    async fn a_later_success_never_writes_over_an_earlier_attempts_success() {
+        let store = MemoryStore::new();
+        let logs = Logs::new(&store, PREFIX);
+        let failure = |attempt| key(LogOutcome::Failure, attempt);
+        logs.log_failure(&failure(1), record(LogOutcome::Failure, 1))
+            .await
+            .unwrap();
+        logs.log_success(
+            &key(LogOutcome::Success, 1),
+            &record(LogOutcome::Success, 1),
+        )
+        .await
+        .unwrap();
+        let at_one = key(LogOutcome::Success, 1);
+        assert_eq!(logs.revoke_success(&at_one, "gone").await.unwrap(), Some(1));
+        logs.log_failure(&failure(2), record(LogOutcome::Failure, 2))
+            .await
+            .unwrap();
+        let logged = logs
+            .log_success(
+                &key(LogOutcome::Success, 3),
+                &record(LogOutcome::Success, 3),
+            )
+            .await
+            .unwrap();
+        assert_eq!(logged.relocated, 1, "attempt 2's failure only");
+        let one = read_json::<LogRecord>(&store, &at_one.to_key(PREFIX))
+            .await
+            .unwrap()
+            .unwrap()
+            .value;
+        assert_eq!((one.outcome, one.superseded), (LogOutcome::Success, None));
+        assert!(one.revoked.is_some());
+        let kept = read_json::<LogRecord>(&store, &failure(1).to_key(PREFIX)).await;
+        assert!(kept.unwrap().is_some(), "attempt 1's failure stays");
+        // Done again (a run that died before its deletes): the same outcome.
+        let again = logs
+            .log_success(
+                &key(LogOutcome::Success, 3),
+                &record(LogOutcome::Success, 3),
+            )
+            .await
+            .unwrap();
+        assert_eq!((again.duplicate, again.relocated), (true, 0));
     }
 
     #[tokio::test]

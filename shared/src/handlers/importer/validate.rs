@@ -199,6 +199,13 @@ pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
     };
     let (was, seq) = (record.state, record.seq);
     let reason = format!("{REVALIDATION_FAILED}: {why}");
+    if was == Processed {
+        // Revoked before the record says so: once the record is PROCESSING_FAILED, something
+        // else (`granary resume`, a retry message) may send the item round before this message
+        // comes back, and a redelivery finding it moved on would not revoke. Revoking a success
+        // whose item then stays PROCESSED changes nothing: only attempts after it look past it.
+        revoke_success(imp, &record, &reason).await?;
+    }
     let moved = items
         .advance(id, BY, |r| {
             decisions::on_revalidation_failed(r, was, seq, &reason)
@@ -218,14 +225,8 @@ async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    // The success the item's products came from no longer stands for the attempts to come:
-    // revoked before the granule is sent round, or the next attempt's failure would be taken
-    // for a late end of a granule that succeeded, and not routed (the record left PROCESSING).
-    let facts = imp.config.layout.id_parser.facts(id);
-    let key = LogKey::new(LogOutcome::Success, &facts, id, failed.attempts.processing);
-    if !crate::mutants::on("revalidation-keeps-the-success") {
-        imp.logs().revoke_success(&key, &failed.reason).await?;
-    }
+    // Again for a redelivery (and an item failed before revocations existed): idempotent.
+    revoke_success(imp, failed, &failed.reason).await?;
     let policy = imp.config.item_retry_policy();
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
         imp.hand_to_processing(failed).await?;
@@ -250,6 +251,24 @@ async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
         .advance(id, BY, |r| decisions::on_no_attempts_left(r, &reason))
         .await?;
     Ok(done.record().map(|r| r.state))
+}
+
+/// The success the item's products came from no longer stands for the attempts to come: revoked
+/// before the granule is sent round, or the next attempt's failure would be taken for a late end
+/// of a granule that succeeded, and not routed (the record left PROCESSING).
+async fn revoke_success(imp: &Ctx, record: &ItemRecord, reason: &str) -> Result<(), HandlerError> {
+    if crate::mutants::on("revalidation-keeps-the-success") {
+        return Ok(());
+    }
+    let facts = imp.config.layout.id_parser.facts(&record.id);
+    let key = LogKey::new(
+        LogOutcome::Success,
+        &facts,
+        &record.id,
+        record.attempts.processing,
+    );
+    imp.logs().revoke_success(&key, reason).await?;
+    Ok(())
 }
 
 /// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.
