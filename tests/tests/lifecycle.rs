@@ -103,6 +103,18 @@ impl World {
             .value
     }
 
+    /// File `name` discovered, downloaded, submitted and its job succeeded: PROCESSED.
+    async fn processed(&self, name: &str) -> GranuleId {
+        self.server.archive.put(name, BODY, vec![Behaviour::Serve]);
+        discover::discover(&self.imp).await.unwrap();
+        self.run_import_queue().await;
+        let id = self.only_item().await;
+        self.run_requeuer().await;
+        self.end_job(&id, AttemptEnd::Success).await;
+        assert_eq!(self.record(&id).await.state, Processed);
+        id
+    }
+
     /// The one item discovery registered.
     async fn only_item(&self) -> GranuleId {
         let all = self.items().find(&Default::default()).await.unwrap();
@@ -795,13 +807,7 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
 #[tokio::test]
 async fn revalidation_reopens_a_processed_item_whose_product_is_missing_or_empty() {
     let w = world("lcprod", &[("GRANARY_PRODUCT_KEYS", "products/{id}.tif")]).await;
-    w.server.archive.put("p.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
-    w.run_import_queue().await;
-    let id = w.only_item().await;
-    w.run_requeuer().await;
-    w.end_job(&id, AttemptEnd::Success).await;
-    assert_eq!(w.record(&id).await.state, Processed);
+    let id = w.processed("p.h5").await;
     let product = format!("products/{id}.tif");
     let revalidate = || async {
         validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
@@ -867,13 +873,7 @@ async fn revalidation_reopens_a_processed_item_whose_product_is_missing_or_empty
 #[tokio::test]
 async fn a_failure_after_revalidation_is_routed_not_taken_for_a_late_end() {
     let w = world("lcrevoke", &[("GRANARY_PRODUCT_KEYS", "products/{id}.tif")]).await;
-    w.server.archive.put("v.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
-    w.run_import_queue().await;
-    let id = w.only_item().await;
-    w.run_requeuer().await;
-    w.end_job(&id, AttemptEnd::Success).await;
-    assert_eq!(w.record(&id).await.state, Processed);
+    let id = w.processed("v.h5").await;
     // The product never appeared: re-validation fails the item and hands it to processing.
     validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
         .await

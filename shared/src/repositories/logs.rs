@@ -489,6 +489,20 @@ mod tests {
         }
     }
 
+    async fn fail(logs: &Logs<'_>, attempt: u32) {
+        let failure = key(LogOutcome::Failure, attempt);
+        logs.log_failure(&failure, record(LogOutcome::Failure, attempt))
+            .await
+            .unwrap();
+    }
+
+    async fn succeed(logs: &Logs<'_>, attempt: u32) -> SuccessLogged {
+        let success = key(LogOutcome::Success, attempt);
+        logs.log_success(&success, &record(LogOutcome::Success, attempt))
+            .await
+            .unwrap()
+    }
+
     /// Failure logs at `failed`, then a success at `succeeded`: what is left under each
     /// outcome, and the LIST pages the success took.
     async fn succeed_after(failed: &[u32], succeeded: u32) -> (Vec<u32>, Vec<u32>, u64) {
@@ -597,15 +611,8 @@ mod tests {
         let store = MemoryStore::new();
         let logs = Logs::new(&store, PREFIX);
         let failure = |attempt| key(LogOutcome::Failure, attempt);
-        logs.log_failure(&failure(1), record(LogOutcome::Failure, 1))
-            .await
-            .unwrap();
-        logs.log_success(
-            &key(LogOutcome::Success, 2),
-            &record(LogOutcome::Success, 2),
-        )
-        .await
-        .unwrap();
+        fail(&logs, 1).await;
+        succeed(&logs, 2).await;
         // Nothing to revoke for a granule that never succeeded.
         let other = LogKey {
             granule_id: GranuleId::parse("HLS.S30.T01GBH.2022226T214921.v2.1").unwrap(),
@@ -629,15 +636,8 @@ mod tests {
             assert_eq!(found, None, "attempt {attempt}");
         }
         // Attempt 3 fails and is routed; attempt 4 succeeds: that success stands for all.
-        logs.log_failure(&failure(3), record(LogOutcome::Failure, 3))
-            .await
-            .unwrap();
-        logs.log_success(
-            &key(LogOutcome::Success, 4),
-            &record(LogOutcome::Success, 4),
-        )
-        .await
-        .unwrap();
+        fail(&logs, 3).await;
+        succeed(&logs, 4).await;
         for attempt in [3, 4, 5, ATTEMPTS_LOOKED_UP_BY_KEY + 2] {
             let found = logs.succeeded_attempt(&failure(attempt)).await.unwrap();
             assert_eq!(found, Some(4), "attempt {attempt}");
@@ -651,12 +651,7 @@ mod tests {
         let failure = |attempt| key(LogOutcome::Failure, attempt);
         // Attempt 1 succeeded late, after attempt 2 was made; attempt 2's failure is filed
         // under the success side, naming attempt 1.
-        logs.log_success(
-            &key(LogOutcome::Success, 1),
-            &record(LogOutcome::Success, 1),
-        )
-        .await
-        .unwrap();
+        succeed(&logs, 1).await;
         assert_eq!(logs.succeeded_attempt(&failure(2)).await.unwrap(), Some(1));
         logs.file_late_failure(&failure(2), record(LogOutcome::Failure, 2), 1)
             .await
@@ -677,27 +672,12 @@ mod tests {
         let store = MemoryStore::new();
         let logs = Logs::new(&store, PREFIX);
         let failure = |attempt| key(LogOutcome::Failure, attempt);
-        logs.log_failure(&failure(1), record(LogOutcome::Failure, 1))
-            .await
-            .unwrap();
-        logs.log_success(
-            &key(LogOutcome::Success, 1),
-            &record(LogOutcome::Success, 1),
-        )
-        .await
-        .unwrap();
+        fail(&logs, 1).await;
+        succeed(&logs, 1).await;
         let at_one = key(LogOutcome::Success, 1);
         assert_eq!(logs.revoke_success(&at_one, "gone").await.unwrap(), Some(1));
-        logs.log_failure(&failure(2), record(LogOutcome::Failure, 2))
-            .await
-            .unwrap();
-        let logged = logs
-            .log_success(
-                &key(LogOutcome::Success, 3),
-                &record(LogOutcome::Success, 3),
-            )
-            .await
-            .unwrap();
+        fail(&logs, 2).await;
+        let logged = succeed(&logs, 3).await;
         assert_eq!(logged.relocated, 1, "attempt 2's failure only");
         let one = read_json::<LogRecord>(&store, &at_one.to_key(PREFIX))
             .await
@@ -709,13 +689,7 @@ mod tests {
         let kept = read_json::<LogRecord>(&store, &failure(1).to_key(PREFIX)).await;
         assert!(kept.unwrap().is_some(), "attempt 1's failure stays");
         // Done again (a run that died before its deletes): the same outcome.
-        let again = logs
-            .log_success(
-                &key(LogOutcome::Success, 3),
-                &record(LogOutcome::Success, 3),
-            )
-            .await
-            .unwrap();
+        let again = succeed(&logs, 3).await;
         assert_eq!((again.duplicate, again.relocated), (true, 0));
     }
 
