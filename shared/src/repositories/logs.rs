@@ -7,7 +7,9 @@
 //! - a success relocates the granule's earlier failure logs under outcome=success, marked
 //!   superseded (copy, then delete: a crash leaves a duplicate, never a loss), so outcome=failure
 //!   means "still failing";
-//! - a late failure of a granule that already succeeded is filed as superseded, never routed.
+//! - a late failure of a granule that already succeeded is filed as superseded, never routed;
+//! - a success a re-validation found wanting is revoked in place (kept, marked `revoked`): it no
+//!   longer stands for the attempts the re-validation sends the granule round to make.
 //!
 //! And the report scan (`granary report --scan`): the report inputs read straight from the logs (a
 //! LIST and one GET per log), for when Athena is not at hand.

@@ -170,7 +170,8 @@ const REVALIDATION_FAILED: &str = "re-validation failed";
 
 /// Re-validates a DOWNLOADED or PROCESSED item; returns its state afterwards.
 ///
-/// A failure is recorded first (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
+/// A processed item's success is revoked first (`Logs::revoke_success`), then the failure is
+/// recorded (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
 /// If the run dies between the two, the message that asked for the re-validation comes back and
 /// finds the item failed by re-validation: it finishes the hand-off instead of stopping there.
 pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
