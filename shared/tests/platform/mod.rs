@@ -1534,11 +1534,14 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                     )
                     .await
                     .unwrap();
-                let message = serde_json::json!({"item_id": record.value.id, "step": "revalidate"});
-                w.import
-                    .send(granary::ports::OutgoingMessage::new(message.to_string()))
-                    .await
-                    .unwrap();
+                // In the campaign whose item it is, as `granary revalidate` sends it.
+                let message = granary::contracts::messages::ImportMessage {
+                    item_id: record.value.id.clone(),
+                    step: Some(granary::handlers::importer::Step::Revalidate),
+                    resume: false,
+                    campaign: c.campaign().cloned(),
+                };
+                w.import.send(message.to_message().unwrap()).await.unwrap();
             }
         }
     }
