@@ -2,9 +2,14 @@
 
 use super::*;
 
+use granary::adapters::tap::counting::RequestCounts;
+use granary::adapters::tap::Tap;
 /// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses: granary's
 /// own table (`domain::cost::prices`), which `granary report --cost` reads too.
 pub(crate) use granary::domain::cost::prices;
+use granary_local::runner::LambdaFunction;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// One campaign's figures, as `granary-bench campaign --json` prints them (per granule unless
 /// the name says otherwise).
@@ -42,6 +47,11 @@ pub(crate) struct CampaignFigures {
     pub(crate) s3_put_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
     /// The GETs a granule costs, by the key's first folder.
     pub(crate) s3_get_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
+    /// The GETs and PUTs a granule costs, by the function that made them (`feeder`, `monitor`,
+    /// `requeuer`, `sweeper`: the reconciler runs in the sweeper): which handler's reads and
+    /// writes a campaign's cost is made of.
+    pub(crate) s3_get_per_granule_by_function: std::collections::BTreeMap<String, f64>,
+    pub(crate) s3_put_per_granule_by_function: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_list_per_granule: f64,
     /// The LIST requests (pages of 1,000 keys) a granule costs, by the listed prefix's first
     /// folder.
@@ -156,6 +166,21 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         // cost a few hundred bytes a job.
         c.runtime.simulator.keep_plan = false;
         c.keep_dlq_messages = false;
+        let by_function: Vec<(String, Arc<RequestCounts>)> = [
+            LambdaFunction::Feeder,
+            LambdaFunction::Monitor,
+            LambdaFunction::Requeuer,
+            LambdaFunction::Sweeper,
+        ]
+        .into_iter()
+        .map(|f| {
+            let counts = Arc::new(RequestCounts::default());
+            c.runtime
+                .function_taps
+                .insert(f, counts.clone() as Arc<dyn Tap>);
+            (format!("{f:?}").to_lowercase(), counts)
+        })
+        .collect();
         let cpu_before = process_cpu_secs();
         let before = snapshot_all(&c.counts);
         let puts_before = c.counts.puts_by_folder();
@@ -196,6 +221,14 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let puts_by_folder = per_granule_by_folder(c.counts.puts_by_folder(), &puts_before);
         let gets_by_folder = per_granule_by_folder(c.counts.gets_by_folder(), &gets_before);
         let lists_by_folder = per_granule_by_folder(c.counts.lists_by_folder(), &lists_before);
+        let per_function = |count: fn(&RequestCounts) -> u64| {
+            by_function
+                .iter()
+                .map(|(f, counts)| (f.clone(), count(counts) as f64 / n as f64))
+                .collect::<std::collections::BTreeMap<String, f64>>()
+        };
+        let gets_by_function = per_function(|c| c.s3_get.load(Ordering::Relaxed));
+        let puts_by_function = per_function(|c| c.s3_put.load(Ordering::Relaxed));
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
         let p = &c.runtime.progress;
@@ -243,6 +276,8 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             s3_put_per_granule: put,
             s3_put_per_granule_by_folder: puts_by_folder,
             s3_get_per_granule_by_folder: gets_by_folder,
+            s3_get_per_granule_by_function: gets_by_function,
+            s3_put_per_granule_by_function: puts_by_function,
             s3_list_per_granule: list,
             s3_list_per_granule_by_folder: lists_by_folder,
             s3_copy_per_granule: copy,

@@ -405,6 +405,18 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                 .collect();
             assert_eq!(windows.len(), 3, "{windows:?}");
         }
+        if scenario == Scenario::SweeperMeetsLoggedSuccess {
+            // The sweeper's timed-out end met the logged success: the record followed it to
+            // PROCESSED (the reconciler, which would repair it too, came after), nothing was
+            // retried or dead-lettered, and the one job stayed the only one.
+            let c = ctx(&w);
+            let id = platform::only_item(&w).await;
+            let r = c.items().look(&id).await.unwrap().unwrap();
+            assert_eq!((r.state, r.attempts.processing), (ItemState::Processed, 1));
+            assert!(r.reason.contains("succeeded at attempt 1"), "{}", r.reason);
+            assert!(w.dlq.messages().is_empty() && w.retry.messages().is_empty());
+            assert_eq!(w.jobs.submitted().len(), 1);
+        }
 
         let what = format!("{scenario:?}");
         let crashes = platform::crashes::at_every_call(&what, calls, |crash| async move {

@@ -57,6 +57,19 @@ pub enum FailureLogged {
     Unrouted(Versioned<LogRecord>),
 }
 
+/// The success that stands for one attempt of a granule (`Logs::success_standing_for`).
+enum SuccessSide {
+    /// A success log at or below the attempt (read directly, or followed from a late failure
+    /// filed after it); it may be revoked.
+    Logged(Box<LogRecord>),
+    /// A success after the attempt superseded its failure: it stands, and any revocation of it
+    /// came after the attempt was made.
+    Later(u32),
+    /// A late failure names a success at this attempt whose log is not there (a success is
+    /// written before anything names it): taken at its word.
+    NamedNotFound(u32),
+}
+
 impl<'a> Logs<'a> {
     pub fn new(store: &'a dyn ObjectStore, prefix: &'a str) -> Self {
         Self { store, prefix }
@@ -184,29 +197,44 @@ impl<'a> Logs<'a> {
     /// Past [`ATTEMPTS_LOOKED_UP_BY_KEY`], one LIST of the granule's success folder finds it.
     /// A late failure filed after an earlier success costs one GET more: that success's log.
     pub async fn succeeded_attempt(&self, key: &LogKey) -> Result<Option<u32>, RepositoryError> {
+        Ok(match self.success_standing_for(key).await? {
+            None => None,
+            Some(SuccessSide::Later(attempt) | SuccessSide::NamedNotFound(attempt)) => {
+                Some(attempt)
+            }
+            Some(SuccessSide::Logged(log)) => match log.success_evidence(key.attempt) {
+                SuccessEvidence::Revoked => None,
+                SuccessEvidence::Succeeded(a) | SuccessEvidence::SeeSuccessAt(a) => Some(a),
+            },
+        })
+    }
+
+    /// The success that stands on `key`'s granule's success side for `key`'s attempt, read by
+    /// [`Self::highest_success_side`] and, for a late failure filed after an earlier success,
+    /// followed to that success's log (one GET more). `None`: no success is logged.
+    async fn success_standing_for(
+        &self,
+        key: &LogKey,
+    ) -> Result<Option<SuccessSide>, RepositoryError> {
         let success = key.with_outcome(LogOutcome::Success);
         let Some(found) = self.highest_success_side(&success).await? else {
             return Ok(None);
         };
-        Ok(match found.value.success_evidence(key.attempt) {
-            SuccessEvidence::Succeeded(attempt) => Some(attempt),
-            SuccessEvidence::Revoked => None,
+        Ok(Some(match found.value.success_evidence(key.attempt) {
+            SuccessEvidence::Succeeded(attempt) if attempt != found.value.attempt => {
+                SuccessSide::Later(attempt)
+            }
+            SuccessEvidence::Succeeded(_) | SuccessEvidence::Revoked => {
+                SuccessSide::Logged(Box::new(found.value))
+            }
             SuccessEvidence::SeeSuccessAt(attempt) => {
-                let at = LogKey {
-                    attempt,
-                    ..success.clone()
-                };
+                let at = LogKey { attempt, ..success };
                 match read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
-                    Some(log) => match log.value.success_evidence(key.attempt) {
-                        SuccessEvidence::Revoked => None,
-                        SuccessEvidence::Succeeded(a) | SuccessEvidence::SeeSuccessAt(a) => Some(a),
-                    },
-                    // Named but not found (a success is written before anything names it):
-                    // taken at its word.
-                    None => Some(attempt),
+                    Some(log) => SuccessSide::Logged(Box::new(log.value)),
+                    None => SuccessSide::NamedNotFound(attempt),
                 }
             }
-        })
+        }))
     }
 
     /// The log at the highest attempt up to `success`'s on the granule's success side.
@@ -252,26 +280,12 @@ impl<'a> Logs<'a> {
         key: &LogKey,
         reason: &str,
     ) -> Result<Option<u32>, RepositoryError> {
-        let success = key.with_outcome(LogOutcome::Success);
-        let Some(found) = self.highest_success_side(&success).await? else {
+        // A success after the item's attempt is not the one re-validated; one named by a late
+        // failure but not found has nothing to revoke.
+        let Some(SuccessSide::Logged(log)) = self.success_standing_for(key).await? else {
             return Ok(None);
         };
-        let log = match found.value.superseded.as_ref().map(|s| s.by_attempt) {
-            None => found,
-            Some(by) if by <= key.attempt => {
-                let at = LogKey {
-                    attempt: by,
-                    ..success.clone()
-                };
-                match read_json::<LogRecord>(self.store, &at.to_key(self.prefix)).await? {
-                    Some(log) => log,
-                    None => return Ok(None),
-                }
-            }
-            // A success after the item's attempt: not the one re-validated.
-            Some(_) => return Ok(None),
-        };
-        let mut record = log.value;
+        let mut record = *log;
         if record
             .revoked
             .as_ref()
@@ -286,7 +300,7 @@ impl<'a> Logs<'a> {
         });
         let at = LogKey {
             attempt: record.attempt,
-            ..success
+            ..key.with_outcome(LogOutcome::Success)
         };
         write_json_retrying(
             self.store,

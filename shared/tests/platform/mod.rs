@@ -180,12 +180,18 @@ pub enum Scenario {
     /// monitor's brake judging from its first end: the monitor (under test) handles an end and
     /// holds the feeder itself — its hold is the last call of the end's handling.
     MonitorBrakes,
+    /// Attempt 1 succeeded and the monitor logged it, but every write of its record was refused
+    /// past the SDK's retries, so the event failed the monitor until the redrive policy parked
+    /// it; then Batch forgot the job. The sweeper (under test) finds the item PROCESSING past
+    /// its time with a job Batch does not know: the timed-out end meets the logged success,
+    /// nothing is routed, and the record follows the success to PROCESSED.
+    SweeperMeetsLoggedSuccess,
 }
 
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 45] = [
+pub const ALL: [Scenario; 46] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -231,6 +237,7 @@ pub const ALL: [Scenario; 45] = [
     Scenario::ReconcilerCancelled,
     Scenario::RequeuerHeldBack,
     Scenario::MonitorBrakes,
+    Scenario::SweeperMeetsLoggedSuccess,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -1486,6 +1493,26 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             })
             .await;
             finish_jobs(w).await;
+            if scenario == SweeperMeetsLoggedSuccess {
+                let refused = w
+                    .as_fn(Function::Monitor)
+                    .tapped(Arc::new(RefuseItemRecords));
+                let m = w.events.receive(1, 30, 0).await.unwrap();
+                assert_eq!(m.len(), 1);
+                assert!(monitor::handle_message(&refused, &m[0].body).await.is_err());
+                // It failed the monitor five times: the redrive policy parked it.
+                w.events_dlq
+                    .send(granary::ports::OutgoingMessage::new(m[0].body.clone()))
+                    .await
+                    .unwrap();
+                w.events.delete(&m[0].receipt_handle).await.unwrap();
+                let id = only_item(w).await;
+                let record = c.items().get(&id).await.unwrap().unwrap().value;
+                assert_eq!(record.state, ItemState::Processing, "{record:?}");
+                // Batch keeps an ended job for days, not for ever.
+                w.jobs.forget(record.job_id.as_deref().unwrap());
+                return;
+            }
             if scenario == RequeuerHeldBack {
                 // The Spot end is handled (its retry message waits), then the operator cancels:
                 // nothing is open to terminate, the hold names the cancel.
@@ -1580,6 +1607,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerCancelled
         | SweeperProcessing
         | SweeperDownload
+        | SweeperMeetsLoggedSuccess
         | CorruptRecord => Some(Function::Sweeper),
         // Operator commands: run with the operator's credentials, not a function's role.
         Resume | Redrive | RedriveEvents | Cancel => None,
@@ -1667,7 +1695,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             let _ = discover::discover(&imp).await;
             return;
         }
-        SweeperProcessing | SweeperDownload | CorruptRecord => {
+        SweeperProcessing | SweeperDownload | SweeperMeetsLoggedSuccess | CorruptRecord => {
             let _ = sweeper::sweep(&imp, later).await;
             return;
         }

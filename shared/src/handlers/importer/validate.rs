@@ -215,19 +215,27 @@ pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
     let Changed::Moved(failed) = moved else {
         return Ok(moved.record().map(|r| r.state));
     };
-    send_on(imp, &failed).await
+    // A processed item's success was revoked above: not read again.
+    hand_on(imp, &failed).await
 }
 
 /// Back on the path the failure belongs to, under the usual attempt budget; with none left the
 /// item is dead-lettered (the message first, then ABANDONED).
 async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
+    // Again for a redelivery (and an item failed before revocations existed): idempotent.
+    if failed.state == ProcessingFailed {
+        revoke_success(imp, failed, &failed.reason).await?;
+    }
+    hand_on(imp, failed).await
+}
+
+/// [`send_on`] once the success of an item failed in processing is revoked.
+async fn hand_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
     let id = &failed.id;
     if failed.state == DownloadingFailed {
         imp.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    // Again for a redelivery (and an item failed before revocations existed): idempotent.
-    revoke_success(imp, failed, &failed.reason).await?;
     let policy = imp.config.item_retry_policy();
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
         imp.hand_to_processing(failed).await?;
