@@ -308,7 +308,10 @@ impl Campaign {
         // one partition folder at a time, never all keys at once.
         let places = self.granules.places()?;
         let place = |g: &str| places.of(g);
-        let mut success_attempt: Vec<u32> = vec![0; self.granules.len()];
+        // Attempt numbers in 16 bits (a granule's attempts are a handful; 65,535 at most are told
+        // apart): 20 MB less at ten million granules, whose accounting sets the bench's peak RSS.
+        let mut success_attempt: Vec<u16> = vec![0; self.granules.len()];
+        let attempt_of = |a: u32| u16::try_from(a).unwrap_or(u16::MAX);
         let mut still_failing: Vec<bool> = vec![false; self.granules.len()];
         let mut partitions: BTreeSet<String> = BTreeSet::new();
         for g in self.granules.iter() {
@@ -331,7 +334,9 @@ impl Campaign {
                     continue;
                 };
                 match key.outcome {
-                    LogOutcome::Success => success_attempt[i] = success_attempt[i].max(key.attempt),
+                    LogOutcome::Success => {
+                        success_attempt[i] = success_attempt[i].max(attempt_of(key.attempt))
+                    }
                     LogOutcome::Failure => still_failing[i] = true,
                 }
             }
@@ -363,7 +368,7 @@ impl Campaign {
             if let Ok(e) = serde_json::from_str::<GranuleProcessingEvent>(&m.body) {
                 if is_stale_parked_retry(
                     &m,
-                    place(e.granule_id.as_str()).map(|i| success_attempt[i]),
+                    place(e.granule_id.as_str()).map(|i| u32::from(success_attempt[i])),
                 ) {
                     stale_parked_retries += 1;
                 } else {
@@ -384,7 +389,7 @@ impl Campaign {
             }
             succeeded += 1;
             per_platform.entry(platform(&g)).or_default().succeeded += 1;
-            *attempts_histogram.entry(attempt).or_default() += 1;
+            *attempts_histogram.entry(u32::from(attempt)).or_default() += 1;
         }
         for id in &dead {
             per_platform.entry(platform(id)).or_default().dead_lettered += 1;

@@ -60,11 +60,15 @@ fn count_in_folder(counts: &ByFolder, key: &str) {
 
 fn count_in_folder_n(counts: &ByFolder, key: &str, n: u64) {
     let folder = key.split('/').next().unwrap_or("");
-    *counts
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .entry(folder.to_owned())
-        .or_default() += n;
+    let mut counts = counts.lock().unwrap_or_else(|p| p.into_inner());
+    // The folder's text is copied only the first time it is met: every request is counted, and
+    // a copy each was a heap allocation under the lock both cores' requests wait on.
+    match counts.get_mut(folder) {
+        Some(count) => *count += n,
+        None => {
+            counts.insert(folder.to_owned(), n);
+        }
+    }
 }
 
 impl RequestCounts {
