@@ -136,7 +136,8 @@ pub enum LambdaFunction {
 
 pub struct LocalRuntime {
     pub ctx: Ctx,
-    /// A tap per function its invocations' calls also pass through (IAM by use records them).
+    /// A tap per function its invocations' calls also pass through (IAM by use records them, the
+    /// bench counts them); it watches and changes nothing (`Ctx::watched`).
     pub function_taps: std::collections::BTreeMap<LambdaFunction, Arc<dyn Tap>>,
     pub events_queue: Arc<dyn Queue>,
     pub simulator: BatchSimulator,
@@ -503,7 +504,8 @@ impl LocalRuntime {
     /// function's own tap when it has one.
     fn function_ctx(&self, function: LambdaFunction) -> Ctx {
         match self.function_taps.get(&function) {
-            Some(tap) => self.ctx.tapped(tap.clone()),
+            // A tap per function only watches: the runtime's one warm instance stays warm.
+            Some(tap) => self.ctx.watched(tap.clone()),
             None => self.ctx.clone(),
         }
     }
