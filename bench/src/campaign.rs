@@ -66,8 +66,9 @@ pub(crate) struct CampaignFigures {
     /// The GETs a granule costs, by the key's first folder.
     pub(crate) s3_get_per_granule_by_folder: std::collections::BTreeMap<String, f64>,
     /// The GETs and PUTs a granule costs, by the function that made them (`feeder`, `monitor`,
-    /// `requeuer`, `sweeper`: the reconciler runs in the sweeper): which handler's reads and
-    /// writes a campaign's cost is made of.
+    /// `requeuer`, `sweeper`: the reconciler runs in the sweeper; `other`: the rest, the array
+    /// children reading their window claim as containers do): which handler's reads and writes
+    /// a campaign's cost is made of.
     pub(crate) s3_get_per_granule_by_function: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_put_per_granule_by_function: std::collections::BTreeMap<String, f64>,
     pub(crate) s3_list_per_granule: f64,
@@ -245,10 +246,16 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
                 .map(|(f, counts)| (f.clone(), count(counts) as f64 / n as f64))
                 .collect::<std::collections::BTreeMap<String, f64>>()
         };
-        let gets_by_function = per_function(|c| c.gets.load(Ordering::Relaxed));
-        let puts_by_function = per_function(|c| c.puts.load(Ordering::Relaxed));
+        let mut gets_by_function = per_function(|c| c.gets.load(Ordering::Relaxed));
+        let mut puts_by_function = per_function(|c| c.puts.load(Ordering::Relaxed));
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
+        // What no function made: the simulated array children reading their window claim, as
+        // a processing container does.
+        for (by_function, total) in [(&mut gets_by_function, get), (&mut puts_by_function, put)] {
+            let other = total - by_function.values().sum::<f64>();
+            by_function.insert("other".to_owned(), other.max(0.0));
+        }
         let p = &c.runtime.progress;
         let invocations =
             (p.feeder_runs + p.monitor_invocations + p.requeuer_invocations) as f64 / n as f64;
