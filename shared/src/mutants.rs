@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 20] = [
+pub const ALL: [Mutant; 21] = [
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -112,6 +112,11 @@ pub const ALL: [Mutant; 20] = [
         name: "already-succeeded-leaves-the-record",
         defect: "a failure of a granule that succeeded at that attempt or an earlier one leaves its item record as it is (a record still PROCESSING the failing attempt sits there with nothing coming)",
         caught_by: "--lib a_failure_after_an_earlier_attempts_late_success_leaves_the_item_processed",
+    },
+    Mutant {
+        name: "unreadable-description-left-unended",
+        defect: "the reconciler only rejects a finished job Batch describes in a way no code can read, though its own claim names the attempt (the window counts it handled and closes: the granule has no log, no record and no dead letter)",
+        caught_by: "--lib a_window_job_batch_describes_unreadably_is_dead_lettered_with_why_and_the_window_closes",
     },
 ];
 

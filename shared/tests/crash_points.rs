@@ -423,6 +423,36 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
             assert!(w.dlq.messages().is_empty() && w.retry.messages().is_empty());
             assert_eq!(w.jobs.submitted().len(), 1);
         }
+        if scenario == Scenario::ReconcilerUndescribable {
+            // One child succeeded; the one Batch describes unreadably is dead-lettered with why
+            // (not left with no end, as a pass that counted it handled did), and its record
+            // made at its end follows the route.
+            let c = ctx(&w);
+            let mut states = Vec::new();
+            for g in platform::BACKFILL {
+                let id = granary::domain::granule::GranuleId::parse(g).unwrap();
+                let r = c.items().look(&id).await.unwrap().unwrap();
+                states.push((r.state, r.attempts.processing));
+                if r.state != ItemState::Processed {
+                    assert!(r.reason.contains("cannot be read"), "{g}: {}", r.reason);
+                    let dead = w.dlq.messages();
+                    assert!(
+                        dead.iter().any(|m| m.body.contains(g)
+                            && m.attributes["reason"].contains("cannot be read")),
+                        "{dead:?}"
+                    );
+                }
+            }
+            states.sort_by_key(|(s, _)| *s == ItemState::Processed);
+            assert!(
+                matches!(
+                    states.as_slice(),
+                    [(failed, 1), (ItemState::Processed, 1)] if *failed != ItemState::Processed
+                ),
+                "{states:?}"
+            );
+            assert_eq!(w.jobs.submitted().len(), 1);
+        }
 
         let what = format!("{scenario:?}");
         let crashes = platform::crashes::at_every_call(&what, calls, |crash| async move {

@@ -165,7 +165,9 @@ async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_c
     if s.stack.batch {
         let child = of(&format!("{parent}:7")).clone();
         assert!(child.summary.status.is_terminal(), "{:?}", child.summary);
-        let outcome = monitor::described_job(&s.ctx, child, "test").await.unwrap();
+        let outcome = monitor::described_job(&s.ctx, child, "test", None)
+            .await
+            .unwrap();
         assert!(
             matches!(
                 outcome,
@@ -178,7 +180,7 @@ async fn a_window_is_one_array_job_whose_children_read_their_granules_from_the_c
         assert!(logged[0].contains(&granules[7]), "{logged:?}");
         // The parent's own description routes nothing.
         let parent_description = of(&parent).clone();
-        let outcome = monitor::described_job(&s.ctx, parent_description, "test")
+        let outcome = monitor::described_job(&s.ctx, parent_description, "test", None)
             .await
             .unwrap();
         assert_eq!(outcome, None);
@@ -281,7 +283,9 @@ async fn parked_retries_go_as_one_array_whose_children_read_their_own_attempts()
             .unwrap()
             .clone();
         let entry = claim.entry(1).unwrap();
-        let outcome = monitor::described_job(&s.ctx, child, "test").await.unwrap();
+        let outcome = monitor::described_job(&s.ctx, child, "test", None)
+            .await
+            .unwrap();
         assert!(outcome.is_some(), "{outcome:?}");
         let logged = keys(s.ctx.store.as_ref(), &s.ctx.config.layout.log_prefix).await;
         assert_eq!(logged.len(), 1, "{logged:?}");

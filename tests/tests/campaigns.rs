@@ -62,7 +62,9 @@ async fn a_named_campaign_keeps_its_state_in_its_folder_and_its_jobs_name_it() {
         assert_eq!(described.len(), 6);
         for d in described {
             assert!(d.summary.status.is_terminal(), "{:?}", d.summary);
-            let outcome = monitor::described_job(&unnamed, d, "test").await.unwrap();
+            let outcome = monitor::described_job(&unnamed, d, "test", None)
+                .await
+                .unwrap();
             assert!(
                 matches!(
                     outcome,

@@ -229,6 +229,43 @@ pub fn forgotten_by_batch(
     campaign: Option<Campaign>,
     job_id: &str,
 ) -> FinishedJob {
+    end_not_known(
+        granule,
+        campaign,
+        format!(
+            "Batch no longer knows job {job_id}: its end was never seen (the event was lost \
+             and Batch forgot the job before the reconciler asked)"
+        ),
+    )
+}
+
+/// A submitted attempt whose end never reached granary and whose job Batch describes in a way
+/// no code of granary can read (`why`; the description itself is kept under the reject
+/// prefix). The caller knows the attempt from its own claim, so the granule is not left with
+/// no end at all: like a forgotten job, nothing can tell whether it succeeded, and it is a
+/// final failure with the reason.
+pub fn undescribable(
+    granule: GranuleProcessingEvent,
+    campaign: Option<Campaign>,
+    job_id: &str,
+    why: &str,
+) -> FinishedJob {
+    end_not_known(
+        granule,
+        campaign,
+        format!(
+            "Batch's description of job {job_id} cannot be read ({why}): its end was never \
+             seen, and whether it succeeded is not known"
+        ),
+    )
+}
+
+/// An end granary never saw and cannot learn: dead-lettered with `reason`.
+fn end_not_known(
+    granule: GranuleProcessingEvent,
+    campaign: Option<Campaign>,
+    reason: String,
+) -> FinishedJob {
     FinishedJob {
         granule,
         campaign,
@@ -236,10 +273,7 @@ pub fn forgotten_by_batch(
             outcome: super::classify::JobOutcome::NonRetryable,
             failure: Some(super::classify::FailureKind::Unknown),
             batch_rules: String::new(),
-            reason: format!(
-                "Batch no longer knows job {job_id}: its end was never seen (the event was lost \
-                 and Batch forgot the job before the reconciler asked)"
-            ),
+            reason,
         },
         route: Route::FailureDlq,
         spot_ends_before: None,
@@ -254,6 +288,23 @@ pub fn forgotten_detail(job_id: &str, job_name: &str) -> serde_json::Value {
         "jobName": job_name,
         "status": "UNKNOWN",
         "statusReason": "DescribeJobs no longer knows this job",
+    })
+}
+
+/// The JobDetail granary logs for a job Batch describes unreadably: what granary knows, the
+/// status Batch's summary gave, and where the description is kept (the log's detail stays a
+/// JobDetail, the shape Athena's table reads).
+pub fn undescribable_detail(
+    job_id: &str,
+    job_name: &str,
+    status: &str,
+    kept_at: &str,
+) -> serde_json::Value {
+    serde_json::json!({
+        "jobId": job_id,
+        "jobName": job_name,
+        "status": status,
+        "statusReason": format!("DescribeJobs answered a description granary cannot read; kept at {kept_at}"),
     })
 }
 
@@ -323,6 +374,30 @@ mod forgotten_tests {
         assert_eq!((f.route, f.granule), (Route::FailureDlq, granule));
         assert_eq!(f.classification.route(), Route::FailureDlq);
         assert!(f.classification.reason.contains("job-9"));
+    }
+
+    #[test]
+    fn a_job_batch_describes_unreadably_is_a_final_failure_naming_the_job_and_why() {
+        let granule = GranuleProcessingEvent {
+            granule_id: GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap(),
+            attempt: 1,
+        };
+        let f = undescribable(
+            granule.clone(),
+            None,
+            "array-7:3",
+            "missing field `jobName`",
+        );
+        assert_eq!((f.route, f.granule), (Route::FailureDlq, granule));
+        assert_eq!(f.classification.route(), Route::FailureDlq);
+        let reason = &f.classification.reason;
+        assert!(reason.contains("array-7:3"), "{reason}");
+        assert!(reason.contains("missing field `jobName`"), "{reason}");
+        let detail = undescribable_detail("array-7:3", "w", "SUCCEEDED", "rejects/x.json");
+        assert_eq!(detail["status"], "SUCCEEDED");
+        assert!(detail["statusReason"]
+            .as_str()
+            .is_some_and(|r| r.contains("rejects/x.json")));
     }
 
     #[test]

@@ -214,13 +214,25 @@ pub const BY: &str = "job-monitor";
 /// history entries such a write may owe (`reconciler::windows`).
 pub const RECOVERED_BY: &str = "job-monitor (end found by DescribeJobs)";
 
+/// The attempt a caller knows a job was submitted for (the reconciler, from its own claim), and
+/// the window claim whose records are made at its children's ends, if it is one.
+#[derive(Clone, Copy)]
+pub struct KnownAttempt<'a> {
+    pub attempt: &'a crate::domain::granule::GranuleProcessingEvent,
+    pub listed_in: Option<&'a str>,
+}
+
 /// A job as DescribeJobs describes it, handled as its event would have been (the reconciler and the
 /// sweeper find ends whose event never came). `Ok(None)` while the job has not ended; a
-/// description no code can read is recorded and dead-lettered like an unreadable event.
+/// description no code can read is recorded and dead-lettered like an unreadable event, and
+/// when the caller knows the attempt (`known`), that attempt's end is then logged and routed as
+/// a final failure with the reason (`job_end::undescribable`): its event never came, so nothing
+/// else would ever end it.
 pub async fn described_job(
     ctx: &Ctx,
     description: crate::ports::JobDescription,
     found_by: &str,
+    known: Option<KnownAttempt<'_>>,
 ) -> Result<Option<MonitorOutcome>, HandlerError> {
     if !description.summary.status.is_terminal() {
         return Ok(None);
@@ -241,18 +253,44 @@ pub async fn described_job(
             Ok(None)
         }
         Err(rejection) => {
+            let summary = &description.summary;
             let reason = format!(
                 "DescribeJobs answer for job {}: {rejection}",
-                description.summary.job_id
+                summary.job_id
             );
-            ctx.reject(
-                rejection.kind(),
-                &reason,
-                found_by,
-                &description.detail.to_string(),
-            )
-            .await?;
-            Ok(Some(MonitorOutcome::Rejected { reason }))
+            let kept_at = ctx
+                .reject(
+                    rejection.kind(),
+                    &reason,
+                    found_by,
+                    &description.detail.to_string(),
+                )
+                .await?;
+            let known =
+                known.filter(|_| !crate::mutants::on("unreadable-description-left-unended"));
+            let Some(known) = known else {
+                return Ok(Some(MonitorOutcome::Rejected { reason }));
+            };
+            // After the reject is kept: a crash between the two describes the job again on the
+            // next pass, and its end is logged then (the log is the attempt's end).
+            let finished = FinishedJob {
+                listed_in: known.listed_in.map(str::to_owned),
+                ..crate::domain::job_end::undescribable(
+                    known.attempt.clone(),
+                    ctx.campaign().cloned(),
+                    &summary.job_id,
+                    &rejection.to_string(),
+                )
+            };
+            let detail = crate::domain::job_end::undescribable_detail(
+                &summary.job_id,
+                &summary.job_name,
+                summary.status.as_str(),
+                &kept_at,
+            );
+            Ok(Some(
+                job_finished(ctx, finished, detail, RECOVERED_BY).await?,
+            ))
         }
     }
 }

@@ -186,12 +186,17 @@ pub enum Scenario {
     /// its time with a job Batch does not know: the timed-out end meets the logged success,
     /// nothing is routed, and the record follows the success to PROCESSED.
     SweeperMeetsLoggedSuccess,
+    /// As `ReconcilerArrayWindow`, both children ended, and Batch describes the second in a way
+    /// no code can read: the reconciler (under test) keeps the description under rejects/ and
+    /// dead-letters that granule with why (its record made at its end, as the monitor's would
+    /// be), and handles the other's success.
+    ReconcilerUndescribable,
 }
 
 /// The campaign the campaign scenarios switch to.
 pub const SECOND_CAMPAIGN: &str = "v2";
 
-pub const ALL: [Scenario; 46] = [
+pub const ALL: [Scenario; 47] = [
     Scenario::Feeder,
     Scenario::Discover,
     Scenario::ImportStep,
@@ -238,6 +243,7 @@ pub const ALL: [Scenario; 46] = [
     Scenario::RequeuerHeldBack,
     Scenario::MonitorBrakes,
     Scenario::SweeperMeetsLoggedSuccess,
+    Scenario::ReconcilerUndescribable,
 ];
 
 /// The inventories of [`Scenario::FeederTwoInventories`]: the second lists a granule of the
@@ -555,6 +561,7 @@ pub fn world(scenario: Scenario) -> World {
             | Scenario::RetryBeforeRecords
             | Scenario::FeederArray
             | Scenario::ReconcilerArrayWindow
+            | Scenario::ReconcilerUndescribable
             | Scenario::MonitorArrayChild
             | Scenario::CampaignSwitch
             | Scenario::CampaignSwitchReconciled
@@ -594,6 +601,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::ReconcilerWindow
                 | Scenario::ReconcilerWindowRecordsLate
                 | Scenario::ReconcilerArrayWindow
+                | Scenario::ReconcilerUndescribable
                 | Scenario::CampaignSwitchReconciled
                 | Scenario::ReconcilerCancelled
         ),
@@ -610,6 +618,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::RetryBeforeRecords
                 | Scenario::FeederArray
                 | Scenario::ReconcilerArrayWindow
+                | Scenario::ReconcilerUndescribable
                 | Scenario::MonitorArrayChild
                 | Scenario::CampaignSwitch
                 | Scenario::CampaignSwitchReconciled
@@ -647,6 +656,7 @@ pub fn world(scenario: Scenario) -> World {
                 | Scenario::PoisonImport
                 | Scenario::PoisonRow
                 | Scenario::CorruptRecord
+                | Scenario::ReconcilerUndescribable
         ),
         logs,
         array: matches!(
@@ -654,6 +664,7 @@ pub fn world(scenario: Scenario) -> World {
             Scenario::FeederArray
                 | Scenario::FeederTwoInventoriesArray
                 | Scenario::ReconcilerArrayWindow
+                | Scenario::ReconcilerUndescribable
                 | Scenario::MonitorArrayChild
                 | Scenario::RequeuerParks
                 | Scenario::FeederRetryWindow
@@ -1223,6 +1234,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
         | RetryBeforeRecords
         | FeederArray
         | ReconcilerArrayWindow
+        | ReconcilerUndescribable
         | MonitorArrayChild
         | CampaignSwitch
         | CampaignSwitchReconciled
@@ -1275,6 +1287,7 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 MonitorArrayChild
                     | ReconcilerWindow
                     | ReconcilerArrayWindow
+                    | ReconcilerUndescribable
                     | CampaignSwitch
                     | CampaignSwitchReconciled
                     | Cancel
@@ -1334,6 +1347,22 @@ pub async fn prepare(w: &World, scenario: Scenario) {
             if scenario == CampaignSwitchReconciled {
                 // Every end's event is lost.
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+            }
+            if scenario == ReconcilerUndescribable {
+                // Every end's event is lost, and Batch describes the second child with a job
+                // name that is a number (no JobDetail).
+                assert_eq!(w.jobs.submitted().len(), 1, "the window is one array job");
+                let child = w
+                    .jobs
+                    .running()
+                    .into_iter()
+                    .map(|(_, job)| job.job_id)
+                    .find(|id| id.ends_with(":1"))
+                    .unwrap();
+                assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
+                let unreadable =
+                    serde_json::json!({"jobId": child, "jobName": 7, "status": "SUCCEEDED"});
+                w.jobs.finish(&child, JobStatus::Succeeded, unreadable);
             }
             if scenario == CampaignSwitchHalfWindow {
                 // Every SubmitJob refused: the window is claimed and marked open, no job exists.
@@ -1602,6 +1631,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
         | ReconcilerArrayWindow
+        | ReconcilerUndescribable
         | CampaignSwitchReconciled
         | CampaignSwitchHalfWindow
         | ReconcilerCancelled
@@ -1683,6 +1713,7 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         | ReconcilerWindow
         | ReconcilerWindowRecordsLate
         | ReconcilerArrayWindow
+        | ReconcilerUndescribable
         | CampaignSwitchReconciled
         | CampaignSwitchHalfWindow
         | ReconcilerCancelled => {

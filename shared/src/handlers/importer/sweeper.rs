@@ -407,7 +407,14 @@ async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
         return Ok(JobSeen::Unknown);
     };
     let handled =
-        crate::handlers::monitor::described_job(imp, description, "item sweeper (DescribeJobs)")
+        // Not `known`: an unreadable description leaves the attempt to this sweeper's timeout,
+        // which retries it while its attempts last.
+        crate::handlers::monitor::described_job(
+            imp,
+            description,
+            "item sweeper (DescribeJobs)",
+            None,
+        )
             .await
             .map_err(|e| HandlerError::during(format!("handling job {job_id}'s end"), e))?;
     Ok(match handled {

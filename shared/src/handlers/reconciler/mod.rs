@@ -257,7 +257,14 @@ async fn reconcile_one(
         route_forgotten(ctx, attempt, &job_id, None).await?;
         return Ok(Step::UnknownToBatch);
     };
-    match monitor::described_job(ctx, description, "reconciler (DescribeJobs)").await? {
+    // Known: a description no code can read still ends the attempt (dead-lettered with why),
+    // or the granule would be left with no log and, with item records off, nothing to find it.
+    let known = monitor::KnownAttempt {
+        attempt,
+        listed_in: None,
+    };
+    match monitor::described_job(ctx, description, "reconciler (DescribeJobs)", Some(known)).await?
+    {
         None => Ok(Step::StillRunning),
         Some(outcome) => {
             tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");

@@ -311,3 +311,89 @@ async fn a_marker_without_a_claim_is_closed_and_an_unsubmitted_claim_left_until_
     let half_open = claim_key(&ctx.config.layout.open_claim_prefix, &half);
     assert!(ctx.store.get(&half_open).await.unwrap().is_none());
 }
+
+/// A description of a finished job that no code can read (here its `jobName` is a number).
+fn unreadable_detail(job_id: &str) -> serde_json::Value {
+    serde_json::json!({"jobId": job_id, "jobName": 7, "status": "SUCCEEDED"})
+}
+
+/// The failure DLQ's messages: the reject notices (the descriptions kept) and the rest.
+async fn dead_letters(ctx: &Ctx) -> (usize, Vec<crate::ports::ReceivedMessage>) {
+    let all = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+    let (notices, rest): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|m| m.body.contains("\"record_key\""));
+    (notices.len(), rest)
+}
+
+/// A window's job ended with its event lost, and Batch describes it in a way no code can
+/// read: the description is kept and noticed, and the granule — this claim's, whatever the
+/// description says — is dead-lettered with why, logged and recorded, and the window closes.
+/// Before, the pass counted it handled and closed the window with no end for the granule.
+#[tokio::test]
+async fn a_window_job_batch_describes_unreadably_is_dead_lettered_with_why_and_the_window_closes() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let (_, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
+    jobs.finish(&job, JobStatus::Succeeded, unreadable_detail(&job));
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.recovered, s.closed, s.errors), (1, 1, 0), "{s:?}");
+    assert!(ctx.store.get(&open_key).await.unwrap().is_none());
+    let (notices, failures) = dead_letters(&ctx).await;
+    assert_eq!((notices, failures.len()), (1, 1), "{failures:?}");
+    let reason = &failures[0].attributes["reason"];
+    assert!(
+        reason.contains(&job) && reason.contains("cannot be read"),
+        "{reason}"
+    );
+    assert!(
+        failures[0].body.contains(id.as_str()),
+        "{}",
+        failures[0].body
+    );
+    let record = ctx.items().get(&id).await.unwrap().unwrap().value;
+    assert_ne!(
+        record.state,
+        crate::domain::lifecycle::ItemState::Processing
+    );
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // Nothing more on the next pass.
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!(s.open_claims, 0, "{s:?}");
+    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+}
+
+/// As above for a single job with item records off, where nothing else would ever find the
+/// attempt: before, the pass removed its marker and the granule had no end at all.
+#[tokio::test]
+async fn a_single_job_batch_describes_unreadably_is_dead_lettered_with_records_off() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let mut ctx = ctx(jobs.clone());
+    ctx.config.layout.track_items = false;
+    let lost = attempt("HLS.L30.T18TYN.2020001T153012.v2.0");
+    let crate::repositories::SubmitOutcome::Submitted { job_id } =
+        ctx.submit_once(&lost, "t").await.unwrap()
+    else {
+        panic!()
+    };
+    jobs.finish(&job_id, JobStatus::Succeeded, unreadable_detail(&job_id));
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.recovered, s.errors), (1, 0), "{s:?}");
+    let (notices, failures) = dead_letters(&ctx).await;
+    assert_eq!((notices, failures.len()), (1, 1), "{failures:?}");
+    assert!(failures[0].attributes["reason"].contains("cannot be read"));
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert!(ctx
+        .store
+        .list(&ctx.config.layout.open_claim_prefix)
+        .await
+        .unwrap()
+        .is_empty());
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!(s.open_claims, 0);
+    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+}

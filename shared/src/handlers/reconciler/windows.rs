@@ -295,7 +295,18 @@ async fn granule(
     // or moves the record.
     Ok(
         // Copied only here, for the rare end no one handled: most granules a pass looks at are.
-        match monitor::described_job(ctx, description.clone(), "reconciler (DescribeJobs)").await? {
+        // Known: a child Batch describes unreadably is still this window's granule i (the job
+        // id came from this claim), so its end is dead-lettered with why, never left unlogged.
+        // A child of an earlier claim at this key (found by its name, its token not this
+        // claim's) is only rejected: it is not this granule's job.
+        match monitor::described_job(
+            ctx,
+            description.clone(),
+            "reconciler (DescribeJobs)",
+            Some(monitor::KnownAttempt { attempt, listed_in }),
+        )
+        .await?
+        {
             None => Granule::StillRunning,
             Some(
                 MonitorOutcome::Duplicate
