@@ -1,33 +1,15 @@
 //! `granary-bench campaign`: a whole campaign's calls, time and cost per granule.
 
 use super::*;
+use granary::adapters::tap::counting::RequestCounts;
+use granary::adapters::tap::Tap;
+use granary_local::runner::LambdaFunction;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use granary::adapters::tap::{Answer, Call, Op, Tap};
 /// Public prices (us-east-1, Nov 2026 list prices, no free tier) the estimate uses: granary's
 /// own table (`domain::cost::prices`), which `granary report --cost` reads too.
 pub(crate) use granary::domain::cost::prices;
-use granary_local::runner::LambdaFunction;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
-/// One function's S3 GETs and PUTs (the PUT-priced writes, as the campaign's own counters count
-/// them): two atomics, where the campaign's counters also keep them by folder under a lock.
-#[derive(Default)]
-struct StoreCalls {
-    gets: AtomicU64,
-    puts: AtomicU64,
-}
-
-impl Tap for StoreCalls {
-    fn leave(&self, call: &Call<'_>, _answer: &Answer) {
-        let counter = match call.op {
-            Op::StoreGet => &self.gets,
-            Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish => &self.puts,
-            _ => return,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
 
 /// One campaign's figures, as `granary-bench campaign --json` prints them (per granule unless
 /// the name says otherwise).
@@ -185,7 +167,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         // cost a few hundred bytes a job.
         c.runtime.simulator.keep_plan = false;
         c.keep_dlq_messages = false;
-        let by_function: Vec<(String, Arc<StoreCalls>)> = [
+        let by_function: Vec<(String, Arc<RequestCounts>)> = [
             LambdaFunction::Feeder,
             LambdaFunction::Monitor,
             LambdaFunction::Requeuer,
@@ -193,7 +175,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         ]
         .into_iter()
         .map(|f| {
-            let counts = Arc::new(StoreCalls::default());
+            let counts = Arc::new(RequestCounts::totals_only());
             c.runtime
                 .function_taps
                 .insert(f, counts.clone() as Arc<dyn Tap>);
@@ -240,14 +222,14 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
         let puts_by_folder = per_granule_by_folder(c.counts.puts_by_folder(), &puts_before);
         let gets_by_folder = per_granule_by_folder(c.counts.gets_by_folder(), &gets_before);
         let lists_by_folder = per_granule_by_folder(c.counts.lists_by_folder(), &lists_before);
-        let per_function = |count: fn(&StoreCalls) -> u64| {
+        let per_function = |count: fn(&RequestCounts) -> u64| {
             by_function
                 .iter()
                 .map(|(f, counts)| (f.clone(), count(counts) as f64 / n as f64))
                 .collect::<std::collections::BTreeMap<String, f64>>()
         };
-        let mut gets_by_function = per_function(|c| c.gets.load(Ordering::Relaxed));
-        let mut puts_by_function = per_function(|c| c.puts.load(Ordering::Relaxed));
+        let mut gets_by_function = per_function(|c| c.s3_get.load(Ordering::Relaxed));
+        let mut puts_by_function = per_function(|c| c.s3_put.load(Ordering::Relaxed));
         let d = |i: usize| (after[i] - before[i]) as f64 / n as f64;
         let (get, put, list, copy, delete, sqs) = (d(0), d(1), d(2), d(3), d(4), d(5));
         // What no function made: the simulated array children reading their window claim, as

@@ -191,8 +191,21 @@ impl Ctx {
         Ok(ctx)
     }
 
-    /// The same context with every port's calls passing through `tap`.
+    /// The same context with every port's calls passing through `tap`, as a new (cold)
+    /// instance: nothing read is kept (a crash-point tap ends the instance it kills).
     pub fn tapped(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        self.through(tap, Instance::Cold)
+    }
+
+    /// [`Self::tapped`] for a tap that only watches (counts, records what was accessed): the same
+    /// warm instance, its caches kept. The bench's per-function counts went through `tapped`
+    /// at first and made every invocation a cold one: the feeder re-read every open window's
+    /// claim, and ten million granules' claim GETs rose from 0.016 a granule to 0.115.
+    pub fn watched(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
+        self.through(tap, Instance::Warm)
+    }
+
+    fn through(&self, tap: Arc<dyn crate::adapters::tap::Tap>, instance: Instance) -> Self {
         use crate::adapters::tap::{
             TappedBuckets, TappedBus, TappedJobs, TappedQueue, TappedRemote, TappedSource,
             TappedStore,
@@ -246,8 +259,14 @@ impl Ctx {
                 }) as Arc<dyn crate::ports::Minter>
             }),
             // A crash ends the instance: the next one starts with nothing read.
-            window_granules: Arc::default(),
-            open_windows: Arc::default(),
+            window_granules: match instance {
+                Instance::Warm => self.window_granules.clone(),
+                Instance::Cold => Arc::default(),
+            },
+            open_windows: match instance {
+                Instance::Warm => self.open_windows.clone(),
+                Instance::Cold => Arc::default(),
+            },
             // What the monitor judged so far stays the instance's (the local runtime's one
             // warm instance); it only ever decides a hold.
             end_window: self.end_window.clone(),
@@ -256,23 +275,18 @@ impl Ctx {
         }
     }
 
-    /// [`Self::tapped`] for a tap that only watches (counts, records what was accessed): the same
-    /// warm instance, its caches kept. The bench's per-function counts went through `tapped`
-    /// at first and made every invocation a cold one: the feeder re-read every open window's
-    /// claim, and ten million granules' claim GETs rose from 0.016 a granule to 0.115.
-    pub fn watched(&self, tap: Arc<dyn crate::adapters::tap::Tap>) -> Self {
-        Self {
-            window_granules: self.window_granules.clone(),
-            open_windows: self.open_windows.clone(),
-            ..self.tapped(tap)
-        }
-    }
-
     /// The same context with every external call passing through `faults` (crash-point harness,
     /// `granary-local chaos`).
     pub fn with_faults(&self, faults: &Arc<crate::adapters::tap::faults::Faults>) -> Self {
         self.tapped(faults.clone())
     }
+}
+
+/// Whether a context wrapped in a tap is the same Lambda instance (its caches kept) or a new one.
+#[derive(Clone, Copy)]
+enum Instance {
+    Warm,
+    Cold,
 }
 
 pub fn s3_store(clients: &AwsClients, bucket: &str) -> Arc<dyn crate::ports::ObjectStore> {
@@ -330,4 +344,23 @@ pub async fn metered<T>(ctx: &Ctx, handling: impl std::future::Future<Output = T
     let out = handling.await;
     ctx.metrics.print(&ctx.config.stack);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::tap::counting::RequestCounts;
+
+    #[test]
+    fn a_watched_context_is_the_same_warm_instance_and_a_tapped_one_a_cold_one() {
+        let ctx = Ctx::in_memory(crate::config::Config::for_unit_tests(&[]));
+        let watched = ctx.watched(Arc::new(RequestCounts::totals_only()));
+        assert!(Arc::ptr_eq(&watched.window_granules, &ctx.window_granules));
+        assert!(Arc::ptr_eq(&watched.open_windows, &ctx.open_windows));
+        let tapped = ctx.tapped(Arc::new(RequestCounts::totals_only()));
+        assert!(!Arc::ptr_eq(&tapped.window_granules, &ctx.window_granules));
+        assert!(!Arc::ptr_eq(&tapped.open_windows, &ctx.open_windows));
+        // Both keep what decides a hold.
+        assert!(Arc::ptr_eq(&tapped.end_window, &ctx.end_window));
+    }
 }

@@ -29,9 +29,20 @@ pub struct RequestCounts {
     pub gets_by_folder: ByFolder,
     /// S3 LIST requests (pages of 1,000 keys) by the listed prefix's first folder.
     pub lists_by_folder: ByFolder,
+    /// Counts no folders (the three maps stay empty): the totals alone, with no lock taken.
+    totals_only: bool,
 }
 
 impl RequestCounts {
+    /// Counters of the totals alone, for one of many taps watching side by side (a function's
+    /// own calls): the by-folder maps' lock is not taken on every request.
+    pub fn totals_only() -> Self {
+        Self {
+            totals_only: true,
+            ..Self::default()
+        }
+    }
+
     /// The PUTs counted so far, by the key's first folder.
     pub fn puts_by_folder(&self) -> std::collections::BTreeMap<String, u64> {
         snapshot(&self.puts_by_folder)
@@ -52,10 +63,6 @@ type ByFolder = std::sync::Mutex<std::collections::BTreeMap<String, u64>>;
 
 fn snapshot(counts: &ByFolder) -> std::collections::BTreeMap<String, u64> {
     counts.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-fn count_in_folder(counts: &ByFolder, key: &str) {
-    count_in_folder_n(counts, key, 1);
 }
 
 fn count_in_folder_n(counts: &ByFolder, key: &str, n: u64) {
@@ -103,21 +110,26 @@ impl Tap for RequestCounts {
         let add = |c: &AtomicU64, n: u64| {
             c.fetch_add(n, Ordering::Relaxed);
         };
+        let in_folder = |counts: &ByFolder, n: u64| {
+            if !self.totals_only {
+                count_in_folder_n(counts, call.target, n);
+            }
+        };
         match call.op {
             Op::StoreGet => {
                 add(&self.s3_get, 1);
                 add(&self.s3_bytes_read, answer.bytes);
-                count_in_folder(&self.gets_by_folder, call.target);
+                in_folder(&self.gets_by_folder, 1);
             }
             Op::StorePut | Op::StoreUploadPart | Op::StoreUploadFinish => {
                 add(&self.s3_put, 1);
-                count_in_folder(&self.puts_by_folder, call.target);
+                in_folder(&self.puts_by_folder, 1);
             }
             // One request per 1,000 keys, as S3 pages them.
             Op::StoreList if answer.ok => {
                 let pages = answer.items.div_ceil(1000).max(1);
                 add(&self.s3_list, pages);
-                count_in_folder_n(&self.lists_by_folder, call.target, pages);
+                in_folder(&self.lists_by_folder, pages);
             }
             Op::StoreList => {}
             Op::StoreCopy | Op::StoreUploadAbort => add(&self.s3_other, 1),
@@ -139,5 +151,67 @@ impl Tap for RequestCounts {
             | Op::Mint
             | Op::BusPut => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::adapters::memory::MemoryStore;
+    use crate::adapters::tap::TappedStore;
+    use crate::ports::{ObjectStore, PutCondition};
+    use std::sync::Arc;
+
+    async fn count(counts: Arc<RequestCounts>) {
+        let store = TappedStore {
+            inner: Arc::new(MemoryStore::new()),
+            tap: counts as Arc<dyn Tap>,
+        };
+        let body = bytes::Bytes::from_static(b"{}");
+        for key in ["logs/a.json", "logs/b.json", "items/a.json"] {
+            store
+                .put(key, body.clone(), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        store.get("items/a.json").await.unwrap();
+        store.list("logs/").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_in_all_and_by_folder() {
+        let counts = Arc::new(RequestCounts::default());
+        count(counts.clone()).await;
+        let total = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                total(&counts.s3_put),
+                total(&counts.s3_get),
+                total(&counts.s3_list)
+            ),
+            (3, 1, 1)
+        );
+        let puts = counts.puts_by_folder();
+        assert_eq!((puts.get("logs"), puts.get("items")), (Some(&2), Some(&1)));
+        assert_eq!(counts.gets_by_folder().get("items"), Some(&1));
+        assert_eq!(counts.lists_by_folder().get("logs"), Some(&1));
+    }
+
+    #[tokio::test]
+    async fn totals_only_counts_the_same_totals_and_no_folders() {
+        let counts = Arc::new(RequestCounts::totals_only());
+        count(counts.clone()).await;
+        let total = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                total(&counts.s3_put),
+                total(&counts.s3_get),
+                total(&counts.s3_list)
+            ),
+            (3, 1, 1)
+        );
+        assert!(counts.puts_by_folder().is_empty());
+        assert!(counts.gets_by_folder().is_empty());
+        assert!(counts.lists_by_folder().is_empty());
     }
 }
