@@ -76,67 +76,69 @@ impl GranuleList {
             .map(|row| row.granule_id)
     }
 
-    /// Each id's place in the list, found by a hash of the id (16 bytes a granule while the
-    /// accounting runs, instead of the ids' text). Ids whose hashes meet (about one chance in
-    /// 370,000 at ten million ids) are kept by their text instead.
+    /// Each id's place in the list, found by its acquisition time: the sample ids are newest
+    /// first, each at least 30 s before the one ahead of it, so the time an id carries names its
+    /// place. Kept as 8 bytes a granule while the accounting runs (a time and a 32-bit hash
+    /// that tells an id not in the list from one that is), in list order, searched by halving;
+    /// the ids' text would be ~40 bytes, and places by a 64-bit hash with their index were 16
+    /// (the ten-million campaign's peak RSS is set by this accounting).
     pub fn places(&self) -> anyhow::Result<Places> {
-        self.places_by(id_hash)
-    }
-
-    fn places_by(&self, hash: fn(&str) -> u64) -> anyhow::Result<Places> {
-        let id_hash = hash;
-        let mut by_hash: Vec<(u64, u32)> = Vec::with_capacity(self.len);
-        for (i, id) in self.iter().enumerate() {
-            let i = u32::try_from(i)
-                .map_err(|_| anyhow::anyhow!("more than 2^32 granules in one campaign"))?;
-            by_hash.push((id_hash(&id), i));
-        }
-        by_hash.sort_unstable();
-        let shared: std::collections::BTreeSet<u64> = by_hash
-            .windows(2)
-            .filter(|w| w[0].0 == w[1].0)
-            .map(|w| w[0].0)
-            .collect();
-        let mut by_text = std::collections::HashMap::new();
-        if !shared.is_empty() {
-            by_hash.retain(|(h, _)| !shared.contains(h));
-            for (i, id) in self.iter().enumerate() {
-                if shared.contains(&id_hash(&id)) {
-                    by_text.insert(id, i);
-                }
+        let mut newest = None;
+        let mut by_time: Vec<(u32, u32)> = Vec::with_capacity(self.len);
+        for id in self.iter() {
+            let t = acquired(&id)
+                .ok_or_else(|| anyhow::anyhow!("sample id {id} carries no acquisition time"))?;
+            let newest = *newest.get_or_insert(t);
+            let step = u32::try_from((newest - t) / SAMPLE_STEP_SECS)
+                .map_err(|_| anyhow::anyhow!("sample ids span more than 2^32 steps"))?;
+            if by_time.last().is_some_and(|(last, _)| *last >= step) {
+                anyhow::bail!("sample id {id} is not older than the one before it");
             }
+            by_time.push((step, check_hash(&id)));
         }
         Ok(Places {
-            hash,
-            by_hash,
-            shared,
-            by_text,
+            newest: newest.unwrap_or_default(),
+            by_time,
         })
     }
 }
 
+/// The least time between two sample granules (`SampleGranules` steps back 30 to 900 s): two
+/// ids' times counted in these steps from the newest are never the same step.
+const SAMPLE_STEP_SECS: i64 = 30;
+
+/// The acquisition time an HLS id carries (`HLS.S30.T18TYN.2022001T153012.v2.0`), in seconds.
+fn acquired(id: &str) -> Option<i64> {
+    let time = id.split('.').nth(3)?;
+    chrono::NaiveDateTime::parse_from_str(time, "%Y%jT%H%M%S")
+        .ok()
+        .map(|t| t.and_utc().timestamp())
+}
+
+/// 32 bits of an id's hash: an id of the list's time that is not the list's.
+fn check_hash(id: &str) -> u32 {
+    (id_hash(id) >> 32) as u32
+}
+
 /// Where each id of a [`GranuleList`] is.
 pub struct Places {
-    hash: fn(&str) -> u64,
-    by_hash: Vec<(u64, u32)>,
-    /// Hashes more than one id of the list has, and those ids' places by their text.
-    shared: std::collections::BTreeSet<u64>,
-    by_text: std::collections::HashMap<String, usize>,
+    /// The newest (first) id's time.
+    newest: i64,
+    /// Each id's time in steps from the newest, and its check hash, in list order.
+    by_time: Vec<(u32, u32)>,
 }
 
 impl Places {
-    /// The place of `id`; `None` for an id not in the list (but for a 2^-64 chance per id of
-    /// meeting one of the list's hashes).
+    /// The place of `id`; `None` for an id not in the list (but for a 2^-32 chance, for an id
+    /// of exactly a listed id's time).
     pub fn of(&self, id: &str) -> Option<usize> {
-        let h = (self.hash)(id);
-        if self.shared.contains(&h) {
-            return self.by_text.get(id).copied();
-        }
-        let at = self.by_hash.partition_point(|&(k, _)| k < h);
-        self.by_hash
+        let steps = (self.newest - acquired(id)?) / SAMPLE_STEP_SECS;
+        let steps = u32::try_from(steps).ok()?;
+        let at = self.by_time.partition_point(|&(s, _)| s < steps);
+        self.by_time
             .get(at)
-            .filter(|(k, _)| *k == h)
-            .map(|&(_, i)| i as usize)
+            .filter(|&&(s, check)| s == steps && check == check_hash(id))
+            .map(|_| at)
     }
 }
 
@@ -172,13 +174,22 @@ mod tests {
     }
 
     #[test]
-    fn ids_whose_hashes_meet_still_have_their_places() {
+    fn an_id_of_a_listed_time_that_is_not_listed_has_no_place() {
         let list = GranuleList::sample(7, 300);
-        // A hash of eight values: every id shares its hash with dozens of others.
-        let places = list.places_by(|id| id.len() as u64 % 8).unwrap();
+        let places = list.places().unwrap();
         for (i, id) in list.iter().enumerate() {
             assert_eq!(places.of(&id), Some(i), "{id}");
+            // The same time on another tile, and a second before it (between two listed ids,
+            // in the same step of 30 s as one of them, or the next).
+            let other = id.replacen(".T", ".TX", 1);
+            assert_eq!(places.of(&other), None, "{other}");
+            let time = id.split('.').nth(3).unwrap();
+            let t = chrono::NaiveDateTime::parse_from_str(time, "%Y%jT%H%M%S").unwrap()
+                - chrono::Duration::seconds(1);
+            let earlier = id.replace(time, &t.format("%Y%jT%H%M%S").to_string());
+            assert_eq!(places.of(&earlier), None, "{earlier}");
         }
-        assert_eq!(places.of("HLS.S30.T10SEG.1999001T000000.v2.0"), None);
+        assert_eq!(places.of("HLS.S30.T10SEG.2030001T000000.v2.0"), None);
+        assert_eq!(places.of("not an id"), None);
     }
 }
