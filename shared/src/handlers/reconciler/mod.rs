@@ -257,14 +257,13 @@ async fn reconcile_one(
         route_forgotten(ctx, attempt, &job_id, None).await?;
         return Ok(Step::UnknownToBatch);
     };
-    // Known: a description no code can read still ends the attempt (dead-lettered with why),
-    // or the granule would be left with no log and, with item records off, nothing to find it.
-    let known = monitor::KnownAttempt {
-        attempt,
-        listed_in: None,
-    };
-    match monitor::described_job(ctx, description, "reconciler (DescribeJobs)", Some(known)).await?
-    {
+    // The job's name is this attempt's (campaign, granule, attempt), found by it or recorded.
+    let known = unreadable_description_ends_here(true, false, ctx.config.layout.track_items)
+        .then_some(monitor::KnownAttempt {
+            attempt,
+            listed_in: None,
+        });
+    match monitor::described_job(ctx, description, "reconciler (DescribeJobs)", known).await? {
         None => Ok(Step::StillRunning),
         Some(outcome) => {
             tracing::info!(granule_id = %attempt.granule_id, attempt = attempt.attempt, job_id, ?outcome, "finished job reconciled from DescribeJobs");
@@ -278,6 +277,22 @@ async fn reconcile_one(
             })
         }
     }
+}
+
+/// Whether the reconciler ends an attempt whose finished job Batch describes in a way no code can
+/// read (dead-lettered with why, `job_end::undescribable`) rather than only keeping the
+/// description under rejects/. Only an attempt whose job is surely its own: one its claim
+/// recorded (`job_recorded`; a window's job found by its name may be an earlier claim's array at
+/// the same key, whose token only a readable description shows). And only where nothing else
+/// would end it: a window whose records are made at its children's ends (`records_at_end`), or
+/// item records off; with a record PROCESSING the attempt, the item sweeper times it out and
+/// retries it while its attempts last, as it always has.
+pub(super) fn unreadable_description_ends_here(
+    job_recorded: bool,
+    records_at_end: bool,
+    track_items: bool,
+) -> bool {
+    job_recorded && (records_at_end || !track_items)
 }
 
 /// Logs and routes an attempt whose job Batch forgot before its end was seen, through the

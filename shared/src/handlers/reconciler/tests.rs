@@ -332,13 +332,16 @@ async fn dead_letters(ctx: &Ctx) -> (usize, Vec<crate::ports::ReceivedMessage>) 
 }
 
 /// A window's job ended with its event lost, and Batch describes it in a way no code can
-/// read: the description is kept and noticed, and the granule — this claim's, whatever the
-/// description says — is dead-lettered with why, logged and recorded, and the window closes.
-/// Before, the pass counted it handled and closed the window with no end for the granule.
+/// read. With item records off nothing else would ever end the attempt: the description is
+/// kept and noticed, and the granule — this claim's recorded job, whatever the description
+/// says — is dead-lettered with why and logged, and the window closes. Before, the pass counted
+/// it handled and closed the window with no end for the granule. (A window whose records are
+/// made at its children's ends is the crash harness's `ReconcilerUndescribable`.)
 #[tokio::test]
 async fn a_window_job_batch_describes_unreadably_is_dead_lettered_with_why_and_the_window_closes() {
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let ctx = ctx(jobs.clone());
+    let mut ctx = ctx(jobs.clone());
+    ctx.config.layout.track_items = false;
     let (_, open_key, id, job) = window_before_its_records(&ctx, &jobs).await;
     jobs.finish(&job, JobStatus::Succeeded, unreadable_detail(&job));
     let later = Utc::now() + chrono::Duration::seconds(61);
@@ -357,17 +360,32 @@ async fn a_window_job_batch_describes_unreadably_is_dead_lettered_with_why_and_t
         "{}",
         failures[0].body
     );
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    nothing_open_and_nothing_more(&ctx, later).await;
+}
+
+/// As above with item records on and the record made at submission: the item sweeper times the
+/// PROCESSING attempt out and retries it while its attempts last, so the reconciler only keeps
+/// the description and its notice, and ends nothing.
+#[tokio::test]
+async fn with_a_processing_record_an_unreadable_description_is_left_to_the_sweepers_timeout() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let (claim, _, id, job) = window_before_its_records(&ctx, &jobs).await;
+    feeder_makes_the_record(&ctx, &claim, &job).await;
+    jobs.finish(&job, JobStatus::Succeeded, unreadable_detail(&job));
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    reconcile(&ctx, later).await.unwrap();
+    let (notices, failures) = dead_letters(&ctx).await;
+    assert_eq!((notices, failures.len()), (1, 0), "{failures:?}");
+    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+    assert!(logs.is_empty(), "{logs:?}");
     let record = ctx.items().get(&id).await.unwrap().unwrap().value;
-    assert_ne!(
+    assert_eq!(
         record.state,
         crate::domain::lifecycle::ItemState::Processing
     );
-    let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
-    assert_eq!(logs.len(), 1, "{logs:?}");
-    // Nothing more on the next pass.
-    let s = reconcile(&ctx, later).await.unwrap();
-    assert_eq!(s.open_claims, 0, "{s:?}");
-    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
 }
 
 /// As above for a single job with item records off, where nothing else would ever find the
@@ -393,4 +411,26 @@ async fn a_single_job_batch_describes_unreadably_is_dead_lettered_with_records_o
     let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
     assert_eq!(logs.len(), 1, "{logs:?}");
     nothing_open_and_nothing_more(&ctx, later).await;
+}
+
+#[test]
+fn an_unreadable_description_ends_only_an_attempt_surely_its_own_with_nothing_else_to_end_it() {
+    // (job recorded by the claim, records made at the ends, item records on) → ends it here.
+    let table = [
+        ((true, true, true), true),
+        ((true, false, false), true),
+        ((true, true, false), true),
+        // The sweeper times out a PROCESSING record and retries it.
+        ((true, false, true), false),
+        // Found by its name: maybe an earlier claim's array at the same key.
+        ((false, true, true), false),
+        ((false, false, false), false),
+    ];
+    for ((recorded, at_end, track), ends) in table {
+        assert_eq!(
+            unreadable_description_ends_here(recorded, at_end, track),
+            ends,
+            "{recorded} {at_end} {track}"
+        );
+    }
 }

@@ -63,12 +63,13 @@ enum Granule {
 }
 
 /// A granule to look at: its place, attempt, job, Batch's description, whether the store showed
-/// its end handled already.
+/// its end handled already, whether the claim recorded the job (not found by its name).
 type ToLook = (
     usize,
     GranuleProcessingEvent,
     Option<String>,
     Option<JobDescription>,
+    bool,
     bool,
 );
 
@@ -188,7 +189,8 @@ pub(super) async fn reconcile_window(
         .filter(|(i, _)| !progress.is_handled(*i))
         .map(|(i, ((attempt, job_id), handled))| {
             let description = job_id.as_ref().and_then(|j| described.remove(j));
-            (i, attempt, job_id, description, handled)
+            let recorded = claim.job_id(i).is_some();
+            (i, attempt, job_id, description, handled, recorded)
         })
         .collect();
     let claim_key = window_key(&layout.claim_prefix, inventory, start);
@@ -197,29 +199,45 @@ pub(super) async fn reconcile_window(
     // otherwise add up every granule's backoff one after another.
     let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
         futures::stream::iter(to_look)
-            .map(|(i, attempt, job_id, description, handled)| async move {
-                let step = match job_id {
-                    _ if handled => Ok(Granule::Handled),
-                    _ if budget.spent() => Ok(Granule::NotLooked),
-                    None => Ok(Granule::NotSubmitted),
-                    // The window closes only in a pass where every granule could be looked at:
-                    // a call throttled past the SDK's retries is tried again here, or one
-                    // unlucky granule would keep a large window open pass after pass.
-                    Some(job_id) => {
-                        crate::retry::again(
-                            crate::retry::Backoff {
-                                tries: GRANULE_TRIES,
-                                ..crate::retry::Backoff::IN_RUN
-                            },
-                            "looking at a granule of a window",
-                            || granule(ctx, &attempt, &job_id, description.as_ref(), listed_in),
-                            |_| true,
-                        )
-                        .await
-                    }
-                };
-                (i, attempt, step)
-            })
+            .map(
+                |(i, attempt, job_id, description, handled, recorded)| async move {
+                    let step = match job_id {
+                        _ if handled => Ok(Granule::Handled),
+                        _ if budget.spent() => Ok(Granule::NotLooked),
+                        None => Ok(Granule::NotSubmitted),
+                        // The window closes only in a pass where every granule could be looked at:
+                        // a call throttled past the SDK's retries is tried again here, or one
+                        // unlucky granule would keep a large window open pass after pass.
+                        Some(job_id) => {
+                            crate::retry::again(
+                                crate::retry::Backoff {
+                                    tries: GRANULE_TRIES,
+                                    ..crate::retry::Backoff::IN_RUN
+                                },
+                                "looking at a granule of a window",
+                                || {
+                                    let unreadable_ended = super::unreadable_description_ends_here(
+                                        recorded,
+                                        listed_in.is_some(),
+                                        ctx.config.layout.track_items,
+                                    );
+                                    granule(
+                                        ctx,
+                                        &attempt,
+                                        &job_id,
+                                        description.as_ref(),
+                                        listed_in,
+                                        unreadable_ended,
+                                    )
+                                },
+                                |_| true,
+                            )
+                            .await
+                        }
+                    };
+                    (i, attempt, step)
+                },
+            )
             .buffered(GRANULE_LOOKS_AT_ONCE)
             .collect()
             .await;
@@ -280,6 +298,9 @@ async fn granule(
     job_id: &str,
     description: Option<&JobDescription>,
     listed_in: Option<&str>,
+    // Whether a description no code can read ends this attempt here
+    // (`reconciler::unreadable_description_ends_here`).
+    unreadable_ended: bool,
 ) -> Result<Granule, HandlerError> {
     let Some(description) = description else {
         return forgotten(ctx, attempt, job_id, listed_in).await;
@@ -295,15 +316,13 @@ async fn granule(
     // or moves the record.
     Ok(
         // Copied only here, for the rare end no one handled: most granules a pass looks at are.
-        // Known: a child Batch describes unreadably is still this window's granule i (the job
-        // id came from this claim), so its end is dead-lettered with why, never left unlogged.
-        // A child of an earlier claim at this key (found by its name, its token not this
-        // claim's) is only rejected: it is not this granule's job.
+        // Known where nothing else would end it: a child Batch describes unreadably, whose job
+        // this claim recorded, is this window's granule i; its end is dead-lettered with why.
         match monitor::described_job(
             ctx,
             description.clone(),
             "reconciler (DescribeJobs)",
-            Some(monitor::KnownAttempt { attempt, listed_in }),
+            unreadable_ended.then_some(monitor::KnownAttempt { attempt, listed_in }),
         )
         .await?
         {
