@@ -63,7 +63,8 @@ enum Granule {
 }
 
 /// A granule to look at: its place, attempt, job, Batch's description, whether the store showed
-/// its end handled already, whether the claim recorded the job (not found by its name).
+/// its end handled already, whether an unreadable description of its job ends it here
+/// (`reconciler::unreadable_description_ends_here`).
 type ToLook = (
     usize,
     GranuleProcessingEvent,
@@ -189,8 +190,13 @@ pub(super) async fn reconcile_window(
         .filter(|(i, _)| !progress.is_handled(*i))
         .map(|(i, ((attempt, job_id), handled))| {
             let description = job_id.as_ref().and_then(|j| described.remove(j));
-            let recorded = claim.job_id(i).is_some();
-            (i, attempt, job_id, description, handled, recorded)
+            // Whether the claim recorded the job (not found by its name).
+            let unreadable_ended = super::unreadable_description_ends_here(
+                claim.job_id(i).is_some(),
+                claim.records_at_end,
+                ctx.config.layout.track_items,
+            );
+            (i, attempt, job_id, description, handled, unreadable_ended)
         })
         .collect();
     let claim_key = window_key(&layout.claim_prefix, inventory, start);
@@ -200,7 +206,7 @@ pub(super) async fn reconcile_window(
     let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
         futures::stream::iter(to_look)
             .map(
-                |(i, attempt, job_id, description, handled, recorded)| async move {
+                |(i, attempt, job_id, description, handled, unreadable_ended)| async move {
                     let step = match job_id {
                         _ if handled => Ok(Granule::Handled),
                         _ if budget.spent() => Ok(Granule::NotLooked),
@@ -216,11 +222,6 @@ pub(super) async fn reconcile_window(
                                 },
                                 "looking at a granule of a window",
                                 || {
-                                    let unreadable_ended = super::unreadable_description_ends_here(
-                                        recorded,
-                                        listed_in.is_some(),
-                                        ctx.config.layout.track_items,
-                                    );
                                     granule(
                                         ctx,
                                         &attempt,
