@@ -33,6 +33,12 @@ pub(crate) struct CampaignFigures {
     pub(crate) array_jobs: u64,
     pub(crate) feeder_interval_ms: u64,
     pub(crate) granule_submit_count: u64,
+    /// GRANARY_RECONCILE_AFTER_SECS the campaign ran with.
+    pub(crate) reconcile_after_secs: u64,
+    /// The simulator's faults: `default` or `none`.
+    pub(crate) faults: &'static str,
+    /// Granules the reconciler handed to the monitor's handler (ends it found unhandled).
+    pub(crate) reconciled: u64,
     pub(crate) wall_secs: f64,
     pub(crate) granules_per_sec: f64,
     pub(crate) cpu_secs: f64,
@@ -90,6 +96,10 @@ pub(crate) struct CampaignOptions {
     pub(crate) submit_rate: f64,
     /// The runner's invocations side by side on every worker thread (`RunnerOptions::parallel`).
     pub(crate) parallel: bool,
+    /// GRANARY_RECONCILE_AFTER_SECS.
+    pub(crate) reconcile_after_secs: u64,
+    /// The simulator plays no faults (`FaultPlan::none`).
+    pub(crate) faultless: bool,
 }
 
 pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()> {
@@ -142,6 +152,10 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
                 o.submit_rate.to_string(),
             ));
         }
+        env.push((
+            "GRANARY_RECONCILE_AFTER_SECS".to_owned(),
+            o.reconcile_after_secs.to_string(),
+        ));
         let submit_limit = (in_memory && o.submit_limit > 0).then_some(o.submit_limit);
         let mut spec = CampaignSpec {
             granules: n,
@@ -150,6 +164,11 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             inventories: n.div_ceil(1_000_000).max(2),
             env,
             submit_limit,
+            plan: if o.faultless {
+                granary_local::fault_plan::FaultPlan::none()
+            } else {
+                granary_local::fault_plan::FaultPlan::default()
+            },
             ..CampaignSpec::default()
         };
         spec.runner.feeder_interval = Duration::from_millis(feeder_interval_ms);
@@ -273,6 +292,9 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             array_jobs: c.runtime.simulator.stats.arrays,
             feeder_interval_ms,
             granule_submit_count,
+            reconcile_after_secs: o.reconcile_after_secs,
+            faults: if o.faultless { "none" } else { "default" },
+            reconciled: c.runtime.progress.reconciled,
             wall_secs: wall,
             granules_per_sec: n as f64 / wall,
             cpu_secs: cpu,

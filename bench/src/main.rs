@@ -115,6 +115,17 @@ enum Command {
         /// side by side on the runtime's worker threads, one per core, as Lambda runs them).
         #[arg(long)]
         serial: bool,
+        /// GRANARY_RECONCILE_AFTER_SECS for the campaign: how old a window's marker is before the
+        /// reconciler looks at it. The bench runs hours of AWS time in minutes, so the hour
+        /// granary defaults to would leave every window to one pass after the campaign; the
+        /// default here is past the monitor's backlog, so a pass finds the ends handled.
+        #[arg(long, default_value_t = 120)]
+        reconcile_after_secs: u64,
+        /// The Batch simulator's faults: `default` (Spot reclaims, 2% failing granules, pull
+        /// errors, duplicated and reordered events) or `none` (every granule's first attempt
+        /// succeeds, each event delivered once): the floor of granary's own requests.
+        #[arg(long, value_parser = ["default", "none"], default_value = "default")]
+        faults: String,
     },
     /// job-monitor and requeuer: records per second per invocation, requests per record.
     Handlers {
@@ -178,6 +189,8 @@ async fn main() -> Result<()> {
             submit_limit,
             submit_rate,
             serial,
+            reconcile_after_secs,
+            faults,
         } => {
             campaign(
                 granules,
@@ -192,6 +205,8 @@ async fn main() -> Result<()> {
                     submit_limit,
                     submit_rate,
                     parallel: !serial,
+                    reconcile_after_secs,
+                    faultless: faults == "none",
                 },
             )
             .await

@@ -69,6 +69,21 @@ pub struct JobFate {
 }
 
 impl FaultPlan {
+    /// No faults at all: every attempt succeeds, every event is delivered once, in order.
+    pub fn none() -> Self {
+        Self {
+            spot_rate: 0.0,
+            app_failure_rate: 0.0,
+            timeout_rate: 0.0,
+            pull_error_rate: 0.0,
+            intermediate_events: false,
+            duplicate_rate: 0.0,
+            delay_rate: 0.0,
+            lost_rate: 0.0,
+            ..Self::default()
+        }
+    }
+
     pub fn from_file(path: &std::path::Path) -> anyhow::Result<Self> {
         use anyhow::Context;
         let text = std::fs::read_to_string(path)
@@ -227,6 +242,18 @@ mod tests {
             batch_retried += usize::from(a.ends.len() > 1);
         }
         assert!(batch_retried > 100, "{batch_retried}");
+    }
+
+    #[test]
+    fn no_faults_means_one_succeeding_attempt_and_one_event_each() {
+        let plan = FaultPlan::none();
+        plan.validate().unwrap();
+        let retry = retry_strategy_of(&default_retry_strategy(2));
+        for i in 0..500 {
+            let f = plan.fate(&format!("g{i}-a1"), &format!("g{i}"), &retry);
+            assert!(f.succeeded && !f.duplicate && !f.delayed && !f.lost, "{f:?}");
+            assert_eq!(f.ends.len(), 1, "{f:?}");
+        }
     }
 
     #[test]

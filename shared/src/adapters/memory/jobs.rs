@@ -256,34 +256,47 @@ impl MemoryJobRunner {
             .iter()
             .filter(|(r, s)| is_array_parent(r, s) && !s.status.is_terminal())
         {
-            let prefix = format!("{}:", parent.job_id);
-            let children: Vec<JobStatus> = jobs
-                .iter()
-                .filter(|(_, s)| s.job_id.starts_with(&prefix))
-                .map(|(_, s)| s.status)
-                .collect();
-            if children.is_empty() || !children.iter().all(|s| s.is_terminal()) {
-                continue;
+            if let Some((status, detail)) = Self::array_end(&jobs, request, parent) {
+                self.finish(&parent.job_id, status, detail.clone());
+                ended.push(detail);
             }
-            let failed = children.iter().filter(|s| **s == JobStatus::Failed).count();
-            let status = if failed == 0 {
-                JobStatus::Succeeded
-            } else {
-                JobStatus::Failed
-            };
-            let mut detail =
-                JobDescription::of_request(parent.clone(), request, Self::queue_of(request)).detail;
-            detail["status"] = status.as_str().into();
-            detail["arrayProperties"]["statusSummary"] = serde_json::json!({
-                "SUCCEEDED": children.len() - failed, "FAILED": failed,
-            });
-            if failed > 0 {
-                detail["statusReason"] = "Array Child Job failed".into();
-            }
-            self.finish(&parent.job_id, status, detail.clone());
-            ended.push(detail);
         }
         ended
+    }
+
+    /// How array `parent` ended, once every child has: SUCCEEDED when every child did, else
+    /// FAILED ("Array Child Job failed"), with no attempts and its children counted by status.
+    /// `None` while a child is under way.
+    fn array_end(
+        jobs: &[(JobRequest, JobSummary)],
+        request: &JobRequest,
+        parent: &JobSummary,
+    ) -> Option<(JobStatus, serde_json::Value)> {
+        let prefix = format!("{}:", parent.job_id);
+        let children: Vec<JobStatus> = jobs
+            .iter()
+            .filter(|(_, s)| s.job_id.starts_with(&prefix))
+            .map(|(_, s)| s.status)
+            .collect();
+        if children.is_empty() || !children.iter().all(|s| s.is_terminal()) {
+            return None;
+        }
+        let failed = children.iter().filter(|s| **s == JobStatus::Failed).count();
+        let status = if failed == 0 {
+            JobStatus::Succeeded
+        } else {
+            JobStatus::Failed
+        };
+        let mut detail =
+            JobDescription::of_request(parent.clone(), request, Self::queue_of(request)).detail;
+        detail["status"] = status.as_str().into();
+        detail["arrayProperties"]["statusSummary"] = serde_json::json!({
+            "SUCCEEDED": children.len() - failed, "FAILED": failed,
+        });
+        if failed > 0 {
+            detail["statusReason"] = "Array Child Job failed".into();
+        }
+        Some((status, detail))
     }
 
     /// The job ended as `detail` (a JobDetail as DescribeJobs returns it) says.
@@ -422,6 +435,14 @@ impl JobRunner for MemoryJobRunner {
         let Some((request, summary)) = self.job(job_id) else {
             return Ok(None);
         };
+        // A parent is described as ended once its children have, before a test ends it
+        // (`end_array_parents`, which sends its event): Batch ends it by itself.
+        if is_array_parent(&request, &summary) && !summary.status.is_terminal() {
+            if let Some((status, detail)) = Self::array_end(&self.lock(), &request, &summary) {
+                let summary = JobSummary { status, ..summary };
+                return Ok(Some(JobDescription { summary, detail }));
+            }
+        }
         let given = self
             .details
             .lock()

@@ -526,6 +526,59 @@ mod array_windows {
         assert_eq!(logs.len(), 5);
     }
 
+    /// While the window's array is under way, a pass asks Batch about the parent alone and reads
+    /// no granule's record: a window waiting behind a long queue costs one DescribeJobs a pass,
+    /// not a GET a granule. Once the array ended, the lost ends are found as before.
+    #[tokio::test]
+    async fn a_window_whose_array_is_under_way_waits_after_one_describe_and_no_reads() {
+        use crate::adapters::tap::counting::RequestCounts;
+        use std::sync::atomic::Ordering::Relaxed;
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 5).await;
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        // Children 0..3 end (the event of child 1 is lost); 4 is still running.
+        for i in 0..4 {
+            let detail = jobs
+                .end(&format!("{parent}:{i}"), Ending::Succeeded)
+                .unwrap();
+            if i != 1 {
+                monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+                    .await
+                    .unwrap();
+            }
+        }
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        let counts = Arc::new(RequestCounts::default());
+        let watched = ctx.watched(counts.clone());
+        let s = crate::handlers::reconciler::reconcile(&watched, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.windows, s.still_running, s.recovered, s.handled, s.closed),
+            (1, 5, 0, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(counts.gets_by_folder().get("items"), None);
+        assert_eq!(counts.batch_calls.load(Relaxed), 1);
+        assert_eq!(counts.s3_put.load(Relaxed), 0, "the marker is left as it was");
+
+        let detail = jobs.end(&format!("{parent}:4"), Ending::Succeeded).unwrap();
+        monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        let s = crate::handlers::reconciler::reconcile(&ctx, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.recovered, s.handled, s.closed, s.errors),
+            (1, 4, 1, 0),
+            "{s:?}"
+        );
+        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
+        assert_eq!(logs.len(), 5);
+    }
+
     /// A child of an earlier claim at the same key (an operator removed the claim and the
     /// feeder made the window again) is never given the new claim's granule.
     #[tokio::test]

@@ -434,3 +434,36 @@ fn an_unreadable_description_ends_only_an_attempt_surely_its_own_with_nothing_el
         );
     }
 }
+
+/// The premise of `array_may_have_ended`, on Batch's own published answers: an ended parent
+/// counts every child ended, a PENDING one counts children still under way; and the decision
+/// reads them so (a parent not described leaves the granules to be looked at one by one).
+#[test]
+fn an_array_may_have_ended_only_once_batch_ends_its_parent() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/real-batch-events");
+    let cases = [
+        ("03-pcluster-array-parent-succeeded.jobdetail.json", true),
+        ("12-pcluster-array-parent-failed.jobdetail.json", true),
+        ("29-pcluster-array-parent-pending.jobdetail.json", false),
+    ];
+    for (file, ended) in cases {
+        let raw = std::fs::read_to_string(dir.join(file)).unwrap();
+        let detail: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        let status: JobStatus = serde_json::from_value(detail["status"].clone()).unwrap();
+        let summary = detail["arrayProperties"]["statusSummary"].as_object().unwrap();
+        let under_way: u64 = summary
+            .iter()
+            .filter(|(s, _)| !matches!(s.as_str(), "SUCCEEDED" | "FAILED"))
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum();
+        assert_eq!(under_way == 0, ended, "{file}: {summary:?}");
+        assert_eq!(windows::array_may_have_ended(Some(status)), ended, "{file}");
+    }
+    for status in JobStatus::ALL {
+        assert_eq!(
+            windows::array_may_have_ended(Some(status)),
+            status.is_terminal()
+        );
+    }
+    assert!(windows::array_may_have_ended(None));
+}

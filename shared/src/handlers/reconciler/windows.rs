@@ -25,6 +25,7 @@
 
 use super::ReconcileSummary;
 use crate::budget::Budget;
+use crate::domain::batch_event::JobStatus;
 use crate::domain::claim::JobsClaim;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::window_key;
@@ -150,6 +151,18 @@ pub(super) async fn reconcile_window(
                 }
             },
         });
+    }
+    // An array window whose array Batch says is still under way: one DescribeJobs for the whole
+    // window, and the granules wait for a later pass (`array_may_have_ended`).
+    if let Some(parent) = claim.array_job_id.as_deref().filter(|_| claim.array) {
+        let waiting = job_ids.iter().filter(|job| job.is_some()).count() as u64;
+        if waiting > 0 && !budget.spent() {
+            let status = ctx.jobs.describe(parent).await?.map(|d| d.summary.status);
+            if !array_may_have_ended(status) {
+                summary.still_running += waiting;
+                return Ok(());
+            }
+        }
     }
     // The store first: a granule whose end was handled needs no DescribeJobs. Most granules a
     // pass looks at were handled (their events came), and describing a window's every child
@@ -289,6 +302,21 @@ pub(super) async fn reconcile_window(
         }
     }
     Ok(())
+}
+
+/// Whether an array window's granules can have ended, from its array job's status as Batch
+/// describes it (`None`: not described). Batch ends an array's parent only once every child has
+/// ended: the published details of ended parents count every child SUCCEEDED or FAILED in
+/// `arrayProperties.statusSummary`, and a PENDING parent counts children still RUNNABLE (AWS
+/// Batch user guide, "Array jobs"; `../shared/real-batch-events/` 03, 12 and 29). While it is
+/// under way, a pass leaves the window to a later one after one DescribeJobs, instead of reading
+/// every granule's record and describing its children on every pass (a window waiting behind a
+/// long queue cost 10,000 GETs a pass). A child's lost event waits for the array's end; a child
+/// stuck RUNNABLE is cancelled by the queue's `jobStateTimeLimitActions`, which ends the array.
+/// A parent Batch does not describe says nothing: the granules are looked at one by one (a
+/// forgotten job is dead-lettered there with why).
+pub(super) fn array_may_have_ended(parent: Option<JobStatus>) -> bool {
+    parent.is_none_or(JobStatus::is_terminal)
 }
 
 /// `listed_in`: the window claim's key where the window's records are made at its ends (the
