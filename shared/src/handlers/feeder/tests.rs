@@ -555,7 +555,7 @@ mod array_windows {
             .await
             .unwrap();
         assert_eq!(
-            (s.windows, s.still_running, s.recovered, s.handled, s.closed),
+            (s.windows, s.awaiting_array, s.recovered, s.handled, s.closed),
             (1, 5, 0, 0, 0),
             "{s:?}"
         );
@@ -577,6 +577,40 @@ mod array_windows {
         );
         let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
         assert_eq!(logs.len(), 5);
+    }
+
+    /// An array held for longer than `ARRAY_WAIT_LIMIT` (a child stuck where the queue cannot
+    /// cancel it) no longer holds back its siblings' lost ends: they are found and routed, and
+    /// the stuck child stays open.
+    #[tokio::test]
+    async fn a_lost_end_waits_for_its_array_no_longer_than_the_limit() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 3).await;
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        // Child 0 ends and its event is lost; 1 ends and is handled; 2 never ends.
+        jobs.end(&format!("{parent}:0"), Ending::Succeeded).unwrap();
+        let detail = jobs.end(&format!("{parent}:1"), Ending::Succeeded).unwrap();
+        monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        let limit = crate::handlers::reconciler::ARRAY_WAIT_LIMIT;
+        let within = chrono::Utc::now() + limit - chrono::Duration::minutes(5);
+        let s = crate::handlers::reconciler::reconcile(&ctx, within)
+            .await
+            .unwrap();
+        assert_eq!((s.awaiting_array, s.recovered), (3, 0), "{s:?}");
+        let past = chrono::Utc::now() + limit + chrono::Duration::minutes(5);
+        let s = crate::handlers::reconciler::reconcile(&ctx, past)
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.recovered, s.handled, s.still_running, s.closed, s.awaiting_array),
+            (1, 1, 1, 0, 0),
+            "{s:?}"
+        );
+        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
+        assert_eq!(logs.len(), 2);
     }
 
     /// A child of an earlier claim at the same key (an operator removed the claim and the

@@ -25,6 +25,8 @@ use serde::Serialize;
 
 mod windows;
 pub(crate) use windows::end_logged;
+#[cfg(test)]
+pub(crate) use windows::ARRAY_WAIT_LIMIT;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReconcileSummary {
@@ -36,6 +38,10 @@ pub struct ReconcileSummary {
     pub young: u64,
     /// Batch says the job is still queued or running.
     pub still_running: u64,
+    /// Granules of array windows whose array Batch says is still under way (their ends handled
+    /// or not): left, after one DescribeJobs of the parent, to a pass after the array ends
+    /// (`windows::look_at_each_granule`).
+    pub awaiting_array: u64,
     /// Finished jobs whose end the monitor had not handled, handed to it now.
     pub recovered: u64,
     /// Granules of windows whose end the monitor had handled.
@@ -67,6 +73,7 @@ impl ReconcileSummary {
             windows,
             young,
             still_running,
+            awaiting_array,
             recovered,
             handled,
             closed,
@@ -80,6 +87,7 @@ impl ReconcileSummary {
         self.windows += windows;
         self.young += young;
         self.still_running += still_running;
+        self.awaiting_array += awaiting_array;
         self.recovered += recovered;
         self.handled += handled;
         self.closed += closed;
@@ -167,7 +175,8 @@ async fn reconcile_campaign(
                 continue;
             }
             if let Err(e) =
-                windows::reconcile_window(ctx, &inventory, start, own, &mut summary, budget).await
+                windows::reconcile_window(ctx, (&inventory, start), own, now, &mut summary, budget)
+                    .await
             {
                 tracing::warn!(inventory, start, error = %e, "cannot reconcile this window now");
                 summary.errors += 1;

@@ -435,12 +435,13 @@ fn an_unreadable_description_ends_only_an_attempt_surely_its_own_with_nothing_el
     }
 }
 
-/// The premise of `array_may_have_ended`, on Batch's own published answers: an ended parent
-/// counts every child ended, a PENDING one counts children still under way; and the decision
-/// reads them so (a parent not described leaves the granules to be looked at one by one).
+/// The premise of `look_at_each_granule`, on Batch's own published answers: an ended parent
+/// counts every child ended, a PENDING one counts children still under way; the decision waits
+/// on a parent under way only until the limit, and never on one Batch does not describe.
 #[test]
-fn an_array_may_have_ended_only_once_batch_ends_its_parent() {
+fn an_array_window_is_looked_at_granule_by_granule_once_its_parent_ended_or_the_limit_passed() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/real-batch-events");
+    let soon = chrono::Duration::hours(2);
     let cases = [
         ("03-pcluster-array-parent-succeeded.jobdetail.json", true),
         ("12-pcluster-array-parent-failed.jobdetail.json", true),
@@ -457,13 +458,27 @@ fn an_array_may_have_ended_only_once_batch_ends_its_parent() {
             .map(|(_, n)| n.as_u64().unwrap())
             .sum();
         assert_eq!(under_way == 0, ended, "{file}: {summary:?}");
-        assert_eq!(windows::array_may_have_ended(Some(status)), ended, "{file}");
-    }
-    for status in JobStatus::ALL {
         assert_eq!(
-            windows::array_may_have_ended(Some(status)),
-            status.is_terminal()
+            windows::look_at_each_granule(Some(status), soon),
+            ended,
+            "{file}"
         );
     }
-    assert!(windows::array_may_have_ended(None));
+    // (parent, waited) -> look at each granule
+    let limit = windows::ARRAY_WAIT_LIMIT;
+    let table = [
+        (Some(JobStatus::Pending), soon, false),
+        (Some(JobStatus::Runnable), soon, false),
+        (Some(JobStatus::Pending), limit, true),
+        (Some(JobStatus::Succeeded), soon, true),
+        (Some(JobStatus::Failed), soon, true),
+        (None, soon, true),
+    ];
+    for (parent, waited, look) in table {
+        assert_eq!(
+            windows::look_at_each_granule(parent, waited),
+            look,
+            "{parent:?} after {waited}"
+        );
+    }
 }

@@ -38,6 +38,7 @@ use crate::handlers::HandlerError;
 use crate::ports::{JobDescription, PutCondition};
 use crate::repositories::json::read_json_retrying;
 use crate::repositories::read_json;
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::HashMap;
 
@@ -82,9 +83,9 @@ type ToLook = (
 /// would.
 pub(super) async fn reconcile_window(
     ctx: &Ctx,
-    inventory: &str,
-    start: u64,
+    (inventory, start): (&str, u64),
     own: bool,
+    now: DateTime<Utc>,
     summary: &mut ReconcileSummary,
     budget: &Budget,
 ) -> Result<(), HandlerError> {
@@ -153,13 +154,14 @@ pub(super) async fn reconcile_window(
         });
     }
     // An array window whose array Batch says is still under way: one DescribeJobs for the whole
-    // window, and the granules wait for a later pass (`array_may_have_ended`).
+    // window, and the granules wait for a later pass (`look_at_each_granule`).
     if let Some(parent) = claim.array_job_id.as_deref().filter(|_| claim.array) {
         let waiting = job_ids.iter().filter(|job| job.is_some()).count() as u64;
-        if waiting > 0 && !budget.spent() {
+        let waited = now.signed_duration_since(claim.recorded_at());
+        if waiting > 0 && !budget.spent() && waited < ARRAY_WAIT_LIMIT {
             let status = ctx.jobs.describe(parent).await?.map(|d| d.summary.status);
-            if !array_may_have_ended(status) {
-                summary.still_running += waiting;
+            if !look_at_each_granule(status, waited) {
+                summary.awaiting_array += waiting;
                 return Ok(());
             }
         }
@@ -304,19 +306,28 @@ pub(super) async fn reconcile_window(
     Ok(())
 }
 
-/// Whether an array window's granules can have ended, from its array job's status as Batch
-/// describes it (`None`: not described). Batch ends an array's parent only once every child has
-/// ended: the published details of ended parents count every child SUCCEEDED or FAILED in
-/// `arrayProperties.statusSummary`, and a PENDING parent counts children still RUNNABLE (AWS
-/// Batch user guide, "Array jobs"; `../shared/real-batch-events/` 03, 12 and 29). While it is
-/// under way, a pass leaves the window to a later one after one DescribeJobs, instead of reading
-/// every granule's record and describing its children on every pass (a window waiting behind a
-/// long queue cost 10,000 GETs a pass). A child's lost event waits for the array's end; a child
-/// stuck RUNNABLE is cancelled by the queue's `jobStateTimeLimitActions`, which ends the array.
-/// A parent Batch does not describe says nothing: the granules are looked at one by one (a
-/// forgotten job is dead-lettered there with why).
-pub(super) fn array_may_have_ended(parent: Option<JobStatus>) -> bool {
-    parent.is_none_or(JobStatus::is_terminal)
+/// How long an array window's granules may wait for their array to end before a pass looks at
+/// each of them all the same: a day. Well inside the "at least 7 days" Batch keeps an ended job
+/// (AWS Batch user guide, "Job states"), so a child whose event was lost is still described as
+/// itself, not answered from its parent; and past the four hours (24 at most) the job queue lets
+/// a job wait RUNNABLE on capacity (`template.yaml`, `jobStateTimeLimitActions`). An array held
+/// longer by what that cannot cancel (an INVALID compute environment, capacity that never
+/// comes) is looked at granule by granule on every pass, as every window was before.
+pub(crate) const ARRAY_WAIT_LIMIT: chrono::Duration = chrono::Duration::hours(24);
+
+/// Whether a pass looks at an array window's granules one by one (reading their records and
+/// describing the children not shown handled), from its array job's status as Batch describes it
+/// (`None`: not described) and how long ago the window was submitted. Batch ends an array's
+/// parent only once every child has ended: the published details of ended parents count every
+/// child SUCCEEDED or FAILED in `arrayProperties.statusSummary`, and a PENDING parent counts
+/// children still RUNNABLE (AWS Batch user guide, "Array jobs"; `../shared/real-batch-events/`
+/// 03, 12 and 29). While it is under way and younger than [`ARRAY_WAIT_LIMIT`], a pass leaves
+/// the window to a later one after that one DescribeJobs, instead of reading every granule's
+/// record and describing its children (a window waiting behind a long queue cost 10,000 GETs a
+/// pass); a child's lost event waits for its array's end, or the limit. A parent Batch does not
+/// describe says nothing: the granules are looked at (a forgotten job is dead-lettered there).
+pub(super) fn look_at_each_granule(parent: Option<JobStatus>, waited: chrono::Duration) -> bool {
+    parent.is_none_or(JobStatus::is_terminal) || waited >= ARRAY_WAIT_LIMIT
 }
 
 /// `listed_in`: the window claim's key where the window's records are made at its ends (the
