@@ -251,7 +251,10 @@ mod tests {
         let retry = retry_strategy_of(&default_retry_strategy(2));
         for i in 0..500 {
             let f = plan.fate(&format!("g{i}-a1"), &format!("g{i}"), &retry);
-            assert!(f.succeeded && !f.duplicate && !f.delayed && !f.lost, "{f:?}");
+            assert!(
+                f.succeeded && !f.duplicate && !f.delayed && !f.lost,
+                "{f:?}"
+            );
             assert_eq!(f.ends.len(), 1, "{f:?}");
         }
     }

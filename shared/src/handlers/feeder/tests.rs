@@ -555,13 +555,23 @@ mod array_windows {
             .await
             .unwrap();
         assert_eq!(
-            (s.windows, s.awaiting_array, s.recovered, s.handled, s.closed),
+            (
+                s.windows,
+                s.awaiting_array,
+                s.recovered,
+                s.handled,
+                s.closed
+            ),
             (1, 5, 0, 0, 0),
             "{s:?}"
         );
         assert_eq!(counts.gets_by_folder().get("items"), None);
         assert_eq!(counts.batch_calls.load(Relaxed), 1);
-        assert_eq!(counts.s3_put.load(Relaxed), 0, "the marker is left as it was");
+        assert_eq!(
+            counts.s3_put.load(Relaxed),
+            0,
+            "the marker is left as it was"
+        );
 
         let detail = jobs.end(&format!("{parent}:4"), Ending::Succeeded).unwrap();
         monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
@@ -605,7 +615,13 @@ mod array_windows {
             .await
             .unwrap();
         assert_eq!(
-            (s.recovered, s.handled, s.still_running, s.closed, s.awaiting_array),
+            (
+                s.recovered,
+                s.handled,
+                s.still_running,
+                s.closed,
+                s.awaiting_array
+            ),
             (1, 1, 1, 0, 0),
             "{s:?}"
         );

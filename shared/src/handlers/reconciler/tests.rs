@@ -440,7 +440,8 @@ fn an_unreadable_description_ends_only_an_attempt_surely_its_own_with_nothing_el
 /// on a parent under way only until the limit, and never on one Batch does not describe.
 #[test]
 fn an_array_window_is_looked_at_granule_by_granule_once_its_parent_ended_or_the_limit_passed() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/real-batch-events");
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/real-batch-events");
     let soon = chrono::Duration::hours(2);
     let cases = [
         ("03-pcluster-array-parent-succeeded.jobdetail.json", true),
@@ -451,7 +452,9 @@ fn an_array_window_is_looked_at_granule_by_granule_once_its_parent_ended_or_the_
         let raw = std::fs::read_to_string(dir.join(file)).unwrap();
         let detail: serde_json::Value = serde_json::from_str(&raw).unwrap();
         let status: JobStatus = serde_json::from_value(detail["status"].clone()).unwrap();
-        let summary = detail["arrayProperties"]["statusSummary"].as_object().unwrap();
+        let summary = detail["arrayProperties"]["statusSummary"]
+            .as_object()
+            .unwrap();
         let under_way: u64 = summary
             .iter()
             .filter(|(s, _)| !matches!(s.as_str(), "SUCCEEDED" | "FAILED"))
