@@ -494,36 +494,65 @@ mod array_windows {
         );
     }
 
-    /// A child whose event was lost is found by the reconciler through DescribeJobs of
-    /// `<parent>:<index>`, and the window's marker closes once every child is handled.
-    #[tokio::test]
-    async fn the_reconciler_describes_the_children_it_has_not_heard_from() {
+    /// A window of `n` granules fed as one array that Batch holds RUNNING: its Batch, context
+    /// and array job id.
+    async fn array_window_of(n: u64) -> (Arc<MemoryJobRunner>, Ctx, String) {
         let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
         let ctx = array_ctx(jobs.clone()).await;
-        feed_rows(&ctx, 5).await;
+        feed_rows(&ctx, n).await;
         let parent = window_claim(&ctx).await.array_job_id.unwrap();
-        for i in 0..5 {
+        (jobs, ctx, parent)
+    }
+
+    async fn success_logs(ctx: &Ctx) -> usize {
+        ctx.store.list("logs/outcome=success/").await.unwrap().len()
+    }
+
+    /// Ends children `ends` of array `parent` as succeeded, handing each end's event to the
+    /// monitor except those in `lost` (events EventBridge never delivered).
+    async fn end_children(
+        ctx: &Ctx,
+        jobs: &MemoryJobRunner,
+        parent: &str,
+        ends: std::ops::Range<usize>,
+        lost: &[usize],
+    ) {
+        for i in ends {
             let detail = jobs
                 .end(&format!("{parent}:{i}"), Ending::Succeeded)
                 .unwrap();
-            // The events of children 1 and 3 are lost.
-            if i != 1 && i != 3 {
-                monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            if !lost.contains(&i) {
+                monitor::handle_message(ctx, &job_state_change(&detail).to_string())
                     .await
                     .unwrap();
             }
         }
-        let later = chrono::Utc::now() + chrono::Duration::hours(2);
-        let s = crate::handlers::reconciler::reconcile(&ctx, later)
+    }
+
+    /// One reconciler pass as at `at`.
+    async fn reconcile_at(
+        ctx: &Ctx,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> crate::handlers::reconciler::ReconcileSummary {
+        crate::handlers::reconciler::reconcile(ctx, at)
             .await
-            .unwrap();
+            .unwrap()
+    }
+
+    /// A child whose event was lost is found by the reconciler through DescribeJobs of
+    /// `<parent>:<index>`, and the window's marker closes once every child is handled.
+    #[tokio::test]
+    async fn the_reconciler_describes_the_children_it_has_not_heard_from() {
+        let (jobs, ctx, parent) = array_window_of(5).await;
+        // The events of children 1 and 3 are lost.
+        end_children(&ctx, &jobs, &parent, 0..5, &[1, 3]).await;
+        let s = reconcile_at(&ctx, chrono::Utc::now() + chrono::Duration::hours(2)).await;
         assert_eq!(
             (s.recovered, s.handled, s.closed, s.errors),
             (2, 3, 1, 0),
             "{s:?}"
         );
-        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
-        assert_eq!(logs.len(), 5);
+        assert_eq!(success_logs(&ctx).await, 5);
     }
 
     /// While the window's array is under way, a pass asks Batch about the parent alone and reads
@@ -533,21 +562,9 @@ mod array_windows {
     async fn a_window_whose_array_is_under_way_waits_after_one_describe_and_no_reads() {
         use crate::adapters::tap::counting::RequestCounts;
         use std::sync::atomic::Ordering::Relaxed;
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let ctx = array_ctx(jobs.clone()).await;
-        feed_rows(&ctx, 5).await;
-        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let (jobs, ctx, parent) = array_window_of(5).await;
         // Children 0..3 end (the event of child 1 is lost); 4 is still running.
-        for i in 0..4 {
-            let detail = jobs
-                .end(&format!("{parent}:{i}"), Ending::Succeeded)
-                .unwrap();
-            if i != 1 {
-                monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
-                    .await
-                    .unwrap();
-            }
-        }
+        end_children(&ctx, &jobs, &parent, 0..4, &[1]).await;
         let later = chrono::Utc::now() + chrono::Duration::hours(2);
         let counts = Arc::new(RequestCounts::default());
         let watched = ctx.watched(counts.clone());
@@ -573,20 +590,14 @@ mod array_windows {
             "the marker is left as it was"
         );
 
-        let detail = jobs.end(&format!("{parent}:4"), Ending::Succeeded).unwrap();
-        monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
-            .await
-            .unwrap();
-        let s = crate::handlers::reconciler::reconcile(&ctx, later)
-            .await
-            .unwrap();
+        end_children(&ctx, &jobs, &parent, 4..5, &[]).await;
+        let s = reconcile_at(&ctx, later).await;
         assert_eq!(
             (s.recovered, s.handled, s.closed, s.errors),
             (1, 4, 1, 0),
             "{s:?}"
         );
-        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
-        assert_eq!(logs.len(), 5);
+        assert_eq!(success_logs(&ctx).await, 5);
     }
 
     /// An array held for longer than `ARRAY_WAIT_LIMIT` (a child stuck where the queue cannot
@@ -594,26 +605,21 @@ mod array_windows {
     /// the stuck child stays open.
     #[tokio::test]
     async fn a_lost_end_waits_for_its_array_no_longer_than_the_limit() {
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let ctx = array_ctx(jobs.clone()).await;
-        feed_rows(&ctx, 3).await;
-        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let (jobs, ctx, parent) = array_window_of(3).await;
         // Child 0 ends and its event is lost; 1 ends and is handled; 2 never ends.
-        jobs.end(&format!("{parent}:0"), Ending::Succeeded).unwrap();
-        let detail = jobs.end(&format!("{parent}:1"), Ending::Succeeded).unwrap();
-        monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
-            .await
-            .unwrap();
+        end_children(&ctx, &jobs, &parent, 0..2, &[0]).await;
         let limit = crate::handlers::reconciler::ARRAY_WAIT_LIMIT;
-        let within = chrono::Utc::now() + limit - chrono::Duration::minutes(5);
-        let s = crate::handlers::reconciler::reconcile(&ctx, within)
-            .await
-            .unwrap();
+        let s = reconcile_at(
+            &ctx,
+            chrono::Utc::now() + limit - chrono::Duration::minutes(5),
+        )
+        .await;
         assert_eq!((s.awaiting_array, s.recovered), (3, 0), "{s:?}");
-        let past = chrono::Utc::now() + limit + chrono::Duration::minutes(5);
-        let s = crate::handlers::reconciler::reconcile(&ctx, past)
-            .await
-            .unwrap();
+        let s = reconcile_at(
+            &ctx,
+            chrono::Utc::now() + limit + chrono::Duration::minutes(5),
+        )
+        .await;
         assert_eq!(
             (
                 s.recovered,
@@ -625,8 +631,7 @@ mod array_windows {
             (1, 1, 1, 0, 0),
             "{s:?}"
         );
-        let logs = ctx.store.list("logs/outcome=success/").await.unwrap();
-        assert_eq!(logs.len(), 2);
+        assert_eq!(success_logs(&ctx).await, 2);
     }
 
     /// A child of an earlier claim at the same key (an operator removed the claim and the
@@ -678,10 +683,7 @@ mod array_windows {
     /// A child event naming an index the claim has no granule at is rejected with the reason.
     #[tokio::test]
     async fn a_child_the_claim_cannot_name_is_rejected_with_the_reason() {
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let ctx = array_ctx(jobs.clone()).await;
-        feed_rows(&ctx, 3).await;
-        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let (jobs, ctx, parent) = array_window_of(3).await;
         let mut detail = jobs.end(&format!("{parent}:2"), Ending::Succeeded).unwrap();
         detail["jobId"] = format!("{parent}:9").into();
         detail["arrayProperties"]["index"] = 9.into();
