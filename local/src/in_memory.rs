@@ -17,7 +17,7 @@ use granary::ports::{
     ActiveJobs, BusEvent, EventBus, EventBusError, JobDescription, JobRequest, JobRunner,
     JobRunnerError, JobSummary, OutgoingMessage, Queue,
 };
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -571,24 +571,44 @@ impl RuleToQueue {
     }
 }
 
+/// The envelope EventBridge delivers to a rule's target, in the order of the EventBridge user
+/// guide's example ("Amazon EventBridge events").
+#[derive(serde::Serialize)]
+struct Envelope<'a> {
+    version: &'a str,
+    id: &'a str,
+    #[serde(rename = "detail-type")]
+    detail_type: &'a str,
+    source: &'a str,
+    account: &'a str,
+    time: &'a str,
+    region: &'a str,
+    resources: &'a [String],
+    detail: &'a serde_json::Value,
+}
+
 #[async_trait]
 impl EventBus for RuleToQueue {
     async fn put_events(&self, events: Vec<BusEvent>) -> Result<(), EventBusError> {
         for e in events.into_iter().filter(|e| self.matches(e)) {
             let n = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
-            let envelope = json!({
-                "version": "0",
-                "id": format!("{n:08x}-0000-4000-8000-000000000000"),
-                "detail-type": e.detail_type,
-                "source": e.source,
-                "account": ACCOUNT,
-                "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                "region": REGION,
-                "resources": e.resources,
-                "detail": e.detail,
-            });
+            let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            // Written straight from the event: `json!` would copy the detail's whole tree
+            // before writing it out (~2% of a campaign's CPU, perf).
+            let envelope = serde_json::to_string(&Envelope {
+                version: "0",
+                id: &format!("{n:08x}-0000-4000-8000-000000000000"),
+                detail_type: &e.detail_type,
+                source: &e.source,
+                account: ACCOUNT,
+                time: &time,
+                region: REGION,
+                resources: &e.resources,
+                detail: &e.detail,
+            })
+            .map_err(|err| EventBusError::new(err.to_string()))?;
             self.queue
-                .send(OutgoingMessage::new(envelope.to_string()))
+                .send(OutgoingMessage::new(envelope))
                 .await
                 .map_err(|err| EventBusError::new(err.to_string()).with_source(err))?;
         }
@@ -770,7 +790,7 @@ mod tests {
         let rule = RuleToQueue::new(queue.clone(), batch.job_queue_arn());
         let event = |status: &str, queue_arn: &str| {
             let mut v = state_change_event(&facts, &[AttemptEnd::Success], status);
-            v["detail"]["jobQueue"] = json!(queue_arn);
+            v["detail"]["jobQueue"] = serde_json::json!(queue_arn);
             BusEvent {
                 source: "aws.batch".into(),
                 detail_type: "Batch Job State Change".into(),

@@ -3,9 +3,9 @@
 //! memory would need gigabytes; in a scratch file they cost disk, and the page cache holds them
 //! or drops them as the machine allows.
 //!
-//! Each entry is compressed on its own (zstd, level -1) so that it can still be read back alone:
-//! the twins' bytes are JSON (logs, item records, job details, history lines), which zstd shrinks
-//! several times over, and uncompressed a ten-million-granule campaign would spill ~84 GB
+//! Each entry is compressed on its own (Snappy) so that it can still be read back alone: the
+//! twins' bytes are JSON (logs, item records, job details, history lines), which shrink several
+//! times over, and uncompressed a ten-million-granule campaign would spill ~84 GB
 //! (BENCHMARKS.md). An entry that does not shrink by an eighth is kept as it is: a partial read
 //! of a compressed entry unpacks all of it, and what does not shrink is mostly compressed already
 //! (Parquet inventories, read a page range at a time).
@@ -39,40 +39,34 @@ const FLUSH_AT: usize = 1 << 20;
 /// A framed entry's header: its length and its stored length, four bytes each.
 const FRAME: u64 = 8;
 
-/// zstd's first fast level: the twins compress every object a campaign writes. At level 1, zstd
-/// took ~16% of a million-granule campaign's CPU (perf), much of it building Huffman and FSE
-/// tables for each small entry; level -1 leaves literals uncompressed: 13% less CPU for the
-/// whole campaign and a scratch file 24% larger (BENCHMARKS.md, "The last pass overlapped").
-const LEVEL: i32 = -1;
-
+/// Snappy, not zstd: the twins compress every object a campaign writes, most of them a few
+/// kilobytes. zstd (level 1, then -1) spent 16%, then ~12% of a million-granule campaign's CPU
+/// (perf), much of it building entropy tables for each small entry; Snappy has no entropy stage
+/// and keeps one hash table a thread (BENCHMARKS.md, "The twins' bytes by Snappy").
 pub struct ScratchFile {
     file: File,
     tail: Mutex<Tail>,
 }
 
 thread_local! {
-    /// Each thread's zstd contexts (a few hundred KB each, so made once a thread, on first
-    /// use): threads compress and decompress side by side, outside the tail's lock.
-    static PACK: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> =
-        const { std::cell::RefCell::new(None) };
-    static UNPACK: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { std::cell::RefCell::new(None) };
+    /// Each thread's Snappy encoder (its hash table, made once a thread on first use): threads
+    /// compress side by side, outside the tail's lock.
+    static PACK: std::cell::RefCell<snap::raw::Encoder> =
+        std::cell::RefCell::new(snap::raw::Encoder::new());
 }
 
 /// `bytes` compressed, or `None` when that does not make them smaller.
 fn packed(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
     PACK.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let pack = match &mut *cell {
-            Some(pack) => pack,
-            None => cell.insert(zstd::bulk::Compressor::new(LEVEL)?),
-        };
-        let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(bytes.len()));
-        Ok(match pack.compress_to_buffer(bytes, &mut out) {
-            Ok(n) if n <= bytes.len() - bytes.len() / 8 => Some(out),
-            // Not an eighth smaller (or zstd could not): kept as it is. Bytes compressed already
-            // (the Parquet inventories, zstd inside) stay readable by range without unpacking
-            // the whole entry, which a compressed entry needs for every partial read.
+        let mut out = vec![0; snap::raw::max_compress_len(bytes.len())];
+        Ok(match cell.borrow_mut().compress(bytes, &mut out) {
+            Ok(n) if n <= bytes.len() - bytes.len() / 8 => {
+                out.truncate(n);
+                Some(out)
+            }
+            // Not an eighth smaller (or Snappy could not): kept as it is. Bytes compressed
+            // already (the Parquet inventories) stay readable by range without unpacking the
+            // whole entry, which a compressed entry needs for every partial read.
             _ => None,
         })
     })
@@ -80,14 +74,17 @@ fn packed(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
 
 /// The `len` bytes `packed` holds.
 fn unpacked(packed: &[u8], len: usize) -> io::Result<Vec<u8>> {
-    UNPACK.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        let unpack = match &mut *cell {
-            Some(unpack) => unpack,
-            None => cell.insert(zstd::bulk::Decompressor::new()?),
-        };
-        unpack.decompress(packed, len)
-    })
+    let mut out = vec![0; len];
+    let n = snap::raw::Decoder::new()
+        .decompress(packed, &mut out)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if n != len {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a scratch entry of {len} bytes unpacked to {n}"),
+        ));
+    }
+    Ok(out)
 }
 
 impl std::fmt::Debug for ScratchFile {
@@ -378,7 +375,7 @@ pub(crate) mod tests {
         }
     }
 
-    /// Bytes zstd cannot shrink (a linear congruential sequence's high bytes).
+    /// Bytes Snappy cannot shrink (a linear congruential sequence's high bytes).
     fn incompressible(n: usize) -> Vec<u8> {
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         (0..n)

@@ -499,9 +499,9 @@ async fn record_moved_past(
 ) -> Result<Option<bool>, HandlerError> {
     // A record holds the entries of its latest write, so one whose writer died right after it
     // (a monitor whose event was then parked in the events DLQ) owes nothing to repair here.
-    let record = ctx.items().look(&attempt.granule_id).await?;
+    let record = ctx.items().standing(&attempt.granule_id).await?;
     Ok(record.map(|r| {
-        let at = r.attempts.processing;
+        let at = r.processing;
         at > attempt.attempt || (at == attempt.attempt && r.state != ItemState::Processing)
     }))
 }

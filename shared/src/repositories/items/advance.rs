@@ -25,6 +25,17 @@ impl Items {
         Ok(self.get(id).await?.map(|v| v.value))
     }
 
+    /// Where the record stands, its state and processing attempt alone (`None` without one):
+    /// for a reader that asks only that of every granule of a window (the reconciler), the
+    /// rest of the record — its history entries, most of its bytes — is skipped, not built.
+    pub async fn standing(&self, id: &GranuleId) -> Result<Option<Standing>, RecordError> {
+        Ok(
+            read_json::<Standing>(self.store.as_ref(), &record_key(&self.prefixes.items, id))
+                .await?
+                .map(|v| v.value),
+        )
+    }
+
     /// Like [`Items::advance`], for a decision of several transitions in a row (PROCESSING_FAILED
     /// → READY → PROCESSING on a retry): each is checked against the table and gets its history
     /// entry, and the record is written once. An empty decision means nothing to do.

@@ -57,6 +57,14 @@ const EXISTENCE_BACKOFF: crate::retry::Backoff = crate::retry::Backoff {
 /// GETs that cost what one LIST page does (S3 prices a LIST as a PUT: 0.005 / 0.0004 = 12.5).
 const GETS_A_LIST_PAGE_IS_WORTH: usize = crate::domain::cost::prices::GETS_A_LIST_IS_WORTH;
 
+/// An item record's state and processing attempt, read without the rest ([`Items::standing`]):
+/// the fields an [`ItemRecord`] writes under these names (its attempts are flattened into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub struct Standing {
+    pub state: ItemState,
+    pub processing: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
     pub items: String,

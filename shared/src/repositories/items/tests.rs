@@ -546,3 +546,44 @@ mod looking_for_records {
         assert_eq!(pages + gets, window.len(), "one request a key after all");
     }
 }
+
+/// The reconciler's light read agrees with the whole record at every step of a retry: created,
+/// submitted, failed and submitted again (the steps move the state and the processing attempt
+/// the light read reports), and says nothing of a record that is not there.
+#[tokio::test]
+async fn a_records_standing_is_its_state_and_processing_attempt() {
+    let items = items();
+    let id = GranuleId::parse("a").unwrap();
+    assert_eq!(items.standing(&id).await.unwrap(), None);
+    items.create(new_item("a", Ready), "t").await.unwrap();
+    let steps: [Vec<Change>; 3] = [
+        submitted("j1"),
+        vec![Change::to(ProcessingFailed, "spot")],
+        vec![Change::to(Ready, "retry"), Change::to(Processing, "again")],
+    ];
+    let mut seen = Vec::new();
+    for step in std::iter::once(Vec::new()).chain(steps) {
+        if !step.is_empty() {
+            items
+                .advance_steps(&id, "t", |_| step.clone())
+                .await
+                .unwrap();
+        }
+        let whole = items.look(&id).await.unwrap().unwrap();
+        let standing = items.standing(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (standing.state, standing.processing),
+            (whole.state, whole.attempts.processing)
+        );
+        seen.push((standing.state, standing.processing));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (Ready, 0),
+            (Processing, 1),
+            (ProcessingFailed, 1),
+            (Processing, 2)
+        ]
+    );
+}
