@@ -81,6 +81,43 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
         .unwrap();
         collect(&w);
     }
+    // A record moved past the eight history entries it may hold: that move writes them out as
+    // history objects, whoever makes it. The import step moves records a few times in every
+    // scenario, never past eight (an item whose downloads all fail ends at eight), so such a
+    // move is made here, with the import step's own context, as any mover makes it.
+    for campaign in [None, named()] {
+        use granary::domain::item::{Change, NewItem};
+        use granary::domain::lifecycle::ItemState::{Processing, ProcessingFailed, Ready};
+        let w = platform::world_in(platform::Scenario::ImportStep, campaign);
+        let step = w.as_fn(Function::ImportStep);
+        let items = step.items();
+        let id = granary::domain::granule::GranuleId::parse("HLS.S30.T18TYN.2022099T153012.v2.0")
+            .unwrap();
+        items
+            .create(NewItem::ready(id.clone(), "imported", None), "t")
+            .await
+            .unwrap();
+        let mut written = 0;
+        for to in [Processing, ProcessingFailed, Ready]
+            .into_iter()
+            .cycle()
+            .take(12)
+        {
+            items
+                .advance(&id, "t", |_| Some(Change::to(to, "moved")))
+                .await
+                .unwrap();
+            written = w
+                .imp
+                .store
+                .list(&step.config.layout.item_prefixes.history)
+                .await
+                .unwrap()
+                .len();
+        }
+        assert!(written >= 8, "{written} history objects");
+        collect(&w);
+    }
     // Discovery while an array window of first attempts runs: its granules have no record yet,
     // so discovery reads the window's claim. No scenario discovers during one: made here.
     for campaign in [None, named()] {

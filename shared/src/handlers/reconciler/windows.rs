@@ -12,7 +12,7 @@
 //! asked (DescribeJobs, 100 jobs a call) only of the granules the store does not show handled:
 //! DescribeJobs is free but shares Batch's API throttle with SubmitJob, and most granules a pass
 //! looks at were handled (a granule found unhandled is read once more in its own look). A look
-//! writes nothing: a record holds the history entries of its latest write (`Items::look`).
+//! writes nothing: a record holds the history entries it has not written out (`Items::standing`).
 //!
 //! A granule's item record may come after its end: the feeder makes a window's records after
 //! its jobs are submitted, and a job can end first; an array window of first attempts leaves
@@ -497,7 +497,7 @@ async fn record_moved_past(
     ctx: &Ctx,
     attempt: &GranuleProcessingEvent,
 ) -> Result<Option<bool>, HandlerError> {
-    // A record holds the entries of its latest write, so one whose writer died right after it
+    // A record holds the entries it has not written out, so one whose writer died right after it
     // (a monitor whose event was then parked in the events DLQ) owes nothing to repair here.
     let record = ctx.items().standing(&attempt.granule_id).await?;
     Ok(record.map(|r| {
