@@ -15,7 +15,7 @@ file, as granary writes them under logs/ (the test copies them out of the emulat
 holds the rows S3 Inventory reports would hold (bucket, key, size, last_modified_date, dt), one
 report per dt. ITEMS_DIR holds history/ as granary writes it (date=…/state=…/ objects: one
 JSON entry each, or a window's entries as JSON lines) and items/ (one record each: a record holds
-the entries of its latest write until it moves past them).
+the history entries no move has written out yet, up to eight).
 """
 import json
 import pathlib

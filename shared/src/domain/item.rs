@@ -186,8 +186,9 @@ impl ItemRecord {
         let mut next = self.clone();
         if let Some(to) = change.to {
             super::machine::check(self.state, to)?;
-            // A new transition owes nothing of the last write's (they are paid before a record
-            // moves on); a note without a transition keeps them owed.
+            // A new transition's own entries start here; the entries the record held before it
+            // are carried along or written out by the mover (`repositories::items::carrying`);
+            // a note without a transition keeps them where they are.
             next.earlier_steps.clear();
             next.previous_state = Some(self.state);
             next.state = to;
@@ -243,9 +244,10 @@ impl ItemRecord {
     }
 }
 
-/// One transition, written once under the history prefix and never rewritten — once the record
-/// has moved past it; until then the record holds it ([`HistoryEntry::held_by`]). It carries
-/// the record as it was after the transition, so the latest entry of an item rebuilds its record.
+/// One transition, written once under the history prefix and never rewritten — once a move would
+/// leave the record holding more than eight; until then the record holds it
+/// ([`HistoryEntry::held_by`]). It carries the record as it was after the transition (its
+/// `log_messages` too: 1–2 KB an entry), so the latest entry of an item rebuilds its record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub item_id: GranuleId,

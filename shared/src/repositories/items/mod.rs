@@ -23,8 +23,8 @@
 //! none of its own), and they get no in-flight marker (the window's open marker names them to
 //! the sweeper).
 //!
-//! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions and
-//! the entries they move past), [`index`] (the in-flight index, queries, an item's history).
+//! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions, and
+//! the entries they carry or write out), [`index`] (the in-flight index, queries, an item's history).
 
 mod advance;
 mod create;
@@ -234,7 +234,8 @@ fn along(
 /// history objects first, as every move did before: so a granule's retry (its failure, READY,
 /// PROCESSING, its next end) costs no history PUT, where it cost ~5 (0.037 PUTs a granule under
 /// the bench's fault plan, BENCHMARKS.md "A retry's history carried"), and no record grows
-/// without bound. ~250 bytes an entry.
+/// without bound. An entry keeps the record as it became (`log_messages` included), 1–2 KB: a
+/// record after one retry holds four or five, ~6 KB; at eight, ~12 KB.
 pub(crate) const HELD_AT_MOST: usize = 8;
 
 /// `next`, a move of `current`, carrying the entries `current` holds when all of them and
