@@ -107,17 +107,29 @@ def tables(logs_dir, inventory_csv, items_dir):
     extra = ("" if "revoked" in types else
              ", NULL::STRUCT(through_attempt INTEGER, reason VARCHAR, \"at\" VARCHAR) AS revoked")
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace}{extra} FROM granary_logs_raw")
-    history = [str(pathlib.Path(items_dir) / "history" / "**" / f"*.{ext}")
-               for ext in ("json", "jsonl")]
+    # Only the patterns some file matches: DuckDB refuses a glob that matches nothing, where
+    # Athena reads an empty prefix as no rows (a campaign whose records carried every entry they
+    # made, up to eight, writes no single-entry objects at all).
+    root = pathlib.Path(items_dir) / "history"
+    history = [str(root / "**" / f"*.{ext}") for ext in ("json", "jsonl")
+               if any(root.rglob(f"*.{ext}"))]
     # The columns the views read, as the Athena table declares them (the whole record is not
     # needed, and inferring its schema over every file costs more memory than it is worth).
     columns = ("{'item_id': 'VARCHAR', 'seq': 'INTEGER', 'from': 'VARCHAR', 'to': 'VARCHAR', "
                "'reason': 'VARCHAR', 'attempt': 'INTEGER', 'at': 'VARCHAR', 'by': 'VARCHAR'}")
-    con.execute(
-        "CREATE VIEW granary_item_history AS SELECT * FROM read_json("
-        f"{history}, format='newline_delimited', columns={columns}, hive_partitioning=true, "
-        "hive_types_autocast=false)"
-    )
+    if history:
+        con.execute(
+            "CREATE VIEW granary_item_history AS SELECT * FROM read_json("
+            f"{history}, format='newline_delimited', columns={columns}, hive_partitioning=true, "
+            "hive_types_autocast=false)"
+        )
+    else:
+        con.execute(
+            "CREATE VIEW granary_item_history AS SELECT NULL::VARCHAR AS item_id, "
+            "NULL::INTEGER AS seq, NULL::VARCHAR AS \"from\", NULL::VARCHAR AS \"to\", "
+            "NULL::VARCHAR AS reason, NULL::INTEGER AS attempt, NULL::VARCHAR AS \"at\", "
+            "NULL::VARCHAR AS \"by\", NULL::VARCHAR AS date, NULL::VARCHAR AS state WHERE false"
+        )
     # The records, with the columns the transitions view reads (as ddl/granary_item_records.sql).
     entry = ("STRUCT(item_id VARCHAR, seq INTEGER, \"from\" VARCHAR, \"to\" VARCHAR, "
              "reason VARCHAR, attempt INTEGER, \"at\" VARCHAR, \"by\" VARCHAR)")
