@@ -108,8 +108,8 @@ def tables(logs_dir, inventory_csv, items_dir):
              ", NULL::STRUCT(through_attempt INTEGER, reason VARCHAR, \"at\" VARCHAR) AS revoked")
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace}{extra} FROM granary_logs_raw")
     # Only the patterns some file matches: DuckDB refuses a glob that matches nothing, where
-    # Athena reads an empty prefix as no rows (a campaign whose records carried every entry they
-    # made, up to eight, writes no single-entry objects at all).
+    # Athena reads an empty prefix as no rows (a campaign whose records never moved after their
+    # window's creation writes no single-entry objects at all).
     root = pathlib.Path(items_dir) / "history"
     history = [str(root / "**" / f"*.{ext}") for ext in ("json", "jsonl")
                if any(root.rglob(f"*.{ext}"))]

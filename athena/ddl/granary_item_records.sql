@@ -1,7 +1,6 @@
--- The item records: one JSON object per item, where it is now. A record holds its history
--- entries (its current state's and earlier steps, carried along by each move up to eight,
--- written out by the move past eight); the view granary_item_transitions reads them with the
--- history.
+-- The item records: one JSON object per item, where it is now. A record holds the history
+-- entries of its latest write (its current state's, and a multi-step write's earlier steps)
+-- until it moves past them; the view granary_item_transitions reads them with the history.
 -- Only the columns the view reads are declared. Placeholder: ${BUCKET}.
 CREATE EXTERNAL TABLE IF NOT EXISTS granary_item_records (
   id string,

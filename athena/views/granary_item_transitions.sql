@@ -1,7 +1,7 @@
 -- Every item transition, in one place: the history objects (one entry each, or a window's
--- creations as lines of its batch objects), and the entries each record holds — the current
--- state's and its earlier steps, carried along up to eight — which become objects only when a
--- move would hold more (a granule's last transitions never do). A record still in
+-- creations as lines of its batch objects), and the entries each record holds — its latest
+-- write's: the current state's and a multi-step write's earlier steps — which become objects only
+-- when the record moves past them (a granule's last transition never does). A record still in
 -- the state its window's batch creation left it in holds none of its own: its entries are the
 -- batch lines. UNION keeps one of an entry both hold (a mover wrote it, then lost the record's
 -- compare-and-swap). The same entries as `granary items history`.

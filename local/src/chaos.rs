@@ -475,7 +475,7 @@ async fn audit_records(
             );
         }
         let mut have = seqs.remove(g).unwrap_or_default();
-        // The entries the record holds (up to eight, carried along) and no object has yet, as
+        // The entries the record holds (its latest write's) and no object has yet, as
         // `Items::history` reads them.
         if !record.in_batch_state() {
             for held in HistoryEntry::held_by(record) {

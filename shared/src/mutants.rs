@@ -65,7 +65,7 @@ pub const ALL: [Mutant; 21] = [
     },
     Mutant {
         name: "history-not-paid-before-moving",
-        defect: "a move past the record's limit of held entries (eight) does not write them out first",
+        defect: "a record moves on without first writing the history entries it held (its last write's)",
         caught_by: "--test crash_points every_crash_point",
     },
     Mutant {

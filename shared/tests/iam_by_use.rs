@@ -81,10 +81,9 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
         .unwrap();
         collect(&w);
     }
-    // A record moved past the eight history entries it may hold: that move writes them out as
-    // history objects, whoever makes it. The import step moves records a few times in every
-    // scenario, never past eight (an item whose downloads all fail ends at eight), so such a
-    // move is made here, with the import step's own context, as any mover makes it.
+    // A record moved many times with the import step's own context: each move writes the
+    // entries the record held out as history objects, whoever makes it, so the import step's
+    // history grant is used here whatever the scenarios' records do.
     for campaign in [None, named()] {
         use granary::domain::item::{Change, NewItem};
         use granary::domain::lifecycle::ItemState::{Processing, ProcessingFailed, Ready};

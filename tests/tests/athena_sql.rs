@@ -151,7 +151,7 @@ async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {
     assert!(copied >= 250, "{copied} logs");
 
     // The item history as granary wrote it (one entry an object, or a window's as JSON lines)
-    // and the records, each holding the entries it has not written out; the steps the domain reads
+    // and the records, each holding the entries of its latest write; the steps the domain reads
     // from the same entries.
     let items_dir = dir.join("item-state");
     let history_prefix = c.runtime.ctx.config.layout.item_prefixes.history.clone();

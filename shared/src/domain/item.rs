@@ -59,15 +59,13 @@ pub struct ItemRecord {
     /// of the window's history objects, not objects of their own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history_batch: Option<HistoryBatch>,
-    /// The entries of the transitions before its current state that this record holds: those
-    /// its last write made (a multi-step write, PROCESSING_FAILED → READY → PROCESSING) and
-    /// those earlier writes held, carried along while they fit
-    /// (`repositories::items::HELD_AT_MOST`). With the current state's own entry they are what
-    /// the record holds of its history ([`HistoryEntry::held_by`]): written as history objects
-    /// only by the move that would pass the limit ([`crate::repositories::items`]). The record
-    /// is the only thing written atomically, so they live in it until then: none is lost to a
-    /// crash, and a record that never moves again (a granule's end) or moves a few times (a
-    /// retry) costs no history write.
+    /// The entries of the transitions this record's last write made before its current one
+    /// (a multi-step write, PROCESSING_FAILED → READY → PROCESSING). With the current state's
+    /// own entry they are what the record holds of its history ([`HistoryEntry::held_by`]):
+    /// written as history objects only when the record moves past them, by whoever moves it
+    /// ([`crate::repositories::items`]). The record is the only thing written atomically, so
+    /// the entries of its latest write live in it until then: none is lost to a crash, and a
+    /// record that never moves again (a granule's end) costs no history write.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_steps: Vec<HistoryEntry>,
 }
@@ -186,9 +184,8 @@ impl ItemRecord {
         let mut next = self.clone();
         if let Some(to) = change.to {
             super::machine::check(self.state, to)?;
-            // A new transition's own entries start here; the entries the record held before it
-            // are carried along or written out by the mover (`repositories::items::carrying`);
-            // a note without a transition keeps them where they are.
+            // A new transition owes nothing of the last write's (they are paid before a record
+            // moves on); a note without a transition keeps them owed.
             next.earlier_steps.clear();
             next.previous_state = Some(self.state);
             next.state = to;
@@ -244,10 +241,9 @@ impl ItemRecord {
     }
 }
 
-/// One transition, written once under the history prefix and never rewritten — once a move would
-/// leave the record holding more than eight; until then the record holds it
-/// ([`HistoryEntry::held_by`]). It carries the record as it was after the transition (its
-/// `log_messages` too: 1–2 KB an entry), so the latest entry of an item rebuilds its record.
+/// One transition, written once under the history prefix and never rewritten — once the record
+/// has moved past it; until then the record holds it ([`HistoryEntry::held_by`]). It carries
+/// the record as it was after the transition, so the latest entry of an item rebuilds its record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HistoryEntry {
     pub item_id: GranuleId,
@@ -281,9 +277,9 @@ impl HistoryEntry {
         }
     }
 
-    /// The entries the record holds, in transition order: its earlier steps (its last write's
-    /// and those carried from writes before), then the current state's. An item's history is its
-    /// history objects and these; they become objects when a move would hold too many.
+    /// The entries the record holds (its latest write's), in transition order: the earlier
+    /// steps of a multi-step write, then the current state's. An item's history is its history
+    /// objects and these; they become objects when the record moves past them.
     pub fn held_by(record: &ItemRecord) -> Vec<Self> {
         let mut owed = record.earlier_steps.clone();
         owed.push(Self::of(record));

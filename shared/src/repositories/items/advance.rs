@@ -1,6 +1,5 @@
 //! Moving item records: one or several transitions in one write. The entries of a record's
-//! writes live in the record, carried along by each move while they fit (`HELD_AT_MOST`); the
-//! move that would pass that writes them as history objects first.
+//! latest write live in the record; they are written as history objects before it moves on.
 
 use super::*;
 
@@ -21,7 +20,7 @@ impl Items {
     }
 
     /// The record as it stands (`None` without one). Nothing is owed by a record a writer left
-    /// (its entries live in it), so a recovery that finds the work done only reads.
+    /// (its latest entries live in it), so a recovery that finds the work done only reads.
     pub async fn look(&self, id: &GranuleId) -> Result<Option<ItemRecord>, RecordError> {
         Ok(self.get(id).await?.map(|v| v.value))
     }
@@ -84,7 +83,7 @@ impl Items {
             // The time of each round: after a lost race the entries follow the winner's.
             let now = Utc::now();
             let steps = along(current.clone(), &changes, now, by).map_err(|e| e.to_string())?;
-            Ok(Some(carrying(current, holding(&steps, Some(current.seq)))))
+            Ok(Some(holding(&steps, Some(current.seq))))
         };
         change_record(self.store.as_ref(), at, next, &ItemFollowers(self)).await
     }
@@ -135,13 +134,10 @@ struct ItemFollowers<'a>(&'a Items);
 
 impl Followers<ItemRecord> for ItemFollowers<'_> {
     async fn before(&self, current: &ItemRecord, next: &ItemRecord) -> Result<(), RecordError> {
-        // Before the record moves on, unless the next record carries them: once it moves,
-        // nothing else holds the entries of its last write. (A record still in its batch state
-        // has them as lines of its window's batch objects.)
-        if !current.in_batch_state()
-            && !carries(current, next)
-            && !crate::mutants::on("history-not-paid-before-moving")
-        {
+        // Before the record moves on: once it moves, nothing else holds the entries of its
+        // last write. (A record still in its batch state has them as lines of its window's
+        // batch objects.)
+        if !current.in_batch_state() && !crate::mutants::on("history-not-paid-before-moving") {
             self.0.write_held(current).await?;
         }
         if next.seq != current.seq && is_timed(next.state) {

@@ -40,7 +40,7 @@ impl Items {
 
     /// Creates the record already moved along `changes` (each checked against the table), with one
     /// conditional PUT; the record holds the history entries of the creation and of each change
-    /// ([`HistoryEntry::held_by`]), and its moves carry them along up to eight. Used
+    /// until it moves on ([`HistoryEntry::held_by`]). Used
     /// where the first transitions follow at once (a backfill granule is READY and submitted in
     /// the same breath). `Existing` when a record with the id exists: nothing is written.
     pub async fn create_along(
@@ -57,7 +57,7 @@ impl Items {
         }
         let key = record_key(&self.prefixes.items, &record.id);
         match write_json(self.store.as_ref(), &key, &record, PutCondition::IfAbsent).await {
-            // The record holds the entries of its creation and changes.
+            // The record holds the entries of its creation and changes until it moves on.
             Ok(_) => Ok(Created::New(record)),
             Err(e) if e.is_conflict() => match self.get(&record.id).await? {
                 Some(existing) => Ok(Created::Existing(existing.value)),

@@ -2,17 +2,15 @@
 //! once to the history, and an in-flight index for the sweeper. Used by the importer steps and by
 //! the backfill loop alike.
 //!
-//! A record holds the history entries of its writes (the current state's, and the earlier ones
-//! in [`ItemRecord::earlier_steps`]): a move carries them along while they fit in
-//! [`HELD_AT_MOST`], and the move that would pass it writes them as history objects first. An
-//! item's history is its objects and the entries its record holds ([`Items::history`]). So the
-//! one atomic write, the record's, carries every entry it makes: a crash after it loses none,
-//! nothing is ever owed to be repaired, and a record that never moves again — a granule's end,
-//! most of a campaign's writes — or moves a few times (a retry) costs no history PUT.
+//! A record holds the history entries of its latest write (the current state's, and those of a
+//! multi-step write's earlier steps, [`ItemRecord::earlier_steps`]); they become history objects
+//! when the record moves past them. An item's history is its objects and the entries its record
+//! holds ([`Items::history`]). So the one atomic write, the record's, carries every entry it
+//! makes: a crash after it loses none, nothing is ever owed to be repaired, and a record that
+//! never moves again — a granule's end, most of a campaign's writes — costs no history PUT.
 //!
-//! Order of writes for a transition: (1) the entries the current record holds, unless the next
-//! record carries them, with If-None-Match, in transition order (idempotent: same keys and
-//! bodies if repeated), (2) the
+//! Order of writes for a transition: (1) the entries the current record holds, with
+//! If-None-Match, in transition order (idempotent: same keys and bodies if repeated), (2) the
 //! in-flight marker when entering a timed state, (3) the record with If-Match — the lock; losing
 //! it means re-read and re-decide, (4) the old marker's delete when leaving a timed state. The
 //! change is the one record protocol ([`change_record`]) with the entries and the markers as its
@@ -23,8 +21,8 @@
 //! none of its own), and they get no in-flight marker (the window's open marker names them to
 //! the sweeper).
 //!
-//! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions, and
-//! the entries they carry or write out), [`index`] (the in-flight index, queries, an item's history).
+//! Rooms: [`create`] (one record, one moved along, a window's), [`advance`] (transitions and
+//! the entries they move past), [`index`] (the in-flight index, queries, an item's history).
 
 mod advance;
 mod create;
@@ -227,37 +225,6 @@ fn along(
         steps.push(next);
     }
     Ok(steps)
-}
-
-/// History entries a record holds at most. A move carries the entries the record held forward
-/// ([`carrying`]) while the new record's would not pass this; past it, the mover writes them as
-/// history objects first, as every move did before: so a granule's retry (its failure, READY,
-/// PROCESSING, its next end) costs no history PUT, where it cost ~5 (0.037 PUTs a granule under
-/// the bench's fault plan, BENCHMARKS.md "A retry's history carried"), and no record grows
-/// without bound. An entry keeps the record as it became (`log_messages` included), 1–2 KB: a
-/// record after one retry holds four or five, ~6 KB; at eight, ~12 KB.
-pub(crate) const HELD_AT_MOST: usize = 8;
-
-/// `next`, a move of `current`, carrying the entries `current` holds when all of them and
-/// `next`'s own fit in [`HELD_AT_MOST`]; otherwise `next` as it is, and the mover writes
-/// `current`'s entries out before the record moves (`ItemFollowers::before`). A record in its
-/// window's batch state holds none of its own (its entries are the batch objects' lines), and a
-/// change that is no transition keeps the record's entries where they are.
-fn carrying(current: &ItemRecord, mut next: ItemRecord) -> ItemRecord {
-    if next.seq == current.seq || current.in_batch_state() {
-        return next;
-    }
-    let held = HistoryEntry::held_by(current);
-    if held.len() + next.earlier_steps.len() + 1 > HELD_AT_MOST {
-        return next;
-    }
-    next.earlier_steps.splice(0..0, held);
-    next
-}
-
-/// Whether `next` carries the entries `current` holds, so that moving to it writes none of them.
-fn carries(current: &ItemRecord, next: &ItemRecord) -> bool {
-    next.seq != current.seq && next.earlier_steps.iter().any(|e| e.seq == current.seq)
 }
 
 /// The last of `steps` carrying the entries of the transitions before it that are new (past

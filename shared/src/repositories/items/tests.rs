@@ -285,71 +285,63 @@ async fn an_illegal_decision_is_an_error_and_changes_nothing() {
 }
 
 /// A multi-step write (PROCESSING_FAILED → READY → PROCESSING) holds the entries of its steps
-/// in the record, and each move carries the entries before it along while they fit in
-/// [`HELD_AT_MOST`]: a retry writes no history object. The move that would pass the limit writes
-/// the held entries as objects first, with the bodies the history showed while the record held
-/// them, and the record then holds only its own write's.
+/// in the record; the next transition writes them as objects, with the bodies the history showed
+/// while the record held them, before it moves the record.
 #[tokio::test]
-async fn a_records_entries_are_carried_to_the_limit_then_become_objects_before_it_moves_on() {
+async fn a_multi_step_writes_entries_become_objects_when_the_record_moves_on() {
     let store = Arc::new(MemoryStore::new());
     let items = Items::new(store.clone(), ItemPrefixes::default());
     let id = GranuleId::parse("a").unwrap();
     items.create(new_item("a", Ready), "t").await.unwrap();
     let step = |to: ItemState| move |_: &ItemRecord| vec![Change::to(to, "step")];
-    let retry = |_: &ItemRecord| {
-        vec![
-            Change::to(Ready, "retry"),
-            Change::to(Processing, "submit again"),
-        ]
-    };
+    items
+        .advance_steps(&id, "t", step(Processing))
+        .await
+        .unwrap();
+    items
+        .advance_steps(&id, "t", step(ProcessingFailed))
+        .await
+        .unwrap();
+    items
+        .advance_steps(&id, "t", |_| {
+            vec![
+                Change::to(Ready, "retry"),
+                Change::to(Processing, "submit 2"),
+            ]
+        })
+        .await
+        .unwrap();
     let objects = || async { store.list("history/").await.unwrap().len() };
-    let held = || async {
-        let record = items.get(&id).await.unwrap().unwrap().value;
-        HistoryEntry::held_by(&record).len()
-    };
-    // Entries 0 (READY), 1 (PROCESSING), 2 (PROCESSING_FAILED), 3–4 (READY, PROCESSING),
-    // 5 (PROCESSING_FAILED): six, all the record's.
-    let go = |to: ItemState| items.advance_steps(&id, "t", step(to));
-    go(Processing).await.unwrap();
-    go(ProcessingFailed).await.unwrap();
-    items.advance_steps(&id, "t", retry).await.unwrap();
-    go(ProcessingFailed).await.unwrap();
-    assert_eq!(objects().await, 0, "a retry writes no history object");
-    assert_eq!(held().await, 6);
-    // 6–7: eight, the limit, still the record's.
-    items.advance_steps(&id, "t", retry).await.unwrap();
-    assert_eq!((objects().await, held().await), (0, HELD_AT_MOST));
     let before = items.history(&id).await.unwrap();
-    assert_eq!(before.len(), 8);
-    // 8 would make nine: the eight are written first, the record holds its own entry alone.
+    assert_eq!(before.len(), 5);
+    assert_eq!(objects().await, 3, "entries 3 and 4 are the record's");
     items
         .advance_steps(&id, "t", step(Processed))
         .await
         .unwrap();
-    assert_eq!((objects().await, held().await), (8, 1));
     let after = items.history(&id).await.unwrap();
     assert_eq!(
-        after[..8],
+        after[..5],
         before[..],
         "the held entries, written unchanged"
     );
-    assert_eq!(
-        after.iter().map(|e| e.seq).collect::<Vec<_>>(),
-        (0..9).collect::<Vec<u32>>()
-    );
+    assert_eq!(after.len(), 6);
+    assert_eq!(objects().await, 5);
     let none = items.advance_steps(&id, "t", |_| Vec::new()).await.unwrap();
     assert!(matches!(none, Changed::Unchanged(_)));
     assert_eq!(items.history(&id).await.unwrap(), after);
-    assert_eq!(objects().await, 8, "a no-op writes nothing");
-    // An entry's record is the record at that step, without the entries it held.
+    assert_eq!(objects().await, 5, "a no-op writes nothing");
+    // The record holds only the last write's earlier steps; its entries carry none.
+    let record = items.get(&id).await.unwrap().unwrap().value;
+    assert!(record.earlier_steps.is_empty());
     assert!(after.iter().all(|e| e.record.earlier_steps.is_empty()));
 }
 
-/// A record holds the entries of its writes: a creation writes no history object, a move
-/// carries the entries along (within [`HELD_AT_MOST`]), a no-op writes nothing, and the history
-/// reads them from the record.
+/// A record holds the entries of its latest write: nothing is written for them until the record
+/// moves on, a no-op writes nothing, the next transition writes them as objects before the
+/// record moves, and the history reads the objects and the record together.
 #[tokio::test]
-async fn a_record_holds_its_entries_and_carries_them_as_it_moves() {
+async fn a_record_holds_its_latest_entries_until_it_moves_on() {
     let store = Arc::new(MemoryStore::new());
     let items = Items::new(store.clone(), ItemPrefixes::default());
     let id = GranuleId::parse("a").unwrap();
@@ -374,28 +366,23 @@ async fn a_record_holds_its_entries_and_carries_them_as_it_moves() {
         .advance(&id, "t", |_| Some(Change::to(Downloading, "go")))
         .await
         .unwrap();
-    assert_eq!(
-        objects().await,
-        Vec::<u32>::new(),
-        "the creation's entry, carried"
-    );
+    assert_eq!(objects().await, vec![0], "the creation's entry, moved past");
     let none = items.advance(&id, "t", |_| None).await.unwrap();
     assert!(matches!(none, Changed::Unchanged(_)));
-    assert_eq!(objects().await, Vec::<u32>::new(), "a no-op writes nothing");
+    assert_eq!(objects().await, vec![0], "a no-op writes nothing");
     items
         .advance(&id, "t", |_| Some(Change::to(Downloaded, "stored")))
         .await
         .unwrap();
-    assert_eq!(objects().await, Vec::<u32>::new());
+    assert_eq!(objects().await, vec![0, 1]);
     let history = items.history(&id).await.unwrap();
     assert_eq!(seqs(history.clone()), vec![0, 1, 2]);
     let record = items.get(&id).await.unwrap().unwrap().value;
-    assert_eq!(history, HistoryEntry::held_by(&record));
     assert_eq!(history.last(), Some(&HistoryEntry::of(&record)));
 }
 
 #[tokio::test]
-async fn a_creation_along_changes_holds_its_steps_and_the_next_move_carries_them() {
+async fn a_creation_along_changes_names_its_earlier_steps_until_the_next_transition() {
     let items = items();
     let id = GranuleId::parse("a").unwrap();
     let Created::New(r) = items
@@ -411,14 +398,7 @@ async fn a_creation_along_changes_holds_its_steps_and_the_next_move_carries_them
         .advance(&id, "t", |_| Some(Change::to(Processed, "ok")))
         .await
         .unwrap();
-    let carried: Vec<u32> = moved
-        .record()
-        .unwrap()
-        .earlier_steps
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(carried, vec![0, 1], "the creation's steps, carried");
+    assert!(moved.record().unwrap().earlier_steps.is_empty());
 }
 
 #[tokio::test]
