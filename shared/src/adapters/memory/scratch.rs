@@ -39,10 +39,6 @@ const FLUSH_AT: usize = 1 << 20;
 /// A framed entry's header: its length and its stored length, four bytes each.
 const FRAME: u64 = 8;
 
-/// Snappy, not zstd: the twins compress every object a campaign writes, most of them a few
-/// kilobytes. zstd (level 1, then -1) spent 16%, then ~12% of a million-granule campaign's CPU
-/// (perf), much of it building entropy tables for each small entry; Snappy has no entropy stage
-/// and keeps one hash table a thread (BENCHMARKS.md, "The twins' bytes by Snappy").
 pub struct ScratchFile {
     file: File,
     tail: Mutex<Tail>,
@@ -55,7 +51,11 @@ thread_local! {
         std::cell::RefCell::new(snap::raw::Encoder::new());
 }
 
-/// `bytes` compressed, or `None` when that does not make them smaller.
+/// `bytes` compressed, or `None` when that does not make them smaller. Snappy, not zstd: the
+/// twins compress every object a campaign writes, most of them a few kilobytes, and zstd (level
+/// 1, then -1) spent 16%, then ~12% of a million-granule campaign's CPU (perf), much of it
+/// building entropy tables for each small entry; Snappy has no entropy stage (BENCHMARKS.md,
+/// "Ten million inside fifteen minutes").
 fn packed(bytes: &[u8]) -> io::Result<Option<Vec<u8>>> {
     PACK.with(|cell| {
         let mut out = vec![0; snap::raw::max_compress_len(bytes.len())];
