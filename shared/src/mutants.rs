@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 21] = [
+pub const ALL: [Mutant; 22] = [
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -45,8 +45,13 @@ pub const ALL: [Mutant; 21] = [
     },
     Mutant {
         name: "cancel-listed-after-routing",
-        defect: "the monitor marks a cancelled end's log routed before listing it for `granary resume --cancelled` (a crash between strands the granule, given up and listed nowhere)",
+        defect: "the monitor marks a cancelled end routed (the log's mark; with item records, the record's move to ABANDONED) before listing it for `granary resume --cancelled` (a crash between strands the granule, given up and listed nowhere)",
         caught_by: "--test crash_points every_crash_point",
+    },
+    Mutant {
+        name: "monitor-routes-a-recorded-failure-again",
+        defect: "with item records, a failure delivered again does not take its record past the attempt for the routed mark it is (no log is marked routed then): the failure is routed twice",
+        caught_by: "--lib a_failure_delivered_twice_is_routed_once_by_the_log_or_the_record",
     },
     Mutant {
         name: "feeder-submits-known-granules",

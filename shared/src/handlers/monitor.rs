@@ -564,9 +564,13 @@ async fn log_success(
     })
 }
 
-/// Logs the failure, routes the granule (retry queue or DLQ), then marks the log routed: a crash
-/// after the send leaves an unrouted log that the next delivery routes again (the requeuer's
-/// claim absorbs the second message), never a granule with no message. Also returns the route
+/// Logs the failure, routes the granule (retry queue or DLQ), then records that it was routed: a
+/// crash after the send leaves an unrouted log that the next delivery routes again (the
+/// requeuer's claim absorbs the second message), never a granule with no message. The record of
+/// the route is the log's `routed_at` without item records; with them it is the item record's
+/// move past the attempt, which `handle_end` makes right after this (`Standing::past`), and the
+/// log is not written a second time (a failure's log PUT saved: 0.027 a granule under the
+/// default fault plan, issue 31's cost floor). Also returns the route
 /// taken: the attempt's log, once written, decides it (two handlers of one attempt may judge it
 /// differently: the reconciler dead-letters a job Batch forgot, the item sweeper retries an
 /// attempt past its time).
@@ -587,6 +591,16 @@ async fn log_and_route_failure(
         FailureLogged::New(log) => log,
         FailureLogged::AlreadyRouted(route) => return Ok((MonitorOutcome::Duplicate, route)),
         FailureLogged::Unrouted(log) => {
+            // With item records a log is never marked: a record past the attempt says its end
+            // was routed (and recorded) by an earlier delivery.
+            if ctx.config.layout.track_items
+                && !crate::mutants::on("monitor-routes-a-recorded-failure-again")
+            {
+                let standing = ctx.items().standing(&log.value.granule_id).await?;
+                if standing.is_some_and(|s| s.past(log.value.attempt)) {
+                    return Ok((MonitorOutcome::Duplicate, log.value.route));
+                }
+            }
             // Either a concurrent delivery is routing it right now (wait: SQS brings this message
             // back) or one died before routing (finish its work).
             let age = Utc::now().signed_duration_since(log.value.logged_at);
@@ -609,13 +623,28 @@ async fn log_and_route_failure(
             // redelivery) before the log is marked routed, as a message is sent.
             if crate::mutants::on("cancel-listed-after-routing") {
                 let listed = record.clone();
-                logs.mark_routed(key, log).await?;
+                if ctx.config.layout.track_items {
+                    // With item records the route's mark is the record's move, made here first.
+                    let granule = crate::domain::granule::GranuleProcessingEvent {
+                        granule_id: listed.granule_id.clone(),
+                        attempt: listed.attempt,
+                    };
+                    let end = super::item_sync::End {
+                        job_id: &listed.job_id,
+                        ends: crate::domain::lifecycle::decisions::end_states(route),
+                        reason: &listed.classification.reason,
+                        listed_in: None,
+                        repeated: false,
+                    };
+                    Box::pin(super::item_sync::finished(ctx, &granule, end, BY)).await?;
+                }
+                mark_routed(ctx, key, log).await?;
                 Box::pin(put_cancelled(ctx, &listed)).await?;
                 return Ok((MonitorOutcome::Routed { route }, route));
             }
             // Boxed, as the rare route: the monitor's future stays the size it was.
             Box::pin(put_cancelled(ctx, record)).await?;
-            logs.mark_routed(key, log).await?;
+            mark_routed(ctx, key, log).await?;
             return Ok((MonitorOutcome::Routed { route }, route));
         }
     };
@@ -643,8 +672,23 @@ async fn log_and_route_failure(
         |_| true,
     )
     .await?;
-    logs.mark_routed(key, log).await?;
+    mark_routed(ctx, key, log).await?;
     Ok((MonitorOutcome::Routed { route }, route))
+}
+
+/// Marks a routed failure's log, without item records: the only evidence then that its message
+/// was sent (read by a redelivery, so as not to route twice, and by the reconciler). With item
+/// records the record's move past the attempt is that evidence, and follows at once.
+async fn mark_routed(
+    ctx: &Ctx,
+    key: &LogKey,
+    log: crate::repositories::Versioned<LogRecord>,
+) -> Result<(), HandlerError> {
+    if ctx.config.layout.track_items {
+        return Ok(());
+    }
+    ctx.logs().mark_routed(key, log).await?;
+    Ok(())
 }
 
 /// The attempt `granary cancel` ended, on the campaign's cancelled list for `granary resume
@@ -749,6 +793,61 @@ mod tests {
             assert_eq!(sent.len(), 1, "{granule} is retried");
             let message: RetryMessage = serde_json::from_str(&sent[0].body).unwrap();
             assert_eq!((message.event.attempt, message.spot_ends), (3, want));
+        }
+    }
+
+    /// A failed end delivered twice is routed once. Without item records the log's `routed_at`
+    /// says so; with them the log is written once and the record past the attempt says so. With
+    /// the record gone (its writer died after the send), the second delivery waits out the
+    /// routing lease instead of taking the end for a duplicate.
+    #[tokio::test]
+    async fn a_failure_delivered_twice_is_routed_once_by_the_log_or_the_record() {
+        for records in [false, true] {
+            let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+            let on = if records { "true" } else { "false" };
+            let mut ctx = Ctx::in_memory(Config::for_unit_tests(&[("GRANARY_ITEM_RECORDS", on)]));
+            ctx.jobs = jobs.clone();
+            let id = GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap();
+            let name = crate::domain::job_name::job_name(None, &id, 1);
+            let request = crate::contracts::job::job_request(&name, None, &id, 1);
+            let job = jobs.submit(request).await.unwrap().job_id;
+            let detail = jobs.end(&job, Ending::Exited(1)).unwrap();
+            let event = job_state_change(&detail).to_string();
+            let dead_lettered = MonitorOutcome::Routed {
+                route: Route::FailureDlq,
+            };
+            assert_eq!(handle_message(&ctx, &event).await.unwrap(), dead_lettered);
+            assert_eq!(
+                handle_message(&ctx, &event).await.unwrap(),
+                MonitorOutcome::Duplicate,
+                "records {records}"
+            );
+            let sent = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+            assert_eq!(sent.len(), 1, "records {records}: dead-lettered once");
+            let logs = ctx.store.list(&ctx.config.layout.log_prefix).await.unwrap();
+            assert_eq!(logs.len(), 1, "{logs:?}");
+            let log: LogRecord = crate::repositories::read_json(ctx.store.as_ref(), &logs[0].key)
+                .await
+                .unwrap()
+                .unwrap()
+                .value;
+            assert_eq!(log.routed_at.is_some(), !records, "{log:?}");
+            if !records {
+                continue;
+            }
+            let standing = ctx.items().standing(&id).await.unwrap().unwrap();
+            assert!(standing.past(1), "{standing:?}");
+            // The record's writer died after the send: a delivery inside the lease waits.
+            let key = crate::domain::layout::items::record_key(
+                &ctx.config.layout.item_prefixes.items,
+                &id,
+            );
+            ctx.store.delete(&key).await.unwrap();
+            let waited = handle_message(&ctx, &event).await;
+            assert!(
+                matches!(waited, Err(HandlerError::InFlight(_))),
+                "{waited:?}"
+            );
         }
     }
 }

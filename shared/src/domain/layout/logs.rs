@@ -208,7 +208,9 @@ pub struct LogRecord {
     pub job_id: String,
     pub job_name: String,
     pub logged_at: chrono::DateTime<chrono::Utc>,
-    /// When the granule was put on its queue; `None` until then (or for successes).
+    /// When the granule was put on its queue, written only with item records off; `None` until
+    /// then, for successes, and always with item records on, where the record's move past the
+    /// attempt marks the route (`monitor::log_and_route_failure`).
     #[serde(default)]
     pub routed_at: Option<chrono::DateTime<chrono::Utc>>,
     #[serde(default)]

@@ -30,7 +30,6 @@ use crate::domain::claim::JobsClaim;
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::window_key;
 use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
-use crate::domain::lifecycle::ItemState;
 use crate::domain::window::{WindowClaim, WindowProgress};
 use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::handlers::Ctx;
@@ -474,7 +473,10 @@ async fn handled(
             read_json_retrying::<LogRecord>(ctx.store.as_ref(), &failure, "reading a failure log")
                 .await?
                 .map(|log| log.value)
-                .filter(|log| log.routed_at.is_some())
+                // Without item records a failure counts once it is marked routed. With them
+                // no failure log is marked (the record's move is the mark), and the record was
+                // not past the attempt: the end is handed on again from this log either way.
+                .filter(|log| layout.track_items || log.routed_at.is_some())
         }
     };
     let Some(log) = log else {
@@ -500,8 +502,5 @@ async fn record_moved_past(
     // A record holds the entries it has not written out, so one whose writer died right after it
     // (a monitor whose event was then parked in the events DLQ) owes nothing to repair here.
     let record = ctx.items().standing(&attempt.granule_id).await?;
-    Ok(record.map(|r| {
-        let at = r.processing;
-        at > attempt.attempt || (at == attempt.attempt && r.state != ItemState::Processing)
-    }))
+    Ok(record.map(|r| r.past(attempt.attempt)))
 }

@@ -65,6 +65,19 @@ pub struct Standing {
     pub processing: u32,
 }
 
+impl Standing {
+    /// Whether the record has moved past this processing attempt: a later attempt, or this
+    /// one's end. Every writer that moves a record there has logged and routed the attempt's end
+    /// first (the monitor's handler, which the item sweeper's timeouts and the reconciler's
+    /// recoveries go through; the requeuer moves only a routed attempt), so with item records
+    /// this is the evidence that the end is handled: the reconciler's, and the monitor's for a
+    /// failure log written with no `routed_at` (`monitor::log_and_route_failure`).
+    pub fn past(&self, attempt: u32) -> bool {
+        self.processing > attempt
+            || (self.processing == attempt && self.state != ItemState::Processing)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemPrefixes {
     pub items: String,

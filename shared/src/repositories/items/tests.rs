@@ -587,3 +587,24 @@ async fn a_records_standing_is_its_state_and_processing_attempt() {
         ]
     );
 }
+
+/// A record is past an attempt once it is at a later attempt, or at that attempt's end (any
+/// state but PROCESSING there); a record still PROCESSING it, or at an earlier attempt, is not.
+#[test]
+fn a_record_is_past_an_attempt_at_its_end_or_a_later_attempt() {
+    let at = |state, processing| Standing { state, processing };
+    let cases = [
+        (at(Processing, 1), 1, false),
+        (at(Processing, 1), 2, false),
+        (at(Ready, 0), 1, false),
+        (at(ProcessingFailed, 1), 1, true),
+        (at(Processed, 1), 1, true),
+        (at(Abandoned, 1), 1, true),
+        (at(Ready, 1), 1, true),
+        (at(Processing, 2), 1, true),
+        (at(ProcessingFailed, 1), 2, false),
+    ];
+    for (standing, attempt, past) in cases {
+        assert_eq!(standing.past(attempt), past, "{standing:?} at {attempt}");
+    }
+}
