@@ -50,7 +50,7 @@ pub const ALL: [Mutant; 22] = [
     },
     Mutant {
         name: "monitor-routes-a-recorded-failure-again",
-        defect: "with item records, a failure delivered again does not take its record past the attempt for the routed mark it is (no log is marked routed then): the failure is routed twice",
+        defect: "a failure delivered again does not take its item record past the attempt for the mark of its route (with item records no log is marked routed): the failure is routed twice",
         caught_by: "--lib a_failure_delivered_twice_is_routed_once_by_the_log_or_the_record",
     },
     Mutant {

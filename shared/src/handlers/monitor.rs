@@ -593,13 +593,8 @@ async fn log_and_route_failure(
         FailureLogged::Unrouted(log) => {
             // With item records a log is never marked: a record past the attempt says its end
             // was routed (and recorded) by an earlier delivery.
-            if ctx.config.layout.track_items
-                && !crate::mutants::on("monitor-routes-a-recorded-failure-again")
-            {
-                let standing = ctx.items().standing(&log.value.granule_id).await?;
-                if standing.is_some_and(|s| s.past(log.value.attempt)) {
-                    return Ok((MonitorOutcome::Duplicate, log.value.route));
-                }
+            if routed_by_record(ctx, &log.value).await? {
+                return Ok((MonitorOutcome::Duplicate, log.value.route));
             }
             // Either a concurrent delivery is routing it right now (wait: SQS brings this message
             // back) or one died before routing (finish its work).
@@ -674,6 +669,28 @@ async fn log_and_route_failure(
     .await?;
     mark_routed(ctx, key, log).await?;
     Ok((MonitorOutcome::Routed { route }, route))
+}
+
+/// Whether an earlier delivery routed this failure and then moved its item record past the
+/// attempt: the mark of the route with item records. Read whatever the setting, as only a
+/// delivery that finds an unmarked log asks: logs written while records were on stay routed
+/// after records are switched off. An unreadable record is no mark: the failure is routed, and
+/// the record set aside after that (`item_sync::finished`), where an error here would leave the
+/// failure unrouted once its event was parked.
+async fn routed_by_record(ctx: &Ctx, log: &LogRecord) -> Result<bool, HandlerError> {
+    if crate::mutants::on("monitor-routes-a-recorded-failure-again") {
+        return Ok(false);
+    }
+    match ctx.items().standing(&log.granule_id).await {
+        Ok(standing) => Ok(standing.is_some_and(|s| s.past(log.attempt))),
+        Err(crate::repositories::json::RecordError::Repository(
+            crate::repositories::RepositoryError::Corrupt { key, source },
+        )) => {
+            tracing::warn!(key, error = %source, "unreadable item record: the failure is routed");
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Marks a routed failure's log, without item records: the only evidence then that its message
@@ -837,6 +854,14 @@ mod tests {
             }
             let standing = ctx.items().standing(&id).await.unwrap().unwrap();
             assert!(standing.past(1), "{standing:?}");
+            // Item records switched off since: the record still marks the log's route.
+            let mut off = ctx.clone();
+            off.config.layout.track_items = false;
+            assert_eq!(
+                handle_message(&off, &event).await.unwrap(),
+                MonitorOutcome::Duplicate
+            );
+            assert_eq!(ctx.failure_dlq.receive(10, 30, 0).await.unwrap().len(), 0);
             // The record's writer died after the send: a delivery inside the lease waits.
             let key = crate::domain::layout::items::record_key(
                 &ctx.config.layout.item_prefixes.items,
@@ -849,5 +874,49 @@ mod tests {
                 "{waited:?}"
             );
         }
+    }
+
+    /// An unreadable item record is no mark of a route: a failure found logged and unmarked is
+    /// routed (past its lease) and the record set aside, not left failing on every delivery
+    /// until its event is parked and the failure never routed.
+    #[tokio::test]
+    async fn an_unreadable_record_is_no_mark_of_a_route() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let config = Config::for_unit_tests(&[("GRANARY_ROUTE_LEASE_SECS", "0")]);
+        let mut ctx = Ctx::in_memory(config);
+        ctx.jobs = jobs.clone();
+        let id = GranuleId::parse("HLS.S30.T18TYN.2022002T153012.v2.0").unwrap();
+        let name = crate::domain::job_name::job_name(None, &id, 1);
+        let request = crate::contracts::job::job_request(&name, None, &id, 1);
+        let job = jobs.submit(request).await.unwrap().job_id;
+        let event = job_state_change(&jobs.end(&job, Ending::Exited(1)).unwrap()).to_string();
+        let dead_lettered = MonitorOutcome::Routed {
+            route: Route::FailureDlq,
+        };
+        assert_eq!(handle_message(&ctx, &event).await.unwrap(), dead_lettered);
+        let key =
+            crate::domain::layout::items::record_key(&ctx.config.layout.item_prefixes.items, &id);
+        ctx.store
+            .put(
+                &key,
+                bytes::Bytes::from_static(b"{not json"),
+                crate::ports::PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        assert_eq!(handle_message(&ctx, &event).await.unwrap(), dead_lettered);
+        let sent = ctx.failure_dlq.receive(10, 30, 0).await.unwrap();
+        let bodies: Vec<&str> = sent.iter().map(|m| m.body.as_str()).collect();
+        // Routed again (past its lease, as a delivery that died before the send would be),
+        // and the record's rejection notice beside it.
+        let routed = bodies
+            .iter()
+            .filter(|b| b.contains("\"attempt\":1"))
+            .count();
+        let rejected = bodies
+            .iter()
+            .filter(|b| b.contains("corrupt_item_record"))
+            .count();
+        assert_eq!((bodies.len(), routed, rejected), (3, 2, 1), "{bodies:#?}");
     }
 }

@@ -1156,7 +1156,9 @@ async fn let_campaign_leases_run_out(c: &Ctx) -> bool {
         },
     )
     .await;
-    // A failure logged and not yet routed.
+    // A failure logged and not yet routed. With item records no log is marked routed (the
+    // record past the attempt is the mark), so every failure log is aged once: a routed one's
+    // age changes nothing, as its redelivery finds the record past the attempt.
     let logs = leases::age_leases(
         c.store.as_ref(),
         &layout.log_prefix,
