@@ -246,6 +246,15 @@ impl WindowClaim {
         self.job_ids.get(i).cloned().flatten()
     }
 
+    /// Whether the claim records granule `i`'s job (not to be found by its name): without
+    /// formatting the child's id, as [`WindowClaim::job_id`] does.
+    pub fn records_job(&self, i: usize) -> bool {
+        if self.array {
+            return self.array_job_id.is_some() && i < self.granules.len();
+        }
+        matches!(self.job_ids.get(i), Some(Some(_)))
+    }
+
     /// When the jobs were recorded (the claim's time before that): the time of the item
     /// records the window's run creates, so a retry of that run writes them equal.
     pub fn recorded_at(&self) -> DateTime<Utc> {
@@ -440,6 +449,15 @@ mod tests {
         assert_eq!(done.job_id(0).as_deref(), Some("p:0"));
         assert_eq!(done.job_id(1).as_deref(), Some("p:1"));
         assert_eq!(done.job_id(2), None, "no third granule");
+        // Whether a job is recorded, said without formatting it: as `job_id` says, for arrays
+        // and single jobs, recorded, half recorded and not.
+        let w_single = window();
+        let half = w_single.recording(&[Some("j1".into())], Utc::now());
+        for claim in [&w, &done, &w_single, &half] {
+            for i in 0..4 {
+                assert_eq!(claim.records_job(i), claim.job_id(i).is_some(), "{i}");
+            }
+        }
         assert_eq!(done.job_of_found(1, "q"), "q:1");
         // Recorded once: a later recording keeps the first array.
         let again = done.recording(&[Some("other".into())], Utc::now());

@@ -63,17 +63,21 @@ enum Granule {
     NotLooked,
 }
 
-/// A granule to look at: its place, attempt, job, Batch's description, whether the store showed
-/// its end handled already, whether an unreadable description of its job ends it here
-/// (`reconciler::unreadable_description_ends_here`).
-type ToLook = (
-    usize,
-    GranuleProcessingEvent,
-    Option<String>,
-    Option<JobDescription>,
-    bool,
-    bool,
-);
+/// A granule to look at this pass.
+struct ToLook {
+    /// Its place in the window.
+    place: usize,
+    attempt: GranuleProcessingEvent,
+    /// Its job: recorded by the claim, or found by its name.
+    job_id: Option<String>,
+    /// Batch's description of the job, if it was asked.
+    description: Option<JobDescription>,
+    /// The store showed its end handled already.
+    handled: bool,
+    /// An unreadable description of its job ends it here
+    /// (`reconciler::unreadable_description_ends_here`).
+    unreadable_ended: bool,
+}
 
 /// Looks at every granule of the window at `(inventory, start)`; removes the window's marker once
 /// all of them have ended and been handled (or the window claim is gone). `own`: the window is
@@ -88,48 +92,101 @@ pub(super) async fn reconcile_window(
     summary: &mut ReconcileSummary,
     budget: &Budget,
 ) -> Result<(), HandlerError> {
-    let layout = &ctx.config.layout;
-    let open_key = window_key(&layout.open_claim_prefix, inventory, start);
-    let Some(claim) = read_json::<WindowClaim>(
-        ctx.store.as_ref(),
-        &window_key(&layout.claim_prefix, inventory, start),
-    )
-    .await?
-    else {
+    let open_key = window_key(&ctx.config.layout.open_claim_prefix, inventory, start);
+    let claim_key = window_key(&ctx.config.layout.claim_prefix, inventory, start);
+    let Some(claim) = window_claim(ctx, &claim_key, own, summary, budget).await? else {
         ctx.store.delete(&open_key).await?;
         summary.closed += 1;
         return Ok(());
     };
-    let mut claim = claim.value;
-    if !own && !claim.is_submitted() && !budget.spent() {
-        match crate::handlers::feeder::finish_claimed_window(ctx, &claim).await {
-            Ok(true) => summary.taken_over += 1,
-            // Its lease runs (its feeder may be at it): the next pass looks again.
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(inventory, start, error = %e, "cannot finish this window of another campaign now");
-                summary.errors += 1;
-            }
-        }
-        // The jobs the takeover recorded, for the look below.
-        if let Some(again) = read_json::<WindowClaim>(
-            ctx.store.as_ref(),
-            &window_key(&layout.claim_prefix, inventory, start),
-        )
-        .await?
-        {
-            claim = again.value;
-        }
-    }
     // What earlier passes saw handled: those granules are not looked at again.
     let marker = ctx.store.get(&open_key).await?;
     let mut progress = marker
         .as_ref()
         .map(|m| WindowProgress::from_marker(&m.body))
         .unwrap_or_default();
-    let mut newly_handled = 0u64;
-    // Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name.
-    // An array window's granules share one name: it is looked up once.
+    let job_ids = window_jobs(ctx, &claim, &progress).await?;
+    // An array window whose array Batch says is still under way: one DescribeJobs for the whole
+    // window, and the granules wait for a later pass (`look_at_each_granule`).
+    if let Some(parent) = claim.array_job_id.as_deref().filter(|_| claim.array) {
+        let waiting = job_ids.iter().filter(|job| job.is_some()).count() as u64;
+        let waited = now.signed_duration_since(claim.recorded_at());
+        if waiting > 0 && !budget.spent() && waited < ARRAY_WAIT_LIMIT {
+            let status = ctx.jobs.describe(parent).await?.map(|d| d.summary.status);
+            if !look_at_each_granule(status, waited) {
+                summary.awaiting_array += waiting;
+                return Ok(());
+            }
+        }
+    }
+    let to_look = granules_to_look_at(ctx, &claim, &progress, job_ids, budget).await?;
+    let listed_in = claim.records_at_end.then_some(claim_key.as_str());
+    let looked = look_at_granules(ctx, to_look, listed_in, budget).await;
+    let (open, newly_handled) = tally(looked, &mut progress, summary);
+    if open == 0 {
+        ctx.store.delete(&open_key).await?;
+        summary.closed += 1;
+    } else if newly_handled > 0 {
+        // Kept for the next pass; a lost race (the feeder reset the marker in a takeover) or a
+        // failed write only means the next pass looks at those granules again.
+        let condition = match &marker {
+            Some(m) => PutCondition::IfMatch(m.etag.clone()),
+            None => PutCondition::IfAbsent,
+        };
+        let body = crate::contracts::encode("window progress", &progress);
+        match body {
+            Ok(body) => {
+                if let Err(e) = ctx.store.put(&open_key, body, condition).await {
+                    tracing::warn!(inventory, start, error = %e, "window progress not kept; the next pass looks again");
+                }
+            }
+            Err(e) => tracing::warn!(inventory, start, error = %e, "window progress not encoded"),
+        }
+    }
+    Ok(())
+}
+
+/// The window's claim, `None` once it is gone. A window of another campaign left
+/// half-submitted is finished here first, and its claim read again for the jobs the takeover
+/// recorded.
+async fn window_claim(
+    ctx: &Ctx,
+    claim_key: &str,
+    own: bool,
+    summary: &mut ReconcileSummary,
+    budget: &Budget,
+) -> Result<Option<WindowClaim>, HandlerError> {
+    let Some(claim) = read_json::<WindowClaim>(ctx.store.as_ref(), claim_key).await? else {
+        return Ok(None);
+    };
+    let claim = claim.value;
+    if own || claim.is_submitted() || budget.spent() {
+        return Ok(Some(claim));
+    }
+    match crate::handlers::feeder::finish_claimed_window(ctx, &claim).await {
+        Ok(true) => summary.taken_over += 1,
+        // Its lease runs (its feeder may be at it): the next pass looks again.
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(claim_key, error = %e, "cannot finish this window of another campaign now");
+            summary.errors += 1;
+        }
+    }
+    Ok(Some(
+        read_json::<WindowClaim>(ctx.store.as_ref(), claim_key)
+            .await?
+            .map_or(claim, |again| again.value),
+    ))
+}
+
+/// Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name;
+/// `None` for a granule an earlier pass saw handled, or with no job. An array window's granules
+/// share one name: it is looked up once.
+async fn window_jobs(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    progress: &WindowProgress,
+) -> Result<Vec<Option<String>>, HandlerError> {
     let mut job_ids: Vec<Option<String>> = Vec::with_capacity(claim.granules.len());
     let mut found_by_name: HashMap<String, Option<String>> = HashMap::new();
     for i in 0..claim.granules.len() {
@@ -152,27 +209,26 @@ pub(super) async fn reconcile_window(
             },
         });
     }
-    // An array window whose array Batch says is still under way: one DescribeJobs for the whole
-    // window, and the granules wait for a later pass (`look_at_each_granule`).
-    if let Some(parent) = claim.array_job_id.as_deref().filter(|_| claim.array) {
-        let waiting = job_ids.iter().filter(|job| job.is_some()).count() as u64;
-        let waited = now.signed_duration_since(claim.recorded_at());
-        if waiting > 0 && !budget.spent() && waited < ARRAY_WAIT_LIMIT {
-            let status = ctx.jobs.describe(parent).await?.map(|d| d.summary.status);
-            if !look_at_each_granule(status, waited) {
-                summary.awaiting_array += waiting;
-                return Ok(());
-            }
-        }
-    }
-    // The store first: a granule whose end was handled needs no DescribeJobs. Most granules a
-    // pass looks at were handled (their events came), and describing a window's every child
-    // was 100 DescribeJobs calls for 10,000 children a pass, which share Batch's API throttle
-    // with SubmitJob (a ten-million-granule campaign's last pass described every child).
-    let looked_up = &progress;
+    Ok(job_ids)
+}
+
+/// The granules this pass looks at: those earlier passes did not see handled, each with what the
+/// store says of its end and, where that is not handled, Batch's description of its job.
+///
+/// The store first: a granule whose end was handled needs no DescribeJobs. Most granules a pass
+/// looks at were handled (their events came), and describing a window's every child was 100
+/// DescribeJobs calls for 10,000 children a pass, which share Batch's API throttle with
+/// SubmitJob (a ten-million-granule campaign's last pass described every child).
+async fn granules_to_look_at(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    progress: &WindowProgress,
+    job_ids: Vec<Option<String>>,
+    budget: &Budget,
+) -> Result<Vec<ToLook>, HandlerError> {
     let already: Vec<bool> = futures::stream::iter(claim.attempts().zip(&job_ids).enumerate())
         .map(|(i, (attempt, job_id))| async move {
-            if looked_up.is_handled(i) || job_id.is_none() || budget.spent() {
+            if progress.is_handled(i) || job_id.is_none() || budget.spent() {
                 return false;
             }
             // A failed read only means the granule is looked at the long way below.
@@ -195,79 +251,87 @@ pub(super) async fn reconcile_window(
             .into_iter()
             .map(|d| (d.summary.job_id.clone(), d))
             .collect();
-    let mut open = 0u64;
-    let to_look: Vec<ToLook> = claim
+    Ok(claim
         .attempts()
         .zip(job_ids)
         .zip(already)
         .enumerate()
         .filter(|(i, _)| !progress.is_handled(*i))
-        .map(|(i, ((attempt, job_id), handled))| {
-            let description = job_id.as_ref().and_then(|j| described.remove(j));
-            // Whether the claim recorded the job (not found by its name).
-            let unreadable_ended = super::unreadable_description_ends_here(
-                claim.job_id(i).is_some(),
+        .map(|(place, ((attempt, job_id), handled))| ToLook {
+            description: job_id.as_ref().and_then(|j| described.remove(j)),
+            unreadable_ended: super::unreadable_description_ends_here(
+                claim.records_job(place),
                 claim.records_at_end,
                 ctx.config.layout.track_items,
-            );
-            (i, attempt, job_id, description, handled, unreadable_ended)
+            ),
+            place,
+            attempt,
+            job_id,
+            handled,
         })
-        .collect();
-    let claim_key = window_key(&layout.claim_prefix, inventory, start);
-    let listed_in = claim.records_at_end.then_some(claim_key.as_str());
-    // Granules are looked at a few at a time: a pass over a large window under throttling would
-    // otherwise add up every granule's backoff one after another.
-    let looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> =
-        futures::stream::iter(to_look)
-            .map(
-                |(i, attempt, job_id, description, handled, unreadable_ended)| async move {
-                    let step = match job_id {
-                        _ if handled => Ok(Granule::Handled),
-                        _ if budget.spent() => Ok(Granule::NotLooked),
-                        None => Ok(Granule::NotSubmitted),
-                        // The window closes only in a pass where every granule could be looked at:
-                        // a call throttled past the SDK's retries is tried again here, or one
-                        // unlucky granule would keep a large window open pass after pass.
-                        Some(job_id) => {
-                            crate::retry::again(
-                                crate::retry::Backoff {
-                                    tries: GRANULE_TRIES,
-                                    ..crate::retry::Backoff::IN_RUN
-                                },
-                                "looking at a granule of a window",
-                                || {
-                                    granule(
-                                        ctx,
-                                        &attempt,
-                                        &job_id,
-                                        description.as_ref(),
-                                        listed_in,
-                                        unreadable_ended,
-                                    )
-                                },
-                                |_| true,
+        .collect())
+}
+
+/// What each granule's look found. Granules are looked at a few at a time: a pass over a large
+/// window under throttling would otherwise add up every granule's backoff one after another.
+async fn look_at_granules(
+    ctx: &Ctx,
+    to_look: Vec<ToLook>,
+    listed_in: Option<&str>,
+    budget: &Budget,
+) -> Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> {
+    futures::stream::iter(to_look)
+        .map(|look| async move {
+            let step = match look.job_id {
+                _ if look.handled => Ok(Granule::Handled),
+                _ if budget.spent() => Ok(Granule::NotLooked),
+                None => Ok(Granule::NotSubmitted),
+                // The window closes only in a pass where every granule could be looked at: a
+                // call throttled past the SDK's retries is tried again here, or one unlucky
+                // granule would keep a large window open pass after pass.
+                Some(job_id) => {
+                    crate::retry::again(
+                        crate::retry::Backoff {
+                            tries: GRANULE_TRIES,
+                            ..crate::retry::Backoff::IN_RUN
+                        },
+                        "looking at a granule of a window",
+                        || {
+                            granule(
+                                ctx,
+                                &look.attempt,
+                                &job_id,
+                                look.description.as_ref(),
+                                listed_in,
+                                look.unreadable_ended,
                             )
-                            .await
-                        }
-                    };
-                    (i, attempt, step)
-                },
-            )
-            .buffered(GRANULE_LOOKS_AT_ONCE)
-            .collect()
-            .await;
+                        },
+                        |_| true,
+                    )
+                    .await
+                }
+            };
+            (look.place, look.attempt, step)
+        })
+        .buffered(GRANULE_LOOKS_AT_ONCE)
+        .collect()
+        .await
+}
+
+/// Counts what the looks found into the pass's summary and the window's progress: how many
+/// granules are still open, and how many this pass saw handled for the first time.
+fn tally(
+    looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)>,
+    progress: &mut WindowProgress,
+    summary: &mut ReconcileSummary,
+) -> (u64, u64) {
+    let (mut open, mut newly_handled) = (0u64, 0u64);
     for (i, attempt, step) in looked {
-        if matches!(
-            step,
-            Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch)
-        ) {
-            newly_handled += u64::from(progress.mark(i));
-        }
-        if !matches!(
-            step,
-            Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch)
-        ) {
-            open += 1;
+        match step {
+            Ok(Granule::Handled | Granule::Recovered | Granule::UnknownToBatch) => {
+                newly_handled += u64::from(progress.mark(i));
+            }
+            _ => open += 1,
         }
         match step {
             Ok(Granule::Handled) => summary.handled += 1,
@@ -282,27 +346,7 @@ pub(super) async fn reconcile_window(
             }
         }
     }
-    if open == 0 {
-        ctx.store.delete(&open_key).await?;
-        summary.closed += 1;
-    } else if newly_handled > 0 {
-        // Kept for the next pass; a lost race (the feeder reset the marker in a takeover) or a
-        // failed write only means the next pass looks at those granules again.
-        let condition = match &marker {
-            Some(m) => PutCondition::IfMatch(m.etag.clone()),
-            None => PutCondition::IfAbsent,
-        };
-        let body = crate::contracts::encode("window progress", &progress);
-        match body {
-            Ok(body) => {
-                if let Err(e) = ctx.store.put(&open_key, body, condition).await {
-                    tracing::warn!(inventory, start, error = %e, "window progress not kept; the next pass looks again");
-                }
-            }
-            Err(e) => tracing::warn!(inventory, start, error = %e, "window progress not encoded"),
-        }
-    }
-    Ok(())
+    (open, newly_handled)
 }
 
 /// How long an array window's granules may wait for their array to end before a pass looks at
