@@ -376,6 +376,23 @@ fn print_status(s: &status::Status) {
             s.cancelled
         );
     }
+    let open = &s.open_ends;
+    if open.windows + open.attempts == 0 {
+        println!("open ends: none (every submitted attempt's end is handled)");
+    } else {
+        let oldest = open.oldest_marked.map_or(String::new(), |at| {
+            let secs = (chrono::Utc::now() - at).num_seconds().max(0);
+            format!(
+                "; the oldest marked {}h {:02}m ago",
+                secs / 3600,
+                secs / 60 % 60
+            )
+        });
+        println!(
+            "open ends: {} windows and {} requeued attempts not yet seen ended and handled{oldest} (the reconciler asks Batch about those past GRANARY_RECONCILE_AFTER_SECS)",
+            open.windows, open.attempts
+        );
+    }
     if s.parked_retries > 0 {
         println!(
             "parked: {} retries wait for the feeder's next window of retries",

@@ -203,6 +203,37 @@ async fn a_cancel_on_the_emulator_takes_exactly_the_open_jobs_and_resume_sends_t
         out.contains("0 of the campaign's open attempts taken by attempt 2; 20 left alone"),
         "{out}"
     );
+    // Status counts the open ends: the waiting window and every window whose marker the
+    // reconciler has not yet closed (it waits GRANARY_RECONCILE_AFTER_SECS), as the store holds
+    // them; no requeued attempt.
+    let layout = &c.runtime.ctx.config.layout;
+    let marked_windows = c
+        .runtime
+        .ctx
+        .store
+        .list(&layout.open_claim_prefix)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.key.contains("/start="))
+        .count() as u64;
+    assert!(marked_windows >= 1, "the waiting window is open");
+    let (code, out, err) = granary(&vars, &["status"]);
+    assert_eq!(code, 0, "{err}");
+    let open = out
+        .lines()
+        .find_map(|l| l.strip_prefix("open ends: "))
+        .unwrap_or_else(|| panic!("no open ends line: {out}"));
+    let windows: u64 = open
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{open}"));
+    assert_eq!(windows, marked_windows, "{open}");
+    assert!(
+        open.contains(" windows and 0 requeued attempts not yet seen ended and handled; the oldest marked 0h 0"),
+        "{open}"
+    );
     let ctx = c.runtime.ctx.clone();
     assert!(
         granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)

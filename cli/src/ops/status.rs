@@ -41,6 +41,9 @@ pub struct Status {
     /// Retries the requeuer parked for the feeder's next window of retries
     /// (`GRANARY_ARRAY_RETRIES`).
     pub parked_retries: u64,
+    /// Submitted work whose end granary has not yet seen handled: the open-claims index the
+    /// reconciler reads.
+    pub open_ends: OpenEnds,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
@@ -58,6 +61,41 @@ pub struct Downstream {
     pub max_messages: u64,
     /// Why the feeder waits, in its own words (`None`: it feeds).
     pub feeder_waits: Option<String>,
+}
+
+/// The open-claims index (`GRANARY_OPEN_CLAIM_PREFIX`): a marker for each feeder window (of
+/// first attempts or of retries) and each requeued attempt whose end granary has not yet seen
+/// logged, routed and recorded. The reconciler removes a window's marker once every granule in
+/// it has ended and been handled, and asks Batch about markers older than
+/// `GRANARY_RECONCILE_AFTER_SECS`; an old marker is a window still running, or lost ends being
+/// recovered.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OpenEnds {
+    pub windows: u64,
+    pub attempts: u64,
+    /// When the oldest marker was written (S3's LastModified: no marker is read).
+    pub oldest_marked: Option<DateTime<Utc>>,
+}
+
+/// Counts the open-claims index's listing under `prefix`: windows and requeued attempts by their
+/// keys (other keys are not counted), and the oldest marker's time.
+pub fn open_ends(prefix: &str, listed: &[granary::ports::ObjectMeta]) -> OpenEnds {
+    use granary::domain::layout::claims::{parse_claim_key, parse_window_key};
+    let mut ends = OpenEnds::default();
+    for meta in listed {
+        if parse_window_key(prefix, &meta.key).is_some() {
+            ends.windows += 1;
+        } else if parse_claim_key(prefix, &meta.key).is_some() {
+            ends.attempts += 1;
+        } else {
+            continue;
+        }
+        ends.oldest_marked = match (ends.oldest_marked, meta.last_modified) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    ends
 }
 
 /// How many of the newest failure logs `status --watch` reads for its failure reasons.
@@ -170,12 +208,19 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         "listing parked retries",
     )
     .await?;
+    let open_prefix = &layout.open_claim_prefix;
+    let markers = ctx
+        .store
+        .list(open_prefix)
+        .await
+        .context("listing the open-claims index")?;
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
         downstream,
         cancelled,
         parked_retries,
+        open_ends: open_ends(open_prefix, &markers),
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -241,6 +286,7 @@ pub fn assemble(
         downstream: None,
         cancelled: 0,
         parked_retries: 0,
+        open_ends: OpenEnds::default(),
         rates,
         eta,
     }
@@ -312,5 +358,42 @@ mod tests {
             (s.rows_submitted, s.rows_known, s.inventories_unopened),
             (12_000, 30_000, 1)
         );
+    }
+
+    #[test]
+    fn open_ends_count_windows_and_attempts_and_the_oldest_marker() {
+        let meta = |key: &str, secs: Option<i64>| granary::ports::ObjectMeta {
+            key: key.to_owned(),
+            size: 0,
+            last_modified: secs.and_then(|s| DateTime::from_timestamp(1_700_000_000 + s, 0)),
+        };
+        let p = "open-claims/";
+        let listed = [
+            meta(
+                "open-claims/windows/inventories/a.parquet/start=000000000000.json",
+                Some(50),
+            ),
+            meta(
+                "open-claims/windows/inventories/a.parquet/start=000000010000.json",
+                Some(20),
+            ),
+            meta(
+                "open-claims/granule_id=HLS.S30.T18TYN.2022002T153012.v2.0/attempt=2.json",
+                None,
+            ),
+            meta(
+                "open-claims/granule_id=HLS.S30.T18TYN.2022003T153012.v2.0/attempt=3.json",
+                Some(90),
+            ),
+            // Not a marker: not counted, and its time not taken.
+            meta("open-claims/stray.json", Some(1)),
+        ];
+        let ends = open_ends(p, &listed);
+        assert_eq!((ends.windows, ends.attempts), (2, 2));
+        assert_eq!(
+            ends.oldest_marked,
+            DateTime::from_timestamp(1_700_000_020, 0)
+        );
+        assert_eq!(open_ends(p, &[]), OpenEnds::default());
     }
 }
