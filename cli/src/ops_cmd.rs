@@ -378,18 +378,18 @@ fn print_status(s: &status::Status) {
     }
     let open = &s.open_ends;
     if open.windows + open.attempts == 0 {
-        println!("open ends: none (every submitted attempt's end is handled)");
+        println!("open ends: none in this campaign (no window or requeued attempt is marked open)");
     } else {
-        let oldest = open.oldest_marked.map_or(String::new(), |at| {
+        let oldest = open.least_recently_written.map_or(String::new(), |at| {
             let secs = (chrono::Utc::now() - at).num_seconds().max(0);
             format!(
-                "; the oldest marked {}h {:02}m ago",
+                "; the least recently written marker {}h {:02}m ago",
                 secs / 3600,
                 secs / 60 % 60
             )
         });
         println!(
-            "open ends: {} windows and {} requeued attempts not yet seen ended and handled{oldest} (the reconciler asks Batch about those past GRANARY_RECONCILE_AFTER_SECS)",
+            "open ends: {} windows (each until the reconciler finds every granule's end handled) and {} requeued attempts awaiting their end{oldest}",
             open.windows, open.attempts
         );
     }

@@ -231,7 +231,9 @@ async fn a_cancel_on_the_emulator_takes_exactly_the_open_jobs_and_resume_sends_t
         .unwrap_or_else(|| panic!("{open}"));
     assert_eq!(windows, marked_windows, "{open}");
     assert!(
-        open.contains(" windows and 0 requeued attempts not yet seen ended and handled; the oldest marked 0h 0"),
+        open.contains(
+            " and 0 requeued attempts awaiting their end; the least recently written marker 0h 0"
+        ),
         "{open}"
     );
     let ctx = c.runtime.ctx.clone();

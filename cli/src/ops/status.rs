@@ -41,8 +41,8 @@ pub struct Status {
     /// Retries the requeuer parked for the feeder's next window of retries
     /// (`GRANARY_ARRAY_RETRIES`).
     pub parked_retries: u64,
-    /// Submitted work whose end granary has not yet seen handled: the open-claims index the
-    /// reconciler reads.
+    /// Work marked (before its SubmitJob) whose end granary has not yet seen handled, in this
+    /// campaign: the open-claims index the reconciler reads.
     pub open_ends: OpenEnds,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
@@ -63,18 +63,21 @@ pub struct Downstream {
     pub feeder_waits: Option<String>,
 }
 
-/// The open-claims index (`GRANARY_OPEN_CLAIM_PREFIX`): a marker for each feeder window (of
-/// first attempts or of retries) and each requeued attempt whose end granary has not yet seen
-/// logged, routed and recorded. The reconciler removes a window's marker once every granule in
-/// it has ended and been handled, and asks Batch about markers older than
-/// `GRANARY_RECONCILE_AFTER_SECS`; an old marker is a window still running, or lost ends being
-/// recovered.
+/// The open-claims index (`GRANARY_OPEN_CLAIM_PREFIX`) of the campaign looked at: a marker for
+/// each feeder window (of first attempts or of retries), written before its SubmitJob, and for
+/// each requeued attempt. The monitor removes an attempt's marker once it has logged, routed and
+/// recorded its end; a window's stays until a reconciler pass past
+/// `GRANARY_RECONCILE_AFTER_SECS` finds every granule in it handled, so a window counts here for
+/// a while after its last end. A marker hours old is a window still running (an array waits on
+/// its parent), or lost ends being recovered.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct OpenEnds {
     pub windows: u64,
     pub attempts: u64,
-    /// When the oldest marker was written (S3's LastModified: no marker is read).
-    pub oldest_marked: Option<DateTime<Utc>>,
+    /// The least recent write to a marker (S3's LastModified; no marker is read). A reconciler
+    /// pass that keeps a window's progress writes its marker again, so this can be later than
+    /// when the window opened.
+    pub least_recently_written: Option<DateTime<Utc>>,
 }
 
 /// Counts the open-claims index's listing under `prefix`: windows and requeued attempts by their
@@ -90,7 +93,7 @@ pub fn open_ends(prefix: &str, listed: &[granary::ports::ObjectMeta]) -> OpenEnd
         } else {
             continue;
         }
-        ends.oldest_marked = match (ends.oldest_marked, meta.last_modified) {
+        ends.least_recently_written = match (ends.least_recently_written, meta.last_modified) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
@@ -391,7 +394,7 @@ mod tests {
         let ends = open_ends(p, &listed);
         assert_eq!((ends.windows, ends.attempts), (2, 2));
         assert_eq!(
-            ends.oldest_marked,
+            ends.least_recently_written,
             DateTime::from_timestamp(1_700_000_020, 0)
         );
         assert_eq!(open_ends(p, &[]), OpenEnds::default());
