@@ -48,8 +48,12 @@ if [ "${GRANARY_SUITE:-all}" = endpoint ]; then
   echo "only the tests that reach the endpoint: $only" >&2
 fi
 
+# Built with the mutant switches compiled in (`granary/mutants`; every one is off unless
+# GRANARY_MUTANT names it, and no test sets it), so scripts/mutants.sh, the last step of
+# `make test`, runs on this very build instead of compiling the workspace a second time.
+features=(--features granary/mutants)
 if cargo nextest --version >/dev/null 2>&1; then
-  args=(run --workspace --locked --no-fail-fast)
+  args=(run --workspace --locked --no-fail-fast "${features[@]}")
   if [ -n "$only" ] && [ ${#skips[@]} -eq 0 ]; then
     args+=(-E "$only")
   fi
@@ -76,5 +80,5 @@ else
     if [ "$name" = "*" ]; then args+=(--skip "deployed_stack"); else args+=(--skip "$name"); fi
   done
   echo "skipping ${#skips[@]} test groups this endpoint cannot run (Batch: $batch)" >&2
-  exec cargo test --workspace --locked --no-fail-fast -- "${args[@]}"
+  exec cargo test --workspace --locked --no-fail-fast "${features[@]}" -- "${args[@]}"
 fi

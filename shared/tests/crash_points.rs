@@ -144,6 +144,45 @@ async fn left_under(c: &granary::handlers::Ctx, prefix: &str, what: &str) -> Opt
     (!keys.is_empty()).then(|| format!("{what} after settling: {keys:?}"))
 }
 
+/// The granules' dead letters on the failure DLQ by (campaign and granule, attempt): the reason
+/// of each copy (poison notices, which name no attempt, left out).
+fn dead_letters(w: &World) -> BTreeMap<(String, u64), Vec<String>> {
+    let mut out: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+    for m in w.dlq.messages() {
+        if m.attributes.contains_key("kind") {
+            continue;
+        }
+        let Ok(body) = serde_json::from_str::<serde_json::Value>(&m.body) else {
+            continue;
+        };
+        let text = |k: &str| {
+            body.get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_owned()
+        };
+        let attempt = body.get("attempt").and_then(|v| v.as_u64()).unwrap_or(0);
+        let granule = format!("{:?}/{}", text("campaign"), text("granule_id"));
+        let reason = m.attributes.get("reason").cloned().unwrap_or_default();
+        out.entry((granule, attempt)).or_default().push(reason);
+    }
+    out
+}
+
+/// Dead letters sent more than once: none unless something crashed.
+fn dead_letter_copies(w: &World) -> Vec<String> {
+    dead_letters(w)
+        .into_iter()
+        .filter(|(_, reasons)| reasons.len() > 1)
+        .map(|((granule, attempt), reasons)| {
+            format!(
+                "{granule} attempt {attempt} dead-lettered {} times",
+                reasons.len()
+            )
+        })
+        .collect()
+}
+
 /// [`audit`] of one campaign's state.
 async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
     let mut problems = Vec::new();
@@ -173,6 +212,16 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
     for m in &dlq {
         if m.attributes.get("reason").is_none_or(|r| r.is_empty()) {
             problems.push(format!("DLQ message without a reason: {}", m.body));
+        }
+    }
+    // A crash between a dead letter's send and the write that marks it sent makes the redelivery
+    // send it again: the DLQ is at least once, as SQS itself is. A copy says what the first one
+    // said; two dead letters of one attempt that disagree are two outcomes.
+    for ((granule, attempt), reasons) in dead_letters(w) {
+        if reasons.iter().any(|r| *r != reasons[0]) {
+            problems.push(format!(
+                "{granule} attempt {attempt} dead-lettered for different reasons: {reasons:?}"
+            ));
         }
     }
     let logs: Vec<String> = c
@@ -271,7 +320,8 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
         // How many external calls the invocation makes when nothing goes wrong.
         let (w, _, calls, settled) = run(scenario, None).await;
         settled.unwrap();
-        let problems = audit(&w).await;
+        let mut problems = audit(&w).await;
+        problems.extend(dead_letter_copies(&w));
         assert!(
             problems.is_empty(),
             "{scenario:?} without a crash: {problems:?}"

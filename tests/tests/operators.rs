@@ -337,6 +337,18 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
         ),
         "{out:?}"
     );
+    // The DLQ is at least once (a crash between a dead letter's send and its mark sends a copy;
+    // SQS may deliver one): the copy redriven too finds attempt 3 submitted and submits nothing.
+    let copy = requeuer::handle_message(&s.ctx, &serde_json::to_string(&m).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            copy,
+            requeuer::RequeueOutcome::AlreadySubmitted { attempt: 3 }
+        ),
+        "{copy:?}"
+    );
     // without the flag, attempt 3 is past the budget of 2
     let plain = serde_json::to_string(&m.event).unwrap();
     let out = requeuer::handle_message(&s.ctx, &plain).await.unwrap();
