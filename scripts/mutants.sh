@@ -16,6 +16,10 @@ for name, test in re.findall(r'name: "([^"]+)",\s*defect: "[^"]*",\s*caught_by: 
 PY
 )
 [ -n "$list" ] || { echo "no mutants found in shared/src/mutants.rs" >&2; exit 2; }
+# Every entry of ALL read, none dropped by the pattern: the count is the array's length.
+declared=$(grep -oE 'pub const ALL: \[Mutant; [0-9]+\]' shared/src/mutants.rs | grep -oE '[0-9]+\]' | tr -d ']')
+read_=$(grep -c . <<<"$list")
+[ "$declared" = "$read_" ] || { echo "shared/src/mutants.rs declares $declared mutants; $read_ were read" >&2; exit 2; }
 wanted=("$@")
 survived=0
 mkdir -p "$root/.emulator"
@@ -31,18 +35,17 @@ cargo nextest run "${build[@]}" --no-run >"$root/.emulator/mutants-build.log" 2>
 # A mutant's `caught_by` as a nextest filter over granary's own tests: `--test BIN NAME` or
 # `--lib NAME` (NAME matched as a substring, as cargo test matches it).
 filter_of() {
-  local kind=$1 a=$2 b=${3:-}
-  case "$kind" in
-    --test) echo "package(=granary) & binary(=$a) & test($b)" ;;
-    --lib) echo "package(=granary) & kind(lib) & test($a)" ;;
-    *) echo "caught_by must start with --test or --lib: $kind $a $b" >&2; return 1 ;;
+  case "$1 $#" in
+    "--test 3") echo "package(=granary) & binary(=$2) & test($3)" ;;
+    "--lib 2") echo "package(=granary) & kind(lib) & test($2)" ;;
+    *) echo "caught_by must be --test BIN NAME or --lib NAME: $*" >&2; return 1 ;;
   esac
 }
 run_one() {
   local name=$1 test=$2 log="$root/.emulator/mutant-$1.log" filter
   # shellcheck disable=SC2086
   filter=$(filter_of $test) || { echo "caught_by is not --test BIN NAME or --lib NAME: $test" >"$log"; echo "not run" >"$log.result"; return; }
-  GRANARY_MUTANT="$name" cargo nextest run "${build[@]}" --no-fail-fast -E "$filter" >"$log" 2>&1
+  GRANARY_MUTANT="$name" cargo nextest run "${build[@]}" --no-fail-fast --no-tests=fail -E "$filter" >"$log" 2>&1
   # Caught only when tests ran and one failed (nextest's 100): no test matched (4) or a build
   # that broke is a mutant nobody looked at.
   case $? in

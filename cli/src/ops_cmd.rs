@@ -393,6 +393,12 @@ fn print_status(s: &status::Status) {
             open.windows, open.attempts
         );
     }
+    for other in &s.other_campaigns {
+        println!(
+            "open ends in campaign {}: {} windows and {} requeued attempts (the reconciler still visits it)",
+            other.campaign, other.open_ends.windows, other.open_ends.attempts
+        );
+    }
     if s.parked_retries > 0 {
         println!(
             "parked: {} retries wait for the feeder's next window of retries",

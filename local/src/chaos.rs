@@ -62,6 +62,15 @@ pub struct ChaosReport {
     pub duplicate_successes: u64,
     /// Dead-lettered granules with no failure log in S3, or DLQ messages without a reason. Must be 0.
     pub failures_without_record: u64,
+    /// Dead letters sent again for a (granule, attempt) already on the DLQ: a crash (or a write
+    /// refused past its retries) between a dead letter's send and the write that marks it sent
+    /// makes the redelivery send a copy (the
+    /// DLQ is at least once, as SQS standard queues are). Reported, allowed: a redriven copy finds
+    /// its attempt claimed and submits nothing.
+    pub dead_letter_copies: u64,
+    /// (granule, attempt) pairs dead-lettered for two different reasons: two outcomes of one
+    /// attempt, not a copy. Must be 0.
+    pub dead_letters_disagreeing: u64,
     /// Retry messages SQS parked on the failure DLQ after maxReceiveCount failed receives, for
     /// granules another copy then carried to success: reported, allowed (not a final failure).
     pub stale_parked_retries: u64,
@@ -111,6 +120,7 @@ impl ChaosReport {
             && self.duplicate_submissions == 0
             && self.duplicate_successes == 0
             && self.failures_without_record == 0
+            && self.dead_letters_disagreeing == 0
             && self.open_claims_left == 0
             && self.parked_retries_left == 0
             && self.records_disagreeing == 0
@@ -238,6 +248,9 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
     .collect();
     let mut without_record = 0u64;
     let mut dead: BTreeSet<String> = BTreeSet::new();
+    // Each (granule, attempt) dead-lettered: the reason of its first dead letter, and its copies.
+    let mut reasons: BTreeMap<(String, u32), String> = BTreeMap::new();
+    let (mut copies, mut disagreeing) = (0u64, 0u64);
     for m in &dlq {
         let reason = m.attributes.get("reason").map(String::as_str).unwrap_or("");
         let granule = serde_json::from_str::<GranuleProcessingEvent>(&m.body).ok();
@@ -254,6 +267,26 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         }
         if let Some(e) = &granule {
             dead.insert(e.granule_id.to_string());
+            match reasons.entry((e.granule_id.to_string(), e.attempt)) {
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    v.insert(reason.to_owned());
+                }
+                std::collections::btree_map::Entry::Occupied(first) if first.get() == reason => {
+                    copies += 1;
+                }
+                std::collections::btree_map::Entry::Occupied(first) => {
+                    disagreeing += 1;
+                    note(
+                        "dead_letters_disagreeing",
+                        format!(
+                            "{} attempt {}: {:?}, then {reason:?}",
+                            e.granule_id,
+                            e.attempt,
+                            first.get()
+                        ),
+                    );
+                }
+            }
         }
         let logged = granule
             .as_ref()
@@ -338,6 +371,8 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         duplicate_submissions: twice.len() as u64,
         duplicate_successes: succeeded_twice.len() as u64,
         failures_without_record: without_record,
+        dead_letter_copies: copies,
+        dead_letters_disagreeing: disagreeing,
         stale_parked_retries: summary.stale_parked_retries,
         open_claims_left: open.len() as u64,
         parked_retries_left: parked.len() as u64,

@@ -40,6 +40,18 @@ async fn audit(w: &World) -> Vec<String> {
         }
     }
     problems.extend(attempts_submitted_twice(w).await);
+    // A crash between a dead letter's send and the write that marks it sent makes the redelivery
+    // send it again: the DLQ is at least once, as SQS itself is. A copy says what the first one
+    // said; two dead letters of one attempt that disagree are two outcomes.
+    let (dead, unreadable) = dead_letters(w);
+    problems.extend(unreadable);
+    for (of, reasons) in dead {
+        if reasons.iter().any(|r| *r != reasons[0]) {
+            problems.push(format!(
+                "{of} dead-lettered for different reasons: {reasons:?}"
+            ));
+        }
+    }
     for campaign in w.campaigns() {
         let c = ctx(w).in_campaign(campaign.as_ref());
         let named = campaign.map_or("the unnamed campaign".to_owned(), |n| {
@@ -144,42 +156,49 @@ async fn left_under(c: &granary::handlers::Ctx, prefix: &str, what: &str) -> Opt
     (!keys.is_empty()).then(|| format!("{what} after settling: {keys:?}"))
 }
 
-/// The granules' dead letters on the failure DLQ by (campaign and granule, attempt): the reason
-/// of each copy (poison notices, which name no attempt, left out).
-fn dead_letters(w: &World) -> BTreeMap<(String, u64), Vec<String>> {
-    let mut out: BTreeMap<(String, u64), Vec<String>> = BTreeMap::new();
+/// What one dead letter is of: a granule's attempt (a `RetryMessage`: `granule_id`, `attempt`) or
+/// an importer item's give-up (an `ItemNotice`: `item_id`, the `state` it gave up in), with the
+/// campaign each names; `None` for a body that is neither.
+fn dead_letter_of(body: &str) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_str(body).ok()?;
+    let text = |k: &str| body.get(k).and_then(|v| v.as_str());
+    let campaign = text("campaign").unwrap_or("");
+    if let (Some(granule), Some(attempt)) = (text("granule_id"), body.get("attempt")) {
+        return Some(format!("{campaign:?} granule {granule} attempt {attempt}"));
+    }
+    let (item, state) = (text("item_id")?, text("state")?);
+    Some(format!("{campaign:?} item {item} given up in {state}"))
+}
+
+/// The failure DLQ's dead letters (poison notices, `kind`, left out) by what each is of, with
+/// the reason of each copy; a body that is no dead letter is a problem.
+fn dead_letters(w: &World) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
     for m in w.dlq.messages() {
         if m.attributes.contains_key("kind") {
             continue;
         }
-        let Ok(body) = serde_json::from_str::<serde_json::Value>(&m.body) else {
+        let Some(of) = dead_letter_of(&m.body) else {
+            problems.push(format!(
+                "a DLQ message names no granule attempt or item: {}",
+                m.body
+            ));
             continue;
         };
-        let text = |k: &str| {
-            body.get(k)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_owned()
-        };
-        let attempt = body.get("attempt").and_then(|v| v.as_u64()).unwrap_or(0);
-        let granule = format!("{:?}/{}", text("campaign"), text("granule_id"));
         let reason = m.attributes.get("reason").cloned().unwrap_or_default();
-        out.entry((granule, attempt)).or_default().push(reason);
+        out.entry(of).or_default().push(reason);
     }
-    out
+    (out, problems)
 }
 
 /// Dead letters sent more than once: none unless something crashed.
 fn dead_letter_copies(w: &World) -> Vec<String> {
     dead_letters(w)
+        .0
         .into_iter()
         .filter(|(_, reasons)| reasons.len() > 1)
-        .map(|((granule, attempt), reasons)| {
-            format!(
-                "{granule} attempt {attempt} dead-lettered {} times",
-                reasons.len()
-            )
-        })
+        .map(|(of, reasons)| format!("{of} dead-lettered {} times", reasons.len()))
         .collect()
 }
 
@@ -212,16 +231,6 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
     for m in &dlq {
         if m.attributes.get("reason").is_none_or(|r| r.is_empty()) {
             problems.push(format!("DLQ message without a reason: {}", m.body));
-        }
-    }
-    // A crash between a dead letter's send and the write that marks it sent makes the redelivery
-    // send it again: the DLQ is at least once, as SQS itself is. A copy says what the first one
-    // said; two dead letters of one attempt that disagree are two outcomes.
-    for ((granule, attempt), reasons) in dead_letters(w) {
-        if reasons.iter().any(|r| *r != reasons[0]) {
-            problems.push(format!(
-                "{granule} attempt {attempt} dead-lettered for different reasons: {reasons:?}"
-            ));
         }
     }
     let logs: Vec<String> = c

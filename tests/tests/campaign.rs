@@ -10,9 +10,10 @@ use granary_tests::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-/// A small campaign with every fault the plan knows, often enough that each shows up (the
-/// audit asserts each did): 600 granules on the emulator, whose every call is an HTTP round
-/// trip to a Python server; the in-memory twins run the same plan over 2,000.
+/// A small campaign with every fault the plan knows (the audit asserts Batch's own retries,
+/// duplicated, delayed and intermediate events, and retryable and dead-letter-bound ends each
+/// showed up): 600 granules on the emulator, whose every call is an HTTP round trip to a Python
+/// server; the in-memory twins run the same plan over 2,000.
 fn spec() -> CampaignSpec {
     let mut spec = CampaignSpec {
         granules: 600,

@@ -44,6 +44,9 @@ pub struct Status {
     /// Work marked (before its SubmitJob) whose end granary has not yet seen handled, in this
     /// campaign: the open-claims index the reconciler reads.
     pub open_ends: OpenEnds,
+    /// The open ends of every other campaign in the bucket that has any: a campaign switched
+    /// away from while its jobs ran is still finished by the reconciler, which visits them all.
+    pub other_campaigns: Vec<CampaignOpenEnds>,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
@@ -78,6 +81,48 @@ pub struct OpenEnds {
     /// pass that keeps a window's progress writes its marker again, so this can be later than
     /// when the window opened.
     pub least_recently_written: Option<DateTime<Utc>>,
+}
+
+/// Another campaign's open ends.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CampaignOpenEnds {
+    /// Its name; `(unnamed)` for the unnamed campaign.
+    pub campaign: String,
+    #[serde(flatten)]
+    pub open_ends: OpenEnds,
+}
+
+/// The open ends of `ctx`'s campaign: one LIST a thousand markers, none read.
+async fn open_ends_in(ctx: &Ctx) -> Result<OpenEnds> {
+    let prefix = &ctx.config.layout.open_claim_prefix;
+    let markers = ctx
+        .store
+        .list(prefix)
+        .await
+        .with_context(|| format!("listing the open-claims index {prefix}"))?;
+    Ok(open_ends(prefix, &markers))
+}
+
+/// The open ends of every campaign but `ctx`'s that has any, in the order the reconciler
+/// visits them (`handlers::campaigns_to_visit`: one delimited LIST of `campaigns/`, then one
+/// of each campaign's open-claims index).
+pub async fn other_campaigns_open_ends(ctx: &Ctx) -> Result<Vec<CampaignOpenEnds>> {
+    let campaigns = granary::handlers::campaigns_to_visit(ctx)
+        .await
+        .context("listing the campaigns")?;
+    let mut out = Vec::new();
+    for campaign in campaigns.iter().filter(|c| c.as_ref() != ctx.campaign()) {
+        let ends = open_ends_in(&ctx.in_campaign(campaign.as_ref())).await?;
+        if ends.windows + ends.attempts > 0 {
+            out.push(CampaignOpenEnds {
+                campaign: campaign
+                    .as_ref()
+                    .map_or_else(|| "(unnamed)".to_owned(), |c| c.to_string()),
+                open_ends: ends,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Counts the open-claims index's listing under `prefix`: windows and requeued attempts by their
@@ -211,19 +256,14 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         "listing parked retries",
     )
     .await?;
-    let open_prefix = &layout.open_claim_prefix;
-    let markers = ctx
-        .store
-        .list(open_prefix)
-        .await
-        .context("listing the open-claims index")?;
     let campaign = ctx.campaign().map(|c| c.to_string());
     Ok(Status {
         campaign,
         downstream,
         cancelled,
         parked_retries,
-        open_ends: open_ends(open_prefix, &markers),
+        open_ends: open_ends_in(ctx).await?,
+        other_campaigns: other_campaigns_open_ends(ctx).await?,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -290,6 +330,7 @@ pub fn assemble(
         cancelled: 0,
         parked_retries: 0,
         open_ends: OpenEnds::default(),
+        other_campaigns: Vec::new(),
         rates,
         eta,
     }
@@ -398,5 +439,66 @@ mod tests {
             DateTime::from_timestamp(1_700_000_020, 0)
         );
         assert_eq!(open_ends(p, &[]), OpenEnds::default());
+    }
+
+    #[tokio::test]
+    async fn other_campaigns_with_open_ends_are_named_and_counted() {
+        use granary::ports::PutCondition;
+        let vars = [
+            ("GRANARY_BUCKET", "b"),
+            ("GRANARY_JOB_QUEUE", "q"),
+            ("GRANARY_JOB_DEFINITION", "d"),
+            ("GRANARY_RETRY_QUEUE_URL", "r"),
+            ("GRANARY_FAILURE_DLQ_URL", "f"),
+            ("GRANARY_CAMPAIGN", "v3"),
+        ];
+        let config = granary::config::Config::from_lookup(|k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+        .unwrap();
+        let ctx = Ctx::in_memory(config);
+        let marker = |c: Option<&str>, rest: &str| {
+            let campaign = c.map(|n| granary::domain::campaign::Campaign::parse(n).unwrap());
+            let at = ctx.in_campaign(campaign.as_ref());
+            format!("{}{rest}", at.config.layout.open_claim_prefix)
+        };
+        let window = "windows/inventories/a.parquet/start=000000000000.json";
+        let attempt = "granule_id=HLS.S30.T18TYN.2022002T153012.v2.0/attempt=2.json";
+        for key in [
+            marker(None, window),
+            marker(None, attempt),
+            marker(Some("v2"), window),
+            // This campaign's own are status's `open_ends`, not another's.
+            marker(Some("v3"), window),
+        ] {
+            ctx.store
+                .put(&key, b"{}".to_vec().into(), PutCondition::Overwrite)
+                .await
+                .unwrap();
+        }
+        // A campaign with nothing open is not listed.
+        ctx.store
+            .put(
+                "campaigns/v1/tracker.json",
+                b"{}".to_vec().into(),
+                PutCondition::Overwrite,
+            )
+            .await
+            .unwrap();
+        let others = other_campaigns_open_ends(&ctx).await.unwrap();
+        let counted: Vec<(&str, u64, u64)> = others
+            .iter()
+            .map(|o| {
+                (
+                    o.campaign.as_str(),
+                    o.open_ends.windows,
+                    o.open_ends.attempts,
+                )
+            })
+            .collect();
+        assert_eq!(counted, [("(unnamed)", 1, 1), ("v2", 1, 0)]);
+        assert_eq!(open_ends_in(&ctx).await.unwrap().windows, 1);
     }
 }

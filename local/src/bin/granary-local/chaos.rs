@@ -102,6 +102,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("duplicate submissions   {}", r.duplicate_submissions);
         println!("duplicate successes     {}", r.duplicate_successes);
         println!("failures without record {}", r.failures_without_record);
+        println!(
+            "dead-letter copies      {} (after crashes; {} disagreeing)",
+            r.dead_letter_copies, r.dead_letters_disagreeing
+        );
         println!("stale parked retries    {}", r.stale_parked_retries);
         println!("retries left parked     {}", r.parked_retries_left);
         println!("windows of retries      {}", r.retry_windows);
