@@ -81,7 +81,7 @@ pub const ALL: [Mutant; 22] = [
     Mutant {
         name: "sweeper-timeout-path-in-steps",
         defect: "the item sweeper writes a timeout's path (DOWNLOADING_FAILED, then IGNORE) one transition at a time",
-        caught_by: "--test crash_points a_crash_inside_the_recovery",
+        caught_by: "--test crash_points a_crash_inside_the_recovery_of_the_importer",
     },
     Mutant {
         name: "ingest-notice-after-record",
