@@ -129,8 +129,14 @@ async fn cancel_and_see_the_ends(c: &mut Campaign, waiting: &BTreeSet<String>) -
         "{:?}",
         listed[0]
     );
-    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
-    assert_eq!(ctx.retry_queue.depth().await.unwrap().visible, 0);
+    assert_eq!(
+        ctx.failure_dlq.depth().await.unwrap(),
+        granary::ports::QueueDepth::default()
+    );
+    assert_eq!(
+        ctx.retry_queue.depth().await.unwrap(),
+        granary::ports::QueueDepth::default()
+    );
     let open = cancel::open_attempts(ctx).await.unwrap();
     assert!(open.is_empty(), "{open:?}");
     // Each cancelled granule's record waits for the operator.

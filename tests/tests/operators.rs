@@ -212,7 +212,10 @@ async fn redrive_filters_and_dry_runs() {
         6,
         "a dry run moves nothing"
     );
-    assert_eq!(retry.depth().await.unwrap().visible, 0);
+    assert_eq!(
+        retry.depth().await.unwrap(),
+        granary::ports::QueueDepth::default()
+    );
 
     let both = RedriveFilter {
         reason: Some(regex::Regex::new("^exit code").unwrap()),

@@ -355,7 +355,10 @@ mod tests {
             (4, 0, 1, 2)
         );
         assert_eq!(dlq.depth().await.unwrap().visible, 4, "all back on view");
-        assert_eq!(retry.depth().await.unwrap().visible, 0);
+        assert_eq!(
+            retry.depth().await.unwrap(),
+            crate::ports::QueueDepth::default()
+        );
 
         let s = redrive(&dlq, &retry, &filter, &RedriveOptions::default(), &|_| {})
             .await
@@ -423,7 +426,10 @@ mod tests {
             .unwrap();
         assert_eq!(s.redriven, 2);
         assert!(s.matched[0].reason.contains("KMS access denied"));
-        assert_eq!(dlq.depth().await.unwrap().visible, 0);
+        assert_eq!(
+            dlq.depth().await.unwrap(),
+            crate::ports::QueueDepth::default()
+        );
         let moved = events.receive(10, 30, 0).await.unwrap();
         assert_eq!(moved[0].body, event);
         assert_eq!(

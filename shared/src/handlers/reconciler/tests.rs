@@ -68,7 +68,14 @@ async fn a_finished_job_whose_event_was_lost_is_logged_and_routed_once() {
     // The lost attempt left the index; a second pass, or its event turning up, does nothing.
     let s = reconcile(&ctx, later).await.unwrap();
     assert_eq!((s.open_claims, s.recovered), (1, 0));
-    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+    // Nothing new: only the dead letter received above, in flight.
+    assert_eq!(
+        ctx.failure_dlq.depth().await.unwrap(),
+        crate::ports::QueueDepth {
+            visible: 0,
+            in_flight: 1
+        }
+    );
 }
 
 /// A window with its jobs recorded and one ended, written as the feeder's run leaves it
@@ -230,7 +237,10 @@ async fn a_logged_end_batch_forgot_makes_its_record_from_the_log() {
     );
     let record = ctx.items().get(&id).await.unwrap().unwrap().value;
     assert_eq!(record.state, crate::domain::lifecycle::ItemState::Processed);
-    assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
+    assert_eq!(
+        ctx.failure_dlq.depth().await.unwrap(),
+        crate::ports::QueueDepth::default()
+    );
 }
 
 /// An end whose event was lost, looked for only after Batch purged the job: neither
@@ -245,6 +255,7 @@ async fn nothing_open_and_nothing_more(ctx: &Ctx, later: DateTime<Utc>) {
     assert!(open.is_empty(), "{open:?}");
     let s = reconcile(ctx, later).await.unwrap();
     assert_eq!(s.open_claims, 0);
+    // Nothing new (what the caller received stays in flight).
     assert_eq!(ctx.failure_dlq.depth().await.unwrap().visible, 0);
 }
 

@@ -886,7 +886,10 @@ async fn a_lost_event_is_found_by_describe_jobs_and_a_late_or_repeated_event_cha
         );
     }
     assert_eq!(w.job(&id.job(1)).await, before);
-    assert_eq!(w.dlq.depth().await.unwrap().visible, 0);
+    assert_eq!(
+        w.dlq.depth().await.unwrap(),
+        crate::ports::QueueDepth::default()
+    );
 }
 
 #[tokio::test]
