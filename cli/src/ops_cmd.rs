@@ -311,6 +311,18 @@ async fn watch_status(ctx: &Ctx, batch: bool, args: &StatusArgs) -> Result<ExitC
     }
 }
 
+/// "; the least recently written marker 0h 04m ago", or nothing when no marker has a time.
+fn least_recently_written(ends: &status::OpenEnds) -> String {
+    ends.least_recently_written.map_or(String::new(), |at| {
+        let secs = (chrono::Utc::now() - at).num_seconds().max(0);
+        format!(
+            "; the least recently written marker {}h {:02}m ago",
+            secs / 3600,
+            secs / 60 % 60
+        )
+    })
+}
+
 fn print_status(s: &status::Status) {
     if let Some(campaign) = &s.campaign {
         println!("campaign {campaign} (GRANARY_CAMPAIGN)");
@@ -380,24 +392,25 @@ fn print_status(s: &status::Status) {
     if open.windows + open.attempts == 0 {
         println!("open ends: none in this campaign (no window or requeued attempt is marked open)");
     } else {
-        let oldest = open.least_recently_written.map_or(String::new(), |at| {
-            let secs = (chrono::Utc::now() - at).num_seconds().max(0);
-            format!(
-                "; the least recently written marker {}h {:02}m ago",
-                secs / 3600,
-                secs / 60 % 60
-            )
-        });
         println!(
-            "open ends: {} windows (each until the reconciler finds every granule's end handled) and {} requeued attempts awaiting their end{oldest}",
-            open.windows, open.attempts
+            "open ends: {} windows (each until the reconciler finds every granule's end handled) and {} requeued attempts awaiting their end{}",
+            open.windows,
+            open.attempts,
+            least_recently_written(open)
         );
     }
     for other in &s.other_campaigns {
+        let ends = &other.open_ends;
         println!(
-            "open ends in campaign {}: {} windows and {} requeued attempts (the reconciler still visits it)",
-            other.campaign, other.open_ends.windows, other.open_ends.attempts
+            "open ends in campaign {}: {} windows and {} requeued attempts (the reconciler still visits it){}",
+            other.campaign.as_deref().unwrap_or("(unnamed)"),
+            ends.windows,
+            ends.attempts,
+            least_recently_written(ends)
         );
+    }
+    if let Some(why) = &s.other_campaigns_error {
+        println!("open ends in other campaigns: unknown ({why})");
     }
     if s.parked_retries > 0 {
         println!(

@@ -47,6 +47,11 @@ pub struct Status {
     /// The open ends of every other campaign in the bucket that has any: a campaign switched
     /// away from while its jobs ran is still finished by the reconciler, which visits them all.
     pub other_campaigns: Vec<CampaignOpenEnds>,
+    /// Why other campaigns' open ends could not be counted (a listing refused, e.g. an
+    /// operator's `s3:ListBucket` limited to its own campaign's prefix): the rest of the status
+    /// stands without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other_campaigns_error: Option<String>,
     /// Submission rate over the last 1, 6 and 24 hours (when there are samples to tell).
     pub rates: Vec<Rate>,
     /// When the known rows will all have been submitted, at the rate of the longest window with
@@ -86,8 +91,8 @@ pub struct OpenEnds {
 /// Another campaign's open ends.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CampaignOpenEnds {
-    /// Its name; `(unnamed)` for the unnamed campaign.
-    pub campaign: String,
+    /// Its name; none for the unnamed campaign (as `Status::campaign`).
+    pub campaign: Option<String>,
     #[serde(flatten)]
     pub open_ends: OpenEnds,
 }
@@ -115,9 +120,7 @@ pub async fn other_campaigns_open_ends(ctx: &Ctx) -> Result<Vec<CampaignOpenEnds
         let ends = open_ends_in(&ctx.in_campaign(campaign.as_ref())).await?;
         if ends.windows + ends.attempts > 0 {
             out.push(CampaignOpenEnds {
-                campaign: campaign
-                    .as_ref()
-                    .map_or_else(|| "(unnamed)".to_owned(), |c| c.to_string()),
+                campaign: campaign.as_ref().map(|c| c.to_string()),
                 open_ends: ends,
             });
         }
@@ -257,13 +260,19 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
     )
     .await?;
     let campaign = ctx.campaign().map(|c| c.to_string());
+    // Best effort: another campaign's listing refused does not hide this campaign's status.
+    let (other_campaigns, other_campaigns_error) = match other_campaigns_open_ends(ctx).await {
+        Ok(others) => (others, None),
+        Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+    };
     Ok(Status {
         campaign,
         downstream,
         cancelled,
         parked_retries,
         open_ends: open_ends_in(ctx).await?,
-        other_campaigns: other_campaigns_open_ends(ctx).await?,
+        other_campaigns,
+        other_campaigns_error,
         ..assemble(&tracker, now, active_jobs, retry_queue, failure_dlq, hold)
     })
 }
@@ -331,6 +340,7 @@ pub fn assemble(
         parked_retries: 0,
         open_ends: OpenEnds::default(),
         other_campaigns: Vec::new(),
+        other_campaigns_error: None,
         rates,
         eta,
     }
@@ -459,19 +469,14 @@ mod tests {
         })
         .unwrap();
         let ctx = Ctx::in_memory(config);
-        let marker = |c: Option<&str>, rest: &str| {
-            let campaign = c.map(|n| granary::domain::campaign::Campaign::parse(n).unwrap());
-            let at = ctx.in_campaign(campaign.as_ref());
-            format!("{}{rest}", at.config.layout.open_claim_prefix)
-        };
         let window = "windows/inventories/a.parquet/start=000000000000.json";
         let attempt = "granule_id=HLS.S30.T18TYN.2022002T153012.v2.0/attempt=2.json";
         for key in [
-            marker(None, window),
-            marker(None, attempt),
-            marker(Some("v2"), window),
+            format!("open-claims/{window}"),
+            format!("open-claims/{attempt}"),
+            format!("campaigns/v2/open-claims/{window}"),
             // This campaign's own are status's `open_ends`, not another's.
-            marker(Some("v3"), window),
+            format!("campaigns/v3/open-claims/{window}"),
         ] {
             ctx.store
                 .put(&key, b"{}".to_vec().into(), PutCondition::Overwrite)
@@ -488,17 +493,14 @@ mod tests {
             .await
             .unwrap();
         let others = other_campaigns_open_ends(&ctx).await.unwrap();
-        let counted: Vec<(&str, u64, u64)> = others
+        let counted: Vec<(Option<&str>, u64, u64)> = others
             .iter()
             .map(|o| {
-                (
-                    o.campaign.as_str(),
-                    o.open_ends.windows,
-                    o.open_ends.attempts,
-                )
+                let name = o.campaign.as_deref();
+                (name, o.open_ends.windows, o.open_ends.attempts)
             })
             .collect();
-        assert_eq!(counted, [("(unnamed)", 1, 1), ("v2", 1, 0)]);
+        assert_eq!(counted, [(None, 1, 1), (Some("v2"), 1, 0)]);
         assert_eq!(open_ends_in(&ctx).await.unwrap().windows, 1);
     }
 }

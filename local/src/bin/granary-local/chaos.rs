@@ -103,7 +103,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("duplicate successes     {}", r.duplicate_successes);
         println!("failures without record {}", r.failures_without_record);
         println!(
-            "dead-letter copies      {} (after crashes; {} disagreeing)",
+            "dead-letter copies      {} (after a crash or a refused write; {} disagreeing)",
             r.dead_letter_copies, r.dead_letters_disagreeing
         );
         println!("stale parked retries    {}", r.stale_parked_retries);
