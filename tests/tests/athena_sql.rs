@@ -53,7 +53,7 @@ fn every_athena_file_parses_as_athena_sql() {
 
 /// Granules in the campaign the SQL is checked on: enough for every outcome and platform the
 /// plan below makes, several times over (each costs the emulator a few dozen calls).
-const GRANULES: usize = 120;
+const GRANULES: usize = 80;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duckdb_on_the_sql_gives_the_numbers_report_scan_gives() {

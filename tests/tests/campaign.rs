@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 /// A small campaign with every fault the plan knows (the audit asserts Batch's own retries,
 /// duplicated, delayed and intermediate events, and retryable and dead-letter-bound ends each
-/// showed up): 600 granules on the emulator, whose every call is an HTTP round trip to a Python
+/// showed up): 400 granules on the emulator, whose every call is an HTTP round trip to a Python
 /// server; the in-memory twins run the same plan over 2,000.
 fn spec() -> CampaignSpec {
     let mut spec = CampaignSpec {
-        granules: 600,
+        granules: 400,
         plan: FaultPlan {
             seed: 7,
             spot_rate: 0.12,
@@ -67,7 +67,7 @@ async fn every_granule_is_accounted_for() {
 async fn every_granule_is_accounted_for_with_array_windows() {
     let (clients, iam) = clients().await;
     let mut spec = spec();
-    spec.granules = 500;
+    spec.granules = 300;
     spec.env.push(("GRANARY_ARRAY_WINDOWS".into(), "on".into()));
     let mut c = Campaign::setup(&clients, &iam, &unique_name("arrays"), &spec)
         .await
