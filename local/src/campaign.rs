@@ -528,10 +528,16 @@ pub fn is_stale_parked_retry(
     m: &granary::ports::ReceivedMessage,
     succeeded_at: Option<u32>,
 ) -> bool {
-    use granary::contracts::messages::{attribute, Outcome};
     let retried = serde_json::from_str::<GranuleProcessingEvent>(&m.body).map(|e| e.attempt);
+    parked_by_sqs(m) && matches!((retried, succeeded_at), (Ok(a), Some(s)) if s > a)
+}
+
+/// A message on the failure DLQ that the retry queue's redrive policy moved there, not one
+/// granary sent: it keeps the monitor's attributes, outcome RETRYABLE (granary's own dead
+/// letters are NON_RETRYABLE).
+pub fn parked_by_sqs(m: &granary::ports::ReceivedMessage) -> bool {
+    use granary::contracts::messages::{attribute, Outcome};
     m.attributes.get(attribute::OUTCOME).map(String::as_str) == Some(Outcome::Retryable.as_str())
-        && matches!((retried, succeeded_at), (Ok(a), Some(s)) if s > a)
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ use super::campaign::{peek_all, Campaign, CampaignSpec};
 use super::fault_plan::FaultPlan;
 use super::runner::ChaosOptions;
 use anyhow::{Context, Result};
-use granary::contracts::messages::{attribute, Outcome};
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::layout::logs::{LogKey, LogOutcome};
@@ -269,8 +268,7 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         // A retry message SQS moved here after maxReceiveCount keeps the monitor's attributes
         // (RETRYABLE, the failure's reason): not one of granary's dead letters, so not compared
         // with the requeuer's "attempts exhausted" for the same attempt.
-        let parked_by_sqs = m.attributes.get(attribute::OUTCOME).map(String::as_str)
-            == Some(Outcome::Retryable.as_str());
+        let parked_by_sqs = crate::campaign::parked_by_sqs(m);
         if let Some(e) = &granule {
             dead.insert(e.granule_id.to_string());
         }
