@@ -235,7 +235,7 @@ async fn drain(
         if batches.is_empty() {
             return Ok(out);
         }
-        let invocations: Vec<_> = batches
+        let invocations: Vec<_> = once_per_round(batches)
             .into_iter()
             .map(|batch| {
                 let (ctx, faults) = invocation();
@@ -302,6 +302,43 @@ struct Invoked {
     took: Duration,
 }
 
+/// A round's batches with each message in one batch only, the one of its latest receive.
+///
+/// The round receives all its batches before it invokes any. Each receive starts a message's
+/// visibility timeout (2 s in the runner, 1 s under chaos). moto answers a ReceiveMessage on a
+/// deep queue slowly: ~1 s a call with 3,500 events waiting, after an array window's 10,000
+/// children ended at once. So a message from the round's first receive could be visible again
+/// by its third and be received twice. The 10,000-granule array campaign on the emulator then
+/// handled one end up to four times side by side. Some events passed the queue's
+/// `maxReceiveCount` and were parked on the events DLQ, so the reconciler had to find them.
+/// Lambda's pollers invoke each batch as it comes, so none of this happens on AWS.
+///
+/// Keeps the latest receipt handle. Each receive of a message gives a new handle, and a
+/// DeleteMessage with an older one may leave the message in the queue (Amazon SQS API
+/// Reference, DeleteMessage). moto refuses it outright with ReceiptHandleIsInvalid once the
+/// message is gone, which stopped that run. Distinct messages that carry the same event (the
+/// fault plan's duplicated deliveries) have distinct ids, and all stay.
+fn once_per_round(batches: Vec<Vec<ReceivedMessage>>) -> Vec<Vec<ReceivedMessage>> {
+    let mut seen = HashSet::new();
+    let mut latest_first: Vec<Vec<ReceivedMessage>> = batches
+        .into_iter()
+        .rev()
+        .map(|batch| {
+            batch
+                .into_iter()
+                .rev()
+                .filter(|m| seen.insert(m.message_id.clone()))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect()
+        })
+        .filter(|batch: &Vec<ReceivedMessage>| !batch.is_empty())
+        .collect();
+    latest_first.reverse();
+    latest_first
+}
+
 /// One invocation of the monitor or the requeuer on one batch, and what Lambda then does with
 /// the batch's messages.
 async fn invoke(
@@ -335,7 +372,13 @@ async fn invoke(
         .map(|f| f.item_identifier)
         .collect();
     for m in batch.iter().filter(|m| !failed.contains(&m.message_id)) {
-        queue.delete(&m.receipt_handle).await?;
+        // A refused delete is not the function's error: Lambda's poller does not fail the
+        // invocation over it, and the message, if still there, comes back after its visibility
+        // timeout, as any redelivery does. moto refuses a handle whose message SQS moved to
+        // the dead-letter queue on a later receive (past `maxReceiveCount`).
+        if let Err(e) = queue.delete(&m.receipt_handle).await {
+            tracing::warn!(queue = queue.name(), message_id = %m.message_id, error = %e, "deleting a handled message refused: it may come back");
+        }
     }
     Ok(Invoked {
         records,
@@ -812,7 +855,51 @@ struct Movement {
 
 #[cfg(test)]
 mod tests {
-    use super::feeder_may_run;
+    use super::{feeder_may_run, once_per_round};
+    use granary::ports::ReceivedMessage;
+
+    fn received(id: &str, receipt: &str) -> ReceivedMessage {
+        ReceivedMessage {
+            message_id: id.into(),
+            receipt_handle: receipt.into(),
+            body: String::new(),
+            attributes: Default::default(),
+            receive_count: 1,
+            sent_at_ms: None,
+        }
+    }
+
+    /// Each message is invoked once a round, with its newest receipt; distinct messages (a
+    /// duplicated delivery is one) all stay, in their order; a batch left empty goes.
+    #[test]
+    fn a_message_received_twice_in_a_round_is_invoked_once_with_its_latest_receipt() {
+        let round = vec![
+            vec![received("a", "a1"), received("b", "b1")],
+            vec![received("c", "c1")],
+            vec![received("a", "a2"), received("d", "d1")],
+            vec![received("b", "b2")],
+        ];
+        let kept: Vec<Vec<(String, String)>> = once_per_round(round)
+            .into_iter()
+            .map(|batch| {
+                batch
+                    .into_iter()
+                    .map(|m| (m.message_id, m.receipt_handle))
+                    .collect()
+            })
+            .collect();
+        let pair = |id: &str, receipt: &str| (id.to_owned(), receipt.to_owned());
+        assert_eq!(
+            kept,
+            vec![
+                vec![pair("c", "c1")],
+                vec![pair("a", "a2"), pair("d", "d1")],
+                vec![pair("b", "b2")],
+            ]
+        );
+        let distinct = vec![vec![received("x", "x1"), received("y", "y1")]];
+        assert_eq!(once_per_round(distinct.clone()), distinct);
+    }
 
     #[test]
     fn the_feeder_waits_while_more_than_two_runs_of_ends_are_unhandled() {
