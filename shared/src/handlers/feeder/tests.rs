@@ -13,9 +13,14 @@ async fn ctx(max_active: &str, jobs: Arc<MemoryJobRunner>) -> Ctx {
 }
 
 async fn ctx_with(env: &[(&str, &str)], jobs: Arc<MemoryJobRunner>) -> Ctx {
+    ctx_with_rows(env, jobs, 50).await
+}
+
+/// A context whose inventory lists `rows` granules, `g000` on.
+async fn ctx_with_rows(env: &[(&str, &str)], jobs: Arc<MemoryJobRunner>, rows: usize) -> Ctx {
     let config = Config::for_unit_tests(env);
     let store = Arc::new(MemoryStore::new());
-    let rows: Vec<InventoryRow> = (0..50)
+    let rows: Vec<InventoryRow> = (0..rows)
         .map(|i| InventoryRow {
             granule_id: format!("g{i:03}"),
             start_datetime: String::new(),
@@ -553,6 +558,40 @@ mod array_windows {
             "{s:?}"
         );
         assert_eq!(success_logs(&ctx).await, 5);
+    }
+
+    /// A window larger than a DescribeJobs page (250 children, 125 of their events lost) is
+    /// described a page at a time, and one pass still finds every lost end and closes it: one
+    /// DescribeJobs of the ended parent, then two pages for the 125 children the store does
+    /// not show handled (none for the 125 it does).
+    #[tokio::test]
+    async fn a_window_larger_than_a_describe_page_is_looked_at_page_by_page_in_one_pass() {
+        use crate::adapters::tap::counting::RequestCounts;
+        use std::sync::atomic::Ordering::Relaxed;
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let settings = [
+            ("GRANARY_MAX_ACTIVE_JOBS", "1000"),
+            ("GRANARY_ARRAY_WINDOWS", "true"),
+        ];
+        let ctx = ctx_with_rows(&settings, jobs.clone(), 250).await;
+        assert_eq!(feed_rows(&ctx, 250).await.submitted, 250);
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let lost: Vec<usize> = (0..250).filter(|i| i % 2 == 1).collect();
+        end_children(&ctx, &jobs, &parent, 0..250, &lost).await;
+        assert_eq!(jobs.end_array_parents().len(), 1);
+        let counts = Arc::new(RequestCounts::default());
+        let watched = ctx.watched(counts.clone());
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        let s = crate::handlers::reconciler::reconcile(&watched, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            (s.recovered, s.handled, s.closed, s.errors, s.out_of_time),
+            (125, 125, 1, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(counts.batch_calls.load(Relaxed), 3);
+        assert_eq!(success_logs(&ctx).await, 250);
     }
 
     /// While the window's array is under way, a pass asks Batch about the parent alone and reads

@@ -119,9 +119,8 @@ pub(super) async fn reconcile_window(
             }
         }
     }
-    let to_look = granules_to_look_at(ctx, &claim, &progress, job_ids, budget).await?;
     let listed_in = claim.records_at_end.then_some(claim_key.as_str());
-    let looked = look_at_granules(ctx, to_look, listed_in, budget).await;
+    let looked = look_at_window(ctx, &claim, &progress, job_ids, listed_in, budget).await?;
     let (open, newly_handled) = tally(looked, &mut progress, summary);
     if open == 0 {
         ctx.store.delete(&open_key).await?;
@@ -212,20 +211,25 @@ async fn window_jobs(
     Ok(job_ids)
 }
 
-/// The granules this pass looks at: those earlier passes did not see handled, each with what the
-/// store says of its end and, where that is not handled, Batch's description of its job.
+/// What this pass finds of each granule earlier passes did not see handled.
 ///
 /// The store first: a granule whose end was handled needs no DescribeJobs. Most granules a pass
 /// looks at were handled (their events came), and describing a window's every child was 100
 /// DescribeJobs calls for 10,000 children a pass, which share Batch's API throttle with
 /// SubmitJob (a ten-million-granule campaign's last pass described every child).
-async fn granules_to_look_at(
+///
+/// The rest are described and looked at one DescribeJobs page at a time: a description is used
+/// right after it is taken, and a pass holds at most a page of them. Describing a 10,000-child
+/// window whole held every child's detail at once (on moto, 536 of a 2,500-granule campaign's
+/// 548 MB peak; BENCHMARKS.md, "The array campaign on the emulator").
+async fn look_at_window(
     ctx: &Ctx,
     claim: &WindowClaim,
     progress: &WindowProgress,
     job_ids: Vec<Option<String>>,
+    listed_in: Option<&str>,
     budget: &Budget,
-) -> Result<Vec<ToLook>, HandlerError> {
+) -> Result<Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)>, HandlerError> {
     let already: Vec<bool> = futures::stream::iter(claim.attempts().zip(&job_ids).enumerate())
         .map(|(i, (attempt, job_id))| async move {
             if progress.is_handled(i) || job_id.is_none() || budget.spent() {
@@ -237,28 +241,15 @@ async fn granules_to_look_at(
         .buffered(GRANULE_LOOKS_AT_ONCE)
         .collect()
         .await;
-    // DescribeJobs of the rest, up to 100 jobs a call.
-    let known: Vec<String> = job_ids
-        .iter()
-        .zip(&already)
-        .filter(|(_, handled)| !**handled)
-        .filter_map(|(job_id, _)| job_id.clone())
-        .collect();
-    // A child Batch does not describe yet is answered from its parent.
-    let mut described: HashMap<String, JobDescription> =
-        crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &known)
-            .await?
-            .into_iter()
-            .map(|d| (d.summary.job_id.clone(), d))
-            .collect();
-    Ok(claim
+    // Those shown handled, or with no job, need no description; the rest are described.
+    let (to_describe, settled): (Vec<ToLook>, Vec<ToLook>) = claim
         .attempts()
         .zip(job_ids)
         .zip(already)
         .enumerate()
         .filter(|(i, _)| !progress.is_handled(*i))
         .map(|(place, ((attempt, job_id), handled))| ToLook {
-            description: job_id.as_ref().and_then(|j| described.remove(j)),
+            description: None,
             unreadable_ended: super::unreadable_description_ends_here(
                 claim.records_job(place),
                 claim.records_at_end,
@@ -269,7 +260,35 @@ async fn granules_to_look_at(
             job_id,
             handled,
         })
-        .collect())
+        .partition(|look| !look.handled && look.job_id.is_some());
+    let mut looked = look_at_granules(ctx, settled, listed_in, budget).await;
+    let mut pages = to_describe.into_iter().peekable();
+    while pages.peek().is_some() {
+        let mut page: Vec<ToLook> = pages.by_ref().take(crate::ports::DESCRIBE_BATCH).collect();
+        if !budget.spent() {
+            describe_page(ctx, &mut page).await?;
+        }
+        // With the budget spent every look of the page is left to the next pass, undescribed
+        // (`look_at_granules` looks at no granule then).
+        looked.extend(look_at_granules(ctx, page, listed_in, budget).await);
+    }
+    Ok(looked)
+}
+
+/// DescribeJobs for one page of granules (at most one call's ids); a child Batch does not
+/// describe yet is answered from its parent.
+async fn describe_page(ctx: &Ctx, page: &mut [ToLook]) -> Result<(), HandlerError> {
+    let ids: Vec<String> = page.iter().filter_map(|look| look.job_id.clone()).collect();
+    let mut described: HashMap<String, JobDescription> =
+        crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &ids)
+            .await?
+            .into_iter()
+            .map(|d| (d.summary.job_id.clone(), d))
+            .collect();
+    for look in page {
+        look.description = look.job_id.as_ref().and_then(|j| described.remove(j));
+    }
+    Ok(())
 }
 
 /// What each granule's look found. Granules are looked at a few at a time: a pass over a large
