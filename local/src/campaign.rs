@@ -103,6 +103,11 @@ pub struct Campaign {
     pub keep_dlq_messages: bool,
 }
 
+/// The events queue's depth at an endpoint past which the simulator holds Batch's events
+/// (`RunnerOptions::events_queue_limit`): a few rounds of the monitor's receives (4 batches of
+/// 10 a round), and shallow enough that moto's walk of the queue on every receive stays cheap.
+const ENDPOINT_EVENTS_QUEUE_LIMIT: u64 = 200;
+
 impl Campaign {
     /// A campaign on the emulator (or any endpoint with Batch): provisions a stack named `name`.
     pub async fn setup(
@@ -137,6 +142,10 @@ impl Campaign {
             Arc::new(EventBridgeBus::new(clients.events.clone(), "default")),
             spec.plan.clone(),
         );
+        let mut spec = spec.clone();
+        spec.runner
+            .events_queue_limit
+            .get_or_insert(ENDPOINT_EVENTS_QUEUE_LIMIT);
         let mut campaign = Self::assemble(
             Some(stack),
             ctx,
@@ -144,7 +153,7 @@ impl Campaign {
             events_queue,
             events_dlq,
             simulator,
-            spec,
+            &spec,
         )
         .await?;
         campaign.in_memory_batch = in_memory_batch;

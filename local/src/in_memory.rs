@@ -817,6 +817,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_simulator_holds_events_the_events_queue_has_no_room_for() {
+        use crate::fault_plan::FaultPlan;
+        use crate::simulator::BatchSimulator;
+        let batch = Arc::new(InMemoryBatch::new("q", "d", default_retry_strategy(1)));
+        let events = Arc::new(MemoryQueue::new("events"));
+        let rule = Arc::new(RuleToQueue::new(events.clone(), batch.job_queue_arn()));
+        let plan = FaultPlan {
+            duplicate_rate: 0.0,
+            delay_rate: 0.0,
+            lost_rate: 0.0,
+            ..FaultPlan::default()
+        };
+        let mut sim = BatchSimulator::new(batch.clone(), rule, plan);
+        let tapped = sim.watch(batch.clone());
+        for i in 0..5 {
+            let name = format!("g-{i}");
+            tapped
+                .submit(request(&name, &format!("G{i}"), 1))
+                .await
+                .unwrap();
+        }
+        sim.room = Some(0);
+        assert_eq!(sim.tick().await.unwrap(), 5);
+        assert_eq!(events.bodies().len(), 0, "no room: nothing put");
+        assert!(sim.pending() > 0);
+        sim.room = Some(2);
+        sim.tick().await.unwrap();
+        assert_eq!(events.bodies().len(), 2);
+        sim.room = None;
+        sim.tick().await.unwrap();
+        assert_eq!(
+            (events.bodies().len(), sim.pending()),
+            (5, 0),
+            "every end, once"
+        );
+    }
+
+    #[tokio::test]
     async fn the_simulator_learns_jobs_from_submissions_and_sweeps_up_the_rest() {
         use crate::fault_plan::FaultPlan;
         use crate::simulator::BatchSimulator;

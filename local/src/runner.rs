@@ -45,6 +45,15 @@ pub struct RunnerOptions {
     /// then uses every core). Off by default: the order in which the handlers' calls interleave
     /// would follow the threads, and chaos replays a seed (the two do not mix).
     pub parallel: bool,
+    /// Batch's events are put on the bus only while the events queue holds fewer than this many
+    /// messages (visible and in flight); the simulator holds the rest until the monitor has
+    /// drained some. On moto every ReceiveMessage and GetQueueAttributes walks the whole queue
+    /// (`Queue.attributes` counts every message for each message received), so a queue 10,000
+    /// deep drained at ~1 event a second where a shallow one drains at the monitor's own pace
+    /// (py-spy of moto 5.2.5 in an array campaign: 38% of its time in that walk). An event
+    /// held here is an event late, which EventBridge may deliver anyway; none is lost. `None`:
+    /// delivered as they are made.
+    pub events_queue_limit: Option<u64>,
 }
 
 /// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -88,6 +97,7 @@ impl Default for RunnerOptions {
             stall_limit: Duration::from_secs(300),
             submit_quota: false,
             parallel: false,
+            events_queue_limit: None,
         }
     }
 }
@@ -687,6 +697,11 @@ impl LocalRuntime {
                     activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
                 }
             }
+            if let Some(limit) = self.options.events_queue_limit {
+                let queued = self.events_queue.depth().await?;
+                let room = limit.saturating_sub(queued.visible + queued.in_flight);
+                self.simulator.room = Some(usize::try_from(room).unwrap_or(usize::MAX));
+            }
             let phase = Instant::now();
             activity += self.simulator.tick().await.context("batch simulator")? as u64;
             self.progress.simulator_time += phase.elapsed();
@@ -762,12 +777,27 @@ impl LocalRuntime {
                 return Ok(false);
             }
 
-            let mut idle = activity == 0
-                && !under_way.any()
-                && self.progress.inventories_complete
-                && self.simulator.pending() == 0
-                && events.visible + events.in_flight == 0
-                && retry.visible + retry.in_flight == 0;
+            let quiet = |activity: u64, progress: &Progress, held: usize| {
+                activity == 0
+                    && progress.inventories_complete
+                    && held == 0
+                    && events.visible + events.in_flight == 0
+                    && retry.visible + retry.in_flight == 0
+            };
+            // Quiet but for a feeder run or poller still under way: wait for it before judging.
+            // Each round after a run ended starts the next one, so a run that takes longer than
+            // a round's short wait (a feeder's ListJobs on moto, thousands of jobs deep) kept
+            // every other round busy, and a campaign with nothing left never saw the two quiet
+            // rounds in a row that settle it.
+            if under_way.any() && quiet(activity, &self.progress, self.simulator.pending()) {
+                while under_way.any() {
+                    activity += self
+                        .reap(&mut under_way, UNDER_WAY_WAIT, &mut feeder_errors_in_a_row)
+                        .await?;
+                }
+            }
+            let mut idle =
+                !under_way.any() && quiet(activity, &self.progress, self.simulator.pending());
             // Before calling it settled, make sure Batch holds no job the simulator never saw.
             if idle && self.simulator.sweep().await.context("batch simulator")? > 0 {
                 idle = false;

@@ -259,6 +259,9 @@ pub struct BatchSimulator {
     /// At most this many events are delivered per tick; the rest wait for the next. Real jobs end
     /// spread over time, and the emulator's ReceiveMessage slows with queue length.
     pub max_events_per_tick: usize,
+    /// How many more events the events queue has room for this tick, when the runner keeps it
+    /// shallow (`RunnerOptions::events_queue_limit`); the rest are held, as past the cap above.
+    pub room: Option<usize>,
     /// Every job's fate, for tests that check each granule's route (`keep_plan`, on by
     /// default; a benchmark of a million granules turns it off and counts by logs and DLQ).
     pub planned: Vec<PlannedJob>,
@@ -305,6 +308,7 @@ impl BatchSimulator {
             cancelled: 0,
             held: Vec::new(),
             max_events_per_tick: 100,
+            room: None,
             planned: Vec::new(),
             keep_plan: true,
             stats: SimulatorStats::default(),
@@ -548,7 +552,10 @@ impl BatchSimulator {
     /// An event made (or held) this tick: due now while the tick's cap allows, else kept for a
     /// later tick, one tick nearer (this is the reordering).
     fn place(&mut self, delivery: &mut Delivery, wait: u32, event: BusEvent) {
-        if wait == 0 && delivery.put + delivery.due.len() < self.max_events_per_tick {
+        let cap = self
+            .max_events_per_tick
+            .min(self.room.unwrap_or(usize::MAX));
+        if wait == 0 && delivery.put + delivery.due.len() < cap {
             delivery.due.push(event);
         } else if wait == 0 {
             self.held.push((0, event));

@@ -3,6 +3,9 @@
 //! granule ends once — succeeded or dead-lettered, its record and history agreeing — in both;
 //! array mode submits a window as one call.
 
+use granary::ports::{
+    ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary,
+};
 use granary_local::campaign::{Campaign, CampaignSpec};
 use granary_local::chaos;
 use granary_local::fault_plan::FaultPlan;
@@ -133,4 +136,62 @@ async fn invocations_side_by_side_end_every_granule_once_with_the_same_fates() {
     assert_same_ends(("serial", &serial), ("parallel", &parallel));
     assert!(parallel.report.holds(), "{:?}", parallel.report);
     assert_eq!(parallel.refused, 0, "paced under the quota");
+}
+
+/// Batch whose ListJobs takes `delay` (as moto's does thousands of jobs deep): a feeder run then
+/// outlasts the runner's round.
+struct SlowListing {
+    inner: std::sync::Arc<dyn JobRunner>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl JobRunner for SlowListing {
+    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
+        self.inner.submit(request).await
+    }
+    async fn count_active(&self, stop_at: u64) -> Result<ActiveJobs, JobRunnerError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.count_active(stop_at).await
+    }
+    async fn find_by_name(&self, name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
+        self.inner.find_by_name(name).await
+    }
+    async fn terminate(&self, job_id: &str, reason: &str) -> Result<(), JobRunnerError> {
+        self.inner.terminate(job_id, reason).await
+    }
+    async fn describe(&self, job_id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
+        self.inner.describe(job_id).await
+    }
+    async fn describe_many(&self, ids: &[String]) -> Result<Vec<JobDescription>, JobRunnerError> {
+        self.inner.describe_many(ids).await
+    }
+}
+
+/// With the invocations side by side, a campaign whose feeder runs each take longer than the
+/// runner's round settles once its work is done. Each round after a run ended started the next,
+/// and a round with a run under way was not quiet: a 2,500-granule campaign on moto finished
+/// every granule and was then reported stalled after five minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_whose_feeder_runs_outlast_a_round_settles() {
+    let mut spec = CampaignSpec {
+        granules: 100,
+        env: vec![("GRANARY_ARRAY_WINDOWS".to_owned(), "true".to_owned())],
+        ..CampaignSpec::default()
+    };
+    spec.runner.granule_submit_count = 50;
+    spec.runner.feeder_interval = Duration::from_millis(20);
+    spec.runner.parallel = true;
+    spec.runner.stall_limit = Duration::from_secs(20);
+    spec.runner.deadline = Duration::from_secs(120);
+    let mut campaign = Campaign::in_memory(&spec).await.unwrap();
+    campaign.runtime.ctx.jobs = std::sync::Arc::new(SlowListing {
+        inner: campaign.runtime.ctx.jobs.clone(),
+        delay: Duration::from_millis(300),
+    });
+    let started = Instant::now();
+    campaign.runtime.run_to_quiescence(|_| {}).await.unwrap();
+    let report = chaos::audit(&campaign, started.elapsed()).await.unwrap();
+    assert_eq!(report.unaccounted, 0, "{report:?}");
+    assert_eq!(report.succeeded + report.dead_lettered, 100, "{report:?}");
 }
