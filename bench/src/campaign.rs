@@ -47,6 +47,8 @@ pub(crate) struct CampaignFigures {
     pub(crate) dead_lettered: u64,
     /// Neither succeeded nor dead-lettered: lost work. The bench fails when it is not 0.
     pub(crate) unaccounted: u64,
+    /// Both succeeded and dead-lettered: an end handled twice. The bench fails when it is not 0.
+    pub(crate) ended_twice: u64,
     pub(crate) s3_get_per_granule: f64,
     pub(crate) s3_put_per_granule: f64,
     /// The PUTs a granule costs, by the key's first folder (logs, items, history, claims, …).
@@ -301,6 +303,7 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             succeeded: summary.succeeded,
             dead_lettered: summary.dead_lettered,
             unaccounted: summary.unaccounted,
+            ended_twice: summary.ended_twice,
             s3_get_per_granule: get,
             s3_put_per_granule: put,
             s3_put_per_granule_by_folder: puts_by_folder,
@@ -365,6 +368,11 @@ pub(crate) async fn campaign(sizes: Vec<usize>, o: CampaignOptions) -> Result<()
             summary.unaccounted == 0,
             "campaign of {n}: {} granules neither succeeded nor dead-lettered",
             summary.unaccounted
+        );
+        anyhow::ensure!(
+            summary.ended_twice == 0,
+            "campaign of {n}: {} granules both succeeded and dead-lettered",
+            summary.ended_twice
         );
     }
     if json {

@@ -408,6 +408,11 @@ impl Campaign {
             .zip(&dead)
             .filter(|(&attempt, &d)| attempt == 0 && !d)
             .count() as u64;
+        let ended_twice = success_attempt
+            .iter()
+            .zip(&dead)
+            .filter(|(&attempt, &d)| attempt > 0 && d)
+            .count() as u64;
         let events_dlq = self.events_dlq.depth().await?;
         let n = self.granules.len().max(1) as f64;
         let secs = wall.as_secs_f64().max(1e-9);
@@ -420,6 +425,7 @@ impl Campaign {
             stale_parked_retries,
             still_failing_logs: still_failing.iter().filter(|f| **f).count() as u64,
             unaccounted,
+            ended_twice,
             per_platform,
             attempts_histogram,
             dlq_by_reason,
@@ -502,6 +508,9 @@ pub struct Summary {
     pub still_failing_logs: u64,
     /// Granules neither succeeded nor dead-lettered: lost work. Must be 0.
     pub unaccounted: u64,
+    /// Granules both succeeded and dead-lettered (a dead letter that is not a stale parked
+    /// retry): an end handled twice, two ways. Must be 0.
+    pub ended_twice: u64,
     pub per_platform: BTreeMap<String, PlatformCounts>,
     /// The attempt at which each successful granule succeeded.
     pub attempts_histogram: BTreeMap<u32, u64>,

@@ -50,7 +50,7 @@ pub struct RunnerOptions {
     /// drained some. On moto every ReceiveMessage and GetQueueAttributes walks the whole queue
     /// (`Queue.attributes` counts every message for each message received), so a queue 10,000
     /// deep drained at ~1 event a second where a shallow one drains at the monitor's own pace
-    /// (py-spy of moto 5.2.5 in an array campaign: 38% of its time in that walk). An event
+    /// (py-spy of moto 5.2.5 in a 2,500-granule array campaign: 39% of its samples under ReceiveMessage). An event
     /// held here is an event late, which EventBridge may deliver anyway; none is lost. `None`:
     /// delivered as they are made.
     pub events_queue_limit: Option<u64>,
