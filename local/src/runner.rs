@@ -789,8 +789,13 @@ impl LocalRuntime {
             // a round's short wait (a feeder's ListJobs on moto, thousands of jobs deep) kept
             // every other round busy, and a campaign with nothing left never saw the two quiet
             // rounds in a row that settle it.
+            // Bounded as the rounds are: a run that hangs is still reported by the deadline
+            // or the stall check below.
             if under_way.any() && quiet(activity, &self.progress, self.simulator.pending()) {
-                while under_way.any() {
+                while under_way.any()
+                    && started.elapsed() < self.options.deadline
+                    && last_moved.elapsed() <= self.options.stall_limit
+                {
                     activity += self
                         .reap(&mut under_way, UNDER_WAY_WAIT, &mut feeder_errors_in_a_row)
                         .await?;

@@ -198,39 +198,66 @@ pub async fn describe_with_parents(
     jobs: &dyn JobRunner,
     job_ids: &[String],
 ) -> Result<Vec<JobDescription>, JobRunnerError> {
-    let mut found = jobs.describe_many(job_ids).await?;
-    let seen: std::collections::HashSet<&str> =
-        found.iter().map(|d| d.summary.job_id.as_str()).collect();
-    let missing: Vec<(&str, &str, u32)> = job_ids
-        .iter()
-        .filter(|id| !seen.contains(id.as_str()))
-        .filter_map(|id| {
-            let (parent, _) = id.rsplit_once(':')?;
-            Some((
-                id.as_str(),
-                parent,
-                crate::domain::job_end::child_index(id)?,
-            ))
-        })
-        .collect();
-    if missing.is_empty() {
-        return Ok(found);
-    }
-    let mut parents: Vec<String> = missing.iter().map(|(_, p, _)| (*p).to_owned()).collect();
-    parents.sort();
-    parents.dedup();
-    let parents: BTreeMap<String, JobDescription> = jobs
-        .describe_many(&parents)
-        .await?
-        .into_iter()
-        .map(|d| (d.summary.job_id.clone(), d))
-        .collect();
-    for (child, parent, index) in missing {
-        if let Some(parent) = parents.get(parent) {
-            found.push(JobDescription::child_of(parent, child, index));
+    Parents::default().describe(jobs, job_ids).await
+}
+
+/// The array parents [`describe_with_parents`] has asked Batch about (`None`: Batch does not
+/// describe it), kept so that several calls for one array's children — a pass over a window a
+/// DescribeJobs page at a time — describe each parent once.
+#[derive(Default)]
+pub struct Parents(BTreeMap<String, Option<JobDescription>>);
+
+impl Parents {
+    /// [`describe_with_parents`], asking only about parents not asked about before.
+    pub async fn describe(
+        &mut self,
+        jobs: &dyn JobRunner,
+        job_ids: &[String],
+    ) -> Result<Vec<JobDescription>, JobRunnerError> {
+        let mut found = jobs.describe_many(job_ids).await?;
+        let seen: std::collections::HashSet<&str> =
+            found.iter().map(|d| d.summary.job_id.as_str()).collect();
+        let missing: Vec<(&str, &str, u32)> = job_ids
+            .iter()
+            .filter(|id| !seen.contains(id.as_str()))
+            .filter_map(|id| {
+                let (parent, _) = id.rsplit_once(':')?;
+                Some((
+                    id.as_str(),
+                    parent,
+                    crate::domain::job_end::child_index(id)?,
+                ))
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(found);
         }
+        let mut unasked: Vec<String> = missing
+            .iter()
+            .map(|(_, p, _)| (*p).to_owned())
+            .filter(|p| !self.0.contains_key(p))
+            .collect();
+        unasked.sort();
+        unasked.dedup();
+        if !unasked.is_empty() {
+            let mut described: BTreeMap<String, JobDescription> = jobs
+                .describe_many(&unasked)
+                .await?
+                .into_iter()
+                .map(|d| (d.summary.job_id.clone(), d))
+                .collect();
+            for parent in unasked {
+                let description = described.remove(&parent);
+                self.0.insert(parent, description);
+            }
+        }
+        for (child, parent, index) in missing {
+            if let Some(Some(parent)) = self.0.get(parent) {
+                found.push(JobDescription::child_of(parent, child, index));
+            }
+        }
+        Ok(found)
     }
-    Ok(found)
 }
 
 #[cfg(test)]

@@ -560,10 +560,78 @@ mod array_windows {
         assert_eq!(success_logs(&ctx).await, 5);
     }
 
+    /// Batch, noting how many success logs the store holds each time DescribeJobs is asked
+    /// about several jobs.
+    struct LogsAtEachDescribe {
+        inner: Arc<dyn JobRunner>,
+        store: Arc<dyn crate::ports::ObjectStore>,
+        seen: std::sync::Mutex<Vec<usize>>,
+        /// From this call on (counting from 0), DescribeJobs is refused as throttled.
+        refused_from: usize,
+    }
+
+    #[async_trait::async_trait]
+    impl JobRunner for LogsAtEachDescribe {
+        async fn submit(
+            &self,
+            request: crate::ports::JobRequest,
+        ) -> Result<crate::ports::JobSummary, crate::ports::JobRunnerError> {
+            self.inner.submit(request).await
+        }
+        async fn count_active(
+            &self,
+            stop_at: u64,
+        ) -> Result<crate::ports::ActiveJobs, crate::ports::JobRunnerError> {
+            self.inner.count_active(stop_at).await
+        }
+        async fn find_by_name(
+            &self,
+            name: &str,
+        ) -> Result<Option<crate::ports::JobSummary>, crate::ports::JobRunnerError> {
+            self.inner.find_by_name(name).await
+        }
+        async fn terminate(
+            &self,
+            job_id: &str,
+            reason: &str,
+        ) -> Result<(), crate::ports::JobRunnerError> {
+            self.inner.terminate(job_id, reason).await
+        }
+        async fn describe(
+            &self,
+            job_id: &str,
+        ) -> Result<Option<crate::ports::JobDescription>, crate::ports::JobRunnerError> {
+            self.inner.describe(job_id).await
+        }
+        async fn describe_many(
+            &self,
+            ids: &[String],
+        ) -> Result<Vec<crate::ports::JobDescription>, crate::ports::JobRunnerError> {
+            let logs = self
+                .store
+                .list("logs/outcome=success/")
+                .await
+                .unwrap()
+                .len();
+            let call = {
+                let mut seen = self.seen.lock().unwrap();
+                seen.push(logs);
+                seen.len() - 1
+            };
+            if call >= self.refused_from {
+                return Err(crate::ports::JobRunnerError::refused(
+                    "TooManyRequestsException: Too Many Requests",
+                ));
+            }
+            self.inner.describe_many(ids).await
+        }
+    }
+
     /// A window larger than a DescribeJobs page (250 children, 125 of their events lost) is
-    /// described a page at a time, and one pass still finds every lost end and closes it: one
-    /// DescribeJobs of the ended parent, then two pages for the 125 children the store does
-    /// not show handled (none for the 125 it does).
+    /// described a page at a time, each page looked at before the next is asked for, and one
+    /// pass still finds every lost end and closes it: one DescribeJobs of the ended parent,
+    /// then two pages for the 125 children the store does not show handled (none for the 125
+    /// it does).
     #[tokio::test]
     async fn a_window_larger_than_a_describe_page_is_looked_at_page_by_page_in_one_pass() {
         use crate::adapters::tap::counting::RequestCounts;
@@ -580,7 +648,15 @@ mod array_windows {
         end_children(&ctx, &jobs, &parent, 0..250, &lost).await;
         assert_eq!(jobs.end_array_parents().len(), 1);
         let counts = Arc::new(RequestCounts::default());
-        let watched = ctx.watched(counts.clone());
+        let recorder = Arc::new(LogsAtEachDescribe {
+            inner: ctx.jobs.clone(),
+            store: ctx.store.clone(),
+            seen: Default::default(),
+            refused_from: usize::MAX,
+        });
+        let mut recorded = ctx.clone();
+        recorded.jobs = recorder.clone();
+        let watched = recorded.watched(counts.clone());
         let later = chrono::Utc::now() + chrono::Duration::hours(2);
         let s = crate::handlers::reconciler::reconcile(&watched, later)
             .await
@@ -591,6 +667,44 @@ mod array_windows {
             "{s:?}"
         );
         assert_eq!(counts.batch_calls.load(Relaxed), 3);
+        // The first page's 100 ends were logged before the second page was asked for.
+        assert_eq!(*recorder.seen.lock().unwrap(), vec![125, 225]);
+        assert_eq!(success_logs(&ctx).await, 250);
+    }
+
+    /// A DescribeJobs refused on the second page keeps what the first page's looks did, leaves
+    /// the rest of the window open for the next pass (counted as one error, not closed), and
+    /// the next pass finishes it.
+    #[tokio::test]
+    async fn a_refused_describe_page_leaves_the_rest_of_the_window_to_the_next_pass() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let settings = [
+            ("GRANARY_MAX_ACTIVE_JOBS", "1000"),
+            ("GRANARY_ARRAY_WINDOWS", "true"),
+        ];
+        let ctx = ctx_with_rows(&settings, jobs.clone(), 250).await;
+        feed_rows(&ctx, 250).await;
+        let parent = window_claim(&ctx).await.array_job_id.unwrap();
+        let lost: Vec<usize> = (0..250).filter(|i| i % 2 == 1).collect();
+        end_children(&ctx, &jobs, &parent, 0..250, &lost).await;
+        jobs.end_array_parents();
+        let mut refusing = ctx.clone();
+        refusing.jobs = Arc::new(LogsAtEachDescribe {
+            inner: ctx.jobs.clone(),
+            store: ctx.store.clone(),
+            seen: Default::default(),
+            refused_from: 1,
+        });
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        let s = reconcile_at(&refusing, later).await;
+        assert_eq!(
+            (s.recovered, s.handled, s.closed, s.errors),
+            (100, 125, 0, 1),
+            "{s:?}"
+        );
+        assert_eq!(success_logs(&ctx).await, 225);
+        let s = reconcile_at(&ctx, later).await;
+        assert_eq!((s.recovered, s.closed, s.errors), (25, 1, 0), "{s:?}");
         assert_eq!(success_logs(&ctx).await, 250);
     }
 

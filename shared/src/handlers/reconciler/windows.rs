@@ -49,6 +49,7 @@ const GRANULE_TRIES: u32 = 5;
 const GRANULE_LOOKS_AT_ONCE: usize = 16;
 
 /// Where one granule of a window stands.
+#[derive(Clone, Copy)]
 enum Granule {
     /// Its job has not been submitted yet: the feeder's next run (a takeover) does it.
     NotSubmitted,
@@ -61,6 +62,9 @@ enum Granule {
     Recovered,
     /// Not looked at: the pass's time was spent (the next pass does it).
     NotLooked,
+    /// Not looked at: Batch refused the DescribeJobs of its page or one before (the next pass
+    /// asks again; the refusal is counted once, as the pass's error).
+    Unasked,
 }
 
 /// A granule to look at this pass.
@@ -120,7 +124,12 @@ pub(super) async fn reconcile_window(
         }
     }
     let listed_in = claim.records_at_end.then_some(claim_key.as_str());
-    let looked = look_at_window(ctx, &claim, &progress, job_ids, listed_in, budget).await?;
+    let (looked, refused) =
+        look_at_window(ctx, &claim, &progress, job_ids, listed_in, budget).await?;
+    if let Some(e) = refused {
+        tracing::warn!(inventory, start, error = %e, "Batch refused a DescribeJobs; the window's granules not yet asked about wait for the next pass");
+        summary.errors += 1;
+    }
     let (open, newly_handled) = tally(looked, &mut progress, summary);
     if open == 0 {
         ctx.store.delete(&open_key).await?;
@@ -211,7 +220,11 @@ async fn window_jobs(
     Ok(job_ids)
 }
 
-/// What this pass finds of each granule earlier passes did not see handled.
+/// Each granule's place in the window, its attempt, and what its look found.
+type Looked = Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)>;
+
+/// What this pass finds of each granule earlier passes did not see handled, and the refused
+/// DescribeJobs that left the rest unasked, if one was.
 ///
 /// The store first: a granule whose end was handled needs no DescribeJobs. Most granules a pass
 /// looks at were handled (their events came), and describing a window's every child was 100
@@ -229,7 +242,7 @@ async fn look_at_window(
     job_ids: Vec<Option<String>>,
     listed_in: Option<&str>,
     budget: &Budget,
-) -> Result<Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)>, HandlerError> {
+) -> Result<(Looked, Option<HandlerError>), HandlerError> {
     let already: Vec<bool> = futures::stream::iter(claim.attempts().zip(&job_ids).enumerate())
         .map(|(i, (attempt, job_id))| async move {
             if progress.is_handled(i) || job_id.is_none() || budget.spent() {
@@ -263,28 +276,52 @@ async fn look_at_window(
         .partition(|look| !look.handled && look.job_id.is_some());
     let mut looked = look_at_granules(ctx, settled, listed_in, budget).await;
     let mut pages = to_describe.into_iter().peekable();
+    // Each array parent is described once a pass, not once a page (a window none of whose
+    // children Batch describes would otherwise cost two calls a page).
+    let mut parents = crate::ports::job_runner::Parents::default();
+    let mut refused = None;
     while pages.peek().is_some() {
         let mut page: Vec<ToLook> = pages.by_ref().take(crate::ports::DESCRIBE_BATCH).collect();
-        if !budget.spent() {
-            describe_page(ctx, &mut page).await?;
+        // The page, and those after it, are left open for the next pass: with the budget spent,
+        // or once Batch refused a DescribeJobs (the pages before keep what their looks did).
+        let unasked = if refused.is_some() {
+            Some(Granule::Unasked)
+        } else if budget.spent() {
+            Some(Granule::NotLooked)
+        } else {
+            match describe_page(ctx, &mut page, &mut parents).await {
+                Ok(()) => None,
+                Err(e) => {
+                    refused = Some(e);
+                    Some(Granule::Unasked)
+                }
+            }
+        };
+        match unasked {
+            Some(left) => looked.extend(
+                page.into_iter()
+                    .map(|look| (look.place, look.attempt, Ok(left))),
+            ),
+            None => looked.extend(look_at_granules(ctx, page, listed_in, budget).await),
         }
-        // With the budget spent every look of the page is left to the next pass, undescribed
-        // (`look_at_granules` looks at no granule then).
-        looked.extend(look_at_granules(ctx, page, listed_in, budget).await);
     }
-    Ok(looked)
+    Ok((looked, refused))
 }
 
 /// DescribeJobs for one page of granules (at most one call's ids); a child Batch does not
 /// describe yet is answered from its parent.
-async fn describe_page(ctx: &Ctx, page: &mut [ToLook]) -> Result<(), HandlerError> {
+async fn describe_page(
+    ctx: &Ctx,
+    page: &mut [ToLook],
+    parents: &mut crate::ports::job_runner::Parents,
+) -> Result<(), HandlerError> {
     let ids: Vec<String> = page.iter().filter_map(|look| look.job_id.clone()).collect();
-    let mut described: HashMap<String, JobDescription> =
-        crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &ids)
-            .await?
-            .into_iter()
-            .map(|d| (d.summary.job_id.clone(), d))
-            .collect();
+    let mut described: HashMap<String, JobDescription> = parents
+        .describe(ctx.jobs.as_ref(), &ids)
+        .await?
+        .into_iter()
+        .map(|d| (d.summary.job_id.clone(), d))
+        .collect();
     for look in page {
         look.description = look.job_id.as_ref().and_then(|j| described.remove(j));
     }
@@ -298,7 +335,7 @@ async fn look_at_granules(
     to_look: Vec<ToLook>,
     listed_in: Option<&str>,
     budget: &Budget,
-) -> Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)> {
+) -> Looked {
     futures::stream::iter(to_look)
         .map(|look| async move {
             let step = match look.job_id {
@@ -340,7 +377,7 @@ async fn look_at_granules(
 /// Counts what the looks found into the pass's summary and the window's progress: how many
 /// granules are still open, and how many this pass saw handled for the first time.
 fn tally(
-    looked: Vec<(usize, GranuleProcessingEvent, Result<Granule, HandlerError>)>,
+    looked: Looked,
     progress: &mut WindowProgress,
     summary: &mut ReconcileSummary,
 ) -> (u64, u64) {
@@ -359,6 +396,7 @@ fn tally(
             Ok(Granule::StillRunning) => summary.still_running += 1,
             Ok(Granule::UnknownToBatch) => summary.unknown_to_batch += 1,
             Ok(Granule::NotLooked) => summary.out_of_time += 1,
+            Ok(Granule::Unasked) => {}
             Err(e) => {
                 tracing::warn!(granule_id = %attempt.granule_id, error = %e, "cannot reconcile this granule of the window now");
                 summary.errors += 1;
