@@ -50,9 +50,10 @@ pub struct RunnerOptions {
     /// drained some. On moto every ReceiveMessage and GetQueueAttributes walks the whole queue
     /// (`Queue.attributes` counts every message for each message received), so a queue 10,000
     /// deep drained at ~1 event a second where a shallow one drains at the monitor's own pace
-    /// (py-spy of moto 5.2.5 in a 2,500-granule array campaign: 39% of its samples under ReceiveMessage). An event
-    /// held here is an event late, which EventBridge may deliver anyway; none is lost. `None`:
-    /// delivered as they are made.
+    /// (py-spy of moto 5.2.5 in a 2,500-granule array campaign: 39% of its samples under
+    /// ReceiveMessage). An event held here is late, as EventBridge's are while a target fails
+    /// (it retries for up to 24 hours by default), and none is lost; more ends then reach the
+    /// reconciler first than would on AWS. `None`: delivered as they are made.
     pub events_queue_limit: Option<u64>,
 }
 
