@@ -816,21 +816,37 @@ mod tests {
         assert_eq!(e.detail_type, "Batch Job State Change");
     }
 
-    #[tokio::test]
-    async fn the_simulator_holds_events_the_events_queue_has_no_room_for() {
-        use crate::fault_plan::FaultPlan;
-        use crate::simulator::BatchSimulator;
-        let batch = Arc::new(InMemoryBatch::new("q", "d", default_retry_strategy(1)));
+    /// A simulator over the in-memory Batch (`attempts` a job) whose events are neither
+    /// duplicated, delayed nor lost, its events queue, and the Batch it watches submissions to.
+    fn plain_simulator(
+        attempts: u32,
+    ) -> (
+        Arc<InMemoryBatch>,
+        Arc<MemoryQueue>,
+        crate::simulator::BatchSimulator,
+        Arc<dyn JobRunner>,
+    ) {
+        let batch = Arc::new(InMemoryBatch::new(
+            "q",
+            "d",
+            default_retry_strategy(attempts),
+        ));
         let events = Arc::new(MemoryQueue::new("events"));
         let rule = Arc::new(RuleToQueue::new(events.clone(), batch.job_queue_arn()));
-        let plan = FaultPlan {
+        let plan = crate::fault_plan::FaultPlan {
             duplicate_rate: 0.0,
             delay_rate: 0.0,
             lost_rate: 0.0,
-            ..FaultPlan::default()
+            ..crate::fault_plan::FaultPlan::default()
         };
-        let mut sim = BatchSimulator::new(batch.clone(), rule, plan);
+        let sim = crate::simulator::BatchSimulator::new(batch.clone(), rule, plan);
         let tapped = sim.watch(batch.clone());
+        (batch, events, sim, tapped)
+    }
+
+    #[tokio::test]
+    async fn the_simulator_holds_events_the_events_queue_has_no_room_for() {
+        let (_, events, mut sim, tapped) = plain_simulator(1);
         for i in 0..5 {
             let name = format!("g-{i}");
             tapped
@@ -856,18 +872,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_simulator_learns_jobs_from_submissions_and_sweeps_up_the_rest() {
-        use crate::fault_plan::FaultPlan;
-        use crate::simulator::BatchSimulator;
-        let batch = Arc::new(InMemoryBatch::new("q", "d", default_retry_strategy(2)));
-        let events = Arc::new(MemoryQueue::new("events"));
-        let rule = Arc::new(RuleToQueue::new(events.clone(), batch.job_queue_arn()));
-        let plan = FaultPlan {
-            duplicate_rate: 0.0,
-            delay_rate: 0.0,
-            ..FaultPlan::default()
-        };
-        let mut sim = BatchSimulator::new(batch.clone(), rule, plan);
-        let tapped = sim.watch(batch.clone());
+        let (batch, events, mut sim, tapped) = plain_simulator(2);
         tapped.submit(request("g-a1", "G1", 1)).await.unwrap();
         // Submitted around the tap: only a full listing finds it.
         batch.submit(request("g-b1", "G2", 1)).await.unwrap();

@@ -652,6 +652,8 @@ impl LocalRuntime {
         let mut last_movement: Option<Movement> = None;
         let mut last_moved = Instant::now();
         let mut under_way = UnderWay::default();
+        // The events queue's depth at the end of the last round (`events_queue_limit`).
+        let mut events_queued = 0u64;
         anyhow::ensure!(
             !(self.options.parallel && self.options.chaos.is_some()),
             "parallel invocations and chaos do not mix: a chaos seed replays one order of calls"
@@ -698,9 +700,10 @@ impl LocalRuntime {
                     activity += self.feeder_ended(ended, &mut feeder_errors_in_a_row)?;
                 }
             }
+            // The depth the last round read: each round's one tick puts at most the room it
+            // was given, so a round-old figure keeps the queue within the limit.
             if let Some(limit) = self.options.events_queue_limit {
-                let queued = self.events_queue.depth().await?;
-                let room = limit.saturating_sub(queued.visible + queued.in_flight);
+                let room = limit.saturating_sub(events_queued);
                 self.simulator.room = Some(usize::try_from(room).unwrap_or(usize::MAX));
             }
             let phase = Instant::now();
@@ -763,6 +766,7 @@ impl LocalRuntime {
             }
 
             let events = self.events_queue.depth().await?;
+            events_queued = events.visible + events.in_flight;
             let retry = self.ctx.retry_queue.depth().await?;
             let dlq = self.ctx.failure_dlq.depth().await?;
             self.progress.submitted = self.simulator.stats.jobs;

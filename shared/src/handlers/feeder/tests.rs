@@ -560,70 +560,44 @@ mod array_windows {
         assert_eq!(success_logs(&ctx).await, 5);
     }
 
-    /// Batch, noting how many success logs the store holds each time DescribeJobs is asked
-    /// about several jobs.
+    /// A tap noting, at each DescribeJobs, how many success logs have been written so far,
+    /// and refusing DescribeJobs as throttled from call `refused_from` on (counting from 0).
+    #[derive(Default)]
     struct LogsAtEachDescribe {
-        inner: Arc<dyn JobRunner>,
-        store: Arc<dyn crate::ports::ObjectStore>,
+        logs: std::sync::atomic::AtomicUsize,
         seen: std::sync::Mutex<Vec<usize>>,
-        /// From this call on (counting from 0), DescribeJobs is refused as throttled.
-        refused_from: usize,
+        refused_from: Option<usize>,
     }
 
-    #[async_trait::async_trait]
-    impl JobRunner for LogsAtEachDescribe {
-        async fn submit(
+    impl crate::adapters::tap::Tap for LogsAtEachDescribe {
+        fn enter(
             &self,
-            request: crate::ports::JobRequest,
-        ) -> Result<crate::ports::JobSummary, crate::ports::JobRunnerError> {
-            self.inner.submit(request).await
-        }
-        async fn count_active(
-            &self,
-            stop_at: u64,
-        ) -> Result<crate::ports::ActiveJobs, crate::ports::JobRunnerError> {
-            self.inner.count_active(stop_at).await
-        }
-        async fn find_by_name(
-            &self,
-            name: &str,
-        ) -> Result<Option<crate::ports::JobSummary>, crate::ports::JobRunnerError> {
-            self.inner.find_by_name(name).await
-        }
-        async fn terminate(
-            &self,
-            job_id: &str,
-            reason: &str,
-        ) -> Result<(), crate::ports::JobRunnerError> {
-            self.inner.terminate(job_id, reason).await
-        }
-        async fn describe(
-            &self,
-            job_id: &str,
-        ) -> Result<Option<crate::ports::JobDescription>, crate::ports::JobRunnerError> {
-            self.inner.describe(job_id).await
-        }
-        async fn describe_many(
-            &self,
-            ids: &[String],
-        ) -> Result<Vec<crate::ports::JobDescription>, crate::ports::JobRunnerError> {
-            let logs = self
-                .store
-                .list("logs/outcome=success/")
-                .await
-                .unwrap()
-                .len();
-            let call = {
-                let mut seen = self.seen.lock().unwrap();
-                seen.push(logs);
-                seen.len() - 1
-            };
-            if call >= self.refused_from {
-                return Err(crate::ports::JobRunnerError::refused(
-                    "TooManyRequestsException: Too Many Requests",
-                ));
+            call: &crate::adapters::tap::Call<'_>,
+        ) -> Result<crate::adapters::tap::Fate, crate::adapters::tap::Refusal> {
+            use crate::adapters::tap::{Fate, Op, Refusal};
+            if call.op != Op::JobDescribe {
+                return Ok(Fate::Make);
             }
-            self.inner.describe_many(ids).await
+            let mut seen = self.seen.lock().unwrap();
+            seen.push(self.logs.load(std::sync::atomic::Ordering::Relaxed));
+            match self.refused_from {
+                Some(from) if seen.len() > from => Err(Refusal {
+                    message: "TooManyRequestsException: Too Many Requests",
+                    ambiguous: false,
+                }),
+                _ => Ok(Fate::Make),
+            }
+        }
+        fn leave(
+            &self,
+            call: &crate::adapters::tap::Call<'_>,
+            answer: &crate::adapters::tap::Answer,
+        ) {
+            let success_log = call.op == crate::adapters::tap::Op::StorePut
+                && call.target.starts_with("logs/outcome=success/");
+            if success_log && answer.ok {
+                self.logs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 
@@ -648,15 +622,8 @@ mod array_windows {
         end_children(&ctx, &jobs, &parent, 0..250, &lost).await;
         assert_eq!(jobs.end_array_parents().len(), 1);
         let counts = Arc::new(RequestCounts::default());
-        let recorder = Arc::new(LogsAtEachDescribe {
-            inner: ctx.jobs.clone(),
-            store: ctx.store.clone(),
-            seen: Default::default(),
-            refused_from: usize::MAX,
-        });
-        let mut recorded = ctx.clone();
-        recorded.jobs = recorder.clone();
-        let watched = recorded.watched(counts.clone());
+        let recorder = Arc::new(LogsAtEachDescribe::default());
+        let watched = ctx.watched(counts.clone()).watched(recorder.clone());
         let later = chrono::Utc::now() + chrono::Duration::hours(2);
         let s = crate::handlers::reconciler::reconcile(&watched, later)
             .await
@@ -667,8 +634,9 @@ mod array_windows {
             "{s:?}"
         );
         assert_eq!(counts.batch_calls.load(Relaxed), 3);
-        // The first page's 100 ends were logged before the second page was asked for.
-        assert_eq!(*recorder.seen.lock().unwrap(), vec![125, 225]);
+        // The parent, then the pages: the first page's 100 ends were logged (on top of the
+        // 125 the events logged) before the second page was asked for.
+        assert_eq!(*recorder.seen.lock().unwrap(), vec![0, 0, 100]);
         assert_eq!(success_logs(&ctx).await, 250);
     }
 
@@ -688,13 +656,11 @@ mod array_windows {
         let lost: Vec<usize> = (0..250).filter(|i| i % 2 == 1).collect();
         end_children(&ctx, &jobs, &parent, 0..250, &lost).await;
         jobs.end_array_parents();
-        let mut refusing = ctx.clone();
-        refusing.jobs = Arc::new(LogsAtEachDescribe {
-            inner: ctx.jobs.clone(),
-            store: ctx.store.clone(),
-            seen: Default::default(),
-            refused_from: 1,
-        });
+        // DescribeJobs of the parent and of the first page answered, the second page refused.
+        let refusing = ctx.tapped(Arc::new(LogsAtEachDescribe {
+            refused_from: Some(2),
+            ..LogsAtEachDescribe::default()
+        }));
         let later = chrono::Utc::now() + chrono::Duration::hours(2);
         let s = reconcile_at(&refusing, later).await;
         assert_eq!(
