@@ -11,7 +11,7 @@ KEEP ?=
 BENCH_CAMPAIGN ?= 10000
 BENCH_CAMPAIGN_IN_MEMORY ?= 10000 100000
 
-.PHONY: all build demo test test-localstack unit lint fmt emulator infra-lint package deploy bench clean mutants
+.PHONY: docs all build demo test test-localstack unit lint fmt emulator infra-lint package deploy bench clean mutants
 
 all: build
 
@@ -23,6 +23,10 @@ demo:
 
 build:
 	$(CARGO) build --workspace --locked
+
+# docs/configuration.md, generated from the settings catalogue (shared/src/config/catalogue.rs).
+docs:
+	$(CARGO) run --quiet --locked -p granary-cli -- settings --markdown > docs/configuration.md
 
 # The whole suite (unit + integration + campaign + the template deployed into the emulator),
 # against a fresh moto server on a free port. The template must pass cfn-lint and checkov first.

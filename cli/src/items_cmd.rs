@@ -17,12 +17,9 @@ pub struct Args {
     /// The bucket holding granary's state.
     #[arg(long, env = "GRANARY_BUCKET")]
     bucket: String,
-    #[arg(long, env = "GRANARY_ITEM_PREFIX", default_value = "items/")]
-    item_prefix: String,
-    #[arg(long, env = "GRANARY_HISTORY_PREFIX", default_value = "history/")]
-    history_prefix: String,
-    #[arg(long, env = "GRANARY_INFLIGHT_PREFIX", default_value = "inflight/")]
-    inflight_prefix: String,
+    /// The campaign whose items these are (docs/campaigns.md); unset: the bucket's root.
+    #[arg(long, env = "GRANARY_CAMPAIGN")]
+    campaign: Option<String>,
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
@@ -152,21 +149,35 @@ impl FindArgs {
     }
 }
 
+/// The item prefixes of `campaign` (a named campaign's state lives under its own root).
+fn campaign_prefixes(campaign: Option<&str>) -> Result<ItemPrefixes> {
+    use granary::domain::campaign::{rerooted, Campaign};
+    let campaign = campaign
+        .filter(|c| !c.is_empty())
+        .map(Campaign::parse)
+        .transpose()
+        .context("GRANARY_CAMPAIGN / --campaign")?;
+    let root = ItemPrefixes::default();
+    let moved = |key: &str| rerooted(key, None, campaign.as_ref());
+    Ok(ItemPrefixes {
+        items: moved(&root.items),
+        history: moved(&root.history),
+        inflight: moved(&root.inflight),
+    })
+}
+
 pub async fn run(args: Args) -> Result<ExitCode> {
     let clients = AwsClients::from_env().await;
+    let prefixes = campaign_prefixes(args.campaign.as_deref())?;
     let items = Items::new(
         granary::wiring::s3_store(&clients, &args.bucket),
-        ItemPrefixes {
-            items: args.item_prefix.clone(),
-            history: args.history_prefix.clone(),
-            inflight: args.inflight_prefix.clone(),
-        },
+        prefixes.clone(),
     );
     match &args.command {
         ItemsCommand::Get { id } => {
             let id = parse_id(id)?;
             let Some(found) = items.get(&id).await? else {
-                eprintln!("no item {id} in s3://{}/{}", args.bucket, args.item_prefix);
+                eprintln!("no item {id} in s3://{}/{}", args.bucket, prefixes.items);
                 return Ok(ExitCode::from(1));
             };
             print_records(&[found.value], args.json)?;
@@ -185,7 +196,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             if entries.is_empty() {
                 eprintln!(
                     "no history for {id} under s3://{}/{}",
-                    args.bucket, args.history_prefix
+                    args.bucket, prefixes.history
                 );
                 return Ok(ExitCode::from(1));
             }

@@ -151,6 +151,40 @@ enum Command {
     ///   granary revalidate --state PROCESSED --dry-run
     #[command(verbatim_doc_comment)]
     Revalidate(ops_cmd::RevalidateArgs),
+    /// Every setting granary reads: its default, who changes it and why, what reads it, and
+    /// its template parameter (docs/configuration.md is this, with --markdown).
+    ///
+    /// Examples:
+    ///   granary settings
+    ///   granary settings --markdown > docs/configuration.md
+    #[command(verbatim_doc_comment)]
+    Settings(SettingsArgs),
+}
+
+#[derive(clap::Args)]
+struct SettingsArgs {
+    /// The page docs/configuration.md holds, instead of one line a setting.
+    #[arg(long)]
+    markdown: bool,
+}
+
+/// `granary settings`: the catalogue, one line a setting, with its value in this shell.
+fn settings(args: &SettingsArgs) -> ExitCode {
+    use granary::config::catalogue::SETTINGS;
+    if args.markdown {
+        print!("{}", granary::config::catalogue::markdown());
+        return ExitCode::SUCCESS;
+    }
+    for s in SETTINGS {
+        let value = std::env::var(s.var).ok().filter(|v| !v.is_empty());
+        let shown = match (&value, s.default) {
+            (Some(v), _) => format!("{v} (set)"),
+            (None, "") => "unset".to_owned(),
+            (None, d) => format!("{d} (default)"),
+        };
+        println!("{:<44} {:<8?} {shown}", s.var, s.kind);
+    }
+    ExitCode::SUCCESS
 }
 
 #[tokio::main]
@@ -173,6 +207,7 @@ async fn main() -> ExitCode {
         Command::Resume(args) => ops_cmd::resume(args).await,
         Command::Cancel(args) => cancel_cmd::cancel(args).await,
         Command::Revalidate(args) => ops_cmd::revalidate(args).await,
+        Command::Settings(args) => Ok(settings(&args)),
     };
     match result {
         Ok(code) => code,

@@ -3,7 +3,7 @@
 use super::{ConfigError, Vars};
 use std::time::Duration;
 
-pub const DEFAULT_ARCHIVE_PREFIX: &str = "archive/";
+pub const DEFAULT_ARCHIVE_PREFIX: &str = crate::domain::layout::ARCHIVE_PREFIX;
 pub const DEFAULT_OBJECTS_PER_SHARD: u32 = 100;
 pub const DEFAULT_ARCHIVE_MAX_RETRIES: u32 = 3;
 pub const DEFAULT_ARCHIVE_BACKOFF_SECS: u64 = 60;
@@ -50,7 +50,7 @@ impl ArchiveSettings {
 
     pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
         Ok(Self {
-            prefix: v.prefix("GRANARY_ARCHIVE_PREFIX", DEFAULT_ARCHIVE_PREFIX)?,
+            prefix: DEFAULT_ARCHIVE_PREFIX.to_owned(),
             task_queue_url: v.get("GRANARY_ARCHIVE_TASK_QUEUE_URL"),
             signing_key_parameter: v.get("GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER"),
             objects_per_shard: v

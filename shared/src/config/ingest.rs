@@ -4,7 +4,7 @@
 use super::{ConfigError, Vars};
 use std::time::Duration;
 
-pub const DEFAULT_INGEST_PREFIX: &str = "ingest/";
+pub const DEFAULT_INGEST_PREFIX: &str = crate::domain::layout::INGEST_PREFIX;
 pub const DEFAULT_CAPACITY_BYTES: u64 = 100 * 1024 * 1024 * 1024;
 pub const DEFAULT_LARGE_JOB_BYTES: u64 = 10 * 1024 * 1024 * 1024;
 /// The largest a container deposit's zip, and all it expands to, may be: it is expanded in the
@@ -97,7 +97,7 @@ impl IngestSettings {
         // Zero attempts would mean "never try": at least one is made.
         let at_least_one = |n: u32| n.max(1);
         Ok(Self {
-            prefix: v.prefix("GRANARY_INGEST_PREFIX", DEFAULT_INGEST_PREFIX)?,
+            prefix: DEFAULT_INGEST_PREFIX.to_owned(),
             capacity_bytes: v.number("GRANARY_INGEST_CAPACITY_BYTES", DEFAULT_CAPACITY_BYTES)?,
             large_job_bytes: v.number("GRANARY_INGEST_LARGE_JOB_BYTES", DEFAULT_LARGE_JOB_BYTES)?,
             unestimated_reserve_bytes: v.number(
@@ -179,7 +179,6 @@ mod tests {
         for (var, value) in [
             ("GRANARY_INGEST_ARCHIVE_DESTINATIONS", "vault/x"),
             ("GRANARY_INGEST_CAPACITY_BYTES", "lots"),
-            ("GRANARY_INGEST_PREFIX", "/ingest"),
         ] {
             let e = IngestSettings::from_lookup(|k| (k == var).then(|| value.to_owned()))
                 .unwrap_err()

@@ -1,9 +1,11 @@
 //! Configuration from environment variables (the Lambda environment the template sets, or the
 //! shell for the CLI), in sections: each Lambda and each command reads only the sections it uses
 //! ([`Function::sections`], [`Config::for_sections`]), each setting has one default (a constant in
-//! its section's file), and every variable is listed in docs/configuration.md.
+//! its section's file), and every variable is in the catalogue ([`catalogue`]), from which
+//! docs/configuration.md is generated.
 
 pub mod archive;
+pub mod catalogue;
 pub mod ingest;
 mod sections;
 
@@ -84,6 +86,22 @@ impl Function {
         Function::ArchiveDispatcher,
         Function::ArchiveTask,
     ];
+
+    /// Its binary's name, as the template and the packages call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Function::QueueFeeder => "queue-feeder",
+            Function::JobMonitor => "job-monitor",
+            Function::Requeuer => "requeuer",
+            Function::ImporterDiscover => "importer-discover",
+            Function::ImporterStep => "importer-step",
+            Function::ItemSweeper => "item-sweeper",
+            Function::IngestDispatcher => "ingest-dispatcher",
+            Function::IngestSubmit => "ingest-submit",
+            Function::ArchiveDispatcher => "archive-dispatcher",
+            Function::ArchiveTask => "archive-task",
+        }
+    }
 
     /// The sections the function reads. A section it does not read is never looked up: its
     /// required variables need not be set, and its ports refuse every call (`wiring`).
@@ -177,18 +195,6 @@ impl Vars<'_> {
                 why: e.to_string(),
             }),
         }
-    }
-
-    pub(crate) fn prefix(&self, var: &'static str, default: &str) -> Result<String, ConfigError> {
-        let p = self.or(var, default);
-        if p.starts_with('/') || !p.ends_with('/') {
-            return Err(ConfigError::Invalid {
-                var,
-                value: p,
-                why: "a key prefix must end with '/' and not start with one".into(),
-            });
-        }
-        Ok(p)
     }
 
     pub(crate) fn regex(&self, var: &'static str, default: &str) -> Result<Regex, ConfigError> {

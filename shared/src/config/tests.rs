@@ -48,9 +48,6 @@ fn clear_errors() {
         .to_string()
         .contains("GRANARY_MAX_RETRIES=\"many\""));
     let mut m = base();
-    m.insert("GRANARY_LOG_PREFIX", "logs");
-    assert!(matches!(load(&m), Err(ConfigError::Invalid { .. })));
-    let mut m = base();
     m.insert("GRANARY_ID_PATTERN", "(?P<platform>x)");
     assert!(matches!(load(&m), Err(ConfigError::IdParser(_))));
     let mut m = base();

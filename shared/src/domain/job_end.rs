@@ -46,7 +46,7 @@ pub struct FinishedJob {
     /// child's are its parent's, and its window claim holds its count (`domain::attempt_budget`).
     pub spot_ends_before: Option<u32>,
     /// Where a first attempt submitted in an array window was listed (its window claim's key):
-    /// its item record is made at its end (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off), and says
+    /// its item record is made at its end (every window the feeder claims), and says
     /// so. `None` for any other job.
     pub listed_in: Option<String>,
 }

@@ -88,7 +88,7 @@ pub struct WindowClaim {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spot_ends: Vec<u32>,
     /// An array window of first attempts whose granules' item records are made at their ends by
-    /// the job monitor, not when it is submitted (`GRANARY_ARRAY_RECORDS_AT_SUBMISSION` off):
+    /// the job monitor, not when it is submitted (every window the feeder claims):
     /// until each child ends, this claim and the window's open marker are what say its granule is
     /// in flight. Decided when the window is claimed, so a run that takes it over, and the
     /// monitor, do as its claim says.

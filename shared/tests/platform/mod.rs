@@ -332,7 +332,7 @@ pub fn stack() -> &'static (Stack, Resolved) {
             .with("IngestEzidCredentialsParameter", EZID_CREDENTIALS)
             .with("DownstreamQueueName", "granary-test-archive-intake")
             .with("LastAttemptOnDemand", "true")
-            .with("ArrayRetries", "true");
+            .with("ArrayWindows", "true");
         let template = Template::granary().expect("infra/template.yaml reads");
         let resolved = template.resolve(&stack).expect("the template resolves");
         (stack, resolved)

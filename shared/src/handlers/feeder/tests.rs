@@ -472,33 +472,6 @@ mod array_windows {
         );
     }
 
-    /// `GRANARY_ARRAY_RECORDS_AT_SUBMISSION`: the window's records are made when it is
-    /// submitted, as a single job's are, each naming its child.
-    #[tokio::test]
-    async fn records_are_made_at_submission_when_asked() {
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let settings = [
-            ("GRANARY_MAX_ACTIVE_JOBS", "1000"),
-            ("GRANARY_ARRAY_WINDOWS", "true"),
-            ("GRANARY_ARRAY_RECORDS_AT_SUBMISSION", "true"),
-        ];
-        let ctx = ctx_with(&settings, jobs.clone()).await;
-        assert_eq!(feed_rows(&ctx, 20).await.submitted, 20);
-        let claim = window_claim(&ctx).await;
-        assert!(claim.array && !claim.records_at_end);
-        let parent = claim.array_job_id.unwrap();
-        let g007 = GranuleId::parse("g007").unwrap();
-        let record = ctx.items().get(&g007).await.unwrap().unwrap().value;
-        assert_eq!(
-            record.state,
-            crate::domain::lifecycle::ItemState::Processing
-        );
-        assert_eq!(
-            record.job_id.as_deref(),
-            Some(format!("{parent}:7").as_str())
-        );
-    }
-
     /// A window of `n` granules fed as one array that Batch holds RUNNING: its Batch, context
     /// and array job id.
     async fn array_window_of(n: u64) -> (Arc<MemoryJobRunner>, Ctx, String) {

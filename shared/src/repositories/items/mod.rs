@@ -88,9 +88,9 @@ pub struct ItemPrefixes {
 impl Default for ItemPrefixes {
     fn default() -> Self {
         Self {
-            items: "items/".into(),
-            history: "history/".into(),
-            inflight: "inflight/".into(),
+            items: crate::domain::layout::ITEM_PREFIX.into(),
+            history: crate::domain::layout::HISTORY_PREFIX.into(),
+            inflight: crate::domain::layout::INFLIGHT_PREFIX.into(),
         }
     }
 }

@@ -47,7 +47,6 @@ fn world(settings: IngestSettings) -> World {
         ("GRANARY_RETRY_QUEUE_URL", "retry"),
         ("GRANARY_FAILURE_DLQ_URL", "failure-dlq"),
         ("GRANARY_MAX_RETRIES", "2"),
-        ("GRANARY_INGEST_PREFIX", &settings.prefix),
     ])
     .unwrap();
     assert_eq!(config.max_attempt(), MAX_ATTEMPTS);

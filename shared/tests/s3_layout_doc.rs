@@ -1,7 +1,7 @@
-//! README's "S3 layout" table against the one module that builds keys (`domain::layout`): each
+//! docs/architecture.md's "S3 layout" table against the one module that builds keys (`domain::layout`): each
 //! row's example key must be what the layout builds for that kind of object under the default
 //! prefixes, and every kind the layout builds must have its row. A key shape changed in code and
-//! not in README (or the reverse) fails here.
+//! not in that table (or the reverse) fails here.
 
 use chrono::{TimeZone, Utc};
 use granary::config::{Config, Section};
@@ -22,7 +22,7 @@ use granary::domain::lifecycle::ItemState;
 use granary::domain::poison::RejectKind;
 use std::collections::BTreeMap;
 
-/// Every kind of object and the key the layout builds for the README's example of it.
+/// Every kind of object and the key the layout builds for the example of it.
 fn built() -> BTreeMap<&'static str, String> {
     let config = Config::for_sections(&[Section::Layout, Section::Importer], |k| {
         (k == "GRANARY_BUCKET").then(|| "b".to_owned())
@@ -159,13 +159,13 @@ fn built() -> BTreeMap<&'static str, String> {
     ])
 }
 
-/// The table under README's "S3 layout" heading: kind → example key.
+/// The table under docs/architecture.md's "S3 layout" heading: kind → example key.
 fn readme_table() -> BTreeMap<String, String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/architecture.md");
     let text = std::fs::read_to_string(path).unwrap();
     let start = text
         .find("### S3 layout")
-        .expect("README has an S3 layout section");
+        .expect("docs/architecture.md has an S3 layout section");
     text[start..]
         .lines()
         .skip_while(|l| !l.starts_with('|'))
@@ -180,25 +180,25 @@ fn readme_table() -> BTreeMap<String, String> {
 }
 
 #[test]
-fn readmes_s3_layout_is_what_the_layout_module_builds() {
+fn the_documented_s3_layout_is_what_the_layout_module_builds() {
     let built = built();
     let table = readme_table();
     for (kind, key) in &built {
         assert_eq!(
             table.get(*kind),
             Some(key),
-            "README's S3 layout row for {kind:?} (the layout builds {key})"
+            "the S3 layout row for {kind:?} (the layout builds {key})"
         );
     }
     for kind in table.keys() {
         assert!(
             built.contains_key(kind.as_str()),
-            "README's S3 layout names {kind:?}, which the layout does not build"
+            "the S3 layout names {kind:?}, which the layout does not build"
         );
     }
 }
 
-/// Prints the rows for README (`cargo test --test readme_layout -- --ignored --nocapture`).
+/// Prints the rows for the table (`cargo test --test s3_layout_doc -- --ignored --nocapture`).
 #[test]
 #[ignore]
 fn print_rows() {
