@@ -129,7 +129,10 @@ pub const SETTINGS: &[Setting] = &[
     },
     choice("GRANARY_INVENTORY_ID_COLUMN", "granule_id", &[Feeder], "InventoryIdColumn", "Inventories whose id column has another name."),
     choice("GRANARY_MAX_ACTIVE_JOBS", "10000", &[Feeder], "MaxActiveJobs", "Cap the unfinished jobs on the queue (cost, downstream load)."),
-    choice("GRANARY_ARRAY_WINDOWS", "off", &[Feeder, Jobs], "ArrayWindows", "On: a window is one array job and retries gather into windows; needs the child contract (docs/array-windows.md)."),
+    Setting {
+        stack: Some("true"),
+        ..choice("GRANARY_ARRAY_WINDOWS", "off", &[Feeder, Jobs], "ArrayWindows", "Off for a container that cannot follow the array child contract (docs/array-windows.md): one job a granule.")
+    },
     choice("GRANARY_DOWNSTREAM_MAX_MESSAGES", "1000", &[Feeder], "DownstreamMaxMessages", "The backlog the downstream queue may hold before the feeder waits."),
     choice("GRANARY_MAX_RETRIES", "3", &[Retry], "MaxRetries", "More retries for flaky work, fewer to dead-letter sooner."),
     choice("GRANARY_MAX_SPOT_RETRIES", "shared", &[Retry], "MaxSpotRetries", "Give Spot reclaims a budget of their own on a bad night of reclaims."),

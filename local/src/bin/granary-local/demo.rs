@@ -44,6 +44,11 @@ pub struct Args {
     /// emulator; the depositor's server and the processing jobs in memory).
     #[arg(long)]
     ingest: bool,
+    /// One job a granule, as for a container that cannot follow the array child contract.
+    /// Without it the demo runs as a stack deploys by default: each window one array job
+    /// (docs/array-windows.md), retries gathered into windows too.
+    #[arg(long)]
+    single_jobs: bool,
     /// Objects in the --ingest batch.
     #[arg(long, default_value_t = 60)]
     objects: usize,
@@ -177,11 +182,20 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         ..CampaignSpec::default()
     };
     spec.runner.granule_submit_count = args.submit_count;
+    let array_windows = if args.single_jobs { "off" } else { "on" };
+    spec.env
+        .push(("GRANARY_ARRAY_WINDOWS".to_owned(), array_windows.to_owned()));
     spec.runner.feeder_interval = std::time::Duration::from_millis(args.tick_ms);
     if !args.json {
         eprintln!(
-            "emulator {endpoint}; stack {name}; {} granules; fault plan seed {}",
-            spec.granules, spec.plan.seed
+            "emulator {endpoint}; stack {name}; {} granules; {}; fault plan seed {}",
+            spec.granules,
+            if args.single_jobs {
+                "one job a granule"
+            } else {
+                "array windows"
+            },
+            spec.plan.seed
         );
     }
     let mut campaign = Campaign::setup(&clients, &iam, &name, &spec)

@@ -233,16 +233,19 @@ pub(super) async fn feed_window(
             .observe(Metric::FeederWindowSize, &[], submitted_here as f64);
     }
     // The item records follow the claim (an earlier run may have died before them).
-    // A window claimed now had its granules looked for just above (none had a record): their
-    // records are made without reading them again. (Were the claim another run's, found in
-    // place, a record made since is only a refused PUT and the one-by-one path.)
+    // A window claimed now had its granules looked for just above (none had a record). An
+    // array window's records are then made without reading them again. A single job can end
+    // while its window is still being submitted, and the job monitor then makes its record
+    // (`item_sync`): those are read first, since a blind write into one costs a refused PUT
+    // and the one-by-one path (about two PUTs more a granule where jobs are short; a GET costs
+    // a twelfth of a PUT).
     let recorded = record_window(
         ctx,
         inventory_key,
         &claim,
         &submissions,
         &first_row,
-        looked_for_records,
+        looked_for_records && claim.array,
     )
     .await;
     if let Some(failed) = recorded {
