@@ -6,12 +6,14 @@
 
 pub mod archive;
 pub mod catalogue;
+mod importer;
 pub mod ingest;
 mod sections;
 
+pub use importer::ImporterConfig;
 pub use sections::{
-    Feeder, ImporterConfig, Jobs, Layout, Leases, Queues, DEFAULT_CLAIM_LEASE_SECS,
-    DEFAULT_MAX_RETRIES, DEFAULT_ROUTE_LEASE_SECS,
+    Feeder, Jobs, Layout, Leases, Queues, DEFAULT_CLAIM_LEASE_SECS, DEFAULT_MAX_RETRIES,
+    DEFAULT_ROUTE_LEASE_SECS,
 };
 
 use crate::domain::granule::IdParserError;
