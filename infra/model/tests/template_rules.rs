@@ -567,8 +567,8 @@ fn the_feeder_runs_alone_on_its_schedule_and_the_logs_are_inventoried_daily() {
 
 /// One SubmitJob budget for the account: Batch takes 50 calls a second per account and Region
 /// and AWS does not raise it (AWS Batch user guide, "AWS Batch service quotas"). Every function
-/// that submits is paced to its share (`GRANARY_SUBMIT_JOB_RATE`), and at the template's
-/// defaults the shares — the feeder's, each concurrent requeuer's, the ingest dispatcher's, the
+/// that submits is paced to its share (`GRANARY_SUBMIT_JOB_RATE`, fixed by the template), and
+/// the shares — the feeder's, each concurrent requeuer's, the ingest dispatcher's, the
 /// sweeper's (its reconciler finishes windows of a campaign the stack no longer feeds) —
 /// add up to at most 40, leaving a fifth of the account's rate to everyone else.
 #[test]
@@ -591,15 +591,12 @@ fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
         "the submitters take {total} calls a second of 50"
     );
     assert!(total >= 20.0, "{total}: a campaign should not crawl either");
-    for p in [
-        "FeederSubmitJobRate",
-        "RequeuerSubmitJobRate",
-        "IngestSubmitJobRate",
-        "SweeperSubmitJobRate",
+    for f in [
+        "QueueFeederFunction",
+        "RequeuerFunction",
+        "IngestDispatcherFunction",
+        "ItemSweeperFunction",
     ] {
-        assert!(
-            number(&t.doc["Parameters"][p]["MaxValue"]) <= 50,
-            "{p} may exceed what Batch takes"
-        );
+        assert!(rate(f) <= 50.0, "{f} may exceed what Batch takes");
     }
 }
