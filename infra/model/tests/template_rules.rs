@@ -600,3 +600,53 @@ fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
         assert!(rate(f) <= 50.0, "{f} may exceed what Batch takes");
     }
 }
+
+/// Every schedule's rate expression is one EventBridge accepts: the unit singular for a value of
+/// 1 and plural otherwise ("Rate expressions reference", Amazon EventBridge User Guide:
+/// `rate(1 minutes)` is refused). A rate built from a parameter is checked at its default and
+/// at its least allowed value.
+#[test]
+fn every_schedule_is_a_rate_eventbridge_accepts() {
+    let t = Template::granary().unwrap();
+    let mut expressions = Vec::new();
+    for (id, f) in t.resources_of_type("AWS::Serverless::Function") {
+        let Some(events) = f["Properties"]["Events"].as_object() else {
+            continue;
+        };
+        for (name, event) in events {
+            if event["Type"] != "Schedule" {
+                continue;
+            }
+            let schedule = &event["Properties"]["Schedule"];
+            let text = schedule
+                .as_str()
+                .or_else(|| schedule["Fn::Sub"].as_str())
+                .unwrap_or_else(|| panic!("{id}.{name}: a schedule expression or Fn::Sub"));
+            let mut values = vec![text.to_owned()];
+            // A `${Parameter}` in the expression: its default and its least allowed value.
+            if let Some((_, rest)) = text.split_once("${") {
+                let name = rest.split('}').next().unwrap_or_default();
+                let p = &t.doc["Parameters"][name];
+                values = [&p["Default"], &p["MinValue"]]
+                    .iter()
+                    .filter(|v| !v.is_null())
+                    .map(|v| {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        text.replace(&format!("${{{name}}}"), &v)
+                    })
+                    .collect();
+            }
+            expressions.extend(values.into_iter().map(|e| (format!("{id}.{name}"), e)));
+        }
+    }
+    assert!(expressions.len() >= 5, "{expressions:?}");
+    let units = ["minute", "minutes", "hour", "hours", "day", "days"];
+    for (at, e) in expressions {
+        let inner = e.strip_prefix("rate(").and_then(|r| r.strip_suffix(')'));
+        let (value, unit) = inner
+            .and_then(|r| r.split_once(' '))
+            .filter(|(v, u)| v.parse::<u32>().is_ok_and(|v| v > 0) && units.contains(u))
+            .unwrap_or_else(|| panic!("{at}: {e} is not rate(value unit)"));
+        assert_eq!(value == "1", !unit.ends_with('s'), "{at}: {e}");
+    }
+}
