@@ -1,0 +1,154 @@
+//! The download step: a job's files fetched into granary's store, a container deposit expanded.
+
+use super::*;
+use crate::domain::ingest::decisions;
+use crate::domain::ingest::job::JobState;
+use crate::domain::ingest::manifest::Payload;
+use crate::domain::ingest::record::{JobRecord, StoredFile};
+use crate::handlers::ingest::{Ctx, TickSummary};
+use crate::handlers::transfer::{copy_into_store, Expected};
+use crate::handlers::HandlerError;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+
+/// One file into the job's object folder.
+async fn fetch_file(
+    ictx: &Ctx,
+    job: &JobRecord,
+    file: &crate::domain::ingest::manifest::ManifestFile,
+) -> Result<StoredFile, String> {
+    let key = ictx.ingest().keys.object(&job.id, &file.name);
+    fetch_to(ictx, job, file, &key).await
+}
+
+/// One file into `key`, with bounded attempts for failures that may pass.
+async fn fetch_to(
+    ictx: &Ctx,
+    job: &JobRecord,
+    file: &crate::domain::ingest::manifest::ManifestFile,
+    key: &str,
+) -> Result<StoredFile, String> {
+    let key = key.to_owned();
+    let digest = file.digest.as_ref().map(decisions::expected_digest);
+    let expected = Expected {
+        size: file.size,
+        digest: digest.as_deref(),
+    };
+    let mut last = String::new();
+    for attempt in 1..=ictx.config.ingest.download_attempts {
+        match copy_into_store(
+            ictx.store.as_ref(),
+            &key,
+            ictx.remote.fetch(&file.url),
+            &expected,
+            ictx.config.ingest.timeout,
+        )
+        .await
+        {
+            Ok(found) => {
+                return Ok(StoredFile {
+                    name: file.name.clone(),
+                    key,
+                    size: found.size,
+                    sha256: found.sha256,
+                })
+            }
+            Err(why) if decisions::download_failure_is_final(&why) => {
+                return Err(format!("{}: {why}", file.url))
+            }
+            Err(why) => {
+                tracing::warn!(job = %job.id, url = file.url, attempt, error = %why, "download failed");
+                last = why;
+            }
+        }
+    }
+    Err(format!(
+        "{}: {} attempts failed; the last: {last}",
+        file.url, ictx.config.ingest.download_attempts
+    ))
+}
+
+/// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
+pub async fn download(
+    ictx: &Ctx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let stored = match &job.object.payload {
+        Payload::Files { files } => download_files(ictx, &job, files).await,
+        Payload::Container { zip } => download_container(ictx, &job, zip).await?,
+        _ => Err("no files to download".to_owned()),
+    };
+    let mv = decisions::on_downloaded(match &stored {
+        Ok(files) => Ok(files.as_slice()),
+        Err(why) => Err(why.as_str()),
+    });
+    // The true size, and the priority it gives (the estimate may have been wrong, or 0 when no
+    // server announced a size): the job's processing marker sorts by it.
+    let moved = advance(ictx, &job, &mv, now, |r| {
+        if let Ok(files) = &stored {
+            let size: u64 = files.iter().map(|f| f.size).sum();
+            r.priority = rechecked_priority(ictx, &job, size);
+            r.stored = files.clone();
+            r.space_needed = size;
+        }
+    })
+    .await?;
+    match (moved, mv.to) {
+        (false, _) => {}
+        (true, JobState::Failed) => s.failed += 1,
+        (true, _) => s.downloaded += 1,
+    }
+    Ok(())
+}
+
+/// The job's files, downloaded in parallel (in manifest order for the record); the first
+/// failure, in that order, is the job's reason.
+async fn download_files(
+    ictx: &Ctx,
+    job: &JobRecord,
+    files: &[crate::domain::ingest::manifest::ManifestFile],
+) -> Result<Vec<StoredFile>, String> {
+    futures::stream::iter(files)
+        .map(|f| fetch_file(ictx, job, f))
+        .buffered(PARALLEL_DOWNLOADS)
+        .collect::<Vec<_>>()
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// The priority for the size the download found, from the priority the submission asked for. A
+/// job recorded before that was kept keeps the priority it has (its estimate may already have
+/// stepped it back: it must not step back twice).
+fn rechecked_priority(ictx: &Ctx, job: &JobRecord, size: u64) -> u8 {
+    match job.submitted_priority {
+        Some(submitted) => {
+            decisions::priority_for(submitted, size, ictx.config.ingest.large_job_bytes)
+        }
+        None => job.priority,
+    }
+}
+
+/// A container deposit's files: the zip fetched (bounded attempts, its digest checked) into the
+/// job's folder and expanded ([`crate::handlers::ingest::container`]); the zip then goes (the record names the
+/// files, not the zip). A crash after its delete and before the record's write leaves the job
+/// DOWNLOADING: the next tick fetches and expands again.
+async fn download_container(
+    ictx: &Ctx,
+    job: &JobRecord,
+    zip: &crate::domain::ingest::manifest::ManifestFile,
+) -> Result<Result<Vec<StoredFile>, String>, HandlerError> {
+    let key = ictx.ingest().keys.container(&job.id, &zip.name);
+    let expanded = match fetch_to(ictx, job, zip, &key).await {
+        Ok(fetched) => {
+            crate::handlers::ingest::container::expand(ictx, &job.id, &key, fetched.size).await
+        }
+        Err(why) => Err(why),
+    };
+    if expanded.is_ok() {
+        ictx.store.delete(&key).await?;
+    }
+    Ok(expanded)
+}

@@ -1,0 +1,113 @@
+//! The last steps: a job's objects recorded in the catalog, its depositor notified.
+
+use super::process::stored_object;
+use super::*;
+use crate::contracts::ingest::JobAnnouncement;
+use crate::domain::ingest::decisions;
+use crate::domain::ingest::job::JobState;
+use crate::domain::ingest::record::JobRecord;
+use crate::handlers::ingest::{Ctx, TickSummary};
+use crate::handlers::HandlerError;
+use chrono::{DateTime, Utc};
+
+/// Recording → notify: seed 004's inventory step. The storage manifest is read back and every
+/// file it lists checked in the store; the object's catalog record — one per stored object,
+/// queryable in Athena as `granary_ingest_catalog` — is written from it. A file that is not as
+/// the manifest says fails the job (resume records again).
+pub async fn record(
+    ictx: &Ctx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let found = stored_object(ictx, &job).await?;
+    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
+    let mv = decisions::on_recording(found.as_ref().err().map(String::as_str), &key);
+    let (identifier, files) = match found {
+        Ok(found) => found,
+        Err(_) => {
+            if advance(ictx, &job, &mv, now, |_| {}).await? {
+                s.failed += 1;
+            }
+            return Ok(());
+        }
+    };
+    let bytes: u64 = files.iter().map(|f| f.size).sum();
+    let entry = serde_json::json!({
+        "job": job.id, "batch": job.batch, "collection": job.collection,
+        "identifier": identifier, "local_id": job.object.local_id,
+        "primary_id": job.object.primary_id,
+        "submission_mode": job.deposit.submission_mode,
+        "erc_who": job.deposit.erc_who, "erc_what": job.deposit.erc_what,
+        "erc_when": job.deposit.erc_when,
+        "storage_manifest": job.storage_manifest,
+        "file_count": files.len(), "bytes": bytes,
+        "files": if files.is_empty() { serde_json::json!(job.stored) } else { serde_json::json!(files) },
+        "processing_job": job.processing_job, "recorded_at": now,
+    });
+    let body = crate::contracts::encode("a catalog record", &entry)?;
+    ictx.store
+        .put(&key, body, crate::ports::PutCondition::Overwrite)
+        .await?;
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        s.recorded += 1;
+    }
+    Ok(())
+}
+
+/// Notify → completed: the job's event on the notification bus, then the depositor's callback
+/// (bounded attempts); a callback that keeps failing fails the job (resume retries the notify).
+pub async fn notify(
+    ictx: &Ctx,
+    job: JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
+    let announcement = JobAnnouncement {
+        batch: &job.batch,
+        job: &job.id,
+        collection: &job.collection,
+        local_id: job.object.local_id.as_deref(),
+        primary_id: job.object.primary_id.as_deref(),
+        state: JobState::Completed.as_str(),
+        files: job.stored.len(),
+        catalog_key: &key,
+    };
+    ictx.bus.put_events(vec![announcement.event()]).await?;
+    let callback = match ictx.ingest().batch(&job.batch).await? {
+        Some(b) => b.value.submission.callback,
+        None => None,
+    };
+    let mut failure = None;
+    if let Some(url) = callback {
+        failure = Some(String::new());
+        for attempt in 1..=ictx.config.ingest.callback_attempts {
+            match ictx
+                .remote
+                .call_back(&url, &serde_json::json!(announcement))
+                .await
+            {
+                Ok(()) => {
+                    failure = None;
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(job = %job.id, attempt, error = %e, "callback failed");
+                    failure = Some(format!(
+                        "callback {url} failed {attempt} times; the last: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    let mv = decisions::on_notified(failure);
+    if advance(ictx, &job, &mv, now, |_| {}).await? {
+        if mv.to == JobState::Failed {
+            s.failed += 1;
+        } else {
+            s.notified += 1;
+        }
+    }
+    Ok(())
+}
