@@ -3,6 +3,9 @@ use crate::ports::{ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerE
 use async_trait::async_trait;
 use std::sync::Mutex;
 
+mod flaky;
+pub use flaky::FlakyJobRunner;
+
 /// How a job ends, for [`MemoryJobRunner::end`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
@@ -460,115 +463,5 @@ impl JobRunner for MemoryJobRunner {
 fn is_array_parent(request: &JobRequest, summary: &JobSummary) -> bool {
     request.array_size.is_some() && !summary.job_id.contains(':')
 }
-
-/// A Batch that fails SubmitJob the two ways that matter for exactly-once: it refuses the first
-/// `refusals` calls (throttled: nothing created), and with `lose_answers` it creates every job
-/// and then loses the answer (a read timeout: created, but the caller cannot know).
-pub struct FlakyJobRunner {
-    pub inner: MemoryJobRunner,
-    pub refusals: std::sync::atomic::AtomicU32,
-    pub lose_answers: bool,
-}
-
-impl FlakyJobRunner {
-    /// Refuses the first `n` submissions, then creates jobs as asked.
-    pub fn refusing(n: u32) -> Self {
-        Self {
-            inner: MemoryJobRunner::default(),
-            refusals: n.into(),
-            lose_answers: false,
-        }
-    }
-
-    /// Creates every job and loses every answer.
-    pub fn losing_answers() -> Self {
-        Self {
-            lose_answers: true,
-            ..Self::refusing(0)
-        }
-    }
-}
-
-#[async_trait]
-impl JobRunner for FlakyJobRunner {
-    async fn submit(&self, request: JobRequest) -> Result<JobSummary, JobRunnerError> {
-        use std::sync::atomic::Ordering;
-        if self.lose_answers {
-            self.inner.submit(request).await?;
-            return Err(JobRunnerError::ambiguous("read timeout"));
-        }
-        if self
-            .refusals
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err(JobRunnerError::refused("TooManyRequestsException"));
-        }
-        self.inner.submit(request).await
-    }
-    async fn count_active(&self, n: u64) -> Result<ActiveJobs, JobRunnerError> {
-        self.inner.count_active(n).await
-    }
-    async fn terminate(&self, id: &str, reason: &str) -> Result<(), JobRunnerError> {
-        self.inner.terminate(id, reason).await
-    }
-    async fn find_by_name(&self, name: &str) -> Result<Option<JobSummary>, JobRunnerError> {
-        self.inner.find_by_name(name).await
-    }
-    async fn describe(&self, id: &str) -> Result<Option<JobDescription>, JobRunnerError> {
-        self.inner.describe(id).await
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-
-    fn request(name: &str) -> JobRequest {
-        JobRequest {
-            job_name: name.into(),
-            environment: BTreeMap::new(),
-            parameters: BTreeMap::new(),
-            array_size: None,
-            queue: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn counting_says_how_long_the_oldest_runnable_job_has_waited() {
-        let jobs = MemoryJobRunner::new(JobStatus::Runnable);
-        let before = chrono::Utc::now().timestamp_millis();
-        jobs.submit(request("a")).await.unwrap();
-        jobs.submit(request("b")).await.unwrap();
-        let active = jobs.count_active(10).await.unwrap();
-        assert_eq!(active.by_status.get("RUNNABLE"), Some(&2));
-        let oldest = active.oldest_runnable_created_ms.unwrap();
-        assert!(oldest >= before && oldest <= chrono::Utc::now().timestamp_millis());
-        let running = MemoryJobRunner::new(JobStatus::Running);
-        running.submit(request("c")).await.unwrap();
-        assert_eq!(
-            running
-                .count_active(10)
-                .await
-                .unwrap()
-                .oldest_runnable_created_ms,
-            None,
-            "nothing waits in RUNNABLE"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_lagging_listing_hides_new_jobs_from_list_jobs_until_time_passes() {
-        let batch = MemoryJobRunner::new(JobStatus::Running).listing_lags();
-        let job = batch.submit(request("g-a1")).await.unwrap();
-        // ListJobs (by name, and counting active jobs) does not show it yet; DescribeJobs does.
-        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), None);
-        assert_eq!(batch.count_active(10).await.unwrap().total, 0);
-        assert!(batch.describe(&job.job_id).await.unwrap().is_some());
-        assert!(batch.catch_up_listing());
-        assert_eq!(batch.find_by_name("g-a1").await.unwrap(), Some(job));
-        assert_eq!(batch.count_active(10).await.unwrap().total, 1);
-        assert!(!batch.catch_up_listing());
-    }
-}
+mod tests;
