@@ -191,32 +191,89 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             })
         }
     }
-    let status_reason = job.attempt_status_reason().unwrap_or("");
-    let job_reason = job.status_reason.as_deref().unwrap_or("");
-    let container_reason = job.container_reason().unwrap_or("");
+    let (outcome, failure, reason) = failure_of(job);
 
-    let (outcome, failure, reason) = if let Some(cancel) = super::cancel::cancel_of(job_reason) {
-        // First: the job's reason is the one granary's TerminateJob gave, whatever its last
-        // attempt shows (a terminated container exits 137).
-        (
-            JobOutcome::NonRetryable,
-            FailureKind::GranaryCancel {
-                cancel: cancel.to_owned(),
-            },
-            format!("cancelled: {job_reason}"),
-        )
-    } else if is_spot_interruption(status_reason) || is_spot_interruption(job_reason) {
+    Ok(Classification {
+        outcome,
+        failure: Some(failure),
+        batch_rules: explain_batch_rules(job),
+        reason,
+    })
+}
+
+/// What a failure is, its route and its reason, in the order `classify` says matters.
+type Verdict = (JobOutcome, FailureKind, String);
+
+/// The reasons a failed job's description gives: its last attempt's, its own, its container's.
+struct Reasons<'a> {
+    status: &'a str,
+    job: &'a str,
+    container: &'a str,
+}
+
+fn failure_of(job: &JobDetail) -> Verdict {
+    let r = Reasons {
+        status: job.attempt_status_reason().unwrap_or(""),
+        job: job.status_reason.as_deref().unwrap_or(""),
+        container: job.container_reason().unwrap_or(""),
+    };
+    granary_cancel(&r)
+        .or_else(|| cloud_failure(&r))
+        .or_else(|| watchdog_cancel(&r))
+        .or_else(|| user_cancel(&r))
+        .or_else(|| {
+            job.exit_code().filter(|c| *c != 0).map(|code| {
+                (
+                    JobOutcome::NonRetryable,
+                    FailureKind::ApplicationExit { exit_code: code },
+                    format!("application exited with code {code}"),
+                )
+            })
+        })
+        .unwrap_or_else(|| {
+            let detail = if r.job.is_empty() {
+                "no status reason"
+            } else {
+                r.job
+            };
+            (
+                JobOutcome::NonRetryable,
+                FailureKind::Unknown,
+                format!("unrecognised failure: {detail}"),
+            )
+        })
+}
+
+/// First: the job's reason is the one granary's TerminateJob gave, whatever its last attempt
+/// shows (a terminated container exits 137).
+fn granary_cancel(r: &Reasons) -> Option<Verdict> {
+    let cancel = super::cancel::cancel_of(r.job)?;
+    Some((
+        JobOutcome::NonRetryable,
+        FailureKind::GranaryCancel {
+            cancel: cancel.to_owned(),
+        },
+        format!("cancelled: {}", r.job),
+    ))
+}
+
+/// What the cloud broke: a Spot interruption, a container that could not start, an attempt
+/// that timed out.
+fn cloud_failure(r: &Reasons) -> Option<Verdict> {
+    let (status_reason, job_reason, container_reason) = (r.status, r.job, r.container);
+    if is_spot_interruption(status_reason) || is_spot_interruption(job_reason) {
         let why = if is_spot_interruption(status_reason) {
             status_reason
         } else {
             job_reason
         };
-        (
+        return Some((
             JobOutcome::Retryable,
             FailureKind::SpotInterruption,
             format!("spot interruption: {why}"),
-        )
-    } else if let Some(error) = container_startup_error(container_reason)
+        ));
+    }
+    if let Some(error) = container_startup_error(container_reason)
         .or_else(|| container_startup_error(status_reason))
         .or_else(|| container_startup_error(job_reason))
     {
@@ -225,76 +282,60 @@ pub fn classify(job: &JobDetail) -> Result<Classification, NotTerminal> {
             .find(|s| !s.is_empty())
             .unwrap_or("");
         let reason = format!("container failed to start ({error}): {detail}");
-        (
+        return Some((
             JobOutcome::Retryable,
             FailureKind::ContainerStartup { error },
             reason,
-        )
-    } else if status_reason.starts_with(ATTEMPT_TIMEOUT) || job_reason.starts_with(ATTEMPT_TIMEOUT)
-    {
-        // Batch never retries a job terminated at its attempt timeout ("Job timeouts": "If a
-        // job is terminated for exceeding the timeout duration, it isn't retried"); the item
-        // lifecycle's retry policy does (a slow node, a stalled read), through the requeuer,
-        // while the granule's attempts last — then the requeuer dead-letters it and the item is
-        // ABANDONED, like any retryable failure.
-        (
-            JobOutcome::Retryable,
-            FailureKind::AttemptTimeout,
-            "attempt timed out".to_owned(),
-        )
-    } else if let Some(why) = job_reason.strip_prefix(STATE_TIME_LIMIT) {
-        // Before other cancels: the job queue's watchdog, not a person, cancelled it; capacity
-        // may come back, a job no compute environment can place never will.
-        let why = why.trim().to_owned();
-        if why.starts_with("CAPACITY:") {
+        ));
+    }
+    // Batch never retries a job terminated at its attempt timeout ("Job timeouts": "If a job is
+    // terminated for exceeding the timeout duration, it isn't retried"); the item lifecycle's
+    // retry policy does (a slow node, a stalled read), through the requeuer, while the
+    // granule's attempts last — then the requeuer dead-letters it and the item is ABANDONED,
+    // like any retryable failure.
+    (status_reason.starts_with(ATTEMPT_TIMEOUT) || job_reason.starts_with(ATTEMPT_TIMEOUT)).then(
+        || {
             (
                 JobOutcome::Retryable,
-                FailureKind::Capacity {
-                    reason: why.clone(),
-                },
-                format!("cancelled in RUNNABLE waiting for capacity: {why}"),
+                FailureKind::AttemptTimeout,
+                "attempt timed out".to_owned(),
             )
-        } else {
-            (
-                JobOutcome::NonRetryable,
-                FailureKind::Misconfiguration {
-                    reason: why.clone(),
-                },
-                format!("cancelled in RUNNABLE: no compute environment can run it: {why}"),
-            )
-        }
-    } else if is_cancellation(job_reason) || is_cancellation(status_reason) {
-        // Before exit codes: a terminated job's container shows the 137 of its SIGKILL (published
-        // event 14), which is the user's doing, not the application's (nor an out-of-memory kill).
+        },
+    )
+}
+
+/// Before other cancels: the job queue's watchdog, not a person, cancelled it; capacity may come
+/// back, a job no compute environment can place never will.
+fn watchdog_cancel(r: &Reasons) -> Option<Verdict> {
+    let why = r.job.strip_prefix(STATE_TIME_LIMIT)?.trim().to_owned();
+    Some(if why.starts_with("CAPACITY:") {
+        (
+            JobOutcome::Retryable,
+            FailureKind::Capacity {
+                reason: why.clone(),
+            },
+            format!("cancelled in RUNNABLE waiting for capacity: {why}"),
+        )
+    } else {
+        (
+            JobOutcome::NonRetryable,
+            FailureKind::Misconfiguration {
+                reason: why.clone(),
+            },
+            format!("cancelled in RUNNABLE: no compute environment can run it: {why}"),
+        )
+    })
+}
+
+/// Before exit codes: a terminated job's container shows the 137 of its SIGKILL (published event
+/// 14), which is the user's doing, not the application's (nor an out-of-memory kill).
+fn user_cancel(r: &Reasons) -> Option<Verdict> {
+    (is_cancellation(r.job) || is_cancellation(r.status)).then(|| {
         (
             JobOutcome::NonRetryable,
             FailureKind::Cancelled,
-            format!("cancelled or terminated: {job_reason}"),
+            format!("cancelled or terminated: {}", r.job),
         )
-    } else if let Some(code) = job.exit_code().filter(|c| *c != 0) {
-        (
-            JobOutcome::NonRetryable,
-            FailureKind::ApplicationExit { exit_code: code },
-            format!("application exited with code {code}"),
-        )
-    } else {
-        let detail = if job_reason.is_empty() {
-            "no status reason"
-        } else {
-            job_reason
-        };
-        (
-            JobOutcome::NonRetryable,
-            FailureKind::Unknown,
-            format!("unrecognised failure: {detail}"),
-        )
-    };
-
-    Ok(Classification {
-        outcome,
-        failure: Some(failure),
-        batch_rules: explain_batch_rules(job),
-        reason,
     })
 }
 

@@ -61,69 +61,8 @@ pub(crate) fn from_sdk_status(s: &SdkStatus) -> Option<JobStatus> {
 /// detail is "the same JobDetail DescribeJobs returns" (AWS Batch user guide, "Job state change
 /// events"), so the monitor reads both with one parser. Only the fields granary reads are copied.
 pub(crate) fn detail_json(j: &aws_sdk_batch::types::JobDetail) -> serde_json::Value {
-    use serde_json::{json, Map, Value};
-    let container_reason = |exit: Option<i32>, reason: Option<&str>, stream: Option<&str>| json!({ "exitCode": exit, "reason": reason, "logStreamName": stream });
-    let attempts: Vec<Value> = j
-        .attempts()
-        .iter()
-        .map(|a| {
-            let mut attempt = Map::new();
-            if let Some(c) = a.container() {
-                attempt.insert(
-                    "container".into(),
-                    container_reason(c.exit_code(), c.reason(), c.log_stream_name()),
-                );
-            }
-            let tasks: Vec<Value> = a
-                .task_properties()
-                .iter()
-                .map(|t| {
-                    let containers: Vec<Value> = t
-                        .containers()
-                        .iter()
-                        .map(|c| container_reason(c.exit_code(), c.reason(), c.log_stream_name()))
-                        .collect();
-                    json!({ "containers": containers })
-                })
-                .collect();
-            attempt.insert("taskProperties".into(), Value::Array(tasks));
-            attempt.insert("startedAt".into(), json!(a.started_at()));
-            attempt.insert("stoppedAt".into(), json!(a.stopped_at()));
-            attempt.insert("statusReason".into(), json!(a.status_reason()));
-            Value::Object(attempt)
-        })
-        .collect();
-    let retry_strategy = j.retry_strategy().map(|r| {
-        let rules: Vec<Value> = r
-            .evaluate_on_exit()
-            .iter()
-            // Batch requires an action on every rule; one without cannot be evaluated.
-            .filter_map(|e| {
-                Some(json!({
-                    "onStatusReason": e.on_status_reason(),
-                    "onReason": e.on_reason(),
-                    "onExitCode": e.on_exit_code(),
-                    "action": e.action()?.as_str(),
-                }))
-            })
-            .collect();
-        json!({ "attempts": r.attempts(), "evaluateOnExit": rules })
-    });
-    let container = j.container().map(|c| {
-        let environment: Vec<Value> = c
-            .environment()
-            .iter()
-            .filter_map(|kv| Some(json!({ "name": kv.name()?, "value": kv.value()? })))
-            .collect();
-        json!({
-            "image": c.image(),
-            "command": c.command(),
-            "environment": environment,
-            "exitCode": c.exit_code(),
-            "reason": c.reason(),
-            "logStreamName": c.log_stream_name(),
-        })
-    });
+    use serde_json::{json, Value};
+    let attempts: Vec<Value> = j.attempts().iter().map(attempt_json).collect();
     let mut detail = json!({
         "jobArn": j.job_arn(),
         "jobName": j.job_name(),
@@ -146,10 +85,10 @@ pub(crate) fn detail_json(j: &aws_sdk_batch::types::JobDetail) -> serde_json::Va
             "statusSummary": a.status_summary().cloned().unwrap_or_default(),
         })),
     });
-    if let (Some(obj), Some(c)) = (detail.as_object_mut(), container) {
+    if let (Some(obj), Some(c)) = (detail.as_object_mut(), j.container().map(container_json)) {
         obj.insert("container".into(), c);
     }
-    if let (Some(obj), Some(r)) = (detail.as_object_mut(), retry_strategy) {
+    if let (Some(obj), Some(r)) = (detail.as_object_mut(), j.retry_strategy().map(retry_json)) {
         obj.insert("retryStrategy".into(), r);
     }
     // Absent, not null: the parser treats a missing field and a null the same only where the
@@ -158,6 +97,80 @@ pub(crate) fn detail_json(j: &aws_sdk_batch::types::JobDetail) -> serde_json::Va
         obj.retain(|_, v| !v.is_null());
     }
     detail
+}
+
+/// A container's end as the event's JSON has it.
+fn container_reason(
+    exit: Option<i32>,
+    reason: Option<&str>,
+    stream: Option<&str>,
+) -> serde_json::Value {
+    serde_json::json!({ "exitCode": exit, "reason": reason, "logStreamName": stream })
+}
+
+/// One of `attempts[]`: its container's (or its tasks' containers') end and its times.
+fn attempt_json(a: &aws_sdk_batch::types::AttemptDetail) -> serde_json::Value {
+    use serde_json::{json, Map, Value};
+    let mut attempt = Map::new();
+    if let Some(c) = a.container() {
+        attempt.insert(
+            "container".into(),
+            container_reason(c.exit_code(), c.reason(), c.log_stream_name()),
+        );
+    }
+    let tasks: Vec<Value> = a
+        .task_properties()
+        .iter()
+        .map(|t| {
+            let containers: Vec<Value> = t
+                .containers()
+                .iter()
+                .map(|c| container_reason(c.exit_code(), c.reason(), c.log_stream_name()))
+                .collect();
+            json!({ "containers": containers })
+        })
+        .collect();
+    attempt.insert("taskProperties".into(), Value::Array(tasks));
+    attempt.insert("startedAt".into(), json!(a.started_at()));
+    attempt.insert("stoppedAt".into(), json!(a.stopped_at()));
+    attempt.insert("statusReason".into(), json!(a.status_reason()));
+    Value::Object(attempt)
+}
+
+/// The job's `retryStrategy`, its rules as the event has them.
+fn retry_json(r: &aws_sdk_batch::types::RetryStrategy) -> serde_json::Value {
+    use serde_json::{json, Value};
+    let rules: Vec<Value> = r
+        .evaluate_on_exit()
+        .iter()
+        // Batch requires an action on every rule; one without cannot be evaluated.
+        .filter_map(|e| {
+            Some(json!({
+                "onStatusReason": e.on_status_reason(),
+                "onReason": e.on_reason(),
+                "onExitCode": e.on_exit_code(),
+                "action": e.action()?.as_str(),
+            }))
+        })
+        .collect();
+    json!({ "attempts": r.attempts(), "evaluateOnExit": rules })
+}
+
+/// The job's container: image, command, environment and its end.
+fn container_json(c: &aws_sdk_batch::types::ContainerDetail) -> serde_json::Value {
+    let environment: Vec<serde_json::Value> = c
+        .environment()
+        .iter()
+        .filter_map(|kv| Some(serde_json::json!({ "name": kv.name()?, "value": kv.value()? })))
+        .collect();
+    serde_json::json!({
+        "image": c.image(),
+        "command": c.command(),
+        "environment": environment,
+        "exitCode": c.exit_code(),
+        "reason": c.reason(),
+        "logStreamName": c.log_stream_name(),
+    })
 }
 
 #[async_trait]

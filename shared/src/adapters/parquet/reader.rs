@@ -394,25 +394,7 @@ impl Inventory {
 
     /// The id cells of rows `start .. end`, already checked to lie within this file.
     async fn decode_ids(&self, start: u64, end: u64) -> Result<Vec<IdCell>, InventoryError> {
-        // Row groups overlapping [start, end), and where the first one begins.
-        let mut groups = Vec::new();
-        let mut first_group_start = None;
-        let mut offset = self.row_base;
-        for (i, rg) in self
-            .arrow_metadata
-            .metadata()
-            .row_groups()
-            .iter()
-            .enumerate()
-        {
-            let rows = rg.num_rows().max(0) as u64;
-            if offset < end && offset + rows > start {
-                groups.push(i);
-                first_group_start.get_or_insert(offset);
-            }
-            offset += rows;
-        }
-        let group_start = first_group_start.unwrap_or(0);
+        let (groups, group_start) = self.groups_overlapping(start, end);
         let selection = RowSelection::from(vec![
             RowSelector::skip((start - group_start) as usize),
             RowSelector::select((end - start) as usize),
@@ -431,20 +413,7 @@ impl Inventory {
         let mut reader = self.reader.clone();
         let pages = self.page_ranges(&groups, group_start, start, end);
         if !pages.is_empty() {
-            let mut fetched = Vec::new();
-            for span in coalesce(&pages, COALESCE_GAP) {
-                let bytes = self
-                    .reader
-                    .store
-                    .get_range(&self.key, span.clone())
-                    .await
-                    .map_err(|source| InventoryError::Store {
-                        key: self.key.clone(),
-                        source,
-                    })?;
-                fetched.push((span, bytes));
-            }
-            reader.prefetched = Arc::new(fetched);
+            reader.prefetched = Arc::new(self.fetch_pages(&pages).await?);
         }
         let stream =
             ParquetRecordBatchStreamBuilder::new_with_metadata(reader, self.arrow_metadata.clone())
@@ -457,29 +426,72 @@ impl Inventory {
         let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(parquet_err)?;
         let mut ids = Vec::with_capacity((end - start) as usize);
         for batch in &batches {
-            let col = batch.column(0);
-            let push = |ids: &mut Vec<IdCell>, v: Option<&str>| {
-                ids.push(v.map_or(IdCell::Null, |t| IdCell::Text(t.to_owned())))
-            };
-            match col.data_type() {
-                DataType::Utf8 => col
-                    .as_string::<i32>()
-                    .iter()
-                    .for_each(|v| push(&mut ids, v)),
-                DataType::LargeUtf8 => col
-                    .as_string::<i64>()
-                    .iter()
-                    .for_each(|v| push(&mut ids, v)),
-                DataType::Utf8View => col.as_string_view().iter().for_each(|v| push(&mut ids, v)),
-                other => {
-                    return Err(InventoryError::IdColumnType {
-                        key: self.key.clone(),
-                        column: self.id_column.clone(),
-                        found: other.to_string(),
-                    })
-                }
-            }
+            self.push_ids(batch, &mut ids)?;
         }
         Ok(ids)
+    }
+
+    /// The row groups overlapping rows `start .. end`, and the row where the first one begins.
+    fn groups_overlapping(&self, start: u64, end: u64) -> (Vec<usize>, u64) {
+        let mut groups = Vec::new();
+        let mut first_group_start = None;
+        let mut offset = self.row_base;
+        for (i, rg) in self
+            .arrow_metadata
+            .metadata()
+            .row_groups()
+            .iter()
+            .enumerate()
+        {
+            let rows = rg.num_rows().max(0) as u64;
+            if offset < end && offset + rows > start {
+                groups.push(i);
+                first_group_start.get_or_insert(offset);
+            }
+            offset += rows;
+        }
+        (groups, first_group_start.unwrap_or(0))
+    }
+
+    /// The pages the window needs, fetched in coalesced ranges (one GET where they lie close).
+    async fn fetch_pages(
+        &self,
+        pages: &[std::ops::Range<u64>],
+    ) -> Result<Vec<(std::ops::Range<u64>, Bytes)>, InventoryError> {
+        let mut fetched = Vec::new();
+        for span in coalesce(pages, COALESCE_GAP) {
+            let bytes = self
+                .reader
+                .store
+                .get_range(&self.key, span.clone())
+                .await
+                .map_err(|source| InventoryError::Store {
+                    key: self.key.clone(),
+                    source,
+                })?;
+            fetched.push((span, bytes));
+        }
+        Ok(fetched)
+    }
+
+    /// The id column of one decoded batch appended to `ids` (a null stays a null cell).
+    fn push_ids(&self, batch: &RecordBatch, ids: &mut Vec<IdCell>) -> Result<(), InventoryError> {
+        let col = batch.column(0);
+        let push = |ids: &mut Vec<IdCell>, v: Option<&str>| {
+            ids.push(v.map_or(IdCell::Null, |t| IdCell::Text(t.to_owned())))
+        };
+        match col.data_type() {
+            DataType::Utf8 => col.as_string::<i32>().iter().for_each(|v| push(ids, v)),
+            DataType::LargeUtf8 => col.as_string::<i64>().iter().for_each(|v| push(ids, v)),
+            DataType::Utf8View => col.as_string_view().iter().for_each(|v| push(ids, v)),
+            other => {
+                return Err(InventoryError::IdColumnType {
+                    key: self.key.clone(),
+                    column: self.id_column.clone(),
+                    found: other.to_string(),
+                })
+            }
+        }
+        Ok(())
     }
 }

@@ -234,55 +234,7 @@ pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, Stri
             columns: &columns,
             values: trimmed.split('|').collect(),
         };
-        let local_id = line.get("localidentifier").map(str::to_owned);
-        let primary_id = line.get("primaryidentifier").map(str::to_owned);
-        let unreadable = |why: String| ManifestObject {
-            local_id: local_id.clone(),
-            primary_id: primary_id.clone(),
-            payload: Payload::Unreadable {
-                line: n + 1,
-                input: trimmed.chars().take(500).collect(),
-                why,
-            },
-        };
-        match kind {
-            ManifestKind::Manifests => match line.get("fileurl") {
-                Some(url) => objects.push(ManifestObject {
-                    local_id,
-                    primary_id,
-                    payload: Payload::Manifest {
-                        url: url.to_owned(),
-                    },
-                }),
-                None => objects.push(unreadable("no manifest URL".to_owned())),
-            },
-            // A container deposit's URL is its zip, never a manifest (see [`container`]).
-            ManifestKind::Container => objects.push(unreadable(
-                "a container deposit is one zip, not a manifest".to_owned(),
-            )),
-            ManifestKind::Files | ManifestKind::File => match file_of(&line) {
-                Err(why) => objects.push(unreadable(why)),
-                Ok(file) => {
-                    let same = local_id.as_ref().and_then(|id| {
-                        objects.iter_mut().find(|o| {
-                            o.local_id.as_ref() == Some(id)
-                                && matches!(o.payload, Payload::Files { .. })
-                        })
-                    });
-                    match same {
-                        Some(ManifestObject {
-                            payload: Payload::Files { files },
-                            ..
-                        }) => files.push(file),
-                        _ => objects.push(ManifestObject {
-                            local_id,
-                            primary_id,
-                            payload: Payload::Files { files: vec![file] },
-                        }),
-                    }
-                }
-            },
-        }
+        add_entry(&mut objects, &line, n + 1, trimmed, kind);
     }
     if entries == 0 {
         return Err("no entries: not a manifest, or an empty one".to_owned());
@@ -294,6 +246,66 @@ pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, Stri
         ));
     }
     Ok(objects)
+}
+
+/// One entry line of a manifest (line number `line_no`) added to `objects`: a file joins the
+/// object its local id names, a line that cannot be read becomes an unreadable object.
+fn add_entry(
+    objects: &mut Vec<ManifestObject>,
+    line: &Line,
+    line_no: usize,
+    trimmed: &str,
+    kind: ManifestKind,
+) {
+    let local_id = line.get("localidentifier").map(str::to_owned);
+    let primary_id = line.get("primaryidentifier").map(str::to_owned);
+    let unreadable = |why: String| ManifestObject {
+        local_id: local_id.clone(),
+        primary_id: primary_id.clone(),
+        payload: Payload::Unreadable {
+            line: line_no,
+            input: trimmed.chars().take(500).collect(),
+            why,
+        },
+    };
+    match kind {
+        ManifestKind::Manifests => match line.get("fileurl") {
+            Some(url) => objects.push(ManifestObject {
+                local_id,
+                primary_id,
+                payload: Payload::Manifest {
+                    url: url.to_owned(),
+                },
+            }),
+            None => objects.push(unreadable("no manifest URL".to_owned())),
+        },
+        // A container deposit's URL is its zip, never a manifest (see [`container`]).
+        ManifestKind::Container => objects.push(unreadable(
+            "a container deposit is one zip, not a manifest".to_owned(),
+        )),
+        ManifestKind::Files | ManifestKind::File => match file_of(line) {
+            Err(why) => objects.push(unreadable(why)),
+            Ok(file) => {
+                let same = local_id.as_ref().and_then(|id| {
+                    objects.iter_mut().find(|o| {
+                        o.local_id.as_ref() == Some(id)
+                            && matches!(o.payload, Payload::Files { .. })
+                    })
+                });
+                match same {
+                    Some(ManifestObject {
+                        payload: Payload::Files { files },
+                        ..
+                    }) => files.push(file),
+                    _ => objects.push(ManifestObject {
+                        local_id,
+                        primary_id,
+                        payload: Payload::Files { files: vec![file] },
+                    }),
+                }
+            }
+        },
+    }
 }
 
 /// The one object a container deposit makes: the zip at `url`, expanded once downloaded.

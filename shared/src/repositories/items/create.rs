@@ -103,42 +103,76 @@ impl Items {
             at_once: concurrency,
             known_absent,
         } = calls;
-        let found: Vec<Result<Option<Versioned<ItemRecord>>, RecordError>> = if known_absent {
-            new.iter().map(|_| Ok(None)).collect()
-        } else {
-            futures::stream::iter(&new)
-                .map(|(item, _)| {
-                    crate::retry::again(
-                        crate::retry::Backoff::IN_RUN,
-                        "reading an item record",
-                        || self.get(&item.id),
-                        RecordError::is_transient,
-                    )
-                })
-                .buffered(concurrency.max(1))
-                .collect()
-                .await
-        };
+        let found = self.read_existing(&new, concurrency, known_absent).await;
         let mut made: Vec<Planned> = Vec::with_capacity(new.len());
         for ((item, changes), found) in new.into_iter().zip(found) {
-            match found {
-                Ok(None) => made.push(Planned::New(self.batch_steps(item, &changes, tag, at, by)?)),
-                // Made by this very batch in an earlier run (it died, or a call after the
-                // records failed): done, at no further cost. A window redone must not turn into
-                // a conditional write per granule.
-                Ok(Some(found)) if self.made_by_batch(&found.value, tag, at) => {
-                    made.push(Planned::Found(found.value))
-                }
-                // Made otherwise and already in step (the one-by-one path of an earlier run):
-                // it holds its own entries.
-                Ok(Some(found)) if in_step(&found.value) => made.push(Planned::InStep(found.value)),
-                Ok(Some(_)) => made.push(Planned::Left),
-                Err(e) => {
-                    tracing::warn!(item_id = %item.id, error = %e, "cannot read this item's record; it is left to the one-by-one path");
-                    made.push(Planned::Left)
-                }
-            }
+            made.push(self.plan(item, &changes, found, (tag, at, by), &in_step)?);
         }
+        // The batch objects before any record: a record that says its entries are in a batch
+        // is never without them.
+        self.write_batch_lines(&made, tag, at).await?;
+        Ok(self.write_records(made, concurrency).await)
+    }
+
+    /// Each new item's record as it stands, unless the caller has just found none.
+    async fn read_existing(
+        &self,
+        new: &[(NewItem, Vec<Change>)],
+        concurrency: usize,
+        known_absent: bool,
+    ) -> Vec<Result<Option<Versioned<ItemRecord>>, RecordError>> {
+        if known_absent {
+            return new.iter().map(|_| Ok(None)).collect();
+        }
+        futures::stream::iter(new)
+            .map(|(item, _)| {
+                crate::retry::again(
+                    crate::retry::Backoff::IN_RUN,
+                    "reading an item record",
+                    || self.get(&item.id),
+                    RecordError::is_transient,
+                )
+            })
+            .buffered(concurrency.max(1))
+            .collect()
+            .await
+    }
+
+    /// What the batch does for one item, given the record found for it.
+    fn plan(
+        &self,
+        item: NewItem,
+        changes: &[Change],
+        found: Result<Option<Versioned<ItemRecord>>, RecordError>,
+        (tag, at, by): (&str, DateTime<Utc>, &str),
+        in_step: &impl Fn(&ItemRecord) -> bool,
+    ) -> Result<Planned, RecordError> {
+        Ok(match found {
+            Ok(None) => Planned::New(self.batch_steps(item, changes, tag, at, by)?),
+            // Made by this very batch in an earlier run (it died, or a call after the records
+            // failed): done, at no further cost. A window redone must not turn into a
+            // conditional write per granule.
+            Ok(Some(found)) if self.made_by_batch(&found.value, tag, at) => {
+                Planned::Found(found.value)
+            }
+            // Made otherwise and already in step (the one-by-one path of an earlier run): it
+            // holds its own entries.
+            Ok(Some(found)) if in_step(&found.value) => Planned::InStep(found.value),
+            Ok(Some(_)) => Planned::Left,
+            Err(e) => {
+                tracing::warn!(item_id = %item.id, error = %e, "cannot read this item's record; it is left to the one-by-one path");
+                Planned::Left
+            }
+        })
+    }
+
+    /// The history lines of every planned step, one object a state (If-None-Match).
+    async fn write_batch_lines(
+        &self,
+        made: &[Planned],
+        tag: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), RecordError> {
         let mut lines: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
         for step in made.iter().flat_map(Planned::steps) {
             let entry = HistoryEntry::of(step);
@@ -166,7 +200,17 @@ impl Items {
                 Err(e) => return Err(e.into()),
             }
         }
-        let created: Vec<Option<ItemRecord>> = futures::stream::iter(made)
+        Ok(())
+    }
+
+    /// The records of the new items, made at once (If-None-Match); `None` where the one-by-one
+    /// path must take the item.
+    async fn write_records(
+        &self,
+        made: Vec<Planned>,
+        concurrency: usize,
+    ) -> Vec<Option<ItemRecord>> {
+        futures::stream::iter(made)
             .map(|planned| async move {
                 let record = match planned {
                     Planned::Found(record) => return Some(record),
@@ -199,8 +243,7 @@ impl Items {
             })
             .buffered(concurrency.max(1))
             .collect()
-            .await;
-        Ok(created)
+            .await
     }
 
     /// Whether `record` was created by the batch `tag` at `at` (its first entries are lines of
