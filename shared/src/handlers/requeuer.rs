@@ -80,33 +80,13 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
     // The attempt is its campaign's, whichever campaign this stack runs now.
     let ctx = &*ctx.in_campaign(message.campaign.as_ref());
     let ends = message.ends();
-    let event = message.event;
-    let next = event.next_attempt();
     // A redrive (an operator's decision) grants the next attempt past the budget.
     let budget = ctx.config.attempt_budget;
     if !budget.allows_retry(ends) && !message.redrive {
-        // The DLQ keeps the attempt, its capacity ends and its campaign, so a redrive sends it
-        // back to the same.
-        let body = serde_json::to_string(
-            &RetryMessage::ended(event.granule_id.clone(), event.attempt)
-                .with_spot_ends(message.spot_ends)
-                .of_campaign(message.campaign.clone()),
-        )?;
-        dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
-        // Counted once sent: a redelivery after a later failure sends (and counts) it again,
-        // as the DLQ then holds it twice.
-        let facts = ctx.config.layout.id_parser.facts(&event.granule_id);
-        let dims = [
-            (PLATFORM, facts.platform.as_deref().unwrap_or("unknown")),
-            (FAILURE_CLASS, "attempts_exhausted"),
-        ];
-        ctx.metrics.count(Metric::GranulesDeadLettered, &dims, 1);
-        super::item_sync::abandoned(ctx, &event, &budget.spent(ends)).await?;
-        tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
-        return Ok(RequeueOutcome::DeadLettered {
-            reason: ATTEMPTS_EXHAUSTED.to_owned(),
-        });
+        return dead_letter_exhausted(ctx, &message, ends).await;
     }
+    let event = message.event;
+    let next = event.next_attempt();
     // An operator's redrive or resume is their decision; a retry (not the importer's hand-off of
     // a READY item, attempt 0, which has no failed attempt to give up on) meets a cancel's hold.
     if !message.redrive && event.attempt > 0 {
@@ -138,14 +118,56 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             return Ok(parked);
         }
     }
+    submit_next(ctx, &next, placement).await
+}
+
+/// The retry given up once its attempts are spent: sent to the DLQ, counted, and its item
+/// record abandoned.
+async fn dead_letter_exhausted(
+    ctx: &Ctx,
+    message: &RetryMessage,
+    ends: crate::domain::attempt_budget::Ends,
+) -> Result<RequeueOutcome, HandlerError> {
+    let event = &message.event;
+    let budget = ctx.config.attempt_budget;
+    // The DLQ keeps the attempt, its capacity ends and its campaign, so a redrive sends it
+    // back to the same.
+    let body = serde_json::to_string(
+        &RetryMessage::ended(event.granule_id.clone(), event.attempt)
+            .with_spot_ends(message.spot_ends)
+            .of_campaign(message.campaign.clone()),
+    )?;
+    dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
+    // Counted once sent: a redelivery after a later failure sends (and counts) it again,
+    // as the DLQ then holds it twice.
+    let facts = ctx.config.layout.id_parser.facts(&event.granule_id);
+    let dims = [
+        (PLATFORM, facts.platform.as_deref().unwrap_or("unknown")),
+        (FAILURE_CLASS, "attempts_exhausted"),
+    ];
+    ctx.metrics.count(Metric::GranulesDeadLettered, &dims, 1);
+    super::item_sync::abandoned(ctx, event, &budget.spent(ends)).await?;
+    tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, "attempts exhausted: dead-lettered");
+    Ok(RequeueOutcome::DeadLettered {
+        reason: ATTEMPTS_EXHAUSTED.to_owned(),
+    })
+}
+
+/// Submits `next` as a single job (parked instead when its claim turns out to be a parked
+/// retry's) and makes its item record.
+async fn submit_next(
+    ctx: &Ctx,
+    next: &crate::domain::granule::GranuleProcessingEvent,
+    placement: crate::domain::claim::Placement,
+) -> Result<RequeueOutcome, HandlerError> {
     let outcome = ctx
-        .submit_placed(&next, placement.clone(), "requeuer")
+        .submit_placed(next, placement.clone(), "requeuer")
         .await?;
     if outcome == SubmitOutcome::InFlight {
         // A parked retry (an operator's resend of an item that waits for its window, a message
         // from before parking was turned off) is the window's to submit: its marker is written
         // again, and it goes with the next window.
-        if let Some(parked) = Box::pin(park(ctx, &next, placement)).await? {
+        if let Some(parked) = Box::pin(park(ctx, next, placement)).await? {
             return Ok(parked);
         }
     }
@@ -161,7 +183,7 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
     | SubmitOutcome::AlreadySubmitted { job_id }
     | SubmitOutcome::Recovered { job_id } = &outcome
     {
-        super::item_sync::submitted(ctx, &next, job_id, None, "requeuer").await?;
+        super::item_sync::submitted(ctx, next, job_id, None, "requeuer").await?;
     }
     match outcome {
         SubmitOutcome::Submitted { job_id } | SubmitOutcome::Recovered { job_id } => {

@@ -10,7 +10,8 @@ pub use window::{finish_claimed_window, window_ceiling, ARRAY_WINDOW_ROWS, BATCH
 use super::Ctx;
 use crate::adapters::parquet::InventoryError;
 use crate::budget::Budget;
-use crate::domain::tracker::Tracker;
+use crate::domain::granule::IdCell;
+use crate::domain::tracker::{InventoryProgress, Tracker};
 use crate::handlers::HandlerError;
 use crate::ports::StoreError;
 use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
@@ -191,13 +192,27 @@ pub async fn downstream_waits(ctx: &Ctx) -> Result<Option<String>, HandlerError>
     Ok(crate::domain::downstream::feeder_waits(gate, depth.visible))
 }
 
+/// What a feeder run carries from one phase to the next.
+struct FeedRun {
+    tracker: Versioned<Tracker>,
+    summary: FeederSummary,
+    /// Whether the tracker changed since it was read: it is saved at the end if so.
+    changed: bool,
+    /// Rows still to feed this run.
+    remaining: u64,
+    /// Why the run stalled: reported as its error once the tracker is saved.
+    stalled: Option<String>,
+    /// The windows this run worked (its window of retries among them).
+    windows: u32,
+}
+
 /// Feeds up to `count` rows starting where `tracker` says, then advances it with If-Match.
 /// Public so tests can hand it a stale tracker.
 pub async fn feed(
     ctx: &Ctx,
     count: u64,
     mut tracker: Versioned<Tracker>,
-    mut summary: FeederSummary,
+    summary: FeederSummary,
 ) -> Result<FeederSummary, HandlerError> {
     let listed = again(
         Backoff::IN_RUN,
@@ -213,9 +228,14 @@ pub async fn feed(
             .map(|o| o.key)
             .filter(|k| k.ends_with(".parquet")),
     );
-    let mut changed = added > 0 || tracker.etag.is_none();
-    let mut remaining = count;
-    let mut stalled = None;
+    let mut run = FeedRun {
+        changed: added > 0 || tracker.etag.is_none(),
+        tracker,
+        summary,
+        remaining: count,
+        stalled: None,
+        windows: 0,
+    };
     let timeout = ctx.config.leases.function_timeout;
     let ceiling = if ctx.config.feeder.array_windows {
         ARRAY_WINDOW_ROWS
@@ -227,129 +247,192 @@ pub async fn feed(
     // The parked retries first, they are older than any row still to come: this campaign's,
     // and any other campaign's the requeuer parked before the stack switched (taken whether or
     // not GRANARY_ARRAY_RETRIES is still on: nothing else submits a parked retry).
-    let (moved, stop) = retries::feed_retries(ctx, &mut tracker, &mut summary, ceiling).await?;
-    changed |= moved;
-    let mut windows = u32::from(summary.retries_submitted > 0);
+    feed_parked_retries(ctx, &mut run, ceiling).await?;
+    feed_inventory_windows(ctx, &mut run, count, ceiling, &budget).await?;
+    let summary = &mut run.summary;
+    if summary.rows_settled() == 0 && summary.stopped.is_none() && summary.retries_submitted == 0 {
+        summary.early_exit = Some(if run.tracker.value.inventories.is_empty() {
+            format!(
+                "no inventories (*.parquet) under {}",
+                ctx.config.layout.inventory_prefix
+            )
+        } else if run.tracker.value.is_complete() {
+            "every inventory is fully submitted".to_owned()
+        } else {
+            "nothing to submit".to_owned()
+        });
+    }
+    if run.changed {
+        save_fed_tracker(ctx, &mut run).await?;
+    }
+    finish_run(run, rows_before)
+}
+
+/// The run's windows of parked retries: this campaign's (a stop there is the run's), then the
+/// other campaigns'.
+async fn feed_parked_retries(
+    ctx: &Ctx,
+    run: &mut FeedRun,
+    ceiling: u64,
+) -> Result<(), HandlerError> {
+    let (moved, stop) =
+        retries::feed_retries(ctx, &mut run.tracker, &mut run.summary, ceiling).await?;
+    run.changed |= moved;
+    run.windows = u32::from(run.summary.retries_submitted > 0);
     match stop {
         // A window of retries in another run's hands holds nothing else up.
-        Some(Stop::Wait(why)) => summary.stopped = Some(why),
+        Some(Stop::Wait(why)) => run.summary.stopped = Some(why),
         Some(Stop::Fail(why)) => {
-            summary.stopped = Some(why.clone());
-            stalled = Some(why);
-            remaining = 0;
+            run.summary.stopped = Some(why.clone());
+            run.stalled = Some(why);
+            run.remaining = 0;
         }
         None => {}
     }
-    retries::feed_other_campaigns(ctx, &mut summary, ceiling).await?;
-    while remaining > 0 {
-        let Some(current) = tracker.value.current().cloned() else {
+    retries::feed_other_campaigns(ctx, &mut run.summary, ceiling).await?;
+    Ok(())
+}
+
+/// The inventories' windows one after the other, each at most `ceiling` rows, until the run's
+/// rows are fed, the inventories end, half the run's time is spent, a hold is placed or a
+/// window stops short.
+async fn feed_inventory_windows(
+    ctx: &Ctx,
+    run: &mut FeedRun,
+    count: u64,
+    ceiling: u64,
+    budget: &Budget,
+) -> Result<(), HandlerError> {
+    while run.remaining > 0 {
+        let Some(current) = run.tracker.value.current().cloned() else {
             break;
         };
-        if windows > 0 && budget.spent() {
-            summary.stopped = Some(format!(
+        let remaining = run.remaining;
+        if run.windows > 0 && budget.spent() {
+            run.summary.stopped = Some(format!(
                 "half of the run's time is spent; {remaining} rows are left for the next run"
             ));
             break;
         }
         // A hold placed while this run works (`granary cancel` places one, then lists what is
         // open) stops it before its next window, not at the next run.
-        if windows > 0 {
+        if run.windows > 0 {
             // Boxed: the loop's future stays the size it was.
             if let Some(hold) = Box::pin(current_hold(ctx)).await? {
-                summary.stopped = Some(format!("{}; {remaining} rows are left", hold.describe()));
+                run.summary.stopped =
+                    Some(format!("{}; {remaining} rows are left", hold.describe()));
                 break;
             }
         }
-        windows += 1;
+        run.windows += 1;
         let start = current.rows_submitted;
-        let rows = remaining.min(ceiling);
-        let (inventory, opened, ids) = again(
-            Backoff::IN_RUN,
-            "reading the inventory",
-            || async {
-                let (inventory, opened) = open_inventory(ctx, &current, rows).await?;
-                let ids = inventory.read_ids(start, rows).await?;
-                Ok::<_, InventoryError>((inventory, opened, ids))
-            },
-            InventoryError::is_transient,
-        )
-        .await?;
-        if current.total_rows.is_none() {
-            tracker
-                .value
-                .set_total_rows(&current.key, inventory.num_rows())?;
-            changed = true;
-        }
+        let ids = read_window(ctx, run, &current, remaining.min(ceiling), count).await?;
         if ids.is_empty() {
             break;
         }
-        if opened {
-            // Keep where the next windows' pages are, so they read with one GET each.
-            let next = start + ids.len() as u64;
-            let map = inventory.page_map(next, count.saturating_add(PAGE_MAP_LOOKAHEAD_ROWS))?;
-            tracker.value.set_page_map(&current.key, map)?;
-            changed = true;
-        }
-        let (done, stop) = feed_window(ctx, &current.key, start, &ids, &mut summary).await?;
+        let (done, stop) = feed_window(ctx, &current.key, start, &ids, &mut run.summary).await?;
         if done > 0 {
-            tracker.value.advance_to(&current.key, start + done)?;
-            changed = true;
+            run.tracker.value.advance_to(&current.key, start + done)?;
+            run.changed = true;
         }
         if let Some(stop) = stop {
-            summary.stopped = Some(stop.why().to_owned());
+            run.summary.stopped = Some(stop.why().to_owned());
             if let Stop::Fail(why) = stop {
-                stalled = Some(why);
+                run.stalled = Some(why);
             }
             break;
         }
-        remaining = remaining.saturating_sub(done);
+        run.remaining = remaining.saturating_sub(done);
     }
-    if summary.rows_settled() == 0 && summary.stopped.is_none() && summary.retries_submitted == 0 {
-        summary.early_exit = Some(if tracker.value.inventories.is_empty() {
-            format!(
-                "no inventories (*.parquet) under {}",
-                ctx.config.layout.inventory_prefix
-            )
-        } else if tracker.value.is_complete() {
-            "every inventory is fully submitted".to_owned()
-        } else {
-            "nothing to submit".to_owned()
-        });
+    Ok(())
+}
+
+/// Up to `rows` rows of the current inventory from where the tracker is; the tracker learns the
+/// inventory's size, and where the next windows' pages are when the file was opened.
+async fn read_window(
+    ctx: &Ctx,
+    run: &mut FeedRun,
+    current: &InventoryProgress,
+    rows: u64,
+    count: u64,
+) -> Result<Vec<IdCell>, HandlerError> {
+    let start = current.rows_submitted;
+    let (inventory, opened, ids) = again(
+        Backoff::IN_RUN,
+        "reading the inventory",
+        || async {
+            let (inventory, opened) = open_inventory(ctx, current, rows).await?;
+            let ids = inventory.read_ids(start, rows).await?;
+            Ok::<_, InventoryError>((inventory, opened, ids))
+        },
+        InventoryError::is_transient,
+    )
+    .await?;
+    if current.total_rows.is_none() {
+        run.tracker
+            .value
+            .set_total_rows(&current.key, inventory.num_rows())?;
+        run.changed = true;
     }
-    if changed {
-        if summary.rows_settled() > 0 {
-            tracker.value.sample(chrono::Utc::now());
-        }
-        // A refused save did nothing and is tried again with the same ETag: losing it would
-        // make the next run redo every window of this one (through their claims, but still).
-        let saved = again(
-            Backoff::IN_RUN,
-            "saving the tracker",
-            || {
-                let mut attempt = tracker.clone();
-                async move {
-                    save_tracker(
-                        ctx.store.as_ref(),
-                        &ctx.config.layout.tracker_key,
-                        &mut attempt,
-                    )
-                    .await
-                    .map(|()| attempt)
-                }
-            },
-            RepositoryError::is_transient,
-        )
-        .await;
-        match saved.map(|saved| tracker = saved) {
-            Ok(()) => {}
-            Err(e) if e.is_conflict() => {
-                tracing::warn!("tracker changed under us: another feeder ran; stopping");
-                summary.stopped =
-                    Some("tracker changed by another feeder run; not advancing".to_owned());
+    if ids.is_empty() {
+        return Ok(ids);
+    }
+    if opened {
+        // Keep where the next windows' pages are, so they read with one GET each.
+        let next = start + ids.len() as u64;
+        let map = inventory.page_map(next, count.saturating_add(PAGE_MAP_LOOKAHEAD_ROWS))?;
+        run.tracker.value.set_page_map(&current.key, map)?;
+        run.changed = true;
+    }
+    Ok(ids)
+}
+
+/// Saves the tracker the run changed (If-Match); another feeder run's save in between stops
+/// the run, which does not advance.
+async fn save_fed_tracker(ctx: &Ctx, run: &mut FeedRun) -> Result<(), HandlerError> {
+    if run.summary.rows_settled() > 0 {
+        run.tracker.value.sample(chrono::Utc::now());
+    }
+    // A refused save did nothing and is tried again with the same ETag: losing it would
+    // make the next run redo every window of this one (through their claims, but still).
+    let saved = again(
+        Backoff::IN_RUN,
+        "saving the tracker",
+        || {
+            let mut attempt = run.tracker.clone();
+            async move {
+                save_tracker(
+                    ctx.store.as_ref(),
+                    &ctx.config.layout.tracker_key,
+                    &mut attempt,
+                )
+                .await
+                .map(|()| attempt)
             }
-            Err(e) => return Err(e.into()),
+        },
+        RepositoryError::is_transient,
+    )
+    .await;
+    match saved.map(|saved| run.tracker = saved) {
+        Ok(()) => {}
+        Err(e) if e.is_conflict() => {
+            tracing::warn!("tracker changed under us: another feeder ran; stopping");
+            run.summary.stopped =
+                Some("tracker changed by another feeder run; not advancing".to_owned());
         }
+        Err(e) => return Err(e.into()),
     }
+    Ok(())
+}
+
+/// The run's summary, its totals from the tracker as saved; the run's error when it stalled.
+fn finish_run(run: FeedRun, rows_before: u64) -> Result<FeederSummary, HandlerError> {
+    let FeedRun {
+        tracker,
+        mut summary,
+        stalled,
+        ..
+    } = run;
     summary.rows_submitted_total = tracker.value.rows_submitted();
     summary.rows_moved_past = summary.rows_submitted_total.saturating_sub(rows_before);
     summary.rows_known_total = tracker.value.rows_known();

@@ -66,37 +66,10 @@ async fn feed_listed(
         return Ok((false, None));
     }
     let number = tracker.value.retry_windows;
-    let windows = ctx.windows();
-    let window = if windows.claimed(RETRY_WINDOWS, number).await? {
-        // Worked as its claim says: what this stands for is never read.
-        WindowClaim::of_retries(
-            ctx.campaign(),
-            number,
-            Vec::new(),
-            "queue-feeder",
-            chrono::Utc::now(),
-        )
-    } else {
-        let entries = parked(ctx, summary, ceiling, pending).await?;
-        if entries.is_empty() {
-            return Ok((false, None));
-        }
-        if crate::mutants::on("parked-markers-removed-first") {
-            let prefix = &ctx.config.layout.claim_prefix;
-            for entry in &entries {
-                remove(ctx, parked_key(prefix, &entry.event())).await?;
-            }
-        }
-        WindowClaim::of_retries(
-            ctx.campaign(),
-            number,
-            entries,
-            "queue-feeder",
-            chrono::Utc::now(),
-        )
-        .in_array(ctx.config.feeder.array_windows)
+    let Some(window) = window_of_retries(ctx, summary, ceiling, pending, number).await? else {
+        return Ok((false, None));
     };
-    let (claim, submissions) = match windows.submit(window).await? {
+    let (claim, submissions) = match ctx.windows().submit(window).await? {
         WindowOutcome::InFlight { .. } => {
             return Ok((
                 false,
@@ -107,29 +80,9 @@ async fn feed_listed(
         }
         WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };
-    let mut submitted_here = 0;
-    for (entry, submission) in claim.entries().zip(&submissions) {
-        match submission {
-            JobSubmission::Submitted { .. } | JobSubmission::Recovered { .. } => {
-                submitted_here += 1;
-                summary.retries_submitted += 1;
-            }
-            JobSubmission::AlreadySubmitted { .. } => summary.retries_submitted += 1,
-            JobSubmission::NotSubmitted { error, .. } => {
-                tracing::error!(granule_id = %entry.granule_id, attempt = entry.attempt, error, "retry not submitted");
-                return Ok((
-                    false,
-                    Some(Stop::Fail(format!(
-                        "{} (attempt {}) of window {number} of retries not submitted: {error}",
-                        entry.granule_id, entry.attempt
-                    ))),
-                ));
-            }
-        }
+    if let Some(stop) = count_retries_submitted(ctx, number, &claim, &submissions, summary) {
+        return Ok((false, Some(stop)));
     }
-    use crate::domain::metrics::Metric;
-    ctx.metrics
-        .count(Metric::GranulesSubmitted, &[], submitted_here);
     if let Some(stop) = record_window(
         ctx,
         RETRY_WINDOWS,
@@ -142,9 +95,100 @@ async fn feed_listed(
     {
         return Ok((false, Some(stop)));
     }
+    release_parked(ctx, &claim, &submissions).await?;
+    tracker.value.retry_windows = number + 1;
+    tracing::info!(
+        window = number,
+        granules = claim.granules.len(),
+        array = claim.array,
+        "window of retries submitted"
+    );
+    Ok((true, None))
+}
+
+/// Window `number` of retries as this run works it: as its claim says when it is claimed
+/// already, otherwise the parked retries still pending (`None` when none is).
+async fn window_of_retries(
+    ctx: &Ctx,
+    summary: &mut FeederSummary,
+    ceiling: u64,
+    pending: Vec<GranuleProcessingEvent>,
+    number: u64,
+) -> Result<Option<WindowClaim>, HandlerError> {
+    if ctx.windows().claimed(RETRY_WINDOWS, number).await? {
+        // Worked as its claim says: what this stands for is never read.
+        return Ok(Some(WindowClaim::of_retries(
+            ctx.campaign(),
+            number,
+            Vec::new(),
+            "queue-feeder",
+            chrono::Utc::now(),
+        )));
+    }
+    let entries = parked(ctx, summary, ceiling, pending).await?;
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    if crate::mutants::on("parked-markers-removed-first") {
+        let prefix = &ctx.config.layout.claim_prefix;
+        for entry in &entries {
+            remove(ctx, parked_key(prefix, &entry.event())).await?;
+        }
+    }
+    Ok(Some(
+        WindowClaim::of_retries(
+            ctx.campaign(),
+            number,
+            entries,
+            "queue-feeder",
+            chrono::Utc::now(),
+        )
+        .in_array(ctx.config.feeder.array_windows),
+    ))
+}
+
+/// Counts the window's submitted retries into the summary and the metrics; `Some(stop)` at the
+/// first retry not submitted (counted nowhere then).
+fn count_retries_submitted(
+    ctx: &Ctx,
+    number: u64,
+    claim: &WindowClaim,
+    submissions: &[JobSubmission],
+    summary: &mut FeederSummary,
+) -> Option<Stop> {
+    let mut submitted_here = 0;
+    for (entry, submission) in claim.entries().zip(submissions) {
+        match submission {
+            JobSubmission::Submitted { .. } | JobSubmission::Recovered { .. } => {
+                submitted_here += 1;
+                summary.retries_submitted += 1;
+            }
+            JobSubmission::AlreadySubmitted { .. } => summary.retries_submitted += 1,
+            JobSubmission::NotSubmitted { error, .. } => {
+                tracing::error!(granule_id = %entry.granule_id, attempt = entry.attempt, error, "retry not submitted");
+                return Some(Stop::Fail(format!(
+                    "{} (attempt {}) of window {number} of retries not submitted: {error}",
+                    entry.granule_id, entry.attempt
+                )));
+            }
+        }
+    }
+    use crate::domain::metrics::Metric;
+    ctx.metrics
+        .count(Metric::GranulesSubmitted, &[], submitted_here);
+    None
+}
+
+/// Steps 4 and 5 but the tracker's move: each granule's own claim records the job the window
+/// gave it, then the pending markers go.
+async fn release_parked(
+    ctx: &Ctx,
+    claim: &WindowClaim,
+    submissions: &[JobSubmission],
+) -> Result<(), HandlerError> {
     let taken: Vec<(WindowEntry, String)> = claim
         .entries()
-        .zip(&submissions)
+        .zip(submissions)
         .filter_map(|(e, s)| Some((e, s.job_id()?.to_owned())))
         .collect();
     futures::stream::iter(
@@ -164,14 +208,7 @@ async fn feed_listed(
     .buffer_unordered(AT_ONCE)
     .try_collect::<Vec<()>>()
     .await?;
-    tracker.value.retry_windows = number + 1;
-    tracing::info!(
-        window = number,
-        granules = claim.granules.len(),
-        array = claim.array,
-        "window of retries submitted"
-    );
-    Ok((true, None))
+    Ok(())
 }
 
 /// The parked retries of the other campaigns the stack has state for (parked before it switched

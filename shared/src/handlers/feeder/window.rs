@@ -3,18 +3,15 @@
 use super::Ctx;
 use super::{FeederSummary, Stop};
 use crate::adapters::parquet::{Inventory, InventoryError};
-use crate::domain::granule::{GranuleId, GranuleProcessingEvent, IdCell};
+use crate::domain::granule::{GranuleId, IdCell};
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
 use crate::repositories::rejects::RejectKind;
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::JobSubmission;
-use crate::repositories::RecordError;
-use crate::retry::{again, Backoff};
-use futures::StreamExt;
 
-/// How often one item record is tried within a feeder run before the window stops at it.
-const ITEM_SYNC_TRIES: u32 = 5;
+mod records;
+pub(super) use records::record_window;
 
 /// How far past the next window a page map reaches: a row group of granary's layout, so a map
 /// holds the next row group too and a window across the boundary still needs no footer.
@@ -85,108 +82,17 @@ pub(super) async fn feed_window(
     summary.repeated += repeated;
     // Set aside before the window is claimed: a crash in between sends a notice twice (rejects
     // are at least once), never none.
-    for (row, why) in unusable {
-        let raw = &ids[(row - start) as usize];
-        if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
-            return Ok((
-                0,
-                Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}"))),
-            ));
-        }
-        summary.rejected += 1;
+    if let Some(stop) = set_aside(ctx, inventory_key, start, ids, unusable, summary).await {
+        return Ok((0, Some(stop)));
     }
-    // A granule granary already has a record for was listed before (an earlier window, another
-    // inventory) or found by the importer: it is on its way, and this listing submits nothing
-    // for it; nor for one an open array window holds, whose record comes at its child's end.
-    // The feeder runs one window at a time and settles a window (its records made, or its array
-    // submitted with its marker open) before it moves past it, so an earlier listing shows.
-    // A window claimed before (a run redoing it) is worked as its claim says: its granules were
-    // looked for when it was claimed, and are known now because that run made their records.
-    let claimed = match ctx.windows().claimed(inventory_key, start).await {
-        Ok(claimed) => claimed,
-        Err(e) => {
-            return Ok((
-                0,
-                Some(Stop::Fail(format!(
-                    "looking for the claim of rows {start}.. of {inventory_key}: {e}"
-                ))),
-            ))
-        }
-    };
-    let looked_for_records = ctx.config.layout.track_items
-        && !claimed
-        && !crate::mutants::on("feeder-submits-known-granules");
-    let granules = if looked_for_records {
-        // A granule of an open array window of first attempts may have no record until its
-        // child ends. The open windows are read before the records: a window closed in between
-        // closed only once its granules' records were made, so each granule is found in one
-        // look or the other.
-        let open = match ctx
-            .windows()
-            .in_open_arrays(&ctx.open_windows, &granules)
-            .await
-        {
-            Ok(open) => open,
-            Err(e) => {
-                return Ok((
-                    0,
-                    Some(Stop::Fail(format!(
-                        "looking at the open windows before rows {start}.. of {inventory_key}: {e}"
-                    ))),
-                ))
-            }
-        };
-        if let Some((inventory, at, e)) = open.unreadable.first() {
-            return Ok((
-                0,
-                Some(Stop::Fail(format!(
-                    "the claim of the open window at row {at} of {inventory} cannot be read: {e}"
-                ))),
-            ));
-        }
-        let in_flight = if crate::mutants::on("feeder-ignores-open-windows") {
-            std::collections::HashSet::new()
-        } else {
-            open.in_flight
-        };
-        let known = match ctx.items().exist(&granules).await {
-            Ok(known) => known,
-            Err(e) => {
-                return Ok((
-                    0,
-                    Some(Stop::Fail(format!(
-                        "looking for the item records of rows of {inventory_key}: {e}"
-                    ))),
-                ))
-            }
-        };
-        let mut fresh = Vec::with_capacity(granules.len());
-        for (granule, known) in granules.into_iter().zip(known) {
-            if known || in_flight.contains(&granule) {
-                tracing::info!(granule_id = %granule, inventory = inventory_key, "already known to granary (listed before, or imported): not submitted again");
-                summary.known_before += 1;
-            } else {
-                fresh.push(granule);
-            }
-        }
-        fresh
-    } else {
-        granules
-    };
-    let window = WindowClaim::new(
-        ctx.campaign(),
-        inventory_key,
-        start,
-        rows,
+    let ToSubmit {
         granules,
-        "queue-feeder",
-        chrono::Utc::now(),
-    )
-    .in_array(ctx.config.feeder.array_windows)
-    // An array window's first attempts get their item records at their children's ends, one
-    // write a granule instead of two (BENCHMARKS.md); a claim from an older release that made
-    // them at submission is still read as it says (`WindowClaim::records_at_end`).
-    .with_records_at_end(true);
+        looked_for_records,
+    } = match to_submit(ctx, inventory_key, start, granules, summary).await {
+        Ok(to_submit) => to_submit,
+        Err(stop) => return Ok((0, Some(stop))),
+    };
+    let window = first_attempts_window(ctx, inventory_key, start, rows, granules);
     let (claim, submissions) = match ctx.windows().submit(window).await? {
         WindowOutcome::InFlight { claim } => {
             return Ok((
@@ -200,9 +106,187 @@ pub(super) async fn feed_window(
         }
         WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };
+    let mut stop = count_submissions(ctx, inventory_key, &claim, &submissions, summary);
+    // The item records follow the claim (an earlier run may have died before them).
+    // A window claimed now had its granules looked for just above (none had a record). An
+    // array window's records are then made without reading them again. A single job can end
+    // while its window is still being submitted, and the job monitor then makes its record
+    // (`item_sync`): those are read first, since a blind write into one costs a refused PUT
+    // and the one-by-one path (about two PUTs more a granule where jobs are short; a GET costs
+    // a twelfth of a PUT).
+    let recorded = record_window(
+        ctx,
+        inventory_key,
+        &claim,
+        &submissions,
+        &first_row,
+        looked_for_records && claim.array,
+    )
+    .await;
+    if let Some(failed) = recorded {
+        stop.get_or_insert(failed);
+    }
+    Ok(if stop.is_none() {
+        (claim.rows, None)
+    } else {
+        (0, stop)
+    })
+}
+
+/// Sets the window's unusable rows aside, one by one; `Some(stop)` at the first that cannot be.
+async fn set_aside(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    ids: &[IdCell],
+    unusable: Vec<(u64, String)>,
+    summary: &mut FeederSummary,
+) -> Option<Stop> {
+    for (row, why) in unusable {
+        let raw = &ids[(row - start) as usize];
+        if let Err(e) = reject(ctx, inventory_key, row, raw.text(), &why).await {
+            return Some(Stop::Fail(format!("row {row} of {inventory_key}: {e}")));
+        }
+        summary.rejected += 1;
+    }
+    None
+}
+
+/// The granules a window claims, and whether their item records were looked for.
+struct ToSubmit {
+    granules: Vec<GranuleId>,
+    looked_for_records: bool,
+}
+
+/// The window's granules less those granary already knows, when that is looked at; `Err(stop)`
+/// when a look failed.
+async fn to_submit(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    granules: Vec<GranuleId>,
+    summary: &mut FeederSummary,
+) -> Result<ToSubmit, Stop> {
+    // A granule granary already has a record for was listed before (an earlier window, another
+    // inventory) or found by the importer: it is on its way, and this listing submits nothing
+    // for it; nor for one an open array window holds, whose record comes at its child's end.
+    // The feeder runs one window at a time and settles a window (its records made, or its array
+    // submitted with its marker open) before it moves past it, so an earlier listing shows.
+    // A window claimed before (a run redoing it) is worked as its claim says: its granules were
+    // looked for when it was claimed, and are known now because that run made their records.
+    let claimed = match ctx.windows().claimed(inventory_key, start).await {
+        Ok(claimed) => claimed,
+        Err(e) => {
+            return Err(Stop::Fail(format!(
+                "looking for the claim of rows {start}.. of {inventory_key}: {e}"
+            )))
+        }
+    };
+    let looked_for_records = ctx.config.layout.track_items
+        && !claimed
+        && !crate::mutants::on("feeder-submits-known-granules");
+    let granules = if looked_for_records {
+        unknown_granules(ctx, inventory_key, start, granules, summary).await?
+    } else {
+        granules
+    };
+    Ok(ToSubmit {
+        granules,
+        looked_for_records,
+    })
+}
+
+/// The granules neither an item record nor an open array window knows; the others are counted
+/// as known before. `Err(stop)` when a look failed.
+async fn unknown_granules(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    granules: Vec<GranuleId>,
+    summary: &mut FeederSummary,
+) -> Result<Vec<GranuleId>, Stop> {
+    // A granule of an open array window of first attempts may have no record until its
+    // child ends. The open windows are read before the records: a window closed in between
+    // closed only once its granules' records were made, so each granule is found in one
+    // look or the other.
+    let open = match ctx
+        .windows()
+        .in_open_arrays(&ctx.open_windows, &granules)
+        .await
+    {
+        Ok(open) => open,
+        Err(e) => {
+            return Err(Stop::Fail(format!(
+                "looking at the open windows before rows {start}.. of {inventory_key}: {e}"
+            )))
+        }
+    };
+    if let Some((inventory, at, e)) = open.unreadable.first() {
+        return Err(Stop::Fail(format!(
+            "the claim of the open window at row {at} of {inventory} cannot be read: {e}"
+        )));
+    }
+    let in_flight = if crate::mutants::on("feeder-ignores-open-windows") {
+        std::collections::HashSet::new()
+    } else {
+        open.in_flight
+    };
+    let known = match ctx.items().exist(&granules).await {
+        Ok(known) => known,
+        Err(e) => {
+            return Err(Stop::Fail(format!(
+                "looking for the item records of rows of {inventory_key}: {e}"
+            )))
+        }
+    };
+    let mut fresh = Vec::with_capacity(granules.len());
+    for (granule, known) in granules.into_iter().zip(known) {
+        if known || in_flight.contains(&granule) {
+            tracing::info!(granule_id = %granule, inventory = inventory_key, "already known to granary (listed before, or imported): not submitted again");
+            summary.known_before += 1;
+        } else {
+            fresh.push(granule);
+        }
+    }
+    Ok(fresh)
+}
+
+/// The claim of a window of first attempts: rows `start..start + rows` of the inventory.
+fn first_attempts_window(
+    ctx: &Ctx,
+    inventory_key: &str,
+    start: u64,
+    rows: u64,
+    granules: Vec<GranuleId>,
+) -> WindowClaim {
+    WindowClaim::new(
+        ctx.campaign(),
+        inventory_key,
+        start,
+        rows,
+        granules,
+        "queue-feeder",
+        chrono::Utc::now(),
+    )
+    .in_array(ctx.config.feeder.array_windows)
+    // An array window's first attempts get their item records at their children's ends, one
+    // write a granule instead of two (BENCHMARKS.md); a claim from an older release that made
+    // them at submission is still read as it says (`WindowClaim::records_at_end`).
+    .with_records_at_end(true)
+}
+
+/// Counts the window's submissions into the summary and the metrics; `Some(stop)` naming the
+/// first granule not submitted.
+fn count_submissions(
+    ctx: &Ctx,
+    inventory_key: &str,
+    claim: &WindowClaim,
+    submissions: &[JobSubmission],
+    summary: &mut FeederSummary,
+) -> Option<Stop> {
     let mut stop = None;
     let mut submitted_here = 0;
-    for (granule, submission) in claim.granules.iter().zip(&submissions) {
+    for (granule, submission) in claim.granules.iter().zip(submissions) {
         match submission {
             JobSubmission::Submitted { .. } => {
                 submitted_here += 1;
@@ -232,30 +316,7 @@ pub(super) async fn feed_window(
         ctx.metrics
             .observe(Metric::FeederWindowSize, &[], submitted_here as f64);
     }
-    // The item records follow the claim (an earlier run may have died before them).
-    // A window claimed now had its granules looked for just above (none had a record). An
-    // array window's records are then made without reading them again. A single job can end
-    // while its window is still being submitted, and the job monitor then makes its record
-    // (`item_sync`): those are read first, since a blind write into one costs a refused PUT
-    // and the one-by-one path (about two PUTs more a granule where jobs are short; a GET costs
-    // a twelfth of a PUT).
-    let recorded = record_window(
-        ctx,
-        inventory_key,
-        &claim,
-        &submissions,
-        &first_row,
-        looked_for_records && claim.array,
-    )
-    .await;
-    if let Some(failed) = recorded {
-        stop.get_or_insert(failed);
-    }
-    Ok(if stop.is_none() {
-        (claim.rows, None)
-    } else {
-        (0, stop)
-    })
+    stop
 }
 
 /// Finishes a window another run claimed and left half-submitted, from its claim alone (no
@@ -306,117 +367,6 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
     .await
     .is_none();
     Ok(submitted && recorded)
-}
-
-/// The item records of a window's granules whose jobs exist: made together where missing, the
-/// others moved one by one (made earlier by another listing, an import, or a retry of this run).
-/// A call throttled past the SDK's retries is tried again within the run; what still fails stops
-/// the window (its tracker does not move past it), as `Some(stop)`.
-pub(super) async fn record_window(
-    ctx: &Ctx,
-    inventory_key: &str,
-    claim: &WindowClaim,
-    submissions: &[JobSubmission],
-    first_row: &std::collections::HashMap<GranuleId, u64>,
-    known_absent: bool,
-) -> Option<Stop> {
-    // An array window of first attempts leaves its records to the monitor, which makes each at
-    // its child's end (`item_sync::finished`); the claim says they are in flight meanwhile.
-    if claim.records_at_end {
-        return None;
-    }
-    let mut failed = None;
-    let source = |granule: &GranuleId| match first_row.get(granule) {
-        Some(row) => format!("{inventory_key}#row={row}"),
-        None => format!(
-            "{inventory_key}#rows={}..{}",
-            claim.start,
-            claim.start + claim.rows
-        ),
-    };
-    let pending: Vec<(GranuleProcessingEvent, String, String)> = claim
-        .attempts()
-        .zip(submissions)
-        .filter_map(|(event, submission)| {
-            let job_id = submission.job_id()?.to_owned();
-            let source = source(&event.granule_id);
-            Some((event, job_id, source))
-        })
-        .collect();
-    // The records of granules new to granary, made together; a call throttled past the SDK's
-    // retries is tried again within the run (the window only settles when every record is in
-    // step, and each try is idempotent: it makes only the records still missing). A window of
-    // retries has its granules' records already (made at their first attempt, or by the
-    // monitor): each is moved on below, one by one, at its own attempt.
-    let made = if claim.is_retries() {
-        Ok(vec![false; pending.len()])
-    } else {
-        again(
-            Backoff {
-                tries: ITEM_SYNC_TRIES,
-                ..Backoff::IN_RUN
-            },
-            "the window's item records",
-            || {
-                crate::handlers::item_sync::window_submitted(
-                    ctx,
-                    claim,
-                    &pending,
-                    known_absent,
-                    "queue-feeder",
-                )
-            },
-            RecordError::is_transient,
-        )
-        .await
-    };
-    let made = match made {
-        Ok(made) => made,
-        Err(e) => {
-            tracing::error!(error = %e, "window's item records not made");
-            return Some(Stop::Fail(format!(
-                "item records of rows of {inventory_key}: {e}"
-            )));
-        }
-    };
-    // The rest had a record already (an earlier window, an import, a retry of this run): one
-    // by one, like any submission.
-    let synced: Vec<Result<(), HandlerError>> =
-        futures::stream::iter(pending.into_iter().zip(made).filter(|(_, made)| !made))
-            .map(|((event, job_id, source), _)| async move {
-                again(
-                    Backoff {
-                        tries: ITEM_SYNC_TRIES,
-                        ..Backoff::IN_RUN
-                    },
-                    "an item record",
-                    || {
-                        crate::handlers::item_sync::submitted(
-                            ctx,
-                            &event,
-                            &job_id,
-                            // A window of retries is no listing: a record it must make
-                            // (one lost since its first attempt) names no source, as the
-                            // requeuer's would.
-                            (!claim.is_retries()).then(|| source.clone()),
-                            "queue-feeder",
-                        )
-                    },
-                    RecordError::is_transient,
-                )
-                .await
-                .map_err(HandlerError::from)
-            })
-            .buffered(ctx.config.feeder.submit_concurrency)
-            .collect()
-            .await;
-    for r in synced {
-        if let Err(e) = r {
-            tracing::error!(error = %e, "item record not updated");
-            failed.get_or_insert_with(|| Stop::Fail(format!("rows of {inventory_key}: {e}")));
-        }
-    }
-    failed
 }
 
 /// A window's rows, sorted: its distinct granules in row order, the first row each was listed

@@ -21,6 +21,7 @@ use super::{Ctx, Step};
 use crate::budget::Budget;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::{GranuleId, GranuleProcessingEvent};
+use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::monitor::MonitorOutcome;
@@ -227,51 +228,10 @@ async fn sweep_one(
     now: DateTime<Utc>,
     summary: &mut SweepSummary,
 ) -> Result<(), HandlerError> {
-    let items = imp.items();
     let policy = imp.config.item_retry_policy();
-    let current = match items.get(id).await {
-        Ok(c) => c,
-        Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt {
-            key,
-            source,
-        })) => {
-            imp.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
-                .await
-                .map_err(HandlerError::from)?;
-            items.clear_inflight(marked, id).await?;
-            summary.corrupt_records += 1;
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if index == Index::Window {
-        // Not created by the window (yet), or past the state it left it in: nothing to sweep.
-        if !current
-            .as_ref()
-            .is_some_and(|c| c.value.state == marked && c.value.in_batch_state())
-        {
-            return Ok(());
-        }
-        summary.window_granules += 1;
-    }
-    let Some(current) = current else {
-        items.clear_inflight(marked, id).await?;
-        summary.stale_markers += 1;
+    let Some(record) = record_to_sweep(imp, marked, id, index, summary).await? else {
         return Ok(());
     };
-    let record = current.value;
-    if record.state != marked {
-        // The record moved on (it holds the entries of its move): read again right before
-        // the marker goes, in case it came back meanwhile.
-        let now_there = items.look(id).await?;
-        // Moved back into the marked state meanwhile (a retry): the marker is its again.
-        if now_there.is_some_and(|r| r.state == marked) {
-            return Ok(());
-        }
-        items.clear_inflight(marked, id).await?;
-        summary.stale_markers += 1;
-        return Ok(());
-    }
     let Some(path) = policy.timeout_recovery(record.state, &record.attempts, now) else {
         summary.within_time += 1;
         return Ok(());
@@ -292,35 +252,119 @@ async fn sweep_one(
             }
         }
     }
-    let (state, seq) = (record.state, record.seq);
-    let timeout = if state == Downloading {
+    let timeout = if record.state == Downloading {
         policy.download_timeout
     } else {
         policy.processing_timeout
     };
     let gives_up = path.last().is_some_and(|s| s.is_terminal());
-    if state == Processing {
-        let attempt = GranuleProcessingEvent {
-            granule_id: id.clone(),
-            attempt: record.attempts.processing,
-        };
-        let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
-        match ended.await? {
-            MonitorOutcome::AlreadySucceeded { by_attempt } => {
-                tracing::warn!(item_id = %id, by_attempt, "timed out, but its granule has a success logged: not routed, the record follows the success");
-                summary.already_succeeded += 1;
-            }
-            // The route the attempt's log took (an earlier handling's, if one logged it first).
-            MonitorOutcome::Routed {
-                route: crate::domain::classify::Route::RetryQueue,
-            } => summary.retried += 1,
-            MonitorOutcome::Routed { .. } => summary.gave_up += 1,
-            // Routed by an earlier handling (a sweep that died after its send): counted as now.
-            _ if gives_up => summary.gave_up += 1,
-            _ => summary.retried += 1,
-        }
-        return Ok(());
+    if record.state == Processing {
+        return end_timed_out_processing(imp, id, &record, gives_up, timeout, summary).await;
     }
+    time_out_outside_batch(imp, id, &record, &path, timeout, summary).await
+}
+
+/// The item record the index names, when it is still the sweeper's business: `None` once it is
+/// handled here (a corrupt record set aside, a stale marker removed) or is none of the sweeper's.
+async fn record_to_sweep(
+    imp: &Ctx,
+    marked: ItemState,
+    id: &GranuleId,
+    index: Index,
+    summary: &mut SweepSummary,
+) -> Result<Option<ItemRecord>, HandlerError> {
+    let items = imp.items();
+    let current = match items.get(id).await {
+        Ok(c) => c,
+        Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt {
+            key,
+            source,
+        })) => {
+            imp.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
+                .await
+                .map_err(HandlerError::from)?;
+            items.clear_inflight(marked, id).await?;
+            summary.corrupt_records += 1;
+            return Ok(None);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if index == Index::Window {
+        // Not created by the window (yet), or past the state it left it in: nothing to sweep.
+        if !current
+            .as_ref()
+            .is_some_and(|c| c.value.state == marked && c.value.in_batch_state())
+        {
+            return Ok(None);
+        }
+        summary.window_granules += 1;
+    }
+    let Some(current) = current else {
+        items.clear_inflight(marked, id).await?;
+        summary.stale_markers += 1;
+        return Ok(None);
+    };
+    let record = current.value;
+    if record.state != marked {
+        // The record moved on (it holds the entries of its move): read again right before
+        // the marker goes, in case it came back meanwhile.
+        let now_there = items.look(id).await?;
+        // Moved back into the marked state meanwhile (a retry): the marker is its again.
+        if now_there.is_some_and(|r| r.state == marked) {
+            return Ok(None);
+        }
+        items.clear_inflight(marked, id).await?;
+        summary.stale_markers += 1;
+        return Ok(None);
+    }
+    Ok(Some(record))
+}
+
+/// A PROCESSING item past its time whose job Batch does not know: its attempt ended through the
+/// monitor's own handler ([`timed_out_attempt`]), and counted by the route its log took.
+async fn end_timed_out_processing(
+    imp: &Ctx,
+    id: &GranuleId,
+    record: &ItemRecord,
+    gives_up: bool,
+    timeout: chrono::Duration,
+    summary: &mut SweepSummary,
+) -> Result<(), HandlerError> {
+    let attempt = GranuleProcessingEvent {
+        granule_id: id.clone(),
+        attempt: record.attempts.processing,
+    };
+    let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
+    match ended.await? {
+        MonitorOutcome::AlreadySucceeded { by_attempt } => {
+            tracing::warn!(item_id = %id, by_attempt, "timed out, but its granule has a success logged: not routed, the record follows the success");
+            summary.already_succeeded += 1;
+        }
+        // The route the attempt's log took (an earlier handling's, if one logged it first).
+        MonitorOutcome::Routed {
+            route: crate::domain::classify::Route::RetryQueue,
+        } => summary.retried += 1,
+        MonitorOutcome::Routed { .. } => summary.gave_up += 1,
+        // Routed by an earlier handling (a sweep that died after its send): counted as now.
+        _ if gives_up => summary.gave_up += 1,
+        _ => summary.retried += 1,
+    }
+    Ok(())
+}
+
+/// An item past its time outside Batch (DOWNLOADING): sent on its way again, or to the DLQ once
+/// it gives up, then moved along `path`.
+async fn time_out_outside_batch(
+    imp: &Ctx,
+    id: &GranuleId,
+    record: &ItemRecord,
+    path: &[ItemState],
+    timeout: chrono::Duration,
+    summary: &mut SweepSummary,
+) -> Result<(), HandlerError> {
+    let items = imp.items();
+    let (state, seq) = (record.state, record.seq);
+    let gives_up = path.last().is_some_and(|s| s.is_terminal());
     // The message first (see the module's note on order), then the state.
     if gives_up {
         let terminal = path.last().copied().unwrap_or(Ignore);
@@ -330,7 +374,7 @@ async fn sweep_one(
     }
     if crate::mutants::on("sweeper-timeout-path-in-steps") {
         let mut expected = (state, seq);
-        for to in &path {
+        for to in path {
             let (from, at) = expected;
             let moved = items
                 .advance_steps(id, BY, |r| {
@@ -345,7 +389,7 @@ async fn sweep_one(
     } else {
         items
             .advance_steps(id, BY, |r| {
-                decisions::on_timeout(r, state, seq, &path, timeout.num_seconds())
+                decisions::on_timeout(r, state, seq, path, timeout.num_seconds())
             })
             .await?;
     }
