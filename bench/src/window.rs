@@ -152,7 +152,24 @@ pub(crate) async fn window(
         .await
         .context("creating the bench bucket (is AWS_ENDPOINT_URL set? use `make bench`)")?;
     let s3 = S3Store::new(clients.s3.clone(), &bucket);
-    let me = std::env::current_exe()?;
+    let window_read = WindowRead {
+        me: std::env::current_exe()?,
+        bucket: &bucket,
+        n,
+        reps,
+    };
+    let mut table = window_table();
+    let mut inputs = upload_inventories(&s3, &rows).await?;
+    upload_given_files(&s3, &files, &mut inputs).await?;
+    for input in inputs {
+        measure_window_input(&s3, &window_read, input, &mut table).await?;
+    }
+    println!("Feeder window read: {n} rows, median of {reps}, each in a fresh process\n{table}");
+    Ok(())
+}
+
+/// The window bench's table, one row a layout, size and window position.
+fn window_table() -> Table {
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED).set_header([
         "layout",
@@ -166,9 +183,23 @@ pub(crate) async fn window(
         "peak RSS MiB",
         "page map bytes",
     ]);
-    // (label, key, file MB, whether the feeder keeps a page map for it)
-    let mut inputs: Vec<(String, String, f64, bool)> = Vec::new();
-    for &size in &rows {
+    table
+}
+
+/// One inventory file to read windows of.
+struct WindowInput {
+    label: String,
+    key: String,
+    file_mb: f64,
+    /// Whether the feeder keeps a page map for it.
+    page_map: bool,
+}
+
+/// Inventories of each size in both layouts, written and uploaded (the granary layout twice:
+/// with and without the page map kept).
+async fn upload_inventories(s3: &S3Store, rows: &[u64]) -> Result<Vec<WindowInput>> {
+    let mut inputs = Vec::new();
+    for &size in rows {
         for (layout, props) in [
             ("pyarrow default", pyarrow_default_properties()),
             ("granary", InventoryLayout::granary().properties()),
@@ -182,13 +213,33 @@ pub(crate) async fn window(
                 "wrote {key}: {file_mb:.1} MB in {:.1} s",
                 t.elapsed().as_secs_f64()
             );
-            inputs.push((layout.to_owned(), key.clone(), file_mb, false));
+            inputs.push(WindowInput {
+                label: layout.to_owned(),
+                key: key.clone(),
+                file_mb,
+                page_map: false,
+            });
             if layout == "granary" {
-                inputs.push(("granary, page map kept".to_owned(), key, file_mb, true));
+                inputs.push(WindowInput {
+                    label: "granary, page map kept".to_owned(),
+                    key,
+                    file_mb,
+                    page_map: true,
+                });
             }
         }
     }
-    for path in &files {
+    Ok(inputs)
+}
+
+/// The Parquet files given on the command line, uploaded as they are (each with and without
+/// the page map kept).
+async fn upload_given_files(
+    s3: &S3Store,
+    files: &[std::path::PathBuf],
+    inputs: &mut Vec<WindowInput>,
+) -> Result<()> {
+    for path in files {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let name = path
             .file_name()
@@ -197,55 +248,94 @@ pub(crate) async fn window(
         let key = format!("inventories/given-{name}");
         let file_mb = bytes.len() as f64 / 1e6;
         s3.put(&key, bytes.into(), PutCondition::Overwrite).await?;
-        inputs.push((name.clone(), key.clone(), file_mb, false));
-        inputs.push((format!("{name}, page map kept"), key, file_mb, true));
+        inputs.push(WindowInput {
+            label: name.clone(),
+            key: key.clone(),
+            file_mb,
+            page_map: false,
+        });
+        inputs.push(WindowInput {
+            label: format!("{name}, page map kept"),
+            key,
+            file_mb,
+            page_map: true,
+        });
     }
-    for (layout, key, file_mb, page_map) in inputs {
-        let inv = Inventory::open(Arc::new(s3.clone()), &key, DEFAULT_ID_COLUMN).await?;
-        let (groups, size) = (inv.num_row_groups(), inv.num_rows());
-        if page_map && inv.page_map(0, 1)?.is_none() {
-            // No offset index: nothing to keep; the window costs what a first open does.
-            continue;
-        }
-        for (label, start) in [
-            ("start", 0),
-            ("middle", size / 2),
-            ("end", size.saturating_sub(n)),
-        ] {
-            let mut cmd = std::process::Command::new(&me);
-            cmd.args(["window-read", "--bucket", &bucket, "--key", &key])
-                .args([
-                    "--start",
-                    &start.to_string(),
-                    "--n",
-                    &n.to_string(),
-                    "--reps",
-                    &reps.to_string(),
-                ]);
-            if page_map {
-                cmd.arg("--page-map");
-            }
-            let out = cmd.output()?;
-            anyhow::ensure!(
-                out.status.success(),
-                "window-read failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let f: WindowFigures = serde_json::from_slice(&out.stdout)?;
-            table.add_row([
-                layout.clone(),
-                size.to_string(),
-                format!("{file_mb:.1}"),
-                groups.to_string(),
-                label.to_owned(),
-                format!("{:.1}", f.median_ms),
-                f.requests.to_string(),
-                f.bytes.to_string(),
-                format!("{:.1}", f.peak_rss_kib as f64 / 1024.0),
-                f.page_map_bytes.to_string(),
+    Ok(())
+}
+
+/// How each window is read: `n` rows, `reps` times, by this binary's `window-read` in a child
+/// process.
+struct WindowRead<'a> {
+    me: std::path::PathBuf,
+    bucket: &'a str,
+    n: u64,
+    reps: usize,
+}
+
+impl WindowRead<'_> {
+    /// The window at `start` of `key`, read in a fresh child process.
+    fn run(&self, key: &str, start: u64, page_map: bool) -> Result<WindowFigures> {
+        let mut cmd = std::process::Command::new(&self.me);
+        cmd.args(["window-read", "--bucket", self.bucket, "--key", key])
+            .args([
+                "--start",
+                &start.to_string(),
+                "--n",
+                &self.n.to_string(),
+                "--reps",
+                &self.reps.to_string(),
             ]);
+        if page_map {
+            cmd.arg("--page-map");
         }
+        let out = cmd.output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "window-read failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(serde_json::from_slice(&out.stdout)?)
     }
-    println!("Feeder window read: {n} rows, median of {reps}, each in a fresh process\n{table}");
+}
+
+/// The input's windows at its start, middle and end, each a row of the table.
+async fn measure_window_input(
+    s3: &S3Store,
+    window_read: &WindowRead<'_>,
+    input: WindowInput,
+    table: &mut Table,
+) -> Result<()> {
+    let WindowInput {
+        label: layout,
+        key,
+        file_mb,
+        page_map,
+    } = input;
+    let inv = Inventory::open(Arc::new(s3.clone()), &key, DEFAULT_ID_COLUMN).await?;
+    let (groups, size) = (inv.num_row_groups(), inv.num_rows());
+    if page_map && inv.page_map(0, 1)?.is_none() {
+        // No offset index: nothing to keep; the window costs what a first open does.
+        return Ok(());
+    }
+    for (label, start) in [
+        ("start", 0),
+        ("middle", size / 2),
+        ("end", size.saturating_sub(window_read.n)),
+    ] {
+        let f = window_read.run(&key, start, page_map)?;
+        table.add_row([
+            layout.clone(),
+            size.to_string(),
+            format!("{file_mb:.1}"),
+            groups.to_string(),
+            label.to_owned(),
+            format!("{:.1}", f.median_ms),
+            f.requests.to_string(),
+            f.bytes.to_string(),
+            format!("{:.1}", f.peak_rss_kib as f64 / 1024.0),
+            f.page_map_bytes.to_string(),
+        ]);
+    }
     Ok(())
 }
