@@ -27,40 +27,7 @@ pub(super) async fn handle_end(
         ..
     } = finished;
     let facts = ctx.config.layout.id_parser.facts(&granule.granule_id);
-    let job_id = detail
-        .get("jobId")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_owned();
-    let job_name = detail
-        .get("jobName")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_owned();
-    tracing::info!(
-        granule_id = %granule.granule_id, attempt = granule.attempt, job_id,
-        outcome = ?classification.outcome, ?route, reason = classification.reason,
-        batch_rules = classification.batch_rules, "job finished"
-    );
-    let record = LogRecord {
-        granule_id: granule.granule_id.clone(),
-        attempt: granule.attempt,
-        outcome: if route == Route::Done {
-            LogOutcome::Success
-        } else {
-            LogOutcome::Failure
-        },
-        classification: classification.clone(),
-        route,
-        job_id,
-        job_name,
-        logged_at: Utc::now(),
-        routed_at: None,
-        superseded: None,
-        revoked: None,
-        job: detail,
-        spot_ends_before,
-    };
+    let record = log_record_of(&granule, &classification, route, detail, spot_ends_before);
     let key = LogKey::new(record.outcome, &facts, &granule.granule_id, granule.attempt);
     let reason = classification.reason.clone();
     let ended_job = record.job_id.clone();
@@ -85,39 +52,9 @@ pub(super) async fn handle_end(
     // attempt's own end whose handler died before the record) would otherwise sit there with
     // nothing coming; a record at a later attempt is left alone (`decisions::on_job_finished`).
     // A success at a later attempt moves the record itself, at its own end.
-    let record_end = match outcome {
-        MonitorOutcome::AlreadySucceeded { by_attempt }
-            if by_attempt > granule.attempt
-                || crate::mutants::on("already-succeeded-leaves-the-record") =>
-        {
-            None
-        }
-        MonitorOutcome::AlreadySucceeded { by_attempt } => Some((
-            Route::Done,
-            format!("{reason}; the granule succeeded at attempt {by_attempt}"),
-        )),
-        _ => Some((route, reason.clone())),
-    };
-    if let Some((record_route, record_reason)) = record_end {
-        let end = crate::handlers::item_sync::End {
-            job_id: &ended_job,
-            ends: crate::domain::lifecycle::decisions::end_states(record_route),
-            reason: &record_reason,
-            listed_in: listed_in.as_deref(),
-            repeated: matches!(outcome, MonitorOutcome::Duplicate),
-        };
-        crate::handlers::item_sync::finished(ctx, &granule, end, by).await?;
-    }
-    // Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
-    let marker =
-        crate::domain::layout::claims::claim_key(&ctx.config.layout.open_claim_prefix, &granule);
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "removing an open-claims marker",
-        || ctx.store.delete(&marker),
-        crate::ports::StoreError::is_transient,
-    )
-    .await?;
+    let ended = (ended_job.as_str(), listed_in.as_deref(), reason.as_str());
+    record_follows(ctx, &granule, &outcome, route, ended, by).await?;
+    close_open_claim(ctx, &granule).await?;
     // Last, once the end is handled: the brake only ever places a hold. Only ends that came as
     // events are judged: the item sweeper's recoveries (ends found by DescribeJobs) run in
     // another function, which neither reads the brake's settings nor may place a hold.
@@ -135,6 +72,103 @@ pub(super) async fn handle_end(
         brake(ctx, end_kind, format!("{}: {reason}", granule.granule_id)).await;
     }
     Ok(outcome)
+}
+
+/// The log of this end: the whole job description beside the classification and route.
+fn log_record_of(
+    granule: &crate::domain::granule::GranuleProcessingEvent,
+    classification: &crate::domain::classify::Classification,
+    route: Route,
+    detail: serde_json::Value,
+    spot_ends_before: Option<u32>,
+) -> LogRecord {
+    let job_id = detail
+        .get("jobId")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
+    let job_name = detail
+        .get("jobName")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_owned();
+    tracing::info!(
+        granule_id = %granule.granule_id, attempt = granule.attempt, job_id,
+        outcome = ?classification.outcome, ?route, reason = classification.reason,
+        batch_rules = classification.batch_rules, "job finished"
+    );
+    LogRecord {
+        granule_id: granule.granule_id.clone(),
+        attempt: granule.attempt,
+        outcome: if route == Route::Done {
+            LogOutcome::Success
+        } else {
+            LogOutcome::Failure
+        },
+        classification: classification.clone(),
+        route,
+        job_id,
+        job_name,
+        logged_at: Utc::now(),
+        routed_at: None,
+        superseded: None,
+        revoked: None,
+        job: detail,
+        spot_ends_before,
+    }
+}
+
+/// The item record follows the log and the route (`item_sync::finished`), also on a duplicate
+/// delivery: `ended` is the job, the window claim it was listed in, and the end's reason.
+async fn record_follows(
+    ctx: &Ctx,
+    granule: &crate::domain::granule::GranuleProcessingEvent,
+    outcome: &MonitorOutcome,
+    route: Route,
+    (ended_job, listed_in, reason): (&str, Option<&str>, &str),
+    by: &str,
+) -> Result<(), HandlerError> {
+    let record_end = match *outcome {
+        MonitorOutcome::AlreadySucceeded { by_attempt }
+            if by_attempt > granule.attempt
+                || crate::mutants::on("already-succeeded-leaves-the-record") =>
+        {
+            None
+        }
+        MonitorOutcome::AlreadySucceeded { by_attempt } => Some((
+            Route::Done,
+            format!("{reason}; the granule succeeded at attempt {by_attempt}"),
+        )),
+        _ => Some((route, reason.to_owned())),
+    };
+    if let Some((record_route, record_reason)) = record_end {
+        let end = crate::handlers::item_sync::End {
+            job_id: ended_job,
+            ends: crate::domain::lifecycle::decisions::end_states(record_route),
+            reason: &record_reason,
+            listed_in,
+            repeated: matches!(outcome, MonitorOutcome::Duplicate),
+        };
+        crate::handlers::item_sync::finished(ctx, granule, end, by).await?;
+    }
+    Ok(())
+}
+
+/// Logged, routed, recorded: the attempt leaves the open-claims index the reconciler reads.
+async fn close_open_claim(
+    ctx: &Ctx,
+    granule: &crate::domain::granule::GranuleProcessingEvent,
+) -> Result<(), HandlerError> {
+    let marker =
+        crate::domain::layout::claims::claim_key(&ctx.config.layout.open_claim_prefix, granule);
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "removing an open-claims marker",
+        || ctx.store.delete(&marker),
+        crate::ports::StoreError::is_transient,
+    )
+    .await?;
+    Ok(())
 }
 
 /// An end this delivery settled, counted once (a duplicate found as such is not).

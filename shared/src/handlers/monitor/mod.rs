@@ -94,39 +94,8 @@ async fn handle_event(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerEr
             },
             _,
         )) => {
-            let Ok(ingest_job) = crate::domain::ingest::index::JobId::parse(&ingest_job) else {
-                let reason = format!(
-                    "job {job_id} names ingest job {:?}, which is no ingest job id",
-                    crate::domain::poison::RawText::of(&ingest_job).shown()
-                );
-                ctx.reject(
-                    crate::domain::poison::RejectKind::EventWithoutGranule,
-                    &reason,
-                    "batch events queue",
-                    body,
-                )
-                .await?;
-                return Ok(MonitorOutcome::Rejected { reason });
-            };
-            let ended = EndedProcessing {
-                ingest_job,
-                batch_job_id: job_id,
-                batch_job_name: job_name,
-                classification,
-            };
-            let ingest = ctx.ingest();
-            let outcome = processing::on_end(
-                &ingest,
-                ctx.failure_dlq.as_ref(),
-                ctx.config.max_attempt(),
-                &ended,
-                Utc::now(),
-            )
-            .await?;
-            Ok(MonitorOutcome::IngestProcessing {
-                ingest_job: ended.ingest_job.to_string(),
-                outcome,
-            })
+            let ended = (job_id, job_name, ingest_job, classification);
+            ingest_processing_ended(ctx, ended, body).await
         }
         Ok((JobEnd::Finished(finished), detail)) => job_finished(ctx, finished, detail, BY).await,
         Ok((JobEnd::WindowChild(child), detail)) => {
@@ -141,6 +110,53 @@ async fn handle_event(ctx: &Ctx, body: &str) -> Result<MonitorOutcome, HandlerEr
             Ok(MonitorOutcome::ArrayParent)
         }
     }
+}
+
+/// An ingest job's processing job ended: its record moves on (`processing::on_end`). A job naming
+/// no ingest job id is rejected with the reason.
+async fn ingest_processing_ended(
+    ctx: &Ctx,
+    (job_id, job_name, ingest_job, classification): (
+        String,
+        String,
+        String,
+        crate::domain::classify::Classification,
+    ),
+    body: &str,
+) -> Result<MonitorOutcome, HandlerError> {
+    let Ok(ingest_job) = crate::domain::ingest::index::JobId::parse(&ingest_job) else {
+        let reason = format!(
+            "job {job_id} names ingest job {:?}, which is no ingest job id",
+            crate::domain::poison::RawText::of(&ingest_job).shown()
+        );
+        ctx.reject(
+            crate::domain::poison::RejectKind::EventWithoutGranule,
+            &reason,
+            "batch events queue",
+            body,
+        )
+        .await?;
+        return Ok(MonitorOutcome::Rejected { reason });
+    };
+    let ended = EndedProcessing {
+        ingest_job,
+        batch_job_id: job_id,
+        batch_job_name: job_name,
+        classification,
+    };
+    let ingest = ctx.ingest();
+    let outcome = processing::on_end(
+        &ingest,
+        ctx.failure_dlq.as_ref(),
+        ctx.config.max_attempt(),
+        &ended,
+        Utc::now(),
+    )
+    .await?;
+    Ok(MonitorOutcome::IngestProcessing {
+        ingest_job: ended.ingest_job.to_string(),
+        outcome,
+    })
 }
 
 /// A child of an array window ended: its granule is read from the window claim, then its end is
