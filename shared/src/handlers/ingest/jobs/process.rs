@@ -34,79 +34,98 @@ pub async fn process(
         }
         return Ok(());
     }
-    let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
     let batch_job = match &job.processing_job {
         Some(id) => id.clone(),
-        None => {
-            // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
-            // name only on takeover): a lost answer, a ListJobs that does not show the job
-            // yet, or an operator's tick beside the scheduled one submits nothing twice.
-            let prefix = format!(
-                "s3://{}/{}",
-                ictx.config.layout.bucket,
-                ictx.ingest().keys.objects(&job.id)
-            );
-            let request = processing_job(
-                &job.id,
-                job.retry_count,
-                job.processing_attempt,
-                &prefix,
-                &job.deposit,
-            );
-            let work = GranuleId::parse(job.id.as_str()).map_err(|e| {
-                HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id))
-            })?;
-            let requests = |_: &Claim| vec![request.clone()];
-            let submission = Submission {
-                claim_key: ictx.ingest().keys.processing_claim(
-                    &job.id,
-                    job.retry_count,
-                    job.processing_attempt,
-                ),
-                // Watched by this tick's DescribeJobs, not by the reconciler.
-                open_key: None,
-                claim: Claim::of_work(
-                    work,
-                    job.processing_attempt,
-                    name.clone(),
-                    "ingest-dispatcher",
-                    now,
-                ),
-                requests: &requests,
-            };
-            let id = match submit_claim_once(
-                ictx.store.as_ref(),
-                ictx.jobs.as_ref(),
-                &ictx.metrics,
-                ictx.config.leases.claim_lease,
-                submission,
-            )
-            .await?
-            {
-                SubmitOutcome::Submitted { job_id }
-                | SubmitOutcome::AlreadySubmitted { job_id }
-                | SubmitOutcome::Recovered { job_id } => job_id,
-                // Another tick holds the claim and may be submitting: the next tick looks.
-                SubmitOutcome::InFlight => return Ok(()),
-            };
-            ictx.ingest()
-                .change_job(&job.id, |r| {
-                    (r.state == JobState::Processing
-                        && r.processing_attempt == job.processing_attempt
-                        && r.processing_job.as_deref() != Some(&id))
-                    .then(|| {
-                        let mut next = r.clone();
-                        next.processing_job = Some(id.clone());
-                        next
-                    })
-                    .map(Ok)
-                    .transpose()
-                })
-                .await?;
-            s.processing_submitted += 1;
-            return Ok(());
-        }
+        None => return submit_processing(ictx, &job, now, s).await,
     };
+    processing_end(ictx, &job, batch_job, now, s).await
+}
+
+/// The job's processing job for its current attempt submitted once, and the record told its id.
+async fn submit_processing(
+    ictx: &Ctx,
+    job: &JobRecord,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    let name = processing_job_name(&job.id, job.retry_count, job.processing_attempt);
+    // The one submission protocol (a claim before SubmitJob, its lease, a lookup by
+    // name only on takeover): a lost answer, a ListJobs that does not show the job
+    // yet, or an operator's tick beside the scheduled one submits nothing twice.
+    let prefix = format!(
+        "s3://{}/{}",
+        ictx.config.layout.bucket,
+        ictx.ingest().keys.objects(&job.id)
+    );
+    let request = processing_job(
+        &job.id,
+        job.retry_count,
+        job.processing_attempt,
+        &prefix,
+        &job.deposit,
+    );
+    let work = GranuleId::parse(job.id.as_str())
+        .map_err(|e| HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id)))?;
+    let requests = |_: &Claim| vec![request.clone()];
+    let submission = Submission {
+        claim_key: ictx.ingest().keys.processing_claim(
+            &job.id,
+            job.retry_count,
+            job.processing_attempt,
+        ),
+        // Watched by this tick's DescribeJobs, not by the reconciler.
+        open_key: None,
+        claim: Claim::of_work(
+            work,
+            job.processing_attempt,
+            name.clone(),
+            "ingest-dispatcher",
+            now,
+        ),
+        requests: &requests,
+    };
+    let id = match submit_claim_once(
+        ictx.store.as_ref(),
+        ictx.jobs.as_ref(),
+        &ictx.metrics,
+        ictx.config.leases.claim_lease,
+        submission,
+    )
+    .await?
+    {
+        SubmitOutcome::Submitted { job_id }
+        | SubmitOutcome::AlreadySubmitted { job_id }
+        | SubmitOutcome::Recovered { job_id } => job_id,
+        // Another tick holds the claim and may be submitting: the next tick looks.
+        SubmitOutcome::InFlight => return Ok(()),
+    };
+    ictx.ingest()
+        .change_job(&job.id, |r| {
+            (r.state == JobState::Processing
+                && r.processing_attempt == job.processing_attempt
+                && r.processing_job.as_deref() != Some(&id))
+            .then(|| {
+                let mut next = r.clone();
+                next.processing_job = Some(id.clone());
+                next
+            })
+            .map(Ok)
+            .transpose()
+        })
+        .await?;
+    s.processing_submitted += 1;
+    Ok(())
+}
+
+/// The processing job's end found by DescribeJobs (its event may have been lost), decided as
+/// the event would have been.
+async fn processing_end(
+    ictx: &Ctx,
+    job: &JobRecord,
+    batch_job: String,
+    now: DateTime<Utc>,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
     let Some(described) = ictx.jobs.describe(&batch_job).await? else {
         return Ok(());
     };
