@@ -67,85 +67,120 @@ async fn serve(
 ) -> Result<()> {
     let mut reader = BufReader::new(conn);
     loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).await? == 0 {
+        let Some(request) = read_request(&mut reader).await? else {
             return Ok(());
-        }
-        let mut parts = request_line.split_whitespace();
-        let (method, path) = (
-            parts.next().unwrap_or("").to_owned(),
-            parts.next().unwrap_or("").to_owned(),
-        );
-        let (mut length, mut chunked) = (0usize, false);
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).await?;
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let lower = line.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                length = v.trim().parse().context("content-length")?;
-            }
-            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-                chunked = true;
-            }
-        }
-        let body = if chunked {
-            read_chunked(&mut reader).await?
-        } else {
-            read_exact(&mut reader, length).await?
         };
-        let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
-        let (status, headers, payload) = if method == "GET"
-            && path.ends_with("/runtime/invocation/next")
-        {
-            let next = {
-                let mut st = lock();
-                st.first_poll.get_or_insert_with(Instant::now);
-                st.pending.pop_front().map(|e| {
-                    st.next_id += 1;
-                    (st.next_id, e)
-                })
+        let (status, headers, payload) =
+            if request.method == "GET" && request.path.ends_with("/runtime/invocation/next") {
+                let Some((id, event)) = take_next_event(&state) else {
+                    // Nothing left: keep the function parked here until the bench stops it.
+                    std::future::pending::<()>().await;
+                    return Ok(());
+                };
+                ("200 OK", invocation_headers(id), event)
+            } else {
+                let status = record_report(&request, &state, &progress);
+                (status, String::new(), "{}".to_owned())
             };
-            let Some((id, event)) = next else {
-                // Nothing left: keep the function parked here until the bench stops it.
-                std::future::pending::<()>().await;
-                return Ok(());
-            };
-            let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
-            let headers = format!(
-                "Lambda-Runtime-Aws-Request-Id: req-{id}\r\nLambda-Runtime-Deadline-Ms: {deadline}\r\n\
-                 Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:000000000000:function:bench\r\n\
-                 Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\n\
-                 Content-Type: application/json\r\n"
-            );
-            ("200 OK", headers, event)
-        } else if method == "POST" && path.ends_with("/response") {
-            lock().responses += 1;
-            progress.notify_one();
-            ("202 Accepted", String::new(), "{}".to_owned())
-        } else if method == "POST" && path.ends_with("/init/error") {
-            lock()
-                .init_errors
-                .push(String::from_utf8_lossy(&body).into_owned());
-            progress.notify_one();
-            ("202 Accepted", String::new(), "{}".to_owned())
-        } else if method == "POST" && path.ends_with("/error") {
-            let mut st = lock();
-            st.errors += 1;
-            st.last_error = Some(String::from_utf8_lossy(&body).into_owned());
-            progress.notify_one();
-            ("202 Accepted", String::new(), "{}".to_owned())
-        } else {
-            ("404 Not Found", String::new(), "{}".to_owned())
-        };
         let response = format!(
             "HTTP/1.1 {status}\r\n{headers}Content-Length: {}\r\n\r\n{payload}",
             payload.len()
         );
         reader.get_mut().write_all(response.as_bytes()).await?;
+    }
+}
+
+/// One HTTP request as the function sent it.
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+}
+
+/// The next request on the connection: its request line, headers and body (by Content-Length,
+/// or chunked). `None` when the client has closed the connection.
+async fn read_request(reader: &mut BufReader<TcpStream>) -> Result<Option<Request>> {
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).await? == 0 {
+        return Ok(None);
+    }
+    let mut parts = request_line.split_whitespace();
+    let (method, path) = (
+        parts.next().unwrap_or("").to_owned(),
+        parts.next().unwrap_or("").to_owned(),
+    );
+    let (mut length, mut chunked) = (0usize, false);
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).await?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        let lower = line.to_ascii_lowercase();
+        if let Some(v) = lower.strip_prefix("content-length:") {
+            length = v.trim().parse().context("content-length")?;
+        }
+        if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+            chunked = true;
+        }
+    }
+    let body = if chunked {
+        read_chunked(reader).await?
+    } else {
+        read_exact(reader, length).await?
+    };
+    Ok(Some(Request { method, path, body }))
+}
+
+/// The next pending event and its request number; the first poll marks the function's init done.
+fn take_next_event(state: &Mutex<RuntimeApiState>) -> Option<(u64, String)> {
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    st.first_poll.get_or_insert_with(Instant::now);
+    st.pending.pop_front().map(|e| {
+        st.next_id += 1;
+        (st.next_id, e)
+    })
+}
+
+/// The headers Lambda sends with invocation `id`.
+fn invocation_headers(id: u64) -> String {
+    let deadline = chrono::Utc::now().timestamp_millis() + 60_000;
+    format!(
+        "Lambda-Runtime-Aws-Request-Id: req-{id}\r\nLambda-Runtime-Deadline-Ms: {deadline}\r\n\
+         Lambda-Runtime-Invoked-Function-Arn: arn:aws:lambda:us-east-1:000000000000:function:bench\r\n\
+         Lambda-Runtime-Trace-Id: Root=1-00000000-000000000000000000000000;Sampled=0\r\n\
+         Content-Type: application/json\r\n"
+    )
+}
+
+/// Records what the function reports (a response, an init error or an invocation error) and
+/// wakes whoever waits on progress: the HTTP status to answer with.
+fn record_report(
+    request: &Request,
+    state: &Mutex<RuntimeApiState>,
+    progress: &Notify,
+) -> &'static str {
+    let lock = || state.lock().unwrap_or_else(|p| p.into_inner());
+    let (method, path) = (request.method.as_str(), request.path.as_str());
+    if method == "POST" && path.ends_with("/response") {
+        lock().responses += 1;
+        progress.notify_one();
+        "202 Accepted"
+    } else if method == "POST" && path.ends_with("/init/error") {
+        lock()
+            .init_errors
+            .push(String::from_utf8_lossy(&request.body).into_owned());
+        progress.notify_one();
+        "202 Accepted"
+    } else if method == "POST" && path.ends_with("/error") {
+        let mut st = lock();
+        st.errors += 1;
+        st.last_error = Some(String::from_utf8_lossy(&request.body).into_owned());
+        progress.notify_one();
+        "202 Accepted"
+    } else {
+        "404 Not Found"
     }
 }
 

@@ -42,6 +42,32 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode> {
+    check_rates(&args)?;
+    let spec = chaos_spec(&args);
+    let bar = settled_bar(&args);
+    let report = chaos::run(&spec, |p| {
+        bar.set_position(p.succeeded + p.dead_lettered);
+        bar.set_message(format!(
+            "({} retrying, {} crashed invocations)",
+            p.retrying, p.crashed_invocations
+        ));
+    })
+    .await?;
+    bar.finish_and_clear();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.holds() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// Every rate is a share of something: in [0, 1).
+fn check_rates(args: &Args) -> Result<()> {
     for (name, rate) in [
         ("--crash-rate", args.crash_rate),
         ("--throttle-rate", args.throttle_rate),
@@ -52,7 +78,12 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             "{name} must be in [0, 1), not {rate}"
         );
     }
-    let spec = ChaosSpec {
+    Ok(())
+}
+
+/// The campaign the command line asks for.
+fn chaos_spec(args: &Args) -> ChaosSpec {
+    ChaosSpec {
         granules: args.granules,
         seed: args.seed,
         chaos: ChaosOptions {
@@ -72,7 +103,11 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         .map(|(var, _)| (var.to_owned(), "on".to_owned()))
         .collect(),
         ..ChaosSpec::default()
-    };
+    }
+}
+
+/// The progress bar of settled granules, hidden when the report is JSON.
+fn settled_bar(args: &Args) -> ProgressBar {
     let bar = ProgressBar::new(args.granules as u64);
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} settled {msg}")
@@ -82,61 +117,47 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar.enable_steady_tick(Duration::from_millis(500));
-    let report = chaos::run(&spec, |p| {
-        bar.set_position(p.succeeded + p.dead_lettered);
-        bar.set_message(format!(
-            "({} retrying, {} crashed invocations)",
-            p.retrying, p.crashed_invocations
-        ));
-    })
-    .await?;
-    bar.finish_and_clear();
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        let r = &report;
-        println!("granules                {}", r.granules);
-        println!("succeeded               {}", r.succeeded);
-        println!("dead-lettered           {}", r.dead_lettered);
-        println!("unaccounted             {}", r.unaccounted);
-        println!("duplicate submissions   {}", r.duplicate_submissions);
-        println!("duplicate successes     {}", r.duplicate_successes);
-        println!("failures without record {}", r.failures_without_record);
-        println!(
-            "dead-letter copies      {} (after a crash or a refused write; {} disagreeing)",
-            r.dead_letter_copies, r.dead_letters_disagreeing
-        );
-        println!("stale parked retries    {}", r.stale_parked_retries);
-        println!("retries left parked     {}", r.parked_retries_left);
-        println!("windows of retries      {}", r.retry_windows);
-        println!(
-            "injected                {} crashes, {} throttles in {} external calls over {} invocations",
-            r.crashes_injected, r.throttles_injected, r.external_calls, r.handler_invocations
-        );
-        println!(
-            "batch                   {} jobs, {} retried by Batch, {} events ({} duplicated, {} delayed)",
-            r.batch_jobs, r.batch_internal_retries, r.events_emitted, r.duplicate_events, r.delayed_events
-        );
-        println!(
-            "lost events             {} never delivered, {} ends found by the reconciler",
-            r.events_lost, r.ends_reconciled
-        );
-        println!("wall                    {:.1} s", r.wall_secs);
-        for (what, examples) in &r.examples {
-            println!("{what}: {}", examples.join(", "));
-        }
-        println!(
-            "{}",
-            if r.holds() {
-                "nothing lost, nothing twice"
-            } else {
-                "THE PROMISE DID NOT HOLD"
-            }
-        );
+    bar
+}
+
+/// The report for a reader.
+fn print_report(r: &chaos::ChaosReport) {
+    println!("granules                {}", r.granules);
+    println!("succeeded               {}", r.succeeded);
+    println!("dead-lettered           {}", r.dead_lettered);
+    println!("unaccounted             {}", r.unaccounted);
+    println!("duplicate submissions   {}", r.duplicate_submissions);
+    println!("duplicate successes     {}", r.duplicate_successes);
+    println!("failures without record {}", r.failures_without_record);
+    println!(
+        "dead-letter copies      {} (after a crash or a refused write; {} disagreeing)",
+        r.dead_letter_copies, r.dead_letters_disagreeing
+    );
+    println!("stale parked retries    {}", r.stale_parked_retries);
+    println!("retries left parked     {}", r.parked_retries_left);
+    println!("windows of retries      {}", r.retry_windows);
+    println!(
+        "injected                {} crashes, {} throttles in {} external calls over {} invocations",
+        r.crashes_injected, r.throttles_injected, r.external_calls, r.handler_invocations
+    );
+    println!(
+        "batch                   {} jobs, {} retried by Batch, {} events ({} duplicated, {} delayed)",
+        r.batch_jobs, r.batch_internal_retries, r.events_emitted, r.duplicate_events, r.delayed_events
+    );
+    println!(
+        "lost events             {} never delivered, {} ends found by the reconciler",
+        r.events_lost, r.ends_reconciled
+    );
+    println!("wall                    {:.1} s", r.wall_secs);
+    for (what, examples) in &r.examples {
+        println!("{what}: {}", examples.join(", "));
     }
-    Ok(if report.holds() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    println!(
+        "{}",
+        if r.holds() {
+            "nothing lost, nothing twice"
+        } else {
+            "THE PROMISE DID NOT HOLD"
+        }
+    );
 }

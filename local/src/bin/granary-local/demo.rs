@@ -154,21 +154,8 @@ fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode> {
-    let mut plan = match &args.fault_plan {
-        Some(p) => FaultPlan::from_file(p)?,
-        None => FaultPlan::default(),
-    };
-    if let Some(seed) = args.seed {
-        plan.seed = seed;
-    }
-    let (emulator, endpoint) = match &args.endpoint {
-        Some(url) => (None, url.clone()),
-        None => {
-            let e = Emulator::start()?;
-            let url = e.endpoint.clone();
-            (Some(e), url)
-        }
-    };
+    let plan = fault_plan(&args)?;
+    let (emulator, endpoint) = emulator_endpoint(&args)?;
     let config = load_sdk_config_for(&endpoint).await;
     let clients = AwsClients::new(&config);
     if args.ingest {
@@ -176,27 +163,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let iam = aws_sdk_iam::Client::new(&config);
     let name = format!("granary-demo-{}", chrono::Utc::now().format("%H%M%S"));
-    let mut spec = CampaignSpec {
-        granules: args.granules,
-        plan,
-        ..CampaignSpec::default()
-    };
-    spec.runner.granule_submit_count = args.submit_count;
-    let array_windows = if args.single_jobs { "off" } else { "on" };
-    spec.env
-        .push(("GRANARY_ARRAY_WINDOWS".to_owned(), array_windows.to_owned()));
-    spec.runner.feeder_interval = std::time::Duration::from_millis(args.tick_ms);
+    let spec = campaign_spec(&args, plan);
     if !args.json {
-        eprintln!(
-            "emulator {endpoint}; stack {name}; {} granules; {}; fault plan seed {}",
-            spec.granules,
-            if args.single_jobs {
-                "one job a granule"
-            } else {
-                "array windows"
-            },
-            spec.plan.seed
-        );
+        announce(&args, &endpoint, &name, &spec);
     }
     let mut campaign = Campaign::setup(&clients, &iam, &name, &spec)
         .await
@@ -206,35 +175,9 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             "the endpoint has no AWS Batch: jobs go to granary's in-memory Batch; S3, SQS and the EventBridge rule are the endpoint's"
         );
     }
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(spec.granules as u64)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} settled  {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     let started = Instant::now();
-    campaign
-        .runtime
-        .run_to_quiescence(|p| {
-            bar.set_position(p.succeeded);
-            bar.set_message(format!(
-                "submitted {}  retrying {}  dead-lettered {}",
-                p.submitted, p.retrying, p.dead_lettered
-            ));
-        })
-        .await?;
-    bar.finish();
-    let p = &campaign.runtime.progress;
-    tracing::debug!(feeder = ?p.feeder_time, simulator = ?p.simulator_time, monitor = ?p.monitor_time, requeuer = ?p.requeuer_time, "phase times");
-    if std::env::var_os("GRANARY_DEMO_TIMINGS").is_some() {
-        eprintln!(
-            "phase times: feeder {:?}, simulator {:?}, monitor {:?}, requeuer {:?}",
-            p.feeder_time, p.simulator_time, p.monitor_time, p.requeuer_time
-        );
-    }
+    run_with_progress(&mut campaign, spec.granules, args.json).await?;
+    report_phase_times(&campaign);
     let summary = campaign.summarize(started.elapsed()).await?;
     if args.json {
         let report = DemoReport {
@@ -261,8 +204,112 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             page.display()
         );
     }
+    offer_exploration(&args, emulator.as_ref(), &endpoint, stack).await?;
+    Ok(code)
+}
+
+/// The fault plan from --fault-plan (or the default), reseeded by --seed.
+fn fault_plan(args: &Args) -> Result<FaultPlan> {
+    let mut plan = match &args.fault_plan {
+        Some(p) => FaultPlan::from_file(p)?,
+        None => FaultPlan::default(),
+    };
+    if let Some(seed) = args.seed {
+        plan.seed = seed;
+    }
+    Ok(plan)
+}
+
+/// The emulator to talk to: the one --endpoint names, else one this demo starts (and owns, so it
+/// stops when the demo ends).
+fn emulator_endpoint(args: &Args) -> Result<(Option<Emulator>, String)> {
+    Ok(match &args.endpoint {
+        Some(url) => (None, url.clone()),
+        None => {
+            let e = Emulator::start()?;
+            let url = e.endpoint.clone();
+            (Some(e), url)
+        }
+    })
+}
+
+/// The campaign the command line asks for.
+fn campaign_spec(args: &Args, plan: FaultPlan) -> CampaignSpec {
+    let mut spec = CampaignSpec {
+        granules: args.granules,
+        plan,
+        ..CampaignSpec::default()
+    };
+    spec.runner.granule_submit_count = args.submit_count;
+    let array_windows = if args.single_jobs { "off" } else { "on" };
+    spec.env
+        .push(("GRANARY_ARRAY_WINDOWS".to_owned(), array_windows.to_owned()));
+    spec.runner.feeder_interval = std::time::Duration::from_millis(args.tick_ms);
+    spec
+}
+
+/// One line on stderr: where the campaign runs and what it is.
+fn announce(args: &Args, endpoint: &str, name: &str, spec: &CampaignSpec) {
+    eprintln!(
+        "emulator {endpoint}; stack {name}; {} granules; {}; fault plan seed {}",
+        spec.granules,
+        if args.single_jobs {
+            "one job a granule"
+        } else {
+            "array windows"
+        },
+        spec.plan.seed
+    );
+}
+
+/// Runs the campaign until nothing moves, its settled granules on a progress bar (hidden with
+/// --json).
+async fn run_with_progress(campaign: &mut Campaign, granules: usize, json: bool) -> Result<()> {
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(granules as u64)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} settled  {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    campaign
+        .runtime
+        .run_to_quiescence(|p| {
+            bar.set_position(p.succeeded);
+            bar.set_message(format!(
+                "submitted {}  retrying {}  dead-lettered {}",
+                p.submitted, p.retrying, p.dead_lettered
+            ));
+        })
+        .await?;
+    bar.finish();
+    Ok(())
+}
+
+/// Where the time went, per handler: in the debug log, and on stderr with GRANARY_DEMO_TIMINGS.
+fn report_phase_times(campaign: &Campaign) {
+    let p = &campaign.runtime.progress;
+    tracing::debug!(feeder = ?p.feeder_time, simulator = ?p.simulator_time, monitor = ?p.monitor_time, requeuer = ?p.requeuer_time, "phase times");
+    if std::env::var_os("GRANARY_DEMO_TIMINGS").is_some() {
+        eprintln!(
+            "phase times: feeder {:?}, simulator {:?}, monitor {:?}, requeuer {:?}",
+            p.feeder_time, p.simulator_time, p.monitor_time, p.requeuer_time
+        );
+    }
+}
+
+/// How to explore the campaign's state with `granary`, and with --keep, keeping the emulator this
+/// demo started running until Ctrl-C.
+async fn offer_exploration(
+    args: &Args,
+    emulator: Option<&Emulator>,
+    endpoint: &str,
+    stack: &EmulatorStack,
+) -> Result<()> {
     // The commands go to stderr so that --json output stays one JSON document.
-    match (&emulator, args.keep) {
+    match (emulator, args.keep) {
         (Some(_), false) if !args.json => {
             eprintln!("\n(--keep, or `make demo KEEP=1`, keeps the emulator running to explore the campaign with granary status, report and redrive.)")
         }
@@ -270,7 +317,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         (Some(_), true) => {
             eprintln!(
                 "\nThe emulator keeps running with the campaign's state. In another shell:\n\n{}\n\nCtrl-C stops it.",
-                explore_commands(&endpoint, stack)
+                explore_commands(endpoint, stack)
             );
             tokio::signal::ctrl_c()
                 .await
@@ -279,10 +326,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         }
         (None, _) => eprintln!(
             "\nThe emulator at {endpoint} keeps the campaign's state. To explore it:\n\n{}",
-            explore_commands(&endpoint, stack)
+            explore_commands(endpoint, stack)
         ),
     }
-    Ok(code)
+    Ok(())
 }
 
 fn print_summary(s: &Summary) {

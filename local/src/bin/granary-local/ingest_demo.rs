@@ -12,8 +12,10 @@ use granary::adapters::memory::{job_state_change, Ending, MemoryJobRunner, Memor
 use granary::config::{Config, Function};
 use granary::domain::batch_event::JobStatus;
 use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::index::BatchId;
 use granary::domain::ingest::manifest::ManifestKind;
-use granary::domain::ingest::record::Submission;
+use granary::domain::ingest::record::{BatchRecord, Submission};
+use granary::handlers::ingest::batches::BatchReport;
 use granary::handlers::ingest::{self, operator, IngestSettings};
 use granary::handlers::{monitor, Ctx};
 use granary::ports::{ObjectStore, PutCondition};
@@ -40,6 +42,46 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
     let store: Arc<dyn ObjectStore> = Arc::new(S3Store::new(clients.s3.clone(), &bucket));
     let remote = Arc::new(MemoryRemote::default());
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let (manifest, total) = serve_sample_objects(&remote, objects);
+    let settings = IngestSettings {
+        // About a quarter of the batch at once: the rest waits in provisioning.
+        capacity_bytes: (total / 4).max(1),
+        ..IngestSettings::default()
+    };
+    let (monitor_ctx, ictx) =
+        demo_contexts(clients, &bucket, &store, &jobs, remote, settings).await?;
+    let batch = submit_manifest(&ictx, &store, &bucket, manifest).await?;
+    if !json {
+        eprintln!(
+            "bucket {bucket}: batch {} of {objects} objects ({total} bytes), capacity {} bytes",
+            batch.id, ictx.config.ingest.capacity_bytes
+        );
+    }
+    run_ticks(&ictx, &monitor_ctx, &jobs, &batch.id, json).await?;
+    let reports = operator::reports(&ictx, &batch.id).await?;
+    // Second attempts: the processing jobs Spot reclaimed, which the job monitor sent round again.
+    let retried = jobs
+        .submitted()
+        .iter()
+        .filter(|r| r.job_name.ends_with("-a2"))
+        .count();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "bucket": bucket, "batch": batch.id, "reports": reports,
+                "processing_retried_after_spot": retried,
+            }))?
+        );
+    } else if let Some(r) = reports.last() {
+        print_report(r, retried, &batch.id);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Puts `objects` sample map sheets on the depositor's server: the checkm manifest that lists
+/// them, and their total size.
+fn serve_sample_objects(remote: &MemoryRemote, objects: usize) -> (String, u64) {
     let mut manifest = String::from(
         "#%checkm_0.7\n#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n",
     );
@@ -61,17 +103,25 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
             body.len()
         ));
     }
-    let settings = IngestSettings {
-        // About a quarter of the batch at once: the rest waits in provisioning.
-        capacity_bytes: (total / 4).max(1),
-        ..IngestSettings::default()
-    };
+    (manifest, total)
+}
+
+/// The job monitor's context (the emulator's AWS, with its own retry queue and DLQ) and the
+/// ingest handlers' (the same, with the demo's store, depositor, job runner and settings).
+async fn demo_contexts(
+    clients: &AwsClients,
+    bucket: &str,
+    store: &Arc<dyn ObjectStore>,
+    jobs: &Arc<MemoryJobRunner>,
+    remote: Arc<MemoryRemote>,
+    settings: IngestSettings,
+) -> Result<(Ctx, Ctx)> {
     let (retry_url, _) =
         granary_local::stack::queue(clients, &format!("{bucket}-retry"), &[]).await?;
     let (dlq_url, _) = granary_local::stack::queue(clients, &format!("{bucket}-dlq"), &[]).await?;
     // The monitor's sections: it never submits, so it needs no job queue.
     let config = Config::for_sections(Function::JobMonitor.sections(), |k| match k {
-        "GRANARY_BUCKET" => Some(bucket.clone()),
+        "GRANARY_BUCKET" => Some(bucket.to_owned()),
         "GRANARY_RETRY_QUEUE_URL" => Some(retry_url.clone()),
         "GRANARY_FAILURE_DLQ_URL" => Some(dlq_url.clone()),
         _ => None,
@@ -88,12 +138,22 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         },
         ..monitor_ctx.clone()
     };
+    Ok((monitor_ctx, ictx))
+}
+
+/// Stores the manifest in the bucket and submits it as the "maps" collection's batch.
+async fn submit_manifest(
+    ictx: &Ctx,
+    store: &Arc<dyn ObjectStore>,
+    bucket: &str,
+    manifest: String,
+) -> Result<BatchRecord> {
     let key = ictx.ingest().keys.manifest("maps.checkm");
     store
         .put(&key, Bytes::from(manifest), PutCondition::Overwrite)
         .await?;
-    let batch = ingest::submit(
-        &ictx,
+    Ok(ingest::submit(
+        ictx,
         Submission {
             collection: "maps".into(),
             manifest_url: format!("s3://{bucket}/{key}"),
@@ -106,30 +166,22 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         },
         chrono::Utc::now(),
     )
-    .await?;
-    if !json {
-        eprintln!(
-            "bucket {bucket}: batch {} of {objects} objects ({total} bytes), capacity {} bytes",
-            batch.id, ictx.config.ingest.capacity_bytes
-        );
-    }
+    .await?)
+}
+
+/// Ticks the ingest queue (at most 200 times) until the batch ends, ending the running
+/// processing jobs after each tick and printing the batch's jobs by state (unless `json`).
+async fn run_ticks(
+    ictx: &Ctx,
+    monitor_ctx: &Ctx,
+    jobs: &MemoryJobRunner,
+    batch: &BatchId,
+    json: bool,
+) -> Result<()> {
     for tick in 1..=200 {
-        ingest::tick(&ictx, chrono::Utc::now()).await?;
-        for (request, job) in jobs.running() {
-            // One object in ten (job ids ending in 5) loses its Spot instance on the first attempt.
-            let reclaimed = request.environment["INGEST_JOB_ID"].ends_with('5')
-                && job.job_name.ends_with("-a1");
-            let ending = if reclaimed {
-                Ending::SpotReclaimed
-            } else {
-                Ending::Succeeded
-            };
-            if let Some(detail) = jobs.end(&job.job_id, ending) {
-                let event = job_state_change(&detail).to_string();
-                monitor::handle_message(&monitor_ctx, &event).await?;
-            }
-        }
-        let status = operator::status(&ictx, Some(&batch.id)).await?;
+        ingest::tick(ictx, chrono::Utc::now()).await?;
+        end_running_jobs(jobs, monitor_ctx).await?;
+        let status = operator::status(ictx, Some(batch)).await?;
         let Some(now) = status.first() else { break };
         if !json {
             let counts: Vec<String> = now.jobs.iter().map(|(s, n)| format!("{s} {n}")).collect();
@@ -146,38 +198,44 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
             break;
         }
     }
-    let reports = operator::reports(&ictx, &batch.id).await?;
-    // Second attempts: the processing jobs Spot reclaimed, which the job monitor sent round again.
-    let retried = jobs
-        .submitted()
-        .iter()
-        .filter(|r| r.job_name.ends_with("-a2"))
-        .count();
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "bucket": bucket, "batch": batch.id, "reports": reports,
-                "processing_retried_after_spot": retried,
-            }))?
-        );
-    } else if let Some(r) = reports.last() {
-        println!(
-            "\nreport {}: {} completed, {} failed",
-            r.number,
-            r.completed.len(),
-            r.failed.len()
-        );
-        for f in &r.failed {
-            println!("  {}: {}", f.job, f.reason);
+    Ok(())
+}
+
+/// Ends every running processing job and hands its end to the job monitor, as Batch's event
+/// would.
+async fn end_running_jobs(jobs: &MemoryJobRunner, monitor_ctx: &Ctx) -> Result<()> {
+    for (request, job) in jobs.running() {
+        // One object in ten (job ids ending in 5) loses its Spot instance on the first attempt.
+        let reclaimed =
+            request.environment["INGEST_JOB_ID"].ends_with('5') && job.job_name.ends_with("-a1");
+        let ending = if reclaimed {
+            Ending::SpotReclaimed
+        } else {
+            Ending::Succeeded
+        };
+        if let Some(detail) = jobs.end(&job.job_id, ending) {
+            let event = job_state_change(&detail).to_string();
+            monitor::handle_message(monitor_ctx, &event).await?;
         }
-        println!(
-            "{retried} processing jobs reclaimed by Spot were classified by the job monitor and run again (attempt 2)."
-        );
-        println!(
-            "\n`granary ingest resume --batch {}` would restart the failed jobs at downloading.",
-            batch.id
-        );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
+}
+
+/// The batch's latest report for a reader, and what the Spot reclaims cost.
+fn print_report(r: &BatchReport, retried: usize, batch: &BatchId) {
+    println!(
+        "\nreport {}: {} completed, {} failed",
+        r.number,
+        r.completed.len(),
+        r.failed.len()
+    );
+    for f in &r.failed {
+        println!("  {}: {}", f.job, f.reason);
+    }
+    println!(
+        "{retried} processing jobs reclaimed by Spot were classified by the job monitor and run again (attempt 2)."
+    );
+    println!(
+        "\n`granary ingest resume --batch {batch}` would restart the failed jobs at downloading."
+    );
 }

@@ -3,6 +3,10 @@
 
 use serde_json::{json, Value};
 
+mod describe;
+
+pub use describe::describe_facts;
+
 /// How one Batch attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttemptEnd {
@@ -188,56 +192,20 @@ pub fn array_parent_event(facts: &JobFacts, succeeded: u32, failed: u32) -> Valu
 /// for another attempt (job states: a failed attempt with attempts left moves to RUNNABLE). A
 /// RUNNABLE job has not stopped: no job-level stoppedAt, statusReason or exit code.
 pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &str) -> Value {
-    let mut t = facts.created_at_ms + 5_000;
-    let attempts: Vec<Value> = ends
-        .iter()
-        .enumerate()
-        .map(|(i, end)| {
-            let started = t;
-            t += 60_000;
-            let stream = format!(
-                "granary/default/{}-{i}",
-                &facts.job_id.chars().take(8).collect::<String>()
-            );
-            json!({
-                "container": end.container(&stream),
-                "startedAt": started,
-                "stoppedAt": t,
-                "statusReason": end.status_reason(),
-            })
-        })
-        .collect();
+    let (attempts, stopped_at) = attempt_details(facts, ends);
     let last = ends.last().cloned().unwrap_or(AttemptEnd::Success);
     let last_container = attempts
         .last()
         .map(|a| a["container"].clone())
         .unwrap_or(json!({}));
-    let mut container = json!({
-        "image": "public.ecr.aws/docker/library/busybox:latest",
-        "command": ["process-granule"],
-        "jobRoleArn": format!("arn:aws:iam::{}:role/granary-job", facts.account),
-        "volumes": [], "mountPoints": [], "ulimits": [],
-        "environment": [
-            {"name": "GRANULE_ID", "value": facts.granule_id},
-            {"name": "ATTEMPT", "value": facts.attempt.to_string()}
-        ],
-        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
-        "logStreamName": last_container["logStreamName"],
-        "networkInterfaces": []
-    });
-    if let Some(code) = last_container.get("exitCode") {
-        container["exitCode"] = code.clone();
-    }
-    if let Some(reason) = last_container.get("reason") {
-        container["reason"] = reason.clone();
-    }
+    let container = job_container(facts, &last_container);
     let mut event = json!({
         "version": "0",
         "id": format!("{}-{}-{}", facts.job_id, ends.len(), final_status.to_lowercase()),
         "detail-type": "Batch Job State Change",
         "source": "aws.batch",
         "account": facts.account,
-        "time": chrono::DateTime::from_timestamp_millis(t).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "time": chrono::DateTime::from_timestamp_millis(stopped_at).unwrap_or_default().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "region": facts.region,
         "resources": [facts.job_arn],
         "detail": {
@@ -251,7 +219,7 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
             "createdAt": facts.created_at_ms,
             "retryStrategy": facts.retry_strategy,
             "startedAt": facts.created_at_ms + 5_000,
-            "stoppedAt": t,
+            "stoppedAt": stopped_at,
             "dependsOn": [],
             "jobDefinition": facts.job_definition_arn,
             "parameters": {"granule_id": facts.granule_id, "attempt": facts.attempt.to_string()},
@@ -274,16 +242,72 @@ pub fn state_change_event(facts: &JobFacts, ends: &[AttemptEnd], final_status: &
         tag_campaign(&mut event["detail"], campaign);
     }
     if final_status == "RUNNABLE" {
-        if let Some(detail) = event["detail"].as_object_mut() {
-            detail.remove("statusReason");
-            detail.remove("stoppedAt");
-            if let Some(c) = detail.get_mut("container").and_then(Value::as_object_mut) {
-                c.remove("exitCode");
-                c.remove("reason");
-            }
-        }
+        unstop(&mut event["detail"]);
     }
     event
+}
+
+/// The job's attempts, each a minute long, the first starting 5 s after the job was created; and
+/// when the last one stopped.
+fn attempt_details(facts: &JobFacts, ends: &[AttemptEnd]) -> (Vec<Value>, i64) {
+    let mut t = facts.created_at_ms + 5_000;
+    let attempts = ends
+        .iter()
+        .enumerate()
+        .map(|(i, end)| {
+            let started = t;
+            t += 60_000;
+            let stream = format!(
+                "granary/default/{}-{i}",
+                &facts.job_id.chars().take(8).collect::<String>()
+            );
+            json!({
+                "container": end.container(&stream),
+                "startedAt": started,
+                "stoppedAt": t,
+                "statusReason": end.status_reason(),
+            })
+        })
+        .collect();
+    (attempts, t)
+}
+
+/// The job-level container: the job definition's, with the granule's environment and the last
+/// attempt's log stream, exit code and reason.
+fn job_container(facts: &JobFacts, last_container: &Value) -> Value {
+    let mut container = json!({
+        "image": "public.ecr.aws/docker/library/busybox:latest",
+        "command": ["process-granule"],
+        "jobRoleArn": format!("arn:aws:iam::{}:role/granary-job", facts.account),
+        "volumes": [], "mountPoints": [], "ulimits": [],
+        "environment": [
+            {"name": "GRANULE_ID", "value": facts.granule_id},
+            {"name": "ATTEMPT", "value": facts.attempt.to_string()}
+        ],
+        "resourceRequirements": [{"type": "VCPU", "value": "1"}, {"type": "MEMORY", "value": "2048"}],
+        "logStreamName": last_container["logStreamName"],
+        "networkInterfaces": []
+    });
+    if let Some(code) = last_container.get("exitCode") {
+        container["exitCode"] = code.clone();
+    }
+    if let Some(reason) = last_container.get("reason") {
+        container["reason"] = reason.clone();
+    }
+    container
+}
+
+/// A job back in the queue has not stopped: no job-level statusReason, stoppedAt, exit code or
+/// container reason.
+fn unstop(detail: &mut Value) {
+    if let Some(detail) = detail.as_object_mut() {
+        detail.remove("statusReason");
+        detail.remove("stoppedAt");
+        if let Some(c) = detail.get_mut("container").and_then(Value::as_object_mut) {
+            c.remove("exitCode");
+            c.remove("reason");
+        }
+    }
 }
 
 /// A named campaign's job carries its name as a parameter and in its container's environment
@@ -355,134 +379,6 @@ pub fn job_work(
         attempt,
         campaign: lookup("campaign", "GRANARY_CAMPAIGN"),
     })
-}
-
-/// Reads what Batch knows about jobs (DescribeJobs, 100 ids a call) as [`JobFacts`]. Jobs without
-/// granary's granule_id/attempt parameters are skipped: they are not ours.
-pub async fn describe_facts(
-    batch: &aws_sdk_batch::Client,
-    job_ids: &[String],
-) -> anyhow::Result<Vec<JobFacts>> {
-    use anyhow::Context;
-    let mut out = Vec::with_capacity(job_ids.len());
-    // A job inherits its definition's retryStrategy; not every Batch (moto) echoes it per job.
-    let mut definitions: std::collections::HashMap<
-        String,
-        Option<aws_sdk_batch::types::RetryStrategy>,
-    > = std::collections::HashMap::new();
-    for chunk in job_ids.chunks(100) {
-        let resp = batch
-            .describe_jobs()
-            .set_jobs(Some(chunk.to_vec()))
-            .send()
-            .await
-            .context("DescribeJobs")?;
-        for j in resp.jobs.unwrap_or_default() {
-            let params = j.parameters.clone().unwrap_or_default();
-            let env: Vec<(String, String)> = j
-                .container
-                .as_ref()
-                .and_then(|c| c.environment.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|kv| Some((kv.name?, kv.value?)))
-                .collect();
-            let lookup = |param: &str, var: &str| {
-                params
-                    .get(param)
-                    .cloned()
-                    .or_else(|| env.iter().find(|(k, _)| k == var).map(|(_, v)| v.clone()))
-            };
-            let size = j
-                .array_properties
-                .as_ref()
-                .and_then(|a| a.size)
-                .and_then(|n| u32::try_from(n).ok());
-            let Some(JobWork {
-                array,
-                granule_id,
-                attempt,
-                campaign,
-            }) = job_work(&lookup, size)
-            else {
-                continue;
-            };
-            let (Some(job_id), Some(job_name), Some(job_arn)) =
-                (j.job_id.clone(), j.job_name.clone(), j.job_arn.clone())
-            else {
-                continue;
-            };
-            // arn:aws:batch:REGION:ACCOUNT:job/ID
-            let parts: Vec<&str> = job_arn.split(':').collect();
-            let region = parts.get(3).copied().unwrap_or("us-east-1").to_owned();
-            let account = parts.get(4).copied().unwrap_or("000000000000").to_owned();
-            let retry_strategy = match j.retry_strategy.as_ref() {
-                Some(r) => Some(r.clone()),
-                None => match j.job_definition.as_deref() {
-                    Some(def) => match definitions.get(def) {
-                        Some(cached) => cached.clone(),
-                        None => {
-                            let found = definition_retry_strategy(batch, def).await?;
-                            definitions.insert(def.to_owned(), found.clone());
-                            found
-                        }
-                    },
-                    None => None,
-                },
-            };
-            let retry_strategy = retry_strategy
-                .as_ref()
-                .map(|r| {
-                    json!({
-                        "attempts": r.attempts.unwrap_or(1),
-                        "evaluateOnExit": r.evaluate_on_exit.clone().unwrap_or_default().iter().map(|e| {
-                            let mut v = json!({"action": e.action.as_ref().map(|a| a.as_str().to_lowercase()).unwrap_or_default()});
-                            if let Some(s) = &e.on_status_reason { v["onStatusReason"] = json!(s); }
-                            if let Some(s) = &e.on_reason { v["onReason"] = json!(s); }
-                            if let Some(s) = &e.on_exit_code { v["onExitCode"] = json!(s); }
-                            v
-                        }).collect::<Vec<_>>()
-                    })
-                })
-                .unwrap_or_else(|| json!({"attempts": 1, "evaluateOnExit": []}));
-            out.push(JobFacts {
-                job_id,
-                job_name,
-                job_arn,
-                job_queue_arn: j.job_queue.clone().unwrap_or_default(),
-                job_definition_arn: j.job_definition.clone().unwrap_or_default(),
-                granule_id,
-                attempt,
-                retry_strategy,
-                created_at_ms: j
-                    .created_at
-                    .unwrap_or_else(|| chrono::Utc::now().timestamp_millis()),
-                account,
-                region,
-                array,
-                campaign,
-            });
-        }
-    }
-    Ok(out)
-}
-
-async fn definition_retry_strategy(
-    batch: &aws_sdk_batch::Client,
-    definition: &str,
-) -> anyhow::Result<Option<aws_sdk_batch::types::RetryStrategy>> {
-    use anyhow::Context;
-    let resp = batch
-        .describe_job_definitions()
-        .job_definitions(definition)
-        .send()
-        .await
-        .with_context(|| format!("DescribeJobDefinitions {definition}"))?;
-    Ok(resp
-        .job_definitions
-        .unwrap_or_default()
-        .into_iter()
-        .find_map(|d| d.retry_strategy))
 }
 
 #[cfg(test)]
