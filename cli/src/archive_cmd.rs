@@ -128,70 +128,14 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             url,
             public_key,
             json,
-        } => {
-            let (bucket, mut prefix) = s3_url(&url)?;
-            if !prefix.is_empty() && !prefix.ends_with('/') {
-                prefix.push('/');
-            }
-            let clients = granary::adapters::aws::AwsClients::from_env().await;
-            let store = granary::wiring::s3_store(&clients, &bucket);
-            let r = verify::verify(store, &url, &prefix, public_key.as_deref()).await;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&r)?);
-            } else {
-                println!(
-                    "{url}: {} members checked, signature {} (key {})",
-                    r.members_checked,
-                    if r.signature_ok { "good" } else { "BAD" },
-                    r.public_key
-                );
-                for p in &r.problems {
-                    println!("  problem: {p}");
-                }
-                println!("{}", if r.intact() { "intact" } else { "NOT INTACT" });
-            }
-            return Ok(if r.intact() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            });
-        }
+        } => return verify_stored_copy(&url, public_key.as_deref(), json).await,
         Command::Keygen {
             put_parameter,
             kms_key_id,
             overwrite,
             seed_file,
         } => {
-            let mut seed = [0u8; 32];
-            getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
-            let seed_hex = granary::domain::archive::manifest::hex_of(&seed);
-            let public = public_key_of(&seed_hex)?;
-            match (put_parameter, seed_file) {
-                (Some(name), _) => {
-                    let clients = granary::adapters::aws::AwsClients::from_env().await;
-                    let key_id = kms_key_id.context("--kms-key-id names the key")?;
-                    granary::adapters::aws::store_signing_seed(
-                        &clients.ssm,
-                        &name,
-                        &seed_hex,
-                        &key_id,
-                        overwrite,
-                    )
-                    .await
-                    .map_err(anyhow::Error::msg)?;
-                    println!("seed stored in SSM parameter {name} (SecureString)");
-                }
-                (None, Some(path)) => {
-                    write_secret_file(&path, &seed_hex)?;
-                    println!(
-                        "seed written to {} (mode 0600); store it and delete the file:\n  aws ssm put-parameter --type SecureString --key-id <ArchiveSigningKeyAlias> --name /granary/archive-signing-key --value file://{}",
-                        path.display(),
-                        path.display()
-                    );
-                }
-                (None, None) => bail!("say where the seed goes: --put-parameter NAME --kms-key-id KEY, or --seed-file PATH"),
-            }
-            println!("public key (give it to `granary archive verify --public-key`):\n  {public}");
+            keygen(put_parameter, kms_key_id, overwrite, seed_file).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Command::PublicKey { seed_file } => {
@@ -208,97 +152,193 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             batch,
             destinations,
             json,
-        } => {
-            let source = match (prefix, batch) {
-                (Some(p), _) => {
-                    let (bucket, prefix) = s3_url(&p)?;
-                    ArchiveSource { bucket, prefix }
-                }
-                (_, Some(b)) => {
-                    let ingest = granary::config::ingest::IngestSettings::from_lookup(|k| {
-                        std::env::var(k).ok()
-                    })?;
-                    let bucket = std::env::var("GRANARY_BUCKET")
-                        .context("GRANARY_BUCKET names the bucket the batch is in")?;
-                    ArchiveSource {
-                        bucket,
-                        prefix: granary::domain::layout::ingest::IngestKeys::new(&ingest.prefix)
-                            .batch_objects(&granary::domain::ingest::index::BatchId::parse(&b)?),
-                    }
-                }
-                _ => bail!("name a --prefix or a --batch"),
-            };
-            let destinations = destinations
-                .iter()
-                .map(|d| Destination::parse(d))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(anyhow::Error::msg)?;
-            let job = archive::create(&actx, source, destinations, now()).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&job)?);
-            } else {
-                println!("{}", job.id);
-                eprintln!(
-                    "archive job {} of {} is created: `granary archive status {}` follows it",
-                    job.id, job.source, job.id
-                );
-            }
-        }
-        Command::Status { archive: one, json } => {
-            let jobs = archive::status(&actx, one.as_deref()).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&jobs)?);
-            } else {
-                let mut t = Table::new();
-                t.load_preset(UTF8_FULL_CONDENSED)
-                    .set_header(["archive", "state", "source", "objects", "retries", "why"]);
-                for j in &jobs {
-                    let retries: u32 = j.retries.values().sum();
-                    t.add_row([
-                        j.id.clone(),
-                        j.state.to_string(),
-                        j.source.to_string(),
-                        j.objects.to_string(),
-                        retries.to_string(),
-                        j.failure.clone().unwrap_or_else(|| j.reason.clone()),
-                    ]);
-                }
-                println!("{t}");
-            }
-        }
+        } => create(&actx, prefix, batch, &destinations, json).await?,
+        Command::Status { archive: one, json } => print_status(&actx, one.as_deref(), json).await?,
         Command::Retry { archive: id } => {
             let phase = steps::retry(&actx, &id, now()).await?;
             println!("archive job {id} retries {phase} (its failed tasks)");
         }
-        Command::Tick { run_tasks, json } => {
-            let mut passes = Vec::new();
-            loop {
-                let t = archive::tick(&actx, now()).await?;
-                let mut ran = 0u64;
-                if run_tasks {
-                    for m in actx.task_queue.receive(10, 300, 0).await? {
-                        let message: TaskMessage = serde_json::from_str(&m.body)
-                            .with_context(|| format!("not an archive task message: {}", m.body))?;
-                        tasks::handle(&actx, &message, now()).await?;
-                        actx.task_queue.delete(&m.receipt_handle).await?;
-                        ran += 1;
-                    }
-                }
-                let quiet = t.moved == 0 && t.tasks_sent == 0 && ran == 0;
-                passes.push(serde_json::json!({"tick": t, "tasks_run": ran}));
-                if !run_tasks || quiet || passes.len() >= 1000 {
-                    break;
-                }
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&passes)?);
-            } else {
-                println!("{} passes", passes.len());
-            }
-        }
+        Command::Tick { run_tasks, json } => tick(&actx, run_tasks, json).await?,
         Command::Verify { .. } | Command::Keygen { .. } | Command::PublicKey { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `verify`: the stored copy at `url` re-checked and the result printed; exit 1 unless intact.
+async fn verify_stored_copy(url: &str, public_key: Option<&str>, json: bool) -> Result<ExitCode> {
+    let (bucket, mut prefix) = s3_url(url)?;
+    if !prefix.is_empty() && !prefix.ends_with('/') {
+        prefix.push('/');
+    }
+    let clients = granary::adapters::aws::AwsClients::from_env().await;
+    let store = granary::wiring::s3_store(&clients, &bucket);
+    let r = verify::verify(store, url, &prefix, public_key).await;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{url}: {} members checked, signature {} (key {})",
+            r.members_checked,
+            if r.signature_ok { "good" } else { "BAD" },
+            r.public_key
+        );
+        for p in &r.problems {
+            println!("  problem: {p}");
+        }
+        println!("{}", if r.intact() { "intact" } else { "NOT INTACT" });
+    }
+    Ok(if r.intact() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// `keygen`: a new seed stored in SSM or written to a new file, and its public key printed.
+async fn keygen(
+    put_parameter: Option<String>,
+    kms_key_id: Option<String>,
+    overwrite: bool,
+    seed_file: Option<std::path::PathBuf>,
+) -> Result<()> {
+    let mut seed = [0u8; 32];
+    getrandom::fill(&mut seed).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let seed_hex = granary::domain::archive::manifest::hex_of(&seed);
+    let public = public_key_of(&seed_hex)?;
+    match (put_parameter, seed_file) {
+        (Some(name), _) => {
+            let clients = granary::adapters::aws::AwsClients::from_env().await;
+            let key_id = kms_key_id.context("--kms-key-id names the key")?;
+            granary::adapters::aws::store_signing_seed(
+                &clients.ssm,
+                &name,
+                &seed_hex,
+                &key_id,
+                overwrite,
+            )
+            .await
+            .map_err(anyhow::Error::msg)?;
+            println!("seed stored in SSM parameter {name} (SecureString)");
+        }
+        (None, Some(path)) => {
+            write_secret_file(&path, &seed_hex)?;
+            println!(
+                "seed written to {} (mode 0600); store it and delete the file:\n  aws ssm put-parameter --type SecureString --key-id <ArchiveSigningKeyAlias> --name /granary/archive-signing-key --value file://{}",
+                path.display(),
+                path.display()
+            );
+        }
+        (None, None) => bail!(
+            "say where the seed goes: --put-parameter NAME --kms-key-id KEY, or --seed-file PATH"
+        ),
+    }
+    println!("public key (give it to `granary archive verify --public-key`):\n  {public}");
+    Ok(())
+}
+
+/// What `create` archives: an S3 prefix, or an ingest batch's downloaded objects.
+fn archive_source(prefix: Option<String>, batch: Option<String>) -> Result<ArchiveSource> {
+    Ok(match (prefix, batch) {
+        (Some(p), _) => {
+            let (bucket, prefix) = s3_url(&p)?;
+            ArchiveSource { bucket, prefix }
+        }
+        (_, Some(b)) => {
+            let ingest =
+                granary::config::ingest::IngestSettings::from_lookup(|k| std::env::var(k).ok())?;
+            let bucket = std::env::var("GRANARY_BUCKET")
+                .context("GRANARY_BUCKET names the bucket the batch is in")?;
+            ArchiveSource {
+                bucket,
+                prefix: granary::domain::layout::ingest::IngestKeys::new(&ingest.prefix)
+                    .batch_objects(&granary::domain::ingest::index::BatchId::parse(&b)?),
+            }
+        }
+        _ => bail!("name a --prefix or a --batch"),
+    })
+}
+
+/// `create`: the archive job made and its id printed.
+async fn create(
+    actx: &Ctx,
+    prefix: Option<String>,
+    batch: Option<String>,
+    destinations: &[String],
+    json: bool,
+) -> Result<()> {
+    let source = archive_source(prefix, batch)?;
+    let destinations = destinations
+        .iter()
+        .map(|d| Destination::parse(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(anyhow::Error::msg)?;
+    let job = archive::create(actx, source, destinations, chrono::Utc::now()).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&job)?);
+    } else {
+        println!("{}", job.id);
+        eprintln!(
+            "archive job {} of {} is created: `granary archive status {}` follows it",
+            job.id, job.source, job.id
+        );
+    }
+    Ok(())
+}
+
+/// `status`: every archive job (or one), as JSON or a table.
+async fn print_status(actx: &Ctx, one: Option<&str>, json: bool) -> Result<()> {
+    let jobs = archive::status(actx, one).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["archive", "state", "source", "objects", "retries", "why"]);
+    for j in &jobs {
+        let retries: u32 = j.retries.values().sum();
+        t.add_row([
+            j.id.clone(),
+            j.state.to_string(),
+            j.source.to_string(),
+            j.objects.to_string(),
+            retries.to_string(),
+            j.failure.clone().unwrap_or_else(|| j.reason.clone()),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}
+
+/// `tick`: passes of the dispatcher (with `run_tasks`, the task queue's messages run after
+/// each) until nothing moves; the passes printed.
+async fn tick(actx: &Ctx, run_tasks: bool, json: bool) -> Result<()> {
+    let now = chrono::Utc::now;
+    let mut passes = Vec::new();
+    loop {
+        let t = archive::tick(actx, now()).await?;
+        let mut ran = 0u64;
+        if run_tasks {
+            for m in actx.task_queue.receive(10, 300, 0).await? {
+                let message: TaskMessage = serde_json::from_str(&m.body)
+                    .with_context(|| format!("not an archive task message: {}", m.body))?;
+                tasks::handle(actx, &message, now()).await?;
+                actx.task_queue.delete(&m.receipt_handle).await?;
+                ran += 1;
+            }
+        }
+        let quiet = t.moved == 0 && t.tasks_sent == 0 && ran == 0;
+        passes.push(serde_json::json!({"tick": t, "tasks_run": ran}));
+        if !run_tasks || quiet || passes.len() >= 1000 {
+            break;
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&passes)?);
+    } else {
+        println!("{} passes", passes.len());
+    }
+    Ok(())
 }
 
 /// The public key (hex) of a hex seed.

@@ -76,50 +76,55 @@ pub async fn cancel(args: CancelArgs) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {
-        let verb = if args.dry_run {
-            "would terminate"
-        } else {
-            "terminated"
-        };
-        for t in &s.targets {
-            println!(
-                "{verb} {} attempt {} (job {})",
-                t.granule_id,
-                t.attempt,
-                t.job_id.as_deref().unwrap_or("not recorded yet")
-            );
-        }
-        println!(
-            "{}: {} of the campaign's open attempts taken by {}; {} left alone",
-            s.id,
-            s.targets.len(),
-            request.filter.describe(),
-            s.left
-        );
-        if !args.dry_run {
-            println!(
-                "{} TerminateJob calls made; the jobs' ends come back as events and are listed for `granary resume --cancelled --cancel {}`",
-                s.terminated, s.id
-            );
-            if s.held {
-                println!("the feeder is held (`granary release` when you want it to go on)");
-            }
-        }
-        if s.without_job > 0 {
-            println!(
-                "{} taken attempts have no job recorded yet (their submission is in flight): run the cancel again in a minute",
-                s.without_job
-            );
-        }
-        for (job, e) in &s.failed {
-            println!("failed to terminate {job}: {e}");
-        }
+        print_cancel_summary(&s, &request, args.dry_run);
     }
     Ok(if s.failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+/// What the cancel took, terminated, held and failed, for a person.
+fn print_cancel_summary(s: &cancel::CancelSummary, request: &CancelRequest, dry_run: bool) {
+    let verb = if dry_run {
+        "would terminate"
+    } else {
+        "terminated"
+    };
+    for t in &s.targets {
+        println!(
+            "{verb} {} attempt {} (job {})",
+            t.granule_id,
+            t.attempt,
+            t.job_id.as_deref().unwrap_or("not recorded yet")
+        );
+    }
+    println!(
+        "{}: {} of the campaign's open attempts taken by {}; {} left alone",
+        s.id,
+        s.targets.len(),
+        request.filter.describe(),
+        s.left
+    );
+    if !dry_run {
+        println!(
+            "{} TerminateJob calls made; the jobs' ends come back as events and are listed for `granary resume --cancelled --cancel {}`",
+            s.terminated, s.id
+        );
+        if s.held {
+            println!("the feeder is held (`granary release` when you want it to go on)");
+        }
+    }
+    if s.without_job > 0 {
+        println!(
+            "{} taken attempts have no job recorded yet (their submission is in flight): run the cancel again in a minute",
+            s.without_job
+        );
+    }
+    for (job, e) in &s.failed {
+        println!("failed to terminate {job}: {e}");
+    }
 }
 
 /// `granary resume --cancelled [--cancel ID]`.

@@ -1,7 +1,7 @@
 use anyhow::{Context, Result};
-use granary::domain::batch_event::{BatchJobStateChange, DETAIL_TYPE, SOURCE};
-use granary::domain::classify::{classify, Route};
-use granary::domain::job_end::{on_job_event, EventRejection, JobEnd};
+use granary::domain::batch_event::{BatchJobStateChange, JobDetail, DETAIL_TYPE, SOURCE};
+use granary::domain::classify::{classify, Classification, Route};
+use granary::domain::job_end::{on_job_event, EventRejection, FinishedJob, JobEnd, WindowChildEnd};
 use std::io::Read;
 use std::process::ExitCode;
 
@@ -16,22 +16,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let text = if args.event == "-" {
-        let mut s = String::new();
-        std::io::stdin()
-            .read_to_string(&mut s)
-            .context("reading the event from standard input")?;
-        s
-    } else {
-        std::fs::read_to_string(&args.event).with_context(|| format!("reading {}", args.event))?
-    };
-    let value: serde_json::Value = serde_json::from_str(&text).context("the event is not JSON")?;
-    // A bare JobDetail (as DescribeJobs returns it) is classified as the rule would deliver it.
-    let event = if value.get("detail").is_some() {
-        value
-    } else {
-        serde_json::json!({"detail-type": DETAIL_TYPE, "source": SOURCE, "detail": value})
-    };
+    let event = read_event(&args.event)?;
     // Exactly the monitor's decision: what it rejects, this command rejects, with its reason —
     // after saying how the job ended, when the event is a job's end that names no granule (a
     // job granary did not submit).
@@ -63,29 +48,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             classification,
             ..
         } => {
-            let next = match classification.route() {
-                Route::Done => "the ingest job goes on to recording",
-                Route::RetryQueue => {
-                    "the ingest job's next processing attempt, while GRANARY_MAX_RETRIES lasts"
-                }
-                Route::FailureDlq => "the ingest job fails and is dead-lettered",
-                Route::Cancelled => "the ingest job fails (cancelled)",
-            };
-            let msg = format!(
-                "job {job_id} processes ingest job {ingest_job}: {} ({}) → {next}",
-                classification.outcome.as_str(),
-                classification.reason
-            );
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"job_id": job_id, "ingest_job": ingest_job,
-                        "outcome": classification.outcome.as_str(), "route": classification.route(),
-                        "reason": classification.reason, "next": next})
-                );
-            } else {
-                println!("{msg}");
-            }
+            print_ingest_job(args.json, &job_id, &ingest_job, &classification);
             return Ok(ExitCode::SUCCESS);
         }
         JobEnd::ArrayParent { job_id, status } => {
@@ -97,50 +60,110 @@ pub fn run(args: Args) -> Result<ExitCode> {
             return ignored(args.json, &job_id, status, &msg);
         }
         JobEnd::WindowChild(child) => {
-            let c = &child.classification;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({
-                        "job_id": child.job_id, "job_name": job.job_name,
-                        "window_claim": child.claim_key, "index": child.index,
-                        "attempt": child.attempt, "attempt_is_the_arrays_lowest":
-                            child.claim_key.contains(&format!("windows/{}/", granary::domain::window::RETRY_WINDOWS)),
-                        "classification": c.outcome,
-                        "failure": c.failure, "batch_rules": c.batch_rules,
-                        "route": child.route, "reason": c.reason,
-                    }))?
-                );
-            } else {
-                println!("job:            {} ({})", child.job_id, job.job_name);
-                // A window of retries holds each child's own attempt: the array's is the lowest.
-                let attempt = if child.claim_key.contains(&format!(
-                    "windows/{}/",
-                    granary::domain::window::RETRY_WINDOWS
-                )) {
-                    format!(
-                        "its own in the claim (the array's lowest is {})",
-                        child.attempt
-                    )
-                } else {
-                    child.attempt.to_string()
-                };
-                println!(
-                    "granule:        granule {} of window claim {} (the monitor reads it), attempt {attempt}",
-                    child.index, child.claim_key
-                );
-                println!("classification: {:?}", c.outcome);
-                println!("reason:         {}", c.reason);
-                println!("batch rules:    {}", c.batch_rules);
-                println!("route:          {}", route_text(child.route));
-            }
+            print_window_child(args.json, &child, job)?;
             return Ok(ExitCode::SUCCESS);
         }
         JobEnd::Finished(f) => f,
     };
+    print_finished(args.json, &finished, job)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The event read from a file or standard input (`-`), a bare JobDetail wrapped as the rule
+/// would deliver it.
+fn read_event(path: &str) -> Result<serde_json::Value> {
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the event from standard input")?;
+        s
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).context("the event is not JSON")?;
+    // A bare JobDetail (as DescribeJobs returns it) is classified as the rule would deliver it.
+    Ok(if value.get("detail").is_some() {
+        value
+    } else {
+        serde_json::json!({"detail-type": DETAIL_TYPE, "source": SOURCE, "detail": value})
+    })
+}
+
+/// Prints an ingest job's processing job's end and where it takes the ingest job.
+fn print_ingest_job(json: bool, job_id: &str, ingest_job: &str, classification: &Classification) {
+    let next = match classification.route() {
+        Route::Done => "the ingest job goes on to recording",
+        Route::RetryQueue => {
+            "the ingest job's next processing attempt, while GRANARY_MAX_RETRIES lasts"
+        }
+        Route::FailureDlq => "the ingest job fails and is dead-lettered",
+        Route::Cancelled => "the ingest job fails (cancelled)",
+    };
+    let msg = format!(
+        "job {job_id} processes ingest job {ingest_job}: {} ({}) → {next}",
+        classification.outcome.as_str(),
+        classification.reason
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"job_id": job_id, "ingest_job": ingest_job,
+                "outcome": classification.outcome.as_str(), "route": classification.route(),
+                "reason": classification.reason, "next": next})
+        );
+    } else {
+        println!("{msg}");
+    }
+}
+
+/// Prints an array window's child's end: its granule in the window claim, and its route.
+fn print_window_child(json: bool, child: &WindowChildEnd, job: &JobDetail) -> Result<()> {
+    let c = &child.classification;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "job_id": child.job_id, "job_name": job.job_name,
+                "window_claim": child.claim_key, "index": child.index,
+                "attempt": child.attempt, "attempt_is_the_arrays_lowest":
+                    child.claim_key.contains(&format!("windows/{}/", granary::domain::window::RETRY_WINDOWS)),
+                "classification": c.outcome,
+                "failure": c.failure, "batch_rules": c.batch_rules,
+                "route": child.route, "reason": c.reason,
+            }))?
+        );
+    } else {
+        println!("job:            {} ({})", child.job_id, job.job_name);
+        // A window of retries holds each child's own attempt: the array's is the lowest.
+        let attempt = if child.claim_key.contains(&format!(
+            "windows/{}/",
+            granary::domain::window::RETRY_WINDOWS
+        )) {
+            format!(
+                "its own in the claim (the array's lowest is {})",
+                child.attempt
+            )
+        } else {
+            child.attempt.to_string()
+        };
+        println!(
+            "granule:        granule {} of window claim {} (the monitor reads it), attempt {attempt}",
+            child.index, child.claim_key
+        );
+        println!("classification: {:?}", c.outcome);
+        println!("reason:         {}", c.reason);
+        println!("batch rules:    {}", c.batch_rules);
+        println!("route:          {}", route_text(child.route));
+    }
+    Ok(())
+}
+
+/// Prints a granule's finished job: its classification and route.
+fn print_finished(json: bool, finished: &FinishedJob, job: &JobDetail) -> Result<()> {
     let c = &finished.classification;
     let route_text = route_text(finished.route);
-    if args.json {
+    if json {
         let out = serde_json::json!({
             "job_id": job.job_id,
             "job_name": job.job_name,
@@ -168,7 +191,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("batch rules:    {}", c.batch_rules);
         println!("route:          {route_text}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// What the monitor does for a granule's end on `route`.

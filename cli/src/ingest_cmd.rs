@@ -31,41 +31,7 @@ enum Command {
     ///   granary ingest submit https://depositor.example/batch.checkm --collection maps --priority 2 --callback https://depositor.example/done
     ///   granary ingest submit https://depositor.example/scan.tif --type file --collection maps
     #[command(verbatim_doc_comment)]
-    Submit {
-        manifest: String,
-        #[arg(long)]
-        collection: String,
-        /// 00 runs first; 05 is the default.
-        #[arg(long, default_value_t = 5)]
-        priority: u8,
-        /// Called (POST, JSON) when each job completes and when the batch reports.
-        #[arg(long)]
-        callback: Option<String>,
-        #[arg(long)]
-        profile: Option<String>,
-        /// files (one line per file), manifests (one object manifest per line), file (the URL
-        /// is the one file) or container (the URL is one zip, expanded into the object's
-        /// files); default: from the manifest's #%profile line.
-        #[arg(long = "type", value_parser = ["files", "manifests", "file", "container"])]
-        kind: Option<String>,
-        #[arg(long, env = "USER", default_value = "operator")]
-        submitter: String,
-        /// The object's ERC metadata (who made it, what it is, when, where), passed to the
-        /// processing container.
-        #[arg(long)]
-        erc_who: Option<String>,
-        #[arg(long)]
-        erc_what: Option<String>,
-        #[arg(long)]
-        erc_when: Option<String>,
-        #[arg(long)]
-        erc_where: Option<String>,
-        /// How the deposit changes a stored object: add, update or reset.
-        #[arg(long, default_value = "add", value_parser = ["add", "update", "reset"])]
-        mode: String,
-        #[arg(long)]
-        json: bool,
-    },
+    Submit(SubmitArgs),
     /// Batches and their jobs per state; --watch redraws until every batch has ended.
     Status {
         batch: Option<String>,
@@ -132,6 +98,44 @@ enum Command {
     },
 }
 
+/// `submit`'s arguments.
+#[derive(clap::Args)]
+struct SubmitArgs {
+    manifest: String,
+    #[arg(long)]
+    collection: String,
+    /// 00 runs first; 05 is the default.
+    #[arg(long, default_value_t = 5)]
+    priority: u8,
+    /// Called (POST, JSON) when each job completes and when the batch reports.
+    #[arg(long)]
+    callback: Option<String>,
+    #[arg(long)]
+    profile: Option<String>,
+    /// files (one line per file), manifests (one object manifest per line), file (the URL
+    /// is the one file) or container (the URL is one zip, expanded into the object's
+    /// files); default: from the manifest's #%profile line.
+    #[arg(long = "type", value_parser = ["files", "manifests", "file", "container"])]
+    kind: Option<String>,
+    #[arg(long, env = "USER", default_value = "operator")]
+    submitter: String,
+    /// The object's ERC metadata (who made it, what it is, when, where), passed to the
+    /// processing container.
+    #[arg(long)]
+    erc_who: Option<String>,
+    #[arg(long)]
+    erc_what: Option<String>,
+    #[arg(long)]
+    erc_when: Option<String>,
+    #[arg(long)]
+    erc_where: Option<String>,
+    /// How the deposit changes a stored object: add, update or reset.
+    #[arg(long, default_value = "add", value_parser = ["add", "update", "reset"])]
+    mode: String,
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(clap::Args)]
 #[group(required = true, multiple = false)]
 struct TargetArgs {
@@ -172,83 +176,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     let ictx = ictx(&args.command).await?;
     let now = chrono::Utc::now;
     match args.command {
-        Command::Submit {
-            manifest,
-            collection,
-            priority,
-            callback,
-            profile,
-            kind,
-            submitter,
-            erc_who,
-            erc_what,
-            erc_when,
-            erc_where,
-            mode,
-            json,
-        } => {
-            let is_url = ["http://", "https://", "s3://"]
-                .iter()
-                .any(|p| manifest.starts_with(p));
-            let (url, text) = if is_url {
-                (manifest.clone(), None)
-            } else {
-                let text = std::fs::read_to_string(&manifest)
-                    .with_context(|| format!("reading the manifest {manifest}"))?;
-                let name = format!(
-                    "{}-{}",
-                    now().format("%Y%m%dT%H%M%S"),
-                    std::path::Path::new(&manifest)
-                        .file_name()
-                        .map_or("manifest".into(), |n| n.to_string_lossy().into_owned())
-                );
-                let key = ictx.ingest().keys.manifest(&name);
-                ictx.store
-                    .put(&key, text.clone().into(), PutCondition::IfAbsent)
-                    .await
-                    .context("keeping the manifest in the bucket")?;
-                (
-                    format!("s3://{}/{key}", ictx.config.layout.bucket),
-                    Some(text),
-                )
-            };
-            let kind = match kind.as_deref().and_then(ManifestKind::parse) {
-                Some(k) => k,
-                None => text
-                    .as_deref()
-                    .map_or(ManifestKind::Files, ManifestKind::detect),
-            };
-            let batch = ingest::submit(
-                &ictx,
-                Submission {
-                    collection,
-                    manifest_url: url,
-                    kind,
-                    priority,
-                    callback,
-                    profile,
-                    submitter,
-                    deposit: Deposit {
-                        erc_who,
-                        erc_what,
-                        erc_when,
-                        erc_where,
-                        submission_mode: mode.parse().map_err(anyhow::Error::msg)?,
-                    },
-                },
-                now(),
-            )
-            .await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&batch)?);
-            } else {
-                println!("{}", batch.id);
-                eprintln!(
-                    "batch {} is pending: `granary ingest status {}` follows it",
-                    batch.id, batch.id
-                );
-            }
-        }
+        Command::Submit(submit_args) => submit(&ictx, submit_args).await?,
         Command::Status { batch, watch, json } => {
             let only = batch.as_deref().map(BatchId::parse).transpose()?;
             if watch && !json {
@@ -282,41 +210,12 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             mint_again,
             json,
         } => {
-            let mut ids: Vec<JobId> = jobs
-                .iter()
-                .map(|j| JobId::parse(j))
-                .collect::<Result<_, _>>()?;
-            if let Some(b) = &batch {
-                ids.extend(operator::failed_jobs(&ictx, &BatchId::parse(b)?).await?);
-            }
-            if ids.is_empty() {
-                bail!("name failed jobs to resume, or --batch B");
-            }
             let fix = match (identifier, mint_again) {
                 (Some(id), _) => Some(MintFix::Identifier(id)),
                 (None, true) => Some(MintFix::MintAgain),
                 (None, false) => None,
             };
-            let resumed = match (fix, ids.as_slice()) {
-                (None, _) => operator::resume(&ictx, &ids, now()).await?,
-                (Some(fix), [one]) => {
-                    vec![operator::resume_with_mint(&ictx, one, &fix, now()).await?]
-                }
-                (Some(_), _) => bail!("--identifier and --mint-again resume one job at a time"),
-            };
-            if json {
-                println!("{}", serde_json::to_string_pretty(&resumed)?);
-            } else {
-                for r in &resumed {
-                    match &r.outcome {
-                        Ok(to) => println!("{}: resumed at {to}", r.job),
-                        Err(why) => println!("{}: not resumed: {why}", r.job),
-                    }
-                }
-            }
-            if resumed.iter().any(|r| r.outcome.is_err()) {
-                return Ok(ExitCode::from(1));
-            }
+            return resume(&ictx, &jobs, batch.as_deref(), fix, json).await;
         }
         Command::UpdateReport { batch } => {
             let b = operator::update_report(&ictx, &BatchId::parse(&batch)?, now()).await?;
@@ -329,37 +228,8 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             let reports = operator::reports(&ictx, &BatchId::parse(&batch)?).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
-            } else if reports.is_empty() {
-                println!("batch {batch} has not reported yet");
             } else {
-                for r in &reports {
-                    println!(
-                        "report {} ({}): {} completed, {} failed; since the previous: {} newly completed, {} still failed",
-                        r.number,
-                        r.written_at.format("%Y-%m-%d %H:%M UTC"),
-                        r.completed.len(),
-                        r.failed.len(),
-                        r.newly_completed.len(),
-                        r.still_failed.len()
-                    );
-                    let mut t = Table::new();
-                    t.load_preset(UTF8_FULL_CONDENSED).set_header([
-                        "failed job",
-                        "last success",
-                        "why",
-                    ]);
-                    for f in &r.failed {
-                        t.add_row([
-                            f.job.to_string(),
-                            f.last_successful_status
-                                .map_or("-".into(), |s| s.to_string()),
-                            f.reason.clone(),
-                        ]);
-                    }
-                    if !r.failed.is_empty() {
-                        println!("{t}");
-                    }
-                }
+                print_reports(&batch, &reports);
             }
         }
         Command::Delete { job, batch, yes } => match (job, batch) {
@@ -373,24 +243,191 @@ pub async fn run(args: Args) -> Result<ExitCode> {
             }
             _ => bail!("name a --job or a --batch to delete"),
         },
-        Command::Tick { until_quiet, json } => {
-            let mut passes = Vec::new();
-            loop {
-                let s = ingest::tick(&ictx, now()).await?;
-                let quiet = s == ingest::TickSummary::default();
-                passes.push(s);
-                if !until_quiet || quiet || passes.len() >= 1000 {
-                    break;
-                }
-            }
-            if json {
-                println!("{}", serde_json::to_string_pretty(&passes)?);
-            } else {
-                println!("{} passes; the last: {:?}", passes.len(), passes.last());
+        Command::Tick { until_quiet, json } => tick(&ictx, until_quiet, json).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `submit`: the manifest (a local one kept in the bucket first) submitted as a pending batch.
+async fn submit(ictx: &Ctx, args: SubmitArgs) -> Result<()> {
+    let now = chrono::Utc::now;
+    let SubmitArgs {
+        manifest,
+        collection,
+        priority,
+        callback,
+        profile,
+        kind,
+        submitter,
+        erc_who,
+        erc_what,
+        erc_when,
+        erc_where,
+        mode,
+        json,
+    } = args;
+    let (url, text) = manifest_url(ictx, &manifest).await?;
+    let kind = match kind.as_deref().and_then(ManifestKind::parse) {
+        Some(k) => k,
+        None => text
+            .as_deref()
+            .map_or(ManifestKind::Files, ManifestKind::detect),
+    };
+    let batch = ingest::submit(
+        ictx,
+        Submission {
+            collection,
+            manifest_url: url,
+            kind,
+            priority,
+            callback,
+            profile,
+            submitter,
+            deposit: Deposit {
+                erc_who,
+                erc_what,
+                erc_when,
+                erc_where,
+                submission_mode: mode.parse().map_err(anyhow::Error::msg)?,
+            },
+        },
+        now(),
+    )
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&batch)?);
+    } else {
+        println!("{}", batch.id);
+        eprintln!(
+            "batch {} is pending: `granary ingest status {}` follows it",
+            batch.id, batch.id
+        );
+    }
+    Ok(())
+}
+
+/// The manifest's URL: a URL as given, or a local file's copy kept in the bucket (with its
+/// text, to detect its kind from).
+async fn manifest_url(ictx: &Ctx, manifest: &str) -> Result<(String, Option<String>)> {
+    let is_url = ["http://", "https://", "s3://"]
+        .iter()
+        .any(|p| manifest.starts_with(p));
+    if is_url {
+        return Ok((manifest.to_owned(), None));
+    }
+    let text = std::fs::read_to_string(manifest)
+        .with_context(|| format!("reading the manifest {manifest}"))?;
+    let name = format!(
+        "{}-{}",
+        chrono::Utc::now().format("%Y%m%dT%H%M%S"),
+        std::path::Path::new(manifest)
+            .file_name()
+            .map_or("manifest".into(), |n| n.to_string_lossy().into_owned())
+    );
+    let key = ictx.ingest().keys.manifest(&name);
+    ictx.store
+        .put(&key, text.clone().into(), PutCondition::IfAbsent)
+        .await
+        .context("keeping the manifest in the bucket")?;
+    Ok((
+        format!("s3://{}/{key}", ictx.config.layout.bucket),
+        Some(text),
+    ))
+}
+
+/// `resume`: the named failed jobs (and a batch's) restarted; exit 1 when any was not.
+async fn resume(
+    ictx: &Ctx,
+    jobs: &[String],
+    batch: Option<&str>,
+    fix: Option<MintFix>,
+    json: bool,
+) -> Result<ExitCode> {
+    let now = chrono::Utc::now;
+    let mut ids: Vec<JobId> = jobs
+        .iter()
+        .map(|j| JobId::parse(j))
+        .collect::<Result<_, _>>()?;
+    if let Some(b) = batch {
+        ids.extend(operator::failed_jobs(ictx, &BatchId::parse(b)?).await?);
+    }
+    if ids.is_empty() {
+        bail!("name failed jobs to resume, or --batch B");
+    }
+    let resumed = match (fix, ids.as_slice()) {
+        (None, _) => operator::resume(ictx, &ids, now()).await?,
+        (Some(fix), [one]) => {
+            vec![operator::resume_with_mint(ictx, one, &fix, now()).await?]
+        }
+        (Some(_), _) => bail!("--identifier and --mint-again resume one job at a time"),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&resumed)?);
+    } else {
+        for r in &resumed {
+            match &r.outcome {
+                Ok(to) => println!("{}: resumed at {to}", r.job),
+                Err(why) => println!("{}: not resumed: {why}", r.job),
             }
         }
     }
+    if resumed.iter().any(|r| r.outcome.is_err()) {
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A batch's reports for a person: each one's counts, and its failed jobs as a table.
+fn print_reports(batch: &str, reports: &[ingest::batches::BatchReport]) {
+    if reports.is_empty() {
+        println!("batch {batch} has not reported yet");
+        return;
+    }
+    for r in reports {
+        println!(
+            "report {} ({}): {} completed, {} failed; since the previous: {} newly completed, {} still failed",
+            r.number,
+            r.written_at.format("%Y-%m-%d %H:%M UTC"),
+            r.completed.len(),
+            r.failed.len(),
+            r.newly_completed.len(),
+            r.still_failed.len()
+        );
+        let mut t = Table::new();
+        t.load_preset(UTF8_FULL_CONDENSED)
+            .set_header(["failed job", "last success", "why"]);
+        for f in &r.failed {
+            t.add_row([
+                f.job.to_string(),
+                f.last_successful_status
+                    .map_or("-".into(), |s| s.to_string()),
+                f.reason.clone(),
+            ]);
+        }
+        if !r.failed.is_empty() {
+            println!("{t}");
+        }
+    }
+}
+
+/// `tick`: the dispatcher's passes (until one changes nothing, with `until_quiet`), printed.
+async fn tick(ictx: &Ctx, until_quiet: bool, json: bool) -> Result<()> {
+    let now = chrono::Utc::now;
+    let mut passes = Vec::new();
+    loop {
+        let s = ingest::tick(ictx, now()).await?;
+        let quiet = s == ingest::TickSummary::default();
+        passes.push(s);
+        if !until_quiet || quiet || passes.len() >= 1000 {
+            break;
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&passes)?);
+    } else {
+        println!("{} passes; the last: {:?}", passes.len(), passes.last());
+    }
+    Ok(())
 }
 
 fn print_status(all: &[operator::BatchStatus]) {
