@@ -54,23 +54,7 @@ pub async fn verify(
             return r;
         }
     };
-    let public = match pinned_key {
-        Some(k) => Ok(k.trim().to_owned()),
-        None => text(store.as_ref(), &at(manifest::PUBLIC_KEY))
-            .await
-            .map(|t| t.trim().to_owned()),
-    };
-    let signature = text(store.as_ref(), &at(manifest::SIGNATURE)).await;
-    match (public, signature) {
-        (Ok(public), Ok(signature)) => {
-            match manifest::verify(&public, sums.as_bytes(), &signature) {
-                Ok(()) => r.signature_ok = true,
-                Err(e) => r.problems.push(format!("{}: {e}", manifest::SIGNATURE)),
-            }
-            r.public_key = public;
-        }
-        (Err(e), _) | (_, Err(e)) => r.problems.push(e),
-    }
+    check_signature(store.as_ref(), prefix, pinned_key, &sums, &mut r).await;
     let listed: std::collections::BTreeMap<String, String> = match manifest::parse_sums(&sums) {
         Ok(lines) => lines.into_iter().map(|(sum, name)| (name, sum)).collect(),
         Err(e) => {
@@ -104,6 +88,56 @@ pub async fn verify(
             return r;
         }
     };
+    check_members(&store, prefix, &manifest, &listed, &mut r).await;
+    if manifest.members.len() + 1 != listed.len() {
+        r.problems.push(format!(
+            "{} lists {} files, the manifest {} members",
+            manifest::SUMS,
+            listed.len(),
+            manifest.members.len()
+        ));
+    }
+    r
+}
+
+/// The checksum file's signature against the pinned key, or the stored one.
+async fn check_signature(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    pinned_key: Option<&str>,
+    sums: &str,
+    r: &mut VerifyReport,
+) {
+    let at = |name: &str| format!("{prefix}{name}");
+    let public = match pinned_key {
+        Some(k) => Ok(k.trim().to_owned()),
+        None => text(store, &at(manifest::PUBLIC_KEY))
+            .await
+            .map(|t| t.trim().to_owned()),
+    };
+    let signature = text(store, &at(manifest::SIGNATURE)).await;
+    match (public, signature) {
+        (Ok(public), Ok(signature)) => {
+            match manifest::verify(&public, sums.as_bytes(), &signature) {
+                Ok(()) => r.signature_ok = true,
+                Err(e) => r.problems.push(format!("{}: {e}", manifest::SIGNATURE)),
+            }
+            r.public_key = public;
+        }
+        (Err(e), _) | (_, Err(e)) => r.problems.push(e),
+    }
+}
+
+/// Each member of the manifest: listed with the same checksum, and stored with its size and
+/// SHA-256.
+async fn check_members(
+    store: &Arc<dyn ObjectStore>,
+    prefix: &str,
+    manifest: &Manifest,
+    listed: &std::collections::BTreeMap<String, String>,
+    r: &mut VerifyReport,
+) {
+    let at = |name: &str| format!("{prefix}{name}");
     for m in &manifest.members {
         if listed.get(&m.name) != Some(&m.sha256) {
             r.problems.push(format!(
@@ -123,13 +157,4 @@ pub async fn verify(
         }
         r.members_checked += 1;
     }
-    if manifest.members.len() + 1 != listed.len() {
-        r.problems.push(format!(
-            "{} lists {} files, the manifest {} members",
-            manifest::SUMS,
-            listed.len(),
-            manifest.members.len()
-        ));
-    }
-    r
 }
