@@ -120,66 +120,12 @@ async fn answer(
     login: (String, String),
     shoulder: String,
 ) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let n = socket.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-    let header = |name: &str| {
-        head.lines()
-            .filter_map(|l| l.split_once(':'))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim().to_owned())
-    };
-    let length: usize = header("content-length")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        let n = socket.read(&mut chunk).await?;
-        if n == 0 {
-            break;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let mut first = head.lines().next().unwrap_or("").split_whitespace();
-    let received = Received {
-        method: first.next().unwrap_or("").to_owned(),
-        path: first.next().unwrap_or("").to_owned(),
-        content_type: header("content-type"),
-        authorization: header("authorization"),
-        body: String::from_utf8_lossy(&buf[head_end..]).to_string(),
+    let Some(received) = read_request(&mut socket).await? else {
+        return Ok(());
     };
     let authorized = received.authorization.as_deref() == Some(basic(&login).as_str());
     let wanted = format!("/shoulder/{shoulder}");
-    let (answer, minted) = {
-        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
-        s.received.push(received.clone());
-        let answer = s
-            .plan
-            .get(s.answered)
-            .or(s.plan.last())
-            .cloned()
-            .unwrap_or(Answer::Mint);
-        s.answered += 1;
-        let mints = received.method == "POST"
-            && received.path == wanted
-            && authorized
-            && !matches!(answer, Answer::Refuse(_));
-        let id = mints.then(|| {
-            let id = format!("{shoulder}{:05}", s.minted.len() + 1);
-            s.minted.push(id.clone());
-            id
-        });
-        (answer, id)
-    };
+    let (answer, minted) = record_and_mint(&state, &received, authorized, &wanted, &shoulder);
     let (status, body) = match (&answer, &minted) {
         _ if !authorized => (401, "error: unauthorized".to_owned()),
         (_, None) if received.path != wanted => (
@@ -207,4 +153,76 @@ async fn answer(
     );
     socket.write_all(response.as_bytes()).await?;
     socket.shutdown().await
+}
+
+/// One HTTP request read off the socket: its head, then as much body as its Content-Length
+/// says (`None` when the client hung up before the head ended).
+async fn read_request(socket: &mut TcpStream) -> std::io::Result<Option<Received>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break at + 4;
+        }
+        let n = socket.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
+    let header = |name: &str| {
+        head.lines()
+            .filter_map(|l| l.split_once(':'))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_owned())
+    };
+    let length: usize = header("content-length")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = socket.read(&mut chunk).await?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    Ok(Some(Received {
+        method: first.next().unwrap_or("").to_owned(),
+        path: first.next().unwrap_or("").to_owned(),
+        content_type: header("content-type"),
+        authorization: header("authorization"),
+        body: String::from_utf8_lossy(&buf[head_end..]).to_string(),
+    }))
+}
+
+/// Records the request and takes the plan's next answer; mints an identifier when the request
+/// is an authorized POST to the shoulder that the answer does not refuse.
+fn record_and_mint(
+    state: &Mutex<State>,
+    received: &Received,
+    authorized: bool,
+    wanted: &str,
+    shoulder: &str,
+) -> (Answer, Option<String>) {
+    let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+    s.received.push(received.clone());
+    let answer = s
+        .plan
+        .get(s.answered)
+        .or(s.plan.last())
+        .cloned()
+        .unwrap_or(Answer::Mint);
+    s.answered += 1;
+    let mints = received.method == "POST"
+        && received.path == wanted
+        && authorized
+        && !matches!(answer, Answer::Refuse(_));
+    let id = mints.then(|| {
+        let id = format!("{shoulder}{:05}", s.minted.len() + 1);
+        s.minted.push(id.clone());
+        id
+    });
+    (answer, id)
 }
