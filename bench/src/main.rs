@@ -6,6 +6,7 @@
 //! writes by default and the way granary writes them, uploaded to the emulator's S3; then N rows
 //! are read at the start, middle and end, each measurement in a fresh child process so its peak
 //! RSS is its own. Requests and bytes are counted at granary's object-store port.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 use anyhow::{Context, Result};
 use arrow::array::{RecordBatch, StringArray};

@@ -1,4 +1,5 @@
 //! `granary`: the operator's command line. The local runtime (demo, chaos) is `granary-local`.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 mod archive_cmd;
 mod cancel_cmd;

@@ -2,6 +2,7 @@
 //! a prefix of products archived to two destinations (one DEEP_ARCHIVE), the dispatcher's tick
 //! and the task handler run by `tick --run-tasks`, then `verify` on the stored copy alone — intact,
 //! a flipped byte, a forged signature, a pinned key.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::aws::AwsClients;
 mod common;

@@ -2,6 +2,7 @@
 //! container fails for half its granules is held by the job monitor itself after a window of
 //! ends, with the reason and the failures behind it; `granary status` says so, the feeder
 //! submits nothing more, and `granary release` lets it go on.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod common;
 

@@ -4,6 +4,7 @@
 //! cannot match, one unreadable line), so the batch reports failed without a processing job
 //! (the emulators run none); resume, update-report, report and delete follow, and a missing
 //! variable is named.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::aws::AwsClients;
 use granary_tests::http_source;

@@ -1,5 +1,6 @@
 //! `granary inventory convert` as an operator runs it, against the emulator (AWS_ENDPOINT_URL):
 //! a local list of ids out to S3, read back the way the feeder reads it.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! `granary plan` as an operator runs it against the emulator (#32 item 4): the inventories'
 //! rows from their footers, what the tracker says is settled, and the forecast the settings give.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! is looked at in a real browser (Debian's chromium, headless; `scripts/browser.sh install`,
 //! which `make test` runs): its screenshot must show every chart with data drawn in it — and a
 //! page drawn from no logs must not, so the look can fail.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! second): the same granules and the same fault plan in single-job mode and in array mode. Each
 //! granule ends once — succeeded or dead-lettered, its record and history agreeing — in both;
 //! array mode submits a window as one call.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::ports::{
     ActiveJobs, JobDescription, JobRequest, JobRunner, JobRunnerError, JobSummary,

@@ -3,6 +3,7 @@
 //! while the first still has jobs running and retries to make. Each campaign is audited in its
 //! own state: every granule ends once there — succeeded or dead-lettered, its record and
 //! history agreeing — and no job name is submitted twice across both.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::campaign::Campaign as CampaignName;
 use granary::domain::report::{outcome_changes, NOT_RUN};

@@ -2,6 +2,7 @@
 //! command runs: many invocations die at a random external call (before it, or after it with the
 //! answer lost), one call in ten is throttled, events are duplicated, delayed and preceded by
 //! RUNNABLE notices, some final events never arrive (the reconciler finds those ends) — and still nothing is lost, submitted twice or succeeded twice.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary_local::chaos::{self, ChaosSpec};
 use granary_local::runner::ChaosOptions;

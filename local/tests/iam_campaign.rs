@@ -3,6 +3,7 @@
 //! events) on the in-memory twins, configured with the environment `infra/template.yaml` gives
 //! the functions; every call each makes must be allowed by its role in the template. (That every
 //! grant is used is checked over the handler scenarios: `shared/tests/iam_by_use.rs`.)
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::tap::access_log::{AccessLog, AwsAccount};
 use granary::adapters::tap::Tap;

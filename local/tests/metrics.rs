@@ -3,6 +3,7 @@
 //! the catalogue, and the counts agree with the audit — granules succeeded and dead-lettered,
 //! attempts submitted, SubmitJob refusals the Batch twin made — on an in-memory campaign whose
 //! Batch refuses SubmitJob past twenty calls a second.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::metrics::{emf_violation, CATALOGUE, FAILURE_CLASS, PLATFORM};
 use granary_local::campaign::{Campaign, CampaignSpec};

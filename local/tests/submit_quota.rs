@@ -2,6 +2,7 @@
 //! second, as Batch answers TooManyRequestsException past the account's quota. Unpaced, the
 //! feeder meets refusals and backs off, and still every granule is accounted for and none is
 //! submitted twice; paced to a share of the quota (`GRANARY_SUBMIT_JOB_RATE`), it meets none.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary_local::campaign::{Campaign, CampaignSpec};
 use granary_local::chaos;

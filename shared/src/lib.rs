@@ -24,6 +24,7 @@
 //! - [`mutants`]: deliberate defects for showing the proof fails without each rule (test-only
 //!   feature).
 //! - [`wiring`]: the one place that builds AWS adapters from the environment.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod adapters;
 pub mod budget;

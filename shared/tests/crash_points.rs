@@ -15,6 +15,7 @@
 //! The recovery is no kinder: a second test crashes it again (a spread of its own calls, each
 //! crash asserted reached) and runs it doubled (every delivery twice at once, every scheduled run
 //! overlapping, calls interleaved).
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod platform;
 

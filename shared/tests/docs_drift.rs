@@ -11,6 +11,7 @@
 //! - a snake_case word of three parts or more (a test's name, a function's): a word of the
 //!   code outside comments, or of the scripts and Athena queries (a table);
 //! - a kebab-case word of three parts or more: a mutant, or a word of the code or scripts.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::catalogue::{SETTINGS, TEST_SWITCHES};
 use granary_template::Template;

@@ -1,6 +1,7 @@
 //! Property tests: whatever arrives — a Batch event with any field changed or removed, any SQS
 //! body — the handlers answer with an outcome or a clear error, never a panic, and a permanent
 //! error is recorded and dead-lettered rather than left to redelivery.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::Config;
 use granary::domain::job_end::on_job_event;

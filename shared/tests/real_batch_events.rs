@@ -4,6 +4,7 @@
 //! job monitor's own decision, and the monitor must carry it out: log, then retry queue or DLQ.
 //!
 //! Set GRANARY_REAL_EVENTS to read the corpus from elsewhere. A missing corpus fails the test.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::Config;
 use granary::domain::classify::{FailureKind, Route};

@@ -3,6 +3,7 @@
 //! Batch sends for each ("Canceled by JobStateTimeLimit action due to reason: <reason>") is
 //! routed by granary's own classification — capacity to the retry queue, misconfiguration to the
 //! failure DLQ — through the job monitor's decision.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::batch_event::{JobDetail, JobStatus};
 use granary::domain::classify::{classify, FailureKind, Route, STATE_TIME_LIMIT};

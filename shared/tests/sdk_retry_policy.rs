@@ -2,6 +2,7 @@
 //! every request with a chosen status and counts how many requests the SDK sent.
 //! SubmitJob must be sent exactly once whatever happens (it has no idempotency token); other calls
 //! are retried up to `SDK_MAX_ATTEMPTS` on a 5xx or throttling answer.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::aws::{load_sdk_config_for, AwsClients, BatchJobRunner, SDK_MAX_ATTEMPTS};
 use granary::ports::{JobRequest, JobRunner};

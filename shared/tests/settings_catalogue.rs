@@ -1,6 +1,7 @@
 //! The settings catalogue (`granary::config::catalogue`) against everything it describes: the
 //! variables the code reads, the template's parameters and environment, the code's defaults,
 //! and docs/configuration.md, which is generated from it.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::catalogue::{self, Kind, PARAMETERS, SETTINGS, TEST_SWITCHES};
 use granary::config::{Config, Section};

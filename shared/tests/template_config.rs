@@ -1,6 +1,7 @@
 //! The template's parameters against the code's parsers: a value the template lets through
 //! must be one the code reads. (Which variables the template sets, and from what, is
 //! `settings_catalogue.rs`'s.)
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::Config;
 use granary_template::Template;

@@ -3,6 +3,7 @@
 //! alarm names is one the code emits, with dimensions it publishes, and every metric the code
 //! emits is on the dashboard. The dashboard body is the JSON CloudFormation would send, for a
 //! stack named `prod`.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::metrics::{MetricSpec, CATALOGUE, NAMESPACE, STACK};
 use granary_template::Stack;

@@ -1,6 +1,7 @@
 //! Harness for integration tests: the real AWS SDK against whatever AWS_ENDPOINT_URL names
 //! (moto started by `make test`, LocalStack, ...). Every test provisions its own uniquely named
 //! stack, so tests run in parallel on one emulator and never depend on account ids or ARNs.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 pub mod ezid_server;
 pub mod http_source;

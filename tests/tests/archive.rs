@@ -3,6 +3,7 @@
 //! (recoverable: the retry after it is created succeeds), one that never exists (the retries are
 //! spent: failure, handled, cleaned up), and a member corrupted in the staging area before its
 //! integrity check (not recoverable).
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::config::{Config, Function};
 use granary::contracts::archive::TaskMessage;

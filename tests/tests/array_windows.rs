@@ -4,6 +4,7 @@
 //! container wrapper (`container/array_child.py`) run with a child's environment names the
 //! child's granule from the window claim in S3, and the job monitor handles a child's end as
 //! DescribeJobs gives it.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::window::WindowClaim;
 use granary::handlers::monitor::{self, MonitorOutcome};

@@ -4,6 +4,7 @@
 //! `granary report --athena` is run as it is, against Athena's query API served on loopback over
 //! the same DuckDB tables: the statements it sends must be athena/'s text, its numbers the scan's.
 //! The engines come from PyPI into .venv-sql (`scripts/sql.sh install`, run by `make test`).
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary_cli::ops::report;
 use granary_local::campaign::{Campaign, CampaignSpec};

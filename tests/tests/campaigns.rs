@@ -3,6 +3,7 @@
 //! parameters and environment as Batch describes them back, a delimited ListObjectsV2 finds it
 //! for the scheduled passes, and a stack running another campaign handles its jobs' ends in its
 //! own state.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::campaign::Campaign;
 use granary::handlers::monitor::{self, MonitorOutcome};

@@ -2,6 +2,7 @@
 //! HTTP adapter's answers (a mint, EZID's refusal, a stall past the timeout, a 500, nothing
 //! listening) and, through the ingest dispatcher itself, the rule that a mint whose answer was
 //! lost is never sent again.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::http::ezid::HttpMinter;
 use granary::adapters::memory::{MemoryRemote, MemoryStore};

@@ -1,4 +1,5 @@
 //! queue-feeder against the emulator.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::Ctx;

@@ -1,6 +1,7 @@
 //! The HTTP source follows redirects only within the origin it asked: a redirect elsewhere (to
 //! another host or port — the Lambda Runtime API on 127.0.0.1, the metadata service) is refused
 //! and nothing is fetched from there. Two real servers on loopback; no emulator needed.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::adapters::http::HttpIndexSource;
 use granary::ports::Source;

@@ -3,6 +3,7 @@
 //! dead-lettered on the stack's SQS failure DLQ. The processing jobs go to the in-memory job
 //! runner, and each end reaches the job monitor as Batch's "Job State Change" event, as the
 //! stack's rule delivers it.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use bytes::Bytes;
 use granary::adapters::aws::EventBridgeBus;

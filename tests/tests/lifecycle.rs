@@ -2,6 +2,7 @@
 //! normal workflow, Failure1–Failure8 and the operational scenario, plus re-validation and a race.
 //! Files come from a real HTTP server on loopback (`granary_tests::http_source`); processing runs
 //! through the requeuer, the emulator's Batch and the job monitor.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use async_trait::async_trait;
 use bytes::Bytes;

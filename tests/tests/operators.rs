@@ -1,5 +1,6 @@
 //! The operators' commands against the emulator: status's ETA, redrive (filters, dry run, an
 //! interrupted redrive that loses nothing), hold/release, and resume.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};

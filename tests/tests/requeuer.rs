@@ -1,4 +1,5 @@
 //! requeuer against the emulator.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::job_name::job_name;

@@ -3,6 +3,7 @@
 //! an object past the single-copy limit copied part by part (UploadPartCopy) — with the limit
 //! lowered, so the test needs 11 MiB, not 5 GB. And its one-page listing (ListObjectsV2 with
 //! StartAfter and MaxKeys), which the feeder's look for item records pages with.
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use bytes::Bytes;
 use granary::adapters::aws::S3Store;

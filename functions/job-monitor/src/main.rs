@@ -1,4 +1,5 @@
 //! Lambda: job monitor. Consumes the Batch-events buffer queue (SQS, ReportBatchItemFailures).
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;

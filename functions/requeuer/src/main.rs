@@ -1,4 +1,5 @@
 //! Lambda: requeuer. Consumes the retry queue (SQS, ReportBatchItemFailures).
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;

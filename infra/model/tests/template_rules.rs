@@ -6,6 +6,7 @@
 //!
 //! The template is resolved for a stack with its parameter defaults (and an S3 source, so the
 //! conditional importer resources exist).
+#![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 use granary_template::{Resolved, Stack, Template};
 use serde_json::Value;

@@ -1,5 +1,6 @@
 //! Lambda: importer-step. Consumes the import queue (SQS, ReportBatchItemFailures): downloads,
 //! admits and re-validates items, each as far as it can go now.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;

@@ -1,5 +1,6 @@
 //! Lambda: ingest-submit. Consumes the submissions queue (SQS, ReportBatchItemFailures): each
 //! message a submission, sent directly or forwarded from the notification bus.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 use aws_lambda_events::event::sqs::{SqsBatchResponse, SqsEvent};
 use granary::config::Function;

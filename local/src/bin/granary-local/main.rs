@@ -1,5 +1,6 @@
 //! `granary-local`: granary on the local runtime — the demo campaign on the AWS emulator, and the
 //! chaos campaign on the in-memory twins. Not an operator's tool: `granary` is.
+#![cfg_attr(test, allow(clippy::too_many_lines))]
 
 mod chaos;
 mod demo;
