@@ -111,7 +111,7 @@ fn s3_url(url: &str) -> Result<(String, String)> {
     Ok((bucket.to_owned(), prefix.to_owned()))
 }
 
-async fn actx(command: &Command) -> Result<Ctx> {
+async fn ctx(command: &Command) -> Result<Ctx> {
     let function = match command {
         Command::Tick { .. } => Function::ArchiveTask,
         _ => Function::ArchiveDispatcher,
@@ -145,20 +145,20 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         }
         _ => {}
     }
-    let actx = actx(&args.command).await?;
+    let ctx = ctx(&args.command).await?;
     match args.command {
         Command::Create {
             prefix,
             batch,
             destinations,
             json,
-        } => create(&actx, prefix, batch, &destinations, json).await?,
-        Command::Status { archive: one, json } => print_status(&actx, one.as_deref(), json).await?,
+        } => create(&ctx, prefix, batch, &destinations, json).await?,
+        Command::Status { archive: one, json } => print_status(&ctx, one.as_deref(), json).await?,
         Command::Retry { archive: id } => {
-            let phase = steps::retry(&actx, &id, now()).await?;
+            let phase = steps::retry(&ctx, &id, now()).await?;
             println!("archive job {id} retries {phase} (its failed tasks)");
         }
-        Command::Tick { run_tasks, json } => tick(&actx, run_tasks, json).await?,
+        Command::Tick { run_tasks, json } => tick(&ctx, run_tasks, json).await?,
         Command::Verify { .. } | Command::Keygen { .. } | Command::PublicKey { .. } => {}
     }
     Ok(ExitCode::SUCCESS)
@@ -260,7 +260,7 @@ fn archive_source(prefix: Option<String>, batch: Option<String>) -> Result<Archi
 
 /// `create`: the archive job made and its id printed.
 async fn create(
-    actx: &Ctx,
+    ctx: &Ctx,
     prefix: Option<String>,
     batch: Option<String>,
     destinations: &[String],
@@ -272,7 +272,7 @@ async fn create(
         .map(|d| Destination::parse(d))
         .collect::<Result<Vec<_>, _>>()
         .map_err(anyhow::Error::msg)?;
-    let job = archive::create(actx, source, destinations, chrono::Utc::now()).await?;
+    let job = archive::create(ctx, source, destinations, chrono::Utc::now()).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&job)?);
     } else {
@@ -286,8 +286,8 @@ async fn create(
 }
 
 /// `status`: every archive job (or one), as JSON or a table.
-async fn print_status(actx: &Ctx, one: Option<&str>, json: bool) -> Result<()> {
-    let jobs = archive::status(actx, one).await?;
+async fn print_status(ctx: &Ctx, one: Option<&str>, json: bool) -> Result<()> {
+    let jobs = archive::status(ctx, one).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&jobs)?);
         return Ok(());
@@ -312,18 +312,18 @@ async fn print_status(actx: &Ctx, one: Option<&str>, json: bool) -> Result<()> {
 
 /// `tick`: passes of the dispatcher (with `run_tasks`, the task queue's messages run after
 /// each) until nothing moves; the passes printed.
-async fn tick(actx: &Ctx, run_tasks: bool, json: bool) -> Result<()> {
+async fn tick(ctx: &Ctx, run_tasks: bool, json: bool) -> Result<()> {
     let now = chrono::Utc::now;
     let mut passes = Vec::new();
     loop {
-        let t = archive::tick(actx, now()).await?;
+        let t = archive::tick(ctx, now()).await?;
         let mut ran = 0u64;
         if run_tasks {
-            for m in actx.task_queue.receive(10, 300, 0).await? {
+            for m in ctx.task_queue.receive(10, 300, 0).await? {
                 let message: TaskMessage = serde_json::from_str(&m.body)
                     .with_context(|| format!("not an archive task message: {}", m.body))?;
-                tasks::handle(actx, &message, now()).await?;
-                actx.task_queue.delete(&m.receipt_handle).await?;
+                tasks::handle(ctx, &message, now()).await?;
+                ctx.task_queue.delete(&m.receipt_handle).await?;
                 ran += 1;
             }
         }

@@ -160,7 +160,7 @@ impl TargetArgs {
 
 /// What a command reads: `tick` does the dispatcher's work (Batch, the failure DLQ); the others
 /// read and change records in the bucket only.
-async fn ictx(command: &Command) -> Result<Ctx> {
+async fn ctx(command: &Command) -> Result<Ctx> {
     if matches!(command, Command::Tick { .. }) {
         Ctx::from_env(Function::IngestDispatcher).await.context(
             "the ingest dispatcher's configuration (GRANARY_BUCKET, GRANARY_JOB_QUEUE, GRANARY_JOB_DEFINITION, GRANARY_RETRY_QUEUE_URL, GRANARY_FAILURE_DLQ_URL; see docs/ingest.md)",
@@ -173,16 +173,16 @@ async fn ictx(command: &Command) -> Result<Ctx> {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode> {
-    let ictx = ictx(&args.command).await?;
+    let ctx = ctx(&args.command).await?;
     let now = chrono::Utc::now;
     match args.command {
-        Command::Submit(submit_args) => submit(&ictx, submit_args).await?,
+        Command::Submit(submit_args) => submit(&ctx, submit_args).await?,
         Command::Status { batch, watch, json } => {
             let only = batch.as_deref().map(BatchId::parse).transpose()?;
             if watch && !json {
-                return watch_status(&ictx, only.as_ref()).await;
+                return watch_status(&ctx, only.as_ref()).await;
             }
-            let all = operator::status(&ictx, only.as_ref()).await?;
+            let all = operator::status(&ctx, only.as_ref()).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
@@ -191,12 +191,12 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         }
         Command::Hold { target, reason, by } => {
             let target = target.target()?;
-            let hold = operator::hold(&ictx, &target, &reason, &by, now()).await?;
+            let hold = operator::hold(&ctx, &target, &reason, &by, now()).await?;
             println!("{target} held by {}: {}", hold.by, hold.reason);
         }
         Command::Release { target } => {
             let target = target.target()?;
-            let r = operator::release(&ictx, &target, now()).await?;
+            let r = operator::release(&ctx, &target, now()).await?;
             println!(
                 "{target} released: {} batches and {} jobs back to pending",
                 r.batches.len(),
@@ -215,17 +215,17 @@ pub async fn run(args: Args) -> Result<ExitCode> {
                 (None, true) => Some(MintFix::MintAgain),
                 (None, false) => None,
             };
-            return resume(&ictx, &jobs, batch.as_deref(), fix, json).await;
+            return resume(&ctx, &jobs, batch.as_deref(), fix, json).await;
         }
         Command::UpdateReport { batch } => {
-            let b = operator::update_report(&ictx, &BatchId::parse(&batch)?, now()).await?;
+            let b = operator::update_report(&ctx, &BatchId::parse(&batch)?, now()).await?;
             println!(
                 "batch {} is {}: the next tick writes the report",
                 b.id, b.state
             );
         }
         Command::Report { batch, json } => {
-            let reports = operator::reports(&ictx, &BatchId::parse(&batch)?).await?;
+            let reports = operator::reports(&ctx, &BatchId::parse(&batch)?).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&reports)?);
             } else {
@@ -234,22 +234,22 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         }
         Command::Delete { job, batch, yes } => match (job, batch) {
             (Some(j), _) => {
-                let j = operator::delete_job(&ictx, &JobId::parse(&j)?, yes, now()).await?;
+                let j = operator::delete_job(&ctx, &JobId::parse(&j)?, yes, now()).await?;
                 println!("job {} deleted", j.id);
             }
             (_, Some(b)) => {
-                let b = operator::delete_batch(&ictx, &BatchId::parse(&b)?, yes, now()).await?;
+                let b = operator::delete_batch(&ctx, &BatchId::parse(&b)?, yes, now()).await?;
                 println!("batch {} deleted with its jobs", b.id);
             }
             _ => bail!("name a --job or a --batch to delete"),
         },
-        Command::Tick { until_quiet, json } => tick(&ictx, until_quiet, json).await?,
+        Command::Tick { until_quiet, json } => tick(&ctx, until_quiet, json).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// `submit`: the manifest (a local one kept in the bucket first) submitted as a pending batch.
-async fn submit(ictx: &Ctx, args: SubmitArgs) -> Result<()> {
+async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<()> {
     let now = chrono::Utc::now;
     let SubmitArgs {
         manifest,
@@ -266,7 +266,7 @@ async fn submit(ictx: &Ctx, args: SubmitArgs) -> Result<()> {
         mode,
         json,
     } = args;
-    let (url, text) = manifest_url(ictx, &manifest).await?;
+    let (url, text) = manifest_url(ctx, &manifest).await?;
     let kind = match kind.as_deref().and_then(ManifestKind::parse) {
         Some(k) => k,
         None => text
@@ -274,7 +274,7 @@ async fn submit(ictx: &Ctx, args: SubmitArgs) -> Result<()> {
             .map_or(ManifestKind::Files, ManifestKind::detect),
     };
     let batch = ingest::submit(
-        ictx,
+        ctx,
         Submission {
             collection,
             manifest_url: url,
@@ -308,7 +308,7 @@ async fn submit(ictx: &Ctx, args: SubmitArgs) -> Result<()> {
 
 /// The manifest's URL: a URL as given, or a local file's copy kept in the bucket (with its
 /// text, to detect its kind from).
-async fn manifest_url(ictx: &Ctx, manifest: &str) -> Result<(String, Option<String>)> {
+async fn manifest_url(ctx: &Ctx, manifest: &str) -> Result<(String, Option<String>)> {
     let is_url = ["http://", "https://", "s3://"]
         .iter()
         .any(|p| manifest.starts_with(p));
@@ -324,20 +324,20 @@ async fn manifest_url(ictx: &Ctx, manifest: &str) -> Result<(String, Option<Stri
             .file_name()
             .map_or("manifest".into(), |n| n.to_string_lossy().into_owned())
     );
-    let key = ictx.ingest().keys.manifest(&name);
-    ictx.store
+    let key = ctx.ingest().keys.manifest(&name);
+    ctx.store
         .put(&key, text.clone().into(), PutCondition::IfAbsent)
         .await
         .context("keeping the manifest in the bucket")?;
     Ok((
-        format!("s3://{}/{key}", ictx.config.layout.bucket),
+        format!("s3://{}/{key}", ctx.config.layout.bucket),
         Some(text),
     ))
 }
 
 /// `resume`: the named failed jobs (and a batch's) restarted; exit 1 when any was not.
 async fn resume(
-    ictx: &Ctx,
+    ctx: &Ctx,
     jobs: &[String],
     batch: Option<&str>,
     fix: Option<MintFix>,
@@ -349,15 +349,15 @@ async fn resume(
         .map(|j| JobId::parse(j))
         .collect::<Result<_, _>>()?;
     if let Some(b) = batch {
-        ids.extend(operator::failed_jobs(ictx, &BatchId::parse(b)?).await?);
+        ids.extend(operator::failed_jobs(ctx, &BatchId::parse(b)?).await?);
     }
     if ids.is_empty() {
         bail!("name failed jobs to resume, or --batch B");
     }
     let resumed = match (fix, ids.as_slice()) {
-        (None, _) => operator::resume(ictx, &ids, now()).await?,
+        (None, _) => operator::resume(ctx, &ids, now()).await?,
         (Some(fix), [one]) => {
-            vec![operator::resume_with_mint(ictx, one, &fix, now()).await?]
+            vec![operator::resume_with_mint(ctx, one, &fix, now()).await?]
         }
         (Some(_), _) => bail!("--identifier and --mint-again resume one job at a time"),
     };
@@ -411,11 +411,11 @@ fn print_reports(batch: &str, reports: &[ingest::batches::BatchReport]) {
 }
 
 /// `tick`: the dispatcher's passes (until one changes nothing, with `until_quiet`), printed.
-async fn tick(ictx: &Ctx, until_quiet: bool, json: bool) -> Result<()> {
+async fn tick(ctx: &Ctx, until_quiet: bool, json: bool) -> Result<()> {
     let now = chrono::Utc::now;
     let mut passes = Vec::new();
     loop {
-        let s = ingest::tick(ictx, now()).await?;
+        let s = ingest::tick(ctx, now()).await?;
         let quiet = s == ingest::TickSummary::default();
         passes.push(s);
         if !until_quiet || quiet || passes.len() >= 1000 {
@@ -456,7 +456,7 @@ fn print_status(all: &[operator::BatchStatus]) {
 }
 
 /// Redraws a progress bar of ended jobs until every batch shown has ended.
-async fn watch_status(ictx: &Ctx, only: Option<&BatchId>) -> Result<ExitCode> {
+async fn watch_status(ctx: &Ctx, only: Option<&BatchId>) -> Result<ExitCode> {
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -465,7 +465,7 @@ async fn watch_status(ictx: &Ctx, only: Option<&BatchId>) -> Result<ExitCode> {
         .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     loop {
-        let all = operator::status(ictx, only).await?;
+        let all = operator::status(ctx, only).await?;
         let total: u64 = all.iter().map(|b| b.batch.jobs as u64).sum();
         let ended: u64 = all
             .iter()

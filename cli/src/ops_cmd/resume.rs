@@ -39,7 +39,6 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
         .await;
     }
     let ctx = ctx(&[Section::Queues, Section::Retry, Section::Importer]).await?;
-    let imp = ctx.clone();
     let ids = named_items(
         &ctx,
         &args.ids,
@@ -56,7 +55,7 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode> {
     if ids.is_empty() {
         bail!("name items to resume, or --state PROCESSING_FAILED");
     }
-    let s = granary::handlers::resume::resume(&imp, &ids, args.dry_run).await?;
+    let s = granary::handlers::resume::resume(&ctx, &ids, args.dry_run).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
     } else {

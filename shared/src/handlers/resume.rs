@@ -32,11 +32,11 @@ pub struct ResumeSummary {
 
 /// Resumes each item in `ids`; `dry_run` reports what would happen and changes nothing.
 pub async fn resume(
-    imp: &Ctx,
+    ctx: &Ctx,
     ids: &[GranuleId],
     dry_run: bool,
 ) -> Result<ResumeSummary, HandlerError> {
-    let items = imp.items();
+    let items = ctx.items();
     let mut summary = ResumeSummary::default();
     for id in ids {
         let Some(current) = items.get(id).await? else {
@@ -66,21 +66,21 @@ pub async fn resume(
                     granule_id: id.clone(),
                     attempt: r.attempts.processing,
                 };
-                let spot_ends = imp.spot_ends_before(&ended).await?;
+                let spot_ends = ctx.spot_ends_before(&ended).await?;
                 let message = RetryMessage::redriven(ended)
                     .with_spot_ends(spot_ends)
-                    .of_campaign(imp.campaign().cloned())
+                    .of_campaign(ctx.campaign().cloned())
                     .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
-                imp.retry_queue.send(message).await?;
+                ctx.retry_queue.send(message).await?;
                 // Listed by `granary cancel`, perhaps: sent round now, so no longer waiting.
                 let listed = crate::domain::layout::claims::cancelled_key(
-                    &imp.config.layout.claim_prefix,
+                    &ctx.config.layout.claim_prefix,
                     &GranuleProcessingEvent {
                         granule_id: id.clone(),
                         attempt: r.attempts.processing,
                     },
                 );
-                imp.store.delete(&listed).await?;
+                ctx.store.delete(&listed).await?;
                 let seq = r.seq;
                 // The history says who resumed it; if the requeuer got there first, its own
                 // entries say the same.
@@ -90,7 +90,7 @@ pub async fn resume(
                     })
                     .await?;
             } else if from == Downloaded {
-                imp.send(ImportMessage {
+                ctx.send(ImportMessage {
                     item_id: id.clone(),
                     step: Some(Step::Admit),
                     resume: true,
@@ -98,7 +98,7 @@ pub async fn resume(
                 })
                 .await?;
             } else {
-                imp.send(ImportMessage {
+                ctx.send(ImportMessage {
                     item_id: id.clone(),
                     step: Some(Step::Download),
                     resume: true,

@@ -12,10 +12,10 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let actx = &Ctx::from_env(Function::ArchiveDispatcher).await?;
+    let ctx = &Ctx::from_env(Function::ArchiveDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            granary::wiring::metered(actx, archive::tick(actx, chrono::Utc::now()))
+            granary::wiring::metered(ctx, archive::tick(ctx, chrono::Utc::now()))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::ArchiveDispatcher, &e))
         },

@@ -11,10 +11,10 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Ctx::from_env(Function::ImporterDiscover).await?;
+    let ctx = &Ctx::from_env(Function::ImporterDiscover).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            granary::wiring::metered(imp, discover::discover(imp))
+            granary::wiring::metered(ctx, discover::discover(ctx))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::ImporterDiscover, &e))
         },

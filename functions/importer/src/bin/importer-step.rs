@@ -11,10 +11,10 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Ctx::from_env(Function::ImporterStep).await?;
+    let ctx = &Ctx::from_env(Function::ImporterStep).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
-            granary::wiring::metered(imp, importer::handle_sqs(imp, event.payload)).await,
+            granary::wiring::metered(ctx, importer::handle_sqs(ctx, event.payload)).await,
         )
     }))
     .await

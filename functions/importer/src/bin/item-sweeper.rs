@@ -13,13 +13,13 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let imp = &Ctx::from_env(Function::ItemSweeper).await?;
+    let ctx = &Ctx::from_env(Function::ItemSweeper).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            let budget = Budget::of_invocation(imp.config.leases.function_timeout);
+            let budget = Budget::of_invocation(ctx.config.leases.function_timeout);
             let pass = granary::wiring::metered(
-                imp,
-                sweeper::scheduled_pass(imp, chrono::Utc::now(), &budget),
+                ctx,
+                sweeper::scheduled_pass(ctx, chrono::Utc::now(), &budget),
             )
             .await
             .map_err(|e| LambdaFailure::of(Function::ItemSweeper, &e))?;

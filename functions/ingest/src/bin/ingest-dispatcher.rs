@@ -11,10 +11,10 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ictx = &Ctx::from_env(Function::IngestDispatcher).await?;
+    let ctx = &Ctx::from_env(Function::IngestDispatcher).await?;
     lambda_runtime::run(service_fn(
         move |_: LambdaEvent<serde_json::Value>| async move {
-            let s = granary::wiring::metered(ictx, ingest::tick(ictx, chrono::Utc::now()))
+            let s = granary::wiring::metered(ctx, ingest::tick(ctx, chrono::Utc::now()))
                 .await
                 .map_err(|e| LambdaFailure::of(Function::IngestDispatcher, &e))?;
             // Every other job went on; the invocation still fails, so the Errors alarm sees it.

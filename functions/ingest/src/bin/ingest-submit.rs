@@ -11,12 +11,12 @@ use lambda_runtime::{service_fn, LambdaEvent};
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     granary::wiring::init_lambda_tracing();
-    let ictx = &Ctx::from_env(Function::IngestSubmit).await?;
+    let ctx = &Ctx::from_env(Function::IngestSubmit).await?;
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| async move {
         Ok::<SqsBatchResponse, lambda_runtime::Error>(
             granary::wiring::metered(
-                ictx,
-                ingest::handle_submissions(ictx, event.payload, chrono::Utc::now()),
+                ctx,
+                ingest::handle_submissions(ctx, event.payload, chrono::Utc::now()),
             )
             .await,
         )

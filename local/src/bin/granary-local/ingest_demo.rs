@@ -48,17 +48,17 @@ pub async fn run(clients: &AwsClients, objects: usize, json: bool) -> Result<Exi
         capacity_bytes: (total / 4).max(1),
         ..IngestSettings::default()
     };
-    let (monitor_ctx, ictx) =
+    let (monitor_ctx, ctx) =
         demo_contexts(clients, &bucket, &store, &jobs, remote, settings).await?;
-    let batch = submit_manifest(&ictx, &store, &bucket, manifest).await?;
+    let batch = submit_manifest(&ctx, &store, &bucket, manifest).await?;
     if !json {
         eprintln!(
             "bucket {bucket}: batch {} of {objects} objects ({total} bytes), capacity {} bytes",
-            batch.id, ictx.config.ingest.capacity_bytes
+            batch.id, ctx.config.ingest.capacity_bytes
         );
     }
-    run_ticks(&ictx, &monitor_ctx, &jobs, &batch.id, json).await?;
-    let reports = operator::reports(&ictx, &batch.id).await?;
+    run_ticks(&ctx, &monitor_ctx, &jobs, &batch.id, json).await?;
+    let reports = operator::reports(&ctx, &batch.id).await?;
     // Second attempts: the processing jobs Spot reclaimed, which the job monitor sent round again.
     let retried = jobs
         .submitted()
@@ -127,7 +127,7 @@ async fn demo_contexts(
         _ => None,
     })?;
     let monitor_ctx = Ctx::aws(config.clone(), clients)?;
-    let ictx = Ctx {
+    let ctx = Ctx {
         store: store.clone(),
         jobs: jobs.clone(),
         remote,
@@ -138,22 +138,22 @@ async fn demo_contexts(
         },
         ..monitor_ctx.clone()
     };
-    Ok((monitor_ctx, ictx))
+    Ok((monitor_ctx, ctx))
 }
 
 /// Stores the manifest in the bucket and submits it as the "maps" collection's batch.
 async fn submit_manifest(
-    ictx: &Ctx,
+    ctx: &Ctx,
     store: &Arc<dyn ObjectStore>,
     bucket: &str,
     manifest: String,
 ) -> Result<BatchRecord> {
-    let key = ictx.ingest().keys.manifest("maps.checkm");
+    let key = ctx.ingest().keys.manifest("maps.checkm");
     store
         .put(&key, Bytes::from(manifest), PutCondition::Overwrite)
         .await?;
     Ok(ingest::submit(
-        ictx,
+        ctx,
         Submission {
             collection: "maps".into(),
             manifest_url: format!("s3://{bucket}/{key}"),
@@ -172,16 +172,16 @@ async fn submit_manifest(
 /// Ticks the ingest queue (at most 200 times) until the batch ends, ending the running
 /// processing jobs after each tick and printing the batch's jobs by state (unless `json`).
 async fn run_ticks(
-    ictx: &Ctx,
+    ctx: &Ctx,
     monitor_ctx: &Ctx,
     jobs: &MemoryJobRunner,
     batch: &BatchId,
     json: bool,
 ) -> Result<()> {
     for tick in 1..=200 {
-        ingest::tick(ictx, chrono::Utc::now()).await?;
+        ingest::tick(ctx, chrono::Utc::now()).await?;
         end_running_jobs(jobs, monitor_ctx).await?;
-        let status = operator::status(ictx, Some(batch)).await?;
+        let status = operator::status(ctx, Some(batch)).await?;
         let Some(now) = status.first() else { break };
         if !json {
             let counts: Vec<String> = now.jobs.iter().map(|(s, n)| format!("{s} {n}")).collect();

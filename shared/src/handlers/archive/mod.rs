@@ -18,7 +18,7 @@ use serde::Serialize;
 
 /// Creates an archive job (uninitialized); the dispatcher's next tick resolves its source.
 pub async fn create(
-    actx: &Ctx,
+    ctx: &Ctx,
     source: ArchiveSource,
     destinations: Vec<Destination>,
     now: DateTime<Utc>,
@@ -36,7 +36,7 @@ pub async fn create(
     let digest = hex::encode(Sha256::digest(seed.as_bytes()));
     let id = format!("a{}-{}", now.format("%Y%m%d%H%M%S"), &digest[..8]);
     let job = ArchiveJob::new(&id, source, destinations, now);
-    Ok(actx.archives().create(&job).await?)
+    Ok(ctx.archives().create(&job).await?)
 }
 
 /// What one tick did.
@@ -54,15 +54,15 @@ pub struct ArchiveTick {
 
 /// One pass over every job that has not ended (the open-jobs index): each is moved as far as it
 /// can go now.
-pub async fn tick(actx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
+pub async fn tick(ctx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
     let mut s = ArchiveTick::default();
-    for id in actx.archives().open_ids().await? {
-        match actx.archives().job(&id).await? {
+    for id in ctx.archives().open_ids().await? {
+        match ctx.archives().job(&id).await? {
             // A creation under way, or one that died before its record: nothing to move yet.
             None => continue,
             // Ended, its marker left by a crash: repaired.
             Some(j) if j.value.state.has_ended() => {
-                actx.archives().mark_closed(&id).await?;
+                ctx.archives().mark_closed(&id).await?;
                 continue;
             }
             Some(_) => {}
@@ -70,7 +70,7 @@ pub async fn tick(actx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, Handler
         let span = tracing::info_span!("archive_job", archive = %id);
         for _ in 0..16 {
             let stepped =
-                tracing::Instrument::instrument(steps::step(actx, &id, now, &mut s), span.clone())
+                tracing::Instrument::instrument(steps::step(ctx, &id, now, &mut s), span.clone())
                     .await;
             match stepped {
                 Ok(true) => s.moved += 1,
@@ -87,14 +87,14 @@ pub async fn tick(actx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, Handler
 }
 
 /// Every job (or one), as its record says.
-pub async fn status(actx: &Ctx, only: Option<&str>) -> Result<Vec<ArchiveJob>, HandlerError> {
+pub async fn status(ctx: &Ctx, only: Option<&str>) -> Result<Vec<ArchiveJob>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.to_owned()],
-        None => actx.archives().ids().await?,
+        None => ctx.archives().ids().await?,
     };
     let mut out = Vec::new();
     for id in ids {
-        match actx.archives().job(&id).await? {
+        match ctx.archives().job(&id).await? {
             Some(j) => out.push(j.value),
             None => return Err(HandlerError::Refused(format!("no archive job {id}"))),
         }

@@ -19,13 +19,13 @@ use chrono::{DateTime, Utc};
 /// Writes `mv` if the job is still in its `from` state, then sends the tasks of the phase it
 /// starts. Whether it moved.
 async fn make(
-    actx: &Ctx,
+    ctx: &Ctx,
     id: &str,
     mv: &JobMove,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let changed = actx
+    let changed = ctx
         .archives()
         .change(id, |j| mv.apply(j, now).map_err(|e| e.to_string()))
         .await?;
@@ -33,7 +33,7 @@ async fn make(
         return Ok(false);
     };
     if let Some(phase) = mv.starts {
-        start_phase(actx, &job, phase, now, s).await?;
+        start_phase(ctx, &job, phase, now, s).await?;
     }
     Ok(true)
 }
@@ -42,16 +42,16 @@ async fn make(
 /// when it was sent longer ago than the resend delay). A task is marked sent after its message
 /// is: a crash between the two sends it once more, never never.
 pub async fn start_phase(
-    actx: &Ctx,
+    ctx: &Ctx,
     job: &ArchiveJob,
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<(), HandlerError> {
-    let resend = chrono::Duration::from_std(actx.config.archive.task_resend_after)
+    let resend = chrono::Duration::from_std(ctx.config.archive.task_resend_after)
         .unwrap_or(chrono::Duration::MAX);
     for name in task_names(job, phase) {
-        let task = actx.archives().ensure_task(&job.id, phase, &name).await?;
+        let task = ctx.archives().ensure_task(&job.id, phase, &name).await?;
         let due =
             task.state == TaskState::Pending && task.sent_at.is_none_or(|at| now - at >= resend);
         if !due {
@@ -62,8 +62,8 @@ pub async fn start_phase(
             phase,
             task: name.clone(),
         };
-        actx.task_queue.send(message.to_message()?).await?;
-        actx.archives()
+        ctx.task_queue.send(message.to_message()?).await?;
+        ctx.archives()
             .change_task(&job.id, phase, &name, |t| {
                 (t.state == TaskState::Pending).then(|| TaskRecord {
                     sent_at: Some(now),
@@ -81,21 +81,21 @@ pub async fn start_phase(
 /// tasks are started by the mover (and by the next tick, should the mover die first). Whether
 /// the job moved.
 pub async fn fan_in(
-    actx: &Ctx,
+    ctx: &Ctx,
     id: &str,
     phase: Phase,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let Some(job) = actx.archives().job(id).await? else {
+    let Some(job) = ctx.archives().job(id).await? else {
         return Ok(false);
     };
     if job.value.state != phase.state() {
         return Ok(false);
     }
-    let tasks = actx.archives().tasks(id, phase).await?;
+    let tasks = ctx.archives().tasks(id, phase).await?;
     match on_phase_tasks(&job.value, phase, &tasks) {
-        Some(mv) => make(actx, id, &mv, now, s).await,
+        Some(mv) => make(ctx, id, &mv, now, s).await,
         None => Ok(false),
     }
 }
@@ -121,9 +121,9 @@ fn announcement(job: &ArchiveJob) -> ArchiveAnnouncement {
 }
 
 /// Deletes every object under `prefix` of granary's bucket.
-async fn remove_all(actx: &Ctx, prefix: &str) -> Result<(), HandlerError> {
-    for meta in actx.store.list(prefix).await? {
-        actx.store.delete(&meta.key).await?;
+async fn remove_all(ctx: &Ctx, prefix: &str) -> Result<(), HandlerError> {
+    for meta in ctx.store.list(prefix).await? {
+        ctx.store.delete(&meta.key).await?;
     }
     Ok(())
 }
@@ -131,52 +131,48 @@ async fn remove_all(actx: &Ctx, prefix: &str) -> Result<(), HandlerError> {
 /// The one step job `id` calls for now, made. `Ok(false)` when it waits (for tasks, for its
 /// retry time) or has ended.
 pub async fn step(
-    actx: &Ctx,
+    ctx: &Ctx,
     id: &str,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let Some(job) = actx.archives().job(id).await? else {
+    let Some(job) = ctx.archives().job(id).await? else {
         return Ok(false);
     };
     let job = job.value;
     let policy = RetryPolicy {
-        max_retries: actx.config.archive.max_retries,
-        backoff: chrono::Duration::from_std(actx.config.archive.backoff)
+        max_retries: ctx.config.archive.max_retries,
+        backoff: chrono::Duration::from_std(ctx.config.archive.backoff)
             .unwrap_or(chrono::Duration::seconds(60)),
     };
     match next_step(&job, now, policy) {
         ArchiveStep::Wait => Ok(false),
-        ArchiveStep::ListSource => list_source(actx, &job, now, s).await,
+        ArchiveStep::ListSource => list_source(ctx, &job, now, s).await,
         ArchiveStep::RunPhase(phase) => {
             if !crate::mutants::on("archive-tick-without-fan-out-repair") {
-                start_phase(actx, &job, phase, now, s).await?;
+                start_phase(ctx, &job, phase, now, s).await?;
             }
-            fan_in(actx, id, phase, now, s).await
+            fan_in(ctx, id, phase, now, s).await
         }
         ArchiveStep::RerunPhase { phase, then } => {
-            reset_failed_tasks(actx, &job, phase).await?;
-            make(actx, id, &then, now, s).await
+            reset_failed_tasks(ctx, &job, phase).await?;
+            make(ctx, id, &then, now, s).await
         }
         ArchiveStep::Announce(then) => {
-            actx.bus
-                .put_events(vec![announcement(&job).event()])
-                .await?;
-            make(actx, id, &then, now, s).await
+            ctx.bus.put_events(vec![announcement(&job).event()]).await?;
+            make(ctx, id, &then, now, s).await
         }
         ArchiveStep::CleanUp { succeeded, then } => {
             // Temporaries always; after a success the staged archive and the task records too
             // (the destinations hold the archive). After a failure the staged archive stays, so
             // `granary archive retry` can re-run the phase that failed.
-            remove_all(actx, &actx.archives().keys.tmp(id)).await?;
+            remove_all(ctx, &ctx.archives().keys.tmp(id)).await?;
             if succeeded {
-                remove_all(actx, &actx.archives().keys.work(id)).await?;
-                actx.bus
-                    .put_events(vec![announcement(&job).event()])
-                    .await?;
+                remove_all(ctx, &ctx.archives().keys.work(id)).await?;
+                ctx.bus.put_events(vec![announcement(&job).event()]).await?;
             }
-            let moved = make(actx, id, &then, now, s).await?;
-            actx.archives().mark_closed(id).await?;
+            let moved = make(ctx, id, &then, now, s).await?;
+            ctx.archives().mark_closed(id).await?;
             let ended = if succeeded {
                 &mut s.completed
             } else {
@@ -185,24 +181,24 @@ pub async fn step(
             *ended += u64::from(moved);
             Ok(moved)
         }
-        ArchiveStep::Move(then) => make(actx, id, &then, now, s).await,
+        ArchiveStep::Move(then) => make(ctx, id, &then, now, s).await,
     }
 }
 
 /// The source, listed once and split into shards (written before the record says so); a source
 /// that cannot be listed is tried again each tick until `decisions::on_source_unreadable` fails it.
 async fn list_source(
-    actx: &Ctx,
+    ctx: &Ctx,
     job: &ArchiveJob,
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let source = actx.buckets.store(&job.source.bucket, None);
+    let source = ctx.buckets.store(&job.source.bucket, None);
     let listed = match source.list(&job.source.prefix).await {
         Ok(listed) => listed,
         Err(e) => {
             return match on_source_unreadable(job, &e.to_string(), now) {
-                Some(mv) => make(actx, &job.id, &mv, now, s).await,
+                Some(mv) => make(ctx, &job.id, &mv, now, s).await,
                 None => Err(e.into()),
             }
         }
@@ -212,25 +208,21 @@ async fn list_source(
         .filter(|m| !m.key.ends_with('/'))
         .map(|m| m.key)
         .collect();
-    let per = actx.config.archive.objects_per_shard.max(1) as usize;
+    let per = ctx.config.archive.objects_per_shard.max(1) as usize;
     let mut shards = 0u32;
     for (n, chunk) in keys.chunks(per).enumerate() {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        actx.archives().put_shard(&job.id, n, chunk).await?;
+        ctx.archives().put_shard(&job.id, n, chunk).await?;
         shards = n + 1;
     }
     let mv = on_source_listed(shards, keys.len() as u64);
-    make(actx, &job.id, &mv, now, s).await
+    make(ctx, &job.id, &mv, now, s).await
 }
 
 /// The phase's failed tasks back to pending (before the job moves back into the phase).
-async fn reset_failed_tasks(
-    actx: &Ctx,
-    job: &ArchiveJob,
-    phase: Phase,
-) -> Result<(), HandlerError> {
+async fn reset_failed_tasks(ctx: &Ctx, job: &ArchiveJob, phase: Phase) -> Result<(), HandlerError> {
     for name in task_names(job, phase) {
-        actx.archives()
+        ctx.archives()
             .change_task(&job.id, phase, &name, |t| {
                 matches!(t.state, TaskState::Failed { .. }).then(|| TaskRecord {
                     state: TaskState::Pending,
@@ -244,15 +236,15 @@ async fn reset_failed_tasks(
 }
 
 /// `granary archive retry`: a failed job from the phase that failed (its failed tasks only).
-pub async fn retry(actx: &Ctx, id: &str, now: DateTime<Utc>) -> Result<ArchiveState, HandlerError> {
-    let Some(job) = actx.archives().job(id).await? else {
+pub async fn retry(ctx: &Ctx, id: &str, now: DateTime<Utc>) -> Result<ArchiveState, HandlerError> {
+    let Some(job) = ctx.archives().job(id).await? else {
         return Err(HandlerError::Refused(format!("no archive job {id}")));
     };
     let job = job.value;
     let (phase, mv) = on_operator_retry(&job).map_err(HandlerError::Refused)?;
-    actx.archives().mark_open(id).await?;
-    reset_failed_tasks(actx, &job, phase).await?;
-    if !make(actx, id, &mv, now, &mut ArchiveTick::default()).await? {
+    ctx.archives().mark_open(id).await?;
+    reset_failed_tasks(ctx, &job, phase).await?;
+    if !make(ctx, id, &mv, now, &mut ArchiveTick::default()).await? {
         return Err(HandlerError::Refused(format!(
             "archive job {id} changed meanwhile; look again"
         )));

@@ -60,30 +60,30 @@ pub enum TaskOutcome {
 
 /// Handles one task message.
 pub async fn handle(
-    actx: &Ctx,
+    ctx: &Ctx,
     message: &TaskMessage,
     now: DateTime<Utc>,
 ) -> Result<TaskOutcome, HandlerError> {
     let TaskMessage { job, phase, task } = message;
-    let Some(record) = actx.archives().job(job).await? else {
+    let Some(record) = ctx.archives().job(job).await? else {
         return Ok(TaskOutcome::Stale);
     };
     let record = record.value;
     if record.state != phase.state() {
         return Ok(TaskOutcome::Stale);
     }
-    let Some(current) = actx.archives().task(job, *phase, task).await? else {
+    let Some(current) = ctx.archives().task(job, *phase, task).await? else {
         return Ok(TaskOutcome::Stale);
     };
     let mut tick = ArchiveTick::default();
     if current.value.state != TaskState::Pending {
-        fan_in(actx, job, *phase, now, &mut tick).await?;
+        fan_in(ctx, job, *phase, now, &mut tick).await?;
         return Ok(TaskOutcome::Duplicate);
     }
     let result = match phase {
-        Phase::ActivityArchiving => archive_shard(actx, &record, task).await,
-        Phase::PostProcessing => post_process(actx, &record).await.map(|()| Vec::new()),
-        Phase::Store => store_to(actx, &record, task).await.map(|()| Vec::new()),
+        Phase::ActivityArchiving => archive_shard(ctx, &record, task).await,
+        Phase::PostProcessing => post_process(ctx, &record).await.map(|()| Vec::new()),
+        Phase::Store => store_to(ctx, &record, task).await.map(|()| Vec::new()),
     };
     let (state, reason, members) = match result {
         Ok(members) => (TaskState::Done, "done".to_owned(), members),
@@ -98,7 +98,7 @@ pub async fn handle(
             )
         }
     };
-    actx.archives()
+    ctx.archives()
         .change_task(job, *phase, task, |t| {
             (t.state == TaskState::Pending).then(|| TaskRecord {
                 state,
@@ -109,7 +109,7 @@ pub async fn handle(
             })
         })
         .await?;
-    fan_in(actx, job, *phase, now, &mut tick).await?;
+    fan_in(ctx, job, *phase, now, &mut tick).await?;
     Ok(TaskOutcome::Ran { state })
 }
 
@@ -129,24 +129,24 @@ fn failure_of(what: &str, e: &crate::ports::SourceError) -> TaskFailure {
 
 /// ActivityArchiving: every object of the shard into the staged archive under its SHA-256.
 async fn archive_shard(
-    actx: &Ctx,
+    ctx: &Ctx,
     job: &ArchiveJob,
     task: &str,
 ) -> Result<Vec<Member>, TaskFailure> {
     let n = shard_number(task).ok_or_else(|| TaskFailure::fatal(format!("{task} is no shard")))?;
-    let keys = actx
+    let keys = ctx
         .archives()
         .shard(&job.id, n)
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?
         .ok_or_else(|| TaskFailure::fatal(format!("shard {n} of {} is missing", job.id)))?;
-    let source = actx.buckets.store(&job.source.bucket, None);
-    let staged = actx.archives().keys.staged(&job.id);
+    let source = ctx.buckets.store(&job.source.bucket, None);
+    let staged = ctx.archives().keys.staged(&job.id);
     let mut members = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
-        let tmp = format!("{}{task}/{i:05}", actx.archives().keys.tmp(&job.id));
+        let tmp = format!("{}{task}/{i:05}", ctx.archives().keys.tmp(&job.id));
         let found = copy_into_store(
-            actx.store.as_ref(),
+            ctx.store.as_ref(),
             &tmp,
             open_object(source.clone(), key),
             &Expected::default(),
@@ -177,8 +177,8 @@ async fn archive_shard(
         };
         let address = format!("{staged}{}", member.key());
         let store_err = |e: crate::ports::StoreError| TaskFailure::recoverable(e.to_string());
-        actx.store.copy(&tmp, &address).await.map_err(store_err)?;
-        actx.store.delete(&tmp).await.map_err(store_err)?;
+        ctx.store.copy(&tmp, &address).await.map_err(store_err)?;
+        ctx.store.delete(&tmp).await.map_err(store_err)?;
         members.push(member);
     }
     Ok(members)
@@ -187,19 +187,19 @@ async fn archive_shard(
 /// PostProcessing: CheckIntegrity (every member re-read: its size and SHA-256 must be what
 /// archiving recorded, which its key also says), CalculateChecksums (the manifest and
 /// `SHA256SUMS`), Sign (the checksums, with the operator's Ed25519 key).
-async fn post_process(actx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
+async fn post_process(ctx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     let store_err = |e: crate::ports::StoreError| TaskFailure::recoverable(e.to_string());
-    let tasks = actx
+    let tasks = ctx
         .archives()
         .tasks(&job.id, Phase::ActivityArchiving)
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?;
     let members: Vec<Member> = tasks.into_iter().flat_map(|t| t.members).collect();
-    let staged = actx.archives().keys.staged(&job.id);
+    let staged = ctx.archives().keys.staged(&job.id);
     // CheckIntegrity.
     for m in &members {
         let key = format!("{staged}{}", m.key());
-        let (size, sha) = hash_object(actx.store.clone(), &key)
+        let (size, sha) = hash_object(ctx.store.clone(), &key)
             .await
             .map_err(|e| failure_of(&format!("member {}", m.name), &e))?;
         if size != m.size || sha != m.sha256 {
@@ -217,7 +217,7 @@ async fn post_process(actx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     let put = |name: &'static str, body: Vec<u8>| {
         let key = format!("{staged}{name}");
         async move {
-            actx.store
+            ctx.store
                 .put(&key, Bytes::from(body), PutCondition::Overwrite)
                 .await
                 .map_err(store_err)
@@ -226,7 +226,7 @@ async fn post_process(actx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     put(manifest::MANIFEST, manifest_body.clone()).await?;
     put(manifest::SUMS, sums.clone().into_bytes()).await?;
     // Sign.
-    let key = actx.signing_key.as_ref().ok_or_else(|| {
+    let key = ctx.signing_key.as_ref().ok_or_else(|| {
         TaskFailure::fatal(
             "no signing key: set GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER to the SSM parameter holding it",
         )
@@ -259,7 +259,7 @@ fn readable(class: Option<&str>) -> bool {
 /// Store: the staged archive copied to one destination (what is already there with the right
 /// size is kept), then verified there: every file present at its size, and — where the storage
 /// class allows reading — every member's SHA-256 read back equal to its name.
-async fn store_to(actx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFailure> {
+async fn store_to(ctx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFailure> {
     let n: usize = task
         .strip_prefix("dest-")
         .and_then(|n| n.parse().ok())
@@ -273,12 +273,12 @@ async fn store_to(actx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFa
     let dest_err = |e: crate::ports::StoreError| {
         TaskFailure::recoverable(format!("destination s3://{}: {e}", dest.bucket))
     };
-    let target: Arc<dyn ObjectStore> = actx
+    let target: Arc<dyn ObjectStore> = ctx
         .buckets
         .store(&dest.bucket, dest.storage_class.as_deref());
-    let staged = actx.archives().keys.staged(&job.id);
+    let staged = ctx.archives().keys.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
-    let files = actx.store.list(&staged).await.map_err(store_err)?;
+    let files = ctx.store.list(&staged).await.map_err(store_err)?;
     let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);
@@ -289,7 +289,7 @@ async fn store_to(actx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFa
         copy_into_store(
             target.as_ref(),
             &key,
-            open_object(actx.store.clone(), &f.key),
+            open_object(ctx.store.clone(), &f.key),
             &Expected {
                 size: Some(f.size),
                 digest: None,
@@ -341,13 +341,13 @@ async fn store_to(actx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFa
 /// The archive task Lambda: each SQS record one task message. A message that is not one is
 /// reported failed (SQS parks it in the task queue's DLQ after its receives).
 pub async fn handle_sqs(
-    actx: &Ctx,
+    ctx: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
     crate::handlers::for_each_record(event, 4, |body| async move {
         let message: TaskMessage = serde_json::from_str(&body)
             .map_err(|e| HandlerError::Refused(format!("not an archive task message: {e}")))?;
-        handle(actx, &message, Utc::now()).await.map(|_| ())
+        handle(ctx, &message, Utc::now()).await.map(|_| ())
     })
     .await
 }

@@ -15,8 +15,8 @@ use crate::repositories::json::Changed;
 const BY: &str = "importer-admit";
 
 /// What the item's metadata says about eligibility.
-pub fn eligibility(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
-    let cfg = &imp.config.importer;
+pub fn eligibility(ctx: &Ctx, record: &ItemRecord) -> Result<(), String> {
+    let cfg = &ctx.config.importer;
     if !cfg.eligible_pattern.is_match(&record.name) {
         return Err(format!(
             "name {:?} does not match GRANARY_ELIGIBLE_PATTERN {}",
@@ -36,8 +36,8 @@ pub fn eligibility(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
     Ok(())
 }
 
-pub fn slot_of(imp: &Ctx, record: &ItemRecord) -> Option<String> {
-    imp.config
+pub fn slot_of(ctx: &Ctx, record: &ItemRecord) -> Option<String> {
+    ctx.config
         .importer
         .slot_pattern
         .captures(&record.name)
@@ -45,8 +45,8 @@ pub fn slot_of(imp: &Ctx, record: &ItemRecord) -> Option<String> {
         .map(|m| m.as_str().to_owned())
 }
 
-pub async fn admit(imp: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError> {
-    let items = imp.items();
+pub async fn admit(ctx: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError> {
+    let items = ctx.items();
     let Some(current) = items.get(id).await? else {
         return Ok(ItemState::Discovered);
     };
@@ -55,18 +55,18 @@ pub async fn admit(imp: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError>
         return Ok(record.state);
     }
     let validation = match &record.stored_key {
-        Some(key) => check_stored(imp.store.as_ref(), key, &record)
+        Some(key) => check_stored(ctx.store.as_ref(), key, &record)
             .await
             .map(|_| ()),
         None => Err("no stored file is recorded".to_owned()),
     };
     let facts = AdmissionFacts {
         validation,
-        eligibility: eligibility(imp, &record),
-        slot: slot_of(imp, &record),
-        prerequisites: imp.prerequisites.check(imp.store.as_ref(), &record).await,
+        eligibility: eligibility(ctx, &record),
+        slot: slot_of(ctx, &record),
+        prerequisites: ctx.prerequisites.check(ctx.store.as_ref(), &record).await,
     };
-    let admission = decide_admission(&facts, &imp.config.importer.active_slots);
+    let admission = decide_admission(&facts, &ctx.config.importer.active_slots);
     let Some(to) = admission.target() else {
         let Admission::Wait(why) = admission else {
             return Ok(record.state);
@@ -93,8 +93,8 @@ pub async fn admit(imp: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError>
         return Ok(moved.record().map_or(ItemState::Downloaded, |r| r.state));
     };
     match r.state {
-        ItemState::Ready => imp.hand_to_processing(&r).await?,
-        ItemState::DownloadingFailed => imp.enqueue(id, Some(Step::Download)).await?,
+        ItemState::Ready => ctx.hand_to_processing(&r).await?,
+        ItemState::DownloadingFailed => ctx.enqueue(id, Some(Step::Download)).await?,
         _ => {}
     }
     Ok(r.state)

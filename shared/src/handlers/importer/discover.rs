@@ -45,8 +45,8 @@ pub fn raw_file_hash(file: &SourceFile) -> String {
     format!("sha256:{:x}", h.finalize())
 }
 
-pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
-    let source = imp.source()?;
+pub async fn discover(ctx: &Ctx) -> Result<DiscoverSummary, HandlerError> {
+    let source = ctx.source()?;
     let files = source.list().await?;
     let mut summary = DiscoverSummary {
         listed: files.len() as u64,
@@ -66,9 +66,9 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         .iter()
         .filter_map(|(_, hash)| id_from_hash(hash).ok())
         .collect();
-    let mut open = imp
+    let mut open = ctx
         .windows()
-        .in_open_arrays(&imp.open_windows, &ids)
+        .in_open_arrays(&ctx.open_windows, &ids)
         .await?;
     if !open.unreadable.is_empty() {
         let (inventory, start, e) = open.unreadable.swap_remove(0);
@@ -80,7 +80,7 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
     } else {
         open.in_flight
     };
-    let items = imp.items();
+    let items = ctx.items();
     for (file, hash) in files {
         let id = match id_from_hash(&hash) {
             Ok(id) => id,
@@ -109,14 +109,14 @@ pub async fn discover(imp: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         match items.create(new, "importer-discover").await? {
             Created::New(_) => {
                 summary.new += 1;
-                imp.enqueue(&id, None).await?;
+                ctx.enqueue(&id, None).await?;
             }
             Created::Existing(existing) => {
                 summary.duplicates += 1;
                 // Registered but maybe never queued (a crash between create and send): queue it
                 // again while it has not started; the download step's CAS admits only one runner.
                 if existing.state == ItemState::Discovered {
-                    imp.enqueue(&id, None).await?;
+                    ctx.enqueue(&id, None).await?;
                 }
                 tracing::debug!(item_id = %id, state = %existing.state, url = file.url,
                     "already registered (same raw_file_hash): ignored");

@@ -17,8 +17,8 @@ use crate::repositories::json::Changed;
 const BY: &str = "importer-download";
 
 /// Where an item's raw file is stored (`domain::layout::items::raw_key`).
-pub fn stored_key(imp: &Ctx, record: &ItemRecord) -> String {
-    crate::domain::layout::items::raw_key(&imp.config.importer.raw_prefix, &record.id, &record.name)
+pub fn stored_key(ctx: &Ctx, record: &ItemRecord) -> String {
+    crate::domain::layout::items::raw_key(&ctx.config.importer.raw_prefix, &record.id, &record.name)
 }
 
 /// A Download message found the item still DOWNLOADING: if its attempt is past the download
@@ -27,12 +27,12 @@ pub fn stored_key(imp: &Ctx, record: &ItemRecord) -> String {
 /// whichever of the two comes first makes it, and a sweeper that died between them strands
 /// nothing. Returns the state the item is left in.
 pub async fn record_timeout(
-    imp: &Ctx,
+    ctx: &Ctx,
     id: &GranuleId,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<ItemState, HandlerError> {
-    let policy = imp.config.retry_policy;
-    let moved = imp
+    let policy = ctx.config.retry_policy;
+    let moved = ctx
         .items()
         .advance(id, BY, |r| {
             decisions::on_download_timed_out(r, &policy, now)
@@ -44,19 +44,19 @@ pub async fn record_timeout(
 /// Runs download attempts until the item is DOWNLOADED, IGNORE, or someone else's. `resume`
 /// (an operator's) grants the first attempt even past the budget. Returns the state the item is
 /// left in.
-pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemState, HandlerError> {
-    let items = imp.items();
-    let policy = imp.config.retry_policy;
+pub async fn download(ctx: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemState, HandlerError> {
+    let items = ctx.items();
+    let policy = ctx.config.retry_policy;
     let mut granted = resume;
     loop {
         let Some(current) = items.get(id).await? else {
             return Ok(Discovered);
         };
         let record = current.value;
-        let key = stored_key(imp, &record);
+        let key = stored_key(ctx, &record);
         // The operational scenario: the file is already stored and intact.
         if record.state == Discovered {
-            if let Ok(found) = check_stored(imp.store.as_ref(), &key, &record).await {
+            if let Ok(found) = check_stored(ctx.store.as_ref(), &key, &record).await {
                 let file = StoredFile {
                     key: key.clone(),
                     size: found.size,
@@ -74,7 +74,7 @@ pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
             && !granted
             && policy.after_download_failure(record.attempts.download) == Ignore
         {
-            dead_letter(imp, &record).await?;
+            dead_letter(ctx, &record).await?;
         }
         // Begin an attempt (or give up): only one runner wins this compare-and-swap.
         let begun = items
@@ -88,7 +88,7 @@ pub async fn download(imp: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
         };
         granted = false;
         let attempt = record.attempts.download;
-        let result = fetch_into_store(imp, &record, &key).await;
+        let result = fetch_into_store(ctx, &record, &key).await;
         let result = match result {
             Ok(digests) => DownloadResult::Stored(StoredFile {
                 key: key.clone(),
@@ -121,25 +121,25 @@ fn state_of(a: &Changed<ItemRecord>) -> ItemState {
 }
 
 /// Tells operators an item gave up downloading, and why (the last attempt's failure).
-async fn dead_letter(imp: &Ctx, record: &ItemRecord) -> Result<(), HandlerError> {
+async fn dead_letter(ctx: &Ctx, record: &ItemRecord) -> Result<(), HandlerError> {
     let notice = ItemNotice {
         item_id: record.id.clone(),
         state: Ignore,
-        campaign: imp.campaign().cloned(),
+        campaign: ctx.campaign().cloned(),
     };
     let reason = format!(
         "{} download attempts failed; the last: {}",
         record.attempts.download, record.reason
     );
-    imp.failure_dlq
+    ctx.failure_dlq
         .send(notice.to_message(&Notice::new(Outcome::DownloadFailed, reason))?)
         .await?;
     Ok(())
 }
 
 /// One attempt: source → store, under the attempt timeout. Any failure aborts the upload.
-async fn fetch_into_store(imp: &Ctx, record: &ItemRecord, key: &str) -> Result<Found, String> {
-    let source = imp.source().map_err(|e| e.to_string())?;
+async fn fetch_into_store(ctx: &Ctx, record: &ItemRecord, key: &str) -> Result<Found, String> {
+    let source = ctx.source().map_err(|e| e.to_string())?;
     let url = record
         .source
         .as_deref()
@@ -149,11 +149,11 @@ async fn fetch_into_store(imp: &Ctx, record: &ItemRecord, key: &str) -> Result<F
         digest: record.checksum.as_deref(),
     };
     copy_into_store(
-        imp.store.as_ref(),
+        ctx.store.as_ref(),
         key,
         source.open(url),
         &expected,
-        super::timeout(&imp.config),
+        super::timeout(&ctx.config),
     )
     .await
 }

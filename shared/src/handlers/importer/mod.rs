@@ -140,11 +140,11 @@ pub struct StepReport {
 
 /// The import-queue Lambda: each message's item does the step its state (or the message) asks.
 pub async fn handle_sqs(
-    imp: &Ctx,
+    ctx: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
     super::for_each_record(event, 4, |body| async move {
-        handle_message(imp, &body).await.map(|_| ())
+        handle_message(ctx, &body).await.map(|_| ())
     })
     .await
 }
@@ -152,12 +152,12 @@ pub async fn handle_sqs(
 /// Handles one import-queue message. A message no delivery could ever handle is recorded under
 /// the reject prefix and dead-lettered with its reason at once (the report names no state), not
 /// redelivered until the queue parks it; transient errors are returned, so SQS redelivers.
-pub async fn handle_message(imp: &Ctx, body: &str) -> Result<StepReport, HandlerError> {
+pub async fn handle_message(ctx: &Ctx, body: &str) -> Result<StepReport, HandlerError> {
     let message: ImportMessage = match serde_json::from_str(body) {
         Ok(m) => m,
         Err(e) => {
             let reason = format!("malformed import message: {e}");
-            imp.reject(
+            ctx.reject(
                 crate::repositories::rejects::RejectKind::MalformedImportMessage,
                 &reason,
                 "import queue",
@@ -178,12 +178,12 @@ pub async fn handle_message(imp: &Ctx, body: &str) -> Result<StepReport, Handler
         step = ?message.step
     );
     // The item's campaign's state, whichever campaign this stack runs now.
-    let imp = &*imp.in_campaign(message.campaign.as_ref());
-    tracing::Instrument::instrument(run(imp, &message), span).await
+    let ctx = &*ctx.in_campaign(message.campaign.as_ref());
+    tracing::Instrument::instrument(run(ctx, &message), span).await
 }
 
 /// Runs the item forward as far as it goes now: download, then admission.
-async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerError> {
+async fn run(ctx: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerError> {
     let (id, step) = (&message.item_id, message.step);
     let mut report = StepReport {
         item_id: id.to_string(),
@@ -191,27 +191,27 @@ async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerEr
         steps: Vec::new(),
     };
     if step == Some(Step::Revalidate) {
-        let state = validate::revalidate(imp, id).await?;
+        let state = validate::revalidate(ctx, id).await?;
         report.steps.push("revalidate".into());
         report.final_state = state;
         return Ok(report);
     }
     // A redelivery may find the work done by a run that died after it (the record holds the
     // entries of what it did: nothing to repair).
-    let Some(record) = imp.items().look(id).await? else {
+    let Some(record) = ctx.items().look(id).await? else {
         tracing::warn!(item_id = %id, "import message for an unknown item: dropped");
         return Ok(report);
     };
     let mut state = record.state;
     if state == ItemState::Downloading && step == Some(Step::Download) {
-        state = download::record_timeout(imp, id, chrono::Utc::now()).await?;
+        state = download::record_timeout(ctx, id, chrono::Utc::now()).await?;
     }
     // READY and never processed: admitted by an earlier delivery of this message (or of a
     // download retry the sweeper sent), which may have died between recording READY and handing
     // the item on. Handing it on again is harmless (the requeuer claims each attempt once); not
     // doing it strands the item (a second crash in the recovery found this).
     if state == ItemState::Ready && record.attempts.processing == 0 {
-        imp.hand_to_processing(&record).await?;
+        ctx.hand_to_processing(&record).await?;
         report.steps.push("hand to processing".into());
         report.final_state = Some(state);
         return Ok(report);
@@ -219,11 +219,11 @@ async fn run(imp: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerEr
     if matches!(state, ItemState::Discovered | ItemState::DownloadingFailed)
         && step != Some(Step::Admit)
     {
-        state = download::download(imp, id, message.resume).await?;
+        state = download::download(ctx, id, message.resume).await?;
         report.steps.push("download".into());
     }
     if state == ItemState::Downloaded {
-        state = admit::admit(imp, id).await?;
+        state = admit::admit(ctx, id).await?;
         report.steps.push("admit".into());
     }
     report.final_state = Some(state);

@@ -103,34 +103,34 @@ pub struct ScheduledPass {
 }
 
 pub async fn scheduled_pass(
-    imp: &Ctx,
+    ctx: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<ScheduledPass, HandlerError> {
-    let reconcile = crate::handlers::reconciler::reconcile_within(imp, now, &budget.part(1, 2))
+    let reconcile = crate::handlers::reconciler::reconcile_within(ctx, now, &budget.part(1, 2))
         .await
         .map_err(|e| HandlerError::during("reconciler", e))?;
-    let sweep = sweep_within(imp, now, budget)
+    let sweep = sweep_within(ctx, now, budget)
         .await
         .map_err(|e| HandlerError::during("sweeper", e))?;
     Ok(ScheduledPass { reconcile, sweep })
 }
 
 /// One sweep with no time limit (an operator's command, a test).
-pub async fn sweep(imp: &Ctx, now: DateTime<Utc>) -> Result<SweepSummary, HandlerError> {
-    sweep_within(imp, now, &Budget::unlimited()).await
+pub async fn sweep(ctx: &Ctx, now: DateTime<Utc>) -> Result<SweepSummary, HandlerError> {
+    sweep_within(ctx, now, &Budget::unlimited()).await
 }
 
 /// One sweep of every campaign's items (its own first, then the unnamed one and every one
 /// under `campaigns/`, as the reconciler visits them), within `budget`.
 pub async fn sweep_within(
-    imp: &Ctx,
+    ctx: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<SweepSummary, HandlerError> {
     let mut summary = SweepSummary::default();
-    let mut visits = crate::handlers::CampaignVisits::of(imp).await?;
-    while let Some(v) = visits.next(imp, budget) {
+    let mut visits = crate::handlers::CampaignVisits::of(ctx).await?;
+    while let Some(v) = visits.next(ctx, budget) {
         match sweep_campaign(&v.ctx, now, &v.share).await {
             Ok(s) => summary.add(s),
             Err(e) => {
@@ -146,12 +146,12 @@ pub async fn sweep_within(
 /// One campaign's items within `budget`: it starts at a different item each time and stops
 /// starting new ones once the time is spent (`out_of_time`).
 async fn sweep_campaign(
-    imp: &Ctx,
+    ctx: &Ctx,
     now: DateTime<Utc>,
     budget: &Budget,
 ) -> Result<SweepSummary, HandlerError> {
     let mut summary = SweepSummary::default();
-    let mut marked_items = imp.items().inflight().await?;
+    let mut marked_items = ctx.items().inflight().await?;
     let total = marked_items.len();
     marked_items.rotate_left(crate::budget::first_of(total));
     for (looked, (marked, id)) in marked_items.into_iter().enumerate() {
@@ -160,7 +160,7 @@ async fn sweep_campaign(
             break;
         }
         summary.examined += 1;
-        if let Err(e) = sweep_one(imp, marked, &id, Index::Marker, now, &mut summary).await {
+        if let Err(e) = sweep_one(ctx, marked, &id, Index::Marker, now, &mut summary).await {
             tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
             summary.errors += 1;
         }
@@ -170,7 +170,7 @@ async fn sweep_campaign(
     let granules = if budget.spent() {
         Vec::new()
     } else {
-        window_granules(imp, &mut summary).await?
+        window_granules(ctx, &mut summary).await?
     };
     let total = granules.len();
     for (looked, id) in granules.into_iter().enumerate() {
@@ -179,13 +179,13 @@ async fn sweep_campaign(
             break;
         }
         summary.examined += 1;
-        if let Err(e) = sweep_one(imp, Processing, &id, Index::Window, now, &mut summary).await {
+        if let Err(e) = sweep_one(ctx, Processing, &id, Index::Window, now, &mut summary).await {
             tracing::warn!(item_id = %id, error = %e, "cannot sweep this item now; the next sweep tries again");
             summary.errors += 1;
         }
     }
     if summary != SweepSummary::default() {
-        tracing::info!(campaign = ?imp.campaign(), ?summary, "campaign swept");
+        tracing::info!(campaign = ?ctx.campaign(), ?summary, "campaign swept");
     }
     Ok(summary)
 }
@@ -202,13 +202,13 @@ enum Index {
 
 /// The granules of every open window, from their claims (`Windows::open`).
 async fn window_granules(
-    imp: &Ctx,
+    ctx: &Ctx,
     summary: &mut SweepSummary,
 ) -> Result<Vec<GranuleId>, HandlerError> {
-    if !imp.config.layout.track_items {
+    if !ctx.config.layout.track_items {
         return Ok(Vec::new());
     }
-    let open = imp.windows().open().await.map_err(RecordError::from)?;
+    let open = ctx.windows().open().await.map_err(RecordError::from)?;
     for (inventory, start, e) in &open.unreadable {
         tracing::warn!(inventory, start, error = %e, "cannot read this window's claim; the next sweep tries again");
         summary.errors += 1;
@@ -221,15 +221,15 @@ async fn window_granules(
 }
 
 async fn sweep_one(
-    imp: &Ctx,
+    ctx: &Ctx,
     marked: ItemState,
     id: &GranuleId,
     index: Index,
     now: DateTime<Utc>,
     summary: &mut SweepSummary,
 ) -> Result<(), HandlerError> {
-    let policy = imp.config.item_retry_policy();
-    let Some(record) = record_to_sweep(imp, marked, id, index, summary).await? else {
+    let policy = ctx.config.item_retry_policy();
+    let Some(record) = record_to_sweep(ctx, marked, id, index, summary).await? else {
         return Ok(());
     };
     let Some(path) = policy.timeout_recovery(record.state, &record.attempts, now) else {
@@ -238,7 +238,7 @@ async fn sweep_one(
     };
     if record.state == Processing {
         if let Some(job_id) = &record.job_id {
-            match job_end(imp, job_id).await? {
+            match job_end(ctx, job_id).await? {
                 JobSeen::Alive => {
                     tracing::info!(item_id = %id, job_id, "past its time but the job is alive");
                     summary.job_alive += 1;
@@ -259,28 +259,28 @@ async fn sweep_one(
     };
     let gives_up = path.last().is_some_and(|s| s.is_terminal());
     if record.state == Processing {
-        return end_timed_out_processing(imp, id, &record, gives_up, timeout, summary).await;
+        return end_timed_out_processing(ctx, id, &record, gives_up, timeout, summary).await;
     }
-    time_out_outside_batch(imp, id, &record, &path, timeout, summary).await
+    time_out_outside_batch(ctx, id, &record, &path, timeout, summary).await
 }
 
 /// The item record the index names, when it is still the sweeper's business: `None` once it is
 /// handled here (a corrupt record set aside, a stale marker removed) or is none of the sweeper's.
 async fn record_to_sweep(
-    imp: &Ctx,
+    ctx: &Ctx,
     marked: ItemState,
     id: &GranuleId,
     index: Index,
     summary: &mut SweepSummary,
 ) -> Result<Option<ItemRecord>, HandlerError> {
-    let items = imp.items();
+    let items = ctx.items();
     let current = match items.get(id).await {
         Ok(c) => c,
         Err(RecordError::Repository(crate::repositories::RepositoryError::Corrupt {
             key,
             source,
         })) => {
-            imp.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
+            ctx.reject_corrupt_record(&key, &source.to_string(), "item sweeper")
                 .await
                 .map_err(HandlerError::from)?;
             items.clear_inflight(marked, id).await?;
@@ -323,7 +323,7 @@ async fn record_to_sweep(
 /// A PROCESSING item past its time whose job Batch does not know: its attempt ended through the
 /// monitor's own handler ([`timed_out_attempt`]), and counted by the route its log took.
 async fn end_timed_out_processing(
-    imp: &Ctx,
+    ctx: &Ctx,
     id: &GranuleId,
     record: &ItemRecord,
     gives_up: bool,
@@ -334,7 +334,7 @@ async fn end_timed_out_processing(
         granule_id: id.clone(),
         attempt: record.attempts.processing,
     };
-    let ended = timed_out_attempt(imp, attempt, record.job_id.as_deref(), gives_up, timeout);
+    let ended = timed_out_attempt(ctx, attempt, record.job_id.as_deref(), gives_up, timeout);
     match ended.await? {
         MonitorOutcome::AlreadySucceeded { by_attempt } => {
             tracing::warn!(item_id = %id, by_attempt, "timed out, but its granule has a success logged: not routed, the record follows the success");
@@ -355,22 +355,22 @@ async fn end_timed_out_processing(
 /// An item past its time outside Batch (DOWNLOADING): sent on its way again, or to the DLQ once
 /// it gives up, then moved along `path`.
 async fn time_out_outside_batch(
-    imp: &Ctx,
+    ctx: &Ctx,
     id: &GranuleId,
     record: &ItemRecord,
     path: &[ItemState],
     timeout: chrono::Duration,
     summary: &mut SweepSummary,
 ) -> Result<(), HandlerError> {
-    let items = imp.items();
+    let items = ctx.items();
     let (state, seq) = (record.state, record.seq);
     let gives_up = path.last().is_some_and(|s| s.is_terminal());
     // The message first (see the module's note on order), then the state.
     if gives_up {
         let terminal = path.last().copied().unwrap_or(Ignore);
-        dead_letter(imp, id, terminal, timeout).await?;
+        dead_letter(ctx, id, terminal, timeout).await?;
     } else {
-        imp.enqueue(id, Some(Step::Download)).await?;
+        ctx.enqueue(id, Some(Step::Download)).await?;
     }
     if crate::mutants::on("sweeper-timeout-path-in-steps") {
         let mut expected = (state, seq);
@@ -409,17 +409,17 @@ async fn time_out_outside_batch(
 /// PROCESSING and overdue). Logged before the next attempt exists, as every end is, so a success
 /// of a later attempt supersedes this attempt's log at its key.
 async fn timed_out_attempt(
-    imp: &Ctx,
+    ctx: &Ctx,
     attempt: GranuleProcessingEvent,
     job_id: Option<&str>,
     gives_up: bool,
     timeout: chrono::Duration,
 ) -> Result<MonitorOutcome, HandlerError> {
-    let campaign = imp.campaign();
+    let campaign = ctx.campaign();
     let name = crate::domain::job_name::job_name(campaign, &attempt.granule_id, attempt.attempt);
     let detail = crate::domain::job_end::timed_out_detail(job_id, &name);
     // The Spot ends before the attempt go on with it, from its claim (the timeout was not Spot's).
-    let spot_ends = imp.spot_ends_before(&attempt).await?;
+    let spot_ends = ctx.spot_ends_before(&attempt).await?;
     let finished = crate::domain::job_end::FinishedJob {
         spot_ends_before: Some(spot_ends),
         ..crate::domain::job_end::timed_out(
@@ -429,7 +429,7 @@ async fn timed_out_attempt(
             gives_up,
         )
     };
-    crate::handlers::monitor::job_finished(imp, finished, detail, BY).await
+    crate::handlers::monitor::job_finished(ctx, finished, detail, BY).await
 }
 
 enum JobSeen {
@@ -441,10 +441,10 @@ enum JobSeen {
 
 /// What Batch says about a PROCESSING item's job; a finished job is handled as its event would
 /// have been (the monitor's handler logs it, routes it and moves the item).
-async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
+async fn job_end(ctx: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
     // An array's child Batch does not describe yet is answered from its parent.
     let described =
-        crate::ports::job_runner::describe_with_parents(imp.jobs.as_ref(), &[job_id.to_owned()])
+        crate::ports::job_runner::describe_with_parents(ctx.jobs.as_ref(), &[job_id.to_owned()])
             .await
             .map_err(|e| HandlerError::during(format!("DescribeJobs {job_id}"), e))?;
     let Some(description) = described.into_iter().find(|d| d.summary.job_id == job_id) else {
@@ -454,7 +454,7 @@ async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
         // Not `known`: an unreadable description leaves the attempt to this sweeper's timeout,
         // which retries it while its attempts last.
         crate::handlers::monitor::described_job(
-            imp,
+            ctx,
             description,
             "item sweeper (DescribeJobs)",
             None,
@@ -472,7 +472,7 @@ async fn job_end(imp: &Ctx, job_id: &str) -> Result<JobSeen, HandlerError> {
 /// Gave-up items are reported on the failure DLQ like any other failure an operator must see; the
 /// item record (state, history with the reason) is the durable record.
 async fn dead_letter(
-    imp: &Ctx,
+    ctx: &Ctx,
     id: &GranuleId,
     state: ItemState,
     timeout: chrono::Duration,
@@ -484,9 +484,9 @@ async fn dead_letter(
     let notice = ItemNotice {
         item_id: id.clone(),
         state,
-        campaign: imp.campaign().cloned(),
+        campaign: ctx.campaign().cloned(),
     };
-    imp.failure_dlq
+    ctx.failure_dlq
         .send(notice.to_message(&Notice::new(Outcome::TimedOut, reason))?)
         .await?;
     Ok(())

@@ -140,13 +140,13 @@ pub struct RevalidationRequests {
 /// PROCESSED (its products): one import message each, step `revalidate`, which the
 /// importer-step Lambda runs like any other step ([`revalidate`]). `dry_run` sends nothing.
 pub async fn request_revalidation(
-    imp: &Ctx,
+    ctx: &Ctx,
     ids: &[GranuleId],
     dry_run: bool,
 ) -> Result<RevalidationRequests, HandlerError> {
     let mut out = RevalidationRequests::default();
     for id in ids {
-        let Some(current) = imp.items().get(id).await? else {
+        let Some(current) = ctx.items().get(id).await? else {
             out.missing.push(id.to_string());
             continue;
         };
@@ -157,7 +157,7 @@ pub async fn request_revalidation(
             continue;
         }
         if !dry_run {
-            imp.enqueue(id, Some(Step::Revalidate)).await?;
+            ctx.enqueue(id, Some(Step::Revalidate)).await?;
         }
         out.requested.push((id.to_string(), state.to_string()));
     }
@@ -174,21 +174,21 @@ const REVALIDATION_FAILED: &str = "re-validation failed";
 /// recorded (DOWNLOADING_FAILED / PROCESSING_FAILED), then the item is sent on.
 /// If the run dies between the two, the message that asked for the re-validation comes back and
 /// finds the item failed by re-validation: it finishes the hand-off instead of stopping there.
-pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
-    let items = imp.items();
+pub async fn revalidate(ctx: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, HandlerError> {
+    let items = ctx.items();
     let Some(current) = items.get(id).await? else {
         return Ok(None);
     };
     let record = current.value;
-    let store = imp.store.as_ref();
+    let store = ctx.store.as_ref();
     let verdict = match record.state {
         Downloaded => match &record.stored_key {
             Some(key) => check_stored(store, key, &record).await.map(|_| ()),
             None => Err("no stored file is recorded".to_owned()),
         },
-        Processed => check_products(imp, &record).await,
+        Processed => check_products(ctx, &record).await,
         DownloadingFailed | ProcessingFailed if record.reason.starts_with(REVALIDATION_FAILED) => {
-            return send_on(imp, &record).await;
+            return send_on(ctx, &record).await;
         }
         other => {
             tracing::info!(item_id = %id, state = %other, "nothing to re-validate in this state");
@@ -205,7 +205,7 @@ pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
         // else (`granary resume`, a retry message) may send the item round before this message
         // comes back, and a redelivery finding it moved on would not revoke. Revoking a success
         // whose item then stays PROCESSED changes nothing: only attempts after it look past it.
-        revoke_success(imp, &record, &reason).await?;
+        revoke_success(ctx, &record, &reason).await?;
     }
     let moved = items
         .advance(id, BY, |r| {
@@ -216,46 +216,46 @@ pub async fn revalidate(imp: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
         return Ok(moved.record().map(|r| r.state));
     };
     // A processed item's success was revoked above: not read again.
-    hand_on(imp, &failed).await
+    hand_on(ctx, &failed).await
 }
 
 /// Back on the path the failure belongs to, under the usual attempt budget; with none left the
 /// item is dead-lettered (the message first, then ABANDONED).
-async fn send_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
+async fn send_on(ctx: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
     // Again for a redelivery (and an item failed before revocations existed): idempotent.
     if failed.state == ProcessingFailed {
-        revoke_success(imp, failed, &failed.reason).await?;
+        revoke_success(ctx, failed, &failed.reason).await?;
     }
-    hand_on(imp, failed).await
+    hand_on(ctx, failed).await
 }
 
 /// [`send_on`] once the success of an item failed in processing is revoked.
-async fn hand_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
+async fn hand_on(ctx: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, HandlerError> {
     let id = &failed.id;
     if failed.state == DownloadingFailed {
-        imp.enqueue(id, Some(Step::Download)).await?;
+        ctx.enqueue(id, Some(Step::Download)).await?;
         return Ok(Some(failed.state));
     }
-    let policy = imp.config.item_retry_policy();
+    let policy = ctx.config.item_retry_policy();
     if policy.after_processing_failure(failed.attempts.processing) == Ready {
-        imp.hand_to_processing(failed).await?;
+        ctx.hand_to_processing(failed).await?;
         return Ok(Some(failed.state));
     }
     let reason = format!(
         "{}; {} processing attempts spent",
         failed.reason, failed.attempts.processing
     );
-    imp.failure_dlq
+    ctx.failure_dlq
         .send(
             ItemNotice {
                 item_id: id.clone(),
                 state: Abandoned,
-                campaign: imp.campaign().cloned(),
+                campaign: ctx.campaign().cloned(),
             }
             .to_message(&Notice::new(Outcome::NonRetryable, reason.clone()))?,
         )
         .await?;
-    let done = imp
+    let done = ctx
         .items()
         .advance(id, BY, |r| decisions::on_no_attempts_left(r, &reason))
         .await?;
@@ -265,28 +265,28 @@ async fn hand_on(imp: &Ctx, failed: &ItemRecord) -> Result<Option<ItemState>, Ha
 /// The success the item's products came from no longer stands for the attempts to come: revoked
 /// before the granule is sent round, or the next attempt's failure would be taken for a late end
 /// of a granule that succeeded, and not routed (the record left PROCESSING).
-async fn revoke_success(imp: &Ctx, record: &ItemRecord, reason: &str) -> Result<(), HandlerError> {
+async fn revoke_success(ctx: &Ctx, record: &ItemRecord, reason: &str) -> Result<(), HandlerError> {
     if crate::mutants::on("revalidation-keeps-the-success") {
         return Ok(());
     }
-    let facts = imp.config.layout.id_parser.facts(&record.id);
+    let facts = ctx.config.layout.id_parser.facts(&record.id);
     let key = LogKey::new(
         LogOutcome::Success,
         &facts,
         &record.id,
         record.attempts.processing,
     );
-    imp.logs().revoke_success(&key, reason).await?;
+    ctx.logs().revoke_success(&key, reason).await?;
     Ok(())
 }
 
 /// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.
 /// Without templates, the stored raw file (if any) is what is checked.
-async fn check_products(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
-    let templates = &imp.config.importer.product_keys;
+async fn check_products(ctx: &Ctx, record: &ItemRecord) -> Result<(), String> {
+    let templates = &ctx.config.importer.product_keys;
     if templates.is_empty() {
         return match &record.stored_key {
-            Some(key) => check_stored(imp.store.as_ref(), key, record)
+            Some(key) => check_stored(ctx.store.as_ref(), key, record)
                 .await
                 .map(|_| ()),
             None => Ok(()),
@@ -296,7 +296,7 @@ async fn check_products(imp: &Ctx, record: &ItemRecord) -> Result<(), String> {
         let key = t
             .replace("{id}", record.id.as_str())
             .replace("{name}", &record.name);
-        let listed = imp.store.list(&key).await.map_err(|e| e.to_string())?;
+        let listed = ctx.store.list(&key).await.map_err(|e| e.to_string())?;
         match listed.iter().find(|m| m.key == key) {
             None => return Err(format!("product {key} is missing")),
             Some(m) if m.size == 0 => return Err(format!("product {key} is empty")),
@@ -328,26 +328,26 @@ mod tests {
             ("GRANARY_MAX_RETRIES", "3"),
         ]);
         let retry = Arc::new(MemoryQueue::new("retry"));
-        let imp = Ctx {
+        let ctx = Ctx {
             store: Arc::new(MemoryStore::new()),
             retry_queue: retry.clone(),
             ..Ctx::in_memory(config)
         };
         let id = GranuleId::parse("reval-item").unwrap();
-        imp.items()
+        ctx.items()
             .create(NewItem::ready(id.clone(), "t", None), "t")
             .await
             .unwrap();
         // The requeuer's submission of an attempt, and Batch's event for its end.
         let run = |attempt: u32, status: &'static str, exit_code: i64| {
-            let (imp, id) = (&imp, id.clone());
+            let (ctx, id) = (&ctx, id.clone());
             async move {
                 let job_id = format!("job-{attempt}");
                 let event = GranuleProcessingEvent {
                     granule_id: id.clone(),
                     attempt,
                 };
-                crate::handlers::item_sync::submitted(imp, &event, &job_id, None, "t")
+                crate::handlers::item_sync::submitted(ctx, &event, &job_id, None, "t")
                     .await
                     .unwrap();
                 let end = serde_json::json!({
@@ -358,13 +358,13 @@ mod tests {
                                "container": {"environment": [
                                    {"name": "GRANULE_ID", "value": id.as_str()},
                                    {"name": "ATTEMPT", "value": attempt.to_string()}]}}});
-                monitor::handle_message(imp, &end.to_string())
+                monitor::handle_message(ctx, &end.to_string())
                     .await
                     .unwrap()
             }
         };
-        let state = |imp: &Ctx| {
-            let items = imp.items();
+        let state = |ctx: &Ctx| {
+            let items = ctx.items();
             let id = id.clone();
             async move { items.get(&id).await.unwrap().unwrap().value.state }
         };
@@ -373,9 +373,9 @@ mod tests {
             matches!(first, MonitorOutcome::Succeeded { .. }),
             "{first:?}"
         );
-        assert_eq!(state(&imp).await, Processed);
+        assert_eq!(state(&ctx).await, Processed);
         // Its product never appeared: failed, and handed to the requeuer.
-        assert_eq!(revalidate(&imp, &id).await.unwrap(), Some(ProcessingFailed));
+        assert_eq!(revalidate(&ctx, &id).await.unwrap(), Some(ProcessingFailed));
         assert_eq!(retry.depth().await.unwrap().visible, 1);
         let second = run(2, "FAILED", 2).await;
         assert_eq!(
@@ -384,7 +384,7 @@ mod tests {
                 route: Route::FailureDlq
             }
         );
-        assert_eq!(state(&imp).await, Abandoned);
+        assert_eq!(state(&ctx).await, Abandoned);
     }
 
     #[test]

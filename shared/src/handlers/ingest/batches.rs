@@ -28,16 +28,16 @@ fn batch_span(batch: &BatchRecord) -> tracing::Span {
 
 /// Runs `step` on every batch whose record says `state`, oldest first, each in its own span.
 pub async fn each_batch(
-    ictx: &Ctx,
+    ctx: &Ctx,
     state: BatchState,
     now: DateTime<Utc>,
     s: &mut TickSummary,
     step: impl AsyncFn(&Ctx, BatchRecord, DateTime<Utc>, &mut TickSummary) -> Result<(), HandlerError>,
 ) -> Result<(), HandlerError> {
-    for batch in batches_in(ictx, state).await? {
+    for batch in batches_in(ctx, state).await? {
         let span = batch_span(&batch);
         let id = batch.id.clone();
-        if let Err(e) = step(ictx, batch, now, s).instrument(span).await {
+        if let Err(e) = step(ctx, batch, now, s).instrument(span).await {
             tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");
             s.errors += 1;
         }
@@ -46,19 +46,19 @@ pub async fn each_batch(
 }
 
 /// The batches in `state`, oldest first.
-async fn batches_in(ictx: &Ctx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
-    Ok(ictx.ingest().batches_in(state).await?)
+async fn batches_in(ctx: &Ctx, state: BatchState) -> Result<Vec<BatchRecord>, HandlerError> {
+    Ok(ctx.ingest().batches_in(state).await?)
 }
 
 /// Reads a manifest (or an object's manifest): `s3://<granary's bucket>/key` from the store,
 /// anything else from the depositor's server.
-async fn read_text(ictx: &Ctx, url: &str) -> Result<String, String> {
+async fn read_text(ctx: &Ctx, url: &str) -> Result<String, String> {
     let bytes = if let Some(key) = url
         .strip_prefix("s3://")
-        .and_then(|rest| rest.strip_prefix(ictx.config.layout.bucket.as_str()))
+        .and_then(|rest| rest.strip_prefix(ctx.config.layout.bucket.as_str()))
         .and_then(|rest| rest.strip_prefix('/'))
     {
-        ictx.store
+        ctx.store
             .get(key)
             .await
             .map_err(|e| e.to_string())?
@@ -66,7 +66,7 @@ async fn read_text(ictx: &Ctx, url: &str) -> Result<String, String> {
             .body
             .to_vec()
     } else {
-        let (mut stream, _) = ictx.remote.fetch(url).await.map_err(|e| e.to_string())?;
+        let (mut stream, _) = ctx.remote.fetch(url).await.map_err(|e| e.to_string())?;
         let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
             out.extend_from_slice(&chunk.map_err(|e| e.to_string())?);
@@ -81,7 +81,7 @@ async fn read_text(ictx: &Ctx, url: &str) -> Result<String, String> {
 
 /// The objects a submission names, one per job. What cannot be read becomes one unreadable
 /// object (its job fails at once with the reason), so the batch always reports.
-async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
+async fn objects_of(ctx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
     let url = &batch.submission.manifest_url;
     let unreadable = |why: String| ManifestObject {
         local_id: None,
@@ -97,7 +97,7 @@ async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
         ManifestKind::Container => return vec![manifest::container(url)],
         ManifestKind::Files | ManifestKind::Manifests => {}
     }
-    let text = match read_text(ictx, url).await {
+    let text = match read_text(ctx, url).await {
         Ok(t) => t,
         Err(why) => return vec![unreadable(format!("the manifest cannot be read: {why}"))],
     };
@@ -113,7 +113,7 @@ async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
         };
         // A manifest of manifests: each object's own files manifest is read now, so that a
         // corrupt one fails its job at once, as the design asks.
-        let payload = match read_text(ictx, url).await {
+        let payload = match read_text(ctx, url).await {
             Err(why) => Payload::Unreadable {
                 line: 0,
                 input: url.clone(),
@@ -151,30 +151,30 @@ async fn objects_of(ictx: &Ctx, batch: &BatchRecord) -> Vec<ManifestObject> {
 /// batch's profile asks for it, and the batch moves to processing. The confirmation comes before
 /// the move: a crash in between confirms again at the next tick (at least once, never skipped).
 pub async fn spawn(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    if let Some(hold) = holds::batch_held_by(ictx, &batch).await? {
+    if let Some(hold) = holds::batch_held_by(ctx, &batch).await? {
         let held = decisions::on_batch_pending(Some(&hold), 0);
-        ictx.ingest()
+        ctx.ingest()
             .change_batch(&batch.id, held.decide(now))
             .await?;
         s.batches_held += 1;
         return Ok(());
     }
-    let objects = objects_of(ictx, &batch).await;
+    let objects = objects_of(ctx, &batch).await;
     for (n, object) in objects.iter().enumerate() {
         let mut job = JobRecord::new(batch.id.job(n + 1), &batch, object.clone(), now);
-        job.mints_identifier = ictx.config.ingest.ezid.is_some();
-        ictx.ingest().create_job(&job).await?;
+        job.mints_identifier = ctx.config.ingest.ezid.is_some();
+        ctx.ingest().create_job(&job).await?;
         s.jobs_created += 1;
     }
     let count = objects.len();
-    confirm_queued(ictx, &batch, count).await?;
+    confirm_queued(ctx, &batch, count).await?;
     let mv = decisions::on_batch_pending(None, count);
-    let spawned = ictx
+    let spawned = ctx
         .ingest()
         .change_batch(&batch.id, |b| {
             mv.apply_with(b, now, |next| next.jobs = count)
@@ -190,9 +190,9 @@ pub async fn spawn(
 /// Tells the depositor, when the batch's profile asks for it, that its `jobs` are queued: an
 /// `Ingest Batch Queued` event and, with a callback, a POST of the same (a courtesy, as the
 /// report's: a failed callback is logged and the batch goes on).
-async fn confirm_queued(ictx: &Ctx, batch: &BatchRecord, jobs: usize) -> Result<(), HandlerError> {
+async fn confirm_queued(ctx: &Ctx, batch: &BatchRecord, jobs: usize) -> Result<(), HandlerError> {
     let submission = &batch.submission;
-    let confirming = &ictx.config.ingest.queued_confirmation;
+    let confirming = &ctx.config.ingest.queued_confirmation;
     if !decisions::confirms_queueing(submission.profile.as_deref(), confirming) {
         return Ok(());
     }
@@ -205,22 +205,22 @@ async fn confirm_queued(ictx: &Ctx, batch: &BatchRecord, jobs: usize) -> Result<
         jobs,
     };
     let body = serde_json::json!(queued);
-    announce(ictx, batch, queued.event(), &body, "queued-confirmation").await
+    announce(ctx, batch, queued.event(), &body, "queued-confirmation").await
 }
 
 /// Puts `event` on the notification bus and POSTs `body` to the batch's callback, if it has one:
 /// a courtesy, so a failed callback is logged and the batch goes on (the event and the records
 /// in S3 stand).
 async fn announce(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchRecord,
     event: crate::ports::BusEvent,
     body: &serde_json::Value,
     what: &str,
 ) -> Result<(), HandlerError> {
-    ictx.bus.put_events(vec![event]).await?;
+    ctx.bus.put_events(vec![event]).await?;
     if let Some(url) = &batch.submission.callback {
-        if let Err(e) = ictx.remote.call_back(url, body).await {
+        if let Err(e) = ctx.remote.call_back(url, body).await {
             tracing::warn!(batch = %batch.id, error = %e, "{what} callback failed");
         }
     }
@@ -251,27 +251,25 @@ pub struct FailedJob {
 }
 
 /// The jobs the batch's index names, read from their records (the index repaired on the way).
-async fn ended_jobs(ictx: &Ctx, batch: &BatchRecord) -> Result<Vec<JobRecord>, HandlerError> {
-    Ok(ictx.ingest().batch_job_records(&batch.id).await?)
+async fn ended_jobs(ctx: &Ctx, batch: &BatchRecord) -> Result<Vec<JobRecord>, HandlerError> {
+    Ok(ctx.ingest().batch_job_records(&batch.id).await?)
 }
 
 /// A processing batch moves to reporting once none of its jobs is running (none left at all: an
 /// operator deleted them, and it reports what it has).
 pub async fn end_processing(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     _: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let running = ended_jobs(ictx, &batch)
+    let running = ended_jobs(ctx, &batch)
         .await?
         .iter()
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
     if let Some(mv) = decisions::on_batch_jobs(running) {
-        ictx.ingest()
-            .change_batch(&batch.id, mv.decide(now))
-            .await?;
+        ctx.ingest().change_batch(&batch.id, mv.decide(now)).await?;
     }
     Ok(())
 }
@@ -279,36 +277,36 @@ pub async fn end_processing(
 /// A reporting or update-reporting batch writes its report, announces it and becomes completed
 /// or failed.
 pub async fn report(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    write_report(ictx, &batch, now).await?;
+    write_report(ctx, &batch, now).await?;
     s.batches_reported += 1;
     Ok(())
 }
 
 async fn previous_report(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchRecord,
 ) -> Result<Option<BatchReport>, HandlerError> {
     if batch.reports == 0 {
         return Ok(None);
     }
-    let key = ictx.ingest().keys.report(&batch.id, batch.reports);
-    Ok(crate::repositories::read_json(ictx.store.as_ref(), &key)
+    let key = ctx.ingest().keys.report(&batch.id, batch.reports);
+    Ok(crate::repositories::read_json(ctx.store.as_ref(), &key)
         .await
         .map_err(crate::repositories::RecordError::from)?
         .map(|v| v.value))
 }
 
 async fn write_report(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
 ) -> Result<(), HandlerError> {
-    let jobs = ended_jobs(ictx, batch).await?;
+    let jobs = ended_jobs(ctx, batch).await?;
     let completed: Vec<JobId> = jobs
         .iter()
         .filter(|j| j.state == JobState::Completed)
@@ -323,7 +321,7 @@ async fn write_report(
             reason: j.reason.clone(),
         })
         .collect();
-    let previous = previous_report(ictx, batch).await?;
+    let previous = previous_report(ctx, batch).await?;
     let (newly_completed, still_failed) = match &previous {
         None => (completed.clone(), Vec::new()),
         Some(p) => (
@@ -352,9 +350,9 @@ async fn write_report(
     };
     // Written under its number before the batch moves: a crash in between rewrites the same
     // report and announces it again (at least once), never skips it.
-    let key = ictx.ingest().keys.report(&batch.id, number);
+    let key = ctx.ingest().keys.report(&batch.id, number);
     let body = crate::contracts::encode("a batch report", &report)?;
-    ictx.store
+    ctx.store
         .put(&key, body, crate::ports::PutCondition::Overwrite)
         .await?;
     let to = reported_state(report.failed.len());
@@ -368,9 +366,9 @@ async fn write_report(
         failed: report.failed.len(),
     };
     let body = serde_json::json!(announcement);
-    announce(ictx, batch, announcement.event(), &body, "batch report").await?;
+    announce(ctx, batch, announcement.event(), &body, "batch report").await?;
     let (completed, failed) = (report.completed.len(), report.failed.len());
-    ictx.ingest()
+    ctx.ingest()
         .change_batch(&batch.id, |b| {
             let Some(mv) = decisions::on_reported(b, number, completed, failed) else {
                 return Ok(None);
@@ -385,26 +383,26 @@ async fn write_report(
 /// Completed batches: their jobs' working files and index markers are removed (records and
 /// reports stay, for reports), each job and the batch move to deleted.
 pub async fn clean_up(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: BatchRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    if !archived(ictx, &batch, now).await? {
+    if !archived(ctx, &batch, now).await? {
         s.batches_waiting_for_archive += 1;
         return Ok(());
     }
     let (job_gone, batch_gone) = decisions::on_cleaned_up();
-    for job in ended_jobs(ictx, &batch).await? {
+    for job in ended_jobs(ctx, &batch).await? {
         if job.state != JobState::Completed {
             continue;
         }
-        remove_files(ictx, &job.id).await?;
-        ictx.ingest()
+        remove_files(ctx, &job.id).await?;
+        ctx.ingest()
             .change_job(&job.id, job_gone.decide(now))
             .await?;
     }
-    ictx.ingest()
+    ctx.ingest()
         .change_batch(&batch.id, batch_gone.decide(now))
         .await?;
     s.batches_cleaned += 1;
@@ -420,22 +418,22 @@ pub fn archive_id(batch: &BatchId) -> String {
 /// archived them (its archiving phase handed on). An archive job that fails before that keeps
 /// the files until an operator retries it (`granary archive retry`).
 async fn archived(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchRecord,
     now: DateTime<Utc>,
 ) -> Result<bool, HandlerError> {
     use crate::domain::archive::job::ArchiveState;
     use crate::domain::archive::record::{ArchiveJob, ArchiveSource};
-    let destinations = &ictx.config.ingest.archive_destinations;
+    let destinations = &ctx.config.ingest.archive_destinations;
     if destinations.is_empty() {
         return Ok(true);
     }
     let id = archive_id(&batch.id);
     let source = ArchiveSource {
-        bucket: ictx.config.layout.bucket.clone(),
-        prefix: ictx.ingest().keys.batch_objects(&batch.id),
+        bucket: ctx.config.layout.bucket.clone(),
+        prefix: ctx.ingest().keys.batch_objects(&batch.id),
     };
-    let job = ictx
+    let job = ctx
         .archives()
         .create(&ArchiveJob::new(&id, source, destinations.clone(), now))
         .await?;
@@ -447,9 +445,9 @@ async fn archived(
 }
 
 /// Deletes a job's downloaded files.
-pub async fn remove_files(ictx: &Ctx, job: &JobId) -> Result<(), HandlerError> {
-    for meta in ictx.store.list(&ictx.ingest().keys.objects(job)).await? {
-        ictx.store.delete(&meta.key).await?;
+pub async fn remove_files(ctx: &Ctx, job: &JobId) -> Result<(), HandlerError> {
+    for meta in ctx.store.list(&ctx.ingest().keys.objects(job)).await? {
+        ctx.store.delete(&meta.key).await?;
     }
     Ok(())
 }

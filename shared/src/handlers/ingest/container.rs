@@ -21,12 +21,12 @@ use std::io::Read;
 /// Expands the zip stored at `zip_key` into job `job`'s object folder; the files it holds, in
 /// the zip's order. `Err` says why, for the job's reason.
 pub async fn expand(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobId,
     zip_key: &str,
     zip_size: u64,
 ) -> Result<Vec<StoredFile>, String> {
-    let max = ictx.config.ingest.max_container_bytes;
+    let max = ctx.config.ingest.max_container_bytes;
     let over = |what: &str, n: u64| {
         format!("the container's {what} is {n} bytes or more, over GRANARY_INGEST_MAX_CONTAINER_BYTES ({max})")
     };
@@ -34,7 +34,7 @@ pub async fn expand(
     if zip_size > max {
         return Err(over("zip", zip_size));
     }
-    let zip = ictx
+    let zip = ctx
         .store
         .get(zip_key)
         .await
@@ -67,10 +67,10 @@ pub async fn expand(
             }
             (name, body)
         };
-        let key = ictx.ingest().keys.object(job, &name);
+        let key = ctx.ingest().keys.object(job, &name);
         let size = body.len() as u64;
         let sha256 = format!("sha256:{:x}", Sha256::digest(&body));
-        ictx.store
+        ctx.store
             .put(&key, Bytes::from(body), PutCondition::Overwrite)
             .await
             .map_err(|e| e.to_string())?;

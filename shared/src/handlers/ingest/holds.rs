@@ -24,11 +24,11 @@ pub enum Target {
 
 impl Target {
     /// Where the hold on this target is kept.
-    pub fn key(&self, ictx: &Ctx) -> String {
+    pub fn key(&self, ctx: &Ctx) -> String {
         match self {
-            Target::Collection(c) => ictx.ingest().keys.collection_hold(c),
-            Target::Batch(b) => ictx.ingest().keys.batch_hold(b),
-            Target::Job(j) => ictx.ingest().keys.job_hold(j),
+            Target::Collection(c) => ctx.ingest().keys.collection_hold(c),
+            Target::Batch(b) => ctx.ingest().keys.batch_hold(b),
+            Target::Job(j) => ctx.ingest().keys.job_hold(j),
         }
     }
 }
@@ -50,9 +50,9 @@ pub struct IngestHold {
     pub at: DateTime<Utc>,
 }
 
-async fn hold_of(ictx: &Ctx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
+async fn hold_of(ctx: &Ctx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
     Ok(
-        crate::repositories::read_json(ictx.store.as_ref(), &target.key(ictx))
+        crate::repositories::read_json(ctx.store.as_ref(), &target.key(ctx))
             .await
             .map_err(crate::repositories::RecordError::from)?
             .map(|v| v.value),
@@ -63,7 +63,7 @@ async fn hold_of(ictx: &Ctx, target: &Target) -> Result<Option<IngestHold>, Hand
 /// collection are held when they would spawn; pending jobs of a held collection, batch or job are
 /// held when they would be dispatched.
 pub async fn hold(
-    ictx: &Ctx,
+    ctx: &Ctx,
     target: &Target,
     reason: &str,
     by: &str,
@@ -75,14 +75,14 @@ pub async fn hold(
         at: now,
     };
     let body = crate::contracts::encode("a hold", &hold)?;
-    match ictx
+    match ctx
         .store
-        .put(&target.key(ictx), body, PutCondition::IfAbsent)
+        .put(&target.key(ctx), body, PutCondition::IfAbsent)
         .await
     {
         Ok(_) => Ok(hold),
         Err(crate::ports::StoreError::Conflict { .. }) => {
-            Ok(hold_of(ictx, target).await?.unwrap_or(hold))
+            Ok(hold_of(ctx, target).await?.unwrap_or(hold))
         }
         Err(e) => Err(e.into()),
     }
@@ -100,33 +100,33 @@ pub struct Released {
 /// A release that dies after removing the hold leaves nothing stranded: every tick moves back
 /// whatever is held with no hold left ([`release_unheld`]).
 pub async fn release(
-    ictx: &Ctx,
+    ctx: &Ctx,
     target: &Target,
     now: DateTime<Utc>,
 ) -> Result<Released, HandlerError> {
-    ictx.store.delete(&target.key(ictx)).await?;
-    release_unheld(ictx, Some(target), &format!("{target} released"), now).await
+    ctx.store.delete(&target.key(ctx)).await?;
+    release_unheld(ctx, Some(target), &format!("{target} released"), now).await
 }
 
 /// Moves back to pending every held batch and job that `target` covers (all, without one) and
 /// that no hold holds any more.
 pub async fn release_unheld(
-    ictx: &Ctx,
+    ctx: &Ctx,
     target: Option<&Target>,
     reason: &str,
     now: DateTime<Utc>,
 ) -> Result<Released, HandlerError> {
     let mut out = Released::default();
     let (job_back, batch_back) = decisions::on_released(reason);
-    for b in ictx.ingest().batches_in(BatchState::Held).await? {
+    for b in ctx.ingest().batches_in(BatchState::Held).await? {
         let covered = match target {
             None => true,
             Some(Target::Collection(c)) => &b.submission.collection == c,
             Some(Target::Batch(bid)) => &b.id == bid,
             Some(Target::Job(_)) => false,
         };
-        if covered && batch_held_by(ictx, &b).await?.is_none() {
-            let changed = ictx
+        if covered && batch_held_by(ctx, &b).await?.is_none() {
+            let changed = ctx
                 .ingest()
                 .change_batch(&b.id, batch_back.decide(now))
                 .await?;
@@ -135,8 +135,8 @@ pub async fn release_unheld(
             }
         }
     }
-    for (priority, id) in ictx.ingest().listed(JobState::Held).await? {
-        let Some(job) = ictx
+    for (priority, id) in ctx.ingest().listed(JobState::Held).await? {
+        let Some(job) = ctx
             .ingest()
             .claim_listed(JobState::Held, priority, &id)
             .await?
@@ -149,10 +149,10 @@ pub async fn release_unheld(
             Some(Target::Batch(bid)) => &job.batch == bid,
             Some(Target::Job(jid)) => &job.id == jid,
         };
-        if !covered || job_held_by(ictx, &job).await?.is_some() {
+        if !covered || job_held_by(ctx, &job).await?.is_some() {
             continue;
         }
-        let changed = ictx
+        let changed = ctx
             .ingest()
             .change_job(&job.id, job_back.decide(now))
             .await?;
@@ -164,15 +164,12 @@ pub async fn release_unheld(
 }
 
 /// The hold a batch is under (its collection's or its own), if any.
-pub async fn batch_held_by(
-    ictx: &Ctx,
-    batch: &BatchRecord,
-) -> Result<Option<String>, HandlerError> {
+pub async fn batch_held_by(ctx: &Ctx, batch: &BatchRecord) -> Result<Option<String>, HandlerError> {
     for target in [
         Target::Collection(batch.submission.collection.clone()),
         Target::Batch(batch.id.clone()),
     ] {
-        if let Some(h) = hold_of(ictx, &target).await? {
+        if let Some(h) = hold_of(ctx, &target).await? {
             return Ok(Some(format!("{target} held by {}: {}", h.by, h.reason)));
         }
     }
@@ -180,13 +177,13 @@ pub async fn batch_held_by(
 }
 
 /// The hold a job is under (its collection's, its batch's or its own), if any.
-pub async fn job_held_by(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
+pub async fn job_held_by(ctx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
     for target in [
         Target::Collection(job.collection.clone()),
         Target::Batch(job.batch.clone()),
         Target::Job(job.id.clone()),
     ] {
-        if let Some(h) = hold_of(ictx, &target).await? {
+        if let Some(h) = hold_of(ctx, &target).await? {
             return Ok(Some(format!("{target} held by {}: {}", h.by, h.reason)));
         }
     }

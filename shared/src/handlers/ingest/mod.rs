@@ -24,13 +24,13 @@ pub const MAX_MANIFEST_BYTES: usize = 64 * 1024 * 1024;
 
 /// Creates a pending batch and returns at once; the dispatcher spawns its jobs.
 pub async fn submit(
-    ictx: &Ctx,
+    ctx: &Ctx,
     submission: Submission,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<BatchRecord, HandlerError> {
     let body = crate::contracts::encode("a submission", &submission)?;
     let key = format!("{}{}", String::from_utf8_lossy(&body), now.to_rfc3339());
-    submit_keyed(ictx, submission, now, now, &key).await
+    submit_keyed(ctx, submission, now, now, &key).await
 }
 
 /// Like [`submit`], with the batch id derived from `key` (a queue message's id) and `sent_at`
@@ -38,7 +38,7 @@ pub async fn submit(
 /// same message delivered twice, however far apart, creates one batch. `now` is when this
 /// delivery took it.
 pub async fn submit_keyed(
-    ictx: &Ctx,
+    ctx: &Ctx,
     submission: Submission,
     sent_at: chrono::DateTime<chrono::Utc>,
     now: chrono::DateTime<chrono::Utc>,
@@ -59,7 +59,7 @@ pub async fn submit_keyed(
     let digest = format!("{:x}", Sha256::digest(key.as_bytes()));
     let id = crate::domain::ingest::index::BatchId::new(sent_at, &digest);
     let record = BatchRecord::new(id, submission, now);
-    Ok(ictx.ingest().create_batch(&record).await?)
+    Ok(ctx.ingest().create_batch(&record).await?)
 }
 
 /// The ingest-submit Lambda: each SQS record is a submission — its JSON, or an EventBridge event
@@ -68,7 +68,7 @@ pub async fn submit_keyed(
 /// DLQ, where its alarm fires. The batch id comes from the message id, so a redelivered message
 /// creates no second batch.
 pub async fn handle_submissions(
-    ictx: &Ctx,
+    ctx: &Ctx,
     event: aws_lambda_events::event::sqs::SqsEvent,
     now: chrono::DateTime<chrono::Utc>,
 ) -> aws_lambda_events::event::sqs::SqsBatchResponse {
@@ -93,7 +93,7 @@ pub async fn handle_submissions(
         }
         let outcome = match crate::contracts::ingest::submission_of(body) {
             Err(why) => Err(why),
-            Ok(submission) => submit_keyed(ictx, submission, sent_at.unwrap_or(now), now, &id)
+            Ok(submission) => submit_keyed(ctx, submission, sent_at.unwrap_or(now), now, &id)
                 .await
                 .map(|b| tracing::info!(batch = %b.id, message = id, "batch submitted"))
                 .map_err(|e| e.to_string()),
@@ -148,35 +148,35 @@ pub struct TickSummary {
 /// One pass of every step, in pipeline order. A step's trouble with one job is logged and left
 /// for the next tick; the rest go on.
 pub async fn tick(
-    ictx: &Ctx,
+    ctx: &Ctx,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<TickSummary, HandlerError> {
     let mut summary = TickSummary::default();
     let s = &mut summary;
     // Held with no hold left (a release that died after removing its hold): back to pending.
-    let unheld = holds::release_unheld(ictx, None, "no hold covers it any more", now).await?;
+    let unheld = holds::release_unheld(ctx, None, "no hold covers it any more", now).await?;
     s.released = (unheld.batches.len() + unheld.jobs.len()) as u64;
     use crate::domain::ingest::{batch::BatchState as B, job::JobState as J};
     use batches::each_batch;
     use jobs::each_job;
-    each_batch(ictx, B::Pending, now, s, batches::spawn).await?;
-    each_job(ictx, J::Pending, now, s, jobs::dispatch).await?;
-    each_job(ictx, J::Estimating, now, s, jobs::estimate).await?;
+    each_batch(ctx, B::Pending, now, s, batches::spawn).await?;
+    each_job(ctx, J::Pending, now, s, jobs::dispatch).await?;
+    each_job(ctx, J::Estimating, now, s, jobs::estimate).await?;
     // Capacity is counted once a tick and grows with each job it admits.
-    let mut used = jobs::in_flight(ictx).await?;
-    let provision = async |ictx: &Ctx, j, now, s: &mut TickSummary| {
-        jobs::provision(ictx, j, now, s, &mut used).await
+    let mut used = jobs::in_flight(ctx).await?;
+    let provision = async |ctx: &Ctx, j, now, s: &mut TickSummary| {
+        jobs::provision(ctx, j, now, s, &mut used).await
     };
-    each_job(ictx, J::Provisioning, now, s, provision).await?;
-    each_job(ictx, J::Downloading, now, s, jobs::download).await?;
-    each_job(ictx, J::Processing, now, s, jobs::process).await?;
-    each_job(ictx, J::Storing, now, s, storing::store).await?;
-    each_job(ictx, J::Recording, now, s, jobs::record).await?;
-    each_job(ictx, J::Notify, now, s, jobs::notify).await?;
-    each_batch(ictx, B::Processing, now, s, batches::end_processing).await?;
-    each_batch(ictx, B::Reporting, now, s, batches::report).await?;
-    each_batch(ictx, B::UpdateReporting, now, s, batches::report).await?;
-    each_batch(ictx, B::Completed, now, s, batches::clean_up).await?;
+    each_job(ctx, J::Provisioning, now, s, provision).await?;
+    each_job(ctx, J::Downloading, now, s, jobs::download).await?;
+    each_job(ctx, J::Processing, now, s, jobs::process).await?;
+    each_job(ctx, J::Storing, now, s, storing::store).await?;
+    each_job(ctx, J::Recording, now, s, jobs::record).await?;
+    each_job(ctx, J::Notify, now, s, jobs::notify).await?;
+    each_batch(ctx, B::Processing, now, s, batches::end_processing).await?;
+    each_batch(ctx, B::Reporting, now, s, batches::report).await?;
+    each_batch(ctx, B::UpdateReporting, now, s, batches::report).await?;
+    each_batch(ctx, B::Completed, now, s, batches::clean_up).await?;
     Ok(summary)
 }
 

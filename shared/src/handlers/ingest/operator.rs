@@ -28,13 +28,13 @@ pub struct Resumed {
 /// Restarts failed jobs at the step after their last success (retry_count + 1). A job that failed
 /// before any step succeeded cannot resume: its manifest entry is the problem.
 pub async fn resume(
-    ictx: &Ctx,
+    ctx: &Ctx,
     jobs: &[JobId],
     now: DateTime<Utc>,
 ) -> Result<Vec<Resumed>, HandlerError> {
     let mut out = Vec::with_capacity(jobs.len());
     for id in jobs {
-        out.push(resume_one(ictx, id, None, now).await?);
+        out.push(resume_one(ctx, id, None, now).await?);
     }
     Ok(out)
 }
@@ -43,21 +43,21 @@ pub async fn resume(
 /// identifier it minted for the job (found by its `granary.job` metadata), or that it minted
 /// none and a new mint is safe.
 pub async fn resume_with_mint(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobId,
     fix: &MintFix,
     now: DateTime<Utc>,
 ) -> Result<Resumed, HandlerError> {
-    resume_one(ictx, job, Some(fix), now).await
+    resume_one(ctx, job, Some(fix), now).await
 }
 
 async fn resume_one(
-    ictx: &Ctx,
+    ctx: &Ctx,
     id: &JobId,
     fix: Option<&MintFix>,
     now: DateTime<Utc>,
 ) -> Result<Resumed, HandlerError> {
-    let decided = match ictx.ingest().job(id).await? {
+    let decided = match ctx.ingest().job(id).await? {
         None => Err("no such job".to_owned()),
         Some(j) => decisions::on_resume(&j.value).and_then(|mv| match fix {
             Some(f) => resolve_mint(&j.value, f).map(|_| mv),
@@ -74,7 +74,7 @@ async fn resume_one(
             };
             // Decided again on the record as written: a fix that no longer applies (another
             // operator resolved the mint meanwhile) changes nothing, and the resume says so.
-            let changed = ictx
+            let changed = ctx
                 .ingest()
                 .change_job(id, |r| {
                     if fix.is_some_and(|f| resolve_mint(r, f).is_err()) {
@@ -96,18 +96,18 @@ async fn resume_one(
 }
 
 /// The failed jobs of a batch (for `resume --batch`).
-pub async fn failed_jobs(ictx: &Ctx, batch: &BatchId) -> Result<Vec<JobId>, HandlerError> {
-    Ok(ictx.ingest().batch_jobs(batch, BatchGroup::Failed).await?)
+pub async fn failed_jobs(ctx: &Ctx, batch: &BatchId) -> Result<Vec<JobId>, HandlerError> {
+    Ok(ctx.ingest().batch_jobs(batch, BatchGroup::Failed).await?)
 }
 
 /// An operator finished resuming a failed batch's jobs: the batch writes a report of what changed
 /// (update-reporting) on the next tick.
 pub async fn update_report(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchId,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, HandlerError> {
-    let running = ictx
+    let running = ctx
         .ingest()
         .batch_job_records(batch)
         .await?
@@ -115,7 +115,7 @@ pub async fn update_report(
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
     let mv = decisions::on_update_report(batch, running).map_err(HandlerError::Refused)?;
-    match ictx.ingest().change_batch(batch, mv.decide(now)).await? {
+    match ctx.ingest().change_batch(batch, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(HandlerError::Refused(format!("no batch {batch}"))),
     }
@@ -124,12 +124,12 @@ pub async fn update_report(
 /// Deletes a failed or held job (its files, markers and record). Refused while its batch has not
 /// reported unless `confirmed`: the depositor would never hear of the job.
 pub async fn delete_job(
-    ictx: &Ctx,
+    ctx: &Ctx,
     id: &JobId,
     confirmed: bool,
     now: DateTime<Utc>,
 ) -> Result<JobRecord, HandlerError> {
-    let job = ictx
+    let job = ctx
         .ingest()
         .job(id)
         .await?
@@ -138,15 +138,15 @@ pub async fn delete_job(
     if job.state == JobState::Deleted {
         // Deleted by an earlier run of this command that may have died before removing the
         // job's markers and files: finish them.
-        batches::remove_files(ictx, id).await?;
-        ictx.ingest().reindex(&job).await?;
+        batches::remove_files(ctx, id).await?;
+        ctx.ingest().reindex(&job).await?;
         return Ok(job);
     }
-    let batch = ictx.ingest().batch(&job.batch).await?.map(|b| b.value);
+    let batch = ctx.ingest().batch(&job.batch).await?.map(|b| b.value);
     let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
     let mv = decisions::on_delete_job(&job, reported, confirmed).map_err(HandlerError::Refused)?;
-    batches::remove_files(ictx, id).await?;
-    let changed = ictx.ingest().change_job(id, mv.decide(now)).await?;
+    batches::remove_files(ctx, id).await?;
+    let changed = ctx.ingest().change_job(id, mv.decide(now)).await?;
     match changed {
         Changed::Moved(j) => Ok(j),
         _ => Err(HandlerError::Refused(format!("job {id} changed meanwhile"))),
@@ -156,12 +156,12 @@ pub async fn delete_job(
 /// Deletes a failed or held batch and every job it still has. Refused for a held batch unless
 /// `confirmed`: its depositor is not told.
 pub async fn delete_batch(
-    ictx: &Ctx,
+    ctx: &Ctx,
     id: &BatchId,
     confirmed: bool,
     now: DateTime<Utc>,
 ) -> Result<BatchRecord, HandlerError> {
-    let batch = ictx
+    let batch = ctx
         .ingest()
         .batch(id)
         .await?
@@ -169,14 +169,14 @@ pub async fn delete_batch(
         .value;
     let mv = decisions::on_delete_batch(&batch, confirmed).map_err(HandlerError::Refused)?;
     for group in BatchGroup::ALL {
-        for jid in ictx.ingest().batch_jobs(id, group).await? {
-            if let Some(job) = ictx.ingest().job(&jid).await? {
-                batches::remove_files(ictx, &jid).await?;
-                ictx.ingest().remove_job(&job.value).await?;
+        for jid in ctx.ingest().batch_jobs(id, group).await? {
+            if let Some(job) = ctx.ingest().job(&jid).await? {
+                batches::remove_files(ctx, &jid).await?;
+                ctx.ingest().remove_job(&job.value).await?;
             }
         }
     }
-    match ictx.ingest().change_batch(id, mv.decide(now)).await? {
+    match ctx.ingest().change_batch(id, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(HandlerError::Refused(format!(
             "batch {id} changed meanwhile"
@@ -193,20 +193,20 @@ pub struct BatchStatus {
 }
 
 /// Every batch (or one), with its jobs counted per state.
-pub async fn status(ictx: &Ctx, only: Option<&BatchId>) -> Result<Vec<BatchStatus>, HandlerError> {
+pub async fn status(ctx: &Ctx, only: Option<&BatchId>) -> Result<Vec<BatchStatus>, HandlerError> {
     let ids = match only {
         Some(id) => vec![id.clone()],
-        None => ictx.ingest().batch_ids().await?,
+        None => ctx.ingest().batch_ids().await?,
     };
     let mut out = Vec::new();
     for id in ids {
-        let Some(batch) = ictx.ingest().batch(&id).await? else {
+        let Some(batch) = ctx.ingest().batch(&id).await? else {
             continue;
         };
         let mut jobs = BTreeMap::new();
         for group in BatchGroup::ALL {
-            for jid in ictx.ingest().batch_jobs(&id, group).await? {
-                if let Some(j) = ictx.ingest().job(&jid).await? {
+            for jid in ctx.ingest().batch_jobs(&id, group).await? {
+                if let Some(j) = ctx.ingest().job(&jid).await? {
                     *jobs.entry(j.value.state).or_insert(0) += 1;
                 }
             }
@@ -221,12 +221,12 @@ pub async fn status(ictx: &Ctx, only: Option<&BatchId>) -> Result<Vec<BatchStatu
 
 /// A batch's reports, first to latest.
 pub async fn reports(
-    ictx: &Ctx,
+    ctx: &Ctx,
     batch: &BatchId,
 ) -> Result<Vec<batches::BatchReport>, HandlerError> {
     let mut out = Vec::new();
-    for meta in ictx.store.list(&ictx.ingest().keys.reports(batch)).await? {
-        if let Some(r) = crate::repositories::read_json(ictx.store.as_ref(), &meta.key)
+    for meta in ctx.store.list(&ctx.ingest().keys.reports(batch)).await? {
+        if let Some(r) = crate::repositories::read_json(ctx.store.as_ref(), &meta.key)
             .await
             .map_err(crate::repositories::RecordError::from)?
         {

@@ -47,19 +47,19 @@ use chrono::{DateTime, Utc};
 /// A local id's binding as read, with the condition that replaces exactly that version.
 type Bound = Option<Versioned<LocalIdBinding>>;
 
-async fn binding(ictx: &Ctx, key: &str) -> Result<Bound, HandlerError> {
-    Ok(read_json(ictx.store.as_ref(), key).await?)
+async fn binding(ctx: &Ctx, key: &str) -> Result<Bound, HandlerError> {
+    Ok(read_json(ctx.store.as_ref(), key).await?)
 }
 
 /// Writes `binding` at `key` under `condition` (created If-None-Match, or replacing the version
 /// read); `Ok(false)` when someone else wrote first.
 async fn put_binding(
-    ictx: &Ctx,
+    ctx: &Ctx,
     key: &str,
     binding: &LocalIdBinding,
     condition: PutCondition,
 ) -> Result<bool, HandlerError> {
-    match write_json(ictx.store.as_ref(), key, binding, condition).await {
+    match write_json(ctx.store.as_ref(), key, binding, condition).await {
         Ok(_) => Ok(true),
         Err(e) if e.is_conflict() => Ok(false),
         Err(e) => Err(e.into()),
@@ -67,11 +67,11 @@ async fn put_binding(
 }
 
 /// What the job holding a local id's reservation has become.
-async fn holder(ictx: &Ctx, job: &str) -> Result<Holder, HandlerError> {
+async fn holder(ctx: &Ctx, job: &str) -> Result<Holder, HandlerError> {
     let Ok(id) = JobId::parse(job) else {
         return Ok(Holder::Gone);
     };
-    Ok(match ictx.ingest().job(&id).await? {
+    Ok(match ctx.ingest().job(&id).await? {
         None => Holder::Gone,
         Some(j) => match j.value.identifier {
             Some(identifier) => Holder::Identified(identifier),
@@ -88,13 +88,13 @@ async fn holder(ictx: &Ctx, job: &str) -> Result<Holder, HandlerError> {
 /// Writes `edit` to the job's record while it is still storing and `when` holds; `None` when it
 /// moved, or `when` no longer holds, meanwhile.
 async fn write_storing(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     now: DateTime<Utc>,
     when: impl Fn(&JobRecord) -> bool,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<Option<JobRecord>, HandlerError> {
-    let changed = ictx
+    let changed = ctx
         .ingest()
         .change_job(&job.id, |r| {
             Ok((r.state == JobState::Storing && when(r)).then(|| {
@@ -113,7 +113,7 @@ async fn write_storing(
 
 /// Fails the job with `why` (if it is still storing).
 async fn fail(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     why: String,
     now: DateTime<Utc>,
@@ -121,7 +121,7 @@ async fn fail(
     edit: impl Fn(&mut JobRecord),
 ) -> Result<(), HandlerError> {
     tracing::warn!(job = %job.id, reason = why, "storing failed");
-    if advance(ictx, job, &on_stored(Err(&why)), now, edit).await? {
+    if advance(ctx, job, &on_stored(Err(&why)), now, edit).await? {
         s.failed += 1;
     }
     Ok(())
@@ -138,7 +138,7 @@ fn claim_token(now: DateTime<Utc>) -> String {
 /// Claims a mint on the record, mints, and writes the identifier: `Some(the record holding it)`,
 /// or `None` when the job failed or moved, or another pass claimed first.
 async fn mint(
-    ictx: &Ctx,
+    ctx: &Ctx,
     minter: &dyn crate::ports::Minter,
     shoulder: &str,
     job: &JobRecord,
@@ -156,7 +156,7 @@ async fn mint(
             r.mint_claimed_at = Some(now);
             r.mint_claim_token = Some(token.clone());
         };
-        match write_storing(ictx, job, now, unclaimed, claim).await? {
+        match write_storing(ctx, job, now, unclaimed, claim).await? {
             Some(claimed) => claimed,
             None => return Ok(None),
         }
@@ -171,7 +171,7 @@ async fn mint(
                 r.mint_claim_token = None;
             };
             let when = |r: &JobRecord| ours(r) || crate::mutants::on("mint-without-claim");
-            match write_storing(ictx, &claimed, now, when, take).await {
+            match write_storing(ctx, &claimed, now, when, take).await {
                 Ok(after) => Ok(after),
                 Err(e) => Err(HandlerError::Refused(format!(
                     "minted {id} for {} and could not record it: {e}",
@@ -185,7 +185,7 @@ async fn mint(
                 r.mint_claimed_at = None;
                 r.mint_claim_token = None;
             };
-            write_storing(ictx, &claimed, now, ours, withdraw).await?;
+            write_storing(ctx, &claimed, now, ours, withdraw).await?;
             Err(HandlerError::Refused(format!(
                 "minting for {} not possible now: {why}",
                 job.id
@@ -197,7 +197,7 @@ async fn mint(
                 r.mint_claimed_at = None;
                 r.mint_claim_token = None;
             };
-            fail(ictx, &claimed, reason, now, s, withdraw).await?;
+            fail(ctx, &claimed, reason, now, s, withdraw).await?;
             Ok(None)
         }
         Err(e @ MintError::Unknown(_)) => {
@@ -206,7 +206,7 @@ async fn mint(
                  resume with --identifier ID, or --mint-again if it holds none",
                 job.id
             );
-            fail(ictx, &claimed, reason, now, s, |_| {}).await?;
+            fail(ctx, &claimed, reason, now, s, |_| {}).await?;
             Ok(None)
         }
     }
@@ -215,24 +215,24 @@ async fn mint(
 /// The identifier this job's object is stored under (`Ok(None)`: none, by design), or why the
 /// step stops here this tick (`Err`: the job failed, moved, or waits).
 async fn identify(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &mut JobRecord,
     local_key: Option<&str>,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<Result<Option<String>, Stop>, HandlerError> {
     let bound = match local_key {
-        Some(k) => binding(ictx, k).await?,
+        Some(k) => binding(ctx, k).await?,
         None => None,
     };
     let known = bound.as_ref().and_then(|b| b.value.identifier.clone());
-    let ezid = ictx.config.ingest.ezid.as_ref();
-    let minter = ictx.minter.as_deref().zip(ezid);
-    let lease = ictx.config.leases.claim_lease;
+    let ezid = ctx.config.ingest.ezid.as_ref();
+    let minter = ctx.minter.as_deref().zip(ezid);
+    let lease = ctx.config.leases.claim_lease;
     let step = identifier_step(job, known.as_deref(), minter.is_some(), now, lease);
     let identifier = match step {
         IdentifierStep::Fail(why) => {
-            fail(ictx, job, why, now, s, |_| {}).await?;
+            fail(ctx, job, why, now, s, |_| {}).await?;
             return Ok(Err(Stop));
         }
         IdentifierStep::Wait(why) => return Err(HandlerError::Refused(why)),
@@ -251,7 +251,7 @@ async fn identify(
             let step = match (read, local_key) {
                 (_, None) => BindingStep::Mint,
                 (Some(b), Some(_)) if b.job != job.id.as_str() && b.identifier.is_none() => {
-                    binding_step(Some(b), job.id.as_str(), holder(ictx, &b.job).await?)
+                    binding_step(Some(b), job.id.as_str(), holder(ctx, &b.job).await?)
                 }
                 (b, Some(_)) => binding_step(b, job.id.as_str(), Holder::Busy),
             };
@@ -262,15 +262,15 @@ async fn identify(
             let go = match (step, local_key) {
                 (BindingStep::Mint, _) => true,
                 (BindingStep::Reserve, Some(k)) => {
-                    put_binding(ictx, k, &mine, PutCondition::IfAbsent).await?
+                    put_binding(ctx, k, &mine, PutCondition::IfAbsent).await?
                 }
                 (BindingStep::TakeOver, Some(k)) => match &bound {
-                    Some(b) => put_binding(ictx, k, &mine, b.condition()).await?,
+                    Some(b) => put_binding(ctx, k, &mine, b.condition()).await?,
                     None => false,
                 },
                 (BindingStep::Use(id), _) => {
                     tracing::info!(job = %job.id, identifier = id, "the local id's holder minted it");
-                    return use_identifier(ictx, job, id, now).await;
+                    return use_identifier(ctx, job, id, now).await;
                 }
                 (BindingStep::Wait(why), _) => {
                     tracing::info!(job = %job.id, reason = why, "waiting");
@@ -282,7 +282,7 @@ async fn identify(
                 // Another job reserved it meanwhile: the next tick looks again.
                 return Ok(Err(Stop));
             }
-            match mint(ictx, minter, &ezid.shoulder, job, now, s).await? {
+            match mint(ctx, minter, &ezid.shoulder, job, now, s).await? {
                 Some(after) => {
                     *job = after;
                     match job.identifier.clone() {
@@ -294,7 +294,7 @@ async fn identify(
             }
         }
     };
-    use_identifier(ictx, job, identifier, now).await
+    use_identifier(ctx, job, identifier, now).await
 }
 
 /// The job stops here this tick (failed, moved, or waiting); nothing more to do.
@@ -302,7 +302,7 @@ struct Stop;
 
 /// Writes `identifier` to the record (if it does not hold it yet) before anything is stored.
 async fn use_identifier(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &mut JobRecord,
     identifier: String,
     now: DateTime<Utc>,
@@ -312,7 +312,7 @@ async fn use_identifier(
     }
     let unset = |r: &JobRecord| r.identifier.is_none();
     let set = |r: &mut JobRecord| r.identifier = Some(identifier.clone());
-    match write_storing(ictx, job, now, unset, set).await? {
+    match write_storing(ctx, job, now, unset, set).await? {
         Some(after) => {
             *job = after;
             Ok(Ok(Some(identifier)))
@@ -324,7 +324,7 @@ async fn use_identifier(
 /// Completes (or creates) the local id's binding with `identifier` ([`rebind`], through the one
 /// record protocol): `Err(why)` when another identifier is bound to it.
 async fn bind(
-    ictx: &Ctx,
+    ctx: &Ctx,
     key: &str,
     local: &str,
     identifier: &str,
@@ -339,7 +339,7 @@ async fn bind(
             what: "a local id binding",
             id: local,
         };
-        match change_record(ictx.store.as_ref(), at, decide, &()).await {
+        match change_record(ctx.store.as_ref(), at, decide, &()).await {
             Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Ok(())),
             Err(RecordError::Illegal(why)) => return Ok(Err(why)),
             Err(e) => return Err(e.into()),
@@ -348,7 +348,7 @@ async fn bind(
                     identifier: Some(identifier.to_owned()),
                     job: job.id.to_string(),
                 };
-                if put_binding(ictx, key, &ours, PutCondition::IfAbsent).await? {
+                if put_binding(ctx, key, &ours, PutCondition::IfAbsent).await? {
                     return Ok(Ok(()));
                 }
             }
@@ -362,28 +362,28 @@ async fn bind(
 
 /// The step: identifier, binding, files, manifest, then recording.
 pub async fn store(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let keys = ictx.ingest().keys;
+    let keys = ctx.ingest().keys;
     let local = job.object.local_id.clone().filter(|l| !l.is_empty());
     let local_key = local.as_deref().map(|l| keys.local_id(&job.collection, l));
     let mut job = job;
-    let identifier = match identify(ictx, &mut job, local_key.as_deref(), now, s).await? {
+    let identifier = match identify(ctx, &mut job, local_key.as_deref(), now, s).await? {
         Ok(identifier) => identifier,
         Err(Stop) => return Ok(()),
     };
     if let (Some(key), Some(local), Some(id)) = (&local_key, &local, &identifier) {
-        if let Err(why) = bind(ictx, key, local, id, &job).await? {
-            return fail(ictx, &job, why, now, s, |_| {}).await;
+        if let Err(why) = bind(ctx, key, local, id, &job).await? {
+            return fail(ctx, &job, why, now, s, |_| {}).await;
         }
     }
-    match stored(ictx, &job, identifier.as_deref(), now).await? {
+    match stored(ctx, &job, identifier.as_deref(), now).await? {
         Ok(manifest_key) => {
             let key = manifest_key.clone();
-            if advance(ictx, &job, &on_stored(Ok(&manifest_key)), now, |r| {
+            if advance(ctx, &job, &on_stored(Ok(&manifest_key)), now, |r| {
                 r.storage_manifest = Some(key.clone());
             })
             .await?
@@ -392,7 +392,7 @@ pub async fn store(
             }
             Ok(())
         }
-        Err(why) => fail(ictx, &job, why, now, s, |_| {}).await,
+        Err(why) => fail(ctx, &job, why, now, s, |_| {}).await,
     }
 }
 
@@ -400,19 +400,19 @@ pub async fn store(
 /// file reads back as recorded, then writes the storage manifest: `Ok(its key)`, or `Err(why)`
 /// when a downloaded file is gone or the store answered with other bytes than were stored.
 async fn stored(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     identifier: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Result<String, String>, HandlerError> {
-    let at = ictx
+    let at = ctx
         .ingest()
         .keys
         .storage(&job.collection, &storage_name(identifier, job.id.as_str()));
     let mut entries: Vec<ManifestEntry> = Vec::with_capacity(job.stored.len() + 2);
     for file in &job.stored {
         let entry = producer_entry(file, &at);
-        match ictx.store.copy(&file.key, &entry.key).await {
+        match ctx.store.copy(&file.key, &entry.key).await {
             Ok(()) => {}
             // The download's copy is gone (removed by hand, or a lifecycle rule): only the file
             // put back, or a new submission, can store it.
@@ -429,7 +429,7 @@ async fn stored(
     ] {
         let key = format!("{at}{name}");
         let bytes = Bytes::from(body);
-        ictx.store
+        ctx.store
             .put(&key, bytes.clone(), PutCondition::Overwrite)
             .await?;
         entries.push(ManifestEntry {
@@ -441,7 +441,7 @@ async fn stored(
     }
     // The store's answer: every file read back with the size and SHA-256 it was stored with.
     for e in &entries {
-        match hash_object(ictx.store.clone(), &e.key).await {
+        match hash_object(ctx.store.clone(), &e.key).await {
             Ok((size, sha)) if size == e.size && sha == e.sha256 => {}
             Ok((size, sha)) => {
                 return Ok(Err(format!(
@@ -462,7 +462,7 @@ async fn stored(
     let name = identifier.unwrap_or(job.id.as_str());
     let manifest_key = format!("{at}{STORAGE_MANIFEST}");
     let manifest = storage_manifest(name, job.id.as_str(), &entries, now);
-    ictx.store
+    ctx.store
         .put(
             &manifest_key,
             Bytes::from(manifest),

@@ -13,17 +13,17 @@ use futures::StreamExt;
 
 /// One file into the job's object folder.
 async fn fetch_file(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
 ) -> Result<StoredFile, String> {
-    let key = ictx.ingest().keys.object(&job.id, &file.name);
-    fetch_to(ictx, job, file, &key).await
+    let key = ctx.ingest().keys.object(&job.id, &file.name);
+    fetch_to(ctx, job, file, &key).await
 }
 
 /// One file into `key`, with bounded attempts for failures that may pass.
 async fn fetch_to(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
     key: &str,
@@ -35,13 +35,13 @@ async fn fetch_to(
         digest: digest.as_deref(),
     };
     let mut last = String::new();
-    for attempt in 1..=ictx.config.ingest.download_attempts {
+    for attempt in 1..=ctx.config.ingest.download_attempts {
         match copy_into_store(
-            ictx.store.as_ref(),
+            ctx.store.as_ref(),
             &key,
-            ictx.remote.fetch(&file.url),
+            ctx.remote.fetch(&file.url),
             &expected,
-            ictx.config.ingest.timeout,
+            ctx.config.ingest.timeout,
         )
         .await
         {
@@ -64,20 +64,20 @@ async fn fetch_to(
     }
     Err(format!(
         "{}: {} attempts failed; the last: {last}",
-        file.url, ictx.config.ingest.download_attempts
+        file.url, ctx.config.ingest.download_attempts
     ))
 }
 
 /// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
 pub async fn download(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let stored = match &job.object.payload {
-        Payload::Files { files } => download_files(ictx, &job, files).await,
-        Payload::Container { zip } => download_container(ictx, &job, zip).await?,
+        Payload::Files { files } => download_files(ctx, &job, files).await,
+        Payload::Container { zip } => download_container(ctx, &job, zip).await?,
         _ => Err("no files to download".to_owned()),
     };
     let mv = decisions::on_downloaded(match &stored {
@@ -86,10 +86,10 @@ pub async fn download(
     });
     // The true size, and the priority it gives (the estimate may have been wrong, or 0 when no
     // server announced a size): the job's processing marker sorts by it.
-    let moved = advance(ictx, &job, &mv, now, |r| {
+    let moved = advance(ctx, &job, &mv, now, |r| {
         if let Ok(files) = &stored {
             let size: u64 = files.iter().map(|f| f.size).sum();
-            r.priority = rechecked_priority(ictx, &job, size);
+            r.priority = rechecked_priority(ctx, &job, size);
             r.stored = files.clone();
             r.space_needed = size;
         }
@@ -106,12 +106,12 @@ pub async fn download(
 /// The job's files, downloaded in parallel (in manifest order for the record); the first
 /// failure, in that order, is the job's reason.
 async fn download_files(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     files: &[crate::domain::ingest::manifest::ManifestFile],
 ) -> Result<Vec<StoredFile>, String> {
     futures::stream::iter(files)
-        .map(|f| fetch_file(ictx, job, f))
+        .map(|f| fetch_file(ctx, job, f))
         .buffered(PARALLEL_DOWNLOADS)
         .collect::<Vec<_>>()
         .await
@@ -122,10 +122,10 @@ async fn download_files(
 /// The priority for the size the download found, from the priority the submission asked for. A
 /// job recorded before that was kept keeps the priority it has (its estimate may already have
 /// stepped it back: it must not step back twice).
-fn rechecked_priority(ictx: &Ctx, job: &JobRecord, size: u64) -> u8 {
+fn rechecked_priority(ctx: &Ctx, job: &JobRecord, size: u64) -> u8 {
     match job.submitted_priority {
         Some(submitted) => {
-            decisions::priority_for(submitted, size, ictx.config.ingest.large_job_bytes)
+            decisions::priority_for(submitted, size, ctx.config.ingest.large_job_bytes)
         }
         None => job.priority,
     }
@@ -136,19 +136,19 @@ fn rechecked_priority(ictx: &Ctx, job: &JobRecord, size: u64) -> u8 {
 /// files, not the zip). A crash after its delete and before the record's write leaves the job
 /// DOWNLOADING: the next tick fetches and expands again.
 async fn download_container(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     zip: &crate::domain::ingest::manifest::ManifestFile,
 ) -> Result<Result<Vec<StoredFile>, String>, HandlerError> {
-    let key = ictx.ingest().keys.container(&job.id, &zip.name);
-    let expanded = match fetch_to(ictx, job, zip, &key).await {
+    let key = ctx.ingest().keys.container(&job.id, &zip.name);
+    let expanded = match fetch_to(ctx, job, zip, &key).await {
         Ok(fetched) => {
-            crate::handlers::ingest::container::expand(ictx, &job.id, &key, fetched.size).await
+            crate::handlers::ingest::container::expand(ctx, &job.id, &key, fetched.size).await
         }
         Err(why) => Err(why),
     };
     if expanded.is_ok() {
-        ictx.store.delete(&key).await?;
+        ctx.store.delete(&key).await?;
     }
     Ok(expanded)
 }

@@ -15,18 +15,18 @@ use chrono::{DateTime, Utc};
 /// queryable in Athena as `granary_ingest_catalog` — is written from it. A file that is not as
 /// the manifest says fails the job (resume records again).
 pub async fn record(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let found = stored_object(ictx, &job).await?;
-    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
+    let found = stored_object(ctx, &job).await?;
+    let key = ctx.ingest().keys.catalog(&job.collection, &job.id);
     let mv = decisions::on_recording(found.as_ref().err().map(String::as_str), &key);
     let (identifier, files) = match found {
         Ok(found) => found,
         Err(_) => {
-            if advance(ictx, &job, &mv, now, |_| {}).await? {
+            if advance(ctx, &job, &mv, now, |_| {}).await? {
                 s.failed += 1;
             }
             return Ok(());
@@ -46,10 +46,10 @@ pub async fn record(
         "processing_job": job.processing_job, "recorded_at": now,
     });
     let body = crate::contracts::encode("a catalog record", &entry)?;
-    ictx.store
+    ctx.store
         .put(&key, body, crate::ports::PutCondition::Overwrite)
         .await?;
-    if advance(ictx, &job, &mv, now, |_| {}).await? {
+    if advance(ctx, &job, &mv, now, |_| {}).await? {
         s.recorded += 1;
     }
     Ok(())
@@ -58,12 +58,12 @@ pub async fn record(
 /// Notify → completed: the job's event on the notification bus, then the depositor's callback
 /// (bounded attempts); a callback that keeps failing fails the job (resume retries the notify).
 pub async fn notify(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let key = ictx.ingest().keys.catalog(&job.collection, &job.id);
+    let key = ctx.ingest().keys.catalog(&job.collection, &job.id);
     let announcement = JobAnnouncement {
         batch: &job.batch,
         job: &job.id,
@@ -74,16 +74,16 @@ pub async fn notify(
         files: job.stored.len(),
         catalog_key: &key,
     };
-    ictx.bus.put_events(vec![announcement.event()]).await?;
-    let callback = match ictx.ingest().batch(&job.batch).await? {
+    ctx.bus.put_events(vec![announcement.event()]).await?;
+    let callback = match ctx.ingest().batch(&job.batch).await? {
         Some(b) => b.value.submission.callback,
         None => None,
     };
     let mut failure = None;
     if let Some(url) = callback {
         failure = Some(String::new());
-        for attempt in 1..=ictx.config.ingest.callback_attempts {
-            match ictx
+        for attempt in 1..=ctx.config.ingest.callback_attempts {
+            match ctx
                 .remote
                 .call_back(&url, &serde_json::json!(announcement))
                 .await
@@ -102,7 +102,7 @@ pub async fn notify(
         }
     }
     let mv = decisions::on_notified(failure);
-    if advance(ictx, &job, &mv, now, |_| {}).await? {
+    if advance(ctx, &job, &mv, now, |_| {}).await? {
         if mv.to == JobState::Failed {
             s.failed += 1;
         } else {

@@ -32,7 +32,7 @@ fn job_span(job: &JobRecord) -> tracing::Span {
 /// A job whose step fails is logged and counted (`errors`) and left where it is for the next
 /// tick; the other jobs go on (one object the store cannot take must not stop the queue).
 pub async fn each_job(
-    ictx: &Ctx,
+    ctx: &Ctx,
     state: JobState,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -43,10 +43,10 @@ pub async fn each_job(
         &mut TickSummary,
     ) -> Result<(), HandlerError>,
 ) -> Result<(), HandlerError> {
-    for job in taken(ictx, state, s).await? {
+    for job in taken(ctx, state, s).await? {
         let span = job_span(&job);
         let id = job.id.clone();
-        if let Err(e) = step(ictx, job, now, s).instrument(span).await {
+        if let Err(e) = step(ctx, job, now, s).instrument(span).await {
             tracing::error!(job = %id, %state, error = %e, "the job's step failed; the next tick tries again");
             s.errors += 1;
         }
@@ -56,13 +56,13 @@ pub async fn each_job(
 
 /// The jobs whose records say `state`, in priority order.
 async fn taken(
-    ictx: &Ctx,
+    ctx: &Ctx,
     state: JobState,
     s: &mut TickSummary,
 ) -> Result<Vec<JobRecord>, HandlerError> {
     let mut out = Vec::new();
-    for (priority, id) in ictx.ingest().listed(state).await? {
-        match ictx.ingest().claim_listed(state, priority, &id).await? {
+    for (priority, id) in ctx.ingest().listed(state).await? {
+        match ctx.ingest().claim_listed(state, priority, &id).await? {
             Some(job) => out.push(job),
             None => s.repaired += 1,
         }
@@ -73,13 +73,13 @@ async fn taken(
 /// Writes the move a decision made for `job`, with `edit` applied to the new record (the facts
 /// the step learnt). `Ok(false)` when someone else moved it first.
 pub(super) async fn advance(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     mv: &Move<JobState>,
     now: DateTime<Utc>,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<bool, HandlerError> {
-    let changed = ictx
+    let changed = ctx
         .ingest()
         .change_job(&job.id, |r| {
             mv.apply_with(r, now, &edit).map_err(|e| e.to_string())
@@ -90,14 +90,14 @@ pub(super) async fn advance(
 
 /// Pending → failed (an unreadable manifest entry), held, or estimating.
 pub async fn dispatch(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let hold = super::holds::job_held_by(ictx, &job).await?;
+    let hold = super::holds::job_held_by(ctx, &job).await?;
     let mv = decisions::on_dispatch(&job, hold.as_deref());
-    if advance(ictx, &job, &mv, now, |_| {}).await? {
+    if advance(ctx, &job, &mv, now, |_| {}).await? {
         match mv.to {
             JobState::Failed => s.failed += 1,
             JobState::Held => s.held += 1,
@@ -110,7 +110,7 @@ pub async fn dispatch(
 /// Estimating → provisioning: HEAD of every file (the manifest's size when it gives one). Never
 /// fails: a size that cannot be learnt makes the estimate 0 ("unknown").
 pub async fn estimate(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -127,7 +127,7 @@ pub async fn estimate(
         for f in files {
             let size = match f.size {
                 Some(n) => Some(n),
-                None => ictx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
+                None => ctx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
                     tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
                     None
                 }),
@@ -139,9 +139,9 @@ pub async fn estimate(
     let priority = decisions::priority_for(
         job.submitted_priority.unwrap_or(job.priority),
         need,
-        ictx.config.ingest.large_job_bytes,
+        ctx.config.ingest.large_job_bytes,
     );
-    if advance(ictx, &job, &decisions::on_estimated(need), now, |r| {
+    if advance(ctx, &job, &decisions::on_estimated(need), now, |r| {
         r.space_needed = need;
         r.priority = priority;
     })
@@ -153,15 +153,15 @@ pub async fn estimate(
 }
 
 /// Bytes of the jobs downloading or processing now.
-pub async fn in_flight(ictx: &Ctx) -> Result<u64, HandlerError> {
+pub async fn in_flight(ctx: &Ctx) -> Result<u64, HandlerError> {
     let mut total = 0u64;
     for state in [
         JobState::Downloading,
         JobState::Processing,
         JobState::Storing,
     ] {
-        for (_, id) in ictx.ingest().listed(state).await? {
-            if let Some(j) = ictx.ingest().job(&id).await? {
+        for (_, id) in ctx.ingest().listed(state).await? {
+            if let Some(j) = ctx.ingest().job(&id).await? {
                 if j.value.state == state {
                     total = total.saturating_add(j.value.space_needed);
                 }
@@ -174,13 +174,13 @@ pub async fn in_flight(ictx: &Ctx) -> Result<u64, HandlerError> {
 /// Provisioning → downloading while the capacity allows. Every waiting job is evaluated, in
 /// priority order, on every tick: a small job may start while a large one ahead of it waits.
 pub async fn provision(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
     used: &mut u64,
 ) -> Result<(), HandlerError> {
-    let settings = &ictx.config.ingest;
+    let settings = &ctx.config.ingest;
     let admitted = decisions::on_provisioning(
         job.space_needed,
         *used,
@@ -191,7 +191,7 @@ pub async fn provision(
         s.waiting_for_capacity += 1;
         return Ok(());
     };
-    if advance(ictx, &job, &mv, now, |_| {}).await? {
+    if advance(ctx, &job, &mv, now, |_| {}).await? {
         *used = used.saturating_add(job.space_needed);
         s.provisioned += 1;
     }

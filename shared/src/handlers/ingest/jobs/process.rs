@@ -23,27 +23,27 @@ use chrono::{DateTime, Utc};
 /// others fail the job and are dead-lettered); DescribeJobs here finds an end whose event was
 /// lost and applies the same decision.
 pub async fn process(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    if !ictx.config.ingest.container_step {
-        if advance(ictx, &job, &decisions::on_processing_skipped(), now, |_| {}).await? {
+    if !ctx.config.ingest.container_step {
+        if advance(ctx, &job, &decisions::on_processing_skipped(), now, |_| {}).await? {
             s.processed += 1;
         }
         return Ok(());
     }
     let batch_job = match &job.processing_job {
         Some(id) => id.clone(),
-        None => return submit_processing(ictx, &job, now, s).await,
+        None => return submit_processing(ctx, &job, now, s).await,
     };
-    processing_end(ictx, &job, batch_job, now, s).await
+    processing_end(ctx, &job, batch_job, now, s).await
 }
 
 /// The job's processing job for its current attempt submitted once, and the record told its id.
 async fn submit_processing(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     now: DateTime<Utc>,
     s: &mut TickSummary,
@@ -54,8 +54,8 @@ async fn submit_processing(
     // yet, or an operator's tick beside the scheduled one submits nothing twice.
     let prefix = format!(
         "s3://{}/{}",
-        ictx.config.layout.bucket,
-        ictx.ingest().keys.objects(&job.id)
+        ctx.config.layout.bucket,
+        ctx.ingest().keys.objects(&job.id)
     );
     let request = processing_job(
         &job.id,
@@ -68,7 +68,7 @@ async fn submit_processing(
         .map_err(|e| HandlerError::Refused(format!("ingest job id {} as a claim: {e}", job.id)))?;
     let requests = |_: &Claim| vec![request.clone()];
     let submission = Submission {
-        claim_key: ictx.ingest().keys.processing_claim(
+        claim_key: ctx.ingest().keys.processing_claim(
             &job.id,
             job.retry_count,
             job.processing_attempt,
@@ -85,10 +85,10 @@ async fn submit_processing(
         requests: &requests,
     };
     let id = match submit_claim_once(
-        ictx.store.as_ref(),
-        ictx.jobs.as_ref(),
-        &ictx.metrics,
-        ictx.config.leases.claim_lease,
+        ctx.store.as_ref(),
+        ctx.jobs.as_ref(),
+        &ctx.metrics,
+        ctx.config.leases.claim_lease,
         submission,
     )
     .await?
@@ -99,7 +99,7 @@ async fn submit_processing(
         // Another tick holds the claim and may be submitting: the next tick looks.
         SubmitOutcome::InFlight => return Ok(()),
     };
-    ictx.ingest()
+    ctx.ingest()
         .change_job(&job.id, |r| {
             (r.state == JobState::Processing
                 && r.processing_attempt == job.processing_attempt
@@ -120,13 +120,13 @@ async fn submit_processing(
 /// The processing job's end found by DescribeJobs (its event may have been lost), decided as
 /// the event would have been.
 async fn processing_end(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
     batch_job: String,
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let Some(described) = ictx.jobs.describe(&batch_job).await? else {
+    let Some(described) = ctx.jobs.describe(&batch_job).await? else {
         return Ok(());
     };
     if !described.summary.status.is_terminal() {
@@ -149,9 +149,9 @@ async fn processing_end(
         classification,
     };
     match processing::on_end(
-        &ictx.ingest(),
-        ictx.failure_dlq.as_ref(),
-        ictx.config.max_attempt(),
+        &ctx.ingest(),
+        ctx.failure_dlq.as_ref(),
+        ctx.config.max_attempt(),
         &ended,
         now,
     )
@@ -166,9 +166,9 @@ async fn processing_end(
 }
 
 /// The first stored file that is not in the bucket as it was stored (missing, or another size).
-async fn changed_file(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
+async fn changed_file(ctx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
     for file in &job.stored {
-        let listed = ictx.store.list(&file.key).await?;
+        let listed = ctx.store.list(&file.key).await?;
         match listed.iter().find(|m| m.key == file.key) {
             None => return Ok(Some(format!("{} is missing", file.key))),
             Some(m) if m.size != file.size => {
@@ -188,16 +188,16 @@ async fn changed_file(ictx: &Ctx, job: &JobRecord) -> Result<Option<String>, Han
 /// read). A job recorded before storing existed names no manifest: its downloaded files are
 /// checked instead.
 pub(super) async fn stored_object(
-    ictx: &Ctx,
+    ctx: &Ctx,
     job: &JobRecord,
 ) -> Result<Result<(Option<String>, Vec<ManifestEntry>), String>, HandlerError> {
     let Some(key) = &job.storage_manifest else {
-        return Ok(match changed_file(ictx, job).await? {
+        return Ok(match changed_file(ctx, job).await? {
             Some(why) => Err(why),
             None => Ok((job.identifier.clone(), Vec::new())),
         });
     };
-    let Some(body) = ictx.store.get(key).await? else {
+    let Some(body) = ctx.store.get(key).await? else {
         return Ok(Err(format!("the storage manifest {key} is missing")));
     };
     let text = String::from_utf8_lossy(&body.body);
@@ -214,7 +214,7 @@ pub(super) async fn stored_object(
     }
     let files = manifest.files;
     let prefix = key.strip_suffix(STORAGE_MANIFEST).unwrap_or(key);
-    let listed: std::collections::BTreeMap<String, u64> = ictx
+    let listed: std::collections::BTreeMap<String, u64> = ctx
         .store
         .list(prefix)
         .await?
