@@ -54,6 +54,11 @@ impl Ingest {
         }
     }
 
+    /// What the jobs store beside their records, over the same store.
+    pub fn files(&self) -> super::ingest_files::IngestFiles {
+        super::ingest_files::IngestFiles::new(self.store.clone())
+    }
+
     // ---- batches ----
 
     /// Creates the batch unless it exists; returns the stored one either way. Its state marker is

@@ -8,6 +8,8 @@
 //!   after the lease with a lookup by name), over a claim of one job or of a window.
 //! - [`claims`]: claims of one job (a later attempt, an ingest processing attempt).
 //! - [`windows`]: the feeder's windows of first attempts (one claim a window).
+//! - [`ingest_files`]: what an ingest job stores beside its records (bindings, the stored
+//!   object, its manifest).
 //! - [`items`]: item records, their history and the in-flight index.
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
@@ -17,6 +19,7 @@ pub mod cancels;
 pub mod claims;
 pub mod hold;
 pub mod ingest;
+pub mod ingest_files;
 pub mod items;
 pub mod json;
 pub mod logs;

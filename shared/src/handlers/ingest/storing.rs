@@ -38,9 +38,7 @@ use crate::domain::ingest::record::JobRecord;
 use crate::handlers::transfer::hash_object;
 use crate::handlers::HandlerError;
 use crate::ports::{MintError, PutCondition, StoreError};
-use crate::repositories::json::{
-    change_record, read_json, write_json, Changed, RecordAt, RecordError, Versioned,
-};
+use crate::repositories::json::{Changed, RecordError, Versioned};
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
@@ -48,7 +46,7 @@ use chrono::{DateTime, Utc};
 type Bound = Option<Versioned<LocalIdBinding>>;
 
 async fn binding(ctx: &Ctx, key: &str) -> Result<Bound, HandlerError> {
-    Ok(read_json(ctx.store.as_ref(), key).await?)
+    Ok(ctx.ingest().files().local_id_binding(key).await?)
 }
 
 /// Writes `binding` at `key` under `condition` (created If-None-Match, or replacing the version
@@ -59,11 +57,11 @@ async fn put_binding(
     binding: &LocalIdBinding,
     condition: PutCondition,
 ) -> Result<bool, HandlerError> {
-    match write_json(ctx.store.as_ref(), key, binding, condition).await {
-        Ok(_) => Ok(true),
-        Err(e) if e.is_conflict() => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    Ok(ctx
+        .ingest()
+        .files()
+        .put_local_id_binding(key, binding, condition)
+        .await?)
 }
 
 /// What the job holding a local id's reservation has become.
@@ -212,15 +210,16 @@ async fn mint(
     }
 }
 
-/// The identifier this job's object is stored under (`Ok(None)`: none, by design), or why the
-/// step stops here this tick (`Err`: the job failed, moved, or waits).
+/// The identifier this job's object is stored under ([`Identified::Under`]; `None`: none, by
+/// design), or [`Identified::Stopped`] when the step stops here this tick (the job failed,
+/// moved, or waits).
 async fn identify(
     ctx: &Ctx,
     job: &mut JobRecord,
     local_key: Option<&str>,
     now: DateTime<Utc>,
     s: &mut TickSummary,
-) -> Result<Result<Option<String>, Stop>, HandlerError> {
+) -> Result<Identified, HandlerError> {
     let bound = match local_key {
         Some(k) => binding(ctx, k).await?,
         None => None,
@@ -233,18 +232,18 @@ async fn identify(
     let identifier = match step {
         IdentifierStep::Fail(why) => {
             fail(ctx, job, why, now, s, |_| {}).await?;
-            return Ok(Err(Stop));
+            return Ok(Identified::Stopped);
         }
         IdentifierStep::Wait(why) => return Err(HandlerError::Refused(why)),
         IdentifierStep::InFlight(why) => {
             tracing::info!(job = %job.id, reason = why, "waiting for a mint");
-            return Ok(Err(Stop));
+            return Ok(Identified::Stopped);
         }
-        IdentifierStep::Unidentified => return Ok(Ok(None)),
+        IdentifierStep::Unidentified => return Ok(Identified::Under(None)),
         IdentifierStep::Use { identifier, .. } => identifier,
         IdentifierStep::Mint => {
             let Some((minter, ezid)) = minter else {
-                return Ok(Err(Stop));
+                return Ok(Identified::Stopped);
             };
             // One mint per local id: reserve it (or find what its holder minted) first.
             let read = bound.as_ref().map(|b| &b.value);
@@ -274,31 +273,36 @@ async fn identify(
                 }
                 (BindingStep::Wait(why), _) => {
                     tracing::info!(job = %job.id, reason = why, "waiting");
-                    return Ok(Err(Stop));
+                    return Ok(Identified::Stopped);
                 }
                 (BindingStep::Reserve | BindingStep::TakeOver, None) => true,
             };
             if !go {
                 // Another job reserved it meanwhile: the next tick looks again.
-                return Ok(Err(Stop));
+                return Ok(Identified::Stopped);
             }
             match mint(ctx, minter, &ezid.shoulder, job, now, s).await? {
                 Some(after) => {
                     *job = after;
                     match job.identifier.clone() {
                         Some(id) => id,
-                        None => return Ok(Err(Stop)),
+                        None => return Ok(Identified::Stopped),
                     }
                 }
-                None => return Ok(Err(Stop)),
+                None => return Ok(Identified::Stopped),
             }
         }
     };
     use_identifier(ctx, job, identifier, now).await
 }
 
-/// The job stops here this tick (failed, moved, or waiting); nothing more to do.
-struct Stop;
+/// What the identifier step came to this tick.
+enum Identified {
+    /// The object is stored under this identifier (`None`: none, by design).
+    Under(Option<String>),
+    /// The job stops here this tick (failed, moved, or waiting); nothing more to do.
+    Stopped,
+}
 
 /// Writes `identifier` to the record (if it does not hold it yet) before anything is stored.
 async fn use_identifier(
@@ -306,42 +310,38 @@ async fn use_identifier(
     job: &mut JobRecord,
     identifier: String,
     now: DateTime<Utc>,
-) -> Result<Result<Option<String>, Stop>, HandlerError> {
+) -> Result<Identified, HandlerError> {
     if job.identifier.as_deref() == Some(identifier.as_str()) {
-        return Ok(Ok(Some(identifier)));
+        return Ok(Identified::Under(Some(identifier)));
     }
     let unset = |r: &JobRecord| r.identifier.is_none();
     let set = |r: &mut JobRecord| r.identifier = Some(identifier.clone());
     match write_storing(ctx, job, now, unset, set).await? {
         Some(after) => {
             *job = after;
-            Ok(Ok(Some(identifier)))
+            Ok(Identified::Under(Some(identifier)))
         }
-        None => Ok(Err(Stop)),
+        None => Ok(Identified::Stopped),
     }
 }
 
 /// Completes (or creates) the local id's binding with `identifier` ([`rebind`], through the one
-/// record protocol): `Err(why)` when another identifier is bound to it.
+/// record protocol): [`Bind::Refused`] when another identifier is bound to it.
 async fn bind(
     ctx: &Ctx,
     key: &str,
     local: &str,
     identifier: &str,
     job: &JobRecord,
-) -> Result<Result<(), String>, HandlerError> {
+) -> Result<Bind, HandlerError> {
     // Twice at most: a binding created by someone else between our read and our create is then
     // decided by the protocol like any other.
     for _ in 0..2 {
         let decide = |b: &LocalIdBinding| rebind(b, local, identifier, job.id.as_str());
-        let at = RecordAt {
-            key,
-            what: "a local id binding",
-            id: local,
-        };
-        match change_record(ctx.store.as_ref(), at, decide, &()).await {
-            Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Ok(())),
-            Err(RecordError::Illegal(why)) => return Ok(Err(why)),
+        let files = ctx.ingest().files();
+        match files.change_local_id_binding(key, local, decide).await {
+            Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Bind::Bound),
+            Err(RecordError::Illegal(why)) => return Ok(Bind::Refused { why }),
             Err(e) => return Err(e.into()),
             Ok(Changed::Missing) => {
                 let ours = LocalIdBinding {
@@ -349,7 +349,7 @@ async fn bind(
                     job: job.id.to_string(),
                 };
                 if put_binding(ctx, key, &ours, PutCondition::IfAbsent).await? {
-                    return Ok(Ok(()));
+                    return Ok(Bind::Bound);
                 }
             }
         }
@@ -358,6 +358,23 @@ async fn bind(
         "{key} kept changing while {} bound it",
         job.id
     )))
+}
+
+/// What binding the local id to the identifier came to.
+enum Bind {
+    /// The binding names the identifier (it did, or now does).
+    Bound,
+    /// Another identifier is bound to the local id: the job fails with `why`.
+    Refused { why: String },
+}
+
+/// What storing the object came to.
+enum Storage {
+    /// Every file is stored and read back as recorded; the storage manifest is at `manifest_key`.
+    Stored { manifest_key: String },
+    /// A downloaded file is gone, or the store answered with other bytes: the job fails with
+    /// `why`.
+    Refused { why: String },
 }
 
 /// The step: identifier, binding, files, manifest, then recording.
@@ -372,16 +389,16 @@ pub async fn store(
     let local_key = local.as_deref().map(|l| keys.local_id(&job.collection, l));
     let mut job = job;
     let identifier = match identify(ctx, &mut job, local_key.as_deref(), now, s).await? {
-        Ok(identifier) => identifier,
-        Err(Stop) => return Ok(()),
+        Identified::Under(identifier) => identifier,
+        Identified::Stopped => return Ok(()),
     };
     if let (Some(key), Some(local), Some(id)) = (&local_key, &local, &identifier) {
-        if let Err(why) = bind(ctx, key, local, id, &job).await? {
+        if let Bind::Refused { why } = bind(ctx, key, local, id, &job).await? {
             return fail(ctx, &job, why, now, s, |_| {}).await;
         }
     }
     match stored(ctx, &job, identifier.as_deref(), now).await? {
-        Ok(manifest_key) => {
+        Storage::Stored { manifest_key } => {
             let key = manifest_key.clone();
             if advance(ctx, &job, &on_stored(Ok(&manifest_key)), now, |r| {
                 r.storage_manifest = Some(key.clone());
@@ -392,32 +409,35 @@ pub async fn store(
             }
             Ok(())
         }
-        Err(why) => fail(ctx, &job, why, now, s, |_| {}).await,
+        Storage::Refused { why } => fail(ctx, &job, why, now, s, |_| {}).await,
     }
 }
 
 /// Copies the object into its folder in storage with its ERC and Dublin Core files, checks every
-/// file reads back as recorded, then writes the storage manifest: `Ok(its key)`, or `Err(why)`
-/// when a downloaded file is gone or the store answered with other bytes than were stored.
+/// file reads back as recorded, then writes the storage manifest: [`Storage::Stored`] (its key),
+/// or [`Storage::Refused`] when a downloaded file is gone or the store answered with other bytes
+/// than were stored.
 async fn stored(
     ctx: &Ctx,
     job: &JobRecord,
     identifier: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<Result<String, String>, HandlerError> {
-    let at = ctx
-        .ingest()
+) -> Result<Storage, HandlerError> {
+    let ingest = ctx.ingest();
+    let files = ingest.files();
+    let at = ingest
         .keys
         .storage(&job.collection, &storage_name(identifier, job.id.as_str()));
     let mut entries: Vec<ManifestEntry> = Vec::with_capacity(job.stored.len() + 2);
     for file in &job.stored {
         let entry = producer_entry(file, &at);
-        match ctx.store.copy(&file.key, &entry.key).await {
+        match files.copy_into_storage(&file.key, &entry.key).await {
             Ok(()) => {}
             // The download's copy is gone (removed by hand, or a lifecycle rule): only the file
             // put back, or a new submission, can store it.
             Err(StoreError::NotFound { .. }) => {
-                return Ok(Err(format!("storage: {} is missing", file.key)))
+                let why = format!("storage: {} is missing", file.key);
+                return Ok(Storage::Refused { why });
             }
             Err(e) => return Err(e.into()),
         }
@@ -429,9 +449,7 @@ async fn stored(
     ] {
         let key = format!("{at}{name}");
         let bytes = Bytes::from(body);
-        ctx.store
-            .put(&key, bytes.clone(), PutCondition::Overwrite)
-            .await?;
+        files.put_storage_file(&key, bytes.clone()).await?;
         entries.push(ManifestEntry {
             key,
             sha256: sha256_hex(&bytes),
@@ -444,16 +462,15 @@ async fn stored(
         match hash_object(ctx.store.clone(), &e.key).await {
             Ok((size, sha)) if size == e.size && sha == e.sha256 => {}
             Ok((size, sha)) => {
-                return Ok(Err(format!(
+                let why = format!(
                     "storage: {} reads back as {size} bytes with SHA-256 {sha}; stored {} bytes with {}",
                     e.key, e.size, e.sha256
-                )))
+                );
+                return Ok(Storage::Refused { why });
             }
             Err(crate::ports::SourceError::Permanent { message, .. }) => {
-                return Ok(Err(format!(
-                    "storage: {} cannot be read back: {message}",
-                    e.key
-                )))
+                let why = format!("storage: {} cannot be read back: {message}", e.key);
+                return Ok(Storage::Refused { why });
             }
             // Throttled or cut short: the next tick reads it again.
             Err(e) => return Err(e.into()),
@@ -462,12 +479,8 @@ async fn stored(
     let name = identifier.unwrap_or(job.id.as_str());
     let manifest_key = format!("{at}{STORAGE_MANIFEST}");
     let manifest = storage_manifest(name, job.id.as_str(), &entries, now);
-    ctx.store
-        .put(
-            &manifest_key,
-            Bytes::from(manifest),
-            PutCondition::Overwrite,
-        )
+    files
+        .put_storage_manifest(&manifest_key, Bytes::from(manifest))
         .await?;
-    Ok(Ok(manifest_key))
+    Ok(Storage::Stored { manifest_key })
 }

@@ -77,7 +77,10 @@ pub async fn download(
 ) -> Result<(), HandlerError> {
     let stored = match &job.object.payload {
         Payload::Files { files } => download_files(ctx, &job, files).await,
-        Payload::Container { zip } => download_container(ctx, &job, zip).await?,
+        Payload::Container { zip } => match download_container(ctx, &job, zip).await? {
+            Container::Expanded(files) => Ok(files),
+            Container::Refused { why } => Err(why),
+        },
         _ => Err("no files to download".to_owned()),
     };
     let mv = decisions::on_downloaded(match &stored {
@@ -131,6 +134,14 @@ fn rechecked_priority(ctx: &Ctx, job: &JobRecord, size: u64) -> u8 {
     }
 }
 
+/// What downloading a container deposit came to.
+enum Container {
+    /// The zip was fetched, expanded into these files, and deleted.
+    Expanded(Vec<StoredFile>),
+    /// The zip could not be fetched or expanded: the job fails with `why` (the zip is kept).
+    Refused { why: String },
+}
+
 /// A container deposit's files: the zip fetched (bounded attempts, its digest checked) into the
 /// job's folder and expanded ([`crate::handlers::ingest::container`]); the zip then goes (the record names the
 /// files, not the zip). A crash after its delete and before the record's write leaves the job
@@ -139,7 +150,7 @@ async fn download_container(
     ctx: &Ctx,
     job: &JobRecord,
     zip: &crate::domain::ingest::manifest::ManifestFile,
-) -> Result<Result<Vec<StoredFile>, String>, HandlerError> {
+) -> Result<Container, HandlerError> {
     let key = ctx.ingest().keys.container(&job.id, &zip.name);
     let expanded = match fetch_to(ctx, job, zip, &key).await {
         Ok(fetched) => {
@@ -147,8 +158,11 @@ async fn download_container(
         }
         Err(why) => Err(why),
     };
-    if expanded.is_ok() {
-        ctx.store.delete(&key).await?;
+    match expanded {
+        Ok(files) => {
+            ctx.ingest().files().delete_container(&key).await?;
+            Ok(Container::Expanded(files))
+        }
+        Err(why) => Ok(Container::Refused { why }),
     }
-    Ok(expanded)
 }

@@ -167,8 +167,9 @@ async fn processing_end(
 
 /// The first stored file that is not in the bucket as it was stored (missing, or another size).
 async fn changed_file(ctx: &Ctx, job: &JobRecord) -> Result<Option<String>, HandlerError> {
+    let stored = ctx.ingest().files();
     for file in &job.stored {
-        let listed = ctx.store.list(&file.key).await?;
+        let listed = stored.downloaded_file(&file.key).await?;
         match listed.iter().find(|m| m.key == file.key) {
             None => return Ok(Some(format!("{} is missing", file.key))),
             Some(m) if m.size != file.size => {
@@ -183,40 +184,72 @@ async fn changed_file(ctx: &Ctx, job: &JobRecord) -> Result<Option<String>, Hand
     Ok(None)
 }
 
-/// What recording found of the object: the storage manifest's identifier and files, each
-/// checked to be in the store at its size; `Err(why)` when one is not (or the manifest cannot be
-/// read). A job recorded before storing existed names no manifest: its downloaded files are
-/// checked instead.
+/// What recording found of the object.
+pub(super) enum ObjectFound {
+    /// The storage manifest's identifier and files, each in the store at its size (no files: a
+    /// job recorded before storing existed, whose downloaded files are all there).
+    Found {
+        identifier: Option<String>,
+        files: Vec<ManifestEntry>,
+    },
+    /// A file is not as stored, or the manifest cannot be read: the job fails with `why`.
+    Refused { why: String },
+}
+
+impl ObjectFound {
+    /// `Ok((identifier, files))`, or `Err(why)`, as [`super::finish::record`] reads it.
+    fn into_result(self) -> Result<(Option<String>, Vec<ManifestEntry>), String> {
+        match self {
+            ObjectFound::Found { identifier, files } => Ok((identifier, files)),
+            ObjectFound::Refused { why } => Err(why),
+        }
+    }
+}
+
+/// [`object_found`] as `Ok((identifier, files))` or `Err(why)`, for [`super::finish::record`]
+/// (which reads it so until it matches on [`ObjectFound`]).
 pub(super) async fn stored_object(
     ctx: &Ctx,
     job: &JobRecord,
 ) -> Result<Result<(Option<String>, Vec<ManifestEntry>), String>, HandlerError> {
+    Ok(object_found(ctx, job).await?.into_result())
+}
+
+/// What recording found of the object: the storage manifest's identifier and files, each
+/// checked to be in the store at its size; [`ObjectFound::Refused`] when one is not (or the
+/// manifest cannot be read). A job recorded before storing existed names no manifest: its
+/// downloaded files are checked instead.
+pub(super) async fn object_found(ctx: &Ctx, job: &JobRecord) -> Result<ObjectFound, HandlerError> {
+    let refused = |why: String| Ok(ObjectFound::Refused { why });
     let Some(key) = &job.storage_manifest else {
-        return Ok(match changed_file(ctx, job).await? {
-            Some(why) => Err(why),
-            None => Ok((job.identifier.clone(), Vec::new())),
-        });
+        return match changed_file(ctx, job).await? {
+            Some(why) => refused(why),
+            None => Ok(ObjectFound::Found {
+                identifier: job.identifier.clone(),
+                files: Vec::new(),
+            }),
+        };
     };
-    let Some(body) = ctx.store.get(key).await? else {
-        return Ok(Err(format!("the storage manifest {key} is missing")));
+    let stored = ctx.ingest().files();
+    let Some(body) = stored.storage_manifest(key).await? else {
+        return refused(format!("the storage manifest {key} is missing"));
     };
     let text = String::from_utf8_lossy(&body.body);
     let manifest = match parse_storage_manifest(&text) {
         Ok(read) => read,
-        Err(why) => return Ok(Err(format!("{key}: {why}"))),
+        Err(why) => return refused(format!("{key}: {why}")),
     };
     let expected = job.identifier.as_deref().unwrap_or(job.id.as_str());
     if manifest.object != expected || manifest.job != job.id.as_str() {
-        return Ok(Err(format!(
+        return refused(format!(
             "{key} is the manifest of {} deposited by {}, not of {expected} by {}",
             manifest.object, manifest.job, job.id
-        )));
+        ));
     }
     let files = manifest.files;
     let prefix = key.strip_suffix(STORAGE_MANIFEST).unwrap_or(key);
-    let listed: std::collections::BTreeMap<String, u64> = ctx
-        .store
-        .list(prefix)
+    let listed: std::collections::BTreeMap<String, u64> = stored
+        .stored_files(prefix)
         .await?
         .into_iter()
         .map(|m| (m.key, m.size))
@@ -225,13 +258,16 @@ pub(super) async fn stored_object(
         match listed.get(&f.key) {
             Some(size) if *size == f.size => {}
             Some(size) => {
-                return Ok(Err(format!(
+                return refused(format!(
                     "{} holds {size} bytes; the storage manifest says {}",
                     f.key, f.size
-                )))
+                ))
             }
-            None => return Ok(Err(format!("{} is missing", f.key))),
+            None => return refused(format!("{} is missing", f.key)),
         }
     }
-    Ok(Ok((job.identifier.clone(), files)))
+    Ok(ObjectFound::Found {
+        identifier: job.identifier.clone(),
+        files,
+    })
 }
