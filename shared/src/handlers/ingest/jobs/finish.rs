@@ -1,6 +1,6 @@
 //! The last steps: a job's objects recorded in the catalog, its depositor notified.
 
-use super::process::stored_object;
+use super::process::{object_found, ObjectFound};
 use super::*;
 use crate::contracts::ingest::JobAnnouncement;
 use crate::domain::ingest::decisions;
@@ -20,12 +20,16 @@ pub async fn record(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
-    let found = stored_object(ctx, &job).await?;
+    let found = object_found(ctx, &job).await?;
     let key = ctx.ingest().keys.catalog(&job.collection, &job.id);
-    let mv = decisions::on_recording(found.as_ref().err().map(String::as_str), &key);
+    let refused = match &found {
+        ObjectFound::Refused { why } => Some(why.as_str()),
+        ObjectFound::Found { .. } => None,
+    };
+    let mv = decisions::on_recording(refused, &key);
     let (identifier, files) = match found {
-        Ok(found) => found,
-        Err(_) => {
+        ObjectFound::Found { identifier, files } => (identifier, files),
+        ObjectFound::Refused { .. } => {
             if advance(ctx, &job, &mv, now, |_| {}).await? {
                 s.failed += 1;
             }

@@ -196,25 +196,6 @@ pub(super) enum ObjectFound {
     Refused { why: String },
 }
 
-impl ObjectFound {
-    /// `Ok((identifier, files))`, or `Err(why)`, as [`super::finish::record`] reads it.
-    fn into_result(self) -> Result<(Option<String>, Vec<ManifestEntry>), String> {
-        match self {
-            ObjectFound::Found { identifier, files } => Ok((identifier, files)),
-            ObjectFound::Refused { why } => Err(why),
-        }
-    }
-}
-
-/// [`object_found`] as `Ok((identifier, files))` or `Err(why)`, for [`super::finish::record`]
-/// (which reads it so until it matches on [`ObjectFound`]).
-pub(super) async fn stored_object(
-    ctx: &Ctx,
-    job: &JobRecord,
-) -> Result<Result<(Option<String>, Vec<ManifestEntry>), String>, HandlerError> {
-    Ok(object_found(ctx, job).await?.into_result())
-}
-
 /// What recording found of the object: the storage manifest's identifier and files, each
 /// checked to be in the store at its size; [`ObjectFound::Refused`] when one is not (or the
 /// manifest cannot be read). A job recorded before storing existed names no manifest: its
