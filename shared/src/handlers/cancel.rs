@@ -22,13 +22,9 @@ use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::cancel::{self, CancelFilter, CancelRecord, Cancelled, OpenAttempt};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::hold::{CancelHold, Hold};
-use crate::domain::layout::claims::{
-    cancel_record_key, cancelled_key, claim_key, parse_claim_key, parse_window_key, window_key,
-};
+use crate::domain::layout::claims::{claim_key, parse_claim_key, parse_window_key, window_key};
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
-use crate::ports::PutCondition;
-use crate::repositories::json::write_json_retrying;
 use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
@@ -80,7 +76,10 @@ const LOOKS_AT_ONCE: usize = 32;
 pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> {
     let layout = &ctx.config.layout;
     let mut open = Vec::new();
-    for marker in ctx.store.list(&layout.open_claim_prefix).await? {
+    let markers =
+        crate::repositories::claims::open_markers(ctx.store.as_ref(), &layout.open_claim_prefix)
+            .await?;
+    for marker in markers {
         if let Some((inventory, start)) = parse_window_key(&layout.open_claim_prefix, &marker.key) {
             let claim_at = window_key(&layout.claim_prefix, &inventory, start);
             let Some(claim) = read_json::<WindowClaim>(ctx.store.as_ref(), &claim_at).await? else {
@@ -183,12 +182,10 @@ pub async fn cancel(
             filter: request.filter.clone(),
             targets: summary.targets.clone(),
         };
-        write_json_retrying(
+        crate::repositories::cancels::record_cancel(
             ctx.store.as_ref(),
-            &cancel_record_key(&ctx.config.layout.claim_prefix, &id),
+            &ctx.config.layout.claim_prefix,
             &record,
-            PutCondition::Overwrite,
-            "recording a cancel",
         )
         .await?;
         for job in &jobs {
@@ -240,14 +237,7 @@ async fn hold(
             filter: request.filter.clone(),
         }),
     };
-    write_json_retrying(
-        ctx.store.as_ref(),
-        key,
-        &hold,
-        PutCondition::Overwrite,
-        "holding the feeder",
-    )
-    .await?;
+    crate::repositories::hold::replace_hold(ctx.store.as_ref(), key, &hold).await?;
     Ok(existing.is_none())
 }
 
@@ -278,12 +268,13 @@ pub async fn resume_cancelled(
             granule_id: entry.granule_id.clone(),
             attempt: entry.attempt,
         };
-        let key = cancelled_key(&ctx.config.layout.claim_prefix, &attempt);
+        let claim_prefix = &ctx.config.layout.claim_prefix;
         if moved_on(ctx, &attempt).await? {
             // Sent round already (an item resume, an earlier run whose delete was lost) or
             // succeeded: only the listing is left.
             if !dry_run {
-                ctx.store.delete(&key).await?;
+                crate::repositories::cancels::unlist(ctx.store.as_ref(), claim_prefix, &attempt)
+                    .await?;
             }
             continue;
         }
@@ -297,7 +288,8 @@ pub async fn resume_cancelled(
                     format!("resumed after {}", entry.cancel),
                 ))?;
             ctx.retry_queue.send(message).await?;
-            ctx.store.delete(&key).await?;
+            crate::repositories::cancels::unlist(ctx.store.as_ref(), claim_prefix, &attempt)
+                .await?;
         }
         resumed.push(entry);
     }

@@ -12,7 +12,7 @@ use crate::domain::archive::job::Phase;
 use crate::domain::archive::job::TaskState;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::domain::layout::archive::ArchiveKeys;
-use crate::ports::{ObjectStore, PutCondition};
+use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError};
 use std::sync::Arc;
 
 /// A change's outcome as the repository reports it.
@@ -176,6 +176,36 @@ impl Archives {
             id: &named,
         };
         change_record(self.store.as_ref(), at, |t| Ok(decide(t)), &()).await
+    }
+
+    /// Moves a copied member from its temporary key into the staged archive at `address` (a
+    /// copy, then the temporary's delete).
+    pub async fn move_into_staged(&self, tmp: &str, address: &str) -> Result<(), StoreError> {
+        self.store.copy(tmp, address).await?;
+        self.store.delete(tmp).await
+    }
+
+    /// Every file of job `id`'s staged archive (one LIST).
+    pub async fn staged_files(&self, id: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        self.store.list(&self.keys.staged(id)).await
+    }
+
+    /// Deletes job `id`'s temporaries.
+    pub async fn remove_temporaries(&self, id: &str) -> Result<(), StoreError> {
+        self.remove_all(&self.keys.tmp(id)).await
+    }
+
+    /// Deletes job `id`'s work area: its shards, task records, staged archive and temporaries.
+    pub async fn remove_work(&self, id: &str) -> Result<(), StoreError> {
+        self.remove_all(&self.keys.work(id)).await
+    }
+
+    /// Deletes every object under `prefix`.
+    async fn remove_all(&self, prefix: &str) -> Result<(), StoreError> {
+        for meta in self.store.list(prefix).await? {
+            self.store.delete(&meta.key).await?;
+        }
+        Ok(())
     }
 
     /// Every task of the phase, in name order.

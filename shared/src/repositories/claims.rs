@@ -9,7 +9,7 @@ use crate::domain::campaign::Campaign;
 use crate::domain::claim::{Claim, Placement};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::claim_key;
-use crate::ports::{JobRunner, JobRunnerError, ObjectStore, PutCondition};
+use crate::ports::{JobRunner, JobRunnerError, ObjectMeta, ObjectStore, PutCondition, StoreError};
 use chrono::Utc;
 use std::time::Duration;
 
@@ -183,6 +183,58 @@ pub async fn submit_claim_once(
             "a claim of one job named no job",
         ))),
     }
+}
+
+/// Every marker of the open-claims index (one LIST of the open prefix): a requeued attempt's and
+/// a window's alike.
+pub async fn open_markers(
+    store: &dyn ObjectStore,
+    open_prefix: &str,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    store.list(open_prefix).await
+}
+
+/// Takes `granule`'s attempt out of the open-claims index (its marker deleted, retried while
+/// refused).
+pub async fn close_open_claim(
+    store: &dyn ObjectStore,
+    open_prefix: &str,
+    granule: &GranuleProcessingEvent,
+) -> Result<(), StoreError> {
+    let marker = claim_key(open_prefix, granule);
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "removing an open-claims marker",
+        || store.delete(&marker),
+        StoreError::is_transient,
+    )
+    .await
+}
+
+/// The pending markers of the retries the requeuer parked (one LIST of the parked prefix,
+/// retried while refused).
+pub async fn parked_markers(
+    store: &dyn ObjectStore,
+    parked_prefix: &str,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "listing the parked retries",
+        || store.list(parked_prefix),
+        StoreError::is_transient,
+    )
+    .await
+}
+
+/// Removes a parked retry's pending marker at `key` (retried while refused).
+pub async fn remove_parked_marker(store: &dyn ObjectStore, key: &str) -> Result<(), StoreError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "removing a parked retry's marker",
+        || store.delete(key),
+        StoreError::is_transient,
+    )
+    .await
 }
 
 #[cfg(test)]

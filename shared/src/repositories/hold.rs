@@ -1,7 +1,7 @@
 //! The hold on the feeder (`granary hold` / `granary release`): while the object exists the
 //! feeder submits nothing. Placed with If-None-Match so a second hold keeps the first one's reason.
 
-use super::json::{read_json, write_json, RepositoryError};
+use super::json::{read_json, write_json, write_json_retrying, RepositoryError};
 use crate::domain::hold::Hold;
 use crate::ports::{ObjectStore, PutCondition};
 
@@ -32,4 +32,22 @@ pub async fn place_hold(
         },
         Err(e) => Err(e),
     }
+}
+
+/// Puts `hold` in place of whatever hold is there (`granary cancel`'s, which names the cancel the
+/// requeuer holds back for).
+pub async fn replace_hold(
+    store: &dyn ObjectStore,
+    key: &str,
+    hold: &Hold,
+) -> Result<(), RepositoryError> {
+    write_json_retrying(
+        store,
+        key,
+        hold,
+        PutCondition::Overwrite,
+        "holding the feeder",
+    )
+    .await?;
+    Ok(())
 }

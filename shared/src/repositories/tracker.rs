@@ -2,7 +2,7 @@
 
 use super::json::{read_json, write_json, RepositoryError, Versioned};
 use crate::domain::tracker::Tracker;
-use crate::ports::ObjectStore;
+use crate::ports::{ObjectMeta, ObjectStore, StoreError};
 use chrono::Utc;
 
 pub async fn load_tracker(
@@ -25,6 +25,21 @@ pub async fn save_tracker(
     let etag = write_json(store, key, &tracker.value, tracker.condition()).await?;
     tracker.etag = Some(etag);
     Ok(())
+}
+
+/// Every object under the inventory prefix (one LIST, retried while refused): the inventories
+/// the tracker adds as they come.
+pub async fn list_inventories(
+    store: &dyn ObjectStore,
+    inventory_prefix: &str,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    crate::retry::again(
+        crate::retry::Backoff::IN_RUN,
+        "listing the inventories",
+        || store.list(inventory_prefix),
+        StoreError::is_transient,
+    )
+    .await
 }
 
 #[cfg(test)]

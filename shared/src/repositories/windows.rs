@@ -462,5 +462,7 @@ impl WindowGranules {
     }
 }
 
+mod markers;
+
 #[cfg(test)]
 mod tests;

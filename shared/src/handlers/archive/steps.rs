@@ -120,14 +120,6 @@ fn announcement(job: &ArchiveJob) -> ArchiveAnnouncement {
     }
 }
 
-/// Deletes every object under `prefix` of granary's bucket.
-async fn remove_all(ctx: &Ctx, prefix: &str) -> Result<(), HandlerError> {
-    for meta in ctx.store.list(prefix).await? {
-        ctx.store.delete(&meta.key).await?;
-    }
-    Ok(())
-}
-
 /// The one step job `id` calls for now, made. `Ok(false)` when it waits (for tasks, for its
 /// retry time) or has ended.
 pub async fn step(
@@ -166,9 +158,9 @@ pub async fn step(
             // Temporaries always; after a success the staged archive and the task records too
             // (the destinations hold the archive). After a failure the staged archive stays, so
             // `granary archive retry` can re-run the phase that failed.
-            remove_all(ctx, &ctx.archives().keys.tmp(id)).await?;
+            ctx.archives().remove_temporaries(id).await?;
             if succeeded {
-                remove_all(ctx, &ctx.archives().keys.work(id)).await?;
+                ctx.archives().remove_work(id).await?;
                 ctx.bus.put_events(vec![announcement(&job).event()]).await?;
             }
             let moved = make(ctx, id, &then, now, s).await?;

@@ -177,8 +177,10 @@ async fn archive_shard(
         };
         let address = format!("{staged}{}", member.key());
         let store_err = |e: crate::ports::StoreError| TaskFailure::recoverable(e.to_string());
-        ctx.store.copy(&tmp, &address).await.map_err(store_err)?;
-        ctx.store.delete(&tmp).await.map_err(store_err)?;
+        ctx.archives()
+            .move_into_staged(&tmp, &address)
+            .await
+            .map_err(store_err)?;
         members.push(member);
     }
     Ok(members)
@@ -278,7 +280,11 @@ async fn store_to(ctx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFai
         .store(&dest.bucket, dest.storage_class.as_deref());
     let staged = ctx.archives().keys.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
-    let files = ctx.store.list(&staged).await.map_err(store_err)?;
+    let files = ctx
+        .archives()
+        .staged_files(&job.id)
+        .await
+        .map_err(store_err)?;
     let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);

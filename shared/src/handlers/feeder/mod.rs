@@ -13,7 +13,6 @@ use crate::budget::Budget;
 use crate::domain::granule::IdCell;
 use crate::domain::tracker::{InventoryProgress, Tracker};
 use crate::handlers::HandlerError;
-use crate::ports::StoreError;
 use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
 use crate::retry::{again, Backoff};
 use serde::{Deserialize, Serialize};
@@ -214,11 +213,9 @@ pub async fn feed(
     mut tracker: Versioned<Tracker>,
     summary: FeederSummary,
 ) -> Result<FeederSummary, HandlerError> {
-    let listed = again(
-        Backoff::IN_RUN,
-        "listing the inventories",
-        || ctx.store.list(&ctx.config.layout.inventory_prefix),
-        StoreError::is_transient,
+    let listed = crate::repositories::tracker::list_inventories(
+        ctx.store.as_ref(),
+        &ctx.config.layout.inventory_prefix,
     )
     .await?;
     let rows_before = tracker.value.rows_submitted();

@@ -28,7 +28,6 @@ use crate::domain::layout::claims::{claim_key, parked_key, parked_prefix, parse_
 use crate::domain::tracker::Tracker;
 use crate::domain::window::{WindowClaim, WindowEntry, RETRY_WINDOWS};
 use crate::handlers::{Ctx, HandlerError};
-use crate::ports::StoreError;
 use crate::repositories::json::{change_record, read_json_retrying, RecordAt, RecordError};
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::{JobSubmission, RepositoryError, Versioned};
@@ -269,13 +268,7 @@ pub(super) async fn feed_other_campaigns(
 /// The retries the requeuer parked, as their pending markers name them (one LIST).
 async fn list_parked(ctx: &Ctx) -> Result<Vec<GranuleProcessingEvent>, HandlerError> {
     let prefix = parked_prefix(&ctx.config.layout.claim_prefix);
-    let listed = again(
-        Backoff::IN_RUN,
-        "listing the parked retries",
-        || ctx.store.list(&prefix),
-        StoreError::is_transient,
-    )
-    .await?;
+    let listed = crate::repositories::claims::parked_markers(ctx.store.as_ref(), &prefix).await?;
     Ok(listed
         .iter()
         .filter_map(|m| parse_claim_key(&prefix, &m.key))
@@ -362,12 +355,6 @@ async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result
 }
 
 async fn remove(ctx: &Ctx, key: String) -> Result<(), HandlerError> {
-    again(
-        Backoff::IN_RUN,
-        "removing a parked retry's marker",
-        || ctx.store.delete(&key),
-        StoreError::is_transient,
-    )
-    .await?;
+    crate::repositories::claims::remove_parked_marker(ctx.store.as_ref(), &key).await?;
     Ok(())
 }

@@ -296,7 +296,11 @@ async fn check_products(ctx: &Ctx, record: &ItemRecord) -> Result<(), String> {
         let key = t
             .replace("{id}", record.id.as_str())
             .replace("{name}", &record.name);
-        let listed = ctx.store.list(&key).await.map_err(|e| e.to_string())?;
+        let listed = ctx
+            .items()
+            .products_at(&key)
+            .await
+            .map_err(|e| e.to_string())?;
         match listed.iter().find(|m| m.key == key) {
             None => return Err(format!("product {key} is missing")),
             Some(m) if m.size == 0 => return Err(format!("product {key} is empty")),

@@ -159,13 +159,10 @@ async fn close_open_claim(
     ctx: &Ctx,
     granule: &crate::domain::granule::GranuleProcessingEvent,
 ) -> Result<(), HandlerError> {
-    let marker =
-        crate::domain::layout::claims::claim_key(&ctx.config.layout.open_claim_prefix, granule);
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "removing an open-claims marker",
-        || ctx.store.delete(&marker),
-        crate::ports::StoreError::is_transient,
+    crate::repositories::claims::close_open_claim(
+        ctx.store.as_ref(),
+        &ctx.config.layout.open_claim_prefix,
+        granule,
     )
     .await?;
     Ok(())

@@ -100,15 +100,14 @@ pub(super) async fn reconcile_window(
     summary: &mut ReconcileSummary,
     budget: &Budget,
 ) -> Result<(), HandlerError> {
-    let open_key = window_key(&ctx.config.layout.open_claim_prefix, inventory, start);
     let claim_key = window_key(&ctx.config.layout.claim_prefix, inventory, start);
     let Some(claim) = window_claim(ctx, &claim_key, own, summary, budget).await? else {
-        ctx.store.delete(&open_key).await?;
+        ctx.windows().close(inventory, start).await?;
         summary.closed += 1;
         return Ok(());
     };
     // What earlier passes saw handled: those granules are not looked at again.
-    let marker = ctx.store.get(&open_key).await?;
+    let marker = ctx.windows().open_marker(inventory, start).await?;
     let mut progress = marker
         .as_ref()
         .map(|m| WindowProgress::from_marker(&m.body))
@@ -136,7 +135,7 @@ pub(super) async fn reconcile_window(
     }
     let (open, newly_handled) = tally(looked, &mut progress, summary);
     if open == 0 {
-        ctx.store.delete(&open_key).await?;
+        ctx.windows().close(inventory, start).await?;
         summary.closed += 1;
     } else if newly_handled > 0 {
         // Kept for the next pass; a lost race (the feeder reset the marker in a takeover) or a
@@ -148,7 +147,11 @@ pub(super) async fn reconcile_window(
         let body = crate::contracts::encode("window progress", &progress);
         match body {
             Ok(body) => {
-                if let Err(e) = ctx.store.put(&open_key, body, condition).await {
+                let kept = ctx
+                    .windows()
+                    .keep_progress(inventory, start, body, condition)
+                    .await;
+                if let Err(e) = kept {
                     tracing::warn!(inventory, start, error = %e, "window progress not kept; the next pass looks again");
                 }
             }

@@ -114,6 +114,15 @@ impl Items {
         Self { store, prefixes }
     }
 
+    /// The objects listed under a product's key (one LIST): the product itself among them if it
+    /// was made.
+    pub async fn products_at(
+        &self,
+        key: &str,
+    ) -> Result<Vec<crate::ports::ObjectMeta>, StoreError> {
+        self.store.list(key).await
+    }
+
     pub async fn get(&self, id: &GranuleId) -> Result<Option<Versioned<ItemRecord>>, RecordError> {
         Ok(read_json(self.store.as_ref(), &record_key(&self.prefixes.items, id)).await?)
     }
