@@ -18,7 +18,7 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::domain::layout::ingest::IngestKeys;
-use crate::ports::{ObjectStore, PutCondition};
+use crate::ports::{ObjectStore, PutCondition, StoreError};
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -422,7 +422,18 @@ impl Ingest {
         self.store.delete(&self.keys.job(&record.id)).await?;
         Ok(())
     }
+
+    /// Deletes a job's downloaded files (one LIST, a DELETE each).
+    pub async fn remove_downloaded_files(&self, job: &JobId) -> Result<(), StoreError> {
+        for meta in self.store.list(&self.keys.objects(job)).await? {
+            self.store.delete(&meta.key).await?;
+        }
+        Ok(())
+    }
 }
+
+mod holds;
+mod reports;
 
 #[cfg(test)]
 mod tests;

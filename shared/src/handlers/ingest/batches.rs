@@ -295,10 +295,7 @@ async fn previous_report(
         return Ok(None);
     }
     let key = ctx.ingest().keys.report(&batch.id, batch.reports);
-    Ok(crate::repositories::read_json(ctx.store.as_ref(), &key)
-        .await
-        .map_err(crate::repositories::RecordError::from)?
-        .map(|v| v.value))
+    Ok(ctx.ingest().report_at(&key).await?)
 }
 
 async fn write_report(
@@ -446,8 +443,6 @@ async fn archived(
 
 /// Deletes a job's downloaded files.
 pub async fn remove_files(ctx: &Ctx, job: &JobId) -> Result<(), HandlerError> {
-    for meta in ctx.store.list(&ctx.ingest().keys.objects(job)).await? {
-        ctx.store.delete(&meta.key).await?;
-    }
+    ctx.ingest().remove_downloaded_files(job).await?;
     Ok(())
 }

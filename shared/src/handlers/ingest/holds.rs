@@ -9,7 +9,6 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::handlers::HandlerError;
-use crate::ports::PutCondition;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -51,12 +50,7 @@ pub struct IngestHold {
 }
 
 async fn hold_of(ctx: &Ctx, target: &Target) -> Result<Option<IngestHold>, HandlerError> {
-    Ok(
-        crate::repositories::read_json(ctx.store.as_ref(), &target.key(ctx))
-            .await
-            .map_err(crate::repositories::RecordError::from)?
-            .map(|v| v.value),
-    )
+    Ok(ctx.ingest().hold_at(&target.key(ctx)).await?)
 }
 
 /// Places a hold (the first one's reason is kept if one is there). New batches of a held
@@ -75,11 +69,7 @@ pub async fn hold(
         at: now,
     };
     let body = crate::contracts::encode("a hold", &hold)?;
-    match ctx
-        .store
-        .put(&target.key(ctx), body, PutCondition::IfAbsent)
-        .await
-    {
+    match ctx.ingest().place_hold(&target.key(ctx), body).await {
         Ok(_) => Ok(hold),
         Err(crate::ports::StoreError::Conflict { .. }) => {
             Ok(hold_of(ctx, target).await?.unwrap_or(hold))
@@ -104,7 +94,7 @@ pub async fn release(
     target: &Target,
     now: DateTime<Utc>,
 ) -> Result<Released, HandlerError> {
-    ctx.store.delete(&target.key(ctx)).await?;
+    ctx.ingest().remove_hold(&target.key(ctx)).await?;
     release_unheld(ctx, Some(target), &format!("{target} released"), now).await
 }
 

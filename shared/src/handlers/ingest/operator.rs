@@ -225,12 +225,10 @@ pub async fn reports(
     batch: &BatchId,
 ) -> Result<Vec<batches::BatchReport>, HandlerError> {
     let mut out = Vec::new();
-    for meta in ctx.store.list(&ctx.ingest().keys.reports(batch)).await? {
-        if let Some(r) = crate::repositories::read_json(ctx.store.as_ref(), &meta.key)
-            .await
-            .map_err(crate::repositories::RecordError::from)?
-        {
-            out.push(r.value);
+    let ingest = ctx.ingest();
+    for meta in ingest.report_objects(batch).await? {
+        if let Some(r) = ingest.report_at(&meta.key).await? {
+            out.push(r);
         }
     }
     Ok(out)
