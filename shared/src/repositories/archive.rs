@@ -185,6 +185,22 @@ impl Archives {
         self.store.delete(tmp).await
     }
 
+    /// Writes one of granary's files (`name`) into job `id`'s staged archive.
+    pub async fn put_staged_file(
+        &self,
+        id: &str,
+        name: &str,
+        body: bytes::Bytes,
+    ) -> Result<String, StoreError> {
+        self.store
+            .put(
+                &format!("{}{name}", self.keys.staged(id)),
+                body,
+                PutCondition::Overwrite,
+            )
+            .await
+    }
+
     /// Every file of job `id`'s staged archive (one LIST).
     pub async fn staged_files(&self, id: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         self.store.list(&self.keys.staged(id)).await

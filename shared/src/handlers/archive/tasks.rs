@@ -14,7 +14,7 @@ use crate::domain::archive::manifest::{self, Manifest, Member};
 use crate::domain::archive::record::{ArchiveJob, Destination, TaskRecord};
 use crate::handlers::transfer::{copy_into_store, hash_object, open_object, Expected};
 use crate::handlers::HandlerError;
-use crate::ports::{ObjectStore, PutCondition};
+use crate::ports::ObjectStore;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -216,14 +216,11 @@ async fn post_process(ctx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     let manifest_body = serde_json::to_vec_pretty(&manifest)
         .map_err(|e| TaskFailure::fatal(format!("the manifest: {e}")))?;
     let sums = manifest.sums(&manifest::sha256_hex(&manifest_body));
-    let put = |name: &'static str, body: Vec<u8>| {
-        let key = format!("{staged}{name}");
-        async move {
-            ctx.store
-                .put(&key, Bytes::from(body), PutCondition::Overwrite)
-                .await
-                .map_err(store_err)
-        }
+    let put = |name: &'static str, body: Vec<u8>| async move {
+        ctx.archives()
+            .put_staged_file(&job.id, name, Bytes::from(body))
+            .await
+            .map_err(store_err)
     };
     put(manifest::MANIFEST, manifest_body.clone()).await?;
     put(manifest::SUMS, sums.clone().into_bytes()).await?;

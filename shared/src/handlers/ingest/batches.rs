@@ -349,9 +349,7 @@ async fn write_report(
     // report and announces it again (at least once), never skips it.
     let key = ctx.ingest().keys.report(&batch.id, number);
     let body = crate::contracts::encode("a batch report", &report)?;
-    ctx.store
-        .put(&key, body, crate::ports::PutCondition::Overwrite)
-        .await?;
+    ctx.ingest().put_report(&batch.id, number, body).await?;
     let to = reported_state(report.failed.len());
     let announcement = BatchAnnouncement {
         batch: &batch.id,
