@@ -359,3 +359,14 @@ fn the_catalogue_stays_small() {
     assert!(choices <= 45, "{choices} operator choices");
     assert!(parameters <= 50, "{parameters} template parameters");
 }
+
+/// Where a setting takes effect is one of the functions that read it.
+#[test]
+fn a_narrower_use_names_functions_that_read_the_setting() {
+    for s in SETTINGS.iter().filter(|s| !s.used_by.is_empty()) {
+        let readers: Vec<&str> = s.functions().iter().map(|f| f.name()).collect();
+        for user in s.used_by {
+            assert!(readers.contains(user), "{}: {user} does not read it", s.var);
+        }
+    }
+}

@@ -34,6 +34,8 @@ pub struct Setting {
     pub sections: &'static [Section],
     /// The commands that read it, besides the section's functions.
     pub commands: &'static [&'static str],
+    /// Where it takes effect, when that is narrower than the functions that read its section.
+    pub used_by: &'static [&'static str],
     /// The template parameter that sets it, if any.
     pub parameter: Option<&'static str>,
 }
@@ -70,6 +72,7 @@ const fn choice(
         why,
         sections: section,
         commands: &[],
+        used_by: &[],
         parameter: Some(parameter),
     }
 }
@@ -88,6 +91,7 @@ const fn fixed(
         why,
         sections: section,
         commands: &[],
+        used_by: &[],
         parameter: None,
     }
 }
@@ -106,6 +110,7 @@ const fn wiring(
         why,
         sections,
         commands,
+        used_by: &[],
         parameter: None,
     }
 }
@@ -136,8 +141,14 @@ pub const SETTINGS: &[Setting] = &[
     choice("GRANARY_DOWNSTREAM_MAX_MESSAGES", "1000", &[Feeder], "DownstreamMaxMessages", "The backlog the downstream queue may hold before the feeder waits."),
     choice("GRANARY_MAX_RETRIES", "3", &[Retry], "MaxRetries", "More retries for flaky work, fewer to dead-letter sooner."),
     choice("GRANARY_MAX_SPOT_RETRIES", "shared", &[Retry], "MaxSpotRetries", "Give Spot reclaims a budget of their own on a bad night of reclaims."),
-    choice("GRANARY_BRAKE_APPLICATION_PERCENT", "25", &[Retry], "BrakeApplicationPercent", "Share of recent ends failing in your code that holds the feeder; off: never."),
-    choice("GRANARY_BRAKE_CAPACITY_PERCENT", "50", &[Retry], "BrakeCapacityPercent", "Share of recent Spot and capacity ends that holds the feeder; off: never."),
+    Setting {
+        used_by: &["job-monitor"],
+        ..choice("GRANARY_BRAKE_APPLICATION_PERCENT", "25", &[Retry], "BrakeApplicationPercent", "Share of recent ends failing in your code that holds the feeder; off: never.")
+    },
+    Setting {
+        used_by: &["job-monitor"],
+        ..choice("GRANARY_BRAKE_CAPACITY_PERCENT", "50", &[Retry], "BrakeCapacityPercent", "Share of recent Spot and capacity ends that holds the feeder; off: never.")
+    },
     choice("GRANARY_PROCESSING_TIMEOUT_SECS", "21600", &[Retry], "ProcessingTimeoutSeconds", "A PROCESSING item whose job Batch no longer runs is retried after this long."),
     choice("GRANARY_SOURCE_URL", "", &[Importer], "SourceUrl", "Where the importer discovers files; empty: no importer."),
     choice("GRANARY_ACTIVE_SLOTS", "*", &[Importer], "ActiveSlots", "Process only some slots (platforms, tiles) first."),
@@ -188,7 +199,10 @@ pub const SETTINGS: &[Setting] = &[
         ..fixed("GRANARY_FUNCTION_TIMEOUT_SECS", "", &[Leases], "The function's own Timeout, which every lease must outlast.")
     },
     fixed("GRANARY_SUBMIT_CONCURRENCY", "8", &[Feeder], "SubmitJob calls in flight; pacing, not this, bounds the rate."),
-    fixed("GRANARY_BRAKE_WINDOW_ENDS", "200", &[Retry], "The recent ends the brake judges; the percents are the choice."),
+    Setting {
+        used_by: &["job-monitor"],
+        ..fixed("GRANARY_BRAKE_WINDOW_ENDS", "200", &[Retry], "The recent ends the brake judges; the percents are the choice.")
+    },
     fixed("GRANARY_MAX_DOWNLOAD_ATTEMPTS", "3", &[Retry], "Importer download attempts before an item is given up."),
     fixed("GRANARY_DOWNLOAD_TIMEOUT_SECS", "240", &[Retry], "A download older than this is timed out; below the step's timeout."),
     Setting {
@@ -218,11 +232,27 @@ pub const SETTINGS: &[Setting] = &[
 
 /// Variables read only by tests, the demo and the benchmarks, or set on jobs for the container.
 pub const TEST_SWITCHES: &[TestSwitch] = &[
-    TestSwitch { var: "GRANARY_MUTANT", why: "Switches on one deliberate defect (scripts/mutants.sh)." },
-    TestSwitch { var: "GRANARY_MOTO_SERVER", why: "The moto server granary-local starts." },
-    TestSwitch { var: "GRANARY_DEMO_TIMINGS", why: "Prints the demo's phase timings." },
-    TestSwitch { var: "GRANARY_ARRAY_RETRIES", why: "Array retries apart from array windows, for benchmarks that compare them; the stack sets it with ArrayWindows." },
-    TestSwitch { var: "GRANARY_WINDOW_CLAIM", why: "Set on each array job for the container: its window claim (docs/array-windows.md)." },
+    TestSwitch {
+        var: "GRANARY_MUTANT",
+        why: "Switches on one deliberate defect (scripts/mutants.sh).",
+    },
+    TestSwitch {
+        var: "GRANARY_MOTO_SERVER",
+        why: "The moto server granary-local starts.",
+    },
+    TestSwitch {
+        var: "GRANARY_DEMO_TIMINGS",
+        why: "Prints the demo's phase timings.",
+    },
+    TestSwitch {
+        var: "GRANARY_ARRAY_RETRIES",
+        why:
+            "Defaults to GRANARY_ARRAY_WINDOWS; set apart only by benchmarks that compare the two.",
+    },
+    TestSwitch {
+        var: "GRANARY_WINDOW_CLAIM",
+        why: "Set on each array job for the container: its window claim (docs/array-windows.md).",
+    },
 ];
 
 pub const PARAMETERS: &[Parameter] = &[

@@ -26,6 +26,11 @@ fn code_or_dash(text: &str) -> String {
 }
 
 fn readers(s: &Setting) -> String {
+    if !s.used_by.is_empty() {
+        let mut names: Vec<String> = s.used_by.iter().map(|n| (*n).to_owned()).collect();
+        names.extend(s.commands.iter().map(|c| format!("`{c}`")));
+        return names.join(", ");
+    }
     let mut names: Vec<String> = s.functions().iter().map(|f| f.name().to_owned()).collect();
     if names.len() == super::super::Function::ALL.len() {
         names = vec!["every function".to_owned()];
