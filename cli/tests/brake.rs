@@ -46,7 +46,9 @@ async fn the_monitor_holds_the_feeder_when_the_code_keeps_failing() {
         c.runtime.progress.submitted
     );
     let ctx = &c.runtime.ctx;
-    let hold = granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
+    let hold = ctx
+        .hold()
+        .read()
         .await
         .unwrap()
         .expect("the brake held the feeder");

@@ -244,12 +244,7 @@ async fn a_cancel_on_the_emulator_takes_exactly_the_open_jobs_and_resume_sends_t
         "{open}"
     );
     let ctx = c.runtime.ctx.clone();
-    assert!(
-        granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
-            .await
-            .unwrap()
-            .is_none()
-    );
+    assert!(ctx.hold().read().await.unwrap().is_none());
 
     let id = cancel_and_see_the_ends(&mut c, &waiting).await;
 

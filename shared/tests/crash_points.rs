@@ -218,9 +218,7 @@ async fn audit_campaign(w: &World, c: &granary::handlers::Ctx) -> Vec<String> {
     }
     // The brake, where a scenario sets it, held the feeder (whichever end's handling died).
     if w.brake.is_some() {
-        let hold = granary::repositories::read_hold(c.store.as_ref(), &c.config.layout.hold_key)
-            .await
-            .unwrap();
+        let hold = c.hold().read().await.unwrap();
         if hold.is_none_or(|h| h.held_by != "job-monitor (automatic brake)") {
             problems.push("the brake did not hold the feeder".into());
         }
@@ -443,12 +441,7 @@ async fn every_crash_point_of_every_handler_loses_nothing_and_submits_nothing_tw
                 backfill_processed_at_attempt_2(&ctx(&w).in_campaign(campaign.as_ref())).await;
             }
             let first = ctx(&w).in_campaign(None);
-            let tracker = granary::repositories::load_tracker(
-                first.store.as_ref(),
-                &first.config.layout.tracker_key,
-            )
-            .await
-            .unwrap();
+            let tracker = first.tracker().load().await.unwrap();
             assert_eq!(tracker.value.retry_windows, 1, "{scenario:?}");
         }
         if matches!(

@@ -177,13 +177,12 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
             granary::handlers::monitor::brake(&monitor, EndKind::Application, "g: exit 1".into())
                 .await;
         }
-        let hold = granary::repositories::read_hold(
-            monitor.store.as_ref(),
-            &monitor.config.layout.hold_key,
-        )
-        .await
-        .unwrap()
-        .expect("the brake held the feeder");
+        let hold = monitor
+            .hold()
+            .read()
+            .await
+            .unwrap()
+            .expect("the brake held the feeder");
         assert_eq!(hold.evidence, vec!["g: exit 1"]);
         collect(&w);
     }

@@ -4,7 +4,7 @@
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
-use granary::repositories::{load_tracker, read_json};
+use granary::repositories::read_json;
 use granary_local::campaign::{Campaign, CampaignSpec, Summary};
 use granary_local::fault_plan::FaultPlan;
 use granary_tests::*;
@@ -288,9 +288,7 @@ async fn assert_accounted_for(c: &Campaign, summary: &Summary) {
         summary.events_dlq, 0,
         "no event failed the monitor for good"
     );
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let tracker = ctx.tracker().load().await.unwrap();
     assert!(tracker.value.is_complete());
     assert_eq!(tracker.value.rows_submitted(), c.granules.len() as u64);
 }

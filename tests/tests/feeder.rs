@@ -3,7 +3,6 @@
 
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::Ctx;
-use granary::repositories::load_tracker;
 use granary_tests::*;
 use std::sync::Arc;
 
@@ -50,18 +49,14 @@ async fn submits_exactly_the_window_and_advances_the_tracker() {
         got, want_sorted,
         "exactly rows 0..120 of the first inventory"
     );
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 120);
     assert_eq!(t.value.inventories[0].total_rows, Some(250));
 
     // The next window crosses into the second inventory, in order.
     let out = feed(&s.ctx, 150).await;
     assert_eq!(out.submitted, 150);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 250);
     assert_eq!(t.value.inventories[1].rows_submitted, 20);
     assert_eq!(all_jobs(&s).await.len(), 270);
@@ -94,9 +89,7 @@ async fn exits_early_at_the_active_job_threshold() {
         "{out:?}"
     );
     assert!(all_jobs(&s).await.is_empty());
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(
         t.etag, None,
         "an early exit does not even touch the tracker"
@@ -108,9 +101,7 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
     let (s, _) = stack_with_inventory("stale", &[], 100, "DD").await;
     // Create the tracker, then take a snapshot that will go stale.
     feed(&s.ctx, 10).await;
-    let stale = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let stale = s.ctx.tracker().load().await.unwrap();
     // Another feeder run moves on.
     let other = feed(&s.ctx, 40).await;
     assert_eq!(other.submitted, 40);
@@ -129,9 +120,7 @@ async fn a_feeder_with_a_stale_etag_submits_nothing() {
         "{out:?}"
     );
     assert_eq!(all_jobs(&s).await.len(), before);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(
         t.value.inventories[0].rows_submitted, 50,
         "the stale run did not move the tracker"
@@ -200,9 +189,7 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
     let mut names: Vec<&String> = jobs.iter().map(|(n, _)| n).collect();
     names.dedup();
     assert_eq!(names.len(), 60);
-    let t = load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-        .await
-        .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(t.value.inventories[0].rows_submitted, 60);
 }
 
@@ -245,10 +232,7 @@ async fn invalid_rows_go_to_the_dlq_not_to_batch() {
         assert_eq!(record.reason, m.attributes["reason"]);
         assert!(record.source.starts_with("inventories/a.parquet#row="));
     }
-    let t =
-        granary::repositories::load_tracker(s.ctx.store.as_ref(), &s.ctx.config.layout.tracker_key)
-            .await
-            .unwrap();
+    let t = s.ctx.tracker().load().await.unwrap();
     assert_eq!(
         t.value.inventories[0].rows_submitted, 5,
         "the feed went past both"

@@ -14,7 +14,7 @@ use granary::domain::tracker::{InventoryProgress, Tracker};
 use granary::handlers::redrive::{redrive, RedriveFilter, RedriveOptions};
 use granary::handlers::{item_sync, requeuer, resume};
 use granary::ports::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessage};
-use granary::repositories::{place_hold, Versioned};
+use granary::repositories::Versioned;
 use granary_cli::ops::status;
 use granary_tests::*;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,9 +53,7 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
         value: tracker,
         etag: None,
     };
-    granary::repositories::save_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key, &mut v)
-        .await
-        .unwrap();
+    ctx.tracker().save(&mut v).await.unwrap();
     for i in 0..3 {
         ctx.failure_dlq
             .send(OutgoingMessage::new(format!("{{\"n\":{i}}}")))
@@ -66,19 +64,16 @@ async fn status_reports_progress_queues_hold_and_eta_from_a_known_history() {
         .send(OutgoingMessage::new("{}"))
         .await
         .unwrap();
-    place_hold(
-        ctx.store.as_ref(),
-        &ctx.config.layout.hold_key,
-        &Hold {
+    ctx.hold()
+        .place(&Hold {
             reason: "image rollout".into(),
             held_by: "ops".into(),
             at: t0,
             evidence: Vec::new(),
             cancel: None,
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
 
     let now = t0 + Duration::hours(4);
     let st = status::gather(ctx, now, true).await.unwrap();
@@ -111,19 +106,16 @@ async fn the_feeder_submits_nothing_while_held_and_resumes_at_the_same_row() {
     let (s, granules) = stack_with_inventory("hold", &[], 60, "HO").await;
     let ctx = &s.ctx;
     assert_eq!(feed(ctx, 20).await.submitted, 20);
-    place_hold(
-        ctx.store.as_ref(),
-        &ctx.config.layout.hold_key,
-        &Hold {
+    ctx.hold()
+        .place(&Hold {
             reason: "quota".into(),
             held_by: "ops".into(),
             at: Utc::now(),
             evidence: Vec::new(),
             cancel: None,
-        },
-    )
-    .await
-    .unwrap();
+        })
+        .await
+        .unwrap();
     let held = feed(ctx, 20).await;
     assert_eq!(held.submitted, 0);
     assert!(

@@ -10,7 +10,6 @@ use granary::adapters::parquet::Inventory;
 use granary::domain::plan::{forecast, Forecast, PlanSettings};
 use granary::domain::progress::rate;
 use granary::handlers::Ctx;
-use granary::repositories::load_tracker;
 use serde::Serialize;
 
 /// Inventory footers read at once.
@@ -69,7 +68,9 @@ pub async fn gather(
     } else {
         keys.to_vec()
     };
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
+    let tracker = ctx
+        .tracker()
+        .load()
         .await
         .context("reading the tracker")?
         .value;

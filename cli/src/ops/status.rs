@@ -6,7 +6,6 @@ use granary::domain::hold::Hold;
 use granary::domain::progress::{eta, rate, Eta, Rate};
 use granary::handlers::Ctx;
 use granary::ports::{ActiveJobs, QueueDepth};
-use granary::repositories::{load_tracker, read_hold};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -211,7 +210,9 @@ const COUNT_JOBS_UP_TO: u64 = 100_000;
 /// Everything `granary status` shows. `batch` says whether the endpoint has AWS Batch to count
 /// active jobs on (see `granary::adapters::aws::batch::endpoint_has_batch`).
 pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status> {
-    let tracker = load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
+    let tracker = ctx
+        .tracker()
+        .load()
         .await
         .context("reading the tracker")?
         .value;
@@ -227,9 +228,7 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
     };
     let retry_queue = ctx.retry_queue.depth().await.context("retry queue depth")?;
     let failure_dlq = ctx.failure_dlq.depth().await.context("failure DLQ depth")?;
-    let hold = read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key)
-        .await
-        .context("reading the hold")?;
+    let hold = ctx.hold().read().await.context("reading the hold")?;
     let downstream = match (&ctx.config.feeder.downstream, &ctx.downstream) {
         (Some(gate), Some(queue)) => {
             let depth = queue

@@ -25,9 +25,7 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
         evidence: Vec::new(),
         cancel: None,
     };
-    match granary::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
-        .await?
-    {
+    match ctx.hold().place(&hold).await? {
         None => {
             println!("feeder held: it submits nothing until `granary release`; its place is kept")
         }
@@ -38,10 +36,10 @@ pub async fn hold(args: HoldArgs) -> Result<ExitCode> {
 
 pub async fn release() -> Result<ExitCode> {
     let ctx = ctx(&[]).await?;
-    match granary::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await? {
+    match ctx.hold().read().await? {
         None => println!("the feeder is not held"),
         Some(h) => {
-            ctx.store.delete(&ctx.config.layout.hold_key).await?;
+            ctx.hold().release().await?;
             println!(
                 "released (was {}); the next feeder run resumes where it stopped",
                 h.describe()

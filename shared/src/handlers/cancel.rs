@@ -76,9 +76,7 @@ const LOOKS_AT_ONCE: usize = 32;
 pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> {
     let layout = &ctx.config.layout;
     let mut open = Vec::new();
-    let markers =
-        crate::repositories::claims::open_markers(ctx.store.as_ref(), &layout.open_claim_prefix)
-            .await?;
+    let markers = ctx.claims().open_markers().await?;
     for marker in markers {
         if let Some((inventory, start)) = parse_window_key(&layout.open_claim_prefix, &marker.key) {
             let claim_at = window_key(&layout.claim_prefix, &inventory, start);
@@ -182,12 +180,7 @@ pub async fn cancel(
             filter: request.filter.clone(),
             targets: summary.targets.clone(),
         };
-        crate::repositories::cancels::record_cancel(
-            ctx.store.as_ref(),
-            &ctx.config.layout.claim_prefix,
-            &record,
-        )
-        .await?;
+        ctx.cancelled().record_cancel(&record).await?;
         for job in &jobs {
             if let Some(p) = &pacer {
                 p.wait().await;
@@ -225,8 +218,7 @@ async fn hold(
     id: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, HandlerError> {
-    let key = &ctx.config.layout.hold_key;
-    let existing = crate::repositories::read_hold(ctx.store.as_ref(), key).await?;
+    let existing = ctx.hold().read().await?;
     let hold = Hold {
         reason: format!("granary cancel {id}: {}", request.reason),
         held_by: request.by.clone(),
@@ -237,16 +229,13 @@ async fn hold(
             filter: request.filter.clone(),
         }),
     };
-    crate::repositories::hold::replace_hold(ctx.store.as_ref(), key, &hold).await?;
+    ctx.hold().replace(&hold).await?;
     Ok(existing.is_none())
 }
 
 /// Attempts `granary cancel` ended or held back, as listed (by granule).
 pub async fn cancelled(ctx: &Ctx) -> Result<Vec<Cancelled>, HandlerError> {
-    Ok(
-        crate::repositories::cancels::listed(ctx.store.as_ref(), &ctx.config.layout.claim_prefix)
-            .await?,
-    )
+    Ok(ctx.cancelled().listed().await?)
 }
 
 /// `granary resume --cancelled [--cancel ID]`: each listed attempt (of that cancel, or every
@@ -268,13 +257,11 @@ pub async fn resume_cancelled(
             granule_id: entry.granule_id.clone(),
             attempt: entry.attempt,
         };
-        let claim_prefix = &ctx.config.layout.claim_prefix;
         if moved_on(ctx, &attempt).await? {
             // Sent round already (an item resume, an earlier run whose delete was lost) or
             // succeeded: only the listing is left.
             if !dry_run {
-                crate::repositories::cancels::unlist(ctx.store.as_ref(), claim_prefix, &attempt)
-                    .await?;
+                ctx.cancelled().unlist(&attempt).await?;
             }
             continue;
         }
@@ -288,8 +275,7 @@ pub async fn resume_cancelled(
                     format!("resumed after {}", entry.cancel),
                 ))?;
             ctx.retry_queue.send(message).await?;
-            crate::repositories::cancels::unlist(ctx.store.as_ref(), claim_prefix, &attempt)
-                .await?;
+            ctx.cancelled().unlist(&attempt).await?;
         }
         resumed.push(entry);
     }

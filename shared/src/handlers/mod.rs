@@ -166,6 +166,47 @@ impl Ctx {
         self.config.layout.campaign.as_ref()
     }
 
+    /// The feeder's tracker.
+    pub fn tracker(&self) -> crate::repositories::TrackerObject<'_> {
+        crate::repositories::TrackerObject {
+            store: self.store.as_ref(),
+            key: &self.config.layout.tracker_key,
+        }
+    }
+
+    /// The inventories the feeder reads.
+    pub fn inventories(&self) -> crate::repositories::Inventories<'_> {
+        crate::repositories::Inventories {
+            store: &self.store,
+            prefix: &self.config.layout.inventory_prefix,
+        }
+    }
+
+    /// The feeder's hold.
+    pub fn hold(&self) -> crate::repositories::HoldObject<'_> {
+        crate::repositories::HoldObject {
+            store: self.store.as_ref(),
+            key: &self.config.layout.hold_key,
+        }
+    }
+
+    /// The attempts `granary cancel` ended or held back, and its records.
+    pub fn cancelled(&self) -> crate::repositories::CancelledList<'_> {
+        crate::repositories::CancelledList {
+            store: self.store.as_ref(),
+            claim_prefix: &self.config.layout.claim_prefix,
+        }
+    }
+
+    /// Claims of one job, the open-claims index and the parked retries' markers.
+    pub fn claims(&self) -> crate::repositories::Claims<'_> {
+        crate::repositories::Claims {
+            store: self.store.as_ref(),
+            claim_prefix: &self.config.layout.claim_prefix,
+            open_prefix: &self.config.layout.open_claim_prefix,
+        }
+    }
+
     /// The ingest queue's records and indexes (`GRANARY_INGEST_PREFIX`).
     pub fn ingest(&self) -> crate::repositories::ingest::Ingest {
         crate::repositories::ingest::Ingest::new(self.store.clone(), &self.config.ingest.prefix)

@@ -261,8 +261,7 @@ async fn hold_back(
     };
     // Listed first: a crash before the record gives up leaves a listing the redelivered message
     // writes again.
-    crate::repositories::cancels::list(ctx.store.as_ref(), &ctx.config.layout.claim_prefix, &entry)
-        .await?;
+    ctx.cancelled().list(&entry).await?;
     super::item_sync::held_back(ctx, event, &cancel).await?;
     tracing::info!(granule_id = %event.granule_id, attempt = next.attempt, cancel, "held back by a cancel");
     Ok(Some(cancel))
@@ -273,8 +272,7 @@ async fn held_back_by(
     ctx: &Ctx,
     next: &crate::domain::granule::GranuleProcessingEvent,
 ) -> Result<Option<String>, HandlerError> {
-    let hold =
-        crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key).await?;
+    let hold = ctx.hold().read().await?;
     let Some(cancel) = hold.and_then(|h| h.cancel) else {
         return Ok(None);
     };

@@ -73,15 +73,12 @@ pub async fn resume(
                     .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
                 ctx.retry_queue.send(message).await?;
                 // Listed by `granary cancel`, perhaps: sent round now, so no longer waiting.
-                crate::repositories::cancels::unlist(
-                    ctx.store.as_ref(),
-                    &ctx.config.layout.claim_prefix,
-                    &GranuleProcessingEvent {
+                ctx.cancelled()
+                    .unlist(&GranuleProcessingEvent {
                         granule_id: id.clone(),
                         attempt: r.attempts.processing,
-                    },
-                )
-                .await?;
+                    })
+                    .await?;
                 let seq = r.seq;
                 // The history says who resumed it; if the requeuer got there first, its own
                 // entries say the same.

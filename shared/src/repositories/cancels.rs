@@ -9,72 +9,68 @@ use crate::domain::layout::claims::{
 };
 use crate::ports::{ObjectStore, PutCondition, StoreError};
 
-/// Writes a cancel's record (`claims/cancels/<id>.json`, overwriting the round before's): what it
-/// means to terminate and why.
-pub async fn record_cancel(
-    store: &dyn ObjectStore,
-    claim_prefix: &str,
-    record: &CancelRecord,
-) -> Result<(), RepositoryError> {
-    write_json_retrying(
-        store,
-        &cancel_record_key(claim_prefix, &record.id),
-        record,
-        PutCondition::Overwrite,
-        "recording a cancel",
-    )
-    .await?;
-    Ok(())
+/// The cancelled list and the cancels' records, under the claim prefix.
+#[derive(Clone, Copy)]
+pub struct CancelledList<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub claim_prefix: &'a str,
 }
 
-/// Lists `entry` (overwriting an earlier listing of the same attempt): the route of an end
-/// `granary cancel` made (the monitor), and of a next attempt it held back (the requeuer).
-pub async fn list(
-    store: &dyn ObjectStore,
-    claim_prefix: &str,
-    entry: &Cancelled,
-) -> Result<(), RepositoryError> {
-    let key = cancelled_key(
-        claim_prefix,
-        &GranuleProcessingEvent {
-            granule_id: entry.granule_id.clone(),
-            attempt: entry.attempt,
-        },
-    );
-    write_json_retrying(
-        store,
-        &key,
-        entry,
-        PutCondition::Overwrite,
-        "listing a cancelled attempt",
-    )
-    .await?;
-    Ok(())
-}
-
-/// Every listed attempt, by granule.
-pub async fn listed(
-    store: &dyn ObjectStore,
-    claim_prefix: &str,
-) -> Result<Vec<Cancelled>, RepositoryError> {
-    let prefix = cancelled_prefix(claim_prefix);
-    let mut out = Vec::new();
-    for meta in store.list(&prefix).await? {
-        if parse_claim_key(&prefix, &meta.key).is_none() {
-            continue;
-        }
-        if let Some(entry) = read_json::<Cancelled>(store, &meta.key).await? {
-            out.push(entry.value);
-        }
+impl CancelledList<'_> {
+    /// Writes a cancel's record (`claims/cancels/<id>.json`, overwriting the round before's):
+    /// what it means to terminate and why.
+    pub async fn record_cancel(self, record: &CancelRecord) -> Result<(), RepositoryError> {
+        write_json_retrying(
+            self.store,
+            &cancel_record_key(self.claim_prefix, &record.id),
+            record,
+            PutCondition::Overwrite,
+            "recording a cancel",
+        )
+        .await?;
+        Ok(())
     }
-    Ok(out)
-}
 
-/// Takes `attempt` off the list (one DELETE; nothing listed is nothing to do).
-pub async fn unlist(
-    store: &dyn ObjectStore,
-    claim_prefix: &str,
-    attempt: &GranuleProcessingEvent,
-) -> Result<(), StoreError> {
-    store.delete(&cancelled_key(claim_prefix, attempt)).await
+    /// Lists `entry` (overwriting an earlier listing of the same attempt): the route of an end
+    /// `granary cancel` made (the monitor), and of a next attempt it held back (the requeuer).
+    pub async fn list(self, entry: &Cancelled) -> Result<(), RepositoryError> {
+        let key = cancelled_key(
+            self.claim_prefix,
+            &GranuleProcessingEvent {
+                granule_id: entry.granule_id.clone(),
+                attempt: entry.attempt,
+            },
+        );
+        write_json_retrying(
+            self.store,
+            &key,
+            entry,
+            PutCondition::Overwrite,
+            "listing a cancelled attempt",
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Every listed attempt, by granule.
+    pub async fn listed(self) -> Result<Vec<Cancelled>, RepositoryError> {
+        let prefix = cancelled_prefix(self.claim_prefix);
+        let mut out = Vec::new();
+        for meta in self.store.list(&prefix).await? {
+            if parse_claim_key(&prefix, &meta.key).is_none() {
+                continue;
+            }
+            if let Some(entry) = read_json::<Cancelled>(self.store, &meta.key).await? {
+                out.push(entry.value);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes `attempt` off the list (one DELETE; nothing listed is nothing to do).
+    pub async fn unlist(self, attempt: &GranuleProcessingEvent) -> Result<(), StoreError> {
+        self.store
+            .delete(&cancelled_key(self.claim_prefix, attempt))
+            .await
+    }
 }

@@ -2,13 +2,16 @@
 //! one submission protocol (`repositories::submission`).
 
 use super::json::RepositoryError;
-use super::json::{read_json_retrying, write_json_retrying};
+use super::json::{
+    change_record, read_json, read_json_retrying, write_json_retrying, Changed, RecordAt,
+    RecordError, Versioned,
+};
 use super::submission::{JobSubmission, Submission, Submitted, Submitter};
 use crate::contracts::job::job_request;
 use crate::domain::campaign::Campaign;
 use crate::domain::claim::{Claim, Placement};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::layout::claims::claim_key;
+use crate::domain::layout::claims::{claim_key, parked_prefix};
 use crate::ports::{JobRunner, JobRunnerError, ObjectMeta, ObjectStore, PutCondition, StoreError};
 use chrono::Utc;
 use std::time::Duration;
@@ -185,56 +188,119 @@ pub async fn submit_claim_once(
     }
 }
 
-/// Every marker of the open-claims index (one LIST of the open prefix): a requeued attempt's and
-/// a window's alike.
-pub async fn open_markers(
-    store: &dyn ObjectStore,
-    open_prefix: &str,
-) -> Result<Vec<ObjectMeta>, StoreError> {
-    store.list(open_prefix).await
+/// Claims of one job and the indexes over them: the open-claims index the reconciler reads
+/// and the parked retries' pending markers the feeder lists.
+#[derive(Clone, Copy)]
+pub struct Claims<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub claim_prefix: &'a str,
+    pub open_prefix: &'a str,
 }
 
-/// Takes `granule`'s attempt out of the open-claims index (its marker deleted, retried while
-/// refused).
-pub async fn close_open_claim(
-    store: &dyn ObjectStore,
-    open_prefix: &str,
-    granule: &GranuleProcessingEvent,
-) -> Result<(), StoreError> {
-    let marker = claim_key(open_prefix, granule);
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "removing an open-claims marker",
-        || store.delete(&marker),
-        StoreError::is_transient,
-    )
-    .await
-}
+impl Claims<'_> {
+    /// The claim of `attempt`, with its ETag (`None`: never claimed, or cleaned up).
+    pub async fn claim(
+        &self,
+        attempt: &GranuleProcessingEvent,
+    ) -> Result<Option<Versioned<Claim>>, RepositoryError> {
+        read_json(self.store, &claim_key(self.claim_prefix, attempt)).await
+    }
 
-/// The pending markers of the retries the requeuer parked (one LIST of the parked prefix,
-/// retried while refused).
-pub async fn parked_markers(
-    store: &dyn ObjectStore,
-    parked_prefix: &str,
-) -> Result<Vec<ObjectMeta>, StoreError> {
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "listing the parked retries",
-        || store.list(parked_prefix),
-        StoreError::is_transient,
-    )
-    .await
-}
+    /// [`Claims::claim`], read again while refused (`what` names the read in its error).
+    pub async fn claim_retrying(
+        &self,
+        attempt: &GranuleProcessingEvent,
+        what: &'static str,
+    ) -> Result<Option<Claim>, RepositoryError> {
+        let key = claim_key(self.claim_prefix, attempt);
+        Ok(read_json_retrying::<Claim>(self.store, &key, what)
+            .await?
+            .map(|c| c.value))
+    }
 
-/// Removes a parked retry's pending marker at `key` (retried while refused).
-pub async fn remove_parked_marker(store: &dyn ObjectStore, key: &str) -> Result<(), StoreError> {
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "removing a parked retry's marker",
-        || store.delete(key),
-        StoreError::is_transient,
-    )
-    .await
+    /// Changes `attempt`'s claim as `decide` says, on the one record protocol
+    /// (`json::change_record`, retried while refused): `what` names the claim in errors,
+    /// `doing` the change.
+    pub async fn change_claim<F>(
+        &self,
+        attempt: &GranuleProcessingEvent,
+        (what, doing): (&'static str, &'static str),
+        decide: F,
+    ) -> Result<Changed<Claim>, RecordError>
+    where
+        F: Fn(&Claim) -> Result<Option<Claim>, String>,
+    {
+        let key = claim_key(self.claim_prefix, attempt);
+        let id = format!("{} (attempt {})", attempt.granule_id, attempt.attempt);
+        let at = RecordAt {
+            key: &key,
+            what,
+            id: &id,
+        };
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            doing,
+            || change_record(self.store, at, &decide, &()),
+            RecordError::is_transient,
+        )
+        .await
+    }
+
+    /// Every marker of the open-claims index (one LIST of the open prefix): a requeued
+    /// attempt's and a window's alike.
+    pub async fn open_markers(self) -> Result<Vec<ObjectMeta>, StoreError> {
+        self.store.list(self.open_prefix).await
+    }
+
+    /// Takes `granule`'s attempt out of the open-claims index (its marker deleted, retried
+    /// while refused).
+    pub async fn close_open_claim(
+        self,
+        granule: &GranuleProcessingEvent,
+    ) -> Result<(), StoreError> {
+        let marker = claim_key(self.open_prefix, granule);
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "removing an open-claims marker",
+            || self.store.delete(&marker),
+            StoreError::is_transient,
+        )
+        .await
+    }
+
+    /// Marks `granule`'s attempt open again (an empty marker): a claim taken over between the
+    /// reconciler's look and its delete of the marker.
+    pub async fn reopen_claim(self, granule: &GranuleProcessingEvent) -> Result<(), StoreError> {
+        let marker = claim_key(self.open_prefix, granule);
+        self.store
+            .put(&marker, bytes::Bytes::new(), PutCondition::Overwrite)
+            .await
+            .map(|_| ())
+    }
+
+    /// The pending markers of the retries the requeuer parked (one LIST of the parked prefix,
+    /// retried while refused).
+    pub async fn parked_markers(self) -> Result<Vec<ObjectMeta>, StoreError> {
+        let prefix = parked_prefix(self.claim_prefix);
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "listing the parked retries",
+            || self.store.list(&prefix),
+            StoreError::is_transient,
+        )
+        .await
+    }
+
+    /// Removes a parked retry's pending marker at `key` (retried while refused).
+    pub async fn remove_parked_marker(self, key: &str) -> Result<(), StoreError> {
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "removing a parked retry's marker",
+            || self.store.delete(key),
+            StoreError::is_transient,
+        )
+        .await
+    }
 }
 
 #[cfg(test)]

@@ -28,10 +28,11 @@ pub mod submission;
 pub mod tracker;
 pub mod windows;
 
+pub use cancels::CancelledList;
 pub use claims::{
-    park_once, submit_claim_once, submit_once, AttemptAt, ParkOutcome, SubmitOutcome,
+    park_once, submit_claim_once, submit_once, AttemptAt, Claims, ParkOutcome, SubmitOutcome,
 };
-pub use hold::{place_hold, read_hold};
+pub use hold::HoldObject;
 pub use json::{read_json, write_json, RecordError, RepositoryError, Versioned};
 pub use submission::{JobSubmission, Submission, Submitted, Submitter};
-pub use tracker::{load_tracker, save_tracker};
+pub use tracker::{Inventories, TrackerObject};

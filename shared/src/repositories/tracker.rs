@@ -1,45 +1,69 @@
 //! The feeder's tracker object: created with If-None-Match, advanced with If-Match.
 
 use super::json::{read_json, write_json, RepositoryError, Versioned};
-use crate::domain::tracker::Tracker;
+use crate::adapters::parquet::{Inventory, InventoryError};
+use crate::domain::tracker::{PageMap, Tracker};
 use crate::ports::{ObjectMeta, ObjectStore, StoreError};
 use chrono::Utc;
+use std::sync::Arc;
 
-pub async fn load_tracker(
-    store: &dyn ObjectStore,
-    key: &str,
-) -> Result<Versioned<Tracker>, RepositoryError> {
-    Ok(read_json(store, key).await?.unwrap_or(Versioned {
-        value: Tracker::default(),
-        etag: None,
-    }))
+/// The feeder's tracker object at its key.
+#[derive(Clone, Copy)]
+pub struct TrackerObject<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub key: &'a str,
 }
 
-/// Saves the tracker if nobody changed it since it was read. `a conflict otherwise.
-pub async fn save_tracker(
-    store: &dyn ObjectStore,
-    key: &str,
-    tracker: &mut Versioned<Tracker>,
-) -> Result<(), RepositoryError> {
-    tracker.value.updated_at = Some(Utc::now());
-    let etag = write_json(store, key, &tracker.value, tracker.condition()).await?;
-    tracker.etag = Some(etag);
-    Ok(())
+impl TrackerObject<'_> {
+    /// The tracker, or a new one when none was saved yet.
+    pub async fn load(self) -> Result<Versioned<Tracker>, RepositoryError> {
+        Ok(read_json(self.store, self.key).await?.unwrap_or(Versioned {
+            value: Tracker::default(),
+            etag: None,
+        }))
+    }
+
+    /// Saves the tracker if nobody changed it since it was read; a conflict otherwise.
+    pub async fn save(self, tracker: &mut Versioned<Tracker>) -> Result<(), RepositoryError> {
+        tracker.value.updated_at = Some(Utc::now());
+        let etag = write_json(self.store, self.key, &tracker.value, tracker.condition()).await?;
+        tracker.etag = Some(etag);
+        Ok(())
+    }
 }
 
-/// Every object under the inventory prefix (one LIST, retried while refused): the inventories
-/// the tracker adds as they come.
-pub async fn list_inventories(
-    store: &dyn ObjectStore,
-    inventory_prefix: &str,
-) -> Result<Vec<ObjectMeta>, StoreError> {
-    crate::retry::again(
-        crate::retry::Backoff::IN_RUN,
-        "listing the inventories",
-        || store.list(inventory_prefix),
-        StoreError::is_transient,
-    )
-    .await
+/// The inventories under the inventory prefix, which the tracker adds as they come.
+pub struct Inventories<'a> {
+    pub store: &'a Arc<dyn ObjectStore>,
+    pub prefix: &'a str,
+}
+
+impl Inventories<'_> {
+    /// Every object under the prefix (one LIST, retried while refused).
+    pub async fn list(&self) -> Result<Vec<ObjectMeta>, StoreError> {
+        crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "listing the inventories",
+            || self.store.list(self.prefix),
+            StoreError::is_transient,
+        )
+        .await
+    }
+
+    /// Opens the inventory at `key` from its footer and index, its granule ids in `column`.
+    pub async fn open(&self, key: &str, column: &str) -> Result<Inventory, InventoryError> {
+        Inventory::open(self.store.clone(), key, column).await
+    }
+
+    /// Opens the inventory at `key` from the page map the tracker kept (no read of its own).
+    pub fn from_page_map(
+        &self,
+        key: &str,
+        column: &str,
+        map: &PageMap,
+    ) -> Result<Inventory, InventoryError> {
+        Inventory::from_page_map(self.store.clone(), key, column, map)
+    }
 }
 
 #[cfg(test)]
@@ -52,37 +76,75 @@ mod tests {
     #[tokio::test]
     async fn tracker_create_advance_conflict() {
         let store = MemoryStore::new();
-        let mut t = load_tracker(&store, "t.json").await.unwrap();
+        let mut t = TrackerObject {
+            store: &store,
+            key: "t.json",
+        }
+        .load()
+        .await
+        .unwrap();
         assert_eq!(t.etag, None);
         t.value.add_inventories(["a".to_owned()]);
-        save_tracker(&store, "t.json", &mut t).await.unwrap();
+        TrackerObject {
+            store: &store,
+            key: "t.json",
+        }
+        .save(&mut t)
+        .await
+        .unwrap();
         // a second creator loses
         let mut other = Versioned {
             value: Tracker::default(),
             etag: None,
         };
         assert!(matches!(
-            save_tracker(&store, "t.json", &mut other).await,
+            TrackerObject {
+                store: &store,
+                key: "t.json"
+            }
+            .save(&mut other)
+            .await,
             Err(RepositoryError::Store(StoreError::Conflict { .. }))
         ));
         // a reader at the current etag advances; one holding the old etag then loses
-        let mut stale = load_tracker(&store, "t.json").await.unwrap();
+        let mut stale = TrackerObject {
+            store: &store,
+            key: "t.json",
+        }
+        .load()
+        .await
+        .unwrap();
         let mut fresh = stale.clone();
         fresh.value.set_total_rows("a", 10).unwrap();
         fresh.value.advance_to("a", 5).unwrap();
-        save_tracker(&store, "t.json", &mut fresh).await.unwrap();
+        TrackerObject {
+            store: &store,
+            key: "t.json",
+        }
+        .save(&mut fresh)
+        .await
+        .unwrap();
         stale.value.set_total_rows("a", 10).unwrap();
         stale.value.advance_to("a", 7).unwrap();
         assert!(matches!(
-            save_tracker(&store, "t.json", &mut stale).await,
+            TrackerObject {
+                store: &store,
+                key: "t.json"
+            }
+            .save(&mut stale)
+            .await,
             Err(RepositoryError::Store(StoreError::Conflict { .. }))
         ));
         assert_eq!(
-            load_tracker(&store, "t.json")
-                .await
-                .unwrap()
-                .value
-                .inventories[0]
+            TrackerObject {
+                store: &store,
+                key: "t.json"
+            }
+            .load()
+            .await
+            .unwrap()
+            .value
+            .inventories[0]
                 .rows_submitted,
             5
         );
@@ -100,7 +162,12 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(
-            load_tracker(&store, "t.json").await,
+            TrackerObject {
+                store: &store,
+                key: "t.json"
+            }
+            .load()
+            .await,
             Err(RepositoryError::Corrupt { .. })
         ));
     }

@@ -13,7 +13,7 @@ use crate::budget::Budget;
 use crate::domain::granule::IdCell;
 use crate::domain::tracker::{InventoryProgress, Tracker};
 use crate::handlers::HandlerError;
-use crate::repositories::{load_tracker, save_tracker, RepositoryError, Versioned};
+use crate::repositories::{RepositoryError, Versioned};
 use crate::retry::{again, Backoff};
 use serde::{Deserialize, Serialize};
 
@@ -167,7 +167,7 @@ async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, Handle
     let tracker = again(
         Backoff::IN_RUN,
         "reading the tracker",
-        || load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key),
+        || ctx.tracker().load(),
         RepositoryError::is_transient,
     )
     .await?;
@@ -213,11 +213,7 @@ pub async fn feed(
     mut tracker: Versioned<Tracker>,
     summary: FeederSummary,
 ) -> Result<FeederSummary, HandlerError> {
-    let listed = crate::repositories::tracker::list_inventories(
-        ctx.store.as_ref(),
-        &ctx.config.layout.inventory_prefix,
-    )
-    .await?;
+    let listed = ctx.inventories().list().await?;
     let rows_before = tracker.value.rows_submitted();
     let added = tracker.value.add_inventories(
         listed
@@ -397,15 +393,7 @@ async fn save_fed_tracker(ctx: &Ctx, run: &mut FeedRun) -> Result<(), HandlerErr
         "saving the tracker",
         || {
             let mut attempt = run.tracker.clone();
-            async move {
-                save_tracker(
-                    ctx.store.as_ref(),
-                    &ctx.config.layout.tracker_key,
-                    &mut attempt,
-                )
-                .await
-                .map(|()| attempt)
-            }
+            async move { ctx.tracker().save(&mut attempt).await.map(|()| attempt) }
         },
         RepositoryError::is_transient,
     )
@@ -450,7 +438,7 @@ async fn current_hold(ctx: &Ctx) -> Result<Option<crate::domain::hold::Hold>, Re
     again(
         Backoff::IN_RUN,
         "reading the hold",
-        || crate::repositories::read_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key),
+        || ctx.hold().read(),
         RepositoryError::is_transient,
     )
     .await

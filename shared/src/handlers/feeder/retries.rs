@@ -239,12 +239,11 @@ pub(super) async fn feed_other_campaigns(
             continue;
         }
         let fed = async {
-            let key = &there.config.layout.tracker_key;
-            let mut tracker = crate::repositories::load_tracker(there.store.as_ref(), key).await?;
+            let mut tracker = there.tracker().load().await?;
             let (moved, stop) =
                 feed_listed(&there, &mut tracker, summary, ceiling, pending).await?;
             if moved {
-                crate::repositories::save_tracker(there.store.as_ref(), key, &mut tracker).await?;
+                there.tracker().save(&mut tracker).await?;
             }
             Ok::<_, HandlerError>(stop)
         };
@@ -268,7 +267,7 @@ pub(super) async fn feed_other_campaigns(
 /// The retries the requeuer parked, as their pending markers name them (one LIST).
 async fn list_parked(ctx: &Ctx) -> Result<Vec<GranuleProcessingEvent>, HandlerError> {
     let prefix = parked_prefix(&ctx.config.layout.claim_prefix);
-    let listed = crate::repositories::claims::parked_markers(ctx.store.as_ref(), &prefix).await?;
+    let listed = ctx.claims().parked_markers().await?;
     Ok(listed
         .iter()
         .filter_map(|m| parse_claim_key(&prefix, &m.key))
@@ -355,6 +354,6 @@ async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result
 }
 
 async fn remove(ctx: &Ctx, key: String) -> Result<(), HandlerError> {
-    crate::repositories::claims::remove_parked_marker(ctx.store.as_ref(), &key).await?;
+    ctx.claims().remove_parked_marker(&key).await?;
     Ok(())
 }

@@ -938,10 +938,7 @@ async fn parked_retries_go_as_one_array_at_their_own_attempts() {
         assert_eq!(claim.job_id, Some(format!("{}:{i}", parent.job_id)));
     }
     assert!(ctx.store.list(&parked).await.unwrap().is_empty());
-    let tracker =
-        crate::repositories::load_tracker(ctx.store.as_ref(), &ctx.config.layout.tracker_key)
-            .await
-            .unwrap();
+    let tracker = ctx.tracker().load().await.unwrap();
     assert_eq!(tracker.value.retry_windows, 1);
 
     // A duplicate retry message: taken already, nothing parked, nothing submitted.
@@ -1057,10 +1054,7 @@ async fn retries_parked_before_a_campaign_switch_go_with_the_old_campaigns_windo
     );
     let parked = parked_prefix(&old.config.layout.claim_prefix);
     assert!(old.store.list(&parked).await.unwrap().is_empty());
-    let tracker =
-        crate::repositories::load_tracker(old.store.as_ref(), &old.config.layout.tracker_key)
-            .await
-            .unwrap();
+    let tracker = old.tracker().load().await.unwrap();
     assert_eq!(
         tracker.value.retry_windows, 1,
         "the old campaign's own tracker"

@@ -49,14 +49,14 @@ pub(super) async fn open_inventory(
         .as_ref()
         .filter(|m| m.covers(current.rows_submitted, count))
     {
-        match Inventory::from_page_map(ctx.store.clone(), &current.key, column, map) {
+        match ctx.inventories().from_page_map(&current.key, column, map) {
             Ok(inventory) => return Ok((inventory, false)),
             Err(e) => {
                 tracing::warn!(inventory = current.key, error = %e, "the tracker's page map is unreadable; opening the file")
             }
         }
     }
-    let inventory = Inventory::open(ctx.store.clone(), &current.key, column).await?;
+    let inventory = ctx.inventories().open(&current.key, column).await?;
     Ok((inventory, true))
 }
 

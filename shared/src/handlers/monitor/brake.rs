@@ -22,9 +22,7 @@ pub async fn brake(ctx: &Ctx, kind: crate::domain::brake::EndKind, what: String)
         evidence: braking.evidence,
         cancel: None,
     };
-    let placed =
-        crate::repositories::place_hold(ctx.store.as_ref(), &ctx.config.layout.hold_key, &hold)
-            .await;
+    let placed = ctx.hold().place(&hold).await;
     match placed {
         Ok(None) => {
             tracing::warn!(reason = hold.reason, evidence = ?hold.evidence, "automatic brake: feeder held");

@@ -159,12 +159,7 @@ async fn close_open_claim(
     ctx: &Ctx,
     granule: &crate::domain::granule::GranuleProcessingEvent,
 ) -> Result<(), HandlerError> {
-    crate::repositories::claims::close_open_claim(
-        ctx.store.as_ref(),
-        &ctx.config.layout.open_claim_prefix,
-        granule,
-    )
-    .await?;
+    ctx.claims().close_open_claim(granule).await?;
     Ok(())
 }
 
@@ -368,7 +363,6 @@ async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError
         reason: record.classification.reason.clone(),
         at: Utc::now(),
     };
-    crate::repositories::cancels::list(ctx.store.as_ref(), &ctx.config.layout.claim_prefix, &entry)
-        .await?;
+    ctx.cancelled().list(&entry).await?;
     Ok(())
 }
