@@ -97,7 +97,7 @@ impl Buckets for GatedBuckets {
     }
 }
 
-fn actx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
+fn archive_ctx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
     let settings = ArchiveSettings {
         objects_per_shard: 3,
         backoff: std::time::Duration::ZERO,
@@ -161,7 +161,7 @@ async fn world_with(rot: Option<Rot>) -> World {
         rot,
     };
     w.id = archive::create(
-        &actx(&w, None),
+        &archive_ctx(&w, None),
         ArchiveSource {
             bucket: "products".into(),
             prefix: "l2/".into(),
@@ -182,7 +182,7 @@ async fn world_with(rot: Option<Rot>) -> World {
 /// anything happened.
 async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
     w.queue.expire_visibility();
-    let a = actx(w, Some(faults.clone()));
+    let a = archive_ctx(w, Some(faults.clone()));
     let Ok(t) = archive::tick(&a, chrono::Utc::now()).await else {
         return true;
     };
@@ -215,7 +215,7 @@ async fn pass(w: &World, faults: &Arc<Faults>) -> bool {
 /// Whether the operator did anything.
 async fn operator(w: &World, rot: &Rot, a: &Ctx) -> bool {
     use std::sync::atomic::Ordering::SeqCst;
-    let clean = actx(w, None);
+    let clean = archive_ctx(w, None);
     let Some(job) = clean.archives().job(&w.id).await.unwrap() else {
         return false;
     };
@@ -285,7 +285,7 @@ async fn passes(w: &World, crashes: &Crashes) {
 }
 
 async fn audit(w: &World) -> Result<(), String> {
-    let a = actx(w, None);
+    let a = archive_ctx(w, None);
     let job = a.archives().job(&w.id).await.unwrap().unwrap().value;
     if job.state != ArchiveState::Completed {
         return Err(format!("{} ({})", job.state, job.reason));
@@ -396,7 +396,7 @@ async fn a_failed_archive_job_and_its_retry_recover_from_a_crash_at_every_call()
     audit(&clean)
         .await
         .unwrap_or_else(|e| panic!("without a crash: {e}"));
-    let failures_seen = actx(&clean, None)
+    let failures_seen = archive_ctx(&clean, None)
         .archives()
         .job(&clean.id)
         .await

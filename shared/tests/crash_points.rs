@@ -92,7 +92,7 @@ async fn attempts_submitted_twice(w: &World) -> Vec<String> {
         };
         if let Some(claim_key) = r.parameters.get(WINDOW_CLAIM_PARAM) {
             let claim = granary::repositories::read_json::<granary::domain::window::WindowClaim>(
-                w.imp.store.as_ref(),
+                w.importer_ctx.store.as_ref(),
                 claim_key,
             )
             .await;
@@ -693,7 +693,7 @@ async fn crash_inside_the_recovery(group: RecoveryGroup) {
 #[tokio::test]
 async fn a_malformed_import_message_is_recorded_and_dead_lettered_at_once() {
     let w = world(Scenario::ImportStep);
-    let report = importer::handle_message(&w.imp, "{\"item_id\": 42}")
+    let report = importer::handle_message(&w.importer_ctx, "{\"item_id\": 42}")
         .await
         .expect("a poison message is handled, not redelivered");
     assert!(report.steps[0].starts_with("rejected: malformed import message"));

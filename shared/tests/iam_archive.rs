@@ -84,7 +84,7 @@ impl Buckets for RecordingBuckets {
 }
 
 struct Recorded {
-    actx: Ctx,
+    archive_ctx: Ctx,
     log: Arc<AccessLog>,
     buckets: Arc<RecordingBuckets>,
     bus: Arc<RecordingBus>,
@@ -146,7 +146,7 @@ fn recorded(
     let tap = log.clone() as Arc<dyn Tap>;
     let signing_parameter = config.archive.signing_key_parameter.clone();
     let key = manifest::signing_key(&"11".repeat(32)).unwrap();
-    let actx = Ctx {
+    let archive_ctx = Ctx {
         store: Arc::new(TappedStore {
             inner: store,
             tap: tap.clone(),
@@ -158,7 +158,7 @@ fn recorded(
         ..Ctx::in_memory(config.clone())
     };
     Recorded {
-        actx,
+        archive_ctx,
         log,
         buckets,
         bus,
@@ -220,7 +220,7 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
     ];
     let now = chrono::Utc::now;
     let good = archive::create(
-        &dispatcher.actx,
+        &dispatcher.archive_ctx,
         ArchiveSource {
             bucket: PRODUCTS.into(),
             prefix: "l2/".into(),
@@ -231,7 +231,7 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
     .await
     .unwrap();
     let batch = archive::create(
-        &dispatcher.actx,
+        &dispatcher.archive_ctx,
         ArchiveSource {
             bucket: data_bucket.clone(),
             prefix: "ingest/objects/b1-".into(),
@@ -242,7 +242,7 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
     .await
     .unwrap();
     // One of the second job's objects vanishes after it is sharded.
-    archive::tick(&dispatcher.actx, now()).await.unwrap();
+    archive::tick(&dispatcher.archive_ctx, now()).await.unwrap();
     store
         .delete("ingest/objects/b1-j00002/scan.tif")
         .await
@@ -250,11 +250,13 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
     // Each pass ten minutes after the last: the template's retry backoff has passed.
     for pass in 0..40 {
         let at = now() + chrono::Duration::minutes(10 * pass);
-        let t = archive::tick(&dispatcher.actx, at).await.unwrap();
+        let t = archive::tick(&dispatcher.archive_ctx, at).await.unwrap();
         let got = queue.receive(10, 60, 0).await.unwrap();
         for m in &got {
             let message: TaskMessage = serde_json::from_str(&m.body).unwrap();
-            tasks::handle(&task.actx, &message, at).await.unwrap();
+            tasks::handle(&task.archive_ctx, &message, at)
+                .await
+                .unwrap();
             queue.delete(&m.receipt_handle).await.unwrap();
         }
         if t.moved == 0 && t.tasks_sent == 0 && got.is_empty() {
@@ -262,7 +264,7 @@ async fn the_archive_functions_are_granted_what_they_use_and_use_what_they_are_g
         }
     }
     let state = |id: &str| {
-        let a = &dispatcher.actx;
+        let a = &dispatcher.archive_ctx;
         let id = id.to_owned();
         async move { a.archives().job(&id).await.unwrap().unwrap().value }
     };

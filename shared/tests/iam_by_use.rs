@@ -108,7 +108,7 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
                 .await
                 .unwrap();
             written = w
-                .imp
+                .importer_ctx
                 .store
                 .list(&step.config.layout.item_prefixes.history)
                 .await
@@ -150,7 +150,7 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
                 bytes::Bytes::new(),
             ),
         ] {
-            w.imp
+            w.importer_ctx
                 .store
                 .put(&key, body, PutCondition::Overwrite)
                 .await

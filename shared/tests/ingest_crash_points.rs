@@ -89,7 +89,7 @@ fn md5_hex(body: &[u8]) -> String {
     format!("{:x}", Md5::digest(body))
 }
 
-fn ictx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
+fn ingest_ctx(w: &World, faults: Option<Arc<Faults>>) -> Ctx {
     // Every port the dispatcher calls, the depositor's server (downloads, callbacks) and the
     // notification bus included, passes through the faults: any call may be the crash point.
     let ctx = Ctx {
@@ -182,11 +182,16 @@ async fn submitted(mut w: World, crash: Option<CrashPoint>) -> (World, Crashes) 
     let crashes = Crashes::new(crash.as_slice());
     let faults = crashes.invocation();
     let now = chrono::Utc::now();
-    let response =
-        ingest::handle_submissions(&ictx(&w, Some(faults.clone())), submission_event(), now).await;
+    let response = ingest::handle_submissions(
+        &ingest_ctx(&w, Some(faults.clone())),
+        submission_event(),
+        now,
+    )
+    .await;
     if !crashes.ended(&faults) || !response.batch_item_failures.is_empty() {
         let later = now + chrono::Duration::minutes(6);
-        let again = ingest::handle_submissions(&ictx(&w, None), submission_event(), later).await;
+        let again =
+            ingest::handle_submissions(&ingest_ctx(&w, None), submission_event(), later).await;
         assert!(again.batch_item_failures.is_empty(), "{again:?}");
     }
     let batches: Vec<String> = w
@@ -271,7 +276,7 @@ async fn passes(w: &World, crashes: &Crashes, hold_and_release: bool) {
         w.events.expire_visibility();
         let faults = crashes.invocation();
         let now = chrono::Utc::now();
-        let tapped = ictx(w, Some(faults.clone()));
+        let tapped = ingest_ctx(w, Some(faults.clone()));
         if !hold_done {
             hold_done = operator::hold(&tapped, &held, "check it", "ops", now)
                 .await
@@ -326,12 +331,12 @@ async fn let_mint_claims_run_out(w: &World) -> bool {
 /// minted for the job, found by its `granary.job` metadata, or none — then asks the batch for
 /// an update report if it had reported. Whether any was.
 async fn resolve_unknown_mints(w: &World) -> bool {
-    let ictx = ictx(w, None);
+    let ingest_ctx = ingest_ctx(w, None);
     let now = chrono::Utc::now();
     let mut resolved = false;
     for n in 1..=4 {
         let jid = w.batch.job(n);
-        let Some(job) = ictx.ingest().job(&jid).await.unwrap() else {
+        let Some(job) = ingest_ctx.ingest().job(&jid).await.unwrap() else {
             continue;
         };
         let job = job.value;
@@ -346,7 +351,7 @@ async fn resolve_unknown_mints(w: &World) -> bool {
             Some(id) => MintFix::Identifier(id.clone()),
             None => MintFix::MintAgain,
         };
-        let r = operator::resume_with_mint(&ictx, &jid, &fix, now)
+        let r = operator::resume_with_mint(&ingest_ctx, &jid, &fix, now)
             .await
             .unwrap();
         assert!(r.outcome.is_ok(), "{r:?}");
@@ -358,13 +363,19 @@ async fn resolve_unknown_mints(w: &World) -> bool {
 /// A batch that reported while a job's mint was unresolved: once the resumed job has ended, the
 /// operator asks for its update report (as after any resume). Whether it was asked.
 async fn update_report_after_resolving(w: &World) -> bool {
-    let ictx = ictx(w, None);
-    let batch = ictx.ingest().batch(&w.batch).await.unwrap().unwrap().value;
-    let report = operator::reports(&ictx, &w.batch).await.unwrap();
+    let ingest_ctx = ingest_ctx(w, None);
+    let batch = ingest_ctx
+        .ingest()
+        .batch(&w.batch)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
+    let report = operator::reports(&ingest_ctx, &w.batch).await.unwrap();
     let latest = report.last();
     let stale = latest.is_some_and(|r| r.completed.len() < 2) && batch.state == BatchState::Failed;
     if stale {
-        operator::update_report(&ictx, &w.batch, chrono::Utc::now())
+        operator::update_report(&ingest_ctx, &w.batch, chrono::Utc::now())
             .await
             .unwrap();
     }
@@ -385,8 +396,14 @@ async fn let_claim_leases_run_out(w: &World) -> bool {
 }
 
 async fn audit(w: &World) -> Result<(), String> {
-    let ictx = ictx(w, None);
-    let batch = ictx.ingest().batch(&w.batch).await.unwrap().unwrap().value;
+    let ingest_ctx = ingest_ctx(w, None);
+    let batch = ingest_ctx
+        .ingest()
+        .batch(&w.batch)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     // A second report only where an operator resolved a mint after the first.
     let resolved = resolved_mints(w).await;
     let reports_wanted = if resolved > 0 { 1..=2 } else { 1..=1 };
@@ -396,7 +413,7 @@ async fn audit(w: &World) -> Result<(), String> {
             batch.state, batch.reports
         ));
     }
-    let reports = operator::reports(&ictx, &w.batch).await.unwrap();
+    let reports = operator::reports(&ingest_ctx, &w.batch).await.unwrap();
     let Some(r) = reports.last() else {
         return Err("no report".into());
     };
@@ -436,7 +453,7 @@ async fn audit(w: &World) -> Result<(), String> {
     }
     for n in 1..=4 {
         let jid = w.batch.job(n);
-        let job = ictx.ingest().job(&jid).await.unwrap().unwrap().value;
+        let job = ingest_ctx.ingest().job(&jid).await.unwrap().unwrap().value;
         let want = if n == 2 || n == 4 {
             JobState::Failed
         } else {
@@ -446,7 +463,7 @@ async fn audit(w: &World) -> Result<(), String> {
             return Err(format!("{jid} is {}", job.state));
         }
         // Exactly one job-queue marker and one batch marker, both as the record says.
-        let (markers, groups) = indexed(&ictx, &w.batch, &jid).await;
+        let (markers, groups) = indexed(&ingest_ctx, &w.batch, &jid).await;
         if markers != vec![(job.state, job.priority)] {
             return Err(format!("{jid} ({}) is listed as {markers:?}", job.state));
         }
@@ -493,10 +510,10 @@ async fn audit(w: &World) -> Result<(), String> {
 
 /// Jobs whose history shows an operator's resolution of an unknown mint.
 async fn resolved_mints(w: &World) -> usize {
-    let ictx = ictx(w, None);
+    let ingest_ctx = ingest_ctx(w, None);
     let mut n = 0;
     for k in 1..=4 {
-        let job = ictx.ingest().job(&w.batch.job(k)).await.unwrap();
+        let job = ingest_ctx.ingest().job(&w.batch.job(k)).await.unwrap();
         n += usize::from(
             job.is_some_and(|j| j.value.retry_count > 0 && j.value.identifier.is_some()),
         );
@@ -575,13 +592,13 @@ fn dead_lettered(w: &World) -> BTreeSet<String> {
 
 /// Where both indexes list a job: its job-queue markers (state, priority) and its batch groups.
 async fn indexed(
-    ictx: &Ctx,
+    ingest_ctx: &Ctx,
     batch: &BatchId,
     jid: &granary::domain::ingest::index::JobId,
 ) -> (Vec<(JobState, u8)>, Vec<BatchGroup>) {
     let mut markers = Vec::new();
     for state in JobState::ALL {
-        for (p, id) in ictx.ingest().listed(state).await.unwrap() {
+        for (p, id) in ingest_ctx.ingest().listed(state).await.unwrap() {
             if id == *jid {
                 markers.push((state, p));
             }
@@ -589,7 +606,7 @@ async fn indexed(
     }
     let mut groups = Vec::new();
     for g in BatchGroup::ALL {
-        if ictx
+        if ingest_ctx
             .ingest()
             .batch_jobs(batch, g)
             .await
@@ -607,26 +624,32 @@ async fn indexed(
 /// there (or, deleted, all gone), and the jobs dead-lettered. A crashed run must end as the
 /// clean one did; besides, no processing job may be submitted twice.
 async fn ended(w: &World) -> Result<Vec<String>, String> {
-    let ictx = ictx(w, None);
+    let ingest_ctx = ingest_ctx(w, None);
     let mut names = BTreeSet::new();
     for request in w.jobs.submitted() {
         if !names.insert(request.job_name.clone()) {
             return Err(format!("{} submitted twice", request.job_name));
         }
     }
-    let batch = ictx.ingest().batch(&w.batch).await.unwrap().unwrap().value;
+    let batch = ingest_ctx
+        .ingest()
+        .batch(&w.batch)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     let mut out = vec![
         format!("batch {} with {} reports", batch.state, batch.reports),
         format!("processing jobs {names:?}"),
     ];
     for n in 1..=4 {
         let jid = w.batch.job(n);
-        let Some(job) = ictx.ingest().job(&jid).await.unwrap() else {
+        let Some(job) = ingest_ctx.ingest().job(&jid).await.unwrap() else {
             out.push(format!("{jid}: no record"));
             continue;
         };
         let job = job.value;
-        let (markers, groups) = indexed(&ictx, &w.batch, &jid).await;
+        let (markers, groups) = indexed(&ingest_ctx, &w.batch, &jid).await;
         let mut present = 0;
         for f in &job.stored {
             present += usize::from(w.store.get(&f.key).await.unwrap().is_some());
@@ -654,11 +677,11 @@ async fn operate(w: &World, crash: Option<CrashPoint>) -> Crashes {
     for command in 0..3 {
         let faults = crashes.invocation();
         let now = chrono::Utc::now();
-        let done = do_command(w, command, &ictx(w, Some(faults.clone())), now).await;
+        let done = do_command(w, command, &ingest_ctx(w, Some(faults.clone())), now).await;
         if !crashes.ended(&faults) || !done {
             // Run again: it may now say the job or batch has moved on, which is the operator's
             // answer; the end state is what the audit compares.
-            do_command(w, command, &ictx(w, None), now).await;
+            do_command(w, command, &ingest_ctx(w, None), now).await;
         }
         settle(w).await;
     }
@@ -669,15 +692,17 @@ async fn operate(w: &World, crash: Option<CrashPoint>) -> Crashes {
 async fn do_command(
     w: &World,
     command: u32,
-    ictx: &Ctx,
+    ingest_ctx: &Ctx,
     now: chrono::DateTime<chrono::Utc>,
 ) -> bool {
     match command {
-        0 => operator::resume(ictx, &[w.batch.job(4)], now)
+        0 => operator::resume(ingest_ctx, &[w.batch.job(4)], now)
             .await
             .is_ok_and(|r| r[0].outcome.is_ok()),
-        1 => operator::update_report(ictx, &w.batch, now).await.is_ok(),
-        _ => operator::delete_job(ictx, &w.batch.job(2), false, now)
+        1 => operator::update_report(ingest_ctx, &w.batch, now)
+            .await
+            .is_ok(),
+        _ => operator::delete_job(ingest_ctx, &w.batch.job(2), false, now)
             .await
             .is_ok(),
     }

@@ -15,7 +15,7 @@ use granary::ports::PutCondition;
 
 struct Setup {
     s: granary_tests::TestStack,
-    actx: Ctx,
+    archive_ctx: Ctx,
     products: String,
     tag: String,
 }
@@ -74,10 +74,10 @@ async fn setup(tag: &str, max_retries: &str, backoff_secs: &str) -> Setup {
         vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone())
     })
     .unwrap();
-    let actx = Ctx::aws_with_signing_key(config, &s.clients).await.unwrap();
+    let archive_ctx = Ctx::aws_with_signing_key(config, &s.clients).await.unwrap();
     Setup {
         s,
-        actx,
+        archive_ctx,
         products,
         tag,
     }
@@ -86,7 +86,7 @@ async fn setup(tag: &str, max_retries: &str, backoff_secs: &str) -> Setup {
 impl Setup {
     async fn create(&self, dest: &str) -> String {
         archive::create(
-            &self.actx,
+            &self.archive_ctx,
             ArchiveSource {
                 bucket: self.products.clone(),
                 prefix: "l2/".into(),
@@ -101,15 +101,22 @@ impl Setup {
 
     /// One tick, then every visible task message. Whether anything happened.
     async fn pass(&self) -> bool {
-        let t = archive::tick(&self.actx, chrono::Utc::now()).await.unwrap();
+        let t = archive::tick(&self.archive_ctx, chrono::Utc::now())
+            .await
+            .unwrap();
         assert_eq!(t.errors, 0, "{t:?}");
-        let got = self.actx.task_queue.receive(10, 60, 0).await.unwrap();
+        let got = self
+            .archive_ctx
+            .task_queue
+            .receive(10, 60, 0)
+            .await
+            .unwrap();
         for m in &got {
             let message: TaskMessage = serde_json::from_str(&m.body).unwrap();
-            tasks::handle(&self.actx, &message, chrono::Utc::now())
+            tasks::handle(&self.archive_ctx, &message, chrono::Utc::now())
                 .await
                 .unwrap();
-            self.actx
+            self.archive_ctx
                 .task_queue
                 .delete(&m.receipt_handle)
                 .await
@@ -134,7 +141,13 @@ impl Setup {
     }
 
     async fn job(&self, id: &str) -> ArchiveJob {
-        self.actx.archives().job(id).await.unwrap().unwrap().value
+        self.archive_ctx
+            .archives()
+            .job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
     }
 }
 
@@ -192,14 +205,14 @@ async fn a_destination_that_never_appears_spends_the_retries_and_the_job_fails()
     let tmp =
         w.s.ctx
             .store
-            .list(&w.actx.archives().keys.tmp(&id))
+            .list(&w.archive_ctx.archives().keys.tmp(&id))
             .await
             .unwrap();
     assert!(tmp.is_empty());
     let staged =
         w.s.ctx
             .store
-            .list(&w.actx.archives().keys.staged(&id))
+            .list(&w.archive_ctx.archives().keys.staged(&id))
             .await
             .unwrap();
     assert!(staged.iter().any(|m| m.key.ends_with("SHA256SUMS.sig")));
@@ -219,23 +232,32 @@ async fn a_member_corrupted_before_its_integrity_check_fails_for_good() {
     let id = w.create(&format!("s3://{vault}/a/")).await;
     // Until archiving is done and the post-processing task waits on the queue.
     for _ in 0..20 {
-        archive::tick(&w.actx, chrono::Utc::now()).await.unwrap();
+        archive::tick(&w.archive_ctx, chrono::Utc::now())
+            .await
+            .unwrap();
         if w.job(&id).await.state == ArchiveState::PostProcessing {
             break;
         }
-        for m in w.actx.task_queue.receive(10, 60, 0).await.unwrap() {
+        for m in w.archive_ctx.task_queue.receive(10, 60, 0).await.unwrap() {
             let message: TaskMessage = serde_json::from_str(&m.body).unwrap();
-            tasks::handle(&w.actx, &message, chrono::Utc::now())
+            tasks::handle(&w.archive_ctx, &message, chrono::Utc::now())
                 .await
                 .unwrap();
-            w.actx.task_queue.delete(&m.receipt_handle).await.unwrap();
+            w.archive_ctx
+                .task_queue
+                .delete(&m.receipt_handle)
+                .await
+                .unwrap();
         }
     }
     assert_eq!(w.job(&id).await.state, ArchiveState::PostProcessing);
     let members =
         w.s.ctx
             .store
-            .list(&format!("{}members/", w.actx.archives().keys.staged(&id)))
+            .list(&format!(
+                "{}members/",
+                w.archive_ctx.archives().keys.staged(&id)
+            ))
             .await
             .unwrap();
     w.s.ctx
@@ -297,10 +319,12 @@ async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complet
     let id = w.create(&format!("s3://{vault}/a/")).await;
     // Until the archiving tasks are on the queue (7 objects, 3 per shard: 3 tasks).
     for _ in 0..5 {
-        archive::tick(&w.actx, chrono::Utc::now()).await.unwrap();
+        archive::tick(&w.archive_ctx, chrono::Utc::now())
+            .await
+            .unwrap();
     }
     assert_eq!(w.job(&id).await.state, ArchiveState::ActivityArchiving);
-    let got = w.actx.task_queue.receive(10, 30, 1).await.unwrap();
+    let got = w.archive_ctx.task_queue.receive(10, 30, 1).await.unwrap();
     assert_eq!(got.len(), 3);
     let messages: Vec<TaskMessage> = got
         .iter()
@@ -309,14 +333,16 @@ async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complet
     // The first two run; the last one's handler dies right after recording its task done, so
     // nobody has checked the fan-in with all three done.
     for m in &messages[..2] {
-        tasks::handle(&w.actx, m, chrono::Utc::now()).await.unwrap();
+        tasks::handle(&w.archive_ctx, m, chrono::Utc::now())
+            .await
+            .unwrap();
     }
-    let mut dying = w.actx.clone();
+    let mut dying = w.archive_ctx.clone();
     let tap = std::sync::Arc::new(DieAfterTaskDone {
         dead: Default::default(),
     });
     dying.store = std::sync::Arc::new(granary::adapters::tap::TappedStore {
-        inner: w.actx.store.clone(),
+        inner: w.archive_ctx.store.clone(),
         tap,
     });
     assert!(tasks::handle(&dying, &messages[2], chrono::Utc::now())
@@ -325,7 +351,7 @@ async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complet
     assert_eq!(w.job(&id).await.state, ArchiveState::ActivityArchiving);
     // SQS delivers the third message again, twice (it was never deleted): the phase hands on once.
     for _ in 0..2 {
-        let out = tasks::handle(&w.actx, &messages[2], chrono::Utc::now())
+        let out = tasks::handle(&w.archive_ctx, &messages[2], chrono::Utc::now())
             .await
             .unwrap();
         assert!(
@@ -337,7 +363,11 @@ async fn a_task_handler_dying_before_its_fan_in_and_a_duplicate_delivery_complet
         );
     }
     for m in &got {
-        w.actx.task_queue.delete(&m.receipt_handle).await.unwrap();
+        w.archive_ctx
+            .task_queue
+            .delete(&m.receipt_handle)
+            .await
+            .unwrap();
     }
     let job = w.run_until(&id, |j| j.state.has_ended()).await;
     assert_eq!(job.state, ArchiveState::Completed, "{:?}", job.history);

@@ -449,7 +449,7 @@ async fn the_ingest_catalog_report_counts_what_recording_wrote() {
         shoulder: "ark:/99999/fk4".into(),
         credentials_parameter: None,
     });
-    let ictx = granary::handlers::Ctx {
+    let ingest_ctx = granary::handlers::Ctx {
         store: store.clone(),
         remote: remote.clone(),
         minter: Some(Arc::new(MemoryMinter::default())),
@@ -473,7 +473,7 @@ async fn the_ingest_catalog_report_counts_what_recording_wrote() {
             .await
             .unwrap();
         ingest::submit(
-            &ictx,
+            &ingest_ctx,
             Submission {
                 collection: collection.into(),
                 manifest_url: format!("s3://bucket/{key}"),
@@ -490,7 +490,7 @@ async fn the_ingest_catalog_report_counts_what_recording_wrote() {
         .unwrap();
     }
     for _ in 0..20 {
-        ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
+        ingest::tick(&ingest_ctx, chrono::Utc::now()).await.unwrap();
     }
     // The catalog as recording wrote it, copied out; what the report must say, from it.
     let dir = std::env::temp_dir().join(unique_name("catalog"));

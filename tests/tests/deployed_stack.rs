@@ -248,8 +248,8 @@ async fn the_deployed_stack_runs_granary() {
     let mut config = ctx.config.clone();
     config.importer.import_queue_url = Some(get("ImportQueueUrl"));
     config.importer.source_url = Some(format!("s3://{}/sources/", get("DataBucketName")));
-    let imp = Ctx::aws(config, &clients).unwrap();
-    let found = granary::handlers::importer::discover::discover(&imp)
+    let importer_ctx = Ctx::aws(config, &clients).unwrap();
+    let found = granary::handlers::importer::discover::discover(&importer_ctx)
         .await
         .unwrap();
     assert_eq!(found.new, 1);
@@ -259,7 +259,7 @@ async fn the_deployed_stack_runs_granary() {
     )
     .await;
     let response = granary::handlers::importer::handle_sqs(
-        &imp,
+        &importer_ctx,
         lambda_sqs_event(&get("ImportQueueUrl"), &steps).unwrap(),
     )
     .await;

@@ -151,7 +151,7 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     let server = ezid_server::start(SHOULDER).await;
     let store = Arc::new(MemoryStore::new());
     let remote = Arc::new(MemoryRemote::default());
-    let ictx = dispatcher(&server, store.clone(), remote.clone());
+    let ingest_ctx = dispatcher(&server, store.clone(), remote.clone());
     let mut manifest = String::from("#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n");
     for n in 1..=2 {
         let url = format!("http://depositor/sheet {n}.tif");
@@ -173,7 +173,7 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
         Answer::Mint,
     ]);
     let batch = ingest::submit(
-        &ictx,
+        &ingest_ctx,
         Submission {
             collection: "maps".into(),
             manifest_url: "s3://bucket/ingest/manifests/m".into(),
@@ -192,12 +192,12 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     .await
     .unwrap();
     for _ in 0..20 {
-        ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
+        ingest::tick(&ingest_ctx, chrono::Utc::now()).await.unwrap();
     }
     let job = |n| {
-        let ictx = &ictx;
+        let ingest_ctx = &ingest_ctx;
         let id = batch.id.job(n);
-        async move { ictx.ingest().job(&id).await.unwrap().unwrap().value }
+        async move { ingest_ctx.ingest().job(&id).await.unwrap().unwrap().value }
     };
     let (one, two) = (job(1).await, job(2).await);
     assert_eq!(one.identifier.as_deref(), Some("ark:/99999/fk400001"));
@@ -209,14 +209,19 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     assert_eq!(two.state, JobState::Failed);
     assert!(two.reason.starts_with(MINT_UNKNOWN), "{}", two.reason);
     // Twenty ticks and a plain resume later, still two mints: the lost one never again.
-    ingest::operator::resume(&ictx, std::slice::from_ref(&two.id), chrono::Utc::now())
-        .await
-        .unwrap();
+    ingest::operator::resume(
+        &ingest_ctx,
+        std::slice::from_ref(&two.id),
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
     for _ in 0..5 {
-        ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
+        ingest::tick(&ingest_ctx, chrono::Utc::now()).await.unwrap();
     }
     assert_eq!(
-        ictx.ingest()
+        ingest_ctx
+            .ingest()
             .job(&two.id)
             .await
             .unwrap()
@@ -227,12 +232,13 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
         "waits while a pass may be minting"
     );
     // A lease later no pass can be: the outcome is unknown, the job fails again.
-    let lease = chrono::Duration::from_std(ictx.config.leases.claim_lease).unwrap();
-    ingest::tick(&ictx, chrono::Utc::now() + lease)
+    let lease = chrono::Duration::from_std(ingest_ctx.config.leases.claim_lease).unwrap();
+    ingest::tick(&ingest_ctx, chrono::Utc::now() + lease)
         .await
         .unwrap();
     assert_eq!(
-        ictx.ingest()
+        ingest_ctx
+            .ingest()
             .job(&two.id)
             .await
             .unwrap()
@@ -250,7 +256,7 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
         "{sent}"
     );
     ingest::operator::resume_with_mint(
-        &ictx,
+        &ingest_ctx,
         &two.id,
         &granary::domain::ingest::deposit::MintFix::Identifier(minted.clone()),
         chrono::Utc::now(),
@@ -258,7 +264,7 @@ async fn the_dispatcher_mints_over_http_once_and_never_again_after_a_lost_answer
     .await
     .unwrap();
     for _ in 0..10 {
-        ingest::tick(&ictx, chrono::Utc::now()).await.unwrap();
+        ingest::tick(&ingest_ctx, chrono::Utc::now()).await.unwrap();
     }
     let two = job(2).await;
     assert_eq!(two.identifier.as_deref(), Some(minted.as_str()));

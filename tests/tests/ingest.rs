@@ -55,11 +55,11 @@ fn ingest_on(
 /// moved.
 async fn pass(
     s: &granary_tests::TestStack,
-    ictx: &Ctx,
+    ingest_ctx: &Ctx,
     jobs: &MemoryJobRunner,
     fail: &[&str],
 ) -> bool {
-    let summary = ingest::tick(ictx, chrono::Utc::now()).await.unwrap();
+    let summary = ingest::tick(ingest_ctx, chrono::Utc::now()).await.unwrap();
     let mut finished = 0;
     for (_, job) in jobs.running() {
         let ending = if fail.contains(&job.job_name.as_str()) {
@@ -80,9 +80,14 @@ async fn pass(
 }
 
 /// Passes until nothing moves.
-async fn settle(s: &granary_tests::TestStack, ictx: &Ctx, jobs: &MemoryJobRunner, fail: &[&str]) {
+async fn settle(
+    s: &granary_tests::TestStack,
+    ingest_ctx: &Ctx,
+    jobs: &MemoryJobRunner,
+    fail: &[&str],
+) {
     for _ in 0..60 {
-        if !pass(s, ictx, jobs, fail).await {
+        if !pass(s, ingest_ctx, jobs, fail).await {
             return;
         }
     }
@@ -136,8 +141,8 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
         timeout: Duration::from_secs(10),
         ..IngestSettings::default()
     };
-    let ictx = ingest_on(&s, jobs.clone(), settings);
-    let key = ictx.ingest().keys.manifest("objects.checkm");
+    let ingest_ctx = ingest_on(&s, jobs.clone(), settings);
+    let key = ingest_ctx.ingest().keys.manifest("objects.checkm");
     s.ctx
         .store
         .put(&key, Bytes::from(manifest), PutCondition::IfAbsent)
@@ -145,7 +150,7 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
         .unwrap();
     // The collection is held when the batch arrives: nothing moves until it is released.
     operator::hold(
-        &ictx,
+        &ingest_ctx,
         &Target::Collection("maps".into()),
         "audit",
         "ops",
@@ -154,7 +159,7 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
     .await
     .unwrap();
     let batch = ingest::submit(
-        &ictx,
+        &ingest_ctx,
         Submission {
             collection: "maps".into(),
             manifest_url: format!("s3://{}/{key}", s.stack.bucket),
@@ -169,30 +174,42 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
     )
     .await
     .unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
-    let held = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    let held = ingest_ctx
+        .ingest()
+        .batch(&batch.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(held.state, BatchState::Held);
     assert!(jobs.submitted().is_empty());
     operator::release(
-        &ictx,
+        &ingest_ctx,
         &Target::Collection("maps".into()),
         chrono::Utc::now(),
     )
     .await
     .unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
 
     let bad = (0..OBJECTS).filter(|n| altered(*n)).count();
     let good = OBJECTS - bad;
     assert_eq!(bad, 2);
-    let done = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
+    let done = ingest_ctx
+        .ingest()
+        .batch(&batch.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(
         done.state,
         BatchState::Failed,
         "{bad} digests could not match"
     );
     assert_eq!(done.jobs, OBJECTS);
-    let reports = operator::reports(&ictx, &batch.id).await.unwrap();
+    let reports = operator::reports(&ingest_ctx, &batch.id).await.unwrap();
     assert_eq!(reports.len(), 1);
     assert_eq!(
         reports[0].completed.len(),
@@ -225,7 +242,7 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
             .put(&format!("obj{n:03}.dat"), body.as_bytes(), vec![]);
     }
     let resumed = operator::resume(
-        &ictx,
+        &ingest_ctx,
         &reports[0]
             .failed
             .iter()
@@ -238,16 +255,16 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
     assert!(resumed
         .iter()
         .all(|r| r.outcome == Ok(JobState::Downloading)));
-    settle(&s, &ictx, &jobs, &[]).await;
-    operator::update_report(&ictx, &batch.id, chrono::Utc::now())
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    operator::update_report(&ingest_ctx, &batch.id, chrono::Utc::now())
         .await
         .unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
-    let reports = operator::reports(&ictx, &batch.id).await.unwrap();
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    let reports = operator::reports(&ingest_ctx, &batch.id).await.unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[1].newly_completed.len(), bad);
     assert!(reports[1].failed.is_empty() && reports[1].still_failed.is_empty());
-    let resumed_job = ictx
+    let resumed_job = ingest_ctx
         .ingest()
         .job(&reports[0].failed[0].job)
         .await
@@ -262,7 +279,13 @@ async fn a_batch_of_objects_with_bad_digests_a_hold_and_a_resume() {
     );
     // Completed after the update report, the batch was cleaned up: no working files, no
     // queue markers; records, inventory and reports stay.
-    let cleaned = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
+    let cleaned = ingest_ctx
+        .ingest()
+        .batch(&batch.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(cleaned.state, BatchState::Deleted);
     assert!(granary_tests::keys(s.ctx.store.as_ref(), "ingest/objects/")
         .await
@@ -292,9 +315,9 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
         timeout: Duration::from_secs(10),
         ..IngestSettings::default()
     };
-    let ictx = ingest_on(&s, jobs.clone(), settings);
+    let ingest_ctx = ingest_on(&s, jobs.clone(), settings);
     let batch = ingest::submit(
-        &ictx,
+        &ingest_ctx,
         Submission {
             collection: "maps".into(),
             manifest_url: format!("{base}a.txt"),
@@ -310,8 +333,8 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
     )
     .await
     .unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
-    let job = ictx
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    let job = ingest_ctx
         .ingest()
         .job(&batch.id.job(1))
         .await
@@ -325,12 +348,22 @@ async fn a_failing_callback_fails_the_job_at_notify_and_a_resume_restarts_there(
         job.reason
     );
     assert_eq!(job.last_successful_status, Some(JobState::Recording));
-    let b = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
+    let b = ingest_ctx
+        .ingest()
+        .batch(&batch.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(b.state, BatchState::Failed);
     assert_eq!(
-        operator::resume(&ictx, std::slice::from_ref(&job.id), chrono::Utc::now())
-            .await
-            .unwrap()[0]
+        operator::resume(
+            &ingest_ctx,
+            std::slice::from_ref(&job.id),
+            chrono::Utc::now()
+        )
+        .await
+        .unwrap()[0]
             .outcome,
         Ok(JobState::Notify)
     );
@@ -348,10 +381,10 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         callback_attempts: 1,
         ..IngestSettings::default()
     };
-    let ictx = ingest_on(&s, jobs.clone(), settings);
+    let ingest_ctx = ingest_on(&s, jobs.clone(), settings);
     let now = chrono::Utc::now;
     let put_manifest = |name: &str, lines: &[String]| {
-        let key = ictx.ingest().keys.manifest(name);
+        let key = ingest_ctx.ingest().keys.manifest(name);
         let text = format!(
             "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier\n{}\n",
             lines.join("\n")
@@ -374,11 +407,11 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         )
     };
     let submit = |url: String, collection: &str| {
-        let ictx = &ictx;
+        let ingest_ctx = &ingest_ctx;
         let collection = collection.to_owned();
         async move {
             ingest::submit(
-                ictx,
+                ingest_ctx,
                 Submission {
                     collection,
                     manifest_url: url,
@@ -397,12 +430,21 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         }
     };
     let state = |id: JobId| {
-        let ictx = &ictx;
-        async move { ictx.ingest().job(&id).await.unwrap().unwrap().value }
+        let ingest_ctx = &ingest_ctx;
+        async move { ingest_ctx.ingest().job(&id).await.unwrap().unwrap().value }
     };
     let batch_state = |id: BatchId| {
-        let ictx = &ictx;
-        async move { ictx.ingest().batch(&id).await.unwrap().unwrap().value.state }
+        let ingest_ctx = &ingest_ctx;
+        async move {
+            ingest_ctx
+                .ingest()
+                .batch(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .value
+                .state
+        }
     };
 
     // Batch A: o1 fine; an unreadable line (pending → failed); o3's processing fails once
@@ -419,12 +461,12 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     ];
     let a = submit(put_manifest("a.checkm", &lines).await, "c1").await;
     let o3_first = format!("ingest-{}-r0-a1", a.job(3));
-    operator::hold(&ictx, &Target::Job(a.job(5)), "check", "ops", now())
+    operator::hold(&ingest_ctx, &Target::Job(a.job(5)), "check", "ops", now())
         .await
         .unwrap();
     // Up to processing, then o4's file goes missing.
     for _ in 0..6 {
-        ingest::tick(&ictx, now()).await.unwrap();
+        ingest::tick(&ingest_ctx, now()).await.unwrap();
     }
     let o4 = state(a.job(4)).await;
     assert_eq!(o4.state, JobState::Processing);
@@ -432,7 +474,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     let kept = s.ctx.store.get(&lost).await.unwrap().unwrap().body;
     s.ctx.store.delete(&lost).await.unwrap();
     // o6's stored copy goes missing as recording lists it.
-    let o6_storage = ictx.ingest().keys.storage(
+    let o6_storage = ingest_ctx.ingest().keys.storage(
         "c1",
         &granary::domain::ingest::deposit::storage_name(None, a.job(6).as_str()),
     );
@@ -443,7 +485,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
             prefix: o6_storage.clone(),
             victim: std::sync::Mutex::new(Some(o6_stored.clone())),
         }),
-        ..ictx.clone()
+        ..ingest_ctx.clone()
     };
     settle(&s, &losing, &jobs, &[&o3_first]).await;
     assert_eq!(state(a.job(1)).await.state, JobState::Completed);
@@ -478,11 +520,11 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         BatchState::Processing,
         "a held job keeps it open"
     );
-    let deleted = operator::delete_job(&ictx, &a.job(5), true, now())
+    let deleted = operator::delete_job(&ingest_ctx, &a.job(5), true, now())
         .await
         .unwrap();
     assert_eq!(deleted.state, JobState::Deleted);
-    settle(&s, &ictx, &jobs, &[]).await;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
     // Resumes: o3 at processing (a new Batch job), o4 at storing once its file is back, o6
     // at recording once its stored copy is.
@@ -496,9 +538,13 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         .put(&o6_stored, Bytes::from("six"), PutCondition::Overwrite)
         .await
         .unwrap();
-    let resumed = operator::resume(&ictx, &[a.job(3), a.job(4), a.job(2), a.job(6)], now())
-        .await
-        .unwrap();
+    let resumed = operator::resume(
+        &ingest_ctx,
+        &[a.job(3), a.job(4), a.job(2), a.job(6)],
+        now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Processing));
     assert_eq!(resumed[1].outcome, Ok(JobState::Storing));
     assert!(
@@ -506,20 +552,24 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         "an unreadable line cannot resume"
     );
     assert_eq!(resumed[3].outcome, Ok(JobState::Recording));
-    settle(&s, &ictx, &jobs, &[]).await;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     // The unreadable one is still failed: the update report keeps the batch failed.
-    operator::update_report(&ictx, &a, now()).await.unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
+    operator::update_report(&ingest_ctx, &a, now())
+        .await
+        .unwrap();
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Failed);
     // Deleted (reported, so no confirmation), the next update report completes the batch and
     // cleanup follows.
-    operator::delete_job(&ictx, &a.job(2), false, now())
+    operator::delete_job(&ingest_ctx, &a.job(2), false, now())
         .await
         .unwrap();
-    operator::update_report(&ictx, &a, now()).await.unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
+    operator::update_report(&ingest_ctx, &a, now())
+        .await
+        .unwrap();
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(batch_state(a.clone()).await, BatchState::Deleted);
-    let reports = operator::reports(&ictx, &a).await.unwrap();
+    let reports = operator::reports(&ingest_ctx, &a).await.unwrap();
     assert_eq!(reports.len(), 3);
     assert_eq!(reports[2].failed.len(), 0);
     for n in [1, 3, 4, 6] {
@@ -535,7 +585,7 @@ async fn every_transition_of_both_tables_on_the_emulator() {
 
     // Batch B: its collection is held; it is deleted while held (confirmed).
     operator::hold(
-        &ictx,
+        &ingest_ctx,
         &Target::Collection("c2".into()),
         "legal",
         "ops",
@@ -548,12 +598,12 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         "c2",
     )
     .await;
-    settle(&s, &ictx, &jobs, &[]).await;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(batch_state(b.clone()).await, BatchState::Held);
-    assert!(operator::delete_batch(&ictx, &b, false, now())
+    assert!(operator::delete_batch(&ingest_ctx, &b, false, now())
         .await
         .is_err());
-    operator::delete_batch(&ictx, &b, true, now())
+    operator::delete_batch(&ingest_ctx, &b, true, now())
         .await
         .unwrap();
     assert_eq!(batch_state(b.clone()).await, BatchState::Deleted);
@@ -565,17 +615,23 @@ async fn every_transition_of_both_tables_on_the_emulator() {
         "c3",
     )
     .await;
-    operator::hold(&ictx, &Target::Job(c.job(1)), "look first", "ops", now())
-        .await
-        .unwrap();
-    settle(&s, &ictx, &jobs, &[]).await;
+    operator::hold(
+        &ingest_ctx,
+        &Target::Job(c.job(1)),
+        "look first",
+        "ops",
+        now(),
+    )
+    .await
+    .unwrap();
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(state(c.job(1)).await.state, JobState::Held);
-    let released = operator::release(&ictx, &Target::Job(c.job(1)), now())
+    let released = operator::release(&ingest_ctx, &Target::Job(c.job(1)), now())
         .await
         .unwrap();
     assert_eq!(released.jobs, vec![c.job(1)]);
-    settle(&s, &ictx, &jobs, &[]).await;
-    let reports = operator::reports(&ictx, &c).await.unwrap();
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    let reports = operator::reports(&ingest_ctx, &c).await.unwrap();
     assert_eq!((reports.len(), reports[0].completed.len()), (1, 1));
     assert_eq!(batch_state(c).await, BatchState::Deleted);
 
@@ -583,13 +639,13 @@ async fn every_transition_of_both_tables_on_the_emulator() {
     server.archive.put("d1.dat", b"DEE", vec![]);
     let d_line = format!("{base}d1.dat | md5 | {} | | d1.dat | d1", md5_hex(b"dee"));
     let d = submit(put_manifest("d.checkm", &[d_line]).await, "c4").await;
-    settle(&s, &ictx, &jobs, &[]).await;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
     assert_eq!(batch_state(d.clone()).await, BatchState::Failed);
-    operator::delete_batch(&ictx, &d, false, now())
+    operator::delete_batch(&ingest_ctx, &d, false, now())
         .await
         .unwrap();
     assert_eq!(batch_state(d.clone()).await, BatchState::Deleted);
-    assert!(ictx.ingest().job(&d.job(1)).await.unwrap().is_none());
+    assert!(ingest_ctx.ingest().job(&d.job(1)).await.unwrap().is_none());
 }
 
 /// A bucket in which `victim` disappears just before the first listing under `prefix` (what
@@ -694,9 +750,9 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
         timeout: Duration::from_secs(10),
         ..IngestSettings::default()
     };
-    let ictx = ingest_on(&s, jobs.clone(), settings);
+    let ingest_ctx = ingest_on(&s, jobs.clone(), settings);
     let batch = ingest::submit(
-        &ictx,
+        &ingest_ctx,
         Submission {
             collection: "maps".into(),
             manifest_url: format!("{}a.txt", server.index_url),
@@ -714,7 +770,7 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
     // The pass that spawns the job (the record's first write) and moves it on dies right after
     // the record's change to estimating: on S3 the record says estimating, the queue's index
     // still lists it pending.
-    let mut crashing = ictx.clone();
+    let mut crashing = ingest_ctx.clone();
     let tap = Arc::new(DieAfterRecordWrite {
         nth: 2,
         writes: Default::default(),
@@ -726,22 +782,22 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
     });
     assert!(ingest::tick(&crashing, chrono::Utc::now()).await.is_err());
     let id = batch.id.job(1);
-    let record = ictx.ingest().job(&id).await.unwrap().unwrap().value;
+    let record = ingest_ctx.ingest().job(&id).await.unwrap().unwrap().value;
     assert_eq!(record.state, JobState::Estimating);
     assert_eq!(
-        ictx.ingest().listed(JobState::Pending).await.unwrap(),
+        ingest_ctx.ingest().listed(JobState::Pending).await.unwrap(),
         vec![(5, id.clone())],
         "the stale marker"
     );
-    assert!(ictx
+    assert!(ingest_ctx
         .ingest()
         .listed(JobState::Estimating)
         .await
         .unwrap()
         .is_empty());
     // The schedule fires again: the lister repairs the index and the job goes all the way.
-    settle(&s, &ictx, &jobs, &[]).await;
-    let job = ictx.ingest().job(&id).await.unwrap().unwrap().value;
+    settle(&s, &ingest_ctx, &jobs, &[]).await;
+    let job = ingest_ctx.ingest().job(&id).await.unwrap().unwrap().value;
     assert!(
         matches!(job.state, JobState::Completed | JobState::Deleted),
         "{}",
@@ -749,10 +805,16 @@ async fn a_crash_between_a_job_record_and_its_index_is_repaired_by_the_next_pass
     );
     for state in JobState::ALL {
         assert!(
-            ictx.ingest().listed(state).await.unwrap().is_empty() || state == job.state,
+            ingest_ctx.ingest().listed(state).await.unwrap().is_empty() || state == job.state,
             "{id} still listed {state}"
         );
     }
-    let b = ictx.ingest().batch(&batch.id).await.unwrap().unwrap().value;
+    let b = ingest_ctx
+        .ingest()
+        .batch(&batch.id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value;
     assert_eq!(b.state, BatchState::Deleted, "completed and cleaned up");
 }

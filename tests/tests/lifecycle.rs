@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 struct World {
     s: TestStack,
-    imp: Ctx,
+    importer_ctx: Ctx,
     server: ArchiveServer,
 }
 
@@ -41,8 +41,12 @@ async fn world(tag: &str, env: &[(&str, &str)]) -> World {
     ];
     all.extend_from_slice(env);
     let s = stack(tag, 1, &all).await;
-    let imp = s.ctx.clone();
-    World { s, imp, server }
+    let importer_ctx = s.ctx.clone();
+    World {
+        s,
+        importer_ctx,
+        server,
+    }
 }
 
 impl World {
@@ -60,7 +64,7 @@ impl World {
             }
             for m in msgs {
                 n += 1;
-                match importer::handle_message(&self.imp, &m.body).await {
+                match importer::handle_message(&self.importer_ctx, &m.body).await {
                     Ok(_) | Err(granary::handlers::HandlerError::Waiting { .. }) => {}
                     Err(e) => panic!("import step failed: {e}"),
                 }
@@ -107,7 +111,7 @@ impl World {
     /// File `name` discovered, downloaded, submitted and its job succeeded: PROCESSED.
     async fn processed(&self, name: &str) -> GranuleId {
         self.server.archive.put(name, BODY, vec![Behaviour::Serve]);
-        discover::discover(&self.imp).await.unwrap();
+        discover::discover(&self.importer_ctx).await.unwrap();
         self.run_import_queue().await;
         let id = self.only_item().await;
         self.run_requeuer().await;
@@ -157,7 +161,7 @@ async fn normal_workflow() {
         BODY,
         vec![Behaviour::Serve],
     );
-    let found = discover::discover(&w.imp).await.unwrap();
+    let found = discover::discover(&w.importer_ctx).await.unwrap();
     assert_eq!((found.listed, found.new), (1, 1));
     w.run_import_queue().await;
     let id = w.only_item().await;
@@ -200,7 +204,7 @@ async fn normal_workflow() {
 async fn failure1_download_fails_until_the_limit_then_ignore() {
     let w = world("lcfail1", &[]).await;
     w.server.archive.put("a.h5", BODY, vec![Behaviour::Fail]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     let r = w.record(&id).await;
@@ -242,7 +246,7 @@ async fn an_outdated_file_is_skipped_and_a_current_one_admitted() {
     ] {
         let w = world(tag, &[("GRANARY_NOT_BEFORE", not_before)]).await;
         w.server.archive.put("o.h5", BODY, vec![Behaviour::Serve]);
-        discover::discover(&w.imp).await.unwrap();
+        discover::discover(&w.importer_ctx).await.unwrap();
         w.run_import_queue().await;
         let id = w.only_item().await;
         let r = w.record(&id).await;
@@ -287,7 +291,7 @@ async fn a_file_that_is_not_the_kind_its_name_says_is_never_admitted() {
     w.server
         .archive
         .put("real.png", &png, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     for r in w.items().find(&Default::default()).await.unwrap() {
         if r.name == "real.png" {
@@ -324,7 +328,7 @@ async fn failure2_ineligible_files_are_skipped() {
         BODY,
         vec![Behaviour::Serve],
     );
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let all = w.items().find(&Default::default()).await.unwrap();
     assert_eq!(all.len(), 2);
@@ -350,7 +354,7 @@ async fn failure2_ineligible_files_are_skipped() {
 async fn failure3_processing_fails_until_the_limit_then_abandoned() {
     let w = world("lcfail3", &[]).await;
     w.server.archive.put("b.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     for attempt in 1..=2 {
@@ -394,7 +398,7 @@ async fn failure4_a_slow_download_times_out_and_is_retried() {
             Behaviour::Serve,
         ],
     );
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     let r = w.record(&id).await;
@@ -422,7 +426,7 @@ async fn a_truncated_download_is_detected_and_retried() {
         BODY,
         vec![Behaviour::Truncate(10), Behaviour::Serve],
     );
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     let r = w.record(&id).await;
@@ -448,7 +452,7 @@ async fn a_truncated_download_is_detected_and_retried() {
 async fn failure5_a_processing_timeout_is_retried_while_attempts_remain_then_abandoned() {
     let w = world("lcfail5", &[]).await;
     w.server.archive.put("e.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     // Batch kills each attempt at the job definition's timeout and never retries it; granary
@@ -490,7 +494,7 @@ async fn failure5_a_processing_timeout_is_retried_while_attempts_remain_then_aba
 async fn a_non_retryable_end_is_dead_lettered_and_abandoned_at_once_and_resume_sends_it_round() {
     let w = world("lcnonretry", &[]).await;
     w.server.archive.put("n.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     assert_eq!(w.run_requeuer().await, 1);
@@ -504,9 +508,10 @@ async fn a_non_retryable_end_is_dead_lettered_and_abandoned_at_once_and_resume_s
     let dlq = drain(&w.s.clients, &w.s.stack.failure_dlq_url).await;
     assert_eq!(dlq.len(), 1, "the notice a human reads");
     // Fixed: the operator resumes it, and its next attempt runs and succeeds.
-    let resumed = granary::handlers::resume::resume(&w.imp, std::slice::from_ref(&id), false)
-        .await
-        .unwrap();
+    let resumed =
+        granary::handlers::resume::resume(&w.importer_ctx, std::slice::from_ref(&id), false)
+            .await
+            .unwrap();
     assert_eq!(resumed.resumed[0].from, "ABANDONED");
     assert_eq!(w.run_requeuer().await, 1);
     w.end_job(&id, AttemptEnd::Success).await;
@@ -533,7 +538,7 @@ async fn a_non_retryable_end_is_dead_lettered_and_abandoned_at_once_and_resume_s
 async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
     let w = world("lcfail6", &[]).await;
     w.server.archive.put("f.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     drain(&w.s.clients, &w.s.stack.import_queue_url).await;
     let id = w.only_item().await;
     // A worker began the download and died.
@@ -544,9 +549,9 @@ async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
         .await
         .unwrap();
     // Within the timeout the sweeper leaves it alone.
-    let early = sweeper::sweep(&w.imp, Utc::now()).await.unwrap();
+    let early = sweeper::sweep(&w.importer_ctx, Utc::now()).await.unwrap();
     assert_eq!((early.examined, early.within_time), (1, 1));
-    let late = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(3))
+    let late = sweeper::sweep(&w.importer_ctx, Utc::now() + Duration::seconds(3))
         .await
         .unwrap();
     assert_eq!(late.retried, 1);
@@ -575,7 +580,7 @@ async fn failure6_a_crash_during_download_is_recovered_by_the_sweeper() {
 async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() {
     let w = world("lcfail6i", &[("GRANARY_MAX_DOWNLOAD_ATTEMPTS", "1")]).await;
     w.server.archive.put("i.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     drain(&w.s.clients, &w.s.stack.import_queue_url).await;
     let id = w.only_item().await;
     // A worker began the only download attempt and died.
@@ -585,7 +590,7 @@ async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() 
         })
         .await
         .unwrap();
-    let swept = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(3))
+    let swept = sweeper::sweep(&w.importer_ctx, Utc::now() + Duration::seconds(3))
         .await
         .unwrap();
     assert_eq!((swept.gave_up, swept.retried), (1, 0), "{swept:?}");
@@ -608,7 +613,7 @@ async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() 
     );
     assert!(w.items().inflight().await.unwrap().is_empty());
     // A second sweep finds nothing to do.
-    let again = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(6))
+    let again = sweeper::sweep(&w.importer_ctx, Utc::now() + Duration::seconds(6))
         .await
         .unwrap();
     assert_eq!((again.examined, again.gave_up), (0, 0), "{again:?}");
@@ -618,7 +623,7 @@ async fn failure6_a_crash_during_the_last_download_is_given_up_by_the_sweeper() 
 async fn failure7_a_crash_during_processing_is_recovered_by_the_sweeper() {
     let w = world("lcfail7", &[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]).await;
     w.server.archive.put("g.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     drain(&w.s.clients, &w.s.stack.retry_queue_url).await;
@@ -630,7 +635,7 @@ async fn failure7_a_crash_during_processing_is_recovered_by_the_sweeper() {
     item_sync::submitted(&w.s.ctx, &event, "job-lost-in-crash", None, "test")
         .await
         .unwrap();
-    let swept = sweeper::sweep(&w.imp, Utc::now() + Duration::seconds(61))
+    let swept = sweeper::sweep(&w.importer_ctx, Utc::now() + Duration::seconds(61))
         .await
         .unwrap();
     assert_eq!(swept.retried, 1, "{swept:?}");
@@ -677,7 +682,7 @@ async fn failure8_a_duplicate_discovery_is_ignored() {
             vec![Behaviour::Serve],
         );
     }
-    let first = discover::discover(&w.imp).await.unwrap();
+    let first = discover::discover(&w.importer_ctx).await.unwrap();
     assert_eq!((first.listed, first.new, first.duplicates), (2, 1, 1));
     w.run_import_queue().await;
     let id = w.only_item().await;
@@ -685,7 +690,7 @@ async fn failure8_a_duplicate_discovery_is_ignored() {
         w.record(&id).await.raw_file_hash,
         Some(format!("sha256:{sha}"))
     );
-    let again = discover::discover(&w.imp).await.unwrap();
+    let again = discover::discover(&w.importer_ctx).await.unwrap();
     assert_eq!((again.new, again.duplicates), (0, 2));
     assert_eq!(
         w.run_import_queue().await,
@@ -706,17 +711,17 @@ async fn failure8_a_duplicate_discovery_is_ignored() {
 async fn operational_a_file_already_stored_goes_straight_to_downloaded() {
     let w = world("lcoper", &[]).await;
     w.server.archive.put("i.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     drain(&w.s.clients, &w.s.stack.import_queue_url).await;
     let id = w.only_item().await;
     let record = w.record(&id).await;
-    let key = download::stored_key(&w.imp, &record);
+    let key = download::stored_key(&w.importer_ctx, &record);
     w.s.ctx
         .store
         .put(&key, Bytes::from_static(BODY), PutCondition::Overwrite)
         .await
         .unwrap();
-    run_steps(&w.imp, &id, None).await.unwrap();
+    run_steps(&w.importer_ctx, &id, None).await.unwrap();
     let r = w.record(&id).await;
     assert_eq!((r.state, r.attempts.download), (Ready, 0));
     assert_eq!(w.server.archive.gets("i.h5"), 0, "nothing downloaded");
@@ -731,12 +736,12 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     )
     .await;
     w.server.archive.put("j.h5", BODY, vec![Behaviour::Serve]);
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let id = w.only_item().await;
     let r = w.record(&id).await;
     assert_eq!(r.state, Downloaded, "waits for its prerequisite");
-    let waiting = run_steps(&w.imp, &id, None).await.unwrap_err();
+    let waiting = run_steps(&w.importer_ctx, &id, None).await.unwrap_err();
     assert!(
         waiting
             .to_string()
@@ -756,7 +761,7 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     // The operator asks for a re-validation (`granary revalidate`): a dry run sends nothing, the
     // request one import message, which the importer step runs.
     let ids = [id.clone(), GranuleId::parse("no-such-item").unwrap()];
-    let dry = validate::request_revalidation(&w.imp, &ids, true)
+    let dry = validate::request_revalidation(&w.importer_ctx, &ids, true)
         .await
         .unwrap();
     assert_eq!(
@@ -767,12 +772,12 @@ async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admis
     assert!(drain(&w.s.clients, &w.s.stack.import_queue_url)
         .await
         .is_empty());
-    validate::request_revalidation(&w.imp, &ids, false)
+    validate::request_revalidation(&w.importer_ctx, &ids, false)
         .await
         .unwrap();
     let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
     assert_eq!(asked.len(), 1);
-    let after = importer::handle_message(&w.imp, &asked[0].body)
+    let after = importer::handle_message(&w.importer_ctx, &asked[0].body)
         .await
         .unwrap();
     assert_eq!(after.final_state, Some(DownloadingFailed));
@@ -811,12 +816,12 @@ async fn revalidation_reopens_a_processed_item_whose_product_is_missing_or_empty
     let id = w.processed("p.h5").await;
     let product = format!("products/{id}.tif");
     let revalidate = || async {
-        validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
+        validate::request_revalidation(&w.importer_ctx, std::slice::from_ref(&id), false)
             .await
             .unwrap();
         let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
         assert_eq!(asked.len(), 1);
-        importer::handle_message(&w.imp, &asked[0].body)
+        importer::handle_message(&w.importer_ctx, &asked[0].body)
             .await
             .unwrap()
             .final_state
@@ -876,12 +881,12 @@ async fn a_failure_after_revalidation_is_routed_not_taken_for_a_late_end() {
     let w = world("lcrevoke", &[("GRANARY_PRODUCT_KEYS", "products/{id}.tif")]).await;
     let id = w.processed("v.h5").await;
     // The product never appeared: re-validation fails the item and hands it to processing.
-    validate::request_revalidation(&w.imp, std::slice::from_ref(&id), false)
+    validate::request_revalidation(&w.importer_ctx, std::slice::from_ref(&id), false)
         .await
         .unwrap();
     let asked = drain(&w.s.clients, &w.s.stack.import_queue_url).await;
     assert_eq!(asked.len(), 1);
-    let state = importer::handle_message(&w.imp, &asked[0].body)
+    let state = importer::handle_message(&w.importer_ctx, &asked[0].body)
         .await
         .unwrap()
         .final_state;
@@ -943,7 +948,7 @@ async fn a_parked_admission_is_woken_by_redrive_imports_or_resume() {
     for name in ["k.h5", "l.h5"] {
         w.server.archive.put(name, BODY, vec![Behaviour::Serve]);
     }
-    discover::discover(&w.imp).await.unwrap();
+    discover::discover(&w.importer_ctx).await.unwrap();
     w.run_import_queue().await;
     let items = w.items().find(&Default::default()).await.unwrap();
     assert_eq!(items.len(), 2);
@@ -994,9 +999,10 @@ async fn a_parked_admission_is_woken_by_redrive_imports_or_resume() {
     assert_eq!(w.run_import_queue().await, 1);
     assert_eq!(w.record(&k).await.state, Ready);
     assert_eq!(w.record(&l).await.state, Downloaded, "nothing woke l yet");
-    let resumed = granary::handlers::resume::resume(&w.imp, std::slice::from_ref(&l), false)
-        .await
-        .unwrap();
+    let resumed =
+        granary::handlers::resume::resume(&w.importer_ctx, std::slice::from_ref(&l), false)
+            .await
+            .unwrap();
     assert_eq!(resumed.resumed[0].from, "DOWNLOADED");
     assert_eq!(w.run_import_queue().await, 1);
     assert_eq!(w.record(&l).await.state, Ready);
@@ -1135,8 +1141,8 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
     }
     let url = format!("s3://{source_bucket}/granules/");
     let s = stack("lcs3", 1, &[("GRANARY_SOURCE_URL", url.as_str())]).await;
-    let imp = s.ctx.clone();
-    let found = discover::discover(&imp).await.unwrap();
+    let importer_ctx = s.ctx.clone();
+    let found = discover::discover(&importer_ctx).await.unwrap();
     assert_eq!((found.listed, found.new), (2, 2));
     loop {
         let msgs = drain(&s.clients, &s.stack.import_queue_url).await;
@@ -1144,7 +1150,9 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
             break;
         }
         for m in msgs {
-            importer::handle_message(&imp, &m.body).await.unwrap();
+            importer::handle_message(&importer_ctx, &m.body)
+                .await
+                .unwrap();
         }
     }
     let records = s.ctx.items().find(&Default::default()).await.unwrap();
@@ -1170,7 +1178,7 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
 
 /// The import message for `id` (at `step`), delivered to the importer as SQS would.
 async fn run_steps(
-    imp: &Ctx,
+    importer_ctx: &Ctx,
     id: &GranuleId,
     step: Option<Step>,
 ) -> Result<importer::StepReport, granary::handlers::HandlerError> {
@@ -1181,5 +1189,5 @@ async fn run_steps(
         campaign: None,
     };
     let body = serde_json::to_string(&message).unwrap();
-    importer::handle_message(imp, &body).await
+    importer::handle_message(importer_ctx, &body).await
 }

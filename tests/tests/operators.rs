@@ -358,7 +358,7 @@ async fn a_redriven_exhausted_granule_gets_one_more_attempt() {
 async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     let s = stack("resume", 1, &[("GRANARY_MAX_RETRIES", "0")]).await;
     let ctx = &s.ctx;
-    let imp = ctx.clone();
+    let importer_ctx = ctx.clone();
     let id = GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap();
     let first = GranuleProcessingEvent {
         granule_id: id.clone(),
@@ -395,7 +395,7 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
     .await
     .unwrap();
 
-    let dry = resume::resume(&imp, &[id.clone(), untouched.clone()], true)
+    let dry = resume::resume(&importer_ctx, &[id.clone(), untouched.clone()], true)
         .await
         .unwrap();
     assert_eq!(dry.resumed.len(), 1);
@@ -404,7 +404,7 @@ async fn resume_puts_a_failed_item_back_at_its_last_successful_state() {
         Abandoned
     );
 
-    let done = resume::resume(&imp, &[id.clone(), untouched.clone()], false)
+    let done = resume::resume(&importer_ctx, &[id.clone(), untouched.clone()], false)
         .await
         .unwrap();
     assert_eq!(done.resumed[0].next_attempt, 2);

@@ -22,10 +22,8 @@ use crate::contracts::messages::{Notice, Outcome, RetryMessage};
 use crate::domain::cancel::{self, CancelFilter, CancelRecord, Cancelled, OpenAttempt};
 use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::hold::{CancelHold, Hold};
-use crate::domain::layout::claims::{claim_key, parse_claim_key, parse_window_key, window_key};
-use crate::domain::window::WindowClaim;
+use crate::domain::layout::claims::{parse_claim_key, parse_window_key, window_key};
 use crate::handlers::HandlerError;
-use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
@@ -77,19 +75,18 @@ pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> 
     let layout = &ctx.config.layout;
     let mut open = Vec::new();
     let markers = ctx.claims().open_markers().await?;
+    let windows = ctx.windows();
     for marker in markers {
         if let Some((inventory, start)) = parse_window_key(&layout.open_claim_prefix, &marker.key) {
             let claim_at = window_key(&layout.claim_prefix, &inventory, start);
-            let Some(claim) = read_json::<WindowClaim>(ctx.store.as_ref(), &claim_at).await? else {
+            let Some(claim) = windows.claim_at(&claim_at).await? else {
                 continue;
             };
-            let progress = ctx
-                .store
-                .get(&marker.key)
+            let progress = windows
+                .open_marker(&inventory, start)
                 .await?
                 .map(|m| crate::domain::window::WindowProgress::from_marker(&m.body))
                 .unwrap_or_default();
-            let claim = claim.value;
             // The granules whose end is not logged yet: looked at a few at a time (one or two
             // GETs each), since a window may hold 10,000.
             let looks = claim
@@ -117,10 +114,7 @@ pub async fn open_attempts(ctx: &Ctx) -> Result<Vec<OpenAttempt>, HandlerError> 
                 }
             }
         } else if let Some(attempt) = parse_claim_key(&layout.open_claim_prefix, &marker.key) {
-            let claim_at = claim_key(&layout.claim_prefix, &attempt);
-            let claim = read_json::<crate::domain::claim::Claim>(ctx.store.as_ref(), &claim_at)
-                .await?
-                .map(|c| c.value);
+            let claim = ctx.claims().claim(&attempt).await?.map(|c| c.value);
             open.push(OpenAttempt {
                 granule_id: attempt.granule_id,
                 attempt: attempt.attempt,

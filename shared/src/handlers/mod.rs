@@ -13,6 +13,7 @@ pub mod reconciler;
 pub mod redrive;
 pub mod requeuer;
 pub mod resume;
+mod state;
 pub mod transfer;
 
 /// Log lines as the Lambdas write them (`wiring::json_logs`), kept in memory for tests that
@@ -165,208 +166,6 @@ impl Ctx {
     pub fn campaign(&self) -> Option<&crate::domain::campaign::Campaign> {
         self.config.layout.campaign.as_ref()
     }
-
-    /// The feeder's tracker.
-    pub fn tracker(&self) -> crate::repositories::TrackerObject<'_> {
-        crate::repositories::TrackerObject {
-            store: self.store.as_ref(),
-            key: &self.config.layout.tracker_key,
-        }
-    }
-
-    /// The inventories the feeder reads.
-    pub fn inventories(&self) -> crate::repositories::Inventories<'_> {
-        crate::repositories::Inventories {
-            store: &self.store,
-            prefix: &self.config.layout.inventory_prefix,
-        }
-    }
-
-    /// The feeder's hold.
-    pub fn hold(&self) -> crate::repositories::HoldObject<'_> {
-        crate::repositories::HoldObject {
-            store: self.store.as_ref(),
-            key: &self.config.layout.hold_key,
-        }
-    }
-
-    /// The attempts `granary cancel` ended or held back, and its records.
-    pub fn cancelled(&self) -> crate::repositories::CancelledList<'_> {
-        crate::repositories::CancelledList {
-            store: self.store.as_ref(),
-            claim_prefix: &self.config.layout.claim_prefix,
-        }
-    }
-
-    /// Claims of one job, the open-claims index and the parked retries' markers.
-    pub fn claims(&self) -> crate::repositories::Claims<'_> {
-        crate::repositories::Claims {
-            store: self.store.as_ref(),
-            claim_prefix: &self.config.layout.claim_prefix,
-            open_prefix: &self.config.layout.open_claim_prefix,
-        }
-    }
-
-    /// The ingest queue's records and indexes (`GRANARY_INGEST_PREFIX`).
-    pub fn ingest(&self) -> crate::repositories::ingest::Ingest {
-        crate::repositories::ingest::Ingest::new(self.store.clone(), &self.config.ingest.prefix)
-    }
-
-    /// Archive job records (`GRANARY_ARCHIVE_PREFIX`).
-    pub fn archives(&self) -> crate::repositories::archive::Archives {
-        crate::repositories::archive::Archives::new(self.store.clone(), &self.config.archive.prefix)
-    }
-
-    /// The item records, their history and the in-flight index.
-    pub fn items(&self) -> crate::repositories::items::Items {
-        crate::repositories::items::Items::new(
-            self.store.clone(),
-            self.config.layout.item_prefixes.clone(),
-        )
-    }
-
-    /// The log objects and their protocol.
-    pub fn logs(&self) -> crate::repositories::logs::Logs<'_> {
-        crate::repositories::logs::Logs::new(self.store.as_ref(), &self.config.layout.log_prefix)
-    }
-
-    /// Records a poison input under the reject prefix and dead-letters a notice of it.
-    pub async fn reject(
-        &self,
-        kind: crate::repositories::rejects::RejectKind,
-        reason: &str,
-        source: &str,
-        input: &str,
-    ) -> Result<String, crate::repositories::rejects::RejectError> {
-        crate::repositories::rejects::reject(
-            self.store.as_ref(),
-            self.failure_dlq.as_ref(),
-            &self.config.layout.reject_prefix,
-            kind,
-            reason,
-            source,
-            input,
-        )
-        .await
-    }
-
-    /// Sets aside an item record no code can read (`why`): recorded with its bytes under the
-    /// reject prefix and dead-lettered, so whoever found it can go on.
-    pub async fn reject_corrupt_record(
-        &self,
-        key: &str,
-        why: &str,
-        found_by: &str,
-    ) -> Result<(), crate::repositories::rejects::RejectError> {
-        let raw = match self.store.get(key).await? {
-            Some(o) => String::from_utf8_lossy(&o.body).into_owned(),
-            None => "(gone before it could be read)".to_owned(),
-        };
-        self.reject(
-            crate::repositories::rejects::RejectKind::CorruptItemRecord,
-            &format!("item record {key} is not valid JSON: {why}"),
-            found_by,
-            &raw,
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// Window claims under this context's claim and open prefixes, with its lease.
-    pub fn windows(&self) -> crate::repositories::windows::Windows<'_> {
-        crate::repositories::windows::Windows {
-            store: self.store.as_ref(),
-            jobs: self.jobs.as_ref(),
-            bucket: &self.config.layout.bucket,
-            claim_prefix: &self.config.layout.claim_prefix,
-            open_prefix: &self.config.layout.open_claim_prefix,
-            lease: self.config.leases.claim_lease,
-            concurrency: self.config.feeder.submit_concurrency,
-            metrics: &self.metrics,
-        }
-    }
-
-    /// Submits (granule, attempt) at most once, with this context's claim prefix and lease.
-    pub async fn submit_once(
-        &self,
-        event: &crate::domain::granule::GranuleProcessingEvent,
-        claimed_by: &str,
-    ) -> Result<crate::repositories::SubmitOutcome, crate::repositories::RepositoryError> {
-        self.submit_placed(event, Default::default(), claimed_by)
-            .await
-    }
-
-    /// Parks (granule, attempt) for the feeder's next window of retries, at most once
-    /// (`repositories::claims::park_once`).
-    pub async fn park(
-        &self,
-        event: &crate::domain::granule::GranuleProcessingEvent,
-        placement: crate::domain::claim::Placement,
-        claimed_by: &str,
-    ) -> Result<crate::repositories::ParkOutcome, crate::repositories::RepositoryError> {
-        crate::repositories::park_once(
-            self.store.as_ref(),
-            self.attempt_at(&placement),
-            event,
-            claimed_by,
-        )
-        .await
-    }
-
-    /// Where this context's attempts are claimed, placed as `placement` says.
-    fn attempt_at<'a>(
-        &'a self,
-        placement: &'a crate::domain::claim::Placement,
-    ) -> crate::repositories::AttemptAt<'a> {
-        crate::repositories::AttemptAt {
-            claim_prefix: &self.config.layout.claim_prefix,
-            open_prefix: &self.config.layout.open_claim_prefix,
-            campaign: self.campaign(),
-            placement,
-        }
-    }
-
-    /// The Spot ends before `attempt`, as its claim keeps them (a first attempt, or one whose
-    /// claim is gone, has none): what an operator's resume or the item sweeper sends with a
-    /// retry message, having no end of Spot's to add.
-    pub async fn spot_ends_before(
-        &self,
-        attempt: &crate::domain::granule::GranuleProcessingEvent,
-    ) -> Result<u32, crate::repositories::RepositoryError> {
-        if attempt.attempt <= 1 {
-            return Ok(0);
-        }
-        let key =
-            crate::domain::layout::claims::claim_key(&self.config.layout.claim_prefix, attempt);
-        Ok(
-            crate::repositories::read_json::<crate::domain::claim::Claim>(
-                self.store.as_ref(),
-                &key,
-            )
-            .await?
-            .map_or(0, |c| c.value.placement.spot_ends),
-        )
-    }
-
-    /// [`Ctx::submit_once`], the job placed as `placement` says (its queue, the capacity ends
-    /// before it).
-    pub async fn submit_placed(
-        &self,
-        event: &crate::domain::granule::GranuleProcessingEvent,
-        placement: crate::domain::claim::Placement,
-        claimed_by: &str,
-    ) -> Result<crate::repositories::SubmitOutcome, crate::repositories::RepositoryError> {
-        crate::repositories::submit_once(
-            self.store.as_ref(),
-            self.jobs.as_ref(),
-            &self.metrics,
-            self.attempt_at(&placement),
-            self.config.leases.claim_lease,
-            event,
-            claimed_by,
-        )
-        .await
-    }
 }
 
 /// Every campaign a scheduled pass looks at, its own first (`domain::campaign::to_visit`): one
@@ -376,8 +175,7 @@ pub async fn campaigns_to_visit(
 ) -> Result<Vec<Option<crate::domain::campaign::Campaign>>, HandlerError> {
     use crate::domain::campaign::{of_folder, to_visit, CAMPAIGNS_FOLDER};
     let folders = ctx
-        .store
-        .list_folders(CAMPAIGNS_FOLDER)
+        .campaign_folders(CAMPAIGNS_FOLDER)
         .await
         .map_err(|e| HandlerError::during("listing the campaigns", e))?;
     let found: Vec<_> = folders.iter().filter_map(|f| of_folder(f)).collect();

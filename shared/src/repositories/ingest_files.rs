@@ -98,7 +98,34 @@ impl IngestFiles {
         self.store.list(prefix).await
     }
 
+    /// A catalog record of a completed job at `key`, overwriting what a pass before wrote.
+    pub async fn put_catalog_record(&self, key: &str, body: Bytes) -> Result<(), StoreError> {
+        self.store
+            .put(key, body, PutCondition::Overwrite)
+            .await
+            .map(|_| ())
+    }
+
     // ---- downloads ----
+
+    /// A manifest an operator or a depositor put in granary's bucket, at `key` (`None`: missing).
+    pub async fn manifest(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
+        self.store.get(key).await
+    }
+
+    /// A downloaded container's zip at `key` (`None`: missing).
+    pub async fn container(&self, key: &str) -> Result<Option<StoredObject>, StoreError> {
+        self.store.get(key).await
+    }
+
+    /// A file expanded from a container, at its place among the job's objects (overwriting what
+    /// a pass before expanded).
+    pub async fn put_expanded_file(&self, key: &str, body: Bytes) -> Result<(), StoreError> {
+        self.store
+            .put(key, body, PutCondition::Overwrite)
+            .await
+            .map(|_| ())
+    }
 
     /// The objects whose keys start with the downloaded file's `key` (it among them if present).
     pub async fn downloaded_file(&self, key: &str) -> Result<Vec<ObjectMeta>, StoreError> {

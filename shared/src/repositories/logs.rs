@@ -75,6 +75,20 @@ impl<'a> Logs<'a> {
         Self { store, prefix }
     }
 
+    /// The log at `key` (`None`: not written), read again while refused (`what` names the read).
+    pub async fn read_retrying(
+        &self,
+        key: &LogKey,
+        what: &'static str,
+    ) -> Result<Option<LogRecord>, RepositoryError> {
+        let at = key.to_key(self.prefix);
+        Ok(
+            super::json::read_json_retrying::<LogRecord>(self.store, &at, what)
+                .await?
+                .map(|log| log.value),
+        )
+    }
+
     /// Creates the success log if absent and relocates the granule's earlier failures (also on a
     /// duplicate: the first delivery may have died half-way through relocating).
     pub async fn log_success(

@@ -110,6 +110,13 @@ impl Windows<'_> {
         .map_err(RepositoryError::from)
     }
 
+    /// The window claim at `key` (`None`: none there).
+    pub async fn claim_at(&self, key: &str) -> Result<Option<WindowClaim>, RepositoryError> {
+        Ok(super::json::read_json::<WindowClaim>(self.store, key)
+            .await?
+            .map(|c| c.value))
+    }
+
     /// Submits each granule of `window` at attempt 1 at most once, however often and
     /// concurrently it is asked. A window already claimed is worked as its claim says (its rows
     /// and granules, single jobs or an array, not `window`'s). The outcome names each granule's

@@ -41,11 +41,11 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
         // Operator commands: run with the operator's credentials, not a function's role.
         Resume | Redrive | RedriveEvents | Cancel => None,
     };
-    let imp = match function {
+    let importer_ctx = match function {
         Some(f) => w.as_fn(f).with_faults(faults),
-        None => w.imp.with_faults(faults),
+        None => w.importer_ctx.with_faults(faults),
     };
-    let c = &imp;
+    let c = &importer_ctx;
     let later = Utc::now() + chrono::Duration::days(1);
     let take = |q: Arc<MemoryQueue>| async move {
         let got = q.receive(1, 30, 0).await.unwrap();
@@ -122,31 +122,31 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
             return;
         }
         Discover => {
-            let _ = discover::discover(&imp).await;
+            let _ = discover::discover(&importer_ctx).await;
             return;
         }
         SweeperProcessing | SweeperDownload | SweeperMeetsLoggedSuccess | CorruptRecord => {
-            let _ = sweeper::sweep(&imp, later).await;
+            let _ = sweeper::sweep(&importer_ctx, later).await;
             return;
         }
         Cancel => {
             let now = Utc::now();
-            let run = operator_cancels(&imp, now, 1).await;
+            let run = operator_cancels(&importer_ctx, now, 1).await;
             if run.is_err() || faults.crashed() {
                 // An operator reruns a command that died (a second cancel, its own id).
-                operator_cancels(&w.imp, now, 2).await.unwrap();
+                operator_cancels(&w.importer_ctx, now, 2).await.unwrap();
             }
             return;
         }
         Resume => {
             let id = only_item(w).await;
-            if resume::resume(&imp, std::slice::from_ref(&id), false)
+            if resume::resume(&importer_ctx, std::slice::from_ref(&id), false)
                 .await
                 .is_err()
                 || faults.crashed()
             {
                 // An operator reruns a command that died.
-                resume::resume(&w.imp, &[id], false).await.unwrap();
+                resume::resume(&w.importer_ctx, &[id], false).await.unwrap();
             }
             return;
         }
@@ -190,7 +190,9 @@ pub async fn act(w: &World, scenario: Scenario, faults: &Arc<Faults>) {
     };
     let ok = match scenario {
         ImportStep | Revalidate | PoisonImport | DownloadFails => {
-            importer::handle_message(&imp, &message.body).await.is_ok()
+            importer::handle_message(&importer_ctx, &message.body)
+                .await
+                .is_ok()
         }
         Requeuer | PoisonRetry | RequeuerExhausted | RequeuerLastChance | RequeuerHeldBack
         | RequeuerParks => requeuer::handle_message(c, &message.body).await.is_ok(),

@@ -8,32 +8,35 @@ impl World {
     /// The world as function `f` sees it: its own configuration, and — like the deployed
     /// function — no job runner or queues unless it reads their sections (the ports refuse).
     pub fn as_fn(&self, f: Function) -> Ctx {
-        let mut imp = self.imp.clone();
-        imp.config = function_config(f);
-        imp.config.layout = imp.config.layout.in_campaign(self.campaign().as_ref());
-        imp.config.layout.track_items = self.records;
-        imp.config.feeder.array_windows = self.array;
-        if let Some(jobs) = imp.config.jobs.as_mut() {
+        let mut importer_ctx = self.importer_ctx.clone();
+        importer_ctx.config = function_config(f);
+        importer_ctx.config.layout = importer_ctx
+            .config
+            .layout
+            .in_campaign(self.campaign().as_ref());
+        importer_ctx.config.layout.track_items = self.records;
+        importer_ctx.config.feeder.array_windows = self.array;
+        if let Some(jobs) = importer_ctx.config.jobs.as_mut() {
             jobs.array_retries = self.array_retries;
         }
         if let Some(brake) = self.brake {
-            imp.config.brake = brake;
+            importer_ctx.config.brake = brake;
         }
-        if imp.config.jobs.is_none() {
-            imp.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
+        if importer_ctx.config.jobs.is_none() {
+            importer_ctx.jobs = Arc::new(granary::adapters::unset::UnsetJobRunner);
         }
-        if imp.config.queues.is_none() {
-            imp.retry_queue = Arc::new(granary::adapters::unset::UnsetQueue {
+        if importer_ctx.config.queues.is_none() {
+            importer_ctx.retry_queue = Arc::new(granary::adapters::unset::UnsetQueue {
                 var: "GRANARY_RETRY_QUEUE_URL",
             });
-            imp.failure_dlq = Arc::new(granary::adapters::unset::UnsetQueue {
+            importer_ctx.failure_dlq = Arc::new(granary::adapters::unset::UnsetQueue {
                 var: "GRANARY_FAILURE_DLQ_URL",
             });
         }
-        if imp.config.importer.import_queue_url.is_none() {
-            imp.import_queue = None;
+        if importer_ctx.config.importer.import_queue_url.is_none() {
+            importer_ctx.import_queue = None;
         }
-        imp.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
+        importer_ctx.tapped(self.logs[&f].clone() as Arc<dyn Tap>)
     }
 }
 
@@ -53,7 +56,7 @@ impl World {
 
     /// Every campaign whose state the world holds: the one it started in, and the one it runs now.
     pub fn campaigns(&self) -> Vec<Option<Campaign>> {
-        let mut all = vec![self.imp.config.layout.campaign.clone()];
+        let mut all = vec![self.importer_ctx.config.layout.campaign.clone()];
         let now = self.campaign();
         if !all.contains(&now) {
             all.push(now);
@@ -63,7 +66,7 @@ impl World {
 }
 
 pub fn ctx(w: &World) -> &Ctx {
-    &w.imp
+    &w.importer_ctx
 }
 
 /// Handles every visible message of `queue` with `handle`; deletes the ones handled (as Lambda

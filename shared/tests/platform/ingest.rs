@@ -105,7 +105,7 @@ fn md5_hex(body: &[u8]) -> String {
 }
 
 pub struct Recorded {
-    ictx: Ctx,
+    ingest_ctx: Ctx,
     log: Arc<AccessLog>,
     bus: Arc<RecordingBus>,
     jobs: Arc<MemoryJobRunner>,
@@ -148,7 +148,7 @@ fn recorded(
         Arc::new(granary::adapters::memory::MemoryMinter::default())
             as Arc<dyn granary::ports::Minter>
     });
-    let ictx = Ctx {
+    let ingest_ctx = Ctx {
         minter,
         store: Arc::new(TappedStore {
             inner: store,
@@ -167,7 +167,7 @@ fn recorded(
         ..Ctx::in_memory(config)
     };
     Recorded {
-        ictx,
+        ingest_ctx,
         log,
         bus,
         jobs,
@@ -219,7 +219,7 @@ pub async fn ingest_needs() -> Needs {
         ..Ctx::in_memory(monitor_config)
     }
     .tapped(monitor_log.clone() as Arc<dyn Tap>);
-    let bucket = dispatch.ictx.config.layout.bucket.clone();
+    let bucket = dispatch.ingest_ctx.config.layout.bucket.clone();
 
     // Two batches: one clean but for a processing job whose failure event is lost; one with a
     // digest mismatch, an unreadable line, a processing job that fails, one reclaimed by Spot,
@@ -276,12 +276,12 @@ pub async fn ingest_needs() -> Needs {
         message("m-2", &bodies[1]),
         message("m-3", &bodies[2]),
     ];
-    let response = ingest::handle_submissions(&submit.ictx, event, chrono::Utc::now()).await;
+    let response = ingest::handle_submissions(&submit.ingest_ctx, event, chrono::Utc::now()).await;
     assert!(response.batch_item_failures.is_empty());
 
     let mut lost_answers = 0;
     for _ in 0..40 {
-        let s = ingest::tick(&dispatch.ictx, chrono::Utc::now())
+        let s = ingest::tick(&dispatch.ingest_ctx, chrono::Utc::now())
             .await
             .unwrap_or_else(|e| panic!("tick: {e}"));
         // The step whose SubmitJob answer was lost fails (the others go on); the next tick finds
@@ -300,7 +300,7 @@ pub async fn ingest_needs() -> Needs {
                 granary::domain::ingest::index::JobId::parse(&request.environment["INGEST_JOB_ID"])
                     .unwrap();
             let record = dispatch
-                .ictx
+                .ingest_ctx
                 .ingest()
                 .job(&id)
                 .await
@@ -337,7 +337,7 @@ pub async fn ingest_needs() -> Needs {
     // failures, the mismatch, the unreadable line, the callback), each processing failure
     // dead-lettered once it was known — by the monitor or by the dispatcher; the plain one
     // completed and waits for the archive job it created.
-    let statuses = granary::handlers::ingest::operator::status(&dispatch.ictx, None)
+    let statuses = granary::handlers::ingest::operator::status(&dispatch.ingest_ctx, None)
         .await
         .unwrap();
     use granary::domain::ingest::batch::BatchState;
@@ -348,13 +348,13 @@ pub async fn ingest_needs() -> Needs {
         "{statuses:?}"
     );
     assert!(states.contains(&BatchState::Completed), "{statuses:?}");
-    assert_eq!(dispatch.ictx.archives().ids().await.unwrap().len(), 1);
+    assert_eq!(dispatch.ingest_ctx.archives().ids().await.unwrap().len(), 1);
     assert_eq!(dlq.messages().len(), 2, "{:?}", dlq.messages());
     let mut dispatcher_needs = dispatch.log.accesses();
     dispatcher_needs.extend(dispatch.bus.seen.lock().unwrap().iter().cloned());
     // EZID's credentials are read once at start-up (wiring, not a port): the access it needs is
     // the parameter the template names for the dispatcher.
-    let ezid = &dispatch.ictx.config.ingest.ezid;
+    let ezid = &dispatch.ingest_ctx.config.ingest.ezid;
     let credentials = ezid.as_ref().and_then(|e| e.credentials_parameter.clone());
     assert_eq!(credentials.as_deref(), Some(super::EZID_CREDENTIALS));
     let (s, _) = stack();
@@ -370,8 +370,14 @@ pub async fn ingest_needs() -> Needs {
     });
     // Every completed object was minted an identifier (the run's minting is real).
     let mut minted = 0;
-    for b in dispatch.ictx.ingest().batch_ids().await.unwrap() {
-        for j in dispatch.ictx.ingest().batch_job_records(&b).await.unwrap() {
+    for b in dispatch.ingest_ctx.ingest().batch_ids().await.unwrap() {
+        for j in dispatch
+            .ingest_ctx
+            .ingest()
+            .batch_job_records(&b)
+            .await
+            .unwrap()
+        {
             minted += usize::from(j.identifier.is_some());
         }
     }

@@ -111,7 +111,9 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
             if matches!(scenario, MonitorCancelled | ReconcilerCancelled) {
-                let s = operator_cancels(&w.imp, Utc::now(), 1).await.unwrap();
+                let s = operator_cancels(&w.importer_ctx, Utc::now(), 1)
+                    .await
+                    .unwrap();
                 assert_eq!(s.terminated, BACKFILL.len() as u64);
                 assert_eq!(finish_jobs(w).await, BACKFILL.len() as u64);
             }
@@ -350,7 +352,9 @@ pub async fn prepare(w: &World, scenario: Scenario) {
                 })
                 .await;
                 assert_eq!(w.retry.messages().len(), 1);
-                let s = operator_cancels(&w.imp, Utc::now(), 1).await.unwrap();
+                let s = operator_cancels(&w.importer_ctx, Utc::now(), 1)
+                    .await
+                    .unwrap();
                 assert_eq!((s.terminated, s.held), (0, true));
                 return;
             }

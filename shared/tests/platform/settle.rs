@@ -58,15 +58,19 @@ impl RecoveryFaults {
         self.crashes.ended(faults)
     }
 
-    /// Runs `call` as one invocation of `imp`'s function (two overlapping ones when the plan
+    /// Runs `call` as one invocation of `importer_ctx`'s function (two overlapping ones when the plan
     /// says twice).
-    async fn invoke<T, E, Fut>(&self, imp: &Ctx, call: impl Fn(Ctx) -> Fut) -> Vec<Ran<T, E>>
+    async fn invoke<T, E, Fut>(
+        &self,
+        importer_ctx: &Ctx,
+        call: impl Fn(Ctx) -> Fut,
+    ) -> Vec<Ran<T, E>>
     where
         Fut: std::future::Future<Output = Result<T, E>>,
     {
         let one = || async {
             let faults = self.invocation();
-            let mut tapped = imp.with_faults(&faults);
+            let mut tapped = importer_ctx.with_faults(&faults);
             if self.plan.twice {
                 tapped = tapped.tapped(Arc::new(Interleave));
             }
@@ -87,7 +91,7 @@ impl RecoveryFaults {
     async fn scheduled<T, E: std::fmt::Display, Fut>(
         &self,
         what: &str,
-        imp: &Ctx,
+        importer_ctx: &Ctx,
         call: impl Fn(Ctx) -> Fut,
         failed: &mut u64,
     ) -> Result<Vec<T>, String>
@@ -95,7 +99,7 @@ impl RecoveryFaults {
         Fut: std::future::Future<Output = Result<T, E>>,
     {
         let mut out = Vec::new();
-        for (result, lived) in self.invoke(imp, call).await {
+        for (result, lived) in self.invoke(importer_ctx, call).await {
             match result {
                 Ok(v) if lived => out.push(v),
                 Err(e) if lived && !self.plan.twice => return Err(format!("{what}: {e}")),
@@ -110,7 +114,7 @@ impl RecoveryFaults {
     async fn deliver<T, E, Fut>(
         &self,
         queue: &MemoryQueue,
-        imp: &Ctx,
+        importer_ctx: &Ctx,
         handle: impl Fn(Ctx, String) -> Fut,
     ) -> (u64, u64)
     where
@@ -123,7 +127,9 @@ impl RecoveryFaults {
                 return (handled, failed);
             }
             for m in got {
-                let runs = self.invoke(imp, |i| handle(i, m.body.clone())).await;
+                let runs = self
+                    .invoke(importer_ctx, |i| handle(i, m.body.clone()))
+                    .await;
                 if runs.iter().any(|(r, lived)| *lived && r.is_ok()) {
                     queue.delete(&m.receipt_handle).await.unwrap();
                     handled += 1;
@@ -289,7 +295,7 @@ async fn operator_resumes_cancelled(
     for resumed in rf
         .scheduled(
             "resume-cancelled",
-            &w.imp,
+            &w.importer_ctx,
             |i| async move { granary::handlers::cancel::resume_cancelled(&i, None, false).await },
             failed,
         )
@@ -297,9 +303,9 @@ async fn operator_resumes_cancelled(
     {
         activity += resumed.len() as u64;
     }
-    let hold = &w.imp.config.layout.hold_key;
-    if w.imp.store.get(hold).await.unwrap().is_some() {
-        w.imp.store.delete(hold).await.unwrap();
+    let hold = &w.importer_ctx.config.layout.hold_key;
+    if w.importer_ctx.store.get(hold).await.unwrap().is_some() {
+        w.importer_ctx.store.delete(hold).await.unwrap();
         activity += 1;
     }
     Ok(activity)

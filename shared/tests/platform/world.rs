@@ -118,7 +118,7 @@ fn world_config() -> Config {
 }
 
 pub struct World {
-    pub imp: Ctx,
+    pub importer_ctx: Ctx,
     pub jobs: Arc<MemoryJobRunner>,
     pub import: Arc<MemoryQueue>,
     pub retry: Arc<MemoryQueue>,
@@ -168,7 +168,7 @@ pub struct World {
 /// `campaigns/<name>/`, `ctx(w)` included).
 pub fn world_in(scenario: Scenario, campaign: Option<Campaign>) -> World {
     let mut w = world(scenario);
-    w.imp.config.layout = w.imp.config.layout.in_campaign(campaign.as_ref());
+    w.importer_ctx.config.layout = w.importer_ctx.config.layout.in_campaign(campaign.as_ref());
     w.switch_to(campaign);
     w
 }
@@ -215,7 +215,7 @@ pub fn world(scenario: Scenario) -> World {
         version: None,
         digest: None,
     };
-    let imp = Ctx {
+    let importer_ctx = Ctx {
         store: store.clone(),
         jobs: jobs.clone(),
         retry_queue: retry.clone(),
@@ -235,7 +235,7 @@ pub fn world(scenario: Scenario) -> World {
         })
         .collect();
     World {
-        imp,
+        importer_ctx,
         jobs,
         import,
         retry,

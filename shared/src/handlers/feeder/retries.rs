@@ -24,14 +24,12 @@ use super::window::record_window;
 use super::{FeederSummary, Stop};
 use crate::domain::claim::{Claim, JobsClaim};
 use crate::domain::granule::GranuleProcessingEvent;
-use crate::domain::layout::claims::{claim_key, parked_key, parked_prefix, parse_claim_key};
+use crate::domain::layout::claims::{parked_key, parked_prefix, parse_claim_key};
 use crate::domain::tracker::Tracker;
 use crate::domain::window::{WindowClaim, WindowEntry, RETRY_WINDOWS};
 use crate::handlers::{Ctx, HandlerError};
-use crate::repositories::json::{change_record, read_json_retrying, RecordAt, RecordError};
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::{JobSubmission, RepositoryError, Versioned};
-use crate::retry::{again, Backoff};
 use futures::{StreamExt, TryStreamExt};
 
 /// Claims read (and markers removed) at once.
@@ -286,14 +284,10 @@ async fn parked(
     pending.truncate(usize::try_from(ceiling).unwrap_or(usize::MAX));
     let looked: Vec<(GranuleProcessingEvent, Option<WindowEntry>)> =
         futures::stream::iter(pending.into_iter().map(|event| async move {
-            let key = claim_key(&ctx.config.layout.claim_prefix, &event);
-            let claim = read_json_retrying::<Claim>(
-                ctx.store.as_ref(),
-                &key,
-                "reading a parked retry's claim",
-            )
-            .await?
-            .map(|c| c.value);
+            let claim = ctx
+                .claims()
+                .claim_retrying(&event, "reading a parked retry's claim")
+                .await?;
             // The claim decides, not the marker: a marker written again after a window took
             // the granule must not submit it twice.
             let trusted = crate::mutants::on("parked-marker-trusted");
@@ -327,13 +321,6 @@ async fn parked(
 /// The granule's own claim records the job the window gave it (If-Match; read again when it
 /// changed meanwhile): a duplicate retry message then finds the attempt taken.
 async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result<(), HandlerError> {
-    let key = claim_key(&ctx.config.layout.claim_prefix, &entry.event());
-    let id = format!("{} (attempt {})", entry.granule_id, entry.attempt);
-    let at = RecordAt {
-        key: &key,
-        what: "parked retry's claim",
-        id: &id,
-    };
     let found = [Some(job_id.to_owned())];
     // The submission protocol's own recording rule: a job already recorded is kept. A claim gone
     // (an operator's cleanup) leaves the window's own claim holding the job.
@@ -343,13 +330,13 @@ async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result
             .is_none()
             .then(|| claim.recording(&found, chrono::Utc::now())))
     };
-    again(
-        Backoff::IN_RUN,
-        "recording a parked retry's job",
-        || change_record(ctx.store.as_ref(), at, record, &()),
-        RecordError::is_transient,
-    )
-    .await?;
+    ctx.claims()
+        .change_claim(
+            &entry.event(),
+            ("parked retry's claim", "recording a parked retry's job"),
+            record,
+        )
+        .await?;
     Ok(())
 }
 

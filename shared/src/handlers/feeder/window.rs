@@ -393,7 +393,7 @@ pub(super) fn window_rows(ids: &[IdCell], start: u64) -> WindowRows {
                 }
                 std::collections::hash_map::Entry::Occupied(_) => out.repeated += 1,
             },
-            Err(why) => out.unusable.push((row, why)),
+            Err(why) => out.unusable.push((row, why.to_string())),
         }
     }
     out

@@ -58,8 +58,9 @@ async fn read_text(ctx: &Ctx, url: &str) -> Result<String, String> {
         .and_then(|rest| rest.strip_prefix(ctx.config.layout.bucket.as_str()))
         .and_then(|rest| rest.strip_prefix('/'))
     {
-        ctx.store
-            .get(key)
+        ctx.ingest()
+            .files()
+            .manifest(key)
             .await
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("{url} does not exist"))?

@@ -13,7 +13,6 @@
 use super::Ctx;
 use crate::domain::ingest::index::JobId;
 use crate::domain::ingest::record::StoredFile;
-use crate::ports::PutCondition;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::io::Read;
@@ -34,9 +33,9 @@ pub async fn expand(
     if zip_size > max {
         return Err(over("zip", zip_size));
     }
-    let zip = ctx
-        .store
-        .get(zip_key)
+    let files = ctx.ingest().files();
+    let zip = files
+        .container(zip_key)
         .await
         .map_err(|e| e.to_string())?
         .ok_or_else(|| format!("{zip_key} is missing"))?
@@ -70,8 +69,8 @@ pub async fn expand(
         let key = ctx.ingest().keys.object(job, &name);
         let size = body.len() as u64;
         let sha256 = format!("sha256:{:x}", Sha256::digest(&body));
-        ctx.store
-            .put(&key, Bytes::from(body), PutCondition::Overwrite)
+        files
+            .put_expanded_file(&key, Bytes::from(body))
             .await
             .map_err(|e| e.to_string())?;
         stored.push(StoredFile {

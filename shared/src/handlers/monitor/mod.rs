@@ -187,18 +187,13 @@ async fn window_child(
             )))
         }
         _ => {
-            ctx.window_granules
-                .granule(
-                    ctx.store.as_ref(),
-                    &ctx.config.layout.claim_prefix,
-                    ChildOf {
-                        claim_key: &child.claim_key,
-                        parent,
-                        token: child.claim_token.as_deref(),
-                        index: child.index,
-                    },
-                )
-                .await
+            ctx.window_granule(ChildOf {
+                claim_key: &child.claim_key,
+                parent,
+                token: child.claim_token.as_deref(),
+                index: child.index,
+            })
+            .await
         }
     };
     match granule {

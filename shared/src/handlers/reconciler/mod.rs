@@ -13,13 +13,10 @@
 use super::monitor::{self, MonitorOutcome};
 use super::Ctx;
 use crate::budget::Budget;
-use crate::domain::claim::Claim;
 use crate::domain::granule::GranuleProcessingEvent;
+use crate::domain::layout::claims::parse_claim_key;
 use crate::domain::layout::claims::parse_window_key;
-use crate::domain::layout::claims::{claim_key, parse_claim_key};
 use crate::handlers::HandlerError;
-use crate::ports::PutCondition;
-use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -149,8 +146,8 @@ async fn reconcile_campaign(
         .unwrap_or(chrono::Duration::MAX);
     let mut summary = ReconcileSummary::default();
     let mut markers = ctx
-        .store
-        .list(prefix)
+        .claims()
+        .open_markers()
         .await
         .map_err(|e| HandlerError::during("listing the open-claims index", e))?;
     let total = markers.len() as u64;
@@ -223,10 +220,9 @@ async fn reconcile_one(
     attempt: &GranuleProcessingEvent,
     now: DateTime<Utc>,
 ) -> Result<Step, HandlerError> {
-    let open_key = claim_key(&ctx.config.layout.open_claim_prefix, attempt);
-    let claim_at = claim_key(&ctx.config.layout.claim_prefix, attempt);
-    let Some(found) = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await? else {
-        ctx.store.delete(&open_key).await?;
+    let claims = ctx.claims();
+    let Some(found) = claims.claim(attempt).await? else {
+        claims.close_open_claim(attempt).await?;
         return Ok(Step::Closed);
     };
     let claim = found.value;
@@ -247,13 +243,10 @@ async fn reconcile_one(
                 // end can be lost for a job that does not exist, so the marker goes; a takeover
                 // marks it open again before it submits. One that took the claim over between
                 // our read and the delete changed the claim first: the marker is put back.
-                ctx.store.delete(&open_key).await?;
-                let after = read_json::<Claim>(ctx.store.as_ref(), &claim_at).await?;
+                claims.close_open_claim(attempt).await?;
+                let after = claims.claim(attempt).await?;
                 if after.and_then(|c| c.etag) != found.etag {
-                    let empty = bytes::Bytes::new();
-                    ctx.store
-                        .put(&open_key, empty, PutCondition::Overwrite)
-                        .await?;
+                    claims.reopen_claim(attempt).await?;
                     return Ok(Step::NotSubmitted);
                 }
                 tracing::warn!(granule_id = %attempt.granule_id, attempt = attempt.attempt, "claim past its lease with no job: its open marker is removed (the attempt was never submitted)");
@@ -279,7 +272,7 @@ async fn reconcile_one(
             Ok(match outcome {
                 MonitorOutcome::Duplicate | MonitorOutcome::AlreadySucceeded { .. } => Step::Closed,
                 MonitorOutcome::Rejected { .. } => {
-                    ctx.store.delete(&open_key).await?;
+                    claims.close_open_claim(attempt).await?;
                     Step::Closed
                 }
                 _ => Step::Recovered,

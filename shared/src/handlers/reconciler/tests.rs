@@ -2,8 +2,9 @@ use super::*;
 use crate::adapters::memory::MemoryJobRunner;
 use crate::config::Config;
 use crate::domain::batch_event::JobStatus;
-use crate::domain::claim::JobsClaim;
+use crate::domain::claim::{Claim, JobsClaim};
 use crate::domain::granule::GranuleId;
+use crate::domain::layout::claims::claim_key;
 use std::sync::Arc;
 
 fn ctx(jobs: Arc<MemoryJobRunner>) -> Ctx {

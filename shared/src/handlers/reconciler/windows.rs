@@ -35,8 +35,6 @@ use crate::handlers::monitor::{self, MonitorOutcome};
 use crate::handlers::Ctx;
 use crate::handlers::HandlerError;
 use crate::ports::{JobDescription, PutCondition};
-use crate::repositories::json::read_json_retrying;
-use crate::repositories::read_json;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -171,10 +169,9 @@ async fn window_claim(
     summary: &mut ReconcileSummary,
     budget: &Budget,
 ) -> Result<Option<WindowClaim>, HandlerError> {
-    let Some(claim) = read_json::<WindowClaim>(ctx.store.as_ref(), claim_key).await? else {
+    let Some(claim) = ctx.windows().claim_at(claim_key).await? else {
         return Ok(None);
     };
-    let claim = claim.value;
     if own || claim.is_submitted() || budget.spent() {
         return Ok(Some(claim));
     }
@@ -188,9 +185,7 @@ async fn window_claim(
         }
     }
     Ok(Some(
-        read_json::<WindowClaim>(ctx.store.as_ref(), claim_key)
-            .await?
-            .map_or(claim, |again| again.value),
+        ctx.windows().claim_at(claim_key).await?.unwrap_or(claim),
     ))
 }
 

@@ -20,7 +20,7 @@ const SEED: &str = "2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a
 
 /// Buckets where `flaky` refuses its first `failures` writes (PUTs and upload parts).
 struct World {
-    actx: Ctx,
+    archive_ctx: Ctx,
     buckets: Arc<FlakyBuckets>,
     queue: Arc<MemoryQueue>,
     bus: Arc<MemoryEventBus>,
@@ -131,7 +131,7 @@ async fn world(objects: usize, flaky_failures: u32, settings: ArchiveSettings) -
         |k| (k == "GRANARY_BUCKET").then(|| "b".to_owned()),
     )
     .unwrap();
-    let actx = Ctx {
+    let archive_ctx = Ctx {
         store: store.clone(),
         buckets: buckets.clone(),
         task_queue: queue.clone(),
@@ -143,7 +143,7 @@ async fn world(objects: usize, flaky_failures: u32, settings: ArchiveSettings) -
         })
     };
     World {
-        actx,
+        archive_ctx,
         buckets,
         queue,
         bus,
@@ -163,7 +163,7 @@ fn settings() -> ArchiveSettings {
 impl World {
     async fn create(&self) -> String {
         create(
-            &self.actx,
+            &self.archive_ctx,
             ArchiveSource {
                 bucket: "products".into(),
                 prefix: "l2/".into(),
@@ -192,7 +192,9 @@ impl World {
             messages.extend(again);
         }
         for m in &messages {
-            tasks::handle(&self.actx, m, Utc::now()).await.unwrap();
+            tasks::handle(&self.archive_ctx, m, Utc::now())
+                .await
+                .unwrap();
         }
         for m in &got {
             self.queue.delete(&m.receipt_handle).await.unwrap();
@@ -203,7 +205,7 @@ impl World {
     /// Ticks and deliveries until nothing moves.
     async fn run(&self, twice: bool) {
         for _ in 0..60 {
-            let t = tick(&self.actx, Utc::now()).await.unwrap();
+            let t = tick(&self.archive_ctx, Utc::now()).await.unwrap();
             assert_eq!(t.errors, 0, "{t:?}");
             let delivered = self.deliver(twice).await;
             if t.moved == 0 && t.tasks_sent == 0 && delivered == 0 {
@@ -214,7 +216,13 @@ impl World {
     }
 
     async fn job(&self, id: &str) -> ArchiveJob {
-        self.actx.archives().job(id).await.unwrap().unwrap().value
+        self.archive_ctx
+            .archives()
+            .job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
     }
 
     async fn verify(
@@ -271,7 +279,7 @@ async fn an_archive_is_sharded_archived_checked_signed_stored_twice_verified_and
     );
     assert!(
         w.store
-            .list(&w.actx.archives().keys.work(&id))
+            .list(&w.archive_ctx.archives().keys.work(&id))
             .await
             .unwrap()
             .is_empty(),
@@ -297,14 +305,14 @@ async fn duplicated_and_reordered_task_deliveries_complete_each_phase_exactly_on
     let w = world(50, 0, settings()).await;
     let id = w.create().await;
     for _ in 0..3 {
-        tick(&w.actx, Utc::now()).await.unwrap();
+        tick(&w.archive_ctx, Utc::now()).await.unwrap();
     }
     let got = w.queue.receive(10, 60, 0).await.unwrap();
     assert_eq!(got.len(), 1, "one shard");
     let m: TaskMessage = serde_json::from_str(&got[0].body).unwrap();
     let (a, b) = tokio::join!(
-        tasks::handle(&w.actx, &m, Utc::now()),
-        tasks::handle(&w.actx, &m, Utc::now())
+        tasks::handle(&w.archive_ctx, &m, Utc::now()),
+        tasks::handle(&w.archive_ctx, &m, Utc::now())
     );
     a.unwrap();
     b.unwrap();
@@ -343,14 +351,14 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
     let id = w.create().await;
     // Until the post-processing task is waiting on the queue.
     for _ in 0..20 {
-        tick(&w.actx, Utc::now()).await.unwrap();
+        tick(&w.archive_ctx, Utc::now()).await.unwrap();
         if w.job(&id).await.state == ArchiveState::PostProcessing {
             break;
         }
         w.deliver(false).await;
     }
     assert_eq!(w.job(&id).await.state, ArchiveState::PostProcessing);
-    let staged = w.actx.archives().keys.staged(&id);
+    let staged = w.archive_ctx.archives().keys.staged(&id);
     let member = w
         .store
         .list(&format!("{staged}members/"))
@@ -383,7 +391,7 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
     assert_eq!(job.recoverable, Some(false));
     assert!(w
         .store
-        .list(&w.actx.archives().keys.tmp(&id))
+        .list(&w.archive_ctx.archives().keys.tmp(&id))
         .await
         .unwrap()
         .is_empty());
@@ -403,14 +411,16 @@ async fn a_member_corrupted_before_its_integrity_check_fails_the_job_for_good() 
         .is_empty());
     // An operator's retry re-runs post-processing; the member is still corrupt, so it fails again.
     assert_eq!(
-        steps::retry(&w.actx, &id, Utc::now()).await.unwrap(),
+        steps::retry(&w.archive_ctx, &id, Utc::now()).await.unwrap(),
         PostProcessing
     );
     w.run(false).await;
     let job = w.job(&id).await;
     assert_eq!(job.state, Failed);
     assert_eq!(job.times(Failed, PostProcessing), 1);
-    assert!(steps::retry(&w.actx, "a-none", Utc::now()).await.is_err());
+    assert!(steps::retry(&w.archive_ctx, "a-none", Utc::now())
+        .await
+        .is_err());
 }
 
 #[tokio::test]
@@ -509,7 +519,7 @@ async fn verify_catches_a_flipped_byte_and_a_forged_signature() {
 async fn an_empty_source_fails_before_any_phase_and_cannot_be_retried() {
     let w = world(0, 0, settings()).await;
     let id = create(
-        &w.actx,
+        &w.archive_ctx,
         ArchiveSource {
             bucket: "products".into(),
             prefix: "nothing-here/".into(),
@@ -524,13 +534,13 @@ async fn an_empty_source_fails_before_any_phase_and_cannot_be_retried() {
     let job = w.job(&id).await;
     assert_eq!(job.state, ArchiveState::Failed);
     assert_eq!(job.times(ArchiveState::Queued, ArchiveState::Failure), 1);
-    let e = steps::retry(&w.actx, &id, Utc::now())
+    let e = steps::retry(&w.archive_ctx, &id, Utc::now())
         .await
         .unwrap_err()
         .to_string();
     assert!(e.contains("create it again"), "{e}");
     assert!(create(
-        &w.actx,
+        &w.archive_ctx,
         ArchiveSource {
             bucket: "b".into(),
             prefix: String::new()
@@ -548,7 +558,7 @@ async fn an_empty_source_fails_before_any_phase_and_cannot_be_retried() {
 async fn a_source_that_cannot_be_listed_fails_the_job_after_its_grace() {
     let w = world(0, 0, settings()).await;
     let id = create(
-        &w.actx,
+        &w.archive_ctx,
         ArchiveSource {
             bucket: "locked".into(),
             prefix: "l2/".into(),
@@ -559,14 +569,14 @@ async fn a_source_that_cannot_be_listed_fails_the_job_after_its_grace() {
     .await
     .unwrap()
     .id;
-    let t = tick(&w.actx, Utc::now()).await.unwrap();
+    let t = tick(&w.archive_ctx, Utc::now()).await.unwrap();
     assert_eq!(t.errors, 1, "{t:?}");
     assert_eq!(w.job(&id).await.state, ArchiveState::Uninitialized);
     let later = Utc::now()
         + crate::domain::archive::decisions::SOURCE_UNREADABLE_GRACE
         + chrono::Duration::minutes(1);
     for _ in 0..10 {
-        tick(&w.actx, later).await.unwrap();
+        tick(&w.archive_ctx, later).await.unwrap();
         w.deliver(false).await;
     }
     let job = w.job(&id).await;

@@ -59,7 +59,7 @@ impl Tap for RefuseUnder {
 async fn tapped_world(objects: usize, flaky_failures: u32) -> (World, Arc<RefuseUnder>) {
     let mut w = world(objects, flaky_failures, settings()).await;
     let refuse = Arc::new(RefuseUnder::default());
-    w.actx.store = Arc::new(TappedStore {
+    w.archive_ctx.store = Arc::new(TappedStore {
         inner: w.store.clone(),
         tap: refuse.clone(),
     });
@@ -72,7 +72,7 @@ async fn until(w: &World, id: &str, state: ArchiveState) {
         if w.job(id).await.state == state {
             return;
         }
-        tick(&w.actx, Utc::now()).await.unwrap();
+        tick(&w.archive_ctx, Utc::now()).await.unwrap();
         if w.job(id).await.state == state {
             return;
         }
@@ -103,9 +103,9 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
     let (w, refuse) = tapped_world(8, 0).await;
     let id = w.create().await;
     until(&w, &id, ActivityArchiving).await;
-    refuse.arm(w.actx.archives().keys.tmp(&id), 1);
+    refuse.arm(w.archive_ctx.archives().keys.tmp(&id), 1);
     until(&w, &id, PostProcessing).await;
-    refuse.arm(w.actx.archives().keys.staged(&id), 1);
+    refuse.arm(w.archive_ctx.archives().keys.staged(&id), 1);
     let seen = ends(&w, &id, Completed).await;
     for edge in [
         (ActivityArchiving, Error),
@@ -124,7 +124,7 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
     // An empty source fails before any phase.
     let w = world(0, 0, settings()).await;
     let id = create(
-        &w.actx,
+        &w.archive_ctx,
         ArchiveSource {
             bucket: "products".into(),
             prefix: "nothing-here/".into(),
@@ -143,7 +143,10 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
     let id = w.create().await;
     driven.extend(ends(&w, &id, Failed).await);
     w.buckets.failures.store(0, Ordering::SeqCst);
-    assert_eq!(steps::retry(&w.actx, &id, Utc::now()).await.unwrap(), Store);
+    assert_eq!(
+        steps::retry(&w.archive_ctx, &id, Utc::now()).await.unwrap(),
+        Store
+    );
     let seen = ends(&w, &id, Completed).await;
     assert!(seen.contains(&(Failed, Store)));
     assert!(w
@@ -173,7 +176,7 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
         .await
         .unwrap();
     assert_eq!(
-        steps::retry(&w.actx, &id, Utc::now()).await.unwrap(),
+        steps::retry(&w.archive_ctx, &id, Utc::now()).await.unwrap(),
         ActivityArchiving
     );
     driven.extend(ends(&w, &id, Completed).await);
@@ -181,7 +184,7 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
     // No signing key: post-processing fails for good and says which setting is missing; with
     // the key configured, the operator's retry signs and the job completes.
     let mut w = world(6, 0, settings()).await;
-    let key = w.actx.signing_key.take();
+    let key = w.archive_ctx.signing_key.take();
     let id = w.create().await;
     driven.extend(ends(&w, &id, Failed).await);
     let job = w.job(&id).await;
@@ -192,9 +195,9 @@ async fn the_handlers_drive_every_transition_of_the_archive_table() {
         failure.contains("GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER"),
         "{failure}"
     );
-    w.actx.signing_key = key;
+    w.archive_ctx.signing_key = key;
     assert_eq!(
-        steps::retry(&w.actx, &id, Utc::now()).await.unwrap(),
+        steps::retry(&w.archive_ctx, &id, Utc::now()).await.unwrap(),
         PostProcessing
     );
     driven.extend(ends(&w, &id, Completed).await);

@@ -19,7 +19,7 @@ async fn importer(jobs: Arc<MemoryJobRunner>) -> (Ctx, Arc<MemoryQueue>) {
     ]);
     let store = Arc::new(MemoryStore::new());
     let dlq = Arc::new(MemoryQueue::new("dlq"));
-    let imp = Ctx {
+    let importer_ctx = Ctx {
         store: store.clone(),
         jobs,
         retry_queue: Arc::new(MemoryQueue::new("retry")),
@@ -27,12 +27,13 @@ async fn importer(jobs: Arc<MemoryJobRunner>) -> (Ctx, Arc<MemoryQueue>) {
         import_queue: Some(Arc::new(MemoryQueue::new("import"))),
         ..Ctx::in_memory(config)
     };
-    (imp, dlq)
+    (importer_ctx, dlq)
 }
 
-async fn processing(imp: &Ctx, id: &str, job_id: &str) -> GranuleId {
+async fn processing(importer_ctx: &Ctx, id: &str, job_id: &str) -> GranuleId {
     let id = GranuleId::parse(id).unwrap();
-    imp.items()
+    importer_ctx
+        .items()
         .create(NewItem::ready(id.clone(), "t", None), "t")
         .await
         .unwrap();
@@ -40,20 +41,27 @@ async fn processing(imp: &Ctx, id: &str, job_id: &str) -> GranuleId {
         granule_id: id.clone(),
         attempt: 1,
     };
-    crate::handlers::item_sync::submitted(imp, &event, job_id, None, "t")
+    crate::handlers::item_sync::submitted(importer_ctx, &event, job_id, None, "t")
         .await
         .unwrap();
     id
 }
 
-async fn state(imp: &Ctx, id: &GranuleId) -> ItemState {
-    imp.items().get(id).await.unwrap().unwrap().value.state
+async fn state(importer_ctx: &Ctx, id: &GranuleId) -> ItemState {
+    importer_ctx
+        .items()
+        .get(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .value
+        .state
 }
 
 #[tokio::test]
 async fn asks_batch_before_failing_a_processing_item() {
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let (imp, dlq) = importer(jobs.clone()).await;
+    let (importer_ctx, dlq) = importer(jobs.clone()).await;
     let request = |item: &str| {
         let id = GranuleId::parse(item).unwrap();
         crate::contracts::job::job_request(&format!("{item}-1"), None, &id, 1)
@@ -61,39 +69,43 @@ async fn asks_batch_before_failing_a_processing_item() {
     let alive = jobs.submit(request("alive-item")).await.unwrap().job_id;
     let done = jobs.submit(request("done-item")).await.unwrap().job_id;
     jobs.set_status(&done, JobStatus::Succeeded);
-    let a = processing(&imp, "alive-item", &alive).await;
-    let d = processing(&imp, "done-item", &done).await;
-    let lost = processing(&imp, "lost-item", "no-such-job").await;
+    let a = processing(&importer_ctx, "alive-item", &alive).await;
+    let d = processing(&importer_ctx, "done-item", &done).await;
+    let lost = processing(&importer_ctx, "lost-item", "no-such-job").await;
     let late = Utc::now() + chrono::Duration::seconds(61);
-    let s = sweep(&imp, late).await.unwrap();
+    let s = sweep(&importer_ctx, late).await.unwrap();
     assert_eq!(
         (s.examined, s.job_alive, s.finished_by_batch, s.gave_up),
         (3, 1, 1, 1),
         "{s:?}"
     );
-    assert_eq!(state(&imp, &a).await, Processing);
+    assert_eq!(state(&importer_ctx, &a).await, Processing);
     // The finished job went through the monitor's handler: logged, and the item PROCESSED;
     // so did the lost one's timed-out attempt (logged as a failure).
-    assert_eq!(state(&imp, &d).await, Processed);
-    let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
+    assert_eq!(state(&importer_ctx, &d).await, Processed);
+    let logs = importer_ctx
+        .store
+        .list(&importer_ctx.config.layout.log_prefix)
+        .await
+        .unwrap();
     let logged: Vec<bool> = ["outcome=success/", "outcome=failure/"]
         .iter()
         .map(|o| logs.iter().any(|l| l.key.contains(o)))
         .collect();
     assert_eq!((logs.len(), logged), (2, vec![true, true]), "{logs:?}");
     // one attempt allowed (GRANARY_MAX_RETRIES=0): the lost job's item gives up
-    assert_eq!(state(&imp, &lost).await, Abandoned);
+    assert_eq!(state(&importer_ctx, &lost).await, Abandoned);
     assert_eq!(dlq.depth().await.unwrap().visible, 1);
     // only the live job's item is still indexed
-    let left = imp.items().inflight().await.unwrap();
+    let left = importer_ctx.items().inflight().await.unwrap();
     assert_eq!(left, vec![(Processing, a)]);
 }
 
 #[tokio::test]
 async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let (imp, dlq) = importer(jobs.clone()).await;
-    let ctx = &imp;
+    let (importer_ctx, dlq) = importer(jobs.clone()).await;
+    let ctx = &importer_ctx;
     let ids: Vec<GranuleId> = ["alive-item", "lost-item"]
         .iter()
         .map(|g| GranuleId::parse(g).unwrap())
@@ -135,14 +147,18 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
     assert!(ctx.items().inflight().await.unwrap().is_empty());
 
     let late = Utc::now() + chrono::Duration::seconds(61);
-    let s = sweep(&imp, late).await.unwrap();
+    let s = sweep(&importer_ctx, late).await.unwrap();
     assert_eq!(
         (s.window_granules, s.job_alive, s.gave_up, s.stale_markers),
         (2, 1, 1, 0),
         "{s:?}"
     );
-    assert_eq!(state(&imp, &ids[0]).await, Processing);
-    assert_eq!(state(&imp, &ids[1]).await, Abandoned, "Batch lost its job");
+    assert_eq!(state(&importer_ctx, &ids[0]).await, Processing);
+    assert_eq!(
+        state(&importer_ctx, &ids[1]).await,
+        Abandoned,
+        "Batch lost its job"
+    );
     assert_eq!(dlq.depth().await.unwrap().visible, 1);
 
     // The reconciler keeps the window open while a job runs; once it has ended, the
@@ -167,9 +183,9 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
         .unwrap();
     assert_eq!((r.recovered, r.handled, r.closed), (1, 0, 1), "{r:?}");
     assert_eq!(open().await, 0);
-    assert_eq!(state(&imp, &ids[0]).await, Processed);
+    assert_eq!(state(&importer_ctx, &ids[0]).await, Processed);
     // Nothing of the window is left for the sweeper.
-    let s = sweep(&imp, late).await.unwrap();
+    let s = sweep(&importer_ctx, late).await.unwrap();
     assert_eq!(s.examined, 0, "{s:?}");
 }
 
@@ -178,28 +194,28 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
 #[tokio::test]
 async fn a_pass_whose_time_is_spent_leaves_the_rest_for_the_next() {
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-    let (imp, _) = importer(jobs.clone()).await;
+    let (importer_ctx, _) = importer(jobs.clone()).await;
     let attempt = crate::domain::granule::GranuleProcessingEvent {
         granule_id: GranuleId::parse("marked-item").unwrap(),
         attempt: 1,
     };
-    imp.submit_once(&attempt, "t").await.unwrap();
+    importer_ctx.submit_once(&attempt, "t").await.unwrap();
     let ids: Vec<GranuleId> = ["a-item", "b-item", "c-item"]
         .iter()
         .map(|g| GranuleId::parse(g).unwrap())
         .collect();
     for id in &ids {
-        processing(&imp, id.as_str(), "no-such-job").await;
+        processing(&importer_ctx, id.as_str(), "no-such-job").await;
     }
     let late = Utc::now() + chrono::Duration::seconds(61);
     let spent = Budget::within(std::time::Duration::ZERO);
-    let pass = scheduled_pass(&imp, late, &spent).await.unwrap();
+    let pass = scheduled_pass(&importer_ctx, late, &spent).await.unwrap();
     assert_eq!(pass.reconcile.out_of_time, 1, "{:?}", pass.reconcile);
     assert_eq!((pass.sweep.examined, pass.sweep.out_of_time), (0, 3));
     for id in &ids {
-        assert_eq!(state(&imp, id).await, Processing);
+        assert_eq!(state(&importer_ctx, id).await, Processing);
     }
-    let pass = scheduled_pass(&imp, late, &Budget::unlimited())
+    let pass = scheduled_pass(&importer_ctx, late, &Budget::unlimited())
         .await
         .unwrap();
     assert_eq!((pass.reconcile.out_of_time, pass.sweep.out_of_time), (0, 0));
@@ -209,12 +225,13 @@ async fn a_pass_whose_time_is_spent_leaves_the_rest_for_the_next() {
 
 #[tokio::test]
 async fn leaves_items_within_their_time_and_clears_stale_markers() {
-    let (imp, _) = importer(Arc::new(MemoryJobRunner::default())).await;
-    let id = processing(&imp, "fresh", "job-x").await;
-    let s = sweep(&imp, Utc::now()).await.unwrap();
+    let (importer_ctx, _) = importer(Arc::new(MemoryJobRunner::default())).await;
+    let id = processing(&importer_ctx, "fresh", "job-x").await;
+    let s = sweep(&importer_ctx, Utc::now()).await.unwrap();
     assert_eq!((s.examined, s.within_time), (1, 1));
     // a marker left behind by a crash after the record moved on
-    imp.store
+    importer_ctx
+        .store
         .put(
             "inflight/DOWNLOADING/fresh",
             bytes::Bytes::new(),
@@ -222,10 +239,10 @@ async fn leaves_items_within_their_time_and_clears_stale_markers() {
         )
         .await
         .unwrap();
-    let s = sweep(&imp, Utc::now()).await.unwrap();
+    let s = sweep(&importer_ctx, Utc::now()).await.unwrap();
     assert_eq!(s.stale_markers, 1);
     assert_eq!(
-        imp.items().inflight().await.unwrap(),
+        importer_ctx.items().inflight().await.unwrap(),
         vec![(Processing, id)]
     );
 }
@@ -244,23 +261,27 @@ async fn timed_out_at_attempt_one() -> (Ctx, GranuleId, Arc<MemoryQueue>, Arc<Me
         Arc::new(MemoryQueue::new("retry")),
         Arc::new(MemoryQueue::new("dlq")),
     );
-    let imp = Ctx {
+    let importer_ctx = Ctx {
         store: Arc::new(MemoryStore::new()),
         jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
         retry_queue: retry.clone(),
         failure_dlq: dlq.clone(),
         ..Ctx::in_memory(config)
     };
-    let id = processing(&imp, "slow-item", "job-batch-forgot").await;
+    let id = processing(&importer_ctx, "slow-item", "job-batch-forgot").await;
     let late = Utc::now() + chrono::Duration::seconds(61);
-    let s = sweep(&imp, late).await.unwrap();
+    let s = sweep(&importer_ctx, late).await.unwrap();
     assert_eq!((s.retried, s.gave_up), (1, 0), "{s:?}");
-    assert_eq!(state(&imp, &id).await, ProcessingFailed);
+    assert_eq!(state(&importer_ctx, &id).await, ProcessingFailed);
     assert_eq!(retry.depth().await.unwrap().visible, 1);
-    let logs = imp.store.list(&imp.config.layout.log_prefix).await.unwrap();
+    let logs = importer_ctx
+        .store
+        .list(&importer_ctx.config.layout.log_prefix)
+        .await
+        .unwrap();
     assert_eq!(logs.len(), 1, "{logs:?}");
     assert!(logs[0].key.contains("outcome=failure/"), "{}", logs[0].key);
-    let log: LogRecord = crate::repositories::read_json(imp.store.as_ref(), &logs[0].key)
+    let log: LogRecord = crate::repositories::read_json(importer_ctx.store.as_ref(), &logs[0].key)
         .await
         .unwrap()
         .unwrap()
@@ -273,11 +294,11 @@ async fn timed_out_at_attempt_one() -> (Ctx, GranuleId, Arc<MemoryQueue>, Arc<Me
         Some(FailureKind::AttemptTimeout)
     );
     assert_eq!((log.attempt, log.job_id.as_str()), (1, "job-batch-forgot"));
-    (imp, id, retry, dlq)
+    (importer_ctx, id, retry, dlq)
 }
 
 /// Attempt `attempt`'s end (job `job-<attempt>`), handed to the monitor's handler.
-async fn end(imp: &Ctx, id: &GranuleId, attempt: u32, succeeded: bool) -> MonitorOutcome {
+async fn end(importer_ctx: &Ctx, id: &GranuleId, attempt: u32, succeeded: bool) -> MonitorOutcome {
     use crate::domain::classify::{Classification, FailureKind, JobOutcome, Route};
     use crate::domain::job_end::FinishedJob;
     let (outcome, route) = if succeeded {
@@ -302,26 +323,26 @@ async fn end(imp: &Ctx, id: &GranuleId, attempt: u32, succeeded: bool) -> Monito
         listed_in: None,
     };
     let detail = serde_json::json!({"jobId": format!("job-{attempt}"), "jobName": "n"});
-    crate::handlers::monitor::job_finished(imp, finished, detail, "t")
+    crate::handlers::monitor::job_finished(importer_ctx, finished, detail, "t")
         .await
         .unwrap()
 }
 
 #[tokio::test]
 async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_end() {
-    let (imp, id, retry, dlq) = timed_out_at_attempt_one().await;
+    let (importer_ctx, id, retry, dlq) = timed_out_at_attempt_one().await;
     // The requeuer's attempt 2 succeeds...
-    let succeeded = end(&imp, &id, 2, true).await;
+    let succeeded = end(&importer_ctx, &id, 2, true).await;
     assert_eq!(succeeded, MonitorOutcome::Succeeded { relocated: 1 });
     // ...and then attempt 1's own end arrives: a failure, too late to matter.
-    let late_end = end(&imp, &id, 1, false).await;
+    let late_end = end(&importer_ctx, &id, 1, false).await;
     assert_eq!(late_end, MonitorOutcome::AlreadySucceeded { by_attempt: 2 });
     assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
     assert_eq!(
         dlq.depth().await.unwrap(),
         crate::ports::QueueDepth::default()
     );
-    assert_eq!(state(&imp, &id).await, Processed);
+    assert_eq!(state(&importer_ctx, &id).await, Processed);
 }
 
 /// The other order: attempt 1, timed out, succeeds after all while attempt 2 runs (its record
@@ -330,28 +351,28 @@ async fn a_timed_out_attempt_is_logged_so_a_later_success_supersedes_its_late_en
 /// PROCESSING with nothing coming).
 #[tokio::test]
 async fn a_failure_after_an_earlier_attempts_late_success_leaves_the_item_processed() {
-    let (imp, id, retry, dlq) = timed_out_at_attempt_one().await;
+    let (importer_ctx, id, retry, dlq) = timed_out_at_attempt_one().await;
     let attempt_two = GranuleProcessingEvent {
         granule_id: id.clone(),
         attempt: 2,
     };
-    crate::handlers::item_sync::submitted(&imp, &attempt_two, "job-2", None, "t")
+    crate::handlers::item_sync::submitted(&importer_ctx, &attempt_two, "job-2", None, "t")
         .await
         .unwrap();
-    let late_success = end(&imp, &id, 1, true).await;
+    let late_success = end(&importer_ctx, &id, 1, true).await;
     assert!(
         matches!(late_success, MonitorOutcome::Succeeded { .. }),
         "{late_success:?}"
     );
-    assert_eq!(state(&imp, &id).await, Processing);
-    let failed = end(&imp, &id, 2, false).await;
+    assert_eq!(state(&importer_ctx, &id).await, Processing);
+    let failed = end(&importer_ctx, &id, 2, false).await;
     assert_eq!(failed, MonitorOutcome::AlreadySucceeded { by_attempt: 1 });
     assert_eq!(retry.depth().await.unwrap().visible, 1, "no second retry");
     assert_eq!(
         dlq.depth().await.unwrap(),
         crate::ports::QueueDepth::default()
     );
-    let record = imp.items().get(&id).await.unwrap().unwrap().value;
+    let record = importer_ctx.items().get(&id).await.unwrap().unwrap().value;
     assert_eq!((record.state, record.attempts.processing), (Processed, 2));
     assert!(
         record.reason.contains("succeeded at attempt 1"),
@@ -370,13 +391,13 @@ async fn an_attempt_already_dead_lettered_is_abandoned_not_left_failed() {
     use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
     let config = Config::for_unit_tests(&[("GRANARY_PROCESSING_TIMEOUT_SECS", "60")]);
     let retry = Arc::new(MemoryQueue::new("retry"));
-    let imp = Ctx {
+    let importer_ctx = Ctx {
         store: Arc::new(MemoryStore::new()),
         jobs: Arc::new(MemoryJobRunner::new(JobStatus::Running)),
         retry_queue: retry.clone(),
         ..Ctx::in_memory(config)
     };
-    let id = processing(&imp, "forgotten-item", "job-forgotten").await;
+    let id = processing(&importer_ctx, "forgotten-item", "job-forgotten").await;
     let attempt = GranuleProcessingEvent {
         granule_id: id.clone(),
         attempt: 1,
@@ -397,9 +418,9 @@ async fn an_attempt_already_dead_lettered_is_abandoned_not_left_failed() {
         job: serde_json::json!({}),
         spot_ends_before: None,
     };
-    let facts = imp.config.layout.id_parser.facts(&id);
+    let facts = importer_ctx.config.layout.id_parser.facts(&id);
     let key = LogKey::new(LogOutcome::Failure, &facts, &id, 1);
-    let logs = imp.logs();
+    let logs = importer_ctx.logs();
     let crate::repositories::logs::FailureLogged::New(log) =
         logs.log_failure(&key, record).await.unwrap()
     else {
@@ -408,9 +429,9 @@ async fn an_attempt_already_dead_lettered_is_abandoned_not_left_failed() {
     logs.mark_routed(&key, log).await.unwrap();
 
     let late = Utc::now() + chrono::Duration::seconds(61);
-    let s = sweep(&imp, late).await.unwrap();
+    let s = sweep(&importer_ctx, late).await.unwrap();
     assert_eq!(s.errors, 0, "{s:?}");
-    assert_eq!(state(&imp, &id).await, Abandoned);
+    assert_eq!(state(&importer_ctx, &id).await, Abandoned);
     assert_eq!(
         retry.depth().await.unwrap(),
         crate::ports::QueueDepth::default(),

@@ -50,9 +50,7 @@ pub async fn record(
         "processing_job": job.processing_job, "recorded_at": now,
     });
     let body = crate::contracts::encode("a catalog record", &entry)?;
-    ctx.store
-        .put(&key, body, crate::ports::PutCondition::Overwrite)
-        .await?;
+    ctx.ingest().files().put_catalog_record(&key, body).await?;
     if advance(ctx, &job, &mv, now, |_| {}).await? {
         s.recorded += 1;
     }

@@ -14,7 +14,7 @@ use crate::domain::job_name::processing_job_name;
 use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
 use crate::handlers::ingest::{Ctx, TickSummary};
 use crate::handlers::HandlerError;
-use crate::repositories::{submit_claim_once, Submission, SubmitOutcome};
+use crate::repositories::{Submission, SubmitOutcome};
 use chrono::{DateTime, Utc};
 
 /// Processing: the job's AWS Batch job for its current attempt is submitted once (found by its
@@ -84,15 +84,7 @@ async fn submit_processing(
         ),
         requests: &requests,
     };
-    let id = match submit_claim_once(
-        ctx.store.as_ref(),
-        ctx.jobs.as_ref(),
-        &ctx.metrics,
-        ctx.config.leases.claim_lease,
-        submission,
-    )
-    .await?
-    {
+    let id = match ctx.submit_claim_once(submission).await? {
         SubmitOutcome::Submitted { job_id }
         | SubmitOutcome::AlreadySubmitted { job_id }
         | SubmitOutcome::Recovered { job_id } => job_id,

@@ -46,7 +46,10 @@ async fn deposit(w: &World, url: &str) -> BatchId {
         submitter: "depositor".into(),
         deposit: Default::default(),
     };
-    submit(&w.ictx, submission, Utc::now()).await.unwrap().id
+    submit(&w.ingest_ctx, submission, Utc::now())
+        .await
+        .unwrap()
+        .id
 }
 
 #[tokio::test]
@@ -64,7 +67,7 @@ async fn a_zip_is_expanded_into_the_objects_files_and_processed_as_one_object() 
     let id = deposit(&w, url).await;
     // Up to processing: the stored files are the zip's, and the zip itself is gone.
     for _ in 0..3 {
-        tick(&w.ictx, Utc::now()).await.unwrap();
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     }
     let job = w.job(&id.job(1)).await;
     assert_eq!(job.state, JobState::Processing, "{}", job.reason);
@@ -79,7 +82,7 @@ async fn a_zip_is_expanded_into_the_objects_files_and_processed_as_one_object() 
         job.stored[0].sha256,
         format!("sha256:{:x}", sha2::Sha256::digest(b"alpha"))
     );
-    let folder = w.ictx.ingest().keys.objects(&id.job(1));
+    let folder = w.ingest_ctx.ingest().keys.objects(&id.job(1));
     let mut keys: Vec<String> = w
         .store
         .list(&folder)
@@ -154,7 +157,7 @@ async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_or_its_content_too_l
         assert!(job.reason.contains(why), "{url}: {}", job.reason);
         assert!(
             w.store
-                .list(&w.ictx.ingest().keys.objects(&id.job(1)))
+                .list(&w.ingest_ctx.ingest().keys.objects(&id.job(1)))
                 .await
                 .unwrap()
                 .iter()

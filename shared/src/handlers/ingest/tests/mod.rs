@@ -21,7 +21,7 @@ use chrono::Utc;
 use std::sync::Arc;
 
 struct World {
-    ictx: Ctx,
+    ingest_ctx: Ctx,
     remote: Arc<MemoryRemote>,
     jobs: Arc<MemoryJobRunner>,
     bus: Arc<MemoryEventBus>,
@@ -54,7 +54,7 @@ fn world(settings: IngestSettings) -> World {
         ingest: settings,
         ..config
     };
-    let ictx = Ctx {
+    let ingest_ctx = Ctx {
         store: store.clone(),
         jobs: jobs.clone(),
         remote: remote.clone(),
@@ -64,10 +64,10 @@ fn world(settings: IngestSettings) -> World {
     };
     let monitor = Ctx {
         jobs: Arc::new(crate::adapters::unset::UnsetJobRunner),
-        ..ictx.clone()
+        ..ingest_ctx.clone()
     };
     World {
-        ictx,
+        ingest_ctx,
         remote,
         jobs,
         bus,
@@ -99,7 +99,7 @@ impl World {
             };
             text.push_str(&format!("{url} | md5 | {digest} | | {file} | {file}\n"));
         }
-        let key = self.ictx.ingest().keys.manifest(name);
+        let key = self.ingest_ctx.ingest().keys.manifest(name);
         self.store
             .put(&key, Bytes::from(text), PutCondition::Overwrite)
             .await
@@ -123,7 +123,10 @@ impl World {
             submitter: "test".into(),
             deposit: Default::default(),
         };
-        submit(&self.ictx, submission, Utc::now()).await.unwrap().id
+        submit(&self.ingest_ctx, submission, Utc::now())
+            .await
+            .unwrap()
+            .id
     }
 
     /// Ticks until nothing moves, finishing every Batch job as `succeed` says; each end reaches
@@ -148,7 +151,7 @@ impl World {
     async fn run_with(&self, ending: impl Fn(&str, &str) -> Ending, events: bool) -> TickSummary {
         let mut total = TickSummary::default();
         for _ in 0..40 {
-            let s = tick(&self.ictx, Utc::now()).await.unwrap();
+            let s = tick(&self.ingest_ctx, Utc::now()).await.unwrap();
             let mut finished = 0;
             for (request, job) in self.jobs.running() {
                 let id = &request.environment["INGEST_JOB_ID"];
@@ -182,11 +185,23 @@ impl World {
     }
 
     async fn batch(&self, id: &BatchId) -> crate::domain::ingest::record::BatchRecord {
-        self.ictx.ingest().batch(id).await.unwrap().unwrap().value
+        self.ingest_ctx
+            .ingest()
+            .batch(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
     }
 
     async fn job(&self, id: &JobId) -> crate::domain::ingest::record::JobRecord {
-        self.ictx.ingest().job(id).await.unwrap().unwrap().value
+        self.ingest_ctx
+            .ingest()
+            .job(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .value
     }
 }
 
@@ -216,7 +231,7 @@ async fn a_clean_batch_goes_all_the_way_and_is_cleaned_up() {
     );
     assert_eq!(batch.jobs, 3);
     assert_eq!(batch.reports, 1);
-    let report = &operator::reports(&w.ictx, &id).await.unwrap()[0];
+    let report = &operator::reports(&w.ingest_ctx, &id).await.unwrap()[0];
     assert_eq!(report.completed.len(), 3);
     assert!(report.failed.is_empty());
     // Working files are gone; the catalog records and the report stay.
@@ -271,7 +286,7 @@ async fn a_digest_mismatch_and_an_unreadable_line_fail_at_once_and_the_batch_rep
     w.run(|_| true).await;
     let batch = w.batch(&id).await;
     assert_eq!(batch.state, BatchState::Failed);
-    let report = &operator::reports(&w.ictx, &id).await.unwrap()[0];
+    let report = &operator::reports(&w.ingest_ctx, &id).await.unwrap()[0];
     assert_eq!(report.completed, vec![id.job(1)]);
     assert_eq!(report.failed.len(), 2);
     let mismatch = &report.failed[0];
@@ -297,13 +312,14 @@ async fn a_digest_mismatch_and_an_unreadable_line_fail_at_once_and_the_batch_rep
         "only the good object was processed"
     );
     // The unreadable one cannot resume; the mismatch can (it restarts downloading).
-    let resumed = operator::resume(&w.ictx, &[id.job(3), id.job(2)], Utc::now())
+    let resumed = operator::resume(&w.ingest_ctx, &[id.job(3), id.job(2)], Utc::now())
         .await
         .unwrap();
     assert!(resumed[0]
         .outcome
         .as_ref()
         .unwrap_err()
+        .to_string()
         .contains("submit it again"));
     assert_eq!(resumed[1].outcome, Ok(JobState::Downloading));
     assert_eq!(w.job(&id.job(2)).await.retry_count, 1);
@@ -313,7 +329,7 @@ async fn a_digest_mismatch_and_an_unreadable_line_fail_at_once_and_the_batch_rep
 async fn a_held_collection_holds_new_batches_until_released() {
     let w = world(IngestSettings::default());
     operator::hold(
-        &w.ictx,
+        &w.ingest_ctx,
         &Target::Collection("coll".into()),
         "migration",
         "ops",
@@ -326,9 +342,13 @@ async fn a_held_collection_holds_new_batches_until_released() {
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Held);
     assert!(w.jobs.submitted().is_empty());
-    let released = operator::release(&w.ictx, &Target::Collection("coll".into()), Utc::now())
-        .await
-        .unwrap();
+    let released = operator::release(
+        &w.ingest_ctx,
+        &Target::Collection("coll".into()),
+        Utc::now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(released.batches, vec![id.clone()]);
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
@@ -342,7 +362,7 @@ async fn a_held_job_waits_and_a_released_one_goes_on() {
         .await;
     let id = w.submit(&m, "coll", None).await;
     operator::hold(
-        &w.ictx,
+        &w.ingest_ctx,
         &Target::Job(id.job(2)),
         "check it",
         "ops",
@@ -358,7 +378,7 @@ async fn a_held_job_waits_and_a_released_one_goes_on() {
         BatchState::Processing,
         "a held job keeps its batch open"
     );
-    operator::release(&w.ictx, &Target::Job(id.job(2)), Utc::now())
+    operator::release(&w.ingest_ctx, &Target::Job(id.job(2)), Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -371,7 +391,7 @@ async fn a_held_job_waits_and_a_released_one_goes_on() {
 async fn a_release_that_died_after_removing_its_hold_strands_nothing() {
     let w = world(IngestSettings::default());
     let target = Target::Collection("coll".into());
-    operator::hold(&w.ictx, &target, "migration", "ops", Utc::now())
+    operator::hold(&w.ingest_ctx, &target, "migration", "ops", Utc::now())
         .await
         .unwrap();
     let m = w.manifest("m3b", &[("a.txt", "alpha")], &[]).await;
@@ -379,9 +399,9 @@ async fn a_release_that_died_after_removing_its_hold_strands_nothing() {
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Held);
     // The release's first call, and nothing after it.
-    let key = target.key(&w.ictx);
+    let key = target.key(&w.ingest_ctx);
     w.store.delete(&key).await.unwrap();
-    let tick = super::tick(&w.ictx, Utc::now()).await.unwrap();
+    let tick = super::tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     assert_eq!(tick.released, 1, "{tick:?}");
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
@@ -407,7 +427,7 @@ async fn provisioning_admits_only_what_fits_and_re_evaluates_every_tick() {
     let id = w.submit(&m, "coll", None).await;
     // Jobs are never finished: the first job holds the capacity.
     for _ in 0..6 {
-        tick(&w.ictx, Utc::now()).await.unwrap();
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     }
     let states: Vec<JobState> = futures::future::join_all((1..=3).map(|n| {
         let jid = id.job(n);
@@ -463,13 +483,13 @@ async fn a_failing_callback_fails_the_job_and_a_resume_retries_only_the_notify()
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
     // The depositor's server is back; the job resumes at notify, not from the start.
     let w2 = World {
-        ictx: Ctx {
+        ingest_ctx: Ctx {
             remote: Arc::new(MemoryRemote::default()),
-            ..w.ictx.clone()
+            ..w.ingest_ctx.clone()
         },
         ..w
     };
-    let resumed = operator::resume(&w2.ictx, &[id.job(1)], Utc::now())
+    let resumed = operator::resume(&w2.ingest_ctx, &[id.job(1)], Utc::now())
         .await
         .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Notify));
@@ -477,11 +497,11 @@ async fn a_failing_callback_fails_the_job_and_a_resume_retries_only_the_notify()
     assert_eq!(w2.job(&id.job(1)).await.state, JobState::Completed);
     assert_eq!(w2.jobs.submitted().len(), 1, "not processed again");
     // Update report: what changed since the first.
-    operator::update_report(&w2.ictx, &id, Utc::now())
+    operator::update_report(&w2.ingest_ctx, &id, Utc::now())
         .await
         .unwrap();
     w2.run(|_| true).await;
-    let reports = operator::reports(&w2.ictx, &id).await.unwrap();
+    let reports = operator::reports(&w2.ingest_ctx, &id).await.unwrap();
     assert_eq!(reports.len(), 2);
     assert_eq!(reports[1].newly_completed, vec![id.job(1)]);
     assert!(reports[1].failed.is_empty());
@@ -505,12 +525,18 @@ async fn a_failed_processing_job_resumes_with_a_new_batch_job_and_a_failed_batch
         failed.reason
     );
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
-    let refused = operator::delete_batch(&w.ictx, &id, false, Utc::now()).await;
+    let refused = operator::delete_batch(&w.ingest_ctx, &id, false, Utc::now()).await;
     assert!(
         refused.is_ok(),
         "a failed batch may be deleted: {refused:?}"
     );
-    assert!(w.ictx.ingest().job(&id.job(2)).await.unwrap().is_none());
+    assert!(w
+        .ingest_ctx
+        .ingest()
+        .job(&id.job(2))
+        .await
+        .unwrap()
+        .is_none());
     assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
 }
 
@@ -520,7 +546,7 @@ async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
     let m = w.manifest("m8", &[("a.txt", "alpha")], &[]).await;
     let id = w.submit(&m, "coll", None).await;
     operator::hold(
-        &w.ictx,
+        &w.ingest_ctx,
         &Target::Job(id.job(1)),
         "wrong object",
         "ops",
@@ -529,12 +555,12 @@ async fn deleting_a_job_before_its_batch_reported_needs_a_confirmation() {
     .await
     .unwrap();
     w.run(|_| true).await;
-    let e = operator::delete_job(&w.ictx, &id.job(1), false, Utc::now()).await;
+    let e = operator::delete_job(&w.ingest_ctx, &id.job(1), false, Utc::now()).await;
     assert!(
         matches!(e, Err(HandlerError::Refused(ref why)) if why.contains("confirm")),
         "{e:?}"
     );
-    let deleted = operator::delete_job(&w.ictx, &id.job(1), true, Utc::now())
+    let deleted = operator::delete_job(&w.ingest_ctx, &id.job(1), true, Utc::now())
         .await
         .unwrap();
     assert_eq!(deleted.state, JobState::Deleted);
@@ -560,18 +586,18 @@ async fn a_job_resumed_at_processing_runs_a_new_batch_job_and_the_update_report_
     let bad = id.job(2).to_string();
     w.run(|job| job != bad).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
-    let resumed = operator::resume(&w.ictx, &[id.job(2)], Utc::now())
+    let resumed = operator::resume(&w.ingest_ctx, &[id.job(2)], Utc::now())
         .await
         .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Processing));
     // Still failing: the update report keeps the batch failed and says what is still failing.
     w.run(|job| job != bad).await;
-    operator::update_report(&w.ictx, &id, Utc::now())
+    operator::update_report(&w.ingest_ctx, &id, Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
-    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    let reports = operator::reports(&w.ingest_ctx, &id).await.unwrap();
     assert_eq!(reports[1].still_failed, vec![id.job(2)]);
     let names: Vec<String> = w
         .jobs
@@ -584,15 +610,15 @@ async fn a_job_resumed_at_processing_runs_a_new_batch_job_and_the_update_report_
         "{names:?}"
     );
     // Fixed now: resumed again, it completes; the next update report completes the batch.
-    operator::resume(&w.ictx, &[id.job(2)], Utc::now())
+    operator::resume(&w.ingest_ctx, &[id.job(2)], Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
-    operator::update_report(&w.ictx, &id, Utc::now())
+    operator::update_report(&w.ingest_ctx, &id, Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
-    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    let reports = operator::reports(&w.ingest_ctx, &id).await.unwrap();
     assert_eq!(reports.len(), 3);
     assert_eq!(reports[2].newly_completed, vec![id.job(2)]);
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
@@ -603,7 +629,7 @@ async fn a_job_resumed_at_processing_runs_a_new_batch_job_and_the_update_report_
 async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
     let w = world(IngestSettings::default());
     operator::hold(
-        &w.ictx,
+        &w.ingest_ctx,
         &Target::Collection("frozen".into()),
         "legal",
         "ops",
@@ -614,10 +640,12 @@ async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
     let m = w.manifest("m10", &[("a.txt", "alpha")], &[]).await;
     let held = w.submit(&m, "frozen", None).await;
     w.run(|_| true).await;
-    assert!(operator::delete_batch(&w.ictx, &held, false, Utc::now())
-        .await
-        .is_err());
-    let gone = operator::delete_batch(&w.ictx, &held, true, Utc::now())
+    assert!(
+        operator::delete_batch(&w.ingest_ctx, &held, false, Utc::now())
+            .await
+            .is_err()
+    );
+    let gone = operator::delete_batch(&w.ingest_ctx, &held, true, Utc::now())
         .await
         .unwrap();
     assert_eq!(gone.state, BatchState::Deleted);
@@ -627,12 +655,12 @@ async fn a_held_batch_and_a_reported_failed_job_can_be_deleted() {
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Failed);
     // Reported: no confirmation needed.
-    let deleted = operator::delete_job(&w.ictx, &id.job(1), false, Utc::now())
+    let deleted = operator::delete_job(&w.ingest_ctx, &id.job(1), false, Utc::now())
         .await
         .unwrap();
     assert_eq!(deleted.state, JobState::Deleted);
     assert!(w
-        .ictx
+        .ingest_ctx
         .ingest()
         .listed(JobState::Failed)
         .await
@@ -647,7 +675,7 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     let id = w.submit(&m, "coll", None).await;
     // Up to processing: the job's file is stored, its Batch job still runs.
     for _ in 0..6 {
-        tick(&w.ictx, Utc::now()).await.unwrap();
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     }
     let job = w.job(&id.job(1)).await;
     assert_eq!(job.state, JobState::Processing);
@@ -664,7 +692,7 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
         .put(&stored, kept, PutCondition::Overwrite)
         .await
         .unwrap();
-    let resumed = operator::resume(&w.ictx, &[id.job(1)], Utc::now())
+    let resumed = operator::resume(&w.ingest_ctx, &[id.job(1)], Utc::now())
         .await
         .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Storing));
@@ -672,7 +700,7 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
     assert_eq!(w.jobs.submitted().len(), 1, "processing is not repeated");
     // The batch had reported failed; its update report completes it, and cleanup follows.
-    operator::update_report(&w.ictx, &id, Utc::now())
+    operator::update_report(&w.ingest_ctx, &id, Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -696,14 +724,14 @@ async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_ba
             text.push_str(&format!("{url} | md5 | {digest} | | {f} | {object}\n"));
         }
     }
-    let key = w.ictx.ingest().keys.manifest("multi");
+    let key = w.ingest_ctx.ingest().keys.manifest("multi");
     w.store
         .put(&key, Bytes::from(text), PutCondition::Overwrite)
         .await
         .unwrap();
     let id = w.submit(&format!("s3://bucket/{key}"), "coll", None).await;
     w.run(|_| true).await;
-    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    let reports = operator::reports(&w.ingest_ctx, &id).await.unwrap();
     assert_eq!(reports[0].completed, vec![id.job(1)]);
     assert!(
         reports[0].failed[0].reason.contains("bad/q2"),
@@ -817,7 +845,7 @@ async fn spot_gets_the_next_attempt_and_an_application_failure_or_a_spent_budget
     .unwrap();
     assert_eq!((summary.not_granules, summary.redriven), (2, 0));
     // A resume of b runs processing again as a new run, its attempts counted afresh.
-    operator::resume(&w.ictx, &[id.job(2)], Utc::now())
+    operator::resume(&w.ingest_ctx, &[id.job(2)], Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -857,7 +885,7 @@ async fn a_lost_event_is_found_by_describe_jobs_and_a_late_or_repeated_event_cha
         (1, 1),
         "{total:?}"
     );
-    let reports = operator::reports(&w.ictx, &id).await.unwrap();
+    let reports = operator::reports(&w.ingest_ctx, &id).await.unwrap();
     assert_eq!(reports[0].completed, vec![id.job(1)]);
     // The batch is complete and cleaned up: its job record says deleted.
     let before = w.job(&id.job(1)).await;
@@ -923,7 +951,7 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
     let id = w.submit(&m, "coll", None).await;
     w.run(|_| true).await;
     assert_eq!(w.batch(&id).await.state, BatchState::Completed, "waits");
-    let summary = tick(&w.ictx, Utc::now()).await.unwrap();
+    let summary = tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     assert_eq!(summary.batches_waiting_for_archive, 1);
     let archive_id = super::batches::archive_id(&id);
     // The archive jobs run (dispatcher and tasks) over the same bucket.
@@ -931,26 +959,28 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
     buckets.adopt("bucket", w.store.clone());
     let queue = Arc::new(MemoryQueue::new("archive-tasks"));
     let key = crate::domain::archive::manifest::signing_key(&"33".repeat(32)).unwrap();
-    let actx = Ctx {
+    let archive_ctx = Ctx {
         buckets: buckets.clone(),
         task_queue: queue.clone(),
         bus: Arc::new(MemoryEventBus::default()),
         signing_key: Some(Arc::new(key)),
-        ..w.ictx.clone()
+        ..w.ingest_ctx.clone()
     };
     for _ in 0..20 {
-        let t = archive::tick(&actx, Utc::now()).await.unwrap();
+        let t = archive::tick(&archive_ctx, Utc::now()).await.unwrap();
         let got = queue.receive(10, 60, 0).await.unwrap();
         for m in &got {
             let message = serde_json::from_str(&m.body).unwrap();
-            tasks::handle(&actx, &message, Utc::now()).await.unwrap();
+            tasks::handle(&archive_ctx, &message, Utc::now())
+                .await
+                .unwrap();
             queue.delete(&m.receipt_handle).await.unwrap();
         }
         if t.moved == 0 && got.is_empty() {
             break;
         }
     }
-    let job = actx
+    let job = archive_ctx
         .archives()
         .job(&archive_id)
         .await
@@ -964,7 +994,7 @@ async fn a_completed_batch_is_archived_before_its_files_are_cleaned_up() {
         job.history
     );
     // Now the batch is cleaned up, and its objects live on in the archive.
-    tick(&w.ictx, Utc::now()).await.unwrap();
+    tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
     assert!(w.store.list("ingest/objects/").await.unwrap().is_empty());
     let r = verify::verify(
@@ -1039,7 +1069,7 @@ impl crate::ports::JobRunner for LostAnswerLaggingList {
 #[tokio::test]
 async fn a_lost_answer_a_lagging_list_and_two_ticks_submit_processing_once() {
     let mut w = world(IngestSettings::default());
-    w.ictx.jobs = Arc::new(LostAnswerLaggingList {
+    w.ingest_ctx.jobs = Arc::new(LostAnswerLaggingList {
         inner: w.jobs.clone(),
         lose_next: true.into(),
     });
@@ -1047,8 +1077,11 @@ async fn a_lost_answer_a_lagging_list_and_two_ticks_submit_processing_once() {
     w.submit(&m, "coll", None).await;
     for _ in 0..8 {
         // The tick that loses the answer fails; the others find the claim in its lease.
-        let _ = tick(&w.ictx, Utc::now()).await;
-        let (a, b) = tokio::join!(tick(&w.ictx, Utc::now()), tick(&w.ictx, Utc::now()));
+        let _ = tick(&w.ingest_ctx, Utc::now()).await;
+        let (a, b) = tokio::join!(
+            tick(&w.ingest_ctx, Utc::now()),
+            tick(&w.ingest_ctx, Utc::now())
+        );
         let _ = (a, b);
     }
     let names: Vec<String> = w.jobs.submitted().into_iter().map(|r| r.job_name).collect();
@@ -1062,7 +1095,10 @@ async fn concurrent_ticks_submit_processing_once_and_record_it() {
     let m = w.manifest("m41", &[("a", "alpha")], &[]).await;
     let id = w.submit(&m, "coll", None).await;
     for _ in 0..8 {
-        let (a, b) = tokio::join!(tick(&w.ictx, Utc::now()), tick(&w.ictx, Utc::now()));
+        let (a, b) = tokio::join!(
+            tick(&w.ingest_ctx, Utc::now()),
+            tick(&w.ingest_ctx, Utc::now())
+        );
         let _ = (a, b);
     }
     let submitted = w.jobs.submitted();
@@ -1100,9 +1136,9 @@ async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
         event.records = vec![m];
         event
     };
-    let first = super::handle_submissions(&w.ictx, delivery(), sent).await;
+    let first = super::handle_submissions(&w.ingest_ctx, delivery(), sent).await;
     let later = sent + chrono::Duration::minutes(6);
-    let again = super::handle_submissions(&w.ictx, delivery(), later).await;
+    let again = super::handle_submissions(&w.ingest_ctx, delivery(), later).await;
     assert!(first.batch_item_failures.is_empty() && again.batch_item_failures.is_empty());
     let batches = w.store.list("ingest/batches/").await.unwrap();
     let records: Vec<_> = batches

@@ -19,18 +19,21 @@ async fn submit_at(w: &World, name: &str, files: &[(&str, &str)], priority: u8) 
         submitter: "test".into(),
         deposit: Default::default(),
     };
-    submit(&w.ictx, submission, Utc::now()).await.unwrap().id
+    submit(&w.ingest_ctx, submission, Utc::now())
+        .await
+        .unwrap()
+        .id
 }
 
 /// The (priority, job) markers the queue lists under `state`.
 async fn listed(w: &World, state: JobState) -> Vec<(u8, JobId)> {
-    w.ictx.ingest().listed(state).await.unwrap()
+    w.ingest_ctx.ingest().listed(state).await.unwrap()
 }
 
 /// Ticks `n` times; Batch never ends a job, so whatever is admitted holds the capacity.
 async fn ticks(w: &World, n: usize) {
     for _ in 0..n {
-        tick(&w.ictx, Utc::now()).await.unwrap();
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     }
 }
 
@@ -67,7 +70,7 @@ async fn an_estimate_that_finds_a_large_job_steps_it_back_behind_a_small_one() {
     let small = submit_at(&w, "small", &[("small.bin", "0123456789")], 4).await;
     // Estimated, not yet provisioned: the large job is re-keyed at 1 + 5.
     for _ in 0..2 {
-        tick(&w.ictx, Utc::now()).await.unwrap();
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     }
     let big_job = w.job(&big.job(1)).await;
     assert_eq!((big_job.space_needed, big_job.priority), (20, 6));
@@ -131,7 +134,7 @@ async fn a_held_batch_waits_and_runs_once_released() {
     let w = world(IngestSettings::default());
     let id = submit_at(&w, "held", &[("a.txt", "alpha"), ("b.txt", "bravo")], 5).await;
     operator::hold(
-        &w.ictx,
+        &w.ingest_ctx,
         &Target::Batch(id.clone()),
         "check it",
         "ops",
@@ -146,10 +149,15 @@ async fn a_held_batch_waits_and_runs_once_released() {
         "nothing of a held batch runs"
     );
     assert!(
-        w.ictx.ingest().job(&id.job(1)).await.unwrap().is_none(),
+        w.ingest_ctx
+            .ingest()
+            .job(&id.job(1))
+            .await
+            .unwrap()
+            .is_none(),
         "a held batch makes no jobs"
     );
-    operator::release(&w.ictx, &Target::Batch(id.clone()), Utc::now())
+    operator::release(&w.ingest_ctx, &Target::Batch(id.clone()), Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -164,7 +172,7 @@ async fn a_held_batch_waits_and_runs_once_released() {
 #[tokio::test]
 async fn a_download_that_keeps_failing_fails_its_job_once_its_attempts_are_spent() {
     let w = world(IngestSettings::default());
-    let attempts = w.ictx.config.ingest.download_attempts;
+    let attempts = w.ingest_ctx.config.ingest.download_attempts;
     assert!(attempts >= 2);
     let id = submit_at(
         &w,

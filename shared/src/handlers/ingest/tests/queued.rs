@@ -19,7 +19,10 @@ async fn submit_as(w: &World, name: &str, profile: Option<&str>, callback: &str)
         submitter: "depositor".into(),
         deposit: Default::default(),
     };
-    submit(&w.ictx, submission, Utc::now()).await.unwrap().id
+    submit(&w.ingest_ctx, submission, Utc::now())
+        .await
+        .unwrap()
+        .id
 }
 
 #[tokio::test]
@@ -31,7 +34,7 @@ async fn a_profile_that_asks_is_told_its_jobs_are_queued_before_they_run() {
     let told = submit_as(&w, "told", Some("confirming"), "http://depositor/told").await;
     let quiet = submit_as(&w, "quiet", Some("plain"), "http://depositor/quiet").await;
     // The first tick queues both batches' jobs; nothing has been processed yet.
-    tick(&w.ictx, Utc::now()).await.unwrap();
+    tick(&w.ingest_ctx, Utc::now()).await.unwrap();
     let queued: Vec<serde_json::Value> = w
         .bus
         .events()
@@ -107,7 +110,7 @@ async fn the_processing_container_gets_the_deposits_erc_metadata_and_mode() {
             submission_mode: crate::domain::ingest::record::SubmissionMode::Update,
         },
     };
-    submit(&w.ictx, submission, Utc::now()).await.unwrap();
+    submit(&w.ingest_ctx, submission, Utc::now()).await.unwrap();
     w.run(|_| true).await;
     let submitted = w.jobs.submitted();
     assert_eq!(submitted.len(), 1);

@@ -23,7 +23,7 @@ fn minting_world(container_step: bool) -> (World, Arc<MemoryMinter>) {
         ..IngestSettings::default()
     });
     let minter = Arc::new(MemoryMinter::default());
-    w.ictx.minter = Some(minter.clone());
+    w.ingest_ctx.minter = Some(minter.clone());
     (w, minter)
 }
 
@@ -69,7 +69,8 @@ async fn an_object_is_minted_once_stored_with_erc_dublin_core_and_manifest_and_r
     assert!(erc.contains(&format!("where: {}", minted[0])), "{erc}");
     // The catalog record is the manifest's, and the storage outlives the batch's cleanup.
     let catalog: serde_json::Value =
-        serde_json::from_str(&text(&w, &w.ictx.ingest().keys.catalog("maps", &jid)).await).unwrap();
+        serde_json::from_str(&text(&w, &w.ingest_ctx.ingest().keys.catalog("maps", &jid)).await)
+            .unwrap();
     assert_eq!(catalog["identifier"], minted[0].as_str());
     assert_eq!(catalog["file_count"], 3);
     assert_eq!(catalog["files"][0]["name"], "producer/map.txt");
@@ -104,7 +105,7 @@ async fn a_local_id_known_by_another_identifier_than_the_depositor_supplied_fail
     let body = "#%fields | nfo:fileUrl | nfo:hashAlgorithm | nfo:hashValue | nfo:fileSize | nfo:fileName | mrt:localIdentifier | mrt:primaryIdentifier\n"
         .to_owned()
         + &format!("{url} | | | | map.txt | map.txt | ark:/1/other\n");
-    let key = w.ictx.ingest().keys.manifest("m2");
+    let key = w.ingest_ctx.ingest().keys.manifest("m2");
     w.store
         .put(&key, Bytes::from(body), PutCondition::Overwrite)
         .await
@@ -139,7 +140,7 @@ async fn a_refused_mint_fails_the_job_and_a_resume_mints_once_it_is_accepted() {
     assert!(job.reason.contains("no such shoulder"), "{}", job.reason);
     assert_eq!(job.mint_claimed_at, None, "a refusal minted nothing");
     minter.behave(MintBehaviour::Mint);
-    let resumed = operator::resume(&w.ictx, std::slice::from_ref(&jid), Utc::now())
+    let resumed = operator::resume(&w.ingest_ctx, std::slice::from_ref(&jid), Utc::now())
         .await
         .unwrap();
     assert_eq!(resumed[0].outcome, Ok(JobState::Storing));
@@ -167,7 +168,7 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
     minter.behave(MintBehaviour::Mint);
     // A plain resume does not mint again: the claim still stands. While a pass that claimed
     // could still be running the job waits; a lease later it fails again.
-    operator::resume(&w.ictx, std::slice::from_ref(&one), Utc::now())
+    operator::resume(&w.ingest_ctx, std::slice::from_ref(&one), Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -181,8 +182,8 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
         w.job(&one).await.mint_claimed_at.is_some(),
         "its claim stands"
     );
-    let lease = chrono::Duration::from_std(w.ictx.config.leases.claim_lease).unwrap();
-    tick(&w.ictx, Utc::now() + lease).await.unwrap();
+    let lease = chrono::Duration::from_std(w.ingest_ctx.config.leases.claim_lease).unwrap();
+    tick(&w.ingest_ctx, Utc::now() + lease).await.unwrap();
     let job = w.job(&one).await;
     assert_eq!(job.state, JobState::Failed);
     assert!(job.reason.starts_with(MINT_UNKNOWN), "{}", job.reason);
@@ -194,7 +195,7 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
     // The operator finds what EZID minted for job one and says so; job two gets a new one.
     let found = minter.minted_for(one.as_str()).remove(0);
     let r = operator::resume_with_mint(
-        &w.ictx,
+        &w.ingest_ctx,
         &one,
         &MintFix::Identifier(found.clone()),
         Utc::now(),
@@ -202,7 +203,7 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
     .await
     .unwrap();
     assert_eq!(r.outcome, Ok(JobState::Storing));
-    let r = operator::resume_with_mint(&w.ictx, &two, &MintFix::MintAgain, Utc::now())
+    let r = operator::resume_with_mint(&w.ingest_ctx, &two, &MintFix::MintAgain, Utc::now())
         .await
         .unwrap();
     assert_eq!(r.outcome, Ok(JobState::Storing));
@@ -217,7 +218,7 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
         "the operator asked"
     );
     // A fix for a job with nothing to resolve is refused.
-    let r = operator::resume_with_mint(&w.ictx, &one, &MintFix::MintAgain, Utc::now())
+    let r = operator::resume_with_mint(&w.ingest_ctx, &one, &MintFix::MintAgain, Utc::now())
         .await
         .unwrap();
     assert!(r.outcome.is_err());
@@ -288,7 +289,7 @@ impl ObjectStore for CopiesBadly {
 #[tokio::test]
 async fn a_store_that_answers_with_other_bytes_fails_the_job_before_its_manifest() {
     let (mut w, minter) = minting_world(false);
-    w.ictx.store = Arc::new(CopiesBadly(w.store.clone()));
+    w.ingest_ctx.store = Arc::new(CopiesBadly(w.store.clone()));
     let m = w.manifest("m1", &[("map.txt", "a map")], &[]).await;
     let id = w.submit(&m, "maps", None).await;
     w.run(|_| true).await;
@@ -311,8 +312,8 @@ async fn a_store_that_answers_with_other_bytes_fails_the_job_before_its_manifest
     );
     // The identifier was written before storing, and stays: a resume does not mint again.
     assert!(job.identifier.is_some());
-    w.ictx.store = w.store.clone();
-    operator::resume(&w.ictx, &[id.job(1)], Utc::now())
+    w.ingest_ctx.store = w.store.clone();
+    operator::resume(&w.ingest_ctx, &[id.job(1)], Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;
@@ -353,11 +354,11 @@ async fn a_second_pass_during_a_mint_neither_mints_again_nor_fails_the_job() {
     let (mut w, minter) = minting_world(false);
     let second = Ctx {
         minter: Some(minter.clone()),
-        ..w.ictx.clone()
+        ..w.ingest_ctx.clone()
     };
     let m = w.manifest("m1", &[("map.txt", "a map")], &[]).await;
     let id = w.submit(&m, "maps", None).await;
-    w.ictx.minter = Some(Arc::new(TickDuringMint {
+    w.ingest_ctx.minter = Some(Arc::new(TickDuringMint {
         inner: minter.clone(),
         second: std::sync::Mutex::new(Some((second, id.job(1)))),
     }));
@@ -413,7 +414,7 @@ async fn a_reservation_whose_job_failed_is_taken_over_by_the_next_deposit() {
     assert_eq!(two.state, JobState::Deleted, "{}", two.reason);
     assert_eq!(minter.minted_for(second.job(1).as_str()).len(), 1);
     // Resumed, the first finds the local id bound and uses it: no second mint.
-    operator::resume(&w.ictx, &[first.job(1)], Utc::now())
+    operator::resume(&w.ingest_ctx, &[first.job(1)], Utc::now())
         .await
         .unwrap();
     w.run(|_| true).await;

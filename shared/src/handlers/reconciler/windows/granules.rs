@@ -130,22 +130,16 @@ pub(super) async fn handled(
     // Each read tried again on its own while refused: under throttling, redoing the granule's
     // whole look for one refused read multiplied its calls (1,000 granules at 30%: 9 a granule
     // for the reconciler instead of 3).
-    let success_key = success.to_key(&layout.log_prefix);
-    let log = match read_json_retrying::<LogRecord>(
-        ctx.store.as_ref(),
-        &success_key,
-        "reading a success log",
-    )
-    .await?
+    let logs = ctx.logs();
+    let log = match logs
+        .read_retrying(&success, "reading a success log")
+        .await?
     {
-        Some(log) => Some(log.value),
+        Some(log) => Some(log),
         None => {
-            let failure = success
-                .with_outcome(LogOutcome::Failure)
-                .to_key(&layout.log_prefix);
-            read_json_retrying::<LogRecord>(ctx.store.as_ref(), &failure, "reading a failure log")
+            let failure = success.with_outcome(LogOutcome::Failure);
+            logs.read_retrying(&failure, "reading a failure log")
                 .await?
-                .map(|log| log.value)
                 // Without item records a failure counts once it is marked routed. With them
                 // no failure log is marked (the record's move is the mark), and the record was
                 // not past the attempt: the end is handed on again from this log either way.
