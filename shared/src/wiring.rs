@@ -154,7 +154,7 @@ impl Ctx {
         if let Some(name) = ctx.config.archive.signing_key_parameter.clone() {
             let seed = crate::adapters::aws::load_signing_seed(&clients.ssm, &name)
                 .await
-                .map_err(InitError::SigningKey)?;
+                .map_err(|e| InitError::SigningKey(e.to_string()))?;
             let key = crate::domain::archive::manifest::signing_key(&seed)
                 .map_err(|e| InitError::SigningKey(format!("SSM parameter {name}: {e}")))?;
             ctx.signing_key = Some(Arc::new(key));
@@ -165,7 +165,7 @@ impl Ctx {
                 Some(name) => {
                     let raw = crate::adapters::aws::load_secure_parameter(&clients.ssm, name)
                         .await
-                        .map_err(InitError::Secret)?;
+                        .map_err(|e| InitError::Secret(e.to_string()))?;
                     Some(
                         crate::adapters::http::ezid::parse_credentials(&raw).ok_or_else(|| {
                             InitError::Secret(format!(

@@ -124,7 +124,7 @@ impl IngestSettings {
                 .map_err(|why| ConfigError::Invalid {
                     var: "GRANARY_INGEST_ARCHIVE_DESTINATIONS",
                     value: v.or("GRANARY_INGEST_ARCHIVE_DESTINATIONS", ""),
-                    why,
+                    why: why.to_string(),
                 })?,
             queued_confirmation: v.list("GRANARY_INGEST_QUEUED_CONFIRMATION"),
             max_container_bytes: v.number(

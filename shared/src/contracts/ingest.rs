@@ -17,17 +17,31 @@ pub const BATCH_QUEUED: &str = "Ingest Batch Queued";
 /// The detail-type of a submission sent as an event on the notification bus.
 pub const SUBMISSION: &str = "Ingest Submission";
 
+/// Why a queue message is no submission.
+#[derive(Debug, thiserror::Error)]
+pub enum UnreadableSubmission {
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// An EventBridge event of another detail-type (the one it has).
+    #[error("an event of type {0:?}, not {SUBMISSION:?}")]
+    OtherEvent(String),
+    #[error("not a submission: {0}")]
+    NotASubmission(#[source] serde_json::Error),
+}
+
 /// A submission as a queue message carries it: the submission's JSON, or an EventBridge event
 /// (detail-type [`SUBMISSION`]) whose `detail` is.
-pub fn submission_of(body: &str) -> Result<crate::domain::ingest::record::Submission, String> {
+pub fn submission_of(
+    body: &str,
+) -> Result<crate::domain::ingest::record::Submission, UnreadableSubmission> {
     let value: serde_json::Value =
-        serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+        serde_json::from_str(body).map_err(UnreadableSubmission::NotJson)?;
     let inner = match value.get("detail-type").and_then(|t| t.as_str()) {
         Some(SUBMISSION) => value.get("detail").cloned().unwrap_or_default(),
-        Some(other) => return Err(format!("an event of type {other:?}, not {SUBMISSION:?}")),
+        Some(other) => return Err(UnreadableSubmission::OtherEvent(other.to_owned())),
         None => value,
     };
-    serde_json::from_value(inner).map_err(|e| format!("not a submission: {e}"))
+    serde_json::from_value(inner).map_err(UnreadableSubmission::NotASubmission)
 }
 
 /// The processing job of an ingest job: `INGEST_JOB_ID` and `INGEST_OBJECT_PREFIX` (where its
@@ -169,10 +183,15 @@ mod tests {
         assert_eq!(submission_of(&event).unwrap(), s);
         assert!(submission_of(r#"{"detail-type":"Other","detail":{}}"#)
             .unwrap_err()
+            .to_string()
             .contains("Other"));
-        assert!(submission_of("{").unwrap_err().contains("not JSON"));
+        assert!(submission_of("{")
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
         assert!(submission_of(r#"{"collection":"maps"}"#)
             .unwrap_err()
+            .to_string()
             .contains("not a submission"));
     }
 }

@@ -171,17 +171,20 @@ mod tests {
             serde_json::json!([]),
             serde_json::json!({"campaign": "../x"}),
         ));
-        assert!(bad.unwrap_err().contains("no campaign name"));
+        assert!(bad.unwrap_err().to_string().contains("no campaign name"));
     }
 
     #[test]
     fn a_job_without_the_contract_or_with_attempt_zero_is_refused_with_the_reason() {
         let none = granule_of(&detail(serde_json::json!([]), serde_json::json!({})));
-        assert!(none.unwrap_err().contains("GRANULE_ID"));
+        assert!(none.unwrap_err().to_string().contains("GRANULE_ID"));
         let zero = granule_of(&detail(
             serde_json::json!([{"name": "GRANULE_ID", "value": "G"}, {"name": "ATTEMPT", "value": "0"}]),
             serde_json::json!({}),
         ));
-        assert!(zero.unwrap_err().contains("not a positive integer"));
+        assert!(zero
+            .unwrap_err()
+            .to_string()
+            .contains("not a positive integer"));
     }
 }

@@ -20,7 +20,7 @@ const JPEG_START: &[u8] = &[0xFF, 0xD8, 0xFF];
 
 /// Whether `head` and `tail` (the file's first and last [`SIGNATURE_BYTES`], or all of a
 /// shorter file) are those of the kind `name`'s extension says; the reason when they are not.
-pub fn check(name: &str, head: &[u8], tail: &[u8]) -> Result<(), String> {
+pub fn check(name: &str, head: &[u8], tail: &[u8]) -> Result<(), WrongFileKind> {
     let extension = name
         .rsplit_once('.')
         .map(|(_, e)| e.to_ascii_lowercase())
@@ -38,11 +38,23 @@ pub fn check(name: &str, head: &[u8], tail: &[u8]) -> Result<(), String> {
     if fits {
         Ok(())
     } else {
-        Err(format!(
-            "{name} is not a {kind} file: it begins {}",
-            hex(head)
-        ))
+        Err(WrongFileKind {
+            name: name.to_owned(),
+            kind,
+            head: head.to_vec(),
+        })
     }
+}
+
+/// A file whose first or last bytes are not those of the kind its name says.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} is not a {kind} file: it begins {}", hex(.head))]
+pub struct WrongFileKind {
+    pub name: String,
+    /// The kind its extension names ("PNG", "TIFF", ...).
+    pub kind: &'static str,
+    /// The file's first bytes, as [`check`] was given them.
+    pub head: Vec<u8>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -71,7 +83,9 @@ mod tests {
         assert_eq!(check("a.jpeg", &[0xFF, 0xD8, 0xFF, 0xE0], b"x"), Ok(()));
         let page = b"<html><body>503</body></html>";
         for name in ["scene.png", "a.tif", "a.jpg", "a.parquet"] {
-            let e = check(name, &page[..8], &page[page.len() - 8..]).unwrap_err();
+            let e = check(name, &page[..8], &page[page.len() - 8..])
+                .unwrap_err()
+                .to_string();
             assert!(e.contains("is not a") && e.contains("3c 68 74 6d"), "{e}");
         }
         // A Parquet file cut short has its head but not its closing magic.

@@ -48,13 +48,24 @@ impl IdCell {
     }
 
     /// The granule the row names, or why it names none (the reason a rejected row is filed with).
-    pub fn granule(&self) -> Result<GranuleId, String> {
+    pub fn granule(&self) -> Result<GranuleId, UnusableIdCell> {
         match self {
-            IdCell::Text(t) => GranuleId::parse(t).map_err(|e| e.to_string()),
-            IdCell::Null => Err("granule id is null".to_owned()),
-            IdCell::NotUtf8 => Err("granule id is not valid UTF-8".to_owned()),
+            IdCell::Text(t) => Ok(GranuleId::parse(t)?),
+            IdCell::Null => Err(UnusableIdCell::Null),
+            IdCell::NotUtf8 => Err(UnusableIdCell::NotUtf8),
         }
     }
+}
+
+/// Why an inventory row's id cell names no granule; its text is the reason the row is filed with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnusableIdCell {
+    #[error(transparent)]
+    Invalid(#[from] InvalidGranuleId),
+    #[error("granule id is null")]
+    Null,
+    #[error("granule id is not valid UTF-8")]
+    NotUtf8,
 }
 
 /// A validated granule id. Constructing one is the only way to get one, so every key and job

@@ -47,14 +47,19 @@ impl StepType {
 }
 
 impl std::str::FromStr for StepType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownStepType;
+    fn from_str(s: &str) -> Result<Self, UnknownStepType> {
         [Self::Download, Self::Admission, Self::Processing]
             .into_iter()
             .find(|t| t.as_str().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("no step type {s:?}: download, admission or processing"))
+            .ok_or_else(|| UnknownStepType(s.to_owned()))
     }
 }
+
+/// A name that is no [`StepType`] (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no step type {0:?}: download, admission or processing")]
+pub struct UnknownStepType(pub String);
 
 /// One step of one item's workflow.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

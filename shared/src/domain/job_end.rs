@@ -177,7 +177,7 @@ fn window_end(
             RawText::of(claim_key).shown()
         )));
     };
-    let attempt = super::job_tags::attempt_of(job).map_err(no_granule)?;
+    let attempt = super::job_tags::attempt_of(job).map_err(|e| no_granule(e.to_string()))?;
     // The job names its campaign; if a child's details lack it, the claim's key says it (the
     // claim is read from that key, in that campaign's state).
     let campaign = campaign_of(job)?.or_else(|| super::campaign::of_key(claim_key));
@@ -207,7 +207,7 @@ pub fn child_index(job_id: &str) -> Option<u32> {
 pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, EventRejection> {
     super::job_tags::campaign_of(job).map_err(|why| EventRejection::NoGranule {
         job_id: RawText::of(&job.job_id).shown(),
-        why,
+        why: why.to_string(),
     })
 }
 
@@ -215,7 +215,7 @@ pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, EventRejection> 
 pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, EventRejection> {
     super::job_tags::granule_of(job).map_err(|why| EventRejection::NoGranule {
         job_id: RawText::of(&job.job_id).shown(),
-        why,
+        why: why.to_string(),
     })
 }
 

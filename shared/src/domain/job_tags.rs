@@ -7,7 +7,7 @@
 
 use super::batch_event::JobDetail;
 use super::campaign::Campaign;
-use super::granule::{GranuleId, GranuleProcessingEvent};
+use super::granule::{GranuleId, GranuleProcessingEvent, InvalidGranuleId};
 use super::poison::RawText;
 
 pub const GRANULE_ID_ENV: &str = "GRANULE_ID";
@@ -55,19 +55,32 @@ pub const CAMPAIGN_PARAM: &str = "campaign";
 /// monitor leaves those to the ingest dispatcher).
 pub const INGEST_JOB_ENV: &str = "INGEST_JOB_ID";
 
+/// Why a job's tags name no work granary can use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnusableJobTags {
+    #[error("neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter")]
+    NoGranule,
+    #[error(transparent)]
+    InvalidGranule(#[from] InvalidGranuleId),
+    #[error("neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter")]
+    NoAttempt,
+    /// The attempt as the job carries it.
+    #[error("attempt {0} is not a positive integer")]
+    InvalidAttempt(RawText),
+    /// The campaign name as the job carries it.
+    #[error("it names campaign {}, which is no campaign name", .0.shown())]
+    InvalidCampaign(RawText),
+}
+
 /// The granule and attempt a job was submitted for: its container environment, else its
 /// parameters. `Err(why)` when the job carries none that granary can use.
-pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, String> {
+pub fn granule_of(job: &JobDetail) -> Result<GranuleProcessingEvent, UnusableJobTags> {
     let id = job
         .env(GRANULE_ID_ENV)
         .or(job.parameters.get(GRANULE_ID_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            format!(
-                "neither {GRANULE_ID_ENV} in the environment nor a {GRANULE_ID_PARAM} parameter"
-            )
-        })?;
+        .ok_or(UnusableJobTags::NoGranule)?;
     let attempt = attempt_of(job)?;
-    let granule_id = GranuleId::parse(id).map_err(|e| e.to_string())?;
+    let granule_id = GranuleId::parse(id)?;
     Ok(GranuleProcessingEvent {
         granule_id,
         attempt,
@@ -114,35 +127,28 @@ pub fn window_claim_of(job: &JobDetail) -> Option<WindowRef> {
 }
 
 /// The attempt a job names (its environment, else its parameters), as a positive integer.
-pub fn attempt_of(job: &JobDetail) -> Result<u32, String> {
+pub fn attempt_of(job: &JobDetail) -> Result<u32, UnusableJobTags> {
     let attempt = job
         .env(ATTEMPT_ENV)
         .or(job.parameters.get(ATTEMPT_PARAM).map(String::as_str))
-        .ok_or_else(|| {
-            format!("neither {ATTEMPT_ENV} in the environment nor an {ATTEMPT_PARAM} parameter")
-        })?;
+        .ok_or(UnusableJobTags::NoAttempt)?;
     attempt
         .parse::<u32>()
         .ok()
         .filter(|a| *a >= 1)
-        .ok_or_else(|| format!("attempt {} is not a positive integer", RawText::of(attempt)))
+        .ok_or_else(|| UnusableJobTags::InvalidAttempt(RawText::of(attempt)))
 }
 
 /// The campaign a job belongs to: its `campaign` parameter, else `GRANARY_CAMPAIGN` in its
 /// environment; neither: the unnamed campaign's. `Err(why)` for a name no campaign can have.
-pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, String> {
+pub fn campaign_of(job: &JobDetail) -> Result<Option<Campaign>, UnusableJobTags> {
     job.parameters
         .get(CAMPAIGN_PARAM)
         .map(String::as_str)
         .or_else(|| job.env(CAMPAIGN_ENV))
         .filter(|name| !name.is_empty())
         .map(|name| {
-            Campaign::parse(name).map_err(|_| {
-                format!(
-                    "it names campaign {}, which is no campaign name",
-                    RawText::of(name).shown()
-                )
-            })
+            Campaign::parse(name).map_err(|_| UnusableJobTags::InvalidCampaign(RawText::of(name)))
         })
         .transpose()
 }

@@ -2,8 +2,8 @@
 //! its size and digests computed on the way, checked against what was announced and expected,
 //! under one timeout. Any failure aborts the upload, so nothing half-written becomes visible.
 
-use super::importer::validate::{Digests, Found};
-use crate::ports::{ObjectStore, SourceError, SourceStream, MIN_PART_BYTES};
+use super::importer::validate::{DigestError, Digests, Found};
+use crate::ports::{ObjectStore, SourceError, SourceStream, StoreError, MIN_PART_BYTES};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use std::future::Future;
@@ -20,6 +20,25 @@ pub struct Expected<'a> {
     pub digest: Option<&'a str>,
 }
 
+/// Why a copy into the store failed, in words an operator can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// Writing the object failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Reading the source failed.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("truncated: the source announced {announced} bytes and sent {sent}")]
+    Truncated { announced: u64, sent: u64 },
+    #[error("size mismatch: {expected} bytes were expected and {arrived} arrived")]
+    SizeMismatch { expected: u64, arrived: u64 },
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    #[error("timed out after {}s", .after.as_secs())]
+    TimedOut { after: Duration },
+}
+
 /// Copies what `open` opens into `key`. `Err` says why, in words an operator can act on.
 pub async fn copy_into_store<O>(
     store: &dyn ObjectStore,
@@ -27,53 +46,50 @@ pub async fn copy_into_store<O>(
     open: O,
     expected: &Expected<'_>,
     timeout: Duration,
-) -> Result<Found, String>
+) -> Result<Found, TransferError>
 where
     O: Future<Output = Result<(SourceStream, Option<u64>), SourceError>>,
 {
-    let mut upload = store.begin_upload(key).await.map_err(|e| e.to_string())?;
+    let mut upload = store.begin_upload(key).await?;
     let copy = async {
-        let (mut stream, announced) = open.await.map_err(|e| e.to_string())?;
+        let (mut stream, announced) = open.await?;
         let mut digests = Digests::new(expected.digest);
         let mut buffer = BytesMut::with_capacity(PART_BYTES);
         while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| e.to_string())?;
+            let chunk = chunk?;
             digests.update(&chunk);
             buffer.extend_from_slice(&chunk);
             if buffer.len() >= PART_BYTES.max(MIN_PART_BYTES) {
                 let part: Bytes = buffer.split().freeze();
-                upload.write_part(part).await.map_err(|e| e.to_string())?;
+                upload.write_part(part).await?;
             }
         }
         if !buffer.is_empty() {
-            upload
-                .write_part(buffer.split().freeze())
-                .await
-                .map_err(|e| e.to_string())?;
+            upload.write_part(buffer.split().freeze()).await?;
         }
         let digests = digests.finish();
         if let Some(n) = announced.filter(|n| *n != digests.size) {
-            return Err(format!(
-                "truncated: the source announced {n} bytes and sent {}",
-                digests.size
-            ));
+            return Err(TransferError::Truncated {
+                announced: n,
+                sent: digests.size,
+            });
         }
         if let Some(n) = expected.size.filter(|n| *n != digests.size) {
-            return Err(format!(
-                "size mismatch: {n} bytes were expected and {} arrived",
-                digests.size
-            ));
+            return Err(TransferError::SizeMismatch {
+                expected: n,
+                arrived: digests.size,
+            });
         }
         digests.verify(expected.digest)?;
         Ok(digests)
     };
     let outcome = match tokio::time::timeout(timeout, copy).await {
         Ok(r) => r,
-        Err(_) => Err(format!("timed out after {}s", timeout.as_secs())),
+        Err(_) => Err(TransferError::TimedOut { after: timeout }),
     };
     match outcome {
         Ok(found) => {
-            upload.finish().await.map_err(|e| e.to_string())?;
+            upload.finish().await?;
             Ok(found)
         }
         Err(e) => {

@@ -9,7 +9,9 @@ mod s3_source;
 mod sqs;
 
 pub use batch::BatchJobRunner;
-pub use buckets::{load_secure_parameter, load_signing_seed, store_signing_seed, S3Buckets};
+pub use buckets::{
+    load_secure_parameter, load_signing_seed, store_signing_seed, S3Buckets, SsmParameterError,
+};
 pub use eventbridge::EventBridgeBus;
 pub use s3::S3Store;
 pub use s3_source::S3PrefixSource;

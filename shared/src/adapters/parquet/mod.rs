@@ -146,7 +146,10 @@ pub(crate) mod tests {
             );
         }
         assert_eq!(
-            inv.read_ids(10, 5).await.unwrap()[3].granule().unwrap_err(),
+            inv.read_ids(10, 5).await.unwrap()[3]
+                .granule()
+                .unwrap_err()
+                .to_string(),
             "granule id is not valid UTF-8"
         );
     }

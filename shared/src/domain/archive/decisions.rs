@@ -261,21 +261,36 @@ pub fn on_phase_tasks(job: &ArchiveJob, phase: Phase, tasks: &[TaskRecord]) -> O
     }
 }
 
+/// Why an operator's retry of an archive job is refused; the text is what the operator is shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RetryRefused {
+    #[error("archive job {job} is {state}, not failed")]
+    NotFailed { job: String, state: ArchiveState },
+    /// `failure`: the job's own failure reason, when it kept one.
+    #[error(
+        "archive job {job} failed before any phase ran ({}): create it again",
+        .failure.as_deref().unwrap_or("no reason kept")
+    )]
+    NoPhaseRan {
+        job: String,
+        failure: Option<String>,
+    },
+}
+
 /// `granary archive retry`: a failed job runs the phase that failed again (its failed tasks
 /// only, not counted against its budget). `Err` says why it cannot.
-pub fn on_operator_retry(job: &ArchiveJob) -> Result<(Phase, JobMove), String> {
+pub fn on_operator_retry(job: &ArchiveJob) -> Result<(Phase, JobMove), RetryRefused> {
     if job.state != ArchiveState::Failed {
-        return Err(format!(
-            "archive job {} is {}, not failed",
-            job.id, job.state
-        ));
+        return Err(RetryRefused::NotFailed {
+            job: job.id.clone(),
+            state: job.state,
+        });
     }
     let Some(phase) = job.failed_phase else {
-        return Err(format!(
-            "archive job {} failed before any phase ran ({}): create it again",
-            job.id,
-            job.failure.as_deref().unwrap_or("no reason kept")
-        ));
+        return Err(RetryRefused::NoPhaseRan {
+            job: job.id.clone(),
+            failure: job.failure.clone(),
+        });
     };
     let mv = JobMove::to(
         ArchiveState::Failed,

@@ -2,7 +2,8 @@
 //! and size; members are stored under their SHA-256, so a member's key is its checksum), the
 //! `SHA256SUMS` list calculated from the re-read members, and its Ed25519 signature.
 
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signature, SignatureError, Signer, SigningKey, Verifier, VerifyingKey};
+use hex::FromHexError;
 use serde::{Deserialize, Serialize};
 
 /// File names inside an archive (under its prefix at every destination).
@@ -60,18 +61,30 @@ impl Manifest {
     }
 }
 
+/// A line of a `SHA256SUMS` text that is not `<64 hex>  <name>` (its number counts from 1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnreadableSums {
+    #[error("line {line}: not `<sha256>  <name>`")]
+    NoSeparator { line: usize },
+    #[error("line {line}: {sum:?} is no SHA-256")]
+    NotSha256 { line: usize, sum: String },
+}
+
 /// The lines of a `SHA256SUMS` text: (sha256, name). A line that is not `<64 hex>  <name>` is
 /// an error naming it.
-pub fn parse_sums(text: &str) -> Result<Vec<(String, String)>, String> {
+pub fn parse_sums(text: &str) -> Result<Vec<(String, String)>, UnreadableSums> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(n, line)| {
             let (sum, name) = line
                 .split_once("  ")
-                .ok_or_else(|| format!("line {}: not `<sha256>  <name>`", n + 1))?;
+                .ok_or(UnreadableSums::NoSeparator { line: n + 1 })?;
             if sum.len() != 64 || !sum.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return Err(format!("line {}: {sum:?} is no SHA-256", n + 1));
+                return Err(UnreadableSums::NotSha256 {
+                    line: n + 1,
+                    sum: sum.to_owned(),
+                });
             }
             Ok((sum.to_ascii_lowercase(), name.to_owned()))
         })
@@ -89,12 +102,22 @@ pub fn hex_of(bytes: &[u8]) -> String {
     hex::encode(bytes)
 }
 
+/// Why a text is no Ed25519 seed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidSeed {
+    #[error("not hex: {0}")]
+    NotHex(#[source] FromHexError),
+    /// The seed's length in bytes.
+    #[error("{0} bytes, an Ed25519 seed has 32")]
+    WrongLength(usize),
+}
+
 /// A signing key from its 32-byte seed (as hex, the way it is kept in SSM).
-pub fn signing_key(seed_hex: &str) -> Result<SigningKey, String> {
-    let bytes = hex::decode(seed_hex.trim()).map_err(|e| format!("not hex: {e}"))?;
+pub fn signing_key(seed_hex: &str) -> Result<SigningKey, InvalidSeed> {
+    let bytes = hex::decode(seed_hex.trim()).map_err(InvalidSeed::NotHex)?;
     let seed: [u8; 32] = bytes
         .try_into()
-        .map_err(|b: Vec<u8>| format!("{} bytes, an Ed25519 seed has 32", b.len()))?;
+        .map_err(|b: Vec<u8>| InvalidSeed::WrongLength(b.len()))?;
     Ok(SigningKey::from_bytes(&seed))
 }
 
@@ -107,19 +130,41 @@ pub fn sign(key: &SigningKey, message: &[u8]) -> (String, String) {
     )
 }
 
+/// Why a signature does not check out: the key or the signature is unreadable, or they do not
+/// fit the message.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureCheckFailed {
+    #[error("public key: not hex: {0}")]
+    PublicKeyNotHex(#[source] FromHexError),
+    #[error("public key: not 32 bytes")]
+    PublicKeyLength,
+    #[error("public key: {0}")]
+    PublicKeyInvalid(#[source] SignatureError),
+    #[error("signature: not hex: {0}")]
+    SignatureNotHex(#[source] FromHexError),
+    #[error("signature: not 64 bytes")]
+    SignatureLength,
+    #[error("the signature does not match the checksums")]
+    Mismatch,
+}
+
 /// Checks `signature_hex` over `message` with `public_key_hex`.
-pub fn verify(public_key_hex: &str, message: &[u8], signature_hex: &str) -> Result<(), String> {
+pub fn verify(
+    public_key_hex: &str,
+    message: &[u8],
+    signature_hex: &str,
+) -> Result<(), SignatureCheckFailed> {
     let key: [u8; 32] = hex::decode(public_key_hex.trim())
-        .map_err(|e| format!("public key: not hex: {e}"))?
+        .map_err(SignatureCheckFailed::PublicKeyNotHex)?
         .try_into()
-        .map_err(|_| "public key: not 32 bytes".to_owned())?;
-    let key = VerifyingKey::from_bytes(&key).map_err(|e| format!("public key: {e}"))?;
+        .map_err(|_| SignatureCheckFailed::PublicKeyLength)?;
+    let key = VerifyingKey::from_bytes(&key).map_err(SignatureCheckFailed::PublicKeyInvalid)?;
     let signature: [u8; 64] = hex::decode(signature_hex.trim())
-        .map_err(|e| format!("signature: not hex: {e}"))?
+        .map_err(SignatureCheckFailed::SignatureNotHex)?
         .try_into()
-        .map_err(|_| "signature: not 64 bytes".to_owned())?;
+        .map_err(|_| SignatureCheckFailed::SignatureLength)?;
     key.verify(message, &Signature::from_bytes(&signature))
-        .map_err(|_| "the signature does not match the checksums".to_owned())
+        .map_err(|_| SignatureCheckFailed::Mismatch)
 }
 
 #[cfg(test)]
@@ -146,7 +191,10 @@ mod tests {
         let names: Vec<&str> = read.iter().map(|(_, n)| n.as_str()).collect();
         assert_eq!(names, ["a", "z", MANIFEST]);
         assert_eq!(read[0].0, sha256_hex(b"a"));
-        assert!(parse_sums("abc  x\n").unwrap_err().contains("line 1"));
+        assert!(parse_sums("abc  x\n")
+            .unwrap_err()
+            .to_string()
+            .contains("line 1"));
         assert!(parse_sums("no separator").is_err());
         assert_eq!(m.members[0].key(), format!("members/{}", sha256_hex(b"a")));
     }
@@ -160,6 +208,6 @@ mod tests {
         let other = signing_key(&"08".repeat(32)).unwrap();
         let (forged, _) = sign(&other, b"sums");
         assert!(verify(&public, b"sums", &forged).is_err());
-        assert!(signing_key("07").unwrap_err().contains("32"));
+        assert!(signing_key("07").unwrap_err().to_string().contains("32"));
     }
 }

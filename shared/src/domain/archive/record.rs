@@ -32,9 +32,18 @@ pub struct Destination {
     pub storage_class: Option<String>,
 }
 
+/// A destination that is not `s3://bucket/prefix/[:CLASS]` (the text as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidDestination {
+    #[error("{0:?}: a destination is s3://bucket/prefix/[:CLASS]")]
+    NotS3(String),
+    #[error("{0:?}: no bucket")]
+    NoBucket(String),
+}
+
 impl Destination {
     /// `s3://bucket/prefix/[:CLASS]`.
-    pub fn parse(raw: &str) -> Result<Self, String> {
+    pub fn parse(raw: &str) -> Result<Self, InvalidDestination> {
         let (url, class) = match raw.rsplit_once(':') {
             Some((u, c)) if !c.contains('/') && u.starts_with("s3") && u.contains("//") => {
                 (u, Some(c.to_ascii_uppercase()))
@@ -43,10 +52,10 @@ impl Destination {
         };
         let rest = url
             .strip_prefix("s3://")
-            .ok_or_else(|| format!("{raw:?}: a destination is s3://bucket/prefix/[:CLASS]"))?;
+            .ok_or_else(|| InvalidDestination::NotS3(raw.to_owned()))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(format!("{raw:?}: no bucket"));
+            return Err(InvalidDestination::NoBucket(raw.to_owned()));
         }
         let prefix = if prefix.is_empty() || prefix.ends_with('/') {
             prefix.to_owned()

@@ -4,7 +4,7 @@
 //! commands decide (resume, update report, delete, release).
 
 use super::batch::{reported_state, BatchState};
-use super::index::BatchId;
+use super::index::{BatchId, JobId};
 use super::job::{resume_target, JobState};
 use super::manifest::{Digest, DigestAlgorithm, Payload};
 use super::record::{BatchRecord, JobRecord, StoredFile};
@@ -306,29 +306,52 @@ impl ProcessingEnd {
     }
 }
 
+/// Why an operator's command on an ingest job or batch is refused; the text is what the
+/// operator is shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorRefusal {
+    #[error("it is {0}, not failed")]
+    NotFailed(JobState),
+    /// `reason`: the job's own failure reason.
+    #[error("it failed before any step succeeded ({reason}): submit it again")]
+    NoStepSucceeded { reason: String },
+    #[error("batch {batch} still has {running} jobs running; report when they have ended")]
+    JobsRunning { batch: BatchId, running: usize },
+    #[error("job {job} is {state}: only failed or held jobs can be deleted")]
+    JobNotDeletable { job: JobId, state: JobState },
+    #[error(
+        "batch {batch} has not reported yet: deleting job {job} means its depositor never hears of it; confirm to go on"
+    )]
+    UnreportedJobUnconfirmed { batch: BatchId, job: JobId },
+    #[error("batch {0} is held: deleting it is not reported to its depositor; confirm to go on")]
+    HeldBatchUnconfirmed(BatchId),
+    #[error("batch {batch} is {state}: only failed or held batches can be deleted")]
+    BatchNotDeletable { batch: BatchId, state: BatchState },
+}
+
 /// An operator resumes a failed job: it restarts at the step after its last success. Refused
-/// (the reason) for a job not failed, or failed before any step succeeded (its manifest entry is
-/// the problem: only a new submission helps).
-pub fn on_resume(job: &JobRecord) -> Result<JobMove, String> {
+/// for a job not failed, or failed before any step succeeded (its manifest entry is the problem:
+/// only a new submission helps).
+pub fn on_resume(job: &JobRecord) -> Result<JobMove, OperatorRefusal> {
     if job.state != JobState::Failed {
-        return Err(format!("it is {}, not failed", job.state));
+        return Err(OperatorRefusal::NotFailed(job.state));
     }
     match resume_target(job.last_successful_status) {
         Some(to) => Ok(Move::new(&[JobState::Failed], to, "resumed by an operator")),
-        None => Err(format!(
-            "it failed before any step succeeded ({}): submit it again",
-            job.reason
-        )),
+        None => Err(OperatorRefusal::NoStepSucceeded {
+            reason: job.reason.clone(),
+        }),
     }
 }
 
 /// An operator asks a batch for an update report (after resuming its failed jobs): refused while
 /// `running` of its jobs have not ended.
-pub fn on_update_report(batch: &BatchId, running: usize) -> Result<BatchMove, String> {
+pub fn on_update_report(batch: &BatchId, running: usize) -> Result<BatchMove, OperatorRefusal> {
     if running > 0 {
-        return Err(format!(
-            "batch {batch} still has {running} jobs running; report when they have ended"
-        ));
+        return Err(OperatorRefusal::JobsRunning {
+            batch: batch.clone(),
+            running,
+        });
     }
     Ok(Move::new(
         &[],
@@ -339,19 +362,23 @@ pub fn on_update_report(batch: &BatchId, running: usize) -> Result<BatchMove, St
 
 /// An operator deletes a job: only a failed or held one, and while its batch has not
 /// `reported`, only `confirmed` (its depositor would never hear of it).
-pub fn on_delete_job(job: &JobRecord, reported: bool, confirmed: bool) -> Result<JobMove, String> {
+pub fn on_delete_job(
+    job: &JobRecord,
+    reported: bool,
+    confirmed: bool,
+) -> Result<JobMove, OperatorRefusal> {
     let from = [JobState::Failed, JobState::Held];
     if !from.contains(&job.state) {
-        return Err(format!(
-            "job {} is {}: only failed or held jobs can be deleted",
-            job.id, job.state
-        ));
+        return Err(OperatorRefusal::JobNotDeletable {
+            job: job.id.clone(),
+            state: job.state,
+        });
     }
     if !reported && !confirmed {
-        return Err(format!(
-            "batch {} has not reported yet: deleting job {} means its depositor never hears of it; confirm to go on",
-            job.batch, job.id
-        ));
+        return Err(OperatorRefusal::UnreportedJobUnconfirmed {
+            batch: job.batch.clone(),
+            job: job.id.clone(),
+        });
     }
     Ok(Move::new(
         &from,
@@ -362,20 +389,17 @@ pub fn on_delete_job(job: &JobRecord, reported: bool, confirmed: bool) -> Result
 
 /// An operator deletes a batch: a failed one, or a held one `confirmed` (its depositor is not
 /// told).
-pub fn on_delete_batch(batch: &BatchRecord, confirmed: bool) -> Result<BatchMove, String> {
+pub fn on_delete_batch(batch: &BatchRecord, confirmed: bool) -> Result<BatchMove, OperatorRefusal> {
     let id = &batch.id;
     match batch.state {
         BatchState::Failed => {}
         BatchState::Held if confirmed => {}
-        BatchState::Held => {
-            return Err(format!(
-                "batch {id} is held: deleting it is not reported to its depositor; confirm to go on"
-            ))
-        }
+        BatchState::Held => return Err(OperatorRefusal::HeldBatchUnconfirmed(id.clone())),
         other => {
-            return Err(format!(
-                "batch {id} is {other}: only failed or held batches can be deleted"
-            ))
+            return Err(OperatorRefusal::BatchNotDeletable {
+                batch: id.clone(),
+                state: other,
+            })
         }
     }
     Ok(Move::new(

@@ -12,6 +12,7 @@
 //! twice makes two identifiers, so granary writes a claim before it mints and never mints for
 //! a job whose claim is not answered (see [`identifier_step`]).
 
+use super::index::JobId;
 use super::job::JobState;
 use super::record::{Deposit, JobRecord, StoredFile};
 use chrono::{DateTime, Utc};
@@ -19,8 +20,8 @@ use chrono::{DateTime, Utc};
 mod identifier;
 pub use identifier::{
     anvl, apply_mint_fix, binding_step, identifier_step, mint_answer, mint_metadata, on_stored,
-    parse_anvl, rebind, resolve_mint, BindingStep, Holder, IdentifierStep, LocalIdBinding, MintFix,
-    MINT_UNKNOWN,
+    parse_anvl, rebind, resolve_mint, BindingStep, BoundElsewhere, Holder, IdentifierStep,
+    LocalIdBinding, MintAnswerError, MintFix, MintFixRefused, MINT_UNKNOWN,
 };
 
 /// The object's folder in storage: `id=<identifier>` (every byte but the unreserved ones
@@ -145,8 +146,25 @@ pub struct StorageManifest {
     pub files: Vec<ManifestEntry>,
 }
 
+/// Why a storage manifest cannot be read back (a line's number counts from 1).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnreadableStorageManifest {
+    #[error("storage manifest line {line}: {columns} columns")]
+    Columns { line: usize, columns: usize },
+    #[error("storage manifest line {line}: {algorithm}")]
+    Algorithm { line: usize, algorithm: String },
+    #[error("storage manifest line {line}: size {size:?}")]
+    Size { line: usize, size: String },
+    #[error("storage manifest has no #%eof: it was cut short")]
+    CutShort,
+    #[error("storage manifest names no #%object")]
+    NoObject,
+    #[error("storage manifest names no #%job")]
+    NoJob,
+}
+
 /// The storage manifest read back; `Err` says which line cannot be read.
-pub fn parse_storage_manifest(text: &str) -> Result<StorageManifest, String> {
+pub fn parse_storage_manifest(text: &str) -> Result<StorageManifest, UnreadableStorageManifest> {
     let decode = crate::domain::percent::decode;
     let mut object = None;
     let mut job = None;
@@ -171,18 +189,21 @@ pub fn parse_storage_manifest(text: &str) -> Result<StorageManifest, String> {
         }
         let cols: Vec<&str> = line.split(" | ").map(str::trim).collect();
         let [key, algorithm, sha256, size, _modified, name] = cols[..] else {
-            return Err(format!(
-                "storage manifest line {}: {} columns",
-                n + 1,
-                cols.len()
-            ));
+            return Err(UnreadableStorageManifest::Columns {
+                line: n + 1,
+                columns: cols.len(),
+            });
         };
         if algorithm != "sha256" {
-            return Err(format!("storage manifest line {}: {algorithm}", n + 1));
+            return Err(UnreadableStorageManifest::Algorithm {
+                line: n + 1,
+                algorithm: algorithm.to_owned(),
+            });
         }
-        let size = size
-            .parse()
-            .map_err(|_| format!("storage manifest line {}: size {size:?}", n + 1))?;
+        let size = size.parse().map_err(|_| UnreadableStorageManifest::Size {
+            line: n + 1,
+            size: size.to_owned(),
+        })?;
         files.push(ManifestEntry {
             key: decode(key),
             sha256: sha256.to_owned(),
@@ -191,10 +212,10 @@ pub fn parse_storage_manifest(text: &str) -> Result<StorageManifest, String> {
         });
     }
     if !ended {
-        return Err("storage manifest has no #%eof: it was cut short".into());
+        return Err(UnreadableStorageManifest::CutShort);
     }
-    let object = object.ok_or("storage manifest names no #%object")?;
-    let job = job.ok_or("storage manifest names no #%job")?;
+    let object = object.ok_or(UnreadableStorageManifest::NoObject)?;
+    let job = job.ok_or(UnreadableStorageManifest::NoJob)?;
     Ok(StorageManifest { object, job, files })
 }
 

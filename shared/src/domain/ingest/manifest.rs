@@ -154,33 +154,60 @@ fn column_name(raw: &str) -> String {
     raw.rsplit(':').next().unwrap_or(raw).to_ascii_lowercase()
 }
 
+/// Why a line of a files manifest cannot be used as a file (its unreadable object's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum UnusableFileLine {
+    #[error("no file URL")]
+    NoUrl,
+    #[error("{0:?} is not an http(s) or s3 URL")]
+    NotHttpOrS3(String),
+    #[error("digest algorithm {0:?} is not md5 or sha256")]
+    UnknownAlgorithm(String),
+    #[error("{algorithm} digest {value:?} is not {digits} hex digits")]
+    BadDigest {
+        /// As the line spells it.
+        algorithm: String,
+        value: String,
+        digits: usize,
+    },
+    #[error("a digest needs both its algorithm and its value")]
+    HalfADigest,
+    #[error("size {0:?} is not a number")]
+    BadSize(String),
+    #[error("no file name, and the URL ends in '/'")]
+    NoName,
+    #[error("file name {0:?} would leave the object's folder")]
+    EscapingName(String),
+}
+
 /// Reads one line as a file; `Err(why)` when it cannot be used.
-fn file_of(line: &Line) -> Result<ManifestFile, String> {
-    let url = line.get("fileurl").ok_or("no file URL")?;
+fn file_of(line: &Line) -> Result<ManifestFile, UnusableFileLine> {
+    let url = line.get("fileurl").ok_or(UnusableFileLine::NoUrl)?;
     if !(url.starts_with("http://") || url.starts_with("https://") || url.starts_with("s3://")) {
-        return Err(format!("{url:?} is not an http(s) or s3 URL"));
+        return Err(UnusableFileLine::NotHttpOrS3(url.to_owned()));
     }
     let digest = match (line.get("hashalgorithm"), line.get("hashvalue")) {
         (None, None) => None,
         (Some(alg), Some(value)) => {
             let algorithm = DigestAlgorithm::parse(alg)
-                .ok_or_else(|| format!("digest algorithm {alg:?} is not md5 or sha256"))?;
+                .ok_or_else(|| UnusableFileLine::UnknownAlgorithm(alg.to_owned()))?;
             let value = value.to_ascii_lowercase();
             if value.len() != algorithm.hex_len() || !value.chars().all(|c| c.is_ascii_hexdigit()) {
-                return Err(format!(
-                    "{alg} digest {value:?} is not {} hex digits",
-                    algorithm.hex_len()
-                ));
+                return Err(UnusableFileLine::BadDigest {
+                    algorithm: alg.to_owned(),
+                    value,
+                    digits: algorithm.hex_len(),
+                });
             }
             Some(Digest { algorithm, value })
         }
-        _ => return Err("a digest needs both its algorithm and its value".to_owned()),
+        _ => return Err(UnusableFileLine::HalfADigest),
     };
     let size = match line.get("filesize") {
         None => None,
         Some(s) => Some(
             s.parse::<u64>()
-                .map_err(|_| format!("size {s:?} is not a number"))?,
+                .map_err(|_| UnusableFileLine::BadSize(s.to_owned()))?,
         ),
     };
     let name = match line.get("filename") {
@@ -189,13 +216,11 @@ fn file_of(line: &Line) -> Result<ManifestFile, String> {
             .rsplit('/')
             .next()
             .filter(|n| !n.is_empty())
-            .ok_or("no file name, and the URL ends in '/'")?
+            .ok_or(UnusableFileLine::NoName)?
             .to_owned(),
     };
     if name.contains("..") || name.starts_with('/') {
-        return Err(format!(
-            "file name {name:?} would leave the object's folder"
-        ));
+        return Err(UnusableFileLine::EscapingName(name));
     }
     Ok(ManifestFile {
         url: url.to_owned(),
@@ -205,9 +230,19 @@ fn file_of(line: &Line) -> Result<ManifestFile, String> {
     })
 }
 
+/// Why a text is not a manifest of its kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CorruptManifest {
+    #[error("no entries: not a manifest, or an empty one")]
+    NoEntries,
+    /// A single-file submission's manifest lists this many objects, not one.
+    #[error("a single-file submission lists {0} objects")]
+    NotOneObject(usize),
+}
+
 /// The objects of a manifest of `kind`. Only a text that is not a manifest at all (empty, or no
 /// entry line) is an error; bad lines become unreadable objects.
-pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, String> {
+pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, CorruptManifest> {
     let mut columns: Vec<String> = DEFAULT_FIELDS.iter().map(|s| (*s).to_owned()).collect();
     let mut objects: Vec<ManifestObject> = Vec::new();
     let mut entries = 0;
@@ -237,13 +272,10 @@ pub fn parse(text: &str, kind: ManifestKind) -> Result<Vec<ManifestObject>, Stri
         add_entry(&mut objects, &line, n + 1, trimmed, kind);
     }
     if entries == 0 {
-        return Err("no entries: not a manifest, or an empty one".to_owned());
+        return Err(CorruptManifest::NoEntries);
     }
     if kind == ManifestKind::File && objects.len() != 1 {
-        return Err(format!(
-            "a single-file submission lists {} objects",
-            objects.len()
-        ));
+        return Err(CorruptManifest::NotOneObject(objects.len()));
     }
     Ok(objects)
 }
@@ -284,7 +316,7 @@ fn add_entry(
             "a container deposit is one zip, not a manifest".to_owned(),
         )),
         ManifestKind::Files | ManifestKind::File => match file_of(line) {
-            Err(why) => objects.push(unreadable(why)),
+            Err(why) => objects.push(unreadable(why.to_string())),
             Ok(file) => {
                 let same = local_id.as_ref().and_then(|id| {
                     objects.iter_mut().find(|o| {

@@ -68,14 +68,19 @@ impl SubmissionMode {
 }
 
 impl std::str::FromStr for SubmissionMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownSubmissionMode;
+    fn from_str(s: &str) -> Result<Self, UnknownSubmissionMode> {
         [Self::Add, Self::Update, Self::Reset]
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("no submission mode {s:?}: add, update or reset"))
+            .ok_or_else(|| UnknownSubmissionMode(s.to_owned()))
     }
 }
+
+/// A name that is no [`SubmissionMode`] (the name as given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no submission mode {0:?}: add, update or reset")]
+pub struct UnknownSubmissionMode(pub String);
 
 impl Deposit {
     /// The container environment that carries it (set fields only).

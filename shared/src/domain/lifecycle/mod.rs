@@ -212,17 +212,19 @@ impl Attempts {
     }
 }
 
-/// The three conditions for DOWNLOADED → READY, as the admit step found them.
+/// The three conditions for DOWNLOADED → READY, as the admit step found them. Each check's
+/// error is its own (the checks do I/O this module does not know of); admission reads only its
+/// words, which become the item's reason.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AdmissionFacts {
+pub struct AdmissionFacts<Invalid, Ineligible, Missing> {
     /// `Err(why)` when the stored file fails validation (size, digest, format).
-    pub validation: Result<(), String>,
+    pub validation: Result<(), Invalid>,
     /// `Err(why)` when the item is ineligible by its metadata or is outdated.
-    pub eligibility: Result<(), String>,
+    pub eligibility: Result<(), Ineligible>,
     /// The slot the item belongs to (`None` when its name names none).
     pub slot: Option<String>,
     /// `Err(why)` while processing prerequisites are missing.
-    pub prerequisites: Result<(), String>,
+    pub prerequisites: Result<(), Missing>,
 }
 
 /// What admission decides for a DOWNLOADED item.
@@ -280,12 +282,20 @@ impl ActiveSlots {
 
 /// Validation first (a corrupt file is a download problem whatever else is true), then
 /// eligibility and slot (terminal), then prerequisites (which may still arrive).
-pub fn decide_admission(facts: &AdmissionFacts, active: &ActiveSlots) -> Admission {
+pub fn decide_admission<Invalid, Ineligible, Missing>(
+    facts: &AdmissionFacts<Invalid, Ineligible, Missing>,
+    active: &ActiveSlots,
+) -> Admission
+where
+    Invalid: std::fmt::Display,
+    Ineligible: std::fmt::Display,
+    Missing: std::fmt::Display,
+{
     if let Err(why) = &facts.validation {
-        return Admission::Corrupt(why.clone());
+        return Admission::Corrupt(why.to_string());
     }
     if let Err(why) = &facts.eligibility {
-        return Admission::Skip(why.clone());
+        return Admission::Skip(why.to_string());
     }
     if !active.admits(facts.slot.as_deref()) {
         return Admission::Skip(match &facts.slot {
@@ -294,7 +304,7 @@ pub fn decide_admission(facts: &AdmissionFacts, active: &ActiveSlots) -> Admissi
         });
     }
     if let Err(why) = &facts.prerequisites {
-        return Admission::Wait(why.clone());
+        return Admission::Wait(why.to_string());
     }
     Admission::Ready
 }

@@ -180,7 +180,8 @@ fn timeout_recovery_at_its_boundaries() {
     );
 }
 
-fn facts() -> AdmissionFacts {
+/// Facts whose checks fail with plain words.
+fn facts() -> AdmissionFacts<&'static str, &'static str, &'static str> {
     AdmissionFacts {
         validation: Ok(()),
         eligibility: Ok(()),
@@ -205,18 +206,18 @@ fn admission_needs_all_three_conditions() {
     assert!(matches!(decide_admission(&f, &only_l), Admission::Skip(_)));
     assert_eq!(decide_admission(&f, &all), Admission::Ready);
     let mut f = facts();
-    f.prerequisites = Err("ancillary data missing".into());
+    f.prerequisites = Err("ancillary data missing");
     assert_eq!(
         decide_admission(&f, &all),
         Admission::Wait("ancillary data missing".into())
     );
     assert_eq!(decide_admission(&f, &all).target(), None);
     let mut f = facts();
-    f.eligibility = Err("outdated".into());
-    f.prerequisites = Err("x".into());
+    f.eligibility = Err("outdated");
+    f.prerequisites = Err("x");
     assert_eq!(decide_admission(&f, &all).target(), Some(Skipped));
     // corruption wins over everything
-    f.validation = Err("size 3 ≠ 5".into());
+    f.validation = Err("size 3 ≠ 5");
     assert_eq!(
         decide_admission(&f, &only_l),
         Admission::Corrupt("size 3 ≠ 5".into())

@@ -233,7 +233,7 @@ pub async fn retry(ctx: &Ctx, id: &str, now: DateTime<Utc>) -> Result<ArchiveSta
         return Err(HandlerError::Refused(format!("no archive job {id}")));
     };
     let job = job.value;
-    let (phase, mv) = on_operator_retry(&job).map_err(HandlerError::Refused)?;
+    let (phase, mv) = on_operator_retry(&job).map_err(|e| HandlerError::Refused(e.to_string()))?;
     ctx.archives().mark_open(id).await?;
     reset_failed_tasks(ctx, &job, phase).await?;
     if !make(ctx, id, &mv, now, &mut ArchiveTick::default()).await? {

@@ -154,7 +154,7 @@ async fn archive_shard(
         )
         .await
         .map_err(|why| {
-            let permanent = why.contains("not retried");
+            let permanent = why.to_string().contains("not retried");
             let reason = format!("s3://{}/{key}: {why}", job.source.bucket);
             if permanent {
                 TaskFailure::fatal(reason)

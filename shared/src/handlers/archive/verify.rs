@@ -4,7 +4,7 @@
 
 use crate::domain::archive::manifest::{self, Manifest};
 use crate::handlers::transfer::hash_object;
-use crate::ports::ObjectStore;
+use crate::ports::{ObjectStore, StoreError};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -26,11 +26,28 @@ impl VerifyReport {
     }
 }
 
-async fn text(store: &dyn ObjectStore, key: &str) -> Result<String, String> {
+/// Why a file of the archive cannot be read as text (each names the file's key); a problem the
+/// report lists.
+#[derive(Debug, thiserror::Error)]
+enum UnreadableText {
+    #[error("{key} is not text")]
+    NotText { key: String },
+    #[error("{key} is missing")]
+    Missing { key: String },
+    #[error("{key}: {source}")]
+    Store { key: String, source: StoreError },
+}
+
+async fn text(store: &dyn ObjectStore, key: &str) -> Result<String, UnreadableText> {
+    let key_owned = || key.to_owned();
     match store.get(key).await {
-        Ok(Some(o)) => String::from_utf8(o.body.to_vec()).map_err(|_| format!("{key} is not text")),
-        Ok(None) => Err(format!("{key} is missing")),
-        Err(e) => Err(format!("{key}: {e}")),
+        Ok(Some(o)) => String::from_utf8(o.body.to_vec())
+            .map_err(|_| UnreadableText::NotText { key: key_owned() }),
+        Ok(None) => Err(UnreadableText::Missing { key: key_owned() }),
+        Err(source) => Err(UnreadableText::Store {
+            key: key_owned(),
+            source,
+        }),
     }
 }
 
@@ -50,7 +67,7 @@ pub async fn verify(
     let sums = match text(store.as_ref(), &at(manifest::SUMS)).await {
         Ok(t) => t,
         Err(e) => {
-            r.problems.push(e);
+            r.problems.push(e.to_string());
             return r;
         }
     };
@@ -124,7 +141,7 @@ async fn check_signature(
             }
             r.public_key = public;
         }
-        (Err(e), _) | (_, Err(e)) => r.problems.push(e),
+        (Err(e), _) | (_, Err(e)) => r.problems.push(e.to_string()),
     }
 }
 

@@ -58,7 +58,7 @@ pub async fn admit(ctx: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError>
         Some(key) => check_stored(ctx.store.as_ref(), key, &record)
             .await
             .map(|_| ()),
-        None => Err("no stored file is recorded".to_owned()),
+        None => Err(super::validate::InvalidStoredFile::NotRecorded),
     };
     let facts = AdmissionFacts {
         validation,

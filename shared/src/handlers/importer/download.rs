@@ -156,4 +156,5 @@ async fn fetch_into_store(ctx: &Ctx, record: &ItemRecord, key: &str) -> Result<F
         super::timeout(&ctx.config),
     )
     .await
+    .map_err(|e| e.to_string())
 }

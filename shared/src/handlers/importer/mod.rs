@@ -15,17 +15,32 @@ use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::ItemState;
 use crate::handlers::HandlerError;
-use crate::ports::{ObjectStore, Source};
+use crate::ports::{ObjectStore, Source, StoreError};
 use async_trait::async_trait;
 use serde::Serialize;
 
 pub use crate::contracts::messages::{ImportMessage, Step};
 
+/// Why an item cannot be processed yet; the text is what its admission waits on.
+#[derive(Debug, thiserror::Error)]
+pub enum PrerequisitesMissing {
+    /// The object a prerequisite names is not in granary's bucket.
+    #[error("{key} does not exist yet")]
+    Object { key: String },
+    /// Granary's bucket could not be listed to tell.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
 /// Processing prerequisites: pluggable, since they depend on the algorithm.
 #[async_trait]
 pub trait Prerequisites: Send + Sync {
     /// `Err(what is missing)` while the item cannot be processed yet. `store` is granary's bucket.
-    async fn check(&self, store: &dyn ObjectStore, record: &ItemRecord) -> Result<(), String>;
+    async fn check(
+        &self,
+        store: &dyn ObjectStore,
+        record: &ItemRecord,
+    ) -> Result<(), PrerequisitesMissing>;
 }
 
 /// The default check: objects that must exist in granary's bucket, named by templates with
@@ -36,14 +51,18 @@ pub struct ObjectsExist {
 
 #[async_trait]
 impl Prerequisites for ObjectsExist {
-    async fn check(&self, store: &dyn ObjectStore, record: &ItemRecord) -> Result<(), String> {
+    async fn check(
+        &self,
+        store: &dyn ObjectStore,
+        record: &ItemRecord,
+    ) -> Result<(), PrerequisitesMissing> {
         for template in &self.templates {
             let key = template
                 .replace("{id}", record.id.as_str())
                 .replace("{name}", &record.name);
-            let listed = store.list(&key).await.map_err(|e| e.to_string())?;
+            let listed = store.list(&key).await?;
             if !listed.iter().any(|m| m.key == key) {
-                return Err(format!("{key} does not exist yet"));
+                return Err(PrerequisitesMissing::Object { key });
             }
         }
         Ok(())

@@ -4,14 +4,14 @@
 
 use super::{Ctx, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
-use crate::domain::file_format::{self, SIGNATURE_BYTES};
+use crate::domain::file_format::{self, WrongFileKind, SIGNATURE_BYTES};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::layout::logs::{LogKey, LogOutcome};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::HandlerError;
-use crate::ports::ObjectStore;
+use crate::ports::{ObjectStore, StoreError};
 use crate::repositories::json::Changed;
 use md5::Md5;
 use sha2::{Digest, Sha256};
@@ -35,9 +35,59 @@ pub struct Found {
     pub md5: Option<String>,
 }
 
+/// Why a file's digest does not check out (digests as `sha256:<hex>` or `md5:<hex>`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DigestError {
+    #[error("digest mismatch: expected {expected}, got {actual}")]
+    Mismatch { expected: String, actual: String },
+    /// The expected digest is of a kind the file's digests were not computed in.
+    #[error("cannot check {expected}: unsupported digest")]
+    Unsupported { expected: String },
+}
+
+/// Why a stored object is not the item's file, or could not be read to tell.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidStoredFile {
+    #[error("no stored file is recorded")]
+    NotRecorded,
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{key} is missing")]
+    Missing { key: String },
+    /// `size`: the stored object's; `expected`: the item's registered size.
+    #[error("{key} holds {size} bytes, expected {expected}")]
+    WrongSize {
+        key: String,
+        size: u64,
+        expected: u64,
+    },
+    #[error("{key} is empty")]
+    Empty { key: String },
+    #[error("{key} ended at byte {offset} of {size}")]
+    EndedEarly { key: String, offset: u64, size: u64 },
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    #[error(transparent)]
+    Format(#[from] WrongFileKind),
+}
+
+/// Why a stored item no longer validates: its raw file, or a processed item's products.
+#[derive(Debug, thiserror::Error)]
+pub enum RevalidationFailure {
+    #[error(transparent)]
+    File(#[from] InvalidStoredFile),
+    /// Listing the products failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("product {key} is missing")]
+    ProductMissing { key: String },
+    #[error("product {key} is empty")]
+    ProductEmpty { key: String },
+}
+
 impl Found {
     /// Checks `expected` (`sha256:<hex>` or `md5:<hex>`; `None` checks nothing).
-    pub fn verify(&self, expected: Option<&str>) -> Result<(), String> {
+    pub fn verify(&self, expected: Option<&str>) -> Result<(), DigestError> {
         let Some(expected) = expected else {
             return Ok(());
         };
@@ -48,8 +98,13 @@ impl Found {
         };
         match actual {
             Some(a) if a.eq_ignore_ascii_case(expected) => Ok(()),
-            Some(a) => Err(format!("digest mismatch: expected {expected}, got {a}")),
-            None => Err(format!("cannot check {expected}: unsupported digest")),
+            Some(a) => Err(DigestError::Mismatch {
+                expected: expected.to_owned(),
+                actual: a.to_owned(),
+            }),
+            None => Err(DigestError::Unsupported {
+                expected: expected.to_owned(),
+            }),
         }
     }
 }
@@ -89,29 +144,37 @@ pub async fn check_stored(
     store: &dyn ObjectStore,
     key: &str,
     record: &ItemRecord,
-) -> Result<Found, String> {
-    let listed = store.list(key).await.map_err(|e| e.to_string())?;
-    let meta = listed
-        .into_iter()
-        .find(|m| m.key == key)
-        .ok_or_else(|| format!("{key} is missing"))?;
+) -> Result<Found, InvalidStoredFile> {
+    let listed = store.list(key).await?;
+    let Some(meta) = listed.into_iter().find(|m| m.key == key) else {
+        return Err(InvalidStoredFile::Missing {
+            key: key.to_owned(),
+        });
+    };
     if let Some(n) = record.size.filter(|n| *n != meta.size) {
-        return Err(format!("{key} holds {} bytes, expected {n}", meta.size));
+        return Err(InvalidStoredFile::WrongSize {
+            key: key.to_owned(),
+            size: meta.size,
+            expected: n,
+        });
     }
     if meta.size == 0 {
-        return Err(format!("{key} is empty"));
+        return Err(InvalidStoredFile::Empty {
+            key: key.to_owned(),
+        });
     }
     let mut digests = Digests::new(record.checksum.as_deref());
     let (mut head, mut tail) = (Vec::new(), Vec::new());
     let mut offset = 0;
     while offset < meta.size {
         let end = (offset + READ_BYTES).min(meta.size);
-        let chunk = store
-            .get_range(key, offset..end)
-            .await
-            .map_err(|e| e.to_string())?;
+        let chunk = store.get_range(key, offset..end).await?;
         if chunk.is_empty() {
-            return Err(format!("{key} ended at byte {offset} of {}", meta.size));
+            return Err(InvalidStoredFile::EndedEarly {
+                key: key.to_owned(),
+                offset,
+                size: meta.size,
+            });
         }
         offset += chunk.len() as u64;
         digests.update(&chunk);
@@ -183,8 +246,11 @@ pub async fn revalidate(ctx: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
     let store = ctx.store.as_ref();
     let verdict = match record.state {
         Downloaded => match &record.stored_key {
-            Some(key) => check_stored(store, key, &record).await.map(|_| ()),
-            None => Err("no stored file is recorded".to_owned()),
+            Some(key) => check_stored(store, key, &record)
+                .await
+                .map(|_| ())
+                .map_err(RevalidationFailure::from),
+            None => Err(InvalidStoredFile::NotRecorded.into()),
         },
         Processed => check_products(ctx, &record).await,
         DownloadingFailed | ProcessingFailed if record.reason.starts_with(REVALIDATION_FAILED) => {
@@ -282,28 +348,22 @@ async fn revoke_success(ctx: &Ctx, record: &ItemRecord, reason: &str) -> Result<
 
 /// A processed item's products: every `GRANARY_PRODUCT_KEYS` template names a non-empty object.
 /// Without templates, the stored raw file (if any) is what is checked.
-async fn check_products(ctx: &Ctx, record: &ItemRecord) -> Result<(), String> {
+async fn check_products(ctx: &Ctx, record: &ItemRecord) -> Result<(), RevalidationFailure> {
     let templates = &ctx.config.importer.product_keys;
     if templates.is_empty() {
-        return match &record.stored_key {
-            Some(key) => check_stored(ctx.store.as_ref(), key, record)
-                .await
-                .map(|_| ()),
-            None => Ok(()),
-        };
+        if let Some(key) = &record.stored_key {
+            check_stored(ctx.store.as_ref(), key, record).await?;
+        }
+        return Ok(());
     }
     for t in templates {
         let key = t
             .replace("{id}", record.id.as_str())
             .replace("{name}", &record.name);
-        let listed = ctx
-            .items()
-            .products_at(&key)
-            .await
-            .map_err(|e| e.to_string())?;
+        let listed = ctx.items().products_at(&key).await?;
         match listed.iter().find(|m| m.key == key) {
-            None => return Err(format!("product {key} is missing")),
-            Some(m) if m.size == 0 => return Err(format!("product {key} is empty")),
+            None => return Err(RevalidationFailure::ProductMissing { key }),
+            Some(m) if m.size == 0 => return Err(RevalidationFailure::ProductEmpty { key }),
             Some(_) => {}
         }
     }
@@ -409,12 +469,13 @@ mod tests {
             .verify(Some(&f.sha256.to_uppercase().replace("SHA256", "sha256")))
             .is_ok());
         assert!(f.verify(None).is_ok());
-        let bad = f.verify(Some("sha256:00")).unwrap_err();
+        let bad = f.verify(Some("sha256:00")).unwrap_err().to_string();
         assert!(bad.starts_with("digest mismatch"), "{bad}");
         let plain = Digests::new(None).finish();
         assert!(plain
             .verify(Some("md5:00"))
             .unwrap_err()
+            .to_string()
             .contains("unsupported"));
     }
 }

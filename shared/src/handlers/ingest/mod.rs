@@ -92,7 +92,7 @@ pub async fn handle_submissions(
             );
         }
         let outcome = match crate::contracts::ingest::submission_of(body) {
-            Err(why) => Err(why),
+            Err(why) => Err(why.to_string()),
             Ok(submission) => submit_keyed(ctx, submission, sent_at.unwrap_or(now), now, &id)
                 .await
                 .map(|b| tracing::info!(batch = %b.id, message = id, "batch submitted"))

@@ -6,8 +6,8 @@ pub use super::holds::{
     batch_held_by, hold, job_held_by, release, release_unheld, IngestHold, Released, Target,
 };
 use super::{batches, Ctx};
-use crate::domain::ingest::decisions;
-use crate::domain::ingest::deposit::{apply_mint_fix, resolve_mint, MintFix};
+use crate::domain::ingest::decisions::{self, OperatorRefusal};
+use crate::domain::ingest::deposit::{apply_mint_fix, resolve_mint, MintFix, MintFixRefused};
 use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
@@ -22,7 +22,29 @@ use std::collections::BTreeMap;
 pub struct Resumed {
     pub job: JobId,
     /// The state it restarts in, or why it cannot.
-    pub outcome: Result<JobState, String>,
+    pub outcome: Result<JobState, NotResumed>,
+}
+
+/// Why a job was not resumed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotResumed {
+    #[error("no such job")]
+    NoSuchJob,
+    #[error(transparent)]
+    Refused(#[from] OperatorRefusal),
+    /// The operator's word on its mint does not apply to it.
+    #[error(transparent)]
+    MintFix(#[from] MintFixRefused),
+    /// Its record changed between the decision and the write.
+    #[error("it changed meanwhile; look again")]
+    ChangedMeanwhile,
+}
+
+/// As its text: what `granary ingest resume --json` has always shown for a job not resumed.
+impl Serialize for NotResumed {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// Restarts failed jobs at the step after their last success (retry_count + 1). A job that failed
@@ -58,11 +80,15 @@ async fn resume_one(
     now: DateTime<Utc>,
 ) -> Result<Resumed, HandlerError> {
     let decided = match ctx.ingest().job(id).await? {
-        None => Err("no such job".to_owned()),
-        Some(j) => decisions::on_resume(&j.value).and_then(|mv| match fix {
-            Some(f) => resolve_mint(&j.value, f).map(|_| mv),
-            None => Ok(mv),
-        }),
+        None => Err(NotResumed::NoSuchJob),
+        Some(j) => decisions::on_resume(&j.value)
+            .map_err(NotResumed::from)
+            .and_then(|mv| match fix {
+                Some(f) => resolve_mint(&j.value, f)
+                    .map(|_| mv)
+                    .map_err(NotResumed::from),
+                None => Ok(mv),
+            }),
     };
     let outcome = match decided {
         Err(why) => Err(why),
@@ -85,7 +111,7 @@ async fn resume_one(
                 .await?;
             match changed {
                 Changed::Moved(_) => Ok(mv.to),
-                _ => Err("it changed meanwhile; look again".to_owned()),
+                _ => Err(NotResumed::ChangedMeanwhile),
             }
         }
     };
@@ -93,6 +119,11 @@ async fn resume_one(
         job: id.clone(),
         outcome,
     })
+}
+
+/// An operator's command refused, in the words the decision gives.
+fn refused(why: OperatorRefusal) -> HandlerError {
+    HandlerError::Refused(why.to_string())
 }
 
 /// The failed jobs of a batch (for `resume --batch`).
@@ -114,7 +145,7 @@ pub async fn update_report(
         .into_iter()
         .filter(|j| !j.state.has_ended() && j.state != JobState::Deleted)
         .count();
-    let mv = decisions::on_update_report(batch, running).map_err(HandlerError::Refused)?;
+    let mv = decisions::on_update_report(batch, running).map_err(refused)?;
     match ctx.ingest().change_batch(batch, mv.decide(now)).await? {
         Changed::Moved(b) => Ok(b),
         _ => Err(HandlerError::Refused(format!("no batch {batch}"))),
@@ -144,7 +175,7 @@ pub async fn delete_job(
     }
     let batch = ctx.ingest().batch(&job.batch).await?.map(|b| b.value);
     let reported = batch.as_ref().is_some_and(|b| b.reports > 0);
-    let mv = decisions::on_delete_job(&job, reported, confirmed).map_err(HandlerError::Refused)?;
+    let mv = decisions::on_delete_job(&job, reported, confirmed).map_err(refused)?;
     batches::remove_files(ctx, id).await?;
     let changed = ctx.ingest().change_job(id, mv.decide(now)).await?;
     match changed {
@@ -167,7 +198,7 @@ pub async fn delete_batch(
         .await?
         .ok_or_else(|| HandlerError::Refused(format!("no batch {id}")))?
         .value;
-    let mv = decisions::on_delete_batch(&batch, confirmed).map_err(HandlerError::Refused)?;
+    let mv = decisions::on_delete_batch(&batch, confirmed).map_err(refused)?;
     for group in BatchGroup::ALL {
         for jid in ctx.ingest().batch_jobs(id, group).await? {
             if let Some(job) = ctx.ingest().job(&jid).await? {
@@ -232,4 +263,24 @@ pub async fn reports(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `granary ingest resume --json` writes a refusal as its words, as when it was a string.
+    #[test]
+    fn a_job_not_resumed_is_written_with_its_reason_as_text() {
+        let refused = Resumed {
+            job: JobId::parse("b1-j00001").unwrap(),
+            outcome: Err(NotResumed::Refused(OperatorRefusal::NotFailed(
+                JobState::Pending,
+            ))),
+        };
+        assert_eq!(
+            serde_json::to_value(&refused).unwrap(),
+            serde_json::json!({"job": "b1-j00001", "outcome": {"Err": "it is pending, not failed"}})
+        );
+    }
 }

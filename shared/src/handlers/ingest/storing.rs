@@ -337,7 +337,10 @@ async fn bind(
     // Twice at most: a binding created by someone else between our read and our create is then
     // decided by the protocol like any other.
     for _ in 0..2 {
-        let decide = |b: &LocalIdBinding| rebind(b, local, identifier, job.id.as_str());
+        // The record protocol takes a refusal as text (the job's failure reason).
+        let decide = |b: &LocalIdBinding| {
+            rebind(b, local, identifier, job.id.as_str()).map_err(|e| e.to_string())
+        };
         let files = ctx.ingest().files();
         match files.change_local_id_binding(key, local, decide).await {
             Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Bind::Bound),

@@ -209,6 +209,7 @@ fn an_operator_retries_only_a_failed_job_that_reached_a_phase() {
     let mut j = job(ArchiveState::Failed);
     assert!(on_operator_retry(&j)
         .unwrap_err()
+        .to_string()
         .contains("before any phase ran"));
     j.failed_phase = Some(Phase::Store);
     let (phase, mv) = on_operator_retry(&j).unwrap();
@@ -220,5 +221,6 @@ fn an_operator_retries_only_a_failed_job_that_reached_a_phase() {
     );
     assert!(on_operator_retry(&job(ArchiveState::Store))
         .unwrap_err()
+        .to_string()
         .contains("not failed"));
 }

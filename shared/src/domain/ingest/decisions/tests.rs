@@ -125,16 +125,21 @@ fn j_submission() -> Submission {
 #[test]
 fn operators_resume_report_delete_and_release_only_what_may_be() {
     let mut j = job(None);
-    assert_eq!(on_resume(&j).unwrap_err(), "it is pending, not failed");
+    assert_eq!(
+        on_resume(&j).unwrap_err().to_string(),
+        "it is pending, not failed"
+    );
     j.state = JobState::Failed;
     assert!(on_resume(&j)
         .unwrap_err()
+        .to_string()
         .contains("before any step succeeded"));
     j.last_successful_status = Some(JobState::Downloading);
     assert_eq!(on_resume(&j).unwrap().to, JobState::Processing);
     // Deleting: failed or held only, and confirmed until the batch reported.
     assert!(on_delete_job(&j, false, false)
         .unwrap_err()
+        .to_string()
         .contains("confirm to go on"));
     assert_eq!(
         on_delete_job(&j, true, false).unwrap().to,
@@ -147,10 +152,12 @@ fn operators_resume_report_delete_and_release_only_what_may_be() {
     j.state = JobState::Processing;
     assert!(on_delete_job(&j, true, true)
         .unwrap_err()
+        .to_string()
         .contains("only failed or held"));
     let mut b = BatchRecord::new(j.batch.clone(), j_submission(), Utc::now());
     assert!(on_update_report(&b.id, 2)
         .unwrap_err()
+        .to_string()
         .contains("2 jobs running"));
     assert_eq!(
         on_update_report(&b.id, 0).unwrap().to,
@@ -158,9 +165,13 @@ fn operators_resume_report_delete_and_release_only_what_may_be() {
     );
     assert!(on_delete_batch(&b, true)
         .unwrap_err()
+        .to_string()
         .contains("only failed or held"));
     b.state = BatchState::Held;
-    assert!(on_delete_batch(&b, false).unwrap_err().contains("confirm"));
+    assert!(on_delete_batch(&b, false)
+        .unwrap_err()
+        .to_string()
+        .contains("confirm"));
     assert_eq!(on_delete_batch(&b, true).unwrap().to, BatchState::Deleted);
     let (job_back, batch_back) = on_released("collection c released");
     assert_eq!(

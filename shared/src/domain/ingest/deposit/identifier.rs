@@ -38,9 +38,23 @@ pub fn parse_anvl(body: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Why EZID's answer to a mint names no identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MintAnswerError {
+    /// EZID's own `error: …`: its reason, decoded.
+    #[error("{0}")]
+    Refused(String),
+    /// `success:` with nothing after it (the answer's first line).
+    #[error("EZID said success but named no identifier: {0:?}")]
+    NoIdentifier(String),
+    /// Neither `success:` nor `error:` (the answer's first line).
+    #[error("not an EZID answer: {0:?}")]
+    NotEzid(String),
+}
+
 /// EZID's answer to a mint: `Ok(identifier)` for `success: …` (the identifier before any
-/// ` | shadow`), `Err(reason)` for `error: …` or anything else.
-pub fn mint_answer(body: &str) -> Result<String, String> {
+/// ` | shadow`), `Err` for `error: …` or anything else.
+pub fn mint_answer(body: &str) -> Result<String, MintAnswerError> {
     let first = body.lines().next().unwrap_or("").trim();
     match first.split_once(':') {
         Some(("success", rest)) => {
@@ -51,15 +65,15 @@ pub fn mint_answer(body: &str) -> Result<String, String> {
                 .trim()
                 .to_owned();
             if id.is_empty() {
-                Err(format!(
-                    "EZID said success but named no identifier: {first:?}"
-                ))
+                Err(MintAnswerError::NoIdentifier(first.to_owned()))
             } else {
                 Ok(id)
             }
         }
-        Some(("error", why)) => Err(crate::domain::percent::decode(why.trim())),
-        _ => Err(format!("not an EZID answer: {first:?}")),
+        Some(("error", why)) => Err(MintAnswerError::Refused(crate::domain::percent::decode(
+            why.trim(),
+        ))),
+        _ => Err(MintAnswerError::NotEzid(first.to_owned())),
     }
 }
 
@@ -193,6 +207,18 @@ pub struct LocalIdBinding {
     pub job: String,
 }
 
+/// A local id bound to another identifier than the one a job holds (the job fails with this).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("local id {local} was bound to {bound} by {bound_by}; this job holds {held}")]
+pub struct BoundElsewhere {
+    pub local: String,
+    /// The identifier the binding names, and the job that bound it.
+    pub bound: String,
+    pub bound_by: String,
+    /// The identifier the job holds.
+    pub held: String,
+}
+
 /// A local id's binding completed with `identifier` for `job`: `None` when it already names it,
 /// `Err` when another identifier is bound (the job fails with why). A reservation (no identifier
 /// yet) is completed whichever job made it: a job that reserved to mint finds this identifier
@@ -202,13 +228,15 @@ pub fn rebind(
     local: &str,
     identifier: &str,
     job: &str,
-) -> Result<Option<LocalIdBinding>, String> {
+) -> Result<Option<LocalIdBinding>, BoundElsewhere> {
     match binding.identifier.as_deref() {
         Some(bound) if bound == identifier => Ok(None),
-        Some(bound) => Err(format!(
-            "local id {local} was bound to {bound} by {}; this job holds {identifier}",
-            binding.job
-        )),
+        Some(bound) => Err(BoundElsewhere {
+            local: local.to_owned(),
+            bound: bound.to_owned(),
+            bound_by: binding.job.clone(),
+            held: identifier.to_owned(),
+        }),
         None => Ok(Some(LocalIdBinding {
             identifier: Some(identifier.to_owned()),
             job: job.to_owned(),
@@ -287,17 +315,32 @@ pub enum MintFix {
     MintAgain,
 }
 
+/// Why an operator's [`MintFix`] does not apply to a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MintFixRefused {
+    /// The job holds an identifier (the one named), or claimed no mint.
+    #[error(
+        "{job} has no unanswered mint to resolve (identifier {})",
+        .identifier.as_deref().unwrap_or("none")
+    )]
+    NothingToResolve {
+        job: JobId,
+        identifier: Option<String>,
+    },
+    #[error("an empty identifier")]
+    EmptyIdentifier,
+}
+
 /// Whether `fix` applies to `job`: only a job with an unanswered mint claim and no identifier.
-pub fn resolve_mint(job: &JobRecord, fix: &MintFix) -> Result<(), String> {
+pub fn resolve_mint(job: &JobRecord, fix: &MintFix) -> Result<(), MintFixRefused> {
     if job.identifier.is_some() || job.mint_claimed_at.is_none() {
-        return Err(format!(
-            "{} has no unanswered mint to resolve (identifier {})",
-            job.id,
-            job.identifier.as_deref().unwrap_or("none")
-        ));
+        return Err(MintFixRefused::NothingToResolve {
+            job: job.id.clone(),
+            identifier: job.identifier.clone(),
+        });
     }
     match fix {
-        MintFix::Identifier(id) if id.trim().is_empty() => Err("an empty identifier".into()),
+        MintFix::Identifier(id) if id.trim().is_empty() => Err(MintFixRefused::EmptyIdentifier),
         _ => Ok(()),
     }
 }

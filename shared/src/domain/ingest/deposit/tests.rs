@@ -56,7 +56,9 @@ fn mint_answers_read_as_ezid_writes_them() {
     );
     assert_eq!(
         mint_answer("error: bad request - no such shoulder\n"),
-        Err("bad request - no such shoulder".into())
+        Err(MintAnswerError::Refused(
+            "bad request - no such shoulder".into()
+        ))
     );
     assert!(mint_answer("<html>502</html>").is_err());
     assert!(mint_answer("success:   \n").is_err());
@@ -188,7 +190,10 @@ fn the_storage_manifest_reads_back_and_a_cut_one_does_not() {
         })
     );
     let cut = text.replace("#%eof\n", "");
-    assert!(parse_storage_manifest(&cut).unwrap_err().contains("eof"));
+    assert!(parse_storage_manifest(&cut)
+        .unwrap_err()
+        .to_string()
+        .contains("eof"));
     // Each deposit its own folder; two identifiers never one; an unidentified object apart.
     assert_eq!(
         storage_name(Some("ark:/99999/fk4x"), "b1-j00001"),
@@ -251,7 +256,9 @@ fn a_binding_is_completed_once_and_never_rebound_to_another_identifier() {
         (Some("ark:/1/a"), "b1-j00002")
     );
     assert_eq!(rebind(&done, "sheet", "ark:/1/a", "b1-j00003"), Ok(None));
-    let why = rebind(&done, "sheet", "ark:/1/b", "b1-j00003").unwrap_err();
+    let why = rebind(&done, "sheet", "ark:/1/b", "b1-j00003")
+        .unwrap_err()
+        .to_string();
     assert!(
         why.contains("ark:/1/a") && why.contains("ark:/1/b"),
         "{why}"

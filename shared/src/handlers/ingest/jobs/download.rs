@@ -44,6 +44,7 @@ async fn fetch_to(
             ctx.config.ingest.timeout,
         )
         .await
+        .map_err(|e| e.to_string())
         {
             Ok(found) => {
                 return Ok(StoredFile {
