@@ -242,7 +242,21 @@ pub struct Statement {
     pub condition: Option<String>,
 }
 
-fn strings(v: &Value) -> Result<Vec<String>, String> {
+/// Why a role's policy statement could not be read as a [`Statement`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StatementError {
+    #[error("{0} is not a string")]
+    NotAString(Value),
+    #[error("{0} is neither a string nor a list")]
+    NeitherStringNorList(Value),
+    /// Its `Effect` is neither `Allow` nor `Deny` (or is missing).
+    #[error("Effect {0:?}")]
+    UnknownEffect(Option<String>),
+    #[error("NotAction/NotResource are not modelled")]
+    NegatedActionOrResource,
+}
+
+fn strings(v: &Value) -> Result<Vec<String>, StatementError> {
     match v {
         Value::String(s) => Ok(vec![s.clone()]),
         Value::Array(items) => items
@@ -250,22 +264,22 @@ fn strings(v: &Value) -> Result<Vec<String>, String> {
             .map(|i| {
                 i.as_str()
                     .map(str::to_owned)
-                    .ok_or_else(|| format!("{i} is not a string"))
+                    .ok_or_else(|| StatementError::NotAString(i.clone()))
             })
             .collect(),
-        other => Err(format!("{other} is neither a string nor a list")),
+        other => Err(StatementError::NeitherStringNorList(other.clone())),
     }
 }
 
 impl Statement {
-    fn parse(s: &Value) -> Result<Self, String> {
+    fn parse(s: &Value) -> Result<Self, StatementError> {
         let allow = match s["Effect"].as_str() {
             Some("Allow") => true,
             Some("Deny") => false,
-            other => return Err(format!("Effect {other:?}")),
+            other => return Err(StatementError::UnknownEffect(other.map(str::to_owned))),
         };
         if !s["NotAction"].is_null() || !s["NotResource"].is_null() {
-            return Err("NotAction/NotResource are not modelled".into());
+            return Err(StatementError::NegatedActionOrResource);
         }
         Ok(Self {
             allow,
@@ -296,19 +310,22 @@ pub struct RoleCheck {
     pub unused: Vec<String>,
 }
 
+/// A statement [`check_role`] refuses: one with a condition, or a Deny.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a conditioned or Deny statement is not modelled: {0:?}")]
+pub struct UnmodelledStatement(pub Statement);
+
 /// Checks `used` (action, resource ARN) pairs against a role's statements, both ways. Statements
 /// with a condition or a Deny are refused: they need a check of their own.
 pub fn check_role<'a>(
     statements: &[Statement],
     used: impl IntoIterator<Item = (&'a str, &'a str)> + Clone,
-) -> Result<RoleCheck, String> {
+) -> Result<RoleCheck, UnmodelledStatement> {
     if let Some(s) = statements
         .iter()
         .find(|s| s.condition.is_some() || !s.allow)
     {
-        return Err(format!(
-            "a conditioned or Deny statement is not modelled: {s:?}"
-        ));
+        return Err(UnmodelledStatement(s.clone()));
     }
     let mut check = RoleCheck::default();
     for (action, resource) in used.clone() {
@@ -402,5 +419,37 @@ mod tests {
         assert!(s("").allows("S3:getobject", "arn:aws:s3:::b/k"));
         assert!(!s(", Condition: {Bool: {x: y}}").allows("s3:GetObject", "arn:aws:s3:::b/k"));
         assert!(!s("").allows("s3:PutObject", "arn:aws:s3:::b/k"));
+    }
+
+    #[test]
+    fn unreadable_statements_say_why_in_the_same_words() {
+        let parsed = |yaml: &str| {
+            let t = Template::parse(&format!("S: {yaml}")).unwrap();
+            Statement::parse(&t.doc["S"]).map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            parsed("{Effect: Maybe, Action: '*', Resource: '*'}"),
+            Err("Effect Some(\"Maybe\")".to_owned())
+        );
+        assert_eq!(
+            parsed("{Effect: Allow, NotAction: '*', Resource: '*'}"),
+            Err("NotAction/NotResource are not modelled".to_owned())
+        );
+        assert_eq!(
+            parsed("{Effect: Allow, Action: [1], Resource: '*'}"),
+            Err("1 is not a string".to_owned())
+        );
+        let deny = Statement {
+            allow: false,
+            actions: vec!["s3:GetObject".into()],
+            resources: vec!["*".into()],
+            condition: None,
+        };
+        assert_eq!(
+            check_role(std::slice::from_ref(&deny), []).map_err(|e| e.to_string()),
+            Err(format!(
+                "a conditioned or Deny statement is not modelled: {deny:?}"
+            ))
+        );
     }
 }

@@ -67,12 +67,39 @@ pub enum Decision {
     Silent,
 }
 
+/// What in a policy could not be read, or is not modelled here (never a silent pass).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error("{0} is not a list of statements")]
+    NotAStatementList(Value),
+    /// A statement's `Effect` is neither `Allow` nor `Deny` (or is missing).
+    #[error("Effect {0:?}")]
+    UnknownEffect(Option<String>),
+    /// `NotPrincipal`, `NotAction` or `NotResource`.
+    #[error("{0} is not modelled")]
+    NegatedElement(&'static str),
+    /// A `Principal` that is neither `*` nor a map of principal kinds.
+    #[error("Principal {0} is not modelled")]
+    UnmodelledPrincipal(Value),
+    /// A principal kind other than `Service` and `AWS` (`Federated`, `CanonicalUser`).
+    #[error("Principal kind {0} is not modelled")]
+    UnmodelledPrincipalKind(String),
+    #[error("Condition {0} is not a map")]
+    ConditionNotAMap(Value),
+    #[error("{operator}'s keys are not a map")]
+    ConditionKeysNotAMap { operator: String },
+    #[error("condition operator {0} is not modelled")]
+    UnmodelledConditionOperator(String),
+    #[error("{0} is neither a string nor a list")]
+    NeitherStringNorList(Value),
+}
+
 /// The policy's decision on `request` (`statements`: the `Statement` list of a resolved policy
 /// document).
-pub fn decide(statements: &Value, request: &Request) -> Result<Decision, String> {
+pub fn decide(statements: &Value, request: &Request) -> Result<Decision, PolicyError> {
     let statements = statements
         .as_array()
-        .ok_or_else(|| format!("{statements} is not a list of statements"))?;
+        .ok_or_else(|| PolicyError::NotAStatementList(statements.clone()))?;
     let mut allowed = false;
     for s in statements {
         if !applies(s, request)? {
@@ -81,7 +108,7 @@ pub fn decide(statements: &Value, request: &Request) -> Result<Decision, String>
         match s["Effect"].as_str() {
             Some("Deny") => return Ok(Decision::Denied),
             Some("Allow") => allowed = true,
-            other => return Err(format!("Effect {other:?}")),
+            other => return Err(PolicyError::UnknownEffect(other.map(str::to_owned))),
         }
     }
     Ok(if allowed {
@@ -91,10 +118,10 @@ pub fn decide(statements: &Value, request: &Request) -> Result<Decision, String>
     })
 }
 
-fn applies(s: &Value, r: &Request) -> Result<bool, String> {
+fn applies(s: &Value, r: &Request) -> Result<bool, PolicyError> {
     for refused in ["NotPrincipal", "NotAction", "NotResource"] {
         if !s[refused].is_null() {
-            return Err(format!("{refused} is not modelled"));
+            return Err(PolicyError::NegatedElement(refused));
         }
     }
     Ok(principal_matches(&s["Principal"], &r.caller)?
@@ -107,13 +134,13 @@ fn applies(s: &Value, r: &Request) -> Result<bool, String> {
         && conditions_hold(&s["Condition"], &r.context)?)
 }
 
-fn principal_matches(p: &Value, caller: &Caller) -> Result<bool, String> {
+fn principal_matches(p: &Value, caller: &Caller) -> Result<bool, PolicyError> {
     if p == "*" {
         return Ok(true);
     }
     let map = p
         .as_object()
-        .ok_or_else(|| format!("Principal {p} is not modelled"))?;
+        .ok_or_else(|| PolicyError::UnmodelledPrincipal(p.clone()))?;
     for (kind, names) in map {
         let names = strings(names)?;
         let hit = match (kind.as_str(), caller) {
@@ -122,7 +149,7 @@ fn principal_matches(p: &Value, caller: &Caller) -> Result<bool, String> {
                 n == "*" || n == arn || account_root(n).is_some_and(|a| account_of(arn) == Some(a))
             }),
             ("Service" | "AWS", _) => false,
-            (other, _) => return Err(format!("Principal kind {other} is not modelled")),
+            (other, _) => return Err(PolicyError::UnmodelledPrincipalKind(other.to_owned())),
         };
         if hit {
             return Ok(true);
@@ -141,17 +168,19 @@ fn account_of(arn: &str) -> Option<&str> {
     arn.split(':').nth(4)
 }
 
-fn conditions_hold(block: &Value, context: &BTreeMap<String, String>) -> Result<bool, String> {
+fn conditions_hold(block: &Value, context: &BTreeMap<String, String>) -> Result<bool, PolicyError> {
     if block.is_null() {
         return Ok(true);
     }
     let block = block
         .as_object()
-        .ok_or_else(|| format!("Condition {block} is not a map"))?;
+        .ok_or_else(|| PolicyError::ConditionNotAMap(block.clone()))?;
     for (operator, keys) in block {
         let keys = keys
             .as_object()
-            .ok_or_else(|| format!("{operator}'s keys are not a map"))?;
+            .ok_or_else(|| PolicyError::ConditionKeysNotAMap {
+                operator: operator.clone(),
+            })?;
         for (key, values) in keys {
             let values = strings(values)?;
             let present = context.get(key);
@@ -169,7 +198,7 @@ fn conditions_hold(block: &Value, context: &BTreeMap<String, String>) -> Result<
                     present.is_none_or(|v| values.iter().all(|x| !wildcard(x, v)))
                 }
                 "Bool" => present.is_some_and(|v| values.iter().any(|x| x == v)),
-                other => return Err(format!("condition operator {other} is not modelled")),
+                other => return Err(PolicyError::UnmodelledConditionOperator(other.to_owned())),
             };
             if !holds {
                 return Ok(false);
@@ -179,7 +208,7 @@ fn conditions_hold(block: &Value, context: &BTreeMap<String, String>) -> Result<
     Ok(true)
 }
 
-fn strings(v: &Value) -> Result<Vec<String>, String> {
+fn strings(v: &Value) -> Result<Vec<String>, PolicyError> {
     match v {
         Value::String(s) => Ok(vec![s.clone()]),
         Value::Bool(b) => Ok(vec![b.to_string()]),
@@ -187,7 +216,7 @@ fn strings(v: &Value) -> Result<Vec<String>, String> {
             .iter()
             .map(|i| strings(i).map(|mut s| s.remove(0)))
             .collect(),
-        other => Err(format!("{other} is neither a string nor a list")),
+        other => Err(PolicyError::NeitherStringNorList(other.clone())),
     }
 }
 
@@ -242,6 +271,21 @@ mod tests {
         );
         let odd = json!([{"Effect": "Allow", "Principal": "*", "Action": "*", "Resource": "*",
             "Condition": {"DateLessThan": {"aws:CurrentTime": "2030-01-01T00:00:00Z"}}}]);
-        assert!(decide(&odd, &describe(role("a"))).is_err());
+        let refused = decide(&odd, &describe(role("a")));
+        assert_eq!(
+            refused,
+            Err(PolicyError::UnmodelledConditionOperator(
+                "DateLessThan".into()
+            ))
+        );
+        assert_eq!(
+            refused.map_err(|e| e.to_string()),
+            Err("condition operator DateLessThan is not modelled".to_owned())
+        );
+        let negated = json!([{"Effect": "Allow", "NotPrincipal": "*", "Action": "*"}]);
+        assert_eq!(
+            decide(&negated, &describe(role("a"))).map_err(|e| e.to_string()),
+            Err("NotPrincipal is not modelled".to_owned())
+        );
     }
 }
