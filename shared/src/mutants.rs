@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 22] = [
+pub const ALL: [Mutant; 23] = [
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -122,6 +122,11 @@ pub const ALL: [Mutant; 22] = [
         name: "unreadable-description-left-unended",
         defect: "the reconciler only rejects a finished job Batch describes in a way no code can read, though its own claim names the attempt (the window counts it handled and closes: the granule has no log, no record and no dead letter)",
         caught_by: "--lib a_window_job_batch_describes_unreadably_is_dead_lettered_with_why_and_the_window_closes",
+    },
+    Mutant {
+        name: "manifest-read-anywhere",
+        defect: "the ingest dispatcher reads a submission's manifest from any key of granary's bucket, not only the manifests it keeps (another collection's objects land in the submitter's job and report)",
+        caught_by: "--lib a_manifest_url_naming_another_collections_object_is_refused_unread",
     },
 ];
 

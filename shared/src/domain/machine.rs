@@ -198,12 +198,31 @@ impl<S: State> Move<S> {
         Ok(Some(next))
     }
 
-    /// [`Move::apply`] as a compare-and-swap decision (its error as text).
+    /// [`Move::apply`] as a compare-and-swap decision (its error in words).
     pub fn decide<R: Record<State = S>>(
         &self,
         now: DateTime<Utc>,
-    ) -> impl Fn(&R) -> Result<Option<R>, String> + '_ {
-        move |r| self.apply(r, now).map_err(|e| e.to_string())
+    ) -> impl Fn(&R) -> Result<Option<R>, Refused> + '_ {
+        move |r| self.apply(r, now).map_err(|e| Refused::new(e.to_string()))
+    }
+}
+
+/// A record's change its table or rule refuses, in words an operator reads (the record
+/// protocol's `decide` answers with it: `repositories::json::change_record`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct Refused {
+    pub why: String,
+}
+
+impl Refused {
+    pub fn new(why: impl Into<String>) -> Self {
+        Self { why: why.into() }
+    }
+
+    /// A refusal in `error`'s words.
+    pub fn of(error: impl std::fmt::Display) -> Self {
+        Self::new(error.to_string())
     }
 }
 

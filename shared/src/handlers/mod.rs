@@ -14,7 +14,6 @@ pub mod redrive;
 pub mod requeuer;
 pub mod resume;
 mod state;
-pub mod transfer;
 
 /// Log lines as the Lambdas write them (`wiring::json_logs`), kept in memory for tests that
 /// follow an id through the logs.

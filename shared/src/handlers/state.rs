@@ -240,4 +240,20 @@ impl Ctx {
             .granule(self.store.as_ref(), &self.config.layout.claim_prefix, child)
             .await
     }
+
+    /// The data objects in granary's bucket (downloaded files, an ingest job's files, staged
+    /// archives).
+    pub fn objects(&self) -> crate::repositories::objects::Objects {
+        crate::repositories::objects::Objects::new(self.store.clone())
+    }
+
+    /// The data objects in another bucket (an archive's source or destination), written with
+    /// `storage_class` where given.
+    pub fn bucket(
+        &self,
+        bucket: &str,
+        storage_class: Option<&str>,
+    ) -> crate::repositories::objects::Objects {
+        crate::repositories::objects::Objects::new(self.buckets.store(bucket, storage_class))
+    }
 }

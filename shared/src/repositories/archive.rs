@@ -12,6 +12,7 @@ use crate::domain::archive::job::Phase;
 use crate::domain::archive::job::TaskState;
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
 use crate::domain::layout::archive::ArchiveKeys;
+use crate::domain::machine::Refused;
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError};
 use std::sync::Arc;
 
@@ -90,7 +91,7 @@ impl Archives {
     /// Reads the job, asks `decide` for the next record, writes it with If-Match.
     pub async fn change<F>(&self, id: &str, decide: F) -> Result<Changed<ArchiveJob>, RecordError>
     where
-        F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, String>,
+        F: Fn(&ArchiveJob) -> Result<Option<ArchiveJob>, Refused>,
     {
         let key = self.keys.job_key(id);
         let at = RecordAt {

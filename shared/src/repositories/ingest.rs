@@ -18,6 +18,7 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::{BatchGroup, JobState};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
 use crate::domain::layout::ingest::IngestKeys;
+use crate::domain::machine::Refused;
 use crate::ports::{ObjectStore, PutCondition, StoreError};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -134,7 +135,7 @@ impl Ingest {
         decide: F,
     ) -> Result<Changed<BatchRecord>, RecordError>
     where
-        F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, String>,
+        F: Fn(&BatchRecord) -> Result<Option<BatchRecord>, Refused>,
     {
         let key = self.keys.batch(id);
         let named = id.to_string();
@@ -255,7 +256,7 @@ impl Ingest {
         decide: F,
     ) -> Result<Changed<JobRecord>, RecordError>
     where
-        F: Fn(&JobRecord) -> Result<Option<JobRecord>, String>,
+        F: Fn(&JobRecord) -> Result<Option<JobRecord>, Refused>,
     {
         let key = self.keys.job(id);
         let named = id.to_string();

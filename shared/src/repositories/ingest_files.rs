@@ -6,6 +6,7 @@
 use super::json::{change_record, read_json, write_json, Changed, RecordAt, RecordError};
 use super::{RepositoryError, Versioned};
 use crate::domain::ingest::deposit::LocalIdBinding;
+use crate::domain::machine::Refused;
 use crate::ports::{ObjectMeta, ObjectStore, PutCondition, StoreError, StoredObject};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -54,7 +55,7 @@ impl IngestFiles {
         decide: F,
     ) -> Result<Changed<LocalIdBinding>, RecordError>
     where
-        F: Fn(&LocalIdBinding) -> Result<Option<LocalIdBinding>, String>,
+        F: Fn(&LocalIdBinding) -> Result<Option<LocalIdBinding>, Refused>,
     {
         let at = RecordAt {
             key,

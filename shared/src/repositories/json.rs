@@ -4,6 +4,7 @@
 //! `StoreError::Conflict`.
 
 pub use crate::contracts::{encode, EncodeError};
+use crate::domain::machine::Refused;
 use crate::ports::{JobRunnerError, ObjectStore, PutCondition, StoreError};
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -283,13 +284,13 @@ pub async fn change_record<T, F>(
 ) -> Result<Changed<T>, RecordError>
 where
     T: Serialize + DeserializeOwned,
-    F: Fn(&T) -> Result<Option<T>, String>,
+    F: Fn(&T) -> Result<Option<T>, Refused>,
 {
     for _ in 0..CAS_ROUNDS {
         let Some(current) = read_json::<T>(store, at.key).await? else {
             return Ok(Changed::Missing);
         };
-        let Some(next) = decide(&current.value).map_err(RecordError::Illegal)? else {
+        let Some(next) = decide(&current.value).map_err(|r| RecordError::Illegal(r.why))? else {
             followers.unchanged(&current.value).await?;
             return Ok(Changed::Unchanged(current.value));
         };

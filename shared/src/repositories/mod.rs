@@ -13,6 +13,8 @@
 //! - [`items`]: item records, their history and the in-flight index.
 //! - [`logs`]: the log objects: the monitor's write-then-route protocol and the report scan.
 //! - [`rejects`]: poison inputs, recorded and dead-lettered.
+//! - [`objects`]: the data objects granary moves and checks but keeps no state in (granules'
+//!   files, archive members, an operator's source bucket): streamed copies, digests, checks.
 
 pub mod archive;
 pub mod cancels;
@@ -23,6 +25,7 @@ pub mod ingest_files;
 pub mod items;
 pub mod json;
 pub mod logs;
+pub mod objects;
 pub mod rejects;
 pub mod submission;
 pub mod tracker;

@@ -9,7 +9,7 @@
 
 pub mod steps;
 pub mod tasks;
-pub mod verify;
+pub use crate::repositories::objects::verify;
 
 use crate::domain::archive::record::{ArchiveJob, ArchiveSource, Destination};
 use crate::handlers::{Ctx, HandlerError};

@@ -12,6 +12,7 @@ use crate::domain::archive::decisions::{
 };
 use crate::domain::archive::job::{ArchiveState, Phase, TaskState};
 use crate::domain::archive::record::{ArchiveJob, TaskRecord};
+use crate::domain::machine::Refused;
 use crate::handlers::HandlerError;
 use crate::repositories::archive::Changed;
 use chrono::{DateTime, Utc};
@@ -27,7 +28,7 @@ async fn make(
 ) -> Result<bool, HandlerError> {
     let changed = ctx
         .archives()
-        .change(id, |j| mv.apply(j, now).map_err(|e| e.to_string()))
+        .change(id, |j| mv.apply(j, now).map_err(Refused::of))
         .await?;
     let Changed::Moved(job) = changed else {
         return Ok(false);
@@ -185,7 +186,7 @@ async fn list_source(
     now: DateTime<Utc>,
     s: &mut ArchiveTick,
 ) -> Result<bool, HandlerError> {
-    let source = ctx.buckets.store(&job.source.bucket, None);
+    let source = ctx.bucket(&job.source.bucket, None);
     let listed = match source.list(&job.source.prefix).await {
         Ok(listed) => listed,
         Err(e) => {

@@ -12,13 +12,11 @@ use crate::domain::archive::job::Phase;
 use crate::domain::archive::job::TaskState;
 use crate::domain::archive::manifest::{self, Manifest, Member};
 use crate::domain::archive::record::{ArchiveJob, Destination, TaskRecord};
-use crate::handlers::transfer::{copy_into_store, hash_object, open_object, Expected};
 use crate::handlers::HandlerError;
-use crate::ports::ObjectStore;
+use crate::repositories::objects::Expected;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Per object copied.
@@ -140,28 +138,24 @@ async fn archive_shard(
         .await
         .map_err(|e| TaskFailure::recoverable(e.to_string()))?
         .ok_or_else(|| TaskFailure::fatal(format!("shard {n} of {} is missing", job.id)))?;
-    let source = ctx.buckets.store(&job.source.bucket, None);
+    let source = ctx.bucket(&job.source.bucket, None);
+    let objects = ctx.objects();
     let staged = ctx.archives().keys.staged(&job.id);
     let mut members = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
         let tmp = format!("{}{task}/{i:05}", ctx.archives().keys.tmp(&job.id));
-        let found = copy_into_store(
-            ctx.store.as_ref(),
-            &tmp,
-            open_object(source.clone(), key),
-            &Expected::default(),
-            COPY_TIMEOUT,
-        )
-        .await
-        .map_err(|why| {
-            let permanent = why.to_string().contains("not retried");
-            let reason = format!("s3://{}/{key}: {why}", job.source.bucket);
-            if permanent {
-                TaskFailure::fatal(reason)
-            } else {
-                TaskFailure::recoverable(reason)
-            }
-        })?;
+        let found = objects
+            .copy_in(&tmp, source.open(key), &Expected::default(), COPY_TIMEOUT)
+            .await
+            .map_err(|why| {
+                let permanent = why.to_string().contains("not retried");
+                let reason = format!("s3://{}/{key}: {why}", job.source.bucket);
+                if permanent {
+                    TaskFailure::fatal(reason)
+                } else {
+                    TaskFailure::recoverable(reason)
+                }
+            })?;
         let member = Member {
             name: key
                 .strip_prefix(&job.source.prefix)
@@ -201,7 +195,9 @@ async fn post_process(ctx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     // CheckIntegrity.
     for m in &members {
         let key = format!("{staged}{}", m.key());
-        let (size, sha) = hash_object(ctx.store.clone(), &key)
+        let (size, sha) = ctx
+            .objects()
+            .hash(&key)
             .await
             .map_err(|e| failure_of(&format!("member {}", m.name), &e))?;
         if size != m.size || sha != m.sha256 {
@@ -236,19 +232,6 @@ async fn post_process(ctx: &Ctx, job: &ArchiveJob) -> Result<(), TaskFailure> {
     Ok(())
 }
 
-/// Every object under `prefix`, by key, with its size.
-async fn sizes_under(
-    store: &dyn ObjectStore,
-    prefix: &str,
-) -> Result<std::collections::BTreeMap<String, u64>, crate::ports::StoreError> {
-    Ok(store
-        .list(prefix)
-        .await?
-        .into_iter()
-        .map(|m| (m.key, m.size))
-        .collect())
-}
-
 /// Storage classes whose objects cannot be read back without a restore: their copies are
 /// verified by size only.
 fn readable(class: Option<&str>) -> bool {
@@ -272,9 +255,8 @@ async fn store_to(ctx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFai
     let dest_err = |e: crate::ports::StoreError| {
         TaskFailure::recoverable(format!("destination s3://{}: {e}", dest.bucket))
     };
-    let target: Arc<dyn ObjectStore> = ctx
-        .buckets
-        .store(&dest.bucket, dest.storage_class.as_deref());
+    let target = ctx.bucket(&dest.bucket, dest.storage_class.as_deref());
+    let objects = ctx.objects();
     let staged = ctx.archives().keys.staged(&job.id);
     let at = dest.archive_prefix(&job.id);
     let files = ctx
@@ -282,30 +264,26 @@ async fn store_to(ctx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFai
         .staged_files(&job.id)
         .await
         .map_err(store_err)?;
-    let there = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
+    let there = target.sizes_under(&at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);
         let key = format!("{at}{rel}");
         if there.get(&key) == Some(&f.size) {
             continue;
         }
-        copy_into_store(
-            target.as_ref(),
-            &key,
-            open_object(ctx.store.clone(), &f.key),
-            &Expected {
-                size: Some(f.size),
-                digest: None,
-            },
-            COPY_TIMEOUT,
-        )
-        .await
-        .map_err(|why| {
-            TaskFailure::recoverable(format!("copying to s3://{}/{key}: {why}", dest.bucket))
-        })?;
+        let expected = Expected {
+            size: Some(f.size),
+            digest: None,
+        };
+        target
+            .copy_in(&key, objects.open(&f.key), &expected, COPY_TIMEOUT)
+            .await
+            .map_err(|why| {
+                TaskFailure::recoverable(format!("copying to s3://{}/{key}: {why}", dest.bucket))
+            })?;
     }
     // Verify the copy.
-    let copied = sizes_under(target.as_ref(), &at).await.map_err(dest_err)?;
+    let copied = target.sizes_under(&at).await.map_err(dest_err)?;
     for f in &files {
         let rel = f.key.strip_prefix(&staged).unwrap_or(&f.key);
         let key = format!("{at}{rel}");
@@ -326,7 +304,7 @@ async fn store_to(ctx: &Ctx, job: &ArchiveJob, task: &str) -> Result<(), TaskFai
         }
         if let Some(sha) = rel.strip_prefix(manifest::MEMBERS) {
             if readable(dest.storage_class.as_deref()) {
-                let (_, read) = hash_object(target.clone(), &key).await.map_err(|e| {
+                let (_, read) = target.hash(&key).await.map_err(|e| {
                     failure_of(&format!("reading back s3://{}/{key}", dest.bucket), &e)
                 })?;
                 if read != sha {

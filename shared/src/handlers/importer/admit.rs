@@ -3,7 +3,6 @@
 //! ineligible or its slot inactive; back to DOWNLOADING_FAILED when its file is corrupt. Missing
 //! prerequisites leave it DOWNLOADED, and the message comes back later.
 
-use super::validate::check_stored;
 use super::{Ctx, Step};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
@@ -14,23 +13,34 @@ use crate::repositories::json::Changed;
 
 const BY: &str = "importer-admit";
 
+/// Why an item's metadata makes it ineligible (SKIPPED, with these words as its reason).
+#[derive(Debug, thiserror::Error)]
+pub enum Ineligible {
+    #[error("name {name:?} does not match GRANARY_ELIGIBLE_PATTERN {pattern}")]
+    Name { name: String, pattern: String },
+    /// Both times as RFC 3339.
+    #[error("outdated: modified {modified} before GRANARY_NOT_BEFORE {not_before}")]
+    Outdated {
+        modified: String,
+        not_before: String,
+    },
+}
+
 /// What the item's metadata says about eligibility.
-pub fn eligibility(ctx: &Ctx, record: &ItemRecord) -> Result<(), String> {
+pub fn eligibility(ctx: &Ctx, record: &ItemRecord) -> Result<(), Ineligible> {
     let cfg = &ctx.config.importer;
     if !cfg.eligible_pattern.is_match(&record.name) {
-        return Err(format!(
-            "name {:?} does not match GRANARY_ELIGIBLE_PATTERN {}",
-            record.name,
-            cfg.eligible_pattern.as_str()
-        ));
+        return Err(Ineligible::Name {
+            name: record.name.clone(),
+            pattern: cfg.eligible_pattern.as_str().to_owned(),
+        });
     }
     if let (Some(not_before), Some(modified)) = (cfg.not_before, record.source_modified) {
         if modified < not_before {
-            return Err(format!(
-                "outdated: modified {} before GRANARY_NOT_BEFORE {}",
-                modified.to_rfc3339(),
-                not_before.to_rfc3339()
-            ));
+            return Err(Ineligible::Outdated {
+                modified: modified.to_rfc3339(),
+                not_before: not_before.to_rfc3339(),
+            });
         }
     }
     Ok(())
@@ -55,16 +65,18 @@ pub async fn admit(ctx: &Ctx, id: &GranuleId) -> Result<ItemState, HandlerError>
         return Ok(record.state);
     }
     let validation = match &record.stored_key {
-        Some(key) => check_stored(ctx.store.as_ref(), key, &record)
+        Some(key) => ctx
+            .objects()
+            .check_item_file(key, &record)
             .await
             .map(|_| ()),
-        None => Err(super::validate::InvalidStoredFile::NotRecorded),
+        None => Err(crate::repositories::objects::InvalidStoredFile::NotRecorded),
     };
     let facts = AdmissionFacts {
         validation,
         eligibility: eligibility(ctx, &record),
         slot: slot_of(ctx, &record),
-        prerequisites: ctx.prerequisites.check(ctx.store.as_ref(), &record).await,
+        prerequisites: ctx.prerequisites.check(&ctx.objects(), &record).await,
     };
     let admission = decide_admission(&facts, &ctx.config.importer.active_slots);
     let Some(to) = admission.target() else {

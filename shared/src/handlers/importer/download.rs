@@ -3,16 +3,15 @@
 //! while attempts remain, IGNORE after. A file already stored and intact skips straight to
 //! DOWNLOADED.
 
-use super::validate::{check_stored, Found};
 use super::Ctx;
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::decisions::{self, DownloadResult, StoredFile};
 use crate::domain::lifecycle::ItemState::{self, *};
-use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::handlers::HandlerError;
 use crate::repositories::json::Changed;
+use crate::repositories::objects::{Expected, Found};
 
 const BY: &str = "importer-download";
 
@@ -56,7 +55,7 @@ pub async fn download(ctx: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
         let key = stored_key(ctx, &record);
         // The operational scenario: the file is already stored and intact.
         if record.state == Discovered {
-            if let Ok(found) = check_stored(ctx.store.as_ref(), &key, &record).await {
+            if let Ok(found) = ctx.objects().check_item_file(&key, &record).await {
                 let file = StoredFile {
                     key: key.clone(),
                     size: found.size,
@@ -97,7 +96,7 @@ pub async fn download(ctx: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
             }),
             Err(why) => {
                 tracing::warn!(item_id = %id, attempt, error = %why, "download attempt failed");
-                DownloadResult::Failed(why)
+                DownloadResult::Failed(why.to_string())
             }
         };
         let moved = items
@@ -137,24 +136,40 @@ async fn dead_letter(ctx: &Ctx, record: &ItemRecord) -> Result<(), HandlerError>
     Ok(())
 }
 
+/// Why one download attempt failed (its words become the item's reason).
+#[derive(Debug, thiserror::Error)]
+enum DownloadFailure {
+    /// No source is configured (`GRANARY_SOURCE_URL`).
+    #[error(transparent)]
+    NoSource(#[from] HandlerError),
+    #[error("the item names no source URL")]
+    NoSourceUrl,
+    #[error(transparent)]
+    Transfer(#[from] crate::repositories::objects::TransferError),
+}
+
 /// One attempt: source → store, under the attempt timeout. Any failure aborts the upload.
-async fn fetch_into_store(ctx: &Ctx, record: &ItemRecord, key: &str) -> Result<Found, String> {
-    let source = ctx.source().map_err(|e| e.to_string())?;
+async fn fetch_into_store(
+    ctx: &Ctx,
+    record: &ItemRecord,
+    key: &str,
+) -> Result<Found, DownloadFailure> {
+    let source = ctx.source()?;
     let url = record
         .source
         .as_deref()
-        .ok_or_else(|| "the item names no source URL".to_owned())?;
+        .ok_or(DownloadFailure::NoSourceUrl)?;
     let expected = Expected {
         size: record.size,
         digest: record.checksum.as_deref(),
     };
-    copy_into_store(
-        ctx.store.as_ref(),
-        key,
-        source.open(url),
-        &expected,
-        super::timeout(&ctx.config),
-    )
-    .await
-    .map_err(|e| e.to_string())
+    ctx.objects()
+        .copy_in(
+            key,
+            source.open(url),
+            &expected,
+            super::timeout(&ctx.config),
+        )
+        .await
+        .map_err(DownloadFailure::from)
 }

@@ -15,7 +15,8 @@ use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::lifecycle::ItemState;
 use crate::handlers::HandlerError;
-use crate::ports::{ObjectStore, Source, StoreError};
+use crate::ports::{Source, StoreError};
+use crate::repositories::objects::Objects;
 use async_trait::async_trait;
 use serde::Serialize;
 
@@ -35,10 +36,11 @@ pub enum PrerequisitesMissing {
 /// Processing prerequisites: pluggable, since they depend on the algorithm.
 #[async_trait]
 pub trait Prerequisites: Send + Sync {
-    /// `Err(what is missing)` while the item cannot be processed yet. `store` is granary's bucket.
+    /// `Err(what is missing)` while the item cannot be processed yet. `objects` are granary's
+    /// bucket's.
     async fn check(
         &self,
-        store: &dyn ObjectStore,
+        objects: &Objects,
         record: &ItemRecord,
     ) -> Result<(), PrerequisitesMissing>;
 }
@@ -53,15 +55,14 @@ pub struct ObjectsExist {
 impl Prerequisites for ObjectsExist {
     async fn check(
         &self,
-        store: &dyn ObjectStore,
+        objects: &Objects,
         record: &ItemRecord,
     ) -> Result<(), PrerequisitesMissing> {
         for template in &self.templates {
             let key = template
                 .replace("{id}", record.id.as_str())
                 .replace("{name}", &record.name);
-            let listed = store.list(&key).await?;
-            if !listed.iter().any(|m| m.key == key) {
+            if !objects.exists(&key).await? {
                 return Err(PrerequisitesMissing::Object { key });
             }
         }

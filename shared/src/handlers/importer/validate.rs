@@ -4,72 +4,16 @@
 
 use super::{Ctx, Step};
 use crate::contracts::messages::{ItemNotice, Notice, Outcome};
-use crate::domain::file_format::{self, WrongFileKind, SIGNATURE_BYTES};
+
 use crate::domain::granule::GranuleId;
 use crate::domain::item::ItemRecord;
 use crate::domain::layout::logs::{LogKey, LogOutcome};
 use crate::domain::lifecycle::decisions;
 use crate::domain::lifecycle::ItemState::{self, *};
 use crate::handlers::HandlerError;
-use crate::ports::{ObjectStore, StoreError};
+use crate::ports::StoreError;
 use crate::repositories::json::Changed;
-use md5::Md5;
-use sha2::{Digest, Sha256};
-
-/// Chunk size when re-reading a stored file to hash it.
-const READ_BYTES: u64 = 8 * 1024 * 1024;
-
-/// Running digests of a file: always sha256 (what granary records), md5 too when the source
-/// published an md5.
-pub struct Digests {
-    sha256: Sha256,
-    md5: Option<Md5>,
-    size: u64,
-}
-
-/// A file's size and digests, once read to the end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Found {
-    pub size: u64,
-    pub sha256: String,
-    pub md5: Option<String>,
-}
-
-/// Why a file's digest does not check out (digests as `sha256:<hex>` or `md5:<hex>`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DigestError {
-    #[error("digest mismatch: expected {expected}, got {actual}")]
-    Mismatch { expected: String, actual: String },
-    /// The expected digest is of a kind the file's digests were not computed in.
-    #[error("cannot check {expected}: unsupported digest")]
-    Unsupported { expected: String },
-}
-
-/// Why a stored object is not the item's file, or could not be read to tell.
-#[derive(Debug, thiserror::Error)]
-pub enum InvalidStoredFile {
-    #[error("no stored file is recorded")]
-    NotRecorded,
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("{key} is missing")]
-    Missing { key: String },
-    /// `size`: the stored object's; `expected`: the item's registered size.
-    #[error("{key} holds {size} bytes, expected {expected}")]
-    WrongSize {
-        key: String,
-        size: u64,
-        expected: u64,
-    },
-    #[error("{key} is empty")]
-    Empty { key: String },
-    #[error("{key} ended at byte {offset} of {size}")]
-    EndedEarly { key: String, offset: u64, size: u64 },
-    #[error(transparent)]
-    Digest(#[from] DigestError),
-    #[error(transparent)]
-    Format(#[from] WrongFileKind),
-}
+use crate::repositories::objects::InvalidStoredFile;
 
 /// Why a stored item no longer validates: its raw file, or a processed item's products.
 #[derive(Debug, thiserror::Error)]
@@ -83,110 +27,6 @@ pub enum RevalidationFailure {
     ProductMissing { key: String },
     #[error("product {key} is empty")]
     ProductEmpty { key: String },
-}
-
-impl Found {
-    /// Checks `expected` (`sha256:<hex>` or `md5:<hex>`; `None` checks nothing).
-    pub fn verify(&self, expected: Option<&str>) -> Result<(), DigestError> {
-        let Some(expected) = expected else {
-            return Ok(());
-        };
-        let actual = if expected.starts_with("md5:") {
-            self.md5.as_deref()
-        } else {
-            Some(self.sha256.as_str())
-        };
-        match actual {
-            Some(a) if a.eq_ignore_ascii_case(expected) => Ok(()),
-            Some(a) => Err(DigestError::Mismatch {
-                expected: expected.to_owned(),
-                actual: a.to_owned(),
-            }),
-            None => Err(DigestError::Unsupported {
-                expected: expected.to_owned(),
-            }),
-        }
-    }
-}
-
-impl Digests {
-    pub fn new(expected: Option<&str>) -> Self {
-        Self {
-            sha256: Sha256::new(),
-            md5: expected
-                .is_some_and(|d| d.starts_with("md5:"))
-                .then(Md5::new),
-            size: 0,
-        }
-    }
-
-    pub fn update(&mut self, chunk: &[u8]) {
-        self.sha256.update(chunk);
-        if let Some(m) = self.md5.as_mut() {
-            m.update(chunk);
-        }
-        self.size += chunk.len() as u64;
-    }
-
-    pub fn finish(self) -> Found {
-        Found {
-            size: self.size,
-            sha256: format!("sha256:{:x}", self.sha256.finalize()),
-            md5: self.md5.map(|m| format!("md5:{:x}", m.finalize())),
-        }
-    }
-}
-
-/// Whether the object at `key` is the item's file: present, the registered size, the recorded
-/// digest, and the first and last bytes of the kind its name says (`domain::file_format`). Read
-/// in ranges, so a large file never sits in memory whole.
-pub async fn check_stored(
-    store: &dyn ObjectStore,
-    key: &str,
-    record: &ItemRecord,
-) -> Result<Found, InvalidStoredFile> {
-    let listed = store.list(key).await?;
-    let Some(meta) = listed.into_iter().find(|m| m.key == key) else {
-        return Err(InvalidStoredFile::Missing {
-            key: key.to_owned(),
-        });
-    };
-    if let Some(n) = record.size.filter(|n| *n != meta.size) {
-        return Err(InvalidStoredFile::WrongSize {
-            key: key.to_owned(),
-            size: meta.size,
-            expected: n,
-        });
-    }
-    if meta.size == 0 {
-        return Err(InvalidStoredFile::Empty {
-            key: key.to_owned(),
-        });
-    }
-    let mut digests = Digests::new(record.checksum.as_deref());
-    let (mut head, mut tail) = (Vec::new(), Vec::new());
-    let mut offset = 0;
-    while offset < meta.size {
-        let end = (offset + READ_BYTES).min(meta.size);
-        let chunk = store.get_range(key, offset..end).await?;
-        if chunk.is_empty() {
-            return Err(InvalidStoredFile::EndedEarly {
-                key: key.to_owned(),
-                offset,
-                size: meta.size,
-            });
-        }
-        offset += chunk.len() as u64;
-        digests.update(&chunk);
-        let wanted = SIGNATURE_BYTES.saturating_sub(head.len());
-        head.extend_from_slice(&chunk[..wanted.min(chunk.len())]);
-        tail.extend_from_slice(&chunk[chunk.len().saturating_sub(SIGNATURE_BYTES)..]);
-        tail.drain(..tail.len().saturating_sub(SIGNATURE_BYTES));
-    }
-    let found = digests.finish();
-    found.verify(record.checksum.as_deref())?;
-    file_format::check(&record.name, &head, &tail)?;
-    Ok(found)
 }
 
 /// What an operator's `granary revalidate` asked for.
@@ -243,10 +83,11 @@ pub async fn revalidate(ctx: &Ctx, id: &GranuleId) -> Result<Option<ItemState>, 
         return Ok(None);
     };
     let record = current.value;
-    let store = ctx.store.as_ref();
     let verdict = match record.state {
         Downloaded => match &record.stored_key {
-            Some(key) => check_stored(store, key, &record)
+            Some(key) => ctx
+                .objects()
+                .check_item_file(key, &record)
                 .await
                 .map(|_| ())
                 .map_err(RevalidationFailure::from),
@@ -352,7 +193,7 @@ async fn check_products(ctx: &Ctx, record: &ItemRecord) -> Result<(), Revalidati
     let templates = &ctx.config.importer.product_keys;
     if templates.is_empty() {
         if let Some(key) = &record.stored_key {
-            check_stored(ctx.store.as_ref(), key, record).await?;
+            ctx.objects().check_item_file(key, record).await?;
         }
         return Ok(());
     }
@@ -449,33 +290,5 @@ mod tests {
             }
         );
         assert_eq!(state(&ctx).await, Abandoned);
-    }
-
-    #[test]
-    fn digests_verify_sha256_and_md5() {
-        let mut d = Digests::new(Some("md5:900150983cd24fb0d6963f7d28e17f72"));
-        d.update(b"ab");
-        d.update(b"c");
-        let f = d.finish();
-        assert_eq!(f.size, 3);
-        assert_eq!(
-            f.sha256,
-            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert!(f
-            .verify(Some("md5:900150983cd24fb0d6963f7d28e17f72"))
-            .is_ok());
-        assert!(f
-            .verify(Some(&f.sha256.to_uppercase().replace("SHA256", "sha256")))
-            .is_ok());
-        assert!(f.verify(None).is_ok());
-        let bad = f.verify(Some("sha256:00")).unwrap_err().to_string();
-        assert!(bad.starts_with("digest mismatch"), "{bad}");
-        let plain = Digests::new(None).finish();
-        assert!(plain
-            .verify(Some("md5:00"))
-            .unwrap_err()
-            .to_string()
-            .contains("unsupported"));
     }
 }

@@ -9,6 +9,7 @@ use crate::domain::ingest::index::{BatchId, JobId};
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::{self, ManifestKind, ManifestObject, Payload};
 use crate::domain::ingest::record::{BatchRecord, JobRecord};
+use crate::domain::machine::Refused;
 use crate::handlers::HandlerError;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
@@ -50,34 +51,69 @@ async fn batches_in(ctx: &Ctx, state: BatchState) -> Result<Vec<BatchRecord>, Ha
     Ok(ctx.ingest().batches_in(state).await?)
 }
 
+/// Why a manifest could not be read (its words become the job's reason).
+#[derive(Debug, thiserror::Error)]
+enum UnreadableManifest {
+    /// A key of granary's own bucket outside the manifests it keeps: another collection's
+    /// objects and records are never read for a submitter.
+    #[error(
+        "{url} is not a manifest granary keeps: in its bucket only keys under {folder} are read"
+    )]
+    NotKept { url: String, folder: String },
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error("{url} does not exist")]
+    Missing { url: String },
+    #[error(transparent)]
+    Source(#[from] crate::ports::SourceError),
+    #[error("{url} is larger than {MAX_MANIFEST_BYTES} bytes")]
+    TooLarge { url: String },
+    #[error("{url} is not UTF-8 text")]
+    NotText { url: String },
+}
+
 /// Reads a manifest (or an object's manifest): `s3://<granary's bucket>/key` from the store,
-/// anything else from the depositor's server.
-async fn read_text(ctx: &Ctx, url: &str) -> Result<String, String> {
+/// where only the manifests granary keeps (`granary ingest submit FILE`) may be named; anything
+/// else from the depositor's server.
+async fn read_text(ctx: &Ctx, url: &str) -> Result<String, UnreadableManifest> {
     let bytes = if let Some(key) = url
         .strip_prefix("s3://")
         .and_then(|rest| rest.strip_prefix(ctx.config.layout.bucket.as_str()))
         .and_then(|rest| rest.strip_prefix('/'))
     {
+        let folder = ctx.ingest().keys.manifest("");
+        let kept = key.starts_with(&folder) && key.len() > folder.len() && !key.contains("/../");
+        if !kept && !crate::mutants::on("manifest-read-anywhere") {
+            return Err(UnreadableManifest::NotKept {
+                url: url.to_owned(),
+                folder,
+            });
+        }
         ctx.ingest()
             .files()
             .manifest(key)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("{url} does not exist"))?
+            .await?
+            .ok_or_else(|| UnreadableManifest::Missing {
+                url: url.to_owned(),
+            })?
             .body
             .to_vec()
     } else {
-        let (mut stream, _) = ctx.remote.fetch(url).await.map_err(|e| e.to_string())?;
+        let (mut stream, _) = ctx.remote.fetch(url).await?;
         let mut out = Vec::new();
         while let Some(chunk) = stream.next().await {
-            out.extend_from_slice(&chunk.map_err(|e| e.to_string())?);
+            out.extend_from_slice(&chunk?);
             if out.len() > MAX_MANIFEST_BYTES {
-                return Err(format!("{url} is larger than {MAX_MANIFEST_BYTES} bytes"));
+                return Err(UnreadableManifest::TooLarge {
+                    url: url.to_owned(),
+                });
             }
         }
         out
     };
-    String::from_utf8(bytes).map_err(|_| format!("{url} is not UTF-8 text"))
+    String::from_utf8(bytes).map_err(|_| UnreadableManifest::NotText {
+        url: url.to_owned(),
+    })
 }
 
 /// The objects a submission names, one per job. What cannot be read becomes one unreadable
@@ -179,7 +215,7 @@ pub async fn spawn(
         .ingest()
         .change_batch(&batch.id, |b| {
             mv.apply_with(b, now, |next| next.jobs = count)
-                .map_err(|e| e.to_string())
+                .map_err(Refused::of)
         })
         .await?;
     if matches!(spawned, Changed::Moved(_)) {
@@ -370,7 +406,7 @@ async fn write_report(
                 return Ok(None);
             };
             mv.apply_with(b, now, |next| next.reports = number)
-                .map_err(|e| e.to_string())
+                .map_err(Refused::of)
         })
         .await?;
     Ok(())

@@ -8,7 +8,8 @@
 //! memory holds at most the zip and one file. Expanding again writes the same keys with the same
 //! bytes, so a tick that died half-way is simply redone by the next. A zip is the depositor's
 //! input: an entry whose path is not a plain relative one (absolute, with `..` or `.`, with a
-//! backslash, or under `.container/`, where the zip itself waits) fails the job.
+//! backslash or a control character, or under `.container/`, where the zip itself waits), a
+//! name twice, or more than [`MAX_CONTAINER_ENTRIES`] entries fail the job.
 
 use super::Ctx;
 use crate::domain::ingest::index::JobId;
@@ -17,6 +18,48 @@ use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::io::Read;
 
+/// At most this many entries in one container: a zip of a million empty files would otherwise
+/// cost a million PUTs within the byte bound.
+pub const MAX_CONTAINER_ENTRIES: usize = 10_000;
+
+/// Why a container cannot be expanded (its words become the job's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerRefused {
+    /// `what`: the zip, or its expanded content; `size` counted so far.
+    #[error("the container's {what} is {size} bytes or more, over GRANARY_INGEST_MAX_CONTAINER_BYTES ({max})")]
+    TooLarge {
+        what: &'static str,
+        size: u64,
+        max: u64,
+    },
+    #[error("the container holds {0} entries or more, over {MAX_CONTAINER_ENTRIES}")]
+    TooManyEntries(usize),
+    #[error(transparent)]
+    Store(#[from] crate::ports::StoreError),
+    #[error("{0} is missing")]
+    Missing(String),
+    #[error("not a readable zip: {0}")]
+    NotAZip(zip::result::ZipError),
+    #[error("zip entry {index}: {source}")]
+    Entry {
+        index: usize,
+        source: zip::result::ZipError,
+    },
+    #[error("zip entry {name}: {source}")]
+    Unreadable {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("zip entry {0:?} would be stored outside the object")]
+    UnsafeName(String),
+    #[error(
+        "the container declares {declared} entries but names only {distinct}: a name is used twice"
+    )]
+    DuplicateNames { declared: usize, distinct: usize },
+    #[error("the container holds no files")]
+    Empty,
+}
+
 /// Expands the zip stored at `zip_key` into job `job`'s object folder; the files it holds, in
 /// the zip's order. `Err` says why, for the job's reason.
 pub async fn expand(
@@ -24,11 +67,9 @@ pub async fn expand(
     job: &JobId,
     zip_key: &str,
     zip_size: u64,
-) -> Result<Vec<StoredFile>, String> {
+) -> Result<Vec<StoredFile>, ContainerRefused> {
     let max = ctx.config.ingest.max_container_bytes;
-    let over = |what: &str, n: u64| {
-        format!("the container's {what} is {n} bytes or more, over GRANARY_INGEST_MAX_CONTAINER_BYTES ({max})")
-    };
+    let over = |what: &'static str, size: u64| ContainerRefused::TooLarge { what, size, max };
     // Before reading it: the size the download measured.
     if zip_size > max {
         return Err(over("zip", zip_size));
@@ -36,19 +77,31 @@ pub async fn expand(
     let files = ctx.ingest().files();
     let zip = files
         .container(zip_key)
-        .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("{zip_key} is missing"))?
+        .await?
+        .ok_or_else(|| ContainerRefused::Missing(zip_key.to_owned()))?
         .body;
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip))
-        .map_err(|e| format!("not a readable zip: {e}"))?;
-    let mut stored = Vec::new();
+    let declared = entries_declared(&zip);
+    let mut archive =
+        zip::ZipArchive::new(std::io::Cursor::new(zip)).map_err(ContainerRefused::NotAZip)?;
+    let entries = declared.unwrap_or(archive.len()).max(archive.len());
+    if entries > MAX_CONTAINER_ENTRIES {
+        return Err(ContainerRefused::TooManyEntries(entries));
+    }
+    // The zip crate keeps one entry a name (the last): a zip that declares more entries than
+    // it reads names a file twice, and which of them is the object's is anyone's guess.
+    if entries > archive.len() {
+        return Err(ContainerRefused::DuplicateNames {
+            declared: entries,
+            distinct: archive.len(),
+        });
+    }
+    let mut stored: Vec<StoredFile> = Vec::new();
     let mut expanded = 0u64;
-    for i in 0..archive.len() {
+    for index in 0..archive.len() {
         let (name, body) = {
             let entry = archive
-                .by_index(i)
-                .map_err(|e| format!("zip entry {i}: {e}"))?;
+                .by_index(index)
+                .map_err(|source| ContainerRefused::Entry { index, source })?;
             if entry.is_dir() {
                 continue;
             }
@@ -59,7 +112,10 @@ pub async fn expand(
             entry
                 .take(left + 1)
                 .read_to_end(&mut body)
-                .map_err(|e| format!("zip entry {name}: {e}"))?;
+                .map_err(|source| ContainerRefused::Unreadable {
+                    name: name.clone(),
+                    source,
+                })?;
             expanded += body.len() as u64;
             if expanded > max {
                 return Err(over("expanded content", expanded));
@@ -69,10 +125,7 @@ pub async fn expand(
         let key = ctx.ingest().keys.object(job, &name);
         let size = body.len() as u64;
         let sha256 = format!("sha256:{:x}", Sha256::digest(&body));
-        files
-            .put_expanded_file(&key, Bytes::from(body))
-            .await
-            .map_err(|e| e.to_string())?;
+        files.put_expanded_file(&key, Bytes::from(body)).await?;
         stored.push(StoredFile {
             name,
             key,
@@ -81,17 +134,37 @@ pub async fn expand(
         });
     }
     if stored.is_empty() {
-        return Err("the container holds no files".to_owned());
+        return Err(ContainerRefused::Empty);
     }
     Ok(stored)
 }
 
+/// The number of entries the zip's end-of-central-directory record declares (`None`: no such
+/// record found, or a ZIP64 archive, whose count lives elsewhere). APPNOTE.TXT 4.3.16: the
+/// record is signature `PK\x05\x06`, 22 bytes and a comment of up to 65,535; the total
+/// number of entries is the little-endian u16 at offset 10.
+fn entries_declared(zip: &[u8]) -> Option<usize> {
+    const RECORD: usize = 22;
+    let earliest = zip.len().saturating_sub(RECORD + usize::from(u16::MAX));
+    let last = zip.len().checked_sub(RECORD)?;
+    let at = (earliest..=last)
+        .rev()
+        .find(|&i| zip[i..].starts_with(b"PK\x05\x06"))?;
+    let count = u16::from_le_bytes([*zip.get(at + 10)?, *zip.get(at + 11)?]);
+    (count != u16::MAX).then_some(usize::from(count))
+}
+
 /// An entry's name, if it is a plain relative path inside the object (`a/b.txt`): not empty,
-/// no backslash (a separator to whoever writes the file to disk later), no `.`, `..` or empty
+/// no backslash (a separator to whoever writes the file to disk later), no control character
+/// (a line break in a name would forge lines of a manifest or a log), no `.`, `..` or empty
 /// component, not absolute, and not under `.container/`.
-fn safe_name(raw: &str) -> Result<String, String> {
-    let unsafe_entry = || format!("zip entry {raw:?} would be stored outside the object");
-    if raw.is_empty() || raw.contains('\\') || raw.starts_with('/') {
+fn safe_name(raw: &str) -> Result<String, ContainerRefused> {
+    let unsafe_entry = || ContainerRefused::UnsafeName(raw.to_owned());
+    if raw.is_empty()
+        || raw.contains('\\')
+        || raw.starts_with('/')
+        || raw.chars().any(char::is_control)
+    {
         return Err(unsafe_entry());
     }
     let parts: Vec<&str> = raw.split('/').collect();
@@ -112,7 +185,7 @@ mod tests {
     #[test]
     fn only_plain_relative_names_are_safe() {
         for ok in ["a.txt", "pages/b.txt", "deep/er/c.tif", ".hidden"] {
-            assert_eq!(safe_name(ok).as_deref(), Ok(ok));
+            assert_eq!(safe_name(ok).ok().as_deref(), Some(ok));
         }
         for bad in [
             "../evil",
@@ -124,6 +197,8 @@ mod tests {
             "a//b",
             ".container/scans.zip",
             "",
+            "a\nb.txt",
+            "tab\there",
         ] {
             assert!(safe_name(bad).is_err(), "{bad:?}");
         }

@@ -106,7 +106,8 @@ async fn resume_one(
                     if fix.is_some_and(|f| resolve_mint(r, f).is_err()) {
                         return Ok(None);
                     }
-                    mv.apply_with(r, now, edit).map_err(|e| e.to_string())
+                    mv.apply_with(r, now, edit)
+                        .map_err(crate::domain::machine::Refused::of)
                 })
                 .await?;
             match changed {

@@ -9,6 +9,7 @@ use crate::domain::classify::Classification;
 use crate::domain::ingest::decisions::{on_processing_end, ProcessingEnd};
 use crate::domain::ingest::index::JobId;
 use crate::domain::ingest::job::JobState;
+use crate::domain::machine::Refused;
 use crate::handlers::HandlerError;
 use crate::ports::Queue;
 use crate::repositories::ingest::{Changed, Ingest};
@@ -85,7 +86,7 @@ pub async fn on_end(
     }
     let changed = ingest
         .change_job(&ended.ingest_job, |r| {
-            decide(r).applied(r, now).map_err(|e| e.to_string())
+            decide(r).applied(r, now).map_err(Refused::of)
         })
         .await?;
     let Changed::Moved(after) = changed else {

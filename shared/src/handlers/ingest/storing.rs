@@ -35,7 +35,7 @@ use crate::domain::ingest::deposit::{
 use crate::domain::ingest::index::JobId;
 use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::record::JobRecord;
-use crate::handlers::transfer::hash_object;
+use crate::domain::machine::Refused;
 use crate::handlers::HandlerError;
 use crate::ports::{MintError, PutCondition, StoreError};
 use crate::repositories::json::{Changed, RecordError, Versioned};
@@ -338,9 +338,8 @@ async fn bind(
     // decided by the protocol like any other.
     for _ in 0..2 {
         // The record protocol takes a refusal as text (the job's failure reason).
-        let decide = |b: &LocalIdBinding| {
-            rebind(b, local, identifier, job.id.as_str()).map_err(|e| e.to_string())
-        };
+        let decide =
+            |b: &LocalIdBinding| rebind(b, local, identifier, job.id.as_str()).map_err(Refused::of);
         let files = ctx.ingest().files();
         match files.change_local_id_binding(key, local, decide).await {
             Ok(Changed::Moved(_) | Changed::Unchanged(_)) => return Ok(Bind::Bound),
@@ -462,7 +461,7 @@ async fn stored(
     }
     // The store's answer: every file read back with the size and SHA-256 it was stored with.
     for e in &entries {
-        match hash_object(ctx.store.clone(), &e.key).await {
+        match ctx.objects().hash(&e.key).await {
             Ok((size, sha)) if size == e.size && sha == e.sha256 => {}
             Ok((size, sha)) => {
                 let why = format!(

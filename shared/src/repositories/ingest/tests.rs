@@ -3,6 +3,7 @@ use crate::adapters::memory::MemoryStore;
 use crate::domain::ingest::manifest::{single_file, ManifestKind};
 use crate::domain::ingest::record::Submission;
 use crate::domain::machine::Record;
+use crate::domain::machine::Refused;
 use chrono::Utc;
 
 fn repo() -> (Arc<MemoryStore>, Ingest) {
@@ -31,11 +32,11 @@ fn job(b: &BatchRecord, n: usize) -> JobRecord {
     JobRecord::new(b.id.job(n), b, single_file("http://h/a", None), Utc::now())
 }
 
-fn to(state: JobState) -> impl Fn(&JobRecord) -> Result<Option<JobRecord>, String> {
+fn to(state: JobState) -> impl Fn(&JobRecord) -> Result<Option<JobRecord>, Refused> {
     move |r| {
         r.moved(state, "test", Utc::now())
             .map(Some)
-            .map_err(|e| e.to_string())
+            .map_err(Refused::of)
     }
 }
 
@@ -49,11 +50,7 @@ async fn batches_are_listed_by_state_and_a_marker_left_by_a_crash_is_repaired() 
         vec![b.id.clone()]
     );
     let moved = |to: BatchState| {
-        move |r: &BatchRecord| {
-            r.moved(to, "t", Utc::now())
-                .map(Some)
-                .map_err(|e| e.to_string())
-        }
+        move |r: &BatchRecord| r.moved(to, "t", Utc::now()).map(Some).map_err(Refused::of)
     };
     ingest
         .change_batch(&b.id, moved(BatchState::Processing))

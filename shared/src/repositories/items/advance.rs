@@ -82,7 +82,8 @@ impl Items {
             }
             // The time of each round: after a lost race the entries follow the winner's.
             let now = Utc::now();
-            let steps = along(current.clone(), &changes, now, by).map_err(|e| e.to_string())?;
+            let steps = along(current.clone(), &changes, now, by)
+                .map_err(crate::domain::machine::Refused::of)?;
             Ok(Some(holding(&steps, Some(current.seq))))
         };
         change_record(self.store.as_ref(), at, next, &ItemFollowers(self)).await

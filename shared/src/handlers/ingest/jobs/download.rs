@@ -6,17 +6,35 @@ use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::{JobRecord, StoredFile};
 use crate::handlers::ingest::{Ctx, TickSummary};
-use crate::handlers::transfer::{copy_into_store, Expected};
 use crate::handlers::HandlerError;
+use crate::repositories::objects::Expected;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+
+/// Why a file of a job could not be fetched (its words become the job's reason).
+#[derive(Debug, thiserror::Error)]
+enum FetchFailure {
+    /// A failure no attempt more would cure (`decisions::download_failure_is_final`).
+    #[error("{url}: {source}")]
+    Final {
+        url: String,
+        source: crate::repositories::objects::TransferError,
+    },
+    /// `last`: the last attempt's failure, in words.
+    #[error("{url}: {attempts} attempts failed; the last: {last}")]
+    Attempts {
+        url: String,
+        attempts: u32,
+        last: String,
+    },
+}
 
 /// One file into the job's object folder.
 async fn fetch_file(
     ctx: &Ctx,
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
-) -> Result<StoredFile, String> {
+) -> Result<StoredFile, FetchFailure> {
     let key = ctx.ingest().keys.object(&job.id, &file.name);
     fetch_to(ctx, job, file, &key).await
 }
@@ -27,7 +45,7 @@ async fn fetch_to(
     job: &JobRecord,
     file: &crate::domain::ingest::manifest::ManifestFile,
     key: &str,
-) -> Result<StoredFile, String> {
+) -> Result<StoredFile, FetchFailure> {
     let key = key.to_owned();
     let digest = file.digest.as_ref().map(decisions::expected_digest);
     let expected = Expected {
@@ -35,16 +53,16 @@ async fn fetch_to(
         digest: digest.as_deref(),
     };
     let mut last = String::new();
+    let objects = ctx.objects();
     for attempt in 1..=ctx.config.ingest.download_attempts {
-        match copy_into_store(
-            ctx.store.as_ref(),
-            &key,
-            ctx.remote.fetch(&file.url),
-            &expected,
-            ctx.config.ingest.timeout,
-        )
-        .await
-        .map_err(|e| e.to_string())
+        match objects
+            .copy_in(
+                &key,
+                ctx.remote.fetch(&file.url),
+                &expected,
+                ctx.config.ingest.timeout,
+            )
+            .await
         {
             Ok(found) => {
                 return Ok(StoredFile {
@@ -54,19 +72,23 @@ async fn fetch_to(
                     sha256: found.sha256,
                 })
             }
-            Err(why) if decisions::download_failure_is_final(&why) => {
-                return Err(format!("{}: {why}", file.url))
+            Err(source) if decisions::download_failure_is_final(&source.to_string()) => {
+                return Err(FetchFailure::Final {
+                    url: file.url.clone(),
+                    source,
+                })
             }
             Err(why) => {
                 tracing::warn!(job = %job.id, url = file.url, attempt, error = %why, "download failed");
-                last = why;
+                last = why.to_string();
             }
         }
     }
-    Err(format!(
-        "{}: {} attempts failed; the last: {last}",
-        file.url, ctx.config.ingest.download_attempts
-    ))
+    Err(FetchFailure::Attempts {
+        url: file.url.clone(),
+        attempts: ctx.config.ingest.download_attempts,
+        last,
+    })
 }
 
 /// Downloading → processing (every file stored, digests checked, the size recomputed) or failed.
@@ -77,7 +99,9 @@ pub async fn download(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let stored = match &job.object.payload {
-        Payload::Files { files } => download_files(ctx, &job, files).await,
+        Payload::Files { files } => download_files(ctx, &job, files)
+            .await
+            .map_err(|e| e.to_string()),
         Payload::Container { zip } => match download_container(ctx, &job, zip).await? {
             Container::Expanded(files) => Ok(files),
             Container::Refused { why } => Err(why),
@@ -113,7 +137,7 @@ async fn download_files(
     ctx: &Ctx,
     job: &JobRecord,
     files: &[crate::domain::ingest::manifest::ManifestFile],
-) -> Result<Vec<StoredFile>, String> {
+) -> Result<Vec<StoredFile>, FetchFailure> {
     futures::stream::iter(files)
         .map(|f| fetch_file(ctx, job, f))
         .buffered(PARALLEL_DOWNLOADS)
@@ -154,10 +178,10 @@ async fn download_container(
 ) -> Result<Container, HandlerError> {
     let key = ctx.ingest().keys.container(&job.id, &zip.name);
     let expanded = match fetch_to(ctx, job, zip, &key).await {
-        Ok(fetched) => {
-            crate::handlers::ingest::container::expand(ctx, &job.id, &key, fetched.size).await
-        }
-        Err(why) => Err(why),
+        Ok(fetched) => crate::handlers::ingest::container::expand(ctx, &job.id, &key, fetched.size)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(why) => Err(why.to_string()),
     };
     match expanded {
         Ok(files) => {

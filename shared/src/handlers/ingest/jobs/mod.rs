@@ -8,6 +8,7 @@ use crate::domain::ingest::job::JobState;
 use crate::domain::ingest::manifest::Payload;
 use crate::domain::ingest::record::JobRecord;
 use crate::domain::machine::Move;
+use crate::domain::machine::Refused;
 use crate::handlers::HandlerError;
 use crate::repositories::ingest::Changed;
 use chrono::{DateTime, Utc};
@@ -82,7 +83,7 @@ pub(super) async fn advance(
     let changed = ctx
         .ingest()
         .change_job(&job.id, |r| {
-            mv.apply_with(r, now, &edit).map_err(|e| e.to_string())
+            mv.apply_with(r, now, &edit).map_err(Refused::of)
         })
         .await?;
     Ok(matches!(changed, Changed::Moved(_)))

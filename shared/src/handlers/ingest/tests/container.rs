@@ -22,6 +22,20 @@ fn zip_of(entries: &[(&str, &str)]) -> Bytes {
     Bytes::from(zip.finish().unwrap().into_inner())
 }
 
+/// A zip whose two entries have one name: written as `a.txt` and `b.txt`, then the second
+/// renamed in its local header and its central directory entry (a writer refuses the name
+/// twice; a depositor's tool may not).
+fn named_twice() -> Bytes {
+    let zip = zip_of(&[("a.txt", "first"), ("b.txt", "second")]);
+    let mut bytes = zip.to_vec();
+    let mut at = 0;
+    while let Some(i) = bytes[at..].windows(5).position(|w| w == b"b.txt") {
+        bytes[at + i..at + i + 5].copy_from_slice(b"a.txt");
+        at += i + 5;
+    }
+    Bytes::from(bytes)
+}
+
 /// `n` hexadecimal digits no compressor shrinks much (a linear congruential sequence).
 fn noise(n: usize) -> String {
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
@@ -143,6 +157,16 @@ async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_or_its_content_too_l
             zip_of(&[("only/", "")]),
             "holds no files",
         ),
+        (
+            "http://archive/twice.zip",
+            named_twice(),
+            "a name is used twice",
+        ),
+        (
+            "http://archive/forged.zip",
+            zip_of(&[("log\nforged line.txt", "x")]),
+            "outside the object",
+        ),
     ];
     let mut ids = Vec::new();
     for (url, body, _) in &cases {
@@ -165,4 +189,30 @@ async fn an_unsafe_entry_a_payload_that_is_no_zip_and_a_zip_or_its_content_too_l
             "nothing is written outside or for a failed entry"
         );
     }
+}
+
+/// A zip of more entries than a container may hold fails its job before anything is written,
+/// whatever their size: each entry would cost a PUT.
+#[tokio::test]
+async fn a_zip_of_too_many_entries_fails_its_job_before_anything_is_written() {
+    use crate::handlers::ingest::container::MAX_CONTAINER_ENTRIES;
+    let w = world(IngestSettings::default());
+    let names: Vec<String> = (0..=MAX_CONTAINER_ENTRIES)
+        .map(|i| format!("f{i}"))
+        .collect();
+    let entries: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "")).collect();
+    let url = "http://archive/crowd.zip";
+    w.remote.serve(url, zip_of(&entries));
+    let id = deposit(&w, url).await;
+    w.run(|_| true).await;
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Failed);
+    assert!(job.reason.contains("entries or more"), "{}", job.reason);
+    let folder = w.ingest_ctx.ingest().keys.objects(&id.job(1));
+    let written = w.store.list(&folder).await.unwrap();
+    assert!(
+        written.iter().all(|m| !m.key.contains("/f")),
+        "{} entries written",
+        written.len()
+    );
 }

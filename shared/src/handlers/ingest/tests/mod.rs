@@ -708,6 +708,38 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// A submission may not name what granary keeps for others: a key of its own bucket outside the
+/// manifests folder (here another collection's stored files manifest) fails the job unread.
+#[tokio::test]
+async fn a_manifest_url_naming_another_collections_object_is_refused_unread() {
+    let w = world(IngestSettings::default());
+    let kept = w
+        .manifest("theirs", &[("secret-content.txt", "x")], &[])
+        .await;
+    let key = kept.strip_prefix("s3://bucket/").unwrap();
+    let body = w.store.get(key).await.unwrap().unwrap().body;
+    let theirs = "ingest/objects/other-collection/files.checkm";
+    w.store
+        .put(theirs, body, PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let id = w
+        .submit(&format!("s3://bucket/{theirs}"), "coll", None)
+        .await;
+    w.run(|_| true).await;
+    let report = &operator::reports(&w.ingest_ctx, &id).await.unwrap()[0];
+    assert!(report.completed.is_empty(), "{report:?}");
+    let reason = &report.failed[0].reason;
+    assert!(
+        reason.contains("is not a manifest granary keeps"),
+        "{reason}"
+    );
+    assert!(
+        !format!("{report:?}").contains("secret-content"),
+        "{report:?}"
+    );
+}
+
 #[tokio::test]
 async fn an_object_of_several_files_downloads_them_all_and_fails_on_the_first_bad_one() {
     let w = world(IngestSettings::default());

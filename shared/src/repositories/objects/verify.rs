@@ -2,8 +2,8 @@
 //! `SHA256SUMS` (with the key stored beside it, or one the operator pins), the manifest's own
 //! checksum, and every member read back against its checksum and size.
 
+use super::transfer::hash_object;
 use crate::domain::archive::manifest::{self, Manifest};
-use crate::handlers::transfer::hash_object;
 use crate::ports::{ObjectStore, StoreError};
 use serde::Serialize;
 use std::sync::Arc;

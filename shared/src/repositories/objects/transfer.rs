@@ -2,7 +2,7 @@
 //! its size and digests computed on the way, checked against what was announced and expected,
 //! under one timeout. Any failure aborts the upload, so nothing half-written becomes visible.
 
-use super::importer::validate::{DigestError, Digests, Found};
+use super::digests::{DigestError, Digests, Found};
 use crate::ports::{ObjectStore, SourceError, SourceStream, StoreError, MIN_PART_BYTES};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
