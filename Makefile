@@ -38,6 +38,7 @@ test:
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
 	scripts/mutants.sh
+	SIM_BUDGET_SECS=150 scripts/simulate-seeds.sh
 
 # The proof can fail: each deliberate defect in shared/src/mutants.rs, switched on in turn, must
 # make the test that guards it fail (about five minutes).

@@ -13,5 +13,6 @@ pub mod granule_list;
 pub mod in_memory;
 pub mod runner;
 pub mod runtime_api;
+pub mod simulate;
 pub mod simulator;
 pub mod stack;

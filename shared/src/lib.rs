@@ -20,6 +20,7 @@
 //!   `HandlerError`.
 //! - [`config`]: settings from the environment, by section.
 //! - [`budget`]: how long an invocation may still work, shared among its passes.
+//! - [`clock`]: the one clock (the wall clock, or a simulation's virtual time).
 //! - [`retry`]: the one in-run retry (bounded, with jittered exponential backoff).
 //! - [`mutants`]: deliberate defects for showing the proof fails without each rule (test-only
 //!   feature).
@@ -28,6 +29,7 @@
 
 pub mod adapters;
 pub mod budget;
+pub mod clock;
 pub mod config;
 pub mod contracts;
 pub mod domain;

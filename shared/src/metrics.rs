@@ -57,7 +57,7 @@ impl Metrics {
 
     /// Prints what was observed, one EMF line each, to stdout (a Lambda's log).
     pub fn print(&self, stack: &str) {
-        for doc in self.take_documents(stack, chrono::Utc::now()) {
+        for doc in self.take_documents(stack, crate::clock::now()) {
             println!("{doc}");
         }
     }

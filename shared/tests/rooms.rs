@@ -4,7 +4,10 @@
 //!   `handlers/state.rs` (the context's repositories) touches the store port or the JSON
 //!   record protocol itself;
 //! - errors are typed: no `Result<_, String>` in the code;
-//! - the context is `ctx` (or `<what>_ctx` where two are at hand), never a nickname.
+//! - the context is `ctx` (or `<what>_ctx` where two are at hand), never a nickname;
+//! - time has one source: granary's code and the local runtime's twins read the time only
+//!   through `shared/src/clock.rs` and wait only on tokio's timers, so a simulation's virtual
+//!   clock runs all of it.
 //!
 //! Clippy's `too_many_lines` (clippy.toml, at 80) keeps functions short; this keeps the rest.
 
@@ -199,5 +202,47 @@ fn the_context_has_one_name() {
     assert!(
         found.is_empty(),
         "call it ctx, or <what>_ctx beside another: {found:#?}"
+    );
+}
+
+/// Readings of the time that a simulation's virtual clock would not see.
+fn wall_clock_readings(code: &str) -> Vec<String> {
+    let wall = Regex::new(r"Utc::now\(\)|SystemTime::now|std::time::Instant|std::thread::sleep")
+        .unwrap();
+    code.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim_start().starts_with("//"))
+        .filter(|(_, l)| wall.is_match(l))
+        .map(|(i, l)| format!("{}: {}", i + 1, l.trim()))
+        .collect()
+}
+
+#[test]
+fn time_has_one_source() {
+    // The clock itself; the jitter's seed (a simulation reseeds it: `retry::reseed_jitter`).
+    let exempt = ["shared/src/clock.rs", "shared/src/retry.rs"];
+    let under = [
+        "shared/src/",
+        "local/src/runner/",
+        "local/src/in_memory/",
+        "local/src/simulator/",
+        "local/src/events/",
+    ];
+    let found: Vec<String> = code_files()
+        .into_iter()
+        .filter(|(p, _)| under.iter().any(|u| p.starts_with(u)) && !exempt.contains(&p.as_str()))
+        .flat_map(|(p, code)| {
+            wall_clock_readings(&code)
+                .into_iter()
+                .map(move |l| format!("{p}:{l}"))
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "read the time with granary::clock::now() and wait with tokio::time: {found:#?}"
+    );
+    assert_eq!(
+        wall_clock_readings("let t = chrono::Utc::now();\nlet s = std::time::Instant::now();\n// Utc::now()").len(),
+        2
     );
 }

@@ -50,7 +50,7 @@ pub async fn describe_facts(
                 retry_strategy: retry_strategy_json(retry_strategy.as_ref()),
                 created_at_ms: j
                     .created_at
-                    .unwrap_or_else(|| chrono::Utc::now().timestamp_millis()),
+                    .unwrap_or_else(|| granary::clock::now().timestamp_millis()),
                 account,
                 region,
                 array,

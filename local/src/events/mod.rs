@@ -180,7 +180,7 @@ pub fn array_parent_event(facts: &JobFacts, succeeded: u32, failed: u32) -> Valu
         "detail-type": "Batch Job State Change",
         "source": "aws.batch",
         "account": facts.account,
-        "time": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "time": granary::clock::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "region": facts.region,
         "resources": [facts.job_arn],
         "detail": detail,

@@ -98,7 +98,7 @@ impl InMemoryBatch {
     }
 
     pub(super) fn listed(&self, job: &Job) -> bool {
-        chrono::Utc::now().timestamp_millis() - job.created_at_ms >= self.listing_lag_ms
+        granary::clock::now().timestamp_millis() - job.created_at_ms >= self.listing_lag_ms
     }
 
     /// The same twin keeping the settled jobs' details in `scratch` (an empty file open for
@@ -177,7 +177,7 @@ impl JobRunner for InMemoryBatch {
             name,
             status: summary.status,
             request: Some(Box::new(request)),
-            created_at_ms: chrono::Utc::now().timestamp_millis(),
+            created_at_ms: granary::clock::now().timestamp_millis(),
             settled: None,
             children: vec![Child::queued(summary.status); size].into_boxed_slice(),
         });

@@ -53,7 +53,7 @@ impl EventBus for RuleToQueue {
     async fn put_events(&self, events: Vec<BusEvent>) -> Result<(), EventBusError> {
         for e in events.into_iter().filter(|e| self.matches(e)) {
             let n = self.serial.fetch_add(1, Ordering::Relaxed) + 1;
-            let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let time = granary::clock::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             // Written straight from the event: `json!` would copy the detail's whole tree
             // before writing it out (~2% of a campaign's CPU, perf).
             let envelope = serde_json::to_string(&Envelope {

@@ -61,6 +61,35 @@ pub struct RunnerOptions {
     /// (it retries for up to 24 hours by default), and none is lost; more ends then reach the
     /// reconciler first than would on AWS. `None`: delivered as they are made.
     pub events_queue_limit: Option<u64>,
+    /// Each function's timeout: an invocation that outlives it is dropped where it stands.
+    pub timeouts: FunctionTimeouts,
+}
+
+/// Each function's timeout as the template sets it (`Timeout:`; `local/tests/function_timeouts.rs`
+/// compares them). An invocation that outlives its function's timeout is dropped mid-await, as
+/// Lambda ends it: a crash beside the call-boundary ones, which the proof must survive. Lambda
+/// then treats an SQS batch as failed: "If the invocation fails or times out, every message in
+/// the batch will be returned to the queue" after its visibility timeout (AWS Lambda Developer
+/// Guide, "Lambda event source mappings", retries on errors); a scheduled run's work is simply
+/// cut short, and the schedule fires again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionTimeouts {
+    pub feeder: Duration,
+    pub monitor: Duration,
+    pub requeuer: Duration,
+    /// The item sweeper's, whose schedule runs the reconciler.
+    pub sweeper: Duration,
+}
+
+impl Default for FunctionTimeouts {
+    fn default() -> Self {
+        Self {
+            feeder: Duration::from_secs(300),
+            monitor: Duration::from_secs(60),
+            requeuer: Duration::from_secs(60),
+            sweeper: Duration::from_secs(300),
+        }
+    }
 }
 
 /// What `granary-local chaos` does to the handlers on top of the fault plan's Batch misbehaviour.
@@ -105,6 +134,7 @@ impl Default for RunnerOptions {
             submit_quota: false,
             parallel: false,
             events_queue_limit: None,
+            timeouts: FunctionTimeouts::default(),
         }
     }
 }
@@ -121,6 +151,9 @@ pub struct Progress {
     pub feeder_errors: u64,
     /// Invocations that died at an injected crash.
     pub crashed_invocations: u64,
+    /// Invocations that outlived their function's timeout and were dropped (counted among the
+    /// crashed too).
+    pub timed_out_invocations: u64,
     pub monitor_invocations: u64,
     pub requeuer_invocations: u64,
     pub reconciler_runs: u64,

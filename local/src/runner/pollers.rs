@@ -11,7 +11,8 @@ use granary::handlers::{monitor, requeuer, Ctx};
 use granary::ports::{Queue, ReceivedMessage};
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// What one drain of an event source did.
 #[derive(Debug, Default)]
@@ -20,6 +21,7 @@ pub(super) struct Drained {
     handled: u64,
     failed: u64,
     crashed: u64,
+    timed_out: u64,
     invocations: u64,
     /// The invocations' durations added up (side by side, more than the drain's wall time).
     pub(super) busy: Duration,
@@ -53,7 +55,11 @@ async fn drain(
             .into_iter()
             .map(|batch| {
                 let (ctx, faults) = invocation();
-                invoke(source, queue.clone(), batch, ctx, faults)
+                let timeout = match source {
+                    Source::Monitor => options.timeouts.monitor,
+                    Source::Requeuer => options.timeouts.requeuer,
+                };
+                invoke(source, queue.clone(), batch, ctx, faults, timeout)
             })
             .collect();
         let ended: Vec<Result<Invoked>> = if options.parallel {
@@ -74,6 +80,7 @@ async fn drain(
             out.handled += i.records;
             out.failed += i.failed;
             out.crashed += u64::from(i.crashed);
+            out.timed_out += u64::from(i.timed_out);
             out.invocations += 1;
             out.busy += i.took;
         }
@@ -84,8 +91,9 @@ async fn drain(
 struct Invoked {
     records: u64,
     failed: u64,
-    /// Whether it died at an injected crash.
+    /// Whether it died at an injected crash, or outlived its function's timeout.
     crashed: bool,
+    timed_out: bool,
     /// How long it ran (what Lambda bills it for).
     took: Duration,
 }
@@ -135,24 +143,33 @@ async fn invoke(
     batch: Vec<ReceivedMessage>,
     ctx: Ctx,
     faults: Option<Arc<Faults>>,
+    timeout: Duration,
 ) -> Result<Invoked> {
     let started = Instant::now();
     let event = lambda_sqs_event(queue.name(), &batch)?;
-    let response: SqsBatchResponse = match source {
-        Source::Monitor => monitor::handle_sqs(&ctx, event).await,
-        Source::Requeuer => requeuer::handle_sqs(&ctx, event).await,
-    };
+    let handled = tokio::time::timeout(timeout, async {
+        match source {
+            Source::Monitor => monitor::handle_sqs(&ctx, event).await,
+            Source::Requeuer => requeuer::handle_sqs(&ctx, event).await,
+        }
+    })
+    .await;
     let records = batch.len() as u64;
+    let timed_out = handled.is_err();
     // A dead invocation returns nothing to Lambda: every message of its batch comes back after
     // the visibility timeout, handled or not.
-    if faults.as_ref().is_some_and(|f| f.crashed()) {
-        return Ok(Invoked {
-            records,
-            failed: records,
-            crashed: true,
-            took: started.elapsed(),
-        });
-    }
+    let response: SqsBatchResponse = match handled {
+        Ok(response) if !faults.as_ref().is_some_and(|f| f.crashed()) => response,
+        _ => {
+            return Ok(Invoked {
+                records,
+                failed: records,
+                crashed: true,
+                timed_out,
+                took: started.elapsed(),
+            })
+        }
+    };
     // Lambda deletes every record not reported as failed; failed ones reappear later.
     let failed: HashSet<String> = response
         .batch_item_failures
@@ -172,6 +189,7 @@ async fn invoke(
         records,
         failed: failed.len() as u64,
         crashed: false,
+        timed_out: false,
         took: started.elapsed(),
     })
 }
@@ -242,6 +260,7 @@ impl LocalRuntime {
     pub(super) fn drained(&mut self, source: Source, d: Drained) -> u64 {
         self.progress.failed_records += d.failed;
         self.progress.crashed_invocations += d.crashed;
+        self.progress.timed_out_invocations += d.timed_out;
         match source {
             Source::Monitor => self.progress.monitor_invocations += d.invocations,
             Source::Requeuer => self.progress.requeuer_invocations += d.invocations,

@@ -6,7 +6,23 @@ use super::schedules::{UnderWay, UNDER_WAY_WAIT};
 use super::{LocalRuntime, Progress};
 use anyhow::{Context, Result};
 use granary::ports::QueueDepth;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long an idle round waits before the next: 100 ms on the wall clock. In a simulation
+/// (`granary::clock`) it jumps towards the next schedule, looking at the queues at least every
+/// simulated 10 s: a message back from its visibility timeout, or a job's end, waits at most that
+/// long for its poller (Lambda's pollers long-poll); an hour idle is 360 rounds, not 36,000.
+fn idle_wait(rounds: &Rounds) -> Duration {
+    if !granary::clock::is_virtual() {
+        return Duration::from_millis(100);
+    }
+    rounds
+        .next_feed
+        .min(rounds.next_reconcile)
+        .saturating_duration_since(Instant::now())
+        .clamp(Duration::from_millis(100), Duration::from_secs(10))
+}
 
 /// What `run_while`'s rounds carry from one to the next.
 pub(super) struct Rounds {
@@ -129,7 +145,7 @@ impl LocalRuntime {
             }
             // With work under way, the round above already waited for it.
             if activity == 0 && !rounds.under_way.any() {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                tokio::time::sleep(idle_wait(&rounds)).await;
             }
         }
     }

@@ -7,7 +7,8 @@ use super::{LambdaFunction, LocalRuntime};
 use anyhow::{Context, Result};
 use granary::handlers::feeder::{self, FeederEvent, FeederSummary};
 use granary::handlers::reconciler;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Work the runner started on other threads and has not reaped yet (`RunnerOptions::parallel`).
 #[derive(Default)]
@@ -45,6 +46,7 @@ pub(super) fn feeder_may_run(backlog: u64, granule_submit_count: u64) -> bool {
 pub(super) struct FeederRun {
     run: std::result::Result<FeederSummary, granary::handlers::HandlerError>,
     crashed: bool,
+    timed_out: bool,
     took: Duration,
 }
 
@@ -69,19 +71,20 @@ impl LocalRuntime {
         rounds.next_feed = Instant::now() + self.options.feeder_interval;
         let (ctx, faults) = self.invocation(LambdaFunction::Feeder);
         let granule_submit_count = self.options.granule_submit_count;
+        let timeout = self.options.timeouts.feeder;
         let run = move || async move {
             let started = Instant::now();
-            let run = feeder::run(
-                &ctx,
-                FeederEvent {
-                    granule_submit_count,
-                },
-            )
-            .await;
-            let crashed = faults.as_ref().is_some_and(|f| f.crashed());
+            let event = FeederEvent {
+                granule_submit_count,
+            };
+            let ran = tokio::time::timeout(timeout, feeder::run(&ctx, event)).await;
+            let timed_out = ran.is_err();
+            let crashed = timed_out || faults.as_ref().is_some_and(|f| f.crashed());
             FeederRun {
-                run,
+                // A run Lambda ended answers nothing; `crashed` says so.
+                run: ran.unwrap_or_else(|_| Ok(FeederSummary::default())),
                 crashed,
+                timed_out,
                 took: started.elapsed(),
             }
         };
@@ -132,10 +135,16 @@ impl LocalRuntime {
     /// A feeder run's end, as the schedule sees it: its activity, or the error that stops the
     /// local runtime.
     fn feeder_ended(&mut self, ended: FeederRun, errors_in_a_row: &mut u32) -> Result<u64> {
-        let FeederRun { run, crashed, took } = ended;
+        let FeederRun {
+            run,
+            crashed,
+            timed_out,
+            took,
+        } = ended;
         self.progress.feeder_time += took;
         self.progress.feeder_runs += 1;
         self.progress.crashed_invocations += u64::from(crashed);
+        self.progress.timed_out_invocations += u64::from(timed_out);
         let mut activity = 0;
         match run {
             Ok(summary) if !crashed => {
@@ -175,10 +184,18 @@ impl LocalRuntime {
         }
         rounds.next_reconcile = Instant::now() + self.options.reconcile_interval;
         let (ctx, faults) = self.invocation(LambdaFunction::Sweeper);
-        let run = reconciler::reconcile(&ctx, chrono::Utc::now()).await;
+        let timeout = self.options.timeouts.sweeper;
+        let ran = tokio::time::timeout(timeout, reconciler::reconcile(&ctx, granary::clock::now()));
+        let ran = ran.await;
         self.progress.reconciler_runs += 1;
-        let crashed = faults.as_ref().is_some_and(|f| f.crashed());
+        let timed_out = ran.is_err();
+        let crashed = timed_out || faults.as_ref().is_some_and(|f| f.crashed());
         self.progress.crashed_invocations += u64::from(crashed);
+        self.progress.timed_out_invocations += u64::from(timed_out);
+        // A pass Lambda ended did what it did; the schedule fires again.
+        let Ok(run) = ran else {
+            return Ok(1);
+        };
         match run {
             Ok(summary) => {
                 let activity = summary.recovered + summary.closed + summary.taken_over;
@@ -198,7 +215,7 @@ impl LocalRuntime {
         let (ctx, _) = self.invocation(LambdaFunction::Sweeper);
         let later = chrono::Duration::from_std(ctx.config.leases.reconcile_after)
             .ok()
-            .and_then(|age| chrono::Utc::now().checked_add_signed(age))
+            .and_then(|age| granary::clock::now().checked_add_signed(age))
             .and_then(|t| t.checked_add_signed(chrono::Duration::seconds(1)))
             .unwrap_or(chrono::DateTime::<chrono::Utc>::MAX_UTC);
         match reconciler::reconcile(&ctx, later).await {

@@ -7,7 +7,8 @@ use crate::domain::granule::GranuleProcessingEvent;
 use crate::ports::{OutgoingMessage, Queue, QueueError, ReceivedMessage};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Which DLQ messages to redrive; every filter set must match.
 #[derive(Debug, Clone, Default)]

@@ -257,7 +257,7 @@ async fn hold_back(
             "attempt {} not submitted: held back by granary cancel {cancel}",
             next.attempt
         ),
-        at: chrono::Utc::now(),
+        at: crate::clock::now(),
     };
     // Listed first: a crash before the record gives up leaves a listing the redelivered message
     // writes again.

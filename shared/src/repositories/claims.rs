@@ -14,7 +14,6 @@ use crate::domain::granule::GranuleProcessingEvent;
 use crate::domain::layout::claims::{claim_key, parked_prefix};
 use crate::domain::machine::Refused;
 use crate::ports::{JobRunner, JobRunnerError, ObjectMeta, ObjectStore, PutCondition, StoreError};
-use chrono::Utc;
 use std::time::Duration;
 
 /// What submitting one job did.
@@ -68,7 +67,7 @@ pub async fn submit_once(
     let submission = Submission {
         claim_key: claim_key(claim_prefix, event),
         open_key: Some(claim_key(open_prefix, event)),
-        claim: Claim::new(event, campaign, claimed_by, Utc::now()).placed(placement.clone()),
+        claim: Claim::new(event, campaign, claimed_by, crate::clock::now()).placed(placement.clone()),
         requests: &request,
     };
     submit_claim_once(store, jobs, metrics, lease, submission).await
@@ -99,7 +98,7 @@ pub async fn park_once(
     claimed_by: &str,
 ) -> Result<ParkOutcome, RepositoryError> {
     let key = claim_key(at.claim_prefix, event);
-    let claim = Claim::new(event, at.campaign, claimed_by, Utc::now())
+    let claim = Claim::new(event, at.campaign, claimed_by, crate::clock::now())
         .placed(at.placement.clone())
         .parked();
     match write_json_retrying(
@@ -139,7 +138,7 @@ pub async fn park_once(
     write_json_retrying(
         store,
         &marker,
-        &serde_json::json!({ "parked_at": Utc::now() }),
+        &serde_json::json!({ "parked_at": crate::clock::now() }),
         PutCondition::Overwrite,
         "marking a parked retry",
     )

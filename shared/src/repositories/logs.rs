@@ -22,7 +22,6 @@ use crate::domain::layout::logs::{
 };
 use crate::domain::report::LogFact;
 use crate::ports::{ObjectStore, PutCondition};
-use chrono::Utc;
 use futures::StreamExt;
 
 /// Earlier attempts whose failure logs a success looks up by key, one GET each, before it lists
@@ -164,7 +163,7 @@ impl<'a> Logs<'a> {
             record.superseded = Some(Supersession {
                 by_attempt: success.attempt,
                 by_job_id: success.job_id.clone(),
-                at: Utc::now(),
+                at: crate::clock::now(),
             });
             let new_key = old_key
                 .with_outcome(LogOutcome::Success)
@@ -310,7 +309,7 @@ impl<'a> Logs<'a> {
         record.revoked = Some(Revocation {
             through_attempt: key.attempt,
             reason: reason.to_owned(),
-            at: Utc::now(),
+            at: crate::clock::now(),
         });
         let at = LogKey {
             attempt: record.attempt,
@@ -341,7 +340,7 @@ impl<'a> Logs<'a> {
         record.superseded = Some(Supersession {
             by_attempt,
             by_job_id: String::new(),
-            at: Utc::now(),
+            at: crate::clock::now(),
         });
         let late_key = key.with_outcome(LogOutcome::Success).to_key(self.prefix);
         match write_json_retrying(
@@ -401,7 +400,7 @@ impl<'a> Logs<'a> {
         key: &LogKey,
         mut log: Versioned<LogRecord>,
     ) -> Result<(), RepositoryError> {
-        log.value.routed_at = Some(Utc::now());
+        log.value.routed_at = Some(crate::clock::now());
         match write_json_retrying(
             self.store,
             &key.to_key(self.prefix),

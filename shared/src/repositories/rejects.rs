@@ -64,7 +64,7 @@ pub async fn reject(
         kind,
         reason: reason.to_owned(),
         source: source.to_owned(),
-        recorded_at: chrono::Utc::now(),
+        recorded_at: crate::clock::now(),
         input: RawText::of(input),
         input_whole: (input.len() <= KEPT_WHOLE_BYTES).then(|| input.to_owned()),
     };

@@ -114,7 +114,7 @@ impl Submitter<'_> {
             };
             let etag = found.etag.unwrap_or_default();
             let existing = found.value;
-            match existing.on_found(Utc::now(), self.lease) {
+            match existing.on_found(crate::clock::now(), self.lease) {
                 FoundClaim::Submitted => {
                     let jobs = existing
                         .recorded()
@@ -131,7 +131,7 @@ impl Submitter<'_> {
                     return Ok(Submitted::InFlight { claim: existing })
                 }
                 FoundClaim::InFlight | FoundClaim::TakeOver => {
-                    let taken = existing.reclaimed(self.claimed_by, Utc::now());
+                    let taken = existing.reclaimed(self.claimed_by, crate::clock::now());
                     match self.write(key, &taken, PutCondition::IfMatch(etag)).await {
                         Ok(etag) => return self.work(&submission, taken, etag, true).await,
                         Err(e) if e.is_conflict() => fresh = None,
@@ -185,7 +185,7 @@ impl Submitter<'_> {
             .iter()
             .map(|t| t.job_id().map(str::to_owned))
             .collect();
-        let mut written = claim.recording(&found, Utc::now());
+        let mut written = claim.recording(&found, crate::clock::now());
         let answer_lost = tries.iter().any(|t| {
             matches!(
                 t,

@@ -4,7 +4,6 @@ use super::json::{read_json, write_json, RepositoryError, Versioned};
 use crate::adapters::parquet::{Inventory, InventoryError};
 use crate::domain::tracker::{PageMap, Tracker};
 use crate::ports::{ObjectMeta, ObjectStore, StoreError};
-use chrono::Utc;
 use std::sync::Arc;
 
 /// The feeder's tracker object at its key.
@@ -25,7 +24,7 @@ impl TrackerObject<'_> {
 
     /// Saves the tracker if nobody changed it since it was read; a conflict otherwise.
     pub async fn save(self, tracker: &mut Versioned<Tracker>) -> Result<(), RepositoryError> {
-        tracker.value.updated_at = Some(Utc::now());
+        tracker.value.updated_at = Some(crate::clock::now());
         let etag = write_json(self.store, self.key, &tracker.value, tracker.condition()).await?;
         tracker.etag = Some(etag);
         Ok(())

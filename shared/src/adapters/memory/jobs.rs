@@ -25,7 +25,7 @@ pub fn job_state_change(detail: &serde_json::Value) -> serde_json::Value {
         "version": "0", "id": format!("event-{}", detail["jobId"].as_str().unwrap_or("")),
         "detail-type": crate::domain::batch_event::DETAIL_TYPE,
         "source": crate::domain::batch_event::SOURCE,
-        "account": "000000000000", "time": chrono::Utc::now().to_rfc3339(),
+        "account": "000000000000", "time": crate::clock::now().to_rfc3339(),
         "region": "us-east-1", "resources": [], "detail": detail,
     })
 }
@@ -362,7 +362,7 @@ impl JobRunner for MemoryJobRunner {
             };
             jobs.push((request.clone(), child));
         }
-        let now = chrono::Utc::now().timestamp_millis();
+        let now = crate::clock::now().timestamp_millis();
         let mut created = self.created.lock().unwrap_or_else(|p| p.into_inner());
         for (_, child) in jobs
             .iter()

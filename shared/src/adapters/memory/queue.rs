@@ -2,7 +2,8 @@ use crate::ports::{OutgoingMessage, Queue, QueueDepth, QueueError, ReceivedMessa
 use async_trait::async_trait;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 #[derive(Debug, Clone)]
 struct Held {

@@ -94,7 +94,7 @@ impl Default for Objects {
             folders: BTreeMap::new(),
             held: Default::default(),
             held_writes: 0,
-            made: Utc::now(),
+            made: crate::clock::now(),
         }
     }
 }
@@ -415,7 +415,7 @@ impl ObjectStore for MemoryStore {
                 key: key.to_owned(),
             });
         }
-        let since = Utc::now()
+        let since = crate::clock::now()
             .signed_duration_since(objects.made)
             .num_milliseconds();
         let len = u32::try_from(body.len())

@@ -328,7 +328,7 @@ pub async fn handle_sqs(
     crate::handlers::for_each_record(event, 4, |body| async move {
         let message: TaskMessage = serde_json::from_str(&body)
             .map_err(|e| HandlerError::Refused(format!("not an archive task message: {e}")))?;
-        handle(ctx, &message, Utc::now()).await.map(|_| ())
+        handle(ctx, &message, crate::clock::now()).await.map(|_| ())
     })
     .await
 }

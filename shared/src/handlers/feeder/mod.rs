@@ -384,7 +384,7 @@ async fn read_window(
 /// the run, which does not advance.
 async fn save_fed_tracker(ctx: &Ctx, run: &mut FeedRun) -> Result<(), HandlerError> {
     if run.summary.rows_settled() > 0 {
-        run.tracker.value.sample(chrono::Utc::now());
+        run.tracker.value.sample(crate::clock::now());
     }
     // A refused save did nothing and is tried again with the same ETag: losing it would
     // make the next run redo every window of this one (through their claims, but still).

@@ -119,7 +119,7 @@ async fn window_of_retries(
             number,
             Vec::new(),
             "queue-feeder",
-            chrono::Utc::now(),
+            crate::clock::now(),
         )));
     }
     let entries = parked(ctx, summary, ceiling, pending).await?;
@@ -138,7 +138,7 @@ async fn window_of_retries(
             number,
             entries,
             "queue-feeder",
-            chrono::Utc::now(),
+            crate::clock::now(),
         )
         .in_array(ctx.config.feeder.array_windows),
     ))
@@ -328,7 +328,7 @@ async fn taken_by_window(ctx: &Ctx, entry: &WindowEntry, job_id: &str) -> Result
         Ok(claim
             .job_id
             .is_none()
-            .then(|| claim.recording(&found, chrono::Utc::now())))
+            .then(|| claim.recording(&found, crate::clock::now())))
     };
     ctx.claims()
         .change_claim(

@@ -266,7 +266,7 @@ fn first_attempts_window(
         rows,
         granules,
         "queue-feeder",
-        chrono::Utc::now(),
+        crate::clock::now(),
     )
     .in_array(ctx.config.feeder.array_windows)
     // An array window's first attempts get their item records at their children's ends, one
@@ -336,7 +336,7 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
         found.rows,
         found.granules.clone(),
         "reconciler (a window its campaign's feeder left)",
-        chrono::Utc::now(),
+        crate::clock::now(),
     )
     .in_array(found.array)
     .with_records_at_end(found.records_at_end);

@@ -224,7 +224,7 @@ async fn run(ctx: &Ctx, message: &ImportMessage) -> Result<StepReport, HandlerEr
     };
     let mut state = record.state;
     if state == ItemState::Downloading && step == Some(Step::Download) {
-        state = download::record_timeout(ctx, id, chrono::Utc::now()).await?;
+        state = download::record_timeout(ctx, id, crate::clock::now()).await?;
     }
     // READY and never processed: admitted by an earlier delivery of this message (or of a
     // download retry the sweeper sent), which may have died between recording READY and handing

@@ -1,7 +1,6 @@
 //! The automatic brake: the monitor holds the feeder itself when too many recent ends failed.
 
 use crate::handlers::Ctx;
-use chrono::Utc;
 
 /// The automatic brake (`domain::brake`): this end joins the instance's window; past a
 /// threshold the feeder's hold is placed (If-None-Match: an operator's hold, or an earlier
@@ -18,7 +17,7 @@ pub async fn brake(ctx: &Ctx, kind: crate::domain::brake::EndKind, what: String)
     let hold = crate::domain::hold::Hold {
         reason: braking.reason,
         held_by: "job-monitor (automatic brake)".to_owned(),
-        at: Utc::now(),
+        at: crate::clock::now(),
         evidence: braking.evidence,
         cancel: None,
     };

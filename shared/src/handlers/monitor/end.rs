@@ -9,7 +9,6 @@ use crate::domain::layout::logs::{LogKey, LogOutcome, LogRecord};
 use crate::handlers::Ctx;
 use crate::handlers::HandlerError;
 use crate::repositories::logs::FailureLogged;
-use chrono::Utc;
 
 pub(super) async fn handle_end(
     ctx: &Ctx,
@@ -109,7 +108,7 @@ fn log_record_of(
         route,
         job_id,
         job_name,
-        logged_at: Utc::now(),
+        logged_at: crate::clock::now(),
         routed_at: None,
         superseded: None,
         revoked: None,
@@ -238,7 +237,7 @@ async fn log_and_route_failure(
             }
             // Either a concurrent delivery is routing it right now (wait: SQS brings this message
             // back) or one died before routing (finish its work).
-            let age = Utc::now().signed_duration_since(log.value.logged_at);
+            let age = crate::clock::now().signed_duration_since(log.value.logged_at);
             if age.to_std().unwrap_or_default() < ctx.config.leases.route_lease {
                 return Err(HandlerError::InFlight(format!(
                     "attempt {} of {} is being routed by another delivery",
@@ -361,7 +360,7 @@ async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError
         cancel,
         job_id: record.job_id.clone(),
         reason: record.classification.reason.clone(),
-        at: Utc::now(),
+        at: crate::clock::now(),
     };
     ctx.cancelled().list(&entry).await?;
     Ok(())

@@ -6,7 +6,6 @@ use crate::domain::classify::Route;
 use crate::domain::job_end::{on_job_event, EventRejection, JobEnd};
 use crate::handlers::ingest::processing::{self, EndedProcessing, ProcessingOutcome};
 use crate::handlers::HandlerError;
-use chrono::Utc;
 use serde::Serialize;
 
 /// What the monitor did with one event.
@@ -150,7 +149,7 @@ async fn ingest_processing_ended(
         ctx.failure_dlq.as_ref(),
         ctx.config.max_attempt(),
         &ended,
-        Utc::now(),
+        crate::clock::now(),
     )
     .await?;
     Ok(MonitorOutcome::IngestProcessing {

@@ -1,4 +1,5 @@
 use super::*;
+use chrono::Utc;
 
 fn at() -> AttemptAt<'static> {
     AttemptAt {

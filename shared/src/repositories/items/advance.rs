@@ -81,7 +81,7 @@ impl Items {
                 return Ok(None);
             }
             // The time of each round: after a lost race the entries follow the winner's.
-            let now = Utc::now();
+            let now = crate::clock::now();
             let steps = along(current.clone(), &changes, now, by)
                 .map_err(crate::domain::machine::Refused::of)?;
             Ok(Some(holding(&steps, Some(current.seq))))

@@ -49,7 +49,7 @@ impl Items {
         changes: &[Change],
         by: &str,
     ) -> Result<Created, RecordError> {
-        let now = Utc::now();
+        let now = crate::clock::now();
         let steps = along(new.into_record(now, by), changes, now, by)?;
         let record = holding(&steps, None);
         if is_timed(record.state) {

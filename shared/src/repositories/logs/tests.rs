@@ -1,4 +1,5 @@
 use super::*;
+use chrono::Utc;
 use crate::adapters::memory::MemoryStore;
 use crate::adapters::tap::counting::RequestCounts;
 use crate::adapters::tap::TappedStore;

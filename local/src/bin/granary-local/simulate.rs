@@ -1,0 +1,106 @@
+use anyhow::Result;
+use granary_local::runner::FunctionTimeouts;
+use granary_local::simulate::{self, SimReport, SimSpec};
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Seed for the inventory, the fault plan, the crashes, the throttling and every time: a
+    /// run replays exactly.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// How many granules the sample inventory holds.
+    #[arg(long, default_value_t = 2_000)]
+    granules: usize,
+    /// Simulated seconds after SubmitJob before the Batch twin's ListJobs shows a job (Batch
+    /// promises no read-after-write for ListJobs). Past the 16-minute claim lease, a takeover
+    /// may submit a job twice: counted, never a loss.
+    #[arg(long, default_value_t = 30)]
+    listing_lag_secs: u64,
+    /// More of granary's configuration, as VAR=VALUE (repeatable): `--env GRANARY_ARRAY_WINDOWS=on`.
+    #[arg(long = "env", value_parser = var_value)]
+    env: Vec<(String, String)>,
+    /// The job monitor's timeout in milliseconds (the template's 60 s unless given): shorter,
+    /// invocations slowed by throttling outlive it and are dropped mid-await, as Lambda ends them.
+    #[arg(long)]
+    monitor_timeout_ms: Option<u64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn var_value(s: &str) -> Result<(String, String)> {
+    match s.split_once('=') {
+        Some((var, value)) if var.starts_with("GRANARY_") => Ok((var.to_owned(), value.to_owned())),
+        _ => Err(anyhow::anyhow!("{s:?} is not GRANARY_VAR=VALUE")),
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let spec = SimSpec {
+        seed: args.seed,
+        granules: args.granules,
+        listing_lag: Duration::from_secs(args.listing_lag_secs),
+        env: args.env,
+        timeouts: FunctionTimeouts {
+            monitor: args
+                .monitor_timeout_ms
+                .map_or(FunctionTimeouts::default().monitor, Duration::from_millis),
+            ..FunctionTimeouts::default()
+        },
+    };
+    let report = match simulate::run(&spec) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e:#}\nreplay: {}", simulate::replay_command(&spec));
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.audit.holds() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn print_report(r: &SimReport) {
+    let a = &r.audit;
+    println!("seed                    {}", r.seed);
+    println!(
+        "simulated               {:.1} h in {:.1} s ({:.2} simulated hours a second)",
+        r.simulated_secs / 3600.0,
+        r.wall_secs,
+        r.simulated_hours_per_second
+    );
+    println!(
+        "granules                {} ({} succeeded, {} dead-lettered, {} unaccounted)",
+        a.granules, a.succeeded, a.dead_lettered, a.unaccounted
+    );
+    println!(
+        "twice                   {} submissions, {} successes",
+        a.duplicate_submissions, a.duplicate_successes
+    );
+    println!(
+        "records                 {} disagreeing, {} history entries wrong, {} missing",
+        a.records_disagreeing, a.history_entries_wrong, a.history_entries_missing
+    );
+    println!(
+        "left open               {} claims, {} parked retries",
+        a.open_claims_left, a.parked_retries_left
+    );
+    println!(
+        "injected                {} crashes at a call, {} invocations ended at their timeout, {} throttles",
+        a.crashes_injected, r.timed_out_invocations, a.throttles_injected
+    );
+    if !a.holds() {
+        println!("THE PROMISE DID NOT HOLD; replay: {}", r.replay);
+    } else {
+        println!("nothing lost, nothing twice");
+    }
+}

@@ -1,0 +1,159 @@
+//! `granary-local simulate`: the chaos campaign on one virtual clock. The whole stack runs on a
+//! paused tokio runtime (`granary::clock`), so the deployed timings hold — the 16-minute claim
+//! lease, the queues' 6-minute visibility timeouts, the feeder's and the sweeper's schedules,
+//! each function's timeout — and a campaign of simulated hours runs in CPU seconds. An
+//! invocation that outlives its function's timeout is dropped mid-await, as Lambda ends it
+//! (`runner::FunctionTimeouts`). One seed replays one run: the inventory, the fault plan, the
+//! crashes, the throttling and every time.
+
+use super::chaos::{self, ChaosReport, ChaosSpec};
+use super::runner::ChaosOptions;
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::time::Duration;
+
+/// What a simulation runs.
+#[derive(Debug, Clone)]
+pub struct SimSpec {
+    pub seed: u64,
+    pub granules: usize,
+    /// How long after SubmitJob the Batch twin's ListJobs shows a job.
+    pub listing_lag: Duration,
+    /// More of granary's configuration (array windows, leases, ...).
+    pub env: Vec<(String, String)>,
+    /// The functions' timeouts (the template's unless a run asks for shorter ones, to see
+    /// invocations dropped mid-await).
+    pub timeouts: super::runner::FunctionTimeouts,
+}
+
+impl Default for SimSpec {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            granules: 2_000,
+            listing_lag: Duration::from_secs(30),
+            env: Vec::new(),
+            timeouts: super::runner::FunctionTimeouts::default(),
+        }
+    }
+}
+
+/// A simulation's report: the chaos audit, the simulated time it covered and the CPU it took.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimReport {
+    pub seed: u64,
+    /// Simulated seconds from the first feeder run to the campaign's settling.
+    pub simulated_secs: f64,
+    /// Wall seconds the simulation took (one thread: its CPU time).
+    pub wall_secs: f64,
+    /// Simulated hours per wall second.
+    pub simulated_hours_per_second: f64,
+    /// Invocations dropped at their function's timeout.
+    pub timed_out_invocations: u64,
+    /// The command that replays this run.
+    pub replay: String,
+    pub audit: ChaosReport,
+}
+
+/// The deployed schedules and queues, as the template sets them by default
+/// (`local/tests/function_timeouts.rs` compares them): the feeder every
+/// `FeederScheduleMinutes`, `GranuleSubmitCount` granules a run; the item sweeper (whose
+/// schedule runs the reconciler) every 15 minutes; the retry and events queues' visibility
+/// timeout.
+pub const FEEDER_EVERY: Duration = Duration::from_secs(3_600);
+pub const GRANULE_SUBMIT_COUNT: u64 = 1_000;
+pub const SWEEPER_EVERY: Duration = Duration::from_secs(900);
+pub const VISIBILITY_TIMEOUT_SECS: u32 = 360;
+
+/// Every simulation starts at this instant: a seed's times (and the logs' hive partitions) are
+/// the same on every replay.
+fn epoch() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_798_761_600, 0).unwrap_or(DateTime::<Utc>::MIN_UTC) // 2027-01-01
+}
+
+/// The chaos campaign with the deployed timings: the template's visibility timeouts and
+/// schedules, granary's default leases (none shortened, as the real-time chaos run must).
+fn chaos_spec(spec: &SimSpec) -> ChaosSpec {
+    ChaosSpec {
+        granules: spec.granules,
+        seed: spec.seed,
+        chaos: ChaosOptions {
+            seed: spec.seed,
+            ..ChaosOptions::default()
+        },
+        granule_submit_count: GRANULE_SUBMIT_COUNT,
+        feeder_interval: FEEDER_EVERY,
+        listing_lag: spec.listing_lag,
+        env: spec.env.clone(),
+        ..ChaosSpec::default()
+    }
+}
+
+/// Runs `spec` on a paused current-thread runtime of its own (one simulation a process: the
+/// virtual clock is process-wide).
+pub fn run(spec: &SimSpec) -> Result<SimReport> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .context("building the simulation's runtime")?;
+    let started = std::time::Instant::now();
+    let (audit, simulated, timed_out) = runtime.block_on(async {
+        anyhow::ensure!(
+            granary::clock::run_virtually_from(epoch()),
+            "a simulation ran in this process already (its clock is process-wide)"
+        );
+        // Backoff's jitter too is the seed's (`retry::jitter` starts from the wall clock).
+        granary::retry::reseed_jitter(spec.seed);
+        let mut campaign_spec = chaos::campaign_spec(&chaos_spec(spec));
+        // Deployed timings, in simulated time.
+        campaign_spec
+            .env
+            .retain(|(k, _)| !k.ends_with("_LEASE_SECS") && !k.ends_with("_AFTER_SECS"));
+        campaign_spec.runner.visibility_timeout_secs = VISIBILITY_TIMEOUT_SECS;
+        campaign_spec.runner.reconcile_interval = SWEEPER_EVERY;
+        campaign_spec.runner.deadline = Duration::from_secs(7 * 86_400);
+        campaign_spec.runner.stall_limit = Duration::from_secs(86_400);
+        campaign_spec.runner.timeouts = spec.timeouts;
+        let mut campaign = super::campaign::Campaign::in_memory(&campaign_spec).await?;
+        let from = granary::clock::now();
+        campaign
+            .runtime
+            .run_to_quiescence(|_| {})
+            .await
+            .with_context(|| format!("seed {}: the campaign did not settle", spec.seed))?;
+        let simulated = (granary::clock::now() - from).to_std().unwrap_or_default();
+        let timed_out = campaign.runtime.progress.timed_out_invocations;
+        let audit = chaos::audit(&campaign, started.elapsed()).await?;
+        Ok::<_, anyhow::Error>((audit, simulated, timed_out))
+    })?;
+    let wall = started.elapsed().as_secs_f64();
+    Ok(SimReport {
+        seed: spec.seed,
+        simulated_secs: simulated.as_secs_f64(),
+        wall_secs: wall,
+        simulated_hours_per_second: simulated.as_secs_f64() / 3600.0 / wall.max(1e-9),
+        timed_out_invocations: timed_out,
+        replay: replay_command(spec),
+        audit,
+    })
+}
+
+/// The command line that replays `spec`.
+pub fn replay_command(spec: &SimSpec) -> String {
+    let mut line = format!(
+        "granary-local simulate --seed {} --granules {} --listing-lag-secs {}",
+        spec.seed,
+        spec.granules,
+        spec.listing_lag.as_secs()
+    );
+    for (var, value) in &spec.env {
+        line.push_str(&format!(" --env {var}={value}"));
+    }
+    let monitor = spec.timeouts.monitor;
+    if monitor != super::runner::FunctionTimeouts::default().monitor {
+        line.push_str(&format!(" --monitor-timeout-ms {}", monitor.as_millis()));
+    }
+    line
+}

@@ -1,0 +1,60 @@
+//! `granary-local simulate`: the chaos campaign on one virtual clock, run as an operator runs it
+//! (the binary, one simulation a process). A seed replays exactly, and an invocation dropped at
+//! its function's timeout — Lambda's own crash mode — loses nothing.
+#![allow(clippy::too_many_lines)] // test code
+
+use serde_json::Value;
+use std::process::Command;
+
+/// The report of `granary-local simulate ARGS --json`, and whether it exited 0.
+fn simulate(args: &[&str]) -> (Value, bool) {
+    let out = Command::new(env!("CARGO_BIN_EXE_granary-local"))
+        .arg("simulate")
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no report ({e}); stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (report, out.status.success())
+}
+
+/// The report without what the machine decides (how long it took).
+fn deterministic(mut report: Value) -> Value {
+    for field in ["wall_secs", "simulated_hours_per_second"] {
+        report.as_object_mut().unwrap().remove(field);
+    }
+    report["audit"].as_object_mut().unwrap().remove("wall_secs");
+    report
+}
+
+#[test]
+fn a_seed_replays_exactly_and_the_promise_holds() {
+    let args = ["--seed", "11", "--granules", "400"];
+    let (first, held) = simulate(&args);
+    assert!(held, "{first:#}");
+    assert_eq!(first["audit"]["unaccounted"], 0);
+    assert!(first["simulated_secs"].as_f64().unwrap() > 60.0, "{first:#}");
+    let (second, _) = simulate(&args);
+    assert_eq!(deterministic(first), deterministic(second));
+}
+
+#[test]
+fn invocations_ended_at_their_functions_timeout_lose_nothing() {
+    let (report, held) = simulate(&["--seed", "3", "--granules", "400", "--monitor-timeout-ms", "20"]);
+    assert!(held, "{report:#}");
+    assert!(
+        report["timed_out_invocations"].as_u64().unwrap() > 0,
+        "no invocation outlived its timeout: {report:#}"
+    );
+    assert_eq!(report["audit"]["unaccounted"], 0);
+    assert_eq!(report["audit"]["duplicate_successes"], 0);
+    assert!(report["replay"]
+        .as_str()
+        .unwrap()
+        .contains("--monitor-timeout-ms 20"));
+}
