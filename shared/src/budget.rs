@@ -14,6 +14,9 @@ use tokio::time::Instant;
 const PLANNED_SHARE_NUM: u32 = 4;
 const PLANNED_SHARE_DEN: u32 = 5;
 
+/// A unit of work's share of the time left ([`Budget::unit_share`]).
+const UNIT_SHARE_DEN: u32 = 4;
+
 /// A deadline, or none (an operator's command, a test).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
@@ -54,6 +57,13 @@ impl Budget {
     pub fn left(&self) -> Option<Duration> {
         self.deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+
+    /// How long one unit of work may take: a quarter of the time left, so that one unit that
+    /// hangs (a depositor's server that never answers) leaves most of the pass to the others,
+    /// and never more than the time left. `None`: unlimited.
+    pub fn unit_share(&self) -> Option<Duration> {
+        self.left().map(|left| left / UNIT_SHARE_DEN)
     }
 
     /// Whether the time is up: no new unit of work should start.

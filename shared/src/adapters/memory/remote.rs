@@ -18,6 +18,8 @@ pub struct MemoryRemote {
     /// Callback URLs that answer with an error.
     failing: Mutex<BTreeSet<String>>,
     calls: Mutex<Vec<(String, serde_json::Value)>>,
+    /// URLs whose server takes this long to answer any request (on tokio's clock).
+    latency: Mutex<BTreeMap<String, std::time::Duration>>,
 }
 
 impl MemoryRemote {
@@ -38,6 +40,20 @@ impl MemoryRemote {
     /// How many GETs `url` was asked for.
     pub fn fetches(&self, url: &str) -> u32 {
         lock(&self.fetches).get(url).copied().unwrap_or(0)
+    }
+
+    /// Every request to `url` (HEAD, GET, callback) is answered only after `delay`: a slow or
+    /// hanging depositor's server.
+    pub fn slow(&self, url: &str, delay: std::time::Duration) {
+        lock(&self.latency).insert(url.to_owned(), delay);
+    }
+
+    /// Waits as long as `url`'s server takes to answer.
+    async fn answer_delay(&self, url: &str) {
+        let delay = lock(&self.latency).get(url).copied();
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
     }
 
     pub fn fail_callbacks_to(&self, url: &str) {
@@ -69,6 +85,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[async_trait]
 impl Remote for MemoryRemote {
     async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
+        self.answer_delay(url).await;
         let files = self.lock_files();
         let body = files.get(url).ok_or_else(|| Self::missing(url))?;
         if lock(&self.sizeless).contains(url) {
@@ -79,6 +96,7 @@ impl Remote for MemoryRemote {
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
         *lock(&self.fetches).entry(url.to_owned()).or_default() += 1;
+        self.answer_delay(url).await;
         if let Some(left) = lock(&self.flaky).get_mut(url).filter(|n| **n > 0) {
             *left -= 1;
             return Err(SourceError::Transient {
@@ -97,6 +115,7 @@ impl Remote for MemoryRemote {
     }
 
     async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
+        self.answer_delay(url).await;
         if lock(&self.failing).contains(url) {
             return Err(SourceError::Transient {
                 url: url.to_owned(),

@@ -32,15 +32,23 @@ pub async fn each_batch(
     ctx: &Ctx,
     state: BatchState,
     now: DateTime<Utc>,
+    budget: &crate::budget::Budget,
     s: &mut TickSummary,
     step: impl AsyncFn(&Ctx, BatchRecord, DateTime<Utc>, &mut TickSummary) -> Result<(), HandlerError>,
 ) -> Result<(), HandlerError> {
     for batch in batches_in(ctx, state).await? {
         let span = batch_span(&batch);
         let id = batch.id.clone();
-        if let Err(e) = step(ctx, batch, now, s).instrument(span).await {
-            tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");
-            s.errors += 1;
+        match super::within_share(budget, step(ctx, batch, now, s).instrument(span)).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");
+                s.errors += 1;
+            }
+            None => {
+                tracing::warn!(batch = %id, %state, "no time left in this tick for the batch's step; the next tick takes it up");
+                s.out_of_time += 1;
+            }
         }
     }
     Ok(())

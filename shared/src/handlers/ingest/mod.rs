@@ -112,6 +112,25 @@ pub async fn handle_submissions(
     response
 }
 
+/// Runs one job's or batch's `step` within its share of the tick's `budget`
+/// (`Budget::unit_share`): `None` when the budget was spent before it started, or when the step
+/// outlived its share and was dropped where it stood — as a Lambda timeout would have dropped
+/// it, which every step survives (the ingest crash-point harness): its job or batch is left for
+/// the next tick, and the rest of this one goes on. So one depositor's server that hangs on a
+/// HEAD, a download or a callback costs a share of a tick, not every tick's every later step.
+pub(crate) async fn within_share<F>(budget: &crate::budget::Budget, step: F) -> Option<F::Output>
+where
+    F: std::future::Future,
+{
+    if budget.spent() {
+        return None;
+    }
+    match budget.unit_share() {
+        Some(share) => tokio::time::timeout(share, step).await.ok(),
+        None => Some(step.await),
+    }
+}
+
 /// What one tick of the dispatcher did, per step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TickSummary {
@@ -141,6 +160,9 @@ pub struct TickSummary {
     pub batches_waiting_for_archive: u64,
     /// Stale index markers repaired on the way.
     pub repaired: u64,
+    /// Job and batch steps not run, or dropped, for want of the tick's time: each is taken up by
+    /// the next tick.
+    pub out_of_time: u64,
     /// Job and batch steps that failed (logged with their error); each is tried again next tick.
     pub errors: u64,
 }
@@ -153,30 +175,33 @@ pub async fn tick(
 ) -> Result<TickSummary, HandlerError> {
     let mut summary = TickSummary::default();
     let s = &mut summary;
+    // A tick spends at most its planned share of the dispatcher's timeout; each job's or
+    // batch's step at most a share of what is left (`within_share`).
+    let budget = &crate::budget::Budget::of_invocation(ctx.config.leases.function_timeout);
     // Held with no hold left (a release that died after removing its hold): back to pending.
     let unheld = holds::release_unheld(ctx, None, "no hold covers it any more", now).await?;
     s.released = (unheld.batches.len() + unheld.jobs.len()) as u64;
     use crate::domain::ingest::{batch::BatchState as B, job::JobState as J};
     use batches::each_batch;
     use jobs::each_job;
-    each_batch(ctx, B::Pending, now, s, batches::spawn).await?;
-    each_job(ctx, J::Pending, now, s, jobs::dispatch).await?;
-    each_job(ctx, J::Estimating, now, s, jobs::estimate).await?;
+    each_batch(ctx, B::Pending, now, budget, s, batches::spawn).await?;
+    each_job(ctx, J::Pending, now, budget, s, jobs::dispatch).await?;
+    each_job(ctx, J::Estimating, now, budget, s, jobs::estimate).await?;
     // Capacity is counted once a tick and grows with each job it admits.
     let mut used = jobs::in_flight(ctx).await?;
     let provision = async |ctx: &Ctx, j, now, s: &mut TickSummary| {
         jobs::provision(ctx, j, now, s, &mut used).await
     };
-    each_job(ctx, J::Provisioning, now, s, provision).await?;
-    each_job(ctx, J::Downloading, now, s, jobs::download).await?;
-    each_job(ctx, J::Processing, now, s, jobs::process).await?;
-    each_job(ctx, J::Storing, now, s, storing::store).await?;
-    each_job(ctx, J::Recording, now, s, jobs::record).await?;
-    each_job(ctx, J::Notify, now, s, jobs::notify).await?;
-    each_batch(ctx, B::Processing, now, s, batches::end_processing).await?;
-    each_batch(ctx, B::Reporting, now, s, batches::report).await?;
-    each_batch(ctx, B::UpdateReporting, now, s, batches::report).await?;
-    each_batch(ctx, B::Completed, now, s, batches::clean_up).await?;
+    each_job(ctx, J::Provisioning, now, budget, s, provision).await?;
+    each_job(ctx, J::Downloading, now, budget, s, jobs::download).await?;
+    each_job(ctx, J::Processing, now, budget, s, jobs::process).await?;
+    each_job(ctx, J::Storing, now, budget, s, storing::store).await?;
+    each_job(ctx, J::Recording, now, budget, s, jobs::record).await?;
+    each_job(ctx, J::Notify, now, budget, s, jobs::notify).await?;
+    each_batch(ctx, B::Processing, now, budget, s, batches::end_processing).await?;
+    each_batch(ctx, B::Reporting, now, budget, s, batches::report).await?;
+    each_batch(ctx, B::UpdateReporting, now, budget, s, batches::report).await?;
+    each_batch(ctx, B::Completed, now, budget, s, batches::clean_up).await?;
     Ok(summary)
 }
 

@@ -36,6 +36,7 @@ pub async fn each_job(
     ctx: &Ctx,
     state: JobState,
     now: DateTime<Utc>,
+    budget: &crate::budget::Budget,
     s: &mut TickSummary,
     mut step: impl AsyncFnMut(
         &Ctx,
@@ -47,9 +48,17 @@ pub async fn each_job(
     for job in taken(ctx, state, s).await? {
         let span = job_span(&job);
         let id = job.id.clone();
-        if let Err(e) = step(ctx, job, now, s).instrument(span).await {
-            tracing::error!(job = %id, %state, error = %e, "the job's step failed; the next tick tries again");
-            s.errors += 1;
+        let ran = super::within_share(budget, step(ctx, job, now, s).instrument(span)).await;
+        match ran {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::error!(job = %id, %state, error = %e, "the job's step failed; the next tick tries again");
+                s.errors += 1;
+            }
+            None => {
+                tracing::warn!(job = %id, %state, "no time left in this tick for the job's step; the next tick takes it up");
+                s.out_of_time += 1;
+            }
         }
     }
     Ok(())

@@ -1180,6 +1180,7 @@ async fn a_submission_redelivered_minutes_later_makes_no_second_batch() {
     assert_eq!(records.len(), 1, "{batches:?}");
 }
 
+mod budget;
 mod container;
 mod priority;
 mod queued;
