@@ -123,7 +123,12 @@ fn plan_settings(args: &PlanArgs, ctx: &Ctx) -> granary::domain::plan::PlanSetti
         window_rows: if array_windows {
             granary::handlers::feeder::ARRAY_WINDOW_ROWS
         } else {
-            granary::handlers::feeder::window_ceiling(Some(run))
+            granary::handlers::feeder::window_ceiling(
+                Some(run),
+                Some(std::time::Duration::from_secs_f64(
+                    1.0 / args.submit_rate.max(1e-3),
+                )),
+            )
         },
         max_active_jobs: args.max_active_jobs.unwrap_or(feeder.max_active_jobs),
         job_minutes: args.job_minutes,

@@ -233,7 +233,10 @@ pub async fn feed(
     let ceiling = if ctx.config.feeder.array_windows {
         ARRAY_WINDOW_ROWS
     } else {
-        window_ceiling(timeout)
+        window_ceiling(
+            timeout,
+            ctx.config.jobs.as_ref().and_then(|j| j.submit_spacing),
+        )
     };
     // No new window once this is spent: the one in hand, at most `ceiling` rows, still fits.
     let budget = Budget::of_invocation(timeout).part(1, 2);

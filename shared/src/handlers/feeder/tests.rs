@@ -89,6 +89,23 @@ async fn stops_feeding_at_the_active_job_threshold_and_resumes_below_it() {
 
 /// A count larger than Batch lets through in a quarter of the feeder's timeout is fed as
 /// several windows; once half the run's time is spent no new window starts.
+/// Windows are sized from the rate the feeder is paced at, not Batch's quota: paced at 20 calls
+/// a second (the template's share), a 300 s run's window is what 75 s let through, 1,500 rows;
+/// sized for 50 a second it would take 187 s, and a second one would outlive the run.
+#[test]
+fn windows_are_sized_from_the_paced_rate() {
+    use std::time::Duration;
+    let run = Some(Duration::from_secs(300));
+    assert_eq!(window_ceiling(run, None), 3_750);
+    assert_eq!(window_ceiling(run, Some(Duration::from_millis(50))), 1_500);
+    // A spacing faster than the quota is held to the quota.
+    assert_eq!(window_ceiling(run, Some(Duration::from_millis(1))), 3_750);
+    assert_eq!(
+        window_ceiling(None, Some(Duration::from_millis(50))),
+        u64::MAX
+    );
+}
+
 #[tokio::test]
 async fn a_large_count_is_fed_as_windows_the_run_has_time_for() {
     let feed_with = |timeout_secs: u64| async move {
@@ -121,7 +138,10 @@ async fn a_large_count_is_fed_as_windows_the_run_has_time_for() {
             .collect();
         (out, windows)
     };
-    assert_eq!(window_ceiling(Some(std::time::Duration::from_secs(4))), 50);
+    assert_eq!(
+        window_ceiling(Some(std::time::Duration::from_secs(4)), None),
+        50
+    );
     let (out, windows) = feed_with(4).await;
     assert_eq!(out.submitted, 120);
     assert_eq!(windows.len(), 3, "{windows:?}");

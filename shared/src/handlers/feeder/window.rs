@@ -21,13 +21,23 @@ pub(super) const PAGE_MAP_LOOKAHEAD_ROWS: u64 = 128 * 1024;
 /// (AWS Batch User Guide, "AWS Batch service quotas").
 pub const BATCH_SUBMITS_PER_SEC: u64 = 50;
 
-/// The most rows one window may hold: what Batch's SubmitJob rate lets through in a quarter of
-/// the feeder's timeout. A larger `granule_submit_count` is fed as several windows, and the run
-/// starts no new one after half its time ([`Budget`]): a window never outlives the run that
-/// claimed it. Unbounded when the timeout is not known.
-pub fn window_ceiling(timeout: Option<std::time::Duration>) -> u64 {
+/// The most rows one window may hold: what the feeder's SubmitJob rate lets through in a quarter
+/// of its timeout — its paced rate (`spacing` between two calls, `GRANARY_SUBMIT_JOB_RATE`), or
+/// Batch's quota when unpaced. A larger `granule_submit_count` is fed as several windows, and the
+/// run starts no new one after half its time ([`Budget`]): a window never outlives the run that
+/// claimed it. Sized for the quota while paced at 20 a second, a window took 187 s and a second
+/// one could outlive a 300 s run. Unbounded when the timeout is not known.
+pub fn window_ceiling(
+    timeout: Option<std::time::Duration>,
+    spacing: Option<std::time::Duration>,
+) -> u64 {
+    let quota = BATCH_SUBMITS_PER_SEC as f64;
+    let per_sec = spacing
+        .filter(|s| !s.is_zero())
+        .map_or(quota, |s| (1.0 / s.as_secs_f64()).min(quota));
     timeout.map_or(u64::MAX, |t| {
-        (t.as_secs() / 4).max(1) * BATCH_SUBMITS_PER_SEC
+        let quarter = (t.as_secs() / 4).max(1) as f64;
+        ((quarter * per_sec).floor() as u64).max(1)
     })
 }
 
