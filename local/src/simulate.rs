@@ -69,7 +69,8 @@ pub const VISIBILITY_TIMEOUT_SECS: u32 = 360;
 /// Every simulation starts at this instant: a seed's times (and the logs' hive partitions) are
 /// the same on every replay.
 fn epoch() -> DateTime<Utc> {
-    DateTime::from_timestamp(1_798_761_600, 0).unwrap_or(DateTime::<Utc>::MIN_UTC) // 2027-01-01
+    DateTime::from_timestamp(1_798_761_600, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)
+    // 2027-01-01
 }
 
 /// The chaos campaign with the deployed timings: the template's visibility timeouts and

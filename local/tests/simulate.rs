@@ -38,14 +38,24 @@ fn a_seed_replays_exactly_and_the_promise_holds() {
     let (first, held) = simulate(&args);
     assert!(held, "{first:#}");
     assert_eq!(first["audit"]["unaccounted"], 0);
-    assert!(first["simulated_secs"].as_f64().unwrap() > 60.0, "{first:#}");
+    assert!(
+        first["simulated_secs"].as_f64().unwrap() > 60.0,
+        "{first:#}"
+    );
     let (second, _) = simulate(&args);
     assert_eq!(deterministic(first), deterministic(second));
 }
 
 #[test]
 fn invocations_ended_at_their_functions_timeout_lose_nothing() {
-    let (report, held) = simulate(&["--seed", "3", "--granules", "400", "--monitor-timeout-ms", "20"]);
+    let (report, held) = simulate(&[
+        "--seed",
+        "3",
+        "--granules",
+        "400",
+        "--monitor-timeout-ms",
+        "20",
+    ]);
     assert!(held, "{report:#}");
     assert!(
         report["timed_out_invocations"].as_u64().unwrap() > 0,

@@ -207,8 +207,8 @@ fn the_context_has_one_name() {
 
 /// Readings of the time that a simulation's virtual clock would not see.
 fn wall_clock_readings(code: &str) -> Vec<String> {
-    let wall = Regex::new(r"Utc::now\(\)|SystemTime::now|std::time::Instant|std::thread::sleep")
-        .unwrap();
+    let wall =
+        Regex::new(r"Utc::now\(\)|SystemTime::now|std::time::Instant|std::thread::sleep").unwrap();
     code.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim_start().starts_with("//"))
@@ -242,7 +242,10 @@ fn time_has_one_source() {
         "read the time with granary::clock::now() and wait with tokio::time: {found:#?}"
     );
     assert_eq!(
-        wall_clock_readings("let t = chrono::Utc::now();\nlet s = std::time::Instant::now();\n// Utc::now()").len(),
+        wall_clock_readings(
+            "let t = chrono::Utc::now();\nlet s = std::time::Instant::now();\n// Utc::now()"
+        )
+        .len(),
         2
     );
 }

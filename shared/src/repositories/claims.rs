@@ -67,7 +67,8 @@ pub async fn submit_once(
     let submission = Submission {
         claim_key: claim_key(claim_prefix, event),
         open_key: Some(claim_key(open_prefix, event)),
-        claim: Claim::new(event, campaign, claimed_by, crate::clock::now()).placed(placement.clone()),
+        claim: Claim::new(event, campaign, claimed_by, crate::clock::now())
+            .placed(placement.clone()),
         requests: &request,
     };
     submit_claim_once(store, jobs, metrics, lease, submission).await

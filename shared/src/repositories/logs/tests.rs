@@ -1,10 +1,10 @@
 use super::*;
-use chrono::Utc;
 use crate::adapters::memory::MemoryStore;
 use crate::adapters::tap::counting::RequestCounts;
 use crate::adapters::tap::TappedStore;
 use crate::domain::classify::{Classification, JobOutcome, Route};
 use crate::domain::granule::{GranuleId, IdParser};
+use chrono::Utc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

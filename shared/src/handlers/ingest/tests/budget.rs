@@ -23,7 +23,10 @@ async fn a_server_that_hangs_costs_a_share_of_the_tick_and_the_other_jobs_go_on(
         assert!(took <= Duration::from_secs(80), "a tick took {took:?}");
         out_of_time += s.out_of_time;
     }
-    assert!(out_of_time > 0, "the hanging job's steps were never cut short");
+    assert!(
+        out_of_time > 0,
+        "the hanging job's steps were never cut short"
+    );
     let fine_job = w.job(&goes_on.job(1)).await;
     assert!(
         fine_job.state > JobState::Downloading,
