@@ -51,6 +51,9 @@ pub struct ReconcileSummary {
     /// Windows of a campaign the stack no longer feeds, left half-submitted by its feeder:
     /// taken over and finished here (their jobs submitted, their item records made).
     pub taken_over: u64,
+    /// Windows of another campaign left half-submitted, not taken over because the feeder is
+    /// held (`granary hold`): taken over once it is released.
+    pub held: u64,
     /// Jobs Batch no longer knows (it keeps finished jobs for at least 7 days, not for ever)
     /// whose end was never handled: logged and dead-lettered with that reason
     /// (`domain::job_end::forgotten_by_batch`).
@@ -76,6 +79,7 @@ impl ReconcileSummary {
             closed,
             not_submitted,
             taken_over,
+            held,
             unknown_to_batch,
             errors,
             out_of_time,
@@ -90,6 +94,7 @@ impl ReconcileSummary {
         self.closed += closed;
         self.not_submitted += not_submitted;
         self.taken_over += taken_over;
+        self.held += held;
         self.unknown_to_batch += unknown_to_batch;
         self.errors += errors;
         self.out_of_time += out_of_time;

@@ -497,3 +497,65 @@ fn an_array_window_is_looked_at_granule_by_granule_once_its_parent_ended_or_the_
         );
     }
 }
+
+/// A window another campaign's feeder claimed and left unsubmitted is finished by the
+/// reconciler once its lease passed, but not while the feeder is held: the takeover submits
+/// jobs, which a hold forbids.
+#[tokio::test]
+async fn another_campaigns_half_submitted_window_waits_while_the_feeder_is_held() {
+    use crate::domain::campaign::Campaign;
+    use crate::domain::layout::claims::window_key;
+    use crate::domain::window::WindowClaim;
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx(jobs.clone());
+    let old = Campaign::parse("old").unwrap();
+    let there = ctx.in_campaign(Some(&old));
+    let id = GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap();
+    let long_ago = Utc::now() - chrono::Duration::hours(2);
+    let claim = WindowClaim::new(
+        Some(&old),
+        "inventories/a.parquet",
+        0,
+        1,
+        vec![id],
+        "a feeder that died",
+        long_ago,
+    );
+    let layout = &there.config.layout;
+    crate::repositories::write_json(
+        there.store.as_ref(),
+        &window_key(&layout.claim_prefix, &claim.inventory, 0),
+        &claim,
+        crate::ports::PutCondition::IfAbsent,
+    )
+    .await
+    .unwrap();
+    there
+        .store
+        .put(
+            &window_key(&layout.open_claim_prefix, &claim.inventory, 0),
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let hold = crate::domain::hold::Hold {
+        reason: "looking into failures".into(),
+        held_by: "operator".into(),
+        at: Utc::now(),
+        evidence: Vec::new(),
+        cancel: None,
+    };
+    assert_eq!(ctx.hold().place(&hold).await.unwrap(), None);
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.held, s.taken_over), (1, 0), "{s:?}");
+    assert!(
+        jobs.submitted().is_empty(),
+        "a held feeder's takeover submitted"
+    );
+    ctx.hold().release().await.unwrap();
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.held, s.taken_over), (0, 1), "{s:?}");
+    assert_eq!(jobs.submitted().len(), 1);
+}

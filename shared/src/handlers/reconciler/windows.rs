@@ -110,7 +110,11 @@ pub(super) async fn reconcile_window(
         .as_ref()
         .map(|m| WindowProgress::from_marker(&m.body))
         .unwrap_or_default();
-    let job_ids = window_jobs(ctx, &claim, &progress).await?;
+    let Some(job_ids) = window_jobs(ctx, &claim, &progress, budget).await? else {
+        // The pass's time ran out among its lookups by name: the next pass takes it up.
+        summary.out_of_time += 1;
+        return Ok(());
+    };
     // An array window whose array Batch says is still under way: one DescribeJobs for the whole
     // window, and the granules wait for a later pass (`look_at_each_granule`).
     if let Some(parent) = claim.array_job_id.as_deref().filter(|_| claim.array) {
@@ -175,6 +179,13 @@ async fn window_claim(
     if own || claim.is_submitted() || budget.spent() {
         return Ok(Some(claim));
     }
+    // A held feeder submits nothing, and neither does its takeover: finishing another
+    // campaign's window submits that window's missing jobs.
+    if let Some(hold) = ctx.hold().read().await? {
+        tracing::info!(claim_key, hold = %hold.describe(), "the feeder is held: this window of another campaign is finished once it is released");
+        summary.held += 1;
+        return Ok(Some(claim));
+    }
     match crate::handlers::feeder::finish_claimed_window(ctx, &claim).await {
         Ok(true) => summary.taken_over += 1,
         // Its lease runs (its feeder may be at it): the next pass looks again.
@@ -191,12 +202,14 @@ async fn window_claim(
 
 /// Each granule's job: recorded, or (a SubmitJob answer lost) found by its deterministic name;
 /// `None` for a granule an earlier pass saw handled, or with no job. An array window's granules
-/// share one name: it is looked up once.
+/// share one name: it is looked up once. `None` for the whole window when the pass's time ran
+/// out before every lookup was made (a window of 3,750 single jobs is as many ListJobs calls).
 async fn window_jobs(
     ctx: &Ctx,
     claim: &WindowClaim,
     progress: &WindowProgress,
-) -> Result<Vec<Option<String>>, HandlerError> {
+    budget: &Budget,
+) -> Result<Option<Vec<Option<String>>>, HandlerError> {
     let mut job_ids: Vec<Option<String>> = Vec::with_capacity(claim.granules.len());
     let mut found_by_name: HashMap<String, Option<String>> = HashMap::new();
     for i in 0..claim.granules.len() {
@@ -208,6 +221,7 @@ async fn window_jobs(
                 Some(name) => {
                     let found = match found_by_name.get(&name) {
                         Some(found) => found.clone(),
+                        None if budget.spent() => return Ok(None),
                         None => {
                             let found = ctx.jobs.find_by_name(&name).await?.map(|job| job.job_id);
                             found_by_name.insert(name, found.clone());
@@ -219,7 +233,7 @@ async fn window_jobs(
             },
         });
     }
-    Ok(job_ids)
+    Ok(Some(job_ids))
 }
 
 /// Each granule's place in the window, its attempt, and what its look found.
