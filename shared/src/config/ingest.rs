@@ -140,11 +140,13 @@ impl IngestSettings {
         let Some(url) = v.get("GRANARY_INGEST_EZID_URL") else {
             return Ok(None);
         };
-        if !(url.starts_with("https://") || url.starts_with("http://")) {
+        // Every mint sends EZID's user:password (HTTP Basic): over plain http anyone on the path
+        // reads them. Only a server on this machine (the local twin, a test) may go without TLS.
+        if !(url.starts_with("https://") || is_loopback_http(&url)) {
             return Err(ConfigError::Invalid {
                 var: "GRANARY_INGEST_EZID_URL",
                 value: url,
-                why: "an http(s) URL, such as https://ezid.cdlib.org".into(),
+                why: "an https URL, such as https://ezid.cdlib.org (http only to 127.0.0.1, [::1] or localhost: the credentials travel with each mint)".into(),
             });
         }
         Ok(Some(EzidSettings {
@@ -156,6 +158,22 @@ impl IngestSettings {
             credentials_parameter: v.get("GRANARY_INGEST_EZID_CREDENTIALS_PARAMETER"),
         }))
     }
+}
+
+/// Whether `url` is plain http to this machine (`127.0.0.1`, `[::1]`, `localhost`, any port).
+fn is_loopback_http(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if authority.contains('@') {
+        return false;
+    }
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    matches!(host, "127.0.0.1" | "::1" | "localhost")
 }
 
 #[cfg(test)]
@@ -184,6 +202,34 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(var), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_ezid_url_must_be_https_unless_it_is_this_machine() {
+        let ezid = |url: &str| {
+            IngestSettings::from_lookup(|k| match k {
+                "GRANARY_INGEST_EZID_URL" => Some(url.to_owned()),
+                "GRANARY_INGEST_EZID_SHOULDER" => Some("ark:/99999/fk4".to_owned()),
+                _ => None,
+            })
+        };
+        for ok in [
+            "https://ezid.cdlib.org",
+            "http://127.0.0.1:8080",
+            "http://localhost/ezid",
+            "http://[::1]:9",
+        ] {
+            assert!(ezid(ok).is_ok(), "{ok}");
+        }
+        for refused in [
+            "http://ezid.cdlib.org",
+            "http://localhost.evil.example",
+            "http://127.0.0.1@evil.example",
+            "ftp://ezid.cdlib.org",
+        ] {
+            let e = ezid(refused).unwrap_err().to_string();
+            assert!(e.contains("GRANARY_INGEST_EZID_URL"), "{refused}: {e}");
         }
     }
 }

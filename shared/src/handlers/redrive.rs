@@ -237,6 +237,13 @@ struct Walk {
     moved: std::collections::HashSet<String>,
 }
 
+/// A redrive's receives long-poll, for the least wait SQS allows: a short poll (wait 0) asks only
+/// a subset of SQS's servers and may answer empty while messages wait, and the walk ends at the
+/// first empty answer, leaving them behind. A long poll asks every server (Amazon SQS Developer
+/// Guide, "Amazon SQS short and long polling"; "Setting-up long polling": a wait of 1 second is
+/// the minimum). The walk's last, empty, receive costs that second.
+const LONG_POLL_SECS: u32 = 1;
+
 async fn walk(
     from: &dyn Queue,
     to: &dyn Queue,
@@ -254,7 +261,9 @@ async fn walk(
     let mut next_send = Instant::now();
     let full = |s: &RedriveSummary| opts.max.is_some_and(|max| s.matched.len() as u64 >= max);
     loop {
-        let batch = from.receive(10, opts.visibility_secs, 0).await?;
+        let batch = from
+            .receive(10, opts.visibility_secs, LONG_POLL_SECS)
+            .await?;
         if batch.is_empty() {
             return Ok(());
         }
