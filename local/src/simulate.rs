@@ -25,6 +25,8 @@ pub struct SimSpec {
     /// The functions' timeouts (the template's unless a run asks for shorter ones, to see
     /// invocations dropped mid-await).
     pub timeouts: super::runner::FunctionTimeouts,
+    /// Share of handler invocations that die at a random external call.
+    pub crash_rate: f64,
 }
 
 impl Default for SimSpec {
@@ -35,6 +37,7 @@ impl Default for SimSpec {
             listing_lag: Duration::from_secs(30),
             env: Vec::new(),
             timeouts: super::runner::FunctionTimeouts::default(),
+            crash_rate: ChaosOptions::default().crash_rate,
         }
     }
 }
@@ -53,7 +56,20 @@ pub struct SimReport {
     pub timed_out_invocations: u64,
     /// The command that replays this run.
     pub replay: String,
+    /// ListJobs's lag was past the claim lease: a takeover may submit a job twice (allowed).
+    pub lag_past_the_lease: bool,
     pub audit: ChaosReport,
+}
+
+impl SimReport {
+    /// Whether the promise held: nothing lost, nothing twice; past the lease, nothing lost.
+    pub fn holds(&self) -> bool {
+        if self.lag_past_the_lease {
+            self.audit.nothing_lost()
+        } else {
+            self.audit.holds()
+        }
+    }
 }
 
 /// The deployed schedules and queues, as the template sets them by default
@@ -81,6 +97,7 @@ fn chaos_spec(spec: &SimSpec) -> ChaosSpec {
         seed: spec.seed,
         chaos: ChaosOptions {
             seed: spec.seed,
+            crash_rate: spec.crash_rate,
             ..ChaosOptions::default()
         },
         granule_submit_count: GRANULE_SUBMIT_COUNT,
@@ -137,8 +154,20 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         simulated_hours_per_second: simulated.as_secs_f64() / 3600.0 / wall.max(1e-9),
         timed_out_invocations: timed_out,
         replay: replay_command(spec),
+        lag_past_the_lease: spec.listing_lag >= claim_lease(spec),
         audit,
     })
+}
+
+/// The claim lease the simulated stack runs with: granary's default, or the run's own.
+fn claim_lease(spec: &SimSpec) -> Duration {
+    let secs = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "GRANARY_CLAIM_LEASE_SECS")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(granary::config::DEFAULT_CLAIM_LEASE_SECS);
+    Duration::from_secs(secs)
 }
 
 /// The command line that replays `spec`.
@@ -151,6 +180,9 @@ pub fn replay_command(spec: &SimSpec) -> String {
     );
     for (var, value) in &spec.env {
         line.push_str(&format!(" --env {var}={value}"));
+    }
+    if spec.crash_rate != ChaosOptions::default().crash_rate {
+        line.push_str(&format!(" --crash-rate {}", spec.crash_rate));
     }
     let monitor = spec.timeouts.monitor;
     if monitor != super::runner::FunctionTimeouts::default().monitor {
