@@ -470,13 +470,6 @@ async fn audit(w: &World) -> Result<(), String> {
         if groups != vec![BatchGroup::of(job.state).unwrap()] {
             return Err(format!("{jid} is in batch groups {groups:?}"));
         }
-        if want == JobState::Completed {
-            for f in &job.stored {
-                if w.store.get(&f.key).await.unwrap().is_none() {
-                    return Err(format!("{} is missing", f.key));
-                }
-            }
-        }
         // Minted once — never twice, whatever crashed — and stored under what was minted;
         // objects that never reached storing minted nothing.
         let minted = w.minter.minted_for(jid.as_str());
@@ -498,7 +491,17 @@ async fn audit(w: &World) -> Result<(), String> {
                 Some(Ok(m))
                     if Some(&m.object) == minted.first()
                         && m.job == jid.as_str()
-                        && m.files.len() == 3 => {}
+                        && m.files.len() == 3 =>
+                {
+                    // The object as stored: every file its manifest lists is there, at its
+                    // size (its working copies under ingest/objects/ go as it completes).
+                    for f in &m.files {
+                        let found = w.store.get(&f.key).await.unwrap();
+                        if found.map(|o| o.body.len() as u64) != Some(f.size) {
+                            return Err(format!("{jid}: stored {} is missing or cut", f.key));
+                        }
+                    }
+                }
                 other => return Err(format!("{jid}'s storage manifest {manifest}: {other:?}")),
             }
         } else if !minted.is_empty() {

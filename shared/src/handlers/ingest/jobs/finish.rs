@@ -111,5 +111,13 @@ pub async fn notify(
             s.notified += 1;
         }
     }
+    // Seed 004: a completed job's working files go as it completes, whatever its batch's end
+    // (a batch that ends Failed is cleaned up only when an operator updates or deletes it).
+    // Not while batches are archived: the archive job reads them after the batch completes,
+    // and the batch's cleanup removes them once archived. A crash before this leaves them to
+    // that cleanup; removing them again removes nothing.
+    if mv.to == JobState::Completed && ctx.config.ingest.archive_destinations.is_empty() {
+        crate::handlers::ingest::batches::remove_files(ctx, &job.id).await?;
+    }
     Ok(())
 }

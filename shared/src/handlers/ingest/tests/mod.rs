@@ -708,6 +708,31 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// Seed 004's cleanup: a job's working files go as it completes, even when its batch ends
+/// Failed (whose own cleanup waits for an operator).
+#[tokio::test]
+async fn a_completed_jobs_files_go_as_it_completes_though_its_batch_fails() {
+    let w = world(IngestSettings::default());
+    let m = w
+        .manifest(
+            "m-clean",
+            &[("ok.txt", "fine"), ("bad.txt", "tampered")],
+            &["bad.txt"],
+        )
+        .await;
+    let id = w.submit(&m, "coll", None).await;
+    w.run(|_| true).await;
+    assert_eq!(w.batch(&id).await.state, BatchState::Failed);
+    let done = w.job(&id.job(1)).await;
+    assert_eq!(done.state, JobState::Completed, "{}", done.reason);
+    let left = w
+        .store
+        .list(&w.ingest_ctx.ingest().keys.objects(&id.job(1)))
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "working files left: {left:?}");
+}
+
 /// A submission may not name what granary keeps for others: a key of its own bucket outside the
 /// manifests folder (here another collection's stored files manifest) fails the job unread.
 #[tokio::test]
