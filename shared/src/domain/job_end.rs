@@ -250,14 +250,24 @@ pub fn undescribable(
     job_id: &str,
     why: &str,
 ) -> FinishedJob {
-    end_not_known(
-        granule,
-        campaign,
-        format!(
+    FinishedJob {
+        classification: undescribable_end(job_id, why),
+        ..end_not_known(granule, campaign, String::new())
+    }
+}
+
+/// How an end no code can read is classified, whatever the job (a granule's, an ingest job's
+/// processing): a final failure whose reason says why.
+pub fn undescribable_end(job_id: &str, why: &str) -> Classification {
+    Classification {
+        outcome: super::classify::JobOutcome::NonRetryable,
+        failure: Some(super::classify::FailureKind::Unknown),
+        batch_rules: String::new(),
+        reason: format!(
             "Batch's description of job {job_id} cannot be read ({why}): its end was never \
              seen, and whether it succeeded is not known"
         ),
-    )
+    }
 }
 
 /// An end granary never saw and cannot learn: dead-lettered with `reason`.

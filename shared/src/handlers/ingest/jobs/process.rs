@@ -124,21 +124,39 @@ async fn processing_end(
     if !described.summary.status.is_terminal() {
         return Ok(());
     }
-    let detail = match serde_json::from_value::<JobDetail>(described.detail) {
-        Ok(d) => d,
-        Err(e) => {
-            tracing::error!(job = %job.id, batch_job, error = %e, "DescribeJobs answer unreadable; the job's event decides");
-            return Ok(());
+    let ended = match serde_json::from_value::<JobDetail>(described.detail.clone()) {
+        Ok(detail) => {
+            let Ok(classification) = classify(&detail) else {
+                return Ok(());
+            };
+            EndedProcessing {
+                ingest_job: job.id.clone(),
+                batch_job_id: batch_job.clone(),
+                batch_job_name: detail.job_name.clone(),
+                classification,
+            }
         }
-    };
-    let Ok(classification) = classify(&detail) else {
-        return Ok(());
-    };
-    let ended = EndedProcessing {
-        ingest_job: job.id.clone(),
-        batch_job_id: batch_job.clone(),
-        batch_job_name: detail.job_name.clone(),
-        classification,
+        // An ended job of this record's own attempt (the record names it) that no code can
+        // read: its event, the same detail, cannot be read either, so waiting for it would
+        // leave the job PROCESSING for ever. The description is kept under rejects/, then the
+        // attempt ends as a final failure that says why (as a granule's does).
+        Err(e) => {
+            let why = e.to_string();
+            let reason = format!("DescribeJobs answer for job {batch_job}: {why}");
+            ctx.reject(
+                crate::domain::poison::RejectKind::UnreadableEvent,
+                &reason,
+                "ingest-dispatcher (DescribeJobs)",
+                &described.detail.to_string(),
+            )
+            .await?;
+            EndedProcessing {
+                ingest_job: job.id.clone(),
+                batch_job_id: batch_job.clone(),
+                batch_job_name: described.summary.job_name.clone(),
+                classification: crate::domain::job_end::undescribable_end(&batch_job, &why),
+            }
+        }
     };
     match processing::on_end(
         &ctx.ingest(),

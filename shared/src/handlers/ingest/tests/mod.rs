@@ -708,6 +708,50 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// A processing job Batch describes in a way no code can read, whose event never came, fails
+/// with why instead of waiting in PROCESSING for ever (its event could not be read either); the
+/// description is kept under rejects/ and the failure dead-lettered.
+#[tokio::test]
+async fn a_processing_job_described_unreadably_fails_with_why() {
+    let w = world(IngestSettings::default());
+    let m = w.manifest("m-unreadable", &[("a.txt", "alpha")], &[]).await;
+    let id = w.submit(&m, "coll", None).await;
+    for _ in 0..6 {
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
+    }
+    let running = w.jobs.running();
+    assert_eq!(running.len(), 1, "{running:?}");
+    let batch_job = running[0].1.job_id.clone();
+    w.jobs.finish(
+        &batch_job,
+        JobStatus::Failed,
+        serde_json::json!({"jobId": 7, "status": ["FAILED"]}),
+    );
+    for _ in 0..3 {
+        tick(&w.ingest_ctx, Utc::now()).await.unwrap();
+    }
+    let job = w.job(&id.job(1)).await;
+    assert_eq!(job.state, JobState::Failed);
+    assert!(job.reason.contains("cannot be read"), "{}", job.reason);
+    let rejects = w
+        .store
+        .list(&w.ingest_ctx.config.layout.reject_prefix)
+        .await
+        .unwrap();
+    assert_eq!(rejects.len(), 1, "{rejects:?}");
+    // The kept description's notice, and the job's failure.
+    let reasons: Vec<String> = w
+        .dlq
+        .messages()
+        .iter()
+        .map(|m| m.attributes[crate::contracts::messages::attribute::REASON].clone())
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("cannot be read")),
+        "{reasons:?}"
+    );
+}
+
 /// Seed 004's cleanup: a job's working files go as it completes, even when its batch ends
 /// Failed (whose own cleanup waits for an operator).
 #[tokio::test]
