@@ -37,9 +37,13 @@ pub struct Request {
 
 impl Request {
     /// A request over TLS (`aws:SecureTransport` true), with `aws:PrincipalArn` set for an IAM
-    /// caller as AWS sets it.
+    /// caller and `aws:PrincipalIsAWSService` for every caller as AWS sets them: the latter is in
+    /// every signed request, `true` only when a service principal calls directly (IAM User Guide,
+    /// "AWS global condition context keys").
     pub fn new(caller: Caller, action: &str, resource: &str) -> Self {
         let mut context = BTreeMap::from([("aws:SecureTransport".to_owned(), "true".to_owned())]);
+        let is_service = matches!(caller, Caller::Service(_));
+        context.insert("aws:PrincipalIsAWSService".into(), is_service.to_string());
         if let Caller::Iam(arn) = &caller {
             context.insert("aws:PrincipalArn".into(), arn.clone());
         }

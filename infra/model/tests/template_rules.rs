@@ -198,16 +198,94 @@ fn every_function_log_group_has_a_retention() {
     }
 }
 
+/// The data bucket's lifecycle rules, as resolved.
+fn data_bucket_rules(r: &Resolved) -> &Vec<Value> {
+    r.resources["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .unwrap()
+}
+
+/// A rule that applies to every key of the bucket: enabled, with no prefix, tag or size filter.
+fn whole_bucket(rule: &Value) -> bool {
+    rule["Status"] == "Enabled"
+        && [
+            "Prefix",
+            "TagFilters",
+            "ObjectSizeGreaterThan",
+            "ObjectSizeLessThan",
+        ]
+        .iter()
+        .all(|filter| rule[*filter].is_null() || rule[*filter] == "")
+}
+
+/// Parts of a multipart upload nobody completes or aborts are billed until removed, wherever
+/// they are: the importer's raw/, ingest's files under ingest/, the archive's members under
+/// archive/. One rule aborts them after a day all over the bucket (S3 User Guide, "Configuring a
+/// bucket lifecycle configuration to delete incomplete multipart uploads": a rule without a
+/// prefix applies to every upload in the bucket).
 #[test]
-fn incomplete_raw_uploads_are_cleaned_up() {
+fn incomplete_uploads_are_cleaned_up_across_the_whole_bucket() {
     let (_, r) = resolved();
-    let bucket = &r.resources["DataBucket"]["Properties"]["LifecycleConfiguration"]["Rules"];
-    let cleaned = bucket.as_array().unwrap().iter().any(|rule| {
-        rule["Prefix"] == "raw/"
-            && rule["Status"] == "Enabled"
-            && !rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"].is_null()
-    });
-    assert!(cleaned, "no AbortIncompleteMultipartUpload rule for raw/");
+    let days: Vec<u64> = data_bucket_rules(&r)
+        .iter()
+        .filter(|rule| whole_bucket(rule))
+        .filter_map(|rule| {
+            let days = &rule["AbortIncompleteMultipartUpload"]["DaysAfterInitiation"];
+            (!days.is_null()).then(|| number(days))
+        })
+        .collect();
+    assert_eq!(
+        days,
+        [1],
+        "one whole-bucket AbortIncompleteMultipartUpload rule, after a day"
+    );
+}
+
+/// The data bucket is versioned, and granary deletes index markers by the thousand under the
+/// prefixes it LISTs. Old versions expire (a week after they stop being current), and so does
+/// the delete marker a deleted key is left with once its last old version has gone: S3 keeps
+/// such an "expired object delete marker" until a rule says `ExpiredObjectDeleteMarker`, which
+/// cannot share a rule with an expiration in days or on a date (S3 API Reference,
+/// "LifecycleExpiration"). Both cover the whole bucket.
+#[test]
+fn old_versions_and_their_lone_delete_markers_expire_across_the_whole_bucket() {
+    let (_, r) = resolved();
+    let versioning = &r.resources["DataBucket"]["Properties"]["VersioningConfiguration"];
+    assert_eq!(
+        versioning["Status"], "Enabled",
+        "the rule is for a versioned bucket"
+    );
+    let rules = data_bucket_rules(&r);
+    let noncurrent: Vec<u64> = rules
+        .iter()
+        .filter(|rule| whole_bucket(rule))
+        .filter_map(|rule| {
+            let days = &rule["NoncurrentVersionExpiration"]["NoncurrentDays"];
+            (!days.is_null()).then(|| number(days))
+        })
+        .collect();
+    assert_eq!(
+        noncurrent,
+        [7],
+        "old versions kept a week, all over the bucket"
+    );
+    let markers: Vec<&Value> = rules
+        .iter()
+        .filter(|rule| rule["ExpiredObjectDeleteMarker"] == true)
+        .collect();
+    assert!(
+        markers.iter().any(|rule| whole_bucket(rule)),
+        "no whole-bucket rule removes expired object delete markers"
+    );
+    for rule in markers {
+        for refused in ["ExpirationInDays", "ExpirationDate", "TagFilters"] {
+            assert!(
+                rule[refused].is_null(),
+                "{}: ExpiredObjectDeleteMarker cannot share a rule with {refused}",
+                rule["Id"]
+            );
+        }
+    }
 }
 
 #[test]
@@ -355,6 +433,73 @@ fn only_the_batch_rule_and_the_named_redrivers_may_send_to_the_events_queue() {
             Some(_) => assert_eq!(operator, Decision::Silent),
             None => assert_eq!(operator, Decision::Denied),
         }
+        // Plain HTTP is refused to everyone, the rule included.
+        assert_eq!(
+            d(send(events())
+                .with("aws:SourceArn", rule)
+                .with("aws:SecureTransport", "false")),
+            Decision::Denied
+        );
+    }
+}
+
+/// What waits in the events DLQ goes back to the monitor (`granary redrive-events`), so only the
+/// Batch rule's dead letters may be sent there: every IAM principal — an administrator, the
+/// account's root, a function's role, a named redrive role — is denied sqs:SendMessage, whatever
+/// its IAM policy says, and another rule finds no Allow (a service principal has no IAM policy of
+/// its own). The events SQS itself moves there after the monitor failed on them are no
+/// SendMessage (SQS Developer Guide, "Using dead-letter queues in Amazon SQS"), and the Deny could
+/// not match such a move even if it were decided as a request: it needs `aws:PrincipalIsAWSService`
+/// false, which only a signed request of an IAM principal carries.
+#[test]
+fn only_the_batch_rule_may_send_to_the_events_dlq() {
+    use granary_template::policy::{decide, Caller, Decision, Request};
+    let rule = "arn:aws:events:us-east-1:123456789012:rule/rules-BatchStateRule";
+    let other_rule = "arn:aws:events:us-east-1:123456789012:rule/someone-elses";
+    let dlq = "arn:aws:sqs:us-east-1:123456789012:rules-BatchEventsDlq";
+    let events_queue = "arn:aws:sqs:us-east-1:123456789012:rules-BatchEventsQueue";
+    for redrivers in [None, Some("arn:aws:iam::123456789012:role/ops-*")] {
+        let template = Template::granary().unwrap();
+        let mut stack = Stack::new("rules")
+            .with("SubnetIds", "subnet-1")
+            .with("SecurityGroupIds", "sg-1")
+            .with("ContainerImage", "image");
+        if let Some(r) = redrivers {
+            stack = stack.with("EventsRedriveRoleArns", r);
+        }
+        let r = template.resolve(&stack).unwrap();
+        let policy =
+            &r.resources["BatchEventsDlqPolicy"]["Properties"]["PolicyDocument"]["Statement"];
+        let d = |req: Request| decide(policy, &req).unwrap();
+        let send = |c: Caller| Request::new(c, "sqs:SendMessage", dlq);
+        let events = || Caller::Service("events.amazonaws.com".into());
+        assert_eq!(
+            d(send(events()).with("aws:SourceArn", rule)),
+            Decision::Allowed
+        );
+        assert_eq!(
+            d(send(events()).with("aws:SourceArn", other_rule)),
+            Decision::Silent,
+            "another rule: no Allow lets a service principal in"
+        );
+        for who in [
+            "arn:aws:iam::123456789012:role/Admin",
+            "arn:aws:iam::123456789012:root",
+            "arn:aws:iam::123456789012:role/rules-JobMonitorFunctionRole",
+            "arn:aws:iam::123456789012:role/ops-night",
+        ] {
+            assert_eq!(d(send(Caller::Iam(who.into()))), Decision::Denied, "{who}");
+        }
+        // SQS's own move from the events queue, were it decided as a service's call, or as a
+        // request carrying no keys at all: nothing denies it.
+        let sqs = || Caller::Service("sqs.amazonaws.com".into());
+        assert_ne!(
+            d(send(sqs()).with("aws:SourceArn", events_queue)),
+            Decision::Denied
+        );
+        let mut bare = send(sqs());
+        bare.context.clear();
+        assert_ne!(d(bare), Decision::Denied);
         // Plain HTTP is refused to everyone, the rule included.
         assert_eq!(
             d(send(events())
@@ -600,6 +745,55 @@ fn the_submitters_shares_of_the_submit_job_budget_leave_room_in_the_account() {
     ] {
         assert!(rate(f) <= 50.0, "{f} may exceed what Batch takes");
     }
+}
+
+/// The feeder is asked for no more granules a run than a run can submit (the parameter's
+/// MaxValue), and that bound cuts no mode short. Batch's quotas (AWS Batch User Guide, "AWS Batch
+/// service quotas"): 50 SubmitJob calls a second per account, arrays of at most 10,000 children,
+/// at most 1,000,000 jobs in SUBMITTED state. A single-job run makes one call a granule, so it
+/// submits at most 50 a second for its whole timeout, and the bound must allow that; an
+/// array-window run makes one call a window, and its bound is at most what Batch holds
+/// submitted, in windows the feeder's own rate starts in a fraction of its window time.
+#[test]
+fn the_feeder_is_asked_for_no_more_than_a_run_can_submit() {
+    let (t, r) = resolved();
+    let p = &t.doc["Parameters"]["GranuleSubmitCount"];
+    assert!(
+        !p["MaxValue"].is_null(),
+        "GranuleSubmitCount has no MaxValue"
+    );
+    let (min, default, max) = (
+        number(&p["MinValue"]),
+        number(&p["Default"]),
+        number(&p["MaxValue"]),
+    );
+    assert!(
+        min <= default && default <= max,
+        "{min} <= {default} <= {max}"
+    );
+    const SUBMIT_JOB_PER_SEC: u64 = 50;
+    const LARGEST_ARRAY: u64 = 10_000;
+    const SUBMITTED_JOBS: u64 = 1_000_000;
+    let feeder = r.function("QueueFeederFunction").unwrap();
+    let timeout = number(feeder.property("Timeout"));
+    assert!(
+        max >= SUBMIT_JOB_PER_SEC * timeout,
+        "{max} is below what a single-job run can submit in {timeout} s"
+    );
+    assert!(
+        max <= SUBMITTED_JOBS,
+        "{max} is more than Batch holds submitted"
+    );
+    // The windows of the largest count: calls at the feeder's own rate within the 120 s (half of
+    // four fifths of its timeout, `Budget`) in which it starts windows.
+    let rate: u64 = feeder.environment().unwrap()["GRANARY_SUBMIT_JOB_RATE"]
+        .parse()
+        .unwrap();
+    let windows = max.div_ceil(LARGEST_ARRAY);
+    assert!(
+        windows <= rate * (timeout * 4 / 5 / 2),
+        "{windows} windows take more than the run's window time at {rate} calls/s"
+    );
 }
 
 /// Every schedule's rate expression is one EventBridge accepts: the unit singular for a value of
