@@ -708,6 +708,68 @@ async fn a_downloaded_file_lost_before_storing_fails_the_job_and_a_resume_stores
     assert_eq!(w.batch(&id).await.state, BatchState::Deleted);
 }
 
+/// A manifest of manifests through the dispatcher: each object's own files manifest is read
+/// as the batch spawns its jobs, so an object whose manifest is corrupt fails at once, with
+/// why, and the other objects go all the way.
+#[tokio::test]
+async fn a_manifest_of_manifests_spawns_an_object_each_and_a_corrupt_one_fails_at_once() {
+    let w = world(IngestSettings::default());
+    let good = w
+        .manifest("o1", &[("p1.txt", "one"), ("p2.txt", "two")], &[])
+        .await;
+    let keys = &w.ingest_ctx.ingest().keys;
+    w.store
+        .put(
+            &keys.manifest("o2"),
+            Bytes::from_static(b"<html>not a manifest</html>\n"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let top = format!(
+        "#%profile | http://uc3.cdlib.org/registry/ingest/manifest/mrt-manifest-batch-manifest\n\
+         #%fields | nfo:fileUrl | mrt:localIdentifier\n\
+         {good} | o1\ns3://bucket/{} | o2\n",
+        keys.manifest("o2")
+    );
+    w.store
+        .put(
+            &keys.manifest("top"),
+            Bytes::from(top),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let submission = crate::domain::ingest::record::Submission {
+        collection: "coll".into(),
+        manifest_url: format!("s3://bucket/{}", keys.manifest("top")),
+        kind: ManifestKind::Manifests,
+        priority: 5,
+        callback: None,
+        profile: None,
+        submitter: "test".into(),
+        deposit: Default::default(),
+    };
+    let id = submit(&w.ingest_ctx, submission, Utc::now())
+        .await
+        .unwrap()
+        .id;
+    w.run(|_| true).await;
+    let first = w.job(&id.job(1)).await;
+    assert_eq!(first.state, JobState::Completed, "{}", first.reason);
+    let names: Vec<&str> = first.stored.iter().map(|f| f.name.as_str()).collect();
+    assert_eq!(names, ["p1.txt", "p2.txt"]);
+    let second = w.job(&id.job(2)).await;
+    assert_eq!(second.state, JobState::Failed);
+    assert!(
+        second.reason.contains("not a manifest</html>") && second.reason.contains("line 1"),
+        "{}",
+        second.reason
+    );
+    // Failed at once: it never reached processing.
+    assert_eq!(w.jobs.submitted().len(), 1);
+}
+
 /// A processing job Batch describes in a way no code can read, whose event never came, fails
 /// with why instead of waiting in PROCESSING for ever (its event could not be read either); the
 /// description is kept under rejects/ and the failure dead-lettered.
