@@ -160,6 +160,8 @@ pub struct OpenWindow {
     pub inventory: String,
     pub start: u64,
     pub granules: Vec<GranuleId>,
+    /// Its granules' records are made at their children's ends, not with the window.
+    pub records_at_end: bool,
 }
 
 /// The open windows as read: those whose claim could be read, and the places of those whose
@@ -263,6 +265,7 @@ impl Windows<'_> {
         for m in self.marked().await? {
             match self.read_claim(&m.claim_key).await {
                 Ok(Some(claim)) => out.windows.push(OpenWindow {
+                    records_at_end: claim.records_at_end,
                     granules: claim.granules,
                     inventory: m.inventory,
                     start: m.start,

@@ -200,7 +200,11 @@ enum Index {
     Window,
 }
 
-/// The granules of every open window, from their claims (`Windows::open`).
+/// The granules of every open window whose records were made with it, from their claims
+/// (`Windows::open`). A window whose records are made at its children's ends (an array window)
+/// left no record for the sweeper to time out: a record made at a child's end is past the
+/// window's state, and reading each one was a GET a granule for nothing (2,001 GETs for 2,000
+/// granules).
 async fn window_granules(
     ctx: &Ctx,
     summary: &mut SweepSummary,
@@ -216,6 +220,7 @@ async fn window_granules(
     Ok(open
         .windows
         .into_iter()
+        .filter(|w| !w.records_at_end)
         .flat_map(|w| w.granules.into_iter())
         .collect())
 }

@@ -189,6 +189,40 @@ async fn a_windows_granules_are_swept_through_its_open_marker_and_close_it() {
     assert_eq!(s.examined, 0, "{s:?}");
 }
 
+/// An array window whose records are made at its children's ends left nothing for the sweeper:
+/// its granules' records are not read (one LIST of the open markers and one GET of the claim,
+/// not a GET a granule).
+#[tokio::test]
+async fn an_array_windows_granules_cost_the_sweeper_no_record_reads() {
+    use crate::adapters::tap::counting::RequestCounts;
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let (importer_ctx, _) = importer(jobs).await;
+    let ids: Vec<GranuleId> = (0..50)
+        .map(|i| GranuleId::parse(&format!("array-item-{i}")).unwrap())
+        .collect();
+    let claim = WindowClaim::new(None, "inv.parquet", 0, 50, ids, "t", Utc::now())
+        .in_array(true)
+        .with_records_at_end(true);
+    let layout = &importer_ctx.config.layout;
+    for prefix in [&layout.claim_prefix, &layout.open_claim_prefix] {
+        crate::repositories::write_json(
+            importer_ctx.store.as_ref(),
+            &window_key(prefix, "inv.parquet", 0),
+            &claim,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+    }
+    let counts = Arc::new(RequestCounts::default());
+    let watched = importer_ctx.watched(counts.clone());
+    let late = Utc::now() + chrono::Duration::seconds(61);
+    let s = sweep(&watched, late).await.unwrap();
+    assert_eq!(s.window_granules, 0, "{s:?}");
+    let item_gets = counts.gets_by_folder().get("items").copied().unwrap_or(0);
+    assert_eq!(item_gets, 0, "{:?}", counts.gets_by_folder());
+}
+
 /// A scheduled pass with no time left touches nothing and says how much it left; the same
 /// items are swept by the next pass that has time.
 #[tokio::test]
