@@ -40,6 +40,10 @@ pub struct InventoryProgress {
     /// Where the next windows' pages are (see [`PageMap`]), once the feeder has opened the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_map: Option<PageMap>,
+    /// The inventory's ETag when the tracker took it up: the file the rows counted so far are
+    /// of. Another object under the same key is another list of granules ([`Tracker::replaced`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 impl InventoryProgress {
@@ -95,21 +99,56 @@ impl Tracker {
     /// Adds inventories not yet tracked, in key order, after the ones already there. Returns how
     /// many were added. Known inventories keep their place and progress.
     pub fn add_inventories<I: IntoIterator<Item = String>>(&mut self, keys: I) -> usize {
-        let mut new: Vec<String> = keys
-            .into_iter()
-            .filter(|k| !self.inventories.iter().any(|i| &i.key == k))
-            .collect();
+        self.add_listed(keys.into_iter().map(|k| (k, None)))
+    }
+
+    /// [`Tracker::add_inventories`] from a listing: each new inventory pinned to the ETag it was
+    /// listed with, and an inventory taken up before pins were kept pinned now.
+    pub fn add_listed<I: IntoIterator<Item = (String, Option<String>)>>(
+        &mut self,
+        listed: I,
+    ) -> usize {
+        let mut new: Vec<(String, Option<String>)> = Vec::new();
+        for (key, etag) in listed {
+            match self.inventories.iter_mut().find(|i| i.key == key) {
+                Some(known) => {
+                    if known.etag.is_none() && !known.is_complete() {
+                        known.etag = etag;
+                    }
+                }
+                None => new.push((key, etag)),
+            }
+        }
         new.sort();
-        new.dedup();
+        new.dedup_by(|a, b| a.0 == b.0);
         let added = new.len();
         self.inventories
-            .extend(new.into_iter().map(|key| InventoryProgress {
+            .extend(new.into_iter().map(|(key, etag)| InventoryProgress {
                 key,
                 total_rows: None,
                 rows_submitted: 0,
                 page_map: None,
+                etag,
             }));
         added
+    }
+
+    /// The unfinished inventories whose object under their key is not the one the tracker
+    /// took up (listed with another ETag): its rows are not the rows counted so far, and
+    /// feeding on would skip some granules and submit others twice. (key, pinned, listed).
+    pub fn replaced<'a>(
+        &self,
+        listed: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    ) -> Vec<(String, String, String)> {
+        listed
+            .into_iter()
+            .filter_map(|(key, etag)| {
+                let known = self.inventories.iter().find(|i| i.key == key)?;
+                let (pinned, now) = (known.etag.as_deref()?, etag?);
+                (pinned != now && !known.is_complete())
+                    .then(|| (key.to_owned(), pinned.to_owned(), now.to_owned()))
+            })
+            .collect()
     }
 
     /// The first inventory not yet fully submitted.
@@ -249,5 +288,39 @@ mod tests {
         t.set_total_rows("inv/a.parquet", 5).unwrap();
         let back: Tracker = serde_json::from_str(&serde_json::to_string(&t).unwrap()).unwrap();
         assert_eq!(back, t);
+    }
+
+    #[test]
+    fn an_unfinished_inventory_listed_with_another_etag_is_replaced() {
+        let mut t = Tracker::default();
+        let listed = |a: &str, b: &str| {
+            vec![
+                ("a.parquet".to_owned(), Some(a.to_owned())),
+                ("b.parquet".to_owned(), Some(b.to_owned())),
+            ]
+        };
+        assert_eq!(t.add_listed(listed("e1", "f1")), 2);
+        let as_listed = |l: &[(String, Option<String>)]| {
+            l.iter()
+                .map(|(k, e)| (k.clone(), e.clone()))
+                .collect::<Vec<_>>()
+        };
+        let now = as_listed(&listed("e1", "f2"));
+        let replaced = t.replaced(now.iter().map(|(k, e)| (k.as_str(), e.as_deref())));
+        assert_eq!(
+            replaced,
+            vec![("b.parquet".into(), "f1".into(), "f2".into())]
+        );
+        // Finished, it may change: its rows are all submitted.
+        t.set_total_rows("b.parquet", 3).unwrap();
+        t.advance_to("b.parquet", 3).unwrap();
+        assert!(t
+            .replaced(now.iter().map(|(k, e)| (k.as_str(), e.as_deref())))
+            .is_empty());
+        // An inventory taken up before pins were kept is pinned by the next listing.
+        let mut old = Tracker::default();
+        old.add_inventories(["a.parquet".to_owned()]);
+        old.add_listed(vec![("a.parquet".to_owned(), Some("e1".to_owned()))]);
+        assert_eq!(old.inventories[0].etag.as_deref(), Some("e1"));
     }
 }

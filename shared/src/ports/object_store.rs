@@ -100,6 +100,9 @@ pub struct ObjectMeta {
     pub key: String,
     pub size: u64,
     pub last_modified: Option<DateTime<Utc>>,
+    /// Its ETag as the listing gives it (`None` where a store gives none): a new object written
+    /// under the same key has another.
+    pub etag: Option<String>,
 }
 
 #[async_trait]

@@ -23,18 +23,21 @@ fn eta_uses_the_longest_window_with_movement() {
                 total_rows: Some(10_000),
                 rows_submitted: 10_000,
                 page_map: None,
+                etag: None,
             },
             InventoryProgress {
                 key: "b".into(),
                 total_rows: Some(20_000),
                 rows_submitted: 2_000,
                 page_map: None,
+                etag: None,
             },
             InventoryProgress {
                 key: "c".into(),
                 total_rows: None,
                 rows_submitted: 0,
                 page_map: None,
+                etag: None,
             },
         ],
         updated_at: None,
@@ -70,6 +73,7 @@ fn open_ends_count_windows_and_attempts_and_the_oldest_marker() {
         key: key.to_owned(),
         size: 0,
         last_modified: secs.and_then(|s| DateTime::from_timestamp(1_700_000_000 + s, 0)),
+        etag: None,
     };
     let p = "open-claims/";
     let listed = [

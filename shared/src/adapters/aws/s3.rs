@@ -186,6 +186,7 @@ fn meta(o: aws_sdk_s3::types::Object) -> Option<ObjectMeta> {
         key: o.key?,
         size: o.size.unwrap_or(0).max(0) as u64,
         last_modified,
+        etag: o.e_tag,
     })
 }
 

@@ -190,6 +190,7 @@ impl Objects {
             key: format!("{folder}{rest}"),
             size: e.len(),
             last_modified: Some(self.modified(e)),
+            etag: Some(e.etag()),
         };
         let mut out = Vec::new();
         // Folders under the prefix: all their keys.
@@ -257,6 +258,7 @@ impl Objects {
                         key: format!("{folder}{rest}"),
                         size: e.len(),
                         last_modified: Some(self.modified(e)),
+                        etag: Some(e.etag()),
                     });
                     taken += 1;
                 }

@@ -213,14 +213,31 @@ pub async fn feed(
     mut tracker: Versioned<Tracker>,
     summary: FeederSummary,
 ) -> Result<FeederSummary, HandlerError> {
-    let listed = ctx.inventories().list().await?;
+    let listed: Vec<_> = ctx
+        .inventories()
+        .list()
+        .await?
+        .into_iter()
+        .filter(|o| o.key.ends_with(".parquet"))
+        .collect();
+    // An inventory replaced under its key is another list of granules: the rows counted so
+    // far are not its rows. The feeder stops (its Errors alarm) until the key holds the object
+    // it began again (the ETag it pinned); a changed list belongs under a new key.
+    let replaced = tracker
+        .value
+        .replaced(listed.iter().map(|o| (o.key.as_str(), o.etag.as_deref())));
+    if let Some((key, pinned, now)) = replaced.first() {
+        return Err(HandlerError::Refused(format!(
+            "inventory {key} was replaced after the feeder began it (ETag {pinned}, now {now}): \
+             its rows are not the ones counted so far, and the feeder stops here. Restore the \
+             object it began (the same ETag), or write the changed list under a new key and \
+             take this one out of the tracker's inventories (tracker/tracker.json)"
+        )));
+    }
     let rows_before = tracker.value.rows_submitted();
-    let added = tracker.value.add_inventories(
-        listed
-            .into_iter()
-            .map(|o| o.key)
-            .filter(|k| k.ends_with(".parquet")),
-    );
+    let added = tracker
+        .value
+        .add_listed(listed.into_iter().map(|o| (o.key, o.etag)));
     let mut run = FeedRun {
         changed: added > 0 || tracker.etag.is_none(),
         tracker,

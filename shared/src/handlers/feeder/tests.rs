@@ -1083,3 +1083,53 @@ async fn retries_parked_before_a_campaign_switch_go_with_the_old_campaigns_windo
     feed_rows(&new, 1).await;
     assert_eq!(retries().len(), 2);
 }
+
+/// An inventory replaced under its key after the feeder began it is another list of granules:
+/// the feeder refuses to go on (its rows counted so far are not the new file's) and submits
+/// nothing more, until the file it began is back.
+#[tokio::test]
+async fn an_inventory_replaced_under_its_key_stops_the_feeder() {
+    let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+    let ctx = ctx_with_rows(&[], jobs.clone(), 20).await;
+    assert_eq!(feed_rows(&ctx, 10).await.submitted, 10);
+    let began = ctx
+        .store
+        .get("inventories/a.parquet")
+        .await
+        .unwrap()
+        .unwrap();
+    let others: Vec<InventoryRow> = (0..20)
+        .map(|i| InventoryRow {
+            granule_id: format!("other{i:03}"),
+            start_datetime: String::new(),
+        })
+        .collect();
+    let bytes = write_inventory(&others, &InventoryLayout::granary()).unwrap();
+    ctx.store
+        .put("inventories/a.parquet", bytes, PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let refused = run(
+        &ctx,
+        FeederEvent {
+            granule_submit_count: 10,
+        },
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("was replaced"), "{refused}");
+    assert_eq!(jobs.submitted().len(), 10, "nothing more submitted");
+    let tracker = ctx.tracker().load().await.unwrap().value;
+    assert_eq!(tracker.inventories[0].rows_submitted, 10);
+    assert!(
+        began.etag
+            != ctx
+                .store
+                .get("inventories/a.parquet")
+                .await
+                .unwrap()
+                .unwrap()
+                .etag
+    );
+}

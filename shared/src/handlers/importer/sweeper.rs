@@ -200,11 +200,9 @@ enum Index {
     Window,
 }
 
-/// The granules of every open window whose records were made with it, from their claims
-/// (`Windows::open`). A window whose records are made at its children's ends (an array window)
-/// left no record for the sweeper to time out: a record made at a child's end is past the
-/// window's state, and reading each one was a GET a granule for nothing (2,001 GETs for 2,000
-/// granules).
+/// The granules of every open window whose records were made with it (`Windows::open`). An
+/// array window's records are made at its children's ends, past the window's state: nothing to
+/// sweep, and reading each was a GET a granule for nothing.
 async fn window_granules(
     ctx: &Ctx,
     summary: &mut SweepSummary,
