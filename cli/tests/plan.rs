@@ -120,9 +120,10 @@ async fn plan_reads_the_footers_and_forecasts_from_the_settings_and_the_tracker(
     assert!(out.contains("measured:"), "{out}");
 
     // A run asked for more than its time allows: 20 calls a second for half of 300 s, plus the
-    // 3,750-row window in hand, 6,750 an hour.
+    // window in hand, sized from that rate (20 a second for a quarter of 300 s: 1,500 rows),
+    // 4,500 an hour.
     let p = json(&vars, &["plan", "--submit-count", "100000"]);
-    assert_eq!(p["forecast"]["feeder_per_hour"], 6750.0, "{p}");
+    assert_eq!(p["forecast"]["feeder_per_hour"], 4500.0, "{p}");
     // Past Batch's quota, or not a number: said, nothing forecast.
     let (code, _, err) = granary(&vars, &["plan", "--submit-rate", "60"]);
     assert_ne!(code, 0);

@@ -60,10 +60,12 @@ impl Budget {
     }
 
     /// How long one unit of work may take: a quarter of the time left, so that one unit that
-    /// hangs (a depositor's server that never answers) leaves most of the pass to the others,
-    /// and never more than the time left. `None`: unlimited.
-    pub fn unit_share(&self) -> Option<Duration> {
-        self.left().map(|left| left / UNIT_SHARE_DEN)
+    /// hangs (a depositor's server that never answers) leaves most of the pass to the others —
+    /// or `at_least` (what one request of the unit may take), so that a large transfer is not
+    /// cut short for ever — and never more than the time left. `None`: unlimited.
+    pub fn unit_share(&self, at_least: Duration) -> Option<Duration> {
+        self.left()
+            .map(|left| (left / UNIT_SHARE_DEN).max(at_least).min(left))
     }
 
     /// Whether the time is up: no new unit of work should start.

@@ -240,7 +240,8 @@ async fn the_deployed_stack_runs_granary() {
     ctx.store
         .put(
             "sources/HLS.S30.T01GBH.2022226T214921.v2.0.h5",
-            bytes::Bytes::from_static(b"granule bytes"),
+            // An HDF5 file's signature first (`domain::file_format`), then anything.
+            bytes::Bytes::from_static(b"\x89HDF\r\n\x1a\ngranule bytes"),
             granary::ports::PutCondition::Overwrite,
         )
         .await

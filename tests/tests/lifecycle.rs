@@ -145,7 +145,8 @@ fn chain(states: &[ItemState]) -> Vec<(Option<ItemState>, ItemState)> {
     out
 }
 
-const BODY: &[u8] = b"HDF5 pretend granule payload 0123456789";
+// An HDF5 file's signature first (`domain::file_format`), then anything.
+const BODY: &[u8] = b"\x89HDF\r\n\x1a\n pretend granule payload 0123456789";
 
 fn spot() -> AttemptEnd {
     AttemptEnd::SpotInterruption {
@@ -1124,7 +1125,8 @@ async fn an_s3_prefix_source_is_discovered_and_streamed_in_parts() {
         .await
         .unwrap();
     // 9 MiB: more than one 8 MiB part, so the download is a real multipart upload.
-    let big: Vec<u8> = (0..9 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut big: Vec<u8> = (0..9 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    big[..8].copy_from_slice(&BODY[..8]); // HDF5's signature
     for (key, body) in [
         ("granules/big.h5", big.clone()),
         ("granules/small.h5", BODY.to_vec()),

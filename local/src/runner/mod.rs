@@ -71,7 +71,9 @@ pub struct RunnerOptions {
 /// then treats an SQS batch as failed: "If the invocation fails or times out, every message in
 /// the batch will be returned to the queue" after its visibility timeout (AWS Lambda Developer
 /// Guide, "Lambda event source mappings", retries on errors); a scheduled run's work is simply
-/// cut short, and the schedule fires again.
+/// cut short, and the schedule fires again. (Lambda also retries a failed scheduled, that is
+/// asynchronous, invocation twice, a minute and two minutes later: not modelled here; the
+/// runs it adds do what the next scheduled one would.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FunctionTimeouts {
     pub feeder: Duration,

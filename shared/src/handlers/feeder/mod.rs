@@ -229,9 +229,10 @@ pub async fn feed(
     if let Some((key, pinned, now)) = replaced.first() {
         return Err(HandlerError::Refused(format!(
             "inventory {key} was replaced after the feeder began it (ETag {pinned}, now {now}): \
-             its rows are not the ones counted so far, and the feeder stops here. Restore the \
-             object it began (the same ETag), or write the changed list under a new key and \
-             take this one out of the tracker's inventories (tracker/tracker.json)"
+             its rows are not the ones counted so far, and the feeder stops here. Delete the \
+             newer version so the one it began is current again (old versions are kept a \
+             week; a copy of it has another ETag), or write the changed list under a new key \
+             and take this one out of the tracker's inventories (tracker/tracker.json)"
         )));
     }
     let rows_before = tracker.value.rows_submitted();

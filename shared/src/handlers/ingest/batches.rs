@@ -39,7 +39,13 @@ pub async fn each_batch(
     for batch in batches_in(ctx, state).await? {
         let span = batch_span(&batch);
         let id = batch.id.clone();
-        match super::within_share(budget, step(ctx, batch, now, s).instrument(span)).await {
+        match super::within_share(
+            budget,
+            &ctx.config.ingest,
+            step(ctx, batch, now, s).instrument(span),
+        )
+        .await
+        {
             Some(Ok(())) => {}
             Some(Err(e)) => {
                 tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");

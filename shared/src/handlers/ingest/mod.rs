@@ -113,23 +113,35 @@ pub async fn handle_submissions(
 }
 
 /// Runs one job's or batch's `step` within its share of the tick's `budget`
-/// (`Budget::unit_share`): `None` when the budget was spent before it started, or when the step
+/// (`Budget::unit_share`: a quarter of what is left, or one request's time,
+/// `GRANARY_INGEST_TIMEOUT_SECS`, whichever is longer): `None` when the budget was spent before
+/// it started, or when the step
 /// outlived its share and was dropped where it stood — as a Lambda timeout would have dropped
 /// it, which every step survives (the ingest crash-point harness): its job or batch is left for
 /// the next tick, and the rest of this one goes on. So one depositor's server that hangs on a
 /// HEAD, a download or a callback costs a share of a tick, not every tick's every later step.
-pub(crate) async fn within_share<F>(budget: &crate::budget::Budget, step: F) -> Option<F::Output>
+pub(crate) async fn within_share<F>(
+    budget: &crate::budget::Budget,
+    settings: &IngestSettings,
+    step: F,
+) -> Option<F::Output>
 where
     F: std::future::Future,
 {
     if budget.spent() {
         return None;
     }
-    match budget.unit_share() {
+    match budget.unit_share(settings.timeout) {
+        // Too little left to start a step: one cut short mid-mint costs an operator's look
+        // (its claim past its lease, MINT_UNKNOWN), so none starts with less than this.
+        Some(share) if share < MIN_STEP_SHARE => None,
         Some(share) => tokio::time::timeout(share, step).await.ok(),
         None => Some(step.await),
     }
 }
+
+/// The least time a job's or batch's step is started with ([`within_share`]).
+const MIN_STEP_SHARE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What one tick of the dispatcher did, per step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

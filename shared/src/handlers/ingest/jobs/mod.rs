@@ -48,7 +48,12 @@ pub async fn each_job(
     for job in taken(ctx, state, s).await? {
         let span = job_span(&job);
         let id = job.id.clone();
-        let ran = super::within_share(budget, step(ctx, job, now, s).instrument(span)).await;
+        let ran = super::within_share(
+            budget,
+            &ctx.config.ingest,
+            step(ctx, job, now, s).instrument(span),
+        )
+        .await;
         match ran {
             Some(Ok(())) => {}
             Some(Err(e)) => {

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 #[tokio::test(start_paused = true)]
 async fn a_server_that_hangs_costs_a_share_of_the_tick_and_the_other_jobs_go_on() {
-    let mut w = world(IngestSettings::default());
+    // Each request may take 10 s: a step's share is a quarter of what is left (20 s at first).
+    let mut w = world(IngestSettings {
+        timeout: Duration::from_secs(10),
+        ..IngestSettings::default()
+    });
     // The dispatcher's timeout: a tick plans four fifths of it (80 s).
     w.ingest_ctx.config.leases.function_timeout = Some(Duration::from_secs(100));
     let hanging = w.manifest("hangs", &[("hang.txt", "never")], &[]).await;
