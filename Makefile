@@ -37,8 +37,8 @@ test:
 	scripts/browser.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
+	SIM_BUDGET_SECS=120 scripts/simulate-seeds.sh
 	scripts/mutants.sh
-	SIM_BUDGET_SECS=150 scripts/simulate-seeds.sh
 
 # The proof can fail: each deliberate defect in shared/src/mutants.rs, switched on in turn, must
 # make the test that guards it fail (about five minutes).

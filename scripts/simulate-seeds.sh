@@ -12,7 +12,11 @@ cd "$root"
 budget=${SIM_BUDGET_SECS:-180}
 seed=${SIM_FIRST_SEED:-$(( $(date +%s) % 1000000 ))}
 granules=${SIM_GRANULES:-1000}
-cargo build -q -p granary-local --locked || { echo "building granary-local failed" >&2; exit 2; }
+# The build `make test` ran its suite on (scripts/test-suite.sh: the workspace, the mutant
+# switches compiled in, every one off): after it this is a no-op. Built for `-p granary-local`
+# alone, Cargo would resolve features differently and compile the workspace again (minutes).
+cargo nextest run --workspace --locked --features granary/mutants --no-run >/dev/null 2>&1 \
+  || { echo "building granary-local failed" >&2; exit 2; }
 bin="$root/target/debug/granary-local"
 start=$SECONDS
 ran=0
