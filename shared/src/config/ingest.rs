@@ -162,18 +162,15 @@ impl IngestSettings {
 
 /// Whether `url` is plain http to this machine (`127.0.0.1`, `[::1]`, `localhost`, any port).
 fn is_loopback_http(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
+    // Parsed as a URL (reqwest's `Url`): `http://127.0.0.1@evil.example/` is evil's host,
+    // whatever its text starts with.
+    let Ok(url) = reqwest::Url::parse(url) else {
         return false;
     };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return false;
-    }
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => authority.split(':').next().unwrap_or(""),
-    };
-    matches!(host, "127.0.0.1" | "::1" | "localhost")
+    url.scheme() == "http"
+        && url.username().is_empty()
+        && url.password().is_none()
+        && matches!(url.host_str(), Some("localhost" | "127.0.0.1" | "[::1]"))
 }
 
 #[cfg(test)]
