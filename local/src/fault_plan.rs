@@ -9,6 +9,7 @@ use granary::domain::batch_event::{EvaluateOnExit, RetryStrategy};
 use granary::domain::retry_strategy::BatchRetryDecision;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+pub use timing::{BatchTiming, JobTimes};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -38,6 +39,9 @@ pub struct FaultPlan {
     /// up to 24 hours and then drops it (EventBridge user guide, "Event retry policy and using
     /// dead-letter queues"). Only granary's reconciler, asking DescribeJobs, learns such an end.
     pub lost_rate: f64,
+    /// How long jobs take and their events travel (none by default: every job ends at the next
+    /// tick; `granary-local simulate` gives a Spot queue's times on its virtual clock).
+    pub timing: BatchTiming,
 }
 
 impl Default for FaultPlan {
@@ -54,6 +58,7 @@ impl Default for FaultPlan {
             delay_rate: 0.02,
             delay_ticks: 3,
             lost_rate: 0.0,
+            timing: BatchTiming::instant(),
         }
     }
 }
@@ -107,6 +112,8 @@ impl FaultPlan {
             ("duplicate_rate", self.duplicate_rate),
             ("delay_rate", self.delay_rate),
             ("lost_rate", self.lost_rate),
+            ("timing.capacity_wait_rate", self.timing.capacity_wait_rate),
+            ("timing.late_event_rate", self.timing.late_event_rate),
         ] {
             anyhow::ensure!(
                 (0.0..=1.0).contains(&p),
@@ -213,3 +220,4 @@ fn stable_hash(seed: u64, bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests;
+mod timing;

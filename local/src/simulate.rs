@@ -7,6 +7,7 @@
 //! crashes, the throttling and every time.
 
 use super::chaos::{self, ChaosReport, ChaosSpec};
+use super::fault_plan::BatchTiming;
 use super::runner::ChaosOptions;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -27,6 +28,9 @@ pub struct SimSpec {
     pub timeouts: super::runner::FunctionTimeouts,
     /// Share of handler invocations that die at a random external call.
     pub crash_rate: f64,
+    /// How long Batch's jobs take and their events travel: a Spot queue's times by default,
+    /// every job ending at once with `BatchTiming::instant`.
+    pub timing: BatchTiming,
 }
 
 impl Default for SimSpec {
@@ -38,6 +42,7 @@ impl Default for SimSpec {
             env: Vec::new(),
             timeouts: super::runner::FunctionTimeouts::default(),
             crash_rate: ChaosOptions::default().crash_rate,
+            timing: BatchTiming::spot_queue(),
         }
     }
 }
@@ -58,6 +63,8 @@ pub struct SimReport {
     pub replay: String,
     /// ListJobs's lag was past the claim lease: a takeover may submit a job twice (allowed).
     pub lag_past_the_lease: bool,
+    /// Jobs the job queue's watchdog cancelled after waiting past its limit for Spot capacity.
+    pub capacity_cancels: u64,
     pub audit: ChaosReport,
 }
 
@@ -132,7 +139,9 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         campaign_spec.runner.visibility_timeout_secs = VISIBILITY_TIMEOUT_SECS;
         campaign_spec.runner.reconcile_interval = SWEEPER_EVERY;
         campaign_spec.runner.deadline = Duration::from_secs(7 * 86_400);
-        campaign_spec.runner.stall_limit = Duration::from_secs(86_400);
+        // A delivery EventBridge retries for up to a day may be the only thing moving.
+        campaign_spec.runner.stall_limit = Duration::from_secs(2 * 86_400);
+        campaign_spec.plan.timing = spec.timing.clone();
         campaign_spec.runner.timeouts = spec.timeouts;
         let mut campaign = super::campaign::Campaign::in_memory(&campaign_spec).await?;
         let from = granary::clock::now();
@@ -143,9 +152,11 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
             .with_context(|| format!("seed {}: the campaign did not settle", spec.seed))?;
         let simulated = (granary::clock::now() - from).to_std().unwrap_or_default();
         let timed_out = campaign.runtime.progress.timed_out_invocations;
+        let capacity_cancels = campaign.runtime.simulator.stats.capacity_cancels;
         let audit = chaos::audit(&campaign, started.elapsed()).await?;
-        Ok::<_, anyhow::Error>((audit, simulated, timed_out))
+        Ok::<_, anyhow::Error>((audit, simulated, (timed_out, capacity_cancels)))
     })?;
+    let (timed_out, capacity_cancels) = timed_out;
     let wall = started.elapsed().as_secs_f64();
     Ok(SimReport {
         seed: spec.seed,
@@ -155,6 +166,7 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         timed_out_invocations: timed_out,
         replay: replay_command(spec),
         lag_past_the_lease: spec.listing_lag >= claim_lease(spec),
+        capacity_cancels,
         audit,
     })
 }
@@ -183,6 +195,9 @@ pub fn replay_command(spec: &SimSpec) -> String {
     }
     if spec.crash_rate != ChaosOptions::default().crash_rate {
         line.push_str(&format!(" --crash-rate {}", spec.crash_rate));
+    }
+    if !spec.timing.takes_time() {
+        line.push_str(" --instant-jobs");
     }
     let monitor = spec.timeouts.monitor;
     if monitor != super::runner::FunctionTimeouts::default().monitor {

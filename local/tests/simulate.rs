@@ -68,3 +68,41 @@ fn invocations_ended_at_their_functions_timeout_lose_nothing() {
         .unwrap()
         .contains("--monitor-timeout-ms 20"));
 }
+
+#[test]
+fn jobs_that_take_a_spot_queues_time_end_each_granule_once() {
+    // By default jobs take time: minutes queued, up to 45 minutes an attempt, now and then
+    // hours waiting for Spot capacity (past the watchdog's four hours, cancelled and retried),
+    // EventBridge's delays and a day's retries, DescribeJobs a minute behind.
+    let (timed, held) = simulate(&["--seed", "21", "--granules", "2000"]);
+    assert!(held, "{timed:#}");
+    assert!(
+        timed["capacity_cancels"].as_u64().unwrap() > 0,
+        "no job waited past the watchdog's limit: {timed:#}"
+    );
+    let audit = &timed["audit"];
+    assert_eq!(audit["unaccounted"], 0);
+    assert_eq!(audit["duplicate_submissions"], 0);
+    assert_eq!(audit["records_disagreeing"], 0);
+    assert!(audit["events_lost"].as_u64().unwrap() > 0, "{timed:#}");
+    // The reconciler found every lost end, though DescribeJobs lagged.
+    assert!(
+        audit["ends_reconciled"].as_u64().unwrap() >= audit["events_lost"].as_u64().unwrap(),
+        "{timed:#}"
+    );
+    // The same campaign with every job ending at once is over hours sooner.
+    let (instant, held) = simulate(&["--seed", "21", "--granules", "2000", "--instant-jobs"]);
+    assert!(held, "{instant:#}");
+    assert_eq!(instant["capacity_cancels"], 0);
+    let hours = |r: &Value| r["simulated_secs"].as_f64().unwrap() / 3600.0;
+    assert!(
+        hours(&timed) > hours(&instant) + 4.0,
+        "{} h against {} h",
+        hours(&timed),
+        hours(&instant)
+    );
+    assert!(instant["replay"]
+        .as_str()
+        .unwrap()
+        .contains("--instant-jobs"));
+}

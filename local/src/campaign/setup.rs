@@ -212,16 +212,18 @@ fn batch_twin(
     let scratch_handle = batch_scratch
         .try_clone()
         .context("a second handle on the Batch twin's scratch file")?;
-    let batch = Arc::new(
-        InMemoryBatch::new(
-            &jobs.job_queue,
-            &jobs.job_definition,
-            default_retry_strategy(attempts),
-        )
-        .spilling(batch_scratch)
-        .listing_lag(spec.listing_lag)
-        .submit_limit(spec.submit_limit),
-    );
+    let mut twin = InMemoryBatch::new(
+        &jobs.job_queue,
+        &jobs.job_definition,
+        default_retry_strategy(attempts),
+    )
+    .spilling(batch_scratch)
+    .listing_lag(spec.listing_lag)
+    .submit_limit(spec.submit_limit);
+    if spec.plan.timing.takes_time() {
+        twin = twin.queued_until_settled();
+    }
+    let batch = Arc::new(twin);
     // The submitters' pacing, as wiring gives a deployed function.
     let paced: Arc<dyn JobRunner> = match jobs.submit_spacing {
         Some(spacing) => Arc::new(granary::adapters::paced::PacedJobs {

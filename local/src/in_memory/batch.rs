@@ -31,6 +31,10 @@ pub struct InMemoryBatch {
     pub(super) submit_limit: Option<granary::adapters::paced::RateLimit>,
     /// SubmitJob calls refused for the quota.
     pub(super) refused_submits: std::sync::atomic::AtomicU64,
+    /// What status SubmitJob gives a job until the simulator settles it: SUCCEEDED as the
+    /// emulator's (which finishes jobs inside SubmitJob), or RUNNABLE when jobs take time
+    /// ([`InMemoryBatch::queued_until_settled`]).
+    pub(super) submitted_as: JobStatus,
 }
 
 /// A Batch resource's ARN from its name (or its ARN as given).
@@ -54,6 +58,17 @@ impl InMemoryBatch {
             listing_lag_ms: 0,
             submit_limit: None,
             refused_submits: std::sync::atomic::AtomicU64::new(0),
+            submitted_as: JobStatus::Succeeded,
+        }
+    }
+
+    /// The same twin, whose jobs are RUNNABLE from SubmitJob until the simulator settles their
+    /// end, as Batch's are: ListJobs lists them active, and the feeder's count of active jobs
+    /// sees them (a simulation whose jobs take time, `fault_plan::BatchTiming`).
+    pub fn queued_until_settled(self) -> Self {
+        Self {
+            submitted_as: JobStatus::Runnable,
+            ..self
         }
     }
 
@@ -167,7 +182,7 @@ impl JobRunner for InMemoryBatch {
         let summary = JobSummary {
             job_id: job_id_of(n),
             job_name: request.job_name.clone(),
-            status: JobStatus::Succeeded,
+            status: self.submitted_as,
         };
         jobs.by_name.insert(name.clone(), n);
         if !summary.status.is_terminal() {

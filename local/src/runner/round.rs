@@ -10,16 +10,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// How long an idle round waits before the next: 100 ms on the wall clock. In a simulation
-/// (`granary::clock`) it jumps towards the next schedule, looking at the queues at least every
+/// (`granary::clock`) it jumps towards the next schedule or job's end, looking at the queues at least every
 /// simulated 10 s: a message back from its visibility timeout, or a job's end, waits at most that
 /// long for its poller (Lambda's pollers long-poll); an hour idle is 360 rounds, not 36,000.
-fn idle_wait(rounds: &Rounds) -> Duration {
+fn idle_wait(rounds: &Rounds, next_batch_end: Option<Instant>) -> Duration {
     if !granary::clock::is_virtual() {
         return Duration::from_millis(100);
     }
-    rounds
-        .next_feed
-        .min(rounds.next_reconcile)
+    let next_schedule = rounds.next_feed.min(rounds.next_reconcile);
+    next_batch_end
+        .map_or(next_schedule, |end| end.min(next_schedule))
         .saturating_duration_since(Instant::now())
         .clamp(Duration::from_millis(100), Duration::from_secs(10))
 }
@@ -145,7 +145,7 @@ impl LocalRuntime {
             }
             // With work under way, the round above already waited for it.
             if activity == 0 && !rounds.under_way.any() {
-                tokio::time::sleep(idle_wait(&rounds)).await;
+                tokio::time::sleep(idle_wait(&rounds, self.simulator.next_due())).await;
             }
         }
     }

@@ -10,6 +10,7 @@ use granary::ports::{BusEvent, EventBus, JobRunner};
 use std::collections::HashSet;
 use std::sync::Arc;
 
+mod agenda;
 mod ledger;
 mod submissions;
 mod tick;
@@ -55,6 +56,8 @@ pub struct SimulatorStats {
     pub swept: u64,
     /// Array windows played (each child is counted in `jobs`).
     pub arrays: u64,
+    /// Jobs the job queue's watchdog cancelled after waiting past its limit for capacity.
+    pub capacity_cancels: u64,
 }
 
 pub struct BatchSimulator {
@@ -69,6 +72,8 @@ pub struct BatchSimulator {
     /// Jobs the simulator ended as cancelled (TerminateJob before they ran).
     pub cancelled: u64,
     held: Vec<(u32, BusEvent)>,
+    /// Ends, DescribeJobs's catching up and deliveries still to come, when jobs take time.
+    agenda: agenda::Agenda,
     /// At most this many events are delivered per tick; the rest wait for the next. Real jobs end
     /// spread over time, and the emulator's ReceiveMessage slows with queue length.
     pub max_events_per_tick: usize,
@@ -101,6 +106,7 @@ impl BatchSimulator {
             terminations: Terminations::default(),
             cancelled: 0,
             held: Vec::new(),
+            agenda: agenda::Agenda::default(),
             max_events_per_tick: 100,
             room: None,
             planned: Vec::new(),
@@ -115,9 +121,15 @@ impl BatchSimulator {
         self.claims = Some(store);
     }
 
-    /// Events held back (for reordering, or by the per-tick cap), not yet delivered.
+    /// Events held back (for reordering, or by the per-tick cap) and ends still to come, not
+    /// yet delivered.
     pub fn pending(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.agenda.len()
+    }
+
+    /// When the next job ends or event arrives, if jobs take time and one is still to come.
+    pub fn next_due(&self) -> Option<tokio::time::Instant> {
+        self.agenda.next_at()
     }
 
     /// `jobs` with every submission reported to this simulator: give the handlers this runner.

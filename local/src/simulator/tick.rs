@@ -1,9 +1,10 @@
 //! One tick of the simulator: each newly submitted job (an array window as its children) played
 //! out from the fault plan, its events put on the bus, held back or reordered as the plan says.
 
+use super::agenda::Due;
 use super::{BatchSimulator, PlannedJob};
 use crate::events::{array_parent_event, state_change_event, ArrayPlace, JobFacts};
-use crate::fault_plan::{retry_strategy_of, JobFate};
+use crate::fault_plan::{retry_strategy_of, BatchTiming, JobFate, JobTimes};
 use crate::granule_list::id_hash;
 use anyhow::{Context, Result};
 use granary::domain::batch_event::BatchJobStateChange;
@@ -11,10 +12,12 @@ use granary::domain::classify::{classify, Classification, Route};
 use granary::domain::granule::GranuleId;
 use granary::ports::BusEvent;
 use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
 
-/// A tick's array windows: each parent's facts, and how many of its children succeeded and
-/// failed.
-type ArrayParents = Vec<(JobFacts, u32, u32)>;
+/// A tick's array windows: each parent's facts, how many of its children succeeded and failed,
+/// and how long after now the last of them ends.
+type ArrayParents = Vec<(JobFacts, u32, u32, Duration)>;
 
 fn bus_event(mut value: serde_json::Value) -> BusEvent {
     BusEvent {
@@ -86,7 +89,7 @@ impl BatchSimulator {
         let parent_at: HashMap<String, usize> = parents
             .iter()
             .enumerate()
-            .map(|(i, (p, _, _))| (p.job_id.clone(), i))
+            .map(|(i, (p, ..))| (p.job_id.clone(), i))
             .collect();
         // What was held back comes first, one tick nearer; this tick's events follow as they are
         // made, put on the bus a chunk at a time (an array window's 10,000 events held whole,
@@ -95,8 +98,9 @@ impl BatchSimulator {
         for (wait, e) in std::mem::take(&mut self.held) {
             self.place(&mut delivery, wait, e);
         }
+        self.do_what_is_due(&mut delivery).await?;
         for f in &facts {
-            let succeeded = self.play(f, &mut delivery).await?;
+            let (succeeded, ends_after) = self.play(f, &mut delivery).await?;
             let parent = match &f.array {
                 Some(ArrayPlace::Child { .. }) => f
                     .job_id
@@ -104,7 +108,7 @@ impl BatchSimulator {
                     .and_then(|(id, _)| parent_at.get(id).copied()),
                 _ => None,
             };
-            if let Some((_, succeeded_children, failed_children)) =
+            if let Some((_, succeeded_children, failed_children, last_end)) =
                 parent.and_then(|p| parents.get_mut(p))
             {
                 if succeeded {
@@ -112,6 +116,7 @@ impl BatchSimulator {
                 } else {
                     *failed_children += 1;
                 }
+                *last_end = (*last_end).max(ends_after);
             }
         }
         self.end_array_parents(&parents, &mut delivery).await?;
@@ -128,7 +133,7 @@ impl BatchSimulator {
         for f in listed {
             if matches!(f.array, Some(ArrayPlace::Parent { .. })) {
                 facts.extend(self.children(&f).await?);
-                parents.push((f, 0u32, 0u32));
+                parents.push((f, 0u32, 0u32, Duration::ZERO));
                 self.stats.arrays += 1;
             } else {
                 facts.push(f);
@@ -137,10 +142,79 @@ impl BatchSimulator {
         Ok((facts, parents))
     }
 
-    /// Plays one job's life from the fault plan: its intermediate events, its end settled in the
-    /// ledger and its final event placed for delivery (unless lost). Whether it succeeded.
-    async fn play(&mut self, f: &JobFacts, delivery: &mut Delivery) -> Result<bool> {
-        let (fate, terminated) = self.fate_of(f);
+    /// Plays one job's life from the fault plan: its fate decided now, its end now or, when jobs
+    /// take time, put on the agenda. Whether it succeeds, and how long after now it ends.
+    async fn play(&mut self, f: &JobFacts, delivery: &mut Delivery) -> Result<(bool, Duration)> {
+        let fate = self.fate_of(f);
+        if !self.plan.timing.takes_time() {
+            let succeeded = self.end_job(f, fate, None, delivery).await?;
+            return Ok((succeeded, Duration::ZERO));
+        }
+        let times = self
+            .plan
+            .timing
+            .times(self.plan.seed, &f.job_id, fate.ends.len());
+        let succeeded = fate.succeeded && !times.cancelled_for_capacity;
+        self.agenda.put(
+            Instant::now() + times.ends_after,
+            Due::End {
+                facts: Box::new(f.clone()),
+                fate,
+                times,
+            },
+        );
+        Ok((succeeded, times.ends_after))
+    }
+
+    /// Does what the agenda holds for now or earlier, in time order.
+    async fn do_what_is_due(&mut self, delivery: &mut Delivery) -> Result<()> {
+        while let Some(due) = self.agenda.next_due(Instant::now()) {
+            match due {
+                Due::End { facts, fate, times } => {
+                    self.end_job(&facts, fate, Some(times), delivery).await?;
+                }
+                Due::ParentEnd {
+                    facts,
+                    succeeded,
+                    failed,
+                } => {
+                    self.end_array_parent(&facts, succeeded, failed, delivery)
+                        .await?
+                }
+                Due::Settle {
+                    job_id,
+                    status,
+                    detail,
+                } => self.ledger.settle(&job_id, status, &detail).await?,
+                Due::Deliver(event) => self.place(delivery, 0, event),
+            }
+        }
+        Ok(())
+    }
+
+    /// A job's end as its fate has it — unless TerminateJob or the job queue's watchdog ended it
+    /// first: its intermediate events, its end settled in the ledger (at once, or DescribeJobs's
+    /// lag later) and its final event on its way (unless lost). Whether it succeeded.
+    async fn end_job(
+        &mut self,
+        f: &JobFacts,
+        mut fate: JobFate,
+        times: Option<JobTimes>,
+        delivery: &mut Delivery,
+    ) -> Result<bool> {
+        // Terminated before it ran: cancelled, no attempt, the terminator's reason.
+        let mut cancelled = self.terminations.take(&f.job_id);
+        if cancelled.is_some() {
+            self.cancelled += 1;
+            fate.lost = false;
+        } else if times.is_some_and(|t| t.cancelled_for_capacity) {
+            self.stats.capacity_cancels += 1;
+            cancelled = Some(BatchTiming::capacity_cancel_reason());
+        }
+        if cancelled.is_some() {
+            fate.ends.clear();
+            fate.succeeded = false;
+        }
         self.stats.batch_internal_retries += (fate.ends.len() as u64).saturating_sub(1);
         if self.plan.intermediate_events {
             for k in 1..fate.ends.len() {
@@ -155,14 +229,13 @@ impl BatchSimulator {
             "FAILED"
         };
         let mut event = state_change_event(f, &fate.ends, status);
-        if let Some(reason) = terminated {
+        if let Some(reason) = cancelled {
             event["detail"]["statusReason"] = reason.into();
         }
         let parsed = BatchJobStateChange::from_value(&event)
             .context("simulator built an unparsable event")?;
         let c = classify(&parsed.detail).context("simulator built a non-terminal event")?;
-        self.ledger
-            .settle(&f.job_id, parsed.detail.status, &event["detail"])
+        self.settle(&f.job_id, parsed.detail.status, &event["detail"], times)
             .await?;
         match c.route() {
             Route::Done => self.stats.succeeded += 1,
@@ -173,13 +246,35 @@ impl BatchSimulator {
         if self.keep_plan {
             self.planned.push(planned_job(f, &fate, c));
         }
-        self.send_end(event, &fate, delivery).await?;
+        let delay = times.map_or(Duration::ZERO, |t| t.delivered_after);
+        self.send_end(event, &fate, delivery, delay).await?;
         Ok(fate.succeeded)
     }
 
-    /// A job's fate from the fault plan, and TerminateJob's reason when it was terminated before
-    /// it ran (then cancelled: no attempt).
-    fn fate_of(&mut self, f: &JobFacts) -> (JobFate, Option<String>) {
+    /// What DescribeJobs answers for the job from now on, or from DescribeJobs's lag later.
+    async fn settle(
+        &mut self,
+        job_id: &str,
+        status: granary::domain::batch_event::JobStatus,
+        detail: &serde_json::Value,
+        times: Option<JobTimes>,
+    ) -> Result<()> {
+        match times.map(|t| t.described_after) {
+            Some(lag) if !lag.is_zero() => {
+                let due = Due::Settle {
+                    job_id: job_id.to_owned(),
+                    status,
+                    detail: detail.clone(),
+                };
+                self.agenda.put(Instant::now() + lag, due);
+                Ok(())
+            }
+            _ => self.ledger.settle(job_id, status, detail).await,
+        }
+    }
+
+    /// A job's fate from the fault plan, given its job definition's retry strategy.
+    fn fate_of(&mut self, f: &JobFacts) -> JobFate {
         let retry = retry_strategy_of(&f.retry_strategy);
         // A child's fate is its granule's at its attempt, whether it runs as a child or
         // alone: the same plan gives the same outcomes in either mode.
@@ -193,17 +288,8 @@ impl BatchSimulator {
             }
             _ => f.job_name.clone(),
         };
-        let mut fate = self.plan.fate(&fate_key, &f.granule_id, &retry);
         self.stats.jobs += 1;
-        // Terminated before it ran: cancelled, no attempt, the terminator's reason.
-        let terminated = self.terminations.take(&f.job_id);
-        if terminated.is_some() {
-            fate.ends.clear();
-            fate.succeeded = false;
-            fate.lost = false;
-            self.cancelled += 1;
-        }
-        (fate, terminated)
+        self.plan.fate(&fate_key, &f.granule_id, &retry)
     }
 
     /// A job's final event on its way to the bus as its fate has it: delayed, duplicated, or
@@ -213,6 +299,7 @@ impl BatchSimulator {
         event: serde_json::Value,
         fate: &JobFate,
         delivery: &mut Delivery,
+        eventbridge_delay: Duration,
     ) -> Result<()> {
         let delay = if fate.delayed {
             self.stats.delayed += 1;
@@ -223,6 +310,17 @@ impl BatchSimulator {
         // EventBridge gave up delivering it: only DescribeJobs (the reconciler) can tell.
         if fate.lost {
             self.stats.lost += 1;
+            return Ok(());
+        }
+        if !eventbridge_delay.is_zero() {
+            // On the way for a while (EventBridge's delay, or its retries): put on the bus then.
+            let at = Instant::now() + eventbridge_delay;
+            if fate.duplicate {
+                self.stats.duplicates += 1;
+                let copy = Due::Deliver(bus_event(event.clone()));
+                self.agenda.put(at + Duration::from_secs(1), copy);
+            }
+            self.agenda.put(at, Due::Deliver(bus_event(event)));
             return Ok(());
         }
         if fate.duplicate {
@@ -237,24 +335,45 @@ impl BatchSimulator {
     }
 
     /// Each parent ends once its children have, with their count (its own event routes
-    /// nothing; the rule delivers it all the same).
+    /// nothing; the rule delivers it all the same): now, or when its last child ends.
     async fn end_array_parents(
         &mut self,
         parents: &ArrayParents,
         delivery: &mut Delivery,
     ) -> Result<()> {
-        for (parent, succeeded, failed) in parents {
-            let event = array_parent_event(parent, *succeeded, *failed);
-            let status = if *failed == 0 {
-                granary::domain::batch_event::JobStatus::Succeeded
+        for (parent, succeeded, failed, last_end) in parents {
+            if self.plan.timing.takes_time() {
+                let due = Due::ParentEnd {
+                    facts: Box::new(parent.clone()),
+                    succeeded: *succeeded,
+                    failed: *failed,
+                };
+                self.agenda.put(Instant::now() + *last_end, due);
             } else {
-                granary::domain::batch_event::JobStatus::Failed
-            };
-            self.ledger
-                .settle(&parent.job_id, status, &event["detail"])
-                .await?;
-            self.place(delivery, 0, bus_event(event));
+                self.end_array_parent(parent, *succeeded, *failed, delivery)
+                    .await?;
+            }
         }
+        Ok(())
+    }
+
+    async fn end_array_parent(
+        &mut self,
+        parent: &JobFacts,
+        succeeded: u32,
+        failed: u32,
+        delivery: &mut Delivery,
+    ) -> Result<()> {
+        let event = array_parent_event(parent, succeeded, failed);
+        let status = if failed == 0 {
+            granary::domain::batch_event::JobStatus::Succeeded
+        } else {
+            granary::domain::batch_event::JobStatus::Failed
+        };
+        self.ledger
+            .settle(&parent.job_id, status, &event["detail"])
+            .await?;
+        self.place(delivery, 0, bus_event(event));
         Ok(())
     }
 

@@ -1,4 +1,5 @@
 use anyhow::Result;
+use granary_local::fault_plan::BatchTiming;
 use granary_local::runner::FunctionTimeouts;
 use granary_local::simulate::{self, SimReport, SimSpec};
 use std::process::ExitCode;
@@ -28,6 +29,11 @@ pub struct Args {
     /// Share of handler invocations that die at a random external call.
     #[arg(long, default_value_t = 0.01)]
     crash_rate: f64,
+    /// Every Batch job ends at once and its event arrives at once (by default jobs take a Spot
+    /// queue's times: minutes queued, up to 45 minutes an attempt, hours waiting for capacity
+    /// now and then, EventBridge's delays and a day's retries, DescribeJobs's lag).
+    #[arg(long)]
+    instant_jobs: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -57,6 +63,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 .monitor_timeout_ms
                 .map_or(FunctionTimeouts::default().monitor, Duration::from_millis),
             ..FunctionTimeouts::default()
+        },
+        timing: if args.instant_jobs {
+            BatchTiming::instant()
+        } else {
+            BatchTiming::spot_queue()
         },
     };
     let report = match simulate::run(&spec) {
@@ -106,6 +117,10 @@ fn print_report(r: &SimReport) {
     println!(
         "injected                {} crashes at a call, {} invocations ended at their timeout, {} throttles",
         a.crashes_injected, r.timed_out_invocations, a.throttles_injected
+    );
+    println!(
+        "batch                   {} events lost, {} ends found by the reconciler, {} jobs cancelled waiting for capacity",
+        a.events_lost, a.ends_reconciled, r.capacity_cancels
     );
     if !r.holds() {
         println!("THE PROMISE DID NOT HOLD; replay: {}", r.replay);
