@@ -154,9 +154,16 @@ async fn mint(
             r.mint_claimed_at = Some(now);
             r.mint_claim_token = Some(token.clone());
         };
+        // `ours` too: a claim whose PUT landed, its answer lost, and the SDK's retry of it
+        // answered 412 reads back as this pass's own (S3 user guide, "conditional writes": 412
+        // when the ETag no longer matches; SDK for Rust, "Retries": standard mode resends after a
+        // timeout or a 5xx). The token is 64 random bits: no other pass holds it.
         match write_storing(ctx, job, now, unclaimed, claim).await? {
             Some(claimed) => claimed,
-            None => return Ok(None),
+            None => match ctx.ingest().job(&job.id).await? {
+                Some(r) if r.value.state == JobState::Storing && ours(&r.value) => r.value,
+                _ => return Ok(None),
+            },
         }
     };
     match minter.mint(shoulder, &mint_metadata(&claimed)).await {

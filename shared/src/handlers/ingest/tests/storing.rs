@@ -224,31 +224,51 @@ async fn a_lost_mint_answer_is_never_minted_again_until_an_operator_says_what_ez
     assert!(r.outcome.is_err());
 }
 
-/// A store that keeps a copy's bytes other than the source's: what a storage endpoint that
-/// answers "stored" and stored something else looks like.
-struct CopiesBadly(Arc<MemoryStore>);
+/// A store that misbehaves one way and otherwise passes every call on.
+struct OddStore {
+    inner: Arc<MemoryStore>,
+    odd: Oddity,
+}
+
+enum Oddity {
+    /// Keeps a copy's bytes other than the source's: what a storage endpoint that answers
+    /// "stored" and stored something else looks like.
+    CopiesBadly,
+    /// The first mint claim's conditional PUT lands and is answered 412: what the SDK's retry
+    /// of a PUT whose first answer was lost meets.
+    ClaimLandsThenConflict(std::sync::atomic::AtomicBool),
+}
+
+impl OddStore {
+    fn copies_badly(inner: Arc<MemoryStore>) -> Self {
+        Self {
+            inner,
+            odd: Oddity::CopiesBadly,
+        }
+    }
+}
 
 #[async_trait::async_trait]
-impl ObjectStore for CopiesBadly {
+impl ObjectStore for OddStore {
     async fn get(
         &self,
         key: &str,
     ) -> Result<Option<crate::ports::StoredObject>, crate::ports::StoreError> {
-        self.0.get(key).await
+        self.inner.get(key).await
     }
     async fn get_range(
         &self,
         key: &str,
         range: std::ops::Range<u64>,
     ) -> Result<Bytes, crate::ports::StoreError> {
-        self.0.get_range(key, range).await
+        self.inner.get_range(key, range).await
     }
     async fn get_suffix(
         &self,
         key: &str,
         len: u64,
     ) -> Result<(Bytes, u64), crate::ports::StoreError> {
-        self.0.get_suffix(key, len).await
+        self.inner.get_suffix(key, len).await
     }
     async fn put(
         &self,
@@ -256,40 +276,56 @@ impl ObjectStore for CopiesBadly {
         body: Bytes,
         condition: PutCondition,
     ) -> Result<String, crate::ports::StoreError> {
-        self.0.put(key, body, condition).await
+        let claims_a_mint = matches!(condition, PutCondition::IfMatch(_))
+            && std::str::from_utf8(&body).is_ok_and(|b| b.contains("\"mint_claim_token\":\""));
+        if let Oddity::ClaimLandsThenConflict(armed) = &self.odd {
+            if claims_a_mint && armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                self.inner.put(key, body, condition).await?;
+                return Err(crate::ports::StoreError::Conflict { key: key.into() });
+            }
+        }
+        self.inner.put(key, body, condition).await
     }
     async fn list(
         &self,
         prefix: &str,
     ) -> Result<Vec<crate::ports::ObjectMeta>, crate::ports::StoreError> {
-        self.0.list(prefix).await
+        self.inner.list(prefix).await
     }
     async fn copy(&self, from: &str, to: &str) -> Result<(), crate::ports::StoreError> {
-        let body = self.0.get(from).await?.map(|o| o.body).unwrap_or_default();
+        if !matches!(self.odd, Oddity::CopiesBadly) {
+            return self.inner.copy(from, to).await;
+        }
+        let body = self
+            .inner
+            .get(from)
+            .await?
+            .map(|o| o.body)
+            .unwrap_or_default();
         let mut bad = body.to_vec();
         if let Some(b) = bad.first_mut() {
             *b ^= 0x20;
         }
-        self.0
+        self.inner
             .put(to, Bytes::from(bad), PutCondition::Overwrite)
             .await?;
         Ok(())
     }
     async fn delete(&self, key: &str) -> Result<(), crate::ports::StoreError> {
-        self.0.delete(key).await
+        self.inner.delete(key).await
     }
     async fn begin_upload<'a>(
         &'a self,
         key: &str,
     ) -> Result<Box<dyn crate::ports::Upload + 'a>, crate::ports::StoreError> {
-        self.0.begin_upload(key).await
+        self.inner.begin_upload(key).await
     }
 }
 
 #[tokio::test]
 async fn a_store_that_answers_with_other_bytes_fails_the_job_before_its_manifest() {
     let (mut w, minter) = minting_world(false);
-    w.ingest_ctx.store = Arc::new(CopiesBadly(w.store.clone()));
+    w.ingest_ctx.store = Arc::new(OddStore::copies_badly(w.store.clone()));
     let m = w.manifest("m1", &[("map.txt", "a map")], &[]).await;
     let id = w.submit(&m, "maps", None).await;
     w.run(|_| true).await;
@@ -319,6 +355,33 @@ async fn a_store_that_answers_with_other_bytes_fails_the_job_before_its_manifest
     w.run(|_| true).await;
     assert_eq!(w.job(&id.job(1)).await.state, JobState::Completed);
     assert_eq!(minter.minted().len(), 1);
+}
+
+#[tokio::test]
+async fn a_mint_claim_that_landed_and_was_answered_412_is_the_passs_own_and_mints() {
+    let (mut w, minter) = minting_world(false);
+    w.ingest_ctx.store = Arc::new(OddStore {
+        inner: w.store.clone(),
+        odd: Oddity::ClaimLandsThenConflict(std::sync::atomic::AtomicBool::new(true)),
+    });
+    let m = w.manifest("m1", &[("map.txt", "a map")], &[]).await;
+    let id = w.submit(&m, "maps", None).await;
+    w.run(|_| true).await;
+    let job = w.job(&id.job(1)).await;
+    // Completed, then cleaned up with its batch; not waiting for a lease to fail it "minting
+    // outcome unknown".
+    assert!(
+        matches!(job.state, JobState::Completed | JobState::Deleted),
+        "{}: {}",
+        job.state,
+        job.reason
+    );
+    assert_eq!(
+        minter.minted_for(id.job(1).as_str()).len(),
+        1,
+        "minted once"
+    );
+    assert!(job.identifier.is_some());
 }
 
 /// A minter that, while its first mint is under way, lets a second dispatcher pass run the
