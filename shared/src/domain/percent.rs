@@ -40,6 +40,17 @@ pub fn decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A value S3 listed under `encoding-type=url` (a key, or a common prefix), read back: `+` is a
+/// space and `%XX` a byte. S3 writes a space as `+` and a `+` as `%2B`; moto and LocalStack
+/// write a space as `%20`, which reads back the same. Decoded bytes that are not UTF-8 are an
+/// error, never replaced: a key read wrongly names another object.
+pub fn decode_listed(text: &str) -> Result<String, std::str::Utf8Error> {
+    let spaced = text.replace('+', " ");
+    percent_encoding::percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(std::borrow::Cow::into_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +62,22 @@ mod tests {
         assert_eq!(decode(&e), "a b/ü%");
         assert_eq!(decode("5%"), "5%");
         assert_eq!(decode("%zz%4"), "%zz%4");
+    }
+
+    #[test]
+    fn listed_keys_read_back_as_s3_and_the_emulators_write_them() {
+        // S3's own form (a space as `+`, a `+` as `%2B`), and moto's and LocalStack's (`%20`).
+        for (listed, key) in [
+            ("a+b.txt", "a b.txt"),
+            ("a%2Bb.txt", "a+b.txt"),
+            ("100%25.csv", "100%.csv"),
+            ("%ED%95%9C%EA%B8%80/x.txt", "한글/x.txt"),
+            ("in/ctl%01x.json", "in/ctl\u{1}x.json"),
+            ("in/a%20b%2Bc.txt", "in/a b+c.txt"),
+            ("plain/key", "plain/key"),
+        ] {
+            assert_eq!(decode_listed(listed).unwrap(), key, "{listed}");
+        }
+        assert!(decode_listed("%FF").is_err(), "not UTF-8");
     }
 }

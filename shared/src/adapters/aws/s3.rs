@@ -6,6 +6,7 @@ use crate::ports::{
 use async_trait::async_trait;
 use aws_sdk_s3::error::SdkError;
 use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::EncodingType;
 use bytes::Bytes;
 use std::ops::Range;
 
@@ -37,12 +38,15 @@ const MAX_PARTS: u64 = 10_000;
 
 impl S3Store {
     /// Every page of a ListObjectsV2 of `prefix` (grouped at `delimiter`, when given), each
-    /// handed to `take` in order: the one paginator `list` and `list_folders` share.
+    /// handed to `take` in order: the one paginator `list` and `list_folders` share. Asked with
+    /// `encoding-type=url` (see [`listed_key`]).
     async fn each_page(
         &self,
         prefix: &str,
         delimiter: Option<&str>,
-        mut take: impl FnMut(aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output),
+        mut take: impl FnMut(
+            aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output,
+        ) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         let mut pages = self
             .client
@@ -50,10 +54,11 @@ impl S3Store {
             .bucket(&self.bucket)
             .prefix(prefix)
             .set_delimiter(delimiter.map(str::to_owned))
+            .encoding_type(EncodingType::Url)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            take(page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?);
+            take(page.map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?)?;
         }
         Ok(())
     }
@@ -177,17 +182,61 @@ impl S3Store {
     }
 }
 
+/// A key (or common prefix) as a page listed it. granary lists with `encoding-type=url`: a key
+/// may hold characters XML 1.0 cannot carry (bytes 0 to 31), and without the encoding one such
+/// key makes every listing of its prefix unreadable ("ListObjectsV2", Amazon S3 API Reference,
+/// `EncodingType`: Key, Prefix, Delimiter and StartAfter come back encoded; CommonPrefixes do
+/// too). The SDK neither asks for it nor decodes it. Decoded only when the page says it is
+/// encoded: a store that ignores the parameter answers raw keys, and `a+b` stays `a+b`.
+pub(crate) fn listed_key(prefix: &str, encoded: bool, key: String) -> Result<String, StoreError> {
+    if !encoded {
+        return Ok(key);
+    }
+    crate::domain::percent::decode_listed(&key).map_err(|e| {
+        StoreError::backend(
+            prefix,
+            format!("listed key {key:?} is not URL-encoded UTF-8: {e}"),
+        )
+    })
+}
+
+/// Whether a page's keys are URL-encoded (it says so).
+fn url_encoded(encoding: Option<&EncodingType>) -> bool {
+    encoding == Some(&EncodingType::Url)
+}
+
 /// A listed object's key, size and time (`None` for an entry without a key).
-fn meta(o: aws_sdk_s3::types::Object) -> Option<ObjectMeta> {
+fn meta(
+    prefix: &str,
+    encoded: bool,
+    o: aws_sdk_s3::types::Object,
+) -> Result<Option<ObjectMeta>, StoreError> {
     let last_modified = o
         .last_modified
         .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos()));
-    Some(ObjectMeta {
-        key: o.key?,
+    let Some(key) = o.key else {
+        return Ok(None);
+    };
+    Ok(Some(ObjectMeta {
+        key: listed_key(prefix, encoded, key)?,
         size: o.size.unwrap_or(0).max(0) as u64,
         last_modified,
         etag: o.e_tag,
-    })
+    }))
+}
+
+/// A page's objects, their keys decoded.
+fn page_objects(
+    prefix: &str,
+    encoding: Option<&EncodingType>,
+    contents: Option<Vec<aws_sdk_s3::types::Object>>,
+) -> Result<Vec<ObjectMeta>, StoreError> {
+    let encoded = url_encoded(encoding);
+    let mut out = Vec::new();
+    for o in contents.unwrap_or_default() {
+        out.extend(meta(prefix, encoded, o)?);
+    }
+    Ok(out)
 }
 
 fn http_status<E, R: HasStatus>(e: &SdkError<E, R>) -> Option<u16> {
@@ -324,12 +373,12 @@ impl ObjectStore for S3Store {
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
         let mut out = Vec::new();
         self.each_page(prefix, None, |page| {
-            out.extend(
-                page.contents
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(meta),
-            );
+            out.extend(page_objects(
+                prefix,
+                page.encoding_type.as_ref(),
+                page.contents,
+            )?);
+            Ok(())
         })
         .await?;
         Ok(out)
@@ -343,15 +392,11 @@ impl ObjectStore for S3Store {
             .prefix(prefix)
             .set_start_after(Some(start_after.to_owned()).filter(|s| !s.is_empty()))
             .max_keys(LIST_PAGE_KEYS as i32)
+            .encoding_type(EncodingType::Url)
             .send()
             .await
             .map_err(|e| StoreError::backend(prefix, describe(&e)).with_source(e))?;
-        let objects: Vec<ObjectMeta> = page
-            .contents
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(meta)
-            .collect();
+        let objects = page_objects(prefix, page.encoding_type.as_ref(), page.contents)?;
         // A full page without IsTruncated (a store that leaves it out) is taken as cut short:
         // the caller then looks further instead of judging the keys past it absent.
         let truncated = page.is_truncated.unwrap_or(objects.len() >= LIST_PAGE_KEYS);
@@ -361,12 +406,13 @@ impl ObjectStore for S3Store {
     async fn list_folders(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let mut out = Vec::new();
         self.each_page(prefix, Some("/"), |page| {
-            out.extend(
-                page.common_prefixes
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter_map(|p| p.prefix),
-            )
+            let encoded = url_encoded(page.encoding_type.as_ref());
+            for folder in page.common_prefixes.unwrap_or_default() {
+                if let Some(p) = folder.prefix {
+                    out.push(listed_key(prefix, encoded, p)?);
+                }
+            }
+            Ok(())
         })
         .await?;
         Ok(out)

@@ -76,12 +76,23 @@ impl Source for S3PrefixSource {
             .list_objects_v2()
             .bucket(&self.bucket)
             .prefix(&self.prefix)
+            .encoding_type(aws_sdk_s3::types::EncodingType::Url)
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| sdk_err(&url, e))?;
+            let encoded = page.encoding_type == Some(aws_sdk_s3::types::EncodingType::Url);
             for o in page.contents.unwrap_or_default() {
                 let Some(key) = o.key else { continue };
+                // A depositor's key may hold what XML cannot carry: listed URL-encoded
+                // (`S3Store`'s `listed_key`).
+                let key = super::s3::listed_key(&self.prefix, encoded, key).map_err(|e| {
+                    SourceError::Permanent {
+                        url: url.clone(),
+                        message: e.to_string(),
+                        source: Some(Box::new(e)),
+                    }
+                })?;
                 if key.ends_with('/') {
                     continue;
                 }
