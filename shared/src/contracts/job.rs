@@ -7,7 +7,7 @@ use crate::domain::claim::Placement;
 use crate::domain::granule::GranuleId;
 use crate::domain::job_tags::{
     ATTEMPT_ENV, ATTEMPT_PARAM, CAMPAIGN_ENV, CAMPAIGN_PARAM, GRANULE_ID_ENV, GRANULE_ID_PARAM,
-    SPOT_ENDS_PARAM, WINDOW_CLAIM_ENV, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_PARAM,
+    SPOT_ENDS_PARAM, WINDOW_CLAIM_ENV, WINDOW_CLAIM_PARAM, WINDOW_TOKEN_ENV, WINDOW_TOKEN_PARAM,
 };
 use crate::ports::JobRequest;
 use std::collections::BTreeMap;
@@ -83,15 +83,19 @@ pub fn window_job_request(
     if let Some(token) = token {
         parameters.insert(WINDOW_TOKEN_PARAM.to_owned(), token.to_owned());
     }
+    let mut environment = BTreeMap::from([
+        (
+            WINDOW_CLAIM_ENV.to_owned(),
+            format!("s3://{bucket}/{claim_key}"),
+        ),
+        (ATTEMPT_ENV.to_owned(), attempt.to_string()),
+    ]);
+    if let Some(token) = token {
+        environment.insert(WINDOW_TOKEN_ENV.to_owned(), token.to_owned());
+    }
     let request = JobRequest {
         job_name: job_name.to_owned(),
-        environment: BTreeMap::from([
-            (
-                WINDOW_CLAIM_ENV.to_owned(),
-                format!("s3://{bucket}/{claim_key}"),
-            ),
-            (ATTEMPT_ENV.to_owned(), attempt.to_string()),
-        ]),
+        environment,
         parameters,
         array_size: Some(size),
         queue: None,

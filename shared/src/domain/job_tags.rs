@@ -22,8 +22,12 @@ pub const ATTEMPT_PARAM: &str = "attempt";
 /// reads it from the `window_claim` parameter (the key in granary's bucket).
 pub const WINDOW_CLAIM_ENV: &str = "GRANARY_WINDOW_CLAIM";
 pub const WINDOW_CLAIM_PARAM: &str = "window_claim";
-/// The window claim's token ([`crate::domain::window::WindowClaim::token`]).
+/// The window claim's token ([`crate::domain::window::WindowClaim::token`]), a parameter and an
+/// environment variable: what AWS documents a child's detail to carry is its id
+/// (`<parent>:<index>`) and `arrayProperties.index`; the published children carry their parent's
+/// environment, and nothing published shows whether they carry its parameters.
 pub const WINDOW_TOKEN_PARAM: &str = "window_token";
+pub const WINDOW_TOKEN_ENV: &str = "GRANARY_WINDOW_TOKEN";
 
 /// How many of the granule's earlier attempts ended for capacity (`domain::attempt_budget`): a
 /// parameter of a retried attempt's job (absent: none), read back from its end by the monitor.
@@ -103,7 +107,12 @@ pub struct WindowRef {
 /// environment: the published parent 03 and child 04 carry the same; nothing published shows
 /// whether it has the parameters too).
 pub fn window_claim_of(job: &JobDetail) -> Option<WindowRef> {
-    let token = job.parameters.get(WINDOW_TOKEN_PARAM).cloned();
+    let token = job
+        .parameters
+        .get(WINDOW_TOKEN_PARAM)
+        .cloned()
+        .or_else(|| job.env(WINDOW_TOKEN_ENV).map(str::to_owned))
+        .filter(|t| !t.is_empty());
     if let Some(key) = job
         .parameters
         .get(WINDOW_CLAIM_PARAM)

@@ -9,7 +9,7 @@ use crate::contracts::job::{job_request, window_job_request};
 use crate::domain::granule::GranuleId;
 use crate::domain::job_name::{job_name, window_job_name};
 use crate::domain::layout::claims::{parse_window_key, window_key};
-use crate::domain::window::{child_job_id, WindowClaim, WindowEntry, WINDOW_ATTEMPT};
+use crate::domain::window::{child_job_id, WindowClaim, WINDOW_ATTEMPT};
 use crate::ports::{JobRequest, JobRunner, ObjectStore};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -344,134 +344,8 @@ impl Windows<'_> {
     }
 }
 
-/// The granules of the window claims the job monitor read lately, so the thousands of child
-/// events of one array window read its claim once per warm Lambda instead of once each. A
-/// claim's granules never change once it is created; what names the claim a child belongs to
-/// is the token its job carries (else the array id the claim recorded), so a child of an
-/// earlier claim at the same key (one an operator removed) is never given this claim's granule.
-#[derive(Default)]
-pub struct WindowGranules {
-    recent: std::sync::Mutex<std::collections::VecDeque<ReadClaim>>,
-}
-
-/// A window claim read: its key, what names it (its token, else its array's id), its granules.
-type ReadClaim = (String, String, std::sync::Arc<[WindowEntry]>);
-
-/// Claims kept: a window's children end spread over hours, a few windows at a time.
-const WINDOWS_KEPT: usize = 16;
-
-/// Why a child's granule cannot be named: its event can never be handled.
-#[derive(Debug, thiserror::Error)]
-pub enum WindowGranuleError {
-    #[error(transparent)]
-    Read(#[from] RepositoryError),
-    #[error("{0}")]
-    Unknown(String),
-}
-
-/// Which claim a child belongs to, as its job says.
-pub struct ChildOf<'a> {
-    pub claim_key: &'a str,
-    /// The array's job id (the child's id without `:index`).
-    pub parent: &'a str,
-    /// The claim's token, when the job carries it.
-    pub token: Option<&'a str>,
-    pub index: u32,
-}
-
-impl WindowGranules {
-    /// The entry of `child` in its window claim — its granule, attempt and the Spot ends before
-    /// it (the claim must lie under `<claim_prefix>windows/` and be the claim the child's array
-    /// was submitted for).
-    pub async fn granule(
-        &self,
-        store: &dyn ObjectStore,
-        claim_prefix: &str,
-        child: ChildOf<'_>,
-    ) -> Result<WindowEntry, WindowGranuleError> {
-        let claim_key = child.claim_key;
-        let unknown = |why: String| WindowGranuleError::Unknown(why);
-        let shown = || crate::domain::poison::RawText::of(claim_key).shown();
-        if !claim_key.starts_with(&format!("{claim_prefix}windows/")) {
-            return Err(unknown(format!(
-                "window claim {} is not under {claim_prefix}windows/",
-                shown()
-            )));
-        }
-        let index = child.index;
-        let pick = |granules: &[WindowEntry]| {
-            granules.get(index as usize).cloned().ok_or_else(|| {
-                unknown(format!(
-                    "window claim {} has {} granules, none at index {index}",
-                    shown(),
-                    granules.len()
-                ))
-            })
-        };
-        // What must name the claim: the child's token, else its array.
-        let named_by = child.token.unwrap_or(child.parent);
-        if let Some(granules) = self.cached(claim_key, named_by) {
-            return pick(&granules);
-        }
-        let claim = super::json::read_json_retrying::<WindowClaim>(
-            store,
-            claim_key,
-            "reading a window claim",
-        )
-        .await
-        .map_err(|e| {
-            if e.is_transient() {
-                WindowGranuleError::Read(e)
-            } else {
-                unknown(format!("window claim {} is unreadable: {e}", shown()))
-            }
-        })?
-        .ok_or_else(|| unknown(format!("window claim {} does not exist", shown())))?
-        .value;
-        let names_it = match child.token {
-            Some(token) => claim.token.as_deref() == Some(token),
-            None => claim.array_job_id.as_deref() == Some(child.parent),
-        };
-        // A claim that has not recorded its array yet, for a child without a token: its own
-        // array, ended before the feeder's run recorded it (nothing else can have submitted
-        // under this key), read again by the next child.
-        let earlier = match child.token {
-            Some(_) => !names_it,
-            None => claim.array_job_id.is_some() && !names_it,
-        };
-        if earlier {
-            return Err(unknown(format!(
-                "array {} belongs to an earlier claim at {} (the claim now there names {})",
-                child.parent,
-                shown(),
-                claim
-                    .token
-                    .as_deref()
-                    .or(claim.array_job_id.as_deref())
-                    .unwrap_or("no array")
-            )));
-        }
-        let granules: std::sync::Arc<[WindowEntry]> = claim.entries().collect();
-        if names_it {
-            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            recent.retain(|(k, _, _)| k != claim_key);
-            if recent.len() >= WINDOWS_KEPT {
-                recent.pop_front();
-            }
-            recent.push_back((claim_key.to_owned(), named_by.to_owned(), granules.clone()));
-        }
-        pick(&granules)
-    }
-
-    fn cached(&self, claim_key: &str, named_by: &str) -> Option<std::sync::Arc<[WindowEntry]>> {
-        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent
-            .iter()
-            .find(|(k, n, _)| k == claim_key && n == named_by)
-            .map(|(_, _, g)| g.clone())
-    }
-}
-
+mod granules;
+pub use granules::{ChildOf, WindowGranuleError, WindowGranules};
 mod markers;
 
 #[cfg(test)]

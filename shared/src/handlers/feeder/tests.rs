@@ -792,6 +792,86 @@ mod array_windows {
         assert!(ctx.store.list("logs/").await.unwrap().is_empty());
     }
 
+    /// A child's detail need not carry its parent's parameters (AWS documents only its id and
+    /// `arrayProperties.index`): it is matched by the array its claim recorded, its token read
+    /// from the environment. A child of an earlier claim at the key is rejected by its token,
+    /// and one with no token, met by a claim that has not recorded its array yet, is asked
+    /// about again later, never given that claim's granule.
+    #[tokio::test]
+    async fn a_child_without_parameters_is_matched_by_its_array_and_never_guessed() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 4).await;
+        let old = window_claim(&ctx).await;
+        let parent = old.array_job_id.clone().unwrap();
+        let bare = |mut detail: serde_json::Value| {
+            detail["parameters"] = serde_json::json!({});
+            detail
+        };
+        let detail = bare(jobs.end(&format!("{parent}:0"), Ending::Succeeded).unwrap());
+        let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        assert!(
+            !matches!(out, MonitorOutcome::Rejected { .. }),
+            "matched by its array: {out:?}"
+        );
+        assert_eq!(success_logs(&ctx).await, 1);
+
+        // Another instance (no claim read yet): the claim removed and made again, its array not
+        // recorded yet.
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 4).await;
+        let old = window_claim(&ctx).await;
+        let parent = old.array_job_id.clone().unwrap();
+        let key = crate::domain::layout::claims::window_key(
+            &ctx.config.layout.claim_prefix,
+            "inventories/a.parquet",
+            0,
+        );
+        ctx.store.delete(&key).await.unwrap();
+        let again = WindowClaim::new(
+            None,
+            "inventories/a.parquet",
+            0,
+            4,
+            old.granules.iter().rev().cloned().collect(),
+            "queue-feeder",
+            chrono::Utc::now() + chrono::Duration::seconds(1),
+        )
+        .in_array(true);
+        crate::repositories::write_json(
+            ctx.store.as_ref(),
+            &key,
+            &again,
+            crate::ports::PutCondition::IfAbsent,
+        )
+        .await
+        .unwrap();
+        let detail = bare(jobs.end(&format!("{parent}:1"), Ending::Succeeded).unwrap());
+        let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap();
+        let MonitorOutcome::Rejected { reason } = out else {
+            panic!("its environment's token is the earlier claim's: {out:?}")
+        };
+        assert!(reason.contains("earlier claim"), "{reason}");
+        // Without a token anywhere: not guessed, asked again later.
+        let mut detail = bare(jobs.end(&format!("{parent}:2"), Ending::Succeeded).unwrap());
+        if let Some(env) = detail["container"]["environment"].as_array_mut() {
+            env.retain(|v| v["name"] != crate::domain::job_tags::WINDOW_TOKEN_ENV);
+        }
+        let e = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, crate::handlers::HandlerError::InFlight(_)),
+            "{e}"
+        );
+        assert_eq!(success_logs(&ctx).await, 0, "no granule guessed");
+    }
+
     /// A child event naming an index the claim has no granule at is rejected with the reason.
     #[tokio::test]
     async fn a_child_the_claim_cannot_name_is_rejected_with_the_reason() {

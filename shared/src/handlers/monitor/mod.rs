@@ -198,6 +198,8 @@ async fn window_child(
     match granule {
         Ok(entry) => job_finished(ctx, child.of_entry(entry), detail, by).await,
         Err(WindowGranuleError::Read(e)) => Err(e.into()),
+        // Delivered again after the visibility timeout, by when the claim names its array.
+        Err(WindowGranuleError::NotRecordedYet(why)) => Err(HandlerError::InFlight(why)),
         Err(WindowGranuleError::Unknown(why)) => {
             let reason = format!("array child {}: {why}", child.job_id);
             let input = input.map_or_else(|| detail.to_string(), str::to_owned);
