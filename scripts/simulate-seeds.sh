@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Simulated seeds on top of the suite: `granary-local simulate` (the chaos campaign on one
-# virtual clock, the deployed leases and timeouts) for as many seeds as fit in a budget, from a
+# Simulated seeds on top of the suite: `granary-local simulate` (the chaos campaign, or the
+# ingest queue, on one virtual clock with the deployed leases, schedules and timeouts and
+# Batch's and the depositors' times) for as many seeds as fit in a budget, from a
 # start that differs from run to run. A seed whose promise does not hold stops the run and
 # prints the command that replays it.
 #
@@ -22,12 +23,17 @@ start=$SECONDS
 ran=0
 hours=0
 while (( SECONDS - start < budget )); do
-  # Every other seed runs array windows and windows of retries, the deployed default.
-  extra=()
-  (( seed % 2 )) && extra=(--env GRANARY_ARRAY_WINDOWS=on)
-  if ! out=$("$bin" simulate --seed "$seed" --granules "$granules" "${extra[@]}" --json 2>&1); then
+  # Every third seed runs the ingest queue; of the rest, every other one array windows and
+  # windows of retries, the deployed default.
+  extra=(--granules "$granules")
+  if (( seed % 3 == 0 )); then
+    extra=(--ingest --crash-rate 0.05)
+  elif (( seed % 2 )); then
+    extra+=(--env GRANARY_ARRAY_WINDOWS=on)
+  fi
+  if ! out=$("$bin" simulate --seed "$seed" "${extra[@]}" --json 2>&1); then
     echo "$out" | tail -40
-    echo "simulated seed $seed FAILED; replay: granary-local simulate --seed $seed --granules $granules ${extra[*]}" >&2
+    echo "simulated seed $seed FAILED; replay: granary-local simulate --seed $seed ${extra[*]}" >&2
     exit 1
   fi
   hours=$(python3 -c "import json,sys; print($hours + json.loads(sys.argv[1])['simulated_secs'] / 3600)" "$out")

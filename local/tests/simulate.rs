@@ -106,3 +106,31 @@ fn jobs_that_take_a_spot_queues_time_end_each_granule_once() {
         .unwrap()
         .contains("--instant-jobs"));
 }
+
+#[test]
+fn the_ingest_queue_ends_every_job_as_its_fate_allows_on_the_virtual_clock() {
+    // Seed 4: a depositor's server that never answers (its objects' downloads time out, one
+    // attempt a tick), slow ones, altered and poisoned objects, Spot reclaims, lost events,
+    // crashes, an operator's hold and release.
+    let (report, held) = simulate(&["--ingest", "--seed", "4", "--crash-rate", "0.05"]);
+    assert!(held, "{report:#}");
+    let audit = &report["audit"];
+    assert_eq!(audit["jobs"], 240);
+    assert_eq!(audit["unfinished"], serde_json::json!([]));
+    assert_eq!(audit["wrong_outcomes"], serde_json::json!([]));
+    assert!(audit["failed"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(audit["completed"].as_u64().unwrap() > 150, "{report:#}");
+    assert!(report["slow_attempts"].as_u64().unwrap() > 0, "{report:#}");
+    assert!(
+        report["crashes_injected"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    assert!(report["events_lost"].as_u64().unwrap() > 0, "{report:#}");
+    assert_eq!(report["ticks_timed_out"], 0, "a tick within its budget");
+    let (again, _) = simulate(&["--ingest", "--seed", "4", "--crash-rate", "0.05"]);
+    assert_eq!(
+        deterministic(report),
+        deterministic(again),
+        "a seed replays"
+    );
+}

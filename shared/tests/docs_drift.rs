@@ -216,14 +216,6 @@ impl Checker {
             .iter()
             .map(|s| s.var.to_owned())
             .chain(TEST_SWITCHES.iter().map(|t| t.var.to_owned()))
-            // What granary puts in an array window's job environment, not a setting.
-            .chain(
-                [
-                    granary::domain::job_tags::WINDOW_CLAIM_ENV,
-                    granary::domain::job_tags::WINDOW_TOKEN_ENV,
-                ]
-                .map(str::to_owned),
-            )
             .chain(
                 words
                     .scripts

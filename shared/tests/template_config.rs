@@ -51,3 +51,37 @@ fn the_brake_percents_the_template_allows_are_the_ones_the_code_reads() {
         }
     }
 }
+
+/// Every function whose work is paced by a budget of its time reads its timeout from the
+/// template: the ingest dispatcher's tick spends four fifths of it, so a depositor's server that
+/// hangs costs a share of a tick and never the whole invocation. (The dispatcher holds no lease;
+/// before, it read no timeout, and its tick ran until Lambda killed it.)
+#[test]
+fn the_ingest_dispatcher_reads_its_timeout_from_the_template() {
+    use granary::config::Function;
+    let stack = granary_template::Stack::new("granary-test")
+        .with("SubnetIds", "subnet-1")
+        .with("SecurityGroupIds", "sg-1")
+        .with(
+            "ContainerImage",
+            "123456789012.dkr.ecr.us-east-1.amazonaws.com/p:1",
+        );
+    let template = Template::granary().unwrap();
+    let resolved = template.resolve(&stack).unwrap();
+    for (logical_id, function) in [
+        ("IngestDispatcherFunction", Function::IngestDispatcher),
+        ("QueueFeederFunction", Function::QueueFeeder),
+    ] {
+        let f = resolved.function(logical_id).unwrap();
+        let env = f.environment().unwrap();
+        let config = Config::for_sections(function.sections(), |k| env.get(k).cloned()).unwrap();
+        let timeout = template.doc["Resources"][logical_id]["Properties"]["Timeout"]
+            .as_u64()
+            .unwrap();
+        assert_eq!(
+            config.leases.function_timeout,
+            Some(std::time::Duration::from_secs(timeout)),
+            "{logical_id}"
+        );
+    }
+}

@@ -32,6 +32,7 @@ fn spec() -> CampaignSpec {
             // The emulator's DescribeJobs answers from its own job records, not the simulator's
             // fates, so lost events are exercised on the in-memory twins (`granary-local chaos`).
             lost_rate: 0.0,
+            timing: granary_local::fault_plan::BatchTiming::instant(),
         },
         batch_attempts: 2,
         env: vec![("GRANARY_MAX_RETRIES".into(), "2".into())],

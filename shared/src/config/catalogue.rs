@@ -196,7 +196,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         commands: &["granary plan"],
-        ..fixed("GRANARY_FUNCTION_TIMEOUT_SECS", "", &[Leases], "The function's own Timeout, which every lease must outlast.")
+        ..fixed("GRANARY_FUNCTION_TIMEOUT_SECS", "", &[Leases, Ingest], "The function's own Timeout: every lease outlasts it; an ingest tick spends four fifths.")
     },
     fixed("GRANARY_SUBMIT_CONCURRENCY", "8", &[Feeder], "SubmitJob calls in flight; pacing, not this, bounds the rate."),
     Setting {
@@ -252,6 +252,10 @@ pub const TEST_SWITCHES: &[TestSwitch] = &[
     TestSwitch {
         var: "GRANARY_WINDOW_CLAIM",
         why: "Set on each array job for the container: its window claim (docs/array-windows.md).",
+    },
+    TestSwitch {
+        var: "GRANARY_WINDOW_TOKEN",
+        why: "Set on each array job: its window claim's token, which its children's ends carry.",
     },
 ];
 

@@ -320,6 +320,13 @@ impl Config {
             },
             leases: if wants(Section::Leases) {
                 Leases::read(&vars)?
+            } else if wants(Section::Ingest) {
+                // The dispatcher holds no lease, but its tick spends a budget of its timeout
+                // (`handlers::ingest::tick`): without it, a tick runs until Lambda kills it.
+                Leases {
+                    function_timeout: Leases::read_function_timeout(&vars)?,
+                    ..Leases::default()
+                }
             } else {
                 Leases::default()
             },
@@ -339,7 +346,12 @@ impl Config {
                 archive::ArchiveSettings::default()
             },
         };
-        config.leases.check()?;
+        // Only where the leases are settings. The dispatcher reads its timeout alone: its
+        // processing claims keep the default lease (900 s), as long as its timeout, and each is
+        // taken after its invocation started, so it outlasts the invocation all the same.
+        if wants(Section::Leases) {
+            config.leases.check()?;
+        }
         Ok(config)
     }
 

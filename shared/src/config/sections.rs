@@ -429,10 +429,17 @@ impl Leases {
             claim_lease: secs("GRANARY_CLAIM_LEASE_SECS", DEFAULT_CLAIM_LEASE_SECS)?,
             route_lease: secs("GRANARY_ROUTE_LEASE_SECS", DEFAULT_ROUTE_LEASE_SECS)?,
             reconcile_after: secs("GRANARY_RECONCILE_AFTER_SECS", DEFAULT_RECONCILE_AFTER_SECS)?,
-            function_timeout: match v.get("GRANARY_FUNCTION_TIMEOUT_SECS") {
-                Some(_) => Some(secs("GRANARY_FUNCTION_TIMEOUT_SECS", 0)?),
-                None => None,
-            },
+            function_timeout: Self::read_function_timeout(v)?,
+        })
+    }
+
+    /// `GRANARY_FUNCTION_TIMEOUT_SECS`, when the template sets it.
+    pub(crate) fn read_function_timeout(v: &Vars) -> Result<Option<Duration>, ConfigError> {
+        Ok(match v.get("GRANARY_FUNCTION_TIMEOUT_SECS") {
+            Some(_) => Some(Duration::from_secs(
+                v.number("GRANARY_FUNCTION_TIMEOUT_SECS", 0)?,
+            )),
+            None => None,
         })
     }
 

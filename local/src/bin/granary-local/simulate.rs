@@ -1,7 +1,7 @@
 use anyhow::Result;
 use granary_local::fault_plan::BatchTiming;
 use granary_local::runner::FunctionTimeouts;
-use granary_local::simulate::{self, SimReport, SimSpec};
+use granary_local::simulate::{self, ingest, SimReport, SimSpec};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,6 +34,16 @@ pub struct Args {
     /// now and then, EventBridge's delays and a day's retries, DescribeJobs's lag).
     #[arg(long)]
     instant_jobs: bool,
+    /// The ingest queue instead of the backfill: batches of objects from depositors' servers
+    /// (fast, slow, or never answering), processing jobs on Batch, minting, an operator's hold.
+    #[arg(long)]
+    ingest: bool,
+    /// With --ingest: how many batches arrive (40 minutes apart).
+    #[arg(long, default_value_t = 6)]
+    batches: usize,
+    /// With --ingest: objects in each batch.
+    #[arg(long, default_value_t = 40)]
+    objects: usize,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -52,6 +62,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "--crash-rate must be in [0, 1), not {}",
         args.crash_rate
     );
+    if args.ingest {
+        return run_ingest(&args);
+    }
     let spec = SimSpec {
         seed: args.seed,
         granules: args.granules,
@@ -81,6 +94,54 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
+    }
+    Ok(if report.holds() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_ingest(args: &Args) -> Result<ExitCode> {
+    let spec = ingest::IngestSimSpec {
+        seed: args.seed,
+        batches: args.batches,
+        objects: args.objects,
+        crash_rate: args.crash_rate,
+    };
+    let report = match ingest::run(&spec) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e:#}\nreplay: {}", ingest::replay_command(&spec));
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let a = &report.audit;
+        println!("seed                    {}", report.seed);
+        println!(
+            "simulated               {:.1} h in {:.1} s",
+            report.simulated_secs / 3600.0,
+            report.wall_secs
+        );
+        println!(
+            "jobs                    {} in {} batches ({} completed, {} failed)",
+            a.jobs, a.batches, a.completed, a.failed
+        );
+        println!(
+            "injected                {} crashes at a call, {} ticks ended at their timeout, {} events lost",
+            report.crashes_injected, report.ticks_timed_out, report.events_lost
+        );
+        for line in a.unfinished.iter().chain(&a.wrong_outcomes).take(10) {
+            println!("  {line}");
+        }
+        if report.holds() {
+            println!("every job ended as its fate allows");
+        } else {
+            println!("THE PROMISE DID NOT HOLD; replay: {}", report.replay);
+        }
     }
     Ok(if report.holds() {
         ExitCode::SUCCESS

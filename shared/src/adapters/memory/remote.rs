@@ -20,6 +20,9 @@ pub struct MemoryRemote {
     calls: Mutex<Vec<(String, serde_json::Value)>>,
     /// URLs whose server takes this long to answer any request (on tokio's clock).
     latency: Mutex<BTreeMap<String, std::time::Duration>>,
+    /// The HTTP client's timeout, as `HttpRemote` sets it (`GRANARY_INGEST_TIMEOUT_SECS`): a
+    /// server slower than this fails the request after it. None: waits as long as it takes.
+    request_timeout: Mutex<Option<std::time::Duration>>,
 }
 
 impl MemoryRemote {
@@ -48,11 +51,29 @@ impl MemoryRemote {
         lock(&self.latency).insert(url.to_owned(), delay);
     }
 
-    /// Waits as long as `url`'s server takes to answer.
-    async fn answer_delay(&self, url: &str) {
+    /// Requests end after `timeout` with the client's timeout error, as reqwest's do.
+    pub fn time_out_after(&self, timeout: std::time::Duration) {
+        *lock(&self.request_timeout) = Some(timeout);
+    }
+
+    /// Waits as long as `url`'s server takes to answer, or the client's timeout.
+    async fn answer_delay(&self, url: &str) -> Result<(), SourceError> {
         let delay = lock(&self.latency).get(url).copied();
-        if let Some(delay) = delay {
-            tokio::time::sleep(delay).await;
+        let timeout = *lock(&self.request_timeout);
+        match (delay, timeout) {
+            (Some(delay), Some(timeout)) if delay > timeout => {
+                tokio::time::sleep(timeout).await;
+                Err(SourceError::Transient {
+                    url: url.to_owned(),
+                    message: format!("timed out after {}s", timeout.as_secs()),
+                    source: None,
+                })
+            }
+            (Some(delay), _) => {
+                tokio::time::sleep(delay).await;
+                Ok(())
+            }
+            (None, _) => Ok(()),
         }
     }
 
@@ -85,7 +106,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[async_trait]
 impl Remote for MemoryRemote {
     async fn size_of(&self, url: &str) -> Result<Option<u64>, SourceError> {
-        self.answer_delay(url).await;
+        self.answer_delay(url).await?;
         let files = self.lock_files();
         let body = files.get(url).ok_or_else(|| Self::missing(url))?;
         if lock(&self.sizeless).contains(url) {
@@ -96,7 +117,7 @@ impl Remote for MemoryRemote {
 
     async fn fetch(&self, url: &str) -> Result<(SourceStream, Option<u64>), SourceError> {
         *lock(&self.fetches).entry(url.to_owned()).or_default() += 1;
-        self.answer_delay(url).await;
+        self.answer_delay(url).await?;
         if let Some(left) = lock(&self.flaky).get_mut(url).filter(|n| **n > 0) {
             *left -= 1;
             return Err(SourceError::Transient {
@@ -115,7 +136,7 @@ impl Remote for MemoryRemote {
     }
 
     async fn call_back(&self, url: &str, body: &serde_json::Value) -> Result<(), SourceError> {
-        self.answer_delay(url).await;
+        self.answer_delay(url).await?;
         if lock(&self.failing).contains(url) {
             return Err(SourceError::Transient {
                 url: url.to_owned(),

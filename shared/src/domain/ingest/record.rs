@@ -173,6 +173,11 @@ pub struct JobRecord {
     /// failure a new attempt may fix starts the next one, up to the backfill's attempt budget.
     #[serde(default = "first_attempt")]
     pub processing_attempt: u32,
+    /// Attempts of the job's current step (a file's download, the callback) that ended at the
+    /// HTTP client's timeout, one a tick: a server that never answers costs a tick's share an
+    /// attempt, and the step's attempts run out across ticks. Cleared when the job moves.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub slow_attempts: u32,
     /// The identifier the object is stored under, written before anything else the storing
     /// step does (a restarted job reads it and never mints again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -219,6 +224,7 @@ impl JobRecord {
             stored: Vec::new(),
             processing_job: None,
             processing_attempt: 1,
+            slow_attempts: 0,
             identifier: None,
             mint_claimed_at: None,
             mint_claim_token: None,
@@ -264,6 +270,8 @@ impl Record for JobRecord {
                 self.processing_job.clone()
             },
             processing_attempt: if rerun { 1 } else { self.processing_attempt },
+            // A new step (or the same one resumed) starts its attempts afresh.
+            slow_attempts: 0,
             state: to,
             last_successful_status: last_successful_after(
                 self.state,
@@ -276,6 +284,10 @@ impl Record for JobRecord {
             ..self.clone()
         }
     }
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -114,7 +114,7 @@ pub async fn handle_submissions(
 
 /// Runs one job's or batch's `step` within its share of the tick's `budget`
 /// (`Budget::unit_share`: a quarter of what is left, or one request's time,
-/// `GRANARY_INGEST_TIMEOUT_SECS`, whichever is longer): `None` when the budget was spent before
+/// `GRANARY_INGEST_TIMEOUT_SECS`, and a margin, whichever is longer): `None` when the budget was spent before
 /// it started, or when the step
 /// outlived its share and was dropped where it stood — as a Lambda timeout would have dropped
 /// it, which every step survives (the ingest crash-point harness): its job or batch is left for
@@ -131,7 +131,7 @@ where
     if budget.spent() {
         return None;
     }
-    match budget.unit_share(settings.timeout) {
+    match budget.unit_share(settings.timeout + REQUEST_TIMED_OUT_MARGIN) {
         // Too little left to start a step: one cut short mid-mint costs an operator's look
         // (its claim past its lease, MINT_UNKNOWN), so none starts with less than this.
         Some(share) if share < MIN_STEP_SHARE => None,
@@ -142,6 +142,13 @@ where
 
 /// The least time a job's or batch's step is started with ([`within_share`]).
 const MIN_STEP_SHARE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A step's share outlasts one request's timeout by this much, so that a request that times
+/// out (a depositor's server that never answers) still has time to record its failed attempt.
+/// With a share of exactly the timeout, the step was dropped as its request timed out: no
+/// attempt was recorded, and the job tried again every tick for ever (`granary-local simulate
+/// --ingest` found it).
+const REQUEST_TIMED_OUT_MARGIN: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What one tick of the dispatcher did, per step.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -162,6 +169,8 @@ pub struct TickSummary {
     /// Processing jobs whose retryable end (found by DescribeJobs) starts their next attempt.
     pub processing_retried: u64,
     pub processed: u64,
+    /// Downloads and callbacks that timed out, their next attempt left for the next tick.
+    pub slow_attempts: u64,
     /// Objects stored (identifier, ERC and Dublin Core, files checked, storage manifest).
     pub stored: u64,
     pub recorded: u64,

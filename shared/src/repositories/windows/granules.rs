@@ -165,4 +165,3 @@ fn child_names(claim: &WindowClaim, child: &ChildOf<'_>) -> ChildNames {
         None => ChildNames::NotYetKnown,
     }
 }
-

@@ -27,6 +27,21 @@ enum FetchFailure {
         attempts: u32,
         last: String,
     },
+    /// Attempt `attempt` ended at the client's timeout: the next tick makes the next one
+    /// (`JobRecord::slow_attempts`), so a server that never answers costs a tick's share an
+    /// attempt rather than outliving every share for ever.
+    #[error("{url}: attempt {attempt} timed out ({last}); the next tick tries again")]
+    Later {
+        url: String,
+        attempt: u32,
+        last: String,
+    },
+}
+
+/// An attempt that took this share of the client's timeout or more is slow: no other attempt
+/// follows it within the step.
+fn is_slow(took: std::time::Duration, timeout: std::time::Duration) -> bool {
+    took >= timeout / 2
 }
 
 /// One file into the job's object folder.
@@ -54,7 +69,9 @@ async fn fetch_to(
     };
     let mut last = String::new();
     let objects = ctx.objects();
-    for attempt in 1..=ctx.config.ingest.download_attempts {
+    let attempts = ctx.config.ingest.download_attempts;
+    for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
+        let started = tokio::time::Instant::now();
         match objects
             .copy_in(
                 &key,
@@ -81,6 +98,13 @@ async fn fetch_to(
             Err(why) => {
                 tracing::warn!(job = %job.id, url = file.url, attempt, error = %why, "download failed");
                 last = why.to_string();
+                if attempt < attempts && is_slow(started.elapsed(), ctx.config.ingest.timeout) {
+                    return Err(FetchFailure::Later {
+                        url: file.url.clone(),
+                        attempt,
+                        last,
+                    });
+                }
             }
         }
     }
@@ -99,12 +123,16 @@ pub async fn download(
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
     let stored = match &job.object.payload {
-        Payload::Files { files } => download_files(ctx, &job, files)
-            .await
-            .map_err(|e| e.to_string()),
+        Payload::Files { files } => match download_files(ctx, &job, files).await {
+            Err(FetchFailure::Later { attempt, .. }) => {
+                return slow_attempt(ctx, &job, attempt, s).await;
+            }
+            other => other.map_err(|e| e.to_string()),
+        },
         Payload::Container { zip } => match download_container(ctx, &job, zip).await? {
             Container::Expanded(files) => Ok(files),
             Container::Refused { why } => Err(why),
+            Container::Later { attempt } => return slow_attempt(ctx, &job, attempt, s).await,
         },
         _ => Err("no files to download".to_owned()),
     };
@@ -128,6 +156,19 @@ pub async fn download(
         (true, JobState::Failed) => s.failed += 1,
         (true, _) => s.downloaded += 1,
     }
+    Ok(())
+}
+
+/// Records that the job's download attempt `attempt` timed out, the job still downloading: the
+/// next tick's step makes the next attempt.
+async fn slow_attempt(
+    ctx: &Ctx,
+    job: &JobRecord,
+    attempt: u32,
+    s: &mut TickSummary,
+) -> Result<(), HandlerError> {
+    super::note_slow_attempt(ctx, job, JobState::Downloading, attempt).await?;
+    s.slow_attempts += 1;
     Ok(())
 }
 
@@ -165,6 +206,8 @@ enum Container {
     Expanded(Vec<StoredFile>),
     /// The zip could not be fetched or expanded: the job fails with `why` (the zip is kept).
     Refused { why: String },
+    /// Its fetch timed out at attempt `attempt`: the next tick tries again.
+    Later { attempt: u32 },
 }
 
 /// A container deposit's files: the zip fetched (bounded attempts, its digest checked) into the
@@ -178,6 +221,7 @@ async fn download_container(
 ) -> Result<Container, HandlerError> {
     let key = ctx.ingest().keys.container(&job.id, &zip.name);
     let expanded = match fetch_to(ctx, job, zip, &key).await {
+        Err(FetchFailure::Later { attempt, .. }) => return Ok(Container::Later { attempt }),
         Ok(fetched) => crate::handlers::ingest::container::expand(ctx, &job.id, &key, fetched.size)
             .await
             .map_err(|e| e.to_string()),

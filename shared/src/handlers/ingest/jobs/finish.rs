@@ -76,7 +76,10 @@ pub async fn notify(
         files: job.stored.len(),
         catalog_key: &key,
     };
-    ctx.bus.put_events(vec![announcement.event()]).await?;
+    // Announced once: a job whose callback timed out was announced by the tick that tried it.
+    if job.slow_attempts == 0 {
+        ctx.bus.put_events(vec![announcement.event()]).await?;
+    }
     let callback = match ctx.ingest().batch(&job.batch).await? {
         Some(b) => b.value.submission.callback,
         None => None,
@@ -84,7 +87,9 @@ pub async fn notify(
     let mut failure = None;
     if let Some(url) = callback {
         failure = Some(String::new());
-        for attempt in 1..=ctx.config.ingest.callback_attempts {
+        let attempts = ctx.config.ingest.callback_attempts;
+        for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
+            let started = tokio::time::Instant::now();
             match ctx
                 .remote
                 .call_back(&url, &serde_json::json!(announcement))
@@ -99,6 +104,13 @@ pub async fn notify(
                     failure = Some(format!(
                         "callback {url} failed {attempt} times; the last: {e}"
                     ));
+                    // One that timed out: the next attempt is the next tick's (as a download's).
+                    let slow = started.elapsed() >= ctx.config.ingest.timeout / 2;
+                    if slow && attempt < attempts {
+                        super::note_slow_attempt(ctx, &job, JobState::Notify, attempt).await?;
+                        s.slow_attempts += 1;
+                        return Ok(());
+                    }
                 }
             }
         }

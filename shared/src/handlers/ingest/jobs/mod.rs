@@ -103,6 +103,26 @@ pub(super) async fn advance(
     Ok(matches!(changed, Changed::Moved(_)))
 }
 
+/// Records on a job still in `state` that its step's attempt `attempt` ended at the client's
+/// timeout (`JobRecord::slow_attempts`); nothing when it moved meanwhile.
+pub(super) async fn note_slow_attempt(
+    ctx: &Ctx,
+    job: &JobRecord,
+    state: JobState,
+    attempt: u32,
+) -> Result<(), HandlerError> {
+    ctx.ingest()
+        .change_job(&job.id, |r| {
+            Ok((r.state == state && r.slow_attempts < attempt).then(|| {
+                let mut next = r.clone();
+                next.slow_attempts = attempt;
+                next
+            }))
+        })
+        .await?;
+    Ok(())
+}
+
 /// Pending → failed (an unreadable manifest entry), held, or estimating.
 pub async fn dispatch(
     ctx: &Ctx,

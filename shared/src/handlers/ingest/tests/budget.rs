@@ -44,3 +44,46 @@ async fn a_server_that_hangs_costs_a_share_of_the_tick_and_the_other_jobs_go_on(
         stuck_job.state
     );
 }
+
+/// A server that never answers within the HTTP client's timeout fails its job once the
+/// download's attempts are spent, one attempt a tick: each attempt's timeout is recorded
+/// (`JobRecord::slow_attempts`), rather than the step outliving its share, recording nothing,
+/// and starting again at attempt 1 every tick for ever (`granary-local simulate --ingest` found
+/// that). The same for a callback that never answers.
+#[tokio::test(start_paused = true)]
+async fn a_server_that_never_answers_fails_its_job_after_its_attempts_one_a_tick() {
+    let mut w = world(IngestSettings {
+        timeout: Duration::from_secs(600),
+        download_attempts: 3,
+        callback_attempts: 3,
+        ..IngestSettings::default()
+    });
+    // The template's dispatcher: 900 s, a tick plans 720.
+    w.ingest_ctx.config.leases.function_timeout = Some(Duration::from_secs(900));
+    w.remote.time_out_after(Duration::from_secs(600));
+    let hanging = w.manifest("hangs", &[("hang.txt", "never")], &[]).await;
+    let fine = w.manifest("fine", &[("ok.txt", "fine")], &[]).await;
+    w.remote
+        .slow("http://archive/hang.txt", Duration::from_secs(86_400));
+    w.remote
+        .slow("http://depositor/cb", Duration::from_secs(86_400));
+    let stuck = w.submit(&hanging, "coll", None).await;
+    let calls_back = w.submit(&fine, "coll", Some("http://depositor/cb")).await;
+    // Ticks until nothing moves, Batch ending each processing job as a success.
+    let slow = w.run(|_| true).await.slow_attempts;
+    let job = w.job(&stuck.job(1)).await;
+    assert_eq!(job.state, JobState::Failed, "{}", job.reason);
+    assert!(job.reason.contains("3 attempts failed"), "{}", job.reason);
+    let job = w.job(&calls_back.job(1)).await;
+    assert_eq!(job.state, JobState::Failed, "{}", job.reason);
+    assert!(job.reason.contains("failed 3 times"), "{}", job.reason);
+    assert_eq!(slow, 4, "two attempts of each left for a later tick");
+    // Announced at least once (again by a step cut short before its callback's answer).
+    let announced = w
+        .bus
+        .events()
+        .iter()
+        .filter(|e| e.detail_type == crate::contracts::ingest::JOB_COMPLETED)
+        .count();
+    assert!((1..=3).contains(&announced), "{announced}");
+}

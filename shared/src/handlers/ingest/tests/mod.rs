@@ -175,6 +175,7 @@ impl World {
             total.failed += s.failed;
             total.notified += s.notified;
             total.processed += s.processed;
+            total.slow_attempts += s.slow_attempts;
             total.processing_retried += s.processing_retried;
             total.batches_reported += s.batches_reported;
             if quiet {

@@ -6,6 +6,11 @@
 //! (`runner::FunctionTimeouts`). One seed replays one run: the inventory, the fault plan, the
 //! crashes, the throttling and every time.
 
+pub mod ingest;
+mod ingest_audit;
+mod ingest_platform;
+mod ingest_world;
+
 use super::chaos::{self, ChaosReport, ChaosSpec};
 use super::fault_plan::BatchTiming;
 use super::runner::ChaosOptions;
@@ -91,7 +96,7 @@ pub const VISIBILITY_TIMEOUT_SECS: u32 = 360;
 
 /// Every simulation starts at this instant: a seed's times (and the logs' hive partitions) are
 /// the same on every replay.
-fn epoch() -> DateTime<Utc> {
+pub(crate) fn epoch() -> DateTime<Utc> {
     DateTime::from_timestamp(1_798_761_600, 0).unwrap_or(DateTime::<Utc>::MIN_UTC)
     // 2027-01-01
 }
