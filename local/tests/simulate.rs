@@ -90,6 +90,11 @@ fn jobs_that_take_a_spot_queues_time_end_each_granule_once() {
         audit["ends_reconciled"].as_u64().unwrap() >= audit["events_lost"].as_u64().unwrap(),
         "{timed:#}"
     );
+    // The operator's cancel half an hour in took open attempts, and their resumes sent them
+    // round: nothing lost (above).
+    let operator = &timed["operator"];
+    assert!(operator["cancelled"].as_u64().unwrap() > 0, "{timed:#}");
+    assert!(operator["resumed"].as_u64().unwrap() > 0, "{timed:#}");
     // The same campaign with every job ending at once is over hours sooner.
     let (instant, held) = simulate(&["--seed", "21", "--granules", "2000", "--instant-jobs"]);
     assert!(held, "{instant:#}");

@@ -10,6 +10,7 @@ pub mod ingest;
 mod ingest_audit;
 mod ingest_platform;
 mod ingest_world;
+pub mod operator;
 
 use super::chaos::{self, ChaosReport, ChaosSpec};
 use super::fault_plan::BatchTiming;
@@ -36,6 +37,8 @@ pub struct SimSpec {
     /// How long Batch's jobs take and their events travel: a Spot queue's times by default,
     /// every job ending at once with `BatchTiming::instant`.
     pub timing: BatchTiming,
+    /// An operator cancels every open attempt half an hour in and resumes them an hour later.
+    pub operator: bool,
 }
 
 impl Default for SimSpec {
@@ -48,6 +51,7 @@ impl Default for SimSpec {
             timeouts: super::runner::FunctionTimeouts::default(),
             crash_rate: ChaosOptions::default().crash_rate,
             timing: BatchTiming::spot_queue(),
+            operator: true,
         }
     }
 }
@@ -70,6 +74,8 @@ pub struct SimReport {
     pub lag_past_the_lease: bool,
     /// Jobs the job queue's watchdog cancelled after waiting past its limit for Spot capacity.
     pub capacity_cancels: u64,
+    /// The operator's cancel and resumes (`operator::run_with_a_cancel`).
+    pub operator: operator::OperatorReport,
     pub audit: ChaosReport,
 }
 
@@ -150,18 +156,23 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         campaign_spec.runner.timeouts = spec.timeouts;
         let mut campaign = super::campaign::Campaign::in_memory(&campaign_spec).await?;
         let from = granary::clock::now();
-        campaign
-            .runtime
-            .run_to_quiescence(|_| {})
-            .await
-            .with_context(|| format!("seed {}: the campaign did not settle", spec.seed))?;
+        let operator = if spec.operator {
+            operator::run_with_a_cancel(&mut campaign).await
+        } else {
+            campaign
+                .runtime
+                .run_to_quiescence(|_| {})
+                .await
+                .map(|()| operator::OperatorReport::default())
+        }
+        .with_context(|| format!("seed {}: the campaign did not settle", spec.seed))?;
         let simulated = (granary::clock::now() - from).to_std().unwrap_or_default();
         let timed_out = campaign.runtime.progress.timed_out_invocations;
         let capacity_cancels = campaign.runtime.simulator.stats.capacity_cancels;
         let audit = chaos::audit(&campaign, started.elapsed()).await?;
-        Ok::<_, anyhow::Error>((audit, simulated, (timed_out, capacity_cancels)))
+        Ok::<_, anyhow::Error>((audit, simulated, (timed_out, capacity_cancels, operator)))
     })?;
-    let (timed_out, capacity_cancels) = timed_out;
+    let (timed_out, capacity_cancels, operator) = timed_out;
     let wall = started.elapsed().as_secs_f64();
     Ok(SimReport {
         seed: spec.seed,
@@ -172,6 +183,7 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         replay: replay_command(spec),
         lag_past_the_lease: spec.listing_lag >= claim_lease(spec),
         capacity_cancels,
+        operator,
         audit,
     })
 }
@@ -203,6 +215,9 @@ pub fn replay_command(spec: &SimSpec) -> String {
     }
     if !spec.timing.takes_time() {
         line.push_str(" --instant-jobs");
+    }
+    if !spec.operator {
+        line.push_str(" --no-operator");
     }
     let monitor = spec.timeouts.monitor;
     if monitor != super::runner::FunctionTimeouts::default().monitor {

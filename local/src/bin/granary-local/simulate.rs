@@ -34,6 +34,10 @@ pub struct Args {
     /// now and then, EventBridge's delays and a day's retries, DescribeJobs's lag).
     #[arg(long)]
     instant_jobs: bool,
+    /// No operator: by default one cancels every open attempt half an hour in (the feeder
+    /// held), then resumes them and releases the feeder an hour later.
+    #[arg(long)]
+    no_operator: bool,
     /// The ingest queue instead of the backfill: batches of objects from depositors' servers
     /// (fast, slow, or never answering), processing jobs on Batch, minting, an operator's hold.
     #[arg(long)]
@@ -82,6 +86,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         } else {
             BatchTiming::spot_queue()
         },
+        operator: !args.no_operator,
     };
     let report = match simulate::run(&spec) {
         Ok(report) => report,
@@ -182,6 +187,10 @@ fn print_report(r: &SimReport) {
     println!(
         "batch                   {} events lost, {} ends found by the reconciler, {} jobs cancelled waiting for capacity",
         a.events_lost, a.ends_reconciled, r.capacity_cancels
+    );
+    println!(
+        "operator                {} attempts cancelled, {} resumed over {} resumes",
+        r.operator.cancelled, r.operator.resumed, r.operator.resumes
     );
     if !r.holds() {
         println!("THE PROMISE DID NOT HOLD; replay: {}", r.replay);
