@@ -729,6 +729,127 @@ async fn operational_a_file_already_stored_goes_straight_to_downloaded() {
     assert_eq!(w.path(&id).await, chain(&[Discovered, Downloaded, Ready]));
 }
 
+/// Seed 001's status rows for the importer's steps, read back from what a run wrote: a failed
+/// download attempt, a stored one, the admission in progress while a prerequisite is missing
+/// and complete once the item is READY, then the processing attempt. Each row completes when
+/// the record moves on, and at that moment the record's state and `last_updated` are the row's
+/// end (the seed's "S3 status" and "Redshift status" tests), as `granary items steps` reads them.
+#[tokio::test]
+async fn an_imported_files_step_rows_are_its_download_attempts_its_admission_and_its_processing() {
+    use granary::domain::item_steps::{StepQuery, StepType};
+    let w = world(
+        "lcsteps",
+        &[("GRANARY_PREREQUISITES", "ancillary/{name}.met")],
+    )
+    .await;
+    w.server
+        .archive
+        .put("s.h5", BODY, vec![Behaviour::Fail, Behaviour::Serve]);
+    discover::discover(&w.importer_ctx).await.unwrap();
+    w.run_import_queue().await;
+    let id = w.only_item().await;
+    let steps = |q: StepQuery| {
+        let items = w.items();
+        async move { items.steps(&q).await.unwrap() }
+    };
+    let of_item = || StepQuery {
+        item: Some(id.clone()),
+        ..Default::default()
+    };
+    let rows = steps(of_item()).await;
+    let seen: Vec<_> = rows
+        .iter()
+        .map(|s| (s.name.as_str(), s.step_type, s.step_complete, s.ended_in))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "download attempt 1",
+                StepType::Download,
+                true,
+                Some(DownloadingFailed)
+            ),
+            (
+                "download attempt 2",
+                StepType::Download,
+                true,
+                Some(Downloaded)
+            ),
+            ("admission", StepType::Admission, false, None),
+        ]
+    );
+    assert!(rows.iter().all(|s| s.item_id == id));
+    // The file is in S3, its download row complete, and the record says so.
+    let r = w.record(&id).await;
+    assert_eq!((r.state, Some(r.last_updated)), (Downloaded, rows[1].ended));
+    assert_eq!(Some(rows[2].started), rows[1].ended);
+    let stored =
+        w.s.ctx
+            .store
+            .get(r.stored_key.as_deref().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(&stored.body[..], BODY);
+    // The seed's finders, over the run's rows: the step in progress, the downloads.
+    let open = steps(StepQuery {
+        step_complete: Some(false),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(open, rows[2..]);
+    let downloads = steps(StepQuery {
+        step_type: Some(StepType::Download),
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(downloads, rows[..2]);
+
+    // The prerequisite arrives; SQS delivers the admission again: READY.
+    w.s.ctx
+        .store
+        .put(
+            "ancillary/s.h5.met",
+            Bytes::from_static(b"ok"),
+            PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    run_steps(&w.importer_ctx, &id, Some(Step::Admit))
+        .await
+        .unwrap();
+    let rows = steps(of_item()).await;
+    let r = w.record(&id).await;
+    assert_eq!(
+        (rows[2].step_complete, rows[2].ended_in),
+        (true, Some(Ready))
+    );
+    assert_eq!((r.state, Some(r.last_updated)), (Ready, rows[2].ended));
+
+    // Processing; then every row is complete, and the workflow with them.
+    assert_eq!(w.run_requeuer().await, 1);
+    w.end_job(&id, AttemptEnd::Success).await;
+    let rows = steps(of_item()).await;
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert_eq!(
+        (rows[3].name.as_str(), rows[3].step_type, rows[3].ended_in),
+        (
+            "processing attempt 1",
+            StepType::Processing,
+            Some(Processed)
+        )
+    );
+    assert!(rows.iter().all(|s| s.step_complete));
+    let r = w.record(&id).await;
+    assert!(r.workflow_complete);
+    assert_eq!(
+        r.created,
+        w.items().history(&id).await.unwrap()[0].at,
+        "created never changes"
+    );
+}
+
 #[tokio::test]
 async fn revalidation_sends_a_corrupt_download_back_and_prerequisites_hold_admission() {
     let w = world(
