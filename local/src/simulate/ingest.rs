@@ -65,6 +65,8 @@ pub struct IngestSimReport {
     pub crashes_injected: u64,
     /// Processing ends whose event never came (the dispatcher's DescribeJobs found them).
     pub events_lost: u64,
+    /// Jobs failed "minting outcome unknown" (EZID lost its answer) that the operator resolved.
+    pub mints_resolved: u64,
     pub audit: super::ingest_audit::IngestAudit,
     pub replay: String,
 }
@@ -296,6 +298,7 @@ impl Simulation {
             monitor_invocations: self.monitor_invocations,
             crashes_injected: self.crashes,
             events_lost: self.world.events_lost,
+            mints_resolved: self.world.resolved.len() as u64,
             audit: super::ingest_audit::audit(&self.world).await?,
             replay: replay_command(spec),
         })

@@ -4,9 +4,12 @@
 
 use super::ingest_world::{draw, unit, IngestWorld};
 use anyhow::Result;
-use granary::adapters::memory::{job_state_change, Ending};
+use granary::adapters::memory::{job_state_change, Ending, MintBehaviour};
 use granary::domain::ingest::batch::BatchState;
+use granary::domain::ingest::deposit::{MintFix, MINT_UNKNOWN};
+use granary::domain::ingest::job::JobState;
 use granary::handlers::ingest::holds::{self, Target};
+use granary::handlers::ingest::operator;
 use granary::ports::{OutgoingMessage, Queue};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -82,9 +85,75 @@ impl IngestWorld {
         Ok(())
     }
 
+    /// The world's own clockwork: EZID's outage starts and ends; ListJobs catches up.
+    pub fn time_passes(&mut self) {
+        let now = Instant::now();
+        let outage = self.ezid_outage_at..self.ezid_outage_at + super::ingest_world::EZID_OUTAGE;
+        self.minter.behave(if outage.contains(&now) {
+            MintBehaviour::LoseAnswer
+        } else {
+            MintBehaviour::Mint
+        });
+        if now >= self.listing_caught_up + super::ingest_world::LISTING_LAG {
+            self.jobs.catch_up_listing();
+            self.listing_caught_up = now;
+        }
+    }
+
+    /// The operator's round, every half hour: a job failed "minting outcome unknown" (EZID lost
+    /// the answer) is resolved with what EZID holds for it (found by its `granary.job`
+    /// metadata), or minted again when it holds nothing; its batch, once ended again, gets an
+    /// update report.
+    pub async fn resolve_unknown_mints(&mut self) -> Result<()> {
+        let now = Instant::now();
+        if now < self.looked_at + Duration::from_secs(30 * 60) {
+            return Ok(());
+        }
+        self.looked_at = now;
+        let at = granary::clock::now();
+        for id in self.batch_ids().await? {
+            let Some(batch) = self.ctx.ingest().batch(&id).await? else {
+                continue;
+            };
+            let ended = matches!(
+                batch.value.state,
+                BatchState::Completed | BatchState::Failed
+            );
+            let mut resolved_here = false;
+            for n in 1..=batch.value.jobs {
+                let jid = id.job(n);
+                let Some(job) = self.ctx.ingest().job(&jid).await? else {
+                    continue;
+                };
+                resolved_here |= self.resolved.contains(jid.as_str());
+                let unknown = job.value.state == JobState::Failed
+                    && job.value.reason.starts_with(MINT_UNKNOWN);
+                if !unknown {
+                    continue;
+                }
+                let fix = match self.minter.minted_for(jid.as_str()).first() {
+                    Some(found) => MintFix::Identifier(found.clone()),
+                    None => MintFix::MintAgain,
+                };
+                if operator::resume_with_mint(&self.ctx, &jid, &fix, at)
+                    .await
+                    .is_ok()
+                {
+                    self.resolved.insert(jid.to_string());
+                }
+            }
+            if ended && resolved_here && batch.value.reports < 2 {
+                operator::update_report(&self.ctx, &id, at).await.ok();
+            }
+        }
+        Ok(())
+    }
+
     /// An operator holds the second batch for an hour ("checking the depositor's files"), then
     /// releases it. A command that fails is run again at the next round.
     pub async fn operate(&mut self) -> Result<()> {
+        self.time_passes();
+        self.resolve_unknown_mints().await?;
         let now = Instant::now();
         if self.held && self.released {
             return Ok(());

@@ -92,7 +92,17 @@ pub struct IngestWorld {
     pub(super) release_at: Instant,
     pub(super) held: bool,
     pub(super) released: bool,
+    /// EZID loses its answers (mints, the caller times out) from then, for EZID_OUTAGE.
+    pub(super) ezid_outage_at: Instant,
+    /// Jobs the operator resolved after a lost mint answer, whose batches want an update report.
+    pub(super) resolved: BTreeSet<String>,
+    pub(super) listing_caught_up: Instant,
+    pub(super) looked_at: Instant,
 }
+
+/// How long EZID loses its answers once in a run, and how far ListJobs lags.
+pub const EZID_OUTAGE: Duration = Duration::from_secs(10 * 60);
+pub const LISTING_LAG: Duration = Duration::from_secs(10 * 60);
 
 /// A stable hash of the seed and some text (FNV-1a, then splitmix64's finaliser).
 pub(super) fn draw(seed: u64, what: &str) -> u64 {
@@ -160,7 +170,9 @@ impl IngestWorld {
                 server_delay(shape.seed, k),
             );
         }
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        // ListJobs lags (Batch promises no read-after-write for it): a job is listed by its
+        // name only once the platform catches the listing up, every LISTING_LAG.
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running).listing_lags());
         let minter = Arc::new(MemoryMinter::default());
         let dlq = Arc::new(MemoryQueue::new("dlq"));
         let ctx = Ctx {
@@ -200,6 +212,10 @@ impl IngestWorld {
             release_at: start + Duration::from_secs(150 * 60),
             held: false,
             released: shape.batches < 2,
+            ezid_outage_at: start + Duration::from_secs(100 * 60),
+            resolved: BTreeSet::new(),
+            listing_caught_up: start,
+            looked_at: start,
         };
         for b in 0..shape.batches {
             let at = start + Duration::from_secs(b as u64 * 40 * 60);
