@@ -53,11 +53,11 @@ fn the_brake_percents_the_template_allows_are_the_ones_the_code_reads() {
 }
 
 /// Every function whose work is paced by a budget of its time reads its timeout from the
-/// template: the ingest dispatcher's tick spends four fifths of it, so a depositor's server that
+/// template: the ingest and archive dispatchers' ticks spend four fifths of it, so a depositor's server that
 /// hangs costs a share of a tick and never the whole invocation. (The dispatcher holds no lease;
 /// before, it read no timeout, and its tick ran until Lambda killed it.)
 #[test]
-fn the_ingest_dispatcher_reads_its_timeout_from_the_template() {
+fn the_dispatchers_read_their_timeout_from_the_template() {
     use granary::config::Function;
     let stack = granary_template::Stack::new("granary-test")
         .with("SubnetIds", "subnet-1")
@@ -71,6 +71,7 @@ fn the_ingest_dispatcher_reads_its_timeout_from_the_template() {
     for (logical_id, function) in [
         ("IngestDispatcherFunction", Function::IngestDispatcher),
         ("QueueFeederFunction", Function::QueueFeeder),
+        ("ArchiveDispatcherFunction", Function::ArchiveDispatcher),
     ] {
         let f = resolved.function(logical_id).unwrap();
         let env = f.environment().unwrap();

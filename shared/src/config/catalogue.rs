@@ -196,7 +196,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     Setting {
         commands: &["granary plan"],
-        ..fixed("GRANARY_FUNCTION_TIMEOUT_SECS", "", &[Leases, Ingest], "The function's own Timeout: every lease outlasts it; an ingest tick spends four fifths.")
+        ..fixed("GRANARY_FUNCTION_TIMEOUT_SECS", "", &[Leases, Ingest, Archive], "The function's own Timeout: every lease outlasts it; a dispatcher's tick spends four fifths.")
     },
     fixed("GRANARY_SUBMIT_CONCURRENCY", "8", &[Feeder], "SubmitJob calls in flight; pacing, not this, bounds the rate."),
     Setting {

@@ -320,9 +320,10 @@ impl Config {
             },
             leases: if wants(Section::Leases) {
                 Leases::read(&vars)?
-            } else if wants(Section::Ingest) {
-                // The dispatcher holds no lease, but its tick spends a budget of its timeout
-                // (`handlers::ingest::tick`): without it, a tick runs until Lambda kills it.
+            } else if wants(Section::Ingest) || wants(Section::Archive) {
+                // The dispatchers hold no lease, but their ticks spend a budget of their timeout
+                // (`handlers::ingest::tick`, `handlers::archive::tick`): without it, a tick runs
+                // until Lambda kills it.
                 Leases {
                     function_timeout: Leases::read_function_timeout(&vars)?,
                     ..Leases::default()

@@ -50,13 +50,31 @@ pub struct ArchiveTick {
     pub failed: u64,
     /// Jobs whose step met an error (logged; the next tick tries again).
     pub errors: u64,
+    /// Jobs the tick's time ran out before (the next tick takes them up).
+    pub out_of_time: u64,
 }
 
 /// One pass over every job that has not ended (the open-jobs index): each is moved as far as it
-/// can go now.
+/// can go now, within four fifths of the dispatcher's timeout (`GRANARY_FUNCTION_TIMEOUT_SECS`):
+/// a step is not started once that is spent. The pass starts at a different job each tick, so
+/// a tick that Lambda ends anyway does not always end at the same job and leave the same ones
+/// behind it for ever.
 pub async fn tick(ctx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerError> {
     let mut s = ArchiveTick::default();
-    for id in ctx.archives().open_ids().await? {
+    let budget = crate::budget::Budget::of_invocation(ctx.config.leases.function_timeout);
+    let mut ids = ctx.archives().open_ids().await?;
+    let first = crate::budget::first_of(ids.len());
+    ids.rotate_left(first);
+    for (done, id) in ids.iter().enumerate() {
+        if budget.spent() {
+            s.out_of_time = (ids.len() - done) as u64;
+            tracing::warn!(
+                left = s.out_of_time,
+                "the tick's time is spent; the next tick takes the rest"
+            );
+            break;
+        }
+        let id = id.clone();
         match ctx.archives().job(&id).await? {
             // A creation under way, or one that died before its record: nothing to move yet.
             None => continue,
@@ -69,6 +87,9 @@ pub async fn tick(ctx: &Ctx, now: DateTime<Utc>) -> Result<ArchiveTick, HandlerE
         }
         let span = tracing::info_span!("archive_job", archive = %id);
         for _ in 0..16 {
+            if budget.spent() {
+                break;
+            }
             let stepped =
                 tracing::Instrument::instrument(steps::step(ctx, &id, now, &mut s), span.clone())
                     .await;

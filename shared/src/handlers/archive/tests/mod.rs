@@ -587,3 +587,21 @@ async fn a_source_that_cannot_be_listed_fails_the_job_after_its_grace() {
         "{failure}"
     );
 }
+
+/// A tick stops starting steps once its budget (four fifths of `GRANARY_FUNCTION_TIMEOUT_SECS`)
+/// is spent and says how many jobs it left; the next tick takes them up. Before, the archive
+/// dispatcher read no timeout: a tick ran until Lambda ended it, always at the same job.
+#[tokio::test]
+async fn a_tick_whose_time_is_spent_leaves_the_jobs_to_the_next_tick_and_says_so() {
+    let mut w = world(120, 0, settings()).await;
+    let first = w.create().await;
+    let second = w.create().await;
+    w.archive_ctx.config.leases.function_timeout = Some(std::time::Duration::ZERO);
+    let t = tick(&w.archive_ctx, Utc::now()).await.unwrap();
+    assert_eq!((t.moved, t.out_of_time), (0, 2), "{t:?}");
+    w.archive_ctx.config.leases.function_timeout = Some(std::time::Duration::from_secs(300));
+    w.run(false).await;
+    for id in [first, second] {
+        assert_eq!(w.job(&id).await.state, ArchiveState::Completed);
+    }
+}
