@@ -23,11 +23,13 @@ start=$SECONDS
 ran=0
 hours=0
 while (( SECONDS - start < budget )); do
-  # Every third seed runs the ingest queue; of the rest, every other one array windows and
-  # windows of retries, the deployed default.
+  # Every third seed runs the ingest queue or archive jobs, turn about; of the rest, every
+  # other one array windows and windows of retries, the deployed default.
   extra=(--granules "$granules")
-  if (( seed % 3 == 0 )); then
+  if (( seed % 6 == 0 )); then
     extra=(--ingest --crash-rate 0.05)
+  elif (( seed % 6 == 3 )); then
+    extra=(--archive --crash-rate 0.2)
   elif (( seed % 2 )); then
     extra+=(--env GRANARY_ARRAY_WINDOWS=on)
   fi

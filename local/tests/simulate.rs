@@ -139,3 +139,21 @@ fn the_ingest_queue_ends_every_job_as_its_fate_allows_on_the_virtual_clock() {
         "a seed replays"
     );
 }
+
+#[test]
+fn archive_jobs_on_the_virtual_clock_complete_and_verify_though_invocations_die() {
+    // One invocation in four dies at a random call; a task a dead invocation held comes back
+    // after the queue's 5,400 s visibility timeout: hours of simulated time.
+    let (report, held) = simulate(&["--archive", "--seed", "4", "--crash-rate", "0.25"]);
+    assert!(held, "{report:#}");
+    assert_eq!(report["completed"], 4);
+    assert_eq!(report["wrong"], serde_json::json!([]));
+    assert!(
+        report["crashes_injected"].as_u64().unwrap() > 0,
+        "{report:#}"
+    );
+    assert!(
+        report["simulated_secs"].as_f64().unwrap() > 3_600.0,
+        "{report:#}"
+    );
+}

@@ -9,12 +9,10 @@
 
 use super::ingest_world::{IngestWorld, WorldShape};
 use anyhow::{Context, Result};
-use granary::adapters::tap::faults::{CrashMode, CrashPoint, FaultCounts, Faults};
+use granary::adapters::tap::faults::Faults;
 use granary::handlers::{ingest, monitor, Ctx};
 use granary::ports::Queue;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -111,17 +109,12 @@ pub fn run(spec: &IngestSimSpec) -> Result<IngestSimReport> {
 /// The platform around the ingest handlers: schedules, queues, Batch, crashes.
 struct Simulation {
     world: IngestWorld,
-    rng: rand::rngs::StdRng,
-    crash_rate: f64,
-    counts: Arc<FaultCounts>,
-    /// The most calls an invocation of each function made, to place crashes among them.
-    most_calls: BTreeMap<&'static str, u64>,
+    crasher: super::crasher::Crasher,
     ticks: u64,
     ticks_timed_out: u64,
     steps_out_of_time: u64,
     slow_attempts: u64,
     monitor_invocations: u64,
-    crashes: u64,
     started: Instant,
     batches: usize,
 }
@@ -135,41 +128,23 @@ impl Simulation {
     fn new(spec: &IngestSimSpec, world: IngestWorld) -> Self {
         Self {
             world,
-            rng: rand::rngs::StdRng::seed_from_u64(spec.seed ^ 0x1_96e5),
-            crash_rate: spec.crash_rate,
-            counts: Arc::default(),
-            most_calls: BTreeMap::new(),
+            crasher: super::crasher::Crasher::new(spec.seed, spec.crash_rate),
             ticks: 0,
             ticks_timed_out: 0,
             steps_out_of_time: 0,
             slow_attempts: 0,
             monitor_invocations: 0,
-            crashes: 0,
             started: Instant::now(),
             batches: spec.batches,
         }
     }
 
-    /// An invocation of `function` on `ctx`: perhaps set to die at a random call among as many
-    /// as its invocations have made.
     fn invocation(&mut self, function: &'static str, ctx: &Ctx) -> (Ctx, Arc<Faults>) {
-        let range = self.most_calls.get(function).copied().unwrap_or(20).max(1);
-        let crash = (self.rng.random::<f64>() < self.crash_rate).then(|| CrashPoint {
-            at_call: self.rng.random_range(1..=range),
-            mode: if self.rng.random_bool(0.5) {
-                CrashMode::Before
-            } else {
-                CrashMode::After
-            },
-        });
-        let faults = Faults::new(crash, 0.0, self.rng.random(), self.counts.clone());
-        (ctx.with_faults(&faults), faults)
+        self.crasher.invocation(function, ctx)
     }
 
     fn ended(&mut self, function: &'static str, faults: &Faults) {
-        let most = self.most_calls.entry(function).or_default();
-        *most = (*most).max(faults.calls());
-        self.crashes += u64::from(faults.crashed());
+        self.crasher.ended(function, faults);
     }
 
     /// Until every batch has ended and nothing is left moving, or the deadline.
@@ -296,7 +271,7 @@ impl Simulation {
             steps_out_of_time: self.steps_out_of_time,
             slow_attempts: self.slow_attempts,
             monitor_invocations: self.monitor_invocations,
-            crashes_injected: self.crashes,
+            crashes_injected: self.crasher.crashes,
             events_lost: self.world.events_lost,
             mints_resolved: self.world.resolved.len() as u64,
             audit: super::ingest_audit::audit(&self.world).await?,

@@ -6,6 +6,8 @@
 //! (`runner::FunctionTimeouts`). One seed replays one run: the inventory, the fault plan, the
 //! crashes, the throttling and every time.
 
+pub mod archive;
+mod crasher;
 pub mod ingest;
 mod ingest_audit;
 mod ingest_platform;

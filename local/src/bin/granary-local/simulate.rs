@@ -1,7 +1,7 @@
 use anyhow::Result;
 use granary_local::fault_plan::BatchTiming;
 use granary_local::runner::FunctionTimeouts;
-use granary_local::simulate::{self, ingest, SimReport, SimSpec};
+use granary_local::simulate::{self, archive, ingest, SimReport, SimSpec};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -42,6 +42,13 @@ pub struct Args {
     /// (fast, slow, or never answering), processing jobs on Batch, minting, an operator's hold.
     #[arg(long)]
     ingest: bool,
+    /// Archive jobs instead of the backfill: an operator asks for one every twenty minutes,
+    /// the dispatcher and the task queue run them with the template's timings.
+    #[arg(long)]
+    archive: bool,
+    /// With --archive: how many jobs the operator asks for.
+    #[arg(long, default_value_t = 4)]
+    jobs: usize,
     /// With --ingest: how many batches arrive (40 minutes apart).
     #[arg(long, default_value_t = 6)]
     batches: usize,
@@ -68,6 +75,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     );
     if args.ingest {
         return run_ingest(&args);
+    }
+    if args.archive {
+        return run_archive(&args);
     }
     let spec = SimSpec {
         seed: args.seed,
@@ -99,6 +109,52 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
+    }
+    Ok(if report.holds() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_archive(args: &Args) -> Result<ExitCode> {
+    let spec = archive::ArchiveSimSpec {
+        seed: args.seed,
+        jobs: args.jobs,
+        crash_rate: args.crash_rate,
+    };
+    let report = match archive::run(&spec) {
+        Ok(report) => report,
+        Err(e) => {
+            eprintln!("error: {e:#}\nreplay: {}", archive::replay_command(&spec));
+            return Ok(ExitCode::from(2));
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("seed                    {}", report.seed);
+        println!(
+            "simulated               {:.1} h in {:.1} s",
+            report.simulated_secs / 3600.0,
+            report.wall_secs
+        );
+        println!(
+            "jobs                    {} of {} completed ({} products)",
+            report.completed, spec.jobs, report.objects
+        );
+        println!(
+            "injected                {} crashes at a call over {} ticks and {} tasks",
+            report.crashes_injected, report.ticks, report.task_invocations
+        );
+        for line in report.wrong.iter().take(10) {
+            println!("  {line}");
+        }
+        if report.holds() {
+            println!("every job completed, each copy verified");
+        } else {
+            println!("THE PROMISE DID NOT HOLD; replay: {}", report.replay);
+        }
     }
     Ok(if report.holds() {
         ExitCode::SUCCESS
