@@ -79,3 +79,43 @@ fn a_simulation_runs_the_templates_schedules_and_visibility_timeouts() {
         );
     }
 }
+
+/// The ingest and archive simulations' schedules, timeouts and the task queue's visibility
+/// timeout are the template's.
+#[test]
+fn the_ingest_and_archive_simulations_run_the_templates_timings() {
+    use granary_local::simulate::{archive, ingest};
+    let template = Template::granary().unwrap();
+    let schedule = |id: &str| -> Vec<String> {
+        let (_, f) = template
+            .resources_of_type("AWS::Serverless::Function")
+            .find(|(fid, _)| fid.as_str() == id)
+            .unwrap();
+        f["Properties"]["Events"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter_map(|e| e["Properties"]["Schedule"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert_eq!(ingest::TICK_EVERY, Duration::from_secs(60));
+    assert_eq!(schedule("IngestDispatcherFunction"), ["rate(1 minute)"]);
+    assert_eq!(schedule("ArchiveDispatcherFunction"), ["rate(1 minute)"]);
+    assert_eq!(archive::TICK_EVERY, Duration::from_secs(60));
+    for (id, ours) in [
+        ("IngestDispatcherFunction", ingest::DISPATCHER_TIMEOUT),
+        ("JobMonitorFunction", ingest::MONITOR_TIMEOUT),
+        ("ArchiveDispatcherFunction", archive::DISPATCHER_TIMEOUT),
+        ("ArchiveTaskFunction", archive::TASK_TIMEOUT),
+    ] {
+        assert_eq!(ours, template_timeout(&template, id), "{id}");
+    }
+    let (_, q) = template
+        .resources_of_type("AWS::SQS::Queue")
+        .find(|(id, _)| id.as_str() == "ArchiveTaskQueue")
+        .unwrap();
+    assert_eq!(
+        q["Properties"]["VisibilityTimeout"].as_u64(),
+        Some(u64::from(archive::TASK_VISIBILITY_SECS))
+    );
+}
