@@ -197,12 +197,12 @@ pub fn retry_strategy_of(value: &serde_json::Value) -> RetryStrategy {
     })
 }
 
-fn unit(h: u64) -> f64 {
+pub(crate) fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A small hash that is stable across runs and platforms (unlike std's), so fates replay.
-fn stable_hash(seed: u64, bytes: &[u8]) -> u64 {
+pub(crate) fn stable_hash(seed: u64, bytes: &[u8]) -> u64 {
     {
         // FNV-1a, then a splitmix64 finaliser to spread the bits.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;

@@ -179,19 +179,9 @@ impl World {
     }
 }
 
+/// Runs `spec` on the virtual clock (`super::on_the_virtual_clock`).
 pub fn run(spec: &ArchiveSimSpec) -> Result<ArchiveSimReport> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .context("building the simulation's runtime")?;
-    let wall = std::time::Instant::now();
-    let mut report = runtime.block_on(async {
-        anyhow::ensure!(
-            granary::clock::run_virtually_from(super::epoch()),
-            "a simulation ran in this process already (its clock is process-wide)"
-        );
-        granary::retry::reseed_jitter(spec.seed);
+    let (mut report, wall) = super::on_the_virtual_clock(spec.seed, async {
         let mut world = World::new(spec).await?;
         let mut sim = Simulation {
             crasher: Crasher::new(spec.seed, spec.crash_rate),
@@ -204,7 +194,7 @@ pub fn run(spec: &ArchiveSimSpec) -> Result<ArchiveSimReport> {
         let simulated = started.elapsed();
         sim.report(spec, &world, simulated).await
     })?;
-    report.wall_secs = wall.elapsed().as_secs_f64();
+    report.wall_secs = wall;
     Ok(report)
 }
 

@@ -82,27 +82,15 @@ pub fn replay_command(spec: &IngestSimSpec) -> String {
     )
 }
 
-/// Runs `spec` on a paused current-thread runtime of its own (the virtual clock is
-/// process-wide: one simulation a process).
+/// Runs `spec` on the virtual clock (`super::on_the_virtual_clock`).
 pub fn run(spec: &IngestSimSpec) -> Result<IngestSimReport> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .start_paused(true)
-        .build()
-        .context("building the simulation's runtime")?;
-    let started = std::time::Instant::now();
-    let mut report = runtime.block_on(async {
-        anyhow::ensure!(
-            granary::clock::run_virtually_from(super::epoch()),
-            "a simulation ran in this process already (its clock is process-wide)"
-        );
-        granary::retry::reseed_jitter(spec.seed);
+    let (mut report, wall) = super::on_the_virtual_clock(spec.seed, async {
         let world = IngestWorld::new(&WorldShape::of(spec)).await?;
         let mut sim = Simulation::new(spec, world);
         sim.run().await?;
         sim.report(spec).await
     })?;
-    report.wall_secs = started.elapsed().as_secs_f64();
+    report.wall_secs = wall;
     Ok(report)
 }
 

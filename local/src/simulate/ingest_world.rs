@@ -104,22 +104,14 @@ pub struct IngestWorld {
 pub const EZID_OUTAGE: Duration = Duration::from_secs(10 * 60);
 pub const LISTING_LAG: Duration = Duration::from_secs(10 * 60);
 
-/// A stable hash of the seed and some text (FNV-1a, then splitmix64's finaliser).
+/// A stable hash of the seed and some text (the fault plan's: a run replays).
 pub(super) fn draw(seed: u64, what: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for b in what.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+    crate::fault_plan::stable_hash(seed, what.as_bytes())
 }
 
+/// A draw in [0, 1).
 pub(super) fn unit(seed: u64, what: &str) -> f64 {
-    (draw(seed, what) >> 11) as f64 / (1u64 << 53) as f64
+    crate::fault_plan::unit(draw(seed, what))
 }
 
 /// How long server `k` takes to answer: most in under a second, some in minutes, one in twenty

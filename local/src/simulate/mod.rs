@@ -128,22 +128,35 @@ fn chaos_spec(spec: &SimSpec) -> ChaosSpec {
     }
 }
 
-/// Runs `spec` on a paused current-thread runtime of its own (one simulation a process: the
-/// virtual clock is process-wide).
-pub fn run(spec: &SimSpec) -> Result<SimReport> {
+/// Runs `simulation` on a paused current-thread runtime of its own, granary's clock virtual
+/// from [`epoch`] and the backoff's jitter the seed's (one simulation a process: the virtual
+/// clock is process-wide). Its result, and the wall seconds it took.
+pub(crate) fn on_the_virtual_clock<T>(
+    seed: u64,
+    simulation: impl std::future::Future<Output = Result<T>>,
+) -> Result<(T, f64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .context("building the simulation's runtime")?;
     let started = std::time::Instant::now();
-    let (audit, simulated, timed_out) = runtime.block_on(async {
+    let out = runtime.block_on(async {
         anyhow::ensure!(
             granary::clock::run_virtually_from(epoch()),
             "a simulation ran in this process already (its clock is process-wide)"
         );
         // Backoff's jitter too is the seed's (`retry::jitter` starts from the wall clock).
-        granary::retry::reseed_jitter(spec.seed);
+        granary::retry::reseed_jitter(seed);
+        simulation.await
+    })?;
+    Ok((out, started.elapsed().as_secs_f64()))
+}
+
+/// Runs `spec` on the virtual clock.
+pub fn run(spec: &SimSpec) -> Result<SimReport> {
+    let started = std::time::Instant::now();
+    let ((audit, simulated, timed_out), wall) = on_the_virtual_clock(spec.seed, async {
         let mut campaign_spec = chaos::campaign_spec(&chaos_spec(spec));
         // Deployed timings, in simulated time.
         campaign_spec
@@ -175,7 +188,6 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         Ok::<_, anyhow::Error>((audit, simulated, (timed_out, capacity_cancels, operator)))
     })?;
     let (timed_out, capacity_cancels, operator) = timed_out;
-    let wall = started.elapsed().as_secs_f64();
     Ok(SimReport {
         seed: spec.seed,
         simulated_secs: simulated.as_secs_f64(),

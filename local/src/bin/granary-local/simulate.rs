@@ -98,19 +98,37 @@ pub fn run(args: Args) -> Result<ExitCode> {
         },
         operator: !args.no_operator,
     };
-    let report = match simulate::run(&spec) {
+    finish(
+        simulate::run(&spec),
+        &simulate::replay_command(&spec),
+        args.json,
+        SimReport::holds,
+        print_report,
+    )
+}
+
+/// The run's report as JSON or lines, and its exit code: 0 when the promise held, 1 when it
+/// did not, 2 when the run could not finish (with the command that replays it).
+fn finish<R: serde::Serialize>(
+    ran: Result<R>,
+    replay: &str,
+    json: bool,
+    holds: impl Fn(&R) -> bool,
+    print: impl Fn(&R),
+) -> Result<ExitCode> {
+    let report = match ran {
         Ok(report) => report,
         Err(e) => {
-            eprintln!("error: {e:#}\nreplay: {}", simulate::replay_command(&spec));
+            eprintln!("error: {e:#}\nreplay: {replay}");
             return Ok(ExitCode::from(2));
         }
     };
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print_report(&report);
+        print(&report);
     }
-    Ok(if report.holds() {
+    Ok(if holds(&report) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -123,44 +141,30 @@ fn run_archive(args: &Args) -> Result<ExitCode> {
         jobs: args.jobs,
         crash_rate: args.crash_rate,
     };
-    let report = match archive::run(&spec) {
-        Ok(report) => report,
-        Err(e) => {
-            eprintln!("error: {e:#}\nreplay: {}", archive::replay_command(&spec));
-            return Ok(ExitCode::from(2));
-        }
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("seed                    {}", report.seed);
-        println!(
-            "simulated               {:.1} h in {:.1} s",
-            report.simulated_secs / 3600.0,
-            report.wall_secs
-        );
+    let print = |r: &archive::ArchiveSimReport| {
+        print_head(r.seed, r.simulated_secs, r.wall_secs);
         println!(
             "jobs                    {} of {} completed ({} products)",
-            report.completed, spec.jobs, report.objects
+            r.completed, spec.jobs, r.objects
         );
         println!(
             "injected                {} crashes at a call over {} ticks and {} tasks",
-            report.crashes_injected, report.ticks, report.task_invocations
+            r.crashes_injected, r.ticks, r.task_invocations
         );
-        for line in report.wrong.iter().take(10) {
-            println!("  {line}");
-        }
-        if report.holds() {
-            println!("every job completed, each copy verified");
-        } else {
-            println!("THE PROMISE DID NOT HOLD; replay: {}", report.replay);
-        }
-    }
-    Ok(if report.holds() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+        print_tail(
+            &r.wrong,
+            r.holds(),
+            "every job completed, each copy verified",
+            &r.replay,
+        );
+    };
+    finish(
+        archive::run(&spec),
+        &archive::replay_command(&spec),
+        args.json,
+        archive::ArchiveSimReport::holds,
+        print,
+    )
 }
 
 fn run_ingest(args: &Args) -> Result<ExitCode> {
@@ -170,45 +174,57 @@ fn run_ingest(args: &Args) -> Result<ExitCode> {
         objects: args.objects,
         crash_rate: args.crash_rate,
     };
-    let report = match ingest::run(&spec) {
-        Ok(report) => report,
-        Err(e) => {
-            eprintln!("error: {e:#}\nreplay: {}", ingest::replay_command(&spec));
-            return Ok(ExitCode::from(2));
-        }
-    };
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        let a = &report.audit;
-        println!("seed                    {}", report.seed);
-        println!(
-            "simulated               {:.1} h in {:.1} s",
-            report.simulated_secs / 3600.0,
-            report.wall_secs
-        );
+    let print = |r: &ingest::IngestSimReport| {
+        let a = &r.audit;
+        print_head(r.seed, r.simulated_secs, r.wall_secs);
         println!(
             "jobs                    {} in {} batches ({} completed, {} failed)",
             a.jobs, a.batches, a.completed, a.failed
         );
         println!(
             "injected                {} crashes at a call, {} ticks ended at their timeout, {} events lost",
-            report.crashes_injected, report.ticks_timed_out, report.events_lost
+            r.crashes_injected, r.ticks_timed_out, r.events_lost
         );
-        for line in a.unfinished.iter().chain(&a.wrong_outcomes).take(10) {
-            println!("  {line}");
-        }
-        if report.holds() {
-            println!("every job ended as its fate allows");
-        } else {
-            println!("THE PROMISE DID NOT HOLD; replay: {}", report.replay);
-        }
+        let wrong: Vec<String> = a
+            .unfinished
+            .iter()
+            .chain(&a.wrong_outcomes)
+            .cloned()
+            .collect();
+        print_tail(
+            &wrong,
+            r.holds(),
+            "every job ended as its fate allows",
+            &r.replay,
+        );
+    };
+    finish(
+        ingest::run(&spec),
+        &ingest::replay_command(&spec),
+        args.json,
+        ingest::IngestSimReport::holds,
+        print,
+    )
+}
+
+fn print_head(seed: u64, simulated_secs: f64, wall_secs: f64) {
+    println!("seed                    {seed}");
+    println!(
+        "simulated               {:.1} h in {wall_secs:.1} s",
+        simulated_secs / 3600.0
+    );
+}
+
+/// The first things wrong, and the verdict.
+fn print_tail(wrong: &[String], holds: bool, held: &str, replay: &str) {
+    for line in wrong.iter().take(10) {
+        println!("  {line}");
     }
-    Ok(if report.holds() {
-        ExitCode::SUCCESS
+    if holds {
+        println!("{held}");
     } else {
-        ExitCode::from(1)
-    })
+        println!("THE PROMISE DID NOT HOLD; replay: {replay}");
+    }
 }
 
 fn print_report(r: &SimReport) {
