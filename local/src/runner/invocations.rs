@@ -2,7 +2,7 @@
 //! through a fresh set of injected faults drawn from the chaos seed.
 
 use super::{LambdaFunction, LocalRuntime};
-use granary::adapters::tap::faults::{CrashMode, CrashPoint, Faults};
+use granary::adapters::tap::faults::Faults;
 use granary::handlers::Ctx;
 use rand::Rng;
 use std::sync::Arc;
@@ -28,14 +28,8 @@ impl LocalRuntime {
             .unwrap_or(0)
             .max(chaos.min_crash_range)
             .max(1);
-        let crash = (self.chaos_rng.random::<f64>() < chaos.crash_rate).then(|| CrashPoint {
-            at_call: self.chaos_rng.random_range(1..=range),
-            mode: if self.chaos_rng.random_bool(0.5) {
-                CrashMode::Before
-            } else {
-                CrashMode::After
-            },
-        });
+        let crash =
+            crate::simulate::crasher::crash_point(&mut self.chaos_rng, chaos.crash_rate, range);
         let faults = Faults::new(
             crash,
             chaos.throttle_rate,

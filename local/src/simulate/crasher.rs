@@ -8,6 +8,19 @@ use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// With chance `rate`, a crash at a call in 1..=`range`, before it is made or after it was
+/// made and its answer lost (the local runtime's chaos places its crashes the same way).
+pub fn crash_point(rng: &mut impl Rng, rate: f64, range: u64) -> Option<CrashPoint> {
+    (rng.random::<f64>() < rate).then(|| CrashPoint {
+        at_call: rng.random_range(1..=range.max(1)),
+        mode: if rng.random_bool(0.5) {
+            CrashMode::Before
+        } else {
+            CrashMode::After
+        },
+    })
+}
+
 pub struct Crasher {
     rng: rand::rngs::StdRng,
     rate: f64,
@@ -31,15 +44,8 @@ impl Crasher {
 
     /// An invocation of `function` on `ctx`, perhaps set to die.
     pub fn invocation(&mut self, function: &'static str, ctx: &Ctx) -> (Ctx, Arc<Faults>) {
-        let range = self.most_calls.get(function).copied().unwrap_or(20).max(1);
-        let crash = (self.rng.random::<f64>() < self.rate).then(|| CrashPoint {
-            at_call: self.rng.random_range(1..=range),
-            mode: if self.rng.random_bool(0.5) {
-                CrashMode::Before
-            } else {
-                CrashMode::After
-            },
-        });
+        let range = self.most_calls.get(function).copied().unwrap_or(20);
+        let crash = crash_point(&mut self.rng, self.rate, range);
         let faults = Faults::new(crash, 0.0, self.rng.random(), self.counts.clone());
         (ctx.with_faults(&faults), faults)
     }

@@ -7,7 +7,7 @@
 //! crashes, the throttling and every time.
 
 pub mod archive;
-mod crasher;
+pub mod crasher;
 pub mod ingest;
 mod ingest_audit;
 mod ingest_platform;
