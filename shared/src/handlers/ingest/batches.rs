@@ -39,23 +39,13 @@ pub async fn each_batch(
     for batch in batches_in(ctx, state).await? {
         let span = batch_span(&batch);
         let id = batch.id.clone();
-        match super::within_share(
+        let ran = super::within_share(
             budget,
             &ctx.config.ingest,
             step(ctx, batch, now, s).instrument(span),
         )
-        .await
-        {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                tracing::error!(batch = %id, %state, error = %e, "the batch's step failed; the next tick tries again");
-                s.errors += 1;
-            }
-            None => {
-                tracing::warn!(batch = %id, %state, "no time left in this tick for the batch's step; the next tick takes it up");
-                s.out_of_time += 1;
-            }
-        }
+        .await;
+        super::count_step(ran, "batch", &id, &state, s);
     }
     Ok(())
 }

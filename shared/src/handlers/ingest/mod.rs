@@ -140,6 +140,28 @@ where
     }
 }
 
+/// Counts what became of one job's or batch's step (`what` `id`, in `state`): done, failed
+/// (logged; the next tick tries again), or left for the next tick ([`within_share`]'s `None`).
+pub(crate) fn count_step(
+    ran: Option<Result<(), HandlerError>>,
+    what: &str,
+    id: &dyn std::fmt::Display,
+    state: &dyn std::fmt::Display,
+    s: &mut TickSummary,
+) {
+    match ran {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            tracing::error!(%what, id = %id, state = %state, error = %e, "the step failed; the next tick tries again");
+            s.errors += 1;
+        }
+        None => {
+            tracing::warn!(%what, id = %id, state = %state, "no time left in this tick for the step; the next tick takes it up");
+            s.out_of_time += 1;
+        }
+    }
+}
+
 /// The least time a job's or batch's step is started with ([`within_share`]).
 const MIN_STEP_SHARE: std::time::Duration = std::time::Duration::from_secs(10);
 

@@ -54,17 +54,7 @@ pub async fn each_job(
             step(ctx, job, now, s).instrument(span),
         )
         .await;
-        match ran {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
-                tracing::error!(job = %id, %state, error = %e, "the job's step failed; the next tick tries again");
-                s.errors += 1;
-            }
-            None => {
-                tracing::warn!(job = %id, %state, "no time left in this tick for the job's step; the next tick takes it up");
-                s.out_of_time += 1;
-            }
-        }
+        super::count_step(ran, "job", &id, &state, s);
     }
     Ok(())
 }
