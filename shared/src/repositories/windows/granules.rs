@@ -147,21 +147,118 @@ enum ChildNames {
     NotYetKnown,
 }
 
-/// Whether `child` is of `claim`'s array. Every child's id names its parent, as AWS documents
-/// ("Array jobs", AWS Batch user guide: the index is appended to the parent's id), so the array
-/// the claim recorded decides; the token, where both have one, must agree. A claim that has
-/// not recorded its array yet is matched by the token alone, and without one nothing is
-/// guessed.
+/// Whether `child` is of `claim`'s array. The token is made once for each claim (its key and
+/// the moment it was made), so a child carrying the claim's own token was submitted for it,
+/// whichever of its arrays it is (a takeover past the lease may have submitted a second); one
+/// carrying another token is an earlier claim's. A child without a token (its detail carries
+/// neither the parameters nor the environment, or an array from before the environment held
+/// it) is matched by its id's parent, as AWS documents every child's id ("Array jobs", AWS
+/// Batch user guide: the index is appended to the parent's id), against the array the claim
+/// recorded; while the claim has recorded none, nothing is guessed. A claim that is not an
+/// array has no children: a child naming it is an earlier claim's.
 fn child_names(claim: &WindowClaim, child: &ChildOf<'_>) -> ChildNames {
-    let tokens_differ = matches!(
-        (child.token, claim.token.as_deref()),
-        (Some(theirs), Some(ours)) if theirs != ours
-    );
-    match claim.array_job_id.as_deref() {
-        _ if tokens_differ => ChildNames::AnEarlierClaim,
-        Some(array) if array == child.parent => ChildNames::TheClaim,
-        Some(_) => ChildNames::AnEarlierClaim,
-        None if child.token.is_some() => ChildNames::TheClaim,
-        None => ChildNames::NotYetKnown,
+    if !claim.array {
+        return ChildNames::AnEarlierClaim;
+    }
+    match (
+        child.token,
+        claim.token.as_deref(),
+        claim.array_job_id.as_deref(),
+    ) {
+        (Some(theirs), Some(ours), _) if theirs == ours => ChildNames::TheClaim,
+        (Some(_), Some(_), _) => ChildNames::AnEarlierClaim,
+        (_, _, Some(array)) if array == child.parent => ChildNames::TheClaim,
+        (_, _, Some(_)) => ChildNames::AnEarlierClaim,
+        (_, _, None) => ChildNames::NotYetKnown,
+    }
+}
+
+#[cfg(test)]
+mod child_tests {
+    use super::*;
+
+    fn claim(token: Option<&str>, array: Option<&str>, is_array: bool) -> WindowClaim {
+        let mut c = WindowClaim::new(
+            None,
+            "inventories/a.parquet",
+            0,
+            2,
+            Vec::new(),
+            "queue-feeder",
+            chrono::Utc::now(),
+        )
+        .in_array(false);
+        c.array = is_array;
+        c.token = token.map(str::to_owned);
+        c.array_job_id = array.map(str::to_owned);
+        c
+    }
+
+    fn child<'a>(parent: &'a str, token: Option<&'a str>) -> ChildOf<'a> {
+        ChildOf {
+            claim_key: "claims/windows/k.json",
+            parent,
+            token,
+            index: 0,
+        }
+    }
+
+    #[test]
+    fn a_child_is_the_claims_by_its_token_else_by_the_array_the_claim_recorded() {
+        use ChildNames::*;
+        let cases = [
+            // The claim's token: its own, whichever array (a takeover's second one too).
+            (
+                claim(Some("t"), Some("a1"), true),
+                child("a2", Some("t")),
+                TheClaim,
+            ),
+            (
+                claim(Some("t"), None, true),
+                child("a1", Some("t")),
+                TheClaim,
+            ),
+            // Another token: an earlier claim's, even with the same array id.
+            (
+                claim(Some("t"), Some("a1"), true),
+                child("a1", Some("u")),
+                AnEarlierClaim,
+            ),
+            // No token on the child: the recorded array decides, or nothing is guessed.
+            (
+                claim(Some("t"), Some("a1"), true),
+                child("a1", None),
+                TheClaim,
+            ),
+            (
+                claim(Some("t"), Some("a1"), true),
+                child("a0", None),
+                AnEarlierClaim,
+            ),
+            (claim(Some("t"), None, true), child("a1", None), NotYetKnown),
+            // A claim from before tokens: its recorded array.
+            (
+                claim(None, Some("a1"), true),
+                child("a1", Some("t")),
+                TheClaim,
+            ),
+            (claim(None, None, true), child("a1", Some("t")), NotYetKnown),
+            // A claim of single jobs has no children.
+            (
+                claim(None, None, false),
+                child("a1", Some("t")),
+                AnEarlierClaim,
+            ),
+        ];
+        for (c, ch, want) in cases {
+            assert_eq!(
+                child_names(&c, &ch),
+                want,
+                "{:?} {:?} {}",
+                c.token,
+                c.array_job_id,
+                ch.parent
+            );
+        }
     }
 }
