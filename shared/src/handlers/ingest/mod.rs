@@ -165,6 +165,14 @@ pub(crate) fn count_step(
 /// The least time a job's or batch's step is started with ([`within_share`]).
 const MIN_STEP_SHARE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Whether a step that started at `step_started` may make another request: a step's share is
+/// at least one request's timeout and [`REQUEST_TIMED_OUT_MARGIN`], so a request started within
+/// the margin ends (answered or timed out) within the share, and its outcome is recorded.
+/// Later than that, the next attempt is left to the next tick.
+pub(crate) fn another_attempt_fits(step_started: tokio::time::Instant) -> bool {
+    step_started.elapsed() <= REQUEST_TIMED_OUT_MARGIN
+}
+
 /// A step's share outlasts one request's timeout by this much, so that a request that times
 /// out (a depositor's server that never answers) still has time to record its failed attempt.
 /// With a share of exactly the timeout, the step was dropped as its request timed out: no

@@ -27,21 +27,16 @@ enum FetchFailure {
         attempts: u32,
         last: String,
     },
-    /// Attempt `attempt` ended at the client's timeout: the next tick makes the next one
-    /// (`JobRecord::slow_attempts`), so a server that never answers costs a tick's share an
-    /// attempt rather than outliving every share for ever.
+    /// Attempt `attempt` failed after the step had spent more than the margin its share keeps
+    /// beyond one request's timeout: the next attempt might not fit, so the next tick makes it
+    /// (`JobRecord::slow_attempts`). A server that never answers, or answers errors slowly,
+    /// costs a tick's share an attempt rather than outliving every share for ever.
     #[error("{url}: attempt {attempt} timed out ({last}); the next tick tries again")]
     Later {
         url: String,
         attempt: u32,
         last: String,
     },
-}
-
-/// An attempt that took this share of the client's timeout or more is slow: no other attempt
-/// follows it within the step.
-fn is_slow(took: std::time::Duration, timeout: std::time::Duration) -> bool {
-    took >= timeout / 2
 }
 
 /// One file into the job's object folder.
@@ -70,8 +65,8 @@ async fn fetch_to(
     let mut last = String::new();
     let objects = ctx.objects();
     let attempts = ctx.config.ingest.download_attempts;
+    let step_started = tokio::time::Instant::now();
     for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
-        let started = tokio::time::Instant::now();
         match objects
             .copy_in(
                 &key,
@@ -98,7 +93,9 @@ async fn fetch_to(
             Err(why) => {
                 tracing::warn!(job = %job.id, url = file.url, attempt, error = %why, "download failed");
                 last = why.to_string();
-                if attempt < attempts && is_slow(started.elapsed(), ctx.config.ingest.timeout) {
+                if attempt < attempts
+                    && !crate::handlers::ingest::another_attempt_fits(step_started)
+                {
                     return Err(FetchFailure::Later {
                         url: file.url.clone(),
                         attempt,
@@ -179,13 +176,16 @@ async fn download_files(
     job: &JobRecord,
     files: &[crate::domain::ingest::manifest::ManifestFile],
 ) -> Result<Vec<StoredFile>, FetchFailure> {
-    futures::stream::iter(files)
+    // The first failure ends the step (the downloads still under way are dropped): one left for
+    // the next tick must be recorded within this step's share, not after every other file.
+    let mut results = futures::stream::iter(files)
         .map(|f| fetch_file(ctx, job, f))
-        .buffered(PARALLEL_DOWNLOADS)
-        .collect::<Vec<_>>()
-        .await
-        .into_iter()
-        .collect()
+        .buffered(PARALLEL_DOWNLOADS);
+    let mut stored = Vec::with_capacity(files.len());
+    while let Some(file) = results.next().await {
+        stored.push(file?);
+    }
+    Ok(stored)
 }
 
 /// The priority for the size the download found, from the priority the submission asked for. A

@@ -88,8 +88,8 @@ pub async fn notify(
     if let Some(url) = callback {
         failure = Some(String::new());
         let attempts = ctx.config.ingest.callback_attempts;
+        let step_started = tokio::time::Instant::now();
         for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
-            let started = tokio::time::Instant::now();
             match ctx
                 .remote
                 .call_back(&url, &serde_json::json!(announcement))
@@ -104,9 +104,10 @@ pub async fn notify(
                     failure = Some(format!(
                         "callback {url} failed {attempt} times; the last: {e}"
                     ));
-                    // One that timed out: the next attempt is the next tick's (as a download's).
-                    let slow = started.elapsed() >= ctx.config.ingest.timeout / 2;
-                    if slow && attempt < attempts {
+                    // The next attempt might not fit this step's share: the next tick's (as a
+                    // download's).
+                    let fits = crate::handlers::ingest::another_attempt_fits(step_started);
+                    if !fits && attempt < attempts {
                         super::note_slow_attempt(ctx, &job, JobState::Notify, attempt).await?;
                         s.slow_attempts += 1;
                         return Ok(());

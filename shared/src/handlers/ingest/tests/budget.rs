@@ -17,6 +17,13 @@ async fn a_server_that_hangs_costs_a_share_of_the_tick_and_the_other_jobs_go_on(
     let fine = w.manifest("fine", &[("ok.txt", "fine")], &[]).await;
     w.remote
         .slow("http://archive/hang.txt", Duration::from_secs(86_400));
+    // A server that answers every GET with a 503, after 250 s: three attempts are more than a
+    // step's share (630 s), so each after the first is the next tick's.
+    let erring = w.manifest("errs", &[("err.txt", "errs")], &[]).await;
+    w.remote
+        .slow("http://archive/err.txt", Duration::from_secs(250));
+    w.remote.fail_fetches("http://archive/err.txt", 100);
+    let errs = w.submit(&erring, "coll", None).await;
     let stuck = w.submit(&hanging, "coll", None).await;
     let goes_on = w.submit(&fine, "coll", None).await;
     let mut out_of_time = 0;
@@ -67,6 +74,13 @@ async fn a_server_that_never_answers_fails_its_job_after_its_attempts_one_a_tick
         .slow("http://archive/hang.txt", Duration::from_secs(86_400));
     w.remote
         .slow("http://depositor/cb", Duration::from_secs(86_400));
+    // A server that answers every GET with a 503, after 250 s: three attempts are more than a
+    // step's share (630 s), so each after the first is the next tick's.
+    let erring = w.manifest("errs", &[("err.txt", "errs")], &[]).await;
+    w.remote
+        .slow("http://archive/err.txt", Duration::from_secs(250));
+    w.remote.fail_fetches("http://archive/err.txt", 100);
+    let errs = w.submit(&erring, "coll", None).await;
     let stuck = w.submit(&hanging, "coll", None).await;
     let calls_back = w.submit(&fine, "coll", Some("http://depositor/cb")).await;
     // Ticks until nothing moves, Batch ending each processing job as a success.
@@ -74,10 +88,13 @@ async fn a_server_that_never_answers_fails_its_job_after_its_attempts_one_a_tick
     let job = w.job(&stuck.job(1)).await;
     assert_eq!(job.state, JobState::Failed, "{}", job.reason);
     assert!(job.reason.contains("3 attempts failed"), "{}", job.reason);
+    let job = w.job(&errs.job(1)).await;
+    assert_eq!(job.state, JobState::Failed, "{}", job.reason);
+    assert!(job.reason.contains("503"), "{}", job.reason);
     let job = w.job(&calls_back.job(1)).await;
     assert_eq!(job.state, JobState::Failed, "{}", job.reason);
     assert!(job.reason.contains("failed 3 times"), "{}", job.reason);
-    assert_eq!(slow, 4, "two attempts of each left for a later tick");
+    assert_eq!(slow, 6, "two attempts of each left for a later tick");
     // Announced at least once (again by a step cut short before its callback's answer).
     let announced = w
         .bus
