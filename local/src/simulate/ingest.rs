@@ -65,13 +65,17 @@ pub struct IngestSimReport {
     pub events_lost: u64,
     /// Jobs failed "minting outcome unknown" (EZID lost its answer) that the operator resolved.
     pub mints_resolved: u64,
+    /// Every batch ended and nothing left queued or on its way; false when the run stopped
+    /// because nothing had moved for a simulated day.
+    pub settled: bool,
     pub audit: super::ingest_audit::IngestAudit,
     pub replay: String,
 }
 
 impl IngestSimReport {
+    /// Settled, and the audit held (a run that stopped moving for a day did not settle).
     pub fn holds(&self) -> bool {
-        self.audit.holds()
+        self.settled && self.audit.holds()
     }
 }
 
@@ -87,8 +91,8 @@ pub fn run(spec: &IngestSimSpec) -> Result<IngestSimReport> {
     let (mut report, wall) = super::on_the_virtual_clock(spec.seed, async {
         let world = IngestWorld::new(&WorldShape::of(spec)).await?;
         let mut sim = Simulation::new(spec, world);
-        sim.run().await?;
-        sim.report(spec).await
+        let settled = sim.run().await?;
+        sim.report(spec, settled).await
     })?;
     report.wall_secs = wall;
     Ok(report)
@@ -135,8 +139,9 @@ impl Simulation {
         self.crasher.ended(function, faults);
     }
 
-    /// Until every batch has ended and nothing is left moving, or the deadline.
-    async fn run(&mut self) -> Result<()> {
+    /// Until every batch has ended and nothing is left moving (`true`), or nothing has moved
+    /// for a simulated day (`false`).
+    async fn run(&mut self) -> Result<bool> {
         let mut next_tick = Instant::now();
         let (mut last_seen, mut last_moved) = (String::new(), Instant::now());
         loop {
@@ -159,14 +164,14 @@ impl Simulation {
             self.monitor().await?;
             self.world.operate().await?;
             if self.world.settled(self.batches).await? {
-                return Ok(());
+                return Ok(true);
             }
             // Nothing has moved for a simulated day: what is left is the audit's to say.
             let seen = self.world.progress().await?;
             if seen != last_seen {
                 (last_seen, last_moved) = (seen, Instant::now());
             } else if last_moved.elapsed() > STALL {
-                return Ok(());
+                return Ok(false);
             }
             let wake = self
                 .world
@@ -249,7 +254,7 @@ impl Simulation {
         }
     }
 
-    async fn report(&self, spec: &IngestSimSpec) -> Result<IngestSimReport> {
+    async fn report(&self, spec: &IngestSimSpec, settled: bool) -> Result<IngestSimReport> {
         Ok(IngestSimReport {
             seed: spec.seed,
             simulated_secs: self.started.elapsed().as_secs_f64(),
@@ -262,7 +267,8 @@ impl Simulation {
             crashes_injected: self.crasher.crashes,
             events_lost: self.world.events_lost,
             mints_resolved: self.world.resolved.len() as u64,
-            audit: super::ingest_audit::audit(&self.world).await?,
+            settled,
+            audit: super::ingest_audit::audit(&self.world, spec).await?,
             replay: replay_command(spec),
         })
     }

@@ -58,7 +58,7 @@ fn dead_lettered(w: &IngestWorld) -> BTreeSet<String> {
         .collect()
 }
 
-pub async fn audit(w: &IngestWorld) -> Result<IngestAudit> {
+pub async fn audit(w: &IngestWorld, spec: &super::ingest::IngestSimSpec) -> Result<IngestAudit> {
     let mut a = IngestAudit::default();
     let mut names = BTreeSet::new();
     for request in w.jobs.submitted() {
@@ -127,6 +127,16 @@ pub async fn audit(w: &IngestWorld) -> Result<IngestAudit> {
                 )),
             }
         }
+    }
+    // Every submission made its batch, and every batch its jobs.
+    if a.batches != spec.batches as u64 || a.jobs != (spec.batches * spec.objects) as u64 {
+        a.unfinished.push(format!(
+            "{} batches of {} jobs, not {} of {}",
+            a.batches,
+            a.jobs,
+            spec.batches,
+            spec.batches * spec.objects
+        ));
     }
     Ok(a)
 }

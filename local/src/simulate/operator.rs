@@ -59,7 +59,8 @@ pub async fn run_with_a_cancel(campaign: &mut Campaign) -> Result<OperatorReport
         .release()
         .await
         .context("granary release")?;
-    loop {
+    // As often as late ends list more; ten rounds is past any end EventBridge still holds.
+    for _ in 0..10 {
         let resumed = cancel::resume_cancelled(&runtime.ctx, None, false)
             .await
             .context("granary resume --cancelled")?;
@@ -70,4 +71,5 @@ pub async fn run_with_a_cancel(campaign: &mut Campaign) -> Result<OperatorReport
             return Ok(report);
         }
     }
+    anyhow::bail!("cancelled attempts still listed after ten resumes")
 }

@@ -54,6 +54,30 @@ impl Agenda {
         self.items.remove(&first)
     }
 
+    /// The ends of `job_ids` still to come, made due now: TerminateJob ends a job when it is
+    /// called (AWS Batch API reference, "TerminateJob": a job not yet started is cancelled, a
+    /// running one moves to FAILED), not at the end drawn for it.
+    pub(super) fn end_now(&mut self, job_ids: &[String], now: Instant) {
+        if job_ids.is_empty() {
+            return;
+        }
+        let wanted: std::collections::HashSet<&str> = job_ids.iter().map(String::as_str).collect();
+        let keys: Vec<(Instant, u64)> = self
+            .items
+            .iter()
+            .filter(|(at, due)| {
+                at.0 > now
+                    && matches!(due, Due::End { facts, .. } if wanted.contains(facts.job_id.as_str()))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            if let Some(due) = self.items.remove(&key) {
+                self.put(now, due);
+            }
+        }
+    }
+
     pub(super) fn len(&self) -> usize {
         self.items.len()
     }

@@ -33,26 +33,43 @@ impl Submissions {
 
 /// Jobs TerminateJob was called for, with its reason, that the simulator has not played yet.
 /// Real Batch cancels a job not yet STARTING and terminates a running one, either way FAILED
-/// with that reason (AWS Batch API Reference, TerminateJob); the simulator plays a job's whole
-/// life at the first tick after its submission, so a termination it hears of before then ends
-/// the job cancelled, and one after changes nothing (the job had ended).
+/// with that reason (AWS Batch API Reference, TerminateJob). With instant jobs the simulator
+/// plays a job's whole life at the first tick after its submission, so a termination it hears
+/// of before then ends the job cancelled, and one after changes nothing (the job had ended);
+/// with jobs that take time, a job whose end is still to come ends at the next tick, cancelled
+/// (no attempt listed, though a running one would list its attempt).
 #[derive(Debug, Default, Clone)]
-pub struct Terminations(Arc<Mutex<std::collections::HashMap<String, String>>>);
+pub struct Terminations(Arc<Mutex<TerminationsHeld>>);
+
+#[derive(Debug, Default)]
+pub(super) struct TerminationsHeld {
+    /// Each terminated job's reason, until its end is played.
+    reasons: std::collections::HashMap<String, String>,
+    /// Jobs terminated since the simulator last looked: a job whose end is still to come
+    /// (jobs that take time) ends now, as TerminateJob ends it, not at its drawn end.
+    fresh: Vec<String>,
+}
 
 impl Terminations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, TerminationsHeld> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn insert(&self, job_id: &str, reason: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(job_id.to_owned())
-            .or_insert_with(|| reason.to_owned());
+        let mut held = self.lock();
+        if !held.reasons.contains_key(job_id) {
+            held.reasons.insert(job_id.to_owned(), reason.to_owned());
+            held.fresh.push(job_id.to_owned());
+        }
     }
 
     pub(super) fn take(&self, job_id: &str) -> Option<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(job_id)
+        self.lock().reasons.remove(job_id)
+    }
+
+    /// The jobs terminated since the last call.
+    pub(super) fn fresh(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().fresh)
     }
 }
 

@@ -168,6 +168,8 @@ impl BatchSimulator {
 
     /// Does what the agenda holds for now or earlier, in time order.
     async fn do_what_is_due(&mut self, delivery: &mut Delivery) -> Result<()> {
+        self.agenda
+            .end_now(&self.terminations.fresh(), Instant::now());
         while let Some(due) = self.agenda.next_due(Instant::now()) {
             match due {
                 Due::End { facts, fate, times } => {

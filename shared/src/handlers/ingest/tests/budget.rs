@@ -17,13 +17,6 @@ async fn a_server_that_hangs_costs_a_share_of_the_tick_and_the_other_jobs_go_on(
     let fine = w.manifest("fine", &[("ok.txt", "fine")], &[]).await;
     w.remote
         .slow("http://archive/hang.txt", Duration::from_secs(86_400));
-    // A server that answers every GET with a 503, after 250 s: three attempts are more than a
-    // step's share (630 s), so each after the first is the next tick's.
-    let erring = w.manifest("errs", &[("err.txt", "errs")], &[]).await;
-    w.remote
-        .slow("http://archive/err.txt", Duration::from_secs(250));
-    w.remote.fail_fetches("http://archive/err.txt", 100);
-    let errs = w.submit(&erring, "coll", None).await;
     let stuck = w.submit(&hanging, "coll", None).await;
     let goes_on = w.submit(&fine, "coll", None).await;
     let mut out_of_time = 0;
