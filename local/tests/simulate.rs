@@ -95,6 +95,12 @@ fn jobs_that_take_a_spot_queues_time_end_each_granule_once() {
     let operator = &timed["operator"];
     assert!(operator["cancelled"].as_u64().unwrap() > 0, "{timed:#}");
     assert!(operator["resumed"].as_u64().unwrap() > 0, "{timed:#}");
+    // The stack switched to a second campaign over the same inventories, and back: each
+    // granule ended once in each campaign's own state.
+    let second = &operator["second_campaign"];
+    assert_eq!(second["granules"], 2000, "{timed:#}");
+    assert_eq!(second["unaccounted"], 0);
+    assert_eq!(second["duplicate_submissions"], 0);
     // The same campaign with every job ending at once is over hours sooner.
     let (instant, held) = simulate(&["--seed", "21", "--granules", "2000", "--instant-jobs"]);
     assert!(held, "{instant:#}");

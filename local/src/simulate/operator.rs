@@ -1,12 +1,14 @@
 //! An operator in a simulated backfill: half an hour in, they cancel every open attempt ("wrong
 //! container image", the feeder held); an hour later they resume the cancelled attempts and
-//! release the feeder, and they resume again whatever the cancel's late ends listed since (an
-//! end EventBridge delivered hours late is listed after the first resume), as `granary status`
-//! would tell them to. The campaign must then settle as if nothing had been cancelled: each
-//! granule one success or one dead letter.
+//! release the feeder. Half an hour on they redeploy the stack as campaign v2 over the same
+//! inventories, while the first campaign's retries and late ends are still to come, and after
+//! v2 has settled they switch back. They resume again whatever the cancel's late ends listed
+//! since, as `granary status` would tell them to. Each campaign must settle as if nothing had
+//! been cancelled or switched: each granule one success or one dead letter, in its own state.
 
 use crate::campaign::Campaign;
 use anyhow::{Context, Result};
+use granary::domain::campaign::Campaign as CampaignName;
 use granary::domain::cancel::CancelFilter;
 use granary::handlers::cancel::{self, CancelRequest};
 use serde::Serialize;
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 pub const CANCEL_AFTER: Duration = Duration::from_secs(30 * 60);
 pub const RESUME_AFTER: Duration = Duration::from_secs(60 * 60);
+pub const SWITCH_AFTER: Duration = Duration::from_secs(30 * 60);
 
 /// What the operator did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -24,6 +27,8 @@ pub struct OperatorReport {
     pub resumed: u64,
     /// Times the operator ran `resume --cancelled`.
     pub resumes: u64,
+    /// The audit of campaign v2, the stack's second campaign over the same inventories.
+    pub second_campaign: Option<crate::chaos::ChaosReport>,
 }
 
 /// Runs `campaign` to its end with the operator's cancel and resumes on the way.
@@ -34,6 +39,7 @@ pub async fn run_with_a_cancel(campaign: &mut Campaign) -> Result<OperatorReport
     let settled = runtime
         .run_while(|_| {}, |_| start.elapsed() < CANCEL_AFTER)
         .await?;
+    // (A campaign over before the cancel: nothing to cancel, no switch.)
     if settled {
         return Ok(report);
     }
@@ -59,17 +65,51 @@ pub async fn run_with_a_cancel(campaign: &mut Campaign) -> Result<OperatorReport
         .release()
         .await
         .context("granary release")?;
-    // As often as late ends list more; ten rounds is past any end EventBridge still holds.
+    resume_cancelled(campaign, &mut report).await?;
+    // Half an hour on, the stack is redeployed as campaign v2 over the same inventories, the
+    // first campaign's retries and late ends still to come: they are handled in its own state.
+    let until = tokio::time::Instant::now() + SWITCH_AFTER;
+    campaign
+        .runtime
+        .run_while(|_| {}, |_| tokio::time::Instant::now() < until)
+        .await?;
+    let v2 = CampaignName::parse("v2").context("campaign v2")?;
+    switch_to(campaign, Some(&v2));
+    campaign.runtime.run_to_quiescence(|_| {}).await?;
+    report.second_campaign = Some(crate::chaos::audit(campaign, Duration::ZERO).await?);
+    // Switched back: the first campaign finishes from where its tracker stands, and what the
+    // cancel's late ends listed meanwhile is resumed.
+    switch_to(campaign, None);
+    loop_resumes(campaign, &mut report).await
+}
+
+/// The runtime's stack redeployed with `GRANARY_CAMPAIGN` naming `to`.
+fn switch_to(campaign: &mut Campaign, to: Option<&CampaignName>) {
+    campaign.runtime.ctx = campaign.runtime.ctx.in_campaign(to).into_owned();
+}
+
+/// One `granary resume --cancelled`.
+async fn resume_cancelled(campaign: &mut Campaign, report: &mut OperatorReport) -> Result<()> {
+    let resumed = cancel::resume_cancelled(&campaign.runtime.ctx, None, false)
+        .await
+        .context("granary resume --cancelled")?;
+    report.resumes += 1;
+    report.resumed += resumed.len() as u64;
+    Ok(())
+}
+
+/// Runs to the end, resuming as often as late ends list more cancelled attempts; ten rounds is
+/// past any end EventBridge still holds.
+async fn loop_resumes(
+    campaign: &mut Campaign,
+    report: &mut OperatorReport,
+) -> Result<OperatorReport> {
     for _ in 0..10 {
-        let resumed = cancel::resume_cancelled(&runtime.ctx, None, false)
-            .await
-            .context("granary resume --cancelled")?;
-        report.resumes += 1;
-        report.resumed += resumed.len() as u64;
-        runtime.run_to_quiescence(|_| {}).await?;
-        if cancel::cancelled(&runtime.ctx).await?.is_empty() {
-            return Ok(report);
+        campaign.runtime.run_to_quiescence(|_| {}).await?;
+        if cancel::cancelled(&campaign.runtime.ctx).await?.is_empty() {
+            return Ok(report.clone());
         }
+        resume_cancelled(campaign, report).await?;
     }
     anyhow::bail!("cancelled attempts still listed after ten resumes")
 }

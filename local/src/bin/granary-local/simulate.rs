@@ -264,6 +264,12 @@ fn print_report(r: &SimReport) {
         "operator                {} attempts cancelled, {} resumed over {} resumes",
         r.operator.cancelled, r.operator.resumed, r.operator.resumes
     );
+    if let Some(v2) = &r.operator.second_campaign {
+        println!(
+            "campaign v2             {} granules ({} succeeded, {} dead-lettered, {} unaccounted, {} submitted twice)",
+            v2.granules, v2.succeeded, v2.dead_lettered, v2.unaccounted, v2.duplicate_submissions
+        );
+    }
     if !r.holds() {
         println!("THE PROMISE DID NOT HOLD; replay: {}", r.replay);
     } else {
