@@ -216,6 +216,42 @@ pub struct TickSummary {
     pub out_of_time: u64,
     /// Job and batch steps that failed (logged with their error); each is tried again next tick.
     pub errors: u64,
+    /// Downloads and callbacks not tried this tick: their server let an earlier request of the
+    /// tick run to the client's timeout (`hanging_hosts`).
+    pub waiting_on_hosts: u64,
+    /// The depositors' servers that let a request of this tick run to the client's timeout:
+    /// the tick tries them no more, so one dead server costs a tick one request's time, not one
+    /// for each of its objects, and the other servers' jobs go on.
+    #[serde(skip)]
+    pub hanging_hosts: std::collections::BTreeSet<String>,
+}
+
+impl TickSummary {
+    /// Whether `url`'s server let a request of this tick run to its timeout.
+    pub(crate) fn hangs(&self, url: &str) -> bool {
+        host_of(url).is_some_and(|h| self.hanging_hosts.contains(&h))
+    }
+
+    /// `url`'s server let a request run to the client's timeout.
+    pub(crate) fn hung(&mut self, url: &str) {
+        if let Some(host) = host_of(url) {
+            tracing::warn!(
+                host,
+                "a depositor's server let a request run to its timeout: not tried again this tick"
+            );
+            self.hanging_hosts.insert(host);
+        }
+    }
+}
+
+/// The server a URL names (none for a URL without a host).
+fn host_of(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    Some(format!(
+        "{}:{}",
+        parsed.host_str()?,
+        parsed.port_or_known_default().unwrap_or(0)
+    ))
 }
 
 /// One pass of every step, in pipeline order. A step's trouble with one job is logged and left

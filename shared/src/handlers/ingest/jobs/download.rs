@@ -36,6 +36,8 @@ enum FetchFailure {
         url: String,
         attempt: u32,
         last: String,
+        /// The attempt ran to the client's timeout: its server hangs.
+        hung: bool,
     },
 }
 
@@ -67,6 +69,7 @@ async fn fetch_to(
     let attempts = ctx.config.ingest.download_attempts;
     let step_started = tokio::time::Instant::now();
     for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
+        let attempt_started = tokio::time::Instant::now();
         match objects
             .copy_in(
                 &key,
@@ -100,6 +103,7 @@ async fn fetch_to(
                         url: file.url.clone(),
                         attempt,
                         last,
+                        hung: attempt_started.elapsed() >= ctx.config.ingest.timeout,
                     });
                 }
             }
@@ -119,9 +123,18 @@ pub async fn download(
     now: DateTime<Utc>,
     s: &mut TickSummary,
 ) -> Result<(), HandlerError> {
+    if urls_of(&job).iter().any(|u| s.hangs(u)) {
+        s.waiting_on_hosts += 1;
+        return Ok(());
+    }
     let stored = match &job.object.payload {
         Payload::Files { files } => match download_files(ctx, &job, files).await {
-            Err(FetchFailure::Later { attempt, .. }) => {
+            Err(FetchFailure::Later {
+                attempt, url, hung, ..
+            }) => {
+                if hung {
+                    s.hung(&url);
+                }
                 return slow_attempt(ctx, &job, attempt, s).await;
             }
             other => other.map_err(|e| e.to_string()),
@@ -129,7 +142,12 @@ pub async fn download(
         Payload::Container { zip } => match download_container(ctx, &job, zip).await? {
             Container::Expanded(files) => Ok(files),
             Container::Refused { why } => Err(why),
-            Container::Later { attempt } => return slow_attempt(ctx, &job, attempt, s).await,
+            Container::Later { attempt, url, hung } => {
+                if hung {
+                    s.hung(&url);
+                }
+                return slow_attempt(ctx, &job, attempt, s).await;
+            }
         },
         _ => Err("no files to download".to_owned()),
     };
@@ -154,6 +172,15 @@ pub async fn download(
         (true, _) => s.downloaded += 1,
     }
     Ok(())
+}
+
+/// The URLs a job downloads from.
+fn urls_of(job: &JobRecord) -> Vec<&str> {
+    match &job.object.payload {
+        Payload::Files { files } => files.iter().map(|f| f.url.as_str()).collect(),
+        Payload::Container { zip } => vec![zip.url.as_str()],
+        _ => Vec::new(),
+    }
 }
 
 /// Records that the job's download attempt `attempt` timed out, the job still downloading: the
@@ -207,7 +234,11 @@ enum Container {
     /// The zip could not be fetched or expanded: the job fails with `why` (the zip is kept).
     Refused { why: String },
     /// Its fetch timed out at attempt `attempt`: the next tick tries again.
-    Later { attempt: u32 },
+    Later {
+        attempt: u32,
+        url: String,
+        hung: bool,
+    },
 }
 
 /// A container deposit's files: the zip fetched (bounded attempts, its digest checked) into the
@@ -221,7 +252,9 @@ async fn download_container(
 ) -> Result<Container, HandlerError> {
     let key = ctx.ingest().keys.container(&job.id, &zip.name);
     let expanded = match fetch_to(ctx, job, zip, &key).await {
-        Err(FetchFailure::Later { attempt, .. }) => return Ok(Container::Later { attempt }),
+        Err(FetchFailure::Later {
+            attempt, url, hung, ..
+        }) => return Ok(Container::Later { attempt, url, hung }),
         Ok(fetched) => crate::handlers::ingest::container::expand(ctx, &job.id, &key, fetched.size)
             .await
             .map_err(|e| e.to_string()),

@@ -76,20 +76,25 @@ pub async fn notify(
         files: job.stored.len(),
         catalog_key: &key,
     };
-    // Announced once: a job whose callback timed out was announced by the tick that tried it.
-    if job.slow_attempts == 0 {
-        ctx.bus.put_events(vec![announcement.event()]).await?;
-    }
     let callback = match ctx.ingest().batch(&job.batch).await? {
         Some(b) => b.value.submission.callback,
         None => None,
     };
+    if callback.as_deref().is_some_and(|u| s.hangs(u)) {
+        s.waiting_on_hosts += 1;
+        return Ok(());
+    }
+    // Announced once: a job whose callback timed out was announced by the tick that tried it.
+    if job.slow_attempts == 0 {
+        ctx.bus.put_events(vec![announcement.event()]).await?;
+    }
     let mut failure = None;
     if let Some(url) = callback {
         failure = Some(String::new());
         let attempts = ctx.config.ingest.callback_attempts;
         let step_started = tokio::time::Instant::now();
         for attempt in (job.slow_attempts + 1).min(attempts)..=attempts {
+            let attempt_started = tokio::time::Instant::now();
             match ctx
                 .remote
                 .call_back(&url, &serde_json::json!(announcement))
@@ -107,6 +112,9 @@ pub async fn notify(
                     // The next attempt might not fit this step's share: the next tick's (as a
                     // download's).
                     let fits = crate::handlers::ingest::another_attempt_fits(step_started);
+                    if attempt_started.elapsed() >= ctx.config.ingest.timeout {
+                        s.hung(&url);
+                    }
                     if !fits && attempt < attempts {
                         super::note_slow_attempt(ctx, &job, JobState::Notify, attempt).await?;
                         s.slow_attempts += 1;
