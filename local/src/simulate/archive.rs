@@ -1,8 +1,9 @@
 //! `granary-local simulate --archive`: archive jobs on the virtual clock. An operator asks for
 //! a job every twenty minutes, each over a prefix of a few dozen to a few hundred products; the
 //! dispatcher ticks every minute with the template's 300 s timeout (one at a time); the task
-//! queue delivers one message an invocation, ended at 900 s, and a message a dead invocation
-//! held comes back after the queue's 5,400 s visibility timeout, as the template sets it; the
+//! queue delivers one message an invocation, up to ten invocations at once whose calls
+//! interleave, each ended at 900 s, and a message a dead invocation held comes back after the
+//! queue's 5,400 s visibility timeout, as the template sets it; the
 //! template's shard size, backoff and resend times. Every invocation may die at a random call.
 //! Then the audit by outcome: every job completed, each phase handed on once, both
 //! destinations verified member by member, nothing left open, staged or queued.
@@ -11,6 +12,7 @@ use super::crasher::Crasher;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use granary::adapters::memory::{MemoryBuckets, MemoryEventBus, MemoryQueue, MemoryStore};
+use granary::adapters::tap::faults::Interleave;
 use granary::config::archive::ArchiveSettings;
 use granary::config::{Config, Function};
 use granary::contracts::archive::TaskMessage;
@@ -234,27 +236,39 @@ impl Simulation {
         self.crasher.ended("archive-dispatcher", &faults);
     }
 
-    /// The task queue's event source: one message an invocation (BatchSize 1), deleted when
-    /// the invocation lived and handled it; the others come back after the visibility timeout.
+    /// The task queue's event source: one message an invocation (BatchSize 1), up to ten
+    /// invocations at once whose calls interleave one by one (tasks of one phase run side by
+    /// side, as the function's concurrency lets them, and the last to end fans in); a message
+    /// is deleted when its invocation lived and handled it, the others come back after the
+    /// visibility timeout.
     async fn deliver(&mut self, w: &World) -> Result<()> {
         loop {
-            let got = w.queue.receive(1, TASK_VISIBILITY_SECS, 0).await?;
-            let Some(m) = got.first() else {
+            let got = w.queue.receive(10, TASK_VISIBILITY_SECS, 0).await?;
+            if got.is_empty() {
                 return Ok(());
-            };
-            let message: TaskMessage =
-                serde_json::from_str(&m.body).context("a task message granary sent")?;
-            let (ctx, faults) = self.crasher.invocation("archive-task", &w.ctx);
-            self.task_invocations += 1;
-            let handled = tokio::time::timeout(
-                TASK_TIMEOUT,
-                tasks::handle(&ctx, &message, granary::clock::now()),
-            )
-            .await;
-            if matches!(handled, Ok(Ok(_))) && !faults.crashed() {
-                w.queue.delete(&m.receipt_handle).await?;
             }
-            self.crasher.ended("archive-task", &faults);
+            let mut runs = Vec::with_capacity(got.len());
+            for m in &got {
+                let message: TaskMessage =
+                    serde_json::from_str(&m.body).context("a task message granary sent")?;
+                let (ctx, faults) = self.crasher.invocation("archive-task", &w.ctx);
+                let ctx = ctx.tapped(Arc::new(Interleave) as Arc<dyn granary::adapters::tap::Tap>);
+                runs.push((message, ctx, faults));
+            }
+            self.task_invocations += runs.len() as u64;
+            let handled = futures::future::join_all(runs.iter().map(|(message, ctx, _)| {
+                tokio::time::timeout(
+                    TASK_TIMEOUT,
+                    tasks::handle(ctx, message, granary::clock::now()),
+                )
+            }))
+            .await;
+            for ((m, (_, _, faults)), handled) in got.iter().zip(&runs).zip(handled) {
+                if matches!(handled, Ok(Ok(_))) && !faults.crashed() {
+                    w.queue.delete(&m.receipt_handle).await?;
+                }
+                self.crasher.ended("archive-task", faults);
+            }
         }
     }
 
