@@ -12,7 +12,7 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 23] = [
+pub const ALL: [Mutant; 25] = [
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -127,6 +127,16 @@ pub const ALL: [Mutant; 23] = [
         name: "manifest-read-anywhere",
         defect: "the ingest dispatcher reads a submission's manifest from any key of granary's bucket, not only the manifests it keeps (another collection's objects land in the submitter's job and report)",
         caught_by: "--lib a_manifest_url_naming_another_collections_object_is_refused_unread",
+    },
+    Mutant {
+        name: "timed-out-attempt-retried-in-step",
+        defect: "a download or callback is tried again in the same step however long its step has run (a server that never answers outlives every step's share, nothing is recorded, and its job starts again at attempt 1 every tick, for ever)",
+        caught_by: "--lib a_server_that_never_answers_fails_its_job_after_its_attempts_one_a_tick",
+    },
+    Mutant {
+        name: "dispatcher-reads-no-timeout",
+        defect: "the ingest and archive dispatchers read no GRANARY_FUNCTION_TIMEOUT_SECS (their ticks have no budget and run until Lambda ends them)",
+        caught_by: "--test template_config the_dispatchers_read_their_timeout_from_the_template",
     },
 ];
 

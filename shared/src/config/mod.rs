@@ -320,7 +320,9 @@ impl Config {
             },
             leases: if wants(Section::Leases) {
                 Leases::read(&vars)?
-            } else if wants(Section::Ingest) || wants(Section::Archive) {
+            } else if (wants(Section::Ingest) || wants(Section::Archive))
+                && !crate::mutants::on("dispatcher-reads-no-timeout")
+            {
                 // The dispatchers hold no lease, but their ticks spend a budget of their timeout
                 // (`handlers::ingest::tick`, `handlers::archive::tick`): without it, a tick runs
                 // until Lambda kills it.

@@ -170,7 +170,8 @@ const MIN_STEP_SHARE: std::time::Duration = std::time::Duration::from_secs(10);
 /// the margin ends (answered or timed out) within the share, and its outcome is recorded.
 /// Later than that, the next attempt is left to the next tick.
 pub(crate) fn another_attempt_fits(step_started: tokio::time::Instant) -> bool {
-    step_started.elapsed() <= REQUEST_TIMED_OUT_MARGIN
+    crate::mutants::on("timed-out-attempt-retried-in-step")
+        || step_started.elapsed() <= REQUEST_TIMED_OUT_MARGIN
 }
 
 /// A step's share outlasts one request's timeout by this much, so that a request that times
