@@ -746,15 +746,9 @@ mod array_windows {
         assert_eq!(success_logs(&ctx).await, 2);
     }
 
-    /// A child of an earlier claim at the same key (an operator removed the claim and the
-    /// feeder made the window again) is never given the new claim's granule.
-    #[tokio::test]
-    async fn a_child_of_an_earlier_claim_at_the_key_is_rejected_not_misnamed() {
-        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
-        let ctx = array_ctx(jobs.clone()).await;
-        feed_rows(&ctx, 4).await;
-        let old = window_claim(&ctx).await;
-        let parent = old.array_job_id.clone().unwrap();
+    /// The window's claim removed by an operator and made again a second later, its granules in
+    /// the other order, recording `array` (none: its array not recorded yet).
+    async fn claim_again(ctx: &Ctx, old: &WindowClaim, array: Option<&str>) -> WindowClaim {
         let key = crate::domain::layout::claims::window_key(
             &ctx.config.layout.claim_prefix,
             "inventories/a.parquet",
@@ -771,7 +765,7 @@ mod array_windows {
             chrono::Utc::now() + chrono::Duration::seconds(1),
         )
         .in_array(true);
-        again.array_job_id = Some("another-array".into());
+        again.array_job_id = array.map(str::to_owned);
         crate::repositories::write_json(
             ctx.store.as_ref(),
             &key,
@@ -780,6 +774,19 @@ mod array_windows {
         )
         .await
         .unwrap();
+        again
+    }
+
+    /// A child of an earlier claim at the same key (an operator removed the claim and the
+    /// feeder made the window again) is never given the new claim's granule.
+    #[tokio::test]
+    async fn a_child_of_an_earlier_claim_at_the_key_is_rejected_not_misnamed() {
+        let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Running));
+        let ctx = array_ctx(jobs.clone()).await;
+        feed_rows(&ctx, 4).await;
+        let old = window_claim(&ctx).await;
+        let parent = old.array_job_id.clone().unwrap();
+        let again = claim_again(&ctx, &old, Some("another-array")).await;
         assert_ne!(again.token, old.token);
         let detail = jobs.end(&format!("{parent}:0"), Ending::Succeeded).unwrap();
         let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
@@ -825,30 +832,7 @@ mod array_windows {
         feed_rows(&ctx, 4).await;
         let old = window_claim(&ctx).await;
         let parent = old.array_job_id.clone().unwrap();
-        let key = crate::domain::layout::claims::window_key(
-            &ctx.config.layout.claim_prefix,
-            "inventories/a.parquet",
-            0,
-        );
-        ctx.store.delete(&key).await.unwrap();
-        let again = WindowClaim::new(
-            None,
-            "inventories/a.parquet",
-            0,
-            4,
-            old.granules.iter().rev().cloned().collect(),
-            "queue-feeder",
-            chrono::Utc::now() + chrono::Duration::seconds(1),
-        )
-        .in_array(true);
-        crate::repositories::write_json(
-            ctx.store.as_ref(),
-            &key,
-            &again,
-            crate::ports::PutCondition::IfAbsent,
-        )
-        .await
-        .unwrap();
+        claim_again(&ctx, &old, None).await;
         let detail = bare(jobs.end(&format!("{parent}:1"), Ending::Succeeded).unwrap());
         let out = monitor::handle_message(&ctx, &job_state_change(&detail).to_string())
             .await
