@@ -150,12 +150,25 @@ pub async fn estimate(
         _ => None,
     }) {
         for f in files {
+            // One size unknown makes the estimate unknown: no HEAD after it. Nor of a server
+            // that let a request of this tick run to its timeout.
+            if total.is_none() {
+                break;
+            }
             let size = match f.size {
                 Some(n) => Some(n),
-                None => ctx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
-                    tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
-                    None
-                }),
+                None if s.hangs(&f.url) => None,
+                None => {
+                    let asked = tokio::time::Instant::now();
+                    let size = ctx.remote.size_of(&f.url).await.unwrap_or_else(|e| {
+                        tracing::warn!(job = %job.id, url = f.url, error = %e, "size unknown");
+                        None
+                    });
+                    if asked.elapsed() >= ctx.config.ingest.timeout {
+                        s.hung(&f.url);
+                    }
+                    size
+                }
             };
             total = total.zip(size).map(|(a, b)| a.saturating_add(b));
         }

@@ -139,3 +139,37 @@ async fn a_server_that_hung_once_in_a_tick_is_not_tried_again_in_that_tick() {
     }
     assert!(slow >= 1 && waited >= 2, "slow {slow}, waited {waited}");
 }
+
+/// The estimate asks no size of a server that let a request of the tick run to its timeout (nor
+/// more sizes once one is unknown): two objects whose sizeless files are on a server that never
+/// answers cost the tick one request's time, and both are estimated in it (before, each asked
+/// and waited out the timeout, and the second outlived its share).
+#[tokio::test(start_paused = true)]
+async fn an_estimate_waits_on_a_silent_server_once_not_for_each_file() {
+    let mut w = world(IngestSettings {
+        timeout: Duration::from_secs(600),
+        ..IngestSettings::default()
+    });
+    w.ingest_ctx.config.leases.function_timeout = Some(Duration::from_secs(900));
+    w.remote.time_out_after(Duration::from_secs(600));
+    let silent = w
+        .manifest("silent", &[("s1.txt", "one"), ("s2.txt", "two")], &[])
+        .await;
+    for f in ["s1.txt", "s2.txt"] {
+        w.remote
+            .slow(&format!("http://archive/{f}"), Duration::from_secs(86_400));
+    }
+    let id = w.submit(&silent, "coll", None).await;
+    // One tick makes the jobs and estimates them.
+    let started = tokio::time::Instant::now();
+    let s = tick(&w.ingest_ctx, Utc::now()).await.unwrap();
+    assert_eq!(s.estimated, 2, "{s:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(700),
+        "{:?}",
+        started.elapsed()
+    );
+    for n in 1..=2 {
+        assert!(w.job(&id.job(n)).await.state > JobState::Estimating);
+    }
+}
