@@ -92,21 +92,7 @@ async fn write_storing(
     when: impl Fn(&JobRecord) -> bool,
     edit: impl Fn(&mut JobRecord),
 ) -> Result<Option<JobRecord>, HandlerError> {
-    let changed = ctx
-        .ingest()
-        .change_job(&job.id, |r| {
-            Ok((r.state == JobState::Storing && when(r)).then(|| {
-                let mut next = r.clone();
-                edit(&mut next);
-                next.last_modified = now;
-                next
-            }))
-        })
-        .await?;
-    Ok(match changed {
-        Changed::Moved(after) => Some(after),
-        _ => None,
-    })
+    super::jobs::write_in_state(ctx, job, JobState::Storing, now, when, edit).await
 }
 
 /// Fails the job with `why` (if it is still storing).

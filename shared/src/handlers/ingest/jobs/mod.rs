@@ -93,23 +93,44 @@ pub(super) async fn advance(
     Ok(matches!(changed, Changed::Moved(_)))
 }
 
-/// Records on a job still in `state` that its step's attempt `attempt` ended at the client's
-/// timeout (`JobRecord::slow_attempts`); nothing when it moved meanwhile.
+/// Writes `edit` to the job's record while it is still in `state` and `when` holds, without
+/// moving it; `None` when it moved, or `when` no longer holds, meanwhile.
+pub(crate) async fn write_in_state(
+    ctx: &Ctx,
+    job: &JobRecord,
+    state: JobState,
+    now: DateTime<Utc>,
+    when: impl Fn(&JobRecord) -> bool,
+    edit: impl Fn(&mut JobRecord),
+) -> Result<Option<JobRecord>, HandlerError> {
+    let changed = ctx
+        .ingest()
+        .change_job(&job.id, |r| {
+            Ok((r.state == state && when(r)).then(|| {
+                let mut next = r.clone();
+                edit(&mut next);
+                next.last_modified = now;
+                next
+            }))
+        })
+        .await?;
+    Ok(match changed {
+        Changed::Moved(after) => Some(after),
+        _ => None,
+    })
+}
+
+/// Records on a job still in `state` that its step's attempt `attempt` ended after the step's
+/// margin (`JobRecord::slow_attempts`); nothing when it moved meanwhile.
 pub(super) async fn note_slow_attempt(
     ctx: &Ctx,
     job: &JobRecord,
     state: JobState,
     attempt: u32,
 ) -> Result<(), HandlerError> {
-    ctx.ingest()
-        .change_job(&job.id, |r| {
-            Ok((r.state == state && r.slow_attempts < attempt).then(|| {
-                let mut next = r.clone();
-                next.slow_attempts = attempt;
-                next
-            }))
-        })
-        .await?;
+    let behind = |r: &JobRecord| r.slow_attempts < attempt;
+    let note = |r: &mut JobRecord| r.slow_attempts = attempt;
+    write_in_state(ctx, job, state, crate::clock::now(), behind, note).await?;
     Ok(())
 }
 
