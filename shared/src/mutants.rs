@@ -12,7 +12,12 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 25] = [
+pub const ALL: [Mutant; 26] = [
+    Mutant {
+        name: "screen-before-the-marker",
+        defect: "a window looks for its granules' records before its open marker is written: a file the importer discovers in between is submitted by both",
+        caught_by: "--lib a_file_listed_and_discovered_at_once_is_submitted_once",
+    },
     Mutant {
         name: "feeder-ignores-open-windows",
         defect: "the feeder looks only at item records for the granules it already has, not at the open array windows whose granules get their records at their ends (a granule listed again while its array runs is submitted twice)",
@@ -20,8 +25,8 @@ pub const ALL: [Mutant; 25] = [
     },
     Mutant {
         name: "discover-ignores-open-windows",
-        defect: "the importer's discovery registers a file whose id is a granule of an open array window (in flight, its record made only at its end): the granule is processed twice",
-        caught_by: "--lib discovery_leaves_a_granule_of_an_open_array_window_alone",
+        defect: "the importer's discovery queues a file whose id an open window of the feeder holds (an array's in flight, its record made only at its end): the granule is processed twice",
+        caught_by: "--lib discovery_queues_no_file_an_open_window_holds",
     },
     Mutant {
         name: "parked-markers-removed-first",

@@ -50,6 +50,13 @@ pub trait JobsClaim: Clone + Serialize + DeserializeOwned + Send + Sync {
         self.recorded().iter().all(Option::is_some)
     }
 
+    /// Whether the claim still waits on the look its submitter makes once it is marked open
+    /// ([`crate::repositories::submission::Screen`]): no job of it is submitted before that look
+    /// is written back, so a run that takes it over may make the look itself.
+    fn screen_pending(&self) -> bool {
+        false
+    }
+
     /// The decision a run that finds this claim makes (pure: the claim, the clock, the lease).
     fn on_found(&self, now: DateTime<Utc>, lease: Duration) -> FoundClaim {
         by_lease(self, now, lease)

@@ -94,6 +94,13 @@ pub struct WindowClaim {
     /// monitor, do as its claim says.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub records_at_end: bool,
+    /// Its granules are still to be looked for among the item records, once its open marker is
+    /// written and before any job: the importer's discovery creates a record first and reads
+    /// the open windows after, so one of the two sees the other (docs/guarantees.md, "A file
+    /// both listed and discovered at once"). Cleared with the granules found dropped
+    /// ([`WindowClaim::without`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub screen_pending: bool,
 }
 
 impl WindowClaim {
@@ -121,6 +128,36 @@ impl WindowClaim {
             attempts: Vec::new(),
             spot_ends: Vec::new(),
             records_at_end: false,
+            screen_pending: false,
+        }
+    }
+
+    /// The window's granules looked for among the item records before its jobs are submitted
+    /// when `wanted` (a window of first attempts, with item records kept).
+    pub fn with_screen(mut self, wanted: bool) -> Self {
+        self.screen_pending = wanted && !self.is_retries();
+        self
+    }
+
+    /// The window less the granules `known` names, its look done: still an array when enough
+    /// remain to make one (its token kept), else a single job a granule whose record is made
+    /// when it is submitted. Only for a window none of whose jobs is recorded (a pending look
+    /// comes before any SubmitJob); its rows are unchanged, so its inventory moves on past them.
+    pub fn without(&self, known: &std::collections::HashSet<GranuleId>) -> Self {
+        let granules: Vec<GranuleId> = self
+            .granules
+            .iter()
+            .filter(|g| !known.contains(*g))
+            .cloned()
+            .collect();
+        let array = self.array && ARRAY_SIZES.contains(&granules.len());
+        Self {
+            granules,
+            array,
+            token: self.token.clone().filter(|_| array),
+            records_at_end: self.records_at_end && array,
+            screen_pending: false,
+            ..self.clone()
         }
     }
 
@@ -279,6 +316,10 @@ impl JobsClaim for WindowClaim {
         &self.lease
     }
 
+    fn screen_pending(&self) -> bool {
+        self.screen_pending
+    }
+
     fn lease_mut(&mut self) -> &mut Lease {
         &mut self.lease
     }
@@ -361,137 +402,4 @@ impl WindowProgress {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::claim::FoundClaim;
-    use std::time::Duration;
-
-    #[test]
-    fn window_progress_reads_empty_and_broken_markers_as_nothing_known() {
-        assert_eq!(WindowProgress::from_marker(b""), WindowProgress::default());
-        assert_eq!(
-            WindowProgress::from_marker(b"{nope"),
-            WindowProgress::default()
-        );
-        let mut p = WindowProgress::default();
-        assert!(p.mark(7) && p.mark(2) && !p.mark(7));
-        assert!(p.is_handled(2) && p.is_handled(7) && !p.is_handled(3));
-        let body = serde_json::to_vec(&p).unwrap();
-        assert_eq!(WindowProgress::from_marker(&body), p);
-    }
-
-    fn g(id: &str) -> GranuleId {
-        GranuleId::parse(id).unwrap()
-    }
-
-    fn window() -> WindowClaim {
-        WindowClaim::new(
-            None,
-            "inventories/a.parquet",
-            400,
-            3,
-            vec![
-                g("HLS.S30.T18TYN.2022002T153012.v2.0"),
-                g("HLS.L30.T18TYN.2022001T153012.v2.0"),
-            ],
-            "queue-feeder",
-            Utc::now(),
-        )
-    }
-
-    #[test]
-    fn a_found_window_is_done_in_flight_or_taken_over() {
-        let lease = Duration::from_secs(900);
-        let w = window();
-        assert_eq!(w.on_found(w.lease.claimed_at, lease), FoundClaim::InFlight);
-        let later = w.lease.claimed_at + chrono::Duration::seconds(901);
-        assert_eq!(w.on_found(later, lease), FoundClaim::TakeOver);
-        // Half recorded (a refusal part-way): still not done.
-        let half = w.recording(&[Some("j1".into())], Utc::now());
-        assert!(!half.is_submitted());
-        assert_eq!(half.on_found(later, lease), FoundClaim::TakeOver);
-        // The rest found later: the first job is kept, the second added.
-        let whole = half.recording(&[Some("other".into()), Some("j2".into())], Utc::now());
-        assert_eq!(whole.job_ids, vec![Some("j1".into()), Some("j2".into())]);
-        assert_eq!(
-            whole.on_found(w.lease.claimed_at, lease),
-            FoundClaim::Submitted
-        );
-    }
-
-    #[test]
-    fn an_empty_window_is_submitted_at_once() {
-        let mut w = window();
-        w.granules.clear();
-        assert_eq!(
-            w.on_found(w.lease.claimed_at, Duration::MAX),
-            FoundClaim::Submitted
-        );
-    }
-
-    #[test]
-    fn an_array_window_records_one_job_and_names_its_children() {
-        let lease = Duration::from_secs(900);
-        let w = window().in_array(true);
-        assert!(w.array);
-        assert_eq!(w.token.as_ref().map(String::len), Some(16));
-        assert_eq!(w.recorded(), vec![None]);
-        assert_eq!(
-            w.lookup_name(0),
-            w.lookup_name(1),
-            "one array for the window"
-        );
-        let done = w.recording(&[Some("p".into())], Utc::now());
-        assert_eq!(
-            done.on_found(w.lease.claimed_at, lease),
-            FoundClaim::Submitted
-        );
-        assert_eq!(done.job_id(0).as_deref(), Some("p:0"));
-        assert_eq!(done.job_id(1).as_deref(), Some("p:1"));
-        assert_eq!(done.job_id(2), None, "no third granule");
-        // Whether a job is recorded, said without formatting it: as `job_id` says, for arrays
-        // and single jobs, recorded, half recorded and not.
-        let w_single = window();
-        let half = w_single.recording(&[Some("j1".into())], Utc::now());
-        for claim in [&w, &done, &w_single, &half] {
-            for i in 0..4 {
-                assert_eq!(claim.records_job(i), claim.job_id(i).is_some(), "{i}");
-            }
-        }
-        assert_eq!(done.job_of_found(1, "q"), "q:1");
-        // Recorded once: a later recording keeps the first array.
-        let again = done.recording(&[Some("other".into())], Utc::now());
-        assert_eq!(again.array_job_id.as_deref(), Some("p"));
-        // Its JSON says so, and a claim written before arrays existed reads as single jobs.
-        let json = serde_json::to_value(&done).unwrap();
-        assert_eq!(
-            (json["array"].clone(), json["array_job_id"].clone()),
-            (true.into(), "p".into())
-        );
-        let single = serde_json::to_value(window()).unwrap();
-        assert!(single.get("array").is_none());
-        let read: WindowClaim = serde_json::from_value(single).unwrap();
-        assert!(!read.array);
-    }
-
-    #[test]
-    fn only_windows_of_two_to_ten_thousand_granules_become_arrays() {
-        let mut w = window();
-        assert!(!w.clone().in_array(false).array);
-        w.granules.truncate(1);
-        assert!(
-            !w.clone().in_array(true).array,
-            "Batch refuses an array of one"
-        );
-        let g = w.granules[0].clone();
-        w.granules = vec![g; 10_001];
-        assert!(!w.clone().in_array(true).array, "nor one past 10,000");
-        w.granules.truncate(10_000);
-        assert!(w.in_array(true).array);
-    }
-
-    #[test]
-    fn every_granule_is_at_its_first_attempt() {
-        assert!(window().attempts().all(|a| a.attempt == 1));
-    }
-}
+mod tests;

@@ -107,9 +107,9 @@ pub struct Ctx {
     pub downstream: Option<Arc<dyn Queue>>,
     /// The window claims the job monitor read lately (array windows' children).
     pub window_granules: Arc<crate::repositories::windows::WindowGranules>,
-    /// The open array windows this instance read (their granules' fingerprints), for the
-    /// feeder's and the importer's look at what is in flight without a record.
-    pub open_windows: Arc<crate::repositories::windows::OpenArrayWindows>,
+    /// The open windows of first attempts this instance read (their granules' fingerprints),
+    /// for the feeder's and the importer's look at what is in flight without a record.
+    pub open_windows: Arc<crate::repositories::windows::OpenWindowsRead>,
     /// The latest job ends this instance's monitor handled, for the automatic brake.
     pub end_window: Arc<std::sync::Mutex<crate::domain::brake::EndWindow>>,
     /// What this invocation observed, printed as CloudWatch metrics at its end.

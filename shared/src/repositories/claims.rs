@@ -70,6 +70,7 @@ pub async fn submit_once(
         claim: Claim::new(event, campaign, claimed_by, crate::clock::now())
             .placed(placement.clone()),
         requests: &request,
+        screen: None,
     };
     submit_claim_once(store, jobs, metrics, lease, submission).await
 }

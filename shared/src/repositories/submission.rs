@@ -11,6 +11,12 @@
 //! If-Match — one taker — and looks each unrecorded job up by its deterministic name before
 //! submitting it.
 //!
+//! A claim may wait on a look ([`Screen`]) made after its open marker is written and before
+//! any SubmitJob: the feeder's window looks for its granules among the item records there, so
+//! that one of it and the importer's discovery (which creates a record, then reads the open
+//! windows) sees the other. The look is written back into the claim before the first job, so a
+//! takeover finds either a look still to make (no job can exist) or one made.
+//!
 //! SubmitJob answers that say the call had no effect (a 4xx, throttling past the SDK's retries)
 //! are tried again within the run, and a claim whose misses were all refused is released at once
 //! (no job exists for them); an answer that was lost (`may_have_taken_effect`) is never re-sent:
@@ -53,6 +59,15 @@ pub struct Submission<'a, C> {
     pub claim: C,
     /// The job requests of a claim, in its order (each with its deterministic name).
     pub requests: &'a (dyn Fn(&C) -> Vec<JobRequest> + Sync),
+    /// The look the claim's jobs wait on, if it is pending ([`JobsClaim::screen_pending`]).
+    pub screen: Option<&'a dyn Screen<C>>,
+}
+
+/// The look a claim whose [`JobsClaim::screen_pending`] says so waits on: the claim to work,
+/// its look done (the jobs it no longer needs dropped).
+#[async_trait::async_trait]
+pub trait Screen<C>: Sync {
+    async fn screen(&self, claim: &C) -> Result<C, RepositoryError>;
 }
 
 /// What became of one job of a claim.
@@ -154,6 +169,14 @@ impl Submitter<'_> {
         etag: String,
         taken_over: bool,
     ) -> Result<Submitted<C>, RepositoryError> {
+        let early = crate::mutants::on("screen-before-the-marker");
+        let (claim, etag) = match early {
+            true => match self.screened(submission, claim, etag).await? {
+                Ok(looked) => looked,
+                Err(claim) => return Ok(Submitted::InFlight { claim }),
+            },
+            false => (claim, etag),
+        };
         if let Some(open) = &submission.open_key {
             crate::retry::again(
                 crate::retry::Backoff::IN_RUN,
@@ -166,6 +189,11 @@ impl Submitter<'_> {
             )
             .await?;
         }
+        let (claim, etag) = match self.screened(submission, claim, etag).await? {
+            Ok(looked) => looked,
+            // Another run took the claim over meanwhile (its lease had run out): it submits.
+            Err(claim) => return Ok(Submitted::InFlight { claim }),
+        };
         let requests = (submission.requests)(&claim);
         let recorded = claim.recorded();
         let tries: Vec<JobSubmission> = futures::stream::iter(requests.into_iter().enumerate())
@@ -216,6 +244,26 @@ impl Submitter<'_> {
             claim: written,
             jobs: tries,
         })
+    }
+
+    /// The claim with its pending look made and written back (If-Match), and its new ETag;
+    /// `Err(claim)` when the write found the claim changed: taken over, this run submits nothing.
+    async fn screened<C: JobsClaim>(
+        &self,
+        submission: &Submission<'_, C>,
+        claim: C,
+        etag: String,
+    ) -> Result<Result<(C, String), C>, RepositoryError> {
+        let Some(screen) = submission.screen.filter(|_| claim.screen_pending()) else {
+            return Ok(Ok((claim, etag)));
+        };
+        let looked = screen.screen(&claim).await?;
+        let key = submission.claim_key.as_str();
+        match self.write(key, &looked, PutCondition::IfMatch(etag)).await {
+            Ok(etag) => Ok(Ok((looked, etag))),
+            Err(e) if e.is_conflict() => Ok(Err(looked)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes the claim under `condition`, trying a refused write again: a refusal did nothing,

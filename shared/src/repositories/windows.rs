@@ -4,7 +4,7 @@
 //! array job, child `i` processing granule `i` — and one write recording the job ids.
 
 use super::json::RepositoryError;
-use super::submission::{JobSubmission, Submission, Submitted, Submitter};
+use super::submission::{JobSubmission, Screen, Submission, Submitted, Submitter};
 use crate::contracts::job::{job_request, window_job_request};
 use crate::domain::granule::GranuleId;
 use crate::domain::job_name::{job_name, window_job_name};
@@ -120,8 +120,13 @@ impl Windows<'_> {
     /// Submits each granule of `window` at attempt 1 at most once, however often and
     /// concurrently it is asked. A window already claimed is worked as its claim says (its rows
     /// and granules, single jobs or an array, not `window`'s). The outcome names each granule's
-    /// job (an array's child `<id>:<i>`), in the claim's order.
-    pub async fn submit(&self, window: WindowClaim) -> Result<WindowOutcome, RepositoryError> {
+    /// job (an array's child `<id>:<i>`), in the claim's order. A claim whose look is pending
+    /// (`WindowClaim::screen_pending`) has it made by `screen` once marked open, before any job.
+    pub async fn submit(
+        &self,
+        window: WindowClaim,
+        screen: Option<&dyn Screen<WindowClaim>>,
+    ) -> Result<WindowOutcome, RepositoryError> {
         let submitter = Submitter {
             store: self.store,
             jobs: self.jobs,
@@ -142,6 +147,7 @@ impl Windows<'_> {
                 )),
                 claim: window,
                 requests: &requests,
+                screen,
             })
             .await?;
         Ok(match outcome {
@@ -172,40 +178,41 @@ pub struct OpenWindows {
     pub unreadable: Vec<(String, u64, RepositoryError)>,
 }
 
-/// Which of the granules asked about belong to an open array window of first attempts (exactly:
-/// each answer is checked against the claim itself), and the open windows whose claim could not
-/// be read (the caller cannot know what they hold).
+/// Which of the granules asked about belong to an open window of first attempts (exactly: each
+/// answer is checked against the claim itself), and the open windows whose claim could not be
+/// read (the caller cannot know what they hold).
 #[derive(Debug, Default)]
-pub struct InOpenArrays {
+pub struct InOpenWindows {
     pub in_flight: std::collections::HashSet<GranuleId>,
     pub unreadable: Vec<(String, u64, RepositoryError)>,
 }
 
-/// What a warm instance keeps of the open array windows it read, for
-/// [`Windows::in_open_arrays`]: by claim key, the time its open marker was last written and a
+/// What a warm instance keeps of the open windows of first attempts it read, for
+/// [`Windows::in_open_windows`]: by claim key, the time its open marker was last written and a
 /// 64-bit fingerprint of each of its granules, sorted (8 bytes a granule in flight, however long
 /// its id). A fingerprint only says where to look: a match is confirmed against the claim
-/// itself, so a collision costs a GET, never a granule. A claim's granules never change while
-/// it stands, and one an operator removed and a feeder made again has its marker written again
-/// after it, so a marker with another time is read afresh. Only windows still open are kept.
+/// itself, so a collision costs a GET, never a granule. A claim's granules only ever shrink
+/// while it stands (its look, `WindowClaim::without`), so prints kept stay a superset; one an
+/// operator removed and a feeder made again has its marker written again after it, so a marker
+/// with another time is read afresh. Only windows still open are kept.
 #[derive(Default)]
-pub struct OpenArrayWindows {
+pub struct OpenWindowsRead {
     seed: std::hash::RandomState,
     read: std::sync::Mutex<std::collections::HashMap<String, (DateTime<Utc>, Fingerprints)>>,
 }
 
-/// An open window's granules as fingerprints; empty for a window that is not an array of
-/// first attempts (its granules have records from their submission).
+/// An open window's granules as fingerprints; empty for a window of retries (its granules have
+/// records from their first attempts).
 type Fingerprints = std::sync::Arc<[u64]>;
 
-impl OpenArrayWindows {
+impl OpenWindowsRead {
     fn fingerprint(&self, granule: &GranuleId) -> u64 {
         use std::hash::BuildHasher;
         self.seed.hash_one(granule.as_str())
     }
 
     fn fingerprints(&self, claim: &WindowClaim) -> Fingerprints {
-        if !claim.is_array_of_first_attempts() {
+        if claim.is_retries() {
             return std::sync::Arc::from([]);
         }
         let mut prints: Vec<u64> = claim.granules.iter().map(|g| self.fingerprint(g)).collect();
@@ -277,16 +284,17 @@ impl Windows<'_> {
         Ok(out)
     }
 
-    /// Which of `granules` are in an open array window of first attempts: in flight, perhaps
-    /// with no item record yet. One LIST of the open markers; a GET for each claim `cache` has
+    /// Which of `granules` are in an open window of first attempts: submitted or about to be,
+    /// perhaps with no item record yet (an array's are made at its children's ends, a single
+    /// job's after it is submitted). One LIST of the open markers; a GET for each claim `cache` has
     /// not read under its marker's time, and for each cached window a fingerprint of `granules`
     /// matches (the claim decides).
-    pub async fn in_open_arrays(
+    pub async fn in_open_windows(
         &self,
-        cache: &OpenArrayWindows,
+        cache: &OpenWindowsRead,
         granules: &[GranuleId],
-    ) -> Result<InOpenArrays, RepositoryError> {
-        let mut out = InOpenArrays::default();
+    ) -> Result<InOpenWindows, RepositoryError> {
+        let mut out = InOpenWindows::default();
         let mut kept = std::collections::HashMap::new();
         let asked: Vec<(u64, &GranuleId)> =
             granules.iter().map(|g| (cache.fingerprint(g), g)).collect();
@@ -325,7 +333,7 @@ impl Windows<'_> {
                     }
                 },
             };
-            if let Some(claim) = claim.filter(WindowClaim::is_array_of_first_attempts) {
+            if let Some(claim) = claim.filter(|c| !c.is_retries()) {
                 let members: std::collections::HashSet<&GranuleId> =
                     claim.granules.iter().collect();
                 out.in_flight.extend(

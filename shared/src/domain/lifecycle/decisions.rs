@@ -28,6 +28,7 @@ fn submit_change(attempt: u32, job_id: &str) -> Change {
 /// (`granary resume`, a redrive of its DLQ notice: nothing else submits past the end); a record still PROCESSING an earlier attempt (the sweeper sent
 /// its retry before recording the timeout, and may have died before the write) records that
 /// attempt as superseded first — the next attempt's submission proves the earlier one is over.
+/// A DISCOVERED file a feeder's window submitted at attempt 1 is taken over by that job.
 pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
     if submission_recorded(r, attempt) {
         return Vec::new();
@@ -37,6 +38,17 @@ pub fn on_submitted(r: &ItemRecord, attempt: u32, job_id: &str) -> Vec<Change> {
     match r.state {
         ProcessingFailed | Abandoned => vec![retrying(), submit],
         Ready => vec![submit],
+        // A file the importer discovered whose id a feeder's window listed and submitted
+        // first: its discovery left it unqueued (`importer::discover`), and the window's job
+        // takes it over along the edges an operational file takes, its listing vouching for it.
+        Discovered if attempt == 1 => vec![
+            Change::to(
+                Downloaded,
+                "listed in an inventory, whose window's job reads it where it is",
+            ),
+            Change::to(Ready, "listed in an inventory"),
+            submit,
+        ],
         Processing => vec![
             Change::to(
                 ProcessingFailed,

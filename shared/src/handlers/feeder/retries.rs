@@ -66,7 +66,7 @@ async fn feed_listed(
     let Some(window) = window_of_retries(ctx, summary, ceiling, pending, number).await? else {
         return Ok((false, None));
     };
-    let (claim, submissions) = match ctx.windows().submit(window).await? {
+    let (claim, submissions) = match ctx.windows().submit(window, None).await? {
         WindowOutcome::InFlight { .. } => {
             return Ok((
                 false,

@@ -1197,3 +1197,109 @@ async fn an_inventory_replaced_under_its_key_stops_the_feeder() {
                 .etag
     );
 }
+
+/// The importer's discovery, run once just before the feeder marks its window open: the
+/// record it creates lands after the feeder read the open windows, and its own look at the
+/// open windows comes before the window's marker.
+struct DiscoverBeforeTheMarker {
+    importer: Ctx,
+    open_windows: String,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl crate::adapters::tap::Tap for DiscoverBeforeTheMarker {
+    fn enter(
+        &self,
+        call: &crate::adapters::tap::Call<'_>,
+    ) -> Result<crate::adapters::tap::Fate, crate::adapters::tap::Refusal> {
+        use crate::adapters::tap::Op;
+        let marker = call.op == Op::StorePut && call.target.starts_with(&self.open_windows);
+        if marker && !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            // The in-memory twins never wait: the discovery runs to its end here.
+            let found = futures::executor::block_on(crate::handlers::importer::discover::discover(
+                &self.importer,
+            ))
+            .unwrap();
+            assert_eq!((found.new, found.in_flight), (1, 0), "{found:?}");
+        }
+        Ok(crate::adapters::tap::Fate::Make)
+    }
+}
+
+/// A file both listed in an inventory and discovered by the importer at the same moment is
+/// submitted once: the feeder looks for its window's records only after marking the window
+/// open, and the discovery reads the open windows only after creating its record, so whichever
+/// comes second sees the other. Read before the claim (as it once was), the record was missed
+/// and the granule ran twice.
+#[tokio::test]
+async fn a_file_listed_and_discovered_at_once_is_submitted_once() {
+    use crate::adapters::memory::MemorySource;
+    use crate::domain::item::id_from_hash;
+    let hex = |c: char| c.to_string().repeat(32);
+    let jobs = Arc::new(MemoryJobRunner::default());
+    let base = ctx_with_rows(&[], jobs.clone(), 0).await;
+    let ids: Vec<String> = ['a', 'b', 'c']
+        .iter()
+        .map(|c| format!("f{}", hex(*c)))
+        .collect();
+    let rows: Vec<InventoryRow> = ids
+        .iter()
+        .map(|id| InventoryRow {
+            granule_id: id.clone(),
+            start_datetime: String::new(),
+        })
+        .collect();
+    let bytes = write_inventory(&rows, &InventoryLayout::granary()).unwrap();
+    base.store
+        .put("inventories/a.parquet", bytes, PutCondition::Overwrite)
+        .await
+        .unwrap();
+    let digest = format!("sha256:{}", hex('b'));
+    let importer = Ctx {
+        source: Some(Arc::new(MemorySource {
+            files: vec![(
+                crate::ports::SourceFile {
+                    url: "https://source.example/b.h5".into(),
+                    name: "b.h5".into(),
+                    size: Some(3),
+                    last_modified: None,
+                    version: None,
+                    digest: Some(digest.clone()),
+                },
+                bytes::Bytes::from_static(b"abc"),
+            )],
+        })),
+        import_queue: Some(Arc::new(MemoryQueue::new("import"))),
+        ..base.clone()
+    };
+    let shared = id_from_hash(&digest).unwrap();
+    assert_eq!(shared.as_str(), ids[1]);
+    let tap = Arc::new(DiscoverBeforeTheMarker {
+        importer: importer.clone(),
+        open_windows: crate::domain::layout::claims::windows_root(
+            &base.config.layout.open_claim_prefix,
+        ),
+        done: false.into(),
+    });
+    let fed = feed_rows(&base.tapped(tap), 3).await;
+    assert_eq!((fed.submitted, fed.known_before), (2, 1), "{fed:?}");
+    let names: Vec<String> = jobs.submitted().into_iter().map(|r| r.job_name).collect();
+    assert!(
+        !names.iter().any(|n| n.contains(shared.as_str())),
+        "{names:?}"
+    );
+    // The importer has it: DISCOVERED and queued for its download, and no window holds it.
+    let record = base.items().look(&shared).await.unwrap().unwrap();
+    assert_eq!(
+        record.state,
+        crate::domain::lifecycle::ItemState::Discovered
+    );
+    let queued = importer
+        .import_queue
+        .as_ref()
+        .unwrap()
+        .depth()
+        .await
+        .unwrap();
+    assert_eq!(queued.visible, 1, "{queued:?}");
+}

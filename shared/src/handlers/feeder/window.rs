@@ -6,7 +6,9 @@ use crate::adapters::parquet::{Inventory, InventoryError};
 use crate::domain::granule::{GranuleId, IdCell};
 use crate::domain::window::WindowClaim;
 use crate::handlers::HandlerError;
+use crate::repositories::json::RepositoryError;
 use crate::repositories::rejects::RejectKind;
+use crate::repositories::submission::Screen;
 use crate::repositories::windows::WindowOutcome;
 use crate::repositories::JobSubmission;
 
@@ -95,15 +97,21 @@ pub(super) async fn feed_window(
     if let Some(stop) = set_aside(ctx, inventory_key, start, ids, unusable, summary).await {
         return Ok((0, Some(stop)));
     }
-    let ToSubmit {
-        granules,
-        looked_for_records,
-    } = match to_submit(ctx, inventory_key, start, granules, summary).await {
-        Ok(to_submit) => to_submit,
+    let granules = match to_submit(ctx, inventory_key, start, granules, summary).await {
+        Ok(granules) => granules,
         Err(stop) => return Ok((0, Some(stop))),
     };
     let window = first_attempts_window(ctx, inventory_key, start, rows, granules);
-    let (claim, submissions) = match ctx.windows().submit(window).await? {
+    let screen = KnownRecords {
+        ctx,
+        inventory_key,
+        known: 0.into(),
+        looked: false.into(),
+    };
+    let outcome = ctx.windows().submit(window, Some(&screen)).await?;
+    summary.known_before += screen.known.into_inner();
+    let looked_for_records = screen.looked.into_inner();
+    let (claim, submissions) = match outcome {
         WindowOutcome::InFlight { claim } => {
             return Ok((
                 0,
@@ -118,7 +126,7 @@ pub(super) async fn feed_window(
     };
     let mut stop = count_submissions(ctx, inventory_key, &claim, &submissions, summary);
     // The item records follow the claim (an earlier run may have died before them).
-    // A window claimed now had its granules looked for just above (none had a record). An
+    // A window looked at now had its granules looked for (none it kept had a record). An
     // array window's records are then made without reading them again. A single job can end
     // while its window is still being submitted, and the job monitor then makes its record
     // (`item_sync`): those are read first, since a blind write into one costs a refused PUT
@@ -162,28 +170,19 @@ async fn set_aside(
     None
 }
 
-/// The granules a window claims, and whether their item records were looked for.
-struct ToSubmit {
-    granules: Vec<GranuleId>,
-    looked_for_records: bool,
-}
-
-/// The window's granules less those granary already knows, when that is looked at; `Err(stop)`
-/// when a look failed.
+/// The window's granules less those an open window of first attempts holds (another
+/// inventory's, in flight); `Err(stop)` when the look failed. A window claimed before (a run
+/// redoing it) is worked as its claim says, and is not looked at again.
 async fn to_submit(
     ctx: &Ctx,
     inventory_key: &str,
     start: u64,
     granules: Vec<GranuleId>,
     summary: &mut FeederSummary,
-) -> Result<ToSubmit, Stop> {
-    // A granule granary already has a record for was listed before (an earlier window, another
-    // inventory) or found by the importer: it is on its way, and this listing submits nothing
-    // for it; nor for one an open array window holds, whose record comes at its child's end.
-    // The feeder runs one window at a time and settles a window (its records made, or its array
-    // submitted with its marker open) before it moves past it, so an earlier listing shows.
-    // A window claimed before (a run redoing it) is worked as its claim says: its granules were
-    // looked for when it was claimed, and are known now because that run made their records.
+) -> Result<Vec<GranuleId>, Stop> {
+    if !ctx.config.layout.track_items {
+        return Ok(granules);
+    }
     let claimed = match ctx.windows().claimed(inventory_key, start).await {
         Ok(claimed) => claimed,
         Err(e) => {
@@ -192,36 +191,29 @@ async fn to_submit(
             )))
         }
     };
-    let looked_for_records = ctx.config.layout.track_items
-        && !claimed
-        && !crate::mutants::on("feeder-submits-known-granules");
-    let granules = if looked_for_records {
-        unknown_granules(ctx, inventory_key, start, granules, summary).await?
-    } else {
-        granules
-    };
-    Ok(ToSubmit {
-        granules,
-        looked_for_records,
-    })
+    if claimed {
+        return Ok(granules);
+    }
+    not_in_open_windows(ctx, inventory_key, start, granules, summary).await
 }
 
-/// The granules neither an item record nor an open array window knows; the others are counted
-/// as known before. `Err(stop)` when a look failed.
-async fn unknown_granules(
+/// The granules no open window of first attempts holds; the others are counted as known
+/// before. `Err(stop)` when the look failed.
+async fn not_in_open_windows(
     ctx: &Ctx,
     inventory_key: &str,
     start: u64,
     granules: Vec<GranuleId>,
     summary: &mut FeederSummary,
 ) -> Result<Vec<GranuleId>, Stop> {
-    // A granule of an open array window of first attempts may have no record until its
-    // child ends. The open windows are read before the records: a window closed in between
-    // closed only once its granules' records were made, so each granule is found in one
-    // look or the other.
+    // A granule of an open array window may have no record until its child ends, one of a
+    // single-job window none until its run records it. The open windows are read before the
+    // window's look at the records (`KnownRecords`, after its claim): a window closed in
+    // between closed only once its granules' records were made, so each granule is found in
+    // one look or the other.
     let open = match ctx
         .windows()
-        .in_open_arrays(&ctx.open_windows, &granules)
+        .in_open_windows(&ctx.open_windows, &granules)
         .await
     {
         Ok(open) => open,
@@ -236,29 +228,53 @@ async fn unknown_granules(
             "the claim of the open window at row {at} of {inventory} cannot be read: {e}"
         )));
     }
-    let in_flight = if crate::mutants::on("feeder-ignores-open-windows") {
-        std::collections::HashSet::new()
-    } else {
-        open.in_flight
-    };
-    let known = match ctx.items().exist(&granules).await {
-        Ok(known) => known,
-        Err(e) => {
-            return Err(Stop::Fail(format!(
-                "looking for the item records of rows of {inventory_key}: {e}"
-            )))
-        }
-    };
-    let mut fresh = Vec::with_capacity(granules.len());
-    for (granule, known) in granules.into_iter().zip(known) {
-        if known || in_flight.contains(&granule) {
-            tracing::info!(granule_id = %granule, inventory = inventory_key, "already known to granary (listed before, or imported): not submitted again");
-            summary.known_before += 1;
-        } else {
-            fresh.push(granule);
-        }
+    if crate::mutants::on("feeder-ignores-open-windows") {
+        return Ok(granules);
     }
+    let (held, fresh): (Vec<GranuleId>, Vec<GranuleId>) = granules
+        .into_iter()
+        .partition(|g| open.in_flight.contains(g));
+    for granule in &held {
+        tracing::info!(granule_id = %granule, inventory = inventory_key, "in an open window already: not submitted again");
+    }
+    summary.known_before += held.len() as u64;
     Ok(fresh)
+}
+
+/// The feeder's look at a window's granules among the item records, made once the window is
+/// marked open and before its jobs (`WindowClaim::screen_pending`): a granule granary has a
+/// record for was listed before (an earlier window, another inventory) or found by the
+/// importer, and is on its way. The importer's discovery creates its record and reads the open
+/// windows after (`importer::discover`), so one of the two sees the other: a file both listed
+/// and discovered is submitted once (docs/guarantees.md).
+struct KnownRecords<'a> {
+    ctx: &'a Ctx,
+    inventory_key: &'a str,
+    /// Granules found known and dropped from the window.
+    known: std::sync::atomic::AtomicU64,
+    /// Whether this run made the look (and found no record for the granules it kept).
+    looked: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl Screen<WindowClaim> for KnownRecords<'_> {
+    async fn screen(&self, claim: &WindowClaim) -> Result<WindowClaim, RepositoryError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let found = self.ctx.items().exist(&claim.granules).await?;
+        let known: std::collections::HashSet<GranuleId> = claim
+            .granules
+            .iter()
+            .zip(found)
+            .filter(|(_, known)| *known && !crate::mutants::on("feeder-submits-known-granules"))
+            .map(|(g, _)| g.clone())
+            .collect();
+        for granule in &known {
+            tracing::info!(granule_id = %granule, inventory = self.inventory_key, "already known to granary (listed before, or imported): not submitted again");
+        }
+        self.known.fetch_add(known.len() as u64, Relaxed);
+        self.looked.fetch_or(true, Relaxed);
+        Ok(claim.without(&known))
+    }
 }
 
 /// The claim of a window of first attempts: rows `start..start + rows` of the inventory.
@@ -279,6 +295,8 @@ fn first_attempts_window(
         crate::clock::now(),
     )
     .in_array(ctx.config.feeder.array_windows)
+    // Its granules looked for among the item records once it is marked open (`KnownRecords`).
+    .with_screen(ctx.config.layout.track_items)
     // An array window's first attempts get their item records at their children's ends, one
     // write a granule instead of two (BENCHMARKS.md); a claim from an older release that made
     // them at submission is still read as it says (`WindowClaim::records_at_end`).
@@ -350,7 +368,13 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
     )
     .in_array(found.array)
     .with_records_at_end(found.records_at_end);
-    let (claim, submissions) = match ctx.windows().submit(redo).await? {
+    let screen = KnownRecords {
+        ctx,
+        inventory_key: &found.inventory,
+        known: 0.into(),
+        looked: false.into(),
+    };
+    let (claim, submissions) = match ctx.windows().submit(redo, Some(&screen)).await? {
         WindowOutcome::InFlight { .. } => return Ok(false),
         WindowOutcome::Worked { claim, jobs } => (claim, jobs),
     };

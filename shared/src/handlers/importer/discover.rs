@@ -20,8 +20,8 @@ pub struct DiscoverSummary {
     pub duplicates: u64,
     /// Files that could not be registered (a name that makes no key, ...).
     pub rejected: u64,
-    /// Files whose id is a granule of an open array window of first attempts: in flight with
-    /// no record yet (made at its end); the next discovery finds that record.
+    /// Files registered (or found DISCOVERED) whose id an open window of the feeder holds: not
+    /// queued, its job takes the record over (docs/items.md).
     pub in_flight: u64,
 }
 
@@ -52,36 +52,11 @@ pub async fn discover(ctx: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         listed: files.len() as u64,
         ..DiscoverSummary::default()
     };
-    // The granules of the open array windows of first attempts have no record until their
-    // children end. Read before any record is created: a window closed since was closed only
-    // once its granules' records were made, and the creation below finds those.
-    let files: Vec<(SourceFile, String)> = files
-        .into_iter()
-        .map(|f| {
-            let hash = raw_file_hash(&f);
-            (f, hash)
-        })
-        .collect();
-    let ids: Vec<_> = files
-        .iter()
-        .filter_map(|(_, hash)| id_from_hash(hash).ok())
-        .collect();
-    let mut open = ctx
-        .windows()
-        .in_open_arrays(&ctx.open_windows, &ids)
-        .await?;
-    if !open.unreadable.is_empty() {
-        let (inventory, start, e) = open.unreadable.swap_remove(0);
-        tracing::error!(inventory, start, error = %e, "an open window's claim cannot be read: nothing is registered until it can");
-        return Err(e.into());
-    }
-    let in_flight = if crate::mutants::on("discover-ignores-open-windows") {
-        std::collections::HashSet::new()
-    } else {
-        open.in_flight
-    };
     let items = ctx.items();
-    for (file, hash) in files {
+    // Registered first, queued after: see `queue_unless_in_a_window`.
+    let mut to_queue = Vec::new();
+    for file in files {
+        let hash = raw_file_hash(&file);
         let id = match id_from_hash(&hash) {
             Ok(id) => id,
             Err(e) => {
@@ -90,11 +65,6 @@ pub async fn discover(ctx: &Ctx) -> Result<DiscoverSummary, HandlerError> {
                 continue;
             }
         };
-        if in_flight.contains(&id) {
-            tracing::info!(item_id = %id, url = file.url, "a granule of an open array window, in flight: not registered now");
-            summary.in_flight += 1;
-            continue;
-        }
         let new = NewItem {
             id: id.clone(),
             name: file.name.clone(),
@@ -109,22 +79,63 @@ pub async fn discover(ctx: &Ctx) -> Result<DiscoverSummary, HandlerError> {
         match items.create(new, "importer-discover").await? {
             Created::New(_) => {
                 summary.new += 1;
-                ctx.enqueue(&id, None).await?;
+                to_queue.push(id);
             }
             Created::Existing(existing) => {
                 summary.duplicates += 1;
-                // Registered but maybe never queued (a crash between create and send): queue it
-                // again while it has not started; the download step's CAS admits only one runner.
+                // Registered but maybe never queued (a crash between create and send, or a
+                // window held it): queued again while it has not started; the download step's
+                // CAS admits only one runner.
                 if existing.state == ItemState::Discovered {
-                    ctx.enqueue(&id, None).await?;
+                    to_queue.push(id.clone());
                 }
                 tracing::debug!(item_id = %id, state = %existing.state, url = file.url,
                     "already registered (same raw_file_hash): ignored");
             }
         }
     }
+    queue_unless_in_a_window(ctx, to_queue, &mut summary).await?;
     tracing::info!(?summary, "discovery finished");
     Ok(summary)
+}
+
+/// Queues each registered file for download unless a feeder's open window of first attempts
+/// holds its id. The windows are read after the records are made, and the feeder looks for its
+/// window's records after marking it open (`feeder::window`, `KnownRecords`): of a file both
+/// discovered and listed, one side sees the other, so it is submitted once. A file left here
+/// stays DISCOVERED: the window's job takes its record over (`decisions::on_submitted`), or,
+/// when the window dropped it, the next discovery queues it.
+async fn queue_unless_in_a_window(
+    ctx: &Ctx,
+    ids: Vec<crate::domain::granule::GranuleId>,
+    summary: &mut DiscoverSummary,
+) -> Result<(), HandlerError> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let mut open = ctx
+        .windows()
+        .in_open_windows(&ctx.open_windows, &ids)
+        .await?;
+    if !open.unreadable.is_empty() {
+        let (inventory, start, e) = open.unreadable.swap_remove(0);
+        tracing::error!(inventory, start, error = %e, "an open window's claim cannot be read: nothing is queued until it can");
+        return Err(e.into());
+    }
+    let held = if crate::mutants::on("discover-ignores-open-windows") {
+        std::collections::HashSet::new()
+    } else {
+        open.in_flight
+    };
+    for id in ids {
+        if held.contains(&id) {
+            tracing::info!(item_id = %id, "an open window of the feeder holds it: not queued now");
+            summary.in_flight += 1;
+            continue;
+        }
+        ctx.enqueue(&id, None).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -132,7 +143,6 @@ mod tests {
     use super::*;
     use crate::adapters::memory::{MemoryQueue, MemorySource};
     use crate::config::Config;
-    use crate::domain::granule::GranuleId;
     use crate::domain::layout::claims::window_key;
     use crate::domain::window::WindowClaim;
     use crate::ports::PutCondition;
@@ -150,39 +160,14 @@ mod tests {
         (file, bytes::Bytes::from_static(b"abc"))
     }
 
-    #[tokio::test]
-    async fn discovery_leaves_a_granule_of_an_open_array_window_alone() {
-        let (running, other, new) = ("a".repeat(32), "b".repeat(32), "c".repeat(32));
-        let ctx = Ctx {
-            source: Some(Arc::new(MemorySource {
-                files: vec![file(&running), file(&new)],
-            })),
-            import_queue: Some(Arc::new(MemoryQueue::new("import"))),
-            ..Ctx::in_memory(Config::for_unit_tests(&[]))
-        };
-        // An array window of first attempts whose children run: no record for its granules
-        // until they end, only its claim and its open marker.
-        let granules: Vec<GranuleId> = [&running, &other]
-            .iter()
-            .map(|h| id_from_hash(&format!("sha256:{h}")).unwrap())
-            .collect();
-        let claim = WindowClaim::new(
-            None,
-            "inv.parquet",
-            0,
-            2,
-            granules.clone(),
-            "t",
-            chrono::Utc::now(),
-        )
-        .in_array(true)
-        .with_records_at_end(true);
+    /// A claim and its open marker, as the feeder leaves them while its window's jobs run.
+    async fn open_window(ctx: &Ctx, inventory: &str, claim: &WindowClaim) {
         let layout = &ctx.config.layout;
-        let body = bytes::Bytes::from(serde_json::to_vec(&claim).unwrap());
+        let body = bytes::Bytes::from(serde_json::to_vec(claim).unwrap());
         for (key, body) in [
-            (window_key(&layout.claim_prefix, "inv.parquet", 0), body),
+            (window_key(&layout.claim_prefix, inventory, 0), body),
             (
-                window_key(&layout.open_claim_prefix, "inv.parquet", 0),
+                window_key(&layout.open_claim_prefix, inventory, 0),
                 bytes::Bytes::new(),
             ),
         ] {
@@ -191,16 +176,72 @@ mod tests {
                 .await
                 .unwrap();
         }
+    }
+
+    #[tokio::test]
+    async fn discovery_queues_no_file_an_open_window_holds() {
+        let (in_array, in_single, other, new) = (
+            "a".repeat(32),
+            "d".repeat(32),
+            "b".repeat(32),
+            "c".repeat(32),
+        );
+        let queue = Arc::new(MemoryQueue::new("import"));
+        let ctx = Ctx {
+            source: Some(Arc::new(MemorySource {
+                files: vec![file(&in_array), file(&in_single), file(&new)],
+            })),
+            import_queue: Some(queue.clone()),
+            ..Ctx::in_memory(Config::for_unit_tests(&[]))
+        };
+        let id = |h: &str| id_from_hash(&format!("sha256:{h}")).unwrap();
+        // An array window of first attempts whose children run (no record for its granules
+        // until they end), and a single job's window not recorded yet: each only its claim
+        // and its open marker.
+        let array = WindowClaim::new(
+            None,
+            "a.parquet",
+            0,
+            2,
+            vec![id(&in_array), id(&other)],
+            "t",
+            chrono::Utc::now(),
+        )
+        .in_array(true)
+        .with_records_at_end(true);
+        open_window(&ctx, "a.parquet", &array).await;
+        let single = WindowClaim::new(
+            None,
+            "b.parquet",
+            0,
+            1,
+            vec![id(&in_single)],
+            "t",
+            chrono::Utc::now(),
+        );
+        open_window(&ctx, "b.parquet", &single).await;
         let summary = discover(&ctx).await.unwrap();
-        assert_eq!((summary.new, summary.in_flight), (1, 1), "{summary:?}");
-        assert!(ctx.items().look(&granules[0]).await.unwrap().is_none());
-        // Its window closed (in a campaign, once the record was made at the child's end, which
-        // this discovery would then find): nothing holds the file back any more.
-        ctx.store
-            .delete(&window_key(&layout.open_claim_prefix, "inv.parquet", 0))
-            .await
-            .unwrap();
+        assert_eq!((summary.new, summary.in_flight), (3, 2), "{summary:?}");
+        // Registered, not queued: the windows' jobs take those records over.
+        let queued = || -> Vec<String> { queue.bodies() };
+        assert_eq!(queued().len(), 1, "{:?}", queued());
+        assert!(queued()[0].contains(id(&new).as_str()));
+        let record = ctx.items().look(&id(&in_array)).await.unwrap().unwrap();
+        assert_eq!(record.state, ItemState::Discovered);
+        // The windows closed (once their records were made, in a campaign) or dropped the
+        // files: the next discovery queues them.
+        for inventory in ["a.parquet", "b.parquet"] {
+            let key = window_key(&ctx.config.layout.open_claim_prefix, inventory, 0);
+            ctx.store.delete(&key).await.unwrap();
+        }
         let summary = discover(&ctx).await.unwrap();
-        assert_eq!((summary.new, summary.in_flight), (1, 0), "{summary:?}");
+        assert_eq!(
+            (summary.duplicates, summary.in_flight),
+            (3, 0),
+            "{summary:?}"
+        );
+        for held in [&in_array, &in_single] {
+            assert!(queued().iter().any(|b| b.contains(id(held).as_str())));
+        }
     }
 }

@@ -136,7 +136,7 @@ impl Items {
     /// pages stop once they answer for fewer keys than that, and the rest are one GET each. A LIST sees every record written
     /// before it, as a GET does ("Amazon S3 data consistency model", S3 user guide). Each call
     /// is tried again within the run; a record that is there but unreadable counts as there.
-    pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, RecordError> {
+    pub async fn exist(&self, ids: &[GranuleId]) -> Result<Vec<bool>, StoreError> {
         let mut sought: Vec<(String, usize)> = ids
             .iter()
             .enumerate()
@@ -148,7 +148,9 @@ impl Items {
             .exist_by_listing(&sought, ids.len() / GETS_A_LIST_PAGE_IS_WORTH, &mut found)
             .await?;
         let looks: Vec<Result<(usize, bool), StoreError>> =
-            futures::stream::iter(&sought[listed..])
+            // Owned keys: a closure over borrowed ones makes a future the compiler cannot prove
+            // `Send` for every lifetime, as a boxed screen (`submission::Screen`) needs.
+            futures::stream::iter(sought[listed..].iter().cloned())
                 .map(|(key, i)| async move {
                     // One look out of a window's thousand that stays refused would hold the
                     // whole window back: more tries than a lone call gets (at 30% refused, ten
@@ -156,11 +158,11 @@ impl Items {
                     let there = crate::retry::again(
                         EXISTENCE_BACKOFF,
                         "looking for an item record",
-                        || async { Ok(self.store.get(key).await?.is_some()) },
+                        || async { Ok(self.store.get(&key).await?.is_some()) },
                         StoreError::is_transient,
                     )
                     .await?;
-                    Ok((*i, there))
+                    Ok((i, there))
                 })
                 .buffered(EXISTENCE_LOOKS_AT_ONCE)
                 .collect()
@@ -179,7 +181,7 @@ impl Items {
         sought: &[(String, usize)],
         pages: usize,
         found: &mut [bool],
-    ) -> Result<usize, RecordError> {
+    ) -> Result<usize, StoreError> {
         let mut settled = 0;
         let mut page_ended_at = String::new();
         for listed_pages in 0..pages {

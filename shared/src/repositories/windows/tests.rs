@@ -49,9 +49,9 @@ fn job_ids(outcome: &WindowOutcome) -> Vec<Option<String>> {
 async fn a_window_is_submitted_once_with_three_puts() {
     let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
     let w = windows(&store, &jobs, 900);
-    let first = w.submit(window()).await.unwrap();
+    let first = w.submit(window(), None).await.unwrap();
     assert!(job_ids(&first).iter().all(Option::is_some));
-    let again = w.submit(window()).await.unwrap();
+    let again = w.submit(window(), None).await.unwrap();
     assert_eq!(job_ids(&again), job_ids(&first));
     let WindowOutcome::Worked { jobs: granules, .. } = again else {
         unreachable!()
@@ -81,18 +81,21 @@ async fn a_window_is_submitted_once_with_three_puts() {
 async fn refusals_are_tried_again_and_a_window_left_refused_is_released_at_once() {
     let store = MemoryStore::new();
     let flaky = FlakyJobRunner::refusing(3);
-    let out = windows(&store, &flaky, 900).submit(window()).await.unwrap();
+    let out = windows(&store, &flaky, 900)
+        .submit(window(), None)
+        .await
+        .unwrap();
     assert!(job_ids(&out).iter().all(Option::is_some), "{out:?}");
     // Refused past the tries: nothing was created, so the window is free at once.
     let store = MemoryStore::new();
     let refusing = FlakyJobRunner::refusing(u32::MAX);
     let out = windows(&store, &refusing, 900)
-        .submit(window())
+        .submit(window(), None)
         .await
         .unwrap();
     assert!(job_ids(&out).iter().all(Option::is_none));
     let next = windows(&store, &refusing.inner, 900)
-        .submit(window())
+        .submit(window(), None)
         .await
         .unwrap();
     assert!(job_ids(&next).iter().all(Option::is_some), "{next:?}");
@@ -103,18 +106,21 @@ async fn refusals_are_tried_again_and_a_window_left_refused_is_released_at_once(
 async fn lost_answers_keep_the_lease_and_the_jobs_are_found_by_name_not_resubmitted() {
     let store = MemoryStore::new();
     let lossy = FlakyJobRunner::losing_answers();
-    let out = windows(&store, &lossy, 900).submit(window()).await.unwrap();
+    let out = windows(&store, &lossy, 900)
+        .submit(window(), None)
+        .await
+        .unwrap();
     assert!(job_ids(&out).iter().all(Option::is_none));
     assert_eq!(lossy.inner.submitted().len(), 3, "each submitted once");
     // Inside the lease: left alone.
     let again = windows(&store, &lossy.inner, 900)
-        .submit(window())
+        .submit(window(), None)
         .await
         .unwrap();
     assert!(matches!(again, WindowOutcome::InFlight { .. }));
     // After it: taken over, every job found by its name.
     let after = windows(&store, &lossy.inner, 0)
-        .submit(window())
+        .submit(window(), None)
         .await
         .unwrap();
     let WindowOutcome::Worked { jobs: granules, .. } = after else {
@@ -127,7 +133,7 @@ async fn lost_answers_keep_the_lease_and_the_jobs_are_found_by_name_not_resubmit
 }
 
 #[tokio::test]
-async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() {
+async fn open_windows_of_first_attempts_say_a_granule_is_in_flight_single_jobs_or_arrays() {
     let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
     let w = windows(&store, &jobs, 900);
     let all = granules();
@@ -142,7 +148,7 @@ async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() 
     )
     .in_array(true)
     .with_records_at_end(true);
-    w.submit(array).await.unwrap();
+    w.submit(array, None).await.unwrap();
     let single = WindowClaim::new(
         None,
         "inv/b.parquet",
@@ -152,14 +158,15 @@ async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() 
         "t",
         Utc::now(),
     );
-    w.submit(single).await.unwrap();
+    w.submit(single, None).await.unwrap();
     let other = GranuleId::parse("HLS.S30.T18TYN.2021001T153012.v2.0").unwrap();
     let asked = [all[0].clone(), all[2].clone(), other];
-    let cache = OpenArrayWindows::default();
+    let cache = OpenWindowsRead::default();
     for _ in 0..2 {
         // Read, then answered from the fingerprints kept (a match confirmed by its claim).
-        let found = w.in_open_arrays(&cache, &asked).await.unwrap();
-        assert_eq!(found.in_flight, [all[0].clone()].into_iter().collect());
+        let found = w.in_open_windows(&cache, &asked).await.unwrap();
+        let both = [all[0].clone(), all[2].clone()].into_iter().collect();
+        assert_eq!(found.in_flight, both);
     }
     assert_eq!(w.open().await.unwrap().windows.len(), 2);
     // The array window closed: nothing of it is in flight, and nothing of it is kept.
@@ -167,8 +174,8 @@ async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() 
         .delete(&window_key("open/", "inv/a.parquet", 0))
         .await
         .unwrap();
-    let found = w.in_open_arrays(&cache, &asked).await.unwrap();
-    assert!(found.in_flight.is_empty());
+    let found = w.in_open_windows(&cache, &asked).await.unwrap();
+    assert_eq!(found.in_flight, [all[2].clone()].into_iter().collect());
     assert_eq!(cache.read.lock().unwrap().len(), 1);
 }
 
@@ -176,7 +183,7 @@ async fn only_open_array_windows_of_first_attempts_say_a_granule_is_in_flight() 
 async fn a_window_found_is_worked_as_its_claim_says() {
     let (store, jobs) = (MemoryStore::new(), MemoryJobRunner::default());
     let w = windows(&store, &jobs, 900);
-    w.submit(window()).await.unwrap();
+    w.submit(window(), None).await.unwrap();
     // A later run reading more rows from the same start gets the first run's window.
     let mut wider = window();
     wider.rows = 10;
@@ -186,7 +193,7 @@ async fn a_window_found_is_worked_as_its_claim_says() {
     let WindowOutcome::Worked {
         claim,
         jobs: granules,
-    } = w.submit(wider).await.unwrap()
+    } = w.submit(wider, None).await.unwrap()
     else {
         panic!()
     };

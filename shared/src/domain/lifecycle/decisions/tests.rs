@@ -48,6 +48,19 @@ fn a_duplicate_or_late_submission_changes_nothing() {
 }
 
 #[test]
+fn a_discovered_file_a_window_submitted_first_is_taken_over_by_its_job_and_its_end() {
+    let discovered = item(Discovered);
+    let taken = apply(&discovered, &on_submitted(&discovered, 1, "j-1"));
+    assert_eq!((taken.state, taken.attempts.processing), (Processing, 1));
+    assert_eq!(taken.attempts.download, 0, "nothing was downloaded");
+    // An array child's end meets the DISCOVERED record (its window makes records at ends).
+    let ended = on_job_finished(&discovered, 1, "j-1", &[Processed], "ok");
+    assert_eq!(apply(&discovered, &ended).state, Processed);
+    // Only a first attempt: a later one of a file still DISCOVERED is no window's.
+    assert!(on_submitted(&discovered, 2, "j-2").is_empty());
+}
+
+#[test]
 fn a_submission_while_an_earlier_attempt_shows_processing_supersedes_it() {
     let ready = item(Ready);
     let first = apply(&ready, &on_submitted(&ready, 1, "j-1"));

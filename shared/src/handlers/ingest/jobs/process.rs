@@ -83,6 +83,7 @@ async fn submit_processing(
             now,
         ),
         requests: &requests,
+        screen: None,
     };
     let id = match ctx.submit_claim_once(submission).await? {
         SubmitOutcome::Submitted { job_id }
