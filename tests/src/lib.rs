@@ -225,11 +225,13 @@ pub async fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
 }
 
 /// Wraps a store and fails puts whose key contains `needle` (and whose condition matches
-/// `on_if_match`), `remaining` times: a process dying at that exact point.
+/// `on_if_match`, and whose body contains `body_needle` when set), `remaining` times: a process
+/// dying at that exact point.
 pub struct FailingStore {
     pub inner: Arc<dyn ObjectStore>,
     pub needle: String,
     pub on_if_match: bool,
+    pub body_needle: Option<String>,
     pub remaining: AtomicU64,
 }
 
@@ -239,7 +241,16 @@ impl FailingStore {
             inner,
             needle: needle.to_owned(),
             on_if_match,
+            body_needle: None,
             remaining: AtomicU64::new(times),
+        }
+    }
+
+    /// Only puts whose body contains `needle` fail.
+    pub fn with_body(self, needle: &str) -> Self {
+        Self {
+            body_needle: Some(needle.to_owned()),
+            ..self
         }
     }
 }
@@ -262,7 +273,11 @@ impl ObjectStore for FailingStore {
         condition: PutCondition,
     ) -> Result<String, StoreError> {
         let matches = key.contains(&self.needle)
-            && (matches!(condition, PutCondition::IfMatch(_)) == self.on_if_match);
+            && (matches!(condition, PutCondition::IfMatch(_)) == self.on_if_match)
+            && self
+                .body_needle
+                .as_ref()
+                .is_none_or(|needle| body.windows(needle.len()).any(|w| w == needle.as_bytes()));
         if matches && self.remaining.load(Ordering::SeqCst) > 0 {
             self.remaining.fetch_sub(1, Ordering::SeqCst);
             return Err(StoreError::backend(

@@ -154,9 +154,13 @@ async fn a_feeder_killed_before_advancing_does_not_resubmit() {
     .is_err());
     assert_eq!(all_jobs(&s).await.len(), 30);
 
-    // Run 2 dies recording job ids in the claims (after SubmitJob): claims are left half-done.
+    // Run 2 dies recording job ids in the claims (after SubmitJob; the claim's write that
+    // carries its submission time): claims are left half-done.
     let dying = Ctx {
-        store: Arc::new(FailingStore::new(s.ctx.store.clone(), "claims/", true, 5)),
+        store: Arc::new(
+            FailingStore::new(s.ctx.store.clone(), "claims/", true, 5)
+                .with_body("\"submitted_at\":\""),
+        ),
         ..s.ctx.clone()
     };
     let run_two = feeder::run(
