@@ -136,7 +136,7 @@ fn chaos_spec(spec: &SimSpec) -> ChaosSpec {
 /// Runs `simulation` on a paused current-thread runtime of its own, granary's clock virtual
 /// from [`epoch`] and the backoff's jitter the seed's (one simulation a process: the virtual
 /// clock is process-wide). Its result, and the wall seconds it took.
-pub(crate) fn on_the_virtual_clock<T>(
+pub fn on_the_virtual_clock<T>(
     seed: u64,
     simulation: impl std::future::Future<Output = Result<T>>,
 ) -> Result<(T, f64)> {
