@@ -49,31 +49,46 @@ impl Iterator for SampleGranules {
     }
 }
 
-/// The first `len` sample granules of `seed`, in inventory order.
-#[derive(Debug, Default, Clone, Copy)]
+/// The first `len` sample granules of `seed`, in inventory order, then the files an importer
+/// found (their ids made from their hashes: few, and kept as they are).
+#[derive(Debug, Default, Clone)]
 pub struct GranuleList {
     seed: u64,
     len: usize,
+    imported: std::sync::Arc<[String]>,
 }
 
 impl GranuleList {
     pub fn sample(seed: u64, len: usize) -> Self {
-        Self { seed, len }
+        Self {
+            seed,
+            len,
+            imported: std::sync::Arc::from([]),
+        }
+    }
+
+    /// The list with the ids of the files an importer discovers after the sample's.
+    pub fn with_imported(self, ids: Vec<String>) -> Self {
+        Self {
+            imported: ids.into(),
+            ..self
+        }
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.len + self.imported.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// The ids, made again from the seed.
-    pub fn iter(&self) -> impl Iterator<Item = String> {
+    /// The ids, made again from the seed, then the imported ones.
+    pub fn iter(&self) -> impl Iterator<Item = String> + '_ {
         SampleGranules::new(self.seed)
             .take(self.len)
             .map(|row| row.granule_id)
+            .chain(self.imported.iter().cloned())
     }
 
     /// Each id's place in the list, found by its acquisition time: the sample ids are newest
@@ -85,7 +100,7 @@ impl GranuleList {
     pub fn places(&self) -> anyhow::Result<Places> {
         let mut newest = None;
         let mut by_time: Vec<(u32, u32)> = Vec::with_capacity(self.len);
-        for id in self.iter() {
+        for id in self.iter().take(self.len) {
             let t = acquired(&id)
                 .ok_or_else(|| anyhow::anyhow!("sample id {id} carries no acquisition time"))?;
             let newest = *newest.get_or_insert(t);
@@ -96,9 +111,11 @@ impl GranuleList {
             }
             by_time.push((step, check_hash(&id)));
         }
+        let imported = (self.imported.iter().cloned()).zip(self.len..).collect();
         Ok(Places {
             newest: newest.unwrap_or_default(),
             by_time,
+            imported,
         })
     }
 }
@@ -126,12 +143,17 @@ pub struct Places {
     newest: i64,
     /// Each id's time in steps from the newest, and its check hash, in list order.
     by_time: Vec<(u32, u32)>,
+    /// The imported files' ids, by their places after the sample's.
+    imported: std::collections::HashMap<String, usize>,
 }
 
 impl Places {
     /// The place of `id`; `None` for an id not in the list (but for a 2^-32 chance, for an id
     /// of exactly a listed id's time).
     pub fn of(&self, id: &str) -> Option<usize> {
+        if let Some(at) = self.imported.get(id) {
+            return Some(*at);
+        }
         let steps = (self.newest - acquired(id)?) / SAMPLE_STEP_SECS;
         let steps = u32::try_from(steps).ok()?;
         let at = self.by_time.partition_point(|&(s, _)| s < steps);

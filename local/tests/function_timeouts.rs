@@ -26,6 +26,8 @@ fn the_runtimes_function_timeouts_are_the_templates() {
         ("JobMonitorFunction", t.monitor),
         ("RequeuerFunction", t.requeuer),
         ("ItemSweeperFunction", t.sweeper),
+        ("ImporterDiscoverFunction", t.importer_discover),
+        ("ImporterStepFunction", t.importer_step),
     ] {
         assert_eq!(ours, template_timeout(&template, id), "{id}");
     }
@@ -117,5 +119,53 @@ fn the_ingest_and_archive_simulations_run_the_templates_timings() {
     assert_eq!(
         q["Properties"]["VisibilityTimeout"].as_u64(),
         Some(u64::from(archive::TASK_VISIBILITY_SECS))
+    );
+}
+
+/// The backfill simulation's importer runs the template's discovery schedule and the import
+/// queue's event source as the template sets them.
+#[test]
+fn a_simulations_importer_runs_the_templates_schedule_and_queue() {
+    use granary_local::campaign::IMPORT_QUEUE_MAX_RECEIVES;
+    use granary_local::runner::{IMPORT_BATCH_SIZE, IMPORT_VISIBILITY_TIMEOUT_SECS};
+    use granary_local::simulate::DISCOVER_EVERY;
+    let template = Template::granary().unwrap();
+    let function = |id: &str| {
+        template
+            .resources_of_type("AWS::Serverless::Function")
+            .find(|(fid, _)| fid.as_str() == id)
+            .unwrap()
+            .1
+            .clone()
+    };
+    let events = |id: &str, field: &str| -> Vec<serde_json::Value> {
+        function(id)["Properties"]["Events"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|e| e["Properties"][field].clone())
+            .filter(|v| !v.is_null())
+            .collect()
+    };
+    let every = format!("rate({} minutes)", DISCOVER_EVERY.as_secs() / 60);
+    assert_eq!(
+        events("ImporterDiscoverFunction", "Schedule"),
+        [every.as_str()]
+    );
+    assert_eq!(
+        events("ImporterStepFunction", "BatchSize"),
+        [u64::from(IMPORT_BATCH_SIZE)]
+    );
+    let (_, queue) = template
+        .resources_of_type("AWS::SQS::Queue")
+        .find(|(id, _)| id.as_str() == "ImportQueue")
+        .unwrap();
+    assert_eq!(
+        queue["Properties"]["VisibilityTimeout"].as_u64(),
+        Some(u64::from(IMPORT_VISIBILITY_TIMEOUT_SECS))
+    );
+    assert_eq!(
+        queue["Properties"]["RedrivePolicy"]["maxReceiveCount"].as_u64(),
+        Some(u64::from(IMPORT_QUEUE_MAX_RECEIVES))
     );
 }

@@ -12,7 +12,12 @@ pub struct Mutant {
     pub caught_by: &'static str,
 }
 
-pub const ALL: [Mutant; 26] = [
+pub const ALL: [Mutant; 27] = [
+    Mutant {
+        name: "download-failure-read-back-ends-the-loop",
+        defect: "a download attempt's failure that reads back as already recorded (its write landed, a later call of the change was refused) ends the download: the item sits DOWNLOADING_FAILED with nothing to move it",
+        caught_by: "--lib a_failure_recorded_before_a_refused_call_is_still_retried_in_the_loop",
+    },
     Mutant {
         name: "screen-before-the-marker",
         defect: "a window looks for its granules' records before its open marker is written: a file the importer discovers in between is submitted by both",

@@ -11,6 +11,7 @@ use granary::ports::Queue;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub(crate) mod imported;
 mod peek;
 mod setup;
 mod summary;
@@ -36,6 +37,10 @@ pub struct CampaignSpec {
     /// is 50 per account). With `GRANARY_SUBMIT_JOB_RATE` in `env`, the submitters pace
     /// themselves to it.
     pub submit_limit: Option<usize>,
+    /// Files an importer finds at its source (in-memory campaigns only; none by default), with
+    /// `runner.discover_interval` its discovery's schedule. Every other one is also listed in an
+    /// inventory of its own, fed after the sample's: a file both listed and discovered.
+    pub imported_files: usize,
 }
 
 impl Default for CampaignSpec {
@@ -49,6 +54,7 @@ impl Default for CampaignSpec {
             env: Vec::new(),
             listing_lag: std::time::Duration::ZERO,
             submit_limit: None,
+            imported_files: 0,
         }
     }
 }
@@ -78,6 +84,9 @@ pub fn dlq_message_of(campaign: Option<&granary::domain::campaign::Campaign>, bo
 
 /// maxReceiveCount of the retry queue's redrive policy in infra/template.yaml.
 pub const RETRY_QUEUE_MAX_RECEIVES: u32 = 10;
+/// maxReceiveCount of the import queue's redrive policy in infra/template.yaml (an item waiting
+/// for its prerequisites comes back every visibility timeout).
+pub const IMPORT_QUEUE_MAX_RECEIVES: u32 = 48;
 /// maxReceiveCount of the Batch events queue's redrive policy in infra/template.yaml.
 pub const EVENTS_QUEUE_MAX_RECEIVES: u32 = 5;
 

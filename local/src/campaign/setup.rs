@@ -103,7 +103,10 @@ impl Campaign {
         // counts against infra/template.yaml): a retry message the requeuer keeps failing on is
         // parked on the failure DLQ, an event the monitor keeps failing on on the events DLQ.
         let failure_dlq = Arc::new(MemoryQueue::new(&dlq_url));
+        let imported = crate::campaign::imported::ImportedFiles::of(spec);
         let ctx = Ctx {
+            source: imported.source(),
+            import_queue: imported.queue(),
             store: Arc::new(MemoryStore::spilling(scratch)),
             jobs: paced,
             retry_queue: Arc::new(
@@ -130,6 +133,8 @@ impl Campaign {
         simulator.max_events_per_tick = usize::MAX;
         let mut campaign =
             Self::assemble(None, ctx, counts, events_queue, events_dlq, simulator, spec).await?;
+        imported.list_some(&campaign.runtime.ctx, spec).await?;
+        campaign.granules = campaign.granules.with_imported(imported.ids());
         campaign.in_memory_batch = Some(batch);
         campaign.scratch_files = scratch_files;
         Ok(campaign)

@@ -4,6 +4,7 @@
 use super::{dlq_message_of, peek_each, Campaign};
 use crate::granule_list::Places;
 use anyhow::Result;
+use granary::contracts::messages::ItemNotice;
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::layout::logs::{LogKey, LogOutcome};
 use serde::Serialize;
@@ -183,6 +184,11 @@ impl Campaign {
                 if is_stale_parked_retry(&m, at.map(|i| u32::from(success_attempt[i]))) {
                     read.stale_parked_retries += 1;
                 } else if let Some(i) = at {
+                    read.dead[i] = true;
+                }
+            } else if let Ok(n) = serde_json::from_str::<ItemNotice>(&m.body) {
+                // An imported file whose downloads were spent (IGNORE): its item notice.
+                if let Some(i) = places.of(n.item_id.as_str()) {
                     read.dead[i] = true;
                 }
             }

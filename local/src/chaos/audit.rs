@@ -6,6 +6,7 @@ use super::ChaosReport;
 use crate::campaign::{peek_all, Campaign, Summary};
 use crate::simulator::PlannedJob;
 use anyhow::Result;
+use granary::contracts::messages::ItemNotice;
 use granary::domain::classify::Route;
 use granary::domain::granule::GranuleProcessingEvent;
 use granary::domain::layout::logs::{LogKey, LogOutcome};
@@ -114,7 +115,7 @@ pub async fn audit(campaign: &Campaign, wall: Duration) -> Result<ChaosReport> {
         .iter()
         .filter(|g| !dead_letters.dead.contains(g) && !successes.contains_key(g.as_str()))
     {
-        examples.note("unaccounted", g);
+        examples.note("unaccounted", where_it_stands(ctx, g).await);
     }
 
     let leftovers = leftovers(ctx, &mut examples).await?;
@@ -194,6 +195,10 @@ fn audit_dead_letters(
         let parked_by_sqs = crate::campaign::parked_by_sqs(m);
         if let Some(e) = &granule {
             out.dead.insert(e.granule_id.to_string());
+        }
+        // An imported file whose downloads were spent (IGNORE) is told with an item notice.
+        if let Ok(n) = serde_json::from_str::<ItemNotice>(&m.body) {
+            out.dead.insert(n.item_id.to_string());
         }
         if let Some(e) = granule.as_ref().filter(|_| !parked_by_sqs) {
             match reasons.entry((e.granule_id.to_string(), e.attempt)) {
@@ -356,5 +361,20 @@ fn report(
         delayed_events: sim.delayed,
         wall_secs: wall.as_secs_f64(),
         examples: examples.0,
+    }
+}
+
+/// A granule as the audit names it: its id and, with item records, where its record stands.
+async fn where_it_stands(ctx: &Ctx, granule: String) -> String {
+    let Ok(id) = granary::domain::granule::GranuleId::parse(&granule) else {
+        return granule;
+    };
+    match ctx.items().look(&id).await {
+        Ok(Some(r)) => format!(
+            "{granule} ({}, {} download and {} processing attempts)",
+            r.state, r.attempts.download, r.attempts.processing
+        ),
+        Ok(None) => format!("{granule} (no item record)"),
+        Err(e) => format!("{granule} (its record unreadable: {e})"),
     }
 }

@@ -17,7 +17,8 @@ pub(super) struct RecordAudit {
 
 /// Reads every item record and every history entry once (batch objects' lines and entries of
 /// their own), then checks each granule: a record exists; PROCESSED if it succeeded, in a failed
-/// state (PROCESSING_FAILED or ABANDONED) if it was dead-lettered; its history has each sequence
+/// state (PROCESSING_FAILED or ABANDONED, or IGNORE for a file never downloaded) if it was
+/// dead-lettered; its history has each sequence
 /// number at most once and none past the record's; which of 0..=seq have no entry.
 pub(super) async fn audit_records(
     ctx: &Ctx,
@@ -45,10 +46,12 @@ pub(super) async fn audit_records(
         let agrees = if successes.contains_key(g) {
             record.state == ItemState::Processed
         } else if dead.contains(g) {
+            // IGNORE: an imported file whose download attempts were spent, told with an item
+            // notice; it never reached processing.
             matches!(
                 record.state,
                 ItemState::ProcessingFailed | ItemState::Abandoned
-            )
+            ) || (record.state == ItemState::Ignore && record.attempts.processing == 0)
         } else {
             true
         };

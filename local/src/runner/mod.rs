@@ -15,8 +15,10 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod importer;
 mod invocations;
 mod pollers;
+pub use pollers::{IMPORT_BATCH_SIZE, IMPORT_VISIBILITY_TIMEOUT_SECS};
 mod round;
 mod schedules;
 #[cfg(test)]
@@ -63,6 +65,10 @@ pub struct RunnerOptions {
     pub events_queue_limit: Option<u64>,
     /// Each function's timeout: an invocation that outlives it is dropped where it stands.
     pub timeouts: FunctionTimeouts,
+    /// The importer's discovery schedule (`None`: no importer). With it, the import queue is
+    /// polled as the importer-step function's event source, and the sweeper's schedule runs
+    /// the item sweeper's whole pass (the reconciler, then the sweep), as it does deployed.
+    pub discover_interval: Option<Duration>,
 }
 
 /// Each function's timeout as the template sets it (`Timeout:`; `local/tests/function_timeouts.rs`
@@ -81,6 +87,8 @@ pub struct FunctionTimeouts {
     pub requeuer: Duration,
     /// The item sweeper's, whose schedule runs the reconciler.
     pub sweeper: Duration,
+    pub importer_discover: Duration,
+    pub importer_step: Duration,
 }
 
 impl Default for FunctionTimeouts {
@@ -90,6 +98,8 @@ impl Default for FunctionTimeouts {
             monitor: Duration::from_secs(60),
             requeuer: Duration::from_secs(60),
             sweeper: Duration::from_secs(300),
+            importer_discover: Duration::from_secs(600),
+            importer_step: Duration::from_secs(900),
         }
     }
 }
@@ -137,6 +147,7 @@ impl Default for RunnerOptions {
             parallel: false,
             events_queue_limit: None,
             timeouts: FunctionTimeouts::default(),
+            discover_interval: None,
         }
     }
 }
@@ -158,6 +169,7 @@ pub struct Progress {
     pub timed_out_invocations: u64,
     pub monitor_invocations: u64,
     pub requeuer_invocations: u64,
+    pub importer_invocations: u64,
     pub reconciler_runs: u64,
     /// Finished jobs whose end only the reconciler saw (their event was lost).
     pub reconciled: u64,
@@ -184,6 +196,8 @@ pub enum LambdaFunction {
     Monitor,
     Requeuer,
     Sweeper,
+    ImporterDiscover,
+    ImporterStep,
 }
 
 pub struct LocalRuntime {

@@ -7,7 +7,7 @@ use super::{lambda_sqs_event, LambdaFunction, LocalRuntime, RunnerOptions};
 use anyhow::{Context, Result};
 use aws_lambda_events::event::sqs::SqsBatchResponse;
 use granary::adapters::tap::faults::Faults;
-use granary::handlers::{monitor, requeuer, Ctx};
+use granary::handlers::{importer, monitor, requeuer, Ctx};
 use granary::ports::{Queue, ReceivedMessage};
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -40,9 +40,8 @@ async fn drain(
     loop {
         let mut batches = Vec::new();
         for _ in 0..options.concurrency {
-            let got = queue
-                .receive(options.batch_size, options.visibility_timeout_secs, 0)
-                .await?;
+            let (size, visibility) = source.batch(options);
+            let got = queue.receive(size, visibility, 0).await?;
             if got.is_empty() {
                 break;
             }
@@ -58,6 +57,7 @@ async fn drain(
                 let timeout = match source {
                     Source::Monitor => options.timeouts.monitor,
                     Source::Requeuer => options.timeouts.requeuer,
+                    Source::Importer => options.timeouts.importer_step,
                 };
                 invoke(source, queue.clone(), batch, ctx, faults, timeout)
             })
@@ -151,6 +151,7 @@ async fn invoke(
         match source {
             Source::Monitor => monitor::handle_sqs(&ctx, event).await,
             Source::Requeuer => requeuer::handle_sqs(&ctx, event).await,
+            Source::Importer => importer::handle_sqs(&ctx, event).await,
         }
     })
     .await;
@@ -198,13 +199,28 @@ async fn invoke(
 pub(super) enum Source {
     Monitor,
     Requeuer,
+    Importer,
 }
+
+/// The importer-step function's event source as the template sets it: one item an invocation,
+/// and the import queue's visibility timeout (a download may take its whole 900 s).
+pub const IMPORT_BATCH_SIZE: u32 = 1;
+pub const IMPORT_VISIBILITY_TIMEOUT_SECS: u32 = 5_400;
 
 impl Source {
     fn function(self) -> LambdaFunction {
         match self {
             Source::Monitor => LambdaFunction::Monitor,
             Source::Requeuer => LambdaFunction::Requeuer,
+            Source::Importer => LambdaFunction::ImporterStep,
+        }
+    }
+
+    /// Its batch size and the visibility timeout its receives start.
+    fn batch(self, options: &RunnerOptions) -> (u32, u32) {
+        match self {
+            Source::Importer => (IMPORT_BATCH_SIZE, IMPORT_VISIBILITY_TIMEOUT_SECS),
+            _ => (options.batch_size, options.visibility_timeout_secs),
         }
     }
 }
@@ -253,6 +269,12 @@ impl LocalRuntime {
         match source {
             Source::Monitor => self.events_queue.clone(),
             Source::Requeuer => self.ctx.retry_queue.clone(),
+            // No import queue: an empty one (the runner polls it only with an importer).
+            Source::Importer => {
+                self.ctx.import_queue.clone().unwrap_or_else(|| {
+                    Arc::new(granary::adapters::memory::MemoryQueue::new("none"))
+                })
+            }
         }
     }
 
@@ -264,6 +286,7 @@ impl LocalRuntime {
         match source {
             Source::Monitor => self.progress.monitor_invocations += d.invocations,
             Source::Requeuer => self.progress.requeuer_invocations += d.invocations,
+            Source::Importer => self.progress.importer_invocations += d.invocations,
         }
         d.handled
     }

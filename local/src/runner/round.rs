@@ -17,7 +17,10 @@ fn idle_wait(rounds: &Rounds, next_batch_end: Option<Instant>) -> Duration {
     if !granary::clock::is_virtual() {
         return Duration::from_millis(100);
     }
-    let next_schedule = rounds.next_feed.min(rounds.next_reconcile);
+    let next_schedule = rounds
+        .next_feed
+        .min(rounds.next_reconcile)
+        .min(rounds.next_discover);
     next_batch_end
         .map_or(next_schedule, |end| end.min(next_schedule))
         .saturating_duration_since(Instant::now())
@@ -29,6 +32,8 @@ pub(super) struct Rounds {
     started: Instant,
     pub(super) next_feed: Instant,
     pub(super) next_reconcile: Instant,
+    /// The importer's discovery (`RunnerOptions::discover_interval`; far off without one).
+    pub(super) next_discover: Instant,
     quiet_rounds: u32,
     pub(super) feeder_errors_in_a_row: u32,
     last_movement: Option<Movement>,
@@ -39,11 +44,13 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
-    fn new(reconcile_interval: Duration) -> Self {
+    fn new(reconcile_interval: Duration, discovers: bool) -> Self {
+        let far = Duration::from_secs(365 * 86_400);
         Self {
             started: Instant::now(),
             next_feed: Instant::now(),
             next_reconcile: Instant::now() + reconcile_interval,
+            next_discover: Instant::now() + if discovers { Duration::ZERO } else { far },
             quiet_rounds: 0,
             feeder_errors_in_a_row: 0,
             last_movement: None,
@@ -60,6 +67,7 @@ struct QueuesSeen {
     events: QueueDepth,
     retry: QueueDepth,
     dlq: QueueDepth,
+    import: QueueDepth,
 }
 
 impl QueuesSeen {
@@ -71,6 +79,7 @@ impl QueuesSeen {
             && held == 0
             && self.events.visible + self.events.in_flight == 0
             && self.retry.visible + self.retry.in_flight == 0
+            && self.import.visible + self.import.in_flight == 0
     }
 }
 
@@ -79,7 +88,7 @@ impl QueuesSeen {
 struct Movement {
     jobs: u64,
     events: u64,
-    queued: [(u64, u64); 3],
+    queued: [(u64, u64); 4],
     open_claims: usize,
     feeder_rows: Option<u64>,
     reconciler: u64,
@@ -98,7 +107,10 @@ impl LocalRuntime {
         mut on_progress: impl FnMut(&Progress),
         mut go_on: impl FnMut(&Progress) -> bool,
     ) -> Result<bool> {
-        let mut rounds = Rounds::new(self.options.reconcile_interval);
+        let mut rounds = Rounds::new(
+            self.options.reconcile_interval,
+            self.options.discover_interval.is_some(),
+        );
         anyhow::ensure!(
             !(self.options.parallel && self.options.chaos.is_some()),
             "parallel invocations and chaos do not mix: a chaos seed replays one order of calls"
@@ -115,6 +127,10 @@ impl LocalRuntime {
             let phase = Instant::now();
             activity += self.drain(Source::Requeuer).await.context("requeuer")?;
             self.progress.requeuer_time += phase.elapsed();
+            if self.options.discover_interval.is_some() {
+                activity += self.discover_if_due(&mut rounds).await?;
+                activity += self.drain(Source::Importer).await.context("importer")?;
+            }
             activity += self.reap_round(&mut rounds, Duration::ZERO).await?;
             // A round that found nothing to do waits a little for the work under way rather
             // than judging the campaign on a run that has only just started (or spinning).
@@ -180,11 +196,17 @@ impl LocalRuntime {
         let events = self.events_queue.depth().await?;
         let retry = self.ctx.retry_queue.depth().await?;
         let dlq = self.ctx.failure_dlq.depth().await?;
+        let import = self.source_queue(Source::Importer).depth().await?;
         self.progress.submitted = self.simulator.stats.jobs;
         self.progress.succeeded = self.simulator.stats.succeeded;
         self.progress.retrying = retry.visible + retry.in_flight;
         self.progress.dead_lettered = dlq.visible + dlq.in_flight;
-        Ok(QueuesSeen { events, retry, dlq })
+        Ok(QueuesSeen {
+            events,
+            retry,
+            dlq,
+            import,
+        })
     }
 
     /// Quiet but for a feeder run or poller still under way: wait for it before judging.
@@ -234,6 +256,14 @@ impl LocalRuntime {
         // feeder's window markers leave it only through the reconciler, which looks at them
         // once they are GRANARY_RECONCILE_AFTER_SECS old: with nothing else to do, the runner
         // runs it as the sweeper's schedule would that much later.
+        if idle && self.sweep_as_if_later().await? > 0 {
+            idle = false;
+            *activity += 1;
+        }
+        if idle && self.discover_as_if_later().await? > 0 {
+            idle = false;
+            *activity += 1;
+        }
         if idle && !self.open_claims_empty().await? {
             *activity += self.reconcile_as_if_later().await?;
             idle = *activity == 0 && self.open_claims_empty().await?;
@@ -252,7 +282,8 @@ impl LocalRuntime {
         let moved = Movement {
             jobs: self.simulator.stats.jobs,
             events: self.simulator.stats.events,
-            queued: [queues.events, queues.retry, queues.dlq].map(|d| (d.visible, d.in_flight)),
+            queued: [queues.events, queues.retry, queues.dlq, queues.import]
+                .map(|d| (d.visible, d.in_flight)),
             open_claims: open_claims.len(),
             feeder_rows: self.last_feed.as_ref().map(|f| f.rows_submitted_total),
             reconciler: self.progress.reconciler_progress,
@@ -263,7 +294,7 @@ impl LocalRuntime {
         } else if rounds.last_moved.elapsed() > self.options.stall_limit {
             let keys: Vec<&str> = open_claims.iter().take(5).map(|m| m.key.as_str()).collect();
             anyhow::bail!(
-                "the campaign stalled: nothing moved for {:?} and it is not settled (inventories complete: {}, events held by the simulator: {}, queues (visible, in flight) events/retry/failure DLQ: {:?}, open claims {}: {keys:?}; the last reconciler pass: {:?}; the last feeder run: {:?})",
+                "the campaign stalled: nothing moved for {:?} and it is not settled (inventories complete: {}, events held by the simulator: {}, queues (visible, in flight) events/retry/failure DLQ/import: {:?}, open claims {}: {keys:?}; the last reconciler pass: {:?}; the last feeder run: {:?})",
                 self.options.stall_limit,
                 self.progress.inventories_complete,
                 self.simulator.pending(),

@@ -185,8 +185,7 @@ impl LocalRuntime {
         rounds.next_reconcile = Instant::now() + self.options.reconcile_interval;
         let (ctx, faults) = self.invocation(LambdaFunction::Sweeper);
         let timeout = self.options.timeouts.sweeper;
-        let ran = tokio::time::timeout(timeout, reconciler::reconcile(&ctx, granary::clock::now()));
-        let ran = ran.await;
+        let ran = tokio::time::timeout(timeout, self.sweeper_pass(&ctx, timeout)).await;
         self.progress.reconciler_runs += 1;
         let timed_out = ran.is_err();
         let crashed = timed_out || faults.as_ref().is_some_and(|f| f.crashed());
@@ -206,6 +205,23 @@ impl LocalRuntime {
             Err(_) if self.options.chaos.is_some() => Ok(1),
             Err(e) => Err(anyhow::Error::new(e).context("reconciler")),
         }
+    }
+
+    /// What the sweeper's schedule runs: the reconciler; with an importer, the item sweeper's
+    /// whole pass (the reconciler, then the sweep of items past their timeouts), as the deployed
+    /// function does within its timeout's planned share. The reconciler's summary.
+    async fn sweeper_pass(
+        &self,
+        ctx: &granary::handlers::Ctx,
+        timeout: Duration,
+    ) -> std::result::Result<reconciler::ReconcileSummary, granary::handlers::HandlerError> {
+        let now = granary::clock::now();
+        if self.options.discover_interval.is_none() {
+            return reconciler::reconcile(ctx, now).await;
+        }
+        let budget = granary::budget::Budget::of_invocation(Some(timeout));
+        let pass = granary::handlers::importer::sweeper::scheduled_pass(ctx, now, &budget).await?;
+        Ok(pass.reconcile)
     }
 
     /// A reconciler pass run as the sweeper's schedule would run it GRANARY_RECONCILE_AFTER_SECS

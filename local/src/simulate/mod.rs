@@ -42,6 +42,10 @@ pub struct SimSpec {
     /// An operator cancels every open attempt half an hour in and resumes them an hour later,
     /// then switches the stack to a second campaign and back (`operator::run_with_a_cancel`).
     pub operator: bool,
+    /// Files the importer finds at its source, discovered on the template's hourly schedule;
+    /// every other one is listed in an inventory too (`CampaignSpec::imported_files`). 0: no
+    /// importer.
+    pub imported_files: usize,
 }
 
 impl Default for SimSpec {
@@ -55,6 +59,7 @@ impl Default for SimSpec {
             crash_rate: ChaosOptions::default().crash_rate,
             timing: BatchTiming::spot_queue(),
             operator: true,
+            imported_files: DEFAULT_IMPORTED_FILES,
         }
     }
 }
@@ -106,6 +111,10 @@ pub const FEEDER_EVERY: Duration = Duration::from_secs(3_600);
 pub const GRANULE_SUBMIT_COUNT: u64 = 1_000;
 pub const SWEEPER_EVERY: Duration = Duration::from_secs(900);
 pub const VISIBILITY_TIMEOUT_SECS: u32 = 360;
+/// The importer-discover function's schedule (`rate(60 minutes)`).
+pub const DISCOVER_EVERY: Duration = Duration::from_secs(3_600);
+/// The files a simulation's importer finds unless told otherwise.
+pub const DEFAULT_IMPORTED_FILES: usize = 100;
 
 /// Every simulation starts at this instant: a seed's times (and the logs' hive partitions) are
 /// the same on every replay.
@@ -174,6 +183,9 @@ pub fn run(spec: &SimSpec) -> Result<SimReport> {
         campaign_spec.runner.stall_limit = Duration::from_secs(2 * 86_400);
         campaign_spec.plan.timing = spec.timing.clone();
         campaign_spec.runner.timeouts = spec.timeouts;
+        campaign_spec.imported_files = spec.imported_files;
+        campaign_spec.runner.discover_interval =
+            (spec.imported_files > 0).then_some(DISCOVER_EVERY);
         let mut campaign = super::campaign::Campaign::in_memory(&campaign_spec).await?;
         let from = granary::clock::now();
         let operator = if spec.operator {
@@ -237,6 +249,9 @@ pub fn replay_command(spec: &SimSpec) -> String {
     }
     if !spec.operator {
         line.push_str(" --no-operator");
+    }
+    if spec.imported_files != DEFAULT_IMPORTED_FILES {
+        line.push_str(&format!(" --imported-files {}", spec.imported_files));
     }
     let monitor = spec.timeouts.monitor;
     if monitor != super::runner::FunctionTimeouts::default().monitor {

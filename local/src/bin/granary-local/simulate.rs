@@ -38,6 +38,11 @@ pub struct Args {
     /// held), then resumes them and releases the feeder an hour later.
     #[arg(long)]
     no_operator: bool,
+    /// Files the importer finds at its source (discovered hourly, as the template schedules
+    /// it); every other one is listed in an inventory too, so the feeder and the importer meet
+    /// on it. 0: no importer.
+    #[arg(long, default_value_t = simulate::DEFAULT_IMPORTED_FILES)]
+    imported_files: usize,
     /// The ingest queue instead of the backfill: batches of objects from depositors' servers
     /// (fast, slow, or never answering), processing jobs on Batch, minting, an operator's hold.
     #[arg(long)]
@@ -97,6 +102,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             BatchTiming::spot_queue()
         },
         operator: !args.no_operator,
+        imported_files: args.imported_files,
     };
     finish(
         simulate::run(&spec),

@@ -23,6 +23,11 @@ pub struct DiscoverSummary {
     /// Files registered (or found DISCOVERED) whose id an open window of the feeder holds: not
     /// queued, its job takes the record over (docs/items.md).
     pub in_flight: u64,
+    /// Files queued for their download (new ones, and ones found still DISCOVERED).
+    pub queued: u64,
+    /// Files not registered or not queued this time, a call refused past its tries: the next
+    /// discovery takes them (one refusal does not end the listing's run).
+    pub errors: u64,
 }
 
 /// The identity of a file as its source describes it.
@@ -76,7 +81,22 @@ pub async fn discover(ctx: &Ctx) -> Result<DiscoverSummary, HandlerError> {
             source: Some(file.url.clone()),
             source_modified: file.last_modified,
         };
-        match items.create(new, "importer-discover").await? {
+        let created = crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "registering a discovered file",
+            || items.create(new.clone(), "importer-discover"),
+            crate::repositories::RecordError::is_transient,
+        )
+        .await;
+        let created = match created {
+            Ok(created) => created,
+            Err(e) => {
+                tracing::warn!(item_id = %id, url = file.url, error = %e, "file not registered now: the next discovery tries again");
+                summary.errors += 1;
+                continue;
+            }
+        };
+        match created {
             Created::New(_) => {
                 summary.new += 1;
                 to_queue.push(id);
@@ -133,7 +153,22 @@ async fn queue_unless_in_a_window(
             summary.in_flight += 1;
             continue;
         }
-        ctx.enqueue(&id, None).await?;
+        let sent = crate::retry::again(
+            crate::retry::Backoff::IN_RUN,
+            "queueing a discovered file",
+            || ctx.enqueue(&id, None),
+            |e| !matches!(e, HandlerError::NotConfigured(_)),
+        )
+        .await;
+        match sent {
+            Ok(()) => summary.queued += 1,
+            // Left DISCOVERED: the next discovery queues it.
+            Err(HandlerError::NotConfigured(why)) => return Err(HandlerError::NotConfigured(why)),
+            Err(e) => {
+                tracing::warn!(item_id = %id, error = %e, "file not queued now: the next discovery tries again");
+                summary.errors += 1;
+            }
+        }
     }
     Ok(())
 }

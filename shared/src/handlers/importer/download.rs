@@ -104,14 +104,20 @@ pub async fn download(ctx: &Ctx, id: &GranuleId, resume: bool) -> Result<ItemSta
                 decisions::on_download_result(r, attempt, &result)
             })
             .await?;
-        match moved {
-            Changed::Moved(r) if r.state == DownloadingFailed => {
-                // Retry at once (the loop), after a short pause so a flapping server can recover.
-                let pause = std::time::Duration::from_millis(200 * u64::from(attempt));
-                tokio::time::sleep(pause).await;
-            }
-            other => return Ok(state_of(&other)),
+        // This attempt's failure, recorded: by this write, or by an earlier try of it whose
+        // write landed before a later call of it was refused (the retried change then reads
+        // back as already made). Ended here, the item would sit DOWNLOADING_FAILED with no
+        // message and no marker to move it: the simulation with an importer found one so.
+        let failed_here = moved
+            .record()
+            .is_some_and(|r| r.state == DownloadingFailed && r.attempts.download == attempt)
+            && !crate::mutants::on("download-failure-read-back-ends-the-loop");
+        if !failed_here {
+            return Ok(state_of(&moved));
         }
+        // Retry at once (the loop), after a short pause so a flapping server can recover.
+        let pause = std::time::Duration::from_millis(200 * u64::from(attempt));
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -173,3 +179,6 @@ async fn fetch_into_store(
         .await
         .map_err(DownloadFailure::from)
 }
+
+#[cfg(test)]
+mod tests;
