@@ -367,7 +367,9 @@ pub async fn finish_claimed_window(ctx: &Ctx, found: &WindowClaim) -> Result<boo
         crate::clock::now(),
     )
     .in_array(found.array)
-    .with_records_at_end(found.records_at_end);
+    .with_records_at_end(found.records_at_end)
+    // Made afresh only if an operator removed the claim meanwhile: its look still to make.
+    .with_screen(found.screen_pending);
     let screen = KnownRecords {
         ctx,
         inventory_key: &found.inventory,

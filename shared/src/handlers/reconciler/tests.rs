@@ -559,3 +559,48 @@ async fn another_campaigns_half_submitted_window_waits_while_the_feeder_is_held(
     assert_eq!((s.held, s.taken_over), (0, 1), "{s:?}");
     assert_eq!(jobs.submitted().len(), 1);
 }
+
+/// A window whose look is still pending (its run died between its marker and the look) has no
+/// job: a pass leaves it, keeping no progress by place, which would name other granules once
+/// the look drops some (review of the look, 2026-12-07).
+#[tokio::test]
+async fn a_window_whose_look_is_pending_is_left_with_no_progress_kept() {
+    use crate::domain::layout::claims::window_key;
+    use crate::domain::window::WindowClaim;
+    let ctx = ctx(Arc::new(MemoryJobRunner::default()));
+    let granules = vec![
+        GranuleId::parse("HLS.L30.T18TYN.2020001T153012.v2.0").unwrap(),
+        GranuleId::parse("HLS.S30.T18TYN.2020002T153012.v2.0").unwrap(),
+    ];
+    let window =
+        WindowClaim::new(None, "inv.parquet", 0, 2, granules, "t", Utc::now()).with_screen(true);
+    let layout = &ctx.config.layout;
+    crate::repositories::write_json(
+        ctx.store.as_ref(),
+        &window_key(&layout.claim_prefix, "inv.parquet", 0),
+        &window,
+        crate::ports::PutCondition::IfAbsent,
+    )
+    .await
+    .unwrap();
+    let marker = window_key(&layout.open_claim_prefix, "inv.parquet", 0);
+    ctx.store
+        .put(
+            &marker,
+            bytes::Bytes::new(),
+            crate::ports::PutCondition::Overwrite,
+        )
+        .await
+        .unwrap();
+    let later = Utc::now() + chrono::Duration::seconds(61);
+    let s = reconcile(&ctx, later).await.unwrap();
+    assert_eq!((s.not_submitted, s.closed, s.handled), (1, 0, 0), "{s:?}");
+    let kept = ctx.store.get(&marker).await.unwrap().unwrap();
+    assert!(kept.body.is_empty(), "no progress kept: {:?}", kept.body);
+    // Past its lease its run is dead: the marker goes (the feeder's takeover writes it again).
+    let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease).unwrap();
+    let past_lease = Utc::now() + lease + chrono::Duration::seconds(1);
+    let s = reconcile(&ctx, past_lease).await.unwrap();
+    assert_eq!(s.closed, 1, "{s:?}");
+    assert!(ctx.store.get(&marker).await.unwrap().is_none());
+}

@@ -104,6 +104,22 @@ pub(super) async fn reconcile_window(
         summary.closed += 1;
         return Ok(());
     };
+    // A claim whose look is still pending has no job (none is submitted before the look is
+    // written back): nothing to look up, and progress kept by place would name other granules
+    // once the look drops some. Past its lease its run is dead: the marker goes, as for any
+    // claim left with no job, and the feeder's takeover (another campaign's: the finishing
+    // above) writes it again before the look.
+    if claim.screen_pending {
+        let lease = chrono::Duration::from_std(ctx.config.leases.claim_lease)
+            .unwrap_or(chrono::Duration::MAX);
+        if now.signed_duration_since(claim.lease.claimed_at) > lease {
+            ctx.windows().close(inventory, start).await?;
+            summary.closed += 1;
+        } else {
+            summary.not_submitted += 1;
+        }
+        return Ok(());
+    }
     // What earlier passes saw handled: those granules are not looked at again.
     let marker = ctx.windows().open_marker(inventory, start).await?;
     let mut progress = marker

@@ -7,7 +7,9 @@ use crate::ports::ObjectStore;
 
 /// The granules of the window claims the job monitor read lately, so the thousands of child
 /// events of one array window read its claim once per warm Lambda instead of once each. A
-/// claim's granules never change once it is created; what names the claim a child belongs to
+/// claim's granules never change once its array may exist (its look, which may drop some, is
+/// written before its SubmitJob: `WindowClaim::screen_pending`); what names the claim a child
+/// belongs to
 /// is the array id the claim recorded (the token its job carries must agree, and vouches for a
 /// child of a claim that has not recorded its array yet), so a child of an earlier claim at the
 /// same key (one an operator removed) is never given this claim's granule.
