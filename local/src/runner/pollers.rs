@@ -255,6 +255,14 @@ impl LocalRuntime {
         Ok(activity)
     }
 
+    /// One drain of the Batch events queue by the monitor, outside any round. A test that runs
+    /// the feeder itself waits this way for ends that arrive after the round that sent them:
+    /// LocalStack's EventBridge puts a rule's targets a moment after PutEvents answers. The
+    /// records handled.
+    pub async fn deliver_events(&mut self) -> Result<u64> {
+        self.drain(Source::Monitor).await
+    }
+
     pub(super) async fn drain(&mut self, source: Source) -> Result<u64> {
         let queue = self.source_queue(source);
         let options = self.options.clone();
