@@ -33,6 +33,9 @@ EMULATOR_PARAMETERS = {
     "ContainerImage": "public.ecr.aws/docker/library/busybox:latest",
     # moto splits list parameters only when they are passed, not from their defaults.
     "InstanceTypes": "c6i,c7i,c6a",
+    # A source, so the importer's discovery function exists too (local/tests/lambda_runtime.rs
+    # makes the bucket and puts a file there).
+    "SourceUrl": "s3://granary-emulator-sources/granules/",
 }
 
 
@@ -305,8 +308,20 @@ def main():
         if r.get("ResourceType") == "AWS::Lambda::EventSourceMapping":
             lam.update_event_source_mapping(UUID=r["PhysicalResourceId"], Enabled=False)
             print(f"emulator: event source mapping {r['LogicalResourceId']} disabled", file=sys.stderr)
+    # Each function as CloudFormation made it: its name and the environment the template gave it
+    # (local/tests/lambda_runtime.rs runs each binary with exactly that environment).
+    functions = {}
+    for r in resources:
+        if r.get("ResourceType") == "AWS::Lambda::Function":
+            config = lam.get_function_configuration(FunctionName=r["PhysicalResourceId"])
+            functions[r["LogicalResourceId"]] = {
+                "name": r["PhysicalResourceId"],
+                "timeout": config.get("Timeout"),
+                "environment": config.get("Environment", {}).get("Variables", {}),
+            }
     with open(args.outputs, "w") as f:
         json.dump({"stack_name": args.stack_name, "status": status, "outputs": outputs,
+                   "functions": functions,
                    "batch": "batch" not in missing, "missing_services": missing, "stood_in": stood_in,
                    "resources": {r.get("LogicalResourceId", "?"): r.get("ResourceType", "?") for r in resources}}, f, indent=2)
     print(f"stack {args.stack_name}: {status}, {len(resources)} resources; outputs in {args.outputs}", file=sys.stderr)
