@@ -35,6 +35,7 @@ test:
 	scripts/emulator.sh install
 	scripts/sql.sh install
 	scripts/browser.sh install
+	scripts/package.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
 	SIM_BUDGET_SECS=40 scripts/simulate-seeds.sh
@@ -83,9 +84,10 @@ emulator:
 infra-lint:
 	scripts/infra.sh lint
 
-# Lambda zips (arm64) with cargo-lambda; sizes printed.
+# Lambda zips with cargo-lambda, for the template's Architecture (ARCHITECTURE=x86_64 on a
+# machine without the arm64 Rust target); sizes printed.
 package:
-	scripts/package.sh
+	scripts/package.sh $(if $(ARCHITECTURE),--architecture $(ARCHITECTURE))
 
 # Deploy to a real AWS account (needs the AWS SAM CLI, cargo-lambda and credentials; not run in CI).
 deploy:
@@ -93,4 +95,4 @@ deploy:
 
 clean:
 	$(CARGO) clean
-	rm -rf .venv .venv-infra .venv-deploy .venv-package .venv-sql .venv-localstack .emulator
+	rm -rf .venv .venv-infra .venv-deploy .venv-sam .venv-package .venv-sql .venv-localstack .emulator

@@ -3,8 +3,9 @@
 #
 #   scripts/infra.sh install           .venv-infra with cfn-lint, checkov (once), and .venv-deploy
 #                                      with aws-sam-translator and a current boto3 (checkov pins an
-#                                      old botocore, whose S3 uploads LocalStack's gateway drops)
-#   scripts/infra.sh lint              cfn-lint and checkov must both be clean
+#                                      old botocore, whose S3 uploads LocalStack's gateway drops),
+#                                      and .venv-sam with the AWS SAM CLI
+#   scripts/infra.sh lint              cfn-lint, checkov and `sam validate --lint` must be clean
 #   scripts/infra.sh deploy OUT.json   deploy to the emulator at AWS_ENDPOINT_URL, outputs to OUT.json
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -14,6 +15,9 @@ template="$root/infra/template.yaml"
 
 deploy_venv="$root/.venv-deploy"
 deploy_stamp="$deploy_venv/.installed-1"
+# The AWS SAM CLI, for `sam validate --lint` (the checks `sam deploy` makes) and `make deploy`.
+sam_venv="$root/.venv-sam"
+sam_stamp="$sam_venv/.installed-1"
 
 install() {
   if [ ! -f "$stamp" ]; then
@@ -30,6 +34,12 @@ install() {
       "aws-sam-translator==1.115.0" "boto3==1.42.*" pyyaml
     touch "$deploy_stamp"
   fi
+  if [ ! -f "$sam_stamp" ]; then
+    echo "installing the AWS SAM CLI into .venv-sam (once)..." >&2
+    python3 -m venv "$sam_venv"
+    "$sam_venv/bin/pip" install --quiet --disable-pip-version-check "aws-sam-cli==1.170.0"
+    touch "$sam_stamp"
+  fi
 }
 
 lint() {
@@ -39,6 +49,10 @@ lint() {
   echo "checkov $template" >&2
   # --skip-download: no calls to checkov's cloud service; skipped checks are justified in the template.
   "$venv/bin/checkov" --quiet --compact --skip-download --framework cloudformation -f "$template"
+  echo "sam validate --lint $template" >&2
+  # No AWS call: the SAM transform and cfn-lint run locally (telemetry off).
+  (cd "$root/infra" && SAM_CLI_TELEMETRY=0 AWS_DEFAULT_REGION="${AWS_DEFAULT_REGION:-us-east-1}" \
+    "$sam_venv/bin/sam" validate --lint --template template.yaml)
 }
 
 deploy() {

@@ -52,6 +52,10 @@ fi
 # GRANARY_MUTANT names it, and no test sets it), so scripts/mutants.sh, the last step of
 # `make test`, runs on this very build instead of compiling the workspace a second time.
 features=(--features granary/mutants)
+# The Lambda binaries themselves (a test build compiles only their unit tests): the functions
+# run under cargo-lambda's Runtime API emulator in local/tests/lambda_runtime.rs.
+cargo build --locked "${features[@]}" --bins -p queue-feeder -p job-monitor -p requeuer \
+  -p importer -p ingest -p archive
 if cargo nextest --version >/dev/null 2>&1; then
   args=(run --workspace --locked --no-fail-fast "${features[@]}")
   if [ -n "$only" ] && [ ${#skips[@]} -eq 0 ]; then

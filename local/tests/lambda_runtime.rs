@@ -116,7 +116,11 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     )
     .unwrap();
     ctx.store
-        .put("inventories/0001.parquet", inventory, PutCondition::Overwrite)
+        .put(
+            "inventories/0001.parquet",
+            inventory,
+            PutCondition::Overwrite,
+        )
         .await
         .unwrap();
     let input = deployed.schedule_input("QueueFeederFunction", &[("GranuleSubmitCount", "2")]);
@@ -134,7 +138,10 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     let (done, failed) = (rows[0].granule_id.as_str(), rows[1].granule_id.as_str());
     let event = sqs_event(&[
         ("m-ok", published_event("01-ecs-props-succeeded.json", done)),
-        ("m-bad", published_event("08-hlsvi-exit1-failed.json", failed)),
+        (
+            "m-bad",
+            published_event("08-hlsvi-exit1-failed.json", failed),
+        ),
     ]);
     let running = emulator.run(&monitor);
     let answer = running.invoke(&event).answer();
@@ -189,8 +196,9 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     assert_eq!(failures(&answer), vec!["m-held".to_owned()], "{answer}");
     let dead = harness::receive_all(&dlq).await;
     assert!(
-        dead.iter()
-            .any(|m| m.attributes.get("kind").map(String::as_str) == Some("malformed_retry_message")),
+        dead.iter().any(
+            |m| m.attributes.get("kind").map(String::as_str) == Some("malformed_retry_message")
+        ),
         "the malformed message is dead-lettered: {dead:?}"
     );
     passed.insert("requeuer", answer.to_string());
@@ -272,7 +280,10 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
         .answer();
     drop(running);
     assert_eq!(answer["errors"], 0, "{answer}");
-    assert_eq!(answer["failed"], 1, "the batch with no manifest failed: {answer}");
+    assert_eq!(
+        answer["failed"], 1,
+        "the batch with no manifest failed: {answer}"
+    );
     passed.insert("ingest-dispatcher", answer.to_string());
 
     // Archive: the dispatcher's tick, and a task of a job that does not exist.

@@ -79,7 +79,6 @@ impl Deployed {
             .count()
     }
 
-
     /// A function as the emulator made it, and the binary its package builds, on `own`'s
     /// bucket and queues.
     pub fn function(&self, logical_id: &str, own: &Own) -> FunctionUnderTest {
@@ -164,7 +163,10 @@ impl Own {
                 .send()
                 .await
                 .unwrap_or_else(|e| panic!("creating {queue}: {}", e.into_service_error()));
-            env.insert(var.to_owned(), made.queue_url().unwrap_or_default().to_owned());
+            env.insert(
+                var.to_owned(),
+                made.queue_url().unwrap_or_default().to_owned(),
+            );
         }
         // The archive's signing key, as an operator puts it (docs/archive.md).
         let parameter = format!("/{run}/archive-signing-key");
@@ -177,7 +179,10 @@ impl Own {
             .send()
             .await
             .unwrap_or_else(|e| panic!("putting {parameter}: {}", e.into_service_error()));
-        env.insert("GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER".to_owned(), parameter);
+        env.insert(
+            "GRANARY_ARCHIVE_SIGNING_KEY_PARAMETER".to_owned(),
+            parameter,
+        );
         Own(env)
     }
 
@@ -296,7 +301,10 @@ impl Emulator {
             .env("AWS_LAMBDA_FUNCTION_NAME", &f.name)
             .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "256")
             .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-            .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{}", f.name))
+            .env(
+                "AWS_LAMBDA_LOG_GROUP_NAME",
+                format!("/aws/lambda/{}", f.name),
+            )
             .env("AWS_LAMBDA_LOG_STREAM_NAME", "lambda-runtime-test")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -331,7 +339,15 @@ impl Running<'_> {
         std::fs::write(&data, event.to_string()).unwrap();
         let port = self.emulator.port.to_string();
         let mut child = Command::new("cargo")
-            .args(["lambda", "invoke", &self.binary, "-A", "127.0.0.1", "-P", &port])
+            .args([
+                "lambda",
+                "invoke",
+                &self.binary,
+                "-A",
+                "127.0.0.1",
+                "-P",
+                &port,
+            ])
             .args(["--output-format", "json", "--data-file"])
             .arg(&data)
             .env("PATH", path_with_cargo_lambda())
@@ -383,8 +399,12 @@ impl Invoked {
             "{} failed: {}\n{}\nits log:\n{}",
             self.binary, self.stdout, self.stderr, self.log
         );
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("{}'s answer is not JSON ({e}): {}", self.binary, self.stdout))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "{}'s answer is not JSON ({e}): {}",
+                self.binary, self.stdout
+            )
+        })
     }
 
     /// The invocation failed with an error of `error_type`, as the Runtime API reported it.
