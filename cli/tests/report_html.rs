@@ -218,13 +218,35 @@ async fn the_cost_and_the_html_report_of_a_campaign_on_the_emulator() {
     );
     assert_eq!(code, 0, "{err}");
     let html = std::fs::read_to_string(&page).unwrap();
+    // The numbers first, the campaign's own.
+    for (id, n) in [
+        ("succeeded", summary.succeeded),
+        ("failed", summary.dead_lettered),
+    ] {
+        assert!(
+            html.contains(&format!("id=\"n-{id}\">{n}<")),
+            "the page's {id} is not the campaign's {n}"
+        );
+    }
     assert!(
-        html.contains(&format!(
-            "<b>{}</b> succeeded, <b>{}</b> failed",
-            summary.succeeded, summary.dead_lettered
-        )),
-        "the page's counts are the campaign's"
+        html.contains("id=\"n-cost\">$"),
+        "the cost is among the numbers"
     );
+    // Each failure reason in full (masked as the report masks it), never cut short.
+    for reason in summary.dlq_by_reason.keys() {
+        let masked = granary::domain::report::mask_instance(reason);
+        let shown = masked
+            .replace('&', "&amp;")
+            .replace('<', "&lt;")
+            .replace('>', "&gt;")
+            .replace('"', "&quot;");
+        assert!(
+            html.contains(&format!(": {shown}</li>")),
+            "{masked} is not listed in full"
+        );
+    }
+    assert!(!html.contains('…'), "nothing on the page is cut short");
+    assert!(html.contains("<aside id=\"cost-table\""), "the cost table");
     for (chart, coloured) in series_pixels(&page) {
         // More than legend swatches alone (at most two of 12 x 10 pixels): a drawn series.
         assert!(
