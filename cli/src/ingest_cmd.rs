@@ -425,7 +425,7 @@ async fn tick(ctx: &Ctx, until_quiet: bool, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&passes)?);
     } else {
-        println!("{} passes; the last: {:?}", passes.len(), passes.last());
+        print!("{}", crate::ingest_tick::describe(&passes, until_quiet));
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ mod archive_cmd;
 mod cancel_cmd;
 mod classify_cmd;
 mod ingest_cmd;
+mod ingest_tick;
 mod inventory_cmd;
 mod items_cmd;
 mod operator;

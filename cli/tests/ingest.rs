@@ -104,7 +104,18 @@ async fn an_operator_submits_holds_releases_reports_resumes_and_deletes_a_batch(
     assert_eq!(submitted["submission"]["erc_what"], "Map of the coast");
     assert_eq!(submitted["submission"]["submission_mode"], "update");
 
-    common::json(&dispatcher, &["ingest", "tick", "--until-quiet"]);
+    // The tick as a person reads it: what moved, in words, and whether a step failed.
+    let (code, out, err) = common::granary(&dispatcher, &["ingest", "tick", "--until-quiet"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("passes of the dispatcher, the last changing nothing"),
+        "{out}"
+    );
+    assert!(out.contains("1  batches held"), "{out}");
+    assert!(
+        out.contains("no step failed") && !out.contains("TickSummary"),
+        "{out}"
+    );
     let status = common::json(&bucket_only, &["ingest", "status", &batch]);
     assert_eq!(status[0]["batch"]["state"], "held", "{status}");
 
