@@ -109,6 +109,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         id_column,
         id_parser,
         memory_budget_bytes: memory_mib.max(1) * 1024 * 1024,
+        first: None,
         layout: InventoryLayout::granary(),
     };
     let started = std::time::Instant::now();

@@ -67,10 +67,19 @@ impl GranuleList {
         }
     }
 
+    /// Ids given as they are, in their order: an operator's own inventory.
+    pub fn given(ids: std::sync::Arc<[String]>) -> Self {
+        Self {
+            seed: 0,
+            len: 0,
+            imported: ids,
+        }
+    }
+
     /// The list with the ids of the files an importer discovers after the sample's.
     pub fn with_imported(self, ids: Vec<String>) -> Self {
         Self {
-            imported: ids.into(),
+            imported: self.imported.iter().cloned().chain(ids).collect(),
             ..self
         }
     }

@@ -55,6 +55,9 @@ pub struct Options {
     /// Memory the sort may hold before it spills to run files.
     pub memory_budget_bytes: usize,
     pub layout: InventoryLayout,
+    /// Only the first this many ids of the inputs (valid or not), in the inputs' order: a dry run
+    /// over part of an inventory (`granary-local demo --inventory FILE --granules N`).
+    pub first: Option<u64>,
 }
 
 /// An id that was left out, and where it was.
@@ -77,6 +80,8 @@ pub struct Summary {
     pub invalid_sample: Vec<Invalid>,
     /// Valid ids the id parser reads no time from: written after every dated one.
     pub undated: u64,
+    /// Ids past `Options::first`, read and left out.
+    pub beyond_first: u64,
     pub newest: Option<String>,
     pub oldest: Option<String>,
     /// Sorted run files the sort spilled to disk (0: it fitted in memory).
@@ -97,6 +102,10 @@ pub fn convert(options: &Options, out: std::fs::File, progress: &dyn Progress) -
     for path in &options.inputs {
         let format = options.format.unwrap_or_else(|| Format::of(path));
         let mut take = |raw: Option<&str>, at: &dyn Fn() -> String| -> Result<()> {
+            if options.first.is_some_and(|n| summary.read >= n) {
+                summary.beyond_first += 1;
+                return Ok(());
+            }
             summary.read += 1;
             let checked = match raw {
                 None => Err("no id".to_owned()),
@@ -364,6 +373,7 @@ mod tests {
             id_column: "granule_id".into(),
             id_parser: IdParser::hls(),
             memory_budget_bytes: budget,
+            first: None,
             layout: InventoryLayout {
                 row_group_rows: 3,
                 ..InventoryLayout::granary()

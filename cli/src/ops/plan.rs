@@ -15,6 +15,90 @@ use serde::Serialize;
 /// Inventory footers read at once.
 const FOOTERS_AT_ONCE: usize = 16;
 
+/// What `granary plan` assumes when not told otherwise: the template's defaults, and granary's
+/// own cost a million granules as measured (BENCHMARKS.md, "The cost floor", 2026-11-26).
+pub mod defaults {
+    pub const SCHEDULE_MINUTES: f64 = 60.0;
+    pub const SUBMIT_COUNT: u64 = 1000;
+    pub const FEEDER_TIMEOUT_SECS: f64 = 300.0;
+    pub const JOB_MINUTES: f64 = 30.0;
+    pub const RETRY_SHARE: f64 = 0.05;
+    pub const SUBMIT_RATE: f64 = 20.0;
+    pub const GRANARY_DOLLARS_PER_MILLION_RECORDS_ON: f64 = 18.41;
+    pub const GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF: f64 = 6.57;
+}
+
+/// What a forecast is asked to assume (`granary plan`'s options).
+pub struct Assumed {
+    pub schedule_minutes: f64,
+    pub submit_count: u64,
+    pub feeder_timeout_secs: f64,
+    pub job_minutes: f64,
+    pub retry_share: f64,
+    /// First attempts as array windows, or one job each.
+    pub array_windows: bool,
+    pub submit_rate: f64,
+    /// Default: the feeder's GRANARY_MAX_ACTIVE_JOBS.
+    pub max_active_jobs: Option<u64>,
+    pub job_hour_price: Option<f64>,
+    /// Default: the measured figure for the stack's item records setting.
+    pub granary_dollars_per_million: Option<f64>,
+}
+
+/// The template's defaults, first attempts as array windows or single jobs.
+pub fn template_settings(ctx: &Ctx, array_windows: bool) -> PlanSettings {
+    settings(
+        ctx,
+        &Assumed {
+            schedule_minutes: defaults::SCHEDULE_MINUTES,
+            submit_count: defaults::SUBMIT_COUNT,
+            feeder_timeout_secs: defaults::FEEDER_TIMEOUT_SECS,
+            job_minutes: defaults::JOB_MINUTES,
+            retry_share: defaults::RETRY_SHARE,
+            array_windows,
+            submit_rate: defaults::SUBMIT_RATE,
+            max_active_jobs: None,
+            job_hour_price: None,
+            granary_dollars_per_million: None,
+        },
+    )
+}
+
+/// The forecast's settings: what is assumed, with the stack's configuration where it is not.
+pub fn settings(ctx: &Ctx, a: &Assumed) -> PlanSettings {
+    let feeder = &ctx.config.feeder;
+    let array_windows = a.array_windows;
+    let run = std::time::Duration::from_secs_f64(a.feeder_timeout_secs);
+    PlanSettings {
+        schedule_minutes: a.schedule_minutes,
+        submit_count: a.submit_count,
+        run_secs: a.feeder_timeout_secs,
+        window_rows: if array_windows {
+            granary::handlers::feeder::ARRAY_WINDOW_ROWS
+        } else {
+            granary::handlers::feeder::window_ceiling(
+                Some(run),
+                Some(std::time::Duration::from_secs_f64(
+                    1.0 / a.submit_rate.max(1e-3),
+                )),
+            )
+        },
+        max_active_jobs: a.max_active_jobs.unwrap_or(feeder.max_active_jobs),
+        job_minutes: a.job_minutes,
+        retry_share: a.retry_share,
+        array_windows,
+        submit_rate: a.submit_rate,
+        job_hour_dollars: a.job_hour_price,
+        granary_dollars_per_million: a.granary_dollars_per_million.unwrap_or(
+            if ctx.config.layout.track_items {
+                defaults::GRANARY_DOLLARS_PER_MILLION_RECORDS_ON
+            } else {
+                defaults::GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF
+            },
+        ),
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct InventoryPlan {
     pub key: String,

@@ -4,7 +4,7 @@ use anyhow::{bail, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::config::Section;
 use granary::handlers::Ctx;
-use granary_cli::ops::plan::Plan;
+use granary_cli::ops::plan::{defaults, Plan};
 use std::process::ExitCode;
 
 use crate::operator::ctx;
@@ -16,10 +16,10 @@ pub struct PlanArgs {
     #[arg(long = "inventory")]
     inventories: Vec<String>,
     /// Minutes between feeder runs (template FeederScheduleMinutes).
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = defaults::SCHEDULE_MINUTES)]
     schedule_minutes: f64,
     /// Granules a feeder run submits (template GranuleSubmitCount).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = defaults::SUBMIT_COUNT)]
     submit_count: u64,
     /// Jobs running at once (default: GRANARY_MAX_ACTIVE_JOBS, the feeder's threshold of
     /// unfinished jobs, an upper bound: the compute environment's vCPUs may run fewer).
@@ -27,13 +27,13 @@ pub struct PlanArgs {
     max_active_jobs: Option<u64>,
     /// The feeder's time limit in seconds: a run starts no window past half of it (template
     /// FeederTimeoutSeconds).
-    #[arg(long, env = "GRANARY_FUNCTION_TIMEOUT_SECS", default_value_t = 300.0)]
+    #[arg(long, env = "GRANARY_FUNCTION_TIMEOUT_SECS", default_value_t = defaults::FEEDER_TIMEOUT_SECS)]
     feeder_timeout_secs: f64,
     /// A job's expected run time in minutes, queueing excluded (measure your container's).
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = defaults::JOB_MINUTES)]
     job_minutes: f64,
     /// Retries expected, as a share of granules (Spot reclaims, pull errors): 0.05 is 5 a hundred.
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = defaults::RETRY_SHARE)]
     retry_share: f64,
     /// First attempts as array windows (default: GRANARY_ARRAY_WINDOWS).
     #[arg(long, conflicts_with = "single_jobs")]
@@ -43,7 +43,7 @@ pub struct PlanArgs {
     single_jobs: bool,
     /// SubmitJob calls a second the feeder may make (its share, template FeederSubmitJobRate;
     /// the account allows 50).
-    #[arg(long, env = "GRANARY_SUBMIT_JOB_RATE", default_value_t = 20.0)]
+    #[arg(long, env = "GRANARY_SUBMIT_JOB_RATE", default_value_t = defaults::SUBMIT_RATE)]
     submit_rate: f64,
     /// What one job costs an hour (its share of an instance); without it no compute cost.
     #[arg(long)]
@@ -56,10 +56,6 @@ pub struct PlanArgs {
     #[arg(long)]
     json: bool,
 }
-
-/// granary's own cost a million granules, measured (BENCHMARKS.md, "The cost floor", 2026-11-26).
-const GRANARY_DOLLARS_PER_MILLION_RECORDS_ON: f64 = 18.41;
-const GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF: f64 = 6.57;
 
 pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
     check_numbers(&args)?;
@@ -113,37 +109,22 @@ fn check_numbers(args: &PlanArgs) -> Result<()> {
 /// What the forecast assumes: the arguments, with the feeder's configuration where they are not
 /// given.
 fn plan_settings(args: &PlanArgs, ctx: &Ctx) -> granary::domain::plan::PlanSettings {
-    let feeder = &ctx.config.feeder;
-    let array_windows = !args.single_jobs && (args.array_windows || feeder.array_windows);
-    let run = std::time::Duration::from_secs_f64(args.feeder_timeout_secs);
-    granary::domain::plan::PlanSettings {
-        schedule_minutes: args.schedule_minutes,
-        submit_count: args.submit_count,
-        run_secs: args.feeder_timeout_secs,
-        window_rows: if array_windows {
-            granary::handlers::feeder::ARRAY_WINDOW_ROWS
-        } else {
-            granary::handlers::feeder::window_ceiling(
-                Some(run),
-                Some(std::time::Duration::from_secs_f64(
-                    1.0 / args.submit_rate.max(1e-3),
-                )),
-            )
+    granary_cli::ops::plan::settings(
+        ctx,
+        &granary_cli::ops::plan::Assumed {
+            schedule_minutes: args.schedule_minutes,
+            submit_count: args.submit_count,
+            feeder_timeout_secs: args.feeder_timeout_secs,
+            job_minutes: args.job_minutes,
+            retry_share: args.retry_share,
+            array_windows: !args.single_jobs
+                && (args.array_windows || ctx.config.feeder.array_windows),
+            submit_rate: args.submit_rate,
+            max_active_jobs: args.max_active_jobs,
+            job_hour_price: args.job_hour_price,
+            granary_dollars_per_million: args.granary_dollars_per_million,
         },
-        max_active_jobs: args.max_active_jobs.unwrap_or(feeder.max_active_jobs),
-        job_minutes: args.job_minutes,
-        retry_share: args.retry_share,
-        array_windows,
-        submit_rate: args.submit_rate,
-        job_hour_dollars: args.job_hour_price,
-        granary_dollars_per_million: args.granary_dollars_per_million.unwrap_or(
-            if ctx.config.layout.track_items {
-                GRANARY_DOLLARS_PER_MILLION_RECORDS_ON
-            } else {
-                GRANARY_DOLLARS_PER_MILLION_RECORDS_OFF
-            },
-        ),
-    }
+    )
 }
 
 /// The plan as text: the inventories' table, the paces, the forecast and the cost.

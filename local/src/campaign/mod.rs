@@ -41,6 +41,16 @@ pub struct CampaignSpec {
     /// `runner.discover_interval` its discovery's schedule. Every other one is also listed in an
     /// inventory of its own, fed after the sample's: a file both listed and discovered.
     pub imported_files: usize,
+    /// An operator's own inventory in place of the sample (`granary-local demo --inventory`):
+    /// its Parquet, as `granary inventory convert` wrote it, and its ids in its order.
+    pub given: Option<GivenInventory>,
+}
+
+/// An inventory the campaign runs instead of the sample's.
+#[derive(Debug, Clone)]
+pub struct GivenInventory {
+    pub parquet: bytes::Bytes,
+    pub ids: std::sync::Arc<[String]>,
 }
 
 impl Default for CampaignSpec {
@@ -55,6 +65,7 @@ impl Default for CampaignSpec {
             listing_lag: std::time::Duration::ZERO,
             submit_limit: None,
             imported_files: 0,
+            given: None,
         }
     }
 }

@@ -153,7 +153,19 @@ impl Campaign {
         // One inventory's rows at a time (a campaign of millions never holds them all).
         let per = spec.granules.div_ceil(spec.inventories.max(1)).max(1);
         let mut rows = SampleGranules::new(spec.plan.seed).take(spec.granules);
-        let granules = GranuleList::sample(spec.plan.seed, spec.granules);
+        let mut granules = GranuleList::sample(spec.plan.seed, spec.granules);
+        if let Some(given) = &spec.given {
+            // The operator's inventory alone, as they will upload it.
+            ctx.store
+                .put(
+                    &format!("{}0001.parquet", ctx.config.layout.inventory_prefix),
+                    given.parquet.clone(),
+                    PutCondition::Overwrite,
+                )
+                .await?;
+            granules = GranuleList::given(given.ids.clone());
+            rows = SampleGranules::new(spec.plan.seed).take(0);
+        }
         for i in 0.. {
             let chunk: Vec<InventoryRow> = rows.by_ref().take(per).collect();
             if chunk.is_empty() {

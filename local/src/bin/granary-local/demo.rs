@@ -12,10 +12,23 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// How many granules the sample inventory holds. The default is a first look (about a minute
-    /// on moto); `--granules 5000` or more shows throughput and the ETA settling.
-    #[arg(long, default_value_t = 300)]
-    granules: usize,
+    /// How many granules the sample inventory holds (300 by default: a first look, about a
+    /// minute on moto; 5000 or more shows throughput and the ETA settling). With --inventory,
+    /// its first N rows.
+    #[arg(long)]
+    granules: Option<usize>,
+    /// A dry run of your own campaign: this inventory (Parquet, CSV, JSON lines or one id a
+    /// line, as `granary inventory convert` reads them) instead of the sample, and what
+    /// `granary plan` forecast beside what happened.
+    #[arg(long)]
+    inventory: Option<PathBuf>,
+    /// The id column of a CSV, JSON-lines or Parquet --inventory.
+    #[arg(long, default_value = "granule_id")]
+    id_column: String,
+    /// On granary's in-memory twins instead of the emulator: a large --inventory in seconds
+    /// (100,000 rows), with no stack to explore afterwards.
+    #[arg(long)]
+    in_memory: bool,
     /// Seed for the sample inventory and the fault plan.
     #[arg(long)]
     seed: Option<u64>,
@@ -153,8 +166,26 @@ fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
     )
 }
 
+/// The sample's size when neither --granules nor --inventory says.
+const SAMPLE_GRANULES: usize = 300;
+
 pub async fn run(args: Args) -> Result<ExitCode> {
     let plan = fault_plan(&args)?;
+    let loaded = match &args.inventory {
+        Some(file) => Some(super::dry_run::load(
+            file,
+            args.granules.map(|n| n as u64),
+            &args.id_column,
+        )?),
+        None => None,
+    };
+    if args.in_memory {
+        let Some(loaded) = loaded else {
+            anyhow::bail!("--in-memory runs an --inventory");
+        };
+        return super::dry_run::in_memory(&args_view(&args), campaign_spec(&args, plan), loaded)
+            .await;
+    }
     let (emulator, endpoint) = emulator_endpoint(&args)?;
     let config = load_sdk_config_for(&endpoint).await;
     let clients = AwsClients::new(&config);
@@ -163,13 +194,23 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     let iam = aws_sdk_iam::Client::new(&config);
     let name = format!("granary-demo-{}", chrono::Utc::now().format("%H%M%S"));
-    let spec = campaign_spec(&args, plan);
+    let mut spec = campaign_spec(&args, plan);
+    if let Some(loaded) = &loaded {
+        super::dry_run::give(&mut spec, loaded);
+    }
     if !args.json {
         announce(&args, &endpoint, &name, &spec);
+        if let (Some(file), Some(loaded)) = (&args.inventory, &loaded) {
+            eprintln!("{}", super::dry_run::describe_read(file, &loaded.read));
+        }
     }
     let mut campaign = Campaign::setup(&clients, &iam, &name, &spec)
         .await
         .context("setting up the campaign")?;
+    let forecast = match loaded {
+        Some(_) => Some(super::dry_run::forecast(&campaign, !args.single_jobs).await?),
+        None => None,
+    };
     if campaign.in_memory_batch.is_some() && !args.json {
         eprintln!(
             "the endpoint has no AWS Batch: jobs go to granary's in-memory Batch; S3, SQS and the EventBridge rule are the endpoint's"
@@ -188,6 +229,10 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_summary(&summary);
+        if let Some(forecast) = &forecast {
+            let attempts = campaign.runtime.simulator.planned.len() as u64;
+            super::dry_run::print_comparison(forecast, &summary, attempts, summary.wall_secs);
+        }
     }
     let code = if summary.unaccounted == 0 {
         ExitCode::SUCCESS
@@ -206,6 +251,15 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     }
     offer_exploration(&args, emulator.as_ref(), &endpoint, stack).await?;
     Ok(code)
+}
+
+/// What the in-memory dry run reads of the command line.
+fn args_view(args: &Args) -> super::dry_run::RunArgs {
+    super::dry_run::RunArgs {
+        file: args.inventory.clone().unwrap_or_default(),
+        json: args.json,
+        array_windows: !args.single_jobs,
+    }
 }
 
 /// The fault plan from --fault-plan (or the default), reseeded by --seed.
@@ -236,7 +290,7 @@ fn emulator_endpoint(args: &Args) -> Result<(Option<Emulator>, String)> {
 /// The campaign the command line asks for.
 fn campaign_spec(args: &Args, plan: FaultPlan) -> CampaignSpec {
     let mut spec = CampaignSpec {
-        granules: args.granules,
+        granules: args.granules.unwrap_or(SAMPLE_GRANULES),
         plan,
         ..CampaignSpec::default()
     };
@@ -264,7 +318,11 @@ fn announce(args: &Args, endpoint: &str, name: &str, spec: &CampaignSpec) {
 
 /// Runs the campaign until nothing moves, its settled granules on a progress bar (hidden with
 /// --json).
-async fn run_with_progress(campaign: &mut Campaign, granules: usize, json: bool) -> Result<()> {
+pub(super) async fn run_with_progress(
+    campaign: &mut Campaign,
+    granules: usize,
+    json: bool,
+) -> Result<()> {
     let bar = if json {
         ProgressBar::hidden()
     } else {
@@ -332,7 +390,7 @@ async fn offer_exploration(
     Ok(())
 }
 
-fn print_summary(s: &Summary) {
+pub(super) fn print_summary(s: &Summary) {
     println!(
         "\nCampaign: {} granules in {:.1} s ({:.1} granules/s)",
         s.granules, s.wall_secs, s.granules_per_sec

@@ -4,6 +4,7 @@
 
 mod chaos;
 mod demo;
+mod dry_run;
 mod ingest_demo;
 mod simulate;
 
