@@ -73,6 +73,9 @@ struct DemoReport<'a> {
     endpoint: &'a str,
     /// The stack's resources (bucket, queues, job queue and definition), as the Lambdas see them.
     stack: Option<StackNames<'a>>,
+    /// With --inventory: `granary plan`'s forecast before the first run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    forecast: Option<&'a granary_cli::ops::plan::Plan>,
     #[serde(flatten)]
     summary: &'a Summary,
 }
@@ -224,6 +227,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
         let report = DemoReport {
             endpoint: &endpoint,
             stack: campaign.stack.as_ref().map(StackNames::of),
+            forecast: forecast.as_ref(),
             summary: &summary,
         };
         println!("{}", serde_json::to_string_pretty(&report)?);
