@@ -169,19 +169,20 @@ fn explore_commands(endpoint: &str, s: &EmulatorStack) -> String {
     )
 }
 
+/// The operator's --inventory, read (its first --granules ids).
+fn load_inventory(args: &Args) -> Result<Option<super::dry_run::Loaded>> {
+    args.inventory
+        .as_ref()
+        .map(|file| super::dry_run::load(file, args.granules.map(|n| n as u64), &args.id_column))
+        .transpose()
+}
+
 /// The sample's size when neither --granules nor --inventory says.
 const SAMPLE_GRANULES: usize = 300;
 
 pub async fn run(args: Args) -> Result<ExitCode> {
     let plan = fault_plan(&args)?;
-    let loaded = match &args.inventory {
-        Some(file) => Some(super::dry_run::load(
-            file,
-            args.granules.map(|n| n as u64),
-            &args.id_column,
-        )?),
-        None => None,
-    };
+    let loaded = load_inventory(&args)?;
     if args.in_memory {
         let Some(loaded) = loaded else {
             anyhow::bail!("--in-memory runs an --inventory");
@@ -234,8 +235,7 @@ pub async fn run(args: Args) -> Result<ExitCode> {
     } else {
         print_summary(&summary);
         if let Some(forecast) = &forecast {
-            let attempts = campaign.runtime.simulator.planned.len() as u64;
-            super::dry_run::print_comparison(forecast, &summary, attempts, summary.wall_secs);
+            super::dry_run::print_comparison(forecast, &summary, &campaign);
         }
     }
     let code = if summary.unaccounted == 0 {

@@ -157,7 +157,7 @@ on granary's in-memory twins; fault plan seed {}",
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         super::demo::print_summary(&summary);
-        print_comparison(&plan, &summary, attempts, summary.wall_secs);
+        print_comparison(&plan, &summary, &campaign);
     }
     Ok(if summary.unaccounted == 0 {
         std::process::ExitCode::SUCCESS
@@ -201,7 +201,9 @@ pub async fn forecast(campaign: &Campaign, array_windows: bool) -> Result<Plan> 
 }
 
 /// The forecast beside what happened.
-pub fn print_comparison(plan: &Plan, s: &Summary, attempts: u64, wall_secs: f64) {
+pub fn print_comparison(plan: &Plan, s: &Summary, campaign: &Campaign) {
+    let attempts = campaign.runtime.simulator.planned.len() as u64;
+    let wall_secs = s.wall_secs;
     let f = &plan.forecast;
     let mut t = Table::new();
     t.load_preset(UTF8_FULL_CONDENSED)
