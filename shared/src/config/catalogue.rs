@@ -276,6 +276,11 @@ pub const PARAMETERS: &[Parameter] = &[
         why: "Your processing container image.",
     },
     Parameter {
+        name: "Architecture",
+        default: Some("arm64"),
+        why: "The Lambdas' instruction set: arm64 or x86_64 (make package ARCHITECTURE=...).",
+    },
+    Parameter {
         name: "JobVcpus",
         default: Some("1"),
         why: "vCPUs a job needs.",
@@ -319,11 +324,6 @@ pub const PARAMETERS: &[Parameter] = &[
         name: "FeederScheduleMinutes",
         default: Some("60"),
         why: "Minutes between feeder runs.",
-    },
-    Parameter {
-        name: "FeederSilentAlarmMinutes",
-        default: Some("120"),
-        why: "Alarm when the feeder has not run: two schedule periods.",
     },
     Parameter {
         name: "GranuleSubmitCount",
