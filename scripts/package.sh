@@ -18,10 +18,16 @@ all=(queue-feeder job-monitor requeuer importer-discover importer-step item-swee
 
 install() {
   if [ -f "$stamp" ]; then return 0; fi
-  echo "installing cargo-lambda and ziglang into .venv-package (once)..." >&2
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "cargo-lambda==1.9.2" "ziglang==0.17.1"
-  touch "$stamp"
+  # One installer at a time (CI packages in the background while `make test` installs).
+  exec 9>"$venv.lock"
+  flock 9
+  if [ ! -f "$stamp" ]; then
+    echo "installing cargo-lambda and ziglang into .venv-package (once)..." >&2
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "cargo-lambda==1.9.2" "ziglang==0.17.1"
+    touch "$stamp"
+  fi
+  exec 9>&-
 }
 
 # The Architecture infra/samconfig.toml deploys with, or the template's default.

@@ -53,9 +53,10 @@ fi
 # `make test`, runs on this very build instead of compiling the workspace a second time.
 features=(--features granary/mutants)
 # The Lambda binaries themselves (a test build compiles only their unit tests): the functions
-# run under cargo-lambda's Runtime API emulator in local/tests/lambda_runtime.rs.
-cargo build --locked "${features[@]}" --bins -p queue-feeder -p job-monitor -p requeuer \
-  -p importer -p ingest -p archive
+# run under cargo-lambda's Runtime API emulator in local/tests/lambda_runtime.rs. The whole
+# workspace with every target, so the dependencies resolve their features as the tests' build
+# did and only the binaries compile (selected with -p, Cargo compiled half the graph again).
+cargo build --workspace --all-targets --locked "${features[@]}"
 if cargo nextest --version >/dev/null 2>&1; then
   args=(run --workspace --locked --no-fail-fast "${features[@]}")
   if [ -n "$only" ] && [ ${#skips[@]} -eq 0 ]; then
