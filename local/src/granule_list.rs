@@ -49,13 +49,14 @@ impl Iterator for SampleGranules {
     }
 }
 
-/// The first `len` sample granules of `seed`, in inventory order, then the files an importer
-/// found (their ids made from their hashes: few, and kept as they are).
+/// The first `len` sample granules of `seed`, in inventory order, then ids kept as they are:
+/// an operator's own inventory (`given`), the files an importer found (`with_imported`).
 #[derive(Debug, Default, Clone)]
 pub struct GranuleList {
     seed: u64,
     len: usize,
-    imported: std::sync::Arc<[String]>,
+    /// Ids kept as they are, after the sample's: an operator's inventory, an importer's files.
+    kept: std::sync::Arc<[String]>,
 }
 
 impl GranuleList {
@@ -63,7 +64,7 @@ impl GranuleList {
         Self {
             seed,
             len,
-            imported: std::sync::Arc::from([]),
+            kept: std::sync::Arc::from([]),
         }
     }
 
@@ -72,32 +73,32 @@ impl GranuleList {
         Self {
             seed: 0,
             len: 0,
-            imported: ids,
+            kept: ids,
         }
     }
 
     /// The list with the ids of the files an importer discovers after the sample's.
     pub fn with_imported(self, ids: Vec<String>) -> Self {
         Self {
-            imported: self.imported.iter().cloned().chain(ids).collect(),
+            kept: self.kept.iter().cloned().chain(ids).collect(),
             ..self
         }
     }
 
     pub fn len(&self) -> usize {
-        self.len + self.imported.len()
+        self.len + self.kept.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The ids, made again from the seed, then the imported ones.
+    /// The ids, made again from the seed, then the kept ones.
     pub fn iter(&self) -> impl Iterator<Item = String> + '_ {
         SampleGranules::new(self.seed)
             .take(self.len)
             .map(|row| row.granule_id)
-            .chain(self.imported.iter().cloned())
+            .chain(self.kept.iter().cloned())
     }
 
     /// Each id's place in the list, found by its acquisition time: the sample ids are newest
@@ -120,11 +121,11 @@ impl GranuleList {
             }
             by_time.push((step, check_hash(&id)));
         }
-        let imported = (self.imported.iter().cloned()).zip(self.len..).collect();
+        let kept = (self.kept.iter().cloned()).zip(self.len..).collect();
         Ok(Places {
             newest: newest.unwrap_or_default(),
             by_time,
-            imported,
+            kept,
         })
     }
 }
@@ -152,15 +153,15 @@ pub struct Places {
     newest: i64,
     /// Each id's time in steps from the newest, and its check hash, in list order.
     by_time: Vec<(u32, u32)>,
-    /// The imported files' ids, by their places after the sample's.
-    imported: std::collections::HashMap<String, usize>,
+    /// The kept ids, by their places after the sample's.
+    kept: std::collections::HashMap<String, usize>,
 }
 
 impl Places {
     /// The place of `id`; `None` for an id not in the list (but for a 2^-32 chance, for an id
     /// of exactly a listed id's time).
     pub fn of(&self, id: &str) -> Option<usize> {
-        if let Some(at) = self.imported.get(id) {
+        if let Some(at) = self.kept.get(id) {
             return Some(*at);
         }
         let steps = (self.newest - acquired(id)?) / SAMPLE_STEP_SECS;

@@ -21,7 +21,7 @@
 #[path = "lambda_runtime/harness.rs"]
 mod harness;
 
-use granary::adapters::aws::{AwsClients, S3Store, SqsQueue};
+use granary::adapters::aws::{AwsClients, S3Store};
 use granary::domain::granule::{GranuleId, GranuleProcessingEvent};
 use granary::domain::layout::logs::{LogKey, LogOutcome};
 use granary::ports::{ObjectStore, PutCondition};
@@ -148,14 +148,13 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     drop(running);
     assert_eq!(failures(&answer), Vec::<String>::new(), "{answer}");
     let prefix = &ctx.config.layout.log_prefix;
-    let logs = harness::keys(ctx.store.as_ref(), prefix).await;
+    let logs = granary_tests::keys(ctx.store.as_ref(), prefix).await;
     assert!(
         logs.iter().any(|k| LogKey::parse(prefix, k)
             .is_ok_and(|l| l.granule_id.as_str() == done && l.outcome == LogOutcome::Success)),
         "the success is logged: {logs:?}"
     );
-    let dlq = SqsQueue::new(clients.sqs.clone(), own.get("GRANARY_FAILURE_DLQ_URL"));
-    let dead = harness::receive_all(&dlq).await;
+    let dead = granary_tests::drain(&clients, own.get("GRANARY_FAILURE_DLQ_URL")).await;
     assert!(
         dead.iter().any(|m| m.body.contains(failed)),
         "the application failure is dead-lettered: {dead:?}"
@@ -194,7 +193,7 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     let answer = running.invoke(&event).answer();
     drop(running);
     assert_eq!(failures(&answer), vec!["m-held".to_owned()], "{answer}");
-    let dead = harness::receive_all(&dlq).await;
+    let dead = granary_tests::drain(&clients, own.get("GRANARY_FAILURE_DLQ_URL")).await;
     assert!(
         dead.iter().any(
             |m| m.attributes.get("kind").map(String::as_str) == Some("malformed_retry_message")
@@ -225,8 +224,7 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
 
     // The step, on the import queue's message.
     let step = deployed.function("ImporterStepFunction", &own);
-    let import = SqsQueue::new(clients.sqs.clone(), own.get("GRANARY_IMPORT_QUEUE_URL"));
-    let messages = harness::receive_all(&import).await;
+    let messages = granary_tests::drain(&clients, own.get("GRANARY_IMPORT_QUEUE_URL")).await;
     assert_eq!(messages.len(), 1, "{messages:?}");
     let event = sqs_event(&[("m-item", messages[0].body.clone())]);
     let running = emulator.run(&step);
@@ -269,7 +267,7 @@ async fn every_function_answers_the_events_aws_sends_under_cargo_lambdas_runtime
     let answer = running.invoke(&event).answer();
     drop(running);
     assert_eq!(failures(&answer), Vec::<String>::new(), "{answer}");
-    let batches = harness::keys(ctx.store.as_ref(), "ingest/batches/").await;
+    let batches = granary_tests::keys(ctx.store.as_ref(), "ingest/batches/").await;
     assert!(!batches.is_empty(), "the submission made a batch");
     passed.insert("ingest-submit", answer.to_string());
 

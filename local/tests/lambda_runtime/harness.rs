@@ -1,9 +1,8 @@
 //! The harness of lambda_runtime.rs: the deployed stack's functions, cargo-lambda's Runtime API
 //! emulator, a binary running under it, and what `cargo lambda invoke` answered.
 
-use granary::adapters::aws::{AwsClients, SqsQueue};
+use granary::adapters::aws::AwsClients;
 use granary::handlers::Ctx;
-use granary::ports::{ObjectStore, Queue, ReceivedMessage};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -271,9 +270,9 @@ impl Emulator {
         let bin = binaries_dir().join(&f.binary);
         assert!(
             bin.exists(),
-            "{} not found: build the functions first (`cargo build --bins -p {}`; `make test` does)",
-            bin.display(),
-            f.binary
+            "{} not found: build the functions first (`cargo build --workspace --all-targets \
+             --features granary/mutants`, as scripts/test-suite.sh does)",
+            bin.display()
         );
         let log_path = self.logs.path().join(format!("{}.log", f.binary));
         let log = std::fs::File::create(&log_path).unwrap();
@@ -416,31 +415,6 @@ impl Invoked {
             self.stdout,
             self.stderr
         );
-    }
-}
-
-pub async fn keys(store: &dyn ObjectStore, prefix: &str) -> Vec<String> {
-    store
-        .list(prefix)
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|m| m.key)
-        .collect()
-}
-
-/// Every message on the queue, each deleted once read.
-pub async fn receive_all(queue: &SqsQueue) -> Vec<ReceivedMessage> {
-    let mut out = Vec::new();
-    loop {
-        let got = queue.receive(10, 30, 0).await.unwrap();
-        if got.is_empty() {
-            return out;
-        }
-        for m in got {
-            queue.delete(&m.receipt_handle).await.unwrap();
-            out.push(m);
-        }
     }
 }
 

@@ -63,6 +63,22 @@ impl Layout {
         })
     }
 
+    /// The id parser GRANARY_ID_PATTERN and GRANARY_ID_DATE_FORMAT name (HLS ids when unset),
+    /// from the environment: what reads ids without a bucket (`granary-local demo
+    /// --inventory`) parses them as the stack will.
+    pub fn id_parser_from_env() -> Result<IdParser, ConfigError> {
+        Self::id_parser_from(&Vars {
+            get: &|k| std::env::var(k).ok(),
+        })
+    }
+
+    fn id_parser_from(v: &Vars) -> Result<IdParser, ConfigError> {
+        Ok(IdParser::new(
+            &v.or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
+            &v.or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
+        )?)
+    }
+
     pub(crate) fn read(v: &Vars) -> Result<Self, ConfigError> {
         let campaign = v
             .get("GRANARY_CAMPAIGN")
@@ -89,10 +105,7 @@ impl Layout {
             reject_prefix: layout::REJECT_PREFIX.to_owned(),
             item_prefixes: ItemPrefixes::default(),
             track_items: v.flag("GRANARY_ITEM_RECORDS", true)?,
-            id_parser: IdParser::new(
-                &v.or("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
-                &v.or("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
-            )?,
+            id_parser: Self::id_parser_from(v)?,
         };
         Ok(unnamed.in_campaign(campaign.as_ref()))
     }

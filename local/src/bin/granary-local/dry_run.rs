@@ -7,7 +7,6 @@
 use anyhow::{bail, Context, Result};
 use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
 use granary::adapters::parquet::InventoryLayout;
-use granary::domain::granule::IdParser;
 use granary_cli::convert::{self, Options, Progress};
 use granary_cli::ops::plan::Plan;
 use granary_local::campaign::{Campaign, CampaignSpec, GivenInventory, Summary};
@@ -37,7 +36,8 @@ pub fn load(file: &Path, first: Option<u64>, id_column: &str) -> Result<Loaded> 
         inputs: vec![PathBuf::from(file)],
         format: None,
         id_column: id_column.to_owned(),
-        id_parser: id_parser()?,
+        id_parser: granary::config::Layout::id_parser_from_env()
+            .context("the id pattern (GRANARY_ID_PATTERN, GRANARY_ID_DATE_FORMAT)")?,
         memory_budget_bytes: 256 << 20,
         layout: InventoryLayout::granary(),
         first,
@@ -68,22 +68,6 @@ pub fn load(file: &Path, first: Option<u64>, id_column: &str) -> Result<Loaded> 
         },
         read,
     })
-}
-
-/// The id parser `granary inventory convert` uses: GRANARY_ID_PATTERN and
-/// GRANARY_ID_DATE_FORMAT, HLS ids by default.
-fn id_parser() -> Result<IdParser> {
-    let var = |k: &str, default: &str| {
-        std::env::var(k)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default.to_owned())
-    };
-    IdParser::new(
-        &var("GRANARY_ID_PATTERN", IdParser::HLS_PATTERN),
-        &var("GRANARY_ID_DATE_FORMAT", IdParser::HLS_DATE_FORMAT),
-    )
-    .context("the id pattern (GRANARY_ID_PATTERN, GRANARY_ID_DATE_FORMAT)")
 }
 
 /// The ids of an inventory granary wrote, in its order.
