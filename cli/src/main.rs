@@ -87,6 +87,16 @@ enum Command {
     ///   granary report --athena --workgroup granary-operators --database granary
     #[command(verbatim_doc_comment)]
     Report(ops_cmd::ReportArgs),
+    /// Join the inventories, the logs and the products: list the granules missing (nothing
+    /// will move them), the successes without their products, the products no row explains,
+    /// the doubled, and the dead letters by reason, as CSV and Parquet lists to rerun from.
+    ///
+    /// Examples:
+    ///   granary audit --out audit-2026-12
+    ///   granary resume --from-list audit-2026-12/missing.csv --dry-run
+    ///   granary redrive --from-list audit-2026-12/dead_letters.csv --dry-run
+    #[command(verbatim_doc_comment)]
+    Audit(ops_cmd::AuditArgs),
     /// Failure-DLQ messages back to the retry queue: all, or by reason, attempt or granule.
     ///
     /// Examples:
@@ -201,6 +211,7 @@ async fn main() -> ExitCode {
         Command::Plan(args) => ops_cmd::plan(args).await,
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,
+        Command::Audit(args) => ops_cmd::audit(args).await,
         Command::Redrive(args) => ops_cmd::redrive(args).await,
         Command::RedriveEvents(args) => ops_cmd::redrive_events(args).await,
         Command::RedriveImports(args) => ops_cmd::redrive_imports(args).await,

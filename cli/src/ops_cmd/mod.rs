@@ -5,6 +5,7 @@
 //! Each command's arguments and run function are in its own file; this module holds what several
 //! share.
 
+mod audit;
 mod hold;
 mod plan;
 mod redrive;
@@ -15,6 +16,7 @@ mod resume;
 mod revalidate;
 mod status;
 
+pub use audit::{audit, AuditArgs};
 pub use hold::{hold, release, HoldArgs};
 pub use plan::{plan, PlanArgs};
 pub use redrive::{redrive, RedriveArgs};

@@ -23,6 +23,9 @@ pub struct RedriveArgs {
     /// Only granules whose id matches this regex.
     #[arg(long)]
     granule: Option<String>,
+    /// Only the granules of a list `granary audit` wrote (its dead_letters.csv, or .parquet).
+    #[arg(long, value_name = "FILE")]
+    from_list: Option<std::path::PathBuf>,
     #[command(flatten)]
     pace: Pace,
 }
@@ -39,10 +42,23 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
         reason: regex(&args.reason, "reason")?,
         attempt: args.attempt,
         granule: regex(&args.granule, "granule")?,
+        granules: match &args.from_list {
+            None => None,
+            Some(list) => Some(
+                granary_cli::ops::audit::lists::read_list(list)?
+                    .into_iter()
+                    .map(|l| l.granule_id)
+                    .collect(),
+            ),
+        },
     };
-    if !args.all && filter.reason.is_none() && filter.attempt.is_none() && filter.granule.is_none()
+    if !args.all
+        && filter.reason.is_none()
+        && filter.attempt.is_none()
+        && filter.granule.is_none()
+        && filter.granules.is_none()
     {
-        bail!("choose what to redrive: --all, or --reason / --attempt / --granule (try --dry-run first)");
+        bail!("choose what to redrive: --all, or --reason / --attempt / --granule / --from-list (try --dry-run first)");
     }
     let opts = args.pace.options()?;
     let queues = Queues::from_env().context(CONFIG_HINT)?;

@@ -16,6 +16,7 @@
 
 pub mod archive;
 pub mod attempt_budget;
+pub mod audit;
 pub mod batch_event;
 pub mod brake;
 pub mod campaign;

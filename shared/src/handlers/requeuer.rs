@@ -9,7 +9,8 @@ use crate::ports::QueueError;
 use crate::repositories::SubmitOutcome;
 use serde::Serialize;
 
-pub const ATTEMPTS_EXHAUSTED: &str = "attempts exhausted";
+/// The DLQ reason of a granule whose attempts are spent (the audit counts it so too).
+pub const ATTEMPTS_EXHAUSTED: &str = crate::domain::audit::EXHAUSTED;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "action")]

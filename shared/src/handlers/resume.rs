@@ -113,3 +113,77 @@ pub async fn resume(
     }
     Ok(summary)
 }
+
+/// A granule an audit listed (`granary resume --from-list`), with the latest attempt it knew.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedAttempt {
+    pub granule_id: GranuleId,
+    pub attempt: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ListedSummary {
+    /// Failed items, resumed by their records (as [`resume`]).
+    pub items: ResumeSummary,
+    /// Granules sent round from their listed attempt: the next one follows.
+    pub sent: Vec<Resumed>,
+    /// Granules that succeeded or went past the listed attempt since the list was written.
+    pub moved_on: Vec<String>,
+    /// Granules with neither a failed record nor an attempt in the list.
+    pub no_attempt: Vec<String>,
+}
+
+/// Resumes listed granules: a failed item by its record; any other by a redrive-flagged retry
+/// message of its listed attempt (the requeuer submits the next one, as `granary resume
+/// --cancelled` does), unless it has moved on since.
+pub async fn resume_listed(
+    ctx: &Ctx,
+    listed: &[ListedAttempt],
+    dry_run: bool,
+) -> Result<ListedSummary, HandlerError> {
+    let mut summary = ListedSummary::default();
+    for l in listed {
+        if ctx.config.layout.track_items {
+            let failed = ctx.items().get(&l.granule_id).await?.is_some_and(|r| {
+                matches!(
+                    r.value.state,
+                    ProcessingFailed | Abandoned | DownloadingFailed
+                )
+            });
+            if failed {
+                let one = resume(ctx, std::slice::from_ref(&l.granule_id), dry_run).await?;
+                summary.items.resumed.extend(one.resumed);
+                continue;
+            }
+        }
+        let Some(attempt) = l.attempt else {
+            summary.no_attempt.push(l.granule_id.to_string());
+            continue;
+        };
+        let ended = GranuleProcessingEvent {
+            granule_id: l.granule_id.clone(),
+            attempt,
+        };
+        if super::cancel::moved_on(ctx, &ended).await? {
+            summary.moved_on.push(l.granule_id.to_string());
+            continue;
+        }
+        if !dry_run {
+            let spot_ends = ctx.spot_ends_before(&ended).await?;
+            let message = RetryMessage::redriven(ended)
+                .with_spot_ends(spot_ends)
+                .of_campaign(ctx.campaign().cloned())
+                .to_message(&Notice::new(
+                    Outcome::Resumed,
+                    "resumed from an audit's list",
+                ))?;
+            ctx.retry_queue.send(message).await?;
+        }
+        summary.sent.push(Resumed {
+            item_id: l.granule_id.to_string(),
+            from: format!("attempt {attempt}"),
+            next_attempt: attempt + 1,
+        });
+    }
+    Ok(summary)
+}

@@ -474,5 +474,8 @@ pub async fn scan_log_facts(
     Ok(facts)
 }
 
+mod pages;
+pub use pages::LogPages;
+
 #[cfg(test)]
 mod tests;
