@@ -10,6 +10,11 @@
                                         under "from_inventory", the item steps view's rows under
                                         "item_steps"
 
+  athena_check.py audit LOGS_DIR INVENTORIES_DIR PRODUCTS_CSV MAX_RETRIES TEMPLATE
+                                        DuckDB runs athena/audit/audit_lists.sql over the logs,
+                                        the inventories' Parquet files and a listing of the
+                                        products (as INVENTORY_CSV); prints its rows as JSON
+
 LOGS_DIR holds the logs as outcome=…/platform=…/acquisition_date=…/<file>.json, one JSON object per
 file, as granary writes them under logs/ (the test copies them out of the emulator). INVENTORY_CSV
 holds the rows S3 Inventory reports would hold (bucket, key, size, last_modified_date, dt), one
@@ -65,17 +70,8 @@ def to_duckdb(sql):
     return out
 
 
-def tables(logs_dir, inventory_csv, items_dir):
-    """The four tables the Athena DDL declares, over local copies of what granary wrote."""
-    import duckdb
-
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
-    con.execute(
-        "CREATE TABLE granary_logs_inventory AS SELECT * FROM read_csv("
-        f"'{inventory_csv}', header=true, columns={{'bucket': 'VARCHAR', 'key': 'VARCHAR', "
-        "'size': 'BIGINT', 'last_modified_date': 'TIMESTAMP', 'dt': 'VARCHAR'})"
-    )
+def logs_view(con, logs_dir):
+    """granary_logs over a local copy of logs/, as the Athena table declares it."""
     pattern = str(pathlib.Path(logs_dir) / "**" / "*.json")
     # Partition values stay strings, as Athena's projected string partitions are.
     con.execute(
@@ -107,6 +103,20 @@ def tables(logs_dir, inventory_csv, items_dir):
     extra = ("" if "revoked" in types else
              ", NULL::STRUCT(through_attempt INTEGER, reason VARCHAR, \"at\" VARCHAR) AS revoked")
     con.execute(f"CREATE VIEW granary_logs AS SELECT *{replace}{extra} FROM granary_logs_raw")
+
+
+def tables(logs_dir, inventory_csv, items_dir):
+    """The four tables the Athena DDL declares, over local copies of what granary wrote."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(
+        "CREATE TABLE granary_logs_inventory AS SELECT * FROM read_csv("
+        f"'{inventory_csv}', header=true, columns={{'bucket': 'VARCHAR', 'key': 'VARCHAR', "
+        "'size': 'BIGINT', 'last_modified_date': 'TIMESTAMP', 'dt': 'VARCHAR'})"
+    )
+    logs_view(con, logs_dir)
     # Only the patterns some file matches: DuckDB refuses a glob that matches nothing, where
     # Athena reads an empty prefix as no rows (a campaign whose records never moved after their
     # window's creation writes no single-entry objects at all).
@@ -184,6 +194,29 @@ def run(logs_dir, inventory_csv, items_dir):
     names = [d[0] for d in steps.description]
     out["item_steps"] = [dict(zip(names, row)) for row in steps.fetchall()]
     print(json.dumps(out, default=str, indent=1))
+
+
+def audit(logs_dir, inventories_dir, products_csv, max_retries, template):
+    """athena/audit/audit_lists.sql on DuckDB: the lists `granary audit` writes, as JSON rows."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    logs_view(con, logs_dir)
+    con.execute("CREATE VIEW granary_inventories AS SELECT * FROM read_parquet("
+                f"'{pathlib.Path(inventories_dir) / '*.parquet'}')")
+    con.execute(
+        "CREATE TABLE granary_products_inventory AS SELECT * FROM read_csv("
+        f"'{products_csv}', header=true, columns={{'bucket': 'VARCHAR', 'key': 'VARCHAR', "
+        "'size': 'BIGINT', 'last_modified_date': 'TIMESTAMP', 'dt': 'VARCHAR'})"
+    )
+    prefix, suffix = template.split("{id}")
+    sql = ((ROOT / "audit" / "audit_lists.sql").read_text()
+           .replace("${MAX_RETRIES}", str(int(max_retries)))
+           .replace("${PRODUCT_PREFIX}", prefix)
+           .replace("${PRODUCT_SUFFIX}", suffix))
+    (statement,) = to_duckdb(sql)
+    print(json.dumps([list(row) for row in con.execute(statement).fetchall()]))
 
 
 def serve(logs_dir, inventory_csv, items_dir, queries_log):
@@ -295,6 +328,8 @@ if __name__ == "__main__":
         run(sys.argv[2], sys.argv[3], sys.argv[4])
     elif len(sys.argv) == 4 and sys.argv[1] == "catalog":
         catalog(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 7 and sys.argv[1] == "audit":
+        audit(*sys.argv[2:7])
     elif len(sys.argv) == 6 and sys.argv[1] == "serve":
         serve(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:

@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod audit;
 mod campaign;
 mod common;
 
@@ -58,6 +59,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// `granary audit`'s sort, judge and lists over a made-up campaign of N granules.
+    Audit {
+        #[arg(long, default_value_t = 10_000_000)]
+        granules: u64,
+        /// The sort's memory in MiB (default: the command's).
+        #[arg(long)]
+        sort_memory_mib: Option<usize>,
+    },
     /// Feeder window read over two inventory layouts.
     Window {
         /// Inventory sizes in rows.
@@ -167,6 +176,10 @@ enum Command {
 #[tokio::main]
 async fn main() -> Result<()> {
     match Cli::parse().command {
+        Command::Audit {
+            granules,
+            sort_memory_mib,
+        } => audit::audit(granules, sort_memory_mib).await,
         Command::Window {
             rows,
             reps,

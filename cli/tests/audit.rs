@@ -61,6 +61,82 @@ async fn dlq_granules(
     s.matched.into_iter().map(|m| m.granule_id).collect()
 }
 
+/// The command's lists as (list, granule, attempt) rows.
+fn command_rows(dir: &Path) -> BTreeSet<(String, String, u32)> {
+    let mut rows = BTreeSet::new();
+    for list in AuditList::ALL {
+        for r in read_list(&dir.join(format!("{}.csv", list.name()))).unwrap() {
+            rows.insert((list.name().to_owned(), r.granule_id, r.attempt.unwrap()));
+        }
+    }
+    rows
+}
+
+/// The tables copied out of the store (logs three partitions deep, the inventories' Parquet
+/// files, a listing of the products as an S3 Inventory report's rows), and the SQL's rows.
+async fn duckdb_rows(ctx: &granary::handlers::Ctx, dir: &Path) -> BTreeSet<(String, String, u32)> {
+    let store = ctx.store.clone();
+    let prefix = &ctx.config.layout.log_prefix;
+    let logs = dir.join("tables/logs");
+    for meta in store.list(prefix).await.unwrap() {
+        let key = LogKey::parse(prefix, &meta.key).unwrap();
+        let parts: Vec<&str> = meta.key[prefix.len()..].split('/').collect();
+        let folder = logs.join(parts[0]).join(parts[1]).join(parts[2]);
+        std::fs::create_dir_all(&folder).unwrap();
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        std::fs::write(
+            folder.join(format!("{}__a{}.json", key.granule_id, key.attempt)),
+            &body,
+        )
+        .unwrap();
+    }
+    let inventories = dir.join("tables/inventories");
+    std::fs::create_dir_all(&inventories).unwrap();
+    for (i, meta) in store
+        .list(&ctx.config.layout.inventory_prefix)
+        .await
+        .unwrap()
+        .iter()
+        .enumerate()
+    {
+        let body = store.get(&meta.key).await.unwrap().unwrap().body;
+        std::fs::write(inventories.join(format!("{i}.parquet")), &body).unwrap();
+    }
+    let mut listing = String::from("bucket,key,size,last_modified_date,dt\n");
+    for meta in store.list("products/").await.unwrap() {
+        listing.push_str(&format!(
+            "b,{},{},2026-12-07 00:00:00,2026-12-07-01-00\n",
+            meta.key, meta.size
+        ));
+    }
+    let products = dir.join("tables/products.csv");
+    std::fs::write(&products, listing).unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = root.join(".venv-sql/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `scripts/sql.sh install` (make test does)",
+        python.display()
+    );
+    let out = std::process::Command::new(python)
+        .arg(root.join("scripts/athena_check.py"))
+        .arg("audit")
+        .args([&logs, &inventories, &products])
+        .args([
+            &ctx.config.attempt_budget.retries.to_string(),
+            "products/{id}.tif",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(String, String, u32)> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter().collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_lists_exactly_the_planted_gaps_and_its_missing_list_reruns() {
     let mut spec = CampaignSpec {
@@ -142,8 +218,11 @@ async fn the_audit_lists_exactly_the_planted_gaps_and_its_missing_list_reruns() 
     }
     .to_key(&prefix);
     let body = store.get(twice_raw).await.unwrap().unwrap().body;
+    let mut record: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    record["attempt"] = 7.into();
+    let body = serde_json::to_vec(&record).unwrap();
     store
-        .put(&again, body, PutCondition::Overwrite)
+        .put(&again, body.into(), PutCondition::Overwrite)
         .await
         .unwrap();
 
@@ -182,6 +261,12 @@ async fn the_audit_lists_exactly_the_planted_gaps_and_its_missing_list_reruns() 
     let on_disk: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("summary.json")).unwrap()).unwrap();
     assert_eq!(on_disk["judged"]["standings"]["missing"], 1);
+
+    // athena/audit/audit_lists.sql, on DuckDB over a copy of the same tables, gives the rows.
+    assert_eq!(
+        duckdb_rows(&ctx, out.path()).await,
+        command_rows(out.path())
+    );
 
     // The missing list rerun: a dry run sends nothing, the run sends the lost granule round.
     let rows: Vec<ListedAttempt> = read_list(&out.path().join("missing.csv"))

@@ -157,8 +157,8 @@ pub const SETTINGS: &[Setting] = &[
     choice("GRANARY_NOT_BEFORE", "", &[Importer], "NotBefore", "Skip files last modified before this RFC 3339 time."),
     choice("GRANARY_PREREQUISITES", "", &[Importer], "Prerequisites", "Keys that must exist before an item is processed."),
     Setting {
-        commands: &["granary items"],
-        ..choice("GRANARY_PRODUCT_KEYS", "", &[Importer], "ProductKeys", "A processed item's products, checked by re-validation.")
+        commands: &["granary items", "granary audit"],
+        ..choice("GRANARY_PRODUCT_KEYS", "", &[Importer], "ProductKeys", "A processed item's products, checked by re-validation and `granary audit`.")
     },
     choice("GRANARY_INGEST_CAPACITY_BYTES", "107374182400", &[Ingest], "IngestCapacityBytes", "Bytes of ingest jobs downloading or processing at once: the scratch space you pay for."),
     choice("GRANARY_INGEST_CONTAINER_STEP", "on", &[Ingest], "IngestContainerStep", "Off stores deposits as they came, without the processing container."),

@@ -207,11 +207,13 @@ pub fn judge(granule_id: &str, seen: &[Seen], rules: &Rules) -> Judged {
     };
     let (standing, reason) = standing_of(&rows, &logs, seen, &rules.budget);
     let mut findings = Vec::new();
-    let successes: Vec<u32> = logs
+    let mut successes: Vec<u32> = logs
         .iter()
         .filter(|l| l.is_success())
         .map(|l| l.attempt)
         .collect();
+    successes.sort_unstable();
+    successes.dedup();
     if successes.len() > 1 {
         findings.push(finding(
             AuditList::Doubled,
