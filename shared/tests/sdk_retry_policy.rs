@@ -71,6 +71,7 @@ fn request() -> JobRequest {
         parameters: BTreeMap::new(),
         array_size: None,
         queue: None,
+        memory_mib: None,
     }
 }
 

@@ -117,6 +117,7 @@ fn stand_in(k: &str) -> &'static str {
             "_RATE",
             "_MESSAGES",
             "_PERCENT",
+            "_MIB",
         ]
         .iter()
         .any(|s| k.ends_with(s)) =>

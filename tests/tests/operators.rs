@@ -216,6 +216,7 @@ async fn redrive_filters_and_dry_runs() {
         reason: Some(regex::Regex::new("^exit code").unwrap()),
         attempt: Some(1),
         granule: Some(regex::Regex::new(r"^HLS\.S30\.").unwrap()),
+        granules: None,
     };
     let out = redrive(dlq, retry, &both, &RedriveOptions::default(), &|_| {})
         .await

@@ -200,6 +200,7 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
     let Scanned {
         reports,
         cost,
+        memory,
         page,
     } = if args.scan {
         scan(&args, prices).await?
@@ -207,6 +208,7 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         Scanned {
             reports: athena_reports(&args).await?,
             cost: None,
+            memory: None,
             page: None,
         }
     };
@@ -215,11 +217,17 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
         if let (Some(cost), Some(map)) = (&cost, out.as_object_mut()) {
             map.insert("cost".into(), serde_json::to_value(cost)?);
         }
+        if let (Some(memory), Some(map)) = (&memory, out.as_object_mut()) {
+            map.insert("memory".into(), serde_json::to_value(memory)?);
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
         print_sections(&report::sections(&reports), args.csv)?;
         if let Some(c) = &cost {
             print_cost(c);
+        }
+        if let Some(m) = &memory {
+            print_memory(m);
         }
     }
     if let Some(path) = &args.chart {
@@ -238,12 +246,15 @@ pub async fn report(args: ReportArgs) -> Result<ExitCode> {
 struct Scanned {
     reports: Reports,
     cost: Option<CampaignCost>,
+    /// With `--cost`: the memory the granules needed.
+    memory: Option<Vec<granary::domain::report::MemoryNeed>>,
     page: Option<String>,
 }
 
 /// `granary report --scan`: this campaign's logs, read from S3.
 async fn scan(args: &ReportArgs, prices: ComputePrices) -> Result<Scanned> {
     let mut cost = None;
+    let mut memory = None;
     let mut page = None;
     let ctx = ctx(&[]).await?;
     let b = bar(0, "logs read");
@@ -264,6 +275,7 @@ async fn scan(args: &ReportArgs, prices: ComputePrices) -> Result<Scanned> {
             granary::domain::cost::OWN_COST_RECORDS_OFF
         };
         cost = Some(granary::domain::report::cost_of_logs(&facts, prices, own));
+        memory = Some(granary::domain::report::memory_needed(&facts));
     }
     let reports = granary::domain::report::compute(&facts);
     if args.html.is_some() {
@@ -285,6 +297,7 @@ async fn scan(args: &ReportArgs, prices: ComputePrices) -> Result<Scanned> {
     Ok(Scanned {
         reports,
         cost,
+        memory,
         page,
     })
 }
@@ -332,4 +345,27 @@ fn print_cost(c: &CampaignCost) {
         c.dollars_per_granule,
         c.dollars_per_granule * 1e6
     );
+}
+
+/// The memory the granules needed (`domain::report::memory_needed`).
+fn print_memory(rows: &[granary::domain::report::MemoryNeed]) {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header([
+        "platform",
+        "memory reserved (MiB)",
+        "granules succeeded",
+        "after running out",
+        "out-of-memory ends",
+    ]);
+    for r in rows {
+        let mib = r.memory_mib.map_or("unknown".to_owned(), |m| m.to_string());
+        t.add_row([
+            r.platform.clone(),
+            mib,
+            r.granules.to_string(),
+            r.after_out_of_memory.to_string(),
+            r.out_of_memory_ends.to_string(),
+        ]);
+    }
+    println!("memory the granules needed (GRANARY_JOB_MEMORY_MIB doubles a retry after running out):\n{t}");
 }

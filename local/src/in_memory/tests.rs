@@ -20,6 +20,7 @@ fn request(name: &str, granule: &str, attempt: u32) -> JobRequest {
         ]),
         array_size: None,
         queue: None,
+        memory_mib: None,
     }
 }
 

@@ -132,6 +132,7 @@ mod tests {
             parameters: BTreeMap::new(),
             array_size: None,
             queue: None,
+            memory_mib: None,
         }
     }
 

@@ -229,6 +229,9 @@ pub struct Jobs {
     /// before its inventory windows (`domain::window::RETRY_WINDOWS`), so retries spend
     /// Batch's SubmitJob quota by the window, not by the granule.
     pub array_retries: bool,
+    /// What the job definition reserves and the most an out-of-memory retry asks for
+    /// (`GRANARY_JOB_MEMORY_MIB`, `domain::memory`).
+    pub memory: crate::domain::memory::MemoryLimits,
 }
 
 impl Jobs {
@@ -256,6 +259,16 @@ impl Jobs {
                 "the AWS Batch job definition (name, name:revision or ARN)",
             )?,
             last_attempt_queue: v.get("GRANARY_LAST_ATTEMPT_JOB_QUEUE"),
+            memory: {
+                let raw = v.or("GRANARY_JOB_MEMORY_MIB", DEFAULT_JOB_MEMORY);
+                crate::domain::memory::MemoryLimits::parse(&raw).map_err(|why| {
+                    ConfigError::Invalid {
+                        var: "GRANARY_JOB_MEMORY_MIB",
+                        value: raw.clone(),
+                        why: why.to_string(),
+                    }
+                })?
+            },
             // Retries gather into windows wherever first attempts do: the container follows
             // the child contract already. Apart only in benchmarks that compare the two.
             array_retries: v.flag(
@@ -279,6 +292,9 @@ impl Jobs {
         })
     }
 }
+
+/// The job definition's memory and an out-of-memory retry's cap, MiB (the template's default).
+pub const DEFAULT_JOB_MEMORY: &str = "2048:16384";
 
 /// The retry queue and the failure dead-letter queue.
 #[derive(Debug, Clone, PartialEq, Eq)]

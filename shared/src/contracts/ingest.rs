@@ -76,6 +76,7 @@ pub fn processing_job(
             .collect::<BTreeMap<_, _>>(),
         array_size: None,
         queue: None,
+        memory_mib: None,
     }
 }
 

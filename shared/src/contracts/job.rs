@@ -33,6 +33,7 @@ pub fn job_request(
             ]),
             array_size: None,
             queue: None,
+            memory_mib: None,
         },
     )
 }
@@ -46,6 +47,13 @@ pub fn placed(mut request: JobRequest, placement: &Placement) -> JobRequest {
             .insert(SPOT_ENDS_PARAM.to_owned(), placement.spot_ends.to_string());
     }
     request.queue = placement.job_queue.clone();
+    if let Some(mib) = placement.memory_mib {
+        request.memory_mib = Some(mib);
+        request.parameters.insert(
+            crate::domain::memory::MEMORY_PARAM.to_owned(),
+            mib.to_string(),
+        );
+    }
     request
 }
 
@@ -99,6 +107,7 @@ pub fn window_job_request(
         parameters,
         array_size: Some(size),
         queue: None,
+        memory_mib: None,
     };
     with_campaign(campaign, request)
 }

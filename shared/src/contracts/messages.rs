@@ -190,6 +190,14 @@ pub struct RetryMessage {
     /// message (to the DLQ and back by a redrive). Absent: none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub spot_ends: u32,
+    /// The memory the ended attempt had, MiB, where granary set it or it ran out
+    /// (`domain::memory`): the next attempt keeps it, or doubles it after running out. It goes
+    /// to the DLQ with the message, so a dead letter says what it last had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
+    /// The attempt ran out of memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_memory: bool,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -207,6 +215,8 @@ impl RetryMessage {
             redrive: false,
             campaign: None,
             spot_ends: 0,
+            memory_mib: None,
+            out_of_memory: false,
         }
     }
 
@@ -217,6 +227,17 @@ impl RetryMessage {
             redrive: true,
             campaign: None,
             spot_ends: 0,
+            memory_mib: None,
+            out_of_memory: false,
+        }
+    }
+
+    /// The message with the memory its attempt had, and whether it ran out.
+    pub fn with_memory(self, memory_mib: Option<u32>, out_of_memory: bool) -> Self {
+        Self {
+            memory_mib,
+            out_of_memory,
+            ..self
         }
     }
 

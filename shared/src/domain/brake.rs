@@ -73,9 +73,14 @@ pub fn end_kind(failure: Option<&FailureKind>) -> EndKind {
             | FailureKind::Misconfiguration { .. },
         ) => EndKind::Application,
         Some(FailureKind::SpotInterruption | FailureKind::Capacity { .. }) => EndKind::Capacity,
-        Some(FailureKind::AttemptTimeout | FailureKind::Cancelled | FailureKind::Unknown) => {
-            EndKind::Other
-        }
+        // Out of memory is retried with more (`domain::memory`): the job's size, not a bug to
+        // hold the campaign for, nor the cloud's.
+        Some(
+            FailureKind::AttemptTimeout
+            | FailureKind::OutOfMemory
+            | FailureKind::Cancelled
+            | FailureKind::Unknown,
+        ) => EndKind::Other,
         Some(FailureKind::GranaryCancel { .. }) => EndKind::Operator,
     }
 }

@@ -122,6 +122,9 @@ pub struct Placement {
     pub spot_ends: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job_queue: Option<String>,
+    /// The memory the job asks for, MiB (`domain::memory`); `None`: the job definition's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {

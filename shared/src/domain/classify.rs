@@ -58,6 +58,8 @@ pub enum FailureKind {
         exit_code: i64,
     },
     AttemptTimeout,
+    /// The container used more memory than it reserved (`domain::memory`): retried with more.
+    OutOfMemory,
     /// Cancelled by the job queue's `jobStateTimeLimitActions` after waiting in RUNNABLE for
     /// capacity (`CAPACITY:…`): the cloud's doing, worth another attempt later.
     Capacity {
@@ -85,6 +87,7 @@ impl FailureKind {
             FailureKind::ContainerStartup { .. } => "container_startup",
             FailureKind::ApplicationExit { .. } => "application_exit",
             FailureKind::AttemptTimeout => "attempt_timeout",
+            FailureKind::OutOfMemory => "out_of_memory",
             FailureKind::Capacity { .. } => "capacity",
             FailureKind::Misconfiguration { .. } => "misconfiguration",
             FailureKind::Cancelled => "cancelled",
@@ -221,6 +224,7 @@ fn failure_of(job: &JobDetail) -> Verdict {
         .or_else(|| cloud_failure(&r))
         .or_else(|| watchdog_cancel(&r))
         .or_else(|| user_cancel(&r))
+        .or_else(|| out_of_memory(&r))
         .or_else(|| {
             job.exit_code().filter(|c| *c != 0).map(|code| {
                 (
@@ -338,6 +342,22 @@ fn user_cancel(r: &Reasons) -> Option<Verdict> {
         )
     })
 }
+
+/// After the cloud's ends and the cancels (a reclaimed or terminated container exits 137 too,
+/// so the exit code alone says nothing): the container reason ECS gives a task stopped for its
+/// memory, "OutOfMemoryError: Container killed due to memory usage" (`domain::memory`).
+fn out_of_memory(r: &Reasons) -> Option<Verdict> {
+    r.container.starts_with(OUT_OF_MEMORY).then(|| {
+        (
+            JobOutcome::Retryable,
+            FailureKind::OutOfMemory,
+            format!("out of memory: {}", r.container),
+        )
+    })
+}
+
+/// How the container reason of a task stopped for its memory begins.
+pub const OUT_OF_MEMORY: &str = "OutOfMemoryError";
 
 #[cfg(test)]
 mod tests;

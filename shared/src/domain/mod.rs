@@ -37,6 +37,7 @@ pub mod job_tags;
 pub mod layout;
 pub mod lifecycle;
 pub mod machine;
+pub mod memory;
 pub mod metrics;
 pub mod pattern;
 pub mod percent;

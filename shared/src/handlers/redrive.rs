@@ -94,6 +94,9 @@ pub async fn redrive(
         // The Spot ends so far go back with it: the redriven attempt is past the budget, so a
         // last chance (`domain::attempt_budget`), and its job carries the count on.
         let spot_ends = parked.spot_ends;
+        // The memory it last had comes back with it: an out-of-memory end goes again with
+        // more (at the cap, at the cap: an operator decided).
+        let (memory_mib, out_of_memory) = (parked.memory_mib, parked.out_of_memory);
         let event = parked.event;
         let reason = reason_of(&m.attributes).to_owned();
         if !filter.matches(&event, &reason) {
@@ -110,6 +113,7 @@ pub async fn redrive(
         );
         let message = RetryMessage::redriven(event)
             .with_spot_ends(spot_ends)
+            .with_memory(memory_mib, out_of_memory)
             .of_campaign(campaign)
             .to_message(&notice)
             .map_err(|e| QueueError::new(retry.name(), e))?;

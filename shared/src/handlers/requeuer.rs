@@ -3,6 +3,7 @@
 
 use super::Ctx;
 use crate::contracts::messages::{Notice, Outcome, RetryMessage};
+use crate::domain::memory::{next_memory, MemoryLimits, MemoryStep};
 use crate::domain::metrics::{Metric, FAILURE_CLASS, PLATFORM};
 use crate::handlers::HandlerError;
 use crate::ports::QueueError;
@@ -86,6 +87,24 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
     if !budget.allows_retry(ends) && !message.redrive {
         return dead_letter_exhausted(ctx, &message, ends).await;
     }
+    // An out-of-memory end goes round with more memory, or, at the cap, to the DLQ.
+    let limits = ctx
+        .config
+        .jobs
+        .as_ref()
+        .map_or(DEFAULT_MEMORY, |j| j.memory);
+    let memory_mib = match next_memory(
+        message.memory_mib,
+        message.out_of_memory,
+        limits,
+        message.redrive,
+    ) {
+        MemoryStep::Keep(mib) => mib,
+        MemoryStep::Raise(mib) => Some(mib),
+        MemoryStep::CapSpent { had } => {
+            return Box::pin(dead_letter_out_of_memory(ctx, &message, had, limits)).await;
+        }
+    };
     let event = message.event;
     let next = event.next_attempt();
     // An operator's redrive or resume is their decision; a retry (not the importer's hand-off of
@@ -105,6 +124,7 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
             .as_ref()
             .and_then(|j| j.last_attempt_queue.clone())
             .filter(|_| budget.is_last_chance(ends)),
+        memory_mib,
     };
     // An ordinary retry of the fed campaign waits for the feeder's next window of retries, one
     // array job for all of them; a last chance (its own queue), an operator's resend and an
@@ -113,7 +133,10 @@ async fn requeue(ctx: &Ctx, message: RetryMessage) -> Result<RequeueOutcome, Han
         && fed
         && !message.redrive
         && event.attempt > 0
-        && placement.job_queue.is_none();
+        && placement.job_queue.is_none()
+        // A window's children share one job's overrides: a retry with memory of its own goes
+        // alone.
+        && placement.memory_mib.is_none();
     if parks {
         if let Some(parked) = Box::pin(park(ctx, &next, placement.clone())).await? {
             return Ok(parked);
@@ -136,6 +159,7 @@ async fn dead_letter_exhausted(
     let body = serde_json::to_string(
         &RetryMessage::ended(event.granule_id.clone(), event.attempt)
             .with_spot_ends(message.spot_ends)
+            .with_memory(message.memory_mib, message.out_of_memory)
             .of_campaign(message.campaign.clone()),
     )?;
     dead_letter(ctx, body, ATTEMPTS_EXHAUSTED, event.attempt).await?;
@@ -152,6 +176,43 @@ async fn dead_letter_exhausted(
     Ok(RequeueOutcome::DeadLettered {
         reason: ATTEMPTS_EXHAUSTED.to_owned(),
     })
+}
+
+/// The limits where no job section is read (a requeuer always reads one).
+const DEFAULT_MEMORY: MemoryLimits = MemoryLimits {
+    base_mib: 2048,
+    cap_mib: 2048,
+};
+
+/// An out-of-memory end at the cap: sent to the DLQ with the memory it had (in the message and
+/// the reason), counted, and its item record abandoned.
+async fn dead_letter_out_of_memory(
+    ctx: &Ctx,
+    message: &RetryMessage,
+    had: u32,
+    limits: MemoryLimits,
+) -> Result<RequeueOutcome, HandlerError> {
+    let event = &message.event;
+    let reason = format!(
+        "out of memory at {had} MiB, the cap (GRANARY_JOB_MEMORY_MIB {}:{})",
+        limits.base_mib, limits.cap_mib
+    );
+    let body = serde_json::to_string(
+        &RetryMessage::ended(event.granule_id.clone(), event.attempt)
+            .with_spot_ends(message.spot_ends)
+            .with_memory(Some(had), true)
+            .of_campaign(message.campaign.clone()),
+    )?;
+    dead_letter(ctx, body, &reason, event.attempt).await?;
+    let facts = ctx.config.layout.id_parser.facts(&event.granule_id);
+    let dims = [
+        (PLATFORM, facts.platform.as_deref().unwrap_or("unknown")),
+        (FAILURE_CLASS, "out_of_memory"),
+    ];
+    ctx.metrics.count(Metric::GranulesDeadLettered, &dims, 1);
+    super::item_sync::abandoned(ctx, event, &reason).await?;
+    tracing::warn!(granule_id = %event.granule_id, attempt = event.attempt, had, "out of memory at the cap: dead-lettered");
+    Ok(RequeueOutcome::DeadLettered { reason })
 }
 
 /// Submits `next` as a single job (parked instead when its claim turns out to be a parked

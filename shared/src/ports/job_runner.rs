@@ -66,6 +66,9 @@ pub struct JobRequest {
     /// The job queue to submit to instead of the runner's own: a granule's last chance on the
     /// on-demand queue (`GRANARY_LAST_ATTEMPT_JOB_QUEUE`, `domain::attempt_budget`).
     pub queue: Option<String>,
+    /// The memory to reserve instead of the job definition's, MiB: SubmitJob's
+    /// `containerOverrides.resourceRequirements` MEMORY (`domain::memory`).
+    pub memory_mib: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +124,11 @@ impl JobDescription {
             "parameters": request.parameters,
             "container": { "environment": environment },
         });
+        // Memory SubmitJob overrode: the container's MEMORY requirement says so.
+        if let Some(mib) = request.memory_mib {
+            detail["container"]["resourceRequirements"] =
+                serde_json::json!([{ "type": "MEMORY", "value": mib.to_string() }]);
+        }
         // An array's parent has its size; each child (`<parent>:<index>`) its index.
         if let Some(size) = request.array_size {
             detail["arrayProperties"] = match crate::domain::job_end::child_index(&summary.job_id) {

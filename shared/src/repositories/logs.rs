@@ -469,6 +469,10 @@ pub async fn scan_log_facts(
             superseded: r.superseded.is_some(),
             revoked,
             usage: crate::domain::cost::usage_of(&r.job),
+            out_of_memory: matches!(
+                r.classification.failure,
+                Some(crate::domain::classify::FailureKind::OutOfMemory)
+            ),
         });
     }
     Ok(facts)

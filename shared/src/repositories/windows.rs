@@ -63,6 +63,7 @@ fn requests(window: &WindowClaim, bucket: &str, claim_key: &str) -> Vec<JobReque
             let placement = crate::domain::claim::Placement {
                 spot_ends: e.spot_ends,
                 job_queue: None,
+                memory_mib: None,
             };
             crate::contracts::job::placed(request, &placement)
         })

@@ -16,6 +16,7 @@ fn fact(g: &str, attempt: u32, outcome: &str, reason: &str, at: &str) -> LogFact
         superseded: false,
         revoked: false,
         usage: None,
+        out_of_memory: false,
     }
 }
 

@@ -163,8 +163,18 @@ fn container_json(c: &aws_sdk_batch::types::ContainerDetail) -> serde_json::Valu
         .iter()
         .filter_map(|kv| Some(serde_json::json!({ "name": kv.name()?, "value": kv.value()? })))
         .collect();
+    // What the job reserved, as the event carries it: the cost report and memory-aware retries
+    // read it from either.
+    let requirements: Vec<serde_json::Value> = c
+        .resource_requirements()
+        .iter()
+        .map(|r| serde_json::json!({ "type": r.r#type().map(|t| t.as_str()), "value": r.value() }))
+        .collect();
     serde_json::json!({
         "image": c.image(),
+        "resourceRequirements": requirements,
+        "vcpus": c.vcpus(),
+        "memory": c.memory(),
         "command": c.command(),
         "environment": environment,
         "exitCode": c.exit_code(),
@@ -190,6 +200,15 @@ impl JobRunner for BatchJobRunner {
             .container_overrides(
                 ContainerOverrides::builder()
                     .set_environment(Some(env))
+                    // More memory than the job definition's (`domain::memory`): the override
+                    // replaces its MEMORY requirement ("Override resource requirements", AWS
+                    // Batch user guide; the older `memory` member cannot override it).
+                    .set_resource_requirements(request.memory_mib.map(|mib| {
+                        vec![aws_sdk_batch::types::ResourceRequirement::builder()
+                            .r#type(aws_sdk_batch::types::ResourceType::Memory)
+                            .value(mib.to_string())
+                            .build()]
+                    }))
                     .build(),
             )
             .set_parameters(Some(request.parameters.into_iter().collect()))

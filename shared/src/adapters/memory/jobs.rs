@@ -14,7 +14,13 @@ pub enum Ending {
     Exited(i32),
     /// The instance was reclaimed (Spot): another attempt may succeed.
     SpotReclaimed,
+    /// The container used more memory than it reserved (`domain::memory`).
+    OutOfMemory,
 }
+
+/// The container reason of a task ECS stopped for using more memory than it reserved (Amazon ECS
+/// developer guide, "Troubleshooting Amazon ECS OutOfMemoryError errors").
+pub const OUT_OF_MEMORY_REASON: &str = "OutOfMemoryError: Container killed due to memory usage";
 
 /// The `statusReason` Batch gives a job whose Spot instance was reclaimed.
 pub const SPOT_RECLAIM: &str = "Host EC2 (instance i-0123456789abcdef0) terminated.";
@@ -197,6 +203,13 @@ impl MemoryJobRunner {
                 JobStatus::Failed,
                 SPOT_RECLAIM,
                 serde_json::json!({"container": {}, "statusReason": SPOT_RECLAIM}),
+            ),
+            // The container reason ECS documents for a task stopped for its memory, with the
+            // kill's 137 (`domain::memory`).
+            Ending::OutOfMemory => (
+                JobStatus::Failed,
+                "Essential container in task exited",
+                serde_json::json!({"container": {"exitCode": 137, "reason": OUT_OF_MEMORY_REASON}}),
             ),
         };
         detail["status"] = status.as_str().into();

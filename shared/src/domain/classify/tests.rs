@@ -266,3 +266,39 @@ fn a_string_prefix_is_not_enough() {
     let rules = classify(&job).unwrap().batch_rules;
     assert!(rules.contains("rule 1 says EXIT"), "{rules}");
 }
+
+#[test]
+fn out_of_memory_is_its_own_class_and_retried_but_137_alone_is_not_it() {
+    let oom = "OutOfMemoryError: Container killed due to memory usage";
+    let c = classify(&failed(
+        "Essential container in task exited",
+        Some(oom),
+        Some(137),
+    ))
+    .unwrap();
+    assert_eq!(c.failure, Some(FailureKind::OutOfMemory));
+    assert_eq!(
+        c.failure.as_ref().map(FailureKind::class),
+        Some("out_of_memory")
+    );
+    assert_eq!(c.route(), Route::RetryQueue);
+    assert!(c.reason.contains(oom), "{}", c.reason);
+    // The exit code alone is the kill's, whoever killed: an application failure.
+    let plain = classify(&failed(
+        "Essential container in task exited",
+        None,
+        Some(137),
+    ))
+    .unwrap();
+    assert_eq!(
+        plain.failure,
+        Some(FailureKind::ApplicationExit { exit_code: 137 })
+    );
+    // Spot wins over a reason the dying container left.
+    assert_eq!(
+        classify(&failed(SPOT, Some(oom), Some(137)))
+            .unwrap()
+            .failure,
+        Some(FailureKind::SpotInterruption)
+    );
+}

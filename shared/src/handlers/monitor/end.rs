@@ -285,16 +285,7 @@ async fn log_and_route_failure(
     let notice = Notice::new(outcome, record.classification.reason.clone())
         .job(record.job_id.clone())
         .attempt(record.attempt);
-    // The granule's capacity ends so far: the job's count of those before it, and this one.
-    let before = record
-        .spot_ends_before
-        .unwrap_or_else(|| crate::domain::job_tags::spot_ends_before(&record.job));
-    // The job's parameter is input from outside: a count past u32's end stays at its end.
-    let spot_ends = before.saturating_add(u32::from(crate::domain::attempt_budget::is_spot_end(
-        record.classification.failure.as_ref(),
-    )));
-    let message = RetryMessage::ended(record.granule_id.clone(), record.attempt)
-        .with_spot_ends(spot_ends)
+    let message = retry_message(record)
         .of_campaign(ctx.campaign().cloned())
         .to_message(&notice)?;
     // A refused send sent nothing; one whose answer was lost may send it twice, which the
@@ -364,4 +355,30 @@ async fn put_cancelled(ctx: &Ctx, record: &LogRecord) -> Result<(), HandlerError
     };
     ctx.cancelled().list(&entry).await?;
     Ok(())
+}
+
+/// The message a failure is routed with: its capacity ends and its memory carried on.
+fn retry_message(record: &LogRecord) -> RetryMessage {
+    // The granule's capacity ends so far: the job's count of those before it, and this one.
+    let before = record
+        .spot_ends_before
+        .unwrap_or_else(|| crate::domain::job_tags::spot_ends_before(&record.job));
+    // The job's parameter is input from outside: a count past u32's end stays at its end.
+    let spot_ends = before.saturating_add(u32::from(crate::domain::attempt_budget::is_spot_end(
+        record.classification.failure.as_ref(),
+    )));
+    // The memory the attempt had: where it ran out (the next asks for more), or where granary
+    // set it (the next keeps it); `domain::memory`.
+    let out_of_memory = matches!(
+        record.classification.failure,
+        Some(crate::domain::classify::FailureKind::OutOfMemory)
+    );
+    let memory_mib = if out_of_memory {
+        crate::domain::memory::memory_of(&record.job)
+    } else {
+        crate::domain::memory::memory_set(&record.job)
+    };
+    RetryMessage::ended(record.granule_id.clone(), record.attempt)
+        .with_spot_ends(spot_ends)
+        .with_memory(memory_mib, out_of_memory)
 }

@@ -62,6 +62,7 @@ async fn a_retry_message_counts_the_spot_ends_so_far() {
         let placement = crate::domain::claim::Placement {
             spot_ends: before,
             job_queue: None,
+            memory_mib: None,
         };
         let request = crate::contracts::job::placed(
             crate::contracts::job::job_request(&name, None, &id, 3),

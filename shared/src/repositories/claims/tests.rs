@@ -9,6 +9,7 @@ fn at() -> AttemptAt<'static> {
         placement: &Placement {
             spot_ends: 0,
             job_queue: None,
+            memory_mib: None,
         },
     }
 }
@@ -179,6 +180,7 @@ async fn claim_whose_job_exists_is_recovered_not_resubmitted() {
             parameters: BTreeMap::new(),
             array_size: None,
             queue: None,
+            memory_mib: None,
         })
         .await
         .unwrap();

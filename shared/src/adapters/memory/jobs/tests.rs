@@ -8,6 +8,7 @@ fn request(name: &str) -> JobRequest {
         parameters: BTreeMap::new(),
         array_size: None,
         queue: None,
+        memory_mib: None,
     }
 }
 
