@@ -122,6 +122,16 @@ enum Command {
     ///   granary redrive-imports --item '^S2B_' --rate 10
     #[command(verbatim_doc_comment)]
     RedriveImports(ops_cmd::RedriveImportsArgs),
+    /// A spend budget and a deadline the feeder paces the campaign to: at the budget it holds
+    /// itself (with an alarm); for the deadline it raises its count. The cost a granule is
+    /// measured from the logs, as `granary report --cost` prices them.
+    ///
+    /// Examples:
+    ///   granary pace --budget 1200 --deadline 2026-12-31T00:00:00Z --capacity spot
+    ///   granary pace --budget 500 --dollars-per-granule 0.0012
+    ///   granary pace --clear
+    #[command(verbatim_doc_comment)]
+    Pace(ops_cmd::PaceArgs),
     /// Hold the feeder: it submits nothing, and keeps its place, until `granary release`.
     ///
     /// Example: granary hold --reason "new container image rolling out"
@@ -212,6 +222,7 @@ async fn main() -> ExitCode {
         Command::Status(args) => ops_cmd::status(args).await,
         Command::Report(args) => ops_cmd::report(args).await,
         Command::Audit(args) => ops_cmd::audit(args).await,
+        Command::Pace(args) => ops_cmd::pace(args).await,
         Command::Redrive(args) => ops_cmd::redrive(args).await,
         Command::RedriveEvents(args) => ops_cmd::redrive_events(args).await,
         Command::RedriveImports(args) => ops_cmd::redrive_imports(args).await,

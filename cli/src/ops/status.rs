@@ -16,6 +16,13 @@ pub struct InventoryStatus {
     pub total: Option<u64>,
 }
 
+/// A pace and its forecast (`domain::pace`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PaceStatus {
+    pub pace: granary::domain::pace::Pace,
+    pub forecast: granary::domain::pace::PaceForecast,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub at: DateTime<Utc>,
@@ -32,6 +39,9 @@ pub struct Status {
     pub retry_queue: QueueDepth,
     pub failure_dlq: QueueDepth,
     pub hold: Option<Hold>,
+    /// The campaign's budget and deadline (`granary pace`) and where it stands against them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pace: Option<PaceStatus>,
     /// The queue downstream of granary the feeder is paced by, when one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub downstream: Option<Downstream>,
@@ -264,8 +274,22 @@ pub async fn gather(ctx: &Ctx, now: DateTime<Utc>, batch: bool) -> Result<Status
         Ok(others) => (others, None),
         Err(e) => (Vec::new(), Some(format!("{e:#}"))),
     };
+    let pace = ctx
+        .pace()
+        .read()
+        .await
+        .context("reading the pace")?
+        .map(|pace| {
+            let standing = granary::handlers::feeder::pace_standing(&tracker, now);
+            let per_hour = rate(&tracker.samples, now, Duration::hours(24)).map(|r| r.per_hour);
+            PaceStatus {
+                forecast: granary::domain::pace::forecast(&pace, standing, per_hour),
+                pace,
+            }
+        });
     Ok(Status {
         campaign,
+        pace,
         downstream,
         cancelled,
         parked_retries,
@@ -318,6 +342,7 @@ pub fn assemble(
     Status {
         at: now,
         campaign: None,
+        pace: None,
         inventories: tracker
             .inventories
             .iter()

@@ -7,6 +7,7 @@
 
 mod audit;
 mod hold;
+mod pace;
 mod plan;
 mod redrive;
 mod redrive_events;
@@ -18,6 +19,7 @@ mod status;
 
 pub use audit::{audit, AuditArgs};
 pub use hold::{hold, release, HoldArgs};
+pub use pace::{pace, PaceArgs};
 pub use plan::{plan, PlanArgs};
 pub use redrive::{redrive, RedriveArgs};
 pub use redrive_events::{redrive_events, RedriveEventsArgs};

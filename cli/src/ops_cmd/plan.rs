@@ -71,6 +71,17 @@ pub async fn plan(args: PlanArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     print_plan(&p);
+    // The pace (`granary pace`), against this forecast's rows left and pace.
+    if let Some(pace) = ctx.pace().read().await? {
+        let standing = granary::domain::pace::Standing {
+            submitted: p.rows.saturating_sub(p.left),
+            left: Some(p.left),
+            period_secs: None,
+            now: p.at,
+        };
+        let f = granary::domain::pace::forecast(&pace, standing, Some(p.forecast.per_hour));
+        println!("{}", super::pace::describe(&pace, &f));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

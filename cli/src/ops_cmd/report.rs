@@ -88,7 +88,7 @@ enum Capacity {
 }
 
 impl Prices {
-    fn compute(&self) -> Result<granary::domain::cost::ComputePrices> {
+    pub(crate) fn compute(&self) -> Result<granary::domain::cost::ComputePrices> {
         let fine = |v: f64| v.is_finite() && v >= 0.0;
         if !fine(self.vcpu_hour_price) || !fine(self.gib_hour_price) {
             bail!("prices must be numbers of dollars, 0 or more");

@@ -276,4 +276,7 @@ fn print_feeder_and_pace(s: &status::Status) {
         ),
         None => println!("ETA: unknown — nothing was submitted in the last 24 h (held, waiting on downstream, or at the active-job threshold?)"),
     }
+    if let Some(p) = &s.pace {
+        println!("{}", super::pace::describe(&p.pace, &p.forecast));
+    }
 }

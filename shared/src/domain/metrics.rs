@@ -47,6 +47,7 @@ pub enum Metric {
     ReconcilerFinds,
     SubmitJobThrottles,
     FeederBraked,
+    SpendCapHeld,
 }
 
 /// How observations of a metric combine within one document.
@@ -73,7 +74,7 @@ pub struct MetricSpec {
     pub what: &'static str,
 }
 
-pub const CATALOGUE: [MetricSpec; 13] = [
+pub const CATALOGUE: [MetricSpec; 14] = [
     MetricSpec {
         metric: Metric::GranulesSubmitted,
         name: "GranulesSubmitted",
@@ -190,6 +191,15 @@ pub const CATALOGUE: [MetricSpec; 13] = [
         dimensions: &[],
         emitted_by: &["job-monitor"],
         what: "holds the automatic brake placed on the feeder (too many application failures, or Spot and capacity ends, among the latest job ends)",
+    },
+    MetricSpec {
+        metric: Metric::SpendCapHeld,
+        name: "SpendCapHeld",
+        unit: "Count",
+        kind: Kind::Count,
+        dimensions: &[],
+        emitted_by: &["queue-feeder"],
+        what: "holds the feeder placed at the campaign's spend cap (`granary pace --budget`)",
     },
 ];
 

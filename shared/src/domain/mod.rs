@@ -39,6 +39,7 @@ pub mod lifecycle;
 pub mod machine;
 pub mod memory;
 pub mod metrics;
+pub mod pace;
 pub mod pattern;
 pub mod percent;
 pub mod plan;

@@ -20,6 +20,14 @@ impl Ctx {
         }
     }
 
+    /// The campaign's budget and deadline (`granary pace`).
+    pub fn pace(&self) -> crate::repositories::pace::PaceObject<'_> {
+        crate::repositories::pace::PaceObject {
+            store: self.store.as_ref(),
+            key: crate::repositories::pace::pace_key(&self.config.layout.tracker_key),
+        }
+    }
+
     /// The feeder's hold.
     pub fn hold(&self) -> crate::repositories::HoldObject<'_> {
         crate::repositories::HoldObject {

@@ -26,6 +26,7 @@ pub mod items;
 pub mod json;
 pub mod logs;
 pub mod objects;
+pub mod pace;
 pub mod rejects;
 pub mod submission;
 pub mod tracker;

@@ -2,8 +2,10 @@
 //! event, the summary, the loop over inventories and windows under the tracker; [`window`] is
 //! one window (read its rows, claim and submit them, make their item records).
 
+mod pace;
 mod retries;
 mod window;
+pub use pace::{standing_of as pace_standing, SPEND_CAP_HOLDER};
 use window::{feed_window, open_inventory, PAGE_MAP_LOOKAHEAD_ROWS};
 pub use window::{finish_claimed_window, window_ceiling, ARRAY_WINDOW_ROWS, BATCH_SUBMITS_PER_SEC};
 
@@ -171,7 +173,14 @@ async fn run_once(ctx: &Ctx, event: FeederEvent) -> Result<FeederSummary, Handle
         RepositoryError::is_transient,
     )
     .await?;
-    feed(ctx, event.granule_submit_count, tracker, summary).await
+    let count = match pace::pace_run(ctx, &tracker.value, event.granule_submit_count).await? {
+        pace::Paced::Go(count) => count,
+        pace::Paced::Held(why) => {
+            summary.early_exit = Some(why);
+            return Ok(summary);
+        }
+    };
+    feed(ctx, count, tracker, summary).await
 }
 
 /// Why the feeder waits on the queue downstream of granary this run (`domain::downstream`), if

@@ -1303,3 +1303,6 @@ async fn a_file_listed_and_discovered_at_once_is_submitted_once() {
         .unwrap();
     assert_eq!(queued.visible, 1, "{queued:?}");
 }
+
+#[path = "tests/pace.rs"]
+mod pace_tests;
