@@ -44,6 +44,8 @@ fn log(attempt: u32, success: bool, superseded: bool, route: Route, reason: &str
             spot_ends: u32::from(!success),
         },
         reason: reason.to_owned(),
+        out_of_memory: false,
+        memory_mib: None,
     })
 }
 
@@ -130,6 +132,7 @@ pub async fn audit(granules: u64, sort_memory_mib: Option<usize>) -> Result<()> 
             retries: 3,
             spot_retries: None,
         },
+        memory: granary::domain::memory::MemoryLimits::parse("2048:16384")?,
         products: vec![ProductTemplate::parse("products/{id}.tif")?],
     };
     let budget = sort_memory_mib.map_or(SORT_MEMORY, |m| m << 20);

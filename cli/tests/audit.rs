@@ -42,6 +42,7 @@ async fn dlq_granules(
 ) -> BTreeSet<String> {
     let filter = RedriveFilter {
         granules: only.map(|o| o.iter().cloned().collect()),
+        campaign: only.map(|_| None),
         ..RedriveFilter::default()
     };
     let opts = RedriveOptions {

@@ -75,6 +75,12 @@ fn a_campaign_over_its_budget_holds_at_the_cap_and_loses_nothing() {
         let hold = ctx.hold().read().await?.expect("held at the cap");
         assert_eq!(hold.held_by, granary::handlers::feeder::SPEND_CAP_HOLDER);
         assert!(hold.reason.contains("spend cap"), "{}", hold.reason);
+        // The metric behind the alarm: once, when the hold was placed (the runs after found it).
+        let docs = ctx
+            .metrics
+            .take_documents(&ctx.config.stack, chrono::Utc::now());
+        let held: f64 = docs.iter().filter_map(|d| d["SpendCapHeld"].as_f64()).sum();
+        assert_eq!(held, 1.0);
         // Every granule fed ended: succeeded or dead-lettered, none missing, none in flight.
         let out = tempfile::tempdir()?;
         let audit = granary_cli::ops::audit::audit(ctx, out.path(), 1 << 20, &|_| {}).await?;

@@ -161,6 +161,30 @@ async fn accesses_by_function() -> BTreeMap<Function, BTreeSet<Access>> {
             .unwrap();
         collect(&w);
     }
+    // The spend cap's hold (`granary pace`): a feeder run with a budget already spent reads the
+    // pace beside its tracker and holds itself. No scenario sets a pace: made here.
+    for campaign in [None, named()] {
+        let w = platform::world_in(platform::Scenario::Feeder, campaign);
+        let feeder = w.as_fn(Function::Feeder);
+        let spent = granary::domain::pace::Pace {
+            budget_dollars: Some(0.001),
+            deadline: None,
+            dollars_per_granule: 0.01,
+            measured_over: 0,
+            set_at: granary::clock::now(),
+            set_by: "t".into(),
+        };
+        // Written as the operator's command writes it, with the feeder's store.
+        feeder.pace().write(&spent).await.unwrap();
+        let event = granary::handlers::feeder::FeederEvent {
+            granule_submit_count: 5,
+        };
+        let ran = granary::handlers::feeder::run(&feeder, event)
+            .await
+            .unwrap();
+        assert!(ran.early_exit.unwrap_or_default().contains("spend cap"));
+        collect(&w);
+    }
     // The automatic brake's hold: no scenario ends enough jobs to judge, so the monitor's
     // calls are made here as it makes them — the hold placed, then found placed.
     for campaign in [None, named()] {

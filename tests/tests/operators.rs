@@ -217,6 +217,7 @@ async fn redrive_filters_and_dry_runs() {
         attempt: Some(1),
         granule: Some(regex::Regex::new(r"^HLS\.S30\.").unwrap()),
         granules: None,
+        campaign: None,
     };
     let out = redrive(dlq, retry, &both, &RedriveOptions::default(), &|_| {})
         .await

@@ -71,13 +71,17 @@ pub async fn audit(args: AuditArgs) -> Result<ExitCode> {
             .display()
             .to_string()
     };
-    if j.lists.get("missing").copied().unwrap_or(0)
-        + j.lists.get("product_missing").copied().unwrap_or(0)
-        > 0
-    {
+    let rows = |name: &str| j.lists.get(name).copied().unwrap_or(0);
+    if rows("missing") > 0 {
         println!(
-            "rerun: granary resume --from-list {} --dry-run (and {})",
-            at("missing"),
+            "rerun: granary resume --from-list {} --dry-run",
+            at("missing")
+        );
+    }
+    if rows("product_missing") > 0 {
+        // A success is not rerun; re-validation revokes it and sends the granule round.
+        println!(
+            "products: granary revalidate the ids in {}",
             at("product_missing")
         );
     }

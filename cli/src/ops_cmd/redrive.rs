@@ -42,15 +42,12 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
         reason: regex(&args.reason, "reason")?,
         attempt: args.attempt,
         granule: regex(&args.granule, "granule")?,
-        granules: match &args.from_list {
-            None => None,
-            Some(list) => Some(
-                granary_cli::ops::audit::lists::read_list(list)?
-                    .into_iter()
-                    .map(|l| l.granule_id)
-                    .collect(),
-            ),
-        },
+        granules: None,
+        campaign: None,
+    };
+    let filter = match &args.from_list {
+        None => filter,
+        Some(list) => with_list(filter, list)?,
     };
     if !args.all
         && filter.reason.is_none()
@@ -105,4 +102,28 @@ pub async fn redrive(args: RedriveArgs) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The filter narrowed to a list's granules, of the campaign the list is (the audit's,
+/// GRANARY_CAMPAIGN's): the DLQ is the stack's, shared by every campaign.
+fn with_list(filter: RedriveFilter, list: &std::path::Path) -> Result<RedriveFilter> {
+    let granules = granary_cli::ops::audit::lists::read_list(list)?
+        .into_iter()
+        .map(|l| l.granule_id)
+        .collect();
+    let campaign = match std::env::var("GRANARY_CAMPAIGN")
+        .ok()
+        .filter(|c| !c.is_empty())
+    {
+        None => None,
+        Some(name) => Some(
+            granary::domain::campaign::Campaign::parse(&name)
+                .with_context(|| format!("GRANARY_CAMPAIGN={name}"))?,
+        ),
+    };
+    Ok(RedriveFilter {
+        granules: Some(granules),
+        campaign: Some(campaign),
+        ..filter
+    })
 }

@@ -139,7 +139,10 @@ pub const SETTINGS: &[Setting] = &[
         ..choice("GRANARY_ARRAY_WINDOWS", "off", &[Feeder, Jobs], "ArrayWindows", "Off for a container that cannot follow the array child contract (docs/array-windows.md): one job a granule.")
     },
     choice("GRANARY_DOWNSTREAM_MAX_MESSAGES", "1000", &[Feeder], "DownstreamMaxMessages", "The backlog the downstream queue may hold before the feeder waits."),
-    choice("GRANARY_JOB_MEMORY_MIB", "2048:16384", &[Jobs], "JobMemoryMiB", "Memory a job reserves, MiB; after the colon, the most an out-of-memory retry asks for."),
+    Setting {
+        commands: &["granary audit"],
+        ..choice("GRANARY_JOB_MEMORY_MIB", "2048:16384", &[Jobs], "JobMemoryMiB", "Memory a job reserves, MiB; after the colon, the most an out-of-memory retry asks for.")
+    },
     choice("GRANARY_MAX_RETRIES", "3", &[Retry], "MaxRetries", "More retries for flaky work, fewer to dead-letter sooner."),
     choice("GRANARY_MAX_SPOT_RETRIES", "shared", &[Retry], "MaxSpotRetries", "Give Spot reclaims a budget of their own on a bad night of reclaims."),
     Setting {

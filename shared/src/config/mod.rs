@@ -12,8 +12,8 @@ mod sections;
 
 pub use importer::ImporterConfig;
 pub use sections::{
-    Feeder, Jobs, Layout, Leases, Queues, DEFAULT_CLAIM_LEASE_SECS, DEFAULT_MAX_RETRIES,
-    DEFAULT_ROUTE_LEASE_SECS,
+    Feeder, Jobs, Layout, Leases, Queues, DEFAULT_CLAIM_LEASE_SECS, DEFAULT_JOB_MEMORY,
+    DEFAULT_MAX_RETRIES, DEFAULT_ROUTE_LEASE_SECS,
 };
 
 use crate::domain::granule::IdParserError;

@@ -10,6 +10,7 @@ use super::attempt_budget::{is_spot_end, AttemptBudget, Ends};
 use super::classify::Route;
 use super::job_tags::spot_ends_before;
 use super::layout::logs::{LogOutcome, LogRecord};
+use super::memory::{memory_of, next_memory, MemoryLimits, MemoryStep};
 
 mod lines;
 mod products;
@@ -98,6 +99,9 @@ pub struct LogSeen {
     pub route: Route,
     /// The granule's ends through this attempt, as the requeuer's budget counts them.
     pub ends: Ends,
+    /// The attempt ran out of memory, and the memory it had (`domain::memory`).
+    pub out_of_memory: bool,
+    pub memory_mib: Option<u32>,
     pub reason: String,
 }
 
@@ -109,6 +113,10 @@ impl LogSeen {
             .spot_ends_before
             .unwrap_or_else(|| spot_ends_before(&record.job));
         let this = u32::from(is_spot_end(record.classification.failure.as_ref()));
+        let out_of_memory = matches!(
+            record.classification.failure,
+            Some(super::classify::FailureKind::OutOfMemory)
+        );
         Self {
             attempt: record.attempt,
             success_side: record.outcome == LogOutcome::Success,
@@ -119,6 +127,8 @@ impl LogSeen {
                 attempt: record.attempt,
                 spot_ends: before.saturating_add(this),
             },
+            out_of_memory,
+            memory_mib: memory_of(&record.job),
             reason: match &record.revoked {
                 Some(r) => r.reason.clone(),
                 None => record.classification.reason.clone(),
@@ -156,6 +166,8 @@ pub enum Seen {
 #[derive(Debug, Clone)]
 pub struct Rules {
     pub budget: AttemptBudget,
+    /// `GRANARY_JOB_MEMORY_MIB`: an out-of-memory end at the cap is dead-lettered.
+    pub memory: MemoryLimits,
     /// `GRANARY_PRODUCT_KEYS`, parsed; empty: products are not audited.
     pub products: Vec<ProductTemplate>,
 }
@@ -205,7 +217,7 @@ pub fn judge(granule_id: &str, seen: &[Seen], rules: &Rules) -> Judged {
         attempt: latest,
         detail,
     };
-    let (standing, reason) = standing_of(&rows, &logs, seen, &rules.budget);
+    let (standing, reason) = standing_of(&rows, &logs, seen, rules);
     let mut findings = Vec::new();
     let mut successes: Vec<u32> = logs
         .iter()
@@ -244,7 +256,7 @@ fn standing_of(
     rows: &[bool],
     logs: &[&LogSeen],
     seen: &[Seen],
-    budget: &AttemptBudget,
+    rules: &Rules,
 ) -> (Standing, Option<String>) {
     if rows.is_empty() {
         return (Standing::NotInventoried, None);
@@ -282,10 +294,13 @@ fn standing_of(
     match last.route {
         Route::FailureDlq => (Standing::DeadLettered, Some(last.reason.clone())),
         Route::Cancelled => (Standing::Cancelled, None),
-        Route::RetryQueue if exhausted(budget, last) => (
+        Route::RetryQueue if exhausted(&rules.budget, last) => (
             Standing::DeadLettered,
             Some(format!("{EXHAUSTED} (the last end: {})", last.reason)),
         ),
+        Route::RetryQueue if cap_spent(rules.memory, last).is_some() => {
+            (Standing::DeadLettered, cap_spent(rules.memory, last))
+        }
         Route::RetryQueue | Route::Done => (Standing::Missing, Some(retry_reason(last))),
     }
 }
@@ -309,6 +324,14 @@ fn retry_reason(last: &LogSeen) -> String {
         "attempt {} ended ({}) and was sent to be retried; nothing in flight",
         last.attempt, last.reason
     )
+}
+
+/// The requeuer's reason, when it dead-letters this out-of-memory end at the memory cap.
+fn cap_spent(limits: MemoryLimits, last: &LogSeen) -> Option<String> {
+    match next_memory(last.memory_mib, last.out_of_memory, limits, false) {
+        MemoryStep::CapSpent { had } => Some(super::memory::cap_spent_reason(had, limits)),
+        _ => None,
+    }
 }
 
 /// Whether the requeuer dead-letters the retry of this end (its budget spent).

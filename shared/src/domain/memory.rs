@@ -85,6 +85,14 @@ pub fn memory_set(detail: &serde_json::Value) -> Option<u32> {
     detail["parameters"][MEMORY_PARAM].as_str()?.parse().ok()
 }
 
+/// The DLQ reason of an out-of-memory end at the cap (the requeuer's; the audit says the same).
+pub fn cap_spent_reason(had: u32, limits: MemoryLimits) -> String {
+    format!(
+        "out of memory at {had} MiB, the cap (GRANARY_JOB_MEMORY_MIB {}:{})",
+        limits.base_mib, limits.cap_mib
+    )
+}
+
 /// The memory a job had, from its detail as an event or DescribeJobs gives it: granary's
 /// parameter, else the container's MEMORY requirement, else its older `memory` field.
 pub fn memory_of(detail: &serde_json::Value) -> Option<u32> {

@@ -283,9 +283,10 @@ pub async fn resume_cancelled(
             continue;
         }
         if !dry_run {
-            let spot_ends = ctx.spot_ends_before(&attempt).await?;
+            let placed = ctx.placed_before(&attempt).await?;
             let message = RetryMessage::redriven(attempt.clone())
-                .with_spot_ends(spot_ends)
+                .with_spot_ends(placed.spot_ends)
+                .with_memory(placed.memory_mib, false)
                 .of_campaign(ctx.campaign().cloned())
                 .to_message(&Notice::new(
                     Outcome::Resumed,

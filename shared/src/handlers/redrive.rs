@@ -18,8 +18,11 @@ pub struct RedriveFilter {
     /// The failed attempt's number.
     pub attempt: Option<u32>,
     pub granule: Option<Regex>,
-    /// Only these granules (an audit's list).
+    /// Only these granules (an audit's list)...
     pub granules: Option<std::collections::HashSet<String>>,
+    /// ...of this campaign (`None` inside: the unnamed one): the DLQ is the stack's, and another
+    /// campaign may have dead-lettered the same granules.
+    pub campaign: Option<Option<crate::domain::campaign::Campaign>>,
 }
 
 #[derive(Debug, Clone)]
@@ -64,7 +67,19 @@ pub struct RedriveSummary {
 }
 
 impl RedriveFilter {
-    fn matches(&self, event: &GranuleProcessingEvent, reason: &str) -> bool {
+    fn matches(
+        &self,
+        event: &GranuleProcessingEvent,
+        campaign: Option<&crate::domain::campaign::Campaign>,
+        reason: &str,
+    ) -> bool {
+        self.campaign
+            .as_ref()
+            .is_none_or(|c| c.as_ref() == campaign)
+            && self.matches_attempt(event, reason)
+    }
+
+    fn matches_attempt(&self, event: &GranuleProcessingEvent, reason: &str) -> bool {
         self.reason.as_ref().is_none_or(|r| r.is_match(reason))
             && self.attempt.is_none_or(|a| a == event.attempt)
             && self
@@ -99,7 +114,7 @@ pub async fn redrive(
         let (memory_mib, out_of_memory) = (parked.memory_mib, parked.out_of_memory);
         let event = parked.event;
         let reason = reason_of(&m.attributes).to_owned();
-        if !filter.matches(&event, &reason) {
+        if !filter.matches(&event, campaign.as_ref(), &reason) {
             return Ok(Pick::NotMatching);
         }
         let listed = Redriven {

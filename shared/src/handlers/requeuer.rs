@@ -193,10 +193,7 @@ async fn dead_letter_out_of_memory(
     limits: MemoryLimits,
 ) -> Result<RequeueOutcome, HandlerError> {
     let event = &message.event;
-    let reason = format!(
-        "out of memory at {had} MiB, the cap (GRANARY_JOB_MEMORY_MIB {}:{})",
-        limits.base_mib, limits.cap_mib
-    );
+    let reason = crate::domain::memory::cap_spent_reason(had, limits);
     let body = serde_json::to_string(
         &RetryMessage::ended(event.granule_id.clone(), event.attempt)
             .with_spot_ends(message.spot_ends)

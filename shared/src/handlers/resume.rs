@@ -66,9 +66,10 @@ pub async fn resume(
                     granule_id: id.clone(),
                     attempt: r.attempts.processing,
                 };
-                let spot_ends = ctx.spot_ends_before(&ended).await?;
+                let placed = ctx.placed_before(&ended).await?;
                 let message = RetryMessage::redriven(ended)
-                    .with_spot_ends(spot_ends)
+                    .with_spot_ends(placed.spot_ends)
+                    .with_memory(placed.memory_mib, false)
                     .of_campaign(ctx.campaign().cloned())
                     .to_message(&Notice::new(Outcome::Resumed, "resumed by an operator"))?;
                 ctx.retry_queue.send(message).await?;
@@ -169,9 +170,10 @@ pub async fn resume_listed(
             continue;
         }
         if !dry_run {
-            let spot_ends = ctx.spot_ends_before(&ended).await?;
+            let placed = ctx.placed_before(&ended).await?;
             let message = RetryMessage::redriven(ended)
-                .with_spot_ends(spot_ends)
+                .with_spot_ends(placed.spot_ends)
+                .with_memory(placed.memory_mib, false)
                 .of_campaign(ctx.campaign().cloned())
                 .to_message(&Notice::new(
                     Outcome::Resumed,

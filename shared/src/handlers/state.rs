@@ -179,8 +179,18 @@ impl Ctx {
         &self,
         attempt: &crate::domain::granule::GranuleProcessingEvent,
     ) -> Result<u32, crate::repositories::RepositoryError> {
+        Ok(self.placed_before(attempt).await?.spot_ends)
+    }
+
+    /// How `attempt` was placed, as its claim keeps it: the Spot ends before it and the memory
+    /// it asked for (`domain::memory`), which a resend keeps. A first attempt, or one whose
+    /// claim is gone, was placed plainly.
+    pub async fn placed_before(
+        &self,
+        attempt: &crate::domain::granule::GranuleProcessingEvent,
+    ) -> Result<crate::domain::claim::Placement, crate::repositories::RepositoryError> {
         if attempt.attempt <= 1 {
-            return Ok(0);
+            return Ok(crate::domain::claim::Placement::default());
         }
         let key =
             crate::domain::layout::claims::claim_key(&self.config.layout.claim_prefix, attempt);
@@ -190,7 +200,8 @@ impl Ctx {
                 &key,
             )
             .await?
-            .map_or(0, |c| c.value.placement.spot_ends),
+            .map(|c| c.value.placement)
+            .unwrap_or_default(),
         )
     }
 

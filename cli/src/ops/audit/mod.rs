@@ -49,8 +49,14 @@ pub fn rules_of(ctx: &Ctx) -> Result<Rules> {
         .map(|t| ProductTemplate::parse(t))
         .collect::<Result<Vec<_>, _>>()
         .context("GRANARY_PRODUCT_KEYS")?;
+    // The Jobs section would ask for the job queue too: the audit reads the one setting.
+    let raw = std::env::var("GRANARY_JOB_MEMORY_MIB")
+        .unwrap_or_else(|_| granary::config::DEFAULT_JOB_MEMORY.to_owned());
+    let memory = granary::domain::memory::MemoryLimits::parse(&raw)
+        .with_context(|| format!("GRANARY_JOB_MEMORY_MIB={raw}"))?;
     Ok(Rules {
         budget: ctx.config.attempt_budget,
+        memory,
         products,
     })
 }
@@ -66,10 +72,12 @@ pub async fn audit(
     let rules = rules_of(ctx)?;
     let mut sorter = LineSorter::new(sort_memory);
     let mut read = sources::Read::default();
+    // The attempts held open first: one that ends while the logs are read is then both held
+    // and logged (judged by its log), never neither (called missing).
+    sources::held(ctx, &mut sorter, &mut read).await?;
     sources::inventories(ctx, &mut sorter, &mut read, progress).await?;
     sources::logs(ctx, &mut sorter, &mut read, progress).await?;
     sources::products(ctx, &rules.products, &mut sorter, &mut read, progress).await?;
-    sources::held(ctx, &mut sorter, &mut read).await?;
     let runs = sorter.runs();
     progress("judging");
     let mut writers = ListWriters::create(out)?;

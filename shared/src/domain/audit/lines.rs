@@ -40,12 +40,13 @@ impl FactLine {
                 bytes,
             } => format!("{id}\tP\t{template}\t{bytes}\t{}", escape(key)),
             Seen::Log(l) => format!(
-                "{id}\tL\t{}\t{}\t{}\t{}\t{}\t{}",
+                "{id}\tL\t{}\t{}\t{}\t{}\t{}\t{}\t{}",
                 l.attempt,
                 flags(l),
                 route_name(l.route),
                 l.ends.attempt,
                 l.ends.spot_ends,
+                l.memory_mib.map_or("-".to_owned(), |m| m.to_string()),
                 escape(&l.reason),
             ),
         }
@@ -87,7 +88,12 @@ impl FactLine {
                         attempt: small(5)?,
                         spot_ends: small(6)?,
                     },
-                    reason: unescape(f.get(7).ok_or_else(|| bad("no reason"))?),
+                    out_of_memory: flags.contains('m'),
+                    memory_mib: match f.get(7).copied() {
+                        Some("-") => None,
+                        _ => Some(small(7)?),
+                    },
+                    reason: unescape(f.get(8).ok_or_else(|| bad("no reason"))?),
                 })
             }
             _ => return Err(bad("an unknown kind")),
@@ -101,7 +107,12 @@ impl FactLine {
 
 fn flags(l: &LogSeen) -> String {
     let mut s = String::from("-");
-    for (on, c) in [(l.success_side, 's'), (l.superseded, 'x'), (l.revoked, 'r')] {
+    for (on, c) in [
+        (l.success_side, 's'),
+        (l.superseded, 'x'),
+        (l.revoked, 'r'),
+        (l.out_of_memory, 'm'),
+    ] {
         if on {
             s.push(c);
         }

@@ -6,6 +6,7 @@ fn rules(templates: &[&str]) -> Rules {
             retries: 2,
             spot_retries: None,
         },
+        memory: MemoryLimits::parse("2048:4096").unwrap(),
         products: templates
             .iter()
             .map(|t| ProductTemplate::parse(t).unwrap())
@@ -25,6 +26,8 @@ fn log(attempt: u32, success_side: bool, route: Route, reason: &str) -> Seen {
             spot_ends: 0,
         },
         reason: reason.to_owned(),
+        out_of_memory: false,
+        memory_mib: None,
     })
 }
 
@@ -220,4 +223,29 @@ fn fact_lines_round_trip_and_sort_one_granule_together() {
     assert_eq!(ids, ["A", "A", "A", "A.b"]);
     assert!(FactLine::decode("A\tQ\t1").is_err());
     assert!(FactLine::decode("A\tL\tx").is_err());
+}
+
+#[test]
+fn an_out_of_memory_end_at_the_cap_is_dead_lettered_below_it_missing() {
+    let oom = |mib| {
+        let Seen::Log(mut l) = log(1, false, Route::RetryQueue, "out of memory") else {
+            unreachable!()
+        };
+        l.out_of_memory = true;
+        l.memory_mib = Some(mib);
+        Seen::Log(l)
+    };
+    let r = rules(&[]);
+    let at_cap = judge("G", &[fed(), oom(4096)], &r);
+    assert_eq!(at_cap.standing, Standing::DeadLettered);
+    assert_eq!(
+        at_cap.dead_letter_reason.as_deref(),
+        Some("out of memory at 4096 MiB, the cap (GRANARY_JOB_MEMORY_MIB 2048:4096)")
+    );
+    assert_eq!(
+        judge("G", &[fed(), oom(2048)], &r).standing,
+        Standing::Missing
+    );
+    let line = FactLine::new("G", oom(4096));
+    assert_eq!(FactLine::decode(&line.encode()).unwrap(), line);
 }

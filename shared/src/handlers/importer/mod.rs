@@ -131,9 +131,10 @@ impl Ctx {
             granule_id: id.clone(),
             attempt,
         };
-        let spot_ends = self.spot_ends_before(&event).await?;
+        let placed = self.placed_before(&event).await?;
         let message = RetryMessage::ended(id.clone(), attempt)
-            .with_spot_ends(spot_ends)
+            .with_spot_ends(placed.spot_ends)
+            .with_memory(placed.memory_mib, false)
             .of_campaign(self.campaign().cloned())
             .to_message(&Notice::new(outcome, reason))?;
         self.retry_queue.send(message).await?;
