@@ -38,7 +38,7 @@ test:
 	scripts/package.sh install
 	scripts/infra.sh lint
 	scripts/emulator.sh run scripts/test-suite.sh
-	SIM_BUDGET_SECS=30 scripts/simulate-seeds.sh
+	SIM_BUDGET_SECS=20 scripts/simulate-seeds.sh
 	scripts/mutants.sh
 
 # The proof can fail: each deliberate defect in shared/src/mutants.rs, switched on in turn, must

@@ -99,9 +99,11 @@ WHERE j.standing = 'succeeded'
     WHERE p.key = '${PRODUCT_PREFIX}' || j.granule_id || '${PRODUCT_SUFFIX}' AND p.size > 0
   )
 UNION ALL
-SELECT 'orphan_products', p.granule_id, coalesce(a.attempt, 1)
+SELECT 'orphan_products', p.granule_id, 1
 FROM products AS p
 LEFT JOIN inventory AS i ON i.granule_id = p.granule_id
 LEFT JOIN last_attempt AS a ON a.granule_id = p.granule_id
 WHERE i.granule_id IS NULL
+  -- An imported item's granule has logs and no inventory row: its products are explained.
+  AND a.granule_id IS NULL
 ORDER BY list, granule_id;

@@ -363,8 +363,13 @@ fn product_findings(
         keys.sort();
         keys.dedup();
         if standing == Standing::NotInventoried {
-            for (key, _) in &keys {
-                out.push((AuditList::OrphanProduct, (*key).to_owned()));
+            // An imported item's granule has logs and no inventory row: its products are
+            // explained (and re-validation checks them). Only a granule nothing names is an
+            // orphan's.
+            if !seen.iter().any(|s| matches!(s, Seen::Log(_))) {
+                for (key, _) in &keys {
+                    out.push((AuditList::OrphanProduct, (*key).to_owned()));
+                }
             }
             continue;
         }

@@ -201,3 +201,40 @@ fn read_parquet(path: &Path) -> Result<Vec<Listed>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_reads_back_and_a_bad_one_names_its_file_and_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = ListWriters::create(dir.path()).unwrap();
+        w.write(Finding {
+            list: AuditList::Missing,
+            granule_id: "G1".into(),
+            attempt: 2,
+            detail: "a, \"quoted\" detail".into(),
+        })
+        .unwrap();
+        w.finish().unwrap();
+        let want = vec![Listed {
+            granule_id: "G1".into(),
+            attempt: Some(2),
+        }];
+        assert_eq!(read_list(&dir.path().join("missing.csv")).unwrap(), want);
+        assert_eq!(
+            read_list(&dir.path().join("missing.parquet")).unwrap(),
+            want
+        );
+        let bad = dir.path().join("bad.csv");
+        std::fs::write(&bad, "granule_id,attempt\nG1,1\nG2,two\n").unwrap();
+        let e = format!("{:#}", read_list(&bad).unwrap_err());
+        assert!(e.contains("bad.csv:3") && e.contains("\"two\""), "{e}");
+        std::fs::write(&bad, "id\nG1\n").unwrap();
+        let e = format!("{:#}", read_list(&bad).unwrap_err());
+        assert!(e.contains("no granule_id column"), "{e}");
+        let e = format!("{:#}", read_list(&dir.path().join("ids.txt")).unwrap_err());
+        assert!(e.contains(".csv or .parquet"), "{e}");
+    }
+}

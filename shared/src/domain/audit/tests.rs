@@ -187,6 +187,16 @@ fn products_are_absent_empty_doubled_or_orphaned() {
         lists(&orphan),
         [(AuditList::OrphanProduct, "products/X.tif".into())]
     );
+    // An imported item's: logged, in no inventory, its product explained.
+    let imported = judge(
+        "I",
+        &[product("products/I.tif", 3), log(1, true, Route::Done, "")],
+        &r,
+    );
+    assert_eq!(
+        (imported.standing, imported.findings.len()),
+        (Standing::NotInventoried, 0)
+    );
 }
 
 #[test]

@@ -250,7 +250,18 @@ pub fn on_processing_end(
     }
     let attempt = job.processing_attempt;
     let why = &classification.reason;
+    // An ingest job's memory is its job definition's: it is never raised (`domain::memory`
+    // raises granules' retries), so running out again is all a retry would do.
+    let out_of_memory = matches!(
+        classification.failure,
+        Some(crate::domain::classify::FailureKind::OutOfMemory)
+    );
     match classification.route() {
+        Route::RetryQueue if out_of_memory => ProcessingEnd::Failed {
+            reason: format!(
+                "{batch_job_name} ran out of memory ({why}): raise the job definition's memory"
+            ),
+        },
         Route::Done => ProcessingEnd::Processed {
             reason: format!("{batch_job_name} succeeded"),
         },

@@ -243,6 +243,20 @@ fn a_processing_end_counts_only_for_the_attempt_the_record_waits_for() {
 }
 
 #[test]
+fn an_ingest_job_that_runs_out_of_memory_fails_rather_than_run_out_again() {
+    let oom = Classification {
+        failure: Some(crate::domain::classify::FailureKind::OutOfMemory),
+        ..ended(crate::domain::classify::JobOutcome::Retryable)
+    };
+    let ProcessingEnd::Failed { reason } =
+        on_processing_end(&processing(1), "ingest-b1-j00001-r0-a1", &oom, 4)
+    else {
+        panic!("an ingest job's memory is never raised: no retry")
+    };
+    assert!(reason.contains("ran out of memory"), "{reason}");
+}
+
+#[test]
 fn large_jobs_step_back_and_capacity_admits_what_fits() {
     assert_eq!(priority_for(5, 10, 100), 5);
     assert_eq!(priority_for(5, 101, 100), 10);
