@@ -6,6 +6,9 @@
 #![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
 mod common;
+// `granary audit` on a campaign with planted gaps.
+#[path = "report_html/audit.rs"]
+mod audit;
 
 use common::{granary, json};
 use granary_cli::ops::html::{ChartBox, CHART_BOXES, PAGE};

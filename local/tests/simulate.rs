@@ -3,6 +3,10 @@
 //! its function's timeout — Lambda's own crash mode — loses nothing.
 #![allow(clippy::too_many_lines)] // test code
 
+// `granary pace` on the virtual clock: one simulation a process, as nextest runs them.
+#[path = "simulate/pace.rs"]
+mod pace;
+
 use serde_json::Value;
 use std::process::Command;
 

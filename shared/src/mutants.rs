@@ -96,7 +96,7 @@ pub const ALL: [Mutant; 27] = [
     Mutant {
         name: "ingest-notice-after-record",
         defect: "an ingest job's failure is recorded before its DLQ notice is sent",
-        caught_by: "--test ingest_crash_points the_ingest_queue",
+        caught_by: "--test ingest_crash_points =the_ingest_queue_recovers_from_a_crash_at_every_call",
     },
     Mutant {
         name: "records-made-only-at-a-first-attempt",

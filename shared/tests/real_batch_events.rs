@@ -6,6 +6,10 @@
 //! Set GRANARY_REAL_EVENTS to read the corpus from elsewhere. A missing corpus fails the test.
 #![allow(clippy::too_many_lines)] // test code: a scenario reads top to bottom
 
+// Memory-aware retries from a published failure made into the documented out-of-memory end.
+#[path = "real_batch_events/out_of_memory.rs"]
+mod out_of_memory;
+
 use granary::config::Config;
 use granary::domain::classify::{FailureKind, Route};
 use granary::domain::job_end::{on_job_event, JobEnd};

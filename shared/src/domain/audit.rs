@@ -160,6 +160,10 @@ pub enum Seen {
     InFlight {
         attempt: u32,
     },
+    /// An attempt `granary cancel` ended or held back, listed for `granary resume --cancelled`.
+    CancelListed {
+        attempt: u32,
+    },
 }
 
 /// What the judge needs besides the facts.
@@ -271,6 +275,15 @@ fn standing_of(
         .any(|s| matches!(s, Seen::InFlight { attempt } if !logged(*attempt)))
     {
         return (Standing::InFlight, None);
+    }
+    // Listed by a cancel at or past its latest end: the cancel's (a retry its hold took back
+    // still has a log saying retry_queue).
+    let latest = logs.iter().map(|l| l.attempt).max().unwrap_or(0);
+    if seen
+        .iter()
+        .any(|s| matches!(s, Seen::CancelListed { attempt } if *attempt >= latest))
+    {
+        return (Standing::Cancelled, None);
     }
     let last = logs
         .iter()

@@ -166,5 +166,15 @@ pub async fn held(ctx: &Ctx, sorter: &mut LineSorter, read: &mut Read) -> Result
         sorter.push(FactLine::new(attempt.granule_id.to_string(), seen).encode())?;
         read.held_attempts += 1;
     }
+    let listed = granary::handlers::cancel::cancelled(ctx)
+        .await
+        .context("reading the cancelled list")?;
+    for entry in listed {
+        let seen = Seen::CancelListed {
+            attempt: entry.attempt,
+        };
+        sorter.push(FactLine::new(entry.granule_id.to_string(), seen).encode())?;
+        read.held_attempts += 1;
+    }
     Ok(())
 }

@@ -34,6 +34,7 @@ impl FactLine {
         match &self.seen {
             Seen::Row { fed } => format!("{id}\tR\t{}", u8::from(*fed)),
             Seen::InFlight { attempt } => format!("{id}\tF\t{attempt}"),
+            Seen::CancelListed { attempt } => format!("{id}\tC\t{attempt}"),
             Seen::Product {
                 template,
                 key,
@@ -71,6 +72,7 @@ impl FactLine {
                 fed: number(2)? == 1,
             },
             Some("F") => Seen::InFlight { attempt: small(2)? },
+            Some("C") => Seen::CancelListed { attempt: small(2)? },
             Some("P") => Seen::Product {
                 template: usize::try_from(number(2)?).map_err(|_| bad("template"))?,
                 bytes: number(3)?,

@@ -259,3 +259,23 @@ fn an_out_of_memory_end_at_the_cap_is_dead_lettered_below_it_missing() {
     let line = FactLine::new("G", oom(4096));
     assert_eq!(FactLine::decode(&line.encode()).unwrap(), line);
 }
+
+#[test]
+fn a_retry_a_cancels_hold_took_back_is_the_cancels() {
+    let r = rules(&[]);
+    let held_back = [
+        fed(),
+        log(1, false, Route::RetryQueue, "spot"),
+        Seen::CancelListed { attempt: 1 },
+    ];
+    assert_eq!(judge("G", &held_back, &r).standing, Standing::Cancelled);
+    // Listed at an earlier attempt than its latest end: that end decides.
+    let moved_on = [
+        fed(),
+        log(2, false, Route::FailureDlq, "exit 1"),
+        Seen::CancelListed { attempt: 1 },
+    ];
+    assert_eq!(judge("G", &moved_on, &r).standing, Standing::DeadLettered);
+    let line = FactLine::new("G", Seen::CancelListed { attempt: 4 });
+    assert_eq!(FactLine::decode(&line.encode()).unwrap(), line);
+}

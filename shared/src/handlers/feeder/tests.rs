@@ -235,14 +235,14 @@ impl crate::adapters::tap::Tap for GetsOf {
 async fn after_the_first_open_a_window_is_one_get_of_the_inventory() {
     let jobs = Arc::new(MemoryJobRunner::new(JobStatus::Runnable));
     let mut ctx = ctx("100000", jobs.clone()).await;
-    let rows: Vec<InventoryRow> = (0..300_000)
+    let rows: Vec<InventoryRow> = (0..30_000)
         .map(|i| InventoryRow {
             granule_id: format!("g{i:06}"),
             start_datetime: String::new(),
         })
         .collect();
     let layout = InventoryLayout {
-        row_group_rows: 50_000,
+        row_group_rows: 5_000,
         ..InventoryLayout::granary()
     };
     let key = "inventories/a.parquet";
@@ -271,14 +271,14 @@ async fn after_the_first_open_a_window_is_one_get_of_the_inventory() {
     assert_eq!(tick().await.unwrap().submitted, 1_000);
     let first_open = count(&gets);
     assert!(first_open >= 2, "footer and pages: {first_open}");
-    // The windows after it, across the row group boundary at 50,000 too.
-    for _ in 0..60 {
+    // The windows after it, across the row group boundary at 5,000 too.
+    for _ in 0..7 {
         assert_eq!(tick().await.unwrap().submitted, 1_000);
         assert_eq!(count(&gets), 1);
     }
     let names: std::collections::BTreeSet<String> =
         jobs.submitted().into_iter().map(|r| r.job_name).collect();
-    assert_eq!(names.len(), 61_000);
+    assert_eq!(names.len(), 8_000);
 }
 
 /// A feeder whose every SubmitJob is refused (past the SDK's and its own retries) must not
